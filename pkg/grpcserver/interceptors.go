@@ -1,0 +1,191 @@
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+type metrics struct {
+	handled  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		handled: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_grpc_server_handled_total",
+			Help: "RPCs completed on the server, by method and status code.",
+		}, []string{"method", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sylk_grpc_server_handling_seconds",
+			Help:    "Time the server took to handle an RPC.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method"}),
+	}
+}
+
+func recoveryUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in handler", slog.String(logx.KeyMethod, info.FullMethod), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoveryStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ss.Context(), "panic in handler", slog.String(logx.KeyMethod, info.FullMethod), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+func observeUnary(log *slog.Logger, m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		observe(ctx, log, m, info.FullMethod, start, err)
+		return resp, err
+	}
+}
+
+func observeStream(log *slog.Logger, m *metrics) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		observe(ss.Context(), log, m, info.FullMethod, start, err)
+		return err
+	}
+}
+
+func observe(ctx context.Context, log *slog.Logger, m *metrics, method string, start time.Time, err error) {
+	d := time.Since(start)
+	code := status.Code(err)
+	m.handled.WithLabelValues(method, code.String()).Inc()
+	m.duration.WithLabelValues(method).Observe(d.Seconds())
+	if strings.HasPrefix(method, "/grpc.health.v1.") {
+		return
+	}
+	lvl := slog.LevelDebug
+	switch code {
+	case codes.OK, codes.Canceled:
+	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
+		lvl = slog.LevelError
+	default:
+		lvl = slog.LevelInfo
+	}
+	log.Log(ctx, lvl, "rpc", slog.String(logx.KeyMethod, method), slog.String(logx.KeyCode, code.String()), slog.Duration(logx.KeyDuration, d))
+}
+
+// mask turns errors that are not gRPC statuses into a generic Internal, and
+// context errors into their codes; the cause is logged, never returned.
+func mask(ctx context.Context, log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	log.ErrorContext(ctx, "internal error", slog.String(logx.KeyMethod, method), logx.Err(err))
+	return status.Error(codes.Internal, "internal error")
+}
+
+func maskUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		return resp, mask(ctx, log, info.FullMethod, err)
+	}
+}
+
+func maskStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return mask(ss.Context(), log, info.FullMethod, handler(srv, ss))
+	}
+}
+
+func isPublic(public []string, method string) bool {
+	for _, p := range public {
+		if method == p || (strings.HasSuffix(p, "/") || strings.HasSuffix(p, ".")) && strings.HasPrefix(method, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func identityUnary(public []string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		id, ok := identity.FromIncoming(ctx)
+		if ok {
+			ctx = identity.NewContext(ctx, id)
+		} else if !isPublic(public, info.FullMethod) {
+			return nil, status.Error(codes.Unauthenticated, "missing or invalid caller identity")
+		}
+		return handler(ctx, req)
+	}
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+func identityStream(public []string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		id, ok := identity.FromIncoming(ss.Context())
+		if ok {
+			ss = ctxStream{ss, identity.NewContext(ss.Context(), id)}
+		} else if !isPublic(public, info.FullMethod) {
+			return status.Error(codes.Unauthenticated, "missing or invalid caller identity")
+		}
+		return handler(srv, ss)
+	}
+}
+
+// Validator is implemented by requests that check themselves.
+type Validator interface {
+	Validate() error
+}
+
+func validateUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if v, ok := req.(Validator); ok {
+			if err := v.Validate(); err != nil {
+				if _, isStatus := status.FromError(err); isStatus {
+					return nil, err
+				}
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+		}
+		return handler(ctx, req)
+	}
+}

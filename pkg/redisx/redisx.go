@@ -1,0 +1,66 @@
+// Package redisx opens the Redis client and names keys under one prefix, so
+// that tests and tenants of one Redis never collide.
+package redisx
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config locates Redis.
+type Config struct {
+	URL    string
+	Prefix string
+}
+
+// RegisterFlags registers -redis.url and -redis.prefix.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.URL, "redis.url", "redis://127.0.0.1:6379/0", "Redis URL")
+	fs.StringVar(&c.Prefix, "redis.prefix", "sylk", "prefix of every Redis key")
+}
+
+// Validate checks the URL parses and the prefix is set.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := redis.ParseURL(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("redis.url: %w", err))
+	}
+	if c.Prefix == "" || strings.ContainsAny(c.Prefix, " \t\n*") {
+		errs = append(errs, errors.New("redis.prefix: must be non-empty without spaces or '*'"))
+	}
+	return errors.Join(errs...)
+}
+
+// Client is a Redis client whose keys share one prefix.
+type Client struct {
+	*redis.Client
+	prefix string
+}
+
+// Open connects and pings.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	opts, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	c := redis.NewClient(opts)
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("connect to redis %s: %w", opts.Addr, err)
+	}
+	return &Client{Client: c, prefix: cfg.Prefix}, nil
+}
+
+// Key joins parts under the prefix: Key("guide", "route", h) is
+// "sylk:guide:route:<h>".
+func (c *Client) Key(parts ...string) string {
+	return c.prefix + ":" + strings.Join(parts, ":")
+}
+
+// Prefix returns the key prefix.
+func (c *Client) Prefix() string { return c.prefix }

@@ -1,0 +1,136 @@
+// Package topology names the mesh's NATS subjects and JetStream streams in one
+// place. Every service provisions the streams it uses at start (creating or
+// updating them is idempotent).
+package topology
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/natsx"
+)
+
+// Agents that have an inbox on the AGENTS stream.
+const (
+	AgentGuide        = "guide"
+	AgentLibrarian    = "librarian"
+	AgentArchivalist  = "archivalist"
+	AgentAcademic     = "academic"
+	AgentArchitect    = "architect"
+	AgentOrchestrator = "orchestrator"
+)
+
+// Worker roles.
+const (
+	RoleEngineer  = "engineer"
+	RoleInspector = "inspector"
+	RoleTester    = "tester"
+)
+
+// Roles lists the worker roles.
+var Roles = []string{RoleEngineer, RoleInspector, RoleTester}
+
+// Stream base names (the bus adds its prefix).
+const (
+	StreamEvents = "EVENTS"
+	StreamAgents = "AGENTS"
+	StreamTasks  = "TASKS"
+)
+
+// EventsRetention is how long session events are kept.
+const EventsRetention = 30 * 24 * time.Hour
+
+// EnsureEvents provisions the session event stream: every event of every
+// session, kept for EventsRetention, replayable from any sequence.
+func EnsureEvents(ctx context.Context, b *natsx.Bus) error {
+	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
+		Name:       b.Stream(StreamEvents),
+		Subjects:   []string{b.Subject("events", ">")},
+		Retention:  jetstream.LimitsPolicy,
+		Storage:    jetstream.FileStorage,
+		MaxAge:     EventsRetention,
+		Duplicates: 2 * time.Minute,
+	})
+	return err
+}
+
+// EnsureAgents provisions the agent inboxes: a work queue, one consumer per agent.
+func EnsureAgents(ctx context.Context, b *natsx.Bus) error {
+	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
+		Name:       b.Stream(StreamAgents),
+		Subjects:   []string{b.Subject("agent", ">")},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	return err
+}
+
+// EnsureTasks provisions task dispatch (per role) and task results.
+func EnsureTasks(ctx context.Context, b *natsx.Bus) error {
+	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
+		Name:       b.Stream(StreamTasks),
+		Subjects:   []string{b.Subject("task", ">")},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	return err
+}
+
+// InboxSubject is an agent's inbox: "<p>.agent.<agent>".
+func InboxSubject(b *natsx.Bus, agent string) string { return b.Subject("agent", agent) }
+
+// TaskSubject is where tasks for a worker role go: "<p>.task.dispatch.<role>".
+func TaskSubject(b *natsx.Bus, role string) string { return b.Subject("task", "dispatch", role) }
+
+// ResultSubject is where workers report results: "<p>.task.result".
+func ResultSubject(b *natsx.Bus) string { return b.Subject("task", "result") }
+
+// EventSubject is a session's event subject: "<p>.events.<tenant>.<session>".
+func EventSubject(b *natsx.Bus, tenant, session string) string {
+	return b.Subject("events", natsx.Token(tenant), natsx.Token(session))
+}
+
+// Event builds a session event.
+type Event struct {
+	Tenant, Session string
+	// ID de-duplicates the event on the stream; optional.
+	ID            string
+	Type          string
+	Source        string
+	CorrelationID string
+	Text          string
+	Data          map[string]any
+}
+
+// PublishEvent appends an event to the session's stream and returns its sequence.
+func PublishEvent(ctx context.Context, b *natsx.Bus, e Event) (uint64, error) {
+	var data *structpb.Struct
+	if e.Data != nil {
+		s, err := structpb.NewStruct(e.Data)
+		if err != nil {
+			return 0, err
+		}
+		data = s
+	}
+	ev := &guidev1.Event{
+		SessionId:     e.Session,
+		Type:          e.Type,
+		Source:        e.Source,
+		CorrelationId: e.CorrelationID,
+		CreateTime:    timestamppb.Now(),
+		Text:          e.Text,
+		Data:          data,
+	}
+	ack, err := b.Publish(ctx, EventSubject(b, e.Tenant, e.Session), e.ID, ev)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
