@@ -255,12 +255,17 @@ func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) e
 // EnsureConsumer creates or updates the durable consumer of spec.
 func (b *Bus) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
-		Durable:        spec.Durable,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		MaxDeliver:     orInt(spec.MaxDeliver, 5),
-		AckWait:        orDur(spec.AckWait, 30*time.Second),
-		MaxAckPending:  orInt(spec.MaxAckPending, 256),
-		FilterSubjects: spec.FilterSubjects,
+		Durable:       spec.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		MaxDeliver:    orInt(spec.MaxDeliver, 5),
+		AckWait:       orDur(spec.AckWait, 30*time.Second),
+		MaxAckPending: orInt(spec.MaxAckPending, 256),
+	}
+	// A single filter goes in FilterSubject: servers before 2.10 know no other.
+	if len(spec.FilterSubjects) == 1 {
+		cfg.FilterSubject = spec.FilterSubjects[0]
+	} else {
+		cfg.FilterSubjects = spec.FilterSubjects
 	}
 	cons, err := b.JS.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
 	if err != nil {

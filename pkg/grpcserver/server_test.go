@@ -1,0 +1,165 @@
+package grpcserver_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// probe is a tiny gRPC service registered by hand for these tests.
+type probe struct {
+	fn func(ctx context.Context) error
+}
+
+func (p *probe) register(s *grpc.Server) {
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "sylk.test.Probe",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Call",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+				req := new(healthpb.HealthCheckRequest)
+				if err := dec(req); err != nil {
+					return nil, err
+				}
+				h := func(ctx context.Context, _ any) (any, error) {
+					return &healthpb.HealthCheckResponse{}, p.fn(ctx)
+				}
+				return in(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/sylk.test.Probe/Call"}, h)
+			},
+		}},
+	}, p)
+}
+
+func start(t *testing.T, p *probe) (*grpc.ClientConn, *prometheus.Registry, string) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", HTTPListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 1 << 20}, logx.Discard(), reg, reg)
+	require.NoError(t, err)
+	p.register(srv.GRPC())
+	require.NoError(t, srv.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cc.Close()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return cc, reg, srv.HTTPAddr()
+}
+
+func call(ctx context.Context, cc *grpc.ClientConn) error {
+	return cc.Invoke(ctx, "/sylk.test.Probe/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+}
+
+func TestInterceptors(t *testing.T) {
+	t.Parallel()
+	var seen identity.Identity
+	p := &probe{fn: func(ctx context.Context) error {
+		seen, _ = identity.FromContext(ctx)
+		return nil
+	}}
+	cc, reg, httpAddr := start(t, p)
+	ctx := context.Background()
+
+	// No identity: Unauthenticated; health is public.
+	require.Equal(t, codes.Unauthenticated, status.Code(call(ctx, cc)))
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.Status)
+
+	// Identity reaches the handler.
+	id := identity.Identity{TenantID: "acme", UserID: "ann", Role: identity.RoleMember}
+	require.NoError(t, call(identity.NewContext(ctx, id), cc))
+	require.Equal(t, id, seen)
+
+	// Internal errors are masked, statuses pass through, panics are recovered.
+	p.fn = func(context.Context) error { return errors.New("db password is hunter2") }
+	err = call(identity.NewContext(ctx, id), cc)
+	require.Equal(t, codes.Internal, status.Code(err))
+	require.NotContains(t, err.Error(), "hunter2")
+	p.fn = func(context.Context) error { return status.Error(codes.NotFound, "no such session") }
+	require.Equal(t, codes.NotFound, status.Code(call(identity.NewContext(ctx, id), cc)))
+	p.fn = func(context.Context) error { panic("boom") }
+	require.Equal(t, codes.Internal, status.Code(call(identity.NewContext(ctx, id), cc)))
+
+	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, reg, "/sylk.test.Probe/Call", "NotFound")))
+
+	r, err := http.Get("http://" + httpAddr + "/healthz")
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, http.StatusOK, r.StatusCode)
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, method, code string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "sylk_grpc_server_handled_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["code"] == code {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	t.Fatalf("no counter for %s %s", method, code)
+	return nil
+}
+
+func TestGracefulShutdownDrains(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	p := &probe{fn: func(context.Context) error {
+		close(entered)
+		<-release
+		return nil
+	}}
+	reg := prometheus.NewRegistry()
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: 10 * time.Second, MaxRecvBytes: 1 << 20}, logx.Discard(), reg, reg)
+	require.NoError(t, err)
+	p.register(srv.GRPC())
+	require.NoError(t, srv.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	require.NoError(t, err)
+	defer cc.Close()
+
+	callErr := make(chan error, 1)
+	id := identity.Identity{TenantID: "acme", UserID: "ann"}
+	go func() { callErr <- call(identity.NewContext(context.Background(), id), cc) }()
+	<-entered
+	cancel() // SIGTERM: the in-flight call still completes
+	close(release)
+	require.NoError(t, <-callErr)
+	require.NoError(t, <-done)
+}
