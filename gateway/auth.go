@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+)
+
+// API keys are "sylk_" followed by keyRandomLen base62 characters. Only
+// their SHA-256 hash is stored, with a short prefix for display.
+const (
+	keyPrefix       = "sylk_"
+	keyRandomLen    = 40
+	keyMinLen       = 32
+	keyMaxLen       = 256
+	keyDisplayLen   = 12
+	maxDescription  = 512
+	lastUsedEvery   = time.Minute
+	base62          = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	bootstrapRemark = "bootstrap admin key"
+)
+
+// Errors of the key helpers.
+var (
+	// ErrInvalidKey is returned for a key that does not have the sylk_ form.
+	ErrInvalidKey = errors.New("invalid API key format")
+	// ErrKeyOwned is returned by EnsureBootstrapKey when the key is already
+	// registered to another tenant or user.
+	ErrKeyOwned = errors.New("API key is already registered to another user")
+	// ErrKeyNotFound is returned by RevokeAPIKey for an unknown key id.
+	ErrKeyNotFound = errors.New("API key not found")
+)
+
+// APIKey describes a stored key; the key itself is never stored.
+type APIKey struct {
+	ID          string
+	TenantID    string
+	UserID      string
+	Role        string
+	Prefix      string
+	Description string
+	CreatedAt   time.Time
+	RevokedAt   *time.Time
+	LastUsedAt  *time.Time
+}
+
+// checkKeyFormat reports whether key has the sylk_ form. The error never
+// contains the key.
+func checkKeyFormat(key string) error {
+	if !strings.HasPrefix(key, keyPrefix) {
+		return fmt.Errorf("%w: must start with %q", ErrInvalidKey, keyPrefix)
+	}
+	if len(key) < keyMinLen || len(key) > keyMaxLen {
+		return fmt.Errorf("%w: must be %d to %d characters long", ErrInvalidKey, keyMinLen, keyMaxLen)
+	}
+	for i := len(keyPrefix); i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: only letters, digits, '_' and '-' are allowed", ErrInvalidKey)
+		}
+	}
+	return nil
+}
+
+// NewKey returns a fresh random API key: "sylk_" and 40 base62 characters.
+func NewKey() (string, error) {
+	out := make([]byte, 0, len(keyPrefix)+keyRandomLen)
+	out = append(out, keyPrefix...)
+	buf := make([]byte, 64)
+	for len(out) < cap(out) {
+		if _, err := rand.Read(buf); err != nil {
+			return "", fmt.Errorf("generate API key: %w", err)
+		}
+		for _, b := range buf {
+			// 248 is the largest multiple of 62 below 256: rejecting the
+			// rest keeps every character equally likely.
+			if b < 248 && len(out) < cap(out) {
+				out = append(out, base62[b%62])
+			}
+		}
+	}
+	return string(out), nil
+}
+
+func hashKey(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
+}
+
+func validRole(role string) bool {
+	return role == identity.RoleAdmin || role == identity.RoleMember || role == identity.RoleViewer
+}
+
+func checkTenantUser(tenant, user, role string) error {
+	var errs []error
+	if !idPattern(tenant) {
+		errs = append(errs, fmt.Errorf("tenant %q: want letters, digits, '_', '.', '@' or '-', at most 128", tenant))
+	}
+	if !idPattern(user) {
+		errs = append(errs, fmt.Errorf("user %q: want letters, digits, '_', '.', '@' or '-', at most 128", user))
+	}
+	if !validRole(role) {
+		errs = append(errs, fmt.Errorf("role %q: want admin, member or viewer", role))
+	}
+	return errors.Join(errs...)
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// EnsureTenantUser creates the tenant and the user when missing; a new user
+// gets role (admin, member or viewer), an existing user keeps theirs. A
+// user's role applies to all of their keys.
+func EnsureTenantUser(ctx context.Context, db *pgxpool.Pool, tenant, user, role string) error {
+	if err := checkTenantUser(tenant, user, role); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		return ensureTenantUser(ctx, tx, tenant, user, role, false)
+	})
+}
+
+// ensureTenantUser creates the tenant and the user when missing; with
+// forceRole an existing user's role is set to role too.
+func ensureTenantUser(ctx context.Context, q execer, tenant, user, role string, forceRole bool) error {
+	if _, err := q.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $1) ON CONFLICT (id) DO NOTHING`, tenant); err != nil {
+		return fmt.Errorf("ensure tenant %s: %w", tenant, err)
+	}
+	sql := `INSERT INTO users (tenant_id, id, role) VALUES ($1, $2, $3) ON CONFLICT (tenant_id, id) DO NOTHING`
+	if forceRole {
+		sql = `INSERT INTO users (tenant_id, id, role) VALUES ($1, $2, $3)
+			ON CONFLICT (tenant_id, id) DO UPDATE SET role = EXCLUDED.role WHERE users.role <> EXCLUDED.role`
+	}
+	if _, err := q.Exec(ctx, sql, tenant, user, role); err != nil {
+		return fmt.Errorf("ensure user %s/%s: %w", tenant, user, err)
+	}
+	return nil
+}
+
+// CreateAPIKey creates a key for user in tenant and returns it. The tenant
+// and the user are created when missing (a new user gets role; an existing
+// one keeps theirs). The key is shown only here: the database keeps its hash.
+func CreateAPIKey(ctx context.Context, db *pgxpool.Pool, tenant, user, role, description string) (string, error) {
+	if err := checkTenantUser(tenant, user, role); err != nil {
+		return "", err
+	}
+	if len(description) > maxDescription {
+		return "", fmt.Errorf("description: at most %d bytes, got %d", maxDescription, len(description))
+	}
+	key, err := NewKey()
+	if err != nil {
+		return "", err
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := ensureTenantUser(ctx, tx, tenant, user, role, false); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description)
+			VALUES ($1, $2, $3, $4, $5, $6)`, ids.New(), tenant, user, hashKey(key), key[:keyDisplayLen], description)
+		if err != nil {
+			return fmt.Errorf("store API key: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// EnsureBootstrapKey stores key for user of tenant unless it is stored
+// already, creating both when missing and making the user an admin; running
+// it again is a no-op. The key must have the sylk_ form and at least 32
+// characters. A revoked key stays revoked.
+func EnsureBootstrapKey(ctx context.Context, db *pgxpool.Pool, tenant, user, key string) error {
+	if err := checkKeyFormat(key); err != nil {
+		return err
+	}
+	if err := checkTenantUser(tenant, user, identity.RoleAdmin); err != nil {
+		return err
+	}
+	h := hashKey(key)
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := ensureTenantUser(ctx, tx, tenant, user, identity.RoleAdmin, true); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key_hash) DO NOTHING`,
+			ids.New(), tenant, user, h, key[:keyDisplayLen], bootstrapRemark)
+		if err != nil {
+			return fmt.Errorf("store bootstrap key: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var owner, ownerUser string
+		if err := tx.QueryRow(ctx, `SELECT tenant_id, user_id FROM api_keys WHERE key_hash = $1`, h).Scan(&owner, &ownerUser); err != nil {
+			return fmt.Errorf("look up bootstrap key: %w", err)
+		}
+		if owner != tenant || ownerUser != user {
+			return ErrKeyOwned
+		}
+		return nil
+	})
+}
+
+// ListAPIKeys returns the keys of a tenant, newest first.
+func ListAPIKeys(ctx context.Context, db *pgxpool.Pool, tenant string) ([]APIKey, error) {
+	rows, err := db.Query(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.prefix, k.description, k.created_at, k.revoked_at, k.last_used_at
+		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
+		WHERE k.tenant_id = $1 ORDER BY k.created_at DESC, k.id DESC`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIKey, error) {
+		var k APIKey
+		err := r.Scan(&k.ID, &k.TenantID, &k.UserID, &k.Role, &k.Prefix, &k.Description, &k.CreatedAt, &k.RevokedAt, &k.LastUsedAt)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	return keys, nil
+}
+
+// RevokeAPIKey revokes a key of tenant by id; revoking a revoked key is a no-op.
+func RevokeAPIKey(ctx context.Context, db *pgxpool.Pool, tenant, id string) error {
+	tag, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2`, tenant, id)
+	if err != nil {
+		return fmt.Errorf("revoke API key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrKeyNotFound
+	}
+	return nil
+}
+
+// authResult is the outcome of a key lookup.
+type authResult int
+
+const (
+	authOK authResult = iota
+	authUnknown
+	authRevoked
+)
+
+// authenticator resolves API keys to identities.
+type authenticator struct {
+	db  *pgxpool.Pool
+	now func() time.Time
+}
+
+// lookup resolves key. It updates the key's last_used_at at most once a
+// minute; a failed update does not fail the request and is returned as
+// touchErr for logging.
+func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Identity, res authResult, touchErr, err error) {
+	if checkKeyFormat(key) != nil {
+		return identity.Identity{}, authUnknown, nil, nil
+	}
+	var (
+		keyID    string
+		revoked  bool
+		lastUsed *time.Time
+	)
+	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.revoked_at IS NOT NULL, k.last_used_at
+		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
+		WHERE k.key_hash = $1`, hashKey(key)).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &lastUsed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return identity.Identity{}, authUnknown, nil, nil
+	}
+	if err != nil {
+		return identity.Identity{}, authUnknown, nil, fmt.Errorf("look up API key: %w", err)
+	}
+	if revoked {
+		return identity.Identity{}, authRevoked, nil, nil
+	}
+	if lastUsed == nil || a.now().Sub(*lastUsed) >= lastUsedEvery {
+		// The condition is repeated in SQL so that concurrent requests
+		// write the row once.
+		_, touchErr = a.db.Exec(ctx, `UPDATE api_keys SET last_used_at = now()
+			WHERE tenant_id = $1 AND id = $2 AND (last_used_at IS NULL OR last_used_at < now() - $3::interval)`,
+			id.TenantID, keyID, lastUsedEvery)
+	}
+	return id, authOK, touchErr, nil
+}

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"sylk.dev/sylk/pkg/identity"
+)
+
+// Config configures the REST edge and the bootstrap admin key.
+type Config struct {
+	// ListenAddress is the HTTP address the gateway serves on.
+	ListenAddress string
+	// MaxBodyBytes is the largest request body accepted; larger bodies get 413.
+	MaxBodyBytes int64
+	// RequestTimeout bounds every non-streaming request.
+	RequestTimeout time.Duration
+	// DrainTimeout is how long in-flight requests get to finish on shutdown.
+	DrainTimeout time.Duration
+	// SSEKeepalive is the interval of keepalive comments on event streams.
+	SSEKeepalive time.Duration
+
+	// BootstrapKey is an admin API key stored (hashed) at start when set. It
+	// is a secret: it is never logged.
+	BootstrapKey string
+	// BootstrapTenant and BootstrapUser own the bootstrap key.
+	BootstrapTenant string
+	BootstrapUser   string
+}
+
+// RegisterFlags registers the gateway and auth flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ListenAddress, "gateway.listen-address", ":8080", "HTTP listen address of the REST gateway")
+	fs.Int64Var(&c.MaxBodyBytes, "gateway.max-body-bytes", 1<<20, "largest request body accepted (larger bodies get 413)")
+	fs.DurationVar(&c.RequestTimeout, "gateway.request-timeout", 60*time.Second, "time limit of a non-streaming request")
+	fs.DurationVar(&c.DrainTimeout, "gateway.drain-timeout", 15*time.Second, "time in-flight requests get to finish on shutdown")
+	fs.DurationVar(&c.SSEKeepalive, "gateway.sse-keepalive", 15*time.Second, "interval of keepalive comments on server-sent event streams")
+	fs.StringVar(&c.BootstrapKey, "auth.bootstrap-key", "", "admin API key (sylk_...) stored at start when set; prefer the SYLK_AUTH_BOOTSTRAP_KEY environment variable")
+	fs.StringVar(&c.BootstrapTenant, "auth.bootstrap-tenant", "default", "tenant of the bootstrap admin key")
+	fs.StringVar(&c.BootstrapUser, "auth.bootstrap-user", "admin", "user of the bootstrap admin key")
+}
+
+// Validate checks the values and joins every problem. It never echoes the
+// bootstrap key.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ListenAddress == "" {
+		errs = append(errs, errors.New("gateway.listen-address: must be set"))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("gateway.max-body-bytes: must be at least 1024, got %d", c.MaxBodyBytes))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, errors.New("gateway.request-timeout: must be positive"))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, errors.New("gateway.drain-timeout: must not be negative"))
+	}
+	if c.SSEKeepalive <= 0 {
+		errs = append(errs, errors.New("gateway.sse-keepalive: must be positive"))
+	}
+	if c.BootstrapKey != "" {
+		if err := checkKeyFormat(c.BootstrapKey); err != nil {
+			errs = append(errs, fmt.Errorf("auth.bootstrap-key: %w", err))
+		}
+	}
+	if !idPattern(c.BootstrapTenant) {
+		errs = append(errs, fmt.Errorf("auth.bootstrap-tenant: %q is not a valid tenant id (letters, digits, '_', '.', '@', '-'; at most 128)", c.BootstrapTenant))
+	}
+	if !idPattern(c.BootstrapUser) {
+		errs = append(errs, fmt.Errorf("auth.bootstrap-user: %q is not a valid user id (letters, digits, '_', '.', '@', '-'; at most 128)", c.BootstrapUser))
+	}
+	return errors.Join(errs...)
+}
+
+// LogValue keeps the bootstrap key out of logs.
+func (c Config) LogValue() slog.Value {
+	key := ""
+	if c.BootstrapKey != "" {
+		key = "[redacted]"
+	}
+	return slog.GroupValue(
+		slog.String("listen_address", c.ListenAddress),
+		slog.Int64("max_body_bytes", c.MaxBodyBytes),
+		slog.Duration("request_timeout", c.RequestTimeout),
+		slog.Duration("drain_timeout", c.DrainTimeout),
+		slog.Duration("sse_keepalive", c.SSEKeepalive),
+		slog.String("bootstrap_key", key),
+		slog.String("bootstrap_tenant", c.BootstrapTenant),
+		slog.String("bootstrap_user", c.BootstrapUser),
+	)
+}
+
+// idPattern reports whether s is a valid tenant or user id.
+func idPattern(s string) bool {
+	return identity.Identity{TenantID: s, UserID: s}.Valid()
+}

@@ -1,0 +1,287 @@
+// Package gateway is Sylk's REST edge: every public RPC under /v1 through
+// grpc-gateway (registered on gRPC client connections, so the services' own
+// interceptors run), API-key authentication, request ids, server-sent event
+// streams and the OpenAPI document.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// Conns are the client connections to the services; a nil connection leaves
+// that service's routes out (they answer 404).
+type Conns struct {
+	Guide        *grpc.ClientConn
+	Architect    *grpc.ClientConn
+	Orchestrator *grpc.ClientConn
+	Librarian    *grpc.ClientConn
+	Archivalist  *grpc.ClientConn
+	Academic     *grpc.ClientConn
+}
+
+// Gateway serves the REST API.
+type Gateway struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *pgxpool.Pool
+	auth    *authenticator
+	mux     *runtime.ServeMux
+	guide   guidev1.GuideServiceClient
+	marshal protojson.MarshalOptions
+	openapi []byte
+	metrics *metrics
+	handler http.Handler
+
+	// life is cancelled when shutdown starts, ending open event streams so
+	// that draining does not wait for them.
+	life     context.Context
+	stopLife context.CancelFunc
+	draining atomic.Bool
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// New builds the gateway. db is a pool on the auth schema.
+func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg prometheus.Registerer) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("gateway: an auth database pool is required")
+	}
+	if log == nil {
+		log = logx.Discard()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	doc, err := openAPIDocument()
+	if err != nil {
+		return nil, err
+	}
+	life, stop := context.WithCancel(context.Background())
+	g := &Gateway{
+		cfg:      cfg,
+		log:      log,
+		db:       db,
+		auth:     &authenticator{db: db, now: time.Now},
+		marshal:  protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
+		openapi:  doc,
+		metrics:  newMetrics(reg),
+		life:     life,
+		stopLife: stop,
+	}
+	g.mux = runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithMetadata(g.identityMetadata),
+		runtime.WithErrorHandler(g.handleError),
+		runtime.WithRoutingErrorHandler(g.handleRoutingError),
+		runtime.WithStreamErrorHandler(g.streamError),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonMarshaler{JSONPb: &runtime.JSONPb{
+			MarshalOptions:   g.marshal,
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}}),
+		runtime.WithMiddlewares(recordRoute),
+		// Bodies are JSON only; no form bodies and no method overrides, so a
+		// request's method is the one the role check saw.
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithDisableHTTPMethodOverride(),
+	)
+	if err := g.register(life, conns); err != nil {
+		stop()
+		return nil, err
+	}
+	g.handler = g.chain()
+	return g, nil
+}
+
+// register adds every configured service's routes through its gRPC client.
+func (g *Gateway) register(ctx context.Context, c Conns) error {
+	var errs []error
+	add := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("register %s routes: %w", name, err))
+		}
+	}
+	if c.Guide != nil {
+		g.guide = guidev1.NewGuideServiceClient(c.Guide)
+		add("session", guidev1.RegisterSessionServiceHandlerClient(ctx, g.mux, guidev1.NewSessionServiceClient(c.Guide)))
+		add("guide", guidev1.RegisterGuideServiceHandlerClient(ctx, g.mux, g.guide))
+	}
+	if c.Architect != nil {
+		add("plan", architectv1.RegisterPlanServiceHandlerClient(ctx, g.mux, architectv1.NewPlanServiceClient(c.Architect)))
+	}
+	if c.Orchestrator != nil {
+		add("workflow", orchestratorv1.RegisterWorkflowServiceHandlerClient(ctx, g.mux, orchestratorv1.NewWorkflowServiceClient(c.Orchestrator)))
+	}
+	if c.Librarian != nil {
+		add("librarian", librarianv1.RegisterLibrarianServiceHandlerClient(ctx, g.mux, librarianv1.NewLibrarianServiceClient(c.Librarian)))
+	}
+	if c.Archivalist != nil {
+		add("archivalist", archivalistv1.RegisterArchivalistServiceHandlerClient(ctx, g.mux, archivalistv1.NewArchivalistServiceClient(c.Archivalist)))
+	}
+	if c.Academic != nil {
+		add("academic", academicv1.RegisterAcademicServiceHandlerClient(ctx, g.mux, academicv1.NewAcademicServiceClient(c.Academic)))
+	}
+	return errors.Join(errs...)
+}
+
+// Handler returns the gateway's HTTP handler (middleware and routes).
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Listen binds the listen address, so Addr is known before Run.
+func (g *Gateway) Listen() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", g.cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen gateway %s: %w", g.cfg.ListenAddress, err)
+	}
+	g.ln = ln
+	return nil
+}
+
+// Addr is the bound address after Listen, else the configured one.
+func (g *Gateway) Addr() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ln == nil {
+		return g.cfg.ListenAddress
+	}
+	return g.ln.Addr().String()
+}
+
+// Run serves until ctx is done, then stops accepting requests, ends open
+// event streams and gives in-flight requests the drain timeout to finish.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.Listen(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	ln := g.ln
+	g.mu.Unlock()
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: event streams stay open; non-streaming requests
+		// are bounded by the request timeout instead.
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		g.stopLife()
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve gateway: %w", err)
+	case <-ctx.Done():
+	}
+	g.draining.Store(true)
+	g.stopLife()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.DrainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		g.log.Warn("gateway drain timed out; closing connections", logx.Err(err))
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve gateway: %w", err)
+	}
+	g.log.Info("gateway stopped")
+	return nil
+}
+
+// incomingHeader forwards only the request id to the services; identity
+// travels in metadata the gateway sets itself (identityMetadata), never in
+// headers a client chose.
+func incomingHeader(key string) (string, bool) {
+	if http.CanonicalHeaderKey(key) == headerRequestID {
+		return mdRequestID, true
+	}
+	return "", false
+}
+
+// outgoingHeader keeps the default prefixing of service response headers.
+func outgoingHeader(key string) (string, bool) {
+	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// identityMetadata puts the authenticated caller into the outgoing metadata.
+func (g *Gateway) identityMetadata(_ context.Context, r *http.Request) metadata.MD {
+	id, ok := identity.FromContext(r.Context())
+	if !ok {
+		return nil
+	}
+	return metadata.Pairs(identity.MDTenant, id.TenantID, identity.MDUser, id.UserID, identity.MDRole, id.Role)
+}
+
+// outgoingContext is what the hand-written handlers (SSE) send to services:
+// the caller's identity and the request id, like the mux does.
+func (g *Gateway) outgoingContext(ctx context.Context, r *http.Request) context.Context {
+	md := g.identityMetadata(ctx, r)
+	if md == nil {
+		md = metadata.MD{}
+	}
+	if rid := r.Header.Get(headerRequestID); rid != "" {
+		md.Set(mdRequestID, rid)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// jsonMarshaler is protojson with the newline-delimited JSON content type
+// on streams.
+type jsonMarshaler struct {
+	*runtime.JSONPb
+}
+
+// StreamContentType names the content type of streamed responses.
+func (*jsonMarshaler) StreamContentType(any) string { return "application/x-ndjson" }
+
+// Marshal renders a stream's error line as {"error": {code, status,
+// message}}, the gateway's error form; everything else is protojson.
+func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
+	if chunk, ok := v.(map[string]proto.Message); ok && len(chunk) == 1 {
+		if st, ok := chunk["error"].(interface {
+			GetCode() int32
+			GetMessage() string
+		}); ok {
+			return json.Marshal(map[string]errorBody{"error": newErrorBody(codes.Code(st.GetCode()), st.GetMessage())})
+		}
+	}
+	return m.JSONPb.Marshal(v)
+}

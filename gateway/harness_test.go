@@ -1,0 +1,343 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// fakeGuide is a small in-test Guide: sessions "sessions/s1" (three events,
+// then the stream ends), "sessions/idle" (no events, the stream stays open)
+// and "sessions/broken" (one event, then an error) exist. It records the metadata of every call.
+type fakeGuide struct {
+	guidev1.UnimplementedSessionServiceServer
+	guidev1.UnimplementedGuideServiceServer
+
+	mu          sync.Mutex
+	calls       map[string][]metadata.MD
+	idleStreams int // open streams of sessions/idle
+	idleClosed  int // streams of sessions/idle that ended
+}
+
+func newFakeGuide() *fakeGuide { return &fakeGuide{calls: map[string][]metadata.MD{}} }
+
+func (f *fakeGuide) record(ctx context.Context, method string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[method] = append(f.calls[method], md.Copy())
+}
+
+func (f *fakeGuide) callsOf(method string) []metadata.MD {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]metadata.MD(nil), f.calls[method]...)
+}
+
+func (f *fakeGuide) idle() (open, closed int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.idleStreams, f.idleClosed
+}
+
+var knownSessions = map[string]bool{"sessions/s1": true, "sessions/idle": true, "sessions/broken": true}
+
+func (f *fakeGuide) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
+	f.record(ctx, "CreateSession")
+	id, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.CreateSessionResponse{Session: &guidev1.Session{
+		Name: "sessions/s1", Id: "s1", DisplayName: req.GetSession().GetDisplayName(),
+		State: guidev1.SessionState_SESSION_STATE_CREATED, TenantId: id.TenantID, UserId: id.UserID,
+	}}, nil
+}
+
+func (f *fakeGuide) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
+	f.record(ctx, "GetSession")
+	if !knownSessions[req.GetName()] {
+		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetName())
+	}
+	return &guidev1.GetSessionResponse{Session: &guidev1.Session{Name: req.GetName()}}, nil
+}
+
+func (f *fakeGuide) ListSessions(ctx context.Context, _ *guidev1.ListSessionsRequest) (*guidev1.ListSessionsResponse, error) {
+	f.record(ctx, "ListSessions")
+	return &guidev1.ListSessionsResponse{Sessions: []*guidev1.Session{{Name: "sessions/s1"}}}, nil
+}
+
+func (f *fakeGuide) SendMessage(ctx context.Context, req *guidev1.SendMessageRequest) (*guidev1.SendMessageResponse, error) {
+	f.record(ctx, "SendMessage")
+	if !knownSessions[req.GetParent()] {
+		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetParent())
+	}
+	if len(req.GetText()) > 16 {
+		return nil, status.Error(codes.InvalidArgument, "text: at most 16 bytes")
+	}
+	return &guidev1.SendMessageResponse{Reply: "ok"}, nil
+}
+
+var fakeEvents = []*guidev1.Event{
+	{Sequence: 1, SessionId: "s1", Type: "message.received", Source: "guide", Text: "hello\nworld"},
+	{Sequence: 5, SessionId: "s1", Type: "message.routed", Source: "guide", Data: mustStruct(map[string]any{"target": "librarian"})},
+	{Sequence: 9, SessionId: "s1", Type: "message.answered", Source: "librarian", CreateTime: timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))},
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.ServerStreamingServer[guidev1.StreamEventsResponse]) error {
+	ctx := stream.Context()
+	f.record(ctx, "StreamEvents")
+	if !knownSessions[req.GetParent()] {
+		return status.Errorf(codes.NotFound, "session %s not found", req.GetParent())
+	}
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	if req.GetParent() == "sessions/broken" {
+		if err := stream.Send(&guidev1.StreamEventsResponse{Event: fakeEvents[0]}); err != nil {
+			return err
+		}
+		return status.Error(codes.FailedPrecondition, "session was completed")
+	}
+	if req.GetParent() == "sessions/idle" {
+		f.mu.Lock()
+		f.idleStreams++
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		f.idleClosed++
+		f.mu.Unlock()
+		return ctx.Err()
+	}
+	for _, ev := range fakeEvents {
+		if ev.GetSequence() <= req.GetAfterSequence() {
+			continue
+		}
+		if err := stream.Send(&guidev1.StreamEventsResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type harness struct {
+	db     *pgxpool.Pool
+	gw     *Gateway
+	reg    *prometheus.Registry
+	fake   *fakeGuide
+	conn   *grpc.ClientConn
+	url    string
+	admin  string
+	member string
+	viewer string
+	tenant string
+}
+
+// defaultConfig is the flag defaults.
+func defaultConfig(t *testing.T) Config {
+	t.Helper()
+	var c Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	return c
+}
+
+// startFake serves the fake Guide on a real gRPC server with the mesh's
+// interceptors (so calls without identity metadata fail) and returns a
+// client connection to it.
+func startFake(t *testing.T) (*fakeGuide, *grpc.ClientConn) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 4 << 20}, logx.Discard(), reg, reg)
+	require.NoError(t, err)
+	fake := newFakeGuide()
+	guidev1.RegisterSessionServiceServer(srv.GRPC(), fake)
+	guidev1.RegisterGuideServiceServer(srv.GRPC(), fake)
+	require.NoError(t, srv.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	conn, err := grpcclient.Dial(srv.GRPCAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return fake, conn
+}
+
+func newHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	db, _ := testenv.Postgres(t, "auth", migrations.FS("auth"))
+	fake, conn := startFake(t)
+	cfg := defaultConfig(t)
+	cfg.ListenAddress = "127.0.0.1:0"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	reg := prometheus.NewRegistry()
+	gw, err := New(cfg, logx.Discard(), db, Conns{Guide: conn}, reg)
+	require.NoError(t, err)
+	h := &harness{db: db, gw: gw, reg: reg, fake: fake, conn: conn, url: newTestServer(t, gw), tenant: "acme"}
+	ctx := context.Background()
+	h.admin, err = CreateAPIKey(ctx, db, "acme", "alice", identity.RoleAdmin, "test admin")
+	require.NoError(t, err)
+	h.member, err = CreateAPIKey(ctx, db, "acme", "bob", identity.RoleMember, "test member")
+	require.NoError(t, err)
+	h.viewer, err = CreateAPIKey(ctx, db, "acme", "carol", identity.RoleViewer, "test viewer")
+	require.NoError(t, err)
+	return h
+}
+
+type response struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+// do sends a request; headers are "Name: value" strings.
+func (h *harness) do(t *testing.T, method, path, body string, headers ...string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, h.url+path, rd)
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for _, hv := range headers {
+		k, v, ok := strings.Cut(hv, ":")
+		require.True(t, ok, "header %q", hv)
+		req.Header.Add(k, strings.TrimSpace(v))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func bearer(key string) string { return "Authorization: Bearer " + key }
+
+// requireError checks the JSON error form.
+func requireError(t *testing.T, r response, httpStatus int, c codes.Code, msgContains string) {
+	t.Helper()
+	require.Equal(t, httpStatus, r.code, r.body)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.body), &body), r.body)
+	require.Len(t, body, 3, "error body has exactly code, status and message: %s", r.body)
+	require.Equal(t, float64(c), body["code"])
+	require.Equal(t, codeName(c), body["status"])
+	msg, _ := body["message"].(string)
+	require.Contains(t, msg, msgContains)
+}
+
+func (h *harness) counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return 0
+}
+
+func (h *harness) labelValues(t *testing.T, name, label string) []string {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	require.NoError(t, err)
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					out = append(out, lp.GetValue())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// newTestServer serves gw's handler over real HTTP and returns its URL.
+func newTestServer(t *testing.T, gw *Gateway) string {
+	t.Helper()
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// grpcDialClosedPort returns a client connection to a port nothing listens on.
+func grpcDialClosedPort(t *testing.T) (*grpc.ClientConn, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	conn, err := grpcclient.Dial(addr)
+	if err == nil {
+		t.Cleanup(func() { _ = conn.Close() })
+	}
+	return conn, err
+}

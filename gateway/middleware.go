@@ -1,0 +1,380 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc/codes"
+
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// Headers, metadata keys and log keys the gateway uses.
+const (
+	headerRequestID = "X-Request-Id"
+	headerAPIKey    = "X-Api-Key"
+	mdRequestID     = "x-request-id"
+
+	keyRoute     = "route"
+	keyStatus    = "status"
+	keyRequestID = "request_id"
+
+	pathHealthz = "/healthz"
+	pathReadyz  = "/readyz"
+	pathOpenAPI = "/openapi.json"
+
+	// routeNone labels requests that reached no route (401s, 404s).
+	routeNone = "none"
+)
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	authFailures *prometheus.CounterVec
+	streams      prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_gateway_requests_total",
+			Help: "HTTP requests served, by method and status code.",
+		}, []string{"method", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sylk_gateway_request_duration_seconds",
+			Help:    "Time to serve an HTTP request, by method and route pattern (streams: their whole life).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"method", "route"}),
+		authFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_gateway_auth_failures_total",
+			Help: "Requests refused by API-key authentication, by reason.",
+		}, []string{"reason"}),
+		streams: f.NewGauge(prometheus.GaugeOpts{
+			Name: "sylk_gateway_event_streams_active",
+			Help: "Server-sent event streams open now.",
+		}),
+	}
+}
+
+// reqInfo collects what the outer middleware logs and measures once the
+// request is done.
+type reqInfo struct {
+	route string
+	id    identity.Identity
+}
+
+type reqInfoKey struct{}
+
+func reqInfoFrom(ctx context.Context) *reqInfo {
+	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
+	return info
+}
+
+// recordRoute notes the matched route pattern (never the raw path, which
+// holds ids) for metrics and logs.
+func recordRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		if info := reqInfoFrom(r.Context()); info != nil {
+			if p, ok := runtime.HTTPPattern(r.Context()); ok {
+				info.route = p.String()
+			}
+		}
+		next(w, r, params)
+	}
+}
+
+// recorder remembers the status written; it passes flushes through, which
+// streams need.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// requestID keeps a sane client request id and makes one otherwise.
+func requestID(v string) string {
+	if requestIDPattern.MatchString(v) {
+		return v
+	}
+	return ids.New()
+}
+
+// chain builds the middleware, outermost first:
+//  1. request id, recovery, metrics and access log: see every request,
+//     including the ones refused below, and never let a panic escape;
+//  2. public endpoints (/healthz, /readyz, /openapi.json): no key needed;
+//  3. authentication: a valid API key or 401; the key and any identity
+//     headers the client sent are removed before anything is forwarded;
+//  4. role check: viewers may only read;
+//  5. body limit and JSON syntax: 413 and 400 before any service sees it;
+//  6. request timeout (not on streams), then SSE or the grpc-gateway mux.
+func (g *Gateway) chain() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := requestID(r.Header.Get(headerRequestID))
+		r.Header.Set(headerRequestID, rid)
+		w.Header().Set(headerRequestID, rid)
+		info := &reqInfo{route: routeNone}
+		r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
+				g.log.ErrorContext(r.Context(), "panic in gateway handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+				if rec.status == 0 {
+					writeCode(rec, codes.Internal, "internal error")
+				}
+			}
+			g.observe(r, rec, info, rid, start)
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+		}()
+		g.serve(rec, r, info)
+	})
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
+	switch r.URL.Path {
+	case pathHealthz, pathReadyz, pathOpenAPI:
+		info.route = r.URL.Path
+		g.servePublic(w, r)
+		return
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-sylk-") {
+			delete(r.Header, k)
+		}
+	}
+	id, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	// The key never travels further (grpc-gateway would forward
+	// Authorization as metadata).
+	r.Header.Del("Authorization")
+	r.Header.Del(headerAPIKey)
+	info.id = id
+	ctx := identity.NewContext(r.Context(), id)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && id.Role != identity.RoleAdmin && id.Role != identity.RoleMember {
+		writeCode(w, codes.PermissionDenied, fmt.Sprintf("role %s may only read (GET); %s is not allowed", id.Role, r.Method))
+		return
+	}
+	if !g.readBody(w, r) {
+		return
+	}
+	var cancel context.CancelFunc
+	if strings.HasSuffix(r.URL.Path, ":stream") {
+		ctx, cancel = context.WithCancel(ctx)
+		stop := context.AfterFunc(g.life, cancel)
+		defer stop()
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.RequestTimeout)
+	}
+	defer cancel()
+	r = r.WithContext(ctx)
+	if parent, ok := sseRequest(r); ok {
+		g.serveSSE(w, r, parent)
+		return
+	}
+	g.mux.ServeHTTP(w, r)
+}
+
+// authenticate resolves the request's API key or writes a 401 (or a 503
+// when the key store is down).
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity.Identity, bool) {
+	key, msg := extractKey(r)
+	if key == "" {
+		g.metrics.authFailures.WithLabelValues("missing").Inc()
+		writeCode(w, codes.Unauthenticated, msg)
+		return identity.Identity{}, false
+	}
+	id, res, touchErr, err := g.auth.lookup(r.Context(), key)
+	if err != nil {
+		g.metrics.authFailures.WithLabelValues("error").Inc()
+		g.log.ErrorContext(r.Context(), "API key lookup failed", logx.Err(err))
+		writeCode(w, codes.Unavailable, "authentication is unavailable, try again later")
+		return identity.Identity{}, false
+	}
+	if touchErr != nil {
+		g.log.WarnContext(r.Context(), "record API key use", logx.Err(touchErr))
+	}
+	switch {
+	case res == authRevoked:
+		g.metrics.authFailures.WithLabelValues("revoked").Inc()
+	case res != authOK || !id.Valid():
+		g.metrics.authFailures.WithLabelValues("invalid").Inc()
+	default:
+		return id, true
+	}
+	writeCode(w, codes.Unauthenticated, "invalid API key")
+	return identity.Identity{}, false
+}
+
+// extractKey reads "Authorization: Bearer <key>" or "X-API-Key: <key>". An
+// empty key comes with the message to send.
+func extractKey(r *http.Request) (key, msg string) {
+	if v := strings.TrimSpace(r.Header.Get("Authorization")); v != "" {
+		scheme, token, _ := strings.Cut(v, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return "", "unsupported authorization scheme: use \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
+		}
+		if token = strings.TrimSpace(token); token != "" {
+			return token, ""
+		}
+		return "", "missing API key"
+	}
+	if v := strings.TrimSpace(r.Header.Get(headerAPIKey)); v != "" {
+		return v, ""
+	}
+	return "", "missing API key"
+}
+
+// readBody buffers the body up to the limit (413 beyond it) and checks that
+// a non-empty body is well-formed JSON (400 otherwise), so a bad request
+// never reaches a service.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
+	max := g.cfg.MaxBodyBytes
+	tooLarge := fmt.Sprintf("request body exceeds the limit of %d bytes", max)
+	if r.ContentLength > max {
+		writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+		return false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	_ = r.Body.Close()
+	if err != nil {
+		writeCode(w, codes.InvalidArgument, "could not read the request body")
+		return false
+	}
+	if int64(len(body)) > max {
+		writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+		return false
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		var raw json.RawMessage
+		if err := json.Unmarshal(body, &raw); err != nil {
+			writeCode(w, codes.InvalidArgument, "malformed JSON body: "+err.Error())
+			return false
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return true
+}
+
+// servePublic answers the endpoints that need no key.
+func (g *Gateway) servePublic(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		return
+	}
+	switch r.URL.Path {
+	case pathHealthz:
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	case pathReadyz:
+		if g.draining.Load() {
+			writeCode(w, codes.Unavailable, "shutting down")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := g.db.Ping(ctx); err != nil {
+			g.log.WarnContext(ctx, "readiness: auth database unreachable", logx.Err(err))
+			writeCode(w, codes.Unavailable, "auth database unavailable")
+			return
+		}
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+	case pathOpenAPI:
+		writeJSON(w, http.StatusOK, g.openapi)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// observe counts, times and logs a finished request.
+func (g *Gateway) observe(r *http.Request, rec *recorder, info *reqInfo, rid string, start time.Time) {
+	d := time.Since(start)
+	code := rec.status
+	if code == 0 {
+		code = http.StatusOK
+	}
+	method := methodLabel(r.Method)
+	g.metrics.requests.WithLabelValues(method, strconv.Itoa(code)).Inc()
+	g.metrics.duration.WithLabelValues(method, info.route).Observe(d.Seconds())
+	lvl := slog.LevelInfo
+	switch {
+	case info.route == pathHealthz || info.route == pathReadyz:
+		lvl = slog.LevelDebug
+	case code >= 500:
+		lvl = slog.LevelError
+	}
+	attrs := []slog.Attr{
+		slog.String(logx.KeyMethod, r.Method),
+		slog.String(keyRoute, info.route),
+		slog.Int(keyStatus, code),
+		slog.Duration(logx.KeyDuration, d),
+		slog.String(keyRequestID, rid),
+	}
+	if info.id.TenantID != "" {
+		attrs = append(attrs, slog.String(logx.KeyTenantID, info.id.TenantID), slog.String(logx.KeyUserID, info.id.UserID))
+	}
+	g.log.LogAttrs(r.Context(), lvl, "http request", attrs...)
+}
+
+// methodLabel bounds the method label to the standard methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}

@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// routeStream is the route pattern of the session event stream.
+const routeStream = "/v1/{parent=sessions/*}/events:stream"
+
+// sseRequest reports whether r asks for the session event stream as
+// server-sent events, and returns the session's resource name.
+func sseRequest(r *http.Request) (string, bool) {
+	if r.Method != http.MethodGet {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, "/events:stream")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", false
+	}
+	if r.URL.Query().Get("format") != "sse" && !acceptsEventStream(r) {
+		return "", false
+	}
+	return "sessions/" + id, true
+}
+
+func acceptsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// afterSequence reads the resume point: the Last-Event-ID header (sent by
+// reconnecting clients) wins over the after_sequence query parameter.
+func afterSequence(r *http.Request) (uint64, string, bool) {
+	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		return n, "Last-Event-ID: must be an event sequence number", err == nil
+	}
+	q := r.URL.Query()
+	v := q.Get("after_sequence")
+	if v == "" {
+		v = q.Get("afterSequence")
+	}
+	if v == "" {
+		return 0, "", true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return n, "after_sequence: must be an unsigned integer", err == nil
+}
+
+type streamItem struct {
+	event *guidev1.Event
+	err   error
+}
+
+// serveSSE streams the session's events as server-sent events: one
+// "id/event/data" block per event, flushed at once, a keepalive comment
+// every SSEKeepalive, until the client goes away or the stream ends. Errors
+// before the response starts get the JSON error form; later ones an "error"
+// event.
+func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string) {
+	if info := reqInfoFrom(r.Context()); info != nil {
+		info.route = routeStream
+	}
+	if g.guide == nil {
+		writeCode(w, codes.Unavailable, "the guide service is not configured")
+		return
+	}
+	after, msg, ok := afterSequence(r)
+	if !ok {
+		writeCode(w, codes.InvalidArgument, msg)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	stream, err := g.guide.StreamEvents(g.outgoingContext(ctx, r), &guidev1.StreamEventsRequest{Parent: parent, AfterSequence: after})
+	if err != nil {
+		st := g.publicStatus(ctx, err)
+		writeCode(w, st.Code(), st.Message())
+		return
+	}
+	// One goroutine owns the stream: it waits for the response headers
+	// (the service accepted the call), then receives until the stream ends.
+	opened := make(chan struct{})
+	items := make(chan streamItem)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(items)
+		if md, _ := stream.Header(); md != nil {
+			close(opened)
+		}
+		for {
+			resp, err := stream.Recv()
+			item := streamItem{err: err}
+			if err == nil {
+				item.event = resp.GetEvent()
+			}
+			select {
+			case items <- item:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	g.metrics.streams.Inc()
+	defer g.metrics.streams.Dec()
+	rc := http.NewResponseController(w)
+	started := false
+	start := func() bool {
+		if started {
+			return true
+		}
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		return rc.Flush() == nil
+	}
+	keepalive := time.NewTicker(g.cfg.SSEKeepalive)
+	defer keepalive.Stop()
+	var buf bytes.Buffer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-opened:
+			opened = nil
+			if !start() {
+				return
+			}
+		case <-keepalive.C:
+			if !start() {
+				return
+			}
+			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case it, ok := <-items:
+			if !ok {
+				return
+			}
+			if errors.Is(it.err, io.EOF) {
+				start()
+				return
+			}
+			if it.err != nil {
+				st := g.publicStatus(ctx, it.err)
+				if st.Code() == codes.Canceled && ctx.Err() != nil {
+					return
+				}
+				if !started {
+					writeCode(w, st.Code(), st.Message())
+					return
+				}
+				b, _ := json.Marshal(newErrorBody(st.Code(), st.Message()))
+				_, _ = io.WriteString(w, "event: error\ndata: "+string(b)+"\n\n")
+				_ = rc.Flush()
+				return
+			}
+			if it.event == nil {
+				continue
+			}
+			if !start() {
+				return
+			}
+			buf.Reset()
+			if err := g.writeEvent(&buf, it.event); err != nil {
+				g.log.ErrorContext(ctx, "encode event", logx.Err(err))
+				continue
+			}
+			if _, err := w.Write(buf.Bytes()); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// writeEvent formats one event as a server-sent event block.
+func (g *Gateway) writeEvent(buf *bytes.Buffer, ev *guidev1.Event) error {
+	data, err := g.marshal.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	buf.WriteString("id: ")
+	buf.WriteString(strconv.FormatUint(ev.GetSequence(), 10))
+	buf.WriteString("\n")
+	if t := sseField(ev.GetType()); t != "" {
+		buf.WriteString("event: ")
+		buf.WriteString(t)
+		buf.WriteString("\n")
+	}
+	buf.WriteString("data: ")
+	// protojson writes one line; a compact re-encoding guarantees it.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return err
+	}
+	buf.Write(compact.Bytes())
+	buf.WriteString("\n\n")
+	return nil
+}
+
+// sseField drops line breaks, which would end an SSE field early.
+func sseField(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return -1
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"sylk.dev/sylk/pkg/identity"
+)
+
+const (
+	sse1 = "id: 1\nevent: message.received\ndata: {\"sequence\":\"1\",\"sessionId\":\"s1\",\"type\":\"message.received\",\"source\":\"guide\",\"text\":\"hello\\nworld\"}\n\n"
+	sse5 = "id: 5\nevent: message.routed\ndata: {\"sequence\":\"5\",\"sessionId\":\"s1\",\"type\":\"message.routed\",\"source\":\"guide\",\"data\":{\"target\":\"librarian\"}}\n\n"
+	sse9 = "id: 9\nevent: message.answered\ndata: {\"sequence\":\"9\",\"sessionId\":\"s1\",\"type\":\"message.answered\",\"source\":\"librarian\",\"createTime\":\"2025-01-02T03:04:05Z\"}\n\n"
+)
+
+func TestSSE(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	tests := []struct {
+		name    string
+		path    string
+		headers []string
+		want    string
+	}{
+		{"accept header", "/v1/sessions/s1/events:stream", []string{"Accept: text/event-stream"}, sse1 + sse5 + sse9},
+		{"accept among others", "/v1/sessions/s1/events:stream", []string{"Accept: application/json;q=0.5, text/event-stream"}, sse1 + sse5 + sse9},
+		{"format parameter", "/v1/sessions/s1/events:stream?format=sse", nil, sse1 + sse5 + sse9},
+		{"resume with Last-Event-ID", "/v1/sessions/s1/events:stream", []string{"Accept: text/event-stream", "Last-Event-ID: 1"}, sse5 + sse9},
+		{"resume with after_sequence", "/v1/sessions/s1/events:stream?format=sse&after_sequence=5", nil, sse9},
+		{"Last-Event-ID wins", "/v1/sessions/s1/events:stream?format=sse&after_sequence=0", []string{"Last-Event-ID: 5"}, sse9},
+		{"resume past the end", "/v1/sessions/s1/events:stream?format=sse", []string{"Last-Event-ID: 9"}, ""},
+	}
+	// The group returns once its parallel subtests are done.
+	t.Run("streams", func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				r := h.do(t, http.MethodGet, tt.path, "", append(tt.headers, bearer(h.viewer))...)
+				require.Equal(t, http.StatusOK, r.code, r.body)
+				require.Equal(t, "text/event-stream", r.header.Get("Content-Type"))
+				require.Equal(t, "no-cache", r.header.Get("Cache-Control"))
+				require.NotEmpty(t, r.header.Get("X-Request-Id"))
+				require.Equal(t, tt.want, r.body)
+			})
+		}
+	})
+
+	calls := h.fake.callsOf("StreamEvents")
+	require.Len(t, calls, len(tests))
+	for _, md := range calls {
+		require.Equal(t, []string{"acme"}, md.Get(identity.MDTenant))
+		require.Equal(t, []string{"carol"}, md.Get(identity.MDUser))
+		require.Equal(t, []string{identity.RoleViewer}, md.Get(identity.MDRole))
+		require.Len(t, md.Get("x-request-id"), 1)
+		require.Empty(t, md.Get("authorization"))
+	}
+}
+
+func TestSSEErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	tests := []struct {
+		name       string
+		path       string
+		headers    []string
+		httpStatus int
+		code       codes.Code
+		msg        string
+	}{
+		{"unknown session", "/v1/sessions/nope/events:stream?format=sse", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
+		{"bad Last-Event-ID", "/v1/sessions/s1/events:stream?format=sse", []string{bearer(h.member), "Last-Event-ID: abc"}, http.StatusBadRequest, codes.InvalidArgument, "Last-Event-ID"},
+		{"bad after_sequence", "/v1/sessions/s1/events:stream?format=sse&after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
+		{"no key", "/v1/sessions/s1/events:stream?format=sse", nil, http.StatusUnauthorized, codes.Unauthenticated, "missing API key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			requireError(t, h.do(t, http.MethodGet, tt.path, "", tt.headers...), tt.httpStatus, tt.code, tt.msg)
+		})
+	}
+}
+
+func TestSSEErrorAfterFirstEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	r := h.do(t, http.MethodGet, "/v1/sessions/broken/events:stream?format=sse", "", bearer(h.member))
+	require.Equal(t, http.StatusOK, r.code)
+	want := sse1 +
+		"event: error\ndata: {\"code\":9,\"status\":\"FAILED_PRECONDITION\",\"message\":\"session was completed\"}\n\n"
+	require.Equal(t, want, r.body)
+
+	// The same in newline-delimited JSON: a result line, then an error line.
+	r = h.do(t, http.MethodGet, "/v1/sessions/broken/events:stream", "", bearer(h.member))
+	require.Equal(t, http.StatusOK, r.code)
+	lines := strings.Split(strings.TrimSpace(r.body), "\n")
+	require.Len(t, lines, 2, r.body)
+	require.Contains(t, lines[0], `"result":`)
+	require.JSONEq(t, `{"error":{"code":9,"status":"FAILED_PRECONDITION","message":"session was completed"}}`, lines[1])
+}
+
+func TestSSEKeepaliveAndDisconnect(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.SSEKeepalive = 20 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url+"/v1/sessions/idle/events:stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("X-API-Key", h.member)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+
+	sc := bufio.NewScanner(resp.Body)
+	keepalives := 0
+	for keepalives < 2 && sc.Scan() {
+		if sc.Text() == ": keepalive" {
+			keepalives++
+			continue
+		}
+		require.Empty(t, sc.Text(), "only keepalive comments and their blank lines")
+	}
+	require.Equal(t, 2, keepalives, "scan: %v", sc.Err())
+	open, _ := h.fake.idle()
+	require.Equal(t, 1, open)
+
+	// The client goes away: the gateway ends the service stream.
+	cancel()
+	require.Eventually(t, func() bool { _, closed := h.fake.idle(); return closed == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return h.counter(t, "sylk_gateway_request_duration_seconds", map[string]string{"route": routeStream}) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestNDJSONStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	r := h.do(t, http.MethodGet, "/v1/sessions/s1/events:stream?after_sequence=1", "", bearer(h.member))
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	require.Equal(t, "application/x-ndjson", r.header.Get("Content-Type"))
+	lines := strings.Split(strings.TrimSpace(r.body), "\n")
+	require.Len(t, lines, 2)
+	var seqs []string
+	for _, l := range lines {
+		var msg struct {
+			Result struct {
+				Event struct {
+					Sequence string `json:"sequence"`
+					Type     string `json:"type"`
+				} `json:"event"`
+			} `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &msg), l)
+		seqs = append(seqs, msg.Result.Event.Sequence)
+	}
+	require.Equal(t, []string{"5", "9"}, seqs)
+
+	// Errors are a line {"error": {code, status, message}}, with the HTTP
+	// status mapped from the code when no result came before.
+	r = h.do(t, http.MethodGet, "/v1/sessions/nope/events:stream", "", bearer(h.member))
+	require.Equal(t, http.StatusNotFound, r.code)
+	require.JSONEq(t, `{"error":{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found"}}`, r.body)
+}
