@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS chunks;
+DROP TABLE IF EXISTS files;
+DROP TABLE IF EXISTS repositories;

@@ -1,0 +1,182 @@
+package librarian
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// runInbox runs the service's consumers until the test ends and checks
+// that Run stops cleanly.
+func runInbox(t *testing.T, h harness) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not stop")
+		}
+	})
+	// Publishing needs the streams; Run provisions them (idempotently).
+	require.Eventually(t, func() bool {
+		_, errA := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamAgents))
+		_, errE := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamEvents))
+		return errA == nil && errE == nil
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func userInput(id, tenant, session, text string) *messagev1.Envelope {
+	return &messagev1.Envelope{
+		Id:            id,
+		CorrelationId: "corr-" + id,
+		TenantId:      tenant,
+		SessionId:     session,
+		UserId:        "u1",
+		Source:        "guide",
+		Target:        topology.AgentLibrarian,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		Payload:       &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
+	}
+}
+
+// nextEvent waits for the next event on a session's subject.
+func nextEvent(t *testing.T, h harness, cons jetstream.Consumer) *guidev1.Event {
+	t.Helper()
+	var ev *guidev1.Event
+	require.Eventually(t, func() bool {
+		batch, err := cons.FetchNoWait(1)
+		if err != nil {
+			return false
+		}
+		for msg := range batch.Messages() {
+			ev = &guidev1.Event{}
+			require.NoError(t, proto.Unmarshal(msg.Data(), ev))
+		}
+		return ev != nil
+	}, 10*time.Second, 20*time.Millisecond)
+	return ev
+}
+
+func sessionEvents(t *testing.T, h harness, tenant, session string) jetstream.Consumer {
+	t.Helper()
+	cons, err := h.bus.JS.OrderedConsumer(t.Context(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{topology.EventSubject(h.bus, tenant, session)},
+	})
+	require.NoError(t, err)
+	return cons
+}
+
+func TestInboxAnswers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, true)
+	runInbox(t, h)
+	ctx := as(t, "tenant-a")
+	inbox := topology.InboxSubject(h.bus, topology.AgentLibrarian)
+
+	t.Run("no repositories yet", func(t *testing.T) {
+		events := sessionEvents(t, h, "tenant-a", "s0")
+		_, err := h.bus.Publish(ctx, inbox, "", userInput("m0", "tenant-a", "s0", "where is parseHTTPRequest?"))
+		require.NoError(t, err)
+		ev := nextEvent(t, h, events)
+		require.Equal(t, "message.answered", ev.GetType())
+		require.Equal(t, noReposAnswer, ev.GetText())
+		require.Equal(t, 0.0, ev.GetData().GetFields()["confidence"].GetNumberValue())
+	})
+
+	create(t, ctx, h.svc, writeFixture(t), true)
+
+	t.Run("hits", func(t *testing.T) {
+		events := sessionEvents(t, h, "tenant-a", "s1")
+		// A malformed message first: it is dropped and does not block the inbox.
+		_, err := h.bus.Publish(ctx, inbox, "", &messagev1.Envelope{Id: "bad"})
+		require.NoError(t, err)
+		_, err = h.bus.Publish(ctx, inbox, "", userInput("m1", "tenant-a", "s1", "Where is parseHTTPRequest defined?"))
+		require.NoError(t, err)
+
+		ev := nextEvent(t, h, events)
+		require.Equal(t, "message.answered", ev.GetType())
+		require.Equal(t, "librarian", ev.GetSource())
+		require.Equal(t, "corr-m1", ev.GetCorrelationId())
+		require.Equal(t, "s1", ev.GetSessionId())
+		require.True(t, strings.HasPrefix(ev.GetText(), "Found "), ev.GetText())
+		require.Contains(t, ev.GetText(), "server/handler.go:36-70")
+		data := ev.GetData().AsMap()
+		require.Equal(t, "librarian", data["agent"])
+		hits, ok := data["hits"].([]any)
+		require.True(t, ok)
+		require.NotEmpty(t, hits)
+		top := hits[0].(map[string]any)
+		require.Equal(t, "server/handler.go", top["path"])
+		require.Equal(t, 36.0, top["line_start"])
+		require.Equal(t, 70.0, top["line_end"])
+		require.Contains(t, top["snippet"], "parseHTTPRequest")
+		require.True(t, strings.HasPrefix(top["repository"].(string), "repositories/"))
+		require.Greater(t, top["score"].(float64), 1.0)
+		require.InDelta(t, 0.95, data["confidence"].(float64), 1e-9)
+
+		// A redelivered copy of the same envelope is answered once: the
+		// answer's event id de-duplicates it on the stream.
+		_, err = h.bus.Publish(ctx, inbox, "", userInput("m1", "tenant-a", "s1", "Where is parseHTTPRequest defined?"))
+		require.NoError(t, err)
+		cons, err := h.bus.JS.Consumer(ctx, h.bus.Stream(topology.StreamAgents), topology.AgentLibrarian)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 4
+		}, 10*time.Second, 20*time.Millisecond)
+		stream, err := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamEvents))
+		require.NoError(t, err)
+		subject := topology.EventSubject(h.bus, "tenant-a", "s1")
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), info.State.Subjects[subject])
+	})
+
+	t.Run("no match", func(t *testing.T) {
+		events := sessionEvents(t, h, "tenant-a", "s2")
+		_, err := h.bus.Publish(ctx, inbox, "", userInput("m2", "tenant-a", "s2", "zzyzx quuxfoo"))
+		require.NoError(t, err)
+		ev := nextEvent(t, h, events)
+		require.Equal(t, `No indexed code matches "zzyzx quuxfoo".`, ev.GetText())
+		require.Empty(t, ev.GetData().GetFields()["hits"].GetListValue().GetValues())
+		require.Equal(t, confidenceEmpty, ev.GetData().GetFields()["confidence"].GetNumberValue())
+	})
+
+	t.Run("other tenants see nothing", func(t *testing.T) {
+		events := sessionEvents(t, h, "tenant-b", "s3")
+		_, err := h.bus.Publish(ctx, inbox, "", userInput("m3", "tenant-b", "s3", "parseHTTPRequest"))
+		require.NoError(t, err)
+		ev := nextEvent(t, h, events)
+		require.Equal(t, noReposAnswer, ev.GetText())
+	})
+}
+
+func TestInboxAnswersWhenSearchKeepsFailing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, true, "-librarian.inbox-retry-delay", "50ms")
+	runInbox(t, h)
+	events := sessionEvents(t, h, "tenant-a", "s1")
+	// A closed pool fails every query, as a database outage would.
+	h.svc.store.db.Close()
+	_, err := h.bus.Publish(t.Context(), topology.InboxSubject(h.bus, topology.AgentLibrarian), "",
+		userInput("m1", "tenant-a", "s1", "parseHTTPRequest"))
+	require.NoError(t, err)
+	ev := nextEvent(t, h, events)
+	require.Equal(t, unavailable, ev.GetText())
+	require.Equal(t, "corr-m1", ev.GetCorrelationId())
+	require.Equal(t, 0.0, ev.GetData().GetFields()["confidence"].GetNumberValue())
+}

@@ -1,0 +1,318 @@
+package librarian
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// sniffBytes is how much of a file is checked for a NUL byte, the sign of a
+// binary file.
+const sniffBytes = 8 << 10
+
+// skippedDirs are never descended into, in addition to hidden directories.
+var skippedDirs = map[string]bool{
+	"vendor":       true,
+	"node_modules": true,
+}
+
+// Reasons a file is not indexed; they label the index metric.
+const (
+	resultIndexed  = "indexed"
+	skipBinary     = "skipped_binary"
+	skipTooLarge   = "skipped_too_large"
+	skipSymlink    = "skipped_symlink"
+	skipSensitive  = "skipped_sensitive"
+	skipUnreadable = "skipped_unreadable"
+	skipNotRegular = "skipped_not_regular"
+)
+
+// chunk is one line window of a file.
+type chunk struct {
+	lineStart, lineEnd int
+	content            string
+	tokens             string
+}
+
+// sourceFile is one indexed file.
+type sourceFile struct {
+	path      string // slash-separated, relative to the repository root
+	language  string
+	size      int64
+	lineCount int
+	sha256    []byte
+	chunks    []chunk
+}
+
+// walker reads a repository's indexable files.
+type walker struct {
+	root         string // absolute, symlinks resolved
+	maxFileBytes int64
+	maxFiles     int
+	chunkLines   int
+	overlap      int
+	// skipped counts files left out, by reason.
+	skipped map[string]int
+	indexed int
+}
+
+// walk calls fn for each indexable file under w.root, in lexical order.
+func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
+	w.skipped = map[string]int{}
+	return filepath.WalkDir(w.root, func(p string, d fs.DirEntry, err error) error {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		if err != nil {
+			if p == w.root {
+				return preconditionf("repository directory cannot be read")
+			}
+			// An unreadable directory or entry is left out, not fatal.
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			w.skipped[skipUnreadable]++
+			return nil
+		}
+		if p == w.root {
+			return nil
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if strings.HasPrefix(name, ".") || skippedDirs[name] {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		rel, err := filepath.Rel(w.root, p)
+		if err != nil {
+			return fmt.Errorf("relative path of %s: %w", p, err)
+		}
+		real := p
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, ok := w.symlinkTarget(p)
+			if !ok {
+				w.skipped[skipSymlink]++
+				return nil
+			}
+			real = target
+		case !d.Type().IsRegular():
+			w.skipped[skipNotRegular]++
+			return nil
+		}
+		if sensitive(name) {
+			w.skipped[skipSensitive]++
+			return nil
+		}
+		f, reason := w.read(real, filepath.ToSlash(rel))
+		if reason != "" {
+			w.skipped[reason]++
+			return nil
+		}
+		if w.indexed >= w.maxFiles {
+			return preconditionf("repository has more than %d indexable files (librarian.max-files)", w.maxFiles)
+		}
+		w.indexed++
+		return fn(f)
+	})
+}
+
+// symlinkTarget resolves a symlink found in the tree. It reports false for
+// links that dangle, resolve outside the root, or point at anything but a
+// regular file (linked directories are not followed: their files are
+// indexed where they really live, and following them could loop).
+func (w *walker) symlinkTarget(p string) (string, bool) {
+	target, err := filepath.EvalSymlinks(p)
+	if err != nil || !within(w.root, target) {
+		return "", false
+	}
+	// A link must not expose what the walk leaves out on purpose.
+	rel, err := filepath.Rel(w.root, target)
+	if err != nil || excluded(filepath.ToSlash(rel)) {
+		return "", false
+	}
+	info, err := os.Stat(target)
+	if err != nil || !info.Mode().IsRegular() {
+		return "", false
+	}
+	return target, true
+}
+
+// read loads and chunks one file, or returns why it is skipped.
+func (w *walker) read(real, rel string) (sourceFile, string) {
+	fh, err := os.Open(real)
+	if err != nil {
+		return sourceFile{}, skipUnreadable
+	}
+	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil || !info.Mode().IsRegular() {
+		return sourceFile{}, skipUnreadable
+	}
+	if info.Size() > w.maxFileBytes {
+		return sourceFile{}, skipTooLarge
+	}
+	// Read one byte past the limit: the file may have grown since Stat.
+	data, err := io.ReadAll(io.LimitReader(fh, w.maxFileBytes+1))
+	if err != nil {
+		return sourceFile{}, skipUnreadable
+	}
+	if int64(len(data)) > w.maxFileBytes {
+		return sourceFile{}, skipTooLarge
+	}
+	if bytes.IndexByte(data[:min(len(data), sniffBytes)], 0) >= 0 {
+		return sourceFile{}, skipBinary
+	}
+	sum := sha256.Sum256(data)
+	text := cleanText(data)
+	lines := splitLines(text)
+	lang := detectLanguage(rel)
+	return sourceFile{
+		path:      rel,
+		language:  lang,
+		size:      int64(len(data)),
+		lineCount: len(lines),
+		sha256:    sum[:],
+		chunks:    chunkLines(lines, w.chunkLines, w.overlap, pathTokens(rel)),
+	}, ""
+}
+
+// cleanText makes file bytes storable as database text: invalid UTF-8
+// becomes U+FFFD and stray NUL bytes (past the binary sniff) are dropped.
+func cleanText(data []byte) string {
+	s := string(data)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return strings.ReplaceAll(s, "\x00", "")
+}
+
+// splitLines splits text into lines without their terminators ("\n" or
+// "\r\n"). A final newline does not start another line.
+func splitLines(text string) []string {
+	if text == "" {
+		return nil
+	}
+	text = strings.TrimSuffix(text, "\n")
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSuffix(l, "\r")
+	}
+	return lines
+}
+
+// chunkLines cuts lines into windows of size lines sharing overlap lines,
+// never splitting a line. Line numbers are 1-based and inclusive. prefix
+// (the file's path tokens) starts every chunk's token text so that a search
+// for a file's name finds it.
+func chunkLines(lines []string, size, overlap int, prefix string) []chunk {
+	var out []chunk
+	for start := 0; start < len(lines); {
+		end := min(start+size, len(lines))
+		content := strings.Join(lines[start:end], "\n")
+		tokens := tokenText(content)
+		if prefix != "" {
+			tokens = prefix + " " + tokens
+		}
+		out = append(out, chunk{lineStart: start + 1, lineEnd: end, content: content, tokens: tokens})
+		if end == len(lines) {
+			break
+		}
+		start = end - overlap
+	}
+	return out
+}
+
+// pathTokens are the tokens of a file's name (without extension) and of
+// its directory's name.
+func pathTokens(rel string) string {
+	base := path.Base(rel)
+	base = strings.TrimSuffix(base, path.Ext(base))
+	dir := path.Base(path.Dir(rel))
+	if dir == "." {
+		dir = ""
+	}
+	return tokenText(dir + " " + base)
+}
+
+// excluded reports whether a path relative to the root lies in a directory
+// the walk skips or names a credentials file.
+func excluded(rel string) bool {
+	parts := strings.Split(rel, "/")
+	for _, dir := range parts[:len(parts)-1] {
+		if strings.HasPrefix(dir, ".") || skippedDirs[dir] {
+			return true
+		}
+	}
+	return sensitive(parts[len(parts)-1])
+}
+
+// sensitive reports whether a file name marks credentials, which are never
+// indexed.
+func sensitive(name string) bool {
+	lower := strings.ToLower(name)
+	switch {
+	case lower == ".env" || strings.HasPrefix(lower, ".env."),
+		lower == ".netrc", lower == ".npmrc", lower == ".pgpass",
+		strings.HasPrefix(lower, "id_rsa"), strings.HasPrefix(lower, "id_ecdsa"), strings.HasPrefix(lower, "id_ed25519"):
+		return true
+	}
+	switch path.Ext(lower) {
+	case ".pem", ".key", ".p12", ".pfx", ".jks", ".keystore":
+		return true
+	}
+	return false
+}
+
+// within reports whether target is root or inside it, by path relation
+// (never by string prefix). Both must be absolute and clean.
+func within(root, target string) bool {
+	rel, err := filepath.Rel(root, target)
+	if err != nil {
+		return false
+	}
+	return rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// languages maps file extensions to language names.
+var languages = map[string]string{
+	".go": "go", ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
+	".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
+	".java": "java", ".kt": "kotlin", ".kts": "kotlin", ".scala": "scala", ".rs": "rust",
+	".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp",
+	".cs": "csharp", ".rb": "ruby", ".php": "php", ".swift": "swift", ".m": "objective-c",
+	".sh": "shell", ".bash": "shell", ".zsh": "shell", ".ps1": "powershell", ".lua": "lua",
+	".pl": "perl", ".r": "r", ".dart": "dart", ".ex": "elixir", ".exs": "elixir", ".erl": "erlang",
+	".hs": "haskell", ".ml": "ocaml", ".clj": "clojure", ".sql": "sql", ".proto": "protobuf",
+	".md": "markdown", ".markdown": "markdown", ".rst": "restructuredtext", ".txt": "text",
+	".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".xml": "xml",
+	".html": "html", ".htm": "html", ".css": "css", ".scss": "scss", ".vue": "vue", ".svelte": "svelte",
+	".tf": "terraform", ".graphql": "graphql", ".gradle": "gradle", ".mod": "go-mod", ".sum": "go-sum",
+}
+
+// languageNames maps well-known file names without a telling extension.
+var languageNames = map[string]string{
+	"makefile": "make", "gnumakefile": "make", "dockerfile": "dockerfile", "containerfile": "dockerfile",
+	"cmakelists.txt": "cmake", "jenkinsfile": "groovy", "rakefile": "ruby", "gemfile": "ruby",
+}
+
+// detectLanguage names a file's language from its name, "text" when unknown.
+func detectLanguage(rel string) string {
+	base := strings.ToLower(path.Base(rel))
+	if l, ok := languageNames[base]; ok {
+		return l
+	}
+	if l, ok := languages[path.Ext(base)]; ok {
+		return l
+	}
+	return "text"
+}
