@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS sections;
+DROP TABLE IF EXISTS documents;

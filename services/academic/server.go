@@ -1,0 +1,237 @@
+package academic
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+const namePrefix = "documents/"
+
+// CreateDocument ingests a document: it is split into sections, and the
+// document and its sections are stored together or not at all.
+func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocumentRequest) (*academicv1.CreateDocumentResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if who.Role == identity.RoleViewer {
+		return nil, status.Error(codes.PermissionDenied, "viewers cannot create documents")
+	}
+	in := req.GetDocument()
+	if in == nil {
+		return nil, status.Error(codes.InvalidArgument, "document is required")
+	}
+	d := document{
+		TenantID: who.TenantID,
+		ID:       ids.New(),
+		Title:    strings.TrimSpace(in.GetTitle()),
+		Source:   strings.TrimSpace(in.GetSource()),
+		Format:   strings.ToLower(strings.TrimSpace(in.GetFormat())),
+		UserID:   who.UserID,
+	}
+	if d.Format == "" {
+		d.Format = Formats[0]
+	}
+	content := in.GetContent()
+	if err := s.validateDocument(d, content); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	start := time.Now()
+	var sections []section
+	if d.Format == FormatText {
+		sections = splitText(content, s.cfg.TextSectionLines, s.cfg.MaxSectionBytes)
+	} else {
+		sections = splitMarkdown(content, s.cfg.MaxSectionBytes)
+	}
+	sum := sha256.Sum256([]byte(content))
+	stored, err := s.store.insert(ctx, d, content, hex.EncodeToString(sum[:]), sections)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.metrics.ingested.WithLabelValues(stored.Format).Inc()
+	s.metrics.sections.Add(float64(stored.SectionCount))
+	s.log.InfoContext(ctx, "document ingested", slog.String("document", stored.ID), slog.String("format", stored.Format),
+		slog.Int("sections", stored.SectionCount), slog.Int("bytes", len(content)),
+		slog.String(logx.KeyTenantID, stored.TenantID), slog.Duration(logx.KeyDuration, time.Since(start)))
+	return &academicv1.CreateDocumentResponse{Document: toProto(stored)}, nil
+}
+
+// GetDocument returns one document of the caller's tenant, without content.
+func (s *Service) GetDocument(ctx context.Context, req *academicv1.GetDocumentRequest) (*academicv1.GetDocumentResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, ok := strings.CutPrefix(req.GetName(), namePrefix)
+	if !ok || !ids.Valid(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "name: want %s{uuid}, got %q", namePrefix, req.GetName())
+	}
+	d, err := s.store.get(ctx, who.TenantID, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &academicv1.GetDocumentResponse{Document: toProto(d)}, nil
+}
+
+// ListDocuments pages through the caller's documents, newest first.
+func (s *Service) ListDocuments(ctx context.Context, req *academicv1.ListDocumentsRequest) (*academicv1.ListDocumentsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	if req.GetPageSize() < 0 {
+		problems = append(problems, "page_size: must not be negative")
+	}
+	after, err := parseToken(req.GetPageToken())
+	if err != nil {
+		problems = append(problems, "page_token: invalid")
+	}
+	if len(problems) > 0 {
+		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	}
+	docs, next, err := s.store.list(ctx, who.TenantID, after, pageSize(req.GetPageSize()))
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &academicv1.ListDocumentsResponse{Documents: make([]*academicv1.Document, 0, len(docs))}
+	for _, d := range docs {
+		resp.Documents = append(resp.Documents, toProto(d))
+	}
+	if next != nil {
+		resp.NextPageToken = next.token()
+	}
+	return resp, nil
+}
+
+// SearchDocuments ranks the sections of the caller's documents against a
+// full-text query.
+func (s *Service) SearchDocuments(ctx context.Context, req *academicv1.SearchDocumentsRequest) (*academicv1.SearchDocumentsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	query := strings.TrimSpace(req.GetQuery())
+	switch {
+	case query == "":
+		problems = append(problems, "query: required")
+	case len(query) > s.cfg.MaxQueryBytes:
+		problems = append(problems, fmt.Sprintf("query: at most %d bytes", s.cfg.MaxQueryBytes))
+	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
+		problems = append(problems, "query: must be valid UTF-8 without NUL characters")
+	}
+	if req.GetPageSize() < 0 {
+		problems = append(problems, "page_size: must not be negative")
+	}
+	if len(problems) > 0 {
+		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	}
+	hits, err := s.search(ctx, who.TenantID, query, pageSize(req.GetPageSize()))
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &academicv1.SearchDocumentsResponse{Hits: make([]*academicv1.SectionHit, 0, len(hits))}
+	for _, h := range hits {
+		resp.Hits = append(resp.Hits, &academicv1.SectionHit{
+			Document:      namePrefix + h.DocumentID,
+			DocumentTitle: h.DocumentTitle,
+			Heading:       h.Heading,
+			LineStart:     int32(h.LineStart),
+			LineEnd:       int32(h.LineEnd),
+			Snippet:       h.Snippet,
+			Score:         h.Score,
+		})
+	}
+	return resp, nil
+}
+
+// search runs a search and records its duration.
+func (s *Service) search(ctx context.Context, tenant, query string, limit int) ([]hit, error) {
+	start := time.Now()
+	hits, err := s.store.search(ctx, tenant, query, limit)
+	s.metrics.searchDuration.Observe(time.Since(start).Seconds())
+	return hits, err
+}
+
+// validateDocument reports every problem with a new document, naming the fields.
+func (s *Service) validateDocument(d document, content string) error {
+	var problems []string
+	switch {
+	case d.Title == "":
+		problems = append(problems, "document.title: required")
+	case utf8.RuneCountInString(d.Title) > MaxTitleChars:
+		problems = append(problems, fmt.Sprintf("document.title: at most %d characters", MaxTitleChars))
+	}
+	switch {
+	case strings.TrimSpace(content) == "":
+		problems = append(problems, "document.content: required")
+	case len(content) > s.cfg.MaxDocumentBytes:
+		problems = append(problems, fmt.Sprintf("document.content: at most %d bytes", s.cfg.MaxDocumentBytes))
+	}
+	if !slices.Contains(Formats, d.Format) {
+		problems = append(problems, fmt.Sprintf("document.format: %q is not supported; allowed values: %s", d.Format, strings.Join(Formats, ", ")))
+	}
+	if utf8.RuneCountInString(d.Source) > MaxSourceChars {
+		problems = append(problems, fmt.Sprintf("document.source: at most %d characters", MaxSourceChars))
+	}
+	for field, v := range map[string]string{"title": d.Title, "content": content, "source": d.Source} {
+		if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
+			problems = append(problems, "document."+field+": must be valid UTF-8 without NUL characters")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	slices.Sort(problems)
+	return errors.New(strings.Join(problems, "; "))
+}
+
+// toStatus maps a store error to a gRPC status; unexpected errors are logged
+// here and reach the caller as a generic Internal.
+func (s *Service) toStatus(ctx context.Context, err error) error {
+	var connErr *pgconn.ConnectError
+	switch {
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, "document not found")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	case errors.As(err, &connErr):
+		s.log.ErrorContext(ctx, "document store unavailable", logx.Err(err))
+		return status.Error(codes.Unavailable, "document store unavailable")
+	}
+	s.log.ErrorContext(ctx, "document store error", logx.Err(err))
+	return status.Error(codes.Internal, "internal error")
+}
+
+func toProto(d document) *academicv1.Document {
+	return &academicv1.Document{
+		Name:         namePrefix + d.ID,
+		Id:           d.ID,
+		Title:        d.Title,
+		Source:       d.Source,
+		Format:       d.Format,
+		SectionCount: int32(d.SectionCount),
+		CreateTime:   timestamppb.New(d.CreatedAt),
+	}
+}

@@ -1,0 +1,203 @@
+package archivalist
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// runInbox runs the service's inbox until the test ends and returns a
+// function that publishes an envelope to it.
+func runInbox(t *testing.T, f fixture) func(env *messagev1.Envelope) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, topology.EnsureAgents(ctx, f.bus))
+	require.NoError(t, topology.EnsureEvents(ctx, f.bus))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return func(env *messagev1.Envelope) {
+		t.Helper()
+		_, err := f.bus.Publish(ctx, topology.InboxSubject(f.bus, topology.AgentArchivalist), env.GetId(), env)
+		require.NoError(t, err)
+	}
+}
+
+// awaitAnswer waits for the answer event correlated with corr on a session.
+func awaitAnswer(t *testing.T, f fixture, tenant, session, corr string) *guidev1.Event {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := f.bus.JS.Stream(ctx, f.bus.Stream(topology.StreamEvents))
+	require.NoError(t, err)
+	var ev guidev1.Event
+	require.Eventually(t, func() bool {
+		m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, tenant, session))
+		if err != nil {
+			return false
+		}
+		ev.Reset()
+		require.NoError(t, proto.Unmarshal(m.Data, &ev))
+		return ev.GetCorrelationId() == corr
+	}, 10*time.Second, 20*time.Millisecond)
+	return &ev
+}
+
+func question(tenant, session, text string) *messagev1.Envelope {
+	return &messagev1.Envelope{
+		Id:            ids.New(),
+		CorrelationId: ids.New(),
+		TenantId:      tenant,
+		SessionId:     session,
+		UserId:        "u1",
+		Source:        topology.AgentGuide,
+		Target:        topology.AgentArchivalist,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		Payload:       &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
+	}
+}
+
+func hitIDs(ev *guidev1.Event) []string {
+	var out []string
+	for _, h := range ev.GetData().GetFields()["hits"].GetListValue().GetValues() {
+		out = append(out, h.GetStructValue().GetFields()["id"].GetStringValue())
+	}
+	return out
+}
+
+func TestInboxAnswersQuestions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ctx := admin("t1")
+	sessA, sessB := ids.New(), ids.New()
+	inA := f.create(t, ctx, &archivalistv1.Entry{Category: "failure", Title: "Deadlock in migrations", Content: "Two replicas migrated at once.", SessionId: sessA})
+	inB := f.create(t, ctx, &archivalistv1.Entry{Category: "decision", Title: "Advisory lock", Content: "Prevents the deadlock.", SessionId: sessB})
+	publish := runInbox(t, f)
+
+	tests := []struct {
+		name    string
+		session string
+		text    string
+		want    []string
+		cross   bool
+	}{
+		{"session scoped", sessA, "what caused the deadlock?", []string{inA.GetId()}, false},
+		{"other session", sessB, "tell me about the deadlock", []string{inB.GetId()}, false},
+		{"across sessions", sessB, "What failed with a deadlock across sessions?", []string{inA.GetId(), inB.GetId()}, true},
+		{"previous sessions", sessA, "any deadlock in previous sessions", []string{inA.GetId(), inB.GetId()}, true},
+		{"no match", sessA, "kubernetes", nil, false},
+	}
+	for _, tt := range tests {
+		// Sequential: cases share sessions, and each reads the session's last event.
+		q := question("t1", tt.session, tt.text)
+		publish(q)
+		ev := awaitAnswer(t, f, "t1", tt.session, q.GetCorrelationId())
+		require.Equal(t, EventAnswered, ev.GetType(), tt.name)
+		require.Equal(t, topology.AgentArchivalist, ev.GetSource(), tt.name)
+		require.NotEmpty(t, ev.GetText(), tt.name)
+		fields := ev.GetData().GetFields()
+		require.Equal(t, "archivalist", fields["agent"].GetStringValue(), tt.name)
+		require.Equal(t, tt.cross, fields["cross_session"].GetBoolValue(), tt.name)
+		require.ElementsMatch(t, tt.want, hitIDs(ev), tt.name)
+		if len(tt.want) > 0 {
+			hit := fields["hits"].GetListValue().GetValues()[0].GetStructValue().GetFields()
+			for _, k := range []string{"id", "title", "category", "snippet", "session_id"} {
+				require.NotEmpty(t, hit[k].GetStringValue(), "%s: hit field %s", tt.name, k)
+			}
+			require.Positive(t, hit["score"].GetNumberValue(), tt.name)
+			require.Contains(t, ev.GetText(), "Found", tt.name)
+		} else {
+			require.Contains(t, ev.GetText(), "No archived entries in this session match", tt.name)
+			require.NotEmpty(t, fields["recent"].GetListValue().GetValues(), "the answer lists recent entries")
+		}
+	}
+	// The answer is published before the outcome is counted.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("answered")) == float64(len(tests))
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestInboxStoresAgentResponses(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	publish := runInbox(t, f)
+	session := ids.New()
+
+	// A malformed message is dropped without blocking the ones after it.
+	publish(&messagev1.Envelope{Id: ids.New(), Type: messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "no tenant"}}})
+
+	store := &messagev1.Envelope{
+		Id:        ids.New(),
+		TenantId:  "t1",
+		SessionId: session,
+		UserId:    "u1",
+		Source:    "librarian",
+		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
+		Metadata:  map[string]string{MetadataCategory: "consultation"},
+		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
+			Agent: "librarian",
+			Text:  "The router lives in services/guide.\nIt reads the route cache first.",
+			Hits:  []*messagev1.Hit{{Title: "router", Path: "services/guide/route.go", LineStart: 10, LineEnd: 40}},
+		}},
+	}
+	publish(store)
+	plain := &messagev1.Envelope{
+		Id:        ids.New(),
+		TenantId:  "t1",
+		SessionId: session,
+		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
+		Payload:   &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "tester", Text: "All tests passed."}},
+	}
+	publish(plain)
+
+	ctx := admin("t1")
+	var entries []*archivalistv1.Entry
+	require.Eventually(t, func() bool {
+		resp, err := f.svc.ListEntries(ctx, &archivalistv1.ListEntriesRequest{SessionId: session})
+		require.NoError(t, err)
+		entries = resp.GetEntries()
+		return len(entries) == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	byCategory := map[string]*archivalistv1.Entry{}
+	for _, e := range entries {
+		byCategory[e.GetCategory()] = e
+	}
+	consult := byCategory["consultation"]
+	require.NotNil(t, consult)
+	require.Equal(t, "The router lives in services/guide.", consult.GetTitle())
+	require.Contains(t, consult.GetContent(), "services/guide/route.go:10-40")
+	require.Equal(t, "librarian", consult.GetSource())
+	require.Equal(t, "u1", consult.GetUserId())
+	note := byCategory["note"]
+	require.NotNil(t, note, "the default category is note")
+	require.Equal(t, "tester", note.GetSource())
+
+	// Store requests are not answered: the session has no events.
+	stream, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamEvents))
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(topology.EventSubject(f.bus, "t1", session)))
+	require.NoError(t, err)
+	require.Empty(t, info.State.Subjects)
+
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("rejected")) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("stored")) == 2
+	}, 10*time.Second, 20*time.Millisecond)
+}

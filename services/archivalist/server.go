@@ -1,0 +1,279 @@
+package archivalist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// Categories are the entry categories the archivalist accepts.
+var Categories = []string{
+	"decision",
+	"failure",
+	"outcome",
+	"pattern",
+	"note",
+	"routing_failure",
+	"consultation",
+	"message",
+}
+
+// DefaultSource is recorded when an entry created through the API names none.
+const DefaultSource = "user"
+
+const namePrefix = "entries/"
+
+// CreateEntry stores a new entry for the caller's tenant.
+func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntryRequest) (*archivalistv1.CreateEntryResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if who.Role == identity.RoleViewer {
+		return nil, status.Error(codes.PermissionDenied, "viewers cannot create entries")
+	}
+	in := req.GetEntry()
+	if in == nil {
+		return nil, status.Error(codes.InvalidArgument, "entry is required")
+	}
+	e := entry{
+		TenantID:  who.TenantID,
+		ID:        ids.New(),
+		Category:  strings.TrimSpace(in.GetCategory()),
+		Title:     strings.TrimSpace(in.GetTitle()),
+		Content:   in.GetContent(),
+		SessionID: strings.TrimSpace(in.GetSessionId()),
+		UserID:    who.UserID,
+		Source:    strings.TrimSpace(in.GetSource()),
+	}
+	if e.Source == "" {
+		e.Source = DefaultSource
+	}
+	if err := s.validateEntry(e); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	stored, err := s.store.insert(ctx, e, "")
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.metrics.created.WithLabelValues(stored.Category).Inc()
+	s.log.InfoContext(ctx, "entry created", slog.String("entry", stored.ID), slog.String("category", stored.Category),
+		slog.String(logx.KeyTenantID, stored.TenantID), slog.String(logx.KeySessionID, stored.SessionID))
+	return &archivalistv1.CreateEntryResponse{Entry: toProto(stored)}, nil
+}
+
+// GetEntry returns one entry of the caller's tenant.
+func (s *Service) GetEntry(ctx context.Context, req *archivalistv1.GetEntryRequest) (*archivalistv1.GetEntryResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, ok := strings.CutPrefix(req.GetName(), namePrefix)
+	if !ok || !ids.Valid(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "name: want %s{uuid}, got %q", namePrefix, req.GetName())
+	}
+	e, err := s.store.get(ctx, who.TenantID, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &archivalistv1.GetEntryResponse{Entry: toProto(e)}, nil
+}
+
+// ListEntries pages through the caller's entries, newest first, optionally
+// restricted to one session and one category.
+func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntriesRequest) (*archivalistv1.ListEntriesResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	if req.GetPageSize() < 0 {
+		problems = append(problems, "page_size: must not be negative")
+	}
+	if sid := req.GetSessionId(); sid != "" && !ids.Valid(sid) {
+		problems = append(problems, "session_id: must be a UUID")
+	}
+	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
+		problems = append(problems, categoryProblem(c))
+	}
+	after, err := parseToken(req.GetPageToken())
+	if err != nil {
+		problems = append(problems, "page_token: invalid")
+	}
+	if len(problems) > 0 {
+		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	}
+	entries, next, err := s.store.list(ctx, who.TenantID, listQuery{
+		SessionID: req.GetSessionId(),
+		Category:  req.GetCategory(),
+		After:     after,
+		Limit:     pageSize(req.GetPageSize()),
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &archivalistv1.ListEntriesResponse{Entries: make([]*archivalistv1.Entry, 0, len(entries))}
+	for _, e := range entries {
+		resp.Entries = append(resp.Entries, toProto(e))
+	}
+	if next != nil {
+		resp.NextPageToken = next.token()
+	}
+	return resp, nil
+}
+
+// SearchEntries ranks entries against a full-text query. It searches one
+// session unless cross_session is set, in which case it searches every
+// session of the tenant, and entries recorded outside any session (spec A-18).
+func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEntriesRequest) (*archivalistv1.SearchEntriesResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	query := strings.TrimSpace(req.GetQuery())
+	switch {
+	case query == "":
+		problems = append(problems, "query: required")
+	case len(query) > s.cfg.MaxQueryBytes:
+		problems = append(problems, fmt.Sprintf("query: at most %d bytes", s.cfg.MaxQueryBytes))
+	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
+		problems = append(problems, "query: must be valid UTF-8 without NUL characters")
+	}
+	sid := strings.TrimSpace(req.GetSessionId())
+	switch {
+	case sid == "" && !req.GetCrossSession():
+		problems = append(problems, "session_id is required unless cross_session is set")
+	case sid != "" && !ids.Valid(sid):
+		problems = append(problems, "session_id: must be a UUID")
+	}
+	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
+		problems = append(problems, categoryProblem(c))
+	}
+	if req.GetPageSize() < 0 {
+		problems = append(problems, "page_size: must not be negative")
+	}
+	if len(problems) > 0 {
+		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	}
+	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: pageSize(req.GetPageSize())}
+	if req.GetCrossSession() {
+		q.SessionID = ""
+	}
+	hits, err := s.search(ctx, who.TenantID, q)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &archivalistv1.SearchEntriesResponse{Hits: make([]*archivalistv1.EntryHit, 0, len(hits))}
+	for _, h := range hits {
+		resp.Hits = append(resp.Hits, &archivalistv1.EntryHit{Entry: toProto(h.entry), Score: h.Score, Snippet: h.Snippet})
+	}
+	return resp, nil
+}
+
+// search runs a search and records its duration.
+func (s *Service) search(ctx context.Context, tenant string, q searchQuery) ([]hit, error) {
+	scope := "session"
+	if q.SessionID == "" {
+		scope = "cross_session"
+	}
+	start := time.Now()
+	hits, err := s.store.search(ctx, tenant, q)
+	s.metrics.searchDuration.WithLabelValues(scope).Observe(time.Since(start).Seconds())
+	return hits, err
+}
+
+// validateEntry reports every problem with a new entry, naming the fields.
+func (s *Service) validateEntry(e entry) error {
+	var problems []string
+	switch {
+	case e.Category == "":
+		problems = append(problems, "entry.category: required; "+allowedCategories())
+	case !slices.Contains(Categories, e.Category):
+		problems = append(problems, "entry."+categoryProblem(e.Category))
+	}
+	switch {
+	case e.Title == "":
+		problems = append(problems, "entry.title: required")
+	case utf8.RuneCountInString(e.Title) > MaxTitleChars:
+		problems = append(problems, fmt.Sprintf("entry.title: at most %d characters", MaxTitleChars))
+	}
+	if len(e.Content) > s.cfg.MaxContentBytes {
+		problems = append(problems, fmt.Sprintf("entry.content: at most %d bytes", s.cfg.MaxContentBytes))
+	}
+	if e.SessionID != "" && !ids.Valid(e.SessionID) {
+		problems = append(problems, "entry.session_id: must be a UUID")
+	}
+	if utf8.RuneCountInString(e.Source) > MaxSourceChars {
+		problems = append(problems, fmt.Sprintf("entry.source: at most %d characters", MaxSourceChars))
+	}
+	for field, v := range map[string]string{"title": e.Title, "content": e.Content, "source": e.Source} {
+		if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
+			problems = append(problems, "entry."+field+": must be valid UTF-8 without NUL characters")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	slices.Sort(problems)
+	return errors.New(strings.Join(problems, "; "))
+}
+
+func categoryProblem(c string) string {
+	return fmt.Sprintf("category: %q is not allowed; %s", c, allowedCategories())
+}
+
+func allowedCategories() string {
+	return "allowed values: " + strings.Join(Categories, ", ")
+}
+
+// toStatus maps a store error to a gRPC status; unexpected errors are logged
+// here and reach the caller as a generic Internal.
+func (s *Service) toStatus(ctx context.Context, err error) error {
+	var connErr *pgconn.ConnectError
+	switch {
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, "entry not found")
+	case errors.Is(err, errDuplicate):
+		return status.Error(codes.AlreadyExists, "entry already exists")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	case errors.As(err, &connErr):
+		s.log.ErrorContext(ctx, "archive store unavailable", logx.Err(err))
+		return status.Error(codes.Unavailable, "archive store unavailable")
+	}
+	s.log.ErrorContext(ctx, "archive store error", logx.Err(err))
+	return status.Error(codes.Internal, "internal error")
+}
+
+func toProto(e entry) *archivalistv1.Entry {
+	return &archivalistv1.Entry{
+		Name:       namePrefix + e.ID,
+		Id:         e.ID,
+		Category:   e.Category,
+		Title:      e.Title,
+		Content:    e.Content,
+		SessionId:  e.SessionID,
+		TenantId:   e.TenantID,
+		UserId:     e.UserID,
+		Source:     e.Source,
+		CreateTime: timestamppb.New(e.CreatedAt),
+	}
+}

@@ -1,0 +1,192 @@
+package archivalist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	// errNotFound: no such entry in the tenant.
+	errNotFound = errors.New("entry not found")
+	// errDuplicate: the bus message was stored already.
+	errDuplicate = errors.New("entry already stored")
+)
+
+// entry is a stored chronicle entry.
+type entry struct {
+	TenantID  string
+	ID        string
+	Category  string
+	Title     string
+	Content   string
+	SessionID string
+	UserID    string
+	Source    string
+	CreatedAt time.Time
+}
+
+// hit is an entry matched by a search.
+type hit struct {
+	entry
+	Score   float64
+	Snippet string
+}
+
+// searchQuery selects entries for a search.
+type searchQuery struct {
+	Text string
+	// SessionID restricts the search to one session; "" searches them all.
+	SessionID string
+	Category  string
+	Limit     int
+}
+
+// listQuery selects a page of entries, newest first.
+type listQuery struct {
+	SessionID string
+	Category  string
+	After     *cursor
+	Limit     int
+}
+
+// store reads and writes entries; every method is scoped to one tenant.
+type store struct {
+	db *pgxpool.Pool
+}
+
+const entryColumns = `id::text, category, title, content, coalesce(session_id::text, ''), user_id, source, created_at`
+
+func scanEntry(row pgx.Row, tenant string, extra ...any) (entry, error) {
+	e := entry{TenantID: tenant}
+	dest := append([]any{&e.ID, &e.Category, &e.Title, &e.Content, &e.SessionID, &e.UserID, &e.Source, &e.CreatedAt}, extra...)
+	err := row.Scan(dest...)
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e, err
+}
+
+// nullable maps "" to SQL NULL.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// insert stores e (ID, tenant and fields set by the caller) and returns it
+// with its creation time. messageID, when set, makes the insert idempotent:
+// a second insert with the same one returns errDuplicate.
+func (s *store) insert(ctx context.Context, e entry, messageID string) (entry, error) {
+	err := s.db.QueryRow(ctx, `
+		INSERT INTO entries (tenant_id, id, category, title, content, session_id, user_id, source, source_message_id)
+		VALUES ($1, $2::uuid, $3, $4, $5, $6::uuid, $7, $8, $9)
+		ON CONFLICT (tenant_id, source_message_id) WHERE source_message_id IS NOT NULL DO NOTHING
+		RETURNING created_at`,
+		e.TenantID, e.ID, e.Category, e.Title, e.Content, nullable(e.SessionID), e.UserID, e.Source, nullable(messageID),
+	).Scan(&e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return entry{}, errDuplicate
+	}
+	if err != nil {
+		return entry{}, fmt.Errorf("insert entry: %w", err)
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e, nil
+}
+
+// get returns one entry of the tenant.
+func (s *store) get(ctx context.Context, tenant, id string) (entry, error) {
+	row := s.db.QueryRow(ctx, `SELECT `+entryColumns+` FROM entries WHERE tenant_id = $1 AND id = $2::uuid`, tenant, id)
+	e, err := scanEntry(row, tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return entry{}, errNotFound
+	}
+	if err != nil {
+		return entry{}, fmt.Errorf("get entry %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// list returns up to q.Limit entries after q.After, newest first, and the
+// cursor of the next page (nil on the last page).
+func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, *cursor, error) {
+	var afterTime, afterID any
+	if q.After != nil {
+		afterTime, afterID = q.After.created, q.After.id
+	}
+	rows, err := s.db.Query(ctx, `
+		SELECT `+entryColumns+` FROM entries
+		WHERE tenant_id = $1
+		  AND ($2::uuid IS NULL OR session_id = $2::uuid)
+		  AND ($3 = '' OR category = $3)
+		  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::uuid))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $6`,
+		tenant, nullable(q.SessionID), q.Category, afterTime, afterID, q.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list entries: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (entry, error) { return scanEntry(r, tenant) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list entries: %w", err)
+	}
+	if len(entries) <= q.Limit {
+		return entries, nil, nil
+	}
+	entries = entries[:q.Limit]
+	last := entries[len(entries)-1]
+	return entries, &cursor{created: last.CreatedAt, id: last.ID}, nil
+}
+
+// search ranks the tenant's entries against q.Text (web-search syntax: all
+// words must match); when that finds nothing it retries with any word.
+func (s *store) search(ctx context.Context, tenant string, q searchQuery) ([]hit, error) {
+	hits, err := s.searchWith(ctx, tenant, q, `websearch_to_tsquery('english', $2)`, q.Text)
+	if err != nil || len(hits) > 0 {
+		return hits, err
+	}
+	if or := orQuery(q.Text); or != "" {
+		return s.searchWith(ctx, tenant, q, `to_tsquery('english', $2)`, or)
+	}
+	return nil, nil
+}
+
+// searchWith runs one search; tsquery is a constant SQL expression over $2.
+// The inner query ranks and limits, so that headlines are built for the
+// returned rows only.
+func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, tsquery, text string) ([]hit, error) {
+	rows, err := s.db.Query(ctx, `
+		SELECT h.id::text, h.category, h.title, h.content, coalesce(h.session_id::text, ''), h.user_id, h.source, h.created_at,
+		       h.score,
+		       ts_headline('english', CASE WHEN h.content = '' THEN h.title ELSE h.content END, h.query, $6)
+		FROM (
+			SELECT e.*, ts_rank_cd(e.search, q.query, 32) AS score, q.query
+			FROM entries e, (SELECT `+tsquery+` AS query) q
+			WHERE e.tenant_id = $1
+			  AND e.search @@ q.query
+			  AND ($3::uuid IS NULL OR e.session_id = $3::uuid)
+			  AND ($4 = '' OR e.category = $4)
+			ORDER BY score DESC, e.created_at DESC, e.id DESC
+			LIMIT $5
+		) h
+		ORDER BY h.score DESC, h.created_at DESC, h.id DESC`,
+		tenant, text, nullable(q.SessionID), q.Category, q.Limit, headlineOptions)
+	if err != nil {
+		return nil, fmt.Errorf("search entries: %w", err)
+	}
+	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hit, error) {
+		var h hit
+		e, err := scanEntry(r, tenant, &h.Score, &h.Snippet)
+		h.entry = e
+		h.Snippet = cleanSnippet(h.Snippet)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search entries: %w", err)
+	}
+	return hits, nil
+}
