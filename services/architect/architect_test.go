@@ -1,0 +1,567 @@
+package architect
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/dag"
+	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// fakeOrchestrator records CreateRun calls. It answers a retried request id
+// with the same run, like the real one, and fails with fail when set.
+type fakeOrchestrator struct {
+	orchestratorv1.UnimplementedWorkflowServiceServer
+	mu     sync.Mutex
+	calls  []*orchestratorv1.CreateRunRequest
+	who    []identity.Identity
+	runs   map[string]*orchestratorv1.Run
+	fail   error
+	called chan struct{}
+}
+
+func (f *fakeOrchestrator) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, proto.Clone(req).(*orchestratorv1.CreateRunRequest))
+	who, _ := identity.FromContext(ctx)
+	f.who = append(f.who, who)
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	if run, ok := f.runs[req.GetRequestId()]; ok {
+		return &orchestratorv1.CreateRunResponse{Run: run}, nil
+	}
+	id := ids.New()
+	run := &orchestratorv1.Run{
+		Name: "runs/" + id, Id: id, SessionId: req.GetSessionId(), Plan: req.GetPlan(),
+		State: orchestratorv1.RunState_RUN_STATE_PENDING, MaxConcurrency: req.GetMaxConcurrency(),
+		Dag: req.GetDag(), CreateTime: timestamppb.Now(),
+	}
+	f.runs[req.GetRequestId()] = run
+	return &orchestratorv1.CreateRunResponse{Run: run}, nil
+}
+
+func (f *fakeOrchestrator) setFail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = err
+}
+
+func (f *fakeOrchestrator) recorded() ([]*orchestratorv1.CreateRunRequest, []identity.Identity) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*orchestratorv1.CreateRunRequest(nil), f.calls...), append([]identity.Identity(nil), f.who...)
+}
+
+// startOrchestrator serves a fake WorkflowService on a real listener, with
+// the mesh's interceptors (so a missing caller identity is refused).
+func startOrchestrator(t *testing.T) (*fakeOrchestrator, string) {
+	t.Helper()
+	fake := &fakeOrchestrator{runs: map[string]*orchestratorv1.Run{}}
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
+		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	orchestratorv1.RegisterWorkflowServiceServer(srv.GRPC(), fake)
+	require.NoError(t, srv.Listen())
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	return fake, srv.GRPCAddr()
+}
+
+type fixture struct {
+	svc  *Service
+	bus  *natsx.Bus
+	orch *fakeOrchestrator
+}
+
+func newFixture(t *testing.T, withOrchestrator bool) fixture {
+	t.Helper()
+	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
+	bus := testenv.NATS(t)
+	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}
+	var f fixture
+	if withOrchestrator {
+		var addr string
+		f.orch, addr = startOrchestrator(t)
+		conn, err := grpcclient.Dial(addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		deps.Peers.Orchestrator = conn
+	}
+	svc, err := New(Config{}, deps)
+	require.NoError(t, err)
+	f.svc, f.bus = svc, bus
+	return f
+}
+
+func as(tenant, user string) context.Context {
+	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: user, Role: identity.RoleMember})
+}
+
+func newSession() string { return "sessions/" + ids.New() }
+
+func requireCode(t *testing.T, err error, code codes.Code, contains string) {
+	t.Helper()
+	require.Error(t, err)
+	st, ok := status.FromError(err)
+	require.True(t, ok, "not a status: %v", err)
+	require.Equal(t, code, st.Code(), st.Message())
+	require.Contains(t, st.Message(), contains)
+}
+
+// events reads every event of a session from the EVENTS stream.
+func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*guidev1.Event {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := bus.JS.OrderedConsumer(ctx, bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{topology.EventSubject(bus, tenant, sessionID)},
+	})
+	require.NoError(t, err)
+	pending := cons.CachedInfo().NumPending
+	var out []*guidev1.Event
+	if pending == 0 {
+		return out
+	}
+	batch, err := cons.Fetch(int(pending), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for msg := range batch.Messages() {
+		ev := &guidev1.Event{}
+		require.NoError(t, proto.Unmarshal(msg.Data(), ev))
+		out = append(out, ev)
+	}
+	require.NoError(t, batch.Error())
+	return out
+}
+
+var nodeID = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+func TestLocalPlanner(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		request string
+		title   string
+		ids     []string
+		roles   []string
+	}{
+		{"add a /version endpoint to the gateway", "Add a /version endpoint to the gateway",
+			[]string{"survey", "implement", "verify"}, []string{"engineer", "engineer", "tester"}},
+		{"Fix the crash when the config file is empty. It started yesterday.", "Fix the crash when the config file is empty",
+			[]string{"reproduce", "fix", "verify"}, []string{"tester", "engineer", "tester"}},
+		{"refactor the scheduler into smaller functions\nkeep the API", "Refactor the scheduler into smaller functions",
+			[]string{"survey", "refactor", "verify"}, []string{"engineer", "engineer", "tester"}},
+		{strings.Repeat("long ", 40), "Long long long long long long long long long long long long long long long long…", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.title, func(t *testing.T) {
+			t.Parallel()
+			d, err := localPlanner{}.Draft(context.Background(), strings.TrimSpace(tt.request))
+			require.NoError(t, err)
+			require.Equal(t, tt.title, d.Title)
+			require.Equal(t, "local", d.Planner)
+			layers, err := dag.Validate(d.DAG)
+			require.NoError(t, err)
+			require.Len(t, layers, len(d.DAG.GetNodes()), "a chain: one node per layer")
+			for i, n := range d.DAG.GetNodes() {
+				require.Regexp(t, nodeID, n.GetId())
+				require.Contains(t, n.GetPrompt(), strings.TrimSpace(tt.request))
+				if tt.ids != nil {
+					require.Equal(t, tt.ids[i], n.GetId())
+					require.Equal(t, tt.roles[i], n.GetRole())
+				}
+			}
+		})
+	}
+}
+
+func TestCreatePlanDrafts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	ctx := as("t1", "u1")
+	parent := newSession()
+	resp, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "  add a /version endpoint to the gateway "})
+	require.NoError(t, err)
+	p := resp.GetPlan()
+	require.True(t, strings.HasPrefix(p.GetName(), parent+"/plans/"), p.GetName())
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, p.GetState())
+	require.Equal(t, int32(1), p.GetVersion())
+	require.Equal(t, "local", p.GetPlanner())
+	require.Equal(t, "add a /version endpoint to the gateway", p.GetRequest())
+	require.Equal(t, "Add a /version endpoint to the gateway", p.GetTitle())
+	require.Len(t, p.GetDag().GetNodes(), 3)
+	_, err = dag.Validate(p.GetDag())
+	require.NoError(t, err)
+	require.Empty(t, p.GetRun())
+
+	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: p.GetName()})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(p, got.GetPlan()), "got %v want %v", got.GetPlan(), p)
+
+	evs := events(t, f.bus, "t1", strings.TrimPrefix(parent, "sessions/"))
+	require.Len(t, evs, 1)
+	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
+	require.Equal(t, "architect", evs[0].GetSource())
+	require.Equal(t, p.GetName(), evs[0].GetData().GetFields()["plan"].GetStringValue())
+	require.Equal(t, 3.0, evs[0].GetData().GetFields()["nodes"].GetNumberValue())
+	require.Equal(t, "Plan ready for approval: Add a /version endpoint to the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
+}
+
+func TestCreatePlanExplicitDAG(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	ctx := as("t1", "u1")
+	explicit := &orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{
+		{Id: "a", Command: "echo alpha"},
+		{Id: "b", DependsOn: []string{"a"}, Role: "tester", Command: "echo beta"},
+	}}
+	resp, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "run a then b", Dag: explicit})
+	require.NoError(t, err)
+	require.Equal(t, "user", resp.GetPlan().GetPlanner())
+	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: resp.GetPlan().GetName()})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(explicit, got.GetPlan().GetDag()), "stored DAG differs: %v", got.GetPlan().GetDag())
+	require.Contains(t, events(t, f.bus, "t1", resp.GetPlan().GetSessionId())[0].GetText(), "(2 tasks)")
+
+	tests := []struct {
+		name    string
+		dag     *orchestratorv1.Dag
+		message string
+	}{
+		{"cycle", &orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{
+			{Id: "a", DependsOn: []string{"b"}, Command: "true"},
+			{Id: "b", DependsOn: []string{"a"}, Command: "true"},
+		}}, "cycle"},
+		{"unknown dependency", &orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{
+			{Id: "a", DependsOn: []string{"ghost"}, Command: "true"},
+		}}, `unknown node "ghost"`},
+		{"no work", &orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{{Id: "a"}}}, "a command or a prompt is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			parent := newSession()
+			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "x", Dag: tt.dag})
+			requireCode(t, err, codes.InvalidArgument, tt.message)
+			list, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: parent})
+			require.NoError(t, err)
+			require.Empty(t, list.GetPlans(), "nothing stored for an invalid DAG")
+		})
+	}
+
+	// An empty DAG counts as absent: the planner drafts one.
+	drafted, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "build it", Dag: &orchestratorv1.Dag{}})
+	require.NoError(t, err)
+	require.Equal(t, "local", drafted.GetPlan().GetPlanner())
+}
+
+func TestPlanValidation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a feature"})
+	require.NoError(t, err)
+	name := created.GetPlan().GetName()
+	tests := []struct {
+		name    string
+		call    func() error
+		code    codes.Code
+		message string
+	}{
+		{"missing parent", func() error {
+			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Request: "x"})
+			return err
+		}, codes.InvalidArgument, "parent: required"},
+		{"bad parent", func() error {
+			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: "sessions/123", Request: "x"})
+			return err
+		}, codes.InvalidArgument, "parent: want sessions/{uuid}"},
+		{"empty request", func() error {
+			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: " \t"})
+			return err
+		}, codes.InvalidArgument, "request: required"},
+		{"request too large", func() error {
+			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: strings.Repeat("x", 16<<10+1)})
+			return err
+		}, codes.InvalidArgument, "request: 16385 bytes exceeds the limit of 16384 bytes"},
+		{"bad plan name", func() error {
+			_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: "plans/x"})
+			return err
+		}, codes.InvalidArgument, "name: want sessions/{uuid}/plans/{uuid}"},
+		{"unknown plan", func() error {
+			_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: newSession() + "/plans/" + ids.New()})
+			return err
+		}, codes.NotFound, "not found"},
+		{"negative concurrency", func() error {
+			_, err := f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name, MaxConcurrency: -1})
+			return err
+		}, codes.InvalidArgument, "max_concurrency"},
+		{"no orchestrator", func() error {
+			_, err := f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
+			return err
+		}, codes.Unavailable, "orchestrator not configured"},
+		{"reason too long", func() error {
+			_, err := f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name, Reason: strings.Repeat("x", 5000)})
+			return err
+		}, codes.InvalidArgument, "reason"},
+		{"bad page token", func() error {
+			_, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: newSession(), PageToken: "zz"})
+			return err
+		}, codes.InvalidArgument, "page_token"},
+		{"no identity", func() error {
+			_, err := f.svc.GetPlan(context.Background(), &architectv1.GetPlanRequest{Name: name})
+			return err
+		}, codes.Unauthenticated, "identity"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			requireCode(t, tt.call(), tt.code, tt.message)
+		})
+	}
+}
+
+func TestPlanIsolation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	parent := newSession()
+	created, err := f.svc.CreatePlan(as("t1", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: "add a feature"})
+	require.NoError(t, err)
+	name := created.GetPlan().GetName()
+	for _, ctx := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
+		_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
+		requireCode(t, err, codes.NotFound, "plan "+name+" not found")
+		_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
+		requireCode(t, err, codes.NotFound, "not found")
+		_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
+		requireCode(t, err, codes.NotFound, "not found")
+		list, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: parent})
+		require.NoError(t, err)
+		require.Empty(t, list.GetPlans())
+	}
+	calls, _ := f.orch.recorded()
+	require.Empty(t, calls)
+}
+
+func TestApprovePlan(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ctx := as("t1", "u1")
+	parent := newSession()
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "add a /version endpoint"})
+	require.NoError(t, err)
+	p := created.GetPlan()
+
+	// The orchestrator's status code reaches the caller unchanged, and the
+	// plan keeps waiting.
+	f.orch.setFail(status.Error(codes.ResourceExhausted, "too many runs"))
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	requireCode(t, err, codes.ResourceExhausted, "orchestrator: too many runs")
+	f.orch.setFail(status.Error(codes.InvalidArgument, "dag: cycle in depends_on: a -> b -> a"))
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	requireCode(t, err, codes.InvalidArgument, "cycle")
+	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: p.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, got.GetPlan().GetState())
+	f.orch.setFail(nil)
+
+	approved, err := f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName(), MaxConcurrency: 2})
+	require.NoError(t, err)
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_APPROVED, approved.GetPlan().GetState())
+	require.True(t, strings.HasPrefix(approved.GetRun().GetName(), "runs/"))
+	require.Equal(t, approved.GetRun().GetName(), approved.GetPlan().GetRun())
+
+	calls, who := f.orch.recorded()
+	require.Len(t, calls, 3)
+	last := calls[2]
+	require.Equal(t, p.GetSessionId(), last.GetSessionId())
+	require.Equal(t, p.GetName(), last.GetPlan())
+	require.Equal(t, p.GetId(), last.GetRequestId())
+	require.Equal(t, int32(2), last.GetMaxConcurrency())
+	require.True(t, proto.Equal(p.GetDag(), last.GetDag()))
+	require.Equal(t, "t1", who[2].TenantID)
+	require.Equal(t, "u1", who[2].UserID)
+
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot approve")
+	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: p.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot reject")
+	calls, _ = f.orch.recorded()
+	require.Len(t, calls, 3, "a decided plan is not submitted again")
+
+	stored, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: p.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, approved.GetRun().GetName(), stored.GetPlan().GetRun())
+
+	evs := events(t, f.bus, "t1", p.GetSessionId())
+	require.Len(t, evs, 2)
+	require.Equal(t, "plan.approved", evs[1].GetType())
+	require.Equal(t, p.GetName(), evs[1].GetData().GetFields()["plan"].GetStringValue())
+	require.Equal(t, approved.GetRun().GetName(), evs[1].GetData().GetFields()["run"].GetStringValue())
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.decided.WithLabelValues("approved")))
+}
+
+func TestRejectPlan(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "rename the package"})
+	require.NoError(t, err)
+	name := created.GetPlan().GetName()
+	rejected, err := f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name, Reason: " too broad "})
+	require.NoError(t, err)
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_REJECTED, rejected.GetPlan().GetState())
+	require.Equal(t, "too broad", rejected.GetPlan().GetRejectReason())
+
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
+	requireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot approve")
+	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
+	requireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot reject")
+	calls, _ := f.orch.recorded()
+	require.Empty(t, calls)
+
+	evs := events(t, f.bus, "t1", created.GetPlan().GetSessionId())
+	require.Equal(t, "plan.rejected", evs[len(evs)-1].GetType())
+	require.Equal(t, "too broad", evs[len(evs)-1].GetData().GetFields()["reason"].GetStringValue())
+}
+
+func TestListPlans(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	ctx := as("t1", "u1")
+	parent := newSession()
+	var want []string
+	for _, r := range []string{"add a", "add b", "add c", "add d", "add e"} {
+		resp, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: r})
+		require.NoError(t, err)
+		want = append([]string{resp.GetPlan().GetName()}, want...)
+	}
+	_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "elsewhere"})
+	require.NoError(t, err)
+
+	var got []string
+	token := ""
+	for range 5 {
+		resp, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: parent, PageSize: 2, PageToken: token})
+		require.NoError(t, err)
+		for _, p := range resp.GetPlans() {
+			got = append(got, p.GetName())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	require.Empty(t, token)
+	require.Equal(t, want, got, "newest first, each plan once")
+}
+
+func inboxEnvelope(sessionID, text string) *messagev1.Envelope {
+	return &messagev1.Envelope{
+		Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", UserId: "u1", SessionId: sessionID,
+		Source: "guide", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		CreatedAt: timestamppb.Now(), Priority: messagev1.Priority_PRIORITY_USER,
+		StructuredIntent: &messagev1.StructuredIntent{OriginalRequest: text, IntentType: "CREATE"},
+		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
+	}
+}
+
+func TestInboxDraftsPlans(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	ctx := as("t1", "u1")
+	inbox := topology.InboxSubject(f.bus, topology.AgentArchitect)
+	inboxCount := func(result string) float64 {
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues(result))
+	}
+
+	sessionID := ids.New()
+	env := inboxEnvelope(sessionID, "Implement rate limiting for the gateway")
+	_, err := f.bus.Publish(ctx, inbox, env.GetId(), env)
+	require.NoError(t, err)
+
+	var plans []*architectv1.Plan
+	require.Eventually(t, func() bool {
+		resp, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: "sessions/" + sessionID})
+		require.NoError(t, err)
+		plans = resp.GetPlans()
+		return len(plans) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	p := plans[0]
+	require.Equal(t, "Implement rate limiting for the gateway", p.GetRequest())
+	require.Equal(t, "local", p.GetPlanner())
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, p.GetState())
+	require.Len(t, p.GetDag().GetNodes(), 3)
+
+	var evs []*guidev1.Event
+	require.Eventually(t, func() bool {
+		evs = events(t, f.bus, "t1", sessionID)
+		return len(evs) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
+	require.Equal(t, env.GetCorrelationId(), evs[0].GetCorrelationId())
+	require.Equal(t, "Plan ready for approval: Implement rate limiting for the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
+
+	// The same envelope delivered again (a new stream message) finds the plan.
+	_, err = f.bus.Publish(ctx, inbox, "", env)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return inboxCount("duplicate") == 1 }, 10*time.Second, 20*time.Millisecond)
+	resp, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: "sessions/" + sessionID})
+	require.NoError(t, err)
+	require.Len(t, resp.GetPlans(), 1)
+
+	// A request too large to plan is answered, not drafted.
+	big := inboxEnvelope(ids.New(), strings.Repeat("add ", 5000))
+	_, err = f.bus.Publish(ctx, inbox, big.GetId(), big)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return inboxCount("refused") == 1 }, 10*time.Second, 20*time.Millisecond)
+	answered := events(t, f.bus, "t1", big.GetSessionId())
+	require.Len(t, answered, 1)
+	require.Equal(t, "message.answered", answered[0].GetType())
+	require.Equal(t, "architect", answered[0].GetSource())
+	require.Contains(t, answered[0].GetText(), "over the limit of 16384")
+
+	// Envelopes without an owner are dropped.
+	orphan := inboxEnvelope(ids.New(), "add a thing")
+	orphan.TenantId = ""
+	_, err = f.bus.Publish(ctx, inbox, orphan.GetId(), orphan)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return inboxCount("dropped") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1.0, inboxCount("drafted"))
+}

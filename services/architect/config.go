@@ -1,0 +1,76 @@
+package architect
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Defaults of Config; a zero field takes its default in New.
+const (
+	DefaultMaxRequestBytes     = 16 << 10
+	DefaultMaxReasonBytes      = 4 << 10
+	DefaultOrchestratorTimeout = 10 * time.Second
+	DefaultProvisionTimeout    = 10 * time.Second
+)
+
+const (
+	defaultPlanPageSize = 50
+	maxPlanPageSize     = 200
+)
+
+// Config holds the Architect's own settings.
+type Config struct {
+	// MaxRequestBytes bounds the request a plan is made from.
+	MaxRequestBytes int
+	// MaxReasonBytes bounds a rejection reason.
+	MaxReasonBytes int
+	// OrchestratorTimeout bounds the call that submits an approved plan.
+	OrchestratorTimeout time.Duration
+	// ProvisionTimeout bounds provisioning the NATS streams.
+	ProvisionTimeout time.Duration
+}
+
+// RegisterFlags registers the -architect.* flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxRequestBytes, "architect.max-request-bytes", DefaultMaxRequestBytes, "largest plan request accepted, in bytes")
+	fs.IntVar(&c.MaxReasonBytes, "architect.max-reason-bytes", DefaultMaxReasonBytes, "largest plan rejection reason accepted, in bytes")
+	fs.DurationVar(&c.OrchestratorTimeout, "architect.orchestrator-timeout", DefaultOrchestratorTimeout, "time allowed for submitting an approved plan to the orchestrator")
+	fs.DurationVar(&c.ProvisionTimeout, "architect.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
+}
+
+// Validate reports every invalid setting. Zero values are valid: they take
+// their defaults.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxRequestBytes < 0 {
+		errs = append(errs, fmt.Errorf("architect.max-request-bytes: must not be negative, got %d", c.MaxRequestBytes))
+	}
+	if c.MaxReasonBytes < 0 {
+		errs = append(errs, fmt.Errorf("architect.max-reason-bytes: must not be negative, got %d", c.MaxReasonBytes))
+	}
+	if c.OrchestratorTimeout < 0 {
+		errs = append(errs, errors.New("architect.orchestrator-timeout: must not be negative"))
+	}
+	if c.ProvisionTimeout < 0 {
+		errs = append(errs, errors.New("architect.provision-timeout: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxReasonBytes == 0 {
+		c.MaxReasonBytes = DefaultMaxReasonBytes
+	}
+	if c.OrchestratorTimeout == 0 {
+		c.OrchestratorTimeout = DefaultOrchestratorTimeout
+	}
+	if c.ProvisionTimeout == 0 {
+		c.ProvisionTimeout = DefaultProvisionTimeout
+	}
+	return c
+}

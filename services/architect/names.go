@@ -1,0 +1,84 @@
+package architect
+
+import (
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+
+	"sylk.dev/sylk/pkg/ids"
+)
+
+func planName(sessionID, id string) string { return "sessions/" + sessionID + "/plans/" + id }
+
+// parseParent returns the session id in "sessions/{uuid}".
+func parseParent(name string) (string, error) {
+	if name == "" {
+		return "", invalid("parent", "required")
+	}
+	id, ok := strings.CutPrefix(name, "sessions/")
+	if !ok || !ids.Valid(id) {
+		return "", invalid("parent", "want sessions/{uuid}, got %q", clip(name, 100))
+	}
+	return strings.ToLower(id), nil
+}
+
+// parsePlanName returns the session and plan ids in
+// "sessions/{uuid}/plans/{uuid}".
+func parsePlanName(name string) (sessionID, planID string, err error) {
+	if name == "" {
+		return "", "", invalid("name", "required")
+	}
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "plans" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
+		return "", "", invalid("name", "want sessions/{uuid}/plans/{uuid}, got %q", clip(name, 120))
+	}
+	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
+}
+
+func pageSize(requested int32) (int, error) {
+	switch {
+	case requested < 0:
+		return 0, invalid("page_size", "must not be negative, got %d", requested)
+	case requested == 0:
+		return defaultPlanPageSize, nil
+	case requested > maxPlanPageSize:
+		return maxPlanPageSize, nil
+	}
+	return int(requested), nil
+}
+
+// planCursor is a keyset position in a newest-first plan listing.
+type planCursor struct {
+	CreateTime time.Time
+	ID         string
+}
+
+func encodeCursor(c planCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreateTime.UnixMicro(), 10) + "." + c.ID))
+}
+
+func decodeCursor(token string) (*planCursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return nil, invalid("page_token", "not a token this service issued")
+	}
+	us, id, ok := strings.Cut(string(raw), ".")
+	micros, perr := strconv.ParseInt(us, 10, 64)
+	if !ok || perr != nil || !ids.Valid(id) {
+		return nil, invalid("page_token", "not a token this service issued")
+	}
+	return &planCursor{CreateTime: time.UnixMicro(micros).UTC(), ID: id}, nil
+}
+
+// clip shortens s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}

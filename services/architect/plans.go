@@ -1,0 +1,376 @@
+package architect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/dag"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// Event types the Architect publishes on the session stream.
+const (
+	eventAwaitingApproval = "plan.awaiting_approval"
+	eventApproved         = "plan.approved"
+	eventRejected         = "plan.rejected"
+)
+
+var stateToProto = map[string]architectv1.PlanState{
+	stateAwaitingApproval: architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL,
+	stateApproved:         architectv1.PlanState_PLAN_STATE_APPROVED,
+	stateRejected:         architectv1.PlanState_PLAN_STATE_REJECTED,
+}
+
+// stateWords is how a state reads in messages.
+func stateWords(state string) string { return strings.ReplaceAll(state, "_", " ") }
+
+func (p plan) name() string { return planName(p.SessionID, p.ID) }
+
+func (p plan) proto() *architectv1.Plan {
+	return &architectv1.Plan{
+		Name:         p.name(),
+		Id:           p.ID,
+		SessionId:    p.SessionID,
+		Request:      p.Request,
+		Title:        p.Title,
+		State:        stateToProto[p.State],
+		Version:      p.Version,
+		Dag:          p.DAG,
+		Run:          p.Run,
+		Planner:      p.Planner,
+		CreateTime:   timestamppb.New(p.CreateTime),
+		UpdateTime:   timestamppb.New(p.UpdateTime),
+		RejectReason: p.RejectReason,
+	}
+}
+
+func ownerOf(id identity.Identity) owner { return owner{tenant: id.TenantID, user: id.UserID} }
+
+// CreatePlan stores a plan awaiting approval: the caller's DAG when given,
+// else one drafted from the request by the planner.
+func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanRequest) (*architectv1.CreatePlanResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessionID, err := parseParent(req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	request, err := s.checkRequest(req.GetRequest())
+	if err != nil {
+		return nil, err
+	}
+	// A DAG without nodes counts as absent: the planner drafts one.
+	var explicit *orchestratorv1.Dag
+	if len(req.GetDag().GetNodes()) > 0 {
+		explicit = req.GetDag()
+	}
+	p, _, err := s.create(ctx, who, sessionID, request, explicit, nil, "")
+	if err != nil {
+		return nil, s.toStatus(ctx, "create plan", err)
+	}
+	s.metrics.created.WithLabelValues(p.Planner, "api").Inc()
+	if err := s.announce(ctx, p); err != nil {
+		// The plan is stored; the caller has it in the response.
+		s.log.WarnContext(ctx, "publish plan event", slog.String("plan", p.name()), logx.Err(err))
+	}
+	return &architectv1.CreatePlanResponse{Plan: p.proto()}, nil
+}
+
+// checkRequest trims a request and checks it is present and small enough.
+func (s *Service) checkRequest(raw string) (string, error) {
+	request := strings.TrimSpace(raw)
+	switch {
+	case request == "":
+		return "", invalid("request", "required")
+	case len(request) > s.cfg.MaxRequestBytes:
+		return "", invalid("request", "%d bytes exceeds the limit of %d bytes", len(request), s.cfg.MaxRequestBytes)
+	case !utf8.ValidString(request):
+		return "", invalid("request", "must be valid UTF-8")
+	}
+	return request, nil
+}
+
+// create validates (or drafts, when d is nil) the DAG and stores a new plan
+// awaiting approval. With a sourceID it is idempotent: a second call for the
+// same source returns the plan drafted first, and created is false.
+func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, request string, d *orchestratorv1.Dag, sourceID *string, correlationID string) (p plan, created bool, err error) {
+	title, planner := titleOf(request), plannerUser
+	if d == nil {
+		draft, err := s.planner.Draft(ctx, request)
+		if err != nil {
+			return plan{}, false, fmt.Errorf("draft plan: %w", err)
+		}
+		d, title, planner = draft.DAG, draft.Title, draft.Planner
+	} else {
+		d = proto.Clone(d).(*orchestratorv1.Dag)
+	}
+	if _, err := dag.Validate(d); err != nil {
+		var de *dag.Error
+		if planner == plannerUser && errors.As(err, &de) {
+			return plan{}, false, status.Error(codes.InvalidArgument, de.Error())
+		}
+		return plan{}, false, fmt.Errorf("planner %s drafted an invalid DAG: %w", planner, err)
+	}
+	now := s.now()
+	p = plan{
+		ID:              ids.New(),
+		TenantID:        who.TenantID,
+		UserID:          who.UserID,
+		SessionID:       sessionID,
+		State:           stateAwaitingApproval,
+		Version:         1,
+		SourceMessageID: sourceID,
+		CorrelationID:   correlationID,
+		CreateTime:      now,
+		UpdateTime:      now,
+		Request:         request,
+		Title:           title,
+		Planner:         planner,
+		DAG:             d,
+	}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return insertPlan(ctx, tx, p) })
+	if errors.Is(err, errDuplicateSource) {
+		existing, err := planBySource(ctx, s.db, who.TenantID, *sourceID)
+		return existing, false, err
+	}
+	if err != nil {
+		return plan{}, false, err
+	}
+	return p, true, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// announce publishes plan.awaiting_approval for p. Its de-duplication id is
+// derived from the plan and version, so announcing twice is harmless.
+func (s *Service) announce(ctx context.Context, p plan) error {
+	n := len(p.DAG.GetNodes())
+	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
+		Tenant:        p.TenantID,
+		Session:       p.SessionID,
+		ID:            p.ID + "." + eventAwaitingApproval + ".v" + strconv.Itoa(int(p.Version)),
+		Type:          eventAwaitingApproval,
+		Source:        topology.AgentArchitect,
+		CorrelationID: p.CorrelationID,
+		Text: fmt.Sprintf("Plan ready for approval: %s (%d %s). Approve with POST /v1/%s:approve",
+			p.Title, n, plural(n, "task", "tasks"), p.name()),
+		Data: map[string]any{"plan": p.name(), "nodes": n, "title": p.Title, "version": int(p.Version), "planner": p.Planner},
+	})
+	return err
+}
+
+// GetPlan returns one of the caller's plans.
+func (s *Service) GetPlan(ctx context.Context, req *architectv1.GetPlanRequest) (*architectv1.GetPlanResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessionID, id, err := parsePlanName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	p, err := getPlan(ctx, s.db, ownerOf(who), sessionID, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, "get plan", err)
+	}
+	return &architectv1.GetPlanResponse{Plan: p.proto()}, nil
+}
+
+// ListPlans returns the caller's plans in a session, newest first.
+func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansRequest) (*architectv1.ListPlansResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessionID, err := parseParent(req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	var after *planCursor
+	if tok := req.GetPageToken(); tok != "" {
+		if after, err = decodeCursor(tok); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := listPlans(ctx, s.db, ownerOf(who), sessionID, after, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list plans", err)
+	}
+	resp := &architectv1.ListPlansResponse{}
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[len(rows)-1]
+		resp.NextPageToken = encodeCursor(planCursor{CreateTime: last.CreateTime, ID: last.ID})
+	}
+	for _, p := range rows {
+		resp.Plans = append(resp.Plans, p.proto())
+	}
+	return resp, nil
+}
+
+// ApprovePlan submits an awaiting plan's DAG to the orchestrator and marks
+// the plan approved with the run it started. The plan id is the run's
+// request id, so a retried approval never starts a second run.
+func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanRequest) (*architectv1.ApprovePlanResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessionID, id, err := parsePlanName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetMaxConcurrency() < 0 {
+		return nil, invalid("max_concurrency", "must not be negative, got %d", req.GetMaxConcurrency())
+	}
+	o := ownerOf(who)
+	p, err := getPlan(ctx, s.db, o, sessionID, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, "approve plan", err)
+	}
+	if p.State != stateAwaitingApproval {
+		return nil, s.toStatus(ctx, "approve plan", &stateError{current: stateWords(p.State), action: "approve"})
+	}
+	if s.orchestrator == nil {
+		return nil, status.Error(codes.Unavailable, "orchestrator not configured; cannot start the plan")
+	}
+	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
+		SessionId:      sessionID,
+		Dag:            p.DAG,
+		MaxConcurrency: req.GetMaxConcurrency(),
+		Plan:           p.name(),
+		RequestId:      p.ID,
+	})
+	s.metrics.orchestrator.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, s.orchestratorError(ctx, p, err)
+	}
+	run := resp.GetRun()
+	now := s.now()
+	p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
+	if err := s.decide(ctx, o, p, "approve"); err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "plan approved", slog.String("plan", p.name()), slog.String(logx.KeyRunID, run.GetId()))
+	s.publishDecision(ctx, p, eventApproved, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run),
+		map[string]any{"plan": p.name(), "run": p.Run})
+	return &architectv1.ApprovePlanResponse{Plan: p.proto(), Run: run}, nil
+}
+
+// orchestratorError passes the orchestrator's status code through (an
+// invalid DAG stays InvalidArgument), naming where it came from.
+func (s *Service) orchestratorError(ctx context.Context, p plan, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		s.log.ErrorContext(ctx, "submit plan", slog.String("plan", p.name()), logx.Err(err))
+		return status.Error(codes.Unavailable, "orchestrator unavailable; retry the approval")
+	}
+	if st.Code() == codes.Unavailable || st.Code() == codes.Internal || st.Code() == codes.Unknown {
+		s.log.WarnContext(ctx, "submit plan", slog.String("plan", p.name()), slog.String(logx.KeyCode, st.Code().String()), logx.Err(err))
+	}
+	pb := st.Proto()
+	pb.Message = "orchestrator: " + pb.GetMessage()
+	return status.FromProto(pb).Err()
+}
+
+// RejectPlan marks an awaiting plan rejected, with an optional reason.
+func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanRequest) (*architectv1.RejectPlanResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessionID, id, err := parsePlanName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	reason := strings.TrimSpace(req.GetReason())
+	if len(reason) > s.cfg.MaxReasonBytes {
+		return nil, invalid("reason", "%d bytes exceeds the limit of %d bytes", len(reason), s.cfg.MaxReasonBytes)
+	}
+	o := ownerOf(who)
+	p, err := getPlan(ctx, s.db, o, sessionID, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, "reject plan", err)
+	}
+	if p.State != stateAwaitingApproval {
+		return nil, s.toStatus(ctx, "reject plan", &stateError{current: stateWords(p.State), action: "reject"})
+	}
+	now := s.now()
+	p.State, p.RejectReason, p.UpdateTime, p.RejectTime = stateRejected, reason, now, &now
+	if err := s.decide(ctx, o, p, "reject"); err != nil {
+		return nil, err
+	}
+	text := "Plan rejected: " + p.Title
+	if reason != "" {
+		text += " (" + reason + ")"
+	}
+	s.publishDecision(ctx, p, eventRejected, text, map[string]any{"plan": p.name(), "reason": reason})
+	return &architectv1.RejectPlanResponse{Plan: p.proto()}, nil
+}
+
+// decide stores an approval or rejection; a plan decided concurrently
+// reports its new state.
+func (s *Service) decide(ctx context.Context, o owner, p plan, verb string) error {
+	ok, err := decidePlan(ctx, s.db, p)
+	if err != nil {
+		return s.toStatus(ctx, verb+" plan", err)
+	}
+	if !ok {
+		cur, err := getPlan(ctx, s.db, o, p.SessionID, p.ID)
+		if err != nil {
+			return s.toStatus(ctx, verb+" plan", err)
+		}
+		return s.toStatus(ctx, verb+" plan", &stateError{current: stateWords(cur.State), action: verb})
+	}
+	s.metrics.decided.WithLabelValues(p.State).Inc()
+	return nil
+}
+
+// publishDecision records an approval or rejection on the session stream.
+// The decision is committed already, so a bus failure is only logged.
+func (s *Service) publishDecision(ctx context.Context, p plan, typ, text string, data map[string]any) {
+	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
+		Tenant:        p.TenantID,
+		Session:       p.SessionID,
+		ID:            p.ID + "." + typ,
+		Type:          typ,
+		Source:        topology.AgentArchitect,
+		CorrelationID: p.CorrelationID,
+		Text:          text,
+		Data:          data,
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "publish plan event", slog.String("type", typ), slog.String("plan", p.name()), logx.Err(err))
+	}
+}

@@ -1,0 +1,148 @@
+// Package architect is the Architect service: it turns a request into a plan
+// (a DAG of tasks) that waits for the user's approval, and on approval
+// submits the DAG to the orchestrator. Requests arrive through PlanService or,
+// routed by the Guide, through the architect's inbox.
+package architect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc"
+
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// Service implements PlanService and consumes the architect's inbox.
+type Service struct {
+	architectv1.UnimplementedPlanServiceServer
+
+	cfg          Config
+	log          *slog.Logger
+	db           *pgxpool.Pool
+	bus          *natsx.Bus
+	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
+	planner      Planner
+	metrics      *metrics
+	now          func() time.Time
+}
+
+type metrics struct {
+	created      *prometheus.CounterVec
+	decided      *prometheus.CounterVec
+	inbox        *prometheus.CounterVec
+	orchestrator prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		created: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_plans_created_total",
+			Help: "Plans created, by planner and origin (api or inbox).",
+		}, []string{"planner", "origin"}),
+		decided: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_plan_decisions_total",
+			Help: "Plans approved or rejected.",
+		}, []string{"decision"}),
+		inbox: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_inbox_messages_total",
+			Help: "Inbox messages handled, by result (drafted, duplicate, refused, dropped, retry).",
+		}, []string{"result"}),
+		orchestrator: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sylk_architect_orchestrator_request_duration_seconds",
+			Help:    "Time taken by the orchestrator to accept an approved plan.",
+			Buckets: prometheus.DefBuckets,
+		}),
+	}
+}
+
+// New builds the Architect. Like the Guide, it provisions the EVENTS and
+// AGENTS streams before returning (bounded by Config.ProvisionTimeout), so
+// that CreatePlan can publish before Run has started.
+func New(cfg Config, deps app.Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var errs []error
+	if deps.DB == nil {
+		errs = append(errs, errors.New("architect: a database pool is required"))
+	}
+	if deps.Bus == nil {
+		errs = append(errs, errors.New("architect: a NATS bus is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	log := deps.Log
+	if log == nil {
+		log = logx.Discard()
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Service{
+		cfg:     cfg.withDefaults(),
+		log:     log.With(logx.KeyComponent, "architect"),
+		db:      deps.DB,
+		bus:     deps.Bus,
+		planner: localPlanner{},
+		metrics: newMetrics(reg),
+		now:     func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+	}
+	if deps.Peers.Orchestrator != nil {
+		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProvisionTimeout)
+	defer cancel()
+	if err := s.provision(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) provision(ctx context.Context) error {
+	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
+		return fmt.Errorf("architect: %w", err)
+	}
+	if err := topology.EnsureAgents(ctx, s.bus); err != nil {
+		return fmt.Errorf("architect: %w", err)
+	}
+	return nil
+}
+
+// Register adds PlanService to g.
+func (s *Service) Register(g *grpc.Server) {
+	architectv1.RegisterPlanServiceServer(g, s)
+}
+
+// Run provisions the streams (again: idempotent) and consumes the
+// architect's inbox until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProvisionTimeout)
+	err := s.provision(pctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	return s.bus.Consume(ctx, natsx.ConsumerSpec{
+		Stream:         s.bus.Stream(topology.StreamAgents),
+		Durable:        topology.AgentArchitect,
+		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentArchitect)},
+	}, s.handleInbox)
+}

@@ -1,0 +1,166 @@
+package guide
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// readerIdleTimeout lets the server remove an event reader's consumer soon
+// after a client goes away without the cleanup below reaching it.
+const readerIdleTimeout = time.Minute
+
+// ListEvents returns a session's events with a sequence above
+// after_sequence, in order.
+func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest) (*guidev1.ListEventsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sid, err := parseSessionName("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), defaultEventPageSize, maxEventPageSize)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
+		return nil, s.toStatus(ctx, "list events", err)
+	}
+	resp := &guidev1.ListEventsResponse{}
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *guidev1.Event) bool {
+		resp.Events = append(resp.Events, e)
+		return len(resp.Events) < size
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// StreamEvents sends a session's events with a sequence above
+// after_sequence, then follows new ones until the client goes away.
+func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.ServerStreamingServer[guidev1.StreamEventsResponse]) error {
+	ctx := stream.Context()
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return err
+	}
+	sid, err := parseSessionName("parent", req.GetParent())
+	if err != nil {
+		return err
+	}
+	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
+		return s.toStatus(ctx, "stream events", err)
+	}
+	// Send the headers now, so clients (and the gateway's server-sent events)
+	// see the stream open before the first event arrives.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return s.toStatus(ctx, "stream events", err)
+	}
+	var sendErr error
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *guidev1.Event) bool {
+		sendErr = stream.Send(&guidev1.StreamEventsResponse{Event: e})
+		return sendErr == nil
+	})
+	if err != nil {
+		return err
+	}
+	if sendErr != nil && ctx.Err() == nil {
+		return s.toStatus(ctx, "stream events", sendErr)
+	}
+	return nil
+}
+
+// readEvents reads the session's events from the EVENTS stream with an
+// ordered consumer, starting after afterSeq, and hands each to yield until
+// yield returns false. Without follow it stops at the last stored event;
+// with follow it waits for new events until ctx is done.
+func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*guidev1.Event) bool) error {
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{topology.EventSubject(s.bus, tenant, sessionID)},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: readerIdleTimeout,
+		MaxResetAttempts:  3,
+	}
+	if afterSeq > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = afterSeq + 1
+	}
+	stream := s.bus.Stream(topology.StreamEvents)
+	cons, err := s.bus.JS.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return s.eventsUnavailable(ctx, err)
+	}
+	defer func() {
+		// The ordered consumer is ephemeral; remove it now rather than
+		// leaving it to the idle timeout.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := s.bus.JS.DeleteConsumer(dctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				s.log.DebugContext(ctx, "delete event reader", logx.Err(err))
+			}
+		}
+	}()
+	if !follow {
+		if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
+			return nil
+		}
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return s.eventsUnavailable(ctx, err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				if follow {
+					return nil
+				}
+				return s.toStatus(ctx, "read events", ctx.Err())
+			}
+			return s.eventsUnavailable(ctx, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return s.eventsUnavailable(ctx, err)
+		}
+		ev := &guidev1.Event{}
+		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+			s.log.WarnContext(ctx, "skip undecodable event", slog.Uint64("sequence", meta.Sequence.Stream), logx.Err(err))
+		} else {
+			ev.Sequence = meta.Sequence.Stream
+			if !yield(ev) {
+				return nil
+			}
+		}
+		if !follow && meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+func (s *Service) eventsUnavailable(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return s.toStatus(ctx, "read events", ctx.Err())
+	}
+	s.log.ErrorContext(ctx, "read events", logx.Err(err))
+	return status.Error(codes.Unavailable, "event stream unavailable; retry later")
+}

@@ -1,0 +1,345 @@
+package guide
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// transition is one edge set of the session state machine: from any of
+// from, verb leads to state to.
+type transition struct {
+	verb  string
+	from  []string
+	to    string
+	event string
+}
+
+// The session state machine. Sessions are created and activated at once;
+// CREATED -> ACTIVE stays legal for sessions created inactive later.
+var (
+	suspendTransition  = transition{verb: "suspend", from: []string{stateActive}, to: stateSuspended, event: "session.suspended"}
+	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended, stateCreated}, to: stateActive, event: "session.resumed"}
+	completeTransition = transition{verb: "complete", from: []string{stateActive, stateSuspended}, to: stateCompleted, event: "session.completed"}
+	failTransition     = transition{verb: "fail", from: []string{stateCreated, stateActive, stateSuspended}, to: stateFailed, event: "session.failed"}
+)
+
+// apply moves s along t at time at, or returns a stateError naming the
+// current state and the verb.
+func (t transition) apply(s *session, at time.Time) error {
+	if !slices.Contains(t.from, s.State) {
+		return &stateError{current: s.State, action: t.verb}
+	}
+	s.State = t.to
+	s.UpdateTime = at
+	switch t.to {
+	case stateActive:
+		s.ActivateTime = &at
+	case stateSuspended:
+		s.SuspendTime = &at
+	case stateCompleted:
+		s.CompleteTime = &at
+	case stateFailed:
+		s.FailTime = &at
+	}
+	return nil
+}
+
+var stateToProto = map[string]guidev1.SessionState{
+	stateCreated:   guidev1.SessionState_SESSION_STATE_CREATED,
+	stateActive:    guidev1.SessionState_SESSION_STATE_ACTIVE,
+	stateSuspended: guidev1.SessionState_SESSION_STATE_SUSPENDED,
+	stateCompleted: guidev1.SessionState_SESSION_STATE_COMPLETED,
+	stateFailed:    guidev1.SessionState_SESSION_STATE_FAILED,
+}
+
+func stateFromProto(st guidev1.SessionState) (string, bool) {
+	for k, v := range stateToProto {
+		if v == st {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func tsOrNil(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func (s session) proto() *guidev1.Session {
+	return &guidev1.Session{
+		Name:           sessionName(s.ID),
+		Id:             s.ID,
+		DisplayName:    s.DisplayName,
+		State:          stateToProto[s.State],
+		TenantId:       s.TenantID,
+		UserId:         s.UserID,
+		Metadata:       s.Metadata,
+		CreateTime:     timestamppb.New(s.CreateTime),
+		UpdateTime:     timestamppb.New(s.UpdateTime),
+		ActivateTime:   tsOrNil(s.ActivateTime),
+		SuspendTime:    tsOrNil(s.SuspendTime),
+		CompleteTime:   tsOrNil(s.CompleteTime),
+		LastActiveTime: timestamppb.New(s.LastActiveTime),
+		Summary:        s.Summary,
+	}
+}
+
+func ownerOf(id identity.Identity) owner { return owner{tenant: id.TenantID, user: id.UserID} }
+
+// CreateSession creates a session for the caller and activates it at once.
+func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := req.GetSession()
+	displayName := strings.TrimSpace(in.GetDisplayName())
+	if n := utf8.RuneCountInString(displayName); n > s.cfg.MaxDisplayNameChars {
+		return nil, invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
+	}
+	if !utf8.ValidString(displayName) {
+		return nil, invalid("session.display_name", "must be valid UTF-8")
+	}
+	if err := s.validateMetadata(in.GetMetadata()); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	sess := session{
+		ID:             ids.New(),
+		TenantID:       who.TenantID,
+		UserID:         who.UserID,
+		DisplayName:    displayName,
+		State:          stateActive,
+		Metadata:       in.GetMetadata(),
+		CreateTime:     now,
+		UpdateTime:     now,
+		ActivateTime:   &now,
+		LastActiveTime: now,
+	}
+	if sess.Metadata == nil {
+		sess.Metadata = map[string]string{}
+	}
+	if err := createSession(ctx, s.db, sess); err != nil {
+		return nil, s.toStatus(ctx, "create session", err)
+	}
+	s.metrics.transitions.WithLabelValues(stateActive).Inc()
+	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
+	s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+	return &guidev1.CreateSessionResponse{Session: sess.proto()}, nil
+}
+
+func (s *Service) validateMetadata(md map[string]string) error {
+	if len(md) > s.cfg.MaxMetadataEntries {
+		return invalid("session.metadata", "%d entries exceeds the limit of %d", len(md), s.cfg.MaxMetadataEntries)
+	}
+	for k, v := range md {
+		switch {
+		case k == "":
+			return invalid("session.metadata", "keys must not be empty")
+		case utf8.RuneCountInString(k) > maxMetadataKeyChars:
+			return invalid("session.metadata", "key %q is longer than %d characters", truncate(k, 40), maxMetadataKeyChars)
+		case len(v) > maxMetadataValueBytes:
+			return invalid("session.metadata", "value of %q is %d bytes, over the limit of %d", truncate(k, 40), len(v), maxMetadataValueBytes)
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalid("session.metadata", "keys and values must be valid UTF-8")
+		}
+	}
+	return nil
+}
+
+// GetSession returns one of the caller's sessions.
+func (s *Service) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseSessionName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
+	if err != nil {
+		return nil, s.toStatus(ctx, "get session", err)
+	}
+	return &guidev1.GetSessionResponse{Session: sess.proto()}, nil
+}
+
+// ListSessions returns the caller's sessions, newest first.
+func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsRequest) (*guidev1.ListSessionsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), defaultSessionPageSize, maxSessionPageSize)
+	if err != nil {
+		return nil, err
+	}
+	var state string
+	if req.GetState() != guidev1.SessionState_SESSION_STATE_UNSPECIFIED {
+		st, ok := stateFromProto(req.GetState())
+		if !ok {
+			return nil, invalid("state", "unknown session state %d", req.GetState())
+		}
+		state = st
+	}
+	var after *sessionCursor
+	if tok := req.GetPageToken(); tok != "" {
+		t, id, err := decodeCursor(tok)
+		if err != nil {
+			return nil, err
+		}
+		after = &sessionCursor{CreateTime: t, ID: id}
+	}
+	rows, err := listSessions(ctx, s.db, ownerOf(who), state, after, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list sessions", err)
+	}
+	resp := &guidev1.ListSessionsResponse{}
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[len(rows)-1]
+		resp.NextPageToken = encodeCursor(last.CreateTime, last.ID)
+	}
+	for _, r := range rows {
+		resp.Sessions = append(resp.Sessions, r.proto())
+	}
+	return resp, nil
+}
+
+// SuspendSession moves an active session to SUSPENDED.
+func (s *Service) SuspendSession(ctx context.Context, req *guidev1.SuspendSessionRequest) (*guidev1.SuspendSessionResponse, error) {
+	sess, err := s.transitionByName(ctx, req.GetName(), suspendTransition, "")
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.SuspendSessionResponse{Session: sess.proto()}, nil
+}
+
+// ResumeSession moves a suspended (or created) session to ACTIVE.
+func (s *Service) ResumeSession(ctx context.Context, req *guidev1.ResumeSessionRequest) (*guidev1.ResumeSessionResponse, error) {
+	sess, err := s.transitionByName(ctx, req.GetName(), resumeTransition, "")
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.ResumeSessionResponse{Session: sess.proto()}, nil
+}
+
+// CompleteSession moves an active or suspended session to COMPLETED with a
+// summary.
+func (s *Service) CompleteSession(ctx context.Context, req *guidev1.CompleteSessionRequest) (*guidev1.CompleteSessionResponse, error) {
+	summary := strings.TrimSpace(req.GetSummary())
+	if len(summary) > s.cfg.MaxSummaryBytes {
+		return nil, invalid("summary", "%d bytes exceeds the limit of %d bytes", len(summary), s.cfg.MaxSummaryBytes)
+	}
+	if !utf8.ValidString(summary) {
+		return nil, invalid("summary", "must be valid UTF-8")
+	}
+	sess, err := s.transitionByName(ctx, req.GetName(), completeTransition, summary)
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.CompleteSessionResponse{Session: sess.proto()}, nil
+}
+
+// FailSession moves a session that is not finished to FAILED, recording why.
+// It is not part of the API: the Guide calls it on an unrecoverable error.
+func (s *Service) FailSession(ctx context.Context, who identity.Identity, sessionID, reason string) (*guidev1.Session, error) {
+	if !ids.Valid(sessionID) {
+		return nil, invalid("session_id", "want a UUID, got %q", truncate(sessionID, 100))
+	}
+	sess, err := s.transition(ctx, ownerOf(who), strings.ToLower(sessionID), failTransition, reason)
+	if err != nil {
+		return nil, s.toStatus(ctx, "fail session", err)
+	}
+	return sess.proto(), nil
+}
+
+func (s *Service) transitionByName(ctx context.Context, name string, t transition, note string) (session, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return session{}, err
+	}
+	id, err := parseSessionName("name", name)
+	if err != nil {
+		return session{}, err
+	}
+	sess, err := s.transition(ctx, ownerOf(who), id, t, note)
+	if err != nil {
+		return session{}, s.toStatus(ctx, t.verb+" session", err)
+	}
+	return sess, nil
+}
+
+// transition applies t to a session in one transaction, then publishes the
+// matching session event. note is the summary (complete) or the failure
+// reason (fail).
+func (s *Service) transition(ctx context.Context, o owner, id string, t transition, note string) (session, error) {
+	var sess session
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := getSession(ctx, tx, o, id, true)
+		if err != nil {
+			return err
+		}
+		if err := t.apply(&cur, s.now()); err != nil {
+			return err
+		}
+		switch t.to {
+		case stateCompleted:
+			cur.Summary = note
+		case stateFailed:
+			cur.FailureReason = note
+		}
+		if err := updateSessionState(ctx, tx, cur); err != nil {
+			return err
+		}
+		sess = cur
+		return nil
+	})
+	if err != nil {
+		return session{}, err
+	}
+	s.metrics.transitions.WithLabelValues(t.to).Inc()
+	s.log.InfoContext(ctx, "session "+t.to, slog.String(logx.KeyTenantID, o.tenant), slog.String(logx.KeySessionID, id))
+	text := fmt.Sprintf("Session %s is %s", sessionName(id), t.to)
+	if t.to == stateCompleted && note != "" {
+		text += ": " + note
+	}
+	s.publishSessionEvent(ctx, sess, t.event, text)
+	return sess, nil
+}
+
+// publishSessionEvent records a lifecycle change on the session's stream.
+// The change is already committed, so a bus failure is logged rather than
+// failing the call.
+func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ, text string) {
+	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
+		Tenant:  sess.TenantID,
+		Session: sess.ID,
+		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixMicro()),
+		Type:    typ,
+		Source:  authorGuide,
+		Text:    text,
+		Data:    map[string]any{"session": sessionName(sess.ID), "state": sess.State},
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "publish session event", slog.String("type", typ),
+			slog.String(logx.KeySessionID, sess.ID), logx.Err(err))
+	}
+}

@@ -1,0 +1,306 @@
+package guide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// owner scopes every query: a tenant and one of its users.
+type owner struct {
+	tenant, user string
+}
+
+// Session states as stored.
+const (
+	stateCreated   = "created"
+	stateActive    = "active"
+	stateSuspended = "suspended"
+	stateCompleted = "completed"
+	stateFailed    = "failed"
+)
+
+// Message authors other than agents.
+const (
+	authorUser  = "user"
+	authorGuide = "guide"
+)
+
+type session struct {
+	ID             string
+	TenantID       string
+	UserID         string
+	DisplayName    string
+	State          string
+	Metadata       map[string]string
+	Summary        string
+	FailureReason  string
+	CreateTime     time.Time
+	UpdateTime     time.Time
+	ActivateTime   *time.Time
+	SuspendTime    *time.Time
+	CompleteTime   *time.Time
+	FailTime       *time.Time
+	LastActiveTime time.Time
+}
+
+const sessionColumns = `id, tenant_id, user_id, display_name, state, metadata, summary, failure_reason,
+	create_time, update_time, activate_time, suspend_time, complete_time, fail_time, last_active_time`
+
+func scanSession(row pgx.Row) (session, error) {
+	var s session
+	err := row.Scan(&s.ID, &s.TenantID, &s.UserID, &s.DisplayName, &s.State, &s.Metadata, &s.Summary,
+		&s.FailureReason, &s.CreateTime, &s.UpdateTime, &s.ActivateTime, &s.SuspendTime, &s.CompleteTime,
+		&s.FailTime, &s.LastActiveTime)
+	return s, err
+}
+
+// message is a stored message; user messages also carry their outcome.
+type message struct {
+	ID            string
+	SessionID     string
+	Author        string
+	Text          string
+	CorrelationID string
+	RequestID     *string
+	CreateTime    time.Time
+
+	Route         outcomeRoute
+	IntentSubject string
+	Reply         string
+	ReplyID       *string
+	Options       []string
+	EnvelopeID    *string
+	DispatchTime  *time.Time
+}
+
+// outcomeRoute is how a user message was handled.
+type outcomeRoute struct {
+	Target, Tier, IntentType, Reason string
+	Confidence                       float64
+}
+
+const messageColumns = `id, session_id, author, text, correlation_id, request_id, create_time,
+	route_target, route_tier, route_confidence, route_intent_type, route_reason, intent_subject,
+	reply, reply_id, options, envelope_id, dispatch_time`
+
+func scanMessage(row pgx.Row) (message, error) {
+	var m message
+	err := row.Scan(&m.ID, &m.SessionID, &m.Author, &m.Text, &m.CorrelationID, &m.RequestID, &m.CreateTime,
+		&m.Route.Target, &m.Route.Tier, &m.Route.Confidence, &m.Route.IntentType, &m.Route.Reason,
+		&m.IntentSubject, &m.Reply, &m.ReplyID, &m.Options, &m.EnvelopeID, &m.DispatchTime)
+	return m, err
+}
+
+func createSession(ctx context.Context, q querier, s session) error {
+	_, err := q.Exec(ctx, `INSERT INTO sessions (`+sessionColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		s.ID, s.TenantID, s.UserID, s.DisplayName, s.State, s.Metadata, s.Summary, s.FailureReason,
+		s.CreateTime, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime, s.FailTime, s.LastActiveTime)
+	if err != nil {
+		return fmt.Errorf("insert session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func getSession(ctx context.Context, q querier, o owner, id string, forUpdate bool) (session, error) {
+	sql := `SELECT ` + sessionColumns + ` FROM sessions WHERE tenant_id = $1 AND user_id = $2 AND id = $3`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	s, err := scanSession(q.QueryRow(ctx, sql, o.tenant, o.user, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session{}, &notFoundError{kind: "session", name: sessionName(id)}
+	}
+	if err != nil {
+		return session{}, fmt.Errorf("load session %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// sessionCursor is a keyset position in a newest-first session listing.
+type sessionCursor struct {
+	CreateTime time.Time
+	ID         string
+}
+
+func listSessions(ctx context.Context, q querier, o owner, state string, after *sessionCursor, limit int) ([]session, error) {
+	args := []any{o.tenant, o.user, limit}
+	sql := `SELECT ` + sessionColumns + ` FROM sessions WHERE tenant_id = $1 AND user_id = $2`
+	if state != "" {
+		args = append(args, state)
+		sql += fmt.Sprintf(` AND state = $%d`, len(args))
+	}
+	if after != nil {
+		args = append(args, after.CreateTime, after.ID)
+		sql += fmt.Sprintf(` AND (create_time, id) < ($%d, $%d::uuid)`, len(args)-1, len(args))
+	}
+	sql += ` ORDER BY create_time DESC, id DESC LIMIT $3`
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []session
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// updateSessionState writes the lifecycle fields of s.
+func updateSessionState(ctx context.Context, q querier, s session) error {
+	_, err := q.Exec(ctx, `UPDATE sessions SET state = $4, update_time = $5, activate_time = $6,
+		suspend_time = $7, complete_time = $8, fail_time = $9, summary = $10, failure_reason = $11
+		WHERE tenant_id = $1 AND user_id = $2 AND id = $3`,
+		s.TenantID, s.UserID, s.ID, s.State, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime,
+		s.FailTime, s.Summary, s.FailureReason)
+	if err != nil {
+		return fmt.Errorf("update session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// touchActiveSession records activity on an active session and reports
+// whether the session was active.
+func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE sessions SET last_active_time = $4
+		WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'`, o.tenant, o.user, id, at)
+	if err != nil {
+		return false, fmt.Errorf("touch session %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// insertMessage stores m. It reports errDuplicateRequest when a message with
+// the same request id exists in the session.
+func insertMessage(ctx context.Context, q querier, o owner, m message) error {
+	tag, err := q.Exec(ctx, `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
+		correlation_id, request_id, create_time, route_target, route_tier, route_confidence,
+		route_intent_type, route_reason, intent_subject, reply, reply_id, options, envelope_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		ON CONFLICT (session_id, request_id) WHERE request_id IS NOT NULL DO NOTHING`,
+		m.ID, o.tenant, o.user, m.SessionID, m.Author, m.Text, m.CorrelationID, m.RequestID, m.CreateTime,
+		m.Route.Target, m.Route.Tier, m.Route.Confidence, m.Route.IntentType, m.Route.Reason, m.IntentSubject,
+		m.Reply, m.ReplyID, nonNil(m.Options), m.EnvelopeID)
+	if err != nil {
+		return fmt.Errorf("insert message %s: %w", m.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errDuplicateRequest
+	}
+	return nil
+}
+
+// setReply records the Guide's reply to a user message.
+func setReply(ctx context.Context, q querier, o owner, id, reply, replyID string) error {
+	_, err := q.Exec(ctx, `UPDATE messages SET reply = $3, reply_id = $4 WHERE tenant_id = $1 AND id = $2`,
+		o.tenant, id, reply, replyID)
+	if err != nil {
+		return fmt.Errorf("record reply to %s: %w", id, err)
+	}
+	return nil
+}
+
+func messageByRequest(ctx context.Context, q querier, o owner, sessionID, requestID string) (message, bool, error) {
+	m, err := scanMessage(q.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND request_id = $4`,
+		o.tenant, o.user, sessionID, requestID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return message{}, false, nil
+	}
+	if err != nil {
+		return message{}, false, fmt.Errorf("load message by request id: %w", err)
+	}
+	return m, true, nil
+}
+
+// messageCursor is a keyset position in an oldest-first message listing.
+type messageCursor struct {
+	CreateTime time.Time
+	ID         string
+}
+
+func listMessages(ctx context.Context, q querier, o owner, sessionID string, after *messageCursor, limit int) ([]message, error) {
+	args := []any{o.tenant, o.user, sessionID, limit}
+	sql := `SELECT ` + messageColumns + ` FROM messages WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3`
+	if after != nil {
+		args = append(args, after.CreateTime, after.ID)
+		sql += ` AND (create_time, id) > ($5, $6::uuid)`
+	}
+	sql += ` ORDER BY create_time, id LIMIT $4`
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	defer rows.Close()
+	var out []message
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list messages: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list messages: %w", err)
+	}
+	return out, nil
+}
+
+// countMessages counts a session's messages by author.
+func countMessages(ctx context.Context, q querier, o owner, sessionID string) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT author, count(*) FROM messages
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 GROUP BY author`, o.tenant, o.user, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var author string
+		var n int
+		if err := rows.Scan(&author, &n); err != nil {
+			return nil, fmt.Errorf("count messages: %w", err)
+		}
+		out[author] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	return out, nil
+}
+
+func markDispatched(ctx context.Context, q querier, o owner, id string, at time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE messages SET dispatch_time = $3
+		WHERE tenant_id = $1 AND id = $2 AND dispatch_time IS NULL`, o.tenant, id, at)
+	if err != nil {
+		return fmt.Errorf("mark message %s dispatched: %w", id, err)
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
