@@ -1,0 +1,133 @@
+package dag_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/dag"
+)
+
+func node(id string, deps ...string) *orchestratorv1.Node {
+	return &orchestratorv1.Node{Id: id, Command: "true", DependsOn: deps}
+}
+
+func graph(nodes ...*orchestratorv1.Node) *orchestratorv1.Dag {
+	return &orchestratorv1.Dag{Nodes: nodes}
+}
+
+func TestValidateLayers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		dag  *orchestratorv1.Dag
+		want [][]string
+	}{
+		{"single", graph(node("a")), [][]string{{"a"}}},
+		{"independent sorted", graph(node("c"), node("a"), node("b")), [][]string{{"a", "b", "c"}}},
+		{"chain", graph(node("c", "b"), node("b", "a"), node("a")), [][]string{{"a"}, {"b"}, {"c"}}},
+		{
+			"diamond from the spec",
+			graph(node("t1"), node("t3", "t1"), node("t2", "t1"), node("t4", "t2", "t3")),
+			[][]string{{"t1"}, {"t2", "t3"}, {"t4"}},
+		},
+		{
+			"uneven depths",
+			graph(node("a"), node("b", "a"), node("c", "b"), node("d", "a", "c"), node("e")),
+			[][]string{{"a", "e"}, {"b"}, {"c"}, {"d"}},
+		},
+		{
+			"prompt only, roles and timeouts",
+			graph(
+				&orchestratorv1.Node{Id: "plan.1", Prompt: "write it", Role: "engineer"},
+				&orchestratorv1.Node{Id: "lint_1", Command: "go vet", Role: "inspector", DependsOn: []string{"plan.1"}, Timeout: durationpb.New(24 * time.Hour)},
+				&orchestratorv1.Node{Id: "T-1", Command: "go test", Role: "tester", DependsOn: []string{"plan.1"}, Timeout: durationpb.New(0)},
+			),
+			[][]string{{"plan.1"}, {"T-1", "lint_1"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := dag.Validate(tt.dag)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	t.Parallel()
+	tooMany := make([]*orchestratorv1.Node, dag.MaxNodes+1)
+	for i := range tooMany {
+		tooMany[i] = node(fmt.Sprintf("n%d", i))
+	}
+	long := strings.Repeat("x", dag.MaxCommandBytes+1)
+	tests := []struct {
+		name string
+		dag  *orchestratorv1.Dag
+		want string
+	}{
+		{"nil dag", nil, "at least one node"},
+		{"no nodes", graph(), "at least one node"},
+		{"too many nodes", graph(tooMany...), "exceed the limit of 10000"},
+		{"nil node", graph(node("a"), nil), "dag.nodes[1]: node is empty"},
+		{"missing id", graph(node("")), "dag.nodes[0].id is required"},
+		{"bad id char", graph(node("a b")), `dag.nodes[0].id "a b" is invalid`},
+		{"bad id start", graph(node("-a")), `dag.nodes[0].id "-a" is invalid`},
+		{"id too long", graph(node(strings.Repeat("a", 65))), "is invalid"},
+		{"duplicate id", graph(node("a"), node("b"), node("a")), `dag.nodes[2].id "a" duplicates dag.nodes[0]`},
+		{"unknown dependency", graph(node("a", "zz")), `node "a": depends_on names unknown node "zz"`},
+		{"self dependency", graph(node("a", "a")), `node "a": depends_on names the node itself`},
+		{"repeated dependency", graph(node("a"), node("b", "a", "a")), `node "b": depends_on repeats "a"`},
+		{"no command nor prompt", graph(&orchestratorv1.Node{Id: "a"}), `node "a": a command or a prompt is required`},
+		{"blank command", graph(&orchestratorv1.Node{Id: "a", Command: "  \n"}), "a command or a prompt is required"},
+		{"command too long", graph(&orchestratorv1.Node{Id: "a", Command: long}), "command of 65537 bytes exceeds"},
+		{"prompt too long", graph(&orchestratorv1.Node{Id: "a", Prompt: long}), "prompt of 65537 bytes exceeds"},
+		{"bad role", graph(&orchestratorv1.Node{Id: "a", Command: "x", Role: "librarian"}), `role "librarian" is invalid`},
+		{"negative timeout", graph(&orchestratorv1.Node{Id: "a", Command: "x", Timeout: durationpb.New(-time.Second)}), "out of range"},
+		{"timeout too long", graph(&orchestratorv1.Node{Id: "a", Command: "x", Timeout: durationpb.New(25 * time.Hour)}), "out of range"},
+		{"malformed timeout", graph(&orchestratorv1.Node{Id: "a", Command: "x", Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}), "timeout is invalid"},
+		{"two-node cycle", graph(node("a", "b"), node("b", "a")), "dag: cycle in depends_on: a -> b -> a"},
+		{
+			"three-node cycle behind a valid prefix",
+			graph(node("root"), node("c", "root", "b"), node("a", "c"), node("b", "a"), node("tail", "a")),
+			"dag: cycle in depends_on: a -> c -> b -> a",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			layers, err := dag.Validate(tt.dag)
+			require.Nil(t, layers)
+			var de *dag.Error
+			require.True(t, errors.As(err, &de), "want *dag.Error, got %T", err)
+			require.Contains(t, de.Error(), tt.want)
+		})
+	}
+}
+
+func TestValidateLargeChain(t *testing.T) {
+	t.Parallel()
+	nodes := make([]*orchestratorv1.Node, dag.MaxNodes)
+	nodes[0] = node("n0")
+	for i := 1; i < len(nodes); i++ {
+		nodes[i] = node(fmt.Sprintf("n%d", i), fmt.Sprintf("n%d", i-1))
+	}
+	layers, err := dag.Validate(graph(nodes...))
+	require.NoError(t, err)
+	require.Len(t, layers, dag.MaxNodes)
+	require.Equal(t, []string{"n9999"}, layers[len(layers)-1])
+}
+
+func TestRole(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, dag.RoleEngineer, dag.Role(&orchestratorv1.Node{}))
+	require.Equal(t, dag.RoleTester, dag.Role(&orchestratorv1.Node{Role: "tester"}))
+}

@@ -1,0 +1,84 @@
+package orchestrator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config holds the Orchestrator's settings.
+type Config struct {
+	// DefaultMaxConcurrency applies to runs created with max_concurrency 0.
+	DefaultMaxConcurrency int
+	// MaxConcurrencyLimit is the largest max_concurrency a run may ask for.
+	MaxConcurrencyLimit int
+	// MaxDagBytes bounds the encoded size of a submitted DAG.
+	MaxDagBytes int
+	// OutputLimitBytes is the per-stream output cap sent to workers with
+	// every task.
+	OutputLimitBytes int
+	// UpstreamOutputBytes caps the stdout of one dependency passed to a task.
+	UpstreamOutputBytes int
+	// MaxUpstreamBytes caps all dependencies' stdout passed to one task.
+	MaxUpstreamBytes int
+	// DefaultPageSize and MaxPageSize bound ListRuns pages.
+	DefaultPageSize int
+	MaxPageSize     int
+	// ResyncInterval is how often unfinished runs are re-examined, so that a
+	// run whose scheduling was interrupted (a crash, a failed publish) moves on.
+	ResyncInterval time.Duration
+}
+
+// RegisterFlags registers the -orchestrator.* flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.DefaultMaxConcurrency, "orchestrator.default-max-concurrency", 4, "nodes of one run running at once when the run does not say")
+	fs.IntVar(&c.MaxConcurrencyLimit, "orchestrator.max-concurrency-limit", 64, "largest max_concurrency a run may ask for")
+	fs.IntVar(&c.MaxDagBytes, "orchestrator.max-dag-bytes", 4<<20, "largest encoded DAG accepted")
+	fs.IntVar(&c.OutputLimitBytes, "orchestrator.output-limit-bytes", 1<<20, "cap on each of a task's stdout and stderr, sent to workers")
+	fs.IntVar(&c.UpstreamOutputBytes, "orchestrator.upstream-output-bytes", 16<<10, "cap on one dependency's stdout passed to a task")
+	fs.IntVar(&c.MaxUpstreamBytes, "orchestrator.max-upstream-bytes", 256<<10, "cap on all dependencies' stdout passed to a task")
+	fs.IntVar(&c.DefaultPageSize, "orchestrator.default-page-size", 50, "ListRuns page size when the request does not say")
+	fs.IntVar(&c.MaxPageSize, "orchestrator.max-page-size", 500, "largest ListRuns page size")
+	fs.DurationVar(&c.ResyncInterval, "orchestrator.resync-interval", 15*time.Second, "how often unfinished runs are re-examined")
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("orchestrator", flag.ContinueOnError))
+	return c
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxConcurrencyLimit < 1 || c.MaxConcurrencyLimit > 10000 {
+		errs = append(errs, errors.New("orchestrator.max-concurrency-limit: must be between 1 and 10000"))
+	}
+	if c.DefaultMaxConcurrency < 1 || c.DefaultMaxConcurrency > c.MaxConcurrencyLimit {
+		errs = append(errs, fmt.Errorf("orchestrator.default-max-concurrency: must be between 1 and orchestrator.max-concurrency-limit (%d)", c.MaxConcurrencyLimit))
+	}
+	if c.MaxDagBytes < 1<<10 {
+		errs = append(errs, errors.New("orchestrator.max-dag-bytes: must be at least 1024"))
+	}
+	if c.OutputLimitBytes < 1<<10 || c.OutputLimitBytes > 64<<20 {
+		errs = append(errs, errors.New("orchestrator.output-limit-bytes: must be between 1024 and 64 MiB"))
+	}
+	if c.UpstreamOutputBytes < 0 || c.MaxUpstreamBytes < 0 {
+		errs = append(errs, errors.New("orchestrator.upstream-output-bytes and orchestrator.max-upstream-bytes: must not be negative"))
+	}
+	if c.MaxUpstreamBytes > 512<<10 {
+		errs = append(errs, errors.New("orchestrator.max-upstream-bytes: must be at most 512 KiB (a task must fit in one message)"))
+	}
+	if c.MaxPageSize < 1 {
+		errs = append(errs, errors.New("orchestrator.max-page-size: must be at least 1"))
+	}
+	if c.DefaultPageSize < 1 || c.DefaultPageSize > c.MaxPageSize {
+		errs = append(errs, errors.New("orchestrator.default-page-size: must be between 1 and orchestrator.max-page-size"))
+	}
+	if c.ResyncInterval < 100*time.Millisecond {
+		errs = append(errs, errors.New("orchestrator.resync-interval: must be at least 100ms"))
+	}
+	return errors.Join(errs...)
+}

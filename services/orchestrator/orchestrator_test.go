@@ -1,0 +1,699 @@
+package orchestrator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
+	"sylk.dev/sylk/services/orchestrator"
+	"sylk.dev/sylk/services/worker"
+)
+
+const waitFor = 30 * time.Second
+
+type harness struct {
+	svc *orchestrator.Service
+	reg *prometheus.Registry
+	db  *pgxpool.Pool
+	bus *natsx.Bus
+}
+
+func userCtx(tenant string) context.Context {
+	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: "u1", Role: identity.RoleAdmin})
+}
+
+// start runs svc until the test ends.
+func start(t *testing.T, run func(context.Context) error) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var stopped bool
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		require.NoError(t, <-done)
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// newOrchestrator starts an Orchestrator on its own schema and, unless bus
+// is given, its own bus prefix.
+func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, context.CancelFunc) {
+	t.Helper()
+	if db == nil {
+		db, _ = testenv.Postgres(t, "orchestrator", migrations.FS("orchestrator"))
+	}
+	if bus == nil {
+		bus = testenv.NATS(t)
+	}
+	cfg := orchestrator.DefaultConfig()
+	cfg.ResyncInterval = 200 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
+	require.NoError(t, err)
+	stop := start(t, svc.Run)
+	// Run provisions the streams; wait until they exist.
+	require.Eventually(t, func() bool {
+		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
+		return err == nil
+	}, waitFor, 10*time.Millisecond)
+	return &harness{svc: svc, reg: reg, db: db, bus: bus}, stop
+}
+
+func (h *harness) startWorker(t *testing.T, concurrency int) {
+	t.Helper()
+	cfg := worker.DefaultConfig()
+	cfg.WorkspaceRoot = t.TempDir()
+	cfg.Concurrency = concurrency
+	cfg.ID = "w1"
+	w, err := worker.New(cfg, app.Deps{Log: logx.Discard(), Bus: h.bus, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	start(t, w.Run)
+}
+
+func (h *harness) create(t *testing.T, ctx context.Context, req *orchestratorv1.CreateRunRequest) *orchestratorv1.Run {
+	t.Helper()
+	resp, err := h.svc.CreateRun(ctx, req)
+	require.NoError(t, err)
+	return resp.GetRun()
+}
+
+func (h *harness) get(t *testing.T, ctx context.Context, name string) *orchestratorv1.Run {
+	t.Helper()
+	resp, err := h.svc.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: name})
+	require.NoError(t, err)
+	return resp.GetRun()
+}
+
+func (h *harness) waitState(t *testing.T, ctx context.Context, name string, want orchestratorv1.RunState) *orchestratorv1.Run {
+	t.Helper()
+	var run *orchestratorv1.Run
+	require.Eventually(t, func() bool {
+		run = h.get(t, ctx, name)
+		return run.GetState() == want
+	}, waitFor, 20*time.Millisecond, "run %s never reached %s", name, want)
+	return run
+}
+
+func nodesByID(run *orchestratorv1.Run) map[string]*orchestratorv1.NodeStatus {
+	out := map[string]*orchestratorv1.NodeStatus{}
+	for _, n := range run.GetNodes() {
+		out[n.GetNodeId()] = n
+	}
+	return out
+}
+
+func cmd(id, command string, deps ...string) *orchestratorv1.Node {
+	return &orchestratorv1.Node{Id: id, Command: command, DependsOn: deps}
+}
+
+func dagOf(nodes ...*orchestratorv1.Node) *orchestratorv1.Dag {
+	return &orchestratorv1.Dag{Nodes: nodes}
+}
+
+// tasks fetches dispatches as a worker of role would, acknowledging them.
+func (h *harness) tasks(t *testing.T, role string, n int) []*messagev1.Envelope {
+	t.Helper()
+	cons, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{
+		Stream: h.bus.Stream(topology.StreamTasks), Durable: "worker-" + role,
+		FilterSubjects: []string{topology.TaskSubject(h.bus, role)},
+	})
+	require.NoError(t, err)
+	var out []*messagev1.Envelope
+	require.Eventually(t, func() bool {
+		batch, err := cons.FetchNoWait(n - len(out))
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			var env messagev1.Envelope
+			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
+			d := env.GetTaskDispatch()
+			require.Equal(t, fmt.Sprintf("%s:%s:%d", d.GetRunId(), d.GetNodeId(), d.GetAttempt()), msg.Headers().Get(jetstream.MsgIDHeader))
+			out = append(out, &env)
+			require.NoError(t, msg.Ack())
+		}
+		return len(out) >= n
+	}, waitFor, 20*time.Millisecond)
+	return out
+}
+
+// noMoreTasks checks that no dispatch for role is waiting.
+func (h *harness) noMoreTasks(t *testing.T, role string) {
+	t.Helper()
+	info, err := h.bus.JS.Consumer(context.Background(), h.bus.Stream(topology.StreamTasks), "worker-"+role)
+	require.NoError(t, err)
+	ci, err := info.Info(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, ci.NumPending)
+}
+
+func (h *harness) sendResult(t *testing.T, tenant, runID, node string, attempt, exit int32, stdout, msgID string) {
+	t.Helper()
+	env := &messagev1.Envelope{
+		Id: ids.New(), TenantId: tenant, Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
+		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
+			RunId: runID, NodeId: node, Attempt: attempt, ExitCode: exit, Stdout: stdout,
+			Duration: durationpb.New(150 * time.Millisecond), WorkerId: "test-worker",
+		}},
+	}
+	_, err := h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), msgID, env)
+	require.NoError(t, err)
+}
+
+// resultsDrained waits until the Orchestrator acknowledged every result.
+func (h *harness) resultsDrained(t *testing.T, delivered uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := h.bus.JS.Consumer(context.Background(), h.bus.Stream(topology.StreamTasks), "orchestrator-results")
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(context.Background())
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Consumer >= delivered
+	}, waitFor, 20*time.Millisecond)
+}
+
+// events reads a session's event stream.
+func (h *harness) events(t *testing.T, tenant, session string, n int) []*guidev1.Event {
+	t.Helper()
+	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{topology.EventSubject(h.bus, tenant, session)},
+	})
+	require.NoError(t, err)
+	var out []*guidev1.Event
+	require.Eventually(t, func() bool {
+		batch, err := cons.FetchNoWait(100)
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			var ev guidev1.Event
+			require.NoError(t, proto.Unmarshal(msg.Data(), &ev))
+			out = append(out, &ev)
+		}
+		return len(out) >= n
+	}, waitFor, 20*time.Millisecond)
+	return out
+}
+
+func TestDiamondRunsDependenciesFirst(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 2)
+	ctx := userCtx("t1")
+	session := ids.New()
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{
+		SessionId: "sessions/" + session,
+		Plan:      "sessions/" + session + "/plans/p1",
+		Dag: dagOf(
+			cmd("c", "echo C", "a", "b"),
+			cmd("a", "echo A; echo warn >&2"),
+			&orchestratorv1.Node{Id: "b", Prompt: "summarise the design", Role: "inspector"},
+		),
+	})
+	require.Equal(t, "runs/"+run.GetId(), run.GetName())
+	require.Equal(t, session, run.GetSessionId())
+	require.Equal(t, int32(4), run.GetMaxConcurrency())
+	require.Len(t, run.GetDag().GetNodes(), 3)
+
+	run = h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
+	require.NotNil(t, run.GetStartTime())
+	require.NotNil(t, run.GetEndTime())
+	require.Equal(t, []string{"c", "a", "b"}, []string{run.GetNodes()[0].GetNodeId(), run.GetNodes()[1].GetNodeId(), run.GetNodes()[2].GetNodeId()}, "nodes in DAG order")
+	n := nodesByID(run)
+	for _, id := range []string{"a", "b", "c"} {
+		require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n[id].GetState(), id)
+		require.Equal(t, int32(1), n[id].GetAttempt(), id)
+		require.Equal(t, "w1", n[id].GetWorkerId(), id)
+		require.NotNil(t, n[id].GetDuration(), id)
+	}
+	require.Equal(t, "A\n", n["a"].GetStdout())
+	require.Equal(t, "warn\n", n["a"].GetStderr())
+	require.Equal(t, worker.NoModelOutput, n["b"].GetStdout())
+	require.Equal(t, "C\n", n["c"].GetStdout())
+	cStart := n["c"].GetStartTime().AsTime()
+	require.False(t, cStart.Before(n["a"].GetEndTime().AsTime()), "c started before a ended")
+	require.False(t, cStart.Before(n["b"].GetEndTime().AsTime()), "c started before b ended")
+
+	require.Equal(t, 3.0, metric(t, h.reg, "sylk_orchestrator_nodes_dispatched_total", ""))
+	evs := h.events(t, "t1", session, 8)
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.GetType())
+		require.Equal(t, "orchestrator", e.GetSource())
+	}
+	require.Equal(t, "run.started", types[0])
+	require.Equal(t, "run.completed", types[len(types)-1])
+	require.Equal(t, "SUCCEEDED", evs[len(evs)-1].GetData().GetFields()["state"].GetStringValue())
+	count := func(typ string) int {
+		c := 0
+		for _, ty := range types {
+			if ty == typ {
+				c++
+			}
+		}
+		return c
+	}
+	require.Equal(t, 3, count("run.node_dispatched"))
+	require.Equal(t, 3, count("run.node_completed"))
+	// c's dispatch comes after both a and b completed.
+	cDispatched := slices.IndexFunc(evs, func(e *guidev1.Event) bool {
+		return e.GetType() == "run.node_dispatched" && e.GetData().GetFields()["node"].GetStringValue() == "c"
+	})
+	completed := 0
+	for _, e := range evs[:cDispatched] {
+		if e.GetType() == "run.node_completed" {
+			completed++
+		}
+	}
+	require.Equal(t, 2, completed)
+}
+
+func TestMaxConcurrencyOneSerialises(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 4)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{
+		MaxConcurrency: 1,
+		Dag:            dagOf(cmd("n1", "echo 1"), cmd("n2", "echo 2"), cmd("n3", "echo 3"), cmd("n4", "echo 4")),
+	})
+	run = h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
+	nodes := slices.Clone(run.GetNodes())
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].GetStartTime().AsTime().Before(nodes[j].GetStartTime().AsTime()) })
+	for i := 1; i < len(nodes); i++ {
+		require.False(t, nodes[i].GetStartTime().AsTime().Before(nodes[i-1].GetEndTime().AsTime()),
+			"%s started before %s ended", nodes[i].GetNodeId(), nodes[i-1].GetNodeId())
+	}
+}
+
+func TestMaxConcurrencyBoundsDispatches(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{
+		MaxConcurrency: 2,
+		Dag:            dagOf(cmd("n1", "true"), cmd("n2", "true"), cmd("n3", "true"), cmd("n4", "true")),
+	})
+	got := h.tasks(t, "engineer", 2)
+	h.noMoreTasks(t, "engineer")
+	require.Equal(t, []string{"n1", "n2"}, []string{got[0].GetTaskDispatch().GetNodeId(), got[1].GetTaskDispatch().GetNodeId()})
+	h.sendResult(t, "t1", run.GetId(), "n1", 1, 0, "", "r-n1")
+	got = h.tasks(t, "engineer", 1)
+	require.Equal(t, "n3", got[0].GetTaskDispatch().GetNodeId())
+	h.resultsDrained(t, 1)
+	h.noMoreTasks(t, "engineer")
+}
+
+func TestFailureSkipsDependentsAndFailsTheRun(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 2)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(
+		cmd("a", "echo broken >&2; exit 3"),
+		cmd("b", "echo never", "a"),
+		cmd("c", "echo never", "b"),
+		cmd("d", "echo independent"),
+	)})
+	run = h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
+	n := nodesByID(run)
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n["a"].GetState())
+	require.Equal(t, int32(3), n["a"].GetExitCode())
+	require.Equal(t, "broken\n", n["a"].GetStderr())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SKIPPED, n["b"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SKIPPED, n["c"].GetState())
+	require.Zero(t, n["b"].GetAttempt())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["d"].GetState())
+	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_runs_total", "FAILED"))
+}
+
+func TestTimeoutFailsTheNode(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 1)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(
+		&orchestratorv1.Node{Id: "slow", Command: "sleep 30", Timeout: durationpb.New(200 * time.Millisecond)},
+	)})
+	run = h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
+	n := run.GetNodes()[0]
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n.GetState())
+	require.Contains(t, n.GetError(), "timed out")
+}
+
+// metric reads a counter's value, or a histogram's observation count; state
+// selects the "state" label when not empty.
+func metric(t *testing.T, reg *prometheus.Registry, name, state string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if state != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "state" && l.GetValue() == state }) {
+				continue
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func countRows(t *testing.T, db *pgxpool.Pool) (runs, nodes int) {
+	t.Helper()
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM nodes)`).Scan(&runs, &nodes))
+	return runs, nodes
+}
+
+func TestCreateRunRejectsInvalidRequests(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	tests := []struct {
+		name string
+		ctx  context.Context
+		req  *orchestratorv1.CreateRunRequest
+		code codes.Code
+		msg  string
+	}{
+		{"cycle", userCtx("t1"), &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true", "c"), cmd("b", "true", "a"), cmd("c", "true", "b"))},
+			codes.InvalidArgument, "dag: cycle in depends_on: a -> c -> b -> a"},
+		{"unknown dependency", userCtx("t1"), &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true", "ghost"))},
+			codes.InvalidArgument, `depends_on names unknown node "ghost"`},
+		{"missing dag", userCtx("t1"), &orchestratorv1.CreateRunRequest{}, codes.InvalidArgument, "dag: is required"},
+		{"empty dag", userCtx("t1"), &orchestratorv1.CreateRunRequest{Dag: dagOf()}, codes.InvalidArgument, "at least one node"},
+		{"concurrency too high", userCtx("t1"), &orchestratorv1.CreateRunRequest{MaxConcurrency: 65, Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "max_concurrency"},
+		{"negative concurrency", userCtx("t1"), &orchestratorv1.CreateRunRequest{MaxConcurrency: -1, Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "max_concurrency"},
+		{"bad session", userCtx("t1"), &orchestratorv1.CreateRunRequest{SessionId: "s1", Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "session_id"},
+		{"bad plan", userCtx("t1"), &orchestratorv1.CreateRunRequest{Plan: "plans/1", Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "plan"},
+		{"bad request id", userCtx("t1"), &orchestratorv1.CreateRunRequest{RequestId: "has space", Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "request_id"},
+		{"no identity", context.Background(), &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"))},
+			codes.Unauthenticated, "identity"},
+		{"viewer", identity.NewContext(context.Background(), identity.Identity{TenantID: "t1", UserID: "u2", Role: identity.RoleViewer}),
+			&orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"))}, codes.PermissionDenied, "viewers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := h.svc.CreateRun(tt.ctx, tt.req)
+			require.Equal(t, tt.code, status.Code(err), "%v", err)
+			require.Contains(t, status.Convert(err).Message(), tt.msg)
+		})
+	}
+	runs, nodes := countRows(t, h.db)
+	require.Zero(t, runs)
+	require.Zero(t, nodes)
+}
+
+func TestCreateRunIsIdempotentPerRequestID(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	req := &orchestratorv1.CreateRunRequest{RequestId: "req-1", Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))}
+	first := h.create(t, userCtx("t1"), req)
+	again := h.create(t, userCtx("t1"), req)
+	require.Equal(t, first.GetId(), again.GetId())
+	other := h.create(t, userCtx("t2"), req)
+	require.NotEqual(t, first.GetId(), other.GetId(), "request ids are per tenant")
+	// Concurrent retries race on the unique index; all get the same run.
+	concurrent := &orchestratorv1.CreateRunRequest{RequestId: "req-2", Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))}
+	got := make(chan string, 5)
+	for range 5 {
+		go func() {
+			resp, err := h.svc.CreateRun(userCtx("t3"), concurrent)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- resp.GetRun().GetId()
+		}()
+	}
+	first3 := <-got
+	for range 4 {
+		require.Equal(t, first3, <-got)
+	}
+	runs, nodes := countRows(t, h.db)
+	require.Equal(t, 3, runs)
+	require.Equal(t, 6, nodes)
+	// Node a of each run was dispatched once.
+	tasks := h.tasks(t, "engineer", 3)
+	h.noMoreTasks(t, "engineer")
+	require.ElementsMatch(t, []string{"t1", "t2", "t3"}, []string{tasks[0].GetTenantId(), tasks[1].GetTenantId(), tasks[2].GetTenantId()})
+}
+
+func TestDuplicateResultIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "echo a"), cmd("b", "echo b", "a"))})
+	a := h.tasks(t, "engineer", 1)[0]
+	require.Equal(t, "a", a.GetTaskDispatch().GetNodeId())
+	require.Equal(t, int32(1), a.GetTaskDispatch().GetAttempt())
+	require.Equal(t, "echo a", a.GetTaskDispatch().GetCommand())
+	require.Equal(t, int64(orchestrator.DefaultConfig().OutputLimitBytes), a.GetTaskDispatch().GetOutputLimitBytes())
+
+	// The same result twice under different message ids (as a redelivery
+	// after the de-duplication window would be), then a stale attempt.
+	h.sendResult(t, "t1", run.GetId(), "a", 1, 0, "first\n", "dup-1")
+	h.sendResult(t, "t1", run.GetId(), "a", 1, 1, "second\n", "dup-2")
+	h.sendResult(t, "t1", run.GetId(), "a", 7, 1, "stale\n", "dup-3")
+	h.resultsDrained(t, 3)
+
+	b := h.tasks(t, "engineer", 1)[0]
+	require.Equal(t, "b", b.GetTaskDispatch().GetNodeId())
+	require.Equal(t, map[string]string{"a": "first\n"}, b.GetTaskDispatch().GetUpstreamOutputs())
+	h.noMoreTasks(t, "engineer")
+	n := nodesByID(h.get(t, ctx, run.GetName()))
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["a"].GetState())
+	require.Equal(t, "first\n", n["a"].GetStdout())
+	require.Equal(t, "test-worker", n["a"].GetWorkerId())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n["b"].GetState())
+	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_node_duration_seconds", ""))
+	h.sendResult(t, "t1", run.GetId(), "b", 1, 0, "done\n", "b-1")
+	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
+	// Results for another tenant's run id change nothing.
+	h.sendResult(t, "t2", run.GetId(), "b", 1, 1, "intruder\n", "b-2")
+	h.resultsDrained(t, 5)
+	require.Equal(t, "done\n", nodesByID(h.get(t, ctx, run.GetName()))["b"].GetStdout())
+}
+
+func TestCancelRun(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	session := ids.New()
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))})
+	h.tasks(t, "engineer", 1)
+
+	_, err := h.svc.CancelRun(userCtx("t2"), &orchestratorv1.CancelRunRequest{Name: run.GetName()})
+	require.Equal(t, codes.NotFound, status.Code(err), "another tenant cannot see the run")
+
+	resp, err := h.svc.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, resp.GetRun().GetState())
+	n := nodesByID(resp.GetRun())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n["a"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
+
+	_, err = h.svc.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+
+	// The dispatched node's result is still recorded; nothing else runs.
+	h.sendResult(t, "t1", run.GetId(), "a", 1, 0, "late\n", "late-a")
+	h.resultsDrained(t, 1)
+	got := h.get(t, ctx, run.GetName())
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, got.GetState())
+	n = nodesByID(got)
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["a"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
+	h.noMoreTasks(t, "engineer")
+	evs := h.events(t, "t1", session, 4)
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.GetType())
+	}
+	require.Equal(t, []string{"run.started", "run.node_dispatched", "run.completed", "run.node_completed"}, types)
+	require.Equal(t, "CANCELLED", evs[2].GetData().GetFields()["state"].GetStringValue())
+	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_runs_total", "CANCELLED"))
+}
+
+func TestGetRunErrors(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	tests := []struct {
+		name string
+		code codes.Code
+	}{
+		{"", codes.InvalidArgument},
+		{"runs/not-a-uuid", codes.InvalidArgument},
+		{"sessions/" + ids.New(), codes.InvalidArgument},
+		{"runs/" + ids.New(), codes.NotFound},
+	}
+	for _, tt := range tests {
+		_, err := h.svc.GetRun(userCtx("t1"), &orchestratorv1.GetRunRequest{Name: tt.name})
+		require.Equal(t, tt.code, status.Code(err), "name %q: %v", tt.name, err)
+	}
+}
+
+func TestListRunsPagesNewestFirst(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	session := ids.New()
+	var created []string
+	for i := range 5 {
+		req := &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"))}
+		if i%2 == 0 {
+			req.SessionId = session
+		}
+		created = append(created, h.create(t, ctx, req).GetId())
+	}
+	h.create(t, userCtx("t2"), &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"))})
+	slices.Reverse(created)
+
+	var listed []string
+	token := ""
+	for {
+		resp, err := h.svc.ListRuns(ctx, &orchestratorv1.ListRunsRequest{PageSize: 2, PageToken: token})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(resp.GetRuns()), 2)
+		for _, r := range resp.GetRuns() {
+			listed = append(listed, r.GetId())
+			require.Nil(t, r.GetDag())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	require.Equal(t, created, listed)
+
+	resp, err := h.svc.ListRuns(ctx, &orchestratorv1.ListRunsRequest{SessionId: "sessions/" + session})
+	require.NoError(t, err)
+	require.Len(t, resp.GetRuns(), 3)
+	for _, r := range resp.GetRuns() {
+		require.Equal(t, session, r.GetSessionId())
+	}
+	_, err = h.svc.ListRuns(ctx, &orchestratorv1.ListRunsRequest{PageToken: "garbage!"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = h.svc.ListRuns(ctx, &orchestratorv1.ListRunsRequest{PageSize: -1})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+func TestRecoveryAfterRestart(t *testing.T) {
+	t.Parallel()
+	h, stop := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	inFlight := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))})
+	h.tasks(t, "engineer", 1)
+	stalled := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("x", "true"))})
+	stop()
+
+	// A crash before the stalled run was started, and the task queue lost.
+	_, err := h.db.Exec(context.Background(), `UPDATE runs SET state = 'PENDING', start_time = NULL WHERE id = $1`, stalled.GetId())
+	require.NoError(t, err)
+	_, err = h.db.Exec(context.Background(), `UPDATE nodes SET state = 'PENDING', start_time = NULL WHERE run_id = $1`, stalled.GetId())
+	require.NoError(t, err)
+	require.NoError(t, h.bus.JS.DeleteStream(context.Background(), h.bus.Stream(topology.StreamTasks)))
+
+	h2, _ := newOrchestrator(t, h.db, h.bus)
+	got := h2.tasks(t, "engineer", 2)
+	byRun := map[string]*messagev1.TaskDispatch{}
+	for _, e := range got {
+		byRun[e.GetTaskDispatch().GetRunId()] = e.GetTaskDispatch()
+	}
+	require.Equal(t, "a", byRun[inFlight.GetId()].GetNodeId())
+	require.Equal(t, int32(1), byRun[inFlight.GetId()].GetAttempt(), "the in-flight dispatch is re-sent as it was")
+	require.Equal(t, "x", byRun[stalled.GetId()].GetNodeId())
+	require.Equal(t, int32(2), byRun[stalled.GetId()].GetAttempt(), "a new dispatch gets a new attempt")
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_RUNNING, h2.get(t, ctx, stalled.GetName()).GetState())
+
+	h2.sendResult(t, "t1", inFlight.GetId(), "a", 1, 0, "", "rec-a")
+	require.Equal(t, "b", h2.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetNodeId())
+}
+
+func TestUpstreamOutputsAreCapped(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("big", "true"), cmd("next", "true", "big"))})
+	h.tasks(t, "engineer", 1)
+	out := strings.Repeat("x", 40<<10) + "END"
+	h.sendResult(t, "t1", run.GetId(), "big", 1, 0, out, "big-1")
+	next := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	up := next.GetUpstreamOutputs()["big"]
+	require.Less(t, len(up), 17<<10)
+	require.True(t, strings.HasSuffix(up, "xEND"))
+	require.Contains(t, up, "bytes truncated]")
+}
+
+// TestOverGRPC goes through a real server with the interceptor chain, with
+// the caller's identity in metadata.
+func TestOverGRPC(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 1)
+	reg := prometheus.NewRegistry()
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 8 << 20}, logx.Discard(), reg, reg)
+	require.NoError(t, err)
+	h.svc.Register(srv.GRPC())
+	require.NoError(t, srv.Listen())
+	start(t, srv.Run)
+	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cc.Close() })
+	client := orchestratorv1.NewWorkflowServiceClient(cc)
+	ctx := identity.AppendOutgoing(context.Background(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
+
+	_, err = client.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true", "a"))})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.Contains(t, status.Convert(err).Message(), "depends_on names the node itself")
+
+	_, err = client.ListRuns(context.Background(), &orchestratorv1.ListRunsRequest{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+
+	created, err := client.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "echo over the wire"))})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err := client.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: created.GetRun().GetName()})
+		require.NoError(t, err)
+		return got.GetRun().GetState() == orchestratorv1.RunState_RUN_STATE_SUCCEEDED &&
+			got.GetRun().GetNodes()[0].GetStdout() == "over the wire\n"
+	}, waitFor, 20*time.Millisecond)
+}

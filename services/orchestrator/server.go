@@ -1,0 +1,391 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/dag"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
+)
+
+// Input formats.
+var (
+	planPattern      = regexp.MustCompile(`^sessions/[^/]{1,128}/plans/[^/]{1,128}$`)
+	requestIDPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+)
+
+// CreateRun validates the DAG, persists the run and its nodes, and starts
+// dispatching. A retry with the same request_id returns the first run.
+func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
+	who, err := s.writer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	session, err := parseSessionID("session_id", req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if p := req.GetPlan(); p != "" && !planPattern.MatchString(p) {
+		return nil, status.Error(codes.InvalidArgument, `plan: want "sessions/{session}/plans/{plan}"`)
+	}
+	if r := req.GetRequestId(); r != "" && !requestIDPattern.MatchString(r) {
+		return nil, status.Error(codes.InvalidArgument, "request_id: want 1-128 printable ASCII characters without spaces")
+	}
+	maxConc := req.GetMaxConcurrency()
+	if maxConc == 0 {
+		maxConc = int32(s.cfg.DefaultMaxConcurrency)
+	}
+	if maxConc < 1 || int(maxConc) > s.cfg.MaxConcurrencyLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "max_concurrency: must be between 1 and %d (0 means %d)", s.cfg.MaxConcurrencyLimit, s.cfg.DefaultMaxConcurrency)
+	}
+	if req.GetDag() == nil {
+		return nil, status.Error(codes.InvalidArgument, "dag: is required")
+	}
+	if n := proto.Size(req.GetDag()); n > s.cfg.MaxDagBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "dag: %d bytes exceed the limit of %d", n, s.cfg.MaxDagBytes)
+	}
+	layers, err := dag.Validate(req.GetDag())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if r := req.GetRequestId(); r != "" {
+		existing, err := getRunByRequestID(ctx, s.db, who.TenantID, r)
+		if err == nil {
+			return s.createResponse(ctx, who.TenantID, existing.ID)
+		}
+		if !errors.Is(err, errNotFound) {
+			return nil, s.internal(ctx, "look up request id", err)
+		}
+	}
+	blob, err := proto.Marshal(req.GetDag())
+	if err != nil {
+		return nil, s.internal(ctx, "encode dag", err)
+	}
+	layerOf := make(map[string]int, len(req.GetDag().GetNodes()))
+	for i, l := range layers {
+		for _, id := range l {
+			layerOf[id] = i
+		}
+	}
+	nodes := make([]newNode, len(req.GetDag().GetNodes()))
+	for i, n := range req.GetDag().GetNodes() {
+		nodes[i] = newNode{ID: n.GetId(), Position: i, Layer: layerOf[n.GetId()], Role: dag.Role(n), DependsOn: n.GetDependsOn()}
+	}
+	run := &runRow{
+		TenantID: who.TenantID, ID: ids.New(), UserID: who.UserID, SessionID: session, Plan: req.GetPlan(),
+		State: statePending, MaxConcurrency: maxConc, DAG: blob,
+	}
+	if r := req.GetRequestId(); r != "" {
+		run.RequestID = &r
+	}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := insertRun(ctx, tx, run); err != nil {
+			return err
+		}
+		return insertNodes(ctx, tx, run.TenantID, run.ID, nodes)
+	})
+	if err != nil && run.RequestID != nil && pgstore.IsUniqueViolation(err) {
+		// A concurrent retry with the same request id won the race.
+		existing, gerr := getRunByRequestID(ctx, s.db, who.TenantID, *run.RequestID)
+		if gerr != nil {
+			return nil, s.internal(ctx, "look up request id", gerr)
+		}
+		return s.createResponse(ctx, who.TenantID, existing.ID)
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "create run", err)
+	}
+	s.log.InfoContext(ctx, "run created", logx.KeyTenantID, run.TenantID, logx.KeyRunID, run.ID,
+		logx.KeySessionID, session, "nodes", len(nodes), "max_concurrency", maxConc)
+	// The run is stored: start it. Should this fail, the resync loop starts it.
+	// It goes on even if the caller goes away, so that effects follow commits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
+	defer cancel()
+	if _, err := s.withRun(sctx, run.TenantID, run.ID, false, func(tx pgx.Tx, r *runRow, eff *effects) error {
+		return s.advance(sctx, tx, r, eff)
+	}); err != nil {
+		s.log.WarnContext(ctx, "start run; the resync loop will retry", logx.KeyRunID, run.ID, logx.Err(err))
+	}
+	return s.createResponse(ctx, run.TenantID, run.ID)
+}
+
+func (s *Service) createResponse(ctx context.Context, tenant, id string) (*orchestratorv1.CreateRunResponse, error) {
+	r, err := s.loadRun(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return &orchestratorv1.CreateRunResponse{Run: r}, nil
+}
+
+// GetRun returns a run with the status of each node, in DAG order.
+func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest) (*orchestratorv1.GetRunResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseRunName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.loadRun(ctx, who.TenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	return &orchestratorv1.GetRunResponse{Run: r}, nil
+}
+
+// ListRuns pages through the tenant's runs, newest first. Listed runs carry
+// neither the DAG nor node statuses: GetRun has them.
+func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequest) (*orchestratorv1.ListRunsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, status.Error(codes.InvalidArgument, "page_size: must not be negative")
+	case size == 0:
+		size = s.cfg.DefaultPageSize
+	case size > s.cfg.MaxPageSize:
+		size = s.cfg.MaxPageSize
+	}
+	session, err := parseSessionID("session_id", req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	var cursor *pageCursor
+	if t := req.GetPageToken(); t != "" {
+		if cursor, err = decodeCursor(t); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "page_token: is invalid")
+		}
+	}
+	rows, err := listRuns(ctx, s.db, who.TenantID, session, cursor, size+1)
+	if err != nil {
+		return nil, s.internal(ctx, "list runs", err)
+	}
+	resp := &orchestratorv1.ListRunsResponse{}
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[len(rows)-1]
+		resp.NextPageToken = encodeCursor(pageCursor{CreateTime: last.CreateTime, ID: last.ID})
+	}
+	for _, r := range rows {
+		resp.Runs = append(resp.Runs, runProto(r, nil, nil))
+	}
+	return resp, nil
+}
+
+// CancelRun stops a run that has not finished: the run and its pending
+// nodes become CANCELLED. Nodes already dispatched run to completion and
+// their results are still recorded, but nothing further is dispatched.
+func (s *Service) CancelRun(ctx context.Context, req *orchestratorv1.CancelRunRequest) (*orchestratorv1.CancelRunResponse, error) {
+	who, err := s.writer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseRunName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	var finished string
+	found, err := s.withRun(ctx, who.TenantID, id, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+		if terminalRun(run.State) {
+			finished = run.State
+			return nil
+		}
+		if err := finishRun(ctx, tx, run.TenantID, run.ID, stateCancelled); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET state = 'CANCELLED', end_time = now()
+			WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING'`, run.TenantID, run.ID); err != nil {
+			return err
+		}
+		eff.completed = stateCancelled
+		eff.event(EventRunCompleted, run.ID+":completed", "run "+runName(run.ID)+" cancelled",
+			map[string]any{"run": runName(run.ID), "state": stateCancelled})
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, s.internal(ctx, "cancel run", err)
+	case !found:
+		return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
+	case finished != "":
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s already ended: %s", req.GetName(), finished)
+	}
+	s.log.InfoContext(ctx, "run cancelled", logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
+	r, err := s.loadRun(ctx, who.TenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	return &orchestratorv1.CancelRunResponse{Run: r}, nil
+}
+
+// writer returns the caller, who must be allowed to change runs.
+func (s *Service) writer(ctx context.Context) (identity.Identity, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return who, err
+	}
+	if who.Role == identity.RoleViewer {
+		return who, status.Error(codes.PermissionDenied, "viewers cannot create or cancel runs")
+	}
+	return who, nil
+}
+
+// loadRun reads a run with its DAG and node statuses.
+func (s *Service) loadRun(ctx context.Context, tenant, id string) (*orchestratorv1.Run, error) {
+	var (
+		run   *runRow
+		nodes []nodeRow
+	)
+	// One snapshot, so that the run and its nodes agree.
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if run, err = getRun(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		nodes, err = listNodes(ctx, tx, tenant, id)
+		return err
+	})
+	if errors.Is(err, errNotFound) {
+		return nil, status.Errorf(codes.NotFound, "run %s not found", runName(id))
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "load run", err)
+	}
+	var d orchestratorv1.Dag
+	if err := proto.Unmarshal(run.DAG, &d); err != nil {
+		return nil, s.internal(ctx, "decode dag", err)
+	}
+	return runProto(run, &d, nodes), nil
+}
+
+func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1.Run {
+	out := &orchestratorv1.Run{
+		Name:           runName(r.ID),
+		Id:             r.ID,
+		SessionId:      r.SessionID,
+		Plan:           r.Plan,
+		State:          orchestratorv1.RunState(orchestratorv1.RunState_value["RUN_STATE_"+r.State]),
+		MaxConcurrency: r.MaxConcurrency,
+		Dag:            d,
+		CreateTime:     timestamppb.New(r.CreateTime),
+		StartTime:      optTime(r.StartTime),
+		EndTime:        optTime(r.EndTime),
+	}
+	for _, n := range nodes {
+		ns := &orchestratorv1.NodeStatus{
+			NodeId:          n.NodeID,
+			State:           orchestratorv1.NodeState(orchestratorv1.NodeState_value["NODE_STATE_"+n.State]),
+			Attempt:         n.Attempt,
+			ExitCode:        n.ExitCode,
+			Stdout:          n.Stdout,
+			Stderr:          n.Stderr,
+			OutputTruncated: n.StdoutTruncated || n.StderrTruncated,
+			Error:           n.Error,
+			StartTime:       optTime(n.StartTime),
+			EndTime:         optTime(n.EndTime),
+			WorkerId:        n.WorkerID,
+		}
+		if n.State == stateSucceeded || n.State == stateFailed {
+			ns.Duration = durationpb.New(time.Duration(n.DurationUS) * time.Microsecond)
+		}
+		out.Nodes = append(out.Nodes, ns)
+	}
+	return out
+}
+
+func optTime(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// parseRunName accepts "runs/{uuid}".
+func parseRunName(name string) (string, error) {
+	id, ok := strings.CutPrefix(name, "runs/")
+	if name == "" {
+		return "", status.Error(codes.InvalidArgument, "name: is required")
+	}
+	if !ok || !ids.Valid(id) {
+		return "", status.Errorf(codes.InvalidArgument, `name: want "runs/{uuid}", got %q`, truncateForError(name))
+	}
+	return strings.ToLower(id), nil
+}
+
+// parseSessionID accepts a session id or its resource name
+// "sessions/{id}", and returns the id in lower case (as ids makes them);
+// empty stays empty.
+func parseSessionID(field, v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	id := strings.TrimPrefix(v, "sessions/")
+	if !ids.Valid(id) {
+		return "", status.Errorf(codes.InvalidArgument, `%s: want a session id (a UUID) or "sessions/{id}", got %q`, field, truncateForError(v))
+	}
+	return strings.ToLower(id), nil
+}
+
+func truncateForError(s string) string {
+	if len(s) > 80 {
+		return strings.ToValidUTF8(s[:80], "") + "..."
+	}
+	return s
+}
+
+func encodeCursor(c pageCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreateTime.UnixMicro(), 10) + "|" + c.ID))
+}
+
+func decodeCursor(tok string) (*pageCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, err
+	}
+	ts, id, ok := strings.Cut(string(b), "|")
+	us, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || !ids.Valid(id) {
+		return nil, errors.New("malformed page token")
+	}
+	return &pageCursor{CreateTime: time.UnixMicro(us), ID: id}, nil
+}
+
+// internal logs err and returns a status that does not leak it: the
+// caller's own deadline or cancellation, Unavailable when the database
+// cannot be reached, Internal otherwise.
+func (s *Service) internal(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	}
+	s.log.ErrorContext(ctx, op, logx.Err(err))
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+		return status.Error(codes.Unavailable, "the run store is unavailable; retry later")
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("internal error during %s", op))
+}

@@ -1,0 +1,137 @@
+// Package orchestrator runs DAGs durably: it accepts a DAG through the
+// WorkflowService, persists the run and one row per node in Postgres, and
+// dispatches each node to the workers through the JetStream task queues once
+// its dependencies succeeded, at most max_concurrency at a time per run. It
+// records the workers' results, skips the dependents of failed nodes, and
+// reports progress on the run's session event stream.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// Service is the Orchestrator.
+type Service struct {
+	orchestratorv1.UnimplementedWorkflowServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	db      *pgxpool.Pool
+	bus     *natsx.Bus
+	metrics metrics
+}
+
+type metrics struct {
+	dispatched   prometheus.Counter
+	runs         *prometheus.CounterVec
+	nodeDuration prometheus.Histogram
+}
+
+// New builds the Orchestrator; it needs deps.DB (migrated) and deps.Bus.
+func New(cfg Config, deps app.Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.DB == nil || deps.Bus == nil {
+		return nil, errors.New("orchestrator: a database and a NATS bus are required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = logx.Discard()
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	f := promauto.With(reg)
+	return &Service{
+		cfg: cfg,
+		log: log.With(logx.KeyComponent, "orchestrator"),
+		db:  deps.DB,
+		bus: deps.Bus,
+		metrics: metrics{
+			dispatched: f.NewCounter(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_nodes_dispatched_total",
+				Help: "Node attempts dispatched to workers.",
+			}),
+			runs: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_runs_total",
+				Help: "Runs that ended, by final state.",
+			}, []string{"state"}),
+			nodeDuration: f.NewHistogram(prometheus.HistogramOpts{
+				Name:    "sylk_orchestrator_node_duration_seconds",
+				Help:    "Run time of node attempts as reported by workers.",
+				Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+			}),
+		},
+	}, nil
+}
+
+// Register adds the WorkflowService.
+func (s *Service) Register(g *grpc.Server) {
+	orchestratorv1.RegisterWorkflowServiceServer(g, s)
+}
+
+// Run provisions the task and event streams, recovers unfinished runs, then
+// applies worker results and periodically re-examines unfinished runs until
+// ctx is done. It returns nil on a clean stop.
+func (s *Service) Run(ctx context.Context) error {
+	err := s.run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
+	if err := topology.EnsureTasks(ctx, s.bus); err != nil {
+		return err
+	}
+	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
+		return err
+	}
+	if err := s.recoverRuns(ctx); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return s.bus.Consume(gctx, natsx.ConsumerSpec{
+			Stream:         s.bus.Stream(topology.StreamTasks),
+			Durable:        resultConsumerDurable,
+			FilterSubjects: []string{topology.ResultSubject(s.bus)},
+			// A result must not be lost to a database outage: retry until it
+			// is applied (undecodable messages are terminated instead).
+			MaxDeliver: unlimitedDeliveries,
+			NakDelay:   resultRedeliveryDelay,
+		}, s.handleResult)
+	})
+	g.Go(func() error {
+		t := time.NewTicker(s.cfg.ResyncInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				s.resync(gctx)
+			}
+		}
+	})
+	s.log.InfoContext(ctx, "orchestrator started")
+	return g.Wait()
+}

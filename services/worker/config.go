@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// Config holds the worker's settings.
+type Config struct {
+	// Roles are the task queues this worker consumes.
+	Roles []string
+	// Concurrency is how many tasks of each role run at once.
+	Concurrency int
+	// DefaultTimeout applies to tasks whose dispatch sets none.
+	DefaultTimeout time.Duration
+	// MaxOutputBytes caps each of stdout and stderr.
+	MaxOutputBytes int
+	// WorkspaceRoot is where per-task workspaces are created.
+	WorkspaceRoot string
+	// ID names this worker in task results.
+	ID string
+	// KillGrace is the time between SIGTERM and SIGKILL when a task is stopped.
+	KillGrace time.Duration
+	// AckWait is how long a task may go without a progress heartbeat before
+	// JetStream hands it to another worker; heartbeats go out every AckWait/3.
+	AckWait time.Duration
+}
+
+// Limits of the settings.
+const (
+	maxConcurrency = 256
+	maxTimeout     = 24 * time.Hour
+	minOutputBytes = 1 << 10
+	maxOutputBytes = 64 << 20
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
+
+// RegisterFlags registers the -worker.* flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Roles = slices.Clone(topology.Roles)
+	fs.Var((*roleList)(&c.Roles), "worker.roles", "comma-separated task roles to consume: engineer, inspector, tester")
+	fs.IntVar(&c.Concurrency, "worker.concurrency", 2, "tasks of each role run at once")
+	fs.DurationVar(&c.DefaultTimeout, "worker.default-timeout", 10*time.Minute, "timeout of tasks whose dispatch sets none")
+	fs.IntVar(&c.MaxOutputBytes, "worker.max-output-bytes", 1<<20, "cap on each of a task's stdout and stderr (head and tail are kept)")
+	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
+	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
+	fs.DurationVar(&c.KillGrace, "worker.kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when a task is stopped")
+	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("worker", flag.ContinueOnError))
+	return c
+}
+
+func defaultID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Roles) == 0 {
+		errs = append(errs, errors.New("worker.roles: at least one role is required"))
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Roles {
+		if !slices.Contains(topology.Roles, r) {
+			errs = append(errs, fmt.Errorf("worker.roles: unknown role %q (want %s)", r, strings.Join(topology.Roles, ", ")))
+		}
+		if seen[r] {
+			errs = append(errs, fmt.Errorf("worker.roles: %q is listed twice", r))
+		}
+		seen[r] = true
+	}
+	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
+		errs = append(errs, fmt.Errorf("worker.concurrency: must be between 1 and %d", maxConcurrency))
+	}
+	if c.DefaultTimeout <= 0 || c.DefaultTimeout > maxTimeout {
+		errs = append(errs, fmt.Errorf("worker.default-timeout: must be positive and at most %s", maxTimeout))
+	}
+	if c.MaxOutputBytes < minOutputBytes || c.MaxOutputBytes > maxOutputBytes {
+		errs = append(errs, fmt.Errorf("worker.max-output-bytes: must be between %d and %d", minOutputBytes, maxOutputBytes))
+	}
+	if !filepath.IsAbs(c.WorkspaceRoot) {
+		errs = append(errs, errors.New("worker.workspace-root: must be an absolute path"))
+	}
+	if !idPattern.MatchString(c.ID) {
+		errs = append(errs, errors.New("worker.id: want 1-128 characters of [A-Za-z0-9_.:@-] starting with a letter or digit"))
+	}
+	if c.KillGrace <= 0 || c.KillGrace > time.Minute {
+		errs = append(errs, errors.New("worker.kill-grace: must be positive and at most 1m"))
+	}
+	if c.AckWait < time.Second {
+		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))
+	}
+	return errors.Join(errs...)
+}
+
+// roleList is a comma-separated flag value.
+type roleList []string
+
+func (l *roleList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *roleList) Set(s string) error {
+	var out []string
+	for _, r := range strings.Split(s, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	*l = out
+	return nil
+}

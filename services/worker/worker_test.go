@@ -1,0 +1,381 @@
+package worker
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+func testConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.WorkspaceRoot = t.TempDir()
+	cfg.KillGrace = 500 * time.Millisecond
+	cfg.DefaultTimeout = 30 * time.Second
+	cfg.MaxOutputBytes = 4096
+	cfg.ID = "w-test"
+	return cfg
+}
+
+// offlineService is a worker without a bus, for running tasks directly.
+func offlineService(t *testing.T, cfg Config) *Service {
+	require.NoError(t, cfg.Validate())
+	return &Service{cfg: cfg, log: logx.Discard()}
+}
+
+func dispatch(cmd string) *messagev1.TaskDispatch {
+	return &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "engineer", Command: cmd}
+}
+
+func TestRunTaskOutcomes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		cmd        string
+		exit       int32
+		stdout     string
+		stderr     string
+		wantErr    string
+		stdoutCont string
+	}{
+		{name: "success", cmd: "echo hello", stdout: "hello\n"},
+		{name: "exit code", cmd: "echo out; echo err >&2; exit 3", exit: 3, stdout: "out\n", stderr: "err\n"},
+		{name: "command not found", cmd: "no-such-command-sylk", exit: 127, stdoutCont: ""},
+		{name: "runs in the workspace", cmd: "pwd; test \"$PWD\" = \"$HOME\" && echo same", stdoutCont: "same\n"},
+		{name: "tmpdir inside the workspace", cmd: "test -d \"$TMPDIR\" && case \"$TMPDIR\" in \"$HOME\"/*) echo inside;; esac", stdoutCont: "inside\n"},
+		{name: "no stdin", cmd: "cat; echo done", stdout: "done\n"},
+		{name: "killed by a signal", cmd: "kill -9 $$", exit: 137},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := offlineService(t, testConfig(t))
+			out, cancelled := s.runTask(context.Background(), "engineer", dispatch(tt.cmd))
+			require.False(t, cancelled)
+			r := out.msg
+			require.Equal(t, tt.exit, r.GetExitCode(), "stderr: %s", r.GetStderr())
+			if tt.stdout != "" {
+				require.Equal(t, tt.stdout, r.GetStdout())
+			}
+			if tt.stderr != "" {
+				require.Equal(t, tt.stderr, r.GetStderr())
+			}
+			require.Contains(t, r.GetStdout(), tt.stdoutCont)
+			require.Equal(t, "w-test", r.GetWorkerId())
+			require.False(t, r.GetTimedOut())
+			require.Positive(t, r.GetDuration().AsDuration())
+		})
+	}
+}
+
+func TestWorkspaceIsFreshAndRemoved(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	s := offlineService(t, cfg)
+	for range 2 {
+		out, _ := s.runTask(context.Background(), "engineer", dispatch("ls -A; test -e marker && echo reused; touch marker"))
+		require.Equal(t, int32(0), out.msg.GetExitCode())
+		require.Equal(t, ".tmp\n", out.msg.GetStdout())
+	}
+	entries, err := os.ReadDir(cfg.WorkspaceRoot)
+	require.NoError(t, err)
+	require.Empty(t, entries, "workspaces must be removed")
+}
+
+// Not parallel: it sets an environment variable of the test process.
+func TestEnvironmentIsStripped(t *testing.T) {
+	t.Setenv("SYLK_TEST_API_KEY", "do-not-leak")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak-either")
+	s := offlineService(t, testConfig(t))
+	out, _ := s.runTask(context.Background(), "engineer", dispatch("env"))
+	require.Equal(t, int32(0), out.msg.GetExitCode())
+	env := out.msg.GetStdout()
+	require.NotContains(t, env, "do-not-leak")
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(env), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		names = append(names, name)
+	}
+	allowed := map[string]bool{"PATH": true, "LANG": true, "LC_ALL": true, "TZ": true, "HOME": true, "TMPDIR": true, "PWD": true, "OLDPWD": true}
+	for _, n := range names {
+		require.True(t, allowed[n], "unexpected variable %s in the task environment", n)
+	}
+	require.Contains(t, names, "PATH")
+	require.Contains(t, names, "HOME")
+}
+
+// gone reports whether pid no longer runs (absent, or a zombie nobody reaped yet).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
+}
+
+func pids(t *testing.T, out string) (int, int) {
+	t.Helper()
+	m := regexp.MustCompile(`child=(\d+)\s+shell=(\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "output: %q", out)
+	child, _ := strconv.Atoi(m[1])
+	shell, _ := strconv.Atoi(m[2])
+	return child, shell
+}
+
+func TestTimeoutKillsTheProcessGroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cmd  string
+		exit int32
+	}{
+		{"terminated", "sleep 300 & echo child=$! shell=$$; wait", 128 + int32(syscall.SIGTERM)},
+		{"killed after ignoring SIGTERM", "trap '' TERM; sleep 300 & echo child=$! shell=$$; while :; do wait; done", 128 + int32(syscall.SIGKILL)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := offlineService(t, testConfig(t))
+			d := dispatch(tt.cmd)
+			d.Timeout = durationpb.New(300 * time.Millisecond)
+			start := time.Now()
+			out, _ := s.runTask(context.Background(), "engineer", d)
+			r := out.msg
+			require.True(t, r.GetTimedOut())
+			require.Equal(t, tt.exit, r.GetExitCode())
+			require.Contains(t, r.GetError(), "timed out after 300ms")
+			require.Less(t, time.Since(start), 10*time.Second)
+			child, shell := pids(t, r.GetStdout())
+			require.Eventually(t, func() bool { return gone(child) && gone(shell) }, 5*time.Second, 20*time.Millisecond)
+		})
+	}
+}
+
+func TestLeftoverBackgroundProcessIsKilled(t *testing.T) {
+	t.Parallel()
+	s := offlineService(t, testConfig(t))
+	out, _ := s.runTask(context.Background(), "engineer", dispatch("sleep 300 >/dev/null 2>&1 & echo child=$! shell=$$"))
+	require.Equal(t, int32(0), out.msg.GetExitCode())
+	require.False(t, out.msg.GetTimedOut())
+	child, _ := pids(t, out.msg.GetStdout())
+	require.Eventually(t, func() bool { return gone(child) }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestOutputTruncation(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.MaxOutputBytes = 1024
+	s := offlineService(t, cfg)
+	// 100000 bytes on stdout: "0123456789" repeated, head and tail known.
+	d := dispatch(`i=0; while [ $i -lt 10000 ]; do printf 0123456789; i=$((i+1)); done; printf END; echo small >&2`)
+	out, _ := s.runTask(context.Background(), "engineer", d)
+	r := out.msg
+	require.Equal(t, int32(0), r.GetExitCode())
+	require.True(t, r.GetStdoutTruncated())
+	require.False(t, r.GetStderrTruncated())
+	require.Equal(t, "small\n", r.GetStderr())
+	head, tail, ok := strings.Cut(r.GetStdout(), "\n... [98979 bytes truncated] ...\n")
+	require.True(t, ok, "stdout: %q", r.GetStdout())
+	require.Len(t, head, 512)
+	require.True(t, strings.HasPrefix(head, "0123456789"))
+	require.Len(t, tail, 512)
+	require.True(t, strings.HasSuffix(tail, "789END"))
+
+	// The dispatch's own limit applies when it is lower.
+	d.OutputLimitBytes = 100
+	out, _ = s.runTask(context.Background(), "engineer", d)
+	require.Contains(t, out.msg.GetStdout(), "[99903 bytes truncated]")
+}
+
+func TestCancelStopsTheCommand(t *testing.T) {
+	t.Parallel()
+	s := offlineService(t, testConfig(t))
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := make(chan execResult, 1)
+	go func() {
+		r <- execute(ctx, execSpec{Command: "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 300", Dir: dir, Env: taskEnv(dir),
+			Timeout: time.Minute, KillGrace: s.cfg.KillGrace, OutputLimit: 1024})
+	}()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(dir + "/pid")
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	res := <-r
+	require.True(t, res.Cancelled)
+	require.False(t, res.TimedOut)
+	require.Equal(t, 128+int(syscall.SIGTERM), res.ExitCode)
+	require.Eventually(t, func() bool { return gone(pid) }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestCaptureRender(t *testing.T) {
+	t.Parallel()
+	data := []byte("abcdefghijklmnopqrstuvwxyz")
+	tests := []struct {
+		name      string
+		limit     int
+		chunk     int
+		render    int
+		want      string
+		truncated bool
+	}{
+		{"fits", 100, 3, 100, string(data), false},
+		{"exact", 26, 5, 26, string(data), false},
+		{"head and tail", 10, 4, 10, "abcde" + truncationMarker(16) + "vwxyz", true},
+		{"smaller render", 20, 1, 6, "abc" + truncationMarker(20) + "xyz", true},
+		{"smaller render, contiguous", 24, 26, 20, "abcdefghij" + truncationMarker(6) + "qrstuvwxyz", true},
+		{"render nothing", 10, 7, 0, truncationMarker(26), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCapture(tt.limit)
+			for p := data; len(p) > 0; {
+				n := min(tt.chunk, len(p))
+				_, _ = c.Write(p[:n])
+				p = p[n:]
+			}
+			got, trunc := c.render(tt.render)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.truncated, trunc)
+			require.Equal(t, int64(len(data)), c.size())
+		})
+	}
+}
+
+func TestCaptureKeepsUTF8Valid(t *testing.T) {
+	t.Parallel()
+	c := newCapture(5)
+	_, _ = c.Write([]byte("ééééé\xff"))
+	got, trunc := c.render(5)
+	require.True(t, trunc)
+	require.True(t, strings.Contains(got, "\uFFFD"))
+	_, err := proto.Marshal(&messagev1.TaskResult{Stdout: got})
+	require.NoError(t, err)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := DefaultConfig()
+	require.NoError(t, good.Validate())
+	bad := good
+	bad.Roles = []string{"engineer", "engineer", "librarian"}
+	bad.Concurrency = 0
+	bad.WorkspaceRoot = "relative"
+	bad.ID = ""
+	err := bad.Validate()
+	require.Error(t, err)
+	for _, want := range []string{"listed twice", `unknown role "librarian"`, "worker.concurrency", "worker.workspace-root", "worker.id"} {
+		require.Contains(t, err.Error(), want)
+	}
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	require.NoError(t, fs.Parse([]string{"-worker.roles", " tester, inspector "}))
+	require.Equal(t, []string{"tester", "inspector"}, c.Roles)
+}
+
+// TestThroughTheBus runs dispatches end to end: published on the task
+// subject, results read from the result subject.
+func TestThroughTheBus(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	cfg := testConfig(t)
+	cfg.Roles = []string{"tester"}
+	cfg.MaxOutputBytes = 8 << 20 // more than a NATS message holds
+	reg := prometheus.NewRegistry()
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: reg})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	require.NoError(t, topology.EnsureTasks(ctx, bus))
+
+	send := func(node, cmd string) {
+		env := &messagev1.Envelope{
+			Id: "env-" + node, TenantId: "t1", SessionId: "s1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
+			Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: node, Attempt: 1, Role: "tester", Command: cmd}},
+		}
+		_, err := bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:"+node+":1", env)
+		require.NoError(t, err)
+	}
+	send("ok", "echo fine")
+	send("bad", "exit 4")
+	send("prompt", "")
+	send("huge", "head -c 3000000 /dev/zero | tr '\\0' a; head -c 3000000 /dev/zero | tr '\\0' b >&2")
+
+	cons, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	require.NoError(t, err)
+	got := map[string]*messagev1.Envelope{}
+	require.Eventually(t, func() bool {
+		batch, err := cons.Fetch(4, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return false
+		}
+		for msg := range batch.Messages() {
+			var env messagev1.Envelope
+			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
+			require.Equal(t, "r1:"+env.GetTaskResult().GetNodeId()+":1:result", msg.Headers().Get(jetstream.MsgIDHeader))
+			got[env.GetTaskResult().GetNodeId()] = &env
+			require.NoError(t, msg.Ack())
+		}
+		return len(got) == 4
+	}, 20*time.Second, 10*time.Millisecond)
+
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE, got["ok"].GetType())
+	require.Equal(t, "fine\n", got["ok"].GetTaskResult().GetStdout())
+	require.Equal(t, "t1", got["ok"].GetTenantId())
+	require.Equal(t, "s1", got["ok"].GetSessionId())
+	require.Equal(t, "env-ok", got["ok"].GetParentId())
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED, got["bad"].GetType())
+	require.Equal(t, int32(4), got["bad"].GetTaskResult().GetExitCode())
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE, got["prompt"].GetType())
+	require.Equal(t, NoModelOutput, got["prompt"].GetTaskResult().GetStdout())
+	huge := got["huge"].GetTaskResult()
+	require.True(t, huge.GetStdoutTruncated())
+	require.True(t, huge.GetStderrTruncated())
+	require.True(t, strings.HasPrefix(huge.GetStdout(), "aaaa"))
+	require.True(t, strings.HasPrefix(huge.GetStderr(), "bbbb"))
+	require.Less(t, proto.Size(got["huge"]), int(bus.Conn.MaxPayload()))
+	require.Greater(t, len(huge.GetStdout()), 100<<10, "the room left is still used")
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(svc.metrics.tasks.WithLabelValues("tester", "failed")) == 1 &&
+			testutil.ToFloat64(svc.metrics.tasks.WithLabelValues("tester", "succeeded")) == 3
+	}, 5*time.Second, 10*time.Millisecond)
+	entries, err := os.ReadDir(cfg.WorkspaceRoot)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
