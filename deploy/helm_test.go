@@ -1,0 +1,647 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+const (
+	chartDir    = "helm/sylk"
+	releaseName = "t"
+	namespace   = "sylk"
+)
+
+// helmBinary finds the helm command on PATH or where `go install` puts it.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+	if err == nil {
+		for _, dir := range filepath.SplitList(strings.TrimSpace(string(gopath))) {
+			p := filepath.Join(dir, "bin", "helm")
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+				return p
+			}
+		}
+	}
+	t.Fatal("helm not found on PATH nor in $(go env GOPATH)/bin: run `make tools` to install it")
+	return ""
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Keep helm from reading or writing the user's configuration.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// chartCase is one set of values the chart is checked with.
+type chartCase struct {
+	name string
+	args []string // extra helm arguments (-f, --set)
+
+	wantImagePrefix  string
+	wantTag          string
+	wantStoreSecrets map[string]corev1.SecretKeySelector // env name -> secret and key
+	wantAuthSecret   corev1.SecretKeySelector
+	wantChartSecret  bool
+	wantNetPol       bool
+	wantOtel         string
+	wantReplicas     map[string]int32
+}
+
+func chartCases() []chartCase {
+	sel := func(name, key string) corev1.SecretKeySelector {
+		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
+	}
+	own := releaseName + "-sylk"
+	return []chartCase{
+		{
+			name:            "defaults",
+			wantImagePrefix: "sylk/",
+			wantTag:         "0.1.0",
+			wantStoreSecrets: map[string]corev1.SecretKeySelector{
+				"SYLK_POSTGRES_DSN": sel(own, "postgres-dsn"),
+				"SYLK_REDIS_URL":    sel(own, "redis-url"),
+				"SYLK_NATS_URL":     sel(own, "nats-url"),
+			},
+			wantAuthSecret:  sel(own, "bootstrap-key"),
+			wantChartSecret: true,
+			wantReplicas:    map[string]int32{},
+		},
+		{
+			name:            "external services",
+			args:            []string{"-f", filepath.Join(chartDir, "ci", "external-values.yaml")},
+			wantImagePrefix: "registry.example.com/sylk/",
+			wantTag:         "1.2.3",
+			wantStoreSecrets: map[string]corev1.SecretKeySelector{
+				"SYLK_POSTGRES_DSN": sel("sylk-stores", "dsn"),
+				"SYLK_REDIS_URL":    sel("sylk-stores", "redis"),
+				"SYLK_NATS_URL":     sel("sylk-stores", "nats"),
+			},
+			wantAuthSecret: sel("sylk-auth", "key"),
+			wantNetPol:     true,
+			wantOtel:       "otel-collector.observability:4317",
+			wantReplicas:   map[string]int32{"guide": 2, "librarian": 2, "worker": 3, "gateway": 2},
+		},
+	}
+}
+
+func TestHelmLint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range chartCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := runHelm(t, append([]string{"lint", "--strict", chartDir}, tc.args...)...)
+			require.NoError(t, err)
+			require.Contains(t, out, "0 chart(s) failed")
+		})
+	}
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// decodeStrict decodes one manifest into its Kubernetes API type, failing on
+// unknown or duplicate fields and on kinds the API does not have.
+func decodeStrict(doc []byte) (runtime.Object, error) {
+	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+	obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
+	return obj, err
+}
+
+// isBlank reports whether a YAML document holds nothing but comments.
+func isBlank(doc string) bool {
+	for line := range strings.Lines(doc) {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// rendered is the chart's output, decoded and indexed by kind and name.
+type rendered struct {
+	deployments map[string]*appsv1.Deployment
+	services    map[string]*corev1.Service
+	configMaps  map[string]*corev1.ConfigMap
+	secrets     map[string]*corev1.Secret
+	jobs        map[string]*batchv1.Job
+	netpols     map[string]*networkingv1.NetworkPolicy
+	accounts    map[string]*corev1.ServiceAccount
+}
+
+func renderChart(t *testing.T, args ...string) rendered {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", releaseName, chartDir, "--namespace", namespace}, args...)...)
+	require.NoError(t, err)
+	r := rendered{
+		deployments: map[string]*appsv1.Deployment{},
+		services:    map[string]*corev1.Service{},
+		configMaps:  map[string]*corev1.ConfigMap{},
+		secrets:     map[string]*corev1.Secret{},
+		jobs:        map[string]*batchv1.Job{},
+		netpols:     map[string]*networkingv1.NetworkPolicy{},
+		accounts:    map[string]*corev1.ServiceAccount{},
+	}
+	put := func(m any, name string, obj any) {
+		switch m := m.(type) {
+		case map[string]*appsv1.Deployment:
+			require.NotContains(t, m, name, "two Deployments named %s", name)
+			m[name] = obj.(*appsv1.Deployment)
+		case map[string]*corev1.Service:
+			require.NotContains(t, m, name, "two Services named %s", name)
+			m[name] = obj.(*corev1.Service)
+		case map[string]*corev1.ConfigMap:
+			require.NotContains(t, m, name, "two ConfigMaps named %s", name)
+			m[name] = obj.(*corev1.ConfigMap)
+		case map[string]*corev1.Secret:
+			require.NotContains(t, m, name, "two Secrets named %s", name)
+			m[name] = obj.(*corev1.Secret)
+		case map[string]*batchv1.Job:
+			require.NotContains(t, m, name, "two Jobs named %s", name)
+			m[name] = obj.(*batchv1.Job)
+		case map[string]*networkingv1.NetworkPolicy:
+			require.NotContains(t, m, name, "two NetworkPolicies named %s", name)
+			m[name] = obj.(*networkingv1.NetworkPolicy)
+		case map[string]*corev1.ServiceAccount:
+			require.NotContains(t, m, name, "two ServiceAccounts named %s", name)
+			m[name] = obj.(*corev1.ServiceAccount)
+		}
+	}
+	n := 0
+	for _, doc := range docSeparator.Split(out, -1) {
+		if isBlank(doc) {
+			continue
+		}
+		n++
+		obj, err := decodeStrict([]byte(doc))
+		require.NoError(t, err, "manifest does not decode strictly:\n%s", doc)
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			put(r.deployments, o.Name, o)
+		case *corev1.Service:
+			put(r.services, o.Name, o)
+		case *corev1.ConfigMap:
+			put(r.configMaps, o.Name, o)
+		case *corev1.Secret:
+			put(r.secrets, o.Name, o)
+		case *batchv1.Job:
+			put(r.jobs, o.Name, o)
+		case *networkingv1.NetworkPolicy:
+			put(r.netpols, o.Name, o)
+		case *corev1.ServiceAccount:
+			put(r.accounts, o.Name, o)
+		default:
+			t.Fatalf("unexpected kind %T in the chart:\n%s", obj, doc)
+		}
+		meta, ok := obj.(interface{ GetNamespace() string })
+		require.True(t, ok)
+		require.Equal(t, namespace, meta.GetNamespace(), "every object must be in the release namespace:\n%s", doc)
+	}
+	require.NotZero(t, n, "helm template rendered nothing")
+	return r
+}
+
+func objectName(service string) string { return releaseName + "-sylk-" + service }
+
+func TestDecodeStrictRejectsUnknownFields(t *testing.T) {
+	t.Parallel()
+	_, err := decodeStrict([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata: {}\nbogus: 1\n"))
+	require.ErrorContains(t, err, "bogus")
+	_, err = decodeStrict([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  name: y\n"))
+	require.Error(t, err, "duplicate fields must be rejected")
+	_, err = decodeStrict([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"))
+	require.NoError(t, err)
+}
+
+func TestHelmTemplate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range chartCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := renderChart(t, tc.args...)
+			require.Len(t, r.deployments, len(services))
+			require.Len(t, r.services, len(services))
+			require.Len(t, r.configMaps, 1)
+			cm := r.configMaps[releaseName+"-sylk"]
+			require.NotNil(t, cm, "the shared ConfigMap")
+
+			for _, name := range services {
+				t.Run(name, func(t *testing.T) {
+					d := r.deployments[objectName(name)]
+					require.NotNil(t, d, "no Deployment for %s", name)
+					checkDeployment(t, tc, r, name, d)
+					checkService(t, name, d, r.services[objectName(name)])
+					if tc.wantNetPol {
+						np := r.netpols[objectName(name)]
+						require.NotNil(t, np, "no NetworkPolicy for %s", name)
+						require.Equal(t, d.Spec.Selector.MatchLabels, np.Spec.PodSelector.MatchLabels)
+						require.NotEmpty(t, np.Spec.Ingress)
+					}
+				})
+			}
+			if !tc.wantNetPol {
+				require.Empty(t, r.netpols)
+			}
+
+			t.Run("configmap", func(t *testing.T) {
+				require.Equal(t, ":9090", cm.Data["SYLK_GRPC_LISTEN_ADDRESS"])
+				require.Equal(t, ":9091", cm.Data["SYLK_HTTP_LISTEN_ADDRESS"])
+				require.Equal(t, "5s", cm.Data["SYLK_SHUTDOWN_DELAY"])
+				require.Equal(t, tc.wantOtel, cm.Data["SYLK_OTEL_ENDPOINT"])
+				for key, v := range cm.Data {
+					require.True(t, strings.HasPrefix(key, "SYLK_"), "ConfigMap key %s", key)
+					require.NotContains(t, v, "://", "%s: URLs may hold credentials: keep them in Secrets", key)
+				}
+				for _, key := range []string{"SYLK_POSTGRES_DSN", "SYLK_REDIS_URL", "SYLK_NATS_URL", "SYLK_AUTH_BOOTSTRAP_KEY"} {
+					require.NotContains(t, cm.Data, key, "credentials belong in Secrets")
+				}
+				// Every peer address is a rendered Service on its gRPC port.
+				for _, peer := range peerServices {
+					addr := cm.Data["SYLK_PEER_"+strings.ToUpper(peer)]
+					host, port, ok := strings.Cut(addr, ":")
+					require.True(t, ok, "SYLK_PEER_%s=%q", strings.ToUpper(peer), addr)
+					require.Equal(t, objectName(peer), host)
+					svc := r.services[host]
+					require.NotNil(t, svc, "peer %s: no Service %s", peer, host)
+					require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+						return strconv.Itoa(int(p.Port)) == port && p.Name == "grpc"
+					}), "peer %s: Service %s has no gRPC port %s", peer, host, port)
+				}
+			})
+
+			t.Run("secrets", func(t *testing.T) {
+				own := r.secrets[releaseName+"-sylk"]
+				if !tc.wantChartSecret {
+					require.Nil(t, own, "every credential comes from an existing Secret: the chart makes none")
+					return
+				}
+				require.NotNil(t, own)
+				key := string(own.Data["bootstrap-key"])
+				require.True(t, strings.HasPrefix(key, "sylk_") && len(key) >= 32, "generated bootstrap key %q", key)
+			})
+
+			t.Run("migrations", func(t *testing.T) {
+				checkMigrationJob(t, tc, r)
+			})
+		})
+	}
+}
+
+func requireSecretRef(t *testing.T, tc chartCase, r rendered, env []corev1.EnvVar, name string, want corev1.SecretKeySelector) {
+	t.Helper()
+	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	require.GreaterOrEqual(t, i, 0, "no %s in the environment", name)
+	e := env[i]
+	require.Empty(t, e.Value, "%s must come from a Secret, not a plain value", name)
+	require.NotNil(t, e.ValueFrom, name)
+	require.NotNil(t, e.ValueFrom.SecretKeyRef, "%s must be a secretKeyRef", name)
+	ref := e.ValueFrom.SecretKeyRef
+	require.Equal(t, want.Name, ref.Name, name)
+	require.Equal(t, want.Key, ref.Key, name)
+	if s := r.secrets[ref.Name]; s != nil {
+		require.Contains(t, s.Data, ref.Key, "%s: Secret %s has no key %s", name, ref.Name, ref.Key)
+	} else {
+		require.False(t, tc.wantChartSecret && ref.Name == releaseName+"-sylk", "%s: the chart's Secret is missing", name)
+	}
+}
+
+func checkSecurity(t *testing.T, what string, pod corev1.PodSpec) {
+	t.Helper()
+	psc := pod.SecurityContext
+	require.NotNil(t, psc, "%s: pod securityContext", what)
+	require.NotNil(t, psc.RunAsNonRoot, what)
+	require.True(t, *psc.RunAsNonRoot, "%s: runAsNonRoot", what)
+	require.NotNil(t, psc.RunAsUser, what)
+	require.EqualValues(t, nonRootUID, *psc.RunAsUser, what)
+	require.NotNil(t, psc.SeccompProfile, what)
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type, what)
+	require.NotNil(t, pod.AutomountServiceAccountToken, what)
+	require.False(t, *pod.AutomountServiceAccountToken, "%s: no API token is needed", what)
+	require.Len(t, pod.Containers, 1, what)
+	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		sc := c.SecurityContext
+		require.NotNil(t, sc, "%s/%s: securityContext", what, c.Name)
+		require.NotNil(t, sc.ReadOnlyRootFilesystem)
+		require.True(t, *sc.ReadOnlyRootFilesystem, "%s/%s: readOnlyRootFilesystem", what, c.Name)
+		require.NotNil(t, sc.AllowPrivilegeEscalation)
+		require.False(t, *sc.AllowPrivilegeEscalation, "%s/%s: allowPrivilegeEscalation", what, c.Name)
+		require.NotNil(t, sc.RunAsNonRoot)
+		require.True(t, *sc.RunAsNonRoot, "%s/%s: runAsNonRoot", what, c.Name)
+		require.True(t, sc.Privileged == nil || !*sc.Privileged, "%s/%s: privileged", what, c.Name)
+		require.NotNil(t, sc.Capabilities)
+		require.Contains(t, sc.Capabilities.Drop, corev1.Capability("ALL"), "%s/%s: drop ALL capabilities", what, c.Name)
+		require.Empty(t, sc.Capabilities.Add, "%s/%s", what, c.Name)
+		require.NotNil(t, sc.SeccompProfile)
+		require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type)
+
+		require.False(t, c.Resources.Requests.Cpu().IsZero(), "%s/%s: cpu request", what, c.Name)
+		require.False(t, c.Resources.Requests.Memory().IsZero(), "%s/%s: memory request", what, c.Name)
+		require.False(t, c.Resources.Limits.Memory().IsZero(), "%s/%s: memory limit", what, c.Name)
+
+		// The root filesystem is read-only: /tmp must be a writable volume.
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = m.Name
+			require.True(t, slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }),
+				"%s/%s: mount of unknown volume %s", what, c.Name, m.Name)
+		}
+		tmp, ok := mounts["/tmp"]
+		require.True(t, ok, "%s/%s: /tmp must be mounted", what, c.Name)
+		requireEmptyDir(t, pod, tmp)
+	}
+}
+
+func requireEmptyDir(t *testing.T, pod corev1.PodSpec, volume string) {
+	t.Helper()
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == volume })
+	require.GreaterOrEqual(t, i, 0, "no volume %s", volume)
+	ed := pod.Volumes[i].EmptyDir
+	require.NotNil(t, ed, "volume %s must be an emptyDir", volume)
+	require.NotNil(t, ed.SizeLimit, "volume %s needs a size limit", volume)
+}
+
+// portNumber resolves a probe or target port against a container's ports.
+func portNumber(t *testing.T, c corev1.Container, p intstr.IntOrString) int32 {
+	t.Helper()
+	if p.Type == intstr.Int {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	t.Fatalf("container %s has no port named %q", c.Name, p.StrVal)
+	return 0
+}
+
+func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *appsv1.Deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	checkSecurity(t, name, pod)
+	c := pod.Containers[0]
+
+	require.Equal(t, tc.wantImagePrefix+"sylk-"+name+":"+tc.wantTag, c.Image)
+	require.Equal(t, []string{"/usr/local/bin/sylk-" + name}, c.Command)
+	want := int32(1)
+	if n, ok := tc.wantReplicas[name]; ok {
+		want = n
+	}
+	require.NotNil(t, d.Spec.Replicas)
+	require.Equal(t, want, *d.Spec.Replicas)
+	require.Equal(t, name, d.Spec.Template.Labels["app.kubernetes.io/component"])
+	for k, v := range d.Spec.Selector.MatchLabels {
+		require.Equal(t, v, d.Spec.Template.Labels[k], "selector label %s", k)
+	}
+
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	require.Equal(t, int32(metricsPort), ports["metrics"])
+
+	for probeName, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		require.NotNil(t, p, "%s probe", probeName)
+		if name == "gateway" {
+			require.NotNil(t, p.HTTPGet, "%s probe: GET /healthz", probeName)
+			require.Equal(t, "/healthz", p.HTTPGet.Path)
+			require.Equal(t, int32(gatewayPort), portNumber(t, c, p.HTTPGet.Port))
+		} else {
+			require.NotNil(t, p.GRPC, "%s probe: grpc.health.v1", probeName)
+			require.Equal(t, int32(grpcPort), p.GRPC.Port)
+		}
+	}
+	if name == "gateway" {
+		require.Equal(t, int32(gatewayPort), ports["http"])
+	} else {
+		require.Equal(t, int32(grpcPort), ports["grpc"])
+	}
+
+	require.Len(t, c.EnvFrom, 1)
+	require.NotNil(t, c.EnvFrom[0].ConfigMapRef)
+	require.Contains(t, r.configMaps, c.EnvFrom[0].ConfigMapRef.Name, "envFrom a ConfigMap the chart renders")
+	for env, sel := range tc.wantStoreSecrets {
+		requireSecretRef(t, tc, r, c.Env, env, sel)
+	}
+
+	switch name {
+	case "gateway":
+		requireSecretRef(t, tc, r, c.Env, "SYLK_AUTH_BOOTSTRAP_KEY", tc.wantAuthSecret)
+		requireEnvValue(t, c.Env, "SYLK_GATEWAY_LISTEN_ADDRESS", ":"+strconv.Itoa(gatewayPort))
+	case "worker":
+		require.NotEmpty(t, envValue(c.Env, "SYLK_WORKER_ROLES"))
+		root := envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == root })
+		require.GreaterOrEqual(t, i, 0, "the workspace root %q must be a volume", root)
+		requireEmptyDir(t, pod, c.VolumeMounts[i].Name)
+	}
+
+	if !tc.wantChartSecret {
+		return
+	}
+	// A change to the chart's Secret or ConfigMap must roll the pods.
+	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/config"])
+	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"])
+}
+
+func envValue(env []corev1.EnvVar, name string) string {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func requireEnvValue(t *testing.T, env []corev1.EnvVar, name, want string) {
+	t.Helper()
+	require.Equal(t, want, envValue(env, name), name)
+}
+
+func checkService(t *testing.T, name string, d *appsv1.Deployment, s *corev1.Service) {
+	t.Helper()
+	require.NotNil(t, s, "no Service for %s", name)
+	require.Equal(t, d.Spec.Selector.MatchLabels, s.Spec.Selector, "the Service selects exactly the Deployment's pods")
+	c := d.Spec.Template.Spec.Containers[0]
+	got := map[string]int32{}
+	for _, p := range s.Spec.Ports {
+		got[p.Name] = p.Port
+		require.Equal(t, p.Port, portNumber(t, c, p.TargetPort), "port %s targets the container port of the same number", p.Name)
+	}
+	if name == "gateway" {
+		require.Equal(t, map[string]int32{"http": gatewayPort, "metrics": metricsPort}, got)
+	} else {
+		require.Equal(t, map[string]int32{"grpc": grpcPort, "metrics": metricsPort}, got)
+	}
+}
+
+func hookWeight(t *testing.T, annotations map[string]string) int {
+	t.Helper()
+	w, ok := annotations["helm.sh/hook-weight"]
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(w)
+	require.NoError(t, err, "helm.sh/hook-weight %q", w)
+	return n
+}
+
+func requireHook(t *testing.T, what string, annotations map[string]string) {
+	t.Helper()
+	hooks := strings.Split(annotations["helm.sh/hook"], ",")
+	require.Contains(t, hooks, "pre-install", "%s: helm.sh/hook", what)
+	require.Contains(t, hooks, "pre-upgrade", "%s: helm.sh/hook", what)
+	require.NotEmpty(t, annotations["helm.sh/hook-delete-policy"], "%s: helm.sh/hook-delete-policy", what)
+	require.Contains(t, strings.Split(annotations["helm.sh/hook-delete-policy"], ","), "before-hook-creation", what)
+}
+
+func checkMigrationJob(t *testing.T, tc chartCase, r rendered) {
+	t.Helper()
+	require.Len(t, r.jobs, 1)
+	job := r.jobs[releaseName+"-sylk-migrate"]
+	require.NotNil(t, job, "the migration Job")
+	requireHook(t, "migration Job", job.Annotations)
+
+	pod := job.Spec.Template.Spec
+	require.Equal(t, corev1.RestartPolicyNever, pod.RestartPolicy)
+	checkSecurity(t, "migrate", pod)
+	c := pod.Containers[0]
+	require.Equal(t, tc.wantImagePrefix+"sylk:"+tc.wantTag, c.Image)
+	require.Equal(t, []string{"/usr/local/bin/sylk"}, c.Command)
+	require.Equal(t, []string{"migrate"}, c.Args)
+
+	// Hooks run before the release's objects exist: the Job's DSN must come
+	// from an existing Secret or from a hook Secret created before the Job.
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "SYLK_POSTGRES_DSN" })
+	require.GreaterOrEqual(t, i, 0)
+	require.NotNil(t, c.Env[i].ValueFrom)
+	ref := c.Env[i].ValueFrom.SecretKeyRef
+	require.NotNil(t, ref, "the DSN must come from a Secret")
+	if !tc.wantChartSecret {
+		want := tc.wantStoreSecrets["SYLK_POSTGRES_DSN"]
+		require.Equal(t, want.Name, ref.Name)
+		require.Equal(t, want.Key, ref.Key)
+		return
+	}
+	s := r.secrets[ref.Name]
+	require.NotNil(t, s, "the Job's Secret %s must be rendered", ref.Name)
+	require.Contains(t, s.Data, ref.Key)
+	requireHook(t, "migration Secret", s.Annotations)
+	require.Less(t, hookWeight(t, s.Annotations), hookWeight(t, job.Annotations), "the Secret must exist before the Job starts")
+	require.Equal(t, r.secrets[releaseName+"-sylk"].Data["postgres-dsn"], s.Data[ref.Key], "the Job migrates the services' database")
+}
+
+func TestHelmValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(t *testing.T, r rendered)
+	}{
+		{
+			name:    "bootstrap key too short",
+			args:    []string{"--set", "auth.bootstrapKey=sylk_short"},
+			wantErr: "auth.bootstrapKey must start with",
+		},
+		{
+			name:    "bootstrap key without prefix",
+			args:    []string{"--set", "auth.bootstrapKey=" + strings.Repeat("k", 40)},
+			wantErr: "auth.bootstrapKey must start with",
+		},
+		{
+			name: "bootstrap key given",
+			args: []string{"--set", "auth.bootstrapKey=sylk_" + strings.Repeat("k", 40)},
+			check: func(t *testing.T, r rendered) {
+				require.Equal(t, "sylk_"+strings.Repeat("k", 40), string(r.secrets[releaseName+"-sylk"].Data["bootstrap-key"]))
+			},
+		},
+		{
+			name:    "no database",
+			args:    []string{"--set", "postgres.dsn="},
+			wantErr: "set postgres.dsn or postgres.existingSecret",
+		},
+		{
+			name:    "gateway without a peer",
+			args:    []string{"--set", "academic.enabled=false"},
+			wantErr: "the gateway needs the academic service",
+		},
+		{
+			name: "services disabled",
+			args: []string{"--set", "gateway.enabled=false", "--set", "academic.enabled=false"},
+			check: func(t *testing.T, r rendered) {
+				require.NotContains(t, r.deployments, objectName("academic"))
+				require.NotContains(t, r.services, objectName("gateway"))
+				require.Len(t, r.deployments, len(services)-2)
+			},
+		},
+		{
+			name: "migrations disabled",
+			args: []string{"--set", "migrations.enabled=false"},
+			check: func(t *testing.T, r rendered) {
+				require.Empty(t, r.jobs)
+				require.Len(t, r.secrets, 1, "only the chart's Secret, no hook Secret")
+			},
+		},
+		{
+			name: "only the database in an existing Secret",
+			args: []string{"--set", "postgres.existingSecret=db", "--set", "postgres.existingSecretKey=uri"},
+			check: func(t *testing.T, r rendered) {
+				own := r.secrets[releaseName+"-sylk"]
+				require.NotNil(t, own)
+				require.NotContains(t, own.Data, "postgres-dsn")
+				require.Contains(t, own.Data, "redis-url")
+				require.Len(t, r.secrets, 1, "no hook Secret: the Job reads the existing one")
+				env := r.jobs[releaseName+"-sylk-migrate"].Spec.Template.Spec.Containers[0].Env
+				i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "SYLK_POSTGRES_DSN" })
+				require.Equal(t, "db", env[i].ValueFrom.SecretKeyRef.Name)
+				require.Equal(t, "uri", env[i].ValueFrom.SecretKeyRef.Key)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if tt.wantErr != "" {
+				_, err := runHelm(t, append([]string{"template", releaseName, chartDir, "--namespace", namespace}, tt.args...)...)
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			tt.check(t, renderChart(t, tt.args...))
+		})
+	}
+}
