@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/internal/mesh"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// TestDevProcess builds the real sylk binary, runs `sylk dev` as a process,
+// uses the printed address and key, and stops it with SIGTERM.
+func TestDevProcess(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sylk")
+	build := exec.Command("go", "build", "-o", bin, "sylk.dev/sylk/cmd/sylk")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	id := testenv.ID()
+	prefix := "e2p" + id + "_"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "dev",
+		"-gateway.listen-address", "127.0.0.1:0",
+		"-postgres.schema-prefix", prefix,
+		"-redis.prefix", "sylktest:"+id,
+		"-nats.data-dir", t.TempDir(), // embedded NATS
+		"-log.level", "warn",
+	)
+	cmd.Env = append(cmd.Environ(), "SYLK_POSTGRES_DSN="+testenv.PostgresDSN(), "SYLK_REDIS_URL="+testenv.RedisURL())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = io.Discard
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { dropSchemas(t, prefix) })
+
+	var base, key string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && (base == "" || key == "") {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 3 && f[0] == "REST" {
+			base = f[2]
+		}
+		if len(f) >= 3 && f[0] == "API" && f[1] == "key:" {
+			key = f[2]
+		}
+	}
+	require.NotEmpty(t, base, "sylk dev printed no REST address")
+	require.NotEmpty(t, key, "sylk dev printed no API key")
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	c := &client{t: t, base: base, key: key, http: &http.Client{Timeout: 10 * time.Second}}
+	sess := c.ok("POST", "/v1/sessions", map[string]any{})["session"].(map[string]any)
+	reply := c.ok("POST", "/v1/"+sess["name"].(string)+"/messages", map[string]any{"text": "/status"})
+	require.NotEmpty(t, reply["reply"])
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "sylk dev exits cleanly on SIGTERM")
+	require.Equal(t, 0, cmd.ProcessState.ExitCode())
+	_ = mesh.Version
+}

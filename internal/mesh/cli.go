@@ -1,0 +1,246 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"sylk.dev/sylk/gateway"
+	"sylk.dev/sylk/pkg/config"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
+)
+
+const usage = `sylk: a multi-agent system for software work, hosted for a team.
+
+Usage:
+  sylk dev [flags]                 run migrations and the whole mesh in one process
+  sylk serve SERVICE [flags]       run one service: %s
+  sylk migrate [flags]             apply every schema's migrations
+  sylk create-api-key [flags]      create an API key for a tenant's user and print it
+  sylk healthcheck SERVICE [flags] check the health of a service on this host (exit 0 when serving)
+  sylk version                     print the version
+
+Every flag can also be set through its environment variable: -postgres.dsn is
+SYLK_POSTGRES_DSN, -gateway.listen-address is SYLK_GATEWAY_LISTEN_ADDRESS.
+Run "sylk COMMAND -h" for a command's flags.
+`
+
+// Main runs the sylk command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, usage, strings.Join(append(Services, Gateway), ", "))
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "dev":
+		err = runDev(ctx, rest, stdout, stderr)
+	case "serve":
+		if len(rest) == 0 {
+			err = errors.New("serve: name a service: " + strings.Join(append(Services, Gateway), ", "))
+			break
+		}
+		err = Serve(ctx, rest[0], rest[1:], stderr)
+	case "migrate":
+		err = runMigrate(ctx, rest, stderr)
+	case "create-api-key":
+		err = runCreateAPIKey(ctx, rest, stdout, stderr)
+	case "healthcheck":
+		if len(rest) == 0 {
+			err = errors.New("healthcheck: name a service")
+			break
+		}
+		err = Healthcheck(ctx, rest[0], rest[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, Version)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintf(stdout, usage, strings.Join(append(Services, Gateway), ", "))
+	default:
+		fmt.Fprintf(stderr, "sylk: unknown command %q\n\n", cmd)
+		fmt.Fprintf(stderr, usage, strings.Join(append(Services, Gateway), ", "))
+		return 2
+	}
+	return exitCode(err, stderr)
+}
+
+// ServiceMain runs a single-service binary: its flags, or "healthcheck".
+func ServiceMain(service string, args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return exitCode(Healthcheck(ctx, service, args[1:], os.Stderr), os.Stderr)
+	}
+	return exitCode(Serve(ctx, service, args, os.Stderr), os.Stderr)
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sylk: %v\n", err)
+		return 1
+	}
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sylk dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg DevConfig
+	cfg.RegisterFlags(fs)
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	cfg.AdminKey = cfg.Services.Gateway.BootstrapKey
+	d, err := StartDev(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `Sylk is running. No language model is configured: the built-in local provider
+classifies and plans with rules and generates no code.
+
+  REST API:  %s   (OpenAPI at %s/openapi.json)
+  API key:   %s
+  Metrics:   %s
+  NATS:      %s
+
+Try:
+  export SYLK_KEY=%s
+  curl -s -H "Authorization: Bearer $SYLK_KEY" -X POST %s/v1/sessions -d '{}'
+
+Stop with Ctrl-C.
+`, d.GatewayURL, d.GatewayURL, d.AdminKey, d.MetricsURL, d.NATSURL, d.AdminKey, d.GatewayURL)
+	return d.Wait()
+}
+
+func runMigrate(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sylk migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var pg pgstore.Config
+	var lc logx.Config
+	var prefix string
+	pg.RegisterFlags(fs)
+	lc.RegisterFlags(fs)
+	fs.StringVar(&prefix, "postgres.schema-prefix", "", "prefix of every schema name")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if err := config.Validate(pg, lc); err != nil {
+		return err
+	}
+	return MigrateAll(ctx, pg, prefix, logx.New(stderr, lc, "migrate", Version))
+}
+
+func runCreateAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sylk create-api-key", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var pg pgstore.Config
+	var prefix, tenant, user, role, desc string
+	pg.RegisterFlags(fs)
+	fs.StringVar(&prefix, "postgres.schema-prefix", "", "prefix of every schema name")
+	fs.StringVar(&tenant, "tenant", "default", "tenant of the key's user")
+	fs.StringVar(&user, "user", "", "user the key acts as (created when missing)")
+	fs.StringVar(&role, "role", identity.RoleMember, "role of a new user: admin, member or viewer")
+	fs.StringVar(&desc, "description", "", "what the key is for")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if user == "" {
+		return errors.New("create-api-key: -user is required")
+	}
+	if role != identity.RoleAdmin && role != identity.RoleMember && role != identity.RoleViewer {
+		return fmt.Errorf("create-api-key: -role %q: want admin, member or viewer", role)
+	}
+	if !(identity.Identity{TenantID: tenant, UserID: user}).Valid() {
+		return errors.New("create-api-key: -tenant and -user: letters, digits and . _ @ - only, at most 128 characters")
+	}
+	pool, err := OpenSchema(ctx, pg, prefix, "auth")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	key, err := gateway.CreateAPIKey(ctx, pool, tenant, user, role, desc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, key)
+	return nil
+}
+
+// Healthcheck asks a service on this host whether it is serving: grpc.health.v1
+// for the gRPC services, /healthz for the gateway. It reads the listen address
+// flags (and their SYLK_* variables) to find the port.
+func Healthcheck(ctx context.Context, service string, args []string, stderr io.Writer) error {
+	if !IsService(service) {
+		return fmt.Errorf("unknown service %q", service)
+	}
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grpcAddr := fs.String("grpc.listen-address", ":9090", "gRPC listen address of the service")
+	gwAddr := fs.String("gateway.listen-address", ":8080", "listen address of the gateway")
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if service == Gateway {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+local(*gwAddr)+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("gateway: %s", resp.Status)
+		}
+		return nil
+	}
+	cc, err := grpc.NewClient(local(*grpcAddr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", service, err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("%s: %s", service, resp.GetStatus())
+	}
+	return nil
+}
+
+// local turns a listen address into one to dial on this host.
+func local(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
