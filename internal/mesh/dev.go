@@ -241,6 +241,3 @@ func newKey() string {
 	}
 	return "sylk_" + string(b)
 }
-
-
-
