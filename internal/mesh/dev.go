@@ -134,7 +134,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	var ps []pending
 	addrs := map[string]string{}
 	for _, name := range Services {
-		log := root.With(logx.KeyService, name)
+		log := logx.New(logOut, cfg.Log, name, Version)
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
 		scfg := cfg.Server
 		scfg.HTTPListenAddress = ""
@@ -195,7 +195,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		return nil, err
 	}
 	d.AdminKey = key
-	gwLog := root.With(logx.KeyService, Gateway)
+	gwLog := logx.New(logOut, cfg.Log, Gateway, Version)
 	g, err := gateway.New(gw, gwLog, authPool, conns, prometheus.WrapRegistererWith(prometheus.Labels{"service": Gateway}, reg))
 	if err != nil {
 		return nil, err
