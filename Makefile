@@ -73,6 +73,24 @@ test: ## Unit, integration and e2e tests against the local Postgres, Redis and N
 test-e2e: ## Only the end-to-end tests
 	$(GO) test $(TEST_FLAGS) ./e2e/...
 
+BENCH_FLAGS ?= -run '^$$' -bench . -benchtime=1x -timeout 30m -v
+
+.PHONY: bench-guide
+bench-guide: ## Routing throughput and p50/p99 per tier, beside raw NATS request-reply and gRPC echo
+	$(GO) test $(BENCH_FLAGS) ./bench/guide/
+
+.PHONY: bench-llm
+bench-llm: ## The LLM gate's added latency and the Redis rate-limit and budget checks
+	$(GO) test $(BENCH_FLAGS) ./bench/llm/
+
+.PHONY: bench-librarian
+bench-librarian: ## Index the Go standard library and report index/search speed and retrieval quality
+	$(GO) test $(BENCH_FLAGS) ./bench/librarian/
+
+.PHONY: bench-orchestrator
+bench-orchestrator: ## A 10,000-node DAG: scheduling overhead per node and total time against the ideal
+	$(GO) test $(BENCH_FLAGS) ./bench/orchestrator/
+
 .PHONY: dev
 dev: ## Run migrations and the whole mesh in one process (embedded NATS unless SYLK_NATS_URL is set)
 	$(GO) run ./cmd/sylk dev
