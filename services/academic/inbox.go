@@ -15,6 +15,8 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // EventAnswered is the type of the event that carries an answer.
@@ -59,9 +61,9 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (string, 
 		return "expired", nil
 	}
 	query := strings.Join(strings.Fields(env.GetUserInput().GetText()), " ")
-	query = truncate(query, s.cfg.MaxQueryBytes)
+	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
 	var hits []hit
-	if wordPattern.MatchString(query) {
+	if textsearch.HasWords(query) {
 		var err error
 		if hits, err = s.search(ctx, env.GetTenantId(), query, s.cfg.InboxHits); err != nil {
 			return "", err

@@ -21,6 +21,8 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 const namePrefix = "documents/"
@@ -101,14 +103,14 @@ func (s *Service) ListDocuments(ctx context.Context, req *academicv1.ListDocumen
 	if req.GetPageSize() < 0 {
 		problems = append(problems, "page_size: must not be negative")
 	}
-	after, err := parseToken(req.GetPageToken())
+	after, err := textsearch.ParseToken(req.GetPageToken())
 	if err != nil {
 		problems = append(problems, "page_token: invalid")
 	}
 	if len(problems) > 0 {
 		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
 	}
-	docs, next, err := s.store.list(ctx, who.TenantID, after, pageSize(req.GetPageSize()))
+	docs, next, err := s.store.list(ctx, who.TenantID, after, textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -117,7 +119,7 @@ func (s *Service) ListDocuments(ctx context.Context, req *academicv1.ListDocumen
 		resp.Documents = append(resp.Documents, toProto(d))
 	}
 	if next != nil {
-		resp.NextPageToken = next.token()
+		resp.NextPageToken = next.Token()
 	}
 	return resp, nil
 }
@@ -145,7 +147,7 @@ func (s *Service) SearchDocuments(ctx context.Context, req *academicv1.SearchDoc
 	if len(problems) > 0 {
 		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
 	}
-	hits, err := s.search(ctx, who.TenantID, query, pageSize(req.GetPageSize()))
+	hits, err := s.search(ctx, who.TenantID, query, textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

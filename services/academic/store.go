@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // errNotFound: no such document in the tenant.
@@ -102,10 +104,10 @@ func (s *store) get(ctx context.Context, tenant, id string) (document, error) {
 
 // list returns up to limit documents after the cursor, newest first, and
 // the cursor of the next page (nil on the last page).
-func (s *store) list(ctx context.Context, tenant string, after *cursor, limit int) ([]document, *cursor, error) {
+func (s *store) list(ctx context.Context, tenant string, after *textsearch.Cursor, limit int) ([]document, *textsearch.Cursor, error) {
 	var afterTime, afterID any
 	if after != nil {
-		afterTime, afterID = after.created, after.id
+		afterTime, afterID = after.Created, after.ID
 	}
 	rows, err := s.db.Query(ctx, `
 		SELECT `+documentColumns+` FROM documents
@@ -126,7 +128,7 @@ func (s *store) list(ctx context.Context, tenant string, after *cursor, limit in
 	}
 	docs = docs[:limit]
 	last := docs[len(docs)-1]
-	return docs, &cursor{created: last.CreatedAt, id: last.ID}, nil
+	return docs, &textsearch.Cursor{Created: last.CreatedAt, ID: last.ID}, nil
 }
 
 // search ranks the tenant's sections against text (web-search syntax: all
@@ -136,7 +138,7 @@ func (s *store) search(ctx context.Context, tenant, text string, limit int) ([]h
 	if err != nil || len(hits) > 0 {
 		return hits, err
 	}
-	if or := orQuery(text); or != "" {
+	if or := textsearch.OrQuery(text); or != "" {
 		return s.searchWith(ctx, tenant, `to_tsquery('english', $2)`, or, limit)
 	}
 	return nil, nil
@@ -160,7 +162,7 @@ func (s *store) searchWith(ctx context.Context, tenant, tsquery, text string, li
 			LIMIT $3
 		) h
 		ORDER BY h.score DESC, h.created_at DESC, h.document_id, h.ordinal`,
-		tenant, text, limit, headlineOptions)
+		tenant, text, limit, textsearch.HeadlineOptions)
 	if err != nil {
 		return nil, fmt.Errorf("search sections: %w", err)
 	}
@@ -169,7 +171,7 @@ func (s *store) searchWith(ctx context.Context, tenant, tsquery, text string, li
 		var start, end int32
 		err := r.Scan(&h.DocumentID, &h.DocumentTitle, &h.Heading, &start, &end, &h.Score, &h.Snippet)
 		h.LineStart, h.LineEnd = int(start), int(end)
-		h.Snippet = cleanSnippet(h.Snippet)
+		h.Snippet = textsearch.CleanSnippet(h.Snippet, SnippetChars)
 		return h, err
 	})
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 func defaultConfig(t *testing.T) Config {
@@ -357,7 +359,7 @@ func TestListEntriesPagination(t *testing.T) {
 
 	for _, req := range []*archivalistv1.ListEntriesRequest{
 		{PageToken: "not-a-token"},
-		{PageToken: cursor{created: time.Now(), id: "x"}.token()},
+		{PageToken: textsearch.Cursor{Created: time.Now(), ID: "x"}.Token()},
 		{SessionId: "abc"},
 		{Category: "gossip"},
 		{PageSize: -5},
@@ -381,30 +383,4 @@ func TestStoreInsertIsIdempotentPerMessage(t *testing.T) {
 	e.TenantID = "t2"
 	_, err = f.svc.store.insert(ctx, e, "msg-1")
 	require.NoError(t, err)
-}
-
-func TestPageToken(t *testing.T) {
-	t.Parallel()
-	c := cursor{created: time.UnixMicro(1_700_000_000_123_456).UTC(), id: ids.New()}
-	got, err := parseToken(c.token())
-	require.NoError(t, err)
-	require.Equal(t, c, *got)
-	got, err = parseToken("")
-	require.NoError(t, err)
-	require.Nil(t, got)
-	for _, bad := range []string{"!!", "bm9zbGFzaA", cursor{created: time.Now(), id: "x"}.token()} {
-		_, err := parseToken(bad)
-		require.ErrorIs(t, err, errBadToken, bad)
-	}
-}
-
-func TestOrQueryAndSnippet(t *testing.T) {
-	t.Parallel()
-	require.Empty(t, orQuery("redis"))
-	require.Equal(t, "redis | cache | ttl", orQuery(`"redis" & cache -> (ttl)!`))
-	require.Equal(t, "a b", cleanSnippet("  a\n\t b "))
-	long := cleanSnippet(strings.Repeat("word ", 200))
-	require.Len(t, []rune(long), SnippetChars)
-	require.True(t, strings.HasSuffix(long, "…"))
-	require.Equal(t, "h", truncate("hé", 2))
 }

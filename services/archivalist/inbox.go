@@ -17,6 +17,8 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // CrossSessionPhrases in a routed question widen its search from the current
@@ -114,7 +116,7 @@ func (s *Service) storeResponse(ctx context.Context, log *slog.Logger, env *mess
 		ID:        ids.New(),
 		Category:  category,
 		Title:     truncateChars(title, MaxTitleChars),
-		Content:   truncate(content, s.cfg.MaxContentBytes),
+		Content:   textsearch.Truncate(content, s.cfg.MaxContentBytes),
 		SessionID: env.GetSessionId(),
 		UserID:    env.GetUserId(),
 		Source:    source,
@@ -170,13 +172,13 @@ func (s *Service) answer(ctx context.Context, log *slog.Logger, env *messagev1.E
 	text := env.GetUserInput().GetText()
 	cross := crossSessionPattern.MatchString(text)
 	query := strings.Join(strings.Fields(crossSessionPattern.ReplaceAllString(text, " ")), " ")
-	query = truncate(query, s.cfg.MaxQueryBytes)
+	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
 	q := searchQuery{Text: query, SessionID: env.GetSessionId(), Limit: s.cfg.InboxHits}
 	if cross {
 		q.SessionID = ""
 	}
 	var hits []hit
-	if wordPattern.MatchString(query) {
+	if textsearch.HasWords(query) {
 		var err error
 		if hits, err = s.search(ctx, env.GetTenantId(), q); err != nil {
 			return "", err
@@ -273,7 +275,7 @@ func answerData(query string, cross bool, hits []hit, recent []entry) map[string
 				"name":       namePrefix + e.ID,
 				"title":      e.Title,
 				"category":   e.Category,
-				"snippet":    cleanSnippet(e.Content),
+				"snippet":    textsearch.CleanSnippet(e.Content, SnippetChars),
 				"session_id": e.SessionID,
 			})
 		}

@@ -19,6 +19,8 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // Categories are the entry categories the archivalist accepts.
@@ -111,7 +113,7 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
 		problems = append(problems, categoryProblem(c))
 	}
-	after, err := parseToken(req.GetPageToken())
+	after, err := textsearch.ParseToken(req.GetPageToken())
 	if err != nil {
 		problems = append(problems, "page_token: invalid")
 	}
@@ -122,7 +124,7 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 		SessionID: req.GetSessionId(),
 		Category:  req.GetCategory(),
 		After:     after,
-		Limit:     pageSize(req.GetPageSize()),
+		Limit:     textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
 	})
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -132,7 +134,7 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 		resp.Entries = append(resp.Entries, toProto(e))
 	}
 	if next != nil {
-		resp.NextPageToken = next.token()
+		resp.NextPageToken = next.Token()
 	}
 	return resp, nil
 }
@@ -171,7 +173,7 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	if len(problems) > 0 {
 		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
 	}
-	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: pageSize(req.GetPageSize())}
+	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize)}
 	if req.GetCrossSession() {
 		q.SessionID = ""
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 var (
@@ -50,7 +52,7 @@ type searchQuery struct {
 type listQuery struct {
 	SessionID string
 	Category  string
-	After     *cursor
+	After     *textsearch.Cursor
 	Limit     int
 }
 
@@ -113,10 +115,10 @@ func (s *store) get(ctx context.Context, tenant, id string) (entry, error) {
 
 // list returns up to q.Limit entries after q.After, newest first, and the
 // cursor of the next page (nil on the last page).
-func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, *cursor, error) {
+func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, *textsearch.Cursor, error) {
 	var afterTime, afterID any
 	if q.After != nil {
-		afterTime, afterID = q.After.created, q.After.id
+		afterTime, afterID = q.After.Created, q.After.ID
 	}
 	rows, err := s.db.Query(ctx, `
 		SELECT `+entryColumns+` FROM entries
@@ -139,7 +141,7 @@ func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, 
 	}
 	entries = entries[:q.Limit]
 	last := entries[len(entries)-1]
-	return entries, &cursor{created: last.CreatedAt, id: last.ID}, nil
+	return entries, &textsearch.Cursor{Created: last.CreatedAt, ID: last.ID}, nil
 }
 
 // search ranks the tenant's entries against q.Text (web-search syntax: all
@@ -149,7 +151,7 @@ func (s *store) search(ctx context.Context, tenant string, q searchQuery) ([]hit
 	if err != nil || len(hits) > 0 {
 		return hits, err
 	}
-	if or := orQuery(q.Text); or != "" {
+	if or := textsearch.OrQuery(q.Text); or != "" {
 		return s.searchWith(ctx, tenant, q, `to_tsquery('english', $2)`, or)
 	}
 	return nil, nil
@@ -174,7 +176,7 @@ func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, ts
 			LIMIT $5
 		) h
 		ORDER BY h.score DESC, h.created_at DESC, h.id DESC`,
-		tenant, text, nullable(q.SessionID), q.Category, q.Limit, headlineOptions)
+		tenant, text, nullable(q.SessionID), q.Category, q.Limit, textsearch.HeadlineOptions)
 	if err != nil {
 		return nil, fmt.Errorf("search entries: %w", err)
 	}
@@ -182,7 +184,7 @@ func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, ts
 		var h hit
 		e, err := scanEntry(r, tenant, &h.Score, &h.Snippet)
 		h.entry = e
-		h.Snippet = cleanSnippet(h.Snippet)
+		h.Snippet = textsearch.CleanSnippet(h.Snippet, SnippetChars)
 		return h, err
 	})
 	if err != nil {
