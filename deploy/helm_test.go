@@ -506,6 +506,7 @@ func checkService(t *testing.T, name string, d *appsv1.Deployment, s *corev1.Ser
 		require.Equal(t, map[string]int32{"http": gatewayPort, "metrics": metricsPort}, got)
 	} else {
 		require.Equal(t, map[string]int32{"grpc": grpcPort, "metrics": metricsPort}, got)
+		require.Equal(t, corev1.ClusterIPNone, s.Spec.ClusterIP, "%s: headless, so gRPC clients balance over every pod", name)
 	}
 }
 

@@ -12,10 +12,15 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 )
 
+// serviceConfig balances calls round-robin over every address the name
+// resolves to (every ready pod behind a headless Kubernetes Service).
+const serviceConfig = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+
 // Dial returns a lazily connecting client for target (host:port).
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor()),

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"sylk.dev/sylk/pkg/logx"
@@ -33,6 +34,7 @@ type Config struct {
 	ShutdownDelay     time.Duration
 	DrainTimeout      time.Duration
 	MaxRecvBytes      int
+	MaxConnectionAge  time.Duration
 }
 
 // RegisterFlags registers the server flags.
@@ -42,6 +44,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 0, "time between reporting NOT_SERVING and stopping, so load balancers notice")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 15*time.Second, "time in-flight calls get to finish on shutdown")
 	fs.IntVar(&c.MaxRecvBytes, "grpc.max-recv-bytes", 8<<20, "largest request message accepted")
+	fs.DurationVar(&c.MaxConnectionAge, "grpc.max-connection-age", 5*time.Minute, "age after which clients are asked to reconnect, so they re-resolve and spread over new replicas (streams in flight are not cut); 0 disables")
 }
 
 // Validate checks the values.
@@ -50,8 +53,8 @@ func (c Config) Validate() error {
 	if c.ListenAddress == "" {
 		errs = append(errs, errors.New("grpc.listen-address: must be set"))
 	}
-	if c.ShutdownDelay < 0 || c.DrainTimeout < 0 {
-		errs = append(errs, errors.New("shutdown-delay and drain-timeout: must not be negative"))
+	if c.ShutdownDelay < 0 || c.DrainTimeout < 0 || c.MaxConnectionAge < 0 {
+		errs = append(errs, errors.New("shutdown-delay, drain-timeout and grpc.max-connection-age: must not be negative"))
 	}
 	if c.MaxRecvBytes < 1024 {
 		errs = append(errs, errors.New("grpc.max-recv-bytes: must be at least 1024"))
@@ -124,12 +127,17 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 		maskStream(log),
 		identityStream(public),
 	}, o.stream...)
-	gs := grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
-	)
+	}
+	if cfg.MaxConnectionAge > 0 {
+		// No grace limit: long-lived streams (session events) finish on their own.
+		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.MaxConnectionAge}))
+	}
+	gs := grpc.NewServer(sopts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
