@@ -20,11 +20,13 @@ import (
 
 	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // DevConfig configures the whole mesh in one process.
@@ -124,6 +126,15 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	}
 	d.cleanup = append(d.cleanup, func() { _ = rc.Close() })
 
+	// Direct consultations between services are checked against the
+	// permission matrix and logged to the Archivalist (spec A-40..A-42).
+	consultBus, err := natsx.Connect(startCtx, cfg.NATS, root, "sylk-dev-consult")
+	if err != nil {
+		return nil, err
+	}
+	d.cleanup = append(d.cleanup, consultBus.Close)
+	consultSink := consult.NewNATSSink(consultBus, topology.InboxSubject(consultBus, topology.AgentArchivalist), root, reg, consult.SinkConfig{})
+
 	// Bind every service's listener first, so each knows its peers' addresses.
 	type pending struct {
 		name string
@@ -138,7 +149,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
 		scfg := cfg.Server
 		scfg.HTTPListenAddress = ""
-		srv, err := grpcserver.New(scfg, log, sreg, reg)
+		srv, err := grpcserver.New(scfg, log, sreg, reg, consult.ServerOption(name, consultSink))
 		if err != nil {
 			return nil, err
 		}
@@ -177,6 +188,11 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", p.name, err)
 		}
+		closeLLM, err := attachLLM(startCtx, p.name, svc, cfg.Common, p.log)
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", p.name, err)
+		}
+		d.cleanup = append(d.cleanup, closeLLM)
 		svc.Register(p.srv.GRPC())
 		units = append(units, unit{name: p.name, srv: p.srv, svc: svc})
 	}

@@ -22,6 +22,7 @@ import (
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/config"
+	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/logx"
@@ -29,6 +30,7 @@ import (
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
+	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/academic"
 	"sylk.dev/sylk/services/architect"
 	"sylk.dev/sylk/services/archivalist"
@@ -215,7 +217,15 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	srv, err := grpcserver.New(common.Server, log, reg, reg)
+	closeLLM, err := attachLLM(startCtx, name, svc, common, log)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	defer closeLLM()
+	// Direct consultations to this service are checked against the
+	// permission matrix and logged to the Archivalist (spec A-40..A-42).
+	sink := consult.NewNATSSink(bus, topology.InboxSubject(bus, topology.AgentArchivalist), log, reg, consult.SinkConfig{})
+	srv, err := grpcserver.New(common.Server, log, reg, reg, consult.ServerOption(name, sink))
 	if err != nil {
 		return err
 	}

@@ -20,10 +20,25 @@ type Classification struct {
 	Target string
 	// Confidence in Target, in [0, 1].
 	Confidence float64
-	// IntentType is, for example, FIND_CODE, RECALL, RESEARCH, CREATE, MODIFY or FIX.
+	// IntentType is the intent gate's type (spec A-29): TRIVIAL, EXPLICIT,
+	// EXPLORATORY, OPEN_ENDED, GITHUB_WORK or AMBIGUOUS.
 	IntentType string
+	// Action is what the request asks for: FIND_CODE, RECALL, RESEARCH,
+	// CREATE, MODIFY or FIX.
+	Action string
+	// KnowledgeIntent is the librarian's LOCATE, PATTERN, EXPLAIN, GENERAL
+	// or the archivalist's HISTORICAL, ACTIVITY, OUTCOME, SIMILAR, RESUME,
+	// GENERAL (spec A-34, A-35); empty for other targets.
+	KnowledgeIntent string
+	// TimeScope is the archivalist's time hint: "today", "yesterday",
+	// "last_week", "last_month", "recent" (7 days), "before"; optional.
+	TimeScope string
 	// Subject is what the message is about, in snake_case or as an identifier.
 	Subject string
+	// KeyConstraints and SuccessCriteria are lifted from the request for
+	// the structured intent (spec A-03).
+	KeyConstraints  []string
+	SuccessCriteria []string
 	// Reason explains the decision in a few words.
 	Reason string
 	// Candidates are the plausible agents, best first; the Guide offers them
@@ -56,7 +71,7 @@ type domain struct {
 	leadingVerbBonus float64
 }
 
-// Intent types.
+// Actions.
 const (
 	intentFindCode = "FIND_CODE"
 	intentRecall   = "RECALL"
@@ -65,6 +80,19 @@ const (
 	intentModify   = "MODIFY"
 	intentFix      = "FIX"
 )
+
+// Intent gate types (spec A-29).
+const (
+	gateTrivial     = "TRIVIAL"
+	gateExplicit    = "EXPLICIT"
+	gateExploratory = "EXPLORATORY"
+	gateOpenEnded   = "OPEN_ENDED"
+	gateGitHubWork  = "GITHUB_WORK"
+	gateAmbiguous   = "AMBIGUOUS"
+)
+
+// agentEngineer receives TRIVIAL changes on the fast path.
+const agentEngineer = "engineer"
 
 func rules(weight float64, intent string, phrases ...string) []keywordRule {
 	out := make([]keywordRule, 0, len(phrases))
@@ -81,9 +109,9 @@ var keywordDomains = []domain{
 		intent: intentCreate,
 		rules: slices.Concat(
 			rules(2, intentCreate, "implement", "add", "create", "build", "write"),
-			rules(2, intentModify, "refactor", "change", "remove", "update", "rename"),
+			rules(2, intentModify, "refactor", "change", "remove", "update", "rename", "improve", "optimize", "optimise"),
 			rules(2, intentFix, "fix"),
-			rules(1, intentFix, "bug"),
+			rules(1, intentFix, "bug", "typo", "spelling", "whitespace"),
 		),
 		leadingVerbBonus: 2,
 	},
@@ -91,7 +119,8 @@ var keywordDomains = []domain{
 		agent:  topology.AgentLibrarian,
 		intent: intentFindCode,
 		rules: slices.Concat(
-			rules(3, "", "where is", "where are", "search the code", "who calls"),
+			rules(5, "", "where is", "where are", "which file", "who calls"),
+			rules(3, "", "search the code", "show me", "how does", "what does", "walk through", "our convention"),
 			rules(2, "", "defined", "definition", "function", "method", "struct", "class", "codebase", "symbol"),
 			rules(1, "", "code", "implementation", "file", "call", "interface", "package"),
 		),
@@ -101,17 +130,19 @@ var keywordDomains = []domain{
 		agent:  topology.AgentArchivalist,
 		intent: intentRecall,
 		rules: slices.Concat(
-			rules(3, "", "last time", "did we", "what happened"),
-			rules(2, "", "history", "previously", "decide", "decision", "remember", "earlier", "failure"),
+			rules(3, "", "last time", "did we", "what happened", "where was i", "last session", "did it work",
+				"result of", "recent changes", "who worked on", "like before", "pick up where", "leave off"),
+			rules(2, "", "history", "previously", "decide", "decision", "remember", "earlier", "failure", "what approach",
+				"turn out", "yesterday", "last week", "last month"),
 		),
 	},
 	{
 		agent:  topology.AgentAcademic,
 		intent: intentResearch,
 		rules: slices.Concat(
-			rules(3, "", "best practice"),
-			rules(2, "", "documentation", "docs", "research", "paper", "how do i", "tutorial", "rfc"),
-			rules(1, "", "how to", "standard"),
+			rules(3, "", "best practice", "how would i", "how should i", "best way"),
+			rules(2, "", "documentation", "docs", "research", "paper", "how do i", "tutorial", "rfc", "design"),
+			rules(1, "", "how to", "standard", "approach", "compare"),
 		),
 	},
 }
@@ -241,7 +272,9 @@ func (c *keywordClassifier) Classify(_ context.Context, text string) (Classifica
 			out.Candidates = append(out.Candidates, r.agent)
 		}
 	}
+	out.KeyConstraints, out.SuccessCriteria = constraints(text)
 	if best.score == 0 {
+		out.IntentType = gateAmbiguous
 		out.Reason = "no routing keywords matched"
 		return out, nil
 	}
@@ -249,13 +282,156 @@ func (c *keywordClassifier) Classify(_ context.Context, text string) (Classifica
 	conf := best.score / (best.score + 1) * (1 + (best.score-second)/best.score) / 2
 	out.Target = best.agent
 	out.Confidence = math.Round(conf*1000) / 1000
-	out.IntentType = best.intent
+	out.Action = best.intent
 	out.Reason = fmt.Sprintf("keywords: %s (score %g", strings.Join(best.words, ", "), best.score)
 	if second > 0 {
 		out.Reason += fmt.Sprintf("; %s scored %g", results[1].agent, second)
 	}
 	out.Reason += ")"
+	lower := strings.ToLower(text)
+	switch out.Target {
+	case topology.AgentArchitect:
+		out.IntentType = gateType(lower, identifiers)
+		if out.IntentType == gateTrivial {
+			out.Target = agentEngineer
+			out.Reason += "; trivial change, fast path to the engineer"
+		}
+	case topology.AgentLibrarian:
+		out.IntentType = gateExploratory
+		out.KnowledgeIntent = librarianIntent(lower)
+	case topology.AgentArchivalist:
+		out.IntentType = gateExploratory
+		out.KnowledgeIntent = archivalistIntent(lower)
+		var scopeWords []string
+		out.TimeScope, scopeWords = timeScope(lower)
+		out.Subject = subjectWithout(raw, words, identifiers, matched, scopeWords)
+	default:
+		out.IntentType = gateExploratory
+	}
 	return out, nil
+}
+
+// Trigger tables of the intent gate (spec A-29).
+var (
+	trivialPattern  = regexp.MustCompile(`\b(typos?|spelling|misspell\w*|whitespace|indentation|comment|one[- ]line|bump the version|bump version)\b`)
+	githubPattern   = regexp.MustCompile(`(\bissue\s*#?\d+|\bpull request\b|\bPR\s*#?\d+|\bgithub\b|#\d+\b)`)
+	openEndedPrefix = regexp.MustCompile(`\b(improve|make (it|this|the \w+) (better|faster|cleaner)|clean up|optimi[sz]e|modernize|redesign|rethink)\b`)
+	specificPattern = regexp.MustCompile(`(\w+\.\w{1,5}\b|/\w+|\busing\b|\bwith\b|\bto the\b|\bin the\b|\bendpoint\b|\bfunction\b)`)
+)
+
+// gateType classifies a change request.
+func gateType(lower string, identifiers []string) string {
+	switch {
+	case trivialPattern.MatchString(lower):
+		return gateTrivial
+	case githubPattern.MatchString(lower):
+		return gateGitHubWork
+	case openEndedPrefix.MatchString(lower) && len(identifiers) == 0 && !specificPattern.MatchString(lower):
+		return gateOpenEnded
+	}
+	return gateExplicit
+}
+
+// knowledgeTrigger is one row of a trigger table.
+type knowledgeTrigger struct {
+	intent   string
+	patterns []string
+}
+
+// Librarian triggers (spec A-34), checked in order.
+var librarianTriggers = []knowledgeTrigger{
+	{"LOCATE", []string{"where is", "where are", "find", "show me", "which file", "locate", "who calls", "defined"}},
+	{"PATTERN", []string{"strategy", "approach", "pattern", "how do we", "convention"}},
+	{"EXPLAIN", []string{"how does", "explain", "what does", "walk through", "walk me through"}},
+}
+
+// Archivalist triggers (spec A-35), checked in order.
+var archivalistTriggers = []knowledgeTrigger{
+	{"RESUME", []string{"where was i", "continue", "pick up", "last session", "leave off", "left off"}},
+	{"OUTCOME", []string{"did it work", "result of", "status of", "turn out", "succeed", "work out"}},
+	{"SIMILAR", []string{"similar to", "like before", "same as", "comparable", "similar"}},
+	{"HISTORICAL", []string{"how did we", "what approach", "last time", "previously", "what was the solution", "decide", "decision"}},
+	{"ACTIVITY", []string{"what has", "recent changes", "who worked on", "history of", "what happened"}},
+}
+
+func matchTrigger(lower string, table []knowledgeTrigger) string {
+	for _, t := range table {
+		for _, p := range t.patterns {
+			if containsPhrase(lower, p) {
+				return t.intent
+			}
+		}
+	}
+	return "GENERAL"
+}
+
+func librarianIntent(lower string) string   { return matchTrigger(lower, librarianTriggers) }
+func archivalistIntent(lower string) string { return matchTrigger(lower, archivalistTriggers) }
+
+// containsPhrase reports whether phrase occurs in lower on word boundaries.
+func containsPhrase(lower, phrase string) bool {
+	for i := 0; ; {
+		j := strings.Index(lower[i:], phrase)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(phrase)
+		okStart := start == 0 || !isWordByte(lower[start-1])
+		okEnd := end == len(lower) || !isWordByte(lower[end])
+		if okStart && okEnd {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func isWordByte(b byte) bool {
+	return b == '_' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b >= 'A' && b <= 'Z'
+}
+
+// timeScopes map temporal hints to a scope (spec A-35), checked in order.
+var timeScopes = []struct{ phrase, scope string }{
+	{"last month", "last_month"},
+	{"last week", "last_week"},
+	{"last year", "last_year"},
+	{"yesterday", "yesterday"},
+	{"today", "today"},
+	{"recently", "recent"},
+	{"recent", "recent"},
+	{"before", "before"},
+}
+
+// timeScope returns the time scope of a question and the words it used.
+func timeScope(lower string) (string, []string) {
+	for _, t := range timeScopes {
+		if containsPhrase(lower, t.phrase) {
+			return t.scope, strings.Fields(t.phrase)
+		}
+	}
+	return "", nil
+}
+
+// constraintPattern finds a request's constraints: "careful about memory",
+// "without breaking the API", "don't touch the schema".
+var (
+	constraintPattern = regexp.MustCompile(`(?i)\b(careful (?:about|with)|without|don'?t|do not|must not|must|never|avoid|keep|only|make sure|no more than|at most)\b[^,;.!?]*`)
+	criteriaPattern   = regexp.MustCompile(`(?i)\b(so that|should|such that|in order to)\b[^,;.!?]*`)
+)
+
+// constraints lifts key constraints and success criteria from a request.
+func constraints(text string) ([]string, []string) {
+	var cons, crit []string
+	for _, m := range constraintPattern.FindAllString(text, 8) {
+		if m = strings.TrimSpace(m); len(strings.Fields(m)) > 1 {
+			cons = append(cons, m)
+		}
+	}
+	for _, m := range criteriaPattern.FindAllString(text, 8) {
+		if m = strings.TrimSpace(m); len(strings.Fields(m)) > 1 {
+			crit = append(crit, m)
+		}
+	}
+	return cons, crit
 }
 
 // find returns the positions where phrase occurs in words; the phrase's last
@@ -278,12 +454,20 @@ func (c *keywordClassifier) find(words, phrase []string) []int {
 // subject names what a message is about: its first code identifier, else
 // up to five content words in snake_case.
 func subject(raw, words, identifiers []string, matched map[int]bool) string {
+	return subjectWithout(raw, words, identifiers, matched, nil)
+}
+
+// subjectVerbs are generic verbs left out of a subject.
+var subjectVerbs = map[string]bool{"handle": true, "handled": true, "deal": true, "dealt": true, "work": true, "worked": true, "go": true, "went": true}
+
+// subjectWithout is subject leaving out the words in skip (a time scope).
+func subjectWithout(raw, words, identifiers []string, matched map[int]bool, skip []string) string {
 	if len(identifiers) > 0 {
 		return identifiers[0]
 	}
 	var parts []string
 	for i, w := range words {
-		if matched[i] || stopWords[w] || len(parts) == 5 {
+		if matched[i] || stopWords[w] || subjectVerbs[w] || slices.Contains(skip, w) || len(parts) == 5 {
 			continue
 		}
 		parts = append(parts, strings.Trim(strings.ToLower(raw[i]), "'"))

@@ -15,6 +15,26 @@ const (
 	DefaultMaxSummaryBytes     = 16 << 10
 	DefaultRouteThreshold      = 0.7
 	DefaultProvisionTimeout    = 10 * time.Second
+
+	// Session limits (spec A-14) given to a session that sets none.
+	DefaultSessionMaxConcurrentTasks = 4
+	DefaultSessionMaxEngineers       = 2
+	DefaultSessionTaskTimeout        = 30 * time.Minute
+	DefaultSessionTimeout            = 7 * 24 * time.Hour
+	DefaultSessionAutoSuspendAfter   = 2 * time.Hour
+
+	DefaultReaperInterval      = 15 * time.Second
+	DefaultReaperBatch         = 100
+	DefaultRequestTimeout      = 2 * time.Minute
+	DefaultPeerTimeout         = 5 * time.Second
+	DefaultSkillThreshold      = 0.9
+	DefaultCacheThreshold      = 0.8
+	DefaultRerouteLimit        = 3
+	DefaultClarificationLoop   = 2
+	DefaultFailurePenalty      = 0.1
+	DefaultLibrarianCacheTTL   = 15 * time.Minute
+	DefaultRouteCacheTTL       = 10 * time.Minute
+	DefaultMaxRecordingQueries = 1000
 )
 
 // Limits that are part of the API rather than deployment choices.
@@ -46,6 +66,46 @@ type Config struct {
 	RouteThreshold float64
 	// ProvisionTimeout bounds provisioning the NATS streams in New and Run.
 	ProvisionTimeout time.Duration
+
+	// Session defaults and ceilings.
+	SessionMaxConcurrentTasks int
+	SessionMaxEngineers       int
+	SessionTaskTimeout        time.Duration
+	SessionTimeout            time.Duration
+	SessionAutoSuspendAfter   time.Duration
+
+	// ReaperInterval is how often the reaper suspends idle sessions, fails
+	// timed-out ones and expires unanswered requests; ReaperBatch bounds
+	// the rows one pass takes.
+	ReaperInterval time.Duration
+	ReaperBatch    int
+	// RequestTimeout is how long a routed request may wait for its answer.
+	RequestTimeout time.Duration
+	// PeerTimeout bounds calls to other services.
+	PeerTimeout time.Duration
+	// SkillThreshold is the match above which a slash command or direct
+	// skill runs without classification (spec A-28).
+	SkillThreshold float64
+	// CacheThreshold is the confidence above which routes and knowledge
+	// answers are cached and looked up (spec ).
+	CacheThreshold float64
+	// RerouteLimit is the reroute history length at which the user is asked.
+	RerouteLimit int
+	// ClarificationLoop is the number of clarifying questions from one
+	// routed agent above which a routing failure is recorded.
+	ClarificationLoop int
+	// FailurePenalty lowers routing confidence for each similar past routing failure.
+	FailurePenalty float64
+	// LibrarianCacheTTL is how long a librarian answer stays cached (5-30 min).
+	LibrarianCacheTTL time.Duration
+	// RouteCacheTTL is how long a routing decision stays cached.
+	RouteCacheTTL time.Duration
+	// MaxRecordingQueries bounds one recording.
+	MaxRecordingQueries int
+	// AsyncCommit stores messages without waiting for the disk: a database
+	// crash may lose the last moments of messages (their events are on the
+	// bus already), in exchange for routing latency.
+	AsyncCommit bool
 }
 
 // RegisterFlags registers the -guide.* flags.
@@ -56,6 +116,24 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSummaryBytes, "guide.max-summary-bytes", DefaultMaxSummaryBytes, "largest session summary accepted, in bytes")
 	fs.Float64Var(&c.RouteThreshold, "guide.route-threshold", DefaultRouteThreshold, "classifier confidence below which the user is asked to clarify")
 	fs.DurationVar(&c.ProvisionTimeout, "guide.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
+	fs.IntVar(&c.SessionMaxConcurrentTasks, "guide.session-max-concurrent-tasks", DefaultSessionMaxConcurrentTasks, "default tasks of one session running at once")
+	fs.IntVar(&c.SessionMaxEngineers, "guide.session-max-engineers", DefaultSessionMaxEngineers, "default engineers working for one session")
+	fs.DurationVar(&c.SessionTaskTimeout, "guide.session-task-timeout", DefaultSessionTaskTimeout, "default time one task of a session may run")
+	fs.DurationVar(&c.SessionTimeout, "guide.session-timeout", DefaultSessionTimeout, "default age after which an unfinished session fails")
+	fs.DurationVar(&c.SessionAutoSuspendAfter, "guide.session-auto-suspend-after", DefaultSessionAutoSuspendAfter, "default idle time after which an active session is suspended")
+	fs.DurationVar(&c.ReaperInterval, "guide.reaper-interval", DefaultReaperInterval, "how often idle sessions, session timeouts and request timeouts are enforced")
+	fs.IntVar(&c.ReaperBatch, "guide.reaper-batch", DefaultReaperBatch, "rows one reaper pass takes")
+	fs.DurationVar(&c.RequestTimeout, "guide.request-timeout", DefaultRequestTimeout, "time a routed request may wait for its answer before an error event")
+	fs.DurationVar(&c.PeerTimeout, "guide.peer-timeout", DefaultPeerTimeout, "timeout of calls to other services")
+	fs.Float64Var(&c.SkillThreshold, "guide.skill-threshold", DefaultSkillThreshold, "match above which a slash command or direct skill runs without classification")
+	fs.Float64Var(&c.CacheThreshold, "guide.cache-threshold", DefaultCacheThreshold, "confidence above which routes and knowledge answers are cached")
+	fs.IntVar(&c.RerouteLimit, "guide.reroute-limit", DefaultRerouteLimit, "reroute hops at which the user is asked")
+	fs.IntVar(&c.ClarificationLoop, "guide.clarification-loop", DefaultClarificationLoop, "clarifying questions from one agent above which a routing failure is recorded")
+	fs.Float64Var(&c.FailurePenalty, "guide.failure-penalty", DefaultFailurePenalty, "confidence removed per similar past routing failure")
+	fs.DurationVar(&c.LibrarianCacheTTL, "guide.librarian-cache-ttl", DefaultLibrarianCacheTTL, "lifetime of a cached librarian answer (5m-30m)")
+	fs.DurationVar(&c.RouteCacheTTL, "guide.route-cache-ttl", DefaultRouteCacheTTL, "lifetime of a cached routing decision")
+	fs.IntVar(&c.MaxRecordingQueries, "guide.max-recording-queries", DefaultMaxRecordingQueries, "most queries one recording keeps")
+	fs.BoolVar(&c.AsyncCommit, "guide.async-commit", false, "store messages without waiting for the disk (a database crash may lose the last moments of messages)")
 }
 
 // Validate reports every invalid setting. Zero values are valid: they take
@@ -80,6 +158,29 @@ func (c Config) Validate() error {
 	if c.ProvisionTimeout < 0 {
 		errs = append(errs, errors.New("guide.provision-timeout: must not be negative"))
 	}
+	for name, v := range map[string]int{"session-max-concurrent-tasks": c.SessionMaxConcurrentTasks,
+		"session-max-engineers": c.SessionMaxEngineers, "reaper-batch": c.ReaperBatch, "reroute-limit": c.RerouteLimit,
+		"clarification-loop": c.ClarificationLoop, "max-recording-queries": c.MaxRecordingQueries} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("guide.%s: must not be negative, got %d", name, v))
+		}
+	}
+	for name, v := range map[string]time.Duration{"session-task-timeout": c.SessionTaskTimeout,
+		"session-timeout": c.SessionTimeout, "session-auto-suspend-after": c.SessionAutoSuspendAfter,
+		"reaper-interval": c.ReaperInterval, "request-timeout": c.RequestTimeout, "peer-timeout": c.PeerTimeout,
+		"route-cache-ttl": c.RouteCacheTTL} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("guide.%s: must not be negative", name))
+		}
+	}
+	if c.LibrarianCacheTTL != 0 && (c.LibrarianCacheTTL < 5*time.Minute || c.LibrarianCacheTTL > 30*time.Minute) {
+		errs = append(errs, fmt.Errorf("guide.librarian-cache-ttl: must be within [5m, 30m], got %s", c.LibrarianCacheTTL))
+	}
+	for name, v := range map[string]float64{"skill-threshold": c.SkillThreshold, "cache-threshold": c.CacheThreshold, "failure-penalty": c.FailurePenalty} {
+		if v < 0 || v > 1 {
+			errs = append(errs, fmt.Errorf("guide.%s: must be within [0, 1], got %g", name, v))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -103,5 +204,37 @@ func (c Config) withDefaults() Config {
 	if c.ProvisionTimeout == 0 {
 		c.ProvisionTimeout = DefaultProvisionTimeout
 	}
+	setInt := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setDur := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setFloat := func(p *float64, d float64) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setInt(&c.SessionMaxConcurrentTasks, DefaultSessionMaxConcurrentTasks)
+	setInt(&c.SessionMaxEngineers, DefaultSessionMaxEngineers)
+	setDur(&c.SessionTaskTimeout, DefaultSessionTaskTimeout)
+	setDur(&c.SessionTimeout, DefaultSessionTimeout)
+	setDur(&c.SessionAutoSuspendAfter, DefaultSessionAutoSuspendAfter)
+	setDur(&c.ReaperInterval, DefaultReaperInterval)
+	setInt(&c.ReaperBatch, DefaultReaperBatch)
+	setDur(&c.RequestTimeout, DefaultRequestTimeout)
+	setDur(&c.PeerTimeout, DefaultPeerTimeout)
+	setFloat(&c.SkillThreshold, DefaultSkillThreshold)
+	setFloat(&c.CacheThreshold, DefaultCacheThreshold)
+	setInt(&c.RerouteLimit, DefaultRerouteLimit)
+	setInt(&c.ClarificationLoop, DefaultClarificationLoop)
+	setFloat(&c.FailurePenalty, DefaultFailurePenalty)
+	setDur(&c.LibrarianCacheTTL, DefaultLibrarianCacheTTL)
+	setDur(&c.RouteCacheTTL, DefaultRouteCacheTTL)
+	setInt(&c.MaxRecordingQueries, DefaultMaxRecordingQueries)
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,17 +24,27 @@ func (e *notFoundError) Error() string { return fmt.Sprintf("%s %s not found", e
 
 // stateError says a session is in the wrong state for what was asked.
 type stateError struct {
-	current string // state name, lower case
-	action  string // "suspend", "resume", "complete", "send messages to", ...
-	hint    string // optional advice
+	current string   // state name, lower case
+	action  string   // "suspend", "resume", "complete", "send messages to", ...
+	hint    string   // optional advice
+	allowed []string // states the action is allowed from
 }
 
 func (e *stateError) Error() string {
 	if e.hint != "" {
 		return fmt.Sprintf("session is %s; %s", e.current, e.hint)
 	}
-	return fmt.Sprintf("session is %s; cannot %s", e.current, e.action)
+	msg := fmt.Sprintf("session is %s; cannot %s", e.current, e.action)
+	if len(e.allowed) > 0 {
+		msg += fmt.Sprintf(" (allowed only from %s)", strings.Join(e.allowed, " or "))
+	}
+	return msg
 }
+
+// conflictError says an optimistic version did not match.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
 
 // errDuplicateRequest says a message with the same request id was stored
 // concurrently; the caller replays the stored one.
@@ -61,6 +72,8 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 		return status.Error(codes.NotFound, nf.Error())
 	case errors.As(err, &se):
 		return status.Error(codes.FailedPrecondition, se.Error())
+	case errors.As(err, new(*conflictError)):
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
 	case errors.Is(err, context.DeadlineExceeded):

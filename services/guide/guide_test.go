@@ -42,7 +42,7 @@ func newFixture(t *testing.T) fixture {
 	bus := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
 	var cfg Config
-	svc, err := New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: reg})
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Redis: testenv.Redis(t), Registerer: reg})
 	require.NoError(t, err)
 	return fixture{svc: svc, bus: bus, reg: reg}
 }
@@ -437,11 +437,11 @@ func TestRouting(t *testing.T) {
 	tests := []struct {
 		agent, text, intent, subject string
 	}{
-		{"librarian", "Where is the function ParseConfig defined?", "FIND_CODE", "ParseConfig"},
-		{"archivalist", "What did we decide last time about cache eviction?", "RECALL", "cache_eviction"},
-		{"academic", "What are the best practices for retry backoff? Point me to the docs.", "RESEARCH", "retry_backoff_point"},
-		{"architect", "Implement rate limiting for the gateway", "CREATE", "rate_limiting_gateway"},
-		{"architect", "please fix the crash in the scheduler", "FIX", "crash_scheduler"},
+		{"librarian", "Where is the function ParseConfig defined?", "EXPLORATORY", "ParseConfig"},
+		{"archivalist", "What did we decide last time about cache eviction?", "EXPLORATORY", "cache_eviction"},
+		{"academic", "What are the best practices for retry backoff? Point me to the docs.", "EXPLORATORY", "retry_backoff_point"},
+		{"architect", "Implement rate limiting for the gateway", "EXPLICIT", "rate_limiting_gateway"},
+		{"architect", "please fix the crash in the scheduler", "EXPLICIT", "crash_scheduler"},
 	}
 	readers := map[string]jetstream.Consumer{}
 	for _, tt := range tests {

@@ -25,8 +25,11 @@ import (
 
 // Routing tiers, as reported in Route.tier.
 const (
-	tierSlashCommand = "slash_command"
-	tierClassifier   = "classifier"
+	tierSlashCommand  = "slash_command"
+	tierSkill         = "skill"
+	tierCache         = "cache"
+	tierClassifier    = "classifier"
+	tierClarification = "clarification"
 )
 
 // Event types the Guide publishes for a message.
@@ -35,6 +38,10 @@ const (
 	eventRouted        = "message.routed"
 	eventAnswered      = "message.answered"
 	eventClarification = "clarification.requested"
+	eventClarified     = "clarification.answered"
+	eventRerouted      = "message.rerouted"
+	eventTimeout       = "message.timeout"
+	eventUndeliverable = "message.undeliverable"
 )
 
 // agentPurposes describe the routable agents when the Guide asks the user
@@ -59,14 +66,8 @@ func (m message) proto() *guidev1.Message {
 
 func (m message) response() *guidev1.SendMessageResponse {
 	return &guidev1.SendMessageResponse{
-		Message: m.proto(),
-		Route: &guidev1.Route{
-			Target:     m.Route.Target,
-			Confidence: m.Route.Confidence,
-			Tier:       m.Route.Tier,
-			IntentType: m.Route.IntentType,
-			Reason:     m.Route.Reason,
-		},
+		Message:       m.proto(),
+		Route:         m.Route.proto(),
 		Reply:         m.Reply,
 		CorrelationId: m.CorrelationID,
 	}
@@ -116,6 +117,10 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		return nil, s.toStatus(ctx, "send message", sendStateError(sess.State))
 	}
 
+	if req.GetInReplyTo() != "" {
+		return s.answerClarification(ctx, who, sess, text, req.GetInReplyTo(), requestID)
+	}
+
 	start := time.Now()
 	m := message{
 		ID:            ids.New(),
@@ -129,6 +134,7 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		m.RequestID = &requestID
 	}
 	slash := isSlashCommand(text)
+	var plan routePlan
 	if slash {
 		m.Route = outcomeRoute{
 			Target:     authorGuide,
@@ -137,12 +143,21 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 			IntentType: "COMMAND",
 			Reason:     "slash command " + truncate(commandName(text), 64),
 		}
-	} else if err := s.classify(ctx, &m); err != nil {
-		return nil, err
+	} else {
+		var err error
+		if plan, err = s.decide(ctx, who, sess, &m); err != nil {
+			return nil, err
+		}
 	}
 
+	var after []func(context.Context)
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		active, err := touchActiveSession(ctx, tx, o, sid, m.CreateTime)
+		if s.cfg.AsyncCommit {
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+				return err
+			}
+		}
+		active, recording, err := touchActiveSession(ctx, tx, o, sid, m.CreateTime)
 		if err != nil {
 			return err
 		}
@@ -153,19 +168,30 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 			}
 			return sendStateError(cur.State)
 		}
-		if err := insertMessage(ctx, tx, o, m); err != nil {
-			return err
-		}
+		m.Recording = recording
 		if slash {
-			reply, err := runCommand(ctx, commandEnv{q: tx, owner: o, session: sess}, text)
+			// The command runs first, so that the message is stored once,
+			// with its reply.
+			res, err := s.runCommand(ctx, &commandEnv{q: tx, owner: o, who: who, session: sess, msg: &m}, text)
 			if err != nil {
 				return err
 			}
+			after = res.after
 			replyID := ids.New()
-			m.Reply, m.ReplyID = reply, &replyID
-			if err := setReply(ctx, tx, o, m.ID, reply, replyID); err != nil {
-				return err
+			m.Reply, m.ReplyID = res.reply, &replyID
+			if res.route != nil {
+				m.Route = *res.route
+				m.EnvelopeID = res.envelopeID
+				m.IntentSubject = res.subject
+				m.RouteText = res.text
+				plan = res.plan
 			}
+		}
+		if err := insertMessage(ctx, tx, o, m); err != nil {
+			return err
+		}
+		if err := s.persistPlan(ctx, tx, who, m, plan); err != nil {
+			return err
 		}
 		if m.ReplyID == nil {
 			return nil
@@ -196,11 +222,12 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		target = "none"
 	}
 	s.metrics.messages.WithLabelValues(m.Route.Tier, target).Inc()
-	s.log.DebugContext(ctx, "message handled", slog.String(logx.KeySessionID, sid),
-		slog.String(logx.KeyCorrelationID, m.CorrelationID), slog.String("tier", m.Route.Tier),
-		slog.String(logx.KeyAgent, m.Route.Target), slog.Float64("confidence", m.Route.Confidence))
+	s.logRouteDecision(ctx, m)
 	if err := s.dispatch(ctx, who, m); err != nil {
 		return nil, err
+	}
+	for _, f := range after {
+		f(ctx)
 	}
 	return m.response(), nil
 }
@@ -211,28 +238,6 @@ func sendStateError(state string) error {
 		return &stateError{current: state, hint: "resume it first"}
 	}
 	return &stateError{current: state, action: "send messages to it"}
-}
-
-// classify fills m's route from the classifier: a target when it is sure
-// enough, else a clarifying question with options.
-func (s *Service) classify(ctx context.Context, m *message) error {
-	c, err := s.classifier.Classify(ctx, m.Text)
-	if err != nil {
-		s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
-		return status.Error(codes.Unavailable, "message classifier unavailable; retry later")
-	}
-	m.IntentSubject = c.Subject
-	m.Route = outcomeRoute{Tier: tierClassifier, Confidence: c.Confidence, IntentType: c.IntentType, Reason: c.Reason}
-	if c.Target != "" && c.Confidence >= s.cfg.RouteThreshold {
-		m.Route.Target = c.Target
-		envelopeID := ids.New()
-		m.EnvelopeID = &envelopeID
-		return nil
-	}
-	m.Reply, m.Options = clarification(c)
-	replyID := ids.New()
-	m.ReplyID = &replyID
-	return nil
 }
 
 // clarification builds the question asked when routing is ambiguous and the
@@ -291,8 +296,9 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 		Text: m.Text,
 		Data: map[string]any{"message": name, "author": authorUser},
 	}}
+	routed := m.Route.Target != "" && m.Route.Target != authorGuide && !m.Route.Cached
 	switch {
-	case m.Route.Tier == tierSlashCommand:
+	case m.Route.Tier == tierSlashCommand && !routed:
 		events = append(events, topology.Event{
 			ID:   m.ID + ".answered",
 			Type: eventAnswered,
@@ -304,37 +310,52 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 		for i, o := range m.Options {
 			options[i] = o
 		}
+		data := map[string]any{"options": options, "confidence": m.Route.Confidence, "message": messageName(m.SessionID, deref(m.ReplyID)),
+			"in_reply_to": name, "requesting_agent": authorGuide}
+		if m.ClarificationID != "" {
+			data["clarification"] = clarificationName(m.SessionID, m.ClarificationID)
+		}
 		events = append(events, topology.Event{
 			ID:   m.ID + ".clarification",
 			Type: eventClarification,
 			Text: m.Reply,
-			Data: map[string]any{"options": options, "confidence": m.Route.Confidence, "message": messageName(m.SessionID, deref(m.ReplyID)), "in_reply_to": name},
+			Data: data,
 		})
 	default:
 		events = append(events, topology.Event{
 			ID:   m.ID + ".routed",
 			Type: eventRouted,
 			Text: fmt.Sprintf("Routed to the %s (%s, confidence %.2f)", m.Route.Target, m.Route.IntentType, m.Route.Confidence),
-			Data: map[string]any{
-				"target":      m.Route.Target,
-				"confidence":  m.Route.Confidence,
-				"tier":        m.Route.Tier,
-				"intent_type": m.Route.IntentType,
-				"message":     name,
-			},
+			Data: m.Route.eventData(name),
 		})
+		if m.Route.Cached {
+			events = append(events, topology.Event{
+				ID:     m.ID + ".cached",
+				Type:   eventAnswered,
+				Source: m.Route.Target,
+				Text:   m.Reply,
+				Data:   m.CachedData,
+			})
+		}
 	}
+	batch := make([]outbound, 0, len(events)+1)
 	for _, e := range events {
-		e.Tenant, e.Session, e.Source, e.CorrelationID = who.TenantID, m.SessionID, authorGuide, m.CorrelationID
-		if _, err := topology.PublishEvent(ctx, s.bus, e); err != nil {
+		e.Tenant, e.Session, e.CorrelationID = who.TenantID, m.SessionID, m.CorrelationID
+		if e.Source == "" {
+			e.Source = authorGuide
+		}
+		ev, err := eventProto(e)
+		if err != nil {
 			return s.busDown(ctx, m, err)
 		}
+		batch = append(batch, outbound{subject: topology.EventSubject(s.bus, e.Tenant, e.Session), id: e.ID, msg: ev})
 	}
-	if m.Route.Tier != tierSlashCommand && m.Route.Target != "" {
+	if routed {
 		env := s.envelope(who, m)
-		if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, m.Route.Target), env.GetId(), env); err != nil {
-			return s.busDown(ctx, m, err)
-		}
+		batch = append(batch, outbound{subject: topology.InboxSubject(s.bus, m.Route.Target), id: env.GetId(), msg: env})
+	}
+	if err := s.publishBatch(ctx, batch); err != nil {
+		return s.busDown(ctx, m, err)
 	}
 	if err := markDispatched(ctx, s.db, ownerOf(who), m.ID, s.now()); err != nil {
 		// Everything is on the bus; a retry would only republish duplicates
@@ -357,8 +378,45 @@ func (s *Service) busDown(ctx context.Context, m message, err error) error {
 	return status.Error(codes.Unavailable, msg)
 }
 
-// envelope is what a routed message looks like in the target's inbox.
+// envelope is what a routed message looks like in the target's inbox: the
+// structured intent, extracted once here, and the confidence chain the
+// Guide starts (spec A-03, A-04).
 func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope {
+	md := map[string]string{"message": messageName(m.SessionID, m.ID)}
+	if m.Route.KnowledgeIntent != "" {
+		md["routing.knowledge_intent"] = m.Route.KnowledgeIntent
+	}
+	if m.Route.TimeScope != "" {
+		md["routing.time_scope"] = m.Route.TimeScope
+	}
+	if m.Route.Tier == tierSlashCommand {
+		md["command"] = strings.TrimPrefix(commandName(m.Text), "/")
+	}
+	text := m.Text
+	if m.RouteText != "" {
+		text = m.RouteText
+	}
+	if c := m.AnswerTo; c != nil {
+		return &messagev1.Envelope{
+			Id:            deref(m.EnvelopeID),
+			CorrelationId: c.CorrelationID,
+			TenantId:      who.TenantID,
+			SessionId:     m.SessionID,
+			UserId:        who.UserID,
+			Source:        authorUser,
+			Target:        c.RequestingAgent,
+			Type:          messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_RESPONSE,
+			CreatedAt:     timestamppb.New(m.CreateTime),
+			Status:        messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
+			Attempt:       1,
+			MaxAttempts:   1,
+			Priority:      messagev1.Priority_PRIORITY_USER,
+			Metadata:      map[string]string{"message": messageName(m.SessionID, m.ID), "clarification": clarificationName(m.SessionID, c.ID)},
+			Payload: &messagev1.Envelope_ClarificationResponse{ClarificationResponse: &messagev1.ClarificationResponse{
+				Answer: m.Text,
+			}},
+		}
+	}
 	return &messagev1.Envelope{
 		Id:            deref(m.EnvelopeID),
 		CorrelationId: m.CorrelationID,
@@ -369,21 +427,25 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 		Target:        m.Route.Target,
 		Type:          messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
 		CreatedAt:     timestamppb.New(m.CreateTime),
+		Deadline:      timestamppb.New(m.CreateTime.Add(s.cfg.RequestTimeout)),
 		Status:        messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
 		Attempt:       1,
+		MaxAttempts:   1,
 		Priority:      messagev1.Priority_PRIORITY_USER,
-		Metadata:      map[string]string{"message": messageName(m.SessionID, m.ID)},
+		Metadata:      md,
 		StructuredIntent: &messagev1.StructuredIntent{
-			OriginalRequest: m.Text,
+			OriginalRequest: text,
 			IntentType:      m.Route.IntentType,
 			Subject:         m.IntentSubject,
+			KeyConstraints:  m.Constraints,
+			SuccessCriteria: m.Criteria,
 		},
 		ConfidenceChain: []*messagev1.ConfidenceEntry{{
 			Agent:      authorGuide,
 			Confidence: m.Route.Confidence,
 			Reason:     m.Route.Reason,
 		}},
-		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: m.Text}},
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
 	}
 }
 

@@ -14,9 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -25,19 +28,32 @@ import (
 
 // Service implements SessionService and GuideService.
 type Service struct {
-	cfg        Config
-	log        *slog.Logger
-	db         *pgxpool.Pool
-	bus        *natsx.Bus
-	classifier Classifier
-	metrics    *metrics
-	now        func() time.Time
+	cfg          Config
+	log          *slog.Logger
+	db           *pgxpool.Pool
+	bus          *natsx.Bus
+	cache        *routeCache
+	classifier   Classifier
+	orchestrator orchestratorv1.WorkflowServiceClient
+	architect    architectv1.PlanServiceClient
+	metrics      *metrics
+	now          func() time.Time
 }
 
 type metrics struct {
 	messages    *prometheus.CounterVec
 	routing     prometheus.Histogram
 	transitions *prometheus.CounterVec
+	tiers       *prometheus.CounterVec
+	answerCache *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	inbox       *prometheus.CounterVec
+	reroutes    *prometheus.CounterVec
+	answered    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	timeouts    *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	replays     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,6 +72,47 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_guide_session_transitions_total",
 			Help: "Session lifecycle transitions, by the state entered.",
 		}, []string{"state"}),
+		tiers: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_routing_tier_total",
+			Help: "Routing decisions by the tier that made them (skill, cache, classifier).",
+		}, []string{"tier"}),
+		answerCache: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_answer_cache_total",
+			Help: "Knowledge answer cache lookups, by agent and result (hit, miss).",
+		}, []string{"agent", "result"}),
+		failures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_routing_failures_total",
+			Help: "Routing failures by signal and misroute pair (spec A-33).",
+		}, []string{"signal", "routed_to", "should_have_been"}),
+		inbox: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_inbox_messages_total",
+			Help: "Envelopes agents sent the Guide, by outcome.",
+		}, []string{"outcome"}),
+		reroutes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_reroutes_total",
+			Help: "Reroute requests, by what the Guide did (followed, escalated).",
+		}, []string{"action"}),
+		answered: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_requests_answered_total",
+			Help: "Routed requests answered, by agent.",
+		}, []string{"agent"}),
+		latency: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sylk_guide_request_answer_duration_seconds",
+			Help:    "Time from routing a request to its answer, by agent.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"agent"}),
+		timeouts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_request_timeouts_total",
+			Help: "Routed requests that got no answer in time, by agent.",
+		}, []string{"agent"}),
+		deadLetters: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_dead_letters_total",
+			Help: "Messages kept as dead letters, by target.",
+		}, []string{"target"}),
+		replays: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_guide_dead_letter_replays_total",
+			Help: "Dead letters replayed.",
+		}),
 	}
 }
 
@@ -93,6 +150,13 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		metrics:    newMetrics(reg),
 		now:        func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 	}
+	s.cache = &routeCache{rc: deps.Redis, log: s.log, cfg: s.cfg}
+	if deps.Peers.Orchestrator != nil {
+		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
+	}
+	if deps.Peers.Architect != nil {
+		s.architect = architectv1.NewPlanServiceClient(deps.Peers.Architect)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProvisionTimeout)
 	defer cancel()
 	if err := s.provision(ctx); err != nil {
@@ -117,17 +181,47 @@ func (s *Service) Register(g *grpc.Server) {
 	guidev1.RegisterGuideServiceServer(g, guideAPI{s: s})
 }
 
-// Run provisions the streams again (idempotent: New already did) and then
-// waits for ctx: the Guide has no background consumers yet.
+// SetClassifier replaces the offline keyword classifier, for example with
+// a model-backed one. Call it before serving.
+func (s *Service) SetClassifier(c Classifier) {
+	if c != nil {
+		s.classifier = c
+	}
+}
+
+// Run provisions the streams again (idempotent: New already did), then
+// consumes the Guide's inbox and the session event stream (correlation),
+// runs the reaper and follows the librarian's index runs until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProvisionTimeout)
 	err := s.provision(pctx)
 	cancel()
-	if err != nil && ctx.Err() == nil {
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
-	<-ctx.Done()
-	return nil
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return s.bus.Consume(gctx, natsx.ConsumerSpec{
+			Stream:         s.bus.Stream(topology.StreamAgents),
+			Durable:        "guide",
+			FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentGuide)},
+		}, s.handleInbox)
+	})
+	g.Go(func() error {
+		return s.bus.Consume(gctx, natsx.ConsumerSpec{
+			Stream:         s.bus.Stream(topology.StreamEvents),
+			Durable:        "guide-correlator",
+			FilterSubjects: []string{s.bus.Subject("events", ">")},
+			MaxAckPending:  1024,
+		}, s.handleEvent)
+	})
+	g.Go(func() error { return s.reap(gctx) })
+	g.Go(func() error { return s.watchLibrarian(gctx) })
+	g.Go(func() error { return s.watchUndeliverable(gctx) })
+	return g.Wait()
 }
 
 // sessionAPI adapts Service to the generated SessionService interface.
@@ -160,6 +254,30 @@ func (a sessionAPI) CompleteSession(ctx context.Context, r *guidev1.CompleteSess
 	return a.s.CompleteSession(ctx, r)
 }
 
+func (a sessionAPI) ActivateSession(ctx context.Context, r *guidev1.ActivateSessionRequest) (*guidev1.ActivateSessionResponse, error) {
+	return a.s.ActivateSession(ctx, r)
+}
+
+func (a sessionAPI) SwitchSession(ctx context.Context, r *guidev1.SwitchSessionRequest) (*guidev1.SwitchSessionResponse, error) {
+	return a.s.SwitchSession(ctx, r)
+}
+
+func (a sessionAPI) GetActiveSession(ctx context.Context, r *guidev1.GetActiveSessionRequest) (*guidev1.GetActiveSessionResponse, error) {
+	return a.s.GetActiveSession(ctx, r)
+}
+
+func (a sessionAPI) GetSessionContext(ctx context.Context, r *guidev1.GetSessionContextRequest) (*guidev1.GetSessionContextResponse, error) {
+	return a.s.GetSessionContext(ctx, r)
+}
+
+func (a sessionAPI) UpdateSessionContext(ctx context.Context, r *guidev1.UpdateSessionContextRequest) (*guidev1.UpdateSessionContextResponse, error) {
+	return a.s.UpdateSessionContext(ctx, r)
+}
+
+func (a sessionAPI) GetSessionSnapshot(ctx context.Context, r *guidev1.GetSessionSnapshotRequest) (*guidev1.GetSessionSnapshotResponse, error) {
+	return a.s.GetSessionSnapshot(ctx, r)
+}
+
 // guideAPI adapts Service to the generated GuideService interface.
 type guideAPI struct {
 	guidev1.UnimplementedGuideServiceServer
@@ -180,4 +298,52 @@ func (a guideAPI) ListEvents(ctx context.Context, r *guidev1.ListEventsRequest) 
 
 func (a guideAPI) StreamEvents(r *guidev1.StreamEventsRequest, st grpc.ServerStreamingServer[guidev1.StreamEventsResponse]) error {
 	return a.s.StreamEvents(r, st)
+}
+
+func (a guideAPI) ListClarifications(ctx context.Context, r *guidev1.ListClarificationsRequest) (*guidev1.ListClarificationsResponse, error) {
+	return a.s.ListClarifications(ctx, r)
+}
+
+func (a guideAPI) RecordRoutingFailure(ctx context.Context, r *guidev1.RecordRoutingFailureRequest) (*guidev1.RecordRoutingFailureResponse, error) {
+	return a.s.RecordRoutingFailure(ctx, r)
+}
+
+func (a guideAPI) ListRoutingFailures(ctx context.Context, r *guidev1.ListRoutingFailuresRequest) (*guidev1.ListRoutingFailuresResponse, error) {
+	return a.s.ListRoutingFailures(ctx, r)
+}
+
+func (a guideAPI) GetRoutingAccuracy(ctx context.Context, r *guidev1.GetRoutingAccuracyRequest) (*guidev1.GetRoutingAccuracyResponse, error) {
+	return a.s.GetRoutingAccuracy(ctx, r)
+}
+
+func (a guideAPI) ListDeadLetters(ctx context.Context, r *guidev1.ListDeadLettersRequest) (*guidev1.ListDeadLettersResponse, error) {
+	return a.s.ListDeadLetters(ctx, r)
+}
+
+func (a guideAPI) ReplayDeadLetter(ctx context.Context, r *guidev1.ReplayDeadLetterRequest) (*guidev1.ReplayDeadLetterResponse, error) {
+	return a.s.ReplayDeadLetter(ctx, r)
+}
+
+func (a guideAPI) StartRecording(ctx context.Context, r *guidev1.StartRecordingRequest) (*guidev1.StartRecordingResponse, error) {
+	return a.s.StartRecording(ctx, r)
+}
+
+func (a guideAPI) StopRecording(ctx context.Context, r *guidev1.StopRecordingRequest) (*guidev1.StopRecordingResponse, error) {
+	return a.s.StopRecording(ctx, r)
+}
+
+func (a guideAPI) ListRecordings(ctx context.Context, r *guidev1.ListRecordingsRequest) (*guidev1.ListRecordingsResponse, error) {
+	return a.s.ListRecordings(ctx, r)
+}
+
+func (a guideAPI) GetRecording(ctx context.Context, r *guidev1.GetRecordingRequest) (*guidev1.GetRecordingResponse, error) {
+	return a.s.GetRecording(ctx, r)
+}
+
+func (a guideAPI) ReplayRecording(ctx context.Context, r *guidev1.ReplayRecordingRequest) (*guidev1.ReplayRecordingResponse, error) {
+	return a.s.ReplayRecording(ctx, r)
+}
+
+func (a guideAPI) StepReplay(ctx context.Context, r *guidev1.StepReplayRequest) (*guidev1.StepReplayResponse, error) {
+	return a.s.StepReplay(ctx, r)
 }

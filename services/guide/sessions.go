@@ -28,26 +28,36 @@ type transition struct {
 	event string
 }
 
-// The session state machine. Sessions are created and activated at once;
-// CREATED -> ACTIVE stays legal for sessions created inactive later.
+// The session state machine (spec A-16):
+//
+//	created   -activate-> active
+//	active    -suspend->  suspended  (snapshot taken)
+//	suspended -resume->   active     (snapshot restored)
+//	active, suspended -complete-> completed
+//	created, active, suspended -fail-> failed
+//
+// completed and failed are final.
 var (
+	activateTransition = transition{verb: "activate", from: []string{stateCreated}, to: stateActive, event: "session.activated"}
 	suspendTransition  = transition{verb: "suspend", from: []string{stateActive}, to: stateSuspended, event: "session.suspended"}
-	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended, stateCreated}, to: stateActive, event: "session.resumed"}
+	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended}, to: stateActive, event: "session.resumed"}
 	completeTransition = transition{verb: "complete", from: []string{stateActive, stateSuspended}, to: stateCompleted, event: "session.completed"}
 	failTransition     = transition{verb: "fail", from: []string{stateCreated, stateActive, stateSuspended}, to: stateFailed, event: "session.failed"}
 )
 
-// apply moves s along t at time at, or returns a stateError naming the
-// current state and the verb.
-func (t transition) apply(s *session, at time.Time) error {
+// apply moves s along t at time at, recording the transition with its
+// reason, or returns a stateError naming the current and allowed states.
+func (t transition) apply(s *session, at time.Time, reason string) error {
 	if !slices.Contains(t.from, s.State) {
-		return &stateError{current: s.State, action: t.verb}
+		return &stateError{current: s.State, action: t.verb, allowed: t.from}
 	}
+	s.Transitions = append(s.Transitions, transitionRecord{From: s.State, To: t.to, Time: at, Reason: reason})
 	s.State = t.to
 	s.UpdateTime = at
 	switch t.to {
 	case stateActive:
 		s.ActivateTime = &at
+		s.LastActiveTime = at
 	case stateSuspended:
 		s.SuspendTime = &at
 	case stateCompleted:
@@ -98,7 +108,24 @@ func (s session) proto() *guidev1.Session {
 		CompleteTime:   tsOrNil(s.CompleteTime),
 		LastActiveTime: timestamppb.New(s.LastActiveTime),
 		Summary:        s.Summary,
+		Config:         s.Config.proto(),
+		FailTime:       tsOrNil(s.FailTime),
+		FailureReason:  s.FailureReason,
+		Transitions:    transitionsProto(s.Transitions),
 	}
+}
+
+func transitionsProto(ts []transitionRecord) []*guidev1.SessionTransition {
+	out := make([]*guidev1.SessionTransition, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, &guidev1.SessionTransition{
+			From:   stateToProto[t.From],
+			To:     stateToProto[t.To],
+			Time:   timestamppb.New(t.Time),
+			Reason: t.Reason,
+		})
+	}
+	return out
 }
 
 func ownerOf(id identity.Identity) owner { return owner{tenant: id.TenantID, user: id.UserID} }
@@ -120,18 +147,28 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	if err := s.validateMetadata(in.GetMetadata()); err != nil {
 		return nil, err
 	}
+	cfg, err := s.sessionConfigFromProto(in.GetConfig())
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	sess := session{
 		ID:             ids.New(),
 		TenantID:       who.TenantID,
 		UserID:         who.UserID,
 		DisplayName:    displayName,
-		State:          stateActive,
+		State:          stateCreated,
 		Metadata:       in.GetMetadata(),
 		CreateTime:     now,
 		UpdateTime:     now,
-		ActivateTime:   &now,
 		LastActiveTime: now,
+		Config:         cfg,
+		Transitions:    []transitionRecord{{To: stateCreated, Time: now, Reason: "create"}},
+	}
+	if !req.GetStartInactive() {
+		if err := activateTransition.apply(&sess, now, "create"); err != nil {
+			return nil, s.toStatus(ctx, "create session", err)
+		}
 	}
 	if sess.Metadata == nil {
 		sess.Metadata = map[string]string{}
@@ -139,7 +176,7 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	if err := createSession(ctx, s.db, sess); err != nil {
 		return nil, s.toStatus(ctx, "create session", err)
 	}
-	s.metrics.transitions.WithLabelValues(stateActive).Inc()
+	s.metrics.transitions.WithLabelValues(sess.State).Inc()
 	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
 	s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
 	return &guidev1.CreateSessionResponse{Session: sess.proto()}, nil
@@ -225,16 +262,25 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 
 // SuspendSession moves an active session to SUSPENDED.
 func (s *Service) SuspendSession(ctx context.Context, req *guidev1.SuspendSessionRequest) (*guidev1.SuspendSessionResponse, error) {
-	sess, err := s.transitionByName(ctx, req.GetName(), suspendTransition, "")
+	sess, err := s.transitionByName(ctx, req.GetName(), suspendTransition, "", "user")
 	if err != nil {
 		return nil, err
 	}
 	return &guidev1.SuspendSessionResponse{Session: sess.proto()}, nil
 }
 
-// ResumeSession moves a suspended (or created) session to ACTIVE.
+// ActivateSession moves a created session to ACTIVE.
+func (s *Service) ActivateSession(ctx context.Context, req *guidev1.ActivateSessionRequest) (*guidev1.ActivateSessionResponse, error) {
+	sess, err := s.transitionByName(ctx, req.GetName(), activateTransition, "", "user")
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.ActivateSessionResponse{Session: sess.proto()}, nil
+}
+
+// ResumeSession moves a suspended session to ACTIVE, restoring its snapshot.
 func (s *Service) ResumeSession(ctx context.Context, req *guidev1.ResumeSessionRequest) (*guidev1.ResumeSessionResponse, error) {
-	sess, err := s.transitionByName(ctx, req.GetName(), resumeTransition, "")
+	sess, err := s.transitionByName(ctx, req.GetName(), resumeTransition, "", "user")
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +297,7 @@ func (s *Service) CompleteSession(ctx context.Context, req *guidev1.CompleteSess
 	if !utf8.ValidString(summary) {
 		return nil, invalid("summary", "must be valid UTF-8")
 	}
-	sess, err := s.transitionByName(ctx, req.GetName(), completeTransition, summary)
+	sess, err := s.transitionByName(ctx, req.GetName(), completeTransition, summary, "user")
 	if err != nil {
 		return nil, err
 	}
@@ -264,14 +310,14 @@ func (s *Service) FailSession(ctx context.Context, who identity.Identity, sessio
 	if !ids.Valid(sessionID) {
 		return nil, invalid("session_id", "want a UUID, got %q", truncate(sessionID, 100))
 	}
-	sess, err := s.transition(ctx, ownerOf(who), strings.ToLower(sessionID), failTransition, reason)
+	sess, err := s.transition(ctx, ownerOf(who), strings.ToLower(sessionID), failTransition, reason, "error")
 	if err != nil {
 		return nil, s.toStatus(ctx, "fail session", err)
 	}
 	return sess.proto(), nil
 }
 
-func (s *Service) transitionByName(ctx context.Context, name string, t transition, note string) (session, error) {
+func (s *Service) transitionByName(ctx context.Context, name string, t transition, note, cause string) (session, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return session{}, err
@@ -280,7 +326,7 @@ func (s *Service) transitionByName(ctx context.Context, name string, t transitio
 	if err != nil {
 		return session{}, err
 	}
-	sess, err := s.transition(ctx, ownerOf(who), id, t, note)
+	sess, err := s.transition(ctx, ownerOf(who), id, t, note, cause)
 	if err != nil {
 		return session{}, s.toStatus(ctx, t.verb+" session", err)
 	}
@@ -289,40 +335,74 @@ func (s *Service) transitionByName(ctx context.Context, name string, t transitio
 
 // transition applies t to a session in one transaction, then publishes the
 // matching session event. note is the summary (complete) or the failure
-// reason (fail).
-func (s *Service) transition(ctx context.Context, o owner, id string, t transition, note string) (session, error) {
+// reason (fail); cause is recorded with the transition. Suspending takes a
+// snapshot; resuming restores the latest one.
+func (s *Service) transition(ctx context.Context, o owner, id string, t transition, note, cause string) (session, error) {
+	var dags dagState
+	if t.to == stateSuspended {
+		dags = s.dagState(ctx, o, id)
+	}
 	var sess session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		cur, err := getSession(ctx, tx, o, id, true)
 		if err != nil {
 			return err
 		}
-		if err := t.apply(&cur, s.now()); err != nil {
-			return err
-		}
-		switch t.to {
-		case stateCompleted:
-			cur.Summary = note
-		case stateFailed:
-			cur.FailureReason = note
-		}
-		if err := updateSessionState(ctx, tx, cur); err != nil {
-			return err
-		}
-		sess = cur
-		return nil
+		sess, err = s.applyLocked(ctx, tx, cur, t, note, cause, dags)
+		return err
 	})
 	if err != nil {
 		return session{}, err
 	}
+	s.afterTransition(ctx, sess, t, note)
+	return sess, nil
+}
+
+// applyLocked applies t to cur, whose row the transaction has locked.
+func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, cur session, t transition, note, cause string, dags dagState) (session, error) {
+	now := s.now()
+	if err := t.apply(&cur, now, cause); err != nil {
+		return session{}, err
+	}
+	switch t.to {
+	case stateCompleted:
+		cur.Summary = note
+	case stateFailed:
+		cur.FailureReason = note
+	}
+	if err := updateSessionState(ctx, tx, cur); err != nil {
+		return session{}, err
+	}
+	switch {
+	case t.to == stateSuspended:
+		if err := s.takeSnapshot(ctx, tx, cur, dags); err != nil {
+			return session{}, err
+		}
+	case t.verb == resumeTransition.verb:
+		if err := s.restoreSnapshot(ctx, tx, cur); err != nil {
+			return session{}, err
+		}
+	case t.to == stateCompleted || t.to == stateFailed:
+		if err := closePending(ctx, tx, cur.TenantID, cur.ID); err != nil {
+			return session{}, err
+		}
+	}
+	return cur, nil
+}
+
+// afterTransition records a committed transition: metrics, log, event, and
+// the cache invalidation a finished session needs.
+func (s *Service) afterTransition(ctx context.Context, sess session, t transition, note string) {
 	s.metrics.transitions.WithLabelValues(t.to).Inc()
-	s.log.InfoContext(ctx, "session "+t.to, slog.String(logx.KeyTenantID, o.tenant), slog.String(logx.KeySessionID, id))
-	text := fmt.Sprintf("Session %s is %s", sessionName(id), t.to)
+	s.log.InfoContext(ctx, "session "+t.to, slog.String(logx.KeyTenantID, sess.TenantID), slog.String(logx.KeySessionID, sess.ID))
+	text := fmt.Sprintf("Session %s is %s", sessionName(sess.ID), t.to)
 	if t.to == stateCompleted && note != "" {
 		text += ": " + note
 	}
 	s.publishSessionEvent(ctx, sess, t.event, text)
-	return sess, nil
+	if t.to == stateCompleted || t.to == stateFailed {
+		s.cache.invalidateSession(ctx, sess.TenantID, sess.ID)
+	}
 }
 
 // publishSessionEvent records a lifecycle change on the session's stream.
@@ -332,7 +412,7 @@ func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ, te
 	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
 		Tenant:  sess.TenantID,
 		Session: sess.ID,
-		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixMicro()),
+		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()),
 		Type:    typ,
 		Source:  authorGuide,
 		Text:    text,

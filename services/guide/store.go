@@ -53,16 +53,43 @@ type session struct {
 	CompleteTime   *time.Time
 	FailTime       *time.Time
 	LastActiveTime time.Time
+	Config         sessionConfig
+	Transitions    []transitionRecord
+}
+
+// sessionConfig holds a session's limits; zero fields take the defaults.
+type sessionConfig struct {
+	MaxConcurrentTasks int32
+	MaxEngineers       int32
+	TaskTimeout        time.Duration
+	SessionTimeout     time.Duration
+	AutoSuspendAfter   time.Duration
+	GitIsolation       bool
+}
+
+// transitionRecord is one lifecycle change, kept on the session.
+type transitionRecord struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Time   time.Time `json:"time"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 const sessionColumns = `id, tenant_id, user_id, display_name, state, metadata, summary, failure_reason,
-	create_time, update_time, activate_time, suspend_time, complete_time, fail_time, last_active_time`
+	create_time, update_time, activate_time, suspend_time, complete_time, fail_time, last_active_time,
+	max_concurrent_tasks, max_engineers, task_timeout_ms, session_timeout_ms, auto_suspend_after_ms,
+	enable_git_isolation, transitions`
 
 func scanSession(row pgx.Row) (session, error) {
 	var s session
+	var taskMS, sessionMS, idleMS int64
 	err := row.Scan(&s.ID, &s.TenantID, &s.UserID, &s.DisplayName, &s.State, &s.Metadata, &s.Summary,
 		&s.FailureReason, &s.CreateTime, &s.UpdateTime, &s.ActivateTime, &s.SuspendTime, &s.CompleteTime,
-		&s.FailTime, &s.LastActiveTime)
+		&s.FailTime, &s.LastActiveTime, &s.Config.MaxConcurrentTasks, &s.Config.MaxEngineers, &taskMS, &sessionMS,
+		&idleMS, &s.Config.GitIsolation, &s.Transitions)
+	s.Config.TaskTimeout = time.Duration(taskMS) * time.Millisecond
+	s.Config.SessionTimeout = time.Duration(sessionMS) * time.Millisecond
+	s.Config.AutoSuspendAfter = time.Duration(idleMS) * time.Millisecond
 	return s, err
 }
 
@@ -83,12 +110,23 @@ type message struct {
 	Options       []string
 	EnvelopeID    *string
 	DispatchTime  *time.Time
+
+	// Not stored: what routing adds for the envelope and events.
+	Constraints     []string
+	Criteria        []string
+	RouteText       string // the text routed, when not Text (commands)
+	ClarificationID string
+	CachedData      map[string]any
+	AnswerTo        *clarificationRow // the agent's question this answers
+	Recording       bool              // the session is being recorded
 }
 
 // outcomeRoute is how a user message was handled.
 type outcomeRoute struct {
 	Target, Tier, IntentType, Reason string
 	Confidence                       float64
+	KnowledgeIntent, TimeScope       string
+	Cached                           bool
 }
 
 const messageColumns = `id, session_id, author, text, correlation_id, request_id, create_time,
@@ -105,9 +143,12 @@ func scanMessage(row pgx.Row) (message, error) {
 
 func createSession(ctx context.Context, q querier, s session) error {
 	_, err := q.Exec(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
 		s.ID, s.TenantID, s.UserID, s.DisplayName, s.State, s.Metadata, s.Summary, s.FailureReason,
-		s.CreateTime, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime, s.FailTime, s.LastActiveTime)
+		s.CreateTime, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime, s.FailTime, s.LastActiveTime,
+		s.Config.MaxConcurrentTasks, s.Config.MaxEngineers, s.Config.TaskTimeout.Milliseconds(),
+		s.Config.SessionTimeout.Milliseconds(), s.Config.AutoSuspendAfter.Milliseconds(), s.Config.GitIsolation,
+		nonNilTransitions(s.Transitions))
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -169,10 +210,11 @@ func listSessions(ctx context.Context, q querier, o owner, state string, after *
 // updateSessionState writes the lifecycle fields of s.
 func updateSessionState(ctx context.Context, q querier, s session) error {
 	_, err := q.Exec(ctx, `UPDATE sessions SET state = $4, update_time = $5, activate_time = $6,
-		suspend_time = $7, complete_time = $8, fail_time = $9, summary = $10, failure_reason = $11
+		suspend_time = $7, complete_time = $8, fail_time = $9, summary = $10, failure_reason = $11,
+		transitions = $12, last_active_time = $13
 		WHERE tenant_id = $1 AND user_id = $2 AND id = $3`,
 		s.TenantID, s.UserID, s.ID, s.State, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime,
-		s.FailTime, s.Summary, s.FailureReason)
+		s.FailTime, s.Summary, s.FailureReason, nonNilTransitions(s.Transitions), s.LastActiveTime)
 	if err != nil {
 		return fmt.Errorf("update session %s: %w", s.ID, err)
 	}
@@ -180,14 +222,20 @@ func updateSessionState(ctx context.Context, q querier, s session) error {
 }
 
 // touchActiveSession records activity on an active session and reports
-// whether the session was active.
-func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, error) {
-	tag, err := q.Exec(ctx, `UPDATE sessions SET last_active_time = $4
-		WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'`, o.tenant, o.user, id, at)
-	if err != nil {
-		return false, fmt.Errorf("touch session %s: %w", id, err)
+// whether the session was active and whether it is being recorded.
+func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, bool, error) {
+	var recording bool
+	err := q.QueryRow(ctx, `UPDATE sessions SET last_active_time = $4
+		WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'
+		RETURNING EXISTS (SELECT 1 FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $3 AND r.stop_time IS NULL)`,
+		o.tenant, o.user, id, at).Scan(&recording)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	if err != nil {
+		return false, false, fmt.Errorf("touch session %s: %w", id, err)
+	}
+	return true, recording, nil
 }
 
 // insertMessage stores m. It reports errDuplicateRequest when a message with
@@ -206,16 +254,6 @@ func insertMessage(ctx context.Context, q querier, o owner, m message) error {
 	}
 	if tag.RowsAffected() == 0 {
 		return errDuplicateRequest
-	}
-	return nil
-}
-
-// setReply records the Guide's reply to a user message.
-func setReply(ctx context.Context, q querier, o owner, id, reply, replyID string) error {
-	_, err := q.Exec(ctx, `UPDATE messages SET reply = $3, reply_id = $4 WHERE tenant_id = $1 AND id = $2`,
-		o.tenant, id, reply, replyID)
-	if err != nil {
-		return fmt.Errorf("record reply to %s: %w", id, err)
 	}
 	return nil
 }
@@ -289,13 +327,34 @@ func countMessages(ctx context.Context, q querier, o owner, sessionID string) (m
 	return out, nil
 }
 
-func markDispatched(ctx context.Context, q querier, o owner, id string, at time.Time) error {
-	_, err := q.Exec(ctx, `UPDATE messages SET dispatch_time = $3
-		WHERE tenant_id = $1 AND id = $2 AND dispatch_time IS NULL`, o.tenant, id, at)
+// markDispatched records that a message's publications are all on the bus.
+// The marker only saves a retry from republishing (which the streams would
+// drop as duplicates), so its commit does not wait for the disk.
+func markDispatched(ctx context.Context, db beginner, o owner, id string, at time.Time) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE messages SET dispatch_time = $3
+			WHERE tenant_id = $1 AND id = $2 AND dispatch_time IS NULL`, o.tenant, id, at)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark message %s dispatched: %w", id, err)
 	}
 	return nil
+}
+
+// beginner starts transactions.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+func nonNilTransitions(t []transitionRecord) []transitionRecord {
+	if t == nil {
+		return []transitionRecord{}
+	}
+	return t
 }
 
 func nonNil(s []string) []string {

@@ -24,6 +24,120 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RoutingFailureSignal names how a misroute was noticed (spec A-33).
+type RoutingFailureSignal int32
+
+const (
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED          RoutingFailureSignal = 0
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT    RoutingFailureSignal = 1
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION      RoutingFailureSignal = 2
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_TASK_HELP_ESCALATION RoutingFailureSignal = 3
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP   RoutingFailureSignal = 4
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE       RoutingFailureSignal = 5
+)
+
+// Enum value maps for RoutingFailureSignal.
+var (
+	RoutingFailureSignal_name = map[int32]string{
+		0: "ROUTING_FAILURE_SIGNAL_UNSPECIFIED",
+		1: "ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT",
+		2: "ROUTING_FAILURE_SIGNAL_USER_CORRECTION",
+		3: "ROUTING_FAILURE_SIGNAL_TASK_HELP_ESCALATION",
+		4: "ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP",
+		5: "ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE",
+	}
+	RoutingFailureSignal_value = map[string]int32{
+		"ROUTING_FAILURE_SIGNAL_UNSPECIFIED":          0,
+		"ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT":    1,
+		"ROUTING_FAILURE_SIGNAL_USER_CORRECTION":      2,
+		"ROUTING_FAILURE_SIGNAL_TASK_HELP_ESCALATION": 3,
+		"ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP":   4,
+		"ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE":       5,
+	}
+)
+
+func (x RoutingFailureSignal) Enum() *RoutingFailureSignal {
+	p := new(RoutingFailureSignal)
+	*p = x
+	return p
+}
+
+func (x RoutingFailureSignal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RoutingFailureSignal) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_guide_v1_guide_service_proto_enumTypes[0].Descriptor()
+}
+
+func (RoutingFailureSignal) Type() protoreflect.EnumType {
+	return &file_sylk_guide_v1_guide_service_proto_enumTypes[0]
+}
+
+func (x RoutingFailureSignal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RoutingFailureSignal.Descriptor instead.
+func (RoutingFailureSignal) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{0}
+}
+
+type ReplayMode int32
+
+const (
+	ReplayMode_REPLAY_MODE_UNSPECIFIED ReplayMode = 0
+	// Every query is sent, with no pauses.
+	ReplayMode_REPLAY_MODE_EXACT ReplayMode = 1
+	// One query at a time through StepReplay (the default).
+	ReplayMode_REPLAY_MODE_INTERACTIVE ReplayMode = 2
+	// Queries are classified, nothing is sent.
+	ReplayMode_REPLAY_MODE_DRY_RUN ReplayMode = 3
+)
+
+// Enum value maps for ReplayMode.
+var (
+	ReplayMode_name = map[int32]string{
+		0: "REPLAY_MODE_UNSPECIFIED",
+		1: "REPLAY_MODE_EXACT",
+		2: "REPLAY_MODE_INTERACTIVE",
+		3: "REPLAY_MODE_DRY_RUN",
+	}
+	ReplayMode_value = map[string]int32{
+		"REPLAY_MODE_UNSPECIFIED": 0,
+		"REPLAY_MODE_EXACT":       1,
+		"REPLAY_MODE_INTERACTIVE": 2,
+		"REPLAY_MODE_DRY_RUN":     3,
+	}
+)
+
+func (x ReplayMode) Enum() *ReplayMode {
+	p := new(ReplayMode)
+	*p = x
+	return p
+}
+
+func (x ReplayMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplayMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_guide_v1_guide_service_proto_enumTypes[1].Descriptor()
+}
+
+func (ReplayMode) Type() protoreflect.EnumType {
+	return &file_sylk_guide_v1_guide_service_proto_enumTypes[1]
+}
+
+func (x ReplayMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplayMode.Descriptor instead.
+func (ReplayMode) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{1}
+}
+
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/messages/{message}".
@@ -117,9 +231,18 @@ type Route struct {
 	Target     string  `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	Confidence float64 `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	// "slash_command", "cache", "classifier".
-	Tier          string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
-	IntentType    string `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Tier       string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	IntentType string `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	Reason     string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Knowledge routing metadata (spec A-34, A-35): LOCATE, PATTERN, EXPLAIN,
+	// GENERAL for the librarian; HISTORICAL, ACTIVITY, OUTCOME, SIMILAR,
+	// RESUME, GENERAL for the archivalist.
+	KnowledgeIntent string `protobuf:"bytes,6,opt,name=knowledge_intent,json=knowledgeIntent,proto3" json:"knowledge_intent,omitempty"`
+	Subject         string `protobuf:"bytes,7,opt,name=subject,proto3" json:"subject,omitempty"`
+	// For example "last_month", "recent" (7 days), "today".
+	TimeScope string `protobuf:"bytes,8,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
+	// True when the answer came from the Guide's response cache.
+	Cached        bool `protobuf:"varint,9,opt,name=cached,proto3" json:"cached,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,12 +312,43 @@ func (x *Route) GetReason() string {
 	return ""
 }
 
+func (x *Route) GetKnowledgeIntent() string {
+	if x != nil {
+		return x.KnowledgeIntent
+	}
+	return ""
+}
+
+func (x *Route) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Route) GetTimeScope() string {
+	if x != nil {
+		return x.TimeScope
+	}
+	return ""
+}
+
+func (x *Route) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
+}
+
 type SendMessageRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	Text   string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// Optional client-chosen id; a retry with the same id is not processed twice.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Answers a pending clarification ("sessions/{s}/clarifications/{c}"):
+	// the answer goes to the agent that asked.
+	InReplyTo     string `protobuf:"bytes,4,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -246,6 +400,13 @@ func (x *SendMessageRequest) GetText() string {
 func (x *SendMessageRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SendMessageRequest) GetInReplyTo() string {
+	if x != nil {
+		return x.InReplyTo
 	}
 	return ""
 }
@@ -738,6 +899,2064 @@ func (x *StreamEventsResponse) GetEvent() *Event {
 	return nil
 }
 
+type ListClarificationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClarificationsRequest) Reset() {
+	*x = ListClarificationsRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClarificationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClarificationsRequest) ProtoMessage() {}
+
+func (x *ListClarificationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClarificationsRequest.ProtoReflect.Descriptor instead.
+func (*ListClarificationsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListClarificationsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+type ListClarificationsResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Clarifications []*Clarification       `protobuf:"bytes,1,rep,name=clarifications,proto3" json:"clarifications,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListClarificationsResponse) Reset() {
+	*x = ListClarificationsResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClarificationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClarificationsResponse) ProtoMessage() {}
+
+func (x *ListClarificationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClarificationsResponse.ProtoReflect.Descriptor instead.
+func (*ListClarificationsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListClarificationsResponse) GetClarifications() []*Clarification {
+	if x != nil {
+		return x.Clarifications
+	}
+	return nil
+}
+
+// Clarification is a question for the user.
+type Clarification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/{session}/clarifications/{clarification}".
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Question        string                 `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	Options         []string               `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	Context         string                 `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	RequestingAgent string                 `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	CorrelationId   string                 `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Clarification) Reset() {
+	*x = Clarification{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Clarification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Clarification) ProtoMessage() {}
+
+func (x *Clarification) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Clarification.ProtoReflect.Descriptor instead.
+func (*Clarification) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Clarification) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Clarification) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+func (x *Clarification) GetOptions() []string {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Clarification) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *Clarification) GetRequestingAgent() string {
+	if x != nil {
+		return x.RequestingAgent
+	}
+	return ""
+}
+
+func (x *Clarification) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *Clarification) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type RoutingFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "route_fail_<uuid>".
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	OriginalRequest  string                 `protobuf:"bytes,2,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	ClassifiedAs     string                 `protobuf:"bytes,3,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
+	RoutedTo         string                 `protobuf:"bytes,4,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	ShouldHaveBeen   string                 `protobuf:"bytes,5,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	FailureSignal    RoutingFailureSignal   `protobuf:"varint,6,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
+	PatternExtracted string                 `protobuf:"bytes,7,opt,name=pattern_extracted,json=patternExtracted,proto3" json:"pattern_extracted,omitempty"`
+	SessionId        string                 `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	CreateTime       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RoutingFailure) Reset() {
+	*x = RoutingFailure{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutingFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutingFailure) ProtoMessage() {}
+
+func (x *RoutingFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutingFailure.ProtoReflect.Descriptor instead.
+func (*RoutingFailure) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RoutingFailure) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetOriginalRequest() string {
+	if x != nil {
+		return x.OriginalRequest
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetClassifiedAs() string {
+	if x != nil {
+		return x.ClassifiedAs
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetRoutedTo() string {
+	if x != nil {
+		return x.RoutedTo
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetShouldHaveBeen() string {
+	if x != nil {
+		return x.ShouldHaveBeen
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetFailureSignal() RoutingFailureSignal {
+	if x != nil {
+		return x.FailureSignal
+	}
+	return RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED
+}
+
+func (x *RoutingFailure) GetPatternExtracted() string {
+	if x != nil {
+		return x.PatternExtracted
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RoutingFailure) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type RecordRoutingFailureRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	OriginalRequest string                 `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	RoutedTo        string                 `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	ShouldHaveBeen  string                 `protobuf:"bytes,3,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	FailureSignal   RoutingFailureSignal   `protobuf:"varint,4,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
+	ClassifiedAs    string                 `protobuf:"bytes,5,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
+	SessionId       string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RecordRoutingFailureRequest) Reset() {
+	*x = RecordRoutingFailureRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRoutingFailureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRoutingFailureRequest) ProtoMessage() {}
+
+func (x *RecordRoutingFailureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRoutingFailureRequest.ProtoReflect.Descriptor instead.
+func (*RecordRoutingFailureRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RecordRoutingFailureRequest) GetOriginalRequest() string {
+	if x != nil {
+		return x.OriginalRequest
+	}
+	return ""
+}
+
+func (x *RecordRoutingFailureRequest) GetRoutedTo() string {
+	if x != nil {
+		return x.RoutedTo
+	}
+	return ""
+}
+
+func (x *RecordRoutingFailureRequest) GetShouldHaveBeen() string {
+	if x != nil {
+		return x.ShouldHaveBeen
+	}
+	return ""
+}
+
+func (x *RecordRoutingFailureRequest) GetFailureSignal() RoutingFailureSignal {
+	if x != nil {
+		return x.FailureSignal
+	}
+	return RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED
+}
+
+func (x *RecordRoutingFailureRequest) GetClassifiedAs() string {
+	if x != nil {
+		return x.ClassifiedAs
+	}
+	return ""
+}
+
+func (x *RecordRoutingFailureRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type RecordRoutingFailureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failure       *RoutingFailure        `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRoutingFailureResponse) Reset() {
+	*x = RecordRoutingFailureResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRoutingFailureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRoutingFailureResponse) ProtoMessage() {}
+
+func (x *RecordRoutingFailureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRoutingFailureResponse.ProtoReflect.Descriptor instead.
+func (*RecordRoutingFailureResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecordRoutingFailureResponse) GetFailure() *RoutingFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+type ListRoutingFailuresRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Words of a request; failures whose pattern shares them are returned.
+	RequestPattern string `protobuf:"bytes,1,opt,name=request_pattern,json=requestPattern,proto3" json:"request_pattern,omitempty"`
+	Limit          int32  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListRoutingFailuresRequest) Reset() {
+	*x = ListRoutingFailuresRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutingFailuresRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutingFailuresRequest) ProtoMessage() {}
+
+func (x *ListRoutingFailuresRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutingFailuresRequest.ProtoReflect.Descriptor instead.
+func (*ListRoutingFailuresRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListRoutingFailuresRequest) GetRequestPattern() string {
+	if x != nil {
+		return x.RequestPattern
+	}
+	return ""
+}
+
+func (x *ListRoutingFailuresRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListRoutingFailuresResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      []*RoutingFailure      `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutingFailuresResponse) Reset() {
+	*x = ListRoutingFailuresResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutingFailuresResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutingFailuresResponse) ProtoMessage() {}
+
+func (x *ListRoutingFailuresResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutingFailuresResponse.ProtoReflect.Descriptor instead.
+func (*ListRoutingFailuresResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListRoutingFailuresResponse) GetFailures() []*RoutingFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+type GetRoutingAccuracyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoutingAccuracyRequest) Reset() {
+	*x = GetRoutingAccuracyRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoutingAccuracyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoutingAccuracyRequest) ProtoMessage() {}
+
+func (x *GetRoutingAccuracyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoutingAccuracyRequest.ProtoReflect.Descriptor instead.
+func (*GetRoutingAccuracyRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{19}
+}
+
+type IntentAccuracy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	IntentType    string                 `protobuf:"bytes,1,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	Routed        int64                  `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	Failures      int64                  `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	Accuracy      float64                `protobuf:"fixed64,4,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntentAccuracy) Reset() {
+	*x = IntentAccuracy{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntentAccuracy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntentAccuracy) ProtoMessage() {}
+
+func (x *IntentAccuracy) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntentAccuracy.ProtoReflect.Descriptor instead.
+func (*IntentAccuracy) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *IntentAccuracy) GetIntentType() string {
+	if x != nil {
+		return x.IntentType
+	}
+	return ""
+}
+
+func (x *IntentAccuracy) GetRouted() int64 {
+	if x != nil {
+		return x.Routed
+	}
+	return 0
+}
+
+func (x *IntentAccuracy) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *IntentAccuracy) GetAccuracy() float64 {
+	if x != nil {
+		return x.Accuracy
+	}
+	return 0
+}
+
+type MisroutePair struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoutedTo       string                 `protobuf:"bytes,1,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	ShouldHaveBeen string                 `protobuf:"bytes,2,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	Count          int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MisroutePair) Reset() {
+	*x = MisroutePair{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MisroutePair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MisroutePair) ProtoMessage() {}
+
+func (x *MisroutePair) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MisroutePair.ProtoReflect.Descriptor instead.
+func (*MisroutePair) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *MisroutePair) GetRoutedTo() string {
+	if x != nil {
+		return x.RoutedTo
+	}
+	return ""
+}
+
+func (x *MisroutePair) GetShouldHaveBeen() string {
+	if x != nil {
+		return x.ShouldHaveBeen
+	}
+	return ""
+}
+
+func (x *MisroutePair) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type GetRoutingAccuracyResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Routed    int64                  `protobuf:"varint,1,opt,name=routed,proto3" json:"routed,omitempty"`
+	Failures  int64                  `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	Accuracy  float64                `protobuf:"fixed64,3,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	ByIntent  []*IntentAccuracy      `protobuf:"bytes,4,rep,name=by_intent,json=byIntent,proto3" json:"by_intent,omitempty"`
+	Misroutes []*MisroutePair        `protobuf:"bytes,5,rep,name=misroutes,proto3" json:"misroutes,omitempty"`
+	// Failures per signal name.
+	BySignal      map[string]int64 `protobuf:"bytes,6,rep,name=by_signal,json=bySignal,proto3" json:"by_signal,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoutingAccuracyResponse) Reset() {
+	*x = GetRoutingAccuracyResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoutingAccuracyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoutingAccuracyResponse) ProtoMessage() {}
+
+func (x *GetRoutingAccuracyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoutingAccuracyResponse.ProtoReflect.Descriptor instead.
+func (*GetRoutingAccuracyResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetRoutingAccuracyResponse) GetRouted() int64 {
+	if x != nil {
+		return x.Routed
+	}
+	return 0
+}
+
+func (x *GetRoutingAccuracyResponse) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *GetRoutingAccuracyResponse) GetAccuracy() float64 {
+	if x != nil {
+		return x.Accuracy
+	}
+	return 0
+}
+
+func (x *GetRoutingAccuracyResponse) GetByIntent() []*IntentAccuracy {
+	if x != nil {
+		return x.ByIntent
+	}
+	return nil
+}
+
+func (x *GetRoutingAccuracyResponse) GetMisroutes() []*MisroutePair {
+	if x != nil {
+		return x.Misroutes
+	}
+	return nil
+}
+
+func (x *GetRoutingAccuracyResponse) GetBySignal() map[string]int64 {
+	if x != nil {
+		return x.BySignal
+	}
+	return nil
+}
+
+type DeadLetter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "deadLetters/{id}".
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SessionId      string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Target         string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	CorrelationId  string                 `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	MessageType    string                 `protobuf:"bytes,6,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	ReplayCount    int32                  `protobuf:"varint,8,opt,name=replay_count,json=replayCount,proto3" json:"replay_count,omitempty"`
+	LastReplayTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_replay_time,json=lastReplayTime,proto3" json:"last_replay_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeadLetter) Reset() {
+	*x = DeadLetter{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetter) ProtoMessage() {}
+
+func (x *DeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
+func (*DeadLetter) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeadLetter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetMessageType() string {
+	if x != nil {
+		return x.MessageType
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetReplayCount() int32 {
+	if x != nil {
+		return x.ReplayCount
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetLastReplayTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastReplayTime
+	}
+	return nil
+}
+
+type ListDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this session's, when set (its id).
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersRequest) Reset() {
+	*x = ListDeadLettersRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersRequest) ProtoMessage() {}
+
+func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListDeadLettersRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListDeadLettersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type ListDeadLettersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetters   []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersResponse) Reset() {
+	*x = ListDeadLettersResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersResponse) ProtoMessage() {}
+
+func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return nil
+}
+
+type ReplayDeadLetterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayDeadLetterRequest) Reset() {
+	*x = ReplayDeadLetterRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayDeadLetterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayDeadLetterRequest) ProtoMessage() {}
+
+func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
+func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReplayDeadLetterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ReplayDeadLetterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetter    *DeadLetter            `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayDeadLetterResponse) Reset() {
+	*x = ReplayDeadLetterResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayDeadLetterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayDeadLetterResponse) ProtoMessage() {}
+
+func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
+func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return nil
+}
+
+// RecordedQuery is one query of a recording (spec E-07).
+type RecordedQuery struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Index            int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Time             *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	RawQuery         string                 `protobuf:"bytes,3,opt,name=raw_query,json=rawQuery,proto3" json:"raw_query,omitempty"`
+	ClassifiedIntent string                 `protobuf:"bytes,4,opt,name=classified_intent,json=classifiedIntent,proto3" json:"classified_intent,omitempty"`
+	RoutedTo         string                 `protobuf:"bytes,5,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	Response         string                 `protobuf:"bytes,6,opt,name=response,proto3" json:"response,omitempty"`
+	Success          bool                   `protobuf:"varint,7,opt,name=success,proto3" json:"success,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RecordedQuery) Reset() {
+	*x = RecordedQuery{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordedQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordedQuery) ProtoMessage() {}
+
+func (x *RecordedQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordedQuery.ProtoReflect.Descriptor instead.
+func (*RecordedQuery) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RecordedQuery) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RecordedQuery) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *RecordedQuery) GetRawQuery() string {
+	if x != nil {
+		return x.RawQuery
+	}
+	return ""
+}
+
+func (x *RecordedQuery) GetClassifiedIntent() string {
+	if x != nil {
+		return x.ClassifiedIntent
+	}
+	return ""
+}
+
+func (x *RecordedQuery) GetRoutedTo() string {
+	if x != nil {
+		return x.RoutedTo
+	}
+	return ""
+}
+
+func (x *RecordedQuery) GetResponse() string {
+	if x != nil {
+		return x.Response
+	}
+	return ""
+}
+
+func (x *RecordedQuery) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+type Recording struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/{session}/recordings/{recording}"; ids are "rec_<uuid>".
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	DisplayName   string                 `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Description   string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	StopTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stop_time,json=stopTime,proto3" json:"stop_time,omitempty"`
+	Recording     bool                   `protobuf:"varint,8,opt,name=recording,proto3" json:"recording,omitempty"`
+	QueryCount    int32                  `protobuf:"varint,9,opt,name=query_count,json=queryCount,proto3" json:"query_count,omitempty"`
+	Tags          []string               `protobuf:"bytes,10,rep,name=tags,proto3" json:"tags,omitempty"`
+	Queries       []*RecordedQuery       `protobuf:"bytes,11,rep,name=queries,proto3" json:"queries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recording) Reset() {
+	*x = Recording{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recording) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recording) ProtoMessage() {}
+
+func (x *Recording) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recording.ProtoReflect.Descriptor instead.
+func (*Recording) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Recording) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Recording) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Recording) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Recording) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Recording) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Recording) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Recording) GetStopTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StopTime
+	}
+	return nil
+}
+
+func (x *Recording) GetRecording() bool {
+	if x != nil {
+		return x.Recording
+	}
+	return false
+}
+
+func (x *Recording) GetQueryCount() int32 {
+	if x != nil {
+		return x.QueryCount
+	}
+	return 0
+}
+
+func (x *Recording) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Recording) GetQueries() []*RecordedQuery {
+	if x != nil {
+		return x.Queries
+	}
+	return nil
+}
+
+type StartRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	DisplayName   string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Tags          []string               `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRecordingRequest) Reset() {
+	*x = StartRecordingRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRecordingRequest) ProtoMessage() {}
+
+func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRecordingRequest.ProtoReflect.Descriptor instead.
+func (*StartRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *StartRecordingRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *StartRecordingRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *StartRecordingRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *StartRecordingRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type StartRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRecordingResponse) Reset() {
+	*x = StartRecordingResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRecordingResponse) ProtoMessage() {}
+
+func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRecordingResponse.ProtoReflect.Descriptor instead.
+func (*StartRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StartRecordingResponse) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+type StopRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRecordingRequest) Reset() {
+	*x = StopRecordingRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRecordingRequest) ProtoMessage() {}
+
+func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRecordingRequest.ProtoReflect.Descriptor instead.
+func (*StopRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StopRecordingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type StopRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRecordingResponse) Reset() {
+	*x = StopRecordingResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRecordingResponse) ProtoMessage() {}
+
+func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRecordingResponse.ProtoReflect.Descriptor instead.
+func (*StopRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StopRecordingResponse) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+type ListRecordingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsRequest) Reset() {
+	*x = ListRecordingsRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsRequest) ProtoMessage() {}
+
+func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsRequest.ProtoReflect.Descriptor instead.
+func (*ListRecordingsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListRecordingsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+type ListRecordingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recordings    []*Recording           `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsResponse) Reset() {
+	*x = ListRecordingsResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsResponse) ProtoMessage() {}
+
+func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsResponse.ProtoReflect.Descriptor instead.
+func (*ListRecordingsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListRecordingsResponse) GetRecordings() []*Recording {
+	if x != nil {
+		return x.Recordings
+	}
+	return nil
+}
+
+type GetRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordingRequest) Reset() {
+	*x = GetRecordingRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordingRequest) ProtoMessage() {}
+
+func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordingRequest.ProtoReflect.Descriptor instead.
+func (*GetRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetRecordingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordingResponse) Reset() {
+	*x = GetRecordingResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordingResponse) ProtoMessage() {}
+
+func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordingResponse.ProtoReflect.Descriptor instead.
+func (*GetRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetRecordingResponse) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+type ReplayRecordingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode  ReplayMode             `protobuf:"varint,2,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
+	// The active session to replay into ("sessions/{s}"); the recording's own when empty.
+	TargetSession string `protobuf:"bytes,3,opt,name=target_session,json=targetSession,proto3" json:"target_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayRecordingRequest) Reset() {
+	*x = ReplayRecordingRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayRecordingRequest) ProtoMessage() {}
+
+func (x *ReplayRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayRecordingRequest.ProtoReflect.Descriptor instead.
+func (*ReplayRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ReplayRecordingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReplayRecordingRequest) GetMode() ReplayMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ReplayMode_REPLAY_MODE_UNSPECIFIED
+}
+
+func (x *ReplayRecordingRequest) GetTargetSession() string {
+	if x != nil {
+		return x.TargetSession
+	}
+	return ""
+}
+
+// ReplayStepResult is what happened to one replayed query.
+type ReplayStepResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Query string                 `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// "sent", "skipped", "modified", "classified".
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Route         *Route `protobuf:"bytes,4,opt,name=route,proto3" json:"route,omitempty"`
+	CorrelationId string `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayStepResult) Reset() {
+	*x = ReplayStepResult{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayStepResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayStepResult) ProtoMessage() {}
+
+func (x *ReplayStepResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayStepResult.ProtoReflect.Descriptor instead.
+func (*ReplayStepResult) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReplayStepResult) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReplayStepResult) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ReplayStepResult) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ReplayStepResult) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+func (x *ReplayStepResult) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+type ReplayState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/{session}/replays/{replay}".
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Recording      string                 `protobuf:"bytes,2,opt,name=recording,proto3" json:"recording,omitempty"`
+	Mode           ReplayMode             `protobuf:"varint,3,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
+	CurrentIndex   int32                  `protobuf:"varint,4,opt,name=current_index,json=currentIndex,proto3" json:"current_index,omitempty"`
+	SkippedIndices []int32                `protobuf:"varint,5,rep,packed,name=skipped_indices,json=skippedIndices,proto3" json:"skipped_indices,omitempty"`
+	Modifications  map[int32]string       `protobuf:"bytes,6,rep,name=modifications,proto3" json:"modifications,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Done           bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
+	StartTime      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReplayState) Reset() {
+	*x = ReplayState{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayState) ProtoMessage() {}
+
+func (x *ReplayState) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayState.ProtoReflect.Descriptor instead.
+func (*ReplayState) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReplayState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReplayState) GetRecording() string {
+	if x != nil {
+		return x.Recording
+	}
+	return ""
+}
+
+func (x *ReplayState) GetMode() ReplayMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ReplayMode_REPLAY_MODE_UNSPECIFIED
+}
+
+func (x *ReplayState) GetCurrentIndex() int32 {
+	if x != nil {
+		return x.CurrentIndex
+	}
+	return 0
+}
+
+func (x *ReplayState) GetSkippedIndices() []int32 {
+	if x != nil {
+		return x.SkippedIndices
+	}
+	return nil
+}
+
+func (x *ReplayState) GetModifications() map[int32]string {
+	if x != nil {
+		return x.Modifications
+	}
+	return nil
+}
+
+func (x *ReplayState) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ReplayState) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+type ReplayRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         *ReplayState           `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Results       []*ReplayStepResult    `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayRecordingResponse) Reset() {
+	*x = ReplayRecordingResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayRecordingResponse) ProtoMessage() {}
+
+func (x *ReplayRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayRecordingResponse.ProtoReflect.Descriptor instead.
+func (*ReplayRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReplayRecordingResponse) GetState() *ReplayState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *ReplayRecordingResponse) GetResults() []*ReplayStepResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type StepReplayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "continue", "skip", "modify" (with text) or "abort".
+	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepReplayRequest) Reset() {
+	*x = StepReplayRequest{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepReplayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepReplayRequest) ProtoMessage() {}
+
+func (x *StepReplayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepReplayRequest.ProtoReflect.Descriptor instead.
+func (*StepReplayRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *StepReplayRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StepReplayRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *StepReplayRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type StepReplayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         *ReplayState           `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Result        *ReplayStepResult      `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepReplayResponse) Reset() {
+	*x = StepReplayResponse{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepReplayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepReplayResponse) ProtoMessage() {}
+
+func (x *StepReplayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepReplayResponse.ProtoReflect.Descriptor instead.
+func (*StepReplayResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *StepReplayResponse) GetState() *ReplayState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *StepReplayResponse) GetResult() *ReplayStepResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 var File_sylk_guide_v1_guide_service_proto protoreflect.FileDescriptor
 
 const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
@@ -750,7 +2969,7 @@ const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12;\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12%\n" +
-	"\x0ecorrelation_id\x18\x06 \x01(\tR\rcorrelationId\"\x8c\x01\n" +
+	"\x0ecorrelation_id\x18\x06 \x01(\tR\rcorrelationId\"\x88\x02\n" +
 	"\x05Route\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1e\n" +
 	"\n" +
@@ -759,12 +2978,18 @@ const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"\x04tier\x18\x03 \x01(\tR\x04tier\x12\x1f\n" +
 	"\vintent_type\x18\x04 \x01(\tR\n" +
 	"intentType\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"i\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12)\n" +
+	"\x10knowledge_intent\x18\x06 \x01(\tR\x0fknowledgeIntent\x12\x18\n" +
+	"\asubject\x18\a \x01(\tR\asubject\x12\x1d\n" +
+	"\n" +
+	"time_scope\x18\b \x01(\tR\ttimeScope\x12\x16\n" +
+	"\x06cached\x18\t \x01(\bR\x06cached\"\x89\x01\n" +
 	"\x12SendMessageRequest\x12\x1b\n" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tB\x03\xe0A\x02R\x04text\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xb0\x01\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1e\n" +
+	"\vin_reply_to\x18\x04 \x01(\tR\tinReplyTo\"\xb0\x01\n" +
 	"\x13SendMessageResponse\x120\n" +
 	"\amessage\x18\x01 \x01(\v2\x16.sylk.guide.v1.MessageR\amessage\x12*\n" +
 	"\x05route\x18\x02 \x01(\v2\x14.sylk.guide.v1.RouteR\x05route\x12\x14\n" +
@@ -799,13 +3024,202 @@ const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\"B\n" +
 	"\x14StreamEventsResponse\x12*\n" +
-	"\x05event\x18\x01 \x01(\v2\x14.sylk.guide.v1.EventR\x05event2\x9c\x04\n" +
+	"\x05event\x18\x01 \x01(\v2\x14.sylk.guide.v1.EventR\x05event\"8\n" +
+	"\x19ListClarificationsRequest\x12\x1b\n" +
+	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\"b\n" +
+	"\x1aListClarificationsResponse\x12D\n" +
+	"\x0eclarifications\x18\x01 \x03(\v2\x1c.sylk.guide.v1.ClarificationR\x0eclarifications\"\x82\x02\n" +
+	"\rClarification\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bquestion\x18\x02 \x01(\tR\bquestion\x12\x18\n" +
+	"\aoptions\x18\x03 \x03(\tR\aoptions\x12\x18\n" +
+	"\acontext\x18\x04 \x01(\tR\acontext\x12)\n" +
+	"\x10requesting_agent\x18\x05 \x01(\tR\x0frequestingAgent\x12%\n" +
+	"\x0ecorrelation_id\x18\x06 \x01(\tR\rcorrelationId\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\x8c\x03\n" +
+	"\x0eRoutingFailure\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12)\n" +
+	"\x10original_request\x18\x02 \x01(\tR\x0foriginalRequest\x12#\n" +
+	"\rclassified_as\x18\x03 \x01(\tR\fclassifiedAs\x12\x1b\n" +
+	"\trouted_to\x18\x04 \x01(\tR\broutedTo\x12(\n" +
+	"\x10should_have_been\x18\x05 \x01(\tR\x0eshouldHaveBeen\x12J\n" +
+	"\x0efailure_signal\x18\x06 \x01(\x0e2#.sylk.guide.v1.RoutingFailureSignalR\rfailureSignal\x12+\n" +
+	"\x11pattern_extracted\x18\a \x01(\tR\x10patternExtracted\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xb3\x02\n" +
+	"\x1bRecordRoutingFailureRequest\x12.\n" +
+	"\x10original_request\x18\x01 \x01(\tB\x03\xe0A\x02R\x0foriginalRequest\x12 \n" +
+	"\trouted_to\x18\x02 \x01(\tB\x03\xe0A\x02R\broutedTo\x12-\n" +
+	"\x10should_have_been\x18\x03 \x01(\tB\x03\xe0A\x02R\x0eshouldHaveBeen\x12O\n" +
+	"\x0efailure_signal\x18\x04 \x01(\x0e2#.sylk.guide.v1.RoutingFailureSignalB\x03\xe0A\x02R\rfailureSignal\x12#\n" +
+	"\rclassified_as\x18\x05 \x01(\tR\fclassifiedAs\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\"W\n" +
+	"\x1cRecordRoutingFailureResponse\x127\n" +
+	"\afailure\x18\x01 \x01(\v2\x1d.sylk.guide.v1.RoutingFailureR\afailure\"[\n" +
+	"\x1aListRoutingFailuresRequest\x12'\n" +
+	"\x0frequest_pattern\x18\x01 \x01(\tR\x0erequestPattern\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"X\n" +
+	"\x1bListRoutingFailuresResponse\x129\n" +
+	"\bfailures\x18\x01 \x03(\v2\x1d.sylk.guide.v1.RoutingFailureR\bfailures\"\x1b\n" +
+	"\x19GetRoutingAccuracyRequest\"\x81\x01\n" +
+	"\x0eIntentAccuracy\x12\x1f\n" +
+	"\vintent_type\x18\x01 \x01(\tR\n" +
+	"intentType\x12\x16\n" +
+	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x03R\bfailures\x12\x1a\n" +
+	"\baccuracy\x18\x04 \x01(\x01R\baccuracy\"k\n" +
+	"\fMisroutePair\x12\x1b\n" +
+	"\trouted_to\x18\x01 \x01(\tR\broutedTo\x12(\n" +
+	"\x10should_have_been\x18\x02 \x01(\tR\x0eshouldHaveBeen\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xf6\x02\n" +
+	"\x1aGetRoutingAccuracyResponse\x12\x16\n" +
+	"\x06routed\x18\x01 \x01(\x03R\x06routed\x12\x1a\n" +
+	"\bfailures\x18\x02 \x01(\x03R\bfailures\x12\x1a\n" +
+	"\baccuracy\x18\x03 \x01(\x01R\baccuracy\x12:\n" +
+	"\tby_intent\x18\x04 \x03(\v2\x1d.sylk.guide.v1.IntentAccuracyR\bbyIntent\x129\n" +
+	"\tmisroutes\x18\x05 \x03(\v2\x1b.sylk.guide.v1.MisroutePairR\tmisroutes\x12T\n" +
+	"\tby_signal\x18\x06 \x03(\v27.sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntryR\bbySignal\x1a;\n" +
+	"\rBySignalEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xdf\x02\n" +
+	"\n" +
+	"DeadLetter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12%\n" +
+	"\x0ecorrelation_id\x18\x04 \x01(\tR\rcorrelationId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12!\n" +
+	"\fmessage_type\x18\x06 \x01(\tR\vmessageType\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12!\n" +
+	"\freplay_count\x18\b \x01(\x05R\vreplayCount\x12D\n" +
+	"\x10last_replay_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0elastReplayTime\"T\n" +
+	"\x16ListDeadLettersRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\"W\n" +
+	"\x17ListDeadLettersResponse\x12<\n" +
+	"\fdead_letters\x18\x01 \x03(\v2\x19.sylk.guide.v1.DeadLetterR\vdeadLetters\"2\n" +
+	"\x17ReplayDeadLetterRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"V\n" +
+	"\x18ReplayDeadLetterResponse\x12:\n" +
+	"\vdead_letter\x18\x01 \x01(\v2\x19.sylk.guide.v1.DeadLetterR\n" +
+	"deadLetter\"\xf2\x01\n" +
+	"\rRecordedQuery\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n" +
+	"\traw_query\x18\x03 \x01(\tR\brawQuery\x12+\n" +
+	"\x11classified_intent\x18\x04 \x01(\tR\x10classifiedIntent\x12\x1b\n" +
+	"\trouted_to\x18\x05 \x01(\tR\broutedTo\x12\x1a\n" +
+	"\bresponse\x18\x06 \x01(\tR\bresponse\x12\x18\n" +
+	"\asuccess\x18\a \x01(\bR\asuccess\"\x94\x03\n" +
+	"\tRecording\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12!\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x127\n" +
+	"\tstop_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstopTime\x12\x1c\n" +
+	"\trecording\x18\b \x01(\bR\trecording\x12\x1f\n" +
+	"\vquery_count\x18\t \x01(\x05R\n" +
+	"queryCount\x12\x12\n" +
+	"\x04tags\x18\n" +
+	" \x03(\tR\x04tags\x126\n" +
+	"\aqueries\x18\v \x03(\v2\x1c.sylk.guide.v1.RecordedQueryR\aqueries\"\x8d\x01\n" +
+	"\x15StartRecordingRequest\x12\x1b\n" +
+	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\"P\n" +
+	"\x16StartRecordingResponse\x126\n" +
+	"\trecording\x18\x01 \x01(\v2\x18.sylk.guide.v1.RecordingR\trecording\"/\n" +
+	"\x14StopRecordingRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"O\n" +
+	"\x15StopRecordingResponse\x126\n" +
+	"\trecording\x18\x01 \x01(\v2\x18.sylk.guide.v1.RecordingR\trecording\"4\n" +
+	"\x15ListRecordingsRequest\x12\x1b\n" +
+	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\"R\n" +
+	"\x16ListRecordingsResponse\x128\n" +
+	"\n" +
+	"recordings\x18\x01 \x03(\v2\x18.sylk.guide.v1.RecordingR\n" +
+	"recordings\".\n" +
+	"\x13GetRecordingRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"N\n" +
+	"\x14GetRecordingResponse\x126\n" +
+	"\trecording\x18\x01 \x01(\v2\x18.sylk.guide.v1.RecordingR\trecording\"\x87\x01\n" +
+	"\x16ReplayRecordingRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12-\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x19.sylk.guide.v1.ReplayModeR\x04mode\x12%\n" +
+	"\x0etarget_session\x18\x03 \x01(\tR\rtargetSession\"\xa9\x01\n" +
+	"\x10ReplayStepResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12*\n" +
+	"\x05route\x18\x04 \x01(\v2\x14.sylk.guide.v1.RouteR\x05route\x12%\n" +
+	"\x0ecorrelation_id\x18\x05 \x01(\tR\rcorrelationId\"\xa2\x03\n" +
+	"\vReplayState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\trecording\x18\x02 \x01(\tR\trecording\x12-\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x19.sylk.guide.v1.ReplayModeR\x04mode\x12#\n" +
+	"\rcurrent_index\x18\x04 \x01(\x05R\fcurrentIndex\x12'\n" +
+	"\x0fskipped_indices\x18\x05 \x03(\x05R\x0eskippedIndices\x12S\n" +
+	"\rmodifications\x18\x06 \x03(\v2-.sylk.guide.v1.ReplayState.ModificationsEntryR\rmodifications\x12\x12\n" +
+	"\x04done\x18\a \x01(\bR\x04done\x129\n" +
+	"\n" +
+	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x1a@\n" +
+	"\x12ModificationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x17ReplayRecordingResponse\x120\n" +
+	"\x05state\x18\x01 \x01(\v2\x1a.sylk.guide.v1.ReplayStateR\x05state\x129\n" +
+	"\aresults\x18\x02 \x03(\v2\x1f.sylk.guide.v1.ReplayStepResultR\aresults\"]\n" +
+	"\x11StepReplayRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
+	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\x7f\n" +
+	"\x12StepReplayResponse\x120\n" +
+	"\x05state\x18\x01 \x01(\v2\x1a.sylk.guide.v1.ReplayStateR\x05state\x127\n" +
+	"\x06result\x18\x02 \x01(\v2\x1f.sylk.guide.v1.ReplayStepResultR\x06result*\xa3\x02\n" +
+	"\x14RoutingFailureSignal\x12&\n" +
+	"\"ROUTING_FAILURE_SIGNAL_UNSPECIFIED\x10\x00\x12,\n" +
+	"(ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT\x10\x01\x12*\n" +
+	"&ROUTING_FAILURE_SIGNAL_USER_CORRECTION\x10\x02\x12/\n" +
+	"+ROUTING_FAILURE_SIGNAL_TASK_HELP_ESCALATION\x10\x03\x12-\n" +
+	")ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP\x10\x04\x12)\n" +
+	"%ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE\x10\x05*v\n" +
+	"\n" +
+	"ReplayMode\x12\x1b\n" +
+	"\x17REPLAY_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11REPLAY_MODE_EXACT\x10\x01\x12\x1b\n" +
+	"\x17REPLAY_MODE_INTERACTIVE\x10\x02\x12\x17\n" +
+	"\x13REPLAY_MODE_DRY_RUN\x10\x032\xbd\x11\n" +
 	"\fGuideService\x12\x81\x01\n" +
 	"\vSendMessage\x12!.sylk.guide.v1.SendMessageRequest\x1a\".sylk.guide.v1.SendMessageResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /v1/{parent=sessions/*}/messages\x12\x81\x01\n" +
 	"\fListMessages\x12\".sylk.guide.v1.ListMessagesRequest\x1a#.sylk.guide.v1.ListMessagesResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=sessions/*}/messages\x12y\n" +
 	"\n" +
 	"ListEvents\x12 .sylk.guide.v1.ListEventsRequest\x1a!.sylk.guide.v1.ListEventsResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{parent=sessions/*}/events\x12\x88\x01\n" +
-	"\fStreamEvents\x12\".sylk.guide.v1.StreamEventsRequest\x1a#.sylk.guide.v1.StreamEventsResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/{parent=sessions/*}/events:stream0\x01B,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
+	"\fStreamEvents\x12\".sylk.guide.v1.StreamEventsRequest\x1a#.sylk.guide.v1.StreamEventsResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/{parent=sessions/*}/events:stream0\x01\x12\x99\x01\n" +
+	"\x12ListClarifications\x12(.sylk.guide.v1.ListClarificationsRequest\x1a).sylk.guide.v1.ListClarificationsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{parent=sessions/*}/clarifications\x12\x8f\x01\n" +
+	"\x14RecordRoutingFailure\x12*.sylk.guide.v1.RecordRoutingFailureRequest\x1a+.sylk.guide.v1.RecordRoutingFailureResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/routingFailures\x12\x89\x01\n" +
+	"\x13ListRoutingFailures\x12).sylk.guide.v1.ListRoutingFailuresRequest\x1a*.sylk.guide.v1.ListRoutingFailuresResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/routingFailures\x12\x87\x01\n" +
+	"\x12GetRoutingAccuracy\x12(.sylk.guide.v1.GetRoutingAccuracyRequest\x1a).sylk.guide.v1.GetRoutingAccuracyResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/routing:accuracy\x12y\n" +
+	"\x0fListDeadLetters\x12%.sylk.guide.v1.ListDeadLettersRequest\x1a&.sylk.guide.v1.ListDeadLettersResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/deadLetters\x12\x8f\x01\n" +
+	"\x10ReplayDeadLetter\x12&.sylk.guide.v1.ReplayDeadLetterRequest\x1a'.sylk.guide.v1.ReplayDeadLetterResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=deadLetters/*}:replay\x12\x8c\x01\n" +
+	"\x0eStartRecording\x12$.sylk.guide.v1.StartRecordingRequest\x1a%.sylk.guide.v1.StartRecordingResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/{parent=sessions/*}/recordings\x12\x8e\x01\n" +
+	"\rStopRecording\x12#.sylk.guide.v1.StopRecordingRequest\x1a$.sylk.guide.v1.StopRecordingResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/{name=sessions/*/recordings/*}:stop\x12\x89\x01\n" +
+	"\x0eListRecordings\x12$.sylk.guide.v1.ListRecordingsRequest\x1a%.sylk.guide.v1.ListRecordingsResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{parent=sessions/*}/recordings\x12\x83\x01\n" +
+	"\fGetRecording\x12\".sylk.guide.v1.GetRecordingRequest\x1a#.sylk.guide.v1.GetRecordingResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=sessions/*/recordings/*}\x12\x96\x01\n" +
+	"\x0fReplayRecording\x12%.sylk.guide.v1.ReplayRecordingRequest\x1a&.sylk.guide.v1.ReplayRecordingResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/{name=sessions/*/recordings/*}:replay\x12\x82\x01\n" +
+	"\n" +
+	"StepReplay\x12 .sylk.guide.v1.StepReplayRequest\x1a!.sylk.guide.v1.StepReplayResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{name=sessions/*/replays/*}:stepB,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
 
 var (
 	file_sylk_guide_v1_guide_service_proto_rawDescOnce sync.Once
@@ -819,44 +3233,137 @@ func file_sylk_guide_v1_guide_service_proto_rawDescGZIP() []byte {
 	return file_sylk_guide_v1_guide_service_proto_rawDescData
 }
 
-var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_sylk_guide_v1_guide_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_sylk_guide_v1_guide_service_proto_goTypes = []any{
-	(*Message)(nil),               // 0: sylk.guide.v1.Message
-	(*Route)(nil),                 // 1: sylk.guide.v1.Route
-	(*SendMessageRequest)(nil),    // 2: sylk.guide.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),   // 3: sylk.guide.v1.SendMessageResponse
-	(*ListMessagesRequest)(nil),   // 4: sylk.guide.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),  // 5: sylk.guide.v1.ListMessagesResponse
-	(*Event)(nil),                 // 6: sylk.guide.v1.Event
-	(*ListEventsRequest)(nil),     // 7: sylk.guide.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),    // 8: sylk.guide.v1.ListEventsResponse
-	(*StreamEventsRequest)(nil),   // 9: sylk.guide.v1.StreamEventsRequest
-	(*StreamEventsResponse)(nil),  // 10: sylk.guide.v1.StreamEventsResponse
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(RoutingFailureSignal)(0),            // 0: sylk.guide.v1.RoutingFailureSignal
+	(ReplayMode)(0),                      // 1: sylk.guide.v1.ReplayMode
+	(*Message)(nil),                      // 2: sylk.guide.v1.Message
+	(*Route)(nil),                        // 3: sylk.guide.v1.Route
+	(*SendMessageRequest)(nil),           // 4: sylk.guide.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),          // 5: sylk.guide.v1.SendMessageResponse
+	(*ListMessagesRequest)(nil),          // 6: sylk.guide.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),         // 7: sylk.guide.v1.ListMessagesResponse
+	(*Event)(nil),                        // 8: sylk.guide.v1.Event
+	(*ListEventsRequest)(nil),            // 9: sylk.guide.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),           // 10: sylk.guide.v1.ListEventsResponse
+	(*StreamEventsRequest)(nil),          // 11: sylk.guide.v1.StreamEventsRequest
+	(*StreamEventsResponse)(nil),         // 12: sylk.guide.v1.StreamEventsResponse
+	(*ListClarificationsRequest)(nil),    // 13: sylk.guide.v1.ListClarificationsRequest
+	(*ListClarificationsResponse)(nil),   // 14: sylk.guide.v1.ListClarificationsResponse
+	(*Clarification)(nil),                // 15: sylk.guide.v1.Clarification
+	(*RoutingFailure)(nil),               // 16: sylk.guide.v1.RoutingFailure
+	(*RecordRoutingFailureRequest)(nil),  // 17: sylk.guide.v1.RecordRoutingFailureRequest
+	(*RecordRoutingFailureResponse)(nil), // 18: sylk.guide.v1.RecordRoutingFailureResponse
+	(*ListRoutingFailuresRequest)(nil),   // 19: sylk.guide.v1.ListRoutingFailuresRequest
+	(*ListRoutingFailuresResponse)(nil),  // 20: sylk.guide.v1.ListRoutingFailuresResponse
+	(*GetRoutingAccuracyRequest)(nil),    // 21: sylk.guide.v1.GetRoutingAccuracyRequest
+	(*IntentAccuracy)(nil),               // 22: sylk.guide.v1.IntentAccuracy
+	(*MisroutePair)(nil),                 // 23: sylk.guide.v1.MisroutePair
+	(*GetRoutingAccuracyResponse)(nil),   // 24: sylk.guide.v1.GetRoutingAccuracyResponse
+	(*DeadLetter)(nil),                   // 25: sylk.guide.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),       // 26: sylk.guide.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),      // 27: sylk.guide.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),      // 28: sylk.guide.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),     // 29: sylk.guide.v1.ReplayDeadLetterResponse
+	(*RecordedQuery)(nil),                // 30: sylk.guide.v1.RecordedQuery
+	(*Recording)(nil),                    // 31: sylk.guide.v1.Recording
+	(*StartRecordingRequest)(nil),        // 32: sylk.guide.v1.StartRecordingRequest
+	(*StartRecordingResponse)(nil),       // 33: sylk.guide.v1.StartRecordingResponse
+	(*StopRecordingRequest)(nil),         // 34: sylk.guide.v1.StopRecordingRequest
+	(*StopRecordingResponse)(nil),        // 35: sylk.guide.v1.StopRecordingResponse
+	(*ListRecordingsRequest)(nil),        // 36: sylk.guide.v1.ListRecordingsRequest
+	(*ListRecordingsResponse)(nil),       // 37: sylk.guide.v1.ListRecordingsResponse
+	(*GetRecordingRequest)(nil),          // 38: sylk.guide.v1.GetRecordingRequest
+	(*GetRecordingResponse)(nil),         // 39: sylk.guide.v1.GetRecordingResponse
+	(*ReplayRecordingRequest)(nil),       // 40: sylk.guide.v1.ReplayRecordingRequest
+	(*ReplayStepResult)(nil),             // 41: sylk.guide.v1.ReplayStepResult
+	(*ReplayState)(nil),                  // 42: sylk.guide.v1.ReplayState
+	(*ReplayRecordingResponse)(nil),      // 43: sylk.guide.v1.ReplayRecordingResponse
+	(*StepReplayRequest)(nil),            // 44: sylk.guide.v1.StepReplayRequest
+	(*StepReplayResponse)(nil),           // 45: sylk.guide.v1.StepReplayResponse
+	nil,                                  // 46: sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	nil,                                  // 47: sylk.guide.v1.ReplayState.ModificationsEntry
+	(*timestamppb.Timestamp)(nil),        // 48: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 49: google.protobuf.Struct
 }
 var file_sylk_guide_v1_guide_service_proto_depIdxs = []int32{
-	11, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 1: sylk.guide.v1.SendMessageResponse.message:type_name -> sylk.guide.v1.Message
-	1,  // 2: sylk.guide.v1.SendMessageResponse.route:type_name -> sylk.guide.v1.Route
-	0,  // 3: sylk.guide.v1.ListMessagesResponse.messages:type_name -> sylk.guide.v1.Message
-	11, // 4: sylk.guide.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	12, // 5: sylk.guide.v1.Event.data:type_name -> google.protobuf.Struct
-	6,  // 6: sylk.guide.v1.ListEventsResponse.events:type_name -> sylk.guide.v1.Event
-	6,  // 7: sylk.guide.v1.StreamEventsResponse.event:type_name -> sylk.guide.v1.Event
-	2,  // 8: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
-	4,  // 9: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
-	7,  // 10: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
-	9,  // 11: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
-	3,  // 12: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
-	5,  // 13: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
-	8,  // 14: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
-	10, // 15: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	48, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 1: sylk.guide.v1.SendMessageResponse.message:type_name -> sylk.guide.v1.Message
+	3,  // 2: sylk.guide.v1.SendMessageResponse.route:type_name -> sylk.guide.v1.Route
+	2,  // 3: sylk.guide.v1.ListMessagesResponse.messages:type_name -> sylk.guide.v1.Message
+	48, // 4: sylk.guide.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	49, // 5: sylk.guide.v1.Event.data:type_name -> google.protobuf.Struct
+	8,  // 6: sylk.guide.v1.ListEventsResponse.events:type_name -> sylk.guide.v1.Event
+	8,  // 7: sylk.guide.v1.StreamEventsResponse.event:type_name -> sylk.guide.v1.Event
+	15, // 8: sylk.guide.v1.ListClarificationsResponse.clarifications:type_name -> sylk.guide.v1.Clarification
+	48, // 9: sylk.guide.v1.Clarification.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 10: sylk.guide.v1.RoutingFailure.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
+	48, // 11: sylk.guide.v1.RoutingFailure.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 12: sylk.guide.v1.RecordRoutingFailureRequest.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
+	16, // 13: sylk.guide.v1.RecordRoutingFailureResponse.failure:type_name -> sylk.guide.v1.RoutingFailure
+	16, // 14: sylk.guide.v1.ListRoutingFailuresResponse.failures:type_name -> sylk.guide.v1.RoutingFailure
+	22, // 15: sylk.guide.v1.GetRoutingAccuracyResponse.by_intent:type_name -> sylk.guide.v1.IntentAccuracy
+	23, // 16: sylk.guide.v1.GetRoutingAccuracyResponse.misroutes:type_name -> sylk.guide.v1.MisroutePair
+	46, // 17: sylk.guide.v1.GetRoutingAccuracyResponse.by_signal:type_name -> sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	48, // 18: sylk.guide.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	48, // 19: sylk.guide.v1.DeadLetter.last_replay_time:type_name -> google.protobuf.Timestamp
+	25, // 20: sylk.guide.v1.ListDeadLettersResponse.dead_letters:type_name -> sylk.guide.v1.DeadLetter
+	25, // 21: sylk.guide.v1.ReplayDeadLetterResponse.dead_letter:type_name -> sylk.guide.v1.DeadLetter
+	48, // 22: sylk.guide.v1.RecordedQuery.time:type_name -> google.protobuf.Timestamp
+	48, // 23: sylk.guide.v1.Recording.create_time:type_name -> google.protobuf.Timestamp
+	48, // 24: sylk.guide.v1.Recording.stop_time:type_name -> google.protobuf.Timestamp
+	30, // 25: sylk.guide.v1.Recording.queries:type_name -> sylk.guide.v1.RecordedQuery
+	31, // 26: sylk.guide.v1.StartRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	31, // 27: sylk.guide.v1.StopRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	31, // 28: sylk.guide.v1.ListRecordingsResponse.recordings:type_name -> sylk.guide.v1.Recording
+	31, // 29: sylk.guide.v1.GetRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	1,  // 30: sylk.guide.v1.ReplayRecordingRequest.mode:type_name -> sylk.guide.v1.ReplayMode
+	3,  // 31: sylk.guide.v1.ReplayStepResult.route:type_name -> sylk.guide.v1.Route
+	1,  // 32: sylk.guide.v1.ReplayState.mode:type_name -> sylk.guide.v1.ReplayMode
+	47, // 33: sylk.guide.v1.ReplayState.modifications:type_name -> sylk.guide.v1.ReplayState.ModificationsEntry
+	48, // 34: sylk.guide.v1.ReplayState.start_time:type_name -> google.protobuf.Timestamp
+	42, // 35: sylk.guide.v1.ReplayRecordingResponse.state:type_name -> sylk.guide.v1.ReplayState
+	41, // 36: sylk.guide.v1.ReplayRecordingResponse.results:type_name -> sylk.guide.v1.ReplayStepResult
+	42, // 37: sylk.guide.v1.StepReplayResponse.state:type_name -> sylk.guide.v1.ReplayState
+	41, // 38: sylk.guide.v1.StepReplayResponse.result:type_name -> sylk.guide.v1.ReplayStepResult
+	4,  // 39: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
+	6,  // 40: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
+	9,  // 41: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
+	11, // 42: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
+	13, // 43: sylk.guide.v1.GuideService.ListClarifications:input_type -> sylk.guide.v1.ListClarificationsRequest
+	17, // 44: sylk.guide.v1.GuideService.RecordRoutingFailure:input_type -> sylk.guide.v1.RecordRoutingFailureRequest
+	19, // 45: sylk.guide.v1.GuideService.ListRoutingFailures:input_type -> sylk.guide.v1.ListRoutingFailuresRequest
+	21, // 46: sylk.guide.v1.GuideService.GetRoutingAccuracy:input_type -> sylk.guide.v1.GetRoutingAccuracyRequest
+	26, // 47: sylk.guide.v1.GuideService.ListDeadLetters:input_type -> sylk.guide.v1.ListDeadLettersRequest
+	28, // 48: sylk.guide.v1.GuideService.ReplayDeadLetter:input_type -> sylk.guide.v1.ReplayDeadLetterRequest
+	32, // 49: sylk.guide.v1.GuideService.StartRecording:input_type -> sylk.guide.v1.StartRecordingRequest
+	34, // 50: sylk.guide.v1.GuideService.StopRecording:input_type -> sylk.guide.v1.StopRecordingRequest
+	36, // 51: sylk.guide.v1.GuideService.ListRecordings:input_type -> sylk.guide.v1.ListRecordingsRequest
+	38, // 52: sylk.guide.v1.GuideService.GetRecording:input_type -> sylk.guide.v1.GetRecordingRequest
+	40, // 53: sylk.guide.v1.GuideService.ReplayRecording:input_type -> sylk.guide.v1.ReplayRecordingRequest
+	44, // 54: sylk.guide.v1.GuideService.StepReplay:input_type -> sylk.guide.v1.StepReplayRequest
+	5,  // 55: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
+	7,  // 56: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
+	10, // 57: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
+	12, // 58: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
+	14, // 59: sylk.guide.v1.GuideService.ListClarifications:output_type -> sylk.guide.v1.ListClarificationsResponse
+	18, // 60: sylk.guide.v1.GuideService.RecordRoutingFailure:output_type -> sylk.guide.v1.RecordRoutingFailureResponse
+	20, // 61: sylk.guide.v1.GuideService.ListRoutingFailures:output_type -> sylk.guide.v1.ListRoutingFailuresResponse
+	24, // 62: sylk.guide.v1.GuideService.GetRoutingAccuracy:output_type -> sylk.guide.v1.GetRoutingAccuracyResponse
+	27, // 63: sylk.guide.v1.GuideService.ListDeadLetters:output_type -> sylk.guide.v1.ListDeadLettersResponse
+	29, // 64: sylk.guide.v1.GuideService.ReplayDeadLetter:output_type -> sylk.guide.v1.ReplayDeadLetterResponse
+	33, // 65: sylk.guide.v1.GuideService.StartRecording:output_type -> sylk.guide.v1.StartRecordingResponse
+	35, // 66: sylk.guide.v1.GuideService.StopRecording:output_type -> sylk.guide.v1.StopRecordingResponse
+	37, // 67: sylk.guide.v1.GuideService.ListRecordings:output_type -> sylk.guide.v1.ListRecordingsResponse
+	39, // 68: sylk.guide.v1.GuideService.GetRecording:output_type -> sylk.guide.v1.GetRecordingResponse
+	43, // 69: sylk.guide.v1.GuideService.ReplayRecording:output_type -> sylk.guide.v1.ReplayRecordingResponse
+	45, // 70: sylk.guide.v1.GuideService.StepReplay:output_type -> sylk.guide.v1.StepReplayResponse
+	55, // [55:71] is the sub-list for method output_type
+	39, // [39:55] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_sylk_guide_v1_guide_service_proto_init() }
@@ -869,13 +3376,14 @@ func file_sylk_guide_v1_guide_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_guide_v1_guide_service_proto_rawDesc), len(file_sylk_guide_v1_guide_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   11,
+			NumEnums:      2,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_sylk_guide_v1_guide_service_proto_goTypes,
 		DependencyIndexes: file_sylk_guide_v1_guide_service_proto_depIdxs,
+		EnumInfos:         file_sylk_guide_v1_guide_service_proto_enumTypes,
 		MessageInfos:      file_sylk_guide_v1_guide_service_proto_msgTypes,
 	}.Build()
 	File_sylk_guide_v1_guide_service_proto = out.File

@@ -19,10 +19,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GuideService_SendMessage_FullMethodName  = "/sylk.guide.v1.GuideService/SendMessage"
-	GuideService_ListMessages_FullMethodName = "/sylk.guide.v1.GuideService/ListMessages"
-	GuideService_ListEvents_FullMethodName   = "/sylk.guide.v1.GuideService/ListEvents"
-	GuideService_StreamEvents_FullMethodName = "/sylk.guide.v1.GuideService/StreamEvents"
+	GuideService_SendMessage_FullMethodName          = "/sylk.guide.v1.GuideService/SendMessage"
+	GuideService_ListMessages_FullMethodName         = "/sylk.guide.v1.GuideService/ListMessages"
+	GuideService_ListEvents_FullMethodName           = "/sylk.guide.v1.GuideService/ListEvents"
+	GuideService_StreamEvents_FullMethodName         = "/sylk.guide.v1.GuideService/StreamEvents"
+	GuideService_ListClarifications_FullMethodName   = "/sylk.guide.v1.GuideService/ListClarifications"
+	GuideService_RecordRoutingFailure_FullMethodName = "/sylk.guide.v1.GuideService/RecordRoutingFailure"
+	GuideService_ListRoutingFailures_FullMethodName  = "/sylk.guide.v1.GuideService/ListRoutingFailures"
+	GuideService_GetRoutingAccuracy_FullMethodName   = "/sylk.guide.v1.GuideService/GetRoutingAccuracy"
+	GuideService_ListDeadLetters_FullMethodName      = "/sylk.guide.v1.GuideService/ListDeadLetters"
+	GuideService_ReplayDeadLetter_FullMethodName     = "/sylk.guide.v1.GuideService/ReplayDeadLetter"
+	GuideService_StartRecording_FullMethodName       = "/sylk.guide.v1.GuideService/StartRecording"
+	GuideService_StopRecording_FullMethodName        = "/sylk.guide.v1.GuideService/StopRecording"
+	GuideService_ListRecordings_FullMethodName       = "/sylk.guide.v1.GuideService/ListRecordings"
+	GuideService_GetRecording_FullMethodName         = "/sylk.guide.v1.GuideService/GetRecording"
+	GuideService_ReplayRecording_FullMethodName      = "/sylk.guide.v1.GuideService/ReplayRecording"
+	GuideService_StepReplay_FullMethodName           = "/sylk.guide.v1.GuideService/StepReplay"
 )
 
 // GuideServiceClient is the client API for GuideService service.
@@ -40,6 +52,29 @@ type GuideServiceClient interface {
 	// StreamEvents streams the session's events from a sequence number and
 	// then follows new ones until the client goes away.
 	StreamEvents(ctx context.Context, in *StreamEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamEventsResponse], error)
+	// ListClarifications returns the questions waiting for the user's answer.
+	ListClarifications(ctx context.Context, in *ListClarificationsRequest, opts ...grpc.CallOption) (*ListClarificationsResponse, error)
+	// RecordRoutingFailure records a misroute (spec A-33); it also goes to
+	// the Archivalist as a routing_failure entry.
+	RecordRoutingFailure(ctx context.Context, in *RecordRoutingFailureRequest, opts ...grpc.CallOption) (*RecordRoutingFailureResponse, error)
+	ListRoutingFailures(ctx context.Context, in *ListRoutingFailuresRequest, opts ...grpc.CallOption) (*ListRoutingFailuresResponse, error)
+	// GetRoutingAccuracy reports routing accuracy per intent type and the
+	// misroute pairs.
+	GetRoutingAccuracy(ctx context.Context, in *GetRoutingAccuracyRequest, opts ...grpc.CallOption) (*GetRoutingAccuracyResponse, error)
+	// ListDeadLetters returns messages that could not be delivered.
+	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
+	// ReplayDeadLetter publishes a dead letter to its target's inbox again.
+	ReplayDeadLetter(ctx context.Context, in *ReplayDeadLetterRequest, opts ...grpc.CallOption) (*ReplayDeadLetterResponse, error)
+	// StartRecording records the session's queries from now on (spec E-07).
+	StartRecording(ctx context.Context, in *StartRecordingRequest, opts ...grpc.CallOption) (*StartRecordingResponse, error)
+	StopRecording(ctx context.Context, in *StopRecordingRequest, opts ...grpc.CallOption) (*StopRecordingResponse, error)
+	ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error)
+	GetRecording(ctx context.Context, in *GetRecordingRequest, opts ...grpc.CallOption) (*GetRecordingResponse, error)
+	// ReplayRecording replays a recording's queries into an active session:
+	// exact sends them all, dry_run only classifies them, interactive starts a
+	// replay that StepReplay advances one query at a time.
+	ReplayRecording(ctx context.Context, in *ReplayRecordingRequest, opts ...grpc.CallOption) (*ReplayRecordingResponse, error)
+	StepReplay(ctx context.Context, in *StepReplayRequest, opts ...grpc.CallOption) (*StepReplayResponse, error)
 }
 
 type guideServiceClient struct {
@@ -99,6 +134,126 @@ func (c *guideServiceClient) StreamEvents(ctx context.Context, in *StreamEventsR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GuideService_StreamEventsClient = grpc.ServerStreamingClient[StreamEventsResponse]
 
+func (c *guideServiceClient) ListClarifications(ctx context.Context, in *ListClarificationsRequest, opts ...grpc.CallOption) (*ListClarificationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClarificationsResponse)
+	err := c.cc.Invoke(ctx, GuideService_ListClarifications_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) RecordRoutingFailure(ctx context.Context, in *RecordRoutingFailureRequest, opts ...grpc.CallOption) (*RecordRoutingFailureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordRoutingFailureResponse)
+	err := c.cc.Invoke(ctx, GuideService_RecordRoutingFailure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) ListRoutingFailures(ctx context.Context, in *ListRoutingFailuresRequest, opts ...grpc.CallOption) (*ListRoutingFailuresResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRoutingFailuresResponse)
+	err := c.cc.Invoke(ctx, GuideService_ListRoutingFailures_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) GetRoutingAccuracy(ctx context.Context, in *GetRoutingAccuracyRequest, opts ...grpc.CallOption) (*GetRoutingAccuracyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRoutingAccuracyResponse)
+	err := c.cc.Invoke(ctx, GuideService_GetRoutingAccuracy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeadLettersResponse)
+	err := c.cc.Invoke(ctx, GuideService_ListDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) ReplayDeadLetter(ctx context.Context, in *ReplayDeadLetterRequest, opts ...grpc.CallOption) (*ReplayDeadLetterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayDeadLetterResponse)
+	err := c.cc.Invoke(ctx, GuideService_ReplayDeadLetter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) StartRecording(ctx context.Context, in *StartRecordingRequest, opts ...grpc.CallOption) (*StartRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartRecordingResponse)
+	err := c.cc.Invoke(ctx, GuideService_StartRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) StopRecording(ctx context.Context, in *StopRecordingRequest, opts ...grpc.CallOption) (*StopRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopRecordingResponse)
+	err := c.cc.Invoke(ctx, GuideService_StopRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRecordingsResponse)
+	err := c.cc.Invoke(ctx, GuideService_ListRecordings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) GetRecording(ctx context.Context, in *GetRecordingRequest, opts ...grpc.CallOption) (*GetRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRecordingResponse)
+	err := c.cc.Invoke(ctx, GuideService_GetRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) ReplayRecording(ctx context.Context, in *ReplayRecordingRequest, opts ...grpc.CallOption) (*ReplayRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayRecordingResponse)
+	err := c.cc.Invoke(ctx, GuideService_ReplayRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *guideServiceClient) StepReplay(ctx context.Context, in *StepReplayRequest, opts ...grpc.CallOption) (*StepReplayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StepReplayResponse)
+	err := c.cc.Invoke(ctx, GuideService_StepReplay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GuideServiceServer is the server API for GuideService service.
 // All implementations must embed UnimplementedGuideServiceServer
 // for forward compatibility.
@@ -114,6 +269,29 @@ type GuideServiceServer interface {
 	// StreamEvents streams the session's events from a sequence number and
 	// then follows new ones until the client goes away.
 	StreamEvents(*StreamEventsRequest, grpc.ServerStreamingServer[StreamEventsResponse]) error
+	// ListClarifications returns the questions waiting for the user's answer.
+	ListClarifications(context.Context, *ListClarificationsRequest) (*ListClarificationsResponse, error)
+	// RecordRoutingFailure records a misroute (spec A-33); it also goes to
+	// the Archivalist as a routing_failure entry.
+	RecordRoutingFailure(context.Context, *RecordRoutingFailureRequest) (*RecordRoutingFailureResponse, error)
+	ListRoutingFailures(context.Context, *ListRoutingFailuresRequest) (*ListRoutingFailuresResponse, error)
+	// GetRoutingAccuracy reports routing accuracy per intent type and the
+	// misroute pairs.
+	GetRoutingAccuracy(context.Context, *GetRoutingAccuracyRequest) (*GetRoutingAccuracyResponse, error)
+	// ListDeadLetters returns messages that could not be delivered.
+	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
+	// ReplayDeadLetter publishes a dead letter to its target's inbox again.
+	ReplayDeadLetter(context.Context, *ReplayDeadLetterRequest) (*ReplayDeadLetterResponse, error)
+	// StartRecording records the session's queries from now on (spec E-07).
+	StartRecording(context.Context, *StartRecordingRequest) (*StartRecordingResponse, error)
+	StopRecording(context.Context, *StopRecordingRequest) (*StopRecordingResponse, error)
+	ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error)
+	GetRecording(context.Context, *GetRecordingRequest) (*GetRecordingResponse, error)
+	// ReplayRecording replays a recording's queries into an active session:
+	// exact sends them all, dry_run only classifies them, interactive starts a
+	// replay that StepReplay advances one query at a time.
+	ReplayRecording(context.Context, *ReplayRecordingRequest) (*ReplayRecordingResponse, error)
+	StepReplay(context.Context, *StepReplayRequest) (*StepReplayResponse, error)
 	mustEmbedUnimplementedGuideServiceServer()
 }
 
@@ -135,6 +313,42 @@ func (UnimplementedGuideServiceServer) ListEvents(context.Context, *ListEventsRe
 }
 func (UnimplementedGuideServiceServer) StreamEvents(*StreamEventsRequest, grpc.ServerStreamingServer[StreamEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamEvents not implemented")
+}
+func (UnimplementedGuideServiceServer) ListClarifications(context.Context, *ListClarificationsRequest) (*ListClarificationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClarifications not implemented")
+}
+func (UnimplementedGuideServiceServer) RecordRoutingFailure(context.Context, *RecordRoutingFailureRequest) (*RecordRoutingFailureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordRoutingFailure not implemented")
+}
+func (UnimplementedGuideServiceServer) ListRoutingFailures(context.Context, *ListRoutingFailuresRequest) (*ListRoutingFailuresResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRoutingFailures not implemented")
+}
+func (UnimplementedGuideServiceServer) GetRoutingAccuracy(context.Context, *GetRoutingAccuracyRequest) (*GetRoutingAccuracyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRoutingAccuracy not implemented")
+}
+func (UnimplementedGuideServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
+}
+func (UnimplementedGuideServiceServer) ReplayDeadLetter(context.Context, *ReplayDeadLetterRequest) (*ReplayDeadLetterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayDeadLetter not implemented")
+}
+func (UnimplementedGuideServiceServer) StartRecording(context.Context, *StartRecordingRequest) (*StartRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartRecording not implemented")
+}
+func (UnimplementedGuideServiceServer) StopRecording(context.Context, *StopRecordingRequest) (*StopRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopRecording not implemented")
+}
+func (UnimplementedGuideServiceServer) ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRecordings not implemented")
+}
+func (UnimplementedGuideServiceServer) GetRecording(context.Context, *GetRecordingRequest) (*GetRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRecording not implemented")
+}
+func (UnimplementedGuideServiceServer) ReplayRecording(context.Context, *ReplayRecordingRequest) (*ReplayRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayRecording not implemented")
+}
+func (UnimplementedGuideServiceServer) StepReplay(context.Context, *StepReplayRequest) (*StepReplayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StepReplay not implemented")
 }
 func (UnimplementedGuideServiceServer) mustEmbedUnimplementedGuideServiceServer() {}
 func (UnimplementedGuideServiceServer) testEmbeddedByValue()                      {}
@@ -222,6 +436,222 @@ func _GuideService_StreamEvents_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GuideService_StreamEventsServer = grpc.ServerStreamingServer[StreamEventsResponse]
 
+func _GuideService_ListClarifications_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClarificationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ListClarifications(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ListClarifications_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ListClarifications(ctx, req.(*ListClarificationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_RecordRoutingFailure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordRoutingFailureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).RecordRoutingFailure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_RecordRoutingFailure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).RecordRoutingFailure(ctx, req.(*RecordRoutingFailureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_ListRoutingFailures_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRoutingFailuresRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ListRoutingFailures(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ListRoutingFailures_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ListRoutingFailures(ctx, req.(*ListRoutingFailuresRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_GetRoutingAccuracy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRoutingAccuracyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).GetRoutingAccuracy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_GetRoutingAccuracy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).GetRoutingAccuracy(ctx, req.(*GetRoutingAccuracyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ListDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ListDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ListDeadLetters(ctx, req.(*ListDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_ReplayDeadLetter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayDeadLetterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ReplayDeadLetter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ReplayDeadLetter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ReplayDeadLetter(ctx, req.(*ReplayDeadLetterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_StartRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).StartRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_StartRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).StartRecording(ctx, req.(*StartRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_StopRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).StopRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_StopRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).StopRecording(ctx, req.(*StopRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_ListRecordings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRecordingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ListRecordings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ListRecordings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ListRecordings(ctx, req.(*ListRecordingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_GetRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).GetRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_GetRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).GetRecording(ctx, req.(*GetRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_ReplayRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).ReplayRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_ReplayRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).ReplayRecording(ctx, req.(*ReplayRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GuideService_StepReplay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StepReplayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GuideServiceServer).StepReplay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GuideService_StepReplay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GuideServiceServer).StepReplay(ctx, req.(*StepReplayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GuideService_ServiceDesc is the grpc.ServiceDesc for GuideService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -240,6 +670,54 @@ var GuideService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEvents",
 			Handler:    _GuideService_ListEvents_Handler,
+		},
+		{
+			MethodName: "ListClarifications",
+			Handler:    _GuideService_ListClarifications_Handler,
+		},
+		{
+			MethodName: "RecordRoutingFailure",
+			Handler:    _GuideService_RecordRoutingFailure_Handler,
+		},
+		{
+			MethodName: "ListRoutingFailures",
+			Handler:    _GuideService_ListRoutingFailures_Handler,
+		},
+		{
+			MethodName: "GetRoutingAccuracy",
+			Handler:    _GuideService_GetRoutingAccuracy_Handler,
+		},
+		{
+			MethodName: "ListDeadLetters",
+			Handler:    _GuideService_ListDeadLetters_Handler,
+		},
+		{
+			MethodName: "ReplayDeadLetter",
+			Handler:    _GuideService_ReplayDeadLetter_Handler,
+		},
+		{
+			MethodName: "StartRecording",
+			Handler:    _GuideService_StartRecording_Handler,
+		},
+		{
+			MethodName: "StopRecording",
+			Handler:    _GuideService_StopRecording_Handler,
+		},
+		{
+			MethodName: "ListRecordings",
+			Handler:    _GuideService_ListRecordings_Handler,
+		},
+		{
+			MethodName: "GetRecording",
+			Handler:    _GuideService_GetRecording_Handler,
+		},
+		{
+			MethodName: "ReplayRecording",
+			Handler:    _GuideService_ReplayRecording_Handler,
+		},
+		{
+			MethodName: "StepReplay",
+			Handler:    _GuideService_StepReplay_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

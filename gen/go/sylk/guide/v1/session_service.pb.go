@@ -10,6 +10,8 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -98,8 +100,14 @@ type Session struct {
 	CompleteTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	LastActiveTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_active_time,json=lastActiveTime,proto3" json:"last_active_time,omitempty"`
 	Summary        string                 `protobuf:"bytes,14,opt,name=summary,proto3" json:"summary,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Limits; unset fields take the documented defaults.
+	Config        *SessionConfig         `protobuf:"bytes,15,opt,name=config,proto3" json:"config,omitempty"`
+	FailTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=fail_time,json=failTime,proto3" json:"fail_time,omitempty"`
+	FailureReason string                 `protobuf:"bytes,17,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	// Every lifecycle transition, oldest first.
+	Transitions   []*SessionTransition `protobuf:"bytes,18,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -230,16 +238,1272 @@ func (x *Session) GetSummary() string {
 	return ""
 }
 
-type CreateSessionRequest struct {
+func (x *Session) GetConfig() *SessionConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *Session) GetFailTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailTime
+	}
+	return nil
+}
+
+func (x *Session) GetFailureReason() string {
+	if x != nil {
+		return x.FailureReason
+	}
+	return ""
+}
+
+func (x *Session) GetTransitions() []*SessionTransition {
+	if x != nil {
+		return x.Transitions
+	}
+	return nil
+}
+
+// SessionConfig holds a session's limits (spec A-14). Zero means the default.
+type SessionConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks of this session running at once (default 4).
+	MaxConcurrentTasks int32 `protobuf:"varint,1,opt,name=max_concurrent_tasks,json=maxConcurrentTasks,proto3" json:"max_concurrent_tasks,omitempty"`
+	// Engineers working for this session at once (default 2).
+	MaxEngineers int32 `protobuf:"varint,2,opt,name=max_engineers,json=maxEngineers,proto3" json:"max_engineers,omitempty"`
+	// Time one task may run (default 30m).
+	TaskTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=task_timeout,json=taskTimeout,proto3" json:"task_timeout,omitempty"`
+	// Age after which an unfinished session fails (default 7 days).
+	SessionTimeout *durationpb.Duration `protobuf:"bytes,4,opt,name=session_timeout,json=sessionTimeout,proto3" json:"session_timeout,omitempty"`
+	// Idle time after which an active session is suspended (default 2h).
+	AutoSuspendAfter   *durationpb.Duration `protobuf:"bytes,5,opt,name=auto_suspend_after,json=autoSuspendAfter,proto3" json:"auto_suspend_after,omitempty"`
+	EnableGitIsolation bool                 `protobuf:"varint,6,opt,name=enable_git_isolation,json=enableGitIsolation,proto3" json:"enable_git_isolation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SessionConfig) Reset() {
+	*x = SessionConfig{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionConfig) ProtoMessage() {}
+
+func (x *SessionConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionConfig.ProtoReflect.Descriptor instead.
+func (*SessionConfig) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SessionConfig) GetMaxConcurrentTasks() int32 {
+	if x != nil {
+		return x.MaxConcurrentTasks
+	}
+	return 0
+}
+
+func (x *SessionConfig) GetMaxEngineers() int32 {
+	if x != nil {
+		return x.MaxEngineers
+	}
+	return 0
+}
+
+func (x *SessionConfig) GetTaskTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.TaskTimeout
+	}
+	return nil
+}
+
+func (x *SessionConfig) GetSessionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.SessionTimeout
+	}
+	return nil
+}
+
+func (x *SessionConfig) GetAutoSuspendAfter() *durationpb.Duration {
+	if x != nil {
+		return x.AutoSuspendAfter
+	}
+	return nil
+}
+
+func (x *SessionConfig) GetEnableGitIsolation() bool {
+	if x != nil {
+		return x.EnableGitIsolation
+	}
+	return false
+}
+
+// SessionTransition is one lifecycle change.
+type SessionTransition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  SessionState           `protobuf:"varint,1,opt,name=from,proto3,enum=sylk.guide.v1.SessionState" json:"from,omitempty"`
+	To    SessionState           `protobuf:"varint,2,opt,name=to,proto3,enum=sylk.guide.v1.SessionState" json:"to,omitempty"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// What caused it: "user", "switch", "idle", "timeout", ...
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTransition) Reset() {
+	*x = SessionTransition{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTransition) ProtoMessage() {}
+
+func (x *SessionTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTransition.ProtoReflect.Descriptor instead.
+func (*SessionTransition) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionTransition) GetFrom() SessionState {
+	if x != nil {
+		return x.From
+	}
+	return SessionState_SESSION_STATE_UNSPECIFIED
+}
+
+func (x *SessionTransition) GetTo() SessionState {
+	if x != nil {
+		return x.To
+	}
+	return SessionState_SESSION_STATE_UNSPECIFIED
+}
+
+func (x *SessionTransition) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *SessionTransition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SessionContext is a session's private working state (spec A-14).
+type SessionContext struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	CurrentTask      string                 `protobuf:"bytes,1,opt,name=current_task,json=currentTask,proto3" json:"current_task,omitempty"`
+	CurrentStep      string                 `protobuf:"bytes,2,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
+	CurrentObjective string                 `protobuf:"bytes,3,opt,name=current_objective,json=currentObjective,proto3" json:"current_objective,omitempty"`
+	CompletedSteps   []string               `protobuf:"bytes,4,rep,name=completed_steps,json=completedSteps,proto3" json:"completed_steps,omitempty"`
+	NextSteps        []string               `protobuf:"bytes,5,rep,name=next_steps,json=nextSteps,proto3" json:"next_steps,omitempty"`
+	Blockers         []string               `protobuf:"bytes,6,rep,name=blockers,proto3" json:"blockers,omitempty"`
+	ModifiedFiles    []string               `protobuf:"bytes,7,rep,name=modified_files,json=modifiedFiles,proto3" json:"modified_files,omitempty"`
+	ReadFiles        []string               `protobuf:"bytes,8,rep,name=read_files,json=readFiles,proto3" json:"read_files,omitempty"`
+	CreatedFiles     []string               `protobuf:"bytes,9,rep,name=created_files,json=createdFiles,proto3" json:"created_files,omitempty"`
+	UserWants        []string               `protobuf:"bytes,10,rep,name=user_wants,json=userWants,proto3" json:"user_wants,omitempty"`
+	UserRejects      []string               `protobuf:"bytes,11,rep,name=user_rejects,json=userRejects,proto3" json:"user_rejects,omitempty"`
+	// Anything else an agent keeps for the session.
+	Extra         *structpb.Struct `protobuf:"bytes,12,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionContext) Reset() {
+	*x = SessionContext{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionContext) ProtoMessage() {}
+
+func (x *SessionContext) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionContext.ProtoReflect.Descriptor instead.
+func (*SessionContext) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SessionContext) GetCurrentTask() string {
+	if x != nil {
+		return x.CurrentTask
+	}
+	return ""
+}
+
+func (x *SessionContext) GetCurrentStep() string {
+	if x != nil {
+		return x.CurrentStep
+	}
+	return ""
+}
+
+func (x *SessionContext) GetCurrentObjective() string {
+	if x != nil {
+		return x.CurrentObjective
+	}
+	return ""
+}
+
+func (x *SessionContext) GetCompletedSteps() []string {
+	if x != nil {
+		return x.CompletedSteps
+	}
+	return nil
+}
+
+func (x *SessionContext) GetNextSteps() []string {
+	if x != nil {
+		return x.NextSteps
+	}
+	return nil
+}
+
+func (x *SessionContext) GetBlockers() []string {
+	if x != nil {
+		return x.Blockers
+	}
+	return nil
+}
+
+func (x *SessionContext) GetModifiedFiles() []string {
+	if x != nil {
+		return x.ModifiedFiles
+	}
+	return nil
+}
+
+func (x *SessionContext) GetReadFiles() []string {
+	if x != nil {
+		return x.ReadFiles
+	}
+	return nil
+}
+
+func (x *SessionContext) GetCreatedFiles() []string {
+	if x != nil {
+		return x.CreatedFiles
+	}
+	return nil
+}
+
+func (x *SessionContext) GetUserWants() []string {
+	if x != nil {
+		return x.UserWants
+	}
+	return nil
+}
+
+func (x *SessionContext) GetUserRejects() []string {
+	if x != nil {
+		return x.UserRejects
+	}
+	return nil
+}
+
+func (x *SessionContext) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
+// PendingClarification is a question waiting for the user's answer.
+type PendingClarification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/{session}/clarifications/{clarification}".
+	Name     string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Question string   `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	Options  []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	Context  string   `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	// The agent the answer goes back to ("guide" for routing questions).
+	RequestingAgent string                 `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	CorrelationId   string                 `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PendingClarification) Reset() {
+	*x = PendingClarification{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingClarification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingClarification) ProtoMessage() {}
+
+func (x *PendingClarification) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingClarification.ProtoReflect.Descriptor instead.
+func (*PendingClarification) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PendingClarification) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PendingClarification) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+func (x *PendingClarification) GetOptions() []string {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *PendingClarification) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *PendingClarification) GetRequestingAgent() string {
+	if x != nil {
+		return x.RequestingAgent
+	}
+	return ""
+}
+
+func (x *PendingClarification) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *PendingClarification) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// PendingRequest is a routed request waiting for its response.
+type PendingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CorrelationId string                 `protobuf:"bytes,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	RerouteHops   int32                  `protobuf:"varint,5,opt,name=reroute_hops,json=rerouteHops,proto3" json:"reroute_hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingRequest) Reset() {
+	*x = PendingRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingRequest) ProtoMessage() {}
+
+func (x *PendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingRequest.ProtoReflect.Descriptor instead.
+func (*PendingRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PendingRequest) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *PendingRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *PendingRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PendingRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *PendingRequest) GetRerouteHops() int32 {
+	if x != nil {
+		return x.RerouteHops
+	}
+	return 0
+}
+
+// DagSnapshot is the state of one of the session's runs, as the
+// orchestrator reported it.
+type DagSnapshot struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Run              string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	State            string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	NodeStates       map[string]string      `protobuf:"bytes,3,rep,name=node_states,json=nodeStates,proto3" json:"node_states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	PendingNodes     []string               `protobuf:"bytes,4,rep,name=pending_nodes,json=pendingNodes,proto3" json:"pending_nodes,omitempty"`
+	CompletedResults map[string]string      `protobuf:"bytes,5,rep,name=completed_results,json=completedResults,proto3" json:"completed_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DagSnapshot) Reset() {
+	*x = DagSnapshot{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DagSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DagSnapshot) ProtoMessage() {}
+
+func (x *DagSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DagSnapshot.ProtoReflect.Descriptor instead.
+func (*DagSnapshot) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DagSnapshot) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *DagSnapshot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DagSnapshot) GetNodeStates() map[string]string {
+	if x != nil {
+		return x.NodeStates
+	}
+	return nil
+}
+
+func (x *DagSnapshot) GetPendingNodes() []string {
+	if x != nil {
+		return x.PendingNodes
+	}
+	return nil
+}
+
+func (x *DagSnapshot) GetCompletedResults() map[string]string {
+	if x != nil {
+		return x.CompletedResults
+	}
+	return nil
+}
+
+// SessionSnapshot is what suspending a session froze (spec A-17).
+type SessionSnapshot struct {
+	state                 protoimpl.MessageState  `protogen:"open.v1"`
+	Session               *Session                `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Context               *SessionContext         `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
+	ContextVersion        int64                   `protobuf:"varint,3,opt,name=context_version,json=contextVersion,proto3" json:"context_version,omitempty"`
+	PendingClarifications []*PendingClarification `protobuf:"bytes,4,rep,name=pending_clarifications,json=pendingClarifications,proto3" json:"pending_clarifications,omitempty"`
+	PendingRequests       []*PendingRequest       `protobuf:"bytes,5,rep,name=pending_requests,json=pendingRequests,proto3" json:"pending_requests,omitempty"`
+	// correlation id -> target agent.
+	ActiveRoutes map[string]string `protobuf:"bytes,6,rep,name=active_routes,json=activeRoutes,proto3" json:"active_routes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Dags         []*DagSnapshot    `protobuf:"bytes,7,rep,name=dags,proto3" json:"dags,omitempty"`
+	// Empty when the orchestrator could not be asked.
+	DagError      string                 `protobuf:"bytes,8,opt,name=dag_error,json=dagError,proto3" json:"dag_error,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	RestoreTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=restore_time,json=restoreTime,proto3" json:"restore_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSnapshot) Reset() {
+	*x = SessionSnapshot{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSnapshot) ProtoMessage() {}
+
+func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
+func (*SessionSnapshot) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionSnapshot) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetContext() *SessionContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetContextVersion() int64 {
+	if x != nil {
+		return x.ContextVersion
+	}
+	return 0
+}
+
+func (x *SessionSnapshot) GetPendingClarifications() []*PendingClarification {
+	if x != nil {
+		return x.PendingClarifications
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetPendingRequests() []*PendingRequest {
+	if x != nil {
+		return x.PendingRequests
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetActiveRoutes() map[string]string {
+	if x != nil {
+		return x.ActiveRoutes
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetDags() []*DagSnapshot {
+	if x != nil {
+		return x.Dags
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetDagError() string {
+	if x != nil {
+		return x.DagError
+	}
+	return ""
+}
+
+func (x *SessionSnapshot) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *SessionSnapshot) GetRestoreTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RestoreTime
+	}
+	return nil
+}
+
+type ActivateSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateSessionRequest) Reset() {
+	*x = ActivateSessionRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateSessionRequest) ProtoMessage() {}
+
+func (x *ActivateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateSessionRequest.ProtoReflect.Descriptor instead.
+func (*ActivateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ActivateSessionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ActivateSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *ActivateSessionResponse) Reset() {
+	*x = ActivateSessionResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateSessionResponse) ProtoMessage() {}
+
+func (x *ActivateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateSessionResponse.ProtoReflect.Descriptor instead.
+func (*ActivateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ActivateSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type SwitchSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchSessionRequest) Reset() {
+	*x = SwitchSessionRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchSessionRequest) ProtoMessage() {}
+
+func (x *SwitchSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchSessionRequest.ProtoReflect.Descriptor instead.
+func (*SwitchSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SwitchSessionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SwitchSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session now active.
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The sessions suspended by the switch.
+	Suspended     []*Session `protobuf:"bytes,2,rep,name=suspended,proto3" json:"suspended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchSessionResponse) Reset() {
+	*x = SwitchSessionResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchSessionResponse) ProtoMessage() {}
+
+func (x *SwitchSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchSessionResponse.ProtoReflect.Descriptor instead.
+func (*SwitchSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SwitchSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *SwitchSessionResponse) GetSuspended() []*Session {
+	if x != nil {
+		return x.Suspended
+	}
+	return nil
+}
+
+type GetActiveSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActiveSessionRequest) Reset() {
+	*x = GetActiveSessionRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActiveSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActiveSessionRequest) ProtoMessage() {}
+
+func (x *GetActiveSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActiveSessionRequest.ProtoReflect.Descriptor instead.
+func (*GetActiveSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{12}
+}
+
+type GetActiveSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActiveSessionResponse) Reset() {
+	*x = GetActiveSessionResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActiveSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActiveSessionResponse) ProtoMessage() {}
+
+func (x *GetActiveSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActiveSessionResponse.ProtoReflect.Descriptor instead.
+func (*GetActiveSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetActiveSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type GetSessionContextRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionContextRequest) Reset() {
+	*x = GetSessionContextRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionContextRequest) ProtoMessage() {}
+
+func (x *GetSessionContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionContextRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionContextRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetSessionContextRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSessionContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Context       *SessionContext        `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionContextResponse) Reset() {
+	*x = GetSessionContextResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionContextResponse) ProtoMessage() {}
+
+func (x *GetSessionContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionContextResponse.ProtoReflect.Descriptor instead.
+func (*GetSessionContextResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetSessionContextResponse) GetContext() *SessionContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *GetSessionContextResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type UpdateSessionContextRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Context *SessionContext        `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
+	// The version read; a stale version is rejected with ABORTED.
+	Version       int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionContextRequest) Reset() {
+	*x = UpdateSessionContextRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionContextRequest) ProtoMessage() {}
+
+func (x *UpdateSessionContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionContextRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSessionContextRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UpdateSessionContextRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateSessionContextRequest) GetContext() *SessionContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *UpdateSessionContextRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type UpdateSessionContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Context       *SessionContext        `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionContextResponse) Reset() {
+	*x = UpdateSessionContextResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionContextResponse) ProtoMessage() {}
+
+func (x *UpdateSessionContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionContextResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSessionContextResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UpdateSessionContextResponse) GetContext() *SessionContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *UpdateSessionContextResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type GetSessionSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionSnapshotRequest) Reset() {
+	*x = GetSessionSnapshotRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionSnapshotRequest) ProtoMessage() {}
+
+func (x *GetSessionSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetSessionSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSessionSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *SessionSnapshot       `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionSnapshotResponse) Reset() {
+	*x = GetSessionSnapshotResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionSnapshotResponse) ProtoMessage() {}
+
+func (x *GetSessionSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*GetSessionSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetSessionSnapshotResponse) GetSnapshot() *SessionSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type CreateSessionRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Leave the session CREATED instead of activating it at once.
+	StartInactive bool `protobuf:"varint,2,opt,name=start_inactive,json=startInactive,proto3" json:"start_inactive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +1515,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +1528,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateSessionRequest) GetSession() *Session {
@@ -272,6 +1536,13 @@ func (x *CreateSessionRequest) GetSession() *Session {
 		return x.Session
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetStartInactive() bool {
+	if x != nil {
+		return x.StartInactive
+	}
+	return false
 }
 
 type CreateSessionResponse struct {
@@ -283,7 +1554,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +1566,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +1579,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -327,7 +1598,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +1610,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +1623,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetSessionRequest) GetName() string {
@@ -371,7 +1642,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +1654,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +1667,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -418,7 +1689,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +1701,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +1714,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -477,7 +1748,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +1760,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +1773,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -528,7 +1799,7 @@ type SuspendSessionRequest struct {
 
 func (x *SuspendSessionRequest) Reset() {
 	*x = SuspendSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +1811,7 @@ func (x *SuspendSessionRequest) String() string {
 func (*SuspendSessionRequest) ProtoMessage() {}
 
 func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +1824,7 @@ func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
 func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SuspendSessionRequest) GetName() string {
@@ -572,7 +1843,7 @@ type SuspendSessionResponse struct {
 
 func (x *SuspendSessionResponse) Reset() {
 	*x = SuspendSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +1855,7 @@ func (x *SuspendSessionResponse) String() string {
 func (*SuspendSessionResponse) ProtoMessage() {}
 
 func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +1868,7 @@ func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
 func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SuspendSessionResponse) GetSession() *Session {
@@ -616,7 +1887,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1899,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1912,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeSessionRequest) GetName() string {
@@ -660,7 +1931,7 @@ type ResumeSessionResponse struct {
 
 func (x *ResumeSessionResponse) Reset() {
 	*x = ResumeSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +1943,7 @@ func (x *ResumeSessionResponse) String() string {
 func (*ResumeSessionResponse) ProtoMessage() {}
 
 func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +1956,7 @@ func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeSessionResponse) GetSession() *Session {
@@ -705,7 +1976,7 @@ type CompleteSessionRequest struct {
 
 func (x *CompleteSessionRequest) Reset() {
 	*x = CompleteSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +1988,7 @@ func (x *CompleteSessionRequest) String() string {
 func (*CompleteSessionRequest) ProtoMessage() {}
 
 func (x *CompleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +2001,7 @@ func (x *CompleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*CompleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompleteSessionRequest) GetName() string {
@@ -756,7 +2027,7 @@ type CompleteSessionResponse struct {
 
 func (x *CompleteSessionResponse) Reset() {
 	*x = CompleteSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +2039,7 @@ func (x *CompleteSessionResponse) String() string {
 func (*CompleteSessionResponse) ProtoMessage() {}
 
 func (x *CompleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +2052,7 @@ func (x *CompleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*CompleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteSessionResponse) GetSession() *Session {
@@ -795,7 +2066,7 @@ var File_sylk_guide_v1_session_service_proto protoreflect.FileDescriptor
 
 const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\n" +
-	"#sylk/guide/v1/session_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x06\n" +
+	"#sylk/guide/v1/session_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\a\n" +
 	"\aSession\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12!\n" +
@@ -813,12 +2084,118 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\fsuspend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vsuspendTime\x12D\n" +
 	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\fcompleteTime\x12I\n" +
 	"\x10last_active_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\x0elastActiveTime\x12\x1d\n" +
-	"\asummary\x18\x0e \x01(\tB\x03\xe0A\x03R\asummary\x1a;\n" +
+	"\asummary\x18\x0e \x01(\tB\x03\xe0A\x03R\asummary\x124\n" +
+	"\x06config\x18\x0f \x01(\v2\x1c.sylk.guide.v1.SessionConfigR\x06config\x12<\n" +
+	"\tfail_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\bfailTime\x12*\n" +
+	"\x0efailure_reason\x18\x11 \x01(\tB\x03\xe0A\x03R\rfailureReason\x12G\n" +
+	"\vtransitions\x18\x12 \x03(\v2 .sylk.guide.v1.SessionTransitionB\x03\xe0A\x03R\vtransitions\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
+	"\rSessionConfig\x120\n" +
+	"\x14max_concurrent_tasks\x18\x01 \x01(\x05R\x12maxConcurrentTasks\x12#\n" +
+	"\rmax_engineers\x18\x02 \x01(\x05R\fmaxEngineers\x12<\n" +
+	"\ftask_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vtaskTimeout\x12B\n" +
+	"\x0fsession_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0esessionTimeout\x12G\n" +
+	"\x12auto_suspend_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10autoSuspendAfter\x120\n" +
+	"\x14enable_git_isolation\x18\x06 \x01(\bR\x12enableGitIsolation\"\xb9\x01\n" +
+	"\x11SessionTransition\x12/\n" +
+	"\x04from\x18\x01 \x01(\x0e2\x1b.sylk.guide.v1.SessionStateR\x04from\x12+\n" +
+	"\x02to\x18\x02 \x01(\x0e2\x1b.sylk.guide.v1.SessionStateR\x02to\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xc3\x03\n" +
+	"\x0eSessionContext\x12!\n" +
+	"\fcurrent_task\x18\x01 \x01(\tR\vcurrentTask\x12!\n" +
+	"\fcurrent_step\x18\x02 \x01(\tR\vcurrentStep\x12+\n" +
+	"\x11current_objective\x18\x03 \x01(\tR\x10currentObjective\x12'\n" +
+	"\x0fcompleted_steps\x18\x04 \x03(\tR\x0ecompletedSteps\x12\x1d\n" +
+	"\n" +
+	"next_steps\x18\x05 \x03(\tR\tnextSteps\x12\x1a\n" +
+	"\bblockers\x18\x06 \x03(\tR\bblockers\x12%\n" +
+	"\x0emodified_files\x18\a \x03(\tR\rmodifiedFiles\x12\x1d\n" +
+	"\n" +
+	"read_files\x18\b \x03(\tR\treadFiles\x12#\n" +
+	"\rcreated_files\x18\t \x03(\tR\fcreatedFiles\x12\x1d\n" +
+	"\n" +
+	"user_wants\x18\n" +
+	" \x03(\tR\tuserWants\x12!\n" +
+	"\fuser_rejects\x18\v \x03(\tR\vuserRejects\x12-\n" +
+	"\x05extra\x18\f \x01(\v2\x17.google.protobuf.StructR\x05extra\"\x89\x02\n" +
+	"\x14PendingClarification\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bquestion\x18\x02 \x01(\tR\bquestion\x12\x18\n" +
+	"\aoptions\x18\x03 \x03(\tR\aoptions\x12\x18\n" +
+	"\acontext\x18\x04 \x01(\tR\acontext\x12)\n" +
+	"\x10requesting_agent\x18\x05 \x01(\tR\x0frequestingAgent\x12%\n" +
+	"\x0ecorrelation_id\x18\x06 \x01(\tR\rcorrelationId\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xc4\x01\n" +
+	"\x0ePendingRequest\x12%\n" +
+	"\x0ecorrelation_id\x18\x01 \x01(\tR\rcorrelationId\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x126\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12!\n" +
+	"\freroute_hops\x18\x05 \x01(\x05R\vrerouteHops\"\x8a\x03\n" +
+	"\vDagSnapshot\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12K\n" +
+	"\vnode_states\x18\x03 \x03(\v2*.sylk.guide.v1.DagSnapshot.NodeStatesEntryR\n" +
+	"nodeStates\x12#\n" +
+	"\rpending_nodes\x18\x04 \x03(\tR\fpendingNodes\x12]\n" +
+	"\x11completed_results\x18\x05 \x03(\v20.sylk.guide.v1.DagSnapshot.CompletedResultsEntryR\x10completedResults\x1a=\n" +
+	"\x0fNodeStatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
+	"\x15CompletedResultsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x05\n" +
+	"\x0fSessionSnapshot\x120\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\x127\n" +
+	"\acontext\x18\x02 \x01(\v2\x1d.sylk.guide.v1.SessionContextR\acontext\x12'\n" +
+	"\x0fcontext_version\x18\x03 \x01(\x03R\x0econtextVersion\x12Z\n" +
+	"\x16pending_clarifications\x18\x04 \x03(\v2#.sylk.guide.v1.PendingClarificationR\x15pendingClarifications\x12H\n" +
+	"\x10pending_requests\x18\x05 \x03(\v2\x1d.sylk.guide.v1.PendingRequestR\x0fpendingRequests\x12U\n" +
+	"\ractive_routes\x18\x06 \x03(\v20.sylk.guide.v1.SessionSnapshot.ActiveRoutesEntryR\factiveRoutes\x12.\n" +
+	"\x04dags\x18\a \x03(\v2\x1a.sylk.guide.v1.DagSnapshotR\x04dags\x12\x1b\n" +
+	"\tdag_error\x18\b \x01(\tR\bdagError\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\frestore_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vrestoreTime\x1a?\n" +
+	"\x11ActiveRoutesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x16ActivateSessionRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"K\n" +
+	"\x17ActivateSessionResponse\x120\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\"/\n" +
+	"\x14SwitchSessionRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"\x7f\n" +
+	"\x15SwitchSessionResponse\x120\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\x124\n" +
+	"\tsuspended\x18\x02 \x03(\v2\x16.sylk.guide.v1.SessionR\tsuspended\"\x19\n" +
+	"\x17GetActiveSessionRequest\"L\n" +
+	"\x18GetActiveSessionResponse\x120\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\"3\n" +
+	"\x18GetSessionContextRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"n\n" +
+	"\x19GetSessionContextResponse\x127\n" +
+	"\acontext\x18\x01 \x01(\v2\x1d.sylk.guide.v1.SessionContextR\acontext\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\"\x8e\x01\n" +
+	"\x1bUpdateSessionContextRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12<\n" +
+	"\acontext\x18\x02 \x01(\v2\x1d.sylk.guide.v1.SessionContextB\x03\xe0A\x02R\acontext\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\"q\n" +
+	"\x1cUpdateSessionContextResponse\x127\n" +
+	"\acontext\x18\x01 \x01(\v2\x1d.sylk.guide.v1.SessionContextR\acontext\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\"4\n" +
+	"\x19GetSessionSnapshotRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"X\n" +
+	"\x1aGetSessionSnapshotResponse\x12:\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1e.sylk.guide.v1.SessionSnapshotR\bsnapshot\"o\n" +
 	"\x14CreateSessionRequest\x120\n" +
-	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\"I\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\x12%\n" +
+	"\x0estart_inactive\x18\x02 \x01(\bR\rstartInactive\"I\n" +
 	"\x15CreateSessionResponse\x120\n" +
 	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\",\n" +
 	"\x11GetSessionRequest\x12\x17\n" +
@@ -852,7 +2229,7 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\x14SESSION_STATE_ACTIVE\x10\x02\x12\x1b\n" +
 	"\x17SESSION_STATE_SUSPENDED\x10\x03\x12\x1b\n" +
 	"\x17SESSION_STATE_COMPLETED\x10\x04\x12\x18\n" +
-	"\x14SESSION_STATE_FAILED\x10\x052\x8a\x06\n" +
+	"\x14SESSION_STATE_FAILED\x10\x052\xe1\f\n" +
 	"\x0eSessionService\x12y\n" +
 	"\rCreateSession\x12#.sylk.guide.v1.CreateSessionRequest\x1a$.sylk.guide.v1.CreateSessionResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\asession\"\f/v1/sessions\x12p\n" +
 	"\n" +
@@ -860,7 +2237,13 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\fListSessions\x12\".sylk.guide.v1.ListSessionsRequest\x1a#.sylk.guide.v1.ListSessionsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/sessions\x12\x87\x01\n" +
 	"\x0eSuspendSession\x12$.sylk.guide.v1.SuspendSessionRequest\x1a%.sylk.guide.v1.SuspendSessionResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/{name=sessions/*}:suspend\x12\x83\x01\n" +
 	"\rResumeSession\x12#.sylk.guide.v1.ResumeSessionRequest\x1a$.sylk.guide.v1.ResumeSessionResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/{name=sessions/*}:resume\x12\x8b\x01\n" +
-	"\x0fCompleteSession\x12%.sylk.guide.v1.CompleteSessionRequest\x1a&.sylk.guide.v1.CompleteSessionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/{name=sessions/*}:completeB,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
+	"\x0fCompleteSession\x12%.sylk.guide.v1.CompleteSessionRequest\x1a&.sylk.guide.v1.CompleteSessionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/{name=sessions/*}:complete\x12\x8b\x01\n" +
+	"\x0fActivateSession\x12%.sylk.guide.v1.ActivateSessionRequest\x1a&.sylk.guide.v1.ActivateSessionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/{name=sessions/*}:activate\x12\x83\x01\n" +
+	"\rSwitchSession\x12#.sylk.guide.v1.SwitchSessionRequest\x1a$.sylk.guide.v1.SwitchSessionResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/{name=sessions/*}:switch\x12\x80\x01\n" +
+	"\x10GetActiveSession\x12&.sylk.guide.v1.GetActiveSessionRequest\x1a'.sylk.guide.v1.GetActiveSessionResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/sessions:active\x12\x8d\x01\n" +
+	"\x11GetSessionContext\x12'.sylk.guide.v1.GetSessionContextRequest\x1a(.sylk.guide.v1.GetSessionContextResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/{name=sessions/*}/context\x12\x99\x01\n" +
+	"\x14UpdateSessionContext\x12*.sylk.guide.v1.UpdateSessionContextRequest\x1a+.sylk.guide.v1.UpdateSessionContextResponse\"(\x82\xd3\xe4\x93\x02\":\x01*2\x1d/v1/{name=sessions/*}/context\x12\x91\x01\n" +
+	"\x12GetSessionSnapshot\x12(.sylk.guide.v1.GetSessionSnapshotRequest\x1a).sylk.guide.v1.GetSessionSnapshotResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{name=sessions/*}/snapshotB,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
 
 var (
 	file_sylk_guide_v1_session_service_proto_rawDescOnce sync.Once
@@ -875,59 +2258,125 @@ func file_sylk_guide_v1_session_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_guide_v1_session_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_guide_v1_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sylk_guide_v1_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_sylk_guide_v1_session_service_proto_goTypes = []any{
-	(SessionState)(0),               // 0: sylk.guide.v1.SessionState
-	(*Session)(nil),                 // 1: sylk.guide.v1.Session
-	(*CreateSessionRequest)(nil),    // 2: sylk.guide.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 3: sylk.guide.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 4: sylk.guide.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 5: sylk.guide.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 6: sylk.guide.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 7: sylk.guide.v1.ListSessionsResponse
-	(*SuspendSessionRequest)(nil),   // 8: sylk.guide.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),  // 9: sylk.guide.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),    // 10: sylk.guide.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),   // 11: sylk.guide.v1.ResumeSessionResponse
-	(*CompleteSessionRequest)(nil),  // 12: sylk.guide.v1.CompleteSessionRequest
-	(*CompleteSessionResponse)(nil), // 13: sylk.guide.v1.CompleteSessionResponse
-	nil,                             // 14: sylk.guide.v1.Session.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 15: google.protobuf.Timestamp
+	(SessionState)(0),                    // 0: sylk.guide.v1.SessionState
+	(*Session)(nil),                      // 1: sylk.guide.v1.Session
+	(*SessionConfig)(nil),                // 2: sylk.guide.v1.SessionConfig
+	(*SessionTransition)(nil),            // 3: sylk.guide.v1.SessionTransition
+	(*SessionContext)(nil),               // 4: sylk.guide.v1.SessionContext
+	(*PendingClarification)(nil),         // 5: sylk.guide.v1.PendingClarification
+	(*PendingRequest)(nil),               // 6: sylk.guide.v1.PendingRequest
+	(*DagSnapshot)(nil),                  // 7: sylk.guide.v1.DagSnapshot
+	(*SessionSnapshot)(nil),              // 8: sylk.guide.v1.SessionSnapshot
+	(*ActivateSessionRequest)(nil),       // 9: sylk.guide.v1.ActivateSessionRequest
+	(*ActivateSessionResponse)(nil),      // 10: sylk.guide.v1.ActivateSessionResponse
+	(*SwitchSessionRequest)(nil),         // 11: sylk.guide.v1.SwitchSessionRequest
+	(*SwitchSessionResponse)(nil),        // 12: sylk.guide.v1.SwitchSessionResponse
+	(*GetActiveSessionRequest)(nil),      // 13: sylk.guide.v1.GetActiveSessionRequest
+	(*GetActiveSessionResponse)(nil),     // 14: sylk.guide.v1.GetActiveSessionResponse
+	(*GetSessionContextRequest)(nil),     // 15: sylk.guide.v1.GetSessionContextRequest
+	(*GetSessionContextResponse)(nil),    // 16: sylk.guide.v1.GetSessionContextResponse
+	(*UpdateSessionContextRequest)(nil),  // 17: sylk.guide.v1.UpdateSessionContextRequest
+	(*UpdateSessionContextResponse)(nil), // 18: sylk.guide.v1.UpdateSessionContextResponse
+	(*GetSessionSnapshotRequest)(nil),    // 19: sylk.guide.v1.GetSessionSnapshotRequest
+	(*GetSessionSnapshotResponse)(nil),   // 20: sylk.guide.v1.GetSessionSnapshotResponse
+	(*CreateSessionRequest)(nil),         // 21: sylk.guide.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),        // 22: sylk.guide.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),            // 23: sylk.guide.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),           // 24: sylk.guide.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),          // 25: sylk.guide.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 26: sylk.guide.v1.ListSessionsResponse
+	(*SuspendSessionRequest)(nil),        // 27: sylk.guide.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),       // 28: sylk.guide.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),         // 29: sylk.guide.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),        // 30: sylk.guide.v1.ResumeSessionResponse
+	(*CompleteSessionRequest)(nil),       // 31: sylk.guide.v1.CompleteSessionRequest
+	(*CompleteSessionResponse)(nil),      // 32: sylk.guide.v1.CompleteSessionResponse
+	nil,                                  // 33: sylk.guide.v1.Session.MetadataEntry
+	nil,                                  // 34: sylk.guide.v1.DagSnapshot.NodeStatesEntry
+	nil,                                  // 35: sylk.guide.v1.DagSnapshot.CompletedResultsEntry
+	nil,                                  // 36: sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
+	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 38: google.protobuf.Duration
+	(*structpb.Struct)(nil),              // 39: google.protobuf.Struct
 }
 var file_sylk_guide_v1_session_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.guide.v1.Session.state:type_name -> sylk.guide.v1.SessionState
-	14, // 1: sylk.guide.v1.Session.metadata:type_name -> sylk.guide.v1.Session.MetadataEntry
-	15, // 2: sylk.guide.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	15, // 3: sylk.guide.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	15, // 4: sylk.guide.v1.Session.activate_time:type_name -> google.protobuf.Timestamp
-	15, // 5: sylk.guide.v1.Session.suspend_time:type_name -> google.protobuf.Timestamp
-	15, // 6: sylk.guide.v1.Session.complete_time:type_name -> google.protobuf.Timestamp
-	15, // 7: sylk.guide.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: sylk.guide.v1.CreateSessionRequest.session:type_name -> sylk.guide.v1.Session
-	1,  // 9: sylk.guide.v1.CreateSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 10: sylk.guide.v1.GetSessionResponse.session:type_name -> sylk.guide.v1.Session
-	0,  // 11: sylk.guide.v1.ListSessionsRequest.state:type_name -> sylk.guide.v1.SessionState
-	1,  // 12: sylk.guide.v1.ListSessionsResponse.sessions:type_name -> sylk.guide.v1.Session
-	1,  // 13: sylk.guide.v1.SuspendSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 14: sylk.guide.v1.ResumeSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 15: sylk.guide.v1.CompleteSessionResponse.session:type_name -> sylk.guide.v1.Session
-	2,  // 16: sylk.guide.v1.SessionService.CreateSession:input_type -> sylk.guide.v1.CreateSessionRequest
-	4,  // 17: sylk.guide.v1.SessionService.GetSession:input_type -> sylk.guide.v1.GetSessionRequest
-	6,  // 18: sylk.guide.v1.SessionService.ListSessions:input_type -> sylk.guide.v1.ListSessionsRequest
-	8,  // 19: sylk.guide.v1.SessionService.SuspendSession:input_type -> sylk.guide.v1.SuspendSessionRequest
-	10, // 20: sylk.guide.v1.SessionService.ResumeSession:input_type -> sylk.guide.v1.ResumeSessionRequest
-	12, // 21: sylk.guide.v1.SessionService.CompleteSession:input_type -> sylk.guide.v1.CompleteSessionRequest
-	3,  // 22: sylk.guide.v1.SessionService.CreateSession:output_type -> sylk.guide.v1.CreateSessionResponse
-	5,  // 23: sylk.guide.v1.SessionService.GetSession:output_type -> sylk.guide.v1.GetSessionResponse
-	7,  // 24: sylk.guide.v1.SessionService.ListSessions:output_type -> sylk.guide.v1.ListSessionsResponse
-	9,  // 25: sylk.guide.v1.SessionService.SuspendSession:output_type -> sylk.guide.v1.SuspendSessionResponse
-	11, // 26: sylk.guide.v1.SessionService.ResumeSession:output_type -> sylk.guide.v1.ResumeSessionResponse
-	13, // 27: sylk.guide.v1.SessionService.CompleteSession:output_type -> sylk.guide.v1.CompleteSessionResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	33, // 1: sylk.guide.v1.Session.metadata:type_name -> sylk.guide.v1.Session.MetadataEntry
+	37, // 2: sylk.guide.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	37, // 3: sylk.guide.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	37, // 4: sylk.guide.v1.Session.activate_time:type_name -> google.protobuf.Timestamp
+	37, // 5: sylk.guide.v1.Session.suspend_time:type_name -> google.protobuf.Timestamp
+	37, // 6: sylk.guide.v1.Session.complete_time:type_name -> google.protobuf.Timestamp
+	37, // 7: sylk.guide.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	2,  // 8: sylk.guide.v1.Session.config:type_name -> sylk.guide.v1.SessionConfig
+	37, // 9: sylk.guide.v1.Session.fail_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: sylk.guide.v1.Session.transitions:type_name -> sylk.guide.v1.SessionTransition
+	38, // 11: sylk.guide.v1.SessionConfig.task_timeout:type_name -> google.protobuf.Duration
+	38, // 12: sylk.guide.v1.SessionConfig.session_timeout:type_name -> google.protobuf.Duration
+	38, // 13: sylk.guide.v1.SessionConfig.auto_suspend_after:type_name -> google.protobuf.Duration
+	0,  // 14: sylk.guide.v1.SessionTransition.from:type_name -> sylk.guide.v1.SessionState
+	0,  // 15: sylk.guide.v1.SessionTransition.to:type_name -> sylk.guide.v1.SessionState
+	37, // 16: sylk.guide.v1.SessionTransition.time:type_name -> google.protobuf.Timestamp
+	39, // 17: sylk.guide.v1.SessionContext.extra:type_name -> google.protobuf.Struct
+	37, // 18: sylk.guide.v1.PendingClarification.create_time:type_name -> google.protobuf.Timestamp
+	37, // 19: sylk.guide.v1.PendingRequest.deadline:type_name -> google.protobuf.Timestamp
+	34, // 20: sylk.guide.v1.DagSnapshot.node_states:type_name -> sylk.guide.v1.DagSnapshot.NodeStatesEntry
+	35, // 21: sylk.guide.v1.DagSnapshot.completed_results:type_name -> sylk.guide.v1.DagSnapshot.CompletedResultsEntry
+	1,  // 22: sylk.guide.v1.SessionSnapshot.session:type_name -> sylk.guide.v1.Session
+	4,  // 23: sylk.guide.v1.SessionSnapshot.context:type_name -> sylk.guide.v1.SessionContext
+	5,  // 24: sylk.guide.v1.SessionSnapshot.pending_clarifications:type_name -> sylk.guide.v1.PendingClarification
+	6,  // 25: sylk.guide.v1.SessionSnapshot.pending_requests:type_name -> sylk.guide.v1.PendingRequest
+	36, // 26: sylk.guide.v1.SessionSnapshot.active_routes:type_name -> sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
+	7,  // 27: sylk.guide.v1.SessionSnapshot.dags:type_name -> sylk.guide.v1.DagSnapshot
+	37, // 28: sylk.guide.v1.SessionSnapshot.create_time:type_name -> google.protobuf.Timestamp
+	37, // 29: sylk.guide.v1.SessionSnapshot.restore_time:type_name -> google.protobuf.Timestamp
+	1,  // 30: sylk.guide.v1.ActivateSessionResponse.session:type_name -> sylk.guide.v1.Session
+	1,  // 31: sylk.guide.v1.SwitchSessionResponse.session:type_name -> sylk.guide.v1.Session
+	1,  // 32: sylk.guide.v1.SwitchSessionResponse.suspended:type_name -> sylk.guide.v1.Session
+	1,  // 33: sylk.guide.v1.GetActiveSessionResponse.session:type_name -> sylk.guide.v1.Session
+	4,  // 34: sylk.guide.v1.GetSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
+	4,  // 35: sylk.guide.v1.UpdateSessionContextRequest.context:type_name -> sylk.guide.v1.SessionContext
+	4,  // 36: sylk.guide.v1.UpdateSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
+	8,  // 37: sylk.guide.v1.GetSessionSnapshotResponse.snapshot:type_name -> sylk.guide.v1.SessionSnapshot
+	1,  // 38: sylk.guide.v1.CreateSessionRequest.session:type_name -> sylk.guide.v1.Session
+	1,  // 39: sylk.guide.v1.CreateSessionResponse.session:type_name -> sylk.guide.v1.Session
+	1,  // 40: sylk.guide.v1.GetSessionResponse.session:type_name -> sylk.guide.v1.Session
+	0,  // 41: sylk.guide.v1.ListSessionsRequest.state:type_name -> sylk.guide.v1.SessionState
+	1,  // 42: sylk.guide.v1.ListSessionsResponse.sessions:type_name -> sylk.guide.v1.Session
+	1,  // 43: sylk.guide.v1.SuspendSessionResponse.session:type_name -> sylk.guide.v1.Session
+	1,  // 44: sylk.guide.v1.ResumeSessionResponse.session:type_name -> sylk.guide.v1.Session
+	1,  // 45: sylk.guide.v1.CompleteSessionResponse.session:type_name -> sylk.guide.v1.Session
+	21, // 46: sylk.guide.v1.SessionService.CreateSession:input_type -> sylk.guide.v1.CreateSessionRequest
+	23, // 47: sylk.guide.v1.SessionService.GetSession:input_type -> sylk.guide.v1.GetSessionRequest
+	25, // 48: sylk.guide.v1.SessionService.ListSessions:input_type -> sylk.guide.v1.ListSessionsRequest
+	27, // 49: sylk.guide.v1.SessionService.SuspendSession:input_type -> sylk.guide.v1.SuspendSessionRequest
+	29, // 50: sylk.guide.v1.SessionService.ResumeSession:input_type -> sylk.guide.v1.ResumeSessionRequest
+	31, // 51: sylk.guide.v1.SessionService.CompleteSession:input_type -> sylk.guide.v1.CompleteSessionRequest
+	9,  // 52: sylk.guide.v1.SessionService.ActivateSession:input_type -> sylk.guide.v1.ActivateSessionRequest
+	11, // 53: sylk.guide.v1.SessionService.SwitchSession:input_type -> sylk.guide.v1.SwitchSessionRequest
+	13, // 54: sylk.guide.v1.SessionService.GetActiveSession:input_type -> sylk.guide.v1.GetActiveSessionRequest
+	15, // 55: sylk.guide.v1.SessionService.GetSessionContext:input_type -> sylk.guide.v1.GetSessionContextRequest
+	17, // 56: sylk.guide.v1.SessionService.UpdateSessionContext:input_type -> sylk.guide.v1.UpdateSessionContextRequest
+	19, // 57: sylk.guide.v1.SessionService.GetSessionSnapshot:input_type -> sylk.guide.v1.GetSessionSnapshotRequest
+	22, // 58: sylk.guide.v1.SessionService.CreateSession:output_type -> sylk.guide.v1.CreateSessionResponse
+	24, // 59: sylk.guide.v1.SessionService.GetSession:output_type -> sylk.guide.v1.GetSessionResponse
+	26, // 60: sylk.guide.v1.SessionService.ListSessions:output_type -> sylk.guide.v1.ListSessionsResponse
+	28, // 61: sylk.guide.v1.SessionService.SuspendSession:output_type -> sylk.guide.v1.SuspendSessionResponse
+	30, // 62: sylk.guide.v1.SessionService.ResumeSession:output_type -> sylk.guide.v1.ResumeSessionResponse
+	32, // 63: sylk.guide.v1.SessionService.CompleteSession:output_type -> sylk.guide.v1.CompleteSessionResponse
+	10, // 64: sylk.guide.v1.SessionService.ActivateSession:output_type -> sylk.guide.v1.ActivateSessionResponse
+	12, // 65: sylk.guide.v1.SessionService.SwitchSession:output_type -> sylk.guide.v1.SwitchSessionResponse
+	14, // 66: sylk.guide.v1.SessionService.GetActiveSession:output_type -> sylk.guide.v1.GetActiveSessionResponse
+	16, // 67: sylk.guide.v1.SessionService.GetSessionContext:output_type -> sylk.guide.v1.GetSessionContextResponse
+	18, // 68: sylk.guide.v1.SessionService.UpdateSessionContext:output_type -> sylk.guide.v1.UpdateSessionContextResponse
+	20, // 69: sylk.guide.v1.SessionService.GetSessionSnapshot:output_type -> sylk.guide.v1.GetSessionSnapshotResponse
+	58, // [58:70] is the sub-list for method output_type
+	46, // [46:58] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_sylk_guide_v1_session_service_proto_init() }
@@ -941,7 +2390,7 @@ func file_sylk_guide_v1_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_guide_v1_session_service_proto_rawDesc), len(file_sylk_guide_v1_session_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SessionService_CreateSession_FullMethodName   = "/sylk.guide.v1.SessionService/CreateSession"
-	SessionService_GetSession_FullMethodName      = "/sylk.guide.v1.SessionService/GetSession"
-	SessionService_ListSessions_FullMethodName    = "/sylk.guide.v1.SessionService/ListSessions"
-	SessionService_SuspendSession_FullMethodName  = "/sylk.guide.v1.SessionService/SuspendSession"
-	SessionService_ResumeSession_FullMethodName   = "/sylk.guide.v1.SessionService/ResumeSession"
-	SessionService_CompleteSession_FullMethodName = "/sylk.guide.v1.SessionService/CompleteSession"
+	SessionService_CreateSession_FullMethodName        = "/sylk.guide.v1.SessionService/CreateSession"
+	SessionService_GetSession_FullMethodName           = "/sylk.guide.v1.SessionService/GetSession"
+	SessionService_ListSessions_FullMethodName         = "/sylk.guide.v1.SessionService/ListSessions"
+	SessionService_SuspendSession_FullMethodName       = "/sylk.guide.v1.SessionService/SuspendSession"
+	SessionService_ResumeSession_FullMethodName        = "/sylk.guide.v1.SessionService/ResumeSession"
+	SessionService_CompleteSession_FullMethodName      = "/sylk.guide.v1.SessionService/CompleteSession"
+	SessionService_ActivateSession_FullMethodName      = "/sylk.guide.v1.SessionService/ActivateSession"
+	SessionService_SwitchSession_FullMethodName        = "/sylk.guide.v1.SessionService/SwitchSession"
+	SessionService_GetActiveSession_FullMethodName     = "/sylk.guide.v1.SessionService/GetActiveSession"
+	SessionService_GetSessionContext_FullMethodName    = "/sylk.guide.v1.SessionService/GetSessionContext"
+	SessionService_UpdateSessionContext_FullMethodName = "/sylk.guide.v1.SessionService/UpdateSessionContext"
+	SessionService_GetSessionSnapshot_FullMethodName   = "/sylk.guide.v1.SessionService/GetSessionSnapshot"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -41,6 +47,20 @@ type SessionServiceClient interface {
 	SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error)
 	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
 	CompleteSession(ctx context.Context, in *CompleteSessionRequest, opts ...grpc.CallOption) (*CompleteSessionResponse, error)
+	// ActivateSession moves a CREATED session to ACTIVE.
+	ActivateSession(ctx context.Context, in *ActivateSessionRequest, opts ...grpc.CallOption) (*ActivateSessionResponse, error)
+	// SwitchSession suspends the caller's active sessions (with a snapshot
+	// each) and activates the named one, in one transaction.
+	SwitchSession(ctx context.Context, in *SwitchSessionRequest, opts ...grpc.CallOption) (*SwitchSessionResponse, error)
+	// GetActiveSession returns the caller's most recently activated active session.
+	GetActiveSession(ctx context.Context, in *GetActiveSessionRequest, opts ...grpc.CallOption) (*GetActiveSessionResponse, error)
+	// GetSessionContext returns the session's private working context.
+	GetSessionContext(ctx context.Context, in *GetSessionContextRequest, opts ...grpc.CallOption) (*GetSessionContextResponse, error)
+	// UpdateSessionContext replaces the session's context; version must match
+	// the stored one (optimistic concurrency).
+	UpdateSessionContext(ctx context.Context, in *UpdateSessionContextRequest, opts ...grpc.CallOption) (*UpdateSessionContextResponse, error)
+	// GetSessionSnapshot returns the snapshot taken when the session was last suspended.
+	GetSessionSnapshot(ctx context.Context, in *GetSessionSnapshotRequest, opts ...grpc.CallOption) (*GetSessionSnapshotResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -111,6 +131,66 @@ func (c *sessionServiceClient) CompleteSession(ctx context.Context, in *Complete
 	return out, nil
 }
 
+func (c *sessionServiceClient) ActivateSession(ctx context.Context, in *ActivateSessionRequest, opts ...grpc.CallOption) (*ActivateSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ActivateSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_ActivateSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) SwitchSession(ctx context.Context, in *SwitchSessionRequest, opts ...grpc.CallOption) (*SwitchSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SwitchSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_SwitchSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) GetActiveSession(ctx context.Context, in *GetActiveSessionRequest, opts ...grpc.CallOption) (*GetActiveSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetActiveSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_GetActiveSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) GetSessionContext(ctx context.Context, in *GetSessionContextRequest, opts ...grpc.CallOption) (*GetSessionContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSessionContextResponse)
+	err := c.cc.Invoke(ctx, SessionService_GetSessionContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) UpdateSessionContext(ctx context.Context, in *UpdateSessionContextRequest, opts ...grpc.CallOption) (*UpdateSessionContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSessionContextResponse)
+	err := c.cc.Invoke(ctx, SessionService_UpdateSessionContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) GetSessionSnapshot(ctx context.Context, in *GetSessionSnapshotRequest, opts ...grpc.CallOption) (*GetSessionSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSessionSnapshotResponse)
+	err := c.cc.Invoke(ctx, SessionService_GetSessionSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -125,6 +205,20 @@ type SessionServiceServer interface {
 	SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error)
 	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
 	CompleteSession(context.Context, *CompleteSessionRequest) (*CompleteSessionResponse, error)
+	// ActivateSession moves a CREATED session to ACTIVE.
+	ActivateSession(context.Context, *ActivateSessionRequest) (*ActivateSessionResponse, error)
+	// SwitchSession suspends the caller's active sessions (with a snapshot
+	// each) and activates the named one, in one transaction.
+	SwitchSession(context.Context, *SwitchSessionRequest) (*SwitchSessionResponse, error)
+	// GetActiveSession returns the caller's most recently activated active session.
+	GetActiveSession(context.Context, *GetActiveSessionRequest) (*GetActiveSessionResponse, error)
+	// GetSessionContext returns the session's private working context.
+	GetSessionContext(context.Context, *GetSessionContextRequest) (*GetSessionContextResponse, error)
+	// UpdateSessionContext replaces the session's context; version must match
+	// the stored one (optimistic concurrency).
+	UpdateSessionContext(context.Context, *UpdateSessionContextRequest) (*UpdateSessionContextResponse, error)
+	// GetSessionSnapshot returns the snapshot taken when the session was last suspended.
+	GetSessionSnapshot(context.Context, *GetSessionSnapshotRequest) (*GetSessionSnapshotResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -152,6 +246,24 @@ func (UnimplementedSessionServiceServer) ResumeSession(context.Context, *ResumeS
 }
 func (UnimplementedSessionServiceServer) CompleteSession(context.Context, *CompleteSessionRequest) (*CompleteSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteSession not implemented")
+}
+func (UnimplementedSessionServiceServer) ActivateSession(context.Context, *ActivateSessionRequest) (*ActivateSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ActivateSession not implemented")
+}
+func (UnimplementedSessionServiceServer) SwitchSession(context.Context, *SwitchSessionRequest) (*SwitchSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SwitchSession not implemented")
+}
+func (UnimplementedSessionServiceServer) GetActiveSession(context.Context, *GetActiveSessionRequest) (*GetActiveSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetActiveSession not implemented")
+}
+func (UnimplementedSessionServiceServer) GetSessionContext(context.Context, *GetSessionContextRequest) (*GetSessionContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSessionContext not implemented")
+}
+func (UnimplementedSessionServiceServer) UpdateSessionContext(context.Context, *UpdateSessionContextRequest) (*UpdateSessionContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSessionContext not implemented")
+}
+func (UnimplementedSessionServiceServer) GetSessionSnapshot(context.Context, *GetSessionSnapshotRequest) (*GetSessionSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSessionSnapshot not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -282,6 +394,114 @@ func _SessionService_CompleteSession_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_ActivateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ActivateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ActivateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ActivateSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ActivateSession(ctx, req.(*ActivateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_SwitchSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SwitchSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SwitchSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SwitchSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SwitchSession(ctx, req.(*SwitchSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_GetActiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetActiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).GetActiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_GetActiveSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).GetActiveSession(ctx, req.(*GetActiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_GetSessionContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).GetSessionContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_GetSessionContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).GetSessionContext(ctx, req.(*GetSessionContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_UpdateSessionContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSessionContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).UpdateSessionContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_UpdateSessionContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).UpdateSessionContext(ctx, req.(*UpdateSessionContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_GetSessionSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).GetSessionSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_GetSessionSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).GetSessionSnapshot(ctx, req.(*GetSessionSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -312,6 +532,30 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteSession",
 			Handler:    _SessionService_CompleteSession_Handler,
+		},
+		{
+			MethodName: "ActivateSession",
+			Handler:    _SessionService_ActivateSession_Handler,
+		},
+		{
+			MethodName: "SwitchSession",
+			Handler:    _SessionService_SwitchSession_Handler,
+		},
+		{
+			MethodName: "GetActiveSession",
+			Handler:    _SessionService_GetActiveSession_Handler,
+		},
+		{
+			MethodName: "GetSessionContext",
+			Handler:    _SessionService_GetSessionContext_Handler,
+		},
+		{
+			MethodName: "UpdateSessionContext",
+			Handler:    _SessionService_UpdateSessionContext_Handler,
+		},
+		{
+			MethodName: "GetSessionSnapshot",
+			Handler:    _SessionService_GetSessionSnapshot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,212 @@
+package guide
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/redisx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// routeCache is routing tier 1 (spec A-36): routing decisions keyed by the
+// normalised input, and knowledge answers keyed by agent, intent and
+// subject (spec A-34, A-35). Every key has a TTL. Without Redis it is off.
+type routeCache struct {
+	rc  *redisx.Client
+	log *slog.Logger
+	cfg Config
+}
+
+// Archivalist answer lifetimes by intent (spec A-35: 1 to 60 minutes by
+// query type). Records are immutable, so only the session or the TTL ends them.
+var archivalistTTL = map[string]time.Duration{
+	"RESUME":     time.Minute,
+	"ACTIVITY":   2 * time.Minute,
+	"GENERAL":    5 * time.Minute,
+	"OUTCOME":    15 * time.Minute,
+	"SIMILAR":    30 * time.Minute,
+	"HISTORICAL": 60 * time.Minute,
+}
+
+// normalise folds case, whitespace and trailing punctuation, so that
+// trivially different phrasings share a cache entry.
+func normalise(text string) string {
+	t := strings.Join(strings.Fields(strings.ToLower(text)), " ")
+	return strings.TrimRight(t, " ?!.")
+}
+
+func hashKey(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:12])
+}
+
+func (c *routeCache) enabled() bool { return c != nil && c.rc != nil }
+
+func (c *routeCache) routeKey(tenant, text string) string {
+	return c.rc.Key("guide", "route", hashKey(tenant), hashKey(normalise(text)))
+}
+
+// route returns a cached routing decision for text.
+func (c *routeCache) route(ctx context.Context, tenant, text string) (Classification, bool) {
+	if !c.enabled() {
+		return Classification{}, false
+	}
+	raw, err := c.rc.Get(ctx, c.routeKey(tenant, text)).Bytes()
+	if err != nil {
+		if !errors.Is(err, redis.Nil) {
+			c.log.WarnContext(ctx, "route cache read", logx.Err(err))
+		}
+		return Classification{}, false
+	}
+	var out Classification
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return Classification{}, false
+	}
+	return out, true
+}
+
+// storeRoute caches a confident routing decision.
+func (c *routeCache) storeRoute(ctx context.Context, tenant, text string, cl Classification) {
+	if !c.enabled() || cl.Target == "" || cl.Confidence <= c.cfg.CacheThreshold {
+		return
+	}
+	raw, err := json.Marshal(cl)
+	if err != nil {
+		return
+	}
+	if err := c.rc.Set(ctx, c.routeKey(tenant, text), raw, c.cfg.RouteCacheTTL).Err(); err != nil {
+		c.log.WarnContext(ctx, "route cache write", logx.Err(err))
+	}
+}
+
+// forgetRoute drops a routing decision found wrong.
+func (c *routeCache) forgetRoute(ctx context.Context, tenant, text string) {
+	if !c.enabled() {
+		return
+	}
+	if err := c.rc.Del(ctx, c.routeKey(tenant, text)).Err(); err != nil {
+		c.log.WarnContext(ctx, "route cache delete", logx.Err(err))
+	}
+}
+
+// answerKey is where an answer to a knowledge query is cached, with its
+// lifetime, or "" when the query is not cacheable: only librarian and
+// archivalist queries with an intent and a subject and a confidence above
+// the threshold.
+func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID string, cl Classification) (string, time.Duration) {
+	if !c.enabled() || cl.Confidence <= c.cfg.CacheThreshold || cl.KnowledgeIntent == "" || cl.Subject == "" {
+		return "", 0
+	}
+	switch cl.Target {
+	case topology.AgentLibrarian:
+		// Librarian answers are shared by the tenant's sessions; a finished
+		// (re)index bumps the generation, which retires them all.
+		gen := c.generation(ctx)
+		return c.rc.Key("guide", "answer", topology.AgentLibrarian, gen, hashKey(tenant),
+			cl.KnowledgeIntent, hashKey(strings.ToLower(cl.Subject))), c.cfg.LibrarianCacheTTL
+	case topology.AgentArchivalist:
+		// History answers are per session (spec A-35: invalidated by the
+		// session or the TTL).
+		ttl := archivalistTTL[cl.KnowledgeIntent]
+		if ttl == 0 {
+			ttl = archivalistTTL["GENERAL"]
+		}
+		return c.rc.Key("guide", "answer", topology.AgentArchivalist, hashKey(tenant), sessionID,
+			cl.KnowledgeIntent, hashKey(strings.ToLower(cl.Subject)+"|"+cl.TimeScope)), ttl
+	}
+	return "", 0
+}
+
+func (c *routeCache) generationKey() string {
+	return c.rc.Key("guide", "answer", "librarian-generation")
+}
+
+func (c *routeCache) generation(ctx context.Context) string {
+	n, err := c.rc.Get(ctx, c.generationKey()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		c.log.WarnContext(ctx, "route cache generation", logx.Err(err))
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// invalidateLibrarian retires every cached librarian answer: files changed.
+func (c *routeCache) invalidateLibrarian(ctx context.Context) {
+	if !c.enabled() {
+		return
+	}
+	if err := c.rc.Incr(ctx, c.generationKey()).Err(); err != nil {
+		c.log.WarnContext(ctx, "route cache invalidate", logx.Err(err))
+	}
+}
+
+// cachedAnswer is an agent's answer as the Guide keeps it.
+type cachedAnswer struct {
+	Agent string         `json:"agent"`
+	Text  string         `json:"text"`
+	Data  map[string]any `json:"data,omitempty"`
+}
+
+func (c *routeCache) answer(ctx context.Context, key string) (cachedAnswer, bool) {
+	if !c.enabled() || key == "" {
+		return cachedAnswer{}, false
+	}
+	raw, err := c.rc.Get(ctx, key).Bytes()
+	if err != nil {
+		return cachedAnswer{}, false
+	}
+	var a cachedAnswer
+	if json.Unmarshal(raw, &a) != nil {
+		return cachedAnswer{}, false
+	}
+	return a, true
+}
+
+func (c *routeCache) storeAnswer(ctx context.Context, tenant, sessionID, key string, ttl time.Duration, a cachedAnswer) {
+	if !c.enabled() || key == "" || ttl <= 0 {
+		return
+	}
+	raw, err := json.Marshal(a)
+	if err != nil {
+		return
+	}
+	pipe := c.rc.TxPipeline()
+	pipe.Set(ctx, key, raw, ttl)
+	if a.Agent == topology.AgentArchivalist {
+		idx := c.sessionIndexKey(tenant, sessionID)
+		pipe.SAdd(ctx, idx, key)
+		pipe.Expire(ctx, idx, time.Hour)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		c.log.WarnContext(ctx, "answer cache write", logx.Err(err))
+	}
+}
+
+func (c *routeCache) sessionIndexKey(tenant, sessionID string) string {
+	return c.rc.Key("guide", "answers", hashKey(tenant), sessionID)
+}
+
+// invalidateSession drops a finished session's cached history answers.
+func (c *routeCache) invalidateSession(ctx context.Context, tenant, sessionID string) {
+	if !c.enabled() {
+		return
+	}
+	idx := c.sessionIndexKey(tenant, sessionID)
+	keys, err := c.rc.SMembers(ctx, idx).Result()
+	if err != nil {
+		c.log.WarnContext(ctx, "answer cache invalidate", logx.Err(err))
+		return
+	}
+	if err := c.rc.Del(ctx, append(keys, idx)...).Err(); err != nil {
+		c.log.WarnContext(ctx, "answer cache invalidate", logx.Err(err))
+	}
+}

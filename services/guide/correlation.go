@@ -1,0 +1,233 @@
+package guide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+)
+
+// States of a pending request.
+const (
+	statePending   = "pending"
+	stateFrozen    = "suspended" // the session is suspended; the deadline is on hold
+	stateAnswered  = "answered"
+	stateTimedOut  = "timed_out"
+	stateEscalated = "escalated" // handed to the user (reroute limit)
+	stateClosed    = "closed"    // the session finished
+)
+
+// pendingRequest is a routed request waiting for its response.
+type pendingRequest struct {
+	CorrelationID  string
+	TenantID       string
+	UserID         string
+	SessionID      string
+	MessageID      *string
+	Target         string
+	IntentType     string
+	Original       string
+	Envelope       []byte
+	Deadline       time.Time
+	Clarifications int
+	CreateTime     time.Time
+	State          string
+}
+
+const pendingColumns = `correlation_id, tenant_id, user_id, session_id, message_id, target, intent_type, original,
+	envelope, deadline, clarifications, create_time, state`
+
+func scanPending(row pgx.Row) (pendingRequest, error) {
+	var p pendingRequest
+	err := row.Scan(&p.CorrelationID, &p.TenantID, &p.UserID, &p.SessionID, &p.MessageID, &p.Target, &p.IntentType,
+		&p.Original, &p.Envelope, &p.Deadline, &p.Clarifications, &p.CreateTime, &p.State)
+	return p, err
+}
+
+func (p pendingRequest) proto() *guidev1.PendingRequest {
+	out := &guidev1.PendingRequest{
+		CorrelationId: p.CorrelationID,
+		Target:        p.Target,
+		Deadline:      timestamppb.New(p.Deadline),
+	}
+	if p.MessageID != nil {
+		out.Message = messageName(p.SessionID, *p.MessageID)
+	}
+	return out
+}
+
+func insertPending(ctx context.Context, q querier, p pendingRequest) error {
+	_, err := q.Exec(ctx, `INSERT INTO pending_requests (`+pendingColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (correlation_id) DO UPDATE SET target = EXCLUDED.target, envelope = EXCLUDED.envelope,
+			deadline = EXCLUDED.deadline, state = EXCLUDED.state`,
+		p.CorrelationID, p.TenantID, p.UserID, p.SessionID, p.MessageID, p.Target, p.IntentType, p.Original,
+		p.Envelope, p.Deadline, p.Clarifications, p.CreateTime, p.State)
+	if err != nil {
+		return fmt.Errorf("insert pending request %s: %w", p.CorrelationID, err)
+	}
+	return nil
+}
+
+// getPending loads a pending request by correlation id within a tenant.
+func getPending(ctx context.Context, q querier, tenant, correlationID string, forUpdate bool) (pendingRequest, bool, error) {
+	sql := `SELECT ` + pendingColumns + ` FROM pending_requests WHERE tenant_id = $1 AND correlation_id = $2`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	p, err := scanPending(q.QueryRow(ctx, sql, tenant, correlationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pendingRequest{}, false, nil
+	}
+	if err != nil {
+		return pendingRequest{}, false, fmt.Errorf("load pending request %s: %w", correlationID, err)
+	}
+	return p, true, nil
+}
+
+func pendingRequests(ctx context.Context, q querier, tenant, sessionID, state string) ([]pendingRequest, error) {
+	rows, err := q.Query(ctx, `SELECT `+pendingColumns+` FROM pending_requests
+		WHERE tenant_id = $1 AND session_id = $2 AND state = $3 ORDER BY create_time, correlation_id`, tenant, sessionID, state)
+	if err != nil {
+		return nil, fmt.Errorf("list pending requests: %w", err)
+	}
+	defer rows.Close()
+	var out []pendingRequest
+	for rows.Next() {
+		p, err := scanPending(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list pending requests: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func setPendingState(ctx context.Context, q querier, tenant, correlationID, from, to string) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE pending_requests SET state = $4 WHERE tenant_id = $1 AND correlation_id = $2 AND state = $3`,
+		tenant, correlationID, from, to)
+	if err != nil {
+		return false, fmt.Errorf("update pending request %s: %w", correlationID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// clarificationRow is a question waiting for the user's answer.
+type clarificationRow struct {
+	ID              string
+	TenantID        string
+	UserID          string
+	SessionID       string
+	CorrelationID   string
+	RequestingAgent string
+	Question        string
+	Options         []string
+	Context         string
+	Original        string
+	CreateTime      time.Time
+	Answer          *string
+}
+
+const clarificationColumns = `id, tenant_id, user_id, session_id, correlation_id, requesting_agent, question, options,
+	context, original, create_time, answer`
+
+func scanClarification(row pgx.Row) (clarificationRow, error) {
+	var c clarificationRow
+	err := row.Scan(&c.ID, &c.TenantID, &c.UserID, &c.SessionID, &c.CorrelationID, &c.RequestingAgent, &c.Question,
+		&c.Options, &c.Context, &c.Original, &c.CreateTime, &c.Answer)
+	return c, err
+}
+
+func clarificationName(sessionID, id string) string {
+	return sessionsCollection + sessionID + "/clarifications/" + id
+}
+
+func (c clarificationRow) pending() *guidev1.PendingClarification {
+	return &guidev1.PendingClarification{
+		Name:            clarificationName(c.SessionID, c.ID),
+		Question:        c.Question,
+		Options:         c.Options,
+		Context:         c.Context,
+		RequestingAgent: c.RequestingAgent,
+		CorrelationId:   c.CorrelationID,
+		CreateTime:      timestamppb.New(c.CreateTime),
+	}
+}
+
+func (c clarificationRow) proto() *guidev1.Clarification {
+	return &guidev1.Clarification{
+		Name:            clarificationName(c.SessionID, c.ID),
+		Question:        c.Question,
+		Options:         c.Options,
+		Context:         c.Context,
+		RequestingAgent: c.RequestingAgent,
+		CorrelationId:   c.CorrelationID,
+		CreateTime:      timestamppb.New(c.CreateTime),
+	}
+}
+
+func insertClarification(ctx context.Context, q querier, c clarificationRow) error {
+	_, err := q.Exec(ctx, `INSERT INTO clarifications (id, tenant_id, user_id, session_id, correlation_id,
+		requesting_agent, question, options, context, original, create_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING`,
+		c.ID, c.TenantID, c.UserID, c.SessionID, c.CorrelationID, c.RequestingAgent, c.Question, nonNil(c.Options),
+		c.Context, c.Original, c.CreateTime)
+	if err != nil {
+		return fmt.Errorf("insert clarification: %w", err)
+	}
+	return nil
+}
+
+func pendingClarifications(ctx context.Context, q querier, tenant, sessionID string) ([]clarificationRow, error) {
+	rows, err := q.Query(ctx, `SELECT `+clarificationColumns+` FROM clarifications
+		WHERE tenant_id = $1 AND session_id = $2 AND answer_time IS NULL ORDER BY create_time, id`, tenant, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("list clarifications: %w", err)
+	}
+	defer rows.Close()
+	var out []clarificationRow
+	for rows.Next() {
+		c, err := scanClarification(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list clarifications: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// takeClarification marks a pending clarification answered and returns it.
+func takeClarification(ctx context.Context, q querier, o owner, sessionID, id, answer string, at time.Time) (clarificationRow, error) {
+	c, err := scanClarification(q.QueryRow(ctx, `UPDATE clarifications SET answer = $5, answer_time = $6
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL
+		RETURNING `+clarificationColumns, o.tenant, o.user, sessionID, id, answer, at))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return clarificationRow{}, &notFoundError{kind: "pending clarification", name: clarificationName(sessionID, id)}
+	}
+	if err != nil {
+		return clarificationRow{}, fmt.Errorf("answer clarification %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// ListClarifications returns a session's unanswered questions.
+func (s *Service) ListClarifications(ctx context.Context, req *guidev1.ListClarificationsRequest) (*guidev1.ListClarificationsResponse, error) {
+	sess, err := s.ownSession(ctx, req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := pendingClarifications(ctx, s.db, sess.TenantID, sess.ID)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list clarifications", err)
+	}
+	resp := &guidev1.ListClarificationsResponse{}
+	for _, c := range rows {
+		resp.Clarifications = append(resp.Clarifications, c.proto())
+	}
+	return resp, nil
+}

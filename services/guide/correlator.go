@@ -1,0 +1,333 @@
+package guide
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// The correlator follows the session event stream: an agent's event with
+// the correlation id of a pending request answers it. It caches knowledge
+// answers (tier 1), notices empty answers (a routing failure signal) and
+// completes recorded queries.
+
+// handleEvent handles one session event.
+func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
+	ev := &guidev1.Event{}
+	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+		return nil // not an event; nothing to correlate
+	}
+	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" || ev.GetType() == eventClarification {
+		return nil
+	}
+	tenant := tenantOfSubject(s.bus, msg.Subject())
+	if tenant == "" {
+		return nil
+	}
+	var p pendingRequest
+	var answered bool
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var found bool
+		var err error
+		p, found, err = getPending(ctx, tx, tenant, ev.GetCorrelationId(), true)
+		if err != nil || !found || p.State != statePending || p.SessionID != ev.GetSessionId() {
+			return err
+		}
+		if _, err := setPendingState(ctx, tx, tenant, p.CorrelationID, statePending, stateAnswered); err != nil {
+			return err
+		}
+		answered = true
+		_, err = tx.Exec(ctx, `UPDATE recorded_queries SET response = $2, success = $3 WHERE correlation_id = $1`,
+			p.CorrelationID, truncate(ev.GetText(), 4<<10), !emptyAnswer(ev))
+		return err
+	})
+	if err != nil || !answered {
+		return err
+	}
+	s.metrics.answered.WithLabelValues(p.Target).Inc()
+	s.metrics.latency.WithLabelValues(p.Target).Observe(time.Since(p.CreateTime).Seconds())
+	s.answerRequester(ctx, p, ev)
+	if emptyAnswer(ev) && ev.GetType() == eventAnswered {
+		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: tenant, UserID: p.UserID, SessionID: p.SessionID,
+			OriginalRequest: p.Original, ClassifiedAs: p.IntentType, RoutedTo: p.Target, ShouldHaveBeen: p.Target,
+			Signal: signalFromName("EMPTY_RESPONSE")})
+		if err != nil {
+			s.log.WarnContext(ctx, "record empty response", logx.Err(err))
+		} else {
+			s.afterFailure(ctx, f)
+		}
+		return nil
+	}
+	if ev.GetType() == eventAnswered {
+		s.cacheAnswer(ctx, tenant, p, ev)
+	}
+	return nil
+}
+
+// emptyAnswer reports an answer with no content: no hits, no recent
+// entries and no text.
+func emptyAnswer(ev *guidev1.Event) bool {
+	if ev.GetType() != eventAnswered {
+		return false
+	}
+	f := ev.GetData().GetFields()
+	if h := f["hits"]; h != nil {
+		if len(h.GetListValue().GetValues()) > 0 {
+			return false
+		}
+		if r := f["recent"]; r != nil && len(r.GetListValue().GetValues()) > 0 {
+			return false
+		}
+		return true
+	}
+	return strings.TrimSpace(ev.GetText()) == ""
+}
+
+func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingRequest, ev *guidev1.Event) {
+	var key string
+	var ttlMS int64
+	if err := s.db.QueryRow(ctx, `SELECT cache_key, cache_ttl_ms FROM pending_requests WHERE correlation_id = $1`,
+		p.CorrelationID).Scan(&key, &ttlMS); err != nil || key == "" {
+		return
+	}
+	var data map[string]any
+	if d := ev.GetData(); d != nil {
+		raw, err := d.MarshalJSON()
+		if err == nil {
+			_ = json.Unmarshal(raw, &data)
+		}
+	}
+	s.cache.storeAnswer(ctx, tenant, p.SessionID, key, time.Duration(ttlMS)*time.Millisecond,
+		cachedAnswer{Agent: p.Target, Text: ev.GetText(), Data: data})
+}
+
+// tenantOfSubject reads the tenant token of "<p>.events.<tenant>.<session>".
+func tenantOfSubject(b interface{ Subject(...string) string }, subject string) string {
+	prefix := b.Subject("events") + "."
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return ""
+	}
+	tenant, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return tenant
+}
+
+// watchLibrarian retires cached librarian answers whenever an index run
+// finishes: files changed (spec A-35).
+func (s *Service) watchLibrarian(ctx context.Context) error {
+	sub, err := s.bus.Conn.Subscribe(s.bus.Subject("librarian", "progress", "*"), func(m *nats.Msg) {
+		var p struct {
+			Done bool `json:"done"`
+		}
+		if json.Unmarshal(m.Data, &p) == nil && p.Done {
+			s.cache.invalidateLibrarian(ctx)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to librarian progress: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return nil
+}
+
+// deadLetter keeps an envelope that cannot be delivered, for listing and
+// replay; failures are logged, as the caller is already handling one.
+func (s *Service) deadLetter(ctx context.Context, env *messagev1.Envelope, reason string) {
+	raw, err := proto.Marshal(env)
+	if err != nil {
+		return
+	}
+	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte("dead:"+env.GetId()+":"+reason)).String()
+	_, err = s.db.Exec(ctx, `INSERT INTO dead_letters (id, tenant_id, session_id, target, correlation_id, reason,
+		message_type, envelope, create_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING`,
+		id, env.GetTenantId(), env.GetSessionId(), env.GetTarget(), env.GetCorrelationId(), truncate(reason, 500),
+		env.GetType().String(), raw, s.now())
+	if err != nil {
+		s.log.WarnContext(ctx, "store dead letter", logx.Err(err))
+		return
+	}
+	s.metrics.deadLetters.WithLabelValues(env.GetTarget()).Inc()
+	s.log.WarnContext(ctx, "message dead-lettered", slog.String("reason", reason), slog.String(logx.KeyAgent, env.GetTarget()))
+}
+
+func deadLetterName(id string) string { return "deadLetters/" + id }
+
+// ListDeadLetters returns the tenant's dead letters, newest first.
+func (s *Service) ListDeadLetters(ctx context.Context, req *guidev1.ListDeadLettersRequest) (*guidev1.ListDeadLettersResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), defaultMessagePageSize, maxMessagePageSize)
+	if err != nil {
+		return nil, err
+	}
+	sid := req.GetSessionId()
+	if sid != "" && !ids.Valid(sid) {
+		return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, session_id, target, correlation_id, reason, message_type, create_time,
+		replay_count, last_replay_time FROM dead_letters WHERE tenant_id = $1 AND ($2 = '' OR session_id = $2)
+		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, strings.ToLower(sid), size)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list dead letters", err)
+	}
+	defer rows.Close()
+	resp := &guidev1.ListDeadLettersResponse{}
+	for rows.Next() {
+		d, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, s.toStatus(ctx, "list dead letters", err)
+		}
+		resp.DeadLetters = append(resp.DeadLetters, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.toStatus(ctx, "list dead letters", err)
+	}
+	return resp, nil
+}
+
+func scanDeadLetter(row pgx.Row) (*guidev1.DeadLetter, error) {
+	var id, sid, target, corr, reason, typ string
+	var created time.Time
+	var replays int32
+	var last *time.Time
+	if err := row.Scan(&id, &sid, &target, &corr, &reason, &typ, &created, &replays, &last); err != nil {
+		return nil, err
+	}
+	return &guidev1.DeadLetter{Name: deadLetterName(id), SessionId: sid, Target: target, CorrelationId: corr, Reason: reason,
+		MessageType: typ, CreateTime: timestamppb.New(created), ReplayCount: replays, LastReplayTime: tsOrNil(last)}, nil
+}
+
+// ReplayDeadLetter publishes a dead letter to its target's inbox again,
+// with a fresh id and deadline, and tracks it as a pending request.
+func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadLetterRequest) (*guidev1.ReplayDeadLetterResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, ok := strings.CutPrefix(req.GetName(), "deadLetters/")
+	if !ok || !ids.Valid(id) {
+		return nil, invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
+	}
+	var raw []byte
+	var target string
+	err = s.db.QueryRow(ctx, `SELECT envelope, target FROM dead_letters WHERE tenant_id = $1 AND id = $2`, who.TenantID, id).Scan(&raw, &target)
+	if err == pgx.ErrNoRows {
+		return nil, s.toStatus(ctx, "replay dead letter", &notFoundError{kind: "dead letter", name: req.GetName()})
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "replay dead letter", err)
+	}
+	env := decodeEnvelope(raw)
+	if env == nil || !routable(target) && target != topology.AgentGuide {
+		return nil, status.Errorf(codes.FailedPrecondition, "dead letter %s has no agent to deliver to", req.GetName())
+	}
+	now := s.now()
+	env.Id = ids.New()
+	env.Attempt++
+	env.CreatedAt = timestamppb.New(now)
+	env.Deadline = timestamppb.New(now.Add(s.cfg.RequestTimeout))
+	if target != topology.AgentGuide && ids.Valid(env.GetSessionId()) && env.GetCorrelationId() != "" {
+		again, err := proto.Marshal(env)
+		if err != nil {
+			return nil, s.toStatus(ctx, "replay dead letter", err)
+		}
+		if _, err := s.db.Exec(ctx, `UPDATE pending_requests SET state = $3, envelope = $4, deadline = $5
+			WHERE tenant_id = $1 AND correlation_id = $2`, who.TenantID, env.GetCorrelationId(), statePending, again,
+			now.Add(s.cfg.RequestTimeout)); err != nil {
+			return nil, s.toStatus(ctx, "replay dead letter", err)
+		}
+	}
+	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, target), env.GetId(), env); err != nil {
+		s.log.ErrorContext(ctx, "replay dead letter", logx.Err(err))
+		return nil, status.Error(codes.Unavailable, "event bus unavailable; retry later")
+	}
+	d, err := scanDeadLetter(s.db.QueryRow(ctx, `UPDATE dead_letters SET replay_count = replay_count + 1, last_replay_time = $3
+		WHERE tenant_id = $1 AND id = $2 RETURNING id, session_id, target, correlation_id, reason, message_type, create_time,
+		replay_count, last_replay_time`, who.TenantID, id, now))
+	if err != nil {
+		return nil, s.toStatus(ctx, "replay dead letter", err)
+	}
+	s.metrics.replays.Inc()
+	return &guidev1.ReplayDeadLetterResponse{DeadLetter: d}, nil
+}
+
+// maxDeliveriesAdvisory is what the server says when a consumer gives up
+// on a message after its last delivery.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// watchUndeliverable moves envelopes that an agent's inbox consumer gave up
+// on (max deliveries reached without an acknowledgement) to the dead
+// letters, and removes them from the inbox. Replicas share the advisories
+// through a queue group.
+func (s *Service) watchUndeliverable(ctx context.Context) error {
+	stream := s.bus.Stream(topology.StreamAgents)
+	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + ".*"
+	sub, err := s.bus.Conn.QueueSubscribe(subject, "guide-dead-letters", func(m *nats.Msg) {
+		var a maxDeliveriesAdvisory
+		if json.Unmarshal(m.Data, &a) != nil || a.StreamSeq == 0 {
+			return
+		}
+		s.deadLetterSequence(ctx, a)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to max-deliveries advisories: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return nil
+}
+
+func (s *Service) deadLetterSequence(ctx context.Context, a maxDeliveriesAdvisory) {
+	st, err := s.bus.JS.Stream(ctx, a.Stream)
+	if err != nil {
+		s.log.WarnContext(ctx, "dead letter: open stream", logx.Err(err))
+		return
+	}
+	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if err != nil {
+		// Acknowledged or removed meanwhile: nothing is lost.
+		return
+	}
+	env := &messagev1.Envelope{}
+	if err := proto.Unmarshal(raw.Data, env); err != nil {
+		s.log.WarnContext(ctx, "dead letter: undecodable inbox message", slog.Uint64("sequence", a.StreamSeq))
+		return
+	}
+	if env.GetTarget() == "" {
+		env.Target = strings.TrimPrefix(raw.Subject, s.bus.Subject("agent")+".")
+	}
+	s.deadLetter(ctx, env, fmt.Sprintf("not acknowledged by %s after %d deliveries", a.Consumer, a.Deliveries))
+	if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil {
+		s.log.WarnContext(ctx, "dead letter: remove from inbox", logx.Err(err))
+	}
+}

@@ -1,0 +1,296 @@
+package guide
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// Routing-failure tracking (spec A-33): each failure is stored here, for
+// the accuracy metrics and the confidence feedback, and sent to the
+// Archivalist as a routing_failure entry.
+
+// CategoryRoutingFailure is the Archivalist category of routing failures.
+const CategoryRoutingFailure = "routing_failure"
+
+const (
+	maxFailureRequestBytes = 4 << 10
+	defaultFailureLimit    = 20
+	maxFailureLimit        = 200
+)
+
+type routingFailure struct {
+	ID              string
+	TenantID        string
+	UserID          string
+	SessionID       string
+	OriginalRequest string
+	Pattern         string
+	ClassifiedAs    string
+	RoutedTo        string
+	ShouldHaveBeen  string
+	Signal          guidev1.RoutingFailureSignal
+	CreateTime      time.Time
+}
+
+// signalName is the spec's name of a signal: "EXPLICIT_REDIRECT".
+func signalName(s guidev1.RoutingFailureSignal) string {
+	return strings.TrimPrefix(s.String(), "ROUTING_FAILURE_SIGNAL_")
+}
+
+func signalFromName(name string) guidev1.RoutingFailureSignal {
+	return guidev1.RoutingFailureSignal(guidev1.RoutingFailureSignal_value["ROUTING_FAILURE_SIGNAL_"+name])
+}
+
+func (f routingFailure) proto() *guidev1.RoutingFailure {
+	return &guidev1.RoutingFailure{
+		Id:               f.ID,
+		OriginalRequest:  f.OriginalRequest,
+		ClassifiedAs:     f.ClassifiedAs,
+		RoutedTo:         f.RoutedTo,
+		ShouldHaveBeen:   f.ShouldHaveBeen,
+		FailureSignal:    f.Signal,
+		PatternExtracted: f.Pattern,
+		SessionId:        f.SessionID,
+		CreateTime:       timestamppb.New(f.CreateTime),
+	}
+}
+
+// insertFailure stores a routing failure in q's transaction; afterFailure
+// does the rest once it has committed.
+func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure) (routingFailure, error) {
+	f.ID = "route_fail_" + ids.New()
+	f.Pattern = requestPattern(f.OriginalRequest)
+	f.CreateTime = s.now()
+	_, err := q.Exec(ctx, `INSERT INTO routing_failures (id, tenant_id, session_id, original_request, pattern,
+		classified_as, routed_to, should_have_been, failure_signal, create_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
+		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime)
+	if err != nil {
+		return routingFailure{}, fmt.Errorf("insert routing failure: %w", err)
+	}
+	return f, nil
+}
+
+// afterFailure counts a stored failure, forgets the cached route it
+// contradicts and sends it to the Archivalist.
+func (s *Service) afterFailure(ctx context.Context, f routingFailure) {
+	s.metrics.failures.WithLabelValues(signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen).Inc()
+	s.cache.forgetRoute(ctx, f.TenantID, f.OriginalRequest)
+	s.log.InfoContext(ctx, "routing failure", slog.String("signal", signalName(f.Signal)),
+		slog.String("routed_to", f.RoutedTo), slog.String("should_have_been", f.ShouldHaveBeen))
+	content := fmt.Sprintf("id: %s\noriginal_request: %s\nclassified_as: %s\nrouted_to: %s\nshould_have_been: %s\nfailure_signal: %s\npattern_extracted: %s\ntimestamp: %s",
+		f.ID, f.OriginalRequest, f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.Pattern,
+		f.CreateTime.Format(time.RFC3339Nano))
+	env := &messagev1.Envelope{
+		Id:        ids.New(),
+		TenantId:  f.TenantID,
+		SessionId: f.SessionID,
+		UserId:    f.UserID,
+		Source:    authorGuide,
+		Target:    topology.AgentArchivalist,
+		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
+		CreatedAt: timestamppb.New(f.CreateTime),
+		Status:    messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
+		Attempt:   1,
+		Priority:  messagev1.Priority_PRIORITY_KNOWLEDGE,
+		Metadata: map[string]string{
+			"category": CategoryRoutingFailure,
+			"title":    truncateRunes(fmt.Sprintf("Routing failure (%s): %s -> %s", signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen), 200),
+		},
+		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: authorGuide, Text: content}},
+	}
+	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
+		s.log.WarnContext(ctx, "send routing failure to the archivalist", logx.Err(err))
+	}
+}
+
+func truncateRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n])
+}
+
+// RecordRoutingFailure records a misroute reported by an agent or a client.
+func (s *Service) RecordRoutingFailure(ctx context.Context, req *guidev1.RecordRoutingFailureRequest) (*guidev1.RecordRoutingFailureResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := routingFailure{TenantID: who.TenantID, UserID: who.UserID, OriginalRequest: strings.TrimSpace(req.GetOriginalRequest()),
+		ClassifiedAs: strings.TrimSpace(req.GetClassifiedAs()), RoutedTo: strings.ToLower(strings.TrimSpace(req.GetRoutedTo())),
+		ShouldHaveBeen: strings.ToLower(strings.TrimSpace(req.GetShouldHaveBeen())), Signal: req.GetFailureSignal()}
+	switch {
+	case f.OriginalRequest == "":
+		return nil, invalid("original_request", "required")
+	case len(f.OriginalRequest) > maxFailureRequestBytes:
+		return nil, invalid("original_request", "%d bytes exceeds the limit of %d bytes", len(f.OriginalRequest), maxFailureRequestBytes)
+	case !utf8.ValidString(f.OriginalRequest) || !utf8.ValidString(f.ClassifiedAs):
+		return nil, invalid("original_request", "must be valid UTF-8")
+	case !routable(f.RoutedTo):
+		return nil, invalid("routed_to", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.RoutedTo, 40))
+	case !routable(f.ShouldHaveBeen):
+		return nil, invalid("should_have_been", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.ShouldHaveBeen, 40))
+	case f.Signal == guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED || signalName(f.Signal) == f.Signal.String():
+		return nil, invalid("failure_signal", "required: one of EXPLICIT_REDIRECT, USER_CORRECTION, TASK_HELP_ESCALATION, CLARIFICATION_LOOP, EMPTY_RESPONSE")
+	case len(f.ClassifiedAs) > 64:
+		return nil, invalid("classified_as", "longer than 64 bytes")
+	}
+	if sid := req.GetSessionId(); sid != "" {
+		if !ids.Valid(sid) {
+			return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
+		}
+		if _, err := getSession(ctx, s.db, ownerOf(who), strings.ToLower(sid), false); err != nil {
+			return nil, s.toStatus(ctx, "record routing failure", err)
+		}
+		f.SessionID = strings.ToLower(sid)
+	}
+	stored, err := s.insertFailure(ctx, s.db, f)
+	if err != nil {
+		return nil, s.toStatus(ctx, "record routing failure", err)
+	}
+	s.afterFailure(ctx, stored)
+	return &guidev1.RecordRoutingFailureResponse{Failure: stored.proto()}, nil
+}
+
+// ListRoutingFailures returns the tenant's routing failures whose pattern
+// shares a word with request_pattern (all of them when it is empty), newest first.
+func (s *Service) ListRoutingFailures(ctx context.Context, req *guidev1.ListRoutingFailuresRequest) (*guidev1.ListRoutingFailuresResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageSize(req.GetLimit(), defaultFailureLimit, maxFailureLimit)
+	if err != nil {
+		return nil, invalid("limit", "must not be negative")
+	}
+	words := strings.Fields(requestPattern(req.GetRequestPattern()))
+	rows, err := s.db.Query(ctx, `SELECT id, session_id, original_request, pattern, classified_as, routed_to,
+		should_have_been, failure_signal, create_time FROM routing_failures
+		WHERE tenant_id = $1 AND (cardinality($2::text[]) = 0 OR string_to_array(pattern, ' ') && $2::text[])
+		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, words, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list routing failures", fmt.Errorf("list routing failures: %w", err))
+	}
+	defer rows.Close()
+	resp := &guidev1.ListRoutingFailuresResponse{}
+	for rows.Next() {
+		var f routingFailure
+		var signal string
+		if err := rows.Scan(&f.ID, &f.SessionID, &f.OriginalRequest, &f.Pattern, &f.ClassifiedAs, &f.RoutedTo,
+			&f.ShouldHaveBeen, &signal, &f.CreateTime); err != nil {
+			return nil, s.toStatus(ctx, "list routing failures", err)
+		}
+		f.Signal = signalFromName(signal)
+		resp.Failures = append(resp.Failures, f.proto())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.toStatus(ctx, "list routing failures", err)
+	}
+	return resp, nil
+}
+
+// GetRoutingAccuracy reports routing accuracy: routed messages against
+// routing failures, per intent type, with the misroute pairs.
+func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingAccuracyRequest) (*guidev1.GetRoutingAccuracyResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &guidev1.GetRoutingAccuracyResponse{BySignal: map[string]int64{}}
+	byIntent := map[string]*guidev1.IntentAccuracy{}
+	var order []string
+	rows, err := s.db.Query(ctx, `SELECT intent_type, routed FROM routing_counts WHERE tenant_id = $1 ORDER BY intent_type`, who.TenantID)
+	if err != nil {
+		return nil, s.toStatus(ctx, "routing accuracy", err)
+	}
+	for rows.Next() {
+		a := &guidev1.IntentAccuracy{}
+		if err := rows.Scan(&a.IntentType, &a.Routed); err != nil {
+			rows.Close()
+			return nil, s.toStatus(ctx, "routing accuracy", err)
+		}
+		byIntent[a.IntentType] = a
+		order = append(order, a.IntentType)
+		resp.Routed += a.Routed
+	}
+	rows.Close()
+	rows, err = s.db.Query(ctx, `SELECT classified_as, routed_to, should_have_been, failure_signal FROM routing_failures WHERE tenant_id = $1`, who.TenantID)
+	if err != nil {
+		return nil, s.toStatus(ctx, "routing accuracy", err)
+	}
+	pairs := map[[2]string]int64{}
+	for rows.Next() {
+		var intent, from, to, signal string
+		if err := rows.Scan(&intent, &from, &to, &signal); err != nil {
+			rows.Close()
+			return nil, s.toStatus(ctx, "routing accuracy", err)
+		}
+		resp.Failures++
+		resp.BySignal[signal]++
+		pairs[[2]string{from, to}]++
+		if intent == "" {
+			intent = "UNKNOWN"
+		}
+		a, ok := byIntent[intent]
+		if !ok {
+			a = &guidev1.IntentAccuracy{IntentType: intent}
+			byIntent[intent] = a
+			order = append(order, intent)
+		}
+		a.Failures++
+	}
+	rows.Close()
+	resp.Accuracy = accuracy(resp.Routed, resp.Failures)
+	for _, k := range order {
+		a := byIntent[k]
+		a.Accuracy = accuracy(a.Routed, a.Failures)
+		resp.ByIntent = append(resp.ByIntent, a)
+	}
+	for k, n := range pairs {
+		resp.Misroutes = append(resp.Misroutes, &guidev1.MisroutePair{RoutedTo: k[0], ShouldHaveBeen: k[1], Count: n})
+	}
+	sortPairs(resp.Misroutes)
+	return resp, nil
+}
+
+// accuracy is the share of routed messages that did not fail; 1 when
+// nothing was routed.
+func accuracy(routed, failures int64) float64 {
+	if routed <= 0 {
+		if failures > 0 {
+			return 0
+		}
+		return 1
+	}
+	ok := routed - failures
+	if ok < 0 {
+		ok = 0
+	}
+	return float64(ok) / float64(routed)
+}
+
+func sortPairs(p []*guidev1.MisroutePair) {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0; j-- {
+			a, b := p[j-1], p[j]
+			if a.GetCount() > b.GetCount() || a.GetCount() == b.GetCount() && a.GetRoutedTo()+a.GetShouldHaveBeen() <= b.GetRoutedTo()+b.GetShouldHaveBeen() {
+				break
+			}
+			p[j-1], p[j] = b, a
+		}
+	}
+}

@@ -1,0 +1,770 @@
+package guide
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/redisx"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+type flowFixture struct {
+	fixture
+	db *pgxpool.Pool
+	rc *redisx.Client
+}
+
+// newFlowFixture builds a Guide with cfg; run starts its consumers.
+func newFlowFixture(t testing.TB, cfg Config, run bool) flowFixture {
+	t.Helper()
+	db, schema := testenv.Postgres(t, "guide", migrations.FS("guide"))
+	bus := testenv.NATS(t)
+	rc := testenv.Redis(t)
+	reg := prometheus.NewRegistry()
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Redis: rc, Registerer: reg})
+	require.NoError(t, err)
+	if run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	return flowFixture{fixture: fixture{svc: svc, bus: bus, reg: reg}, db: db, rc: rc}
+}
+
+// toGuide publishes an agent's envelope to the Guide's inbox.
+func (f flowFixture) toGuide(t *testing.T, env *messagev1.Envelope) {
+	t.Helper()
+	if env.GetId() == "" {
+		env.Id = ids.New()
+	}
+	_, err := f.bus.Publish(context.Background(), topology.InboxSubject(f.bus, topology.AgentGuide), env.GetId(), env)
+	require.NoError(t, err)
+}
+
+func (f flowFixture) waitEvent(t *testing.T, ctx context.Context, s *guidev1.Session, match func(*guidev1.Event) bool) *guidev1.Event {
+	t.Helper()
+	var found *guidev1.Event
+	require.Eventually(t, func() bool {
+		for _, e := range f.events(t, ctx, s, 0) {
+			if match(e) {
+				found = e
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+	return found
+}
+
+func (f flowFixture) pendingState(t *testing.T, corr string) string {
+	t.Helper()
+	var st string
+	require.NoError(t, f.db.QueryRow(context.Background(), `SELECT state FROM pending_requests WHERE correlation_id = $1`, corr).Scan(&st))
+	return st
+}
+
+// Acceptance behaviours 12 and 13: every legal transition sets its
+// timestamp; illegal ones fail naming the states.
+func TestSessionStateMachine(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	resp, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{StartInactive: true, Session: &guidev1.Session{
+		DisplayName: "sm", Config: &guidev1.SessionConfig{MaxConcurrentTasks: 3}}})
+	require.NoError(t, err)
+	s := resp.GetSession()
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_CREATED, s.GetState())
+	require.Nil(t, s.GetActivateTime())
+	require.Equal(t, int32(3), s.GetConfig().GetMaxConcurrentTasks())
+	require.Equal(t, int32(DefaultSessionMaxEngineers), s.GetConfig().GetMaxEngineers())
+	require.Equal(t, DefaultSessionAutoSuspendAfter, s.GetConfig().GetAutoSuspendAfter().AsDuration())
+
+	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "session is created; cannot suspend (allowed only from active)")
+	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
+	requireCode(t, err, codes.FailedPrecondition, "session is created")
+
+	act, err := f.svc.ActivateSession(ctx, &guidev1.ActivateSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, act.GetSession().GetState())
+	require.NotNil(t, act.GetSession().GetActivateTime())
+	susp, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.NotNil(t, susp.GetSession().GetSuspendTime())
+	_, err = f.svc.ActivateSession(ctx, &guidev1.ActivateSessionRequest{Name: s.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "session is suspended; cannot activate (allowed only from created)")
+	res, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, res.GetSession().GetState())
+	done, err := f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName(), Summary: "ok"})
+	require.NoError(t, err)
+	require.NotNil(t, done.GetSession().GetCompleteTime())
+	var got []string
+	for _, tr := range done.GetSession().GetTransitions() {
+		got = append(got, fmt.Sprintf("%s>%s", tr.GetFrom(), tr.GetTo()))
+		require.NotNil(t, tr.GetTime())
+	}
+	require.Equal(t, []string{
+		"SESSION_STATE_UNSPECIFIED>SESSION_STATE_CREATED", "SESSION_STATE_CREATED>SESSION_STATE_ACTIVE",
+		"SESSION_STATE_ACTIVE>SESSION_STATE_SUSPENDED", "SESSION_STATE_SUSPENDED>SESSION_STATE_ACTIVE",
+		"SESSION_STATE_ACTIVE>SESSION_STATE_COMPLETED"}, got)
+
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "session is completed; cannot resume (allowed only from suspended)")
+	failed := f.createSession(t, ctx, "f")
+	_, err = f.svc.FailSession(ctx, ownerIdentity("t1", "u1"), failed.GetId(), "boom")
+	require.NoError(t, err)
+	_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: failed.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "session is failed; cannot complete (allowed only from active or suspended)")
+
+	_, err = f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Config: &guidev1.SessionConfig{MaxEngineers: -1}}})
+	requireCode(t, err, codes.InvalidArgument, "session.config.max_engineers")
+}
+
+// Acceptance behaviour 14.
+func TestSwitchSession(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	a := f.createSession(t, ctx, "a")
+	b, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{StartInactive: true, Session: &guidev1.Session{DisplayName: "b"}})
+	require.NoError(t, err)
+	other := f.createSession(t, as("t1", "u2"), "someone else's")
+
+	sw, err := f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: b.GetSession().GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, sw.GetSession().GetState())
+	require.Len(t, sw.GetSuspended(), 1)
+	require.Equal(t, a.GetId(), sw.GetSuspended()[0].GetId())
+	active, err := f.svc.GetActiveSession(ctx, &guidev1.GetActiveSessionRequest{})
+	require.NoError(t, err)
+	require.Equal(t, b.GetSession().GetId(), active.GetSession().GetId())
+	got, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: a.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_SUSPENDED, got.GetSession().GetState())
+	// Another user's active session is untouched.
+	o, err := f.svc.GetSession(as("t1", "u2"), &guidev1.GetSessionRequest{Name: other.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, o.GetSession().GetState())
+
+	// Back to A: resumed from its snapshot, B suspended.
+	sw, err = f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: a.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, a.GetId(), sw.GetSession().GetId())
+	require.Len(t, sw.GetSuspended(), 1)
+
+	_, err = f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: other.GetName()})
+	requireCode(t, err, codes.NotFound, "not found")
+	_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: b.GetSession().GetName()})
+	require.NoError(t, err)
+	_, err = f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: b.GetSession().GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "session is completed; cannot switch to it")
+
+	// Concurrent switches of one user leave exactly one of them active.
+	var wg sync.WaitGroup
+	for _, s := range []*guidev1.Session{a, f.createSession(t, ctx, "c"), f.createSession(t, ctx, "d")} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: s.GetName()})
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	list, err := f.svc.ListSessions(ctx, &guidev1.ListSessionsRequest{State: guidev1.SessionState_SESSION_STATE_ACTIVE})
+	require.NoError(t, err)
+	require.Len(t, list.GetSessions(), 1)
+}
+
+// Acceptance behaviours 15 and 16: a suspend/resume round trip restores
+// the context, the pending clarifications and the pending requests; a
+// session's context is invisible to other users and tenants.
+func TestSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "snap")
+	c := &guidev1.SessionContext{CurrentTask: "cache", CompletedSteps: []string{"read"}, NextSteps: []string{"write"},
+		ModifiedFiles: []string{"a.go"}, UserWants: []string{"fast"}}
+	up, err := f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), up.GetVersion())
+	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
+	requireCode(t, err, codes.Aborted, "context version is 1, not 0")
+
+	ask := f.send(t, ctx, s, "hello there")
+	require.Empty(t, ask.GetRoute().GetTarget())
+	routed := f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	require.Equal(t, "librarian", routed.GetRoute().GetTarget())
+	clarBefore, err := f.svc.ListClarifications(ctx, &guidev1.ListClarificationsRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	require.Len(t, clarBefore.GetClarifications(), 1)
+
+	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	snap, err := f.svc.GetSessionSnapshot(ctx, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	sn := snap.GetSnapshot()
+	require.True(t, proto.Equal(c, sn.GetContext()))
+	require.Equal(t, int64(1), sn.GetContextVersion())
+	require.Len(t, sn.GetPendingClarifications(), 1)
+	require.Equal(t, "guide", sn.GetPendingClarifications()[0].GetRequestingAgent())
+	require.Len(t, sn.GetPendingRequests(), 1)
+	require.Equal(t, map[string]string{routed.GetCorrelationId(): "librarian"}, sn.GetActiveRoutes())
+	require.Equal(t, "orchestrator not configured", sn.GetDagError())
+	require.Nil(t, sn.GetRestoreTime())
+	require.Equal(t, stateFrozen, f.pendingState(t, routed.GetCorrelationId()))
+	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: &guidev1.SessionContext{}, Version: 1})
+	requireCode(t, err, codes.FailedPrecondition, "session is suspended; cannot update its context")
+
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	after, err := f.svc.GetSessionContext(ctx, &guidev1.GetSessionContextRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(c, after.GetContext()))
+	require.Equal(t, int64(1), after.GetVersion())
+	clarAfter, err := f.svc.ListClarifications(ctx, &guidev1.ListClarificationsRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(clarBefore, clarAfter))
+	require.Equal(t, statePending, f.pendingState(t, routed.GetCorrelationId()))
+	snap, err = f.svc.GetSessionSnapshot(ctx, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.NotNil(t, snap.GetSnapshot().GetRestoreTime())
+
+	// Isolation.
+	for _, who := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
+		_, err := f.svc.GetSessionContext(who, &guidev1.GetSessionContextRequest{Name: s.GetName()})
+		requireCode(t, err, codes.NotFound, "not found")
+		_, err = f.svc.GetSessionSnapshot(who, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+		requireCode(t, err, codes.NotFound, "not found")
+	}
+}
+
+// The reaper suspends idle sessions, fails old ones and expires requests,
+// and two replicas never take the same row.
+func TestReaper(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	other, err := New(Config{}, app.Deps{Log: logx.Discard(), DB: f.db, Bus: f.bus, Redis: f.rc, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	const n = 6
+	var sessions []*guidev1.Session
+	for i := range n {
+		sessions = append(sessions, f.createSession(t, as("t1", fmt.Sprintf("idle%d", i)), "idle"))
+	}
+	short, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{
+		Config: &guidev1.SessionConfig{SessionTimeout: durationOf(time.Hour)}}})
+	require.NoError(t, err)
+	reader := inboxReader(t, f.bus, "librarian")
+	routed := f.send(t, ctx, short.GetSession(), "where is the function ParseConfig defined?")
+	env := nextEnvelope(t, reader)
+
+	later := time.Now().UTC().Add(3 * time.Hour)
+	f.svc.now = func() time.Time { return later }
+	other.now = f.svc.now
+	var wg sync.WaitGroup
+	stats := make([]reapStats, 2)
+	for i, svc := range []*Service{f.svc, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := svc.reapOnce(context.Background())
+			require.NoError(t, err)
+			stats[i] = st
+		}()
+	}
+	wg.Wait()
+	// The session with a one-hour timeout fails; the others were idle for
+	// longer than the two-hour default and are suspended, each once.
+	require.Equal(t, n, stats[0].suspended+stats[1].suspended, "%+v", stats)
+	require.Equal(t, 1, stats[0].failed+stats[1].failed, "%+v", stats)
+	for i, s := range sessions {
+		got, err := f.svc.GetSession(as("t1", fmt.Sprintf("idle%d", i)), &guidev1.GetSessionRequest{Name: s.GetName()})
+		require.NoError(t, err)
+		require.Equal(t, guidev1.SessionState_SESSION_STATE_SUSPENDED, got.GetSession().GetState())
+		tr := got.GetSession().GetTransitions()
+		require.Len(t, tr, 3)
+		require.Equal(t, "idle", tr[2].GetReason())
+	}
+	got, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: short.GetSession().GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_FAILED, got.GetSession().GetState())
+	require.Contains(t, got.GetSession().GetFailureReason(), "timed out after 1h0m0s")
+	// The failed session's request was closed, not expired.
+	require.Equal(t, stateClosed, f.pendingState(t, routed.GetCorrelationId()))
+	_ = env
+}
+
+func durationOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+func ownerIdentity(tenant, user string) identity.Identity {
+	return identity.Identity{TenantID: tenant, UserID: user}
+}
+
+func jetstreamWait(d time.Duration) jetstream.FetchOpt { return jetstream.FetchMaxWait(d) }
+
+// A request with no answer in time gives an error event and a dead
+// letter, which can be replayed.
+func TestRequestTimeoutAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "timeout")
+	reader := inboxReader(t, f.bus, "academic")
+	r := f.send(t, ctx, s, "What are the best practices for retry backoff? Point me to the docs.")
+	first := nextEnvelope(t, reader)
+	later := time.Now().UTC().Add(DefaultRequestTimeout + time.Minute)
+	f.svc.now = func() time.Time { return later }
+	st, err := f.svc.reapOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, st.expired)
+	require.Equal(t, stateTimedOut, f.pendingState(t, r.GetCorrelationId()))
+	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventTimeout })
+	require.Equal(t, r.GetCorrelationId(), ev.GetCorrelationId())
+	require.Contains(t, ev.GetText(), "No answer from the academic")
+
+	dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
+	require.NoError(t, err)
+	require.Len(t, dl.GetDeadLetters(), 1)
+	d := dl.GetDeadLetters()[0]
+	require.Equal(t, "academic", d.GetTarget())
+	require.Equal(t, r.GetCorrelationId(), d.GetCorrelationId())
+	none, err := f.svc.ListDeadLetters(as("t2", "u1"), &guidev1.ListDeadLettersRequest{})
+	require.NoError(t, err)
+	require.Empty(t, none.GetDeadLetters())
+
+	rep, err := f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), rep.GetDeadLetter().GetReplayCount())
+	again := nextEnvelope(t, reader)
+	require.Equal(t, first.GetCorrelationId(), again.GetCorrelationId())
+	require.Equal(t, int32(2), again.GetAttempt())
+	require.NotEqual(t, first.GetId(), again.GetId())
+	require.Equal(t, statePending, f.pendingState(t, r.GetCorrelationId()))
+	_, err = f.svc.ReplayDeadLetter(as("t2", "u1"), &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
+	requireCode(t, err, codes.NotFound, "not found")
+}
+
+// Tier 1: a repeated request is routed from the cache; a knowledge answer
+// with confidence above 0.8 is cached by intent and subject (acceptance
+// behaviour 22) until an index run finishes.
+func TestRouteAndAnswerCache(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "cache")
+	reader := inboxReader(t, f.bus, "librarian")
+	const q = "where is the auth middleware"
+	first := f.send(t, ctx, s, q)
+	require.Equal(t, "classifier", first.GetRoute().GetTier())
+	require.Equal(t, "LOCATE", first.GetRoute().GetKnowledgeIntent())
+	require.Greater(t, first.GetRoute().GetConfidence(), 0.8)
+	env := nextEnvelope(t, reader)
+	require.Equal(t, "LOCATE", env.GetMetadata()["routing.knowledge_intent"])
+	require.Equal(t, "auth_middleware", env.GetStructuredIntent().GetSubject())
+
+	// The librarian answers on the event stream.
+	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
+		Type: eventAnswered, Source: "librarian", CorrelationID: env.GetCorrelationId(), Text: "auth/middleware.go",
+		Data: map[string]any{"hits": []any{map[string]any{"path": "auth/middleware.go"}}}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.pendingState(t, first.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
+
+	second := f.send(t, ctx, s, "Where is the  auth middleware?")
+	require.Equal(t, "cache", second.GetRoute().GetTier())
+	require.True(t, second.GetRoute().GetCached())
+	require.Equal(t, "librarian", second.GetRoute().GetTarget())
+	require.Equal(t, "auth/middleware.go", second.GetReply())
+	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool {
+		return e.GetType() == eventAnswered && e.GetCorrelationId() == second.GetCorrelationId()
+	})
+	require.Equal(t, "librarian", ev.GetSource())
+	require.True(t, ev.GetData().GetFields()["cached"].GetBoolValue())
+
+	// Confidence at or under 0.8: no lookup.
+	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.8,
+		KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
+	require.Empty(t, key)
+
+	// A finished index run retires librarian answers.
+	raw, _ := json.Marshal(map[string]any{"done": true})
+	require.NoError(t, f.bus.Conn.Publish(f.bus.Subject("librarian", "progress", "r1"), raw))
+	require.Eventually(t, func() bool {
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
+		_, ok := f.svc.cache.answer(context.Background(), k)
+		return !ok
+	}, 10*time.Second, 20*time.Millisecond)
+	third := f.send(t, ctx, s, q)
+	require.False(t, third.GetRoute().GetCached())
+	require.Equal(t, "cache", third.GetRoute().GetTier(), "the route itself is still cached")
+	nextEnvelope(t, reader)
+}
+
+// Acceptance behaviours 4, 5 and 23: a one-hop reroute goes to the
+// suggested target with its history; the third hop goes to the user with
+// every reason; each is an EXPLICIT_REDIRECT routing failure.
+func TestReroutes(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "reroute")
+	lib := inboxReader(t, f.bus, "librarian")
+	eng := inboxReader(t, f.bus, "engineer")
+	arch := inboxReader(t, f.bus, "archivalist")
+	acad := inboxReader(t, f.bus, "academic")
+	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	env := nextEnvelope(t, lib)
+
+	decline := func(from, reason, to string, history []*messagev1.RerouteHop) {
+		f.toGuide(t, &messagev1.Envelope{CorrelationId: env.GetCorrelationId(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+			Source: from, Target: "guide", Type: messagev1.MessageType_MESSAGE_TYPE_REROUTE_REQUEST,
+			StructuredIntent: env.GetStructuredIntent(), ConfidenceChain: env.GetConfidenceChain(), RerouteHistory: history,
+			Payload: &messagev1.Envelope_RerouteRequest{RerouteRequest: &messagev1.RerouteRequest{Source: from, Reason: reason, SuggestedTarget: to}}})
+	}
+	hop1 := &messagev1.RerouteHop{From: "librarian", Reason: "this is a one-line edit", To: "engineer"}
+	decline("librarian", hop1.GetReason(), "engineer", []*messagev1.RerouteHop{hop1})
+	got := nextEnvelope(t, eng)
+	require.Equal(t, "engineer", got.GetTarget())
+	require.Equal(t, env.GetCorrelationId(), got.GetCorrelationId())
+	require.Len(t, got.GetRerouteHistory(), 1)
+	require.True(t, proto.Equal(hop1, got.GetRerouteHistory()[0]))
+	require.True(t, proto.Equal(env.GetStructuredIntent(), got.GetStructuredIntent()), "the intent travels unchanged")
+	require.Len(t, got.GetConfidenceChain(), 1)
+	require.Equal(t, env.GetUserInput().GetText(), got.GetUserInput().GetText())
+	f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventRerouted })
+
+	// The redirect is a routing failure, sent to the Archivalist too.
+	store := nextEnvelope(t, arch)
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, store.GetType())
+	require.Equal(t, CategoryRoutingFailure, store.GetMetadata()["category"])
+	require.Contains(t, store.GetAgentResponse().GetText(), "failure_signal: EXPLICIT_REDIRECT")
+	failures, err := f.svc.ListRoutingFailures(ctx, &guidev1.ListRoutingFailuresRequest{RequestPattern: "ParseConfig function"})
+	require.NoError(t, err)
+	require.Len(t, failures.GetFailures(), 1)
+	require.Equal(t, "librarian", failures.GetFailures()[0].GetRoutedTo())
+	require.Equal(t, "engineer", failures.GetFailures()[0].GetShouldHaveBeen())
+	require.True(t, strings.HasPrefix(failures.GetFailures()[0].GetId(), "route_fail_"))
+	acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
+	require.NoError(t, err)
+	require.Less(t, acc.GetAccuracy(), 1.0)
+	require.Equal(t, int64(1), acc.GetBySignal()["EXPLICIT_REDIRECT"])
+	require.Equal(t, "librarian", acc.GetMisroutes()[0].GetRoutedTo())
+
+	// Three hops: the user is asked, nobody else gets the request.
+	history := []*messagev1.RerouteHop{hop1,
+		{From: "engineer", Reason: "needs a design first", To: "architect"},
+		{From: "architect", Reason: "this is a code lookup", To: "librarian"}}
+	decline("architect", "this is a code lookup", "librarian", history)
+	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool {
+		return e.GetType() == eventClarification && e.GetData().GetFields()["reason"].GetStringValue() == "reroute_limit"
+	})
+	for _, h := range history {
+		require.Contains(t, ev.GetText(), h.GetReason())
+	}
+	require.Contains(t, ev.GetText(), env.GetStructuredIntent().GetOriginalRequest())
+	require.Equal(t, stateEscalated, f.pendingState(t, r.GetCorrelationId()))
+	_, err = lib.Next(jetstreamWait(300 * time.Millisecond))
+	require.Error(t, err, "no agent delivery at the reroute limit")
+
+	// The user picks the academic: the original request goes there.
+	clar := ev.GetData().GetFields()["clarification"].GetStringValue()
+	ans, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "the academic please", InReplyTo: clar})
+	require.NoError(t, err)
+	require.Equal(t, "academic", ans.GetRoute().GetTarget())
+	routed := nextEnvelope(t, acad)
+	require.Equal(t, env.GetUserInput().GetText(), routed.GetUserInput().GetText())
+}
+
+// Acceptance behaviour 6: the answer to a tester's question goes to the
+// tester; acceptance behaviour 3: a relayed response reaches the requester
+// unchanged, with no chain entry added.
+func TestClarificationAndRelay(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "clarify")
+	tester := inboxReader(t, f.bus, "tester")
+	arch := inboxReader(t, f.bus, "architect")
+	corr := ids.New()
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: corr, TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "tester",
+		Type: messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST,
+		Payload: &messagev1.Envelope_ClarificationRequest{ClarificationRequest: &messagev1.ClarificationRequest{
+			Question: "Run the slow integration tests too?", Options: []string{"yes", "no"}, RequestingAgent: "tester"}}})
+	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventClarification })
+	require.Equal(t, "tester", ev.GetSource())
+	list, err := f.svc.ListClarifications(ctx, &guidev1.ListClarificationsRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	require.Len(t, list.GetClarifications(), 1)
+	name := list.GetClarifications()[0].GetName()
+	resp, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "yes", InReplyTo: name})
+	require.NoError(t, err)
+	require.Equal(t, "tester", resp.GetRoute().GetTarget())
+	got := nextEnvelope(t, tester)
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_RESPONSE, got.GetType())
+	require.Equal(t, "yes", got.GetClarificationResponse().GetAnswer())
+	require.Equal(t, corr, got.GetCorrelationId())
+	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "again", InReplyTo: name})
+	requireCode(t, err, codes.NotFound, "pending clarification")
+
+	relayed := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+		Source: "librarian", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE,
+		ConfidenceChain: []*messagev1.ConfidenceEntry{{Agent: "guide", Confidence: 0.95}, {Agent: "librarian", Confidence: 0.88}},
+		Payload:         &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "librarian", Text: "found it"}}}
+	f.toGuide(t, relayed)
+	msg, err := arch.Next(jetstreamWait(5 * time.Second))
+	require.NoError(t, err)
+	out := &messagev1.Envelope{}
+	require.NoError(t, proto.Unmarshal(msg.Data(), out))
+	require.True(t, proto.Equal(relayed, out), "relayed unchanged")
+
+	// An agent of another tenant's session is refused.
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t2", SessionId: s.GetId(), Source: "librarian", Target: "architect",
+		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Text: "leak"}}})
+	require.Eventually(t, func() bool {
+		dl, err := f.svc.ListDeadLetters(as("t2", "u1"), &guidev1.ListDeadLettersRequest{})
+		return err == nil && len(dl.GetDeadLetters()) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	_, err = arch.Next(jetstreamWait(300 * time.Millisecond))
+	require.Error(t, err)
+}
+
+// Tier 0 commands run without classification.
+func TestSlashCommandsTier0(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "cmds")
+	arch := inboxReader(t, f.bus, "architect")
+	acad := inboxReader(t, f.bus, "academic")
+	for _, tt := range []struct{ text, want string }{
+		{"/help", "/session list|new"},
+		{"/status", "Waiting for answers: 0"},
+		{"/tasks", "orchestrator is not configured"},
+		{"/stauts", "did you mean /status?"},
+		{"/session list", "* this session"},
+	} {
+		r := f.send(t, ctx, s, tt.text)
+		require.Equal(t, "slash_command", r.GetRoute().GetTier())
+		require.Equal(t, "guide", r.GetRoute().GetTarget())
+		require.Contains(t, r.GetReply(), tt.want)
+	}
+	plan := f.send(t, ctx, s, "/plan add a /version endpoint")
+	require.Equal(t, "architect", plan.GetRoute().GetTarget())
+	env := nextEnvelope(t, arch)
+	require.Equal(t, "add a /version endpoint", env.GetUserInput().GetText())
+	require.Equal(t, "plan", env.GetMetadata()["command"])
+
+	// /reroute corrects the last route and records a USER_CORRECTION.
+	re := f.send(t, ctx, s, "/reroute academic")
+	require.Equal(t, "academic", re.GetRoute().GetTarget())
+	require.Equal(t, "add a /version endpoint", nextEnvelope(t, acad).GetUserInput().GetText())
+	failures, err := f.svc.ListRoutingFailures(ctx, &guidev1.ListRoutingFailuresRequest{})
+	require.NoError(t, err)
+	require.Len(t, failures.GetFailures(), 1)
+	require.Equal(t, guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION, failures.GetFailures()[0].GetFailureSignal())
+
+	created := f.send(t, ctx, s, "/session new second try")
+	require.Contains(t, created.GetReply(), "switched to it")
+	old, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_SUSPENDED, old.GetSession().GetState())
+	active, err := f.svc.GetActiveSession(ctx, &guidev1.GetActiveSessionRequest{})
+	require.NoError(t, err)
+	require.Equal(t, "second try", active.GetSession().GetDisplayName())
+	back := f.send(t, ctx, active.GetSession(), "/session switch "+s.GetId())
+	require.Contains(t, back.GetReply(), "Switched to")
+	old, err = f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, old.GetSession().GetState())
+	susp := f.send(t, ctx, s, "/session suspend")
+	require.Contains(t, susp.GetReply(), "is suspended")
+}
+
+// A misroute lowers the confidence of the same request next time, below
+// the threshold: the user is asked, with the better agent offered first.
+func TestFailureFeedback(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{FailurePenalty: 0.2}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "feedback")
+	const q = "where is the retry policy documented"
+	first := f.send(t, ctx, s, q)
+	require.Equal(t, "librarian", first.GetRoute().GetTarget())
+	_, err := f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "librarian",
+		ShouldHaveBeen: "academic", FailureSignal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT,
+		ClassifiedAs: first.GetRoute().GetIntentType()})
+	require.NoError(t, err)
+	again := f.send(t, ctx, s, q)
+	require.Equal(t, "classifier", again.GetRoute().GetTier(), "the cached route was dropped")
+	require.Less(t, again.GetRoute().GetConfidence(), first.GetRoute().GetConfidence())
+	require.Contains(t, again.GetRoute().GetReason(), "past misroute")
+	if again.GetRoute().GetTarget() == "" {
+		require.Contains(t, again.GetReply(), "academic")
+	}
+	_, err = f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "nobody",
+		ShouldHaveBeen: "academic", FailureSignal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT})
+	requireCode(t, err, codes.InvalidArgument, "routed_to")
+	_, err = f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "librarian", ShouldHaveBeen: "academic"})
+	requireCode(t, err, codes.InvalidArgument, "failure_signal")
+}
+
+// Spec E-07: record a session's queries and replay them three ways.
+func TestRecordingReplay(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "rec")
+	lib := inboxReader(t, f.bus, "librarian")
+	rec, err := f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName(), DisplayName: "demo", Tags: []string{"x"}})
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(rec.GetRecording().GetId(), "rec_"))
+	_, err = f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
+	requireCode(t, err, codes.FailedPrecondition, "stop the current recording first")
+	f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	nextEnvelope(t, lib)
+	f.send(t, ctx, s, "/status")
+	stopped, err := f.svc.StopRecording(ctx, &guidev1.StopRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	require.False(t, stopped.GetRecording().GetRecording())
+	require.Equal(t, int32(2), stopped.GetRecording().GetQueryCount())
+	require.Equal(t, "librarian", stopped.GetRecording().GetQueries()[0].GetRoutedTo())
+	f.send(t, ctx, s, "/help")
+	list, err := f.svc.ListRecordings(ctx, &guidev1.ListRecordingsRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	require.Len(t, list.GetRecordings(), 1)
+	require.Equal(t, int32(2), list.GetRecordings()[0].GetQueryCount(), "nothing recorded after stop")
+
+	dry, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName(), Mode: guidev1.ReplayMode_REPLAY_MODE_DRY_RUN})
+	require.NoError(t, err)
+	require.Len(t, dry.GetResults(), 2)
+	require.Equal(t, "classified", dry.GetResults()[0].GetAction())
+	require.Equal(t, "librarian", dry.GetResults()[0].GetRoute().GetTarget())
+	_, err = lib.Next(jetstreamWait(200 * time.Millisecond))
+	require.Error(t, err, "a dry run sends nothing")
+
+	exact, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName(), Mode: guidev1.ReplayMode_REPLAY_MODE_EXACT})
+	require.NoError(t, err)
+	require.Len(t, exact.GetResults(), 2)
+	require.True(t, exact.GetState().GetDone())
+	nextEnvelope(t, lib)
+
+	inter, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE, inter.GetState().GetMode())
+	step, err := f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "modify", Text: "where is the function LoadConfig defined?"})
+	require.NoError(t, err)
+	require.Equal(t, "modified", step.GetResult().GetAction())
+	require.Equal(t, "where is the function LoadConfig defined?", nextEnvelope(t, lib).GetUserInput().GetText())
+	step, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "skip"})
+	require.NoError(t, err)
+	require.Equal(t, "skipped", step.GetResult().GetAction())
+	require.True(t, step.GetState().GetDone())
+	require.Equal(t, []int32{1}, step.GetState().GetSkippedIndices())
+	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
+	requireCode(t, err, codes.FailedPrecondition, "replay is done")
+}
+
+// Acceptance behaviours 1 and 18: the envelope to the architect carries
+// the structured intent (the request verbatim, its constraints), the
+// Guide's first chain entry and the session id.
+func TestStructuredIntentAtIntake(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "intent")
+	arch := inboxReader(t, f.bus, "architect")
+	const text = "Add caching to the search endpoint, careful about memory"
+	r := f.send(t, ctx, s, text)
+	require.Equal(t, "architect", r.GetRoute().GetTarget())
+	env := nextEnvelope(t, arch)
+	require.Equal(t, text, env.GetStructuredIntent().GetOriginalRequest())
+	require.Equal(t, []string{"careful about memory"}, env.GetStructuredIntent().GetKeyConstraints())
+	require.Equal(t, "EXPLICIT", env.GetStructuredIntent().GetIntentType())
+	require.Equal(t, "guide", env.GetConfidenceChain()[0].GetAgent())
+	require.Equal(t, s.GetId(), env.GetSessionId())
+	require.NotNil(t, env.GetDeadline())
+}
+
+// An inbox message an agent never acknowledges becomes a dead letter once
+// its consumer gives up, and leaves the inbox.
+func TestUndeliverableToDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "dlq")
+	cons, err := f.bus.JS.CreateOrUpdateConsumer(context.Background(), f.bus.Stream(topology.StreamAgents), jetstream.ConsumerConfig{
+		Durable: "flaky-academic", FilterSubject: topology.InboxSubject(f.bus, "academic"), AckPolicy: jetstream.AckExplicitPolicy,
+		MaxDeliver: 1, AckWait: 200 * time.Millisecond})
+	require.NoError(t, err)
+	r := f.send(t, ctx, s, "What are the best practices for retry backoff? Point me to the docs.")
+	require.Equal(t, "academic", r.GetRoute().GetTarget())
+	msg, err := cons.Next(jetstreamWait(5 * time.Second))
+	require.NoError(t, err)
+	_ = msg // never acknowledged
+	var dl *guidev1.ListDeadLettersResponse
+	require.Eventually(t, func() bool {
+		// Pulling again lets the server notice the expired delivery.
+		_, _ = cons.Next(jetstreamWait(100 * time.Millisecond))
+		dl, err = f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
+		return err == nil && len(dl.GetDeadLetters()) == 1
+	}, 15*time.Second, 50*time.Millisecond)
+	require.Equal(t, "academic", dl.GetDeadLetters()[0].GetTarget())
+	require.Contains(t, dl.GetDeadLetters()[0].GetReason(), "not acknowledged by flaky-academic")
+	require.Equal(t, r.GetCorrelationId(), dl.GetDeadLetters()[0].GetCorrelationId())
+}
+
+// Spec A-25, A-32: an agent's knowledge request through the Guide goes to
+// the agent that owns it, and the answer comes back to the agent that
+// asked, with its correlation id.
+func TestAgentRequestThroughGuide(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "consult")
+	arch := inboxReader(t, f.bus, "archivalist")
+	architect := inboxReader(t, f.bus, "architect")
+	corr := ids.New()
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: corr, TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "architect",
+		Type:    messagev1.MessageType_MESSAGE_TYPE_HISTORY_REQUEST,
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "similar failures of the cache rollout"}}})
+	routed := nextEnvelope(t, arch)
+	require.Equal(t, "similar failures of the cache rollout", routed.GetUserInput().GetText())
+	require.Equal(t, "architect", routed.GetMetadata()["requested_by"])
+	require.NotEqual(t, corr, routed.GetCorrelationId())
+	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: routed.GetId() + ":answer",
+		Type: eventAnswered, Source: "archivalist", CorrelationID: routed.GetCorrelationId(), Text: "The rollout failed twice on memory.",
+		Data: map[string]any{"hits": []any{map[string]any{"title": "rollout"}}}})
+	require.NoError(t, err)
+	back := nextEnvelope(t, architect)
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE, back.GetType())
+	require.Equal(t, corr, back.GetCorrelationId())
+	require.Equal(t, "The rollout failed twice on memory.", back.GetAgentResponse().GetText())
+	require.Equal(t, "archivalist", back.GetSource())
+}

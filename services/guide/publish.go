@@ -1,0 +1,75 @@
+package guide
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// outbound is one JetStream publication of a batch.
+type outbound struct {
+	subject, id string
+	msg         proto.Message
+}
+
+// eventProto builds the session event topology.PublishEvent would publish.
+func eventProto(e topology.Event) (*guidev1.Event, error) {
+	var data *structpb.Struct
+	if e.Data != nil {
+		d, err := structpb.NewStruct(e.Data)
+		if err != nil {
+			return nil, fmt.Errorf("event %s data: %w", e.Type, err)
+		}
+		data = d
+	}
+	return &guidev1.Event{SessionId: e.Session, Type: e.Type, Source: e.Source, CorrelationId: e.CorrelationID,
+		CreateTime: timestamppb.Now(), Text: e.Text, Data: data}, nil
+}
+
+// publishBatch publishes msgs in order without waiting for each
+// acknowledgement in turn: the publications are pipelined on the one
+// connection (the server stores them in the order sent) and the batch
+// returns once every one is acknowledged. Headers match natsx.Bus.Publish.
+func (s *Service) publishBatch(ctx context.Context, msgs []outbound) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, o := range msgs {
+		data, err := proto.Marshal(o.msg)
+		if err != nil {
+			return fmt.Errorf("marshal %T: %w", o.msg, err)
+		}
+		nm := nats.NewMsg(o.subject)
+		nm.Data = data
+		nm.Header.Set(natsx.HeaderType, string(proto.MessageName(o.msg)))
+		if o.id != "" {
+			nm.Header.Set(jetstream.MsgIDHeader, o.id)
+		}
+		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(http.Header(nm.Header)))
+		f, err := s.bus.JS.PublishMsgAsync(nm)
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", o.subject, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package guide
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// The reaper enforces the session limits in the background: it suspends
+// sessions idle for longer than their auto_suspend_after, fails sessions
+// older than their session_timeout, and expires routed requests that got
+// no answer within the request timeout (an error event and a dead letter).
+// Every pass claims its rows with FOR UPDATE SKIP LOCKED, so several Guide
+// replicas share the work without taking the same row twice.
+
+// reap runs a pass every ReaperInterval until ctx is done.
+func (s *Service) reap(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.ReaperInterval)
+	defer t.Stop()
+	for {
+		if _, err := s.reapOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "reaper pass", logx.Err(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// reapStats counts what a pass did.
+type reapStats struct {
+	suspended, failed, expired int
+}
+
+// reapOnce runs one pass.
+func (s *Service) reapOnce(ctx context.Context) (reapStats, error) {
+	var st reapStats
+	var err error
+	if st.failed, err = s.reapSessions(ctx, failTransition, `state IN ('created', 'active', 'suspended') AND create_time <
+		$1::timestamptz - make_interval(secs => (CASE WHEN session_timeout_ms > 0 THEN session_timeout_ms ELSE $3 END) / 1000.0)`,
+		s.cfg.SessionTimeout, "timeout"); err != nil {
+		return st, err
+	}
+	if st.suspended, err = s.reapSessions(ctx, suspendTransition, `state = 'active' AND last_active_time <
+		$1::timestamptz - make_interval(secs => (CASE WHEN auto_suspend_after_ms > 0 THEN auto_suspend_after_ms ELSE $3 END) / 1000.0)`,
+		s.cfg.SessionAutoSuspendAfter, "idle"); err != nil {
+		return st, err
+	}
+	if st.expired, err = s.expireRequests(ctx); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// reapSessions applies t to the sessions matching where, one transaction
+// per batch.
+func (s *Service) reapSessions(ctx context.Context, t transition, where string, def time.Duration, cause string) (int, error) {
+	var done []session
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE `+where+`
+			ORDER BY last_active_time LIMIT $2 FOR UPDATE SKIP LOCKED`, s.now(), s.cfg.ReaperBatch, def.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("select sessions to %s: %w", t.verb, err)
+		}
+		var due []session
+		for rows.Next() {
+			x, err := scanSession(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			due = append(due, x)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, x := range due {
+			var dags dagState
+			if t.to == stateSuspended {
+				dags = s.dagState(ctx, owner{tenant: x.TenantID, user: x.UserID}, x.ID)
+			}
+			note := ""
+			if t.to == stateFailed {
+				timeout := x.Config.SessionTimeout
+				if timeout == 0 {
+					timeout = s.cfg.SessionTimeout
+				}
+				note = fmt.Sprintf("session timed out after %s", timeout)
+			}
+			next, err := s.applyLocked(ctx, tx, x, t, note, cause, dags)
+			if err != nil {
+				return err
+			}
+			done = append(done, next)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, x := range done {
+		s.afterTransition(ctx, x, t, x.FailureReason)
+	}
+	return len(done), nil
+}
+
+// expireRequests ends routed requests past their deadline: each becomes a
+// dead letter and an error event on its session's stream.
+func (s *Service) expireRequests(ctx context.Context) (int, error) {
+	var expired []pendingRequest
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+pendingColumns+` FROM pending_requests
+			WHERE state = $1 AND deadline < $2 ORDER BY deadline LIMIT $3 FOR UPDATE SKIP LOCKED`, statePending, s.now(), s.cfg.ReaperBatch)
+		if err != nil {
+			return fmt.Errorf("select expired requests: %w", err)
+		}
+		for rows.Next() {
+			p, err := scanPending(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, p := range expired {
+			if _, err := setPendingState(ctx, tx, p.TenantID, p.CorrelationID, statePending, stateTimedOut); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range expired {
+		waited := p.Deadline.Sub(p.CreateTime).Round(time.Second)
+		env := decodeEnvelope(p.Envelope)
+		if env != nil {
+			s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited))
+		}
+		s.metrics.timeouts.WithLabelValues(p.Target).Inc()
+		_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: p.TenantID, Session: p.SessionID,
+			ID: p.CorrelationID + ".timeout", Type: eventTimeout, Source: authorGuide, CorrelationID: p.CorrelationID,
+			Text: fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited),
+			Data: map[string]any{"target": p.Target, "error": "DEADLINE_EXCEEDED", "waited_seconds": waited.Seconds()}})
+		if err != nil {
+			s.log.WarnContext(ctx, "publish timeout event", slog.String(logx.KeyCorrelationID, p.CorrelationID), logx.Err(err))
+		}
+	}
+	return len(expired), nil
+}

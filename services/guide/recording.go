@@ -1,0 +1,438 @@
+package guide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+)
+
+// Recording and replay of a session's queries (spec E-07).
+
+const (
+	recordingPrefix    = "rec_"
+	maxRecordingTags   = 16
+	maxRecordingTagLen = 64
+	maxDescription     = 2000
+)
+
+type recordingRow struct {
+	ID, SessionID, DisplayName, Description string
+	Tags                                    []string
+	CreateTime                              time.Time
+	StopTime                                *time.Time
+	Queries                                 []*guidev1.RecordedQuery
+	Count                                   int32
+}
+
+func recordingName(sessionID, id string) string {
+	return sessionsCollection + sessionID + "/recordings/" + id
+}
+
+func (r recordingRow) proto() *guidev1.Recording {
+	return &guidev1.Recording{
+		Name: recordingName(r.SessionID, r.ID), Id: r.ID, DisplayName: r.DisplayName, Description: r.Description,
+		SessionId: r.SessionID, CreateTime: timestamppb.New(r.CreateTime), StopTime: tsOrNil(r.StopTime),
+		Recording: r.StopTime == nil, QueryCount: r.Count, Tags: r.Tags, Queries: r.Queries,
+	}
+}
+
+// parseRecordingName returns the session and recording ids.
+func parseRecordingName(name string) (string, string, error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "recordings" || !ids.Valid(parts[1]) ||
+		!strings.HasPrefix(parts[3], recordingPrefix) || !ids.Valid(strings.TrimPrefix(parts[3], recordingPrefix)) {
+		return "", "", invalid("name", "want sessions/{uuid}/recordings/rec_{uuid}, got %q", truncate(name, 120))
+	}
+	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
+}
+
+// recordQuery appends a user message to the session's active recording.
+func (s *Service) recordQuery(ctx context.Context, tx pgx.Tx, who identity.Identity, m message) error {
+	var recID string
+	var n int
+	err := tx.QueryRow(ctx, `SELECT r.id, (SELECT count(*) FROM recorded_queries q WHERE q.recording_id = r.id)
+		FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.stop_time IS NULL`, who.TenantID, m.SessionID).Scan(&recID, &n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load recording: %w", err)
+	}
+	if n >= s.cfg.MaxRecordingQueries {
+		return nil
+	}
+	response := m.Reply
+	_, err = tx.Exec(ctx, `INSERT INTO recorded_queries (recording_id, idx, time, raw_query, classified_intent, routed_to,
+		response, success, correlation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, recID, n, m.CreateTime, m.Text,
+		m.Route.IntentType, m.Route.Target, truncate(response, 4<<10), m.Route.Target != "", m.CorrelationID)
+	if err != nil {
+		return fmt.Errorf("record query: %w", err)
+	}
+	return nil
+}
+
+// StartRecording starts recording a session's queries.
+func (s *Service) StartRecording(ctx context.Context, req *guidev1.StartRecordingRequest) (*guidev1.StartRecordingResponse, error) {
+	sess, err := s.ownSession(ctx, req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimSpace(req.GetDisplayName())
+	desc := strings.TrimSpace(req.GetDescription())
+	switch {
+	case utf8.RuneCountInString(name) > s.cfg.MaxDisplayNameChars:
+		return nil, invalid("display_name", "longer than %d characters", s.cfg.MaxDisplayNameChars)
+	case utf8.RuneCountInString(desc) > maxDescription:
+		return nil, invalid("description", "longer than %d characters", maxDescription)
+	case len(req.GetTags()) > maxRecordingTags:
+		return nil, invalid("tags", "at most %d", maxRecordingTags)
+	case !utf8.ValidString(name) || !utf8.ValidString(desc):
+		return nil, invalid("display_name", "must be valid UTF-8")
+	}
+	for _, t := range req.GetTags() {
+		if t == "" || len(t) > maxRecordingTagLen || !utf8.ValidString(t) {
+			return nil, invalid("tags", "each tag must be 1 to %d bytes of UTF-8", maxRecordingTagLen)
+		}
+	}
+	if sess.State != stateActive && sess.State != stateCreated {
+		return nil, s.toStatus(ctx, "start recording", &stateError{current: sess.State, action: "start recording", allowed: []string{stateCreated, stateActive}})
+	}
+	r := recordingRow{ID: recordingPrefix + ids.New(), SessionID: sess.ID, DisplayName: name, Description: desc,
+		Tags: nonNil(req.GetTags()), CreateTime: s.now()}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var active int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recordings WHERE tenant_id = $1 AND session_id = $2 AND stop_time IS NULL`,
+			sess.TenantID, sess.ID).Scan(&active); err != nil {
+			return err
+		}
+		if active > 0 {
+			return &stateError{current: "being recorded", hint: "stop the current recording first"}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO recordings (id, tenant_id, user_id, session_id, display_name, description, tags, create_time)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.ID, sess.TenantID, sess.UserID, sess.ID, r.DisplayName, r.Description, r.Tags, r.CreateTime)
+		return err
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "start recording", err)
+	}
+	return &guidev1.StartRecordingResponse{Recording: r.proto()}, nil
+}
+
+func (s *Service) loadRecording(ctx context.Context, q querier, o owner, sessionID, id string) (recordingRow, error) {
+	var r recordingRow
+	err := q.QueryRow(ctx, `SELECT id, session_id, display_name, description, tags, create_time, stop_time FROM recordings
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, o.tenant, o.user, sessionID, id).
+		Scan(&r.ID, &r.SessionID, &r.DisplayName, &r.Description, &r.Tags, &r.CreateTime, &r.StopTime)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, &notFoundError{kind: "recording", name: recordingName(sessionID, id)}
+	}
+	if err != nil {
+		return r, fmt.Errorf("load recording: %w", err)
+	}
+	rows, err := q.Query(ctx, `SELECT idx, time, raw_query, classified_intent, routed_to, response, success
+		FROM recorded_queries WHERE recording_id = $1 ORDER BY idx`, id)
+	if err != nil {
+		return r, fmt.Errorf("load recorded queries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q guidev1.RecordedQuery
+		var t time.Time
+		if err := rows.Scan(&q.Index, &t, &q.RawQuery, &q.ClassifiedIntent, &q.RoutedTo, &q.Response, &q.Success); err != nil {
+			return r, err
+		}
+		q.Time = timestamppb.New(t)
+		r.Queries = append(r.Queries, &q)
+	}
+	r.Count = int32(len(r.Queries))
+	return r, rows.Err()
+}
+
+// StopRecording stops a recording.
+func (s *Service) StopRecording(ctx context.Context, req *guidev1.StopRecordingRequest) (*guidev1.StopRecordingResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sid, rid, err := parseRecordingName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	o := ownerOf(who)
+	if _, err := s.db.Exec(ctx, `UPDATE recordings SET stop_time = $5 WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3
+		AND id = $4 AND stop_time IS NULL`, o.tenant, o.user, sid, rid, s.now()); err != nil {
+		return nil, s.toStatus(ctx, "stop recording", err)
+	}
+	r, err := s.loadRecording(ctx, s.db, o, sid, rid)
+	if err != nil {
+		return nil, s.toStatus(ctx, "stop recording", err)
+	}
+	return &guidev1.StopRecordingResponse{Recording: r.proto()}, nil
+}
+
+// GetRecording returns a recording with its queries.
+func (s *Service) GetRecording(ctx context.Context, req *guidev1.GetRecordingRequest) (*guidev1.GetRecordingResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sid, rid, err := parseRecordingName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.loadRecording(ctx, s.db, ownerOf(who), sid, rid)
+	if err != nil {
+		return nil, s.toStatus(ctx, "get recording", err)
+	}
+	return &guidev1.GetRecordingResponse{Recording: r.proto()}, nil
+}
+
+// ListRecordings returns a session's recordings, without their queries.
+func (s *Service) ListRecordings(ctx context.Context, req *guidev1.ListRecordingsRequest) (*guidev1.ListRecordingsResponse, error) {
+	sess, err := s.ownSession(ctx, req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT r.id, r.session_id, r.display_name, r.description, r.tags, r.create_time, r.stop_time,
+		(SELECT count(*) FROM recorded_queries q WHERE q.recording_id = r.id)
+		FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $2 ORDER BY r.create_time, r.id`, sess.TenantID, sess.ID)
+	if err != nil {
+		return nil, s.toStatus(ctx, "list recordings", err)
+	}
+	defer rows.Close()
+	resp := &guidev1.ListRecordingsResponse{}
+	for rows.Next() {
+		var r recordingRow
+		if err := rows.Scan(&r.ID, &r.SessionID, &r.DisplayName, &r.Description, &r.Tags, &r.CreateTime, &r.StopTime, &r.Count); err != nil {
+			return nil, s.toStatus(ctx, "list recordings", err)
+		}
+		resp.Recordings = append(resp.Recordings, r.proto())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.toStatus(ctx, "list recordings", err)
+	}
+	return resp, nil
+}
+
+// ReplayRecording replays a recording: exact sends every query now,
+// dry_run classifies them without sending, interactive starts a replay
+// that StepReplay advances.
+func (s *Service) ReplayRecording(ctx context.Context, req *guidev1.ReplayRecordingRequest) (*guidev1.ReplayRecordingResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sid, rid, err := parseRecordingName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	if mode == guidev1.ReplayMode_REPLAY_MODE_UNSPECIFIED {
+		mode = guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE
+	}
+	if _, ok := guidev1.ReplayMode_name[int32(mode)]; !ok {
+		return nil, invalid("mode", "unknown replay mode %d", mode)
+	}
+	o := ownerOf(who)
+	rec, err := s.loadRecording(ctx, s.db, o, sid, rid)
+	if err != nil {
+		return nil, s.toStatus(ctx, "replay recording", err)
+	}
+	target := sid
+	if ts := req.GetTargetSession(); ts != "" {
+		if target, err = parseSessionName("target_session", ts); err != nil {
+			return nil, err
+		}
+	}
+	tsess, err := getSession(ctx, s.db, o, target, false)
+	if err != nil {
+		return nil, s.toStatus(ctx, "replay recording", err)
+	}
+	if mode != guidev1.ReplayMode_REPLAY_MODE_DRY_RUN && tsess.State != stateActive {
+		return nil, s.toStatus(ctx, "replay recording", &stateError{current: tsess.State, action: "replay into it", allowed: []string{stateActive}})
+	}
+	now := s.now()
+	state := &guidev1.ReplayState{Recording: req.GetName(), Mode: mode, StartTime: timestamppb.New(now), Modifications: map[int32]string{}}
+	resp := &guidev1.ReplayRecordingResponse{State: state}
+	switch mode {
+	case guidev1.ReplayMode_REPLAY_MODE_DRY_RUN:
+		for _, q := range rec.Queries {
+			r, err := s.dryRun(ctx, who, q)
+			if err != nil {
+				return nil, err
+			}
+			resp.Results = append(resp.Results, r)
+		}
+		state.CurrentIndex, state.Done = int32(len(rec.Queries)), true
+	case guidev1.ReplayMode_REPLAY_MODE_EXACT:
+		for _, q := range rec.Queries {
+			r, err := s.replaySend(ctx, target, q.GetIndex(), q.GetRawQuery(), "sent")
+			if err != nil {
+				return nil, err
+			}
+			resp.Results = append(resp.Results, r)
+		}
+		state.CurrentIndex, state.Done = int32(len(rec.Queries)), true
+	default:
+		id := ids.New()
+		if _, err := s.db.Exec(ctx, `INSERT INTO replays (id, tenant_id, user_id, session_id, recording_id, mode, start_time, done)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, o.tenant, o.user, target, rid, "interactive", now, len(rec.Queries) == 0); err != nil {
+			return nil, s.toStatus(ctx, "replay recording", err)
+		}
+		state.Name = sessionsCollection + target + "/replays/" + id
+		state.Done = len(rec.Queries) == 0
+	}
+	return resp, nil
+}
+
+// dryRun classifies a recorded query as it would be routed now.
+func (s *Service) dryRun(ctx context.Context, who identity.Identity, q *guidev1.RecordedQuery) (*guidev1.ReplayStepResult, error) {
+	text := q.GetRawQuery()
+	r := &guidev1.ReplayStepResult{Index: q.GetIndex(), Query: text, Action: "classified"}
+	if isSlashCommand(text) {
+		r.Route = &guidev1.Route{Target: authorGuide, Tier: tierSlashCommand, Confidence: 1, IntentType: "COMMAND"}
+		return r, nil
+	}
+	cl, tier := Classification{}, tierClassifier
+	if c, ok := directSkill(text); ok && c.Confidence > s.cfg.SkillThreshold {
+		cl, tier = c, tierSkill
+	} else if c, ok := s.cache.route(ctx, who.TenantID, text); ok {
+		cl, tier = c, tierCache
+	} else {
+		var err error
+		if cl, err = s.classifier.Classify(ctx, text); err != nil {
+			return nil, s.toStatus(ctx, "dry run", err)
+		}
+	}
+	route := outcomeRoute{Tier: tier, Confidence: cl.Confidence, IntentType: cl.IntentType, Reason: cl.Reason,
+		KnowledgeIntent: cl.KnowledgeIntent, TimeScope: cl.TimeScope}
+	if cl.Target != "" && cl.Confidence >= s.cfg.RouteThreshold {
+		route.Target = cl.Target
+	} else {
+		route.IntentType = gateAmbiguous
+	}
+	r.Route = route.proto()
+	return r, nil
+}
+
+// replaySend sends one query into the target session.
+func (s *Service) replaySend(ctx context.Context, target string, index int32, text, action string) (*guidev1.ReplayStepResult, error) {
+	resp, err := s.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessionName(target), Text: text})
+	if err != nil {
+		return nil, err
+	}
+	return &guidev1.ReplayStepResult{Index: index, Query: text, Action: action, Route: resp.GetRoute(), CorrelationId: resp.GetCorrelationId()}, nil
+}
+
+// StepReplay advances an interactive replay by one query: continue sends
+// it, modify sends the given text instead, skip passes over it, abort ends
+// the replay.
+func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest) (*guidev1.StepReplayResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(req.GetName(), "/")
+	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "replays" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
+		return nil, invalid("name", "want sessions/{uuid}/replays/{uuid}, got %q", truncate(req.GetName(), 120))
+	}
+	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
+	switch action {
+	case "continue", "skip", "modify", "abort":
+	default:
+		return nil, invalid("action", "want continue, skip, modify or abort, got %q", truncate(action, 20))
+	}
+	text := strings.TrimSpace(req.GetText())
+	if action == "modify" && text == "" {
+		return nil, invalid("text", "required to modify a query")
+	}
+	o := ownerOf(who)
+	sid, id := strings.ToLower(parts[1]), strings.ToLower(parts[3])
+	var recID string
+	var idx int32
+	var skipped []int32
+	var mods map[string]string
+	var done bool
+	var start time.Time
+	var query *guidev1.RecordedQuery
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
+			WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 FOR UPDATE`, o.tenant, o.user, sid, id).
+			Scan(&recID, &idx, &skipped, &mods, &done, &start)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &notFoundError{kind: "replay", name: req.GetName()}
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return &stateError{current: "finished", hint: "this replay is done; start another"}
+		}
+		var total int32
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1`, recID).Scan(&total); err != nil {
+			return err
+		}
+		if action != "abort" && idx < total {
+			query = &guidev1.RecordedQuery{}
+			if err := tx.QueryRow(ctx, `SELECT idx, raw_query FROM recorded_queries WHERE recording_id = $1 AND idx = $2`, recID, idx).
+				Scan(&query.Index, &query.RawQuery); err != nil {
+				return err
+			}
+		}
+		switch action {
+		case "abort":
+			done = true
+		case "skip":
+			skipped = append(skipped, idx)
+			idx++
+		case "modify":
+			mods[strconv.Itoa(int(idx))] = text
+			idx++
+		default:
+			idx++
+		}
+		if idx >= total {
+			done = true
+		}
+		_, err = tx.Exec(ctx, `UPDATE replays SET current_index = $2, skipped = $3, modifications = $4, done = $5 WHERE id = $1`,
+			id, idx, skipped, mods, done)
+		return err
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "step replay", err)
+	}
+	state := &guidev1.ReplayState{Name: req.GetName(), Recording: recordingName(sid, recID), Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE,
+		CurrentIndex: idx, SkippedIndices: skipped, Modifications: map[int32]string{}, Done: done, StartTime: timestamppb.New(start)}
+	for k, v := range mods {
+		n, _ := strconv.Atoi(k)
+		state.Modifications[int32(n)] = v
+	}
+	resp := &guidev1.StepReplayResponse{State: state}
+	if query == nil {
+		return resp, nil
+	}
+	switch action {
+	case "skip":
+		resp.Result = &guidev1.ReplayStepResult{Index: query.GetIndex(), Query: query.GetRawQuery(), Action: "skipped"}
+	case "modify":
+		if resp.Result, err = s.replaySend(ctx, sid, query.GetIndex(), text, "modified"); err != nil {
+			return nil, err
+		}
+	default:
+		if resp.Result, err = s.replaySend(ctx, sid, query.GetIndex(), query.GetRawQuery(), "sent"); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,467 @@
+package guide
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// routePlan is what SendMessage stores with a message besides the message:
+// the pending request of a routed message, or the clarification asked.
+type routePlan struct {
+	pending       bool
+	cacheKey      string
+	cacheTTL      time.Duration
+	clarification *clarificationRow
+}
+
+func (r outcomeRoute) proto() *guidev1.Route {
+	return &guidev1.Route{
+		Target:          r.Target,
+		Confidence:      r.Confidence,
+		Tier:            r.Tier,
+		IntentType:      r.IntentType,
+		Reason:          r.Reason,
+		KnowledgeIntent: r.KnowledgeIntent,
+		TimeScope:       r.TimeScope,
+		Cached:          r.Cached,
+	}
+}
+
+func (r outcomeRoute) eventData(message string) map[string]any {
+	d := map[string]any{
+		"target":      r.Target,
+		"confidence":  r.Confidence,
+		"tier":        r.Tier,
+		"intent_type": r.IntentType,
+		"message":     message,
+		"cached":      r.Cached,
+	}
+	if r.KnowledgeIntent != "" {
+		d["knowledge_intent"] = r.KnowledgeIntent
+	}
+	if r.TimeScope != "" {
+		d["time_scope"] = r.TimeScope
+	}
+	return d
+}
+
+// Direct skills (spec A-28): "show me X" and "what is X" for a code
+// identifier go to the librarian without classification.
+var (
+	showMePattern = regexp.MustCompile(`(?i)^show me (?:the )?(.+?)[?.!]*$`)
+	whatIsPattern = regexp.MustCompile(`(?i)^what is (?:the )?([A-Za-z_][A-Za-z0-9_.]*)[?.!]*$`)
+)
+
+// directSkill matches the direct query skills; the match confidence is 0.95.
+func directSkill(text string) (Classification, bool) {
+	if m := showMePattern.FindStringSubmatch(text); m != nil {
+		subj := strings.Join(strings.Fields(strings.ToLower(m[1])), "_")
+		if f := strings.Fields(m[1]); len(f) == 1 && isIdentifier(f[0]) {
+			subj = f[0]
+		}
+		return Classification{Target: topology.AgentLibrarian, Confidence: 0.95, IntentType: gateExploratory,
+			Action: intentFindCode, KnowledgeIntent: "LOCATE", Subject: subj, Reason: `direct skill "show me [X]"`}, true
+	}
+	if m := whatIsPattern.FindStringSubmatch(text); m != nil && isIdentifier(m[1]) {
+		return Classification{Target: topology.AgentLibrarian, Confidence: 0.95, IntentType: gateExploratory,
+			Action: intentFindCode, KnowledgeIntent: "EXPLAIN", Subject: m[1], Reason: `direct skill "what is [X]"`}, true
+	}
+	return Classification{}, false
+}
+
+// decide routes a user message: direct skills (tier 0), the route cache
+// (tier 1), the classifier (tier 2), adjusted by past routing failures; a
+// confidence under the threshold becomes a question to the user.
+func (s *Service) decide(ctx context.Context, who identity.Identity, sess session, m *message) (routePlan, error) {
+	var cl Classification
+	tier := tierClassifier
+	if c, ok := directSkill(m.Text); ok && c.Confidence > s.cfg.SkillThreshold {
+		cl, tier = c, tierSkill
+	} else if c, ok := s.cache.route(ctx, who.TenantID, m.Text); ok {
+		cl, tier = c, tierCache
+	} else {
+		c, err := s.classifier.Classify(ctx, m.Text)
+		if err != nil {
+			s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
+			return routePlan{}, status.Error(codes.Unavailable, "message classifier unavailable; retry later")
+		}
+		cl = c
+		if cl.Target != "" {
+			if err := s.applyFailureFeedback(ctx, who.TenantID, m.Text, &cl); err != nil {
+				return routePlan{}, s.toStatus(ctx, "send message", err)
+			}
+		}
+		s.cache.storeRoute(ctx, who.TenantID, m.Text, cl)
+	}
+	s.metrics.tiers.WithLabelValues(tier).Inc()
+	return s.planRoute(ctx, who, sess, m, cl, tier), nil
+}
+
+// planRoute fills m's route from a classification.
+func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess session, m *message, cl Classification, tier string) routePlan {
+	m.IntentSubject = cl.Subject
+	m.Constraints, m.Criteria = cl.KeyConstraints, cl.SuccessCriteria
+	m.Route = outcomeRoute{Tier: tier, Confidence: cl.Confidence, IntentType: cl.IntentType, Reason: cl.Reason,
+		KnowledgeIntent: cl.KnowledgeIntent, TimeScope: cl.TimeScope}
+	if cl.Target == "" || cl.Confidence < s.cfg.RouteThreshold {
+		m.Route.IntentType = gateAmbiguous
+		m.Route.KnowledgeIntent, m.Route.TimeScope = "", ""
+		m.Reply, m.Options = clarification(cl)
+		replyID := ids.New()
+		m.ReplyID = &replyID
+		c := &clarificationRow{ID: ids.New(), TenantID: who.TenantID, UserID: who.UserID, SessionID: sess.ID,
+			CorrelationID: m.CorrelationID, RequestingAgent: authorGuide, Question: m.Reply, Options: m.Options,
+			Context: "routing", Original: m.Text, CreateTime: m.CreateTime}
+		m.ClarificationID = c.ID
+		return routePlan{clarification: c}
+	}
+	m.Route.Target = cl.Target
+	envelopeID := ids.New()
+	m.EnvelopeID = &envelopeID
+	key, ttl := s.cache.answerKey(ctx, who.TenantID, sess.ID, cl)
+	if a, ok := s.cache.answer(ctx, key); ok {
+		m.Route.Cached = true
+		m.Route.Tier = tierCache
+		m.Reply = a.Text
+		data := map[string]any{}
+		for k, v := range a.Data {
+			data[k] = v
+		}
+		data["cached"] = true
+		data["agent"] = a.Agent
+		m.CachedData = data
+		s.metrics.answerCache.WithLabelValues(cl.Target, "hit").Inc()
+		return routePlan{}
+	}
+	if key != "" {
+		s.metrics.answerCache.WithLabelValues(cl.Target, "miss").Inc()
+	}
+	return routePlan{pending: true, cacheKey: key, cacheTTL: ttl}
+}
+
+// persistPlan stores, in the message's transaction, the pending request or
+// the clarification of plan, counts the routing decision and records the
+// query when the session is being recorded.
+func (s *Service) persistPlan(ctx context.Context, tx pgx.Tx, who identity.Identity, m message, plan routePlan) error {
+	if plan.clarification != nil {
+		if err := insertClarification(ctx, tx, *plan.clarification); err != nil {
+			return err
+		}
+	}
+	if plan.pending {
+		env := s.envelope(who, m)
+		raw, err := proto.Marshal(env)
+		if err != nil {
+			return fmt.Errorf("encode envelope: %w", err)
+		}
+		text := m.Text
+		if m.RouteText != "" {
+			text = m.RouteText
+		}
+		mid := m.ID
+		if err := insertPending(ctx, tx, pendingRequest{
+			CorrelationID: m.CorrelationID, TenantID: who.TenantID, UserID: who.UserID, SessionID: m.SessionID,
+			MessageID: &mid, Target: m.Route.Target, IntentType: m.Route.IntentType, Original: text, Envelope: raw,
+			Deadline: m.CreateTime.Add(s.cfg.RequestTimeout), CreateTime: m.CreateTime, State: statePending,
+		}); err != nil {
+			return err
+		}
+		if plan.cacheKey != "" {
+			if _, err := tx.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1`,
+				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds()); err != nil {
+				return fmt.Errorf("record cache key: %w", err)
+			}
+		}
+	}
+	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, routed) VALUES ($1, $2, 1)
+			ON CONFLICT (tenant_id, intent_type) DO UPDATE SET routed = routing_counts.routed + 1`,
+			who.TenantID, m.Route.IntentType); err != nil {
+			return fmt.Errorf("count route: %w", err)
+		}
+	}
+	if !m.Recording {
+		return nil
+	}
+	return s.recordQuery(ctx, tx, who, m)
+}
+
+// requestPattern is what a request is remembered by for routing failures:
+// its content words, sorted.
+func requestPattern(text string) string {
+	var words []string
+	for _, w := range wordPattern.FindAllString(strings.ToLower(text), -1) {
+		if stopWords[w] || slices.Contains(words, w) {
+			continue
+		}
+		words = append(words, w)
+	}
+	sort.Strings(words)
+	return strings.Join(words, " ")
+}
+
+// applyFailureFeedback lowers a classification's confidence by the
+// penalty for each recorded routing failure of the same request pattern
+// to the same agent (spec A-31, A-33), and offers the agent the failures
+// said it should have been.
+func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string, cl *Classification) error {
+	rows, err := s.db.Query(ctx, `SELECT should_have_been, count(*) FROM routing_failures
+		WHERE tenant_id = $1 AND pattern = $2 AND routed_to = $3 GROUP BY should_have_been ORDER BY count(*) DESC, should_have_been`,
+		tenant, requestPattern(text), cl.Target)
+	if err != nil {
+		return fmt.Errorf("look up routing failures: %w", err)
+	}
+	defer rows.Close()
+	total := 0
+	var better []string
+	for rows.Next() {
+		var agent string
+		var n int
+		if err := rows.Scan(&agent, &n); err != nil {
+			return fmt.Errorf("look up routing failures: %w", err)
+		}
+		total += n
+		better = append(better, agent)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look up routing failures: %w", err)
+	}
+	if total == 0 {
+		return nil
+	}
+	penalty := math.Min(0.5, float64(total)*s.cfg.FailurePenalty)
+	cl.Confidence = math.Max(0, math.Round((cl.Confidence-penalty)*1000)/1000)
+	cl.Reason += fmt.Sprintf("; lowered by %.2f for %d past misroute(s)", penalty, total)
+	cands := slices.Clone(better)
+	for _, c := range cl.Candidates {
+		if !slices.Contains(cands, c) {
+			cands = append(cands, c)
+		}
+	}
+	cl.Candidates = cands
+	return nil
+}
+
+// CumulativeConfidence is the product of a confidence chain (spec A-05).
+func CumulativeConfidence(chain []*messagev1.ConfidenceEntry) float64 {
+	if len(chain) == 0 {
+		return 0
+	}
+	p := 1.0
+	for _, e := range chain {
+		p *= e.GetConfidence()
+	}
+	return p
+}
+
+// ConfidenceBand names a cumulative confidence (spec A-05) and the
+// suggested action; the requesting agent decides.
+func ConfidenceBand(c float64) (band, action string) {
+	switch {
+	case c >= 0.9:
+		band = "high"
+	case c >= 0.7:
+		band = "good"
+	case c >= 0.5:
+		band = "moderate"
+	case c >= 0.3:
+		band = "low"
+	default:
+		band = "very_low"
+	}
+	switch {
+	case c >= 0.65:
+		action = "proceed"
+	case c >= 0.5:
+		action = "query_more_agents"
+	case c >= 0.35:
+		action = "consider_escalating"
+	default:
+		action = "escalate"
+	}
+	return band, action
+}
+
+// ownSession loads one of the caller's sessions by name.
+func (s *Service) ownSession(ctx context.Context, name string) (session, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return session{}, err
+	}
+	id, err := parseSessionName("parent", name)
+	if err != nil {
+		return session{}, err
+	}
+	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
+	if err != nil {
+		return session{}, s.toStatus(ctx, "load session", err)
+	}
+	return sess, nil
+}
+
+// parseClarificationName returns the session and clarification ids of
+// "sessions/{s}/clarifications/{c}".
+func parseClarificationName(field, name string) (string, string, error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "clarifications" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
+		return "", "", invalid(field, "want sessions/{uuid}/clarifications/{uuid}, got %q", truncate(name, 120))
+	}
+	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
+}
+
+// answerClarification takes the user's answer to a pending question. The
+// answer to an agent's question goes back to that agent (spec A-07); the
+// answer to the Guide's own routing question routes the original request
+// to the agent chosen, or classifies it again with the added detail.
+func (s *Service) answerClarification(ctx context.Context, who identity.Identity, sess session, text, inReplyTo, requestID string) (*guidev1.SendMessageResponse, error) {
+	sid, cid, err := parseClarificationName("in_reply_to", inReplyTo)
+	if err != nil {
+		return nil, err
+	}
+	if sid != sess.ID {
+		return nil, invalid("in_reply_to", "names a clarification of another session")
+	}
+	o := ownerOf(who)
+	m := message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now()}
+	if requestID != "" {
+		m.RequestID = &requestID
+	}
+	var plan routePlan
+	var after []func(context.Context)
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		active, recording, err := touchActiveSession(ctx, tx, o, sess.ID, m.CreateTime)
+		if err != nil {
+			return err
+		}
+		if !active {
+			return sendStateError(sess.State)
+		}
+		m.Recording = recording
+		c, err := takeClarification(ctx, tx, o, sess.ID, cid, text, m.CreateTime)
+		if err != nil {
+			return err
+		}
+		m.CorrelationID = c.CorrelationID
+		if c.RequestingAgent != authorGuide {
+			envelopeID := ids.New()
+			m.EnvelopeID = &envelopeID
+			m.Route = outcomeRoute{Target: c.RequestingAgent, Tier: tierClarification, Confidence: 1,
+				IntentType: "CLARIFICATION_RESPONSE", Reason: "answer to the " + c.RequestingAgent + "'s question"}
+			m.AnswerTo = &c
+		} else {
+			plan = s.routeAnswer(ctx, tx, who, sess, &m, c)
+		}
+		if err := insertMessage(ctx, tx, o, m); err != nil {
+			return err
+		}
+		if err := s.persistPlan(ctx, tx, who, m, plan); err != nil {
+			return err
+		}
+		if m.ReplyID != nil {
+			if err := insertMessage(ctx, tx, o, message{ID: *m.ReplyID, SessionID: sess.ID, Author: authorGuide,
+				Text: m.Reply, CorrelationID: m.CorrelationID, CreateTime: s.now()}); err != nil {
+				return err
+			}
+		}
+		after = append(after, func(ctx context.Context) {
+			_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: who.TenantID, Session: sess.ID,
+				ID: m.ID + ".clarified", Type: eventClarified, Source: authorGuide, CorrelationID: m.CorrelationID, Text: text,
+				Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": c.RequestingAgent,
+					"target": m.Route.Target}})
+			if err != nil {
+				s.log.WarnContext(ctx, "publish clarification answer", logx.Err(err))
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "answer clarification", err)
+	}
+	if err := s.dispatch(ctx, who, m); err != nil {
+		return nil, err
+	}
+	for _, f := range after {
+		f(ctx)
+	}
+	return m.response(), nil
+}
+
+// routeAnswer handles the answer to the Guide's own question: an agent
+// named in the options routes the original request there; otherwise the
+// original request and the answer are classified together.
+func (s *Service) routeAnswer(ctx context.Context, tx pgx.Tx, who identity.Identity, sess session, m *message, c clarificationRow) routePlan {
+	lower := strings.ToLower(m.Text)
+	chosen := ""
+	for _, opt := range slices.Concat(c.Options, routableAgents) {
+		if containsPhrase(lower, opt) {
+			chosen = opt
+			break
+		}
+	}
+	m.RouteText = c.Original
+	if chosen != "" {
+		cl, err := s.classifier.Classify(ctx, c.Original)
+		if err != nil {
+			cl = Classification{}
+		}
+		if cl.Target != chosen {
+			cl.KnowledgeIntent, cl.TimeScope = "", ""
+			switch chosen {
+			case topology.AgentLibrarian:
+				cl.KnowledgeIntent = librarianIntent(strings.ToLower(c.Original))
+			case topology.AgentArchivalist:
+				cl.KnowledgeIntent = archivalistIntent(strings.ToLower(c.Original))
+				cl.TimeScope, _ = timeScope(strings.ToLower(c.Original))
+			}
+			if cl.IntentType == "" || cl.IntentType == gateAmbiguous {
+				cl.IntentType = gateExploratory
+				if chosen == topology.AgentArchitect {
+					cl.IntentType = gateExplicit
+				}
+			}
+		}
+		cl.Target, cl.Confidence = chosen, 1
+		cl.Reason = "the user chose the " + chosen
+		if c.Context == contextReroute {
+			if _, err := setPendingState(ctx, tx, who.TenantID, c.CorrelationID, stateEscalated, stateClosed); err != nil {
+				s.log.WarnContext(ctx, "close escalated request", logx.Err(err))
+			}
+		}
+		m.CorrelationID = ids.New()
+		return s.planRoute(ctx, who, sess, m, cl, tierClarification)
+	}
+	combined := c.Original + " " + m.Text
+	cl, err := s.classifier.Classify(ctx, combined)
+	if err != nil {
+		cl = Classification{}
+	}
+	m.RouteText = combined
+	m.CorrelationID = ids.New()
+	return s.planRoute(ctx, who, sess, m, cl, tierClarification)
+}
+
+// logRouteDecision logs a decision at debug level.
+func (s *Service) logRouteDecision(ctx context.Context, m message) {
+	s.log.DebugContext(ctx, "message handled", slog.String(logx.KeySessionID, m.SessionID),
+		slog.String(logx.KeyCorrelationID, m.CorrelationID), slog.String("tier", m.Route.Tier),
+		slog.String(logx.KeyAgent, m.Route.Target), slog.Float64("confidence", m.Route.Confidence))
+}
