@@ -30,6 +30,7 @@ import (
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -148,6 +149,9 @@ func (g *Gateway) register(ctx context.Context, c Conns) error {
 	}
 	if c.Archivalist != nil {
 		add("archivalist", archivalistv1.RegisterArchivalistServiceHandlerClient(ctx, g.mux, archivalistv1.NewArchivalistServiceClient(c.Archivalist)))
+		// The archivalist also serves the LLM usage and provider APIs (pkg/llm/api).
+		add("usage", llmv1.RegisterUsageServiceHandlerClient(ctx, g.mux, llmv1.NewUsageServiceClient(c.Archivalist)))
+		add("providers", llmv1.RegisterProviderServiceHandlerClient(ctx, g.mux, llmv1.NewProviderServiceClient(c.Archivalist)))
 	}
 	if c.Academic != nil {
 		add("academic", academicv1.RegisterAcademicServiceHandlerClient(ctx, g.mux, academicv1.NewAcademicServiceClient(c.Academic)))

@@ -10,6 +10,9 @@ import (
 
 	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/creds"
+	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/pgstore"
@@ -43,7 +46,7 @@ const (
 var Services = []string{Librarian, Archivalist, Academic, Orchestrator, Worker, Architect, Guide}
 
 // Schemas lists the Postgres schemas, one per service that keeps state, plus auth.
-var Schemas = []string{Guide, Architect, Orchestrator, Librarian, Archivalist, Academic, "auth"}
+var Schemas = []string{Guide, Architect, Orchestrator, Librarian, Archivalist, Academic, "auth", LLMSchema}
 
 // IsService reports whether name is a service that `serve` can run.
 func IsService(name string) bool { return name == Gateway || slices.Contains(Services, name) }
@@ -58,6 +61,12 @@ type Common struct {
 	NATS         natsx.Config
 	Telemetry    telemetry.Config
 	Peers        PeerConfig
+	// LLM configures the model providers (pkg/llm); LLMCredentials the
+	// encryption of per-tenant provider keys. See docs/llm.md.
+	LLM            llm.Config
+	LLMCredentials creds.Config
+	// LLMGate tunes the gate every service builds with gate.New.
+	LLMGate gate.Config
 }
 
 // RegisterFlags registers the shared flags.
@@ -70,12 +79,15 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	c.NATS.RegisterFlags(fs)
 	c.Telemetry.RegisterFlags(fs)
 	c.Peers.RegisterFlags(fs)
+	c.LLM.RegisterFlags(fs)
+	c.LLMCredentials.RegisterFlags(fs)
+	c.LLMGate.RegisterFlags(fs)
 }
 
 // Validate joins every problem.
 func (c Common) Validate() error {
 	var errs []error
-	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry} {
+	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry, c.LLM, c.LLMCredentials, c.LLMGate} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

@@ -31,7 +31,13 @@ type Service struct {
 	store   *store
 	bus     *natsx.Bus
 	metrics *metrics
+	// llm serves the LLM usage and provider APIs (pkg/llm/api), when set.
+	llm interface{ Register(*grpc.Server) }
 }
+
+// SetLLM makes Register also serve the LLM usage and provider APIs; call it
+// before Register.
+func (s *Service) SetLLM(api interface{ Register(*grpc.Server) }) { s.llm = api }
 
 type metrics struct {
 	created        *prometheus.CounterVec
@@ -83,6 +89,9 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 // Register adds ArchivalistService to g.
 func (s *Service) Register(g *grpc.Server) {
 	archivalistv1.RegisterArchivalistServiceServer(g, s)
+	if s.llm != nil {
+		s.llm.Register(g)
+	}
 }
 
 // Run provisions the agent inboxes and the event stream, then answers the

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/internal/mesh"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/llm/provider"
+	"sylk.dev/sylk/pkg/llm/usage"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/pgstore"
+	"sylk.dev/sylk/pkg/redisx"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// startLLMMesh is startMesh with a credentials encryption key, returning
+// the schema prefix too.
+func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Client) {
+	t.Helper()
+	id := testenv.ID()
+	prefix := "e2e" + id + "_"
+	natsPrefix := "e" + id
+	redisPrefix := "sylktest:" + id
+	var cfg mesh.DevConfig
+	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(append([]string{
+		"-postgres.dsn", testenv.PostgresDSN(),
+		"-postgres.schema-prefix", prefix,
+		"-redis.url", testenv.RedisURL(),
+		"-redis.prefix", redisPrefix,
+		"-nats.url", testenv.NATSURL(),
+		"-nats.prefix", natsPrefix,
+		"-gateway.listen-address", "127.0.0.1:0",
+		"-log.level", "warn",
+	}, extra...)))
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	d, err := mesh.StartDev(ctx, cfg, logs)
+	require.NoError(t, err)
+	rc, err := redisx.Open(ctx, redisx.Config{URL: testenv.RedisURL(), Prefix: redisPrefix})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, d.Wait())
+		if t.Failed() {
+			t.Logf("mesh logs:\n%s", logs.String())
+		}
+		dropSchemas(t, prefix)
+		bus, err := natsx.Connect(context.Background(), natsx.Config{URL: testenv.NATSURL(), Prefix: natsPrefix}, logx.Discard(), "e2e-cleanup")
+		if err == nil {
+			testenv.CleanupStreams(t, bus)
+			bus.Conn.Close()
+		}
+		keys, _ := rc.Keys(context.Background(), redisPrefix+":*").Result()
+		if len(keys) > 0 {
+			rc.Del(context.Background(), keys...)
+		}
+		_ = rc.Close()
+	})
+	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}}, prefix, rc
+}
+
+func TestLLMProvidersAndUsage(t *testing.T) {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	c, prefix, rc := startLLMMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(key))
+
+	// Nothing configured: the offline local provider is the default.
+	body := c.ok("GET", "/v1/providers", nil)
+	provs := body["providers"].([]any)
+	require.Len(t, provs, 4)
+	local := provs[3].(map[string]any)
+	require.Equal(t, "local", local["name"])
+	require.Equal(t, true, local["isDefault"])
+	require.Equal(t, "offline", local["credentialSource"])
+	require.Equal(t, "none", provs[0].(map[string]any)["credentialSource"])
+
+	// A fake Anthropic endpoint that accepts one key.
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Api-Key") != "sk-good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"data":[],"has_more":false,"first_id":"","last_id":""}`)
+	}))
+	t.Cleanup(fake.Close)
+
+	v := c.ok("POST", "/v1/providers/anthropic:verify", map[string]any{"apiKey": "sk-bad", "baseUrl": fake.URL})
+	require.Equal(t, nil, v["valid"], "false is omitted")
+	require.Contains(t, v["message"], "Invalid API key for Anthropic")
+	require.NotContains(t, v["message"], "sk-bad")
+
+	r := c.do("PUT", "/v1/providers/anthropic/credentials", map[string]any{"apiKey": "sk-bad", "baseUrl": fake.URL})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	require.NotContains(t, r.Raw, "sk-bad")
+
+	set := c.ok("PUT", "/v1/providers/anthropic/credentials", map[string]any{"apiKey": "sk-good", "baseUrl": fake.URL})
+	require.NotContains(t, set, "apiKey")
+	require.Equal(t, "tenant", set["provider"].(map[string]any)["credentialSource"])
+	v = c.ok("POST", "/v1/providers/anthropic:verify", map[string]any{})
+	require.Equal(t, true, v["valid"], "the stored key is verified")
+
+	list := c.ok("GET", "/v1/providers", nil)
+	require.NotContains(t, c.do("GET", "/v1/providers", nil).Raw, "sk-good", "keys are never returned")
+	require.Equal(t, "tenant", list["providers"].([]any)[0].(map[string]any)["credentialSource"])
+
+	r = c.do("PUT", "/v1/providers/local/credentials", map[string]any{"apiKey": "x"})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	c.ok("DELETE", "/v1/providers/anthropic/credentials", nil)
+	require.Equal(t, http.StatusNotFound, c.do("DELETE", "/v1/providers/anthropic/credentials", nil).Status)
+
+	// Calls through a gate land in the usage report of the caller's tenant.
+	ctx := t.Context()
+	pool, err := pgstore.Open(ctx, pgstore.Config{DSN: testenv.PostgresDSN(), MaxConns: 2}, mesh.Schema(prefix, mesh.LLMSchema))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var lc llm.Config
+	lfs := flag.NewFlagSet("llm", flag.ContinueOnError)
+	lc.RegisterFlags(lfs)
+	reg, err := provider.New(lc)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: rc, Usage: usage.New(pool)})
+	require.NoError(t, err)
+	for _, agent := range []string{"architect", "engineer", "engineer"} {
+		_, err := g.Complete(ctx, &llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "plan a /version endpoint"}},
+			Attribution: llm.Attribution{TenantID: "default", SessionID: "s1", AgentType: agent}})
+		require.NoError(t, err)
+	}
+	_, err = g.Complete(ctx, &llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "x"}}, Attribution: llm.Attribution{TenantID: "other"}})
+	require.NoError(t, err)
+	g.Close()
+
+	rep := c.ok("GET", "/v1/usage?groupBy=agent&groupBy=provider", nil)
+	require.Equal(t, "USD", rep["currency"])
+	require.Equal(t, "3", rep["total"].(map[string]any)["requests"], "only the caller's tenant")
+	rows := rep["rows"].([]any)
+	require.Len(t, rows, 2)
+	require.Equal(t, map[string]any{"agent": "architect", "provider": "local"}, rows[0].(map[string]any)["group"])
+	require.Equal(t, "2", rows[1].(map[string]any)["requests"])
+
+	r = c.do("GET", "/v1/usage?groupBy=colour", nil)
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+}

@@ -1,0 +1,307 @@
+// Package api serves UsageService and ProviderService (proto sylk.llm.v1)
+// from the archivalist process, which owns usage and audit records: usage
+// reports of the caller's tenant, the provider list, and the tenant's own
+// provider keys (write-only, encrypted at rest, verified with a timeout).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/creds"
+	"sylk.dev/sylk/pkg/llm/provider"
+	"sylk.dev/sylk/pkg/llm/usage"
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// Server implements both services.
+type Server struct {
+	cfg   llm.Config
+	cc    creds.Config
+	usage *usage.Store
+	creds *creds.Store
+	log   *slog.Logger
+}
+
+// New builds the server on a pool of the llm schema (migrated).
+func New(cfg llm.Config, cc creds.Config, db *pgxpool.Pool, log *slog.Logger) (*Server, error) {
+	if err := errors.Join(cfg.Validate(), cc.Validate()); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("llm api: a database pool on the llm schema is required")
+	}
+	cs, err := creds.New(cc, db)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = logx.Discard()
+	}
+	return &Server{cfg: cfg, cc: cc, usage: usage.New(db), creds: cs, log: log.With(logx.KeyComponent, "llm-api")}, nil
+}
+
+// Usage returns the usage store (the gate's recorder in this process).
+func (s *Server) Usage() *usage.Store { return s.usage }
+
+// Register adds UsageService and ProviderService to g.
+func (s *Server) Register(g *grpc.Server) {
+	llmv1.RegisterUsageServiceServer(g, &usageServer{s: s})
+	llmv1.RegisterProviderServiceServer(g, &providerServer{s: s})
+}
+
+type usageServer struct {
+	llmv1.UnimplementedUsageServiceServer
+	s *Server
+}
+
+func (u *usageServer) GetUsageReport(ctx context.Context, req *llmv1.GetUsageReportRequest) (*llmv1.GetUsageReportResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := usage.Query{Tenant: who.TenantID, Period: req.GetPeriod(), SessionID: req.GetSessionId(), Provider: req.GetProvider(), AgentType: req.GetAgentType()}
+	for _, g := range req.GetGroupBy() {
+		// REST clients may send "provider,model" as one value.
+		for _, part := range strings.Split(g, ",") {
+			if p := strings.TrimSpace(part); p != "" {
+				q.GroupBy = append(q.GroupBy, p)
+			}
+		}
+	}
+	if req.GetStartTime() != nil {
+		q.Start = req.GetStartTime().AsTime()
+	}
+	if req.GetEndTime() != nil {
+		q.End = req.GetEndTime().AsTime()
+	}
+	rep, err := u.s.usage.Report(ctx, q)
+	if err != nil {
+		return nil, u.s.toStatus(ctx, err)
+	}
+	resp := &llmv1.GetUsageReportResponse{Total: row(rep.Total), Currency: "USD"}
+	for _, r := range rep.Rows {
+		resp.Rows = append(resp.Rows, row(r))
+	}
+	return resp, nil
+}
+
+func row(r usage.Row) *llmv1.UsageRow {
+	return &llmv1.UsageRow{Group: r.Group, Requests: r.Requests, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+		TotalTokens: r.InputTokens + r.OutputTokens, CostUsd: r.CostUSD, AvgLatencyMs: r.AvgLatencyMs}
+}
+
+type providerServer struct {
+	llmv1.UnimplementedProviderServiceServer
+	s *Server
+}
+
+var known = []string{llm.Anthropic, llm.OpenAI, llm.Gemini, llm.Local}
+
+var display = map[string]string{llm.Anthropic: "Anthropic", llm.OpenAI: "OpenAI", llm.Gemini: "Google Gemini", llm.Local: "local"}
+
+func remote(name string) bool {
+	return name == llm.Anthropic || name == llm.OpenAI || name == llm.Gemini
+}
+
+func (s *Server) describe(name string, stored *creds.Info) *llmv1.Provider {
+	pc := s.cfg.For(name)
+	p := &llmv1.Provider{Name: name, IsDefault: s.cfg.DefaultProvider() == name, Aliases: map[string]string(pc.Aliases(name)), BaseUrl: pc.BaseURL}
+	switch {
+	case name == llm.Local:
+		p.Configured, p.CredentialSource = true, "offline"
+	case stored != nil:
+		p.Configured, p.CredentialSource = true, "tenant"
+		p.CredentialsUpdateTime = timestamppb.New(stored.UpdatedAt)
+		if stored.BaseURL != "" {
+			p.BaseUrl = stored.BaseURL
+		}
+	case pc.Configured():
+		p.Configured, p.CredentialSource = true, "server"
+	default:
+		p.CredentialSource = "none"
+	}
+	for _, m := range llm.Catalogue(name) {
+		p.Models = append(p.Models, &llmv1.Model{Id: m.ID, DisplayName: m.Name, MaxContextTokens: int64(m.MaxContext),
+			InputPricePerMillion: m.InputPricePerM, OutputPricePerMillion: m.OutputPricePerM})
+	}
+	return p
+}
+
+func (ps *providerServer) ListProviders(ctx context.Context, _ *llmv1.ListProvidersRequest) (*llmv1.ListProvidersResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := ps.s.creds.List(ctx, who.TenantID)
+	if err != nil {
+		return nil, ps.s.toStatus(ctx, err)
+	}
+	stored := map[string]*creds.Info{}
+	for i := range infos {
+		stored[infos[i].Provider] = &infos[i]
+	}
+	resp := &llmv1.ListProvidersResponse{}
+	for _, n := range known {
+		resp.Providers = append(resp.Providers, ps.s.describe(n, stored[n]))
+	}
+	return resp, nil
+}
+
+func checkProvider(name string) error {
+	if !remote(name) {
+		return status.Errorf(codes.InvalidArgument, "provider %q: want anthropic, openai or gemini", name)
+	}
+	return nil
+}
+
+func (ps *providerServer) SetProviderCredentials(ctx context.Context, req *llmv1.SetProviderCredentialsRequest) (*llmv1.SetProviderCredentialsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if who.Role != identity.RoleAdmin {
+		return nil, status.Error(codes.PermissionDenied, "only admins can set provider credentials")
+	}
+	if err := checkProvider(req.GetProvider()); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetApiKey()) == "" {
+		return nil, status.Error(codes.InvalidArgument, "api_key is required")
+	}
+	if req.GetBaseUrl() != "" && req.GetProvider() != llm.OpenAI && req.GetProvider() != llm.Anthropic && req.GetProvider() != llm.Gemini {
+		return nil, status.Error(codes.InvalidArgument, "base_url is not supported for this provider")
+	}
+	if !ps.s.creds.CanStore() {
+		return nil, status.Error(codes.FailedPrecondition, "storing provider keys needs an encryption key: set llm.credentials.key-file (a Secret) on the archivalist")
+	}
+	if !req.GetSkipVerify() {
+		if ok, msg := ps.s.verify(ctx, req.GetProvider(), creds.Secret{APIKey: req.GetApiKey(), BaseURL: req.GetBaseUrl()}); !ok {
+			return nil, status.Error(codes.FailedPrecondition, msg)
+		}
+	}
+	info, err := ps.s.creds.Set(ctx, who.TenantID, req.GetProvider(), creds.Secret{APIKey: strings.TrimSpace(req.GetApiKey()), BaseURL: req.GetBaseUrl()}, who.UserID)
+	if err != nil {
+		return nil, ps.s.toStatus(ctx, err)
+	}
+	ps.s.log.InfoContext(ctx, "provider credentials stored", slog.String("provider", req.GetProvider()), slog.String("tenant_id", who.TenantID), slog.String("user_id", who.UserID))
+	return &llmv1.SetProviderCredentialsResponse{Provider: ps.s.describe(req.GetProvider(), &info)}, nil
+}
+
+func (ps *providerServer) DeleteProviderCredentials(ctx context.Context, req *llmv1.DeleteProviderCredentialsRequest) (*llmv1.DeleteProviderCredentialsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if who.Role != identity.RoleAdmin {
+		return nil, status.Error(codes.PermissionDenied, "only admins can delete provider credentials")
+	}
+	if err := checkProvider(req.GetProvider()); err != nil {
+		return nil, err
+	}
+	ok, err := ps.s.creds.Delete(ctx, who.TenantID, req.GetProvider())
+	if err != nil {
+		return nil, ps.s.toStatus(ctx, err)
+	}
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no stored credentials for %s", req.GetProvider())
+	}
+	return &llmv1.DeleteProviderCredentialsResponse{}, nil
+}
+
+func (ps *providerServer) VerifyProvider(ctx context.Context, req *llmv1.VerifyProviderRequest) (*llmv1.VerifyProviderResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetProvider() == llm.Local {
+		return &llmv1.VerifyProviderResponse{Valid: true, Message: "the local provider is offline and needs no key"}, nil
+	}
+	if err := checkProvider(req.GetProvider()); err != nil {
+		return nil, err
+	}
+	sec := creds.Secret{APIKey: strings.TrimSpace(req.GetApiKey()), BaseURL: req.GetBaseUrl()}
+	if sec.APIKey == "" {
+		stored, ok, err := ps.s.creds.Get(ctx, who.TenantID, req.GetProvider())
+		switch {
+		case err != nil:
+			return nil, ps.s.toStatus(ctx, err)
+		case ok:
+			sec = stored
+		default:
+			o, err := ps.s.cfg.OptionsFor(req.GetProvider())
+			if err != nil {
+				return nil, ps.s.toStatus(ctx, err)
+			}
+			sec = creds.Secret{APIKey: o.APIKey, BaseURL: o.BaseURL}
+		}
+	}
+	valid, msg := ps.s.verify(ctx, req.GetProvider(), sec)
+	return &llmv1.VerifyProviderResponse{Valid: valid, Message: msg}, nil
+}
+
+// verify checks a key by listing models within the verify timeout. The
+// message never contains the key.
+func (s *Server) verify(ctx context.Context, name string, sec creds.Secret) (bool, string) {
+	if sec.APIKey == "" && !(name == llm.OpenAI && sec.BaseURL != "") {
+		return false, fmt.Sprintf("no API key configured for %s", display[name])
+	}
+	o, err := s.cfg.OptionsFor(name)
+	if err != nil {
+		return false, "server configuration error"
+	}
+	o.APIKey = sec.APIKey
+	if sec.BaseURL != "" {
+		o.BaseURL = sec.BaseURL
+	}
+	p, err := provider.Build(name, o)
+	if err != nil {
+		return false, "unknown provider"
+	}
+	v, ok := p.(llm.Verifier)
+	if !ok {
+		return false, "this provider cannot be verified"
+	}
+	vctx, cancel := context.WithTimeout(ctx, s.cc.VerifyTimeout)
+	defer cancel()
+	err = v.Verify(vctx)
+	if err == nil {
+		return true, fmt.Sprintf("%s accepted the key", display[name])
+	}
+	msg := strings.ReplaceAll(err.Error(), sec.APIKey, "[redacted]")
+	switch tier := llm.DefaultClassifier().Classify(err); {
+	case tier == llm.TierUserFixable:
+		return false, fmt.Sprintf("Invalid API key for %s (%s)", display[name], msg)
+	case errors.Is(err, context.DeadlineExceeded):
+		return false, fmt.Sprintf("%s did not answer within %s", display[name], s.cc.VerifyTimeout)
+	default:
+		return false, fmt.Sprintf("could not verify the key with %s: %s", display[name], msg)
+	}
+}
+
+func (s *Server) toStatus(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, usage.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, creds.ErrNoKey), errors.Is(err, creds.ErrWrongKey):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	}
+	s.log.ErrorContext(ctx, "llm api", logx.Err(err))
+	return status.Error(codes.Internal, "internal error")
+}

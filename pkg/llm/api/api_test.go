@@ -1,0 +1,128 @@
+package api_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"flag"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/api"
+	"sylk.dev/sylk/pkg/llm/creds"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+func setup(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.ProviderServiceClient) {
+	t.Helper()
+	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
+	var cfg llm.Config
+	var cc creds.Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	cc.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	if withKey {
+		k := make([]byte, 32)
+		_, _ = rand.Read(k)
+		cc.Key = base64.StdEncoding.EncodeToString(k)
+	}
+	s, err := api.New(cfg, cc, pool, nil)
+	require.NoError(t, err)
+	lis := bufconn.Listen(1 << 20)
+	// The identity interceptor of pkg/grpcserver puts the caller in the
+	// context from metadata; this test server does the same.
+	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if id, ok := identity.FromIncoming(ctx); ok {
+			ctx = identity.NewContext(ctx, id)
+		}
+		return h(ctx, req)
+	}))
+	s.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///buf", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return llmv1.NewUsageServiceClient(conn), llmv1.NewProviderServiceClient(conn)
+}
+
+func as(t *testing.T, role string) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return identity.AppendOutgoing(ctx, identity.Identity{TenantID: "t1", UserID: "u1", Role: role})
+}
+
+func TestCodes(t *testing.T) {
+	t.Parallel()
+	usage, providers := setup(t, false)
+	tests := []struct {
+		name string
+		call func() error
+		code codes.Code
+	}{
+		{"no identity", func() error { _, err := usage.GetUsageReport(t.Context(), &llmv1.GetUsageReportRequest{}); return err }, codes.Unauthenticated},
+		{"bad group", func() error {
+			_, err := usage.GetUsageReport(as(t, "viewer"), &llmv1.GetUsageReportRequest{GroupBy: []string{"colour"}})
+			return err
+		}, codes.InvalidArgument},
+		{"member cannot set keys", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "member"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x"})
+			return err
+		}, codes.PermissionDenied},
+		{"unknown provider", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "nope", ApiKey: "x"})
+			return err
+		}, codes.InvalidArgument},
+		{"empty key", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai"})
+			return err
+		}, codes.InvalidArgument},
+		{"no encryption key", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", SkipVerify: true})
+			return err
+		}, codes.FailedPrecondition},
+		{"nothing to delete", func() error {
+			_, err := providers.DeleteProviderCredentials(as(t, "admin"), &llmv1.DeleteProviderCredentialsRequest{Provider: "gemini"})
+			return err
+		}, codes.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.code, status.Code(tt.call()))
+		})
+	}
+	v, err := providers.VerifyProvider(as(t, "member"), &llmv1.VerifyProviderRequest{Provider: "anthropic"})
+	require.NoError(t, err)
+	require.False(t, v.GetValid())
+	require.Contains(t, v.GetMessage(), "no API key configured for Anthropic")
+	v, err = providers.VerifyProvider(as(t, "member"), &llmv1.VerifyProviderRequest{Provider: "local"})
+	require.NoError(t, err)
+	require.True(t, v.GetValid())
+}
+
+func TestStoreWithoutVerify(t *testing.T) {
+	t.Parallel()
+	_, providers := setup(t, true)
+	r, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "gemini", ApiKey: "AIza-secret", SkipVerify: true})
+	require.NoError(t, err)
+	require.Equal(t, "tenant", r.GetProvider().GetCredentialSource())
+	require.NotContains(t, r.String(), "AIza-secret")
+	list, err := providers.ListProviders(as(t, "viewer"), &llmv1.ListProvidersRequest{})
+	require.NoError(t, err)
+	require.Equal(t, "tenant", list.GetProviders()[2].GetCredentialSource())
+	require.True(t, list.GetProviders()[3].GetIsDefault(), "local is the default with nothing configured")
+}

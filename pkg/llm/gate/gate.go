@@ -1,0 +1,790 @@
+// Package gate is the one way agents call language models (B-01): a priority
+// queue with a user queue that is drained first and never rejects (B-13,
+// B-26, C-14), user preemption of the lowest-priority pipeline call, token
+// budgets reserved atomically in Redis (B-16), the shared adaptive rate
+// limiter (B-14), per-provider circuit breakers shared through Redis (B-36),
+// retries by error tier (B-40), and an attributed usage record per call
+// (B-17).
+//
+// The queues are per replica; everything that must hold across replicas
+// (backoff, budgets, breakers, soft limits) lives in Redis, and the signals
+// (PauseAll, ResumeAll, QuotaWarning, RequestPreempted) go out over NATS.
+package gate
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/breaker"
+	"sylk.dev/sylk/pkg/llm/budget"
+	"sylk.dev/sylk/pkg/llm/fanout"
+	"sylk.dev/sylk/pkg/llm/ratelimit"
+	"sylk.dev/sylk/pkg/llm/signal"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/redisx"
+)
+
+// Errors.
+var (
+	// ErrPreempted is the cancellation cause of a pipeline call preempted by
+	// a user request; the gate re-queues the call, callers never see it.
+	ErrPreempted = errors.New("llm gate: preempted by a user request")
+	// ErrCircuitOpen is returned while a provider's breaker is open.
+	ErrCircuitOpen = fmt.Errorf("llm gate: %w", breaker.ErrOpen)
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("llm gate: closed")
+)
+
+// Recorder stores usage records (pkg/llm/usage.Store implements it).
+type Recorder interface {
+	Record(ctx context.Context, r llm.UsageRecord) error
+}
+
+// TenantProviders resolves per-tenant provider clients (creds.Providers).
+type TenantProviders interface {
+	Get(ctx context.Context, tenant, provider string) (llm.Provider, bool, error)
+}
+
+// Deps are what the gate is built from.
+type Deps struct {
+	Providers *llm.Registry
+	Redis     *redisx.Client
+	// Signals publishes the control signals; nil drops them.
+	Signals signal.Publisher
+	// Usage stores usage records; nil keeps none.
+	Usage      Recorder
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+	// MaxTokens is the answer limit applied when a request sets none.
+	MaxTokens int
+	// Classifier and Retry default to the seed's (B-32, B-40).
+	Classifier *llm.Classifier
+	Retry      llm.RetryPolicies
+	// Tenants, when set, gives a tenant's own provider client (a key stored
+	// through the credentials API), used instead of the configured one.
+	Tenants TenantProviders
+	// StreamBus, when set, publishes every streamed chunk on NATS and lets a
+	// StreamControl cancel stop a generation (pkg/llm/fanout).
+	StreamBus *natsx.Bus
+	// Fitter, when set, fits every request into its model's context window
+	// (B-18) and, when a provider still rejects a prompt as too long, fits it
+	// once more into 85% of the window and retries (P-07).
+	Fitter *llm.Fitter
+	// Breaker gives each provider's breaker settings; default breaker.LLM.
+	Breaker func(provider string) breaker.Settings
+	// Clock is for tests; default time.Now.
+	Clock func() time.Time
+}
+
+type metrics struct {
+	requests   *prometheus.CounterVec
+	tokens     *prometheus.CounterVec
+	cost       *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	wait       *prometheus.HistogramVec
+	preempted  prometheus.Counter
+	retries    *prometheus.CounterVec
+	queueDepth prometheus.GaugeFunc
+	active     prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, g *Gate) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_requests_total", Help: "Model calls through the gate, by provider and outcome (ok, error, refused)."}, []string{"provider", "outcome"}),
+		tokens:   f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_tokens_total", Help: "Tokens used, by provider and direction (input, output)."}, []string{"provider", "direction"}),
+		cost:     f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_cost_usd_total", Help: "Cost in USD from the model catalogue, by provider."}, []string{"provider"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "sylk_llm_request_duration_seconds", Help: "Provider call time, by provider.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"provider"}),
+		wait: f.NewHistogramVec(prometheus.HistogramOpts{Name: "sylk_llm_gate_wait_seconds", Help: "Time from submission to the provider call, by class (user, pipeline).",
+			Buckets: []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5, 30, 300}}, []string{"class"}),
+		preempted: f.NewCounter(prometheus.CounterOpts{Name: "sylk_llm_preemptions_total", Help: "Pipeline calls preempted by user requests."}),
+		retries:   f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_retries_total", Help: "Retried calls, by error tier."}, []string{"tier"}),
+		queueDepth: f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_llm_gate_queued_requests", Help: "Pipeline calls waiting for a slot."}, func() float64 {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return float64(len(g.queue))
+		}),
+		active: f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_llm_gate_active_pipeline_requests", Help: "Pipeline calls holding a slot."}, func() float64 {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return float64(len(g.active))
+		}),
+	}
+}
+
+// Gate admits, limits and records model calls.
+type Gate struct {
+	cfg        Config
+	providers  *llm.Registry
+	limiter    *ratelimit.Limiter
+	budgets    *budget.Budgets
+	breakers   *breaker.Registry
+	sig        signal.Publisher
+	log        *slog.Logger
+	m          *metrics
+	classifier *llm.Classifier
+	retry      llm.RetryPolicies
+	maxTokens  int
+	now        func() time.Time
+	tenants    TenantProviders
+	fitter     *llm.Fitter
+	streamBus  *natsx.Bus
+	rdb        *redisx.Client
+
+	mu          sync.Mutex
+	queue       tickets
+	active      map[*ticket]struct{}
+	userPending int
+	seq         uint64
+
+	usage    Recorder
+	usageMu  sync.RWMutex
+	usageCh  chan llm.UsageRecord
+	closed   bool
+	writerWG sync.WaitGroup
+	// bg tracks post-call bookkeeping goroutines.
+	bg sync.WaitGroup
+}
+
+// New builds a gate; Close stops its usage writer.
+func New(cfg Config, d Deps) (*Gate, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Providers == nil || d.Redis == nil {
+		return nil, errors.New("llm gate: providers and Redis are required")
+	}
+	g := &Gate{
+		cfg: cfg, providers: d.Providers, sig: d.Signals, usage: d.Usage, log: d.Log,
+		classifier: d.Classifier, retry: d.Retry, maxTokens: d.MaxTokens, now: d.Clock, tenants: d.Tenants, fitter: d.Fitter, streamBus: d.StreamBus,
+		active: map[*ticket]struct{}{},
+	}
+	if g.sig == nil {
+		g.sig = signal.Discard{}
+	}
+	if g.log == nil {
+		g.log = logx.Discard()
+	}
+	g.log = g.log.With(logx.KeyComponent, "llm-gate")
+	if g.classifier == nil {
+		g.classifier = llm.DefaultClassifier()
+	}
+	if g.retry == nil {
+		g.retry = llm.DefaultRetryPolicies()
+	}
+	if g.maxTokens <= 0 {
+		g.maxTokens = 4096
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	reg := d.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	g.m = newMetrics(reg, g)
+	g.rdb = d.Redis
+	g.limiter = ratelimit.New(d.Redis, cfg.rateSettings(), g.sig, ratelimit.WithClock(g.now))
+	g.budgets = budget.New(d.Redis, cfg.limits())
+	bs := d.Breaker
+	if bs == nil {
+		bs = func(string) breaker.Settings { return breaker.LLM }
+	}
+	g.breakers = breaker.New(d.Redis, func(res string) breaker.Settings { return bs(res) }, breaker.WithClock(g.now),
+		breaker.WithOnChange(func(ctx context.Context, c breaker.Change) {
+			g.publish(ctx, signal.Signal{Type: signal.CircuitStateChange, Provider: c.Resource, Reason: c.From.String() + " -> " + c.To.String()})
+		}))
+	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.load(lctx); err != nil {
+		return nil, fmt.Errorf("llm gate: load Redis scripts: %w", err)
+	}
+	if g.usage != nil {
+		g.usageCh = make(chan llm.UsageRecord, cfg.UsageBuffer)
+		g.writerWG.Add(1)
+		go g.writeUsage()
+	}
+	return g, nil
+}
+
+// Limiter exposes the shared rate limiter (state reports, tests).
+func (g *Gate) Limiter() *ratelimit.Limiter { return g.limiter }
+
+// Budgets exposes the budgets (reports, tests).
+func (g *Gate) Budgets() *budget.Budgets { return g.budgets }
+
+// Breakers exposes the breakers (manual reset).
+func (g *Gate) Breakers() *breaker.Registry { return g.breakers }
+
+// Providers returns the provider registry.
+func (g *Gate) Providers() *llm.Registry { return g.providers }
+
+// Close waits for post-call bookkeeping, then stops the usage writer after
+// it has stored what is buffered. Calls must have returned before Close.
+func (g *Gate) Close() {
+	g.bg.Wait()
+	g.usageMu.Lock()
+	if !g.closed {
+		g.closed = true
+		if g.usageCh != nil {
+			close(g.usageCh)
+		}
+	}
+	g.usageMu.Unlock()
+	g.writerWG.Wait()
+}
+
+func (g *Gate) writeUsage() {
+	defer g.writerWG.Done()
+	for r := range g.usageCh {
+		g.storeUsage(r)
+	}
+}
+
+func (g *Gate) storeUsage(r llm.UsageRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.usage.Record(ctx, r); err != nil {
+		g.log.Error("store usage record", logx.Err(err), slog.String("provider", r.Provider))
+	}
+}
+
+func (g *Gate) record(r llm.UsageRecord) {
+	if g.usage == nil {
+		return
+	}
+	g.usageMu.RLock()
+	defer g.usageMu.RUnlock()
+	if g.closed {
+		g.storeUsage(r)
+		return
+	}
+	select {
+	case g.usageCh <- r:
+	default:
+		g.storeUsage(r) // never drop a record: a full buffer costs this call the write
+	}
+}
+
+func (g *Gate) publish(ctx context.Context, s signal.Signal) {
+	if err := g.sig.Publish(ctx, s); err != nil {
+		g.log.WarnContext(ctx, "publish llm signal", slog.String("signal", string(s.Type)), logx.Err(err))
+	}
+}
+
+// ticket is one request's place in the pipeline queue.
+type ticket struct {
+	prio   int
+	seq    uint64
+	index  int // in the heap; -1 when not queued
+	ready  chan struct{}
+	cancel context.CancelCauseFunc // of the running attempt, nil between attempts
+}
+
+type tickets []*ticket
+
+func (q tickets) Len() int { return len(q) }
+func (q tickets) Less(i, j int) bool {
+	if q[i].prio != q[j].prio {
+		return q[i].prio > q[j].prio
+	}
+	return q[i].seq < q[j].seq
+}
+func (q tickets) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *tickets) Push(x any) {
+	t := x.(*ticket)
+	t.index = len(*q)
+	*q = append(*q, t)
+}
+func (q *tickets) Pop() any {
+	old := *q
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+// dispatchLocked admits pipeline tickets while no user request waits and a
+// slot is free: the user queue is always drained first (B-26).
+func (g *Gate) dispatchLocked() {
+	for g.userPending == 0 && len(g.active) < g.cfg.PipelineSlots && len(g.queue) > 0 {
+		t := heap.Pop(&g.queue).(*ticket)
+		g.active[t] = struct{}{}
+		t.ready <- struct{}{}
+	}
+}
+
+// admit waits for a pipeline slot.
+func (g *Gate) admit(ctx context.Context, t *ticket) error {
+	g.mu.Lock()
+	heap.Push(&g.queue, t)
+	g.dispatchLocked()
+	g.mu.Unlock()
+	select {
+	case <-t.ready:
+		return nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		if t.index >= 0 {
+			heap.Remove(&g.queue, t.index)
+		} else {
+			<-t.ready // admitted concurrently: give the slot back
+			delete(g.active, t)
+			g.dispatchLocked()
+		}
+		g.mu.Unlock()
+		return context.Cause(ctx)
+	}
+}
+
+func (g *Gate) release(t *ticket) {
+	g.mu.Lock()
+	delete(g.active, t)
+	g.dispatchLocked()
+	g.mu.Unlock()
+}
+
+// preemptLocked cancels the lowest-priority running pipeline call (the most
+// recent among equals) when every pipeline slot is busy.
+func (g *Gate) preemptLocked() *ticket {
+	if !g.cfg.UserPreemption || len(g.active) < g.cfg.PipelineSlots {
+		return nil
+	}
+	var victim *ticket
+	for t := range g.active {
+		if t.cancel == nil {
+			continue
+		}
+		if victim == nil || t.prio < victim.prio || (t.prio == victim.prio && t.seq > victim.seq) {
+			victim = t
+		}
+	}
+	if victim != nil {
+		victim.cancel(ErrPreempted)
+		victim.cancel = nil
+	}
+	return victim
+}
+
+// Complete runs req to the end through the gate.
+func (g *Gate) Complete(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+	return g.do(ctx, req, func(ctx context.Context, p llm.Provider, r *llm.Request) (*llm.Response, bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, g.cfg.RequestTimeout)
+		defer cancel()
+		resp, err := p.Complete(cctx, r)
+		return resp, false, err
+	})
+}
+
+// Stream runs req through the gate, handing every chunk to h. A stream that
+// fails before any content is retried like a completion; one that fails
+// after content was delivered returns the error (the handler has seen the
+// error chunk and keeps its partial answer). A preempted pipeline stream is
+// re-queued and starts again with a new start chunk.
+func (g *Gate) Stream(ctx context.Context, req *llm.Request, h llm.Handler) error {
+	if g.streamBus != nil {
+		r := *req
+		if r.ID == "" {
+			r.ID = uuid.NewString()
+		}
+		req = &r
+		cctx, stop, err := fanout.WithControl(ctx, g.streamBus, r.ID)
+		if err != nil {
+			return fmt.Errorf("llm gate: stream control: %w", err)
+		}
+		defer stop()
+		ctx = cctx
+	}
+	_, err := g.do(ctx, req, func(ctx context.Context, p llm.Provider, r *llm.Request) (*llm.Response, bool, error) {
+		acc := llm.NewAccumulator(p.Name(), r.Model)
+		h := h
+		if g.streamBus != nil {
+			h = fanout.Handler(g.streamBus, p.Name(), r.ID, fanout.Meta{SessionID: r.SessionID, Model: r.Model, AgentID: r.AgentID, Priority: llm.PriorityOf(r)}, h)
+		}
+		delivered := false
+		start := time.Now()
+		err := llm.StreamWatched(ctx, p, r, g.cfg.StreamIdleTimeout, func(c llm.Chunk) error {
+			acc.Add(c)
+			switch c.Type {
+			case llm.ChunkText, llm.ChunkToolStart, llm.ChunkToolDelta, llm.ChunkToolEnd:
+				delivered = true
+			}
+			return h(c)
+		})
+		resp := acc.Response()
+		resp.Latency = time.Since(start)
+		return resp, delivered, err
+	})
+	return err
+}
+
+type callFunc func(ctx context.Context, p llm.Provider, req *llm.Request) (resp *llm.Response, delivered bool, err error)
+
+func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Response, error) {
+	p, err := g.provider(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	req := *in
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	if req.CreatedAt.IsZero() {
+		req.CreatedAt = g.now()
+	}
+	req.Model = p.Resolve(req.Model)
+	if req.MaxTokens <= 0 {
+		req.MaxTokens = g.maxTokens
+	}
+	maxContext := 0
+	if g.fitter != nil {
+		m, _ := llm.LookupModel(p.Name(), req.Model)
+		maxContext = m.MaxContext
+		if err := g.fit(ctx, &req, maxContext); err != nil {
+			return nil, err
+		}
+	}
+	refitted := false
+	estimate := int64(req.TokenEstimate)
+	if estimate <= 0 {
+		estimate = int64(float64(llm.EstimateRequest(&req))*g.cfg.EstimateMargin+0.999) + int64(req.MaxTokens)
+	}
+	prio := llm.PriorityOf(&req)
+	user := req.UserInvoked || prio >= llm.PriorityUserInteractive
+	class := "pipeline"
+	if user {
+		class = "user"
+	}
+	g.mu.Lock()
+	g.seq++
+	t := &ticket{prio: prio, seq: g.seq, index: -1, ready: make(chan struct{}, 1)}
+	if user {
+		g.userPending++
+		// The victim's own goroutine re-queues it and publishes RequestPreempted.
+		g.preemptLocked()
+	}
+	g.mu.Unlock()
+	userLeft := false
+	leaveUser := func() {
+		if user && !userLeft {
+			userLeft = true
+			g.mu.Lock()
+			g.userPending--
+			g.dispatchLocked()
+			g.mu.Unlock()
+		}
+	}
+	defer leaveUser()
+	scope := budget.Scope{Tenant: req.TenantID, Session: req.SessionID, Task: req.TaskID, Provider: p.Name(),
+		SessionLimit: req.SessionBudget, TaskLimit: req.TaskBudget}
+	submitted := time.Now()
+	for n := 1; ; {
+		if !user {
+			if err := g.admit(ctx, t); err != nil {
+				return nil, err
+			}
+		}
+		resp, preempted, err := g.attempt(ctx, t, p, &req, scope, estimate, call, leaveUser, class, submitted)
+		if !user {
+			g.release(t)
+		}
+		if preempted {
+			g.m.preempted.Inc()
+			g.publish(ctx, signal.Signal{Type: signal.RequestPreempted, TargetID: req.SessionID, Provider: p.Name(),
+				Data: map[string]string{"request_id": req.ID}, Reason: "preempted by a user request; re-queued"})
+			continue
+		}
+		if err == nil {
+			return resp, nil
+		}
+		var ae *attemptError
+		if g.fitter != nil && !refitted && errors.As(err, &ae) && ae.retryable && llm.IsContextOverflow(ae.err) {
+			refitted = true
+			before := llm.EstimateRequest(&req)
+			if ferr := g.fit(ctx, &req, int(float64(maxContext)*llm.RefitFactor)); ferr != nil {
+				return resp, ae.err
+			}
+			g.log.WarnContext(ctx, "provider rejected the prompt as too long; refitted to 85% of the window",
+				slog.String("provider", p.Name()), slog.String("model", req.Model), slog.Int("estimated_tokens", before), slog.Int("max_context", maxContext))
+			continue
+		}
+		if !errors.As(err, &ae) || !ae.retryable {
+			return resp, unwrapAttempt(err)
+		}
+		wait, ok := g.retry.Next(ae.tier, n, ae.err)
+		if !ok {
+			return resp, ae.err
+		}
+		g.m.retries.WithLabelValues(ae.tier.String()).Inc()
+		n++
+		if ae.tier == llm.TierRateLimit {
+			wait = 0 // the shared limiter holds every replica until the backoff ends
+		}
+		if wait > 0 {
+			tm := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				tm.Stop()
+				return resp, ae.err
+			case <-tm.C:
+			}
+		}
+	}
+}
+
+type attemptError struct {
+	err       error
+	tier      llm.Tier
+	retryable bool
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+func unwrapAttempt(err error) error {
+	var ae *attemptError
+	if errors.As(err, &ae) {
+		return ae.err
+	}
+	return err
+}
+
+// attempt runs one provider call with its budget reservation, rate-limit
+// wait and breaker check. preempted reports a pipeline call cancelled for a
+// user request.
+func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.Request, scope budget.Scope, estimate int64,
+	call callFunc, leaveUser func(), class string, submitted time.Time) (resp *llm.Response, preempted bool, err error) {
+	name := p.Name()
+	res, err := g.precheck(ctx, name, scope, estimate, leaveUser)
+	if err != nil {
+		return nil, false, err
+	}
+	settled := false
+	settle := func(actual int64) {
+		if settled {
+			return
+		}
+		settled = true
+		if err := g.budgets.Settle(context.WithoutCancel(ctx), res, actual); err != nil {
+			g.log.ErrorContext(ctx, "settle token budget", logx.Err(err))
+		}
+	}
+	defer settle(0)
+
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	g.mu.Lock()
+	t.cancel = cancel
+	g.mu.Unlock()
+	g.m.wait.WithLabelValues(class).Observe(time.Since(submitted).Seconds())
+	start := time.Now()
+	resp, delivered, err := call(actx, p, req)
+	latency := time.Since(start)
+	g.mu.Lock()
+	t.cancel = nil
+	g.mu.Unlock()
+	if resp != nil && resp.Latency == 0 {
+		resp.Latency = latency
+	}
+
+	var u llm.Usage
+	if resp != nil {
+		u = resp.Usage
+	}
+	rec := llm.UsageRecord{At: g.now().UTC(), RequestID: req.ID, Attribution: req.Attribution, Provider: name, Model: req.Model,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: llm.Cost(name, req.Model, u), Latency: latency}
+	if resp != nil && resp.Model != "" {
+		rec.Model = resp.Model
+		rec.CostUSD = llm.Cost(name, resp.Model, u)
+	}
+	if err != nil {
+		settle(int64(u.Total()))
+	}
+	g.m.duration.WithLabelValues(name).Observe(latency.Seconds())
+	g.m.tokens.WithLabelValues(name, "input").Add(float64(u.InputTokens))
+	g.m.tokens.WithLabelValues(name, "output").Add(float64(u.OutputTokens))
+	g.m.cost.WithLabelValues(name).Add(rec.CostUSD)
+
+	bctx := context.WithoutCancel(ctx)
+	if err == nil {
+		if resp.CostUSD == 0 {
+			resp.CostUSD = rec.CostUSD
+		}
+		rec.Outcome = "ok"
+		g.record(rec)
+		g.m.requests.WithLabelValues(name, "ok").Inc()
+		settled = true
+		// The bookkeeping is off the caller's path: the reservation already
+		// covers the call, so settling a moment later only keeps budgets
+		// conservative. Close waits for it.
+		g.bg.Add(1)
+		go func() {
+			defer g.bg.Done()
+			if perr := g.postSuccess(bctx, name, res, u.Total()); perr != nil {
+				g.log.WarnContext(bctx, "record call success", logx.Err(perr))
+			}
+		}()
+		return resp, false, nil
+	}
+
+	if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrPreempted) {
+		rec.Outcome = "preempted"
+		g.record(rec)
+		return nil, true, nil
+	}
+	if ctx.Err() != nil {
+		rec.Outcome = "cancelled"
+		g.record(rec)
+		g.m.requests.WithLabelValues(name, "cancelled").Inc()
+		return resp, false, context.Cause(ctx)
+	}
+	tier := g.classifier.Classify(err)
+	rec.Outcome, rec.ErrorTier = "error", tier.String()
+	g.record(rec)
+	g.m.requests.WithLabelValues(name, "error").Inc()
+	switch tier {
+	case llm.TierRateLimit:
+		if _, _, lerr := g.limiter.OnRateLimit(bctx, name, llm.RetryAfterOf(err)); lerr != nil {
+			g.log.WarnContext(ctx, "rate limiter 429", logx.Err(lerr))
+		}
+	case llm.TierDegrading, llm.TierTransient:
+		if _, berr := g.breakers.Record(bctx, name, false); berr != nil {
+			g.log.WarnContext(ctx, "record breaker failure", logx.Err(berr))
+		}
+	}
+	g.log.WarnContext(ctx, "model call failed", slog.String("provider", name), slog.String("tier", tier.String()), logx.Err(err))
+	return resp, false, &attemptError{err: err, tier: tier, retryable: !delivered}
+}
+
+// Queued is the number of pipeline calls waiting for a slot.
+func (g *Gate) Queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue)
+}
+
+// provider picks the tenant's own client when it stored a key for the
+// provider, else the configured one.
+func (g *Gate) provider(ctx context.Context, req *llm.Request) (llm.Provider, error) {
+	name := req.Provider
+	if name == "" {
+		name = g.providers.Default().Name()
+	}
+	if g.tenants != nil && req.TenantID != "" {
+		tp, ok, err := g.tenants.Get(ctx, req.TenantID, name)
+		if err != nil {
+			return nil, fmt.Errorf("tenant credentials for %s: %w", name, err)
+		}
+		if ok {
+			return tp, nil
+		}
+	}
+	return g.providers.Get(name)
+}
+
+// precheck runs the shared rate limiter, the budget reservation and the
+// circuit breaker in one Redis round trip, waiting out a rate-limit backoff
+// (after which the user queue no longer holds pipeline calls back).
+func (g *Gate) precheck(ctx context.Context, name string, scope budget.Scope, estimate int64, leaveUser func()) (*budget.Reservation, error) {
+	for reloaded := false; ; {
+		pipe := g.rdb.Pipeline()
+		proceed := g.limiter.ProceedCmd(ctx, pipe, name)
+		reserve := g.budgets.ReserveCmd(ctx, pipe, scope, estimate)
+		allow := g.breakers.AllowCmd(ctx, pipe, name)
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		ok, _, perr := proceed()
+		res, rerr := reserve()
+		allowed, st, aerr := allow()
+		if !reloaded && (isNoScript(perr) || isNoScript(rerr) || isNoScript(aerr)) {
+			reloaded = true
+			if err := g.load(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		undo := func() {
+			bctx := context.WithoutCancel(ctx)
+			if res != nil {
+				if err := g.budgets.Settle(bctx, res, 0); err != nil {
+					g.log.ErrorContext(ctx, "release token budget", logx.Err(err))
+				}
+			}
+			if aerr == nil && allowed && st == breaker.HalfOpen {
+				if err := g.breakers.Release(bctx, name); err != nil {
+					g.log.WarnContext(ctx, "release breaker probe", logx.Err(err))
+				}
+			}
+		}
+		if err := errors.Join(perr, aerr); err != nil {
+			undo()
+			return nil, err
+		}
+		if !ok {
+			undo()
+			if err := g.limiter.Wait(ctx, name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		leaveUser()
+		if rerr != nil {
+			undo()
+			g.m.requests.WithLabelValues(name, "refused").Inc()
+			return nil, rerr
+		}
+		if !allowed {
+			undo()
+			g.m.requests.WithLabelValues(name, "refused").Inc()
+			return nil, fmt.Errorf("%w: %s", ErrCircuitOpen, name)
+		}
+		return res, nil
+	}
+}
+
+// postSuccess settles the budget, records the breaker success and the
+// limiter's success and soft-limit usage in one round trip.
+func (g *Gate) postSuccess(ctx context.Context, name string, res *budget.Reservation, tokens int) error {
+	pipe := g.rdb.Pipeline()
+	settle := g.budgets.SettleCmd(ctx, pipe, res, int64(tokens))
+	record := g.breakers.RecordCmd(ctx, pipe, name, true)
+	success := g.limiter.SuccessCmd(ctx, pipe, name, tokens)
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	_, rerr := record()
+	return errors.Join(settle(), rerr, success())
+}
+
+func (g *Gate) load(ctx context.Context) error {
+	return errors.Join(g.limiter.Load(ctx), g.budgets.Load(ctx), g.breakers.Load(ctx))
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "NOSCRIPT")
+}
+
+func (g *Gate) fit(ctx context.Context, req *llm.Request, maxContext int) error {
+	res, err := g.fitter.Fit(ctx, req, maxContext)
+	if err != nil {
+		return err
+	}
+	req.Messages = res.Messages
+	return nil
+}

@@ -1,0 +1,112 @@
+package gate_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/llm/internal/fake"
+	"sylk.dev/sylk/pkg/llm/provider/local"
+	"sylk.dev/sylk/pkg/llm/provider/openai"
+	"sylk.dev/sylk/pkg/llm/ratelimit"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// A 429 in the middle of a stream: the handler gets the error chunk and
+// keeps the partial answer, the call is not replayed, and the provider is
+// paused for every caller.
+func TestStream429MidStream(t *testing.T) {
+	t.Parallel()
+	srv := &server{handle: func(w http.ResponseWriter, r *http.Request, text string, n int) {
+		s := fake.NewSSE(w)
+		s.Event("", `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"partial "},"finish_reason":null}]}`)
+		s.Event("", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
+	}}
+	g := newGate(t, testenv.Redis(t), nil, srv, gate.DefaultConfig(), nil)
+	acc := llm.NewAccumulator(llm.OpenAI, "m")
+	var last llm.Chunk
+	err := g.Stream(t.Context(), req("s", "engineer", false), acc.Handler(func(c llm.Chunk) error { last = c; return nil }))
+	require.Equal(t, 429, llm.StatusOf(err))
+	require.Equal(t, llm.ChunkError, last.Type)
+	require.Equal(t, "partial ", acc.Response().Content)
+	require.Len(t, srv.order(), 1, "content was delivered, so it is not replayed")
+	st, err := g.Limiter().State(t.Context(), llm.OpenAI)
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.Exceeded, st.State)
+}
+
+type tenantKeys struct{ p llm.Provider }
+
+func (tk tenantKeys) Get(_ context.Context, tenant, provider string) (llm.Provider, bool, error) {
+	if tenant == "t-own" && provider == llm.Local {
+		return tk.p, true, nil
+	}
+	return nil, false, nil
+}
+
+// A tenant with its own key is served by its own client.
+func TestTenantProvider(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	hs := fake.Server(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		require.Equal(t, "Bearer tenant-key", r.Header.Get("Authorization"))
+		ok(w, "tenant")
+	})
+	own := openai.New(llm.ProviderOptions{APIKey: "tenant-key", BaseURL: hs.URL + "/v1", HTTPClient: hs.Client(), Name: llm.Local})
+	reg, err := llm.NewRegistry(llm.Local, local.New())
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t), Tenants: tenantKeys{own}})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	r := req("hi", "engineer", false)
+	r.TenantID = "t-own"
+	resp, err := g.Complete(t.Context(), r)
+	require.NoError(t, err)
+	require.Equal(t, "done tenant", resp.Content)
+	r.TenantID = "t-other"
+	resp, err = g.Complete(t.Context(), r)
+	require.NoError(t, err)
+	require.Contains(t, resp.Content, "local provider")
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// A prompt the provider rejects as too long is fitted into 85% of the
+// window and tried once more (P-07).
+func TestRefitOnContextOverflow(t *testing.T) {
+	t.Parallel()
+	var sizes []int
+	srv := &server{handle: func(w http.ResponseWriter, r *http.Request, text string, n int) {}}
+	srv.handle = func(w http.ResponseWriter, r *http.Request, text string, n int) {
+		sizes = append(sizes, int(r.ContentLength))
+		if len(sizes) == 1 {
+			fake.JSONError(w, 400, "", `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+			return
+		}
+		ok(w, text)
+	}
+	hs := fake.Server(t, srv.serve)
+	p := openai.New(llm.ProviderOptions{APIKey: "k", BaseURL: hs.URL + "/v1", HTTPClient: hs.Client(), Name: "ollama", Aliases: llm.Aliases{llm.AliasDefault: "small"}})
+	reg, err := llm.NewRegistry("ollama", p)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t), MaxTokens: 64,
+		Fitter: &llm.Fitter{Reserve: 512, Summarize: func(_ context.Context, ms []llm.Message) (string, error) { return "earlier talk", nil }}})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	r := &llm.Request{Attribution: llm.Attribution{TenantID: "t"}}
+	for i := range 70 {
+		r.Messages = append(r.Messages, llm.Message{Role: llm.RoleUser, Content: strings.Repeat("x", 400) + time.Duration(i).String()})
+	}
+	r.Messages = append(r.Messages, llm.Message{Role: llm.RoleUser, Content: "last"})
+	_, err = g.Complete(t.Context(), r)
+	require.NoError(t, err)
+	require.Len(t, sizes, 2)
+	require.Less(t, sizes[1], sizes[0], "the second try is smaller")
+}
