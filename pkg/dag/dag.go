@@ -4,6 +4,7 @@ package dag
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +25,15 @@ const (
 	MaxNameBytes = 1 << 10
 	// MaxTimeout is the longest timeout a node may ask for.
 	MaxTimeout = 24 * time.Hour
+	// MaxLoops bounds a pipeline's max_loops.
+	MaxLoops = 10
+	// MaxEdits and MaxEditBytes bound a node's explicit edits.
+	MaxEdits     = 100
+	MaxEditBytes = 256 << 10
+	// MaxRetries bounds a retry policy's max.
+	MaxRetries = 20
+	// MaxBackoff bounds a retry policy's first delay.
+	MaxBackoff = time.Hour
 )
 
 // Roles a node may name; the empty role means RoleEngineer.
@@ -92,7 +102,73 @@ func Validate(d *orchestratorv1.Dag) ([][]string, error) {
 			return nil, err
 		}
 	}
-	return layers(nodes, index)
+	if err := checkRetry("dag.policy.default_retry", d.GetPolicy().GetDefaultRetry()); err != nil {
+		return nil, err
+	}
+	computed, err := layers(nodes, index)
+	if err != nil || len(d.GetExecutionOrder()) == 0 {
+		return computed, err
+	}
+	return checkOrder(d, index)
+}
+
+// checkOrder verifies a DAG's declared execution_order: every node exactly
+// once, each in a later layer than all its dependencies. It returns the
+// declared layers.
+func checkOrder(d *orchestratorv1.Dag, index map[string]int) ([][]string, error) {
+	layerOf := make(map[string]int, len(index))
+	out := make([][]string, 0, len(d.GetExecutionOrder()))
+	for li, l := range d.GetExecutionOrder() {
+		if len(l.GetNodeIds()) == 0 {
+			return nil, errorf("dag.execution_order[%d]: layer is empty", li)
+		}
+		for _, id := range l.GetNodeIds() {
+			if _, ok := index[id]; !ok {
+				return nil, errorf("dag.execution_order[%d]: unknown node %q", li, id)
+			}
+			if prev, dup := layerOf[id]; dup {
+				return nil, errorf("dag.execution_order[%d]: node %q already appears in layer %d", li, id, prev)
+			}
+			layerOf[id] = li
+		}
+		out = append(out, slices.Clone(l.GetNodeIds()))
+	}
+	for _, n := range d.GetNodes() {
+		li, ok := layerOf[n.GetId()]
+		if !ok {
+			return nil, errorf("dag.execution_order: node %q is missing", n.GetId())
+		}
+		for _, dep := range n.GetDependsOn() {
+			if layerOf[dep] >= li {
+				return nil, errorf("dag.execution_order: node %q (layer %d) must come after its dependency %q (layer %d)", n.GetId(), li, dep, layerOf[dep])
+			}
+		}
+	}
+	return out, nil
+}
+
+// Retry is a node's effective retry policy: its own, else the DAG's
+// default, else none (nil).
+func Retry(d *orchestratorv1.Dag, n *orchestratorv1.Node) *orchestratorv1.RetryPolicy {
+	if n.GetRetry() != nil {
+		return n.GetRetry()
+	}
+	return d.GetPolicy().GetDefaultRetry()
+}
+
+func checkRetry(field string, r *orchestratorv1.RetryPolicy) *Error {
+	if r == nil {
+		return nil
+	}
+	if r.GetMax() < 0 || r.GetMax() > MaxRetries {
+		return errorf("%s.max: must be between 0 and %d", field, MaxRetries)
+	}
+	if b := r.GetBackoff(); b != nil {
+		if err := b.CheckValid(); err != nil || b.AsDuration() < 0 || b.AsDuration() > MaxBackoff {
+			return errorf("%s.backoff: must be between 0 and %s", field, MaxBackoff)
+		}
+	}
+	return nil
 }
 
 func checkNode(i int, n *orchestratorv1.Node, index map[string]int) *Error {
@@ -111,8 +187,12 @@ func checkNode(i int, n *orchestratorv1.Node, index map[string]int) *Error {
 		seen[dep] = true
 	}
 	switch {
-	case strings.TrimSpace(n.GetCommand()) == "" && strings.TrimSpace(n.GetPrompt()) == "":
-		return errorf("node %q: a command or a prompt is required", id)
+	case strings.TrimSpace(n.GetCommand()) == "" && strings.TrimSpace(n.GetPrompt()) == "" && len(n.GetEdits()) == 0:
+		return errorf("node %q: a command or a prompt is required (or edits)", id)
+	case n.GetMaxLoops() < 0 || n.GetMaxLoops() > MaxLoops:
+		return errorf("node %q: max_loops must be between 0 and %d", id, MaxLoops)
+	case len(n.GetEdits()) > MaxEdits:
+		return errorf("node %q: %d edits exceed the limit of %d", id, len(n.GetEdits()), MaxEdits)
 	case len(n.GetCommand()) > MaxCommandBytes:
 		return errorf("node %q: command of %d bytes exceeds the limit of %d", id, len(n.GetCommand()), MaxCommandBytes)
 	case len(n.GetPrompt()) > MaxPromptBytes:
@@ -124,6 +204,18 @@ func checkNode(i int, n *orchestratorv1.Node, index map[string]int) *Error {
 	case "", RoleEngineer, RoleInspector, RoleTester:
 	default:
 		return errorf("node %q: role %q is invalid: want %s, %s or %s", id, n.GetRole(), RoleEngineer, RoleInspector, RoleTester)
+	}
+	for j, e := range n.GetEdits() {
+		p := path.Clean(e.GetPath())
+		switch {
+		case e.GetPath() == "" || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || p == ".git" || strings.HasPrefix(p, ".git/"):
+			return errorf("node %q: edits[%d].path %q must be a relative path inside the repository", id, j, e.GetPath())
+		case len(e.GetContent()) > MaxEditBytes:
+			return errorf("node %q: edits[%d] of %d bytes exceeds the limit of %d", id, j, len(e.GetContent()), MaxEditBytes)
+		}
+	}
+	if err := checkRetry(fmt.Sprintf("node %q: retry", id), n.GetRetry()); err != nil {
+		return err
 	}
 	if t := n.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {

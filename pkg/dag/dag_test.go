@@ -131,3 +131,60 @@ func TestRole(t *testing.T) {
 	require.Equal(t, dag.RoleEngineer, dag.Role(&orchestratorv1.Node{}))
 	require.Equal(t, dag.RoleTester, dag.Role(&orchestratorv1.Node{Role: "tester"}))
 }
+
+func TestExecutionOrderIsVerified(t *testing.T) {
+	t.Parallel()
+	nodes := []*orchestratorv1.Node{
+		{Id: "t1", Command: "x"},
+		{Id: "t2", Command: "x", DependsOn: []string{"t1"}},
+		{Id: "t3", Command: "x", DependsOn: []string{"t1"}},
+		{Id: "t4", Command: "x", DependsOn: []string{"t2", "t3"}},
+	}
+	order := func(layers ...[]string) []*orchestratorv1.Layer {
+		var out []*orchestratorv1.Layer
+		for _, l := range layers {
+			out = append(out, &orchestratorv1.Layer{NodeIds: l})
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		order   []*orchestratorv1.Layer
+		want    [][]string
+		wantErr string
+	}{
+		{name: "absent: computed", want: [][]string{{"t1"}, {"t2", "t3"}, {"t4"}}},
+		{name: "the spec's example", order: order([]string{"t1"}, []string{"t2", "t3"}, []string{"t4"}), want: [][]string{{"t1"}, {"t2", "t3"}, {"t4"}}},
+		{name: "a valid serial order", order: order([]string{"t1"}, []string{"t3"}, []string{"t2"}, []string{"t4"}), want: [][]string{{"t1"}, {"t3"}, {"t2"}, {"t4"}}},
+		{name: "dependency in the same layer", order: order([]string{"t1", "t2"}, []string{"t3"}, []string{"t4"}), wantErr: `node "t2" (layer 0) must come after its dependency "t1" (layer 0)`},
+		{name: "missing node", order: order([]string{"t1"}, []string{"t2", "t3"}), wantErr: `node "t4" is missing`},
+		{name: "unknown node", order: order([]string{"t1"}, []string{"t2", "t3", "t9"}, []string{"t4"}), wantErr: `unknown node "t9"`},
+		{name: "twice", order: order([]string{"t1"}, []string{"t2", "t3"}, []string{"t4", "t2"}), wantErr: `node "t2" already appears in layer 1`},
+		{name: "empty layer", order: order([]string{"t1"}, []string{}, []string{"t2", "t3"}, []string{"t4"}), wantErr: "layer is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := dag.Validate(&orchestratorv1.Dag{Nodes: nodes, ExecutionOrder: tt.order})
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestRetryPolicyIsValidated(t *testing.T) {
+	t.Parallel()
+	_, err := dag.Validate(&orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{{Id: "a", Command: "x", Retry: &orchestratorv1.RetryPolicy{Max: -1}}}})
+	require.ErrorContains(t, err, `node "a": retry.max`)
+	_, err = dag.Validate(&orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{{Id: "a", Command: "x"}},
+		Policy: &orchestratorv1.Policy{DefaultRetry: &orchestratorv1.RetryPolicy{Max: 1, Backoff: durationpb.New(-time.Second)}}})
+	require.ErrorContains(t, err, "dag.policy.default_retry.backoff")
+	d := &orchestratorv1.Dag{Nodes: []*orchestratorv1.Node{{Id: "a", Command: "x"}, {Id: "b", Command: "x", Retry: &orchestratorv1.RetryPolicy{Max: 3}}},
+		Policy: &orchestratorv1.Policy{DefaultRetry: &orchestratorv1.RetryPolicy{Max: 2}}}
+	require.Equal(t, int32(2), dag.Retry(d, d.GetNodes()[0]).GetMax())
+	require.Equal(t, int32(3), dag.Retry(d, d.GetNodes()[1]).GetMax())
+}

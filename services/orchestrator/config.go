@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -28,6 +29,18 @@ type Config struct {
 	// ResyncInterval is how often unfinished runs are re-examined, so that a
 	// run whose scheduling was interrupted (a crash, a failed publish) moves on.
 	ResyncInterval time.Duration
+	// ReplicaID names this replica in run leases; a restart under the same
+	// id takes its runs back at once.
+	ReplicaID string
+	// LeaseTTL is how long a replica's claim on a run lasts without renewal:
+	// another replica resumes the runs of a replica that died within it.
+	LeaseTTL time.Duration
+	// GlobalMaxConcurrency caps the nodes running at once across every run
+	// and replica (held in Redis); 0 leaves only each run's max_concurrency.
+	GlobalMaxConcurrency int
+	// UserReservePercent of the global slots only interactive runs may use;
+	// the rest are shared fairly between sessions.
+	UserReservePercent int
 }
 
 // RegisterFlags registers the -orchestrator.* flags.
@@ -41,6 +54,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultPageSize, "orchestrator.default-page-size", 50, "ListRuns page size when the request does not say")
 	fs.IntVar(&c.MaxPageSize, "orchestrator.max-page-size", 500, "largest ListRuns page size")
 	fs.DurationVar(&c.ResyncInterval, "orchestrator.resync-interval", 15*time.Second, "how often unfinished runs are re-examined")
+	fs.StringVar(&c.ReplicaID, "orchestrator.replica-id", defaultReplicaID(), "this replica's name in run leases (stable across restarts)")
+	fs.IntVar(&c.GlobalMaxConcurrency, "orchestrator.global-max-concurrency", 0, "nodes running at once across all runs and replicas, shared fairly between sessions (0 = no global cap; needs Redis)")
+	fs.IntVar(&c.UserReservePercent, "orchestrator.user-reserve-percent", 20, "percent of the global slots reserved for interactive runs")
+	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
+}
+
+func defaultReplicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "orchestrator"
+	}
+	return host
 }
 
 // DefaultConfig returns the flag defaults.
@@ -79,6 +104,18 @@ func (c Config) Validate() error {
 	}
 	if c.ResyncInterval < 100*time.Millisecond {
 		errs = append(errs, errors.New("orchestrator.resync-interval: must be at least 100ms"))
+	}
+	if c.ReplicaID == "" || len(c.ReplicaID) > 128 {
+		errs = append(errs, errors.New("orchestrator.replica-id: must be 1-128 characters"))
+	}
+	if c.GlobalMaxConcurrency < 0 || c.GlobalMaxConcurrency > 100000 {
+		errs = append(errs, errors.New("orchestrator.global-max-concurrency: must be between 0 and 100000"))
+	}
+	if c.UserReservePercent < 0 || c.UserReservePercent > 50 {
+		errs = append(errs, errors.New("orchestrator.user-reserve-percent: must be between 0 and 50"))
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		errs = append(errs, errors.New("orchestrator.lease-ttl: must be at least 300ms"))
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -525,31 +526,48 @@ func TestCancelRun(t *testing.T) {
 	_, err := h.svc.CancelRun(userCtx("t2"), &orchestratorv1.CancelRunRequest{Name: run.GetName()})
 	require.Equal(t, codes.NotFound, status.Code(err), "another tenant cannot see the run")
 
+	// The running node's worker is told to stop it.
+	signals := make(chan *nats.Msg, 4)
+	sub, err := h.bus.Conn.ChanSubscribe(orchestrator.CancelSubject(h.bus), signals)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, h.bus.Conn.Flush())
+
 	resp, err := h.svc.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, resp.GetRun().GetState())
 	n := nodesByID(resp.GetRun())
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n["a"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["a"].GetState())
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
+	select {
+	case m := <-signals:
+		var env messagev1.Envelope
+		require.NoError(t, proto.Unmarshal(m.Data, &env))
+		require.Equal(t, messagev1.SignalType_SIGNAL_TYPE_CANCEL_TASK, env.GetSignal().GetType())
+		require.Equal(t, orchestrator.CancelTarget(run.GetId(), "a", 1), env.GetSignal().GetTargetId())
+		require.Equal(t, "t1", env.GetTenantId())
+	case <-time.After(waitFor):
+		t.Fatal("no cancel signal")
+	}
 
 	_, err = h.svc.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
 
-	// The dispatched node's result is still recorded; nothing else runs.
+	// A late result of the cancelled attempt is ignored; nothing else runs.
 	h.sendResult(t, "t1", run.GetId(), "a", 1, 0, "late\n", "late-a")
 	h.resultsDrained(t, 1)
 	got := h.get(t, ctx, run.GetName())
 	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, got.GetState())
 	n = nodesByID(got)
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["a"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["a"].GetState())
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
 	h.noMoreTasks(t, "engineer")
-	evs := h.events(t, "t1", session, 4)
+	evs := h.events(t, "t1", session, 3)
 	var types []string
 	for _, e := range evs {
 		types = append(types, e.GetType())
 	}
-	require.Equal(t, []string{"run.started", "run.node_dispatched", "run.completed", "run.node_completed"}, types)
+	require.Equal(t, []string{"run.started", "run.node_dispatched", "run.completed"}, types)
 	require.Equal(t, "CANCELLED", evs[2].GetData().GetFields()["state"].GetStringValue())
 	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_runs_total", "CANCELLED"))
 }

@@ -1,15 +1,19 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -19,6 +23,7 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
+	"sylk.dev/sylk/services/worker"
 )
 
 // Event types published on the run's session stream.
@@ -27,6 +32,9 @@ const (
 	EventNodeDispatched = "run.node_dispatched"
 	EventNodeCompleted  = "run.node_completed"
 	EventRunCompleted   = "run.completed"
+	EventNodeRetrying   = "run.node_retrying"
+	EventRunPaused      = "run.paused"
+	EventRunResumed     = "run.resumed"
 )
 
 // Internal limits and timings.
@@ -38,7 +46,11 @@ const (
 	resyncBatch           = 1000
 	resultConsumerDurable = "orchestrator-results"
 	resultRedeliveryDelay = 2 * time.Second
-	unlimitedDeliveries   = -1
+	// publishParallelism bounds the dispatches of one decision in flight.
+	publishParallelism = 32
+	// maxWoken bounds the waiting runs re-examined after slots freed up.
+	maxWoken            = 256
+	unlimitedDeliveries = -1
 )
 
 // effects are what a committed scheduling decision still has to tell the
@@ -50,6 +62,26 @@ type effects struct {
 	// completed is the run's terminal state when this decision ended it.
 	completed string
 	durations []time.Duration
+	// wakeAt is when a node waiting for its retry becomes ready.
+	wakeAt *time.Time
+	// cancels are running attempts the workers must stop.
+	cancels []cancelTask
+	// merge is set when a repository run succeeded: its patches are merged.
+	merge *mergeJob
+	// release are global dispatch slots to give back; waiting is set when
+	// the run had ready nodes but no slot (with their top priority).
+	release   []string
+	satisfied bool
+	waiting   bool
+	waitPrio  int32
+	created   time.Time
+}
+
+type mergeJob struct{ repo, base string }
+
+type cancelTask struct {
+	node    string
+	attempt int32
 }
 
 // step is a dispatch (with the event announcing it) or a lone event.
@@ -108,8 +140,10 @@ func (s *Service) withRun(ctx context.Context, tenant, runID string, skipLocked 
 }
 
 // advance moves a run on, under its lock: it starts a pending run, skips
-// the nodes a failure made unreachable, ends the run when no node is left to
-// run, and dispatches ready nodes while fewer than max_concurrency are out.
+// the nodes a failure made unreachable (or cancels every pending node under
+// fail_fast), ends the run when no node is left to run, and dispatches ready
+// nodes, highest priority first, while fewer than max_concurrency are out.
+// A paused run dispatches nothing; its running nodes finish.
 func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effects) error {
 	if run.State == statePending {
 		if err := startRun(ctx, tx, run.TenantID, run.ID); err != nil {
@@ -119,7 +153,7 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		eff.event(EventRunStarted, run.ID+":started", "run "+runName(run.ID)+" started",
 			map[string]any{"run": runName(run.ID)})
 	}
-	if run.State != stateRunning {
+	if run.State != stateRunning && run.State != statePaused {
 		return nil
 	}
 	nodes, err := listSchedNodes(ctx, tx, run.TenantID, run.ID)
@@ -127,12 +161,22 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		return fmt.Errorf("load nodes: %w", err)
 	}
 	state := make(map[string]string, len(nodes))
-	var skipped []string
+	failed := false
+	for _, n := range nodes {
+		failed = failed || n.State == stateFailed
+	}
+	var skipped, cancelled []string
 	// Nodes come in topological order, so one pass carries a failure to
 	// every transitive dependent.
 	for i := range nodes {
 		n := &nodes[i]
-		if n.State == statePending && anyDep(n.DependsOn, state, stateFailed, stateSkipped, stateCancelled) {
+		switch {
+		case n.State == statePending && failed && run.FailFast:
+			n.State = stateCancelled
+			cancelled = append(cancelled, n.ID)
+			eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:cancelled", run.ID, n.ID), "node "+n.ID+" cancelled: fail_fast after a failure",
+				map[string]any{"run": runName(run.ID), "node": n.ID, "state": stateCancelled, "exit_code": 0})
+		case n.State == statePending && anyDep(n.DependsOn, state, stateFailed, stateSkipped, stateCancelled):
 			n.State = stateSkipped
 			skipped = append(skipped, n.ID)
 			eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:skipped", run.ID, n.ID), "node "+n.ID+" skipped: a dependency did not succeed",
@@ -143,6 +187,11 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 	if len(skipped) > 0 {
 		if err := setNodesState(ctx, tx, run.TenantID, run.ID, skipped, statePending, stateSkipped); err != nil {
 			return fmt.Errorf("skip nodes: %w", err)
+		}
+	}
+	if len(cancelled) > 0 {
+		if err := setNodesState(ctx, tx, run.TenantID, run.ID, cancelled, statePending, stateCancelled); err != nil {
+			return fmt.Errorf("cancel nodes: %w", err)
 		}
 	}
 	pending, dispatched, succeeded := 0, 0, 0
@@ -166,23 +215,42 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		}
 		run.State = final
 		eff.completed = final
+		if final == stateSucceeded && run.Repository != "" {
+			eff.merge = &mergeJob{repo: run.Repository, base: run.BaseCommit}
+		}
 		eff.event(EventRunCompleted, run.ID+":completed", "run "+runName(run.ID)+" "+strings.ToLower(final),
 			map[string]any{"run": runName(run.ID), "state": final})
 		return nil
 	}
+	if run.State == statePaused {
+		return nil
+	}
 	slots := int(run.MaxConcurrency) - dispatched
+	if slots <= 0 {
+		return nil
+	}
+	now := time.Now()
 	var ready []*schedNode
 	for i := range nodes {
-		if len(ready) >= slots {
-			break
-		}
 		n := &nodes[i]
-		if n.State == statePending && allDeps(n.DependsOn, state, stateSucceeded) {
-			ready = append(ready, n)
+		if n.State != statePending || n.Paused || !allDeps(n.DependsOn, state, stateSucceeded) {
+			continue
 		}
+		if n.NotBefore != nil && n.NotBefore.After(now) {
+			if eff.wakeAt == nil || n.NotBefore.Before(*eff.wakeAt) {
+				eff.wakeAt = n.NotBefore
+			}
+			continue
+		}
+		ready = append(ready, n)
 	}
 	if len(ready) == 0 {
 		return nil
+	}
+	// Priority first; the topological order (spawn order) breaks ties.
+	slices.SortStableFunc(ready, func(a, b *schedNode) int { return cmp.Compare(b.Priority, a.Priority) })
+	if len(ready) > slots {
+		ready = ready[:slots]
 	}
 	return s.dispatch(ctx, tx, run, ready, eff)
 }
@@ -209,6 +277,25 @@ func allDeps(deps []string, state map[string]string, want string) bool {
 
 // dispatch marks ready nodes DISPATCHED and queues their task messages.
 func (s *Service) dispatch(ctx context.Context, tx pgx.Tx, run *runRow, ready []*schedNode, eff *effects) error {
+	if s.slots != nil {
+		members := make([]string, len(ready))
+		for i, n := range ready {
+			members[i] = slotMember(run.TenantID, run.ID, n.ID, n.Attempt+1)
+		}
+		got, err := s.slots.acquire(ctx, run.TenantID, run.SessionID, run.Interactive, members)
+		if err != nil {
+			return err
+		}
+		if got < len(ready) {
+			eff.waiting, eff.waitPrio, eff.created = true, ready[got].Priority, run.CreateTime
+			ready = ready[:got]
+		} else {
+			eff.satisfied = true
+		}
+		if len(ready) == 0 {
+			return nil
+		}
+	}
 	idsToMark := make([]string, len(ready))
 	for i, n := range ready {
 		idsToMark[i] = n.ID
@@ -229,13 +316,9 @@ func (s *Service) dispatch(ctx context.Context, tx pgx.Tx, run *runRow, ready []
 
 // buildDispatches makes the task messages of nodes at the given attempts.
 func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, nodes []*schedNode, attempts map[string]int32) ([]*dispatchMsg, error) {
-	var d orchestratorv1.Dag
-	if err := proto.Unmarshal(run.DAG, &d); err != nil {
-		return nil, fmt.Errorf("decode dag of run %s: %w", run.ID, err)
-	}
-	specs := make(map[string]*orchestratorv1.Node, len(d.GetNodes()))
-	for _, n := range d.GetNodes() {
-		specs[n.GetId()] = n
+	specs, err := s.specsOf(ctx, q, run, nodes)
+	if err != nil {
+		return nil, err
 	}
 	var deps []string
 	for _, n := range nodes {
@@ -266,6 +349,14 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 			OutputLimitBytes: int64(s.cfg.OutputLimitBytes),
 			UpstreamOutputs:  s.upstream(n.DependsOn, outputs),
 		}
+		meta := map[string]string{}
+		if b, err := proto.Marshal(spec); err == nil {
+			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(b)
+		}
+		if run.Repository != "" {
+			meta[worker.MetaRepository] = run.Repository
+			meta[worker.MetaBaseCommit] = run.BaseCommit
+		}
 		msgs = append(msgs, &dispatchMsg{
 			subject: topology.TaskSubject(s.bus, n.Role),
 			msgID:   fmt.Sprintf("%s:%s:%d", run.ID, n.ID, attempt),
@@ -283,11 +374,80 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 				CreatedAt:     timestamppb.Now(),
 				Attempt:       attempt,
 				Priority:      messagev1.Priority_PRIORITY_PIPELINE,
+				Metadata:      meta,
 				Payload:       &messagev1.Envelope_TaskDispatch{TaskDispatch: task},
 			},
 		})
 	}
 	return msgs, nil
+}
+
+// specsOf returns the submitted form of nodes, from their rows (or from the
+// run's DAG for rows stored without one).
+func (s *Service) specsOf(ctx context.Context, q querier, run *runRow, nodes []*schedNode) (map[string]*orchestratorv1.Node, error) {
+	idsOf := make([]string, len(nodes))
+	for i, n := range nodes {
+		idsOf[i] = n.ID
+	}
+	raw, err := nodeSpecs(ctx, q, run.TenantID, run.ID, idsOf)
+	if err != nil {
+		return nil, fmt.Errorf("load node specs: %w", err)
+	}
+	specs := make(map[string]*orchestratorv1.Node, len(nodes))
+	for id, b := range raw {
+		var n orchestratorv1.Node
+		if err := proto.Unmarshal(b, &n); err != nil {
+			return nil, fmt.Errorf("decode node %s of run %s: %w", id, run.ID, err)
+		}
+		specs[id] = &n
+	}
+	if len(specs) == len(nodes) {
+		return specs, nil
+	}
+	full, err := getRun(ctx, q, run.TenantID, run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("load dag of run %s: %w", run.ID, err)
+	}
+	var d orchestratorv1.Dag
+	if err := proto.Unmarshal(full.DAG, &d); err != nil {
+		return nil, fmt.Errorf("decode dag of run %s: %w", run.ID, err)
+	}
+	for _, n := range d.GetNodes() {
+		if _, ok := specs[n.GetId()]; !ok {
+			specs[n.GetId()] = n
+		}
+	}
+	return specs, nil
+}
+
+// advanceAfterSuccess is advance for the common case of a node that just
+// succeeded in a running run: its dependents were unblocked in the same
+// transaction, so only ready nodes and running ones are looked at, not the
+// whole DAG. Anything else takes the full path.
+func (s *Service) advanceAfterSuccess(ctx context.Context, tx pgx.Tx, run *runRow, eff *effects) error {
+	if run.State != stateRunning {
+		return s.advance(ctx, tx, run, eff)
+	}
+	dispatched, open, err := runCounts(ctx, tx, run.TenantID, run.ID)
+	if err != nil {
+		return fmt.Errorf("count nodes: %w", err)
+	}
+	if !open {
+		return s.advance(ctx, tx, run, eff)
+	}
+	slots := int(run.MaxConcurrency) - dispatched
+	if slots <= 0 {
+		return nil
+	}
+	ready, err := readyNodes(ctx, tx, run.TenantID, run.ID, slots)
+	if err != nil || len(ready) == 0 {
+		return err
+	}
+	ptrs := make([]*schedNode, len(ready))
+	for i := range ready {
+		ptrs[i] = &ready[i]
+	}
+	return s.dispatch(ctx, tx, run, ptrs, eff)
 }
 
 // upstream is the capped stdout of a node's dependencies.
@@ -325,6 +485,8 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
 	defer cancel()
 	log := s.log.With(logx.KeyTenantID, eff.tenant, logx.KeyRunID, eff.runID)
+	// Dispatches go out one by one, in decision order: the task queues keep
+	// the priority and spawn order of the nodes.
 	for _, st := range eff.steps {
 		if st.event != nil {
 			s.publishEvent(ctx, log, *st.event)
@@ -337,6 +499,7 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 				continue
 			}
 			log.WarnContext(ctx, "publish task; the node goes back to pending", logx.KeyNodeID, m.node, logx.Err(err))
+			eff.release = append(eff.release, slotMember(eff.tenant, eff.runID, m.node, m.attempt))
 			if err := undoDispatch(ctx, s.db, eff.tenant, eff.runID, m.node, m.attempt); err != nil {
 				log.ErrorContext(ctx, "undo dispatch", logx.KeyNodeID, m.node, logx.Err(err))
 			}
@@ -356,8 +519,19 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 			})
 		}
 	}
+	for _, c := range eff.cancels {
+		s.signalCancel(ctx, log, eff.tenant, eff.runID, c)
+		eff.release = append(eff.release, slotMember(eff.tenant, eff.runID, c.node, c.attempt))
+	}
+	s.settleSlots(ctx, log, eff)
+	if eff.wakeAt != nil {
+		s.wakeAt(eff.tenant, eff.runID, *eff.wakeAt)
+	}
 	for _, d := range eff.durations {
 		s.metrics.nodeDuration.Observe(d.Seconds())
+	}
+	if eff.merge != nil {
+		s.mergeRun(ctx, log, eff.tenant, eff.runID, eff.merge.repo, eff.merge.base)
 	}
 	if eff.completed != "" {
 		s.metrics.runs.WithLabelValues(eff.completed).Inc()
@@ -371,15 +545,24 @@ func (s *Service) publishEvent(ctx context.Context, log *slog.Logger, e topology
 	}
 }
 
-// handleResult applies one worker report.
-func (s *Service) handleResult(ctx context.Context, msg jetstream.Msg) error {
+// result is one decoded worker report.
+type result struct {
+	msg    jetstream.Msg
+	env    *messagev1.Envelope
+	r      *messagev1.TaskResult
+	stored nodeResult
+}
+
+// decodeResult reads a worker report; a message that is not one is a
+// permanent error.
+func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 	var env messagev1.Envelope
 	if err := natsx.Unmarshal(msg, &env); err != nil {
-		return err
+		return nil, err
 	}
 	r := env.GetTaskResult()
 	if r == nil || env.GetTenantId() == "" || !ids.Valid(r.GetRunId()) || r.GetNodeId() == "" {
-		return natsx.Permanent(fmt.Errorf("not a task result for a run: %s", msg.Subject()))
+		return nil, natsx.Permanent(fmt.Errorf("not a task result for a run: %s", msg.Subject()))
 	}
 	res := nodeResult{
 		State:           stateSucceeded,
@@ -392,6 +575,9 @@ func (s *Service) handleResult(ctx context.Context, msg jetstream.Msg) error {
 		Duration:        r.GetDuration().AsDuration(),
 		Error:           storable(r.GetError(), maxStoredErrorBytes),
 		WorkerID:        storable(r.GetWorkerId(), 256),
+		Patch:           storable(env.GetMetadata()[worker.MetaPatch], maxStoredPatchBytes),
+		Report:          storable(env.GetMetadata()[worker.MetaReport], maxStoredErrorBytes*4),
+		Pipeline:        storable(env.GetMetadata()[worker.MetaPipeline], maxStoredErrorBytes*16),
 	}
 	if res.TimedOut && res.Error == "" {
 		res.Error = "timed out"
@@ -399,30 +585,171 @@ func (s *Service) handleResult(ctx context.Context, msg jetstream.Msg) error {
 	if res.ExitCode != 0 || res.Error != "" {
 		res.State = stateFailed
 	}
-	tenant, runID, nodeID := env.GetTenantId(), r.GetRunId(), r.GetNodeId()
-	log := s.log.With(logx.KeyTenantID, tenant, logx.KeyRunID, runID, logx.KeyNodeID, nodeID)
+	return &result{msg: msg, env: &env, r: r, stored: res}, nil
+}
+
+// applyResults records reports of one run's nodes in one transaction under
+// the run's lock, then moves the run on once. Each report applies only to
+// the attempt its node awaits, so a redelivered batch changes nothing twice.
+func (s *Service) applyResults(ctx context.Context, tenant, runID string, results []*result) error {
+	log := s.log.With(logx.KeyTenantID, tenant, logx.KeyRunID, runID)
 	found, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
-		applied, err := recordResult(ctx, tx, tenant, runID, nodeID, r.GetAttempt(), res)
-		if err != nil {
-			return fmt.Errorf("record result: %w", err)
+		onlySuccesses := true
+		for _, rs := range results {
+			nodeID, attempt, res := rs.r.GetNodeId(), rs.r.GetAttempt(), rs.stored
+			section := ""
+			if res.Report != "" || res.Patch != "" {
+				section = decisionSection(nodeID, attempt, res.State, res, rs.env.GetMetadata()[worker.MetaGitAudit])
+			}
+			applied, state, retryAt, err := recordResult(ctx, tx, tenant, runID, nodeID, attempt, res, section)
+			if err != nil {
+				return fmt.Errorf("record result: %w", err)
+			}
+			if !applied {
+				log.DebugContext(ctx, "ignoring a result for a node not awaiting it", logx.KeyNodeID, nodeID, slog.Int("attempt", int(attempt)))
+				continue
+			}
+			s.metrics.completions.Inc()
+			eff.durations = append(eff.durations, res.Duration)
+			eff.release = append(eff.release, slotMember(tenant, runID, nodeID, attempt))
+			if state != stateSucceeded {
+				onlySuccesses = false
+			}
+			if state == statePending && retryAt != nil {
+				s.metrics.retries.Inc()
+				eff.event(EventNodeRetrying, fmt.Sprintf("%s:%s:%d:retrying", runID, nodeID, attempt),
+					fmt.Sprintf("node %s failed (exit %d); retry %d at %s", nodeID, res.ExitCode, attempt, retryAt.UTC().Format(time.RFC3339Nano)),
+					map[string]any{"run": runName(runID), "node": nodeID, "attempt": attempt, "exit_code": res.ExitCode,
+						"error": res.Error, "next_attempt_time": retryAt.UTC().Format(time.RFC3339Nano)})
+			} else {
+				eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt),
+					fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
+					map[string]any{"run": runName(runID), "node": nodeID, "state": res.State, "exit_code": res.ExitCode})
+			}
 		}
-		if !applied {
-			log.DebugContext(ctx, "ignoring a result for a node not awaiting it", slog.Int("attempt", int(r.GetAttempt())))
-			return nil
+		if onlySuccesses {
+			return s.advanceAfterSuccess(ctx, tx, run, eff)
 		}
-		eff.durations = append(eff.durations, res.Duration)
-		eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, r.GetAttempt()),
-			fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
-			map[string]any{"run": runName(runID), "node": nodeID, "state": res.State, "exit_code": res.ExitCode})
 		return s.advance(ctx, tx, run, eff)
 	})
 	if err != nil {
 		return err
 	}
 	if !found {
-		log.WarnContext(ctx, "dropping a result for an unknown run")
+		log.WarnContext(ctx, "dropping results for an unknown run", slog.Int("results", len(results)))
 	}
 	return nil
+}
+
+// consumeResults applies worker reports in batches: whatever arrived while
+// the previous batch was applied (up to resultBatch) is grouped by run, and
+// each run's group costs one transaction and one scheduling pass.
+func (s *Service) consumeResults(ctx context.Context) error {
+	cons, err := s.bus.EnsureConsumer(ctx, natsx.ConsumerSpec{
+		Stream:         s.bus.Stream(topology.StreamTasks),
+		Durable:        resultConsumerDurable,
+		FilterSubjects: []string{topology.ResultSubject(s.bus)},
+		// A result must not be lost to a database outage: retry until it
+		// is applied (undecodable messages are terminated instead).
+		MaxDeliver: unlimitedDeliveries,
+	})
+	if err != nil {
+		return err
+	}
+	in := make(chan jetstream.Msg, resultBatch)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case in <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(resultBatch))
+	if err != nil {
+		return fmt.Errorf("consume results: %w", err)
+	}
+	defer cc.Stop()
+	for {
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-in:
+			batch = append(batch, m)
+		}
+	drain:
+		for len(batch) < resultBatch {
+			select {
+			case m := <-in:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		s.applyBatch(ctx, batch)
+	}
+}
+
+// resultBatch bounds the reports applied together.
+const resultBatch = 128
+
+func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
+	type key struct{ tenant, run string }
+	groups := map[key][]*result{}
+	var order []key
+	for _, m := range batch {
+		res, err := s.decodeResult(m)
+		if err != nil {
+			s.log.ErrorContext(ctx, "result dropped", slog.String("subject", m.Subject()), logx.Err(err))
+			_ = m.Term()
+			continue
+		}
+		k := key{res.env.GetTenantId(), res.r.GetRunId()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], res)
+	}
+	for _, k := range order {
+		rs := groups[k]
+		err := s.applyResults(ctx, k.tenant, k.run, rs)
+		for _, r := range rs {
+			if err != nil {
+				_ = r.msg.NakWithDelay(resultRedeliveryDelay)
+				continue
+			}
+			_ = r.msg.Ack()
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "results will be redelivered", logx.KeyTenantID, k.tenant, logx.KeyRunID, k.run, logx.Err(err))
+		}
+	}
+}
+
+// maxStoredPatchBytes bounds a node's stored patch (the worker caps it
+// lower).
+const maxStoredPatchBytes = 512 << 10
+
+// decisionSection is a task's entry in the run's decision log (spec H-07).
+func decisionSection(nodeID string, attempt int32, state string, res nodeResult, gitAudit string) string {
+	var rep orchestratorv1.TaskReport
+	_ = protojson.Unmarshal([]byte(res.Report), &rep)
+	orNone := func(s string) string {
+		if strings.TrimSpace(s) == "" {
+			return "none"
+		}
+		return s
+	}
+	files := "none"
+	if len(rep.GetFilesChanged()) > 0 {
+		files = strings.Join(rep.GetFilesChanged(), ", ")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Task %s (attempt %d): %s\n\n", nodeID, attempt, strings.ToLower(state))
+	fmt.Fprintf(&b, "- Implemented: %s\n- Tested: %s\n- Files changed: %s\n- Decisions: %s\n- Deviations: %s\n- Concerns: %s\n",
+		orNone(rep.GetImplemented()), orNone(rep.GetTested()), files, orNone(rep.GetDecisions()), orNone(rep.GetDeviations()), orNone(rep.GetConcerns()))
+	if gitAudit != "" {
+		fmt.Fprintf(&b, "- Git calls: %d\n", len(strings.Split(gitAudit, "\n")))
+	}
+	return b.String() + "\n"
 }
 
 // storable makes worker text safe for a text column and bounded in size.
@@ -434,53 +761,172 @@ func storable(s string, limit int) string {
 	return s
 }
 
-// recoverRuns re-publishes the dispatches of running runs (a worker may
-// never have received them) under their original message ids, and moves
-// every unfinished run on.
-func (s *Service) recoverRuns(ctx context.Context) error {
-	keys, err := activeRuns(ctx, s.db, 1<<30)
-	if err != nil {
-		return fmt.Errorf("list unfinished runs: %w", err)
+// recoverRuns claims the runs whose lease expired (or that this replica
+// held before a restart) and recovers each: the dispatches of its running
+// nodes are re-published under their original message ids (a worker may
+// never have received them; JetStream drops the copies it already has), and
+// the run moves on. Results are applied only to the attempt a node awaits,
+// so nothing completes twice.
+func (s *Service) recoverRuns(ctx context.Context, atStart bool) error {
+	for {
+		keys, err := claimExpired(ctx, s.db, s.cfg.ReplicaID, s.cfg.LeaseTTL, resyncBatch, atStart)
+		if err != nil {
+			return fmt.Errorf("claim runs: %w", err)
+		}
+		for _, k := range keys {
+			if err := s.recoverRun(ctx, k); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.log.ErrorContext(ctx, "recover run", logx.KeyTenantID, k.Tenant, logx.KeyRunID, k.ID, logx.Err(err))
+			}
+		}
+		if len(keys) > 0 {
+			s.metrics.recovered.Add(float64(len(keys)))
+			s.log.InfoContext(ctx, "took over unfinished runs", slog.Int("runs", len(keys)), slog.String("replica", s.cfg.ReplicaID))
+		}
+		if len(keys) < resyncBatch {
+			return nil
+		}
 	}
-	for _, k := range keys {
-		_, err := s.withRun(ctx, k.Tenant, k.ID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
-			if run.State == stateRunning {
-				nodes, err := listSchedNodes(ctx, tx, run.TenantID, run.ID)
+}
+
+func (s *Service) recoverRun(ctx context.Context, k runKey) error {
+	_, err := s.withRun(ctx, k.Tenant, k.ID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+		if run.State == stateRunning || run.State == statePaused {
+			nodes, err := listSchedNodes(ctx, tx, run.TenantID, run.ID)
+			if err != nil {
+				return err
+			}
+			var out []*schedNode
+			attempts := map[string]int32{}
+			for i := range nodes {
+				if nodes[i].State == stateDispatched {
+					out = append(out, &nodes[i])
+					attempts[nodes[i].ID] = nodes[i].Attempt
+				}
+			}
+			if len(out) > 0 {
+				msgs, err := s.buildDispatches(ctx, tx, run, out, attempts)
 				if err != nil {
 					return err
 				}
-				var out []*schedNode
-				attempts := map[string]int32{}
-				for i := range nodes {
-					if nodes[i].State == stateDispatched {
-						out = append(out, &nodes[i])
-						attempts[nodes[i].ID] = nodes[i].Attempt
-					}
-				}
-				if len(out) > 0 {
-					msgs, err := s.buildDispatches(ctx, tx, run, out, attempts)
-					if err != nil {
-						return err
-					}
-					for _, m := range msgs {
-						m.republish = true
-						eff.steps = append(eff.steps, step{dispatch: m})
-					}
+				for _, m := range msgs {
+					m.republish = true
+					eff.steps = append(eff.steps, step{dispatch: m})
 				}
 			}
-			return s.advance(ctx, tx, run, eff)
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.ErrorContext(ctx, "recover run", logx.KeyTenantID, k.Tenant, logx.KeyRunID, k.ID, logx.Err(err))
+		}
+		return s.advance(ctx, tx, run, eff)
+	})
+	return err
+}
+
+// leases renews this replica's run leases and takes over the runs of
+// replicas that stopped renewing theirs, every LeaseTTL/3.
+func (s *Service) leases(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := renewLeases(ctx, s.db, s.cfg.ReplicaID, s.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "renew run leases", logx.Err(err))
+		}
+		if err := s.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "take over expired runs", logx.Err(err))
+		}
+		s.renewSlots(ctx)
+	}
+}
+
+// settleSlots gives back a decision's global slots, wakes the runs that
+// were waiting for them, and records this run when it is waiting itself.
+func (s *Service) settleSlots(ctx context.Context, log *slog.Logger, eff *effects) {
+	if s.slots == nil {
+		return
+	}
+	if len(eff.release) > 0 {
+		if err := s.slots.release(ctx, eff.tenant, eff.session, eff.release); err != nil {
+			log.WarnContext(ctx, "release dispatch slots", logx.Err(err))
+		}
+		// Every waiting run gets a look, most urgent first: one that is over
+		// its share gets nothing, so it cannot starve the others of the
+		// freed slots.
+		if keys, err := s.slots.next(ctx, maxWoken); err != nil {
+			log.WarnContext(ctx, "read waiting runs", logx.Err(err))
+		} else if len(keys) > 0 {
+			go s.advanceRuns(keys)
 		}
 	}
-	if len(keys) > 0 {
-		s.log.InfoContext(ctx, "recovered unfinished runs", slog.Int("runs", len(keys)))
+	switch {
+	case eff.waiting:
+		if err := s.slots.wait(ctx, eff.tenant, eff.runID, eff.waitPrio, eff.created); err != nil {
+			log.WarnContext(ctx, "record waiting run", logx.Err(err))
+		}
+	case eff.satisfied || eff.completed != "":
+		if err := s.slots.satisfied(ctx, eff.tenant, eff.runID); err != nil {
+			log.WarnContext(ctx, "clear waiting run", logx.Err(err))
+		}
 	}
-	return nil
+}
+
+// advanceRuns moves on runs that were waiting for global slots.
+func (s *Service) advanceRuns(keys []runKey) {
+	ctx := s.runCtx()
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := s.withRun(ctx, k.Tenant, k.ID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+			return s.advance(ctx, tx, run, eff)
+		}); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "advance a waiting run", logx.KeyRunID, k.ID, logx.Err(err))
+		}
+	}
+}
+
+// renewSlots keeps the global slots of this replica's running attempts.
+func (s *Service) renewSlots(ctx context.Context) {
+	if s.slots == nil {
+		return
+	}
+	running, err := ownedRunning(ctx, s.db, s.cfg.ReplicaID)
+	if err != nil {
+		s.log.WarnContext(ctx, "list running attempts", logx.Err(err))
+		return
+	}
+	type sess struct{ tenant, session string }
+	by := map[sess][]string{}
+	for _, a := range running {
+		k := sess{a.Tenant, a.Session}
+		by[k] = append(by[k], slotMember(a.Tenant, a.RunID, a.Node, a.Attempt))
+	}
+	for k, ms := range by {
+		if err := s.slots.renew(ctx, k.tenant, k.session, ms); err != nil {
+			s.log.WarnContext(ctx, "renew dispatch slots", logx.Err(err))
+		}
+	}
+}
+
+// wakeAt advances a run when a node's retry delay is over. Should this
+// replica stop first, the resync loop of any replica picks the run up.
+func (s *Service) wakeAt(tenant, runID string, at time.Time) {
+	d := max(time.Until(at), 0) + 5*time.Millisecond
+	time.AfterFunc(d, func() {
+		ctx := s.runCtx()
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+			return s.advance(ctx, tx, run, eff)
+		}); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "advance run after a retry delay", logx.KeyRunID, runID, logx.Err(err))
+		}
+	})
 }
 
 // resync moves on every unfinished run no other transaction is handling.

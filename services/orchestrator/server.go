@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -66,6 +67,12 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	var base string
+	if repo := req.GetRepository(); repo != "" {
+		if base, err = s.resolveBase(ctx, repo); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	if r := req.GetRequestId(); r != "" {
 		existing, err := getRunByRequestID(ctx, s.db, who.TenantID, r)
 		if err == nil {
@@ -87,17 +94,25 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	}
 	nodes := make([]newNode, len(req.GetDag().GetNodes()))
 	for i, n := range req.GetDag().GetNodes() {
-		nodes[i] = newNode{ID: n.GetId(), Position: i, Layer: layerOf[n.GetId()], Role: dag.Role(n), DependsOn: n.GetDependsOn()}
+		retry := dag.Retry(req.GetDag(), n)
+		spec, err := proto.Marshal(n)
+		if err != nil {
+			return nil, s.internal(ctx, "encode node", err)
+		}
+		nodes[i] = newNode{ID: n.GetId(), Position: i, Layer: layerOf[n.GetId()], Role: dag.Role(n), DependsOn: n.GetDependsOn(),
+			Priority: n.GetPriority(), MaxRetries: retry.GetMax(), BackoffMS: retry.GetBackoff().AsDuration().Milliseconds(), Spec: spec}
 	}
 	run := &runRow{
 		TenantID: who.TenantID, ID: ids.New(), UserID: who.UserID, SessionID: session, Plan: req.GetPlan(),
 		State: statePending, MaxConcurrency: maxConc, DAG: blob,
+		FailFast: req.GetDag().GetPolicy().GetFailFast(), LeaseOwner: s.cfg.ReplicaID,
+		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
 	}
 	if r := req.GetRequestId(); r != "" {
 		run.RequestID = &r
 	}
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertRun(ctx, tx, run); err != nil {
+		if err := insertRun(ctx, tx, run, s.cfg.LeaseTTL); err != nil {
 			return err
 		}
 		return insertNodes(ctx, tx, run.TenantID, run.ID, nodes)
@@ -112,6 +127,13 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	}
 	if err != nil {
 		return nil, s.internal(ctx, "create run", err)
+	}
+	if len(nodes) >= analyzeThreshold {
+		// A large run changes the tables' shape: plan its queries on fresh
+		// statistics rather than wait for autovacuum.
+		if err := analyzeNodes(ctx, s.db); err != nil {
+			s.log.WarnContext(ctx, "analyze node tables", logx.Err(err))
+		}
 	}
 	s.log.InfoContext(ctx, "run created", logx.KeyTenantID, run.TenantID, logx.KeyRunID, run.ID,
 		logx.KeySessionID, session, "nodes", len(nodes), "max_concurrency", maxConc)
@@ -194,52 +216,6 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	return resp, nil
 }
 
-// CancelRun stops a run that has not finished: the run and its pending
-// nodes become CANCELLED. Nodes already dispatched run to completion and
-// their results are still recorded, but nothing further is dispatched.
-func (s *Service) CancelRun(ctx context.Context, req *orchestratorv1.CancelRunRequest) (*orchestratorv1.CancelRunResponse, error) {
-	who, err := s.writer(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseRunName(req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	var finished string
-	found, err := s.withRun(ctx, who.TenantID, id, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
-		if terminalRun(run.State) {
-			finished = run.State
-			return nil
-		}
-		if err := finishRun(ctx, tx, run.TenantID, run.ID, stateCancelled); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE nodes SET state = 'CANCELLED', end_time = now()
-			WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING'`, run.TenantID, run.ID); err != nil {
-			return err
-		}
-		eff.completed = stateCancelled
-		eff.event(EventRunCompleted, run.ID+":completed", "run "+runName(run.ID)+" cancelled",
-			map[string]any{"run": runName(run.ID), "state": stateCancelled})
-		return nil
-	})
-	switch {
-	case err != nil:
-		return nil, s.internal(ctx, "cancel run", err)
-	case !found:
-		return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
-	case finished != "":
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s already ended: %s", req.GetName(), finished)
-	}
-	s.log.InfoContext(ctx, "run cancelled", logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
-	r, err := s.loadRun(ctx, who.TenantID, id)
-	if err != nil {
-		return nil, err
-	}
-	return &orchestratorv1.CancelRunResponse{Run: r}, nil
-}
-
 // writer returns the caller, who must be allowed to change runs.
 func (s *Service) writer(ctx context.Context) (identity.Identity, error) {
 	who, err := identity.Require(ctx)
@@ -264,7 +240,10 @@ func (s *Service) loadRun(ctx context.Context, tenant, id string) (*orchestrator
 		if run, err = getRun(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		nodes, err = listNodes(ctx, tx, tenant, id)
+		if nodes, err = listNodes(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		run.DecisionLog, err = decisionLog(ctx, tx, tenant, id)
 		return err
 	})
 	if errors.Is(err, errNotFound) {
@@ -292,6 +271,12 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 		CreateTime:     timestamppb.New(r.CreateTime),
 		StartTime:      optTime(r.StartTime),
 		EndTime:        optTime(r.EndTime),
+		Repository:     r.Repository,
+		BaseCommit:     r.BaseCommit,
+		ResultPatch:    r.ResultPatch,
+		MergeConflicts: r.MergeConflicts,
+		DecisionLog:    r.DecisionLog,
+		Interactive:    r.Interactive,
 	}
 	for _, n := range nodes {
 		ns := &orchestratorv1.NodeStatus{
@@ -306,6 +291,23 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 			StartTime:       optTime(n.StartTime),
 			EndTime:         optTime(n.EndTime),
 			WorkerId:        n.WorkerID,
+			TimedOut:        n.TimedOut,
+			Paused:          n.Paused,
+			Patch:           n.Patch,
+		}
+		if n.Report != "" {
+			ns.Report = &orchestratorv1.TaskReport{}
+			_ = protojson.Unmarshal([]byte(n.Report), ns.Report)
+		}
+		if n.Pipeline != "" {
+			ns.Pipeline = &orchestratorv1.PipelineStatus{}
+			_ = protojson.Unmarshal([]byte(n.Pipeline), ns.Pipeline)
+		}
+		if n.State == statePending {
+			ns.NextAttemptTime = optTime(n.NotBefore)
+			if n.Paused {
+				ns.State = orchestratorv1.NodeState_NODE_STATE_PAUSED
+			}
 		}
 		if n.State == stateSucceeded || n.State == stateFailed {
 			ns.Duration = durationpb.New(time.Duration(n.DurationUS) * time.Microsecond)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,13 +35,36 @@ type Service struct {
 	db      *pgxpool.Pool
 	bus     *natsx.Bus
 	metrics metrics
+	// slots is the cluster-wide dispatch limit; nil without a global cap.
+	slots *slotLimiter
+	// ctx is Run's context, for work started by timers.
+	ctx atomic.Pointer[context.Context]
 }
 
 type metrics struct {
 	dispatched   prometheus.Counter
+	completions  prometheus.Counter
+	retries      prometheus.Counter
+	recovered    prometheus.Counter
 	runs         *prometheus.CounterVec
 	nodeDuration prometheus.Histogram
 }
+
+// runCtx is Run's context, or a done context before Run and after it.
+func (s *Service) runCtx() context.Context {
+	if p := s.ctx.Load(); p != nil {
+		return *p
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// CancelSubject is the core NATS subject on which the Orchestrator tells
+// workers to stop a running attempt: "<p>.signal.task.cancel", carrying an
+// Envelope with a Signal of type CANCEL_TASK whose target_id is
+// "<run>/<node>/<attempt>".
+func CancelSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "cancel") }
 
 // New builds the Orchestrator; it needs deps.DB (migrated) and deps.Bus.
 func New(cfg Config, deps app.Deps) (*Service, error) {
@@ -58,16 +82,36 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	var slots *slotLimiter
+	if cfg.GlobalMaxConcurrency > 0 {
+		if deps.Redis == nil {
+			return nil, errors.New("orchestrator: orchestrator.global-max-concurrency needs Redis")
+		}
+		slots = &slotLimiter{rc: deps.Redis, total: cfg.GlobalMaxConcurrency, reservePercent: cfg.UserReservePercent, ttl: 3 * cfg.LeaseTTL}
+	}
 	f := promauto.With(reg)
 	return &Service{
-		cfg: cfg,
-		log: log.With(logx.KeyComponent, "orchestrator"),
-		db:  deps.DB,
-		bus: deps.Bus,
+		slots: slots,
+		cfg:   cfg,
+		log:   log.With(logx.KeyComponent, "orchestrator"),
+		db:    deps.DB,
+		bus:   deps.Bus,
 		metrics: metrics{
 			dispatched: f.NewCounter(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_nodes_dispatched_total",
 				Help: "Node attempts dispatched to workers.",
+			}),
+			completions: f.NewCounter(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_node_results_applied_total",
+				Help: "Worker results applied to a node attempt (each attempt at most once).",
+			}),
+			retries: f.NewCounter(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_node_retries_total",
+				Help: "Failed node attempts scheduled for a retry.",
+			}),
+			recovered: f.NewCounter(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_runs_taken_over_total",
+				Help: "Unfinished runs this replica claimed at start or from a replica whose lease expired.",
 			}),
 			runs: f.NewCounterVec(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_runs_total",
@@ -99,26 +143,21 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
+	s.ctx.Store(&ctx)
 	if err := topology.EnsureTasks(ctx, s.bus); err != nil {
 		return err
 	}
 	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
 		return err
 	}
-	if err := s.recoverRuns(ctx); err != nil {
+	if err := s.recoverRuns(ctx, true); err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.consumeResults(gctx) })
 	g.Go(func() error {
-		return s.bus.Consume(gctx, natsx.ConsumerSpec{
-			Stream:         s.bus.Stream(topology.StreamTasks),
-			Durable:        resultConsumerDurable,
-			FilterSubjects: []string{topology.ResultSubject(s.bus)},
-			// A result must not be lost to a database outage: retry until it
-			// is applied (undecodable messages are terminated instead).
-			MaxDeliver: unlimitedDeliveries,
-			NakDelay:   resultRedeliveryDelay,
-		}, s.handleResult)
+		s.leases(gctx)
+		return nil
 	})
 	g.Go(func() error {
 		t := time.NewTicker(s.cfg.ResyncInterval)

@@ -14,6 +14,7 @@ import (
 const (
 	statePending    = "PENDING"
 	stateRunning    = "RUNNING"
+	statePaused     = "PAUSED"
 	stateDispatched = "DISPATCHED"
 	stateSucceeded  = "SUCCEEDED"
 	stateFailed     = "FAILED"
@@ -48,17 +49,29 @@ type runRow struct {
 	CreateTime     time.Time
 	StartTime      *time.Time
 	EndTime        *time.Time
+	FailFast       bool
+	LeaseOwner     string
+	Repository     string
+	BaseCommit     string
+	ResultPatch    string
+	MergeConflicts []string
+	DecisionLog    string
+	Interactive    bool
 }
 
-const runColumns = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag, create_time, start_time, end_time`
+const runColumns = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag, create_time, start_time, end_time, fail_fast, lease_owner,
+	repository, base_commit, result_patch, merge_conflicts, '', interactive`
 
-// runColumnsNoDag reads every column but the DAG, for listings.
-const runColumnsNoDag = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, ''::bytea, create_time, start_time, end_time`
+// runColumnsNoDag reads every column but the DAG and the large texts, for
+// listings and scheduling.
+const runColumnsNoDag = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, ''::bytea, create_time, start_time, end_time, fail_fast, lease_owner,
+	repository, base_commit, '', merge_conflicts, '', interactive`
 
 func scanRun(row pgx.Row) (*runRow, error) {
 	var r runRow
 	err := row.Scan(&r.TenantID, &r.ID, &r.UserID, &r.SessionID, &r.Plan, &r.RequestID, &r.State,
-		&r.MaxConcurrency, &r.DAG, &r.CreateTime, &r.StartTime, &r.EndTime)
+		&r.MaxConcurrency, &r.DAG, &r.CreateTime, &r.StartTime, &r.EndTime, &r.FailFast, &r.LeaseOwner,
+		&r.Repository, &r.BaseCommit, &r.ResultPatch, &r.MergeConflicts, &r.DecisionLog, &r.Interactive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -72,36 +85,44 @@ func getRun(ctx context.Context, q querier, tenant, id string) (*runRow, error) 
 	return scanRun(q.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant_id = $1 AND id = $2`, tenant, id))
 }
 
-// lockRun reads the run and locks its row until the transaction ends: every
-// decision about one run's nodes is taken under this lock, so replicas
-// never dispatch the same node twice or overrun max_concurrency.
+// lockRun reads the run (without its DAG) and locks its row until the
+// transaction ends: every decision about one run's nodes is taken under
+// this lock, so replicas never dispatch the same node twice or overrun
+// max_concurrency.
 func lockRun(ctx context.Context, tx pgx.Tx, tenant, id string) (*runRow, error) {
-	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id))
+	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumnsNoDag+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id))
 }
 
 // tryLockRun is lockRun that gives up (errNotFound) when another
 // transaction holds the run.
 func tryLockRun(ctx context.Context, tx pgx.Tx, tenant, id string) (*runRow, error) {
-	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE SKIP LOCKED`, tenant, id))
+	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumnsNoDag+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE SKIP LOCKED`, tenant, id))
 }
 
 func getRunByRequestID(ctx context.Context, q querier, tenant, requestID string) (*runRow, error) {
 	return scanRun(q.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant_id = $1 AND request_id = $2`, tenant, requestID))
 }
 
-func insertRun(ctx context.Context, tx pgx.Tx, r *runRow) error {
-	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING create_time`,
-		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG).Scan(&r.CreateTime)
+// insertRun stores a new run, leased to owner for ttl.
+func insertRun(ctx context.Context, tx pgx.Tx, r *runRow, ttl time.Duration) error {
+	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag,
+			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15) RETURNING create_time`,
+		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG,
+		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive).Scan(&r.CreateTime)
 }
 
 // newNode is a node row at creation.
 type newNode struct {
-	ID        string
-	Position  int
-	Layer     int
-	Role      string
-	DependsOn []string
+	ID         string
+	Position   int
+	Layer      int
+	Role       string
+	DependsOn  []string
+	Priority   int32
+	MaxRetries int32
+	BackoffMS  int64
+	Spec       []byte
 }
 
 func insertNodes(ctx context.Context, tx pgx.Tx, tenant, runID string, nodes []newNode) error {
@@ -111,11 +132,78 @@ func insertNodes(ctx context.Context, tx pgx.Tx, tenant, runID string, nodes []n
 		if deps == nil {
 			deps = []string{}
 		}
-		rows[i] = []any{tenant, runID, n.ID, n.Position, n.Layer, n.Role, deps, statePending}
+		rows[i] = []any{tenant, runID, n.ID, n.Position, n.Layer, n.Role, deps, statePending, n.Priority, n.MaxRetries, n.BackoffMS,
+			int32(len(deps)), n.Spec}
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"nodes"},
-		[]string{"tenant_id", "run_id", "node_id", "position", "layer", "role", "depends_on", "state"},
+		[]string{"tenant_id", "run_id", "node_id", "position", "layer", "role", "depends_on", "state", "priority", "max_retries", "backoff_ms",
+			"unmet_deps", "spec"},
 		pgx.CopyFromRows(rows))
+	if err != nil {
+		return err
+	}
+	var edges [][]any
+	for _, n := range nodes {
+		for _, d := range n.DependsOn {
+			edges = append(edges, []any{tenant, runID, d, n.ID})
+		}
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"edges"}, []string{"tenant_id", "run_id", "node_id", "dependent_id"}, pgx.CopyFromRows(edges))
+	return err
+}
+
+// nodeSpecs returns the submitted form of the given nodes; a node stored
+// without one (before specs were kept) is missing from the map.
+func nodeSpecs(ctx context.Context, q querier, tenant, runID string, nodeIDs []string) (map[string][]byte, error) {
+	rows, err := q.Query(ctx, `SELECT node_id, spec FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND spec IS NOT NULL`,
+		tenant, runID, nodeIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(nodeIDs))
+	var id string
+	var spec []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &spec}, func() error {
+		out[id] = spec
+		return nil
+	})
+	return out, err
+}
+
+// readyNodes returns up to limit nodes that can be dispatched now: pending,
+// every dependency succeeded, not paused, not waiting for a retry; highest
+// priority first, then in topological order.
+func readyNodes(ctx context.Context, q querier, tenant, runID string, limit int) ([]schedNode, error) {
+	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused
+		FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING' AND unmet_deps = 0
+			AND NOT paused AND (not_before IS NULL OR not_before <= now())
+		ORDER BY priority DESC, layer, position LIMIT $3`, tenant, runID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schedNode, error) {
+		var n schedNode
+		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused)
+		return n, err
+	})
+}
+
+// runCounts returns how many nodes are running and whether any node is
+// still pending or running.
+func runCounts(ctx context.Context, q querier, tenant, runID string) (dispatched int, open bool, err error) {
+	err = q.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'DISPATCHED'),
+			EXISTS (SELECT 1 FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state IN ('PENDING', 'DISPATCHED'))`,
+		tenant, runID).Scan(&dispatched, &open)
+	return dispatched, open, err
+}
+
+// analyzeThreshold is the node count from which a new run refreshes the
+// planner's statistics of the node tables.
+const analyzeThreshold = 1000
+
+func analyzeNodes(ctx context.Context, q querier) error {
+	_, err := q.Exec(ctx, `ANALYZE nodes, edges`)
 	return err
 }
 
@@ -139,12 +227,18 @@ type nodeRow struct {
 	WorkerID        string
 	StartTime       *time.Time
 	EndTime         *time.Time
+	NotBefore       *time.Time
+	Paused          bool
+	Patch           string
+	Report          string
+	Pipeline        string
 }
 
 // listNodes returns a run's nodes in DAG order, with their outputs.
 func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, position, layer, role, depends_on, state, attempt, exit_code, stdout, stderr,
-			stdout_truncated, stderr_truncated, timed_out, duration_us, error, worker_id, start_time, end_time
+			stdout_truncated, stderr_truncated, timed_out, duration_us, error, worker_id, start_time, end_time, not_before, paused,
+			patch, report, pipeline
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY position`, tenant, runID)
 	if err != nil {
 		return nil, err
@@ -153,7 +247,7 @@ func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow,
 		var n nodeRow
 		err := row.Scan(&n.NodeID, &n.Position, &n.Layer, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.ExitCode,
 			&n.Stdout, &n.Stderr, &n.StdoutTruncated, &n.StderrTruncated, &n.TimedOut, &n.DurationUS, &n.Error,
-			&n.WorkerID, &n.StartTime, &n.EndTime)
+			&n.WorkerID, &n.StartTime, &n.EndTime, &n.NotBefore, &n.Paused, &n.Patch, &n.Report, &n.Pipeline)
 		return n, err
 	})
 }
@@ -165,19 +259,22 @@ type schedNode struct {
 	DependsOn []string
 	State     string
 	Attempt   int32
+	Priority  int32
+	NotBefore *time.Time
+	Paused    bool
 }
 
 // listSchedNodes returns a run's nodes in topological order (layer, then
 // DAG order), so that every node comes after its dependencies.
 func listSchedNodes(ctx context.Context, q querier, tenant, runID string) ([]schedNode, error) {
-	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt
+	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY layer, position`, tenant, runID)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schedNode, error) {
 		var n schedNode
-		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt)
+		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused)
 		return n, err
 	})
 }
@@ -191,7 +288,7 @@ func setNodesState(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs
 // markDispatched moves PENDING nodes to DISPATCHED with a new attempt and
 // returns their attempt numbers.
 func markDispatched(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs []string) (map[string]int32, error) {
-	rows, err := tx.Query(ctx, `UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL,
+	rows, err := tx.Query(ctx, `UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL, not_before = NULL,
 			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false,
 			duration_us = 0, error = '', worker_id = ''
 		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND state = 'PENDING'
@@ -253,22 +350,60 @@ type nodeResult struct {
 	Duration        time.Duration
 	Error           string
 	WorkerID        string
+	Patch           string
+	Report          string
+	Pipeline        string
 }
 
 // recordResult stores a result for the node's current attempt. It reports
-// false, and changes nothing, unless the node is DISPATCHED with that
-// attempt: a redelivered or stale result is never applied twice.
-func recordResult(ctx context.Context, tx pgx.Tx, tenant, runID, nodeID string, attempt int32, r nodeResult) (bool, error) {
-	tag, err := tx.Exec(ctx, `UPDATE nodes SET state = $5, exit_code = $6, stdout = $7, stderr = $8, stdout_truncated = $9,
-			stderr_truncated = $10, timed_out = $11, duration_us = $12, error = $13, worker_id = $14, end_time = now()
-		WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3 AND attempt = $4 AND state = 'DISPATCHED'`,
+// applied false, and changes nothing, unless the node is DISPATCHED with
+// that attempt: a redelivered or stale result is never applied twice. A
+// failure with retries left (max_retries counts retries after the first
+// attempt) puts the node back to PENDING until retryAt, the n-th retry
+// waiting backoff * 2^(n-1), at most maxBackoff.
+// A non-empty section is added to the run's decision log.
+func recordResult(ctx context.Context, tx pgx.Tx, tenant, runID, nodeID string, attempt int32, r nodeResult, section string) (applied bool, state string, retryAt *time.Time, err error) {
+	// One round trip: the node's update, its dependents' unblocking on
+	// success (by primary key, whatever the planner's statistics), the
+	// attempt's history row and its decision log section.
+	err = tx.QueryRow(ctx, `WITH upd AS (
+			UPDATE nodes SET
+				state = CASE WHEN $5 = 'FAILED' AND attempt <= max_retries THEN 'PENDING' ELSE $5 END,
+				not_before = CASE WHEN $5 = 'FAILED' AND attempt <= max_retries
+					THEN now() + least(backoff_ms * power(2, attempt - 1), $15) * interval '1 millisecond' END,
+				exit_code = $6, stdout = $7, stderr = $8, stdout_truncated = $9,
+				stderr_truncated = $10, timed_out = $11, duration_us = $12, error = $13, worker_id = $14, end_time = now(),
+				patch = $16, report = $17, pipeline = $18
+			WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3 AND attempt = $4 AND state = 'DISPATCHED'
+			RETURNING state, not_before),
+		unblocked AS (
+			UPDATE nodes SET unmet_deps = unmet_deps - 1
+			WHERE tenant_id = $1 AND run_id = $2
+				AND node_id = ANY (ARRAY(SELECT dependent_id FROM edges WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3))
+				AND EXISTS (SELECT 1 FROM upd WHERE upd.state = 'SUCCEEDED')),
+		history AS (
+			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us)
+			SELECT $1, $2, $3, $4, $5, $6, $11, $13, $14, $12 FROM upd
+			ON CONFLICT DO NOTHING),
+		logged AS (
+			INSERT INTO decision_log (tenant_id, run_id, node_id, attempt, section)
+			SELECT $1, $2, $3, $4, $19 FROM upd WHERE $19 <> ''
+			ON CONFLICT DO NOTHING)
+		SELECT state, not_before FROM upd`,
 		tenant, runID, nodeID, attempt, r.State, r.ExitCode, r.Stdout, r.Stderr, r.StdoutTruncated, r.StderrTruncated,
-		r.TimedOut, r.Duration.Microseconds(), r.Error, r.WorkerID)
-	if err != nil {
-		return false, err
+		r.TimedOut, r.Duration.Microseconds(), r.Error, r.WorkerID, maxBackoff.Milliseconds(), r.Patch, r.Report, r.Pipeline,
+		section).Scan(&state, &retryAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", nil, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	if err != nil {
+		return false, "", nil, err
+	}
+	return true, state, retryAt, nil
 }
+
+// maxBackoff caps a retry's delay.
+const maxBackoff = 5 * time.Minute
 
 func startRun(ctx context.Context, tx pgx.Tx, tenant, id string) error {
 	_, err := tx.Exec(ctx, `UPDATE runs SET state = 'RUNNING', start_time = now() WHERE tenant_id = $1 AND id = $2`, tenant, id)
@@ -286,7 +421,7 @@ type runKey struct{ Tenant, ID string }
 // activeRuns lists unfinished runs of every tenant, oldest first. Only the
 // background loops use it; each run is then handled within its tenant.
 func activeRuns(ctx context.Context, q querier, limit int) ([]runKey, error) {
-	rows, err := q.Query(ctx, `SELECT tenant_id, id FROM runs WHERE state IN ('PENDING', 'RUNNING') ORDER BY create_time LIMIT $1`, limit)
+	rows, err := q.Query(ctx, `SELECT tenant_id, id FROM runs WHERE state IN ('PENDING', 'RUNNING', 'PAUSED') ORDER BY create_time LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -318,4 +453,97 @@ func listRuns(ctx context.Context, q querier, tenant, session string, after *pag
 type pageCursor struct {
 	CreateTime time.Time
 	ID         string
+}
+
+// renewLeases extends the leases owner holds on unfinished runs.
+func renewLeases(ctx context.Context, q querier, owner string, ttl time.Duration) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE runs SET lease_expires = now() + $2 * interval '1 microsecond'
+		WHERE lease_owner = $1 AND state IN ('PENDING', 'RUNNING', 'PAUSED')`, owner, ttl.Microseconds())
+	return tag.RowsAffected(), err
+}
+
+// claimExpired takes over up to limit unfinished runs whose lease expired
+// (their owner stopped renewing: it crashed or lost the database), or that
+// owner already holds (a restart under the same replica id), and returns
+// them; own (at start) adds the runs owner already holds.
+func claimExpired(ctx context.Context, q querier, owner string, ttl time.Duration, limit int, own bool) ([]runKey, error) {
+	rows, err := q.Query(ctx, `UPDATE runs SET lease_owner = $1, lease_expires = now() + $2 * interval '1 microsecond'
+		WHERE (tenant_id, id) IN (
+			SELECT tenant_id, id FROM runs
+			WHERE state IN ('PENDING', 'RUNNING', 'PAUSED')
+				AND (lease_expires IS NULL OR lease_expires < now() OR ($4 AND lease_owner = $1))
+			ORDER BY create_time LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING tenant_id, id`, owner, ttl.Microseconds(), limit, own)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runKey, error) {
+		var k runKey
+		err := row.Scan(&k.Tenant, &k.ID)
+		return k, err
+	})
+}
+
+// sessionRuns lists the unfinished runs of a session.
+func sessionRuns(ctx context.Context, q querier, tenant, session string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM runs WHERE tenant_id = $1 AND session_id = $2
+		AND state IN ('PENDING', 'RUNNING', 'PAUSED') ORDER BY create_time`, tenant, session)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// decisionLog assembles a run's decision log, oldest section first.
+func decisionLog(ctx context.Context, q querier, tenant, runID string) (string, error) {
+	var log *string
+	err := q.QueryRow(ctx, `SELECT string_agg(section, '' ORDER BY seq) FROM decision_log WHERE tenant_id = $1 AND run_id = $2`,
+		tenant, runID).Scan(&log)
+	if err != nil || log == nil {
+		return "", err
+	}
+	return "# Implementation Log\n\n" + *log, nil
+}
+
+// patches returns the patches of a run's succeeded nodes in topological order.
+func patches(ctx context.Context, q querier, tenant, runID string) ([][2]string, error) {
+	rows, err := q.Query(ctx, `SELECT node_id, patch FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'SUCCEEDED' AND patch <> ''
+		ORDER BY layer, position`, tenant, runID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+		var p [2]string
+		err := row.Scan(&p[0], &p[1])
+		return p, err
+	})
+}
+
+func storeMerge(ctx context.Context, q querier, tenant, runID, patch string, conflicts []string) error {
+	if conflicts == nil {
+		conflicts = []string{}
+	}
+	_, err := q.Exec(ctx, `UPDATE runs SET result_patch = $3, merge_conflicts = $4 WHERE tenant_id = $1 AND id = $2`, tenant, runID, patch, conflicts)
+	return err
+}
+
+// runningAttempt is a dispatched node attempt of a run this replica owns.
+type runningAttempt struct {
+	Tenant, RunID, Session, Node string
+	Attempt                      int32
+}
+
+// ownedRunning lists the running attempts of the runs owner holds.
+func ownedRunning(ctx context.Context, q querier, owner string) ([]runningAttempt, error) {
+	rows, err := q.Query(ctx, `SELECT r.tenant_id, r.id, r.session_id, n.node_id, n.attempt
+		FROM runs r JOIN nodes n ON n.tenant_id = r.tenant_id AND n.run_id = r.id
+		WHERE r.lease_owner = $1 AND r.state IN ('RUNNING', 'PAUSED') AND n.state = 'DISPATCHED'`, owner)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runningAttempt, error) {
+		var a runningAttempt
+		err := row.Scan(&a.Tenant, &a.RunID, &a.Session, &a.Node, &a.Attempt)
+		return a, err
+	})
 }

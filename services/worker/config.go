@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -20,16 +21,16 @@ type Config struct {
 	Roles []string
 	// Concurrency is how many tasks of each role run at once.
 	Concurrency int
-	// DefaultTimeout applies to tasks whose dispatch sets none.
-	DefaultTimeout time.Duration
 	// MaxOutputBytes caps each of stdout and stderr.
 	MaxOutputBytes int
 	// WorkspaceRoot is where per-task workspaces are created.
 	WorkspaceRoot string
 	// ID names this worker in task results.
 	ID string
-	// KillGrace is the time between SIGTERM and SIGKILL when a task is stopped.
-	KillGrace time.Duration
+	// Tools configures how task commands run (timeouts, kill sequence,
+	// subprocess pool, secret stripping); its flags are -toolexec.*.
+	// Tools.MaxOutputBytes is replaced by MaxOutputBytes.
+	Tools toolexec.Config
 	// AckWait is how long a task may go without a progress heartbeat before
 	// JetStream hands it to another worker; heartbeats go out every AckWait/3.
 	AckWait time.Duration
@@ -38,7 +39,6 @@ type Config struct {
 // Limits of the settings.
 const (
 	maxConcurrency = 256
-	maxTimeout     = 24 * time.Hour
 	minOutputBytes = 1 << 10
 	maxOutputBytes = 64 << 20
 )
@@ -50,12 +50,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Roles = slices.Clone(topology.Roles)
 	fs.Var((*roleList)(&c.Roles), "worker.roles", "comma-separated task roles to consume: engineer, inspector, tester")
 	fs.IntVar(&c.Concurrency, "worker.concurrency", 2, "tasks of each role run at once")
-	fs.DurationVar(&c.DefaultTimeout, "worker.default-timeout", 10*time.Minute, "timeout of tasks whose dispatch sets none")
 	fs.IntVar(&c.MaxOutputBytes, "worker.max-output-bytes", 1<<20, "cap on each of a task's stdout and stderr (head and tail are kept)")
 	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
-	fs.DurationVar(&c.KillGrace, "worker.kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL when a task is stopped")
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
+	c.Tools.RegisterFlags(fs)
 }
 
 // DefaultConfig returns the flag defaults.
@@ -92,9 +91,6 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
 		errs = append(errs, fmt.Errorf("worker.concurrency: must be between 1 and %d", maxConcurrency))
 	}
-	if c.DefaultTimeout <= 0 || c.DefaultTimeout > maxTimeout {
-		errs = append(errs, fmt.Errorf("worker.default-timeout: must be positive and at most %s", maxTimeout))
-	}
 	if c.MaxOutputBytes < minOutputBytes || c.MaxOutputBytes > maxOutputBytes {
 		errs = append(errs, fmt.Errorf("worker.max-output-bytes: must be between %d and %d", minOutputBytes, maxOutputBytes))
 	}
@@ -104,11 +100,13 @@ func (c Config) Validate() error {
 	if !idPattern.MatchString(c.ID) {
 		errs = append(errs, errors.New("worker.id: want 1-128 characters of [A-Za-z0-9_.:@-] starting with a letter or digit"))
 	}
-	if c.KillGrace <= 0 || c.KillGrace > time.Minute {
-		errs = append(errs, errors.New("worker.kill-grace: must be positive and at most 1m"))
-	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))
+	}
+	tools := c.Tools
+	tools.MaxOutputBytes = max(c.MaxOutputBytes, minOutputBytes)
+	if err := tools.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -1,45 +1,46 @@
 // Package worker runs DAG nodes: it consumes task dispatches for its roles
 // from JetStream, runs each node's command in a fresh temporary workspace
-// with a stripped environment, a timeout and an output cap, and reports the
-// result to the Orchestrator.
+// through pkg/toolexec (secret-stripped environment, boundary check,
+// adaptive timeout, SIGINT/SIGTERM/SIGKILL to the process group, output cap,
+// shared subprocess pool), and reports the result to the Orchestrator.
 package worker
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
 
 // NoModelOutput is what a prompt-only node reports: no language model acts in
 // this worker yet, and the result says so rather than pretend otherwise.
 const NoModelOutput = "No language model is configured: the local provider generated nothing for this prompt."
-
-// defaultPath is the command search path when the worker's own is unset.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// passEnv are the only variables of the worker's environment that reach a
-// command; everything else (credentials above all) stays out.
-var passEnv = []string{"PATH", "LANG", "LC_ALL", "TZ"}
 
 // Timings of the consume loop and of result publishing.
 const (
@@ -56,7 +57,35 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	bus     *natsx.Bus
+	exec    *toolexec.Executor
+	toolEnv map[string]string
 	metrics metrics
+	// running maps a cancel target ("<run>/<node>/<attempt>") to the
+	// cancel function of the task running it.
+	running sync.Map
+}
+
+// errCancelledByOrchestrator is the cause of a task stopped by a cancel
+// signal.
+var errCancelledByOrchestrator = errors.New("cancelled by the orchestrator")
+
+// cancelSubject is where the Orchestrator signals cancellations (see
+// orchestrator.CancelSubject).
+func cancelSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "cancel") }
+
+func cancelTarget(runID, nodeID string, attempt int32) string {
+	return fmt.Sprintf("%s/%s/%d", runID, nodeID, attempt)
+}
+
+// onCancel stops the task a cancel signal names, if it runs here.
+func (s *Service) onCancel(m *nats.Msg) {
+	var env messagev1.Envelope
+	if err := proto.Unmarshal(m.Data, &env); err != nil || env.GetSignal().GetType() != messagev1.SignalType_SIGNAL_TYPE_CANCEL_TASK {
+		return
+	}
+	if c, ok := s.running.Load(env.GetTenantId() + "|" + env.GetSignal().GetTargetId()); ok {
+		c.(context.CancelCauseFunc)(errCancelledByOrchestrator)
+	}
 }
 
 type metrics struct {
@@ -84,15 +113,21 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	ex, err := newExecutor(cfg)
+	if err != nil {
+		return nil, err
+	}
 	f := promauto.With(reg)
 	return &Service{
-		cfg: cfg,
-		log: log.With(logx.KeyComponent, "worker"),
-		bus: deps.Bus,
+		cfg:     cfg,
+		log:     log.With(logx.KeyComponent, "worker"),
+		bus:     deps.Bus,
+		exec:    ex,
+		toolEnv: goEnv(),
 		metrics: metrics{
 			tasks: f.NewCounterVec(prometheus.CounterOpts{
 				Name: "sylk_worker_tasks_total",
-				Help: "Tasks run, by role and outcome (succeeded, failed, timed_out).",
+				Help: "Tasks run, by role and outcome (succeeded, failed, timed_out, cancelled).",
 			}, []string{"role", "outcome"}),
 			duration: f.NewHistogramVec(prometheus.HistogramOpts{
 				Name:    "sylk_worker_task_duration_seconds",
@@ -105,6 +140,39 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 			}, []string{"role"}),
 		},
 	}, nil
+}
+
+// newExecutor builds the tool executor: commands run only inside the
+// workspace root, with the worker's output cap.
+func newExecutor(cfg Config) (*toolexec.Executor, error) {
+	b, err := toolexec.NewBoundary(cfg.WorkspaceRoot)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	tools := cfg.Tools
+	tools.MaxOutputBytes = cfg.MaxOutputBytes
+	return toolexec.New(tools, b, nil)
+}
+
+// goEnv keeps Go builds in tasks fast and offline: tasks get their own
+// HOME, so the build cache is pointed at the worker's own unless set, and
+// no toolchain is downloaded.
+func goEnv() map[string]string {
+	out := map[string]string{}
+	if os.Getenv("GOCACHE") == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			out["GOCACHE"] = filepath.Join(dir, "go-build")
+		}
+	}
+	if os.Getenv("GOMODCACHE") == "" && os.Getenv("GOPATH") == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			out["GOMODCACHE"] = filepath.Join(home, "go", "pkg", "mod")
+		}
+	}
+	if os.Getenv("GOTOOLCHAIN") == "" {
+		out["GOTOOLCHAIN"] = "local"
+	}
+	return out
 }
 
 // Register does nothing: the worker serves no gRPC API.
@@ -137,6 +205,11 @@ func (s *Service) run(ctx context.Context) error {
 		}
 		consumers[i] = cons
 	}
+	sub, err := s.bus.Conn.Subscribe(cancelSubject(s.bus), s.onCancel)
+	if err != nil {
+		return fmt.Errorf("subscribe to cancel signals: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	g, gctx := errgroup.WithContext(ctx)
 	for i, role := range s.cfg.Roles {
 		for range s.cfg.Concurrency {
@@ -190,9 +263,28 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	go s.heartbeat(hbCtx, msg)
+	taskCtx, cancelTask := context.WithCancelCause(ctx)
+	key := env.GetTenantId() + "|" + cancelTarget(task.GetRunId(), task.GetNodeId(), task.GetAttempt())
+	s.running.Store(key, cancelTask)
 	s.metrics.running.WithLabelValues(role).Inc()
-	result, cancelled := s.runTask(ctx, role, task)
+	result, cancelled := s.runTaskEnv(taskCtx, role, &env)
 	s.metrics.running.WithLabelValues(role).Dec()
+	s.running.Delete(key)
+	byOrchestrator := errors.Is(context.Cause(taskCtx), errCancelledByOrchestrator)
+	cancelTask(nil)
+	if cancelled && byOrchestrator {
+		stopHeartbeat()
+		log.InfoContext(ctx, "task cancelled by the orchestrator")
+		s.metrics.tasks.WithLabelValues(role, "cancelled").Inc()
+		_ = msg.Term()
+		return
+	}
+	if result.retry {
+		stopHeartbeat()
+		log.InfoContext(ctx, "no subprocess slot free; the task goes back to the queue")
+		_ = msg.NakWithDelay(fetchBackoff)
+		return
+	}
 	if cancelled {
 		stopHeartbeat()
 		log.InfoContext(ctx, "task interrupted by shutdown; returned to the queue")
@@ -211,6 +303,7 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 		Type:          messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
 		CreatedAt:     timestamppb.Now(),
 		Attempt:       task.GetAttempt(),
+		Metadata:      result.meta,
 		Payload:       &messagev1.Envelope_TaskResult{TaskResult: result.msg},
 	}
 	if result.msg.GetExitCode() != 0 || result.msg.GetError() != "" {
@@ -274,33 +367,74 @@ func (s *Service) publishResult(ctx context.Context, env *messagev1.Envelope) er
 	return err
 }
 
-// taskOutcome is a TaskResult plus the raw captures it was rendered from.
+// taskOutcome is a TaskResult plus the tool result it was rendered from.
 type taskOutcome struct {
-	msg            *messagev1.TaskResult
-	stdout, stderr *capture
+	msg  *messagev1.TaskResult
+	tool *toolexec.Result
+	// meta carries the patch, the structured report and the pipeline status
+	// to the Orchestrator (result envelope metadata, keys Meta*).
+	meta map[string]string
+	// retry is set when the task could not run yet (no subprocess slot) and
+	// should go back to the queue.
+	retry bool
 }
 
-// runTask runs the dispatch's command, or answers a prompt-only node. It
-// reports cancelled when ctx ended before the command finished.
+// Envelope metadata between the Orchestrator and the workers.
+const (
+	MetaNodeSpec   = "sylk.node_spec"   // dispatch: base64 sylk.orchestrator.v1.Node
+	MetaRepository = "sylk.repository"  // dispatch: the run's repository path
+	MetaBaseCommit = "sylk.base_commit" // dispatch: the run's starting commit
+	MetaPatch      = "sylk.patch"       // result: git diff from the starting commit
+	MetaReport     = "sylk.report"      // result: protojson sylk.orchestrator.v1.TaskReport
+	MetaPipeline   = "sylk.pipeline"    // result: protojson sylk.orchestrator.v1.PipelineStatus
+	MetaGitAudit   = "sylk.git_audit"   // result: the task's git calls, one a line
+)
+
+// maxPatchBytes bounds a patch carried in a result.
+const maxPatchBytes = 256 << 10
+
+// runTask runs a dispatch without metadata (tests).
 func (s *Service) runTask(ctx context.Context, role string, task *messagev1.TaskDispatch) (taskOutcome, bool) {
+	return s.runTaskEnv(ctx, role, &messagev1.Envelope{Priority: messagev1.Priority_PRIORITY_PIPELINE,
+		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: task}})
+}
+
+// runTaskEnv runs a dispatch: in a fresh workspace (a clone of the run's
+// repository at its starting commit when there is one), the node's edits
+// and command, or the whole Engineer -> Inspector -> Tester pipeline for
+// pipeline nodes. It reports cancelled when ctx ended before the task did.
+func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.Envelope) (taskOutcome, bool) {
+	task := env.GetTaskDispatch()
+	meta := env.GetMetadata()
 	res := &messagev1.TaskResult{
 		RunId:    task.GetRunId(),
 		NodeId:   task.GetNodeId(),
 		Attempt:  task.GetAttempt(),
 		WorkerId: s.cfg.ID,
+		Duration: durationpb.New(0),
 	}
-	if task.GetCommand() == "" {
-		res.Stdout = NoModelOutput
-		res.Duration = durationpb.New(0)
+	fail := func(msg string) (taskOutcome, bool) {
+		res.ExitCode = -1
+		res.Error = msg
 		return taskOutcome{msg: res}, false
+	}
+	spec := &orchestratorv1.Node{}
+	if raw := meta[MetaNodeSpec]; raw != "" {
+		b, err := base64.StdEncoding.DecodeString(raw)
+		if err != nil || proto.Unmarshal(b, spec) != nil {
+			return fail("the dispatch's node spec is malformed")
+		}
+	}
+	repo := meta[MetaRepository]
+	if task.GetCommand() == "" && len(spec.GetEdits()) == 0 && !spec.GetPipeline() {
+		res.Stdout = NoModelOutput
+		return taskOutcome{msg: res, meta: reportMeta(&orchestratorv1.TaskReport{
+			Implemented: "nothing: " + NoModelOutput, Tested: "not tested", Decisions: "none", Deviations: "none",
+			Concerns: "no language model is configured"}, nil)}, false
 	}
 	limit := s.cfg.MaxOutputBytes
 	if l := task.GetOutputLimitBytes(); l > 0 && l < int64(limit) {
 		limit = int(l)
-	}
-	timeout := s.cfg.DefaultTimeout
-	if d := task.GetTimeout().AsDuration(); task.GetTimeout() != nil && d > 0 {
-		timeout = d
 	}
 	ws, err := os.MkdirTemp(s.cfg.WorkspaceRoot, "sylk-task-")
 	if err == nil {
@@ -308,69 +442,299 @@ func (s *Service) runTask(ctx context.Context, role string, task *messagev1.Task
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "create task workspace", logx.Err(err))
-		res.ExitCode = -1
-		res.Error = "could not create the task workspace"
-		res.Duration = durationpb.New(0)
 		if ws != "" {
 			removeWorkspace(ws)
 		}
-		return taskOutcome{msg: res}, false
+		return fail("could not create the task workspace")
 	}
 	defer removeWorkspace(ws)
 
-	r := execute(ctx, execSpec{
-		Command:     task.GetCommand(),
-		Dir:         ws,
-		Env:         taskEnv(ws),
-		Timeout:     timeout,
-		KillGrace:   s.cfg.KillGrace,
-		OutputLimit: limit,
-	})
-	if r.Cancelled {
+	dir := ws
+	vars := map[string]string{"HOME": ws, "TMPDIR": filepath.Join(ws, ".tmp")}
+	if up := task.GetUpstreamOutputs(); len(up) > 0 {
+		// Dependencies' outputs (spec F-04): one file per dependency.
+		updir := filepath.Join(ws, ".upstream")
+		if err := os.Mkdir(updir, 0o700); err != nil {
+			return fail("could not create the task workspace")
+		}
+		for id, out := range up {
+			if err := os.WriteFile(filepath.Join(updir, filepath.Base(filepath.Clean("/"+id))), []byte(out), 0o600); err != nil {
+				return fail("could not create the task workspace")
+			}
+		}
+		vars[UpstreamDirEnv] = updir
+	}
+	for k, v := range s.toolEnv {
+		vars[k] = v
+	}
+	var wsp *workspace
+	if repo != "" {
+		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit])
+		if err != nil {
+			if ctx.Err() != nil {
+				return taskOutcome{}, true
+			}
+			s.log.WarnContext(ctx, "prepare repository workspace", logx.Err(err))
+			return fail("could not prepare the repository workspace: " + err.Error())
+		}
+		dir = wsp.dir
+		vars["PATH"] = wsp.guardDir() + string(os.PathListSeparator) + os.Getenv("PATH")
+	}
+	var timeout time.Duration
+	if d := task.GetTimeout().AsDuration(); task.GetTimeout() != nil && d > 0 {
+		timeout = d
+	}
+	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
+		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Env: vars,
+			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
+	}
+	out := taskOutcome{msg: res}
+	report := &orchestratorv1.TaskReport{Decisions: "none", Deviations: "none", Concerns: "none", Tested: "not tested"}
+	var pipe *orchestratorv1.PipelineStatus
+	start := time.Now()
+	if spec.GetPipeline() && role == dagRoleEngineer {
+		var err error
+		pipe, err = s.runPipeline(ctx, task, spec, dir, wsp, runCmd, res, report, &out)
+		if err != nil {
+			return s.stepError(ctx, err, res, &out)
+		}
+	} else {
+		edited, err := applyEdits(dir, editsOf(spec))
+		if err != nil {
+			return fail(err.Error())
+		}
+		report.Implemented = implementedText(edited, task.GetCommand())
+		if task.GetCommand() != "" {
+			r, err := runCmd(ctx, task.GetCommand())
+			if err != nil {
+				return s.stepError(ctx, err, res, &out)
+			}
+			if r.Cancelled {
+				return taskOutcome{}, true
+			}
+			fillResult(res, &r, limit)
+			out.tool = &r
+		}
+	}
+	res.Duration = durationpb.New(time.Since(start))
+	if task.GetPrompt() != "" {
+		report.Concerns = "the prompt was not acted on: " + NoModelOutput
+	}
+	if wsp != nil {
+		files, err := wsp.changedFiles(ctx)
+		if err == nil {
+			report.FilesChanged = files
+			if f := SecurityFindings(files); len(f) > 0 {
+				report.Concerns = strings.Join(f, "; ")
+			}
+		}
+		if res.GetExitCode() == 0 && res.GetError() == "" {
+			patch, err := wsp.commit(ctx, conventionalMessage(task.GetNodeId(), spec.GetName()))
+			switch {
+			case err != nil:
+				res.ExitCode, res.Error = -1, "could not commit the task's changes: "+err.Error()
+			case len(patch) > maxPatchBytes:
+				res.ExitCode, res.Error = -1, fmt.Sprintf("the task's patch of %d bytes exceeds the limit of %d", len(patch), maxPatchBytes)
+			default:
+				out.meta = map[string]string{MetaPatch: patch}
+			}
+		}
+		calls := append(wsp.audit.list(), wsp.agentCalls()...)
+		out.meta = mergeMeta(out.meta, map[string]string{MetaGitAudit: strings.Join(calls, "\n")})
+	}
+	out.meta = mergeMeta(out.meta, reportMeta(report, pipe))
+	return out, false
+}
+
+// UpstreamDirEnv names the directory holding one file per dependency, named
+// after it, with its stdout.
+const UpstreamDirEnv = "SYLK_UPSTREAM_DIR"
+
+// dagRoleEngineer is the role that runs pipelines.
+const dagRoleEngineer = "engineer"
+
+// stepError maps an executor error: no slot (back to the queue), a
+// cancellation, or a command that could not start.
+func (s *Service) stepError(ctx context.Context, err error, res *messagev1.TaskResult, out *taskOutcome) (taskOutcome, bool) {
+	switch {
+	case errors.Is(err, toolexec.ErrPoolTimeout):
+		return taskOutcome{retry: true}, false
+	case ctx.Err() != nil:
 		return taskOutcome{}, true
 	}
+	s.log.ErrorContext(ctx, "start task command", logx.Err(err))
+	res.ExitCode = -1
+	res.Error = "could not start the command"
+	out.msg = res
+	return *out, false
+}
+
+func fillResult(res *messagev1.TaskResult, r *toolexec.Result, limit int) {
 	res.ExitCode = int32(r.ExitCode)
-	res.Duration = durationpb.New(r.Duration)
 	res.TimedOut = r.TimedOut
-	switch {
-	case r.StartErr != nil:
-		s.log.ErrorContext(ctx, "start task command", logx.Err(r.StartErr))
-		res.Error = "could not start the command"
-	case r.TimedOut:
-		res.Error = fmt.Sprintf("timed out after %s", timeout)
+	if r.TimedOut {
+		res.Error = fmt.Sprintf("timed out after %s (stopped with %s)", r.Timeout, r.KillSignal)
 	}
-	res.Stdout, res.StdoutTruncated = r.Stdout.render(limit)
-	res.Stderr, res.StderrTruncated = r.Stderr.render(limit)
-	return taskOutcome{msg: res, stdout: r.Stdout, stderr: r.Stderr}, false
+	res.Stdout, res.StdoutTruncated = r.RenderStdout(limit)
+	res.Stderr, res.StderrTruncated = r.RenderStderr(limit)
+}
+
+func editsOf(n *orchestratorv1.Node) map[string]string {
+	if len(n.GetEdits()) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(n.GetEdits()))
+	for _, e := range n.GetEdits() {
+		out[e.GetPath()] = e.GetContent()
+	}
+	return out
+}
+
+func implementedText(edited []string, command string) string {
+	var parts []string
+	if len(edited) > 0 {
+		parts = append(parts, "wrote "+strings.Join(edited, ", "))
+	}
+	if command != "" {
+		parts = append(parts, "ran `"+command+"`")
+	}
+	parts = append(parts, "no code was generated (no language model is configured)")
+	return strings.Join(parts, "; ")
+}
+
+func mergeMeta(a, b map[string]string) map[string]string {
+	if a == nil {
+		a = map[string]string{}
+	}
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}
+
+func reportMeta(r *orchestratorv1.TaskReport, p *orchestratorv1.PipelineStatus) map[string]string {
+	m := map[string]string{}
+	if b, err := protojson.Marshal(r); err == nil {
+		m[MetaReport] = string(b)
+	}
+	if p != nil {
+		if b, err := protojson.Marshal(p); err == nil {
+			m[MetaPipeline] = string(b)
+		}
+	}
+	return m
+}
+
+// runPipeline runs Engineer -> Inspector -> Tester, feeding failures back
+// to the Engineer, up to max_loops times (spec F-08..F-11).
+func (s *Service) runPipeline(ctx context.Context, task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir string, wsp *workspace,
+	run stageRunner, res *messagev1.TaskResult, report *orchestratorv1.TaskReport, out *taskOutcome) (*orchestratorv1.PipelineStatus, error) {
+	maxLoops := spec.GetMaxLoops()
+	if maxLoops <= 0 {
+		maxLoops = defaultLoops
+	}
+	p := &orchestratorv1.PipelineStatus{State: pipeRunning, MaxLoops: maxLoops}
+	var log strings.Builder
+	edited, err := applyEdits(dir, editsOf(spec))
+	if err != nil {
+		res.ExitCode, res.Error = 1, err.Error()
+		p.State = pipeFailed
+		return p, nil
+	}
+	report.Implemented = implementedText(edited, task.GetCommand())
+	for p.Loops < maxLoops {
+		p.Loops++
+		fmt.Fprintf(&log, "loop %d: engineer", p.Loops)
+		if p.Loops > 1 {
+			log.WriteString(" (no language model: the feedback cannot be acted on beyond re-running the node's command)")
+		}
+		log.WriteString("\n")
+		var feedback []string
+		if task.GetCommand() != "" {
+			r, err := run(ctx, task.GetCommand())
+			if err != nil {
+				return p, err
+			}
+			if r.ExitCode != 0 {
+				feedback = append(feedback, fmt.Sprintf("engineer command failed (exit %d): %s", r.ExitCode, strings.TrimSpace(lastLines(r.Stdout+r.Stderr, 10))))
+			}
+		}
+		var changed []string
+		if wsp != nil {
+			changed, _ = wsp.changedFiles(ctx)
+		}
+		p.InspectorPassed, p.TesterPassed = spec.GetIgnoreInspector(), spec.GetIgnoreTester()
+		if len(feedback) == 0 && !spec.GetIgnoreInspector() {
+			p.State = pipeInspecting
+			ok, issues, err := inspect(ctx, dir, run, changed)
+			if err != nil {
+				return p, err
+			}
+			p.InspectorPassed = ok
+			fmt.Fprintf(&log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
+			if !ok {
+				feedback = append(feedback, issues...)
+			} else if len(issues) > 0 {
+				report.Concerns = strings.Join(issues, "; ")
+			}
+		}
+		if len(feedback) == 0 && !spec.GetIgnoreTester() {
+			p.State = pipeTesting
+			tr, detected, err := runTests(ctx, dir, run)
+			if err != nil {
+				return p, err
+			}
+			if !detected {
+				p.TesterPassed = true
+				report.Tested = "not tested: no test framework detected"
+			} else {
+				p.LastTestResult = tr
+				p.TesterPassed = tr.GetFailed() == 0
+				report.Tested = fmt.Sprintf("%s: %d passed, %d failed, %d skipped", tr.GetFrameworkId(), tr.GetPassed(), tr.GetFailed(), tr.GetSkipped())
+				fmt.Fprintf(&log, "loop %d: tester %s (%s)\n", p.Loops, passWord(p.TesterPassed), report.Tested)
+				feedback = append(feedback, testFeedback(tr)...)
+			}
+		}
+		if spec.GetIgnoreTester() {
+			report.Tested = "not tested: ignore_tester"
+		}
+		if len(feedback) == 0 {
+			p.State = pipeCompleted
+			fmt.Fprintf(&log, "pipeline completed after %d loop(s)\n", p.Loops)
+			res.Stdout = log.String()
+			return p, nil
+		}
+		p.Feedback = append(p.Feedback, fmt.Sprintf("loop %d: %s", p.Loops, strings.Join(feedback, "\n")))
+	}
+	p.State = pipeFailed
+	p.Options = FailureOptions(task.GetNodeId())
+	fmt.Fprintf(&log, "pipeline failed after %d loops; options: %s\n", p.Loops, strings.Join(p.Options, " | "))
+	res.Stdout = log.String()
+	res.ExitCode = 1
+	res.Error = fmt.Sprintf("pipeline failed after %d loops: %s", p.Loops, lastLines(p.Feedback[len(p.Feedback)-1], 3))
+	out.msg = res
+	return p, nil
+}
+
+func passWord(ok bool) string {
+	if ok {
+		return "passed"
+	}
+	return "failed"
 }
 
 // fitPayload shrinks the outputs when the result would not fit in one NATS
 // message, splitting the room left between stdout and stderr.
 func (s *Service) fitPayload(env *messagev1.Envelope, o taskOutcome) {
 	room := int(s.bus.Conn.MaxPayload()) - payloadSlack
-	if o.stdout == nil || proto.Size(env) <= room {
+	if o.tool == nil || proto.Size(env) <= room {
 		return
 	}
 	r := o.msg
 	r.Stdout, r.Stderr = "", ""
 	per := max((room-proto.Size(env))/2-128, 0)
-	r.Stdout, r.StdoutTruncated = o.stdout.render(per)
-	r.Stderr, r.StderrTruncated = o.stderr.render(per)
-}
-
-// taskEnv is the whole environment a command sees.
-func taskEnv(ws string) []string {
-	env := make([]string, 0, len(passEnv)+2)
-	for _, k := range passEnv {
-		v, ok := os.LookupEnv(k)
-		if k == "PATH" && (!ok || v == "") {
-			v, ok = defaultPath, true
-		}
-		if ok {
-			env = append(env, k+"="+v)
-		}
-	}
-	return append(env, "HOME="+ws, "TMPDIR="+filepath.Join(ws, ".tmp"))
+	r.Stdout, r.StdoutTruncated = o.tool.RenderStdout(per)
+	r.Stderr, r.StderrTruncated = o.tool.RenderStderr(per)
 }
 
 // removeWorkspace deletes a workspace, first making directories writable

@@ -24,14 +24,17 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
 
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
 	cfg.WorkspaceRoot = t.TempDir()
-	cfg.KillGrace = 500 * time.Millisecond
-	cfg.DefaultTimeout = 30 * time.Second
+	cfg.Tools.InterruptGrace = 300 * time.Millisecond
+	cfg.Tools.TerminateGrace = 300 * time.Millisecond
+	cfg.Tools.DefaultTimeout = 30 * time.Second
+	cfg.Tools.ExtendOnOutput = 200 * time.Millisecond
 	cfg.MaxOutputBytes = 4096
 	cfg.ID = "w-test"
 	return cfg
@@ -40,7 +43,9 @@ func testConfig(t *testing.T) Config {
 // offlineService is a worker without a bus, for running tasks directly.
 func offlineService(t *testing.T, cfg Config) *Service {
 	require.NoError(t, cfg.Validate())
-	return &Service{cfg: cfg, log: logx.Discard()}
+	ex, err := newExecutor(cfg)
+	require.NoError(t, err)
+	return &Service{cfg: cfg, log: logx.Discard(), exec: ex}
 }
 
 func dispatch(cmd string) *messagev1.TaskDispatch {
@@ -102,26 +107,23 @@ func TestWorkspaceIsFreshAndRemoved(t *testing.T) {
 	require.Empty(t, entries, "workspaces must be removed")
 }
 
-// Not parallel: it sets an environment variable of the test process.
+// Not parallel: it sets environment variables of the test process.
 func TestEnvironmentIsStripped(t *testing.T) {
 	t.Setenv("SYLK_TEST_API_KEY", "do-not-leak")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak-either")
+	t.Setenv("SYLK_POSTGRES_DSN", "postgres://u:do-not-leak@h/db")
+	t.Setenv("GITHUB_TOKEN", "do-not-leak-3")
+	t.Setenv("SYLK_HARMLESS_FOR_TEST", "x")
+	t.Setenv("BUILD_FLAVOUR", "kept")
 	s := offlineService(t, testConfig(t))
 	out, _ := s.runTask(context.Background(), "engineer", dispatch("env"))
 	require.Equal(t, int32(0), out.msg.GetExitCode())
 	env := out.msg.GetStdout()
 	require.NotContains(t, env, "do-not-leak")
-	var names []string
-	for _, line := range strings.Split(strings.TrimSpace(env), "\n") {
-		name, _, _ := strings.Cut(line, "=")
-		names = append(names, name)
-	}
-	allowed := map[string]bool{"PATH": true, "LANG": true, "LC_ALL": true, "TZ": true, "HOME": true, "TMPDIR": true, "PWD": true, "OLDPWD": true}
-	for _, n := range names {
-		require.True(t, allowed[n], "unexpected variable %s in the task environment", n)
-	}
-	require.Contains(t, names, "PATH")
-	require.Contains(t, names, "HOME")
+	require.NotContains(t, env, "SYLK_", "the worker's own settings stay out")
+	require.Contains(t, env, "BUILD_FLAVOUR=kept\n")
+	require.Contains(t, env, "PATH=")
+	require.Contains(t, env, "HOME="+s.cfg.WorkspaceRoot)
 }
 
 // gone reports whether pid no longer runs (absent, or a zombie nobody reaped yet).
@@ -152,8 +154,9 @@ func TestTimeoutKillsTheProcessGroup(t *testing.T) {
 		cmd  string
 		exit int32
 	}{
-		{"terminated", "sleep 300 & echo child=$! shell=$$; wait", 128 + int32(syscall.SIGTERM)},
-		{"killed after ignoring SIGTERM", "trap '' TERM; sleep 300 & echo child=$! shell=$$; while :; do wait; done", 128 + int32(syscall.SIGKILL)},
+		{"interrupted", "sleep 300 & echo child=$! shell=$$; wait", 128 + int32(syscall.SIGINT)},
+		{"terminated after ignoring SIGINT", "trap '' INT; sleep 300 & echo child=$! shell=$$; while :; do wait; done", 128 + int32(syscall.SIGTERM)},
+		{"killed after ignoring SIGINT and SIGTERM", "trap '' INT TERM; sleep 300 & echo child=$! shell=$$; while :; do wait; done", 128 + int32(syscall.SIGKILL)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,16 +216,16 @@ func TestOutputTruncation(t *testing.T) {
 func TestCancelStopsTheCommand(t *testing.T) {
 	t.Parallel()
 	s := offlineService(t, testConfig(t))
-	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := make(chan execResult, 1)
+	r := make(chan toolexec.Result, 1)
 	go func() {
-		r <- execute(ctx, execSpec{Command: "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 300", Dir: dir, Env: taskEnv(dir),
-			Timeout: time.Minute, KillGrace: s.cfg.KillGrace, OutputLimit: 1024})
+		res, err := s.exec.Execute(ctx, toolexec.Invocation{Command: "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 300", WorkingDir: s.cfg.WorkspaceRoot})
+		require.NoError(t, err)
+		r <- res
 	}()
 	var pid int
 	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(dir + "/pid")
+		b, err := os.ReadFile(s.cfg.WorkspaceRoot + "/pid")
 		if err != nil {
 			return false
 		}
@@ -232,55 +235,17 @@ func TestCancelStopsTheCommand(t *testing.T) {
 	cancel()
 	res := <-r
 	require.True(t, res.Cancelled)
+	require.True(t, res.Partial)
 	require.False(t, res.TimedOut)
-	require.Equal(t, 128+int(syscall.SIGTERM), res.ExitCode)
+	require.Equal(t, 128+int(syscall.SIGINT), res.ExitCode)
+	require.Equal(t, "SIGINT", res.KillSignal)
 	require.Eventually(t, func() bool { return gone(pid) }, 5*time.Second, 20*time.Millisecond)
-}
 
-func TestCaptureRender(t *testing.T) {
-	t.Parallel()
-	data := []byte("abcdefghijklmnopqrstuvwxyz")
-	tests := []struct {
-		name      string
-		limit     int
-		chunk     int
-		render    int
-		want      string
-		truncated bool
-	}{
-		{"fits", 100, 3, 100, string(data), false},
-		{"exact", 26, 5, 26, string(data), false},
-		{"head and tail", 10, 4, 10, "abcde" + truncationMarker(16) + "vwxyz", true},
-		{"smaller render", 20, 1, 6, "abc" + truncationMarker(20) + "xyz", true},
-		{"smaller render, contiguous", 24, 26, 20, "abcdefghij" + truncationMarker(6) + "qrstuvwxyz", true},
-		{"render nothing", 10, 7, 0, truncationMarker(26), true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := newCapture(tt.limit)
-			for p := data; len(p) > 0; {
-				n := min(tt.chunk, len(p))
-				_, _ = c.Write(p[:n])
-				p = p[n:]
-			}
-			got, trunc := c.render(tt.render)
-			require.Equal(t, tt.want, got)
-			require.Equal(t, tt.truncated, trunc)
-			require.Equal(t, int64(len(data)), c.size())
-		})
-	}
-}
-
-func TestCaptureKeepsUTF8Valid(t *testing.T) {
-	t.Parallel()
-	c := newCapture(5)
-	_, _ = c.Write([]byte("ééééé\xff"))
-	got, trunc := c.render(5)
-	require.True(t, trunc)
-	require.True(t, strings.Contains(got, "\uFFFD"))
-	_, err := proto.Marshal(&messagev1.TaskResult{Stdout: got})
-	require.NoError(t, err)
+	// A cancelled task is reported as cancelled, not as a result.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, cancelled := s.runTask(ctx2, "engineer", dispatch("sleep 5"))
+	require.True(t, cancelled)
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -378,4 +343,58 @@ func TestThroughTheBus(t *testing.T) {
 	entries, err := os.ReadDir(cfg.WorkspaceRoot)
 	require.NoError(t, err)
 	require.Empty(t, entries)
+}
+
+// TestSilentWorkersTaskIsReassigned: a worker that took a task and went
+// silent (no heartbeat, no ack: it died) loses it after AckWait, and a live
+// worker runs it.
+func TestSilentWorkersTaskIsReassigned(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	cfg := testConfig(t)
+	cfg.Roles = []string{"inspector"}
+	cfg.AckWait = time.Second
+	ctx := context.Background()
+	require.NoError(t, topology.EnsureTasks(ctx, bus))
+	spec := natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "worker-inspector",
+		FilterSubjects: []string{topology.TaskSubject(bus, "inspector")}, AckWait: cfg.AckWait}
+	silent, err := bus.EnsureConsumer(ctx, spec)
+	require.NoError(t, err)
+	env := &messagev1.Envelope{Id: "e1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
+		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "inspector", Command: "echo done"}}}
+	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "inspector"), "r1:n1:1", env)
+	require.NoError(t, err)
+	batch, err := silent.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var taken int
+	for range batch.Messages() {
+		taken++ // and never acknowledged
+	}
+	require.Equal(t, 1, taken)
+
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	require.NoError(t, err)
+	var got *messagev1.TaskResult
+	require.Eventually(t, func() bool {
+		b, err := results.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return false
+		}
+		for msg := range b.Messages() {
+			var e messagev1.Envelope
+			require.NoError(t, proto.Unmarshal(msg.Data(), &e))
+			got = e.GetTaskResult()
+			require.NoError(t, msg.Ack())
+		}
+		return got != nil
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, "done\n", got.GetStdout())
+	require.Equal(t, "w-test", got.GetWorkerId())
 }

@@ -33,6 +33,7 @@ const (
 	RunState_RUN_STATE_SUCCEEDED   RunState = 3
 	RunState_RUN_STATE_FAILED      RunState = 4
 	RunState_RUN_STATE_CANCELLED   RunState = 5
+	RunState_RUN_STATE_PAUSED      RunState = 6
 )
 
 // Enum value maps for RunState.
@@ -44,6 +45,7 @@ var (
 		3: "RUN_STATE_SUCCEEDED",
 		4: "RUN_STATE_FAILED",
 		5: "RUN_STATE_CANCELLED",
+		6: "RUN_STATE_PAUSED",
 	}
 	RunState_value = map[string]int32{
 		"RUN_STATE_UNSPECIFIED": 0,
@@ -52,6 +54,7 @@ var (
 		"RUN_STATE_SUCCEEDED":   3,
 		"RUN_STATE_FAILED":      4,
 		"RUN_STATE_CANCELLED":   5,
+		"RUN_STATE_PAUSED":      6,
 	}
 )
 
@@ -92,6 +95,8 @@ const (
 	NodeState_NODE_STATE_FAILED      NodeState = 4
 	NodeState_NODE_STATE_SKIPPED     NodeState = 5
 	NodeState_NODE_STATE_CANCELLED   NodeState = 6
+	// Pending, but held by PauseRun with a node_id.
+	NodeState_NODE_STATE_PAUSED NodeState = 7
 )
 
 // Enum value maps for NodeState.
@@ -104,6 +109,7 @@ var (
 		4: "NODE_STATE_FAILED",
 		5: "NODE_STATE_SKIPPED",
 		6: "NODE_STATE_CANCELLED",
+		7: "NODE_STATE_PAUSED",
 	}
 	NodeState_value = map[string]int32{
 		"NODE_STATE_UNSPECIFIED": 0,
@@ -113,6 +119,7 @@ var (
 		"NODE_STATE_FAILED":      4,
 		"NODE_STATE_SKIPPED":     5,
 		"NODE_STATE_CANCELLED":   6,
+		"NODE_STATE_PAUSED":      7,
 	}
 )
 
@@ -145,10 +152,14 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 
 // Dag is a plan's task graph (spec F-01).
 type Dag struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The layers the nodes run in, first to last; optional. When present it
+	// must hold every node exactly once, each after all its dependencies.
+	ExecutionOrder []*Layer `protobuf:"bytes,2,rep,name=execution_order,json=executionOrder,proto3" json:"execution_order,omitempty"`
+	Policy         *Policy  `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Dag) Reset() {
@@ -188,6 +199,175 @@ func (x *Dag) GetNodes() []*Node {
 	return nil
 }
 
+func (x *Dag) GetExecutionOrder() []*Layer {
+	if x != nil {
+		return x.ExecutionOrder
+	}
+	return nil
+}
+
+func (x *Dag) GetPolicy() *Policy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// Layer is one step of a DAG's execution order.
+type Layer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Layer) Reset() {
+	*x = Layer{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Layer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Layer) ProtoMessage() {}
+
+func (x *Layer) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Layer.ProtoReflect.Descriptor instead.
+func (*Layer) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Layer) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+// Policy holds the run-wide execution settings of a DAG.
+type Policy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stop dispatching at the first node that fails for good: pending nodes
+	// are cancelled and the run fails once running nodes finish.
+	FailFast bool `protobuf:"varint,1,opt,name=fail_fast,json=failFast,proto3" json:"fail_fast,omitempty"`
+	// Retries of nodes that set none.
+	DefaultRetry  *RetryPolicy `protobuf:"bytes,2,opt,name=default_retry,json=defaultRetry,proto3" json:"default_retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Policy) Reset() {
+	*x = Policy{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Policy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Policy) ProtoMessage() {}
+
+func (x *Policy) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Policy.ProtoReflect.Descriptor instead.
+func (*Policy) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Policy) GetFailFast() bool {
+	if x != nil {
+		return x.FailFast
+	}
+	return false
+}
+
+func (x *Policy) GetDefaultRetry() *RetryPolicy {
+	if x != nil {
+		return x.DefaultRetry
+	}
+	return nil
+}
+
+// RetryPolicy: max is the number of retries after the first attempt; the
+// n-th retry waits backoff * 2^(n-1), at most 5 minutes.
+type RetryPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Max           int32                  `protobuf:"varint,1,opt,name=max,proto3" json:"max,omitempty"`
+	Backoff       *durationpb.Duration   `protobuf:"bytes,2,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetryPolicy) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique within the DAG; [A-Za-z0-9_.-], at most 64 characters.
@@ -199,15 +379,28 @@ type Node struct {
 	// A shell command to run in the task's workspace.
 	Command string `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
 	// A prompt for an agent, when the node has no command.
-	Prompt        string               `protobuf:"bytes,6,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Prompt  string               `protobuf:"bytes,6,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Retry   *RetryPolicy         `protobuf:"bytes,8,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Higher runs first among ready nodes; ties go to DAG order.
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Files the Engineer writes in the task's workspace before its command
+	// (without a language model, the only way it changes code).
+	Edits []*FileEdit `protobuf:"bytes,10,rep,name=edits,proto3" json:"edits,omitempty"`
+	// Run the node as a pipeline: Engineer, then Inspector, then Tester, with
+	// their feedback looping back to the Engineer up to max_loops times.
+	Pipeline bool `protobuf:"varint,11,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// 0 means 3.
+	MaxLoops        int32 `protobuf:"varint,12,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
+	IgnoreInspector bool  `protobuf:"varint,13,opt,name=ignore_inspector,json=ignoreInspector,proto3" json:"ignore_inspector,omitempty"`
+	IgnoreTester    bool  `protobuf:"varint,14,opt,name=ignore_tester,json=ignoreTester,proto3" json:"ignore_tester,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +412,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +425,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Node) GetId() string {
@@ -284,6 +477,484 @@ func (x *Node) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Node) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+func (x *Node) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Node) GetEdits() []*FileEdit {
+	if x != nil {
+		return x.Edits
+	}
+	return nil
+}
+
+func (x *Node) GetPipeline() bool {
+	if x != nil {
+		return x.Pipeline
+	}
+	return false
+}
+
+func (x *Node) GetMaxLoops() int32 {
+	if x != nil {
+		return x.MaxLoops
+	}
+	return 0
+}
+
+func (x *Node) GetIgnoreInspector() bool {
+	if x != nil {
+		return x.IgnoreInspector
+	}
+	return false
+}
+
+func (x *Node) GetIgnoreTester() bool {
+	if x != nil {
+		return x.IgnoreTester
+	}
+	return false
+}
+
+// FileEdit replaces a file's content (path relative to the workspace).
+type FileEdit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileEdit) Reset() {
+	*x = FileEdit{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileEdit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileEdit) ProtoMessage() {}
+
+func (x *FileEdit) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileEdit.ProtoReflect.Descriptor instead.
+func (*FileEdit) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FileEdit) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileEdit) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// TaskReport is a task's structured report (spec H-06).
+type TaskReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Implemented   string                 `protobuf:"bytes,1,opt,name=implemented,proto3" json:"implemented,omitempty"`
+	Tested        string                 `protobuf:"bytes,2,opt,name=tested,proto3" json:"tested,omitempty"`
+	FilesChanged  []string               `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	Decisions     string                 `protobuf:"bytes,4,opt,name=decisions,proto3" json:"decisions,omitempty"`
+	Deviations    string                 `protobuf:"bytes,5,opt,name=deviations,proto3" json:"deviations,omitempty"`
+	Concerns      string                 `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskReport) Reset() {
+	*x = TaskReport{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskReport) ProtoMessage() {}
+
+func (x *TaskReport) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
+func (*TaskReport) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TaskReport) GetImplemented() string {
+	if x != nil {
+		return x.Implemented
+	}
+	return ""
+}
+
+func (x *TaskReport) GetTested() string {
+	if x != nil {
+		return x.Tested
+	}
+	return ""
+}
+
+func (x *TaskReport) GetFilesChanged() []string {
+	if x != nil {
+		return x.FilesChanged
+	}
+	return nil
+}
+
+func (x *TaskReport) GetDecisions() string {
+	if x != nil {
+		return x.Decisions
+	}
+	return ""
+}
+
+func (x *TaskReport) GetDeviations() string {
+	if x != nil {
+		return x.Deviations
+	}
+	return ""
+}
+
+func (x *TaskReport) GetConcerns() string {
+	if x != nil {
+		return x.Concerns
+	}
+	return ""
+}
+
+// PipelineStatus is where a pipeline node's Engineer/Inspector/Tester loop
+// stands (spec F-08, F-11).
+type PipelineStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "created", "running", "inspecting", "testing", "completed", "failed".
+	State           string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Loops           int32  `protobuf:"varint,2,opt,name=loops,proto3" json:"loops,omitempty"`
+	MaxLoops        int32  `protobuf:"varint,3,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
+	InspectorPassed bool   `protobuf:"varint,4,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
+	TesterPassed    bool   `protobuf:"varint,5,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
+	// The feedback of every loop, oldest first.
+	Feedback []string `protobuf:"bytes,6,rep,name=feedback,proto3" json:"feedback,omitempty"`
+	// What the user can do when the loops ran out (spec F-11).
+	Options        []string    `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty"`
+	LastTestResult *TestResult `protobuf:"bytes,8,opt,name=last_test_result,json=lastTestResult,proto3" json:"last_test_result,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PipelineStatus) Reset() {
+	*x = PipelineStatus{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineStatus) ProtoMessage() {}
+
+func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
+func (*PipelineStatus) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PipelineStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PipelineStatus) GetLoops() int32 {
+	if x != nil {
+		return x.Loops
+	}
+	return 0
+}
+
+func (x *PipelineStatus) GetMaxLoops() int32 {
+	if x != nil {
+		return x.MaxLoops
+	}
+	return 0
+}
+
+func (x *PipelineStatus) GetInspectorPassed() bool {
+	if x != nil {
+		return x.InspectorPassed
+	}
+	return false
+}
+
+func (x *PipelineStatus) GetTesterPassed() bool {
+	if x != nil {
+		return x.TesterPassed
+	}
+	return false
+}
+
+func (x *PipelineStatus) GetFeedback() []string {
+	if x != nil {
+		return x.Feedback
+	}
+	return nil
+}
+
+func (x *PipelineStatus) GetOptions() []string {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *PipelineStatus) GetLastTestResult() *TestResult {
+	if x != nil {
+		return x.LastTestResult
+	}
+	return nil
+}
+
+// TestResult is a parsed test run (spec E-22).
+type TestResult struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	Passed      int32                  `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
+	Failed      int32                  `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	Skipped     int32                  `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Duration    *durationpb.Duration   `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	Failures    []*TestFailure         `protobuf:"bytes,6,rep,name=failures,proto3" json:"failures,omitempty"`
+	// The run's output, capped.
+	Output        string `protobuf:"bytes,7,opt,name=output,proto3" json:"output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestResult) Reset() {
+	*x = TestResult{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestResult) ProtoMessage() {}
+
+func (x *TestResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
+func (*TestResult) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TestResult) GetFrameworkId() string {
+	if x != nil {
+		return x.FrameworkId
+	}
+	return ""
+}
+
+func (x *TestResult) GetPassed() int32 {
+	if x != nil {
+		return x.Passed
+	}
+	return 0
+}
+
+func (x *TestResult) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *TestResult) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *TestResult) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *TestResult) GetFailures() []*TestFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *TestResult) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+type TestFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TestName      string                 `protobuf:"bytes,1,opt,name=test_name,json=testName,proto3" json:"test_name,omitempty"`
+	FilePath      string                 `protobuf:"bytes,2,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
+	Line          int32                  `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Expected      string                 `protobuf:"bytes,5,opt,name=expected,proto3" json:"expected,omitempty"`
+	Actual        string                 `protobuf:"bytes,6,opt,name=actual,proto3" json:"actual,omitempty"`
+	StackTrace    string                 `protobuf:"bytes,7,opt,name=stack_trace,json=stackTrace,proto3" json:"stack_trace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestFailure) Reset() {
+	*x = TestFailure{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestFailure) ProtoMessage() {}
+
+func (x *TestFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
+func (*TestFailure) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TestFailure) GetTestName() string {
+	if x != nil {
+		return x.TestName
+	}
+	return ""
+}
+
+func (x *TestFailure) GetFilePath() string {
+	if x != nil {
+		return x.FilePath
+	}
+	return ""
+}
+
+func (x *TestFailure) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *TestFailure) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TestFailure) GetExpected() string {
+	if x != nil {
+		return x.Expected
+	}
+	return ""
+}
+
+func (x *TestFailure) GetActual() string {
+	if x != nil {
+		return x.Actual
+	}
+	return ""
+}
+
+func (x *TestFailure) GetStackTrace() string {
+	if x != nil {
+		return x.StackTrace
+	}
+	return ""
+}
+
 type Run struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
@@ -298,13 +969,24 @@ type Run struct {
 	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	StartTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A repository path on the workers' filesystem: each task then works in a
+	// clone of it at base_commit, and reports a patch.
+	Repository string `protobuf:"bytes,12,opt,name=repository,proto3" json:"repository,omitempty"`
+	BaseCommit string `protobuf:"bytes,13,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
+	// The nodes' patches merged in DAG order, once the run succeeded.
+	ResultPatch string `protobuf:"bytes,14,opt,name=result_patch,json=resultPatch,proto3" json:"result_patch,omitempty"`
+	// Nodes whose patch did not apply on top of the others' (spec B-27).
+	MergeConflicts []string `protobuf:"bytes,15,rep,name=merge_conflicts,json=mergeConflicts,proto3" json:"merge_conflicts,omitempty"`
+	// The per-run decision log (spec H-07), markdown.
+	DecisionLog   string `protobuf:"bytes,16,opt,name=decision_log,json=decisionLog,proto3" json:"decision_log,omitempty"`
+	Interactive   bool   `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +998,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +1011,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Run) GetName() string {
@@ -409,6 +1091,48 @@ func (x *Run) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Run) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Run) GetBaseCommit() string {
+	if x != nil {
+		return x.BaseCommit
+	}
+	return ""
+}
+
+func (x *Run) GetResultPatch() string {
+	if x != nil {
+		return x.ResultPatch
+	}
+	return ""
+}
+
+func (x *Run) GetMergeConflicts() []string {
+	if x != nil {
+		return x.MergeConflicts
+	}
+	return nil
+}
+
+func (x *Run) GetDecisionLog() string {
+	if x != nil {
+		return x.DecisionLog
+	}
+	return ""
+}
+
+func (x *Run) GetInteractive() bool {
+	if x != nil {
+		return x.Interactive
+	}
+	return false
+}
+
 type NodeStatus struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -423,13 +1147,21 @@ type NodeStatus struct {
 	StartTime       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime         *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	WorkerId        string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	TimedOut        bool                   `protobuf:"varint,13,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// When a failed node waits to be retried: the earliest next dispatch.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	Paused          bool                   `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
+	Report          *TaskReport            `protobuf:"bytes,16,opt,name=report,proto3" json:"report,omitempty"`
+	// The node's change to the repository, as a git patch.
+	Patch         string          `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
+	Pipeline      *PipelineStatus `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +1173,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +1186,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -541,6 +1273,48 @@ func (x *NodeStatus) GetWorkerId() string {
 	return ""
 }
 
+func (x *NodeStatus) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *NodeStatus) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *NodeStatus) GetReport() *TaskReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetPatch() string {
+	if x != nil {
+		return x.Patch
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetPipeline() *PipelineStatus {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
 type CreateRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session the run belongs to (its id), optional.
@@ -551,14 +1325,18 @@ type CreateRunRequest struct {
 	// "sessions/{s}/plans/{p}" when the run comes from an approved plan.
 	Plan string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
 	// Optional client-chosen id; a retry with the same id returns the same run.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// A git repository path (on the workers' filesystem) the tasks work on.
+	Repository string `protobuf:"bytes,6,opt,name=repository,proto3" json:"repository,omitempty"`
+	// User-interactive work: may use the slots reserved for it (spec C-15).
+	Interactive   bool `protobuf:"varint,7,opt,name=interactive,proto3" json:"interactive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +1348,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +1361,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -621,6 +1399,20 @@ func (x *CreateRunRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateRunRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *CreateRunRequest) GetInteractive() bool {
+	if x != nil {
+		return x.Interactive
+	}
+	return false
+}
+
 type CreateRunResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -630,7 +1422,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +1434,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +1447,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -674,7 +1466,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1478,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1491,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -718,7 +1510,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +1522,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +1535,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -764,7 +1556,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +1568,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1581,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -823,7 +1615,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1627,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1640,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -866,15 +1658,17 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 }
 
 type CancelRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Cancel only this node (and so skip its dependents).
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1680,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,12 +1693,19 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRunRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelRunRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -918,7 +1719,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1731,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1744,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -953,13 +1754,483 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+type PauseRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Pause only this node.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRunRequest) Reset() {
+	*x = PauseRunRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRunRequest) ProtoMessage() {}
+
+func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
+func (*PauseRunRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PauseRunRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseRunRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type PauseRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRunResponse) Reset() {
+	*x = PauseRunResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRunResponse) ProtoMessage() {}
+
+func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
+func (*PauseRunResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type ResumeRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Resume only this node.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRunRequest) Reset() {
+	*x = ResumeRunRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRunRequest) ProtoMessage() {}
+
+func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResumeRunRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResumeRunRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type ResumeRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRunResponse) Reset() {
+	*x = ResumeRunResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRunResponse) ProtoMessage() {}
+
+func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
+func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResumeRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type PauseSessionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/{session}".
+	Session       string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSessionRunsRequest) Reset() {
+	*x = PauseSessionRunsRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSessionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSessionRunsRequest) ProtoMessage() {}
+
+func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
+func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PauseSessionRunsRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type PauseSessionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names of the runs that changed.
+	Runs          []string `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSessionRunsResponse) Reset() {
+	*x = PauseSessionRunsResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSessionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSessionRunsResponse) ProtoMessage() {}
+
+func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
+func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PauseSessionRunsResponse) GetRuns() []string {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+type ResumeSessionRunsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSessionRunsRequest) Reset() {
+	*x = ResumeSessionRunsRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionRunsRequest) ProtoMessage() {}
+
+func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ResumeSessionRunsRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type ResumeSessionRunsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runs          []string               `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSessionRunsResponse) Reset() {
+	*x = ResumeSessionRunsResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionRunsResponse) ProtoMessage() {}
+
+func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ResumeSessionRunsResponse) GetRuns() []string {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+type CancelSessionRunsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelSessionRunsRequest) Reset() {
+	*x = CancelSessionRunsRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelSessionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelSessionRunsRequest) ProtoMessage() {}
+
+func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
+func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CancelSessionRunsRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type CancelSessionRunsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runs          []string               `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelSessionRunsResponse) Reset() {
+	*x = CancelSessionRunsResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelSessionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelSessionRunsResponse) ProtoMessage() {}
+
+func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
+func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CancelSessionRunsResponse) GetRuns() []string {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
 var File_sylk_orchestrator_v1_workflow_service_proto protoreflect.FileDescriptor
 
 const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
-	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n" +
+	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x01\n" +
 	"\x03Dag\x120\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x1a.sylk.orchestrator.v1.NodeR\x05nodes\"\xc4\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1a.sylk.orchestrator.v1.NodeR\x05nodes\x12D\n" +
+	"\x0fexecution_order\x18\x02 \x03(\v2\x1b.sylk.orchestrator.v1.LayerR\x0eexecutionOrder\x124\n" +
+	"\x06policy\x18\x03 \x01(\v2\x1c.sylk.orchestrator.v1.PolicyR\x06policy\"\"\n" +
+	"\x05Layer\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"m\n" +
+	"\x06Policy\x12\x1b\n" +
+	"\tfail_fast\x18\x01 \x01(\bR\bfailFast\x12F\n" +
+	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
+	"\vRetryPolicy\x12\x10\n" +
+	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd8\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -968,7 +2239,55 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x18\n" +
 	"\acommand\x18\x05 \x01(\tR\acommand\x12\x16\n" +
 	"\x06prompt\x18\x06 \x01(\tR\x06prompt\x123\n" +
-	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xf2\x03\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x127\n" +
+	"\x05retry\x18\b \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\x05retry\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x124\n" +
+	"\x05edits\x18\n" +
+	" \x03(\v2\x1e.sylk.orchestrator.v1.FileEditR\x05edits\x12\x1a\n" +
+	"\bpipeline\x18\v \x01(\bR\bpipeline\x12\x1b\n" +
+	"\tmax_loops\x18\f \x01(\x05R\bmaxLoops\x12)\n" +
+	"\x10ignore_inspector\x18\r \x01(\bR\x0fignoreInspector\x12#\n" +
+	"\rignore_tester\x18\x0e \x01(\bR\fignoreTester\"8\n" +
+	"\bFileEdit\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xc5\x01\n" +
+	"\n" +
+	"TaskReport\x12 \n" +
+	"\vimplemented\x18\x01 \x01(\tR\vimplemented\x12\x16\n" +
+	"\x06tested\x18\x02 \x01(\tR\x06tested\x12#\n" +
+	"\rfiles_changed\x18\x03 \x03(\tR\ffilesChanged\x12\x1c\n" +
+	"\tdecisions\x18\x04 \x01(\tR\tdecisions\x12\x1e\n" +
+	"\n" +
+	"deviations\x18\x05 \x01(\tR\n" +
+	"deviations\x12\x1a\n" +
+	"\bconcerns\x18\x06 \x01(\tR\bconcerns\"\xab\x02\n" +
+	"\x0ePipelineStatus\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
+	"\x05loops\x18\x02 \x01(\x05R\x05loops\x12\x1b\n" +
+	"\tmax_loops\x18\x03 \x01(\x05R\bmaxLoops\x12)\n" +
+	"\x10inspector_passed\x18\x04 \x01(\bR\x0finspectorPassed\x12#\n" +
+	"\rtester_passed\x18\x05 \x01(\bR\ftesterPassed\x12\x1a\n" +
+	"\bfeedback\x18\x06 \x03(\tR\bfeedback\x12\x18\n" +
+	"\aoptions\x18\a \x03(\tR\aoptions\x12J\n" +
+	"\x10last_test_result\x18\b \x01(\v2 .sylk.orchestrator.v1.TestResultR\x0elastTestResult\"\x87\x02\n" +
+	"\n" +
+	"TestResult\x12!\n" +
+	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x16\n" +
+	"\x06passed\x18\x02 \x01(\x05R\x06passed\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x05R\x06failed\x12\x18\n" +
+	"\askipped\x18\x04 \x01(\x05R\askipped\x125\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12=\n" +
+	"\bfailures\x18\x06 \x03(\v2!.sylk.orchestrator.v1.TestFailureR\bfailures\x12\x16\n" +
+	"\x06output\x18\a \x01(\tR\x06output\"\xca\x01\n" +
+	"\vTestFailure\x12\x1b\n" +
+	"\ttest_name\x18\x01 \x01(\tR\btestName\x12\x1b\n" +
+	"\tfile_path\x18\x02 \x01(\tR\bfilePath\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\x05R\x04line\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1a\n" +
+	"\bexpected\x18\x05 \x01(\tR\bexpected\x12\x16\n" +
+	"\x06actual\x18\x06 \x01(\tR\x06actual\x12\x1f\n" +
+	"\vstack_trace\x18\a \x01(\tR\n" +
+	"stackTrace\"\xd8\x05\n" +
 	"\x03Run\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1d\n" +
@@ -984,7 +2303,16 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\tstartTime\x12:\n" +
-	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\aendTime\"\xca\x03\n" +
+	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\aendTime\x12\x1e\n" +
+	"\n" +
+	"repository\x18\f \x01(\tR\n" +
+	"repository\x12$\n" +
+	"\vbase_commit\x18\r \x01(\tB\x03\xe0A\x03R\n" +
+	"baseCommit\x12&\n" +
+	"\fresult_patch\x18\x0e \x01(\tB\x03\xe0A\x03R\vresultPatch\x12,\n" +
+	"\x0fmerge_conflicts\x18\x0f \x03(\tB\x03\xe0A\x03R\x0emergeConflicts\x12&\n" +
+	"\fdecision_log\x18\x10 \x01(\tB\x03\xe0A\x03R\vdecisionLog\x12 \n" +
+	"\vinteractive\x18\x11 \x01(\bR\vinteractive\"\xd9\x05\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -1000,7 +2328,13 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1b\n" +
-	"\tworker_id\x18\f \x01(\tR\bworkerId\"\xbf\x01\n" +
+	"\tworker_id\x18\f \x01(\tR\bworkerId\x12\x1b\n" +
+	"\ttimed_out\x18\r \x01(\bR\btimedOut\x12F\n" +
+	"\x11next_attempt_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x16\n" +
+	"\x06paused\x18\x0f \x01(\bR\x06paused\x128\n" +
+	"\x06report\x18\x10 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\x12\x14\n" +
+	"\x05patch\x18\x11 \x01(\tR\x05patch\x12@\n" +
+	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\"\x81\x02\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
@@ -1008,7 +2342,11 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x0fmax_concurrency\x18\x03 \x01(\x05R\x0emaxConcurrency\x12\x12\n" +
 	"\x04plan\x18\x04 \x01(\tR\x04plan\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"@\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x06 \x01(\tR\n" +
+	"repository\x12 \n" +
+	"\vinteractive\x18\a \x01(\bR\vinteractive\"@\n" +
 	"\x11CreateRunResponse\x12+\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\"(\n" +
 	"\rGetRunRequest\x12\x17\n" +
@@ -1023,18 +2361,42 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\"i\n" +
 	"\x10ListRunsResponse\x12-\n" +
 	"\x04runs\x18\x01 \x03(\v2\x19.sylk.orchestrator.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"+\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"D\n" +
 	"\x10CancelRunRequest\x12\x17\n" +
-	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"@\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"@\n" +
 	"\x11CancelRunResponse\x12+\n" +
-	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run*\x9b\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\"C\n" +
+	"\x0fPauseRunRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"?\n" +
+	"\x10PauseRunResponse\x12+\n" +
+	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\"D\n" +
+	"\x10ResumeRunRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"@\n" +
+	"\x11ResumeRunResponse\x12+\n" +
+	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\"8\n" +
+	"\x17PauseSessionRunsRequest\x12\x1d\n" +
+	"\asession\x18\x01 \x01(\tB\x03\xe0A\x02R\asession\".\n" +
+	"\x18PauseSessionRunsResponse\x12\x12\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"9\n" +
+	"\x18ResumeSessionRunsRequest\x12\x1d\n" +
+	"\asession\x18\x01 \x01(\tB\x03\xe0A\x02R\asession\"/\n" +
+	"\x19ResumeSessionRunsResponse\x12\x12\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"9\n" +
+	"\x18CancelSessionRunsRequest\x12\x1d\n" +
+	"\asession\x18\x01 \x01(\tB\x03\xe0A\x02R\asession\"/\n" +
+	"\x19CancelSessionRunsResponse\x12\x12\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs*\xb1\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_PENDING\x10\x01\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13RUN_STATE_SUCCEEDED\x10\x03\x12\x14\n" +
 	"\x10RUN_STATE_FAILED\x10\x04\x12\x17\n" +
-	"\x13RUN_STATE_CANCELLED\x10\x05*\xbd\x01\n" +
+	"\x13RUN_STATE_CANCELLED\x10\x05\x12\x14\n" +
+	"\x10RUN_STATE_PAUSED\x10\x06*\xd4\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATE_PENDING\x10\x01\x12\x19\n" +
@@ -1042,13 +2404,19 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x14NODE_STATE_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11NODE_STATE_FAILED\x10\x04\x12\x16\n" +
 	"\x12NODE_STATE_SKIPPED\x10\x05\x12\x18\n" +
-	"\x14NODE_STATE_CANCELLED\x10\x062\xe5\x03\n" +
+	"\x14NODE_STATE_CANCELLED\x10\x06\x12\x15\n" +
+	"\x11NODE_STATE_PAUSED\x10\a2\xdc\t\n" +
 	"\x0fWorkflowService\x12q\n" +
 	"\tCreateRun\x12&.sylk.orchestrator.v1.CreateRunRequest\x1a'.sylk.orchestrator.v1.CreateRunResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/runs\x12n\n" +
 	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12k\n" +
 	"\bListRuns\x12%.sylk.orchestrator.v1.ListRunsRequest\x1a&.sylk.orchestrator.v1.ListRunsResponse\"\x10\x82\xd3\xe4\x93\x02\n" +
 	"\x12\b/v1/runs\x12\x81\x01\n" +
-	"\tCancelRun\x12&.sylk.orchestrator.v1.CancelRunRequest\x1a'.sylk.orchestrator.v1.CancelRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:cancelB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\tCancelRun\x12&.sylk.orchestrator.v1.CancelRunRequest\x1a'.sylk.orchestrator.v1.CancelRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:cancel\x12}\n" +
+	"\bPauseRun\x12%.sylk.orchestrator.v1.PauseRunRequest\x1a&.sylk.orchestrator.v1.PauseRunResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/{name=runs/*}:pause\x12\x81\x01\n" +
+	"\tResumeRun\x12&.sylk.orchestrator.v1.ResumeRunRequest\x1a'.sylk.orchestrator.v1.ResumeRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:resume\x12\xa1\x01\n" +
+	"\x10PauseSessionRuns\x12-.sylk.orchestrator.v1.PauseSessionRunsRequest\x1a..sylk.orchestrator.v1.PauseSessionRunsResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{session=sessions/*}/runs:pause\x12\xa5\x01\n" +
+	"\x11ResumeSessionRuns\x12..sylk.orchestrator.v1.ResumeSessionRunsRequest\x1a/.sylk.orchestrator.v1.ResumeSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:resume\x12\xa5\x01\n" +
+	"\x11CancelSessionRuns\x12..sylk.orchestrator.v1.CancelSessionRunsRequest\x1a/.sylk.orchestrator.v1.CancelSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:cancelB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_sylk_orchestrator_v1_workflow_service_proto_rawDescOnce sync.Once
@@ -1063,56 +2431,98 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
-	(RunState)(0),                 // 0: sylk.orchestrator.v1.RunState
-	(NodeState)(0),                // 1: sylk.orchestrator.v1.NodeState
-	(*Dag)(nil),                   // 2: sylk.orchestrator.v1.Dag
-	(*Node)(nil),                  // 3: sylk.orchestrator.v1.Node
-	(*Run)(nil),                   // 4: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),            // 5: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),      // 6: sylk.orchestrator.v1.CreateRunRequest
-	(*CreateRunResponse)(nil),     // 7: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),         // 8: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 9: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),       // 10: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 11: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),      // 12: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 13: sylk.orchestrator.v1.CancelRunResponse
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(RunState)(0),                     // 0: sylk.orchestrator.v1.RunState
+	(NodeState)(0),                    // 1: sylk.orchestrator.v1.NodeState
+	(*Dag)(nil),                       // 2: sylk.orchestrator.v1.Dag
+	(*Layer)(nil),                     // 3: sylk.orchestrator.v1.Layer
+	(*Policy)(nil),                    // 4: sylk.orchestrator.v1.Policy
+	(*RetryPolicy)(nil),               // 5: sylk.orchestrator.v1.RetryPolicy
+	(*Node)(nil),                      // 6: sylk.orchestrator.v1.Node
+	(*FileEdit)(nil),                  // 7: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 8: sylk.orchestrator.v1.TaskReport
+	(*PipelineStatus)(nil),            // 9: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 10: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 11: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 12: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 13: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 14: sylk.orchestrator.v1.CreateRunRequest
+	(*CreateRunResponse)(nil),         // 15: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 16: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 17: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 18: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 19: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 20: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 21: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 22: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 23: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 24: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 25: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 26: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 27: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 28: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 29: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 30: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 31: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
-	3,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
-	14, // 1: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
-	0,  // 2: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	2,  // 3: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	5,  // 4: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	15, // 5: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	15, // 6: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	15, // 7: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	14, // 9: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	15, // 10: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	15, // 11: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	2,  // 12: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	4,  // 13: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	4,  // 14: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	4,  // 15: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	4,  // 16: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	6,  // 17: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	8,  // 18: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	10, // 19: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	12, // 20: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	7,  // 21: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	9,  // 22: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	11, // 23: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	13, // 24: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
+	3,  // 1: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
+	4,  // 2: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
+	5,  // 3: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	32, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	32, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	5,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	7,  // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	10, // 8: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	32, // 9: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	11, // 10: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	0,  // 11: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	2,  // 12: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	13, // 13: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	33, // 14: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	33, // 15: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	33, // 16: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 17: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	32, // 18: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	33, // 19: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	33, // 20: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	33, // 21: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	8,  // 22: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	9,  // 23: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	2,  // 24: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	12, // 25: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	12, // 26: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	12, // 27: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	12, // 28: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	12, // 29: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	12, // 30: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	14, // 31: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	16, // 32: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	18, // 33: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	20, // 34: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	22, // 35: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	24, // 36: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	26, // 37: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	28, // 38: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	30, // 39: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	15, // 40: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	17, // 41: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	19, // 42: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	21, // 43: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	23, // 44: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	25, // 45: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	27, // 46: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	29, // 47: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	31, // 48: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -1126,7 +2536,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkflowService_CreateRun_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/CreateRun"
-	WorkflowService_GetRun_FullMethodName    = "/sylk.orchestrator.v1.WorkflowService/GetRun"
-	WorkflowService_ListRuns_FullMethodName  = "/sylk.orchestrator.v1.WorkflowService/ListRuns"
-	WorkflowService_CancelRun_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/CancelRun"
+	WorkflowService_CreateRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/CreateRun"
+	WorkflowService_GetRun_FullMethodName            = "/sylk.orchestrator.v1.WorkflowService/GetRun"
+	WorkflowService_ListRuns_FullMethodName          = "/sylk.orchestrator.v1.WorkflowService/ListRuns"
+	WorkflowService_CancelRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/CancelRun"
+	WorkflowService_PauseRun_FullMethodName          = "/sylk.orchestrator.v1.WorkflowService/PauseRun"
+	WorkflowService_ResumeRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/ResumeRun"
+	WorkflowService_PauseSessionRuns_FullMethodName  = "/sylk.orchestrator.v1.WorkflowService/PauseSessionRuns"
+	WorkflowService_ResumeSessionRuns_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/ResumeSessionRuns"
+	WorkflowService_CancelSessionRuns_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/CancelSessionRuns"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -35,7 +40,18 @@ type WorkflowServiceClient interface {
 	CreateRun(ctx context.Context, in *CreateRunRequest, opts ...grpc.CallOption) (*CreateRunResponse, error)
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// PauseRun stops dispatching a run's nodes (or one node when node_id is
+	// set); nodes already running finish and their results are kept.
+	PauseRun(ctx context.Context, in *PauseRunRequest, opts ...grpc.CallOption) (*PauseRunResponse, error)
+	// ResumeRun undoes PauseRun.
+	ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (*ResumeRunResponse, error)
+	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
+	// unfinished run of a session.
+	PauseSessionRuns(ctx context.Context, in *PauseSessionRunsRequest, opts ...grpc.CallOption) (*PauseSessionRunsResponse, error)
+	ResumeSessionRuns(ctx context.Context, in *ResumeSessionRunsRequest, opts ...grpc.CallOption) (*ResumeSessionRunsResponse, error)
+	CancelSessionRuns(ctx context.Context, in *CancelSessionRunsRequest, opts ...grpc.CallOption) (*CancelSessionRunsResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -86,6 +102,56 @@ func (c *workflowServiceClient) CancelRun(ctx context.Context, in *CancelRunRequ
 	return out, nil
 }
 
+func (c *workflowServiceClient) PauseRun(ctx context.Context, in *PauseRunRequest, opts ...grpc.CallOption) (*PauseRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseRunResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_PauseRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (*ResumeRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeRunResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_ResumeRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) PauseSessionRuns(ctx context.Context, in *PauseSessionRunsRequest, opts ...grpc.CallOption) (*PauseSessionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseSessionRunsResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_PauseSessionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) ResumeSessionRuns(ctx context.Context, in *ResumeSessionRunsRequest, opts ...grpc.CallOption) (*ResumeSessionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeSessionRunsResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_ResumeSessionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) CancelSessionRuns(ctx context.Context, in *CancelSessionRunsRequest, opts ...grpc.CallOption) (*CancelSessionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelSessionRunsResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_CancelSessionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -96,7 +162,18 @@ type WorkflowServiceServer interface {
 	CreateRun(context.Context, *CreateRunRequest) (*CreateRunResponse, error)
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// PauseRun stops dispatching a run's nodes (or one node when node_id is
+	// set); nodes already running finish and their results are kept.
+	PauseRun(context.Context, *PauseRunRequest) (*PauseRunResponse, error)
+	// ResumeRun undoes PauseRun.
+	ResumeRun(context.Context, *ResumeRunRequest) (*ResumeRunResponse, error)
+	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
+	// unfinished run of a session.
+	PauseSessionRuns(context.Context, *PauseSessionRunsRequest) (*PauseSessionRunsResponse, error)
+	ResumeSessionRuns(context.Context, *ResumeSessionRunsRequest) (*ResumeSessionRunsResponse, error)
+	CancelSessionRuns(context.Context, *CancelSessionRunsRequest) (*CancelSessionRunsResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -118,6 +195,21 @@ func (UnimplementedWorkflowServiceServer) ListRuns(context.Context, *ListRunsReq
 }
 func (UnimplementedWorkflowServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedWorkflowServiceServer) PauseRun(context.Context, *PauseRunRequest) (*PauseRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseRun not implemented")
+}
+func (UnimplementedWorkflowServiceServer) ResumeRun(context.Context, *ResumeRunRequest) (*ResumeRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeRun not implemented")
+}
+func (UnimplementedWorkflowServiceServer) PauseSessionRuns(context.Context, *PauseSessionRunsRequest) (*PauseSessionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSessionRuns not implemented")
+}
+func (UnimplementedWorkflowServiceServer) ResumeSessionRuns(context.Context, *ResumeSessionRunsRequest) (*ResumeSessionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSessionRuns not implemented")
+}
+func (UnimplementedWorkflowServiceServer) CancelSessionRuns(context.Context, *CancelSessionRunsRequest) (*CancelSessionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelSessionRuns not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -212,6 +304,96 @@ func _WorkflowService_CancelRun_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_PauseRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).PauseRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_PauseRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).PauseRun(ctx, req.(*PauseRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_ResumeRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).ResumeRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_ResumeRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).ResumeRun(ctx, req.(*ResumeRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_PauseSessionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseSessionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).PauseSessionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_PauseSessionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).PauseSessionRuns(ctx, req.(*PauseSessionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_ResumeSessionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSessionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).ResumeSessionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_ResumeSessionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).ResumeSessionRuns(ctx, req.(*ResumeSessionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_CancelSessionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelSessionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).CancelSessionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_CancelSessionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).CancelSessionRuns(ctx, req.(*CancelSessionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -234,6 +416,26 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRun",
 			Handler:    _WorkflowService_CancelRun_Handler,
+		},
+		{
+			MethodName: "PauseRun",
+			Handler:    _WorkflowService_PauseRun_Handler,
+		},
+		{
+			MethodName: "ResumeRun",
+			Handler:    _WorkflowService_ResumeRun_Handler,
+		},
+		{
+			MethodName: "PauseSessionRuns",
+			Handler:    _WorkflowService_PauseSessionRuns_Handler,
+		},
+		{
+			MethodName: "ResumeSessionRuns",
+			Handler:    _WorkflowService_ResumeSessionRuns_Handler,
+		},
+		{
+			MethodName: "CancelSessionRuns",
+			Handler:    _WorkflowService_CancelSessionRuns_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

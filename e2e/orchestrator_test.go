@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func nodeMap(run map[string]any) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, n := range run["nodes"].([]any) {
+		out[n.(map[string]any)["nodeId"].(string)] = n.(map[string]any)
+	}
+	return out
+}
+
+func (c *client) createRun(body map[string]any) string {
+	c.t.Helper()
+	return c.ok("POST", "/v1/runs", body)["run"].(map[string]any)["name"].(string)
+}
+
+func overlap(a, b map[string]any, t *testing.T) bool {
+	return parseTime(t, a["startTime"]).Before(parseTime(t, b["endTime"])) && parseTime(t, b["startTime"]).Before(parseTime(t, a["endTime"]))
+}
+
+// TestOrchestratorExecution covers the DAG acceptance behaviours of spec F
+// section 4 (1-6) and the run controls, over REST.
+func TestOrchestratorExecution(t *testing.T) {
+	c := startMesh(t)
+
+	t.Run("layers run in order and overlap within a layer", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"maxConcurrency": 4, "dag": map[string]any{
+			"nodes": []any{
+				map[string]any{"id": "t1", "command": "sleep 0.2"},
+				map[string]any{"id": "t2", "command": "sleep 0.5", "dependsOn": []string{"t1"}},
+				map[string]any{"id": "t3", "command": "sleep 0.5", "dependsOn": []string{"t1"}},
+				map[string]any{"id": "t4", "command": "true", "dependsOn": []string{"t2", "t3"}},
+			},
+			"executionOrder": []any{map[string]any{"nodeIds": []string{"t1"}}, map[string]any{"nodeIds": []string{"t2", "t3"}}, map[string]any{"nodeIds": []string{"t4"}}},
+		}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		n := nodeMap(run)
+		require.False(t, parseTime(t, n["t2"]["startTime"]).Before(parseTime(t, n["t1"]["endTime"])))
+		require.True(t, overlap(n["t2"], n["t3"], t), "t2 and t3 run at the same time")
+		require.False(t, parseTime(t, n["t4"]["startTime"]).Before(parseTime(t, n["t2"]["endTime"])))
+		require.False(t, parseTime(t, n["t4"]["startTime"]).Before(parseTime(t, n["t3"]["endTime"])))
+
+		bad := c.do("POST", "/v1/runs", map[string]any{"dag": map[string]any{
+			"nodes":          []any{map[string]any{"id": "a", "command": "true"}, map[string]any{"id": "b", "command": "true", "dependsOn": []string{"a"}}},
+			"executionOrder": []any{map[string]any{"nodeIds": []string{"a", "b"}}},
+		}})
+		require.Equal(t, http.StatusBadRequest, bad.Status)
+		require.Contains(t, bad.Raw, "must come after its dependency")
+	})
+
+	t.Run("max_concurrency bounds running nodes", func(t *testing.T) {
+		var nodes []any
+		for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+			nodes = append(nodes, map[string]any{"id": id, "command": "sleep 0.3"})
+		}
+		run := c.waitRun(c.createRun(map[string]any{"maxConcurrency": 4, "dag": map[string]any{"nodes": nodes}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		var all []map[string]any
+		for _, n := range nodeMap(run) {
+			all = append(all, n)
+		}
+		for _, a := range all {
+			at := parseTime(t, a["startTime"])
+			running := 0
+			for _, b := range all {
+				if !parseTime(t, b["startTime"]).After(at) && parseTime(t, b["endTime"]).After(at) {
+					running++
+				}
+			}
+			require.LessOrEqual(t, running, 4)
+		}
+	})
+
+	t.Run("fail_fast stops the next layer", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"maxConcurrency": 4, "dag": map[string]any{
+			"policy": map[string]any{"failFast": true},
+			"nodes": []any{
+				map[string]any{"id": "l1", "command": "true"},
+				map[string]any{"id": "l2a", "command": "exit 3", "dependsOn": []string{"l1"}},
+				map[string]any{"id": "l2b", "command": "sleep 0.3", "dependsOn": []string{"l1"}},
+				map[string]any{"id": "l3", "command": "true", "dependsOn": []string{"l2b"}},
+			},
+		}}))
+		require.Equal(t, "RUN_STATE_FAILED", run["state"])
+		n := nodeMap(run)
+		require.Equal(t, "NODE_STATE_FAILED", n["l2a"]["state"])
+		require.Equal(t, "NODE_STATE_SUCCEEDED", n["l2b"]["state"], "the running batch finishes")
+		require.Equal(t, "NODE_STATE_CANCELLED", n["l3"]["state"])
+		require.Nil(t, n["l3"]["attempt"], "l3 was never dispatched")
+	})
+
+	t.Run("retries wait for their backoff; the default policy applies", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{
+			"policy": map[string]any{"defaultRetry": map[string]any{"max": 2, "backoff": "0.1s"}},
+			"nodes": []any{
+				map[string]any{"id": "r", "command": "exit 1", "retry": map[string]any{"max": 1, "backoff": "1s"}},
+				map[string]any{"id": "d", "command": "exit 1"},
+			},
+		}}))
+		require.Equal(t, "RUN_STATE_FAILED", run["state"])
+		n := nodeMap(run)
+		require.EqualValues(t, 2, n["r"]["attempt"])
+		require.EqualValues(t, 3, n["d"]["attempt"])
+	})
+
+	t.Run("a node over its timeout is stopped and failed", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "slow", "command": "sleep 30", "timeout": "0.5s"},
+		}}}))
+		n := nodeMap(run)["slow"]
+		require.Equal(t, "NODE_STATE_FAILED", n["state"])
+		require.Equal(t, true, n["timedOut"])
+		require.Contains(t, n["error"], "timed out after 500ms")
+	})
+
+	t.Run("dependents receive upstream outputs", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "up", "command": "echo from-up"},
+			map[string]any{"id": "down", "command": `cat "$SYLK_UPSTREAM_DIR/up"`, "dependsOn": []string{"up"}},
+		}}}))
+		require.Equal(t, "from-up\n", nodeMap(run)["down"]["stdout"])
+	})
+
+	t.Run("tools run with secrets stripped and output capped", func(t *testing.T) {
+		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "env", "command": "env"},
+			map[string]any{"id": "big", "command": "head -c 3000000 /dev/zero | tr '\\0' x"},
+		}}}))
+		n := nodeMap(run)
+		require.NotContains(t, n["env"]["stdout"], "SYLK_")
+		require.NotContains(t, n["env"]["stdout"], "_PASSWORD=")
+		require.Equal(t, true, n["big"]["outputTruncated"])
+		require.Contains(t, n["big"]["stdout"], "bytes truncated")
+	})
+
+	t.Run("pause, resume and cancel a run, a node and a session", func(t *testing.T) {
+		sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "controls"})["session"].(map[string]any)
+		sid := strings.TrimPrefix(sess["name"].(string), "sessions/")
+		name := c.createRun(map[string]any{"sessionId": sid, "dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "a", "command": "sleep 0.3"},
+			map[string]any{"id": "b", "command": "true", "dependsOn": []string{"a"}},
+			map[string]any{"id": "c", "command": "true", "dependsOn": []string{"a"}},
+		}}})
+		paused := c.ok("POST", "/v1/"+name+":pause", map[string]any{})["run"].(map[string]any)
+		require.Equal(t, "RUN_STATE_PAUSED", paused["state"])
+		c.ok("POST", "/v1/"+name+":cancel", map[string]any{"nodeId": "c"})
+		require.Eventually(t, func() bool {
+			r := c.ok("GET", "/v1/"+name, nil)["run"].(map[string]any)
+			return nodeMap(r)["a"]["state"] == "NODE_STATE_SUCCEEDED"
+		}, 30*time.Second, 50*time.Millisecond)
+		r := c.ok("GET", "/v1/"+name, nil)["run"].(map[string]any)
+		require.Equal(t, "RUN_STATE_PAUSED", r["state"])
+		require.Equal(t, "NODE_STATE_PENDING", nodeMap(r)["b"]["state"], "a paused run dispatches nothing")
+		resumed := c.ok("POST", "/v1/sessions/"+sid+"/runs:resume", map[string]any{})
+		require.Equal(t, []any{name}, resumed["runs"])
+		done := c.waitRun(name)
+		require.Equal(t, "RUN_STATE_FAILED", done["state"], "a cancelled node fails the run")
+		require.Equal(t, "NODE_STATE_SUCCEEDED", nodeMap(done)["b"]["state"])
+		require.Equal(t, "NODE_STATE_CANCELLED", nodeMap(done)["c"]["state"])
+
+		long := c.createRun(map[string]any{"sessionId": sid, "dag": map[string]any{"nodes": []any{map[string]any{"id": "z", "command": "sleep 30"}}}})
+		cancelled := c.ok("POST", "/v1/sessions/"+sid+"/runs:cancel", map[string]any{})
+		require.Equal(t, []any{long}, cancelled["runs"])
+		require.Equal(t, "RUN_STATE_CANCELLED", c.waitRun(long)["state"])
+		again := c.do("POST", "/v1/"+long+":resume", map[string]any{})
+		require.Equal(t, http.StatusBadRequest, again.Status, again.Raw)
+	})
+}
+
+func e2eRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":       "module example.com/calc\n\ngo 1.22\n",
+		"calc.go":      "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n",
+		"calc_test.go": "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal(\"Add(1, 2) != 3\")\n\t}\n}\n",
+	}
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	gitCmd(t, dir, "init", "--quiet")
+	gitCmd(t, dir, "add", "-A")
+	gitCmd(t, dir, "commit", "--quiet", "-m", "init")
+	return dir
+}
+
+// TestOrchestratorPipelines covers the pipeline loops (spec F section 4,
+// 7-9), repository workspaces with patches and conflicts, and the git rules.
+func TestOrchestratorPipelines(t *testing.T) {
+	c := startMesh(t)
+	repo := e2eRepo(t)
+	edit := func(path, content string) []any { return []any{map[string]any{"path": path, "content": content}} }
+	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "maxConcurrency": 3, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "mul", "name": "add Mul", "pipeline": true,
+			"edits": edit("mul.go", "package calc\n\n// Mul multiplies.\nfunc Mul(a, b int) int { return a * b }\n")},
+		map[string]any{"id": "ugly", "pipeline": true, "edits": edit("calc.go", "package calc\nfunc Add(a, b int) int {return a+b}\n")},
+		map[string]any{"id": "wrong", "pipeline": true, "edits": edit("calc.go", "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n")},
+		map[string]any{"id": "push", "command": "git push origin HEAD"},
+	}}}))
+	require.Equal(t, "RUN_STATE_FAILED", run["state"])
+	n := nodeMap(run)
+
+	mul := n["mul"]
+	require.Equal(t, "NODE_STATE_SUCCEEDED", mul["state"])
+	p := mul["pipeline"].(map[string]any)
+	require.Equal(t, "completed", p["state"])
+	require.Equal(t, true, p["inspectorPassed"])
+	require.Equal(t, true, p["testerPassed"], "completed only when both passed")
+	require.Contains(t, mul["patch"], "+func Mul(a, b int) int")
+	require.Equal(t, []any{"mul.go"}, mul["report"].(map[string]any)["filesChanged"])
+
+	ugly := n["ugly"]["pipeline"].(map[string]any)
+	require.Equal(t, "failed", ugly["state"])
+	require.EqualValues(t, 3, ugly["loops"], "MaxLoops 3")
+	require.Len(t, ugly["feedback"], 3, "the feedback history grows every loop")
+	require.Contains(t, ugly["feedback"].([]any)[0], "not gofmt-formatted")
+	require.Len(t, ugly["options"], 4)
+	require.True(t, slices.Contains(ugly["options"].([]any), any("/task ugly ignore_inspector")))
+
+	wrong := n["wrong"]["pipeline"].(map[string]any)
+	require.Equal(t, "failed", wrong["state"])
+	require.Equal(t, true, wrong["inspectorPassed"])
+	require.NotEqual(t, true, wrong["testerPassed"], "omitted when false")
+	require.EqualValues(t, 1, wrong["lastTestResult"].(map[string]any)["failed"])
+
+	require.Equal(t, "NODE_STATE_FAILED", n["push"]["state"])
+	require.Contains(t, n["push"]["stderr"], "git push is not allowed for agents")
+	require.Contains(t, run["decisionLog"], "## Task mul")
+
+	// A succeeded run merges its patches; a clash is reported, not forced.
+	merged := c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "x", "edits": edit("calc.go", "package calc\n\n// Add adds x.\nfunc Add(a, b int) int { return a + b }\n")},
+		map[string]any{"id": "y", "dependsOn": []string{"x"}, "edits": edit("calc.go", "package calc\n\n// Add adds y.\nfunc Add(a, b int) int { return a + b }\n")},
+		map[string]any{"id": "z", "edits": edit("z.txt", "z\n")},
+	}}})
+	require.Equal(t, "RUN_STATE_SUCCEEDED", c.waitRun(merged)["state"])
+	var final map[string]any
+	require.Eventually(t, func() bool {
+		final = c.ok("GET", "/v1/"+merged, nil)["run"].(map[string]any)
+		return final["resultPatch"] != nil
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, []any{"y"}, final["mergeConflicts"])
+	require.Contains(t, final["resultPatch"], "+// Add adds x.")
+	require.Contains(t, final["resultPatch"], "+z")
+}

@@ -1,0 +1,210 @@
+package toolexec
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config holds the executor's settings (spec C-23..C-32). Durations default
+// to the spec's values; tests shorten them.
+type Config struct {
+	// DefaultTimeout is the base timeout of a tool without its own (C-26).
+	DefaultTimeout time.Duration
+	// MaxTimeout kills a process whatever it prints.
+	MaxTimeout time.Duration
+	// ExtendOnOutput keeps a process past its base timeout while it printed
+	// a meaningful (non-noise) line this recently.
+	ExtendOnOutput time.Duration
+	// ToolTimeouts are base timeouts by tool, keyed by the command and its
+	// first argument ("go test") or the command alone ("git").
+	ToolTimeouts map[string]time.Duration
+	// InterruptGrace is the wait after SIGINT, TerminateGrace after SIGTERM
+	// (C-27).
+	InterruptGrace time.Duration
+	TerminateGrace time.Duration
+	// CleanupTimeout bounds the best-effort cleanup after a process ended.
+	CleanupTimeout time.Duration
+	// MaxOutputBytes caps each of stdout and stderr (head and tail are kept).
+	MaxOutputBytes int
+	// FirstLines and LastLines are what smart truncation keeps (C-29).
+	FirstLines int
+	LastLines  int
+	// Slots is the size of the subprocess pool; 0 means 2 x NumCPU.
+	Slots int
+	// UserReservePercent of the slots only user-interactive calls may take.
+	UserReservePercent int
+	// AcquireTimeout bounds how long a pipeline call waits for a slot.
+	AcquireTimeout time.Duration
+	// ExtraSecretPatterns are stripped from child environments besides the
+	// spec's list (C-24).
+	ExtraSecretPatterns []string
+}
+
+// Spec defaults.
+const (
+	defaultTimeout        = 60 * time.Second
+	defaultMaxTimeout     = 30 * time.Minute
+	defaultExtendOnOutput = 30 * time.Second
+	defaultInterruptGrace = 5 * time.Second
+	defaultTerminateGrace = 3 * time.Second
+	defaultCleanupTimeout = 5 * time.Second
+	defaultMaxOutputBytes = 1 << 20
+	defaultFirstLines     = 50
+	defaultLastLines      = 100
+	defaultUserReserve    = 20
+	defaultAcquireTimeout = 30 * time.Second
+)
+
+// DefaultToolTimeouts are the per-tool base timeouts of C-26.
+func DefaultToolTimeouts() map[string]time.Duration {
+	return map[string]time.Duration{
+		"go build":      10 * time.Minute,
+		"go test":       5 * time.Minute,
+		"npm install":   5 * time.Minute,
+		"npm run build": 10 * time.Minute,
+		"pytest":        5 * time.Minute,
+		"jest":          5 * time.Minute,
+		"eslint":        60 * time.Second,
+		"prettier":      30 * time.Second,
+		"git":           30 * time.Second,
+	}
+}
+
+// RegisterFlags registers the -toolexec.* flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.ToolTimeouts = DefaultToolTimeouts()
+	c.ExtraSecretPatterns = []string{"SYLK_*", "*_DSN", "*_CREDENTIALS", "*_PRIVATE_KEY"}
+	fs.DurationVar(&c.DefaultTimeout, "toolexec.default-timeout", defaultTimeout, "base timeout of a tool without its own")
+	fs.DurationVar(&c.MaxTimeout, "toolexec.max-timeout", defaultMaxTimeout, "a tool is killed after this whatever it prints")
+	fs.DurationVar(&c.ExtendOnOutput, "toolexec.extend-on-output", defaultExtendOnOutput, "a tool past its base timeout keeps running while it printed a meaningful line this recently")
+	fs.DurationVar(&c.InterruptGrace, "toolexec.interrupt-grace", defaultInterruptGrace, "wait after SIGINT before SIGTERM")
+	fs.DurationVar(&c.TerminateGrace, "toolexec.terminate-grace", defaultTerminateGrace, "wait after SIGTERM before SIGKILL")
+	fs.DurationVar(&c.CleanupTimeout, "toolexec.cleanup-timeout", defaultCleanupTimeout, "bound of the best-effort cleanup after a tool ended")
+	fs.IntVar(&c.MaxOutputBytes, "toolexec.max-output-bytes", defaultMaxOutputBytes, "cap on each of a tool's stdout and stderr")
+	fs.IntVar(&c.FirstLines, "toolexec.first-lines", defaultFirstLines, "lines kept from the start of a truncated output")
+	fs.IntVar(&c.LastLines, "toolexec.last-lines", defaultLastLines, "lines kept from the end of a truncated output")
+	fs.IntVar(&c.Slots, "toolexec.slots", 0, "subprocesses running at once (0 = 2 x CPUs)")
+	fs.IntVar(&c.UserReservePercent, "toolexec.user-reserve-percent", defaultUserReserve, "percent of the subprocess slots reserved for user-interactive calls")
+	fs.DurationVar(&c.AcquireTimeout, "toolexec.acquire-timeout", defaultAcquireTimeout, "how long a pipeline call waits for a subprocess slot")
+	fs.Var((*durationMap)(&c.ToolTimeouts), "toolexec.tool-timeouts", "per-tool base timeouts as tool=duration pairs, comma-separated (added to the defaults)")
+	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("toolexec", flag.ContinueOnError))
+	return c
+}
+
+// slots is the pool size after defaults.
+func (c Config) slots() int {
+	if c.Slots > 0 {
+		return c.Slots
+	}
+	return 2 * runtime.NumCPU()
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	pos := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("toolexec.%s: must be positive", name))
+		}
+	}
+	pos("default-timeout", c.DefaultTimeout)
+	pos("max-timeout", c.MaxTimeout)
+	pos("extend-on-output", c.ExtendOnOutput)
+	pos("interrupt-grace", c.InterruptGrace)
+	pos("terminate-grace", c.TerminateGrace)
+	pos("cleanup-timeout", c.CleanupTimeout)
+	pos("acquire-timeout", c.AcquireTimeout)
+	if c.MaxTimeout < c.DefaultTimeout {
+		errs = append(errs, errors.New("toolexec.max-timeout: must not be below toolexec.default-timeout"))
+	}
+	if c.MaxOutputBytes < 1<<10 || c.MaxOutputBytes > 64<<20 {
+		errs = append(errs, errors.New("toolexec.max-output-bytes: must be between 1024 and 64 MiB"))
+	}
+	if c.FirstLines < 1 || c.LastLines < 1 {
+		errs = append(errs, errors.New("toolexec.first-lines and toolexec.last-lines: must be at least 1"))
+	}
+	if c.Slots < 0 || c.Slots > 4096 {
+		errs = append(errs, errors.New("toolexec.slots: must be between 0 and 4096"))
+	}
+	if c.UserReservePercent < 0 || c.UserReservePercent > 50 {
+		errs = append(errs, errors.New("toolexec.user-reserve-percent: must be between 0 and 50"))
+	}
+	for k, d := range c.ToolTimeouts {
+		if d <= 0 || strings.TrimSpace(k) == "" {
+			errs = append(errs, fmt.Errorf("toolexec.tool-timeouts: %q must name a tool and have a positive timeout", k))
+		}
+	}
+	for _, p := range c.ExtraSecretPatterns {
+		if _, err := filepath.Match(p, ""); err != nil {
+			errs = append(errs, fmt.Errorf("toolexec.extra-secret-patterns: bad glob %q", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// durationMap is a tool=duration,... flag value added to the defaults.
+type durationMap map[string]time.Duration
+
+func (m *durationMap) String() string {
+	if m == nil || *m == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(*m))
+	for k, v := range *m {
+		parts = append(parts, k+"="+v.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *durationMap) Set(s string) error {
+	if *m == nil {
+		*m = map[string]time.Duration{}
+	}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return fmt.Errorf("want tool=duration, got %q", p)
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("tool %q: %w", k, err)
+		}
+		(*m)[strings.Join(strings.Fields(k), " ")] = d
+	}
+	return nil
+}
+
+// stringList is a comma-separated flag value.
+type stringList []string
+
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *stringList) Set(s string) error {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	*l = out
+	return nil
+}

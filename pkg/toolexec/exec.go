@@ -1,0 +1,496 @@
+package toolexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Invocation is one tool call (spec C-23).
+type Invocation struct {
+	// Tool names the tool for its timeout and parser; empty means derived
+	// from Command and Args ("go test", "git").
+	Tool    string
+	Command string
+	Args    []string
+	// WorkingDir must be absolute and inside the executor's boundary.
+	WorkingDir string
+	// Env is added to the stripped parent environment.
+	Env   map[string]string
+	Stdin io.Reader
+	// StreamTo receives every output line as it comes ("stdout", "stderr")
+	// and the kill sequence's messages ("status"). It must not block long.
+	StreamTo func(stream, line string)
+	// Timeout overrides the tool's base timeout when positive.
+	Timeout  time.Duration
+	Class    Class
+	Priority int
+}
+
+// KillResult says how a stopped process ended (spec C-27).
+type KillResult struct {
+	SentSIGINT, SentSIGTERM, SentSIGKILL bool
+	// ExitedAfter is the last signal sent before the process exited:
+	// "SIGINT", "SIGTERM" or "SIGKILL".
+	ExitedAfter string
+}
+
+// Result is what a tool call produced.
+type Result struct {
+	// ExitCode is the status; 128+N when signal N ended the process.
+	ExitCode        int
+	Stdout, Stderr  string
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
+	// Killed is set when the executor stopped the process (timeout or
+	// cancellation); KillSignal is the last signal it sent.
+	Killed     bool
+	KillSignal string
+	Kill       KillResult
+	TimedOut   bool
+	Cancelled  bool
+	// Partial is set when the process was stopped: the output is what it
+	// printed until then.
+	Partial bool
+	// Parsed is the registered parser's result, when one understood the
+	// output; Truncated otherwise.
+	Parsed    any
+	Truncated *Truncated
+	// PID is the process (and process group) id.
+	PID int
+	// Timeout is the base timeout that applied.
+	Timeout time.Duration
+
+	stdout, stderr *capture
+}
+
+// RenderStdout returns stdout capped at limit bytes (head and tail kept,
+// with a marker for the dropped middle) and whether anything was dropped.
+func (r Result) RenderStdout(limit int) (string, bool) { return renderOf(r.stdout, r.Stdout, limit) }
+
+// RenderStderr is RenderStdout for stderr.
+func (r Result) RenderStderr(limit int) (string, bool) { return renderOf(r.stderr, r.Stderr, limit) }
+
+func renderOf(c *capture, s string, limit int) (string, bool) {
+	if c == nil {
+		if len(s) <= limit {
+			return s, false
+		}
+		c = newCapture(len(s))
+		_, _ = c.Write([]byte(s))
+	}
+	return c.render(limit)
+}
+
+// Parser turns a tool's output into structured data; ok is false when it
+// does not understand the output.
+type Parser func(stdout, stderr string, exitCode int) (parsed any, ok bool)
+
+// Messages of the kill sequence sent to StreamTo.
+const (
+	MsgStopping      = "Stopping..."
+	MsgForceStopping = "Force stopping..."
+	MsgKilled        = "Killed"
+	MsgCleanup       = "Cleanup incomplete, some temp files may remain"
+)
+
+// Executor runs tools (spec C-23..C-32).
+type Executor struct {
+	cfg      Config
+	boundary *Boundary
+	pool     *Pool
+	mu       sync.RWMutex
+	parsers  map[string]Parser
+}
+
+// New builds an executor. pool may be shared between executors; nil makes
+// one from cfg.
+func New(cfg Config, boundary *Boundary, pool *Pool) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if boundary == nil {
+		return nil, errors.New("toolexec: a boundary is required")
+	}
+	if pool == nil {
+		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
+	}
+	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{}}
+	e.RegisterParser("go build", ParseGoDiagnostics)
+	e.RegisterParser("go vet", ParseGoDiagnostics)
+	return e, nil
+}
+
+// Pool is the executor's slot pool.
+func (e *Executor) Pool() *Pool { return e.pool }
+
+// Boundary is the executor's boundary.
+func (e *Executor) Boundary() *Boundary { return e.boundary }
+
+// RegisterParser sets the parser of a tool ("go vet", "eslint").
+func (e *Executor) RegisterParser(tool string, p Parser) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.parsers[strings.Join(strings.Fields(tool), " ")] = p
+}
+
+func (e *Executor) keys(inv Invocation) []string {
+	if inv.Tool != "" {
+		return []string{strings.Join(strings.Fields(inv.Tool), " ")}
+	}
+	return toolKeys(inv.Command, inv.Args)
+}
+
+// BaseTimeout is the timeout an invocation gets before adaptive extension.
+func (e *Executor) BaseTimeout(inv Invocation) time.Duration {
+	if inv.Timeout > 0 {
+		return inv.Timeout
+	}
+	for _, k := range e.keys(inv) {
+		if d, ok := e.cfg.ToolTimeouts[k]; ok {
+			return d
+		}
+	}
+	return e.cfg.DefaultTimeout
+}
+
+// ErrStart wraps a failure to start the process.
+var ErrStart = errors.New("could not start the command")
+
+// Execute runs inv. It returns an error (and no process ran) when the
+// working directory is invalid, no slot was free in time, or the process
+// could not start; a command that is not found exits 127 as under a shell.
+// A stopped process (timeout, ctx done, preemption) is not an error: the
+// result says Killed, with its partial output.
+func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) {
+	dir, err := e.boundary.CheckDir(inv.WorkingDir)
+	if err != nil {
+		return Result{ExitCode: -1}, err
+	}
+	if strings.TrimSpace(inv.Command) == "" {
+		return Result{ExitCode: -1}, errors.New("invalid invocation: empty command")
+	}
+	runCtx, preempt := context.WithCancelCause(ctx)
+	defer preempt(nil)
+	release, err := e.pool.Acquire(ctx, inv.Class, inv.Priority, e.cfg.AcquireTimeout, preempt)
+	if err != nil {
+		return Result{ExitCode: -1}, err
+	}
+	defer release()
+	return e.run(runCtx, inv, dir)
+}
+
+// outputSink feeds one stream into its capture, the line watcher and the
+// live stream.
+type outputSink struct {
+	name    string
+	capture *capture
+	w       *watcher
+	partial []byte
+}
+
+func (s *outputSink) Write(p []byte) (int, error) {
+	s.w.lastRead.Store(time.Now().UnixNano())
+	_, _ = s.capture.Write(p)
+	data := append(s.partial, p...)
+	for {
+		i := indexLineEnd(data)
+		if i < 0 {
+			break
+		}
+		s.w.line(s.name, string(data[:i]))
+		data = data[i+1:]
+	}
+	// A line longer than the cap is reported in pieces.
+	if len(data) > maxLineBytes {
+		s.w.line(s.name, string(data))
+		data = nil
+	}
+	s.partial = append(s.partial[:0], data...)
+	return len(p), nil
+}
+
+func (s *outputSink) flush() {
+	if len(s.partial) > 0 {
+		s.w.line(s.name, string(s.partial))
+		s.partial = nil
+	}
+}
+
+const maxLineBytes = 64 << 10
+
+// indexLineEnd finds the first \n or \r (progress bars redraw with \r).
+func indexLineEnd(b []byte) int {
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// watcher tracks meaningful output (for the adaptive timeout), line stats
+// (for truncation) and forwards lines to the live stream.
+type watcher struct {
+	start          time.Time
+	lastMeaningful atomic.Int64 // ns since start; -1 before any
+	lastRead       atomic.Int64 // unix ns of the last bytes read
+	mu             sync.Mutex
+	stats          lineStats
+	stream         func(stream, line string)
+}
+
+func (w *watcher) line(stream, l string) {
+	if !IsNoise(l) {
+		w.lastMeaningful.Store(int64(time.Since(w.start)))
+	}
+	w.mu.Lock()
+	w.stats.add(l)
+	w.mu.Unlock()
+	if w.stream != nil {
+		w.stream(stream, l)
+	}
+}
+
+func (w *watcher) status(msg string) {
+	if w.stream != nil {
+		w.stream("status", msg)
+	}
+}
+
+// outputDrain bounds how long output is still read after the process ended,
+// in case a process that left the group keeps a pipe open.
+const outputDrain = 2 * time.Second
+
+func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result, error) {
+	base := e.BaseTimeout(inv)
+	res := Result{Timeout: base}
+	av := argv(inv.Command, inv.Args)
+	if len(av) == 0 {
+		return Result{ExitCode: -1}, errors.New("invalid invocation: empty command")
+	}
+	path := av[0]
+	if !strings.Contains(path, "/") {
+		lp, err := lookPath(path, inv.Env["PATH"])
+		if err != nil {
+			// Not a program: a shell builtin ("exit 3", "cd x") or a
+			// missing command, which the shell reports with status 127.
+			av = append([]string{"/bin/sh", "-c", `"$@"`, "sh"}, av...)
+			lp = av[0]
+		}
+		path = lp
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: av, Dir: dir,
+		Env:         StripEnv(os.Environ(), e.cfg.ExtraSecretPatterns, inv.Env),
+		Stdin:       inv.Stdin,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	w := &watcher{start: time.Now(), stream: inv.StreamTo}
+	w.lastMeaningful.Store(-1)
+	w.lastRead.Store(time.Now().UnixNano())
+	err = cmd.Start()
+	closeAll(outW, errW)
+	if err != nil {
+		closeAll(outR, errR)
+		return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	res.PID = cmd.Process.Pid
+	stdout := &outputSink{name: "stdout", capture: newCapture(e.cfg.MaxOutputBytes), w: w}
+	stderr := &outputSink{name: "stderr", capture: newCapture(e.cfg.MaxOutputBytes), w: w}
+	var readers sync.WaitGroup
+	readers.Go(func() { _, _ = io.Copy(stdout, outR); stdout.flush() })
+	readers.Go(func() { _, _ = io.Copy(stderr, errR); stderr.flush() })
+
+	pgid := cmd.Process.Pid
+	waitCh := make(chan error, 1)
+	go func() { waitCh <- cmd.Wait() }()
+	tick := time.NewTicker(tickFor(base, e.cfg.ExtendOnOutput))
+	defer tick.Stop()
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-waitCh:
+			break wait
+		case <-ctx.Done():
+			res.Cancelled = true
+			res.Kill, werr = e.stop(pgid, waitCh, w)
+			break wait
+		case <-tick.C:
+			el := time.Since(w.start)
+			if el > e.cfg.MaxTimeout {
+				res.TimedOut = true
+			} else if lm := w.lastMeaningful.Load(); lm >= 0 && el-time.Duration(lm) < e.cfg.ExtendOnOutput {
+				continue
+			} else if el > base {
+				res.TimedOut = true
+			}
+			if res.TimedOut {
+				res.Kill, werr = e.stop(pgid, waitCh, w)
+				break wait
+			}
+		}
+	}
+	res.Duration = time.Since(w.start)
+	// Orphans: whatever the process left running in its group.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	drainOutput(&readers, w, min(outputDrain, e.cfg.CleanupTimeout), outR, errR)
+	closeAll(outR, errR)
+
+	res.ExitCode = exitCode(werr)
+	if res.Kill.ExitedAfter != "" {
+		res.Killed = true
+		res.Partial = true
+		res.KillSignal = res.Kill.ExitedAfter
+	}
+	res.stdout, res.stderr = stdout.capture, stderr.capture
+	res.Stdout, res.StdoutTruncated = stdout.capture.render(e.cfg.MaxOutputBytes)
+	res.Stderr, res.StderrTruncated = stderr.capture.render(e.cfg.MaxOutputBytes)
+	if p := e.parser(inv); p != nil {
+		if parsed, ok := p(res.Stdout, res.Stderr, res.ExitCode); ok {
+			res.Parsed = parsed
+		}
+	}
+	if res.Parsed == nil {
+		kept := splitLines(res.Stdout)
+		kept = append(kept, splitLines(res.Stderr)...)
+		w.mu.Lock()
+		t := w.stats.truncated(kept, stdout.capture.size()+stderr.capture.size(), e.cfg.MaxOutputBytes, e.cfg.FirstLines, e.cfg.LastLines)
+		w.mu.Unlock()
+		res.Truncated = &t
+	}
+	return res, nil
+}
+
+// lookPath finds a program on the invocation's PATH when it sets one (the
+// child would search that), else on the executor's.
+func lookPath(file, pathEnv string) (string, error) {
+	if pathEnv == "" {
+		return exec.LookPath(file)
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+// drainOutput waits for the readers to reach the end of the pipes. A
+// process that left the group may hold a pipe open: reading stops once no
+// byte arrived for idle.
+func drainOutput(readers *sync.WaitGroup, w *watcher, idle time.Duration, pipes ...*os.File) {
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	t := time.NewTicker(min(idle/4, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if time.Since(time.Unix(0, w.lastRead.Load())) > idle {
+				for _, p := range pipes {
+					_ = p.SetReadDeadline(time.Now())
+				}
+				<-done
+				return
+			}
+		}
+	}
+}
+
+func (e *Executor) parser(inv Invocation) Parser {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, k := range e.keys(inv) {
+		if p, ok := e.parsers[k]; ok {
+			return p
+		}
+	}
+	return nil
+}
+
+// tickFor is how often the adaptive timeout is checked.
+func tickFor(base, extend time.Duration) time.Duration {
+	return min(max(min(base, extend)/20, 5*time.Millisecond), time.Second)
+}
+
+// stop runs the kill sequence on the process group: SIGINT, then SIGTERM
+// after InterruptGrace, then SIGKILL after TerminateGrace (spec C-27).
+func (e *Executor) stop(pgid int, waitCh <-chan error, w *watcher) (KillResult, error) {
+	var kr KillResult
+	steps := []struct {
+		sig   syscall.Signal
+		name  string
+		msg   string
+		grace time.Duration
+		sent  *bool
+	}{
+		{syscall.SIGINT, "SIGINT", MsgStopping, e.cfg.InterruptGrace, &kr.SentSIGINT},
+		{syscall.SIGTERM, "SIGTERM", MsgForceStopping, e.cfg.TerminateGrace, &kr.SentSIGTERM},
+	}
+	for _, st := range steps {
+		w.status(st.msg)
+		_ = syscall.Kill(-pgid, st.sig)
+		*st.sent = true
+		kr.ExitedAfter = st.name
+		t := time.NewTimer(st.grace)
+		select {
+		case err := <-waitCh:
+			t.Stop()
+			return kr, err
+		case <-t.C:
+		}
+	}
+	w.status(MsgKilled)
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	kr.SentSIGKILL = true
+	kr.ExitedAfter = "SIGKILL"
+	return kr, <-waitCh
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return -1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}

@@ -1,0 +1,115 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sylk.dev/sylk/pkg/logx"
+)
+
+// gitTimeout bounds one git call of the Orchestrator.
+const gitTimeout = 30 * time.Second
+
+// git runs one audited git command (spec F-33) and returns its output.
+func (s *Service) git(ctx context.Context, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=Sylk Orchestrator", "GIT_AUTHOR_EMAIL=orchestrator@sylk.invalid",
+		"GIT_COMMITTER_NAME=Sylk Orchestrator", "GIT_COMMITTER_EMAIL=orchestrator@sylk.invalid")
+	out, err := cmd.CombinedOutput()
+	s.log.InfoContext(ctx, "git", slog.String("dir", dir), slog.String("args", strings.Join(args, " ")), slog.Bool("ok", err == nil))
+	if err != nil {
+		return string(out), fmt.Errorf("git %s: %w", args[0], err)
+	}
+	return string(out), nil
+}
+
+// errRepository is a repository a run cannot use.
+type errRepository struct{ msg string }
+
+func (e *errRepository) Error() string { return e.msg }
+
+// resolveBase checks that repo is a git repository with a commit and
+// returns its HEAD: the run's starting commit.
+func (s *Service) resolveBase(ctx context.Context, repo string) (string, error) {
+	if !filepath.IsAbs(repo) {
+		return "", &errRepository{"repository: must be an absolute path"}
+	}
+	if fi, err := os.Stat(repo); err != nil || !fi.IsDir() {
+		return "", &errRepository{"repository: not a directory the orchestrator can read"}
+	}
+	out, err := s.git(ctx, repo, "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return "", &errRepository{"repository: not a git repository with a commit"}
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// mergePatches applies the nodes' patches, in topological order, to a
+// scratch clone of the repository at base. A patch that does not apply on
+// top of the ones before is a conflict (spec B-27): it is left out and
+// named, never forced over another node's change. It returns the combined
+// patch.
+func (s *Service) mergePatches(ctx context.Context, repo, base string, nodePatches [][2]string) (string, []string, error) {
+	dir, err := os.MkdirTemp("", "sylk-merge-")
+	if err != nil {
+		return "", nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if _, err := s.git(ctx, dir, "clone", "--quiet", "--no-checkout", repo, "src"); err != nil {
+		return "", nil, err
+	}
+	src := filepath.Join(dir, "src")
+	if _, err := s.git(ctx, src, "-c", "advice.detachedHead=false", "checkout", "--quiet", base); err != nil {
+		return "", nil, err
+	}
+	var conflicts []string
+	for i, np := range nodePatches {
+		file := filepath.Join(dir, fmt.Sprintf("%d.patch", i))
+		if err := os.WriteFile(file, []byte(np[1]), 0o600); err != nil {
+			return "", nil, err
+		}
+		if _, err := s.git(ctx, src, "apply", "--check", "--index", file); err != nil {
+			conflicts = append(conflicts, np[0])
+			continue
+		}
+		if _, err := s.git(ctx, src, "apply", "--index", file); err != nil {
+			return "", nil, err
+		}
+	}
+	out, err := s.git(ctx, src, "diff", "--binary", "--cached", base)
+	if err != nil {
+		return "", nil, err
+	}
+	return out, conflicts, nil
+}
+
+// mergeRun merges a finished repository run's patches and stores the result.
+func (s *Service) mergeRun(ctx context.Context, log *slog.Logger, tenant, runID, repo, base string) {
+	ps, err := patches(ctx, s.db, tenant, runID)
+	if err != nil {
+		log.ErrorContext(ctx, "load patches", logx.Err(err))
+		return
+	}
+	patch, conflicts, err := s.mergePatches(ctx, repo, base, ps)
+	if err != nil {
+		log.ErrorContext(ctx, "merge patches", logx.Err(err))
+		conflicts = []string{"merge failed: " + errors.Unwrap(err).Error()}
+	}
+	if err := storeMerge(ctx, s.db, tenant, runID, patch, conflicts); err != nil {
+		log.ErrorContext(ctx, "store merged patch", logx.Err(err))
+	}
+	if len(conflicts) > 0 {
+		log.WarnContext(ctx, "patches conflict", slog.Any("nodes", conflicts))
+	}
+}

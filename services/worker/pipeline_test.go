@@ -1,0 +1,207 @@
+package worker
+
+import (
+	"context"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+)
+
+// gitRepo makes a repository with a small Go module and returns its path
+// and HEAD.
+func gitRepo(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":       "module example.com/calc\n\ngo 1.22\n",
+		"calc.go":      "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n",
+		"calc_test.go": "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal(\"Add(1, 2) != 3\")\n\t}\n}\n",
+	}
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "--quiet")
+	git("add", "-A")
+	git("commit", "--quiet", "-m", "init")
+	return dir, git("rev-parse", "HEAD")
+}
+
+func repoTask(t *testing.T, repo, base string, node *orchestratorv1.Node) *messagev1.Envelope {
+	t.Helper()
+	b, err := proto.Marshal(node)
+	require.NoError(t, err)
+	return &messagev1.Envelope{
+		Priority: messagev1.Priority_PRIORITY_PIPELINE,
+		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b), MetaRepository: repo, MetaBaseCommit: base},
+		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{
+			RunId: "r1", NodeId: node.GetId(), Attempt: 1, Role: "engineer", Command: node.GetCommand()}},
+	}
+}
+
+func pipelineOf(t *testing.T, out taskOutcome) (*orchestratorv1.PipelineStatus, *orchestratorv1.TaskReport) {
+	t.Helper()
+	var p orchestratorv1.PipelineStatus
+	if raw := out.meta[MetaPipeline]; raw != "" {
+		require.NoError(t, protojson.Unmarshal([]byte(raw), &p))
+	}
+	var r orchestratorv1.TaskReport
+	require.NoError(t, protojson.Unmarshal([]byte(out.meta[MetaReport]), &r))
+	return &p, &r
+}
+
+func pipelineService(t *testing.T) *Service {
+	cfg := testConfig(t)
+	cfg.Tools.DefaultTimeout = 2 * time.Minute
+	cfg.MaxOutputBytes = 1 << 20
+	s := offlineService(t, cfg)
+	s.toolEnv = goEnv()
+	return s
+}
+
+func TestPipelineCompletesAndYieldsAPatch(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	s := pipelineService(t)
+	node := &orchestratorv1.Node{Id: "mul", Name: "add Mul", Pipeline: true, Edits: []*orchestratorv1.FileEdit{{
+		Path: "mul.go", Content: "package calc\n\n// Mul multiplies.\nfunc Mul(a, b int) int { return a * b }\n"}}}
+	out, cancelled := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s; stdout %s", out.msg.GetError(), out.msg.GetStdout())
+	p, r := pipelineOf(t, out)
+	require.Equal(t, "completed", p.GetState())
+	require.Equal(t, int32(1), p.GetLoops())
+	require.True(t, p.GetInspectorPassed())
+	require.True(t, p.GetTesterPassed())
+	require.Equal(t, "go-test", p.GetLastTestResult().GetFrameworkId())
+	require.Equal(t, int32(1), p.GetLastTestResult().GetPassed())
+	require.Equal(t, []string{"mul.go"}, r.GetFilesChanged())
+	require.Equal(t, "go-test: 1 passed, 0 failed, 0 skipped", r.GetTested())
+	require.Contains(t, r.GetImplemented(), "no code was generated")
+	require.Contains(t, out.meta[MetaPatch], "+func Mul(a, b int) int { return a * b }")
+	require.Contains(t, out.meta[MetaGitAudit], "worker: git commit")
+	// The repository itself is untouched.
+	_, err := os.Stat(filepath.Join(repo, "mul.go"))
+	require.True(t, os.IsNotExist(err))
+}
+
+func TestPipelineLoopsThenFailsWithTheUserOptions(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	tests := []struct {
+		name, path, content string
+		ignoreTester        bool
+		wantState           string
+		wantFeedback        string
+	}{
+		{name: "inspector: not formatted", path: "calc.go", content: "package calc\nfunc Add(a, b int) int {return a+b}\n",
+			wantState: "failed", wantFeedback: "calc.go: format: not gofmt-formatted"},
+		{name: "tester: a test fails", path: "calc.go", content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n",
+			wantState: "failed", wantFeedback: "test TestAdd failed (calc_test.go:7): Add(1, 2) != 3"},
+		{name: "tester ignored", path: "calc.go", content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n",
+			ignoreTester: true, wantState: "completed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := pipelineService(t)
+			node := &orchestratorv1.Node{Id: "n", Pipeline: true, MaxLoops: 2, IgnoreTester: tt.ignoreTester,
+				Edits: []*orchestratorv1.FileEdit{{Path: tt.path, Content: tt.content}}}
+			out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+			p, r := pipelineOf(t, out)
+			require.Equal(t, tt.wantState, p.GetState(), "stdout %s", out.msg.GetStdout())
+			if tt.wantState == "completed" {
+				require.Equal(t, int32(0), out.msg.GetExitCode())
+				require.Equal(t, "not tested: ignore_tester", r.GetTested())
+				return
+			}
+			require.Equal(t, int32(2), p.GetLoops())
+			require.Len(t, p.GetFeedback(), 2)
+			require.Contains(t, p.GetFeedback()[0], tt.wantFeedback)
+			require.Equal(t, FailureOptions("n"), p.GetOptions())
+			require.Equal(t, int32(1), out.msg.GetExitCode())
+			require.Contains(t, out.msg.GetError(), "pipeline failed after 2 loops")
+			require.Empty(t, out.meta[MetaPatch], "a failed task commits nothing")
+		})
+	}
+}
+
+func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	s := pipelineService(t)
+	for _, c := range []struct{ cmd, want string }{
+		{"git push origin HEAD", "git push is not allowed"},
+		{"git merge HEAD", "git merge is not allowed"},
+		{"git pull", "git pull is not allowed"},
+		{"git reset --hard HEAD", "git reset --hard is not allowed"},
+	} {
+		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
+		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+		require.Equal(t, int32(1), out.msg.GetExitCode(), c.cmd)
+		require.Contains(t, out.msg.GetStderr(), c.want)
+		require.Contains(t, out.meta[MetaGitAudit], "agent: git "+strings.TrimPrefix(c.cmd, "git "))
+	}
+	node := &orchestratorv1.Node{Id: "ok", Name: "fix typo", Command: "git status --short && echo changed >> calc.go"}
+	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
+	require.Contains(t, out.meta[MetaGitAudit], "agent: git status --short")
+	require.Contains(t, out.meta[MetaGitAudit], "worker: git commit --quiet --no-verify -m fix(ok): fix typo")
+}
+
+func TestParseGoTestJSON(t *testing.T) {
+	t.Parallel()
+	out := `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"    a_test.go:12: want 3, got 4\n"}
+{"Action":"fail","Package":"p","Test":"TestA","Elapsed":0.01}
+{"Action":"pass","Package":"p","Test":"TestB"}
+{"Action":"skip","Package":"p","Test":"TestC"}
+{"Action":"output","Package":"p","Output":"FAIL\n"}
+`
+	r := ParseGoTestJSON(out, time.Second)
+	require.Equal(t, int32(1), r.GetPassed())
+	require.Equal(t, int32(1), r.GetFailed())
+	require.Equal(t, int32(1), r.GetSkipped())
+	require.Len(t, r.GetFailures(), 1)
+	f := r.GetFailures()[0]
+	require.Equal(t, "TestA", f.GetTestName())
+	require.Equal(t, "a_test.go", f.GetFilePath())
+	require.Equal(t, int32(12), f.GetLine())
+	require.Equal(t, "want 3, got 4", f.GetMessage())
+	require.Equal(t, "FAIL\n", r.GetOutput())
+}
+
+func TestSecurityFindings(t *testing.T) {
+	t.Parallel()
+	got := SecurityFindings([]string{"internal/auth/login.go", "README.md", "deploy/Dockerfile", "go.sum", ".github/workflows/ci.yml", "calc.go"})
+	require.Len(t, got, 4)
+	require.Contains(t, got[0], "internal/auth/login.go: security-sensitive path (authentication)")
+	require.Contains(t, got[1], "(container)")
+	require.Contains(t, got[2], "(dependencies)")
+	require.Contains(t, got[3], "(ci)")
+}
+
+func TestConventionalMessage(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "feat(api): add handler", conventionalMessage("api", "add handler"))
+	require.Equal(t, "fix(n1): fix the bug", conventionalMessage("n1", "fix the bug"))
+	require.Equal(t, "feat(a-b): task A.B", conventionalMessage("A.B", ""))
+}
