@@ -32,6 +32,35 @@ type Config struct {
 	// InboxRetryDelay is the wait before a message that failed is delivered
 	// again.
 	InboxRetryDelay time.Duration
+	// MaxChunkLines is the longest declaration kept as one chunk; longer
+	// ones are cut into ChunkLines windows.
+	MaxChunkLines int
+	// Ignore lists extra .gitignore-style patterns never indexed, on top of
+	// each repository's .gitignore.
+	Ignore []string
+	// DeltaMaxFiles is the most changed files a delta index handles; more
+	// fall back to a full pass.
+	DeltaMaxFiles int
+	// Embed selects and configures the embedder.
+	EmbedProvider string
+	EmbedDims     int
+	EmbedURL      string
+	EmbedModel    string
+	EmbedAPIKey   string
+	EmbedTimeout  time.Duration
+	// SearchTokenBudget bounds the snippet tokens of one search (K-09).
+	SearchTokenBudget int
+	// CacheTTL is how long a search answer stays in the Redis intent cache;
+	// 0 disables the cache.
+	CacheTTL time.Duration
+	// HNSW graph parameters.
+	HNSWM              int
+	HNSWEfConstruction int
+	HNSWEfSearch       int
+	// SemanticMinScore drops semantic neighbours less similar than this.
+	SemanticMinScore float64
+	// DataDir holds clones of repositories registered by git URL.
+	DataDir string
 }
 
 // RegisterFlags registers the -librarian.* flags with their defaults.
@@ -46,6 +75,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxPageSize, "librarian.max-page-size", 100, "most search hits one request may ask for")
 	fs.DurationVar(&c.InboxTimeout, "librarian.inbox-timeout", 20*time.Second, "time allowed to answer one routed message")
 	fs.DurationVar(&c.InboxRetryDelay, "librarian.inbox-retry-delay", 2*time.Second, "wait before retrying a routed message whose answer failed")
+	fs.IntVar(&c.MaxChunkLines, "librarian.max-chunk-lines", 150, "longest declaration indexed as one chunk; longer ones are cut into librarian.chunk-lines windows")
+	c.Ignore = append([]string(nil), defaultIgnore...)
+	fs.Var((*patternList)(&c.Ignore), "librarian.ignore", "comma-separated .gitignore-style patterns never indexed (each repository's .gitignore also applies)")
+	fs.IntVar(&c.DeltaMaxFiles, "librarian.delta-max-files", 100, "most changed files a delta index handles before it falls back to a full pass")
+	fs.StringVar(&c.EmbedProvider, "librarian.embed.provider", "hashing", "embedder: hashing (offline) or openai (an OpenAI-compatible /embeddings endpoint)")
+	fs.IntVar(&c.EmbedDims, "librarian.embed.dims", 256, "embedding dimensions")
+	fs.StringVar(&c.EmbedURL, "librarian.embed.url", "", "base URL of the OpenAI-compatible embeddings API (e.g. https://host/v1)")
+	fs.StringVar(&c.EmbedModel, "librarian.embed.model", "", "embedding model name for the openai provider")
+	fs.StringVar(&c.EmbedAPIKey, "librarian.embed.api-key", "", "API key of the embeddings endpoint (set SYLK_LIBRARIAN_EMBED_API_KEY)")
+	fs.DurationVar(&c.EmbedTimeout, "librarian.embed.timeout", 30*time.Second, "time allowed for one embeddings request")
+	fs.IntVar(&c.SearchTokenBudget, "librarian.search-token-budget", 2000, "snippet tokens one search returns at most (4 characters a token)")
+	fs.DurationVar(&c.CacheTTL, "librarian.cache-ttl", 15*time.Minute, "lifetime of cached search answers in Redis (0 disables the cache)")
+	fs.IntVar(&c.HNSWM, "librarian.hnsw.m", 16, "links per node of the in-memory HNSW graph (twice as many on its base layer)")
+	fs.IntVar(&c.HNSWEfConstruction, "librarian.hnsw.ef-construction", 200, "candidates considered when inserting into the HNSW graph")
+	fs.IntVar(&c.HNSWEfSearch, "librarian.hnsw.ef-search", 50, "candidates considered when searching the HNSW graph")
+	fs.Float64Var(&c.SemanticMinScore, "librarian.semantic-min-score", 0.3, "least cosine similarity of a semantic hit (0-1)")
+	fs.StringVar(&c.DataDir, "librarian.data-dir", "", "directory for clones of repositories registered by git URL (empty disables URL registration)")
 }
 
 // Validate reports every problem with the settings.
@@ -83,7 +129,63 @@ func (c Config) Validate() error {
 	if c.InboxRetryDelay <= 0 {
 		errs = append(errs, errors.New("librarian.inbox-retry-delay: must be positive"))
 	}
+	if c.MaxChunkLines < 1 {
+		errs = append(errs, errors.New("librarian.max-chunk-lines: must be at least 1"))
+	}
+	if c.DeltaMaxFiles < 0 {
+		errs = append(errs, errors.New("librarian.delta-max-files: must not be negative"))
+	}
+	switch c.EmbedProvider {
+	case "hashing":
+		if c.EmbedDims < 16 {
+			errs = append(errs, errors.New("librarian.embed.dims: must be at least 16"))
+		}
+	case "openai":
+		if c.EmbedURL == "" || c.EmbedModel == "" || c.EmbedDims < 1 {
+			errs = append(errs, errors.New("librarian.embed.url, librarian.embed.model and librarian.embed.dims are required for the openai provider"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("librarian.embed.provider: %q is not hashing or openai", c.EmbedProvider))
+	}
+	if c.SearchTokenBudget < 1 {
+		errs = append(errs, errors.New("librarian.search-token-budget: must be at least 1"))
+	}
+	if c.HNSWM < 2 || c.HNSWEfConstruction < 1 || c.HNSWEfSearch < 1 {
+		errs = append(errs, errors.New("librarian.hnsw.m must be at least 2, librarian.hnsw.ef-construction and librarian.hnsw.ef-search at least 1"))
+	}
+	if c.SemanticMinScore < 0 || c.SemanticMinScore > 1 {
+		errs = append(errs, errors.New("librarian.semantic-min-score: must be between 0 and 1"))
+	}
+	if c.CacheTTL < 0 {
+		errs = append(errs, errors.New("librarian.cache-ttl: must not be negative"))
+	}
+	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, errors.New("librarian.data-dir: must be an absolute path"))
+	}
 	return errors.Join(errs...)
+}
+
+// patternList is a comma-separated list of ignore patterns, as a flag value.
+type patternList []string
+
+// String joins the list with commas.
+func (p *patternList) String() string {
+	if p == nil {
+		return ""
+	}
+	return strings.Join(*p, ",")
+}
+
+// Set replaces the list with the comma-separated patterns of v.
+func (p *patternList) Set(v string) error {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	*p = out
+	return nil
 }
 
 // rootList is a comma-separated list of directories, as a flag value.

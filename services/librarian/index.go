@@ -30,16 +30,23 @@ const (
 	skipBinary     = "skipped_binary"
 	skipTooLarge   = "skipped_too_large"
 	skipSymlink    = "skipped_symlink"
-	skipSensitive  = "skipped_sensitive"
 	skipUnreadable = "skipped_unreadable"
 	skipNotRegular = "skipped_not_regular"
+	skipIgnored    = "skipped_ignored"
+	skipGenerated  = "skipped_generated"
 )
 
-// chunk is one line window of a file.
+// chunk is one unit of a file: a declaration, a section or a line window.
 type chunk struct {
+	id                 string
 	lineStart, lineEnd int
 	content            string
 	tokens             string
+	pathTokens         string
+	symbol, kind       string
+	names              []string
+	hash               []byte
+	embedding          []float32
 }
 
 // sourceFile is one indexed file.
@@ -50,6 +57,8 @@ type sourceFile struct {
 	lineCount int
 	sha256    []byte
 	chunks    []chunk
+	symbols   []symbolRow
+	edges     []edgeRow
 }
 
 // walker reads a repository's indexable files.
@@ -59,6 +68,12 @@ type walker struct {
 	maxFiles     int
 	chunkLines   int
 	overlap      int
+	// maxChunkLines is the longest unit kept whole.
+	maxChunkLines int
+	// ignore holds the configured and .gitignore patterns.
+	ignore ignoreRules
+	// modulePath qualifies Go symbol ids ("std" for the standard library).
+	modulePath string
 	// skipped counts files left out, by reason.
 	skipped map[string]int
 	indexed int
@@ -86,15 +101,19 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 			return nil
 		}
 		name := d.Name()
+		rel, err := filepath.Rel(w.root, p)
+		if err != nil {
+			return fmt.Errorf("relative path of %s: %w", p, err)
+		}
 		if d.IsDir() {
-			if strings.HasPrefix(name, ".") || skippedDirs[name] {
+			if strings.HasPrefix(name, ".") || skippedDirs[name] || w.ignore.match(filepath.ToSlash(rel), true) {
 				return fs.SkipDir
 			}
 			return nil
 		}
-		rel, err := filepath.Rel(w.root, p)
-		if err != nil {
-			return fmt.Errorf("relative path of %s: %w", p, err)
+		if w.ignore.match(filepath.ToSlash(rel), false) {
+			w.skipped[skipIgnored]++
+			return nil
 		}
 		real := p
 		switch {
@@ -107,10 +126,6 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 			real = target
 		case !d.Type().IsRegular():
 			w.skipped[skipNotRegular]++
-			return nil
-		}
-		if sensitive(name) {
-			w.skipped[skipSensitive]++
 			return nil
 		}
 		f, reason := w.read(real, filepath.ToSlash(rel))
@@ -173,17 +188,94 @@ func (w *walker) read(real, rel string) (sourceFile, string) {
 		return sourceFile{}, skipBinary
 	}
 	sum := sha256.Sum256(data)
-	text := cleanText(data)
+	if sensitive(path.Base(rel)) {
+		return w.stub(rel, int64(len(data)), sum[:]), ""
+	}
+	if generated(data) {
+		return sourceFile{}, skipGenerated
+	}
+	text := redact(cleanText(data))
 	lines := splitLines(text)
 	lang := detectLanguage(rel)
-	return sourceFile{
+	f := sourceFile{
 		path:      rel,
 		language:  lang,
 		size:      int64(len(data)),
 		lineCount: len(lines),
 		sha256:    sum[:],
-		chunks:    chunkLines(lines, w.chunkLines, w.overlap, pathTokens(rel)),
-	}, ""
+	}
+	var spans []span
+	if lang == "go" {
+		if u, ok := goUnits(rel, text, len(lines), w.goPackage(rel)); ok {
+			spans, f.symbols, f.edges = u.spans, u.symbols, u.edges
+		}
+	}
+	if spans == nil {
+		spans = heuristicUnits(lang, lines)
+	}
+	f.chunks = buildChunks(rel, lines, trimSpans(lines, spans), w.maxChunkLines, w.chunkLines, w.overlap)
+	for i := range f.chunks {
+		h := sha256.Sum256([]byte(f.chunks[i].content))
+		f.chunks[i].hash = h[:]
+	}
+	return f, ""
+}
+
+// stub is what a sensitive file is indexed as: its name and type, never
+// its contents.
+func (w *walker) stub(rel string, size int64, sum []byte) sourceFile {
+	ext := strings.TrimPrefix(path.Ext(rel), ".")
+	if ext == "" {
+		ext = "none"
+	}
+	content := "# " + path.Base(rel) + "\n(contents not indexed for security)\n\nFile type: " + ext
+	c := chunk{
+		id: chunkID(rel, kindStub, "", 0, 0), lineStart: 1, lineEnd: 4, content: content,
+		tokens: tokenText(content), pathTokens: pathTokens(rel), kind: kindStub,
+	}
+	h := sha256.Sum256([]byte(content))
+	c.hash = h[:]
+	return sourceFile{path: rel, language: detectLanguage(rel), size: size, lineCount: 4, sha256: sum, chunks: []chunk{c}}
+}
+
+// goPackage is the import path of the package of a Go file.
+func (w *walker) goPackage(rel string) string {
+	dir := path.Dir(rel)
+	switch {
+	case w.modulePath == "" || w.modulePath == "std":
+		if dir == "." {
+			return "main"
+		}
+		return dir
+	case dir == ".":
+		return w.modulePath
+	}
+	return w.modulePath + "/" + dir
+}
+
+// trimSpans drops blank lines at the edges of spans and spans left empty.
+func trimSpans(lines []string, spans []span) []span {
+	out := spans[:0]
+	for _, sp := range spans {
+		for sp.start <= sp.end && sp.start <= len(lines) && strings.TrimSpace(lines[sp.start-1]) == "" {
+			sp.start++
+		}
+		for sp.end >= sp.start && sp.end <= len(lines) && strings.TrimSpace(lines[sp.end-1]) == "" {
+			sp.end--
+		}
+		if sp.start <= sp.end {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// generated reports whether a file carries the standard "generated, do
+// not edit" marker near its top.
+func generated(data []byte) bool {
+	head := data[:min(len(data), 2048)]
+	i := bytes.Index(head, []byte("Code generated "))
+	return i >= 0 && bytes.Contains(head[i:], []byte("DO NOT EDIT"))
 }
 
 // cleanText makes file bytes storable as database text: invalid UTF-8
@@ -262,7 +354,8 @@ func sensitive(name string) bool {
 	lower := strings.ToLower(name)
 	switch {
 	case lower == ".env" || strings.HasPrefix(lower, ".env."),
-		lower == ".netrc", lower == ".npmrc", lower == ".pgpass",
+		lower == ".netrc", lower == ".npmrc", lower == ".pgpass", lower == ".pypirc",
+		strings.Contains(lower, "credentials"), strings.Contains(lower, "secrets"),
 		strings.HasPrefix(lower, "id_rsa"), strings.HasPrefix(lower, "id_ecdsa"), strings.HasPrefix(lower, "id_ed25519"):
 		return true
 	}

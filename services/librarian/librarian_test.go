@@ -147,24 +147,25 @@ func TestIndexAndSearch(t *testing.T) {
 
 	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
 	require.NoError(t, err)
-	// Indexed: handler.go, backoff.py, README.md, alias.md (a link inside the root).
-	// Skipped: big.txt (too large), logo.bin (binary), .env (credentials), and the
-	// links leak.go (outside), settings.txt (to .env), gitconfig (into .git) and
-	// server-link (a directory).
-	require.Equal(t, int64(4), idx.GetFilesIndexed())
-	require.Equal(t, int64(7), idx.GetFilesSkipped())
+	// Indexed: handler.go, backoff.py, README.md, alias.md (a link inside the
+	// root), and .env only as a stub (credentials). Skipped: big.txt (too
+	// large), logo.bin (binary), and the links leak.go (outside), settings.txt
+	// (to .env), gitconfig (into .git) and server-link (a directory).
+	require.Equal(t, int64(5), idx.GetFilesIndexed())
+	require.Equal(t, int64(6), idx.GetFilesSkipped())
 	got := idx.GetRepository()
 	require.Equal(t, librarianv1.IndexState_INDEX_STATE_READY, got.GetIndexState())
-	require.Equal(t, int64(4), got.GetFileCount())
-	// handler.go has 70 lines: windows 1-40 and 36-70; the others one each.
-	require.Equal(t, int64(5), got.GetChunkCount())
+	require.Equal(t, int64(5), got.GetFileCount())
+	// handler.go: its imports and parseHTTPRequest (with the comments around
+	// it); backoff.py: its import and two functions; the markdown files one
+	// section each; .env one stub.
+	require.Equal(t, int64(8), got.GetChunkCount())
 	require.NotNil(t, got.GetIndexTime())
 	require.Empty(t, got.GetIndexError())
 
-	require.Equal(t, 4.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(resultIndexed)))
+	require.Equal(t, 5.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(resultIndexed)))
 	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(skipBinary)))
 	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(skipTooLarge)))
-	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(skipSensitive)))
 	require.Equal(t, 4.0, testutil.ToFloat64(h.svc.metrics.indexFiles.WithLabelValues(skipSymlink)))
 
 	t.Run("by identifier", func(t *testing.T) {
@@ -173,8 +174,9 @@ func TestIndexAndSearch(t *testing.T) {
 		top := hits[0]
 		require.Equal(t, "server/handler.go", top.GetPath())
 		require.Equal(t, repo.GetName(), top.GetRepository())
-		require.Equal(t, int32(36), top.GetLineStart())
-		require.Equal(t, int32(70), top.GetLineEnd())
+		require.Equal(t, "parseHTTPRequest", top.GetSymbol())
+		require.Equal(t, "function", top.GetSymbolKind())
+		require.Equal(t, "go", top.GetLanguage())
 		require.LessOrEqual(t, top.GetLineStart(), int32(parseLine))
 		require.GreaterOrEqual(t, top.GetLineEnd(), int32(parseLine))
 		require.Contains(t, top.GetSnippet(), "func parseHTTPRequest(")
@@ -193,8 +195,9 @@ func TestIndexAndSearch(t *testing.T) {
 		hits := search(t, ctx, h.svc, "how does the retry backoff work")
 		require.NotEmpty(t, hits)
 		require.Equal(t, "retry/backoff.py", hits[0].GetPath())
-		require.Equal(t, int32(1), hits[0].GetLineStart())
-		require.Equal(t, int32(11), hits[0].GetLineEnd())
+		require.Equal(t, int32(4), hits[0].GetLineStart())
+		require.Equal(t, int32(7), hits[0].GetLineEnd())
+		require.Equal(t, "compute_backoff_delay", hits[0].GetSymbol())
 		require.Contains(t, hits[0].GetSnippet(), "compute_backoff_delay")
 	})
 	t.Run("snake case identifier", func(t *testing.T) {
@@ -248,8 +251,8 @@ func TestIndexAndSearch(t *testing.T) {
 		again, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
 		require.NoError(t, err)
 		// jitter.go added; README.md removed, and alias.md now dangles.
-		require.Equal(t, int64(3), again.GetFilesIndexed())
-		require.Equal(t, int64(8), again.GetFilesSkipped())
+		require.Equal(t, int64(4), again.GetFilesIndexed())
+		require.Equal(t, int64(7), again.GetFilesSkipped())
 		require.Equal(t, "retry/jitter.go", search(t, ctx, h.svc, "addJitter")[0].GetPath())
 		require.Empty(t, search(t, ctx, h.svc, "frobnicator"))
 	})
@@ -262,13 +265,13 @@ func TestCreateWithIndex(t *testing.T) {
 	ctx := as(t, "t1")
 	repo := create(t, ctx, h.svc, root, true)
 	require.Equal(t, librarianv1.IndexState_INDEX_STATE_READY, repo.GetIndexState())
-	require.Equal(t, int64(4), repo.GetFileCount())
+	require.Equal(t, int64(5), repo.GetFileCount())
 	require.NotEmpty(t, search(t, ctx, h.svc, "frobnicator"))
 
 	got, err := h.svc.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, repo.GetId(), got.GetRepository().GetId())
-	require.Equal(t, int64(5), got.GetRepository().GetChunkCount())
+	require.Equal(t, int64(8), got.GetRepository().GetChunkCount())
 }
 
 func TestTenantIsolation(t *testing.T) {
@@ -444,7 +447,7 @@ func TestIndexFailures(t *testing.T) {
 		})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
 		require.Contains(t, status.Convert(err).Message(), "librarian.max-files")
-		// Creation and index were one transaction: nothing was stored.
+		// A failed first index leaves nothing registered.
 		list, err := h.svc.ListRepositories(ctx, &librarianv1.ListRepositoriesRequest{})
 		require.NoError(t, err)
 		require.Empty(t, list.GetRepositories())

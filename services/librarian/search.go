@@ -3,6 +3,10 @@ package librarian
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -12,6 +16,7 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/identity"
+	rank "sylk.dev/sylk/pkg/search"
 )
 
 // Snippet bounds.
@@ -19,10 +24,6 @@ const (
 	snippetLines = 5
 	snippetChars = 400
 )
-
-// maxCandidates bounds the chunks ranked by the database for one search;
-// more than the page is fetched so that overlapping chunks can be merged.
-const maxCandidates = 300
 
 // errNoTerms means a query holds nothing searchable.
 var errNoTerms = errors.New("query has no searchable words")
@@ -35,7 +36,32 @@ type hit struct {
 	lineEnd   int
 	snippet   string
 	score     float64
+	symbol    string
+	kind      string
+	language  string
 }
+
+// searchRequest is a validated search.
+type searchRequest struct {
+	query    string
+	mode     librarianv1.SearchMode
+	repos    []string
+	limit    int
+	pathGlob string
+	language string
+	kind     string
+	budget   int
+}
+
+// searchResult is a search's answer.
+type searchResult struct {
+	hits      []hit
+	tokens    int
+	truncated bool
+}
+
+// noMatchesHint is what a search that found nothing suggests (G-14).
+const noMatchesHint = "No code matches this query. Consider searching history or academic."
 
 // SearchCode ranks the tenant's indexed chunks against a query.
 func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeRequest) (*librarianv1.SearchCodeResponse, error) {
@@ -60,6 +86,28 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 		size = s.cfg.DefaultPageSize
 	case size > s.cfg.MaxPageSize:
 		size = s.cfg.MaxPageSize
+	}
+	budget := int(req.GetTokenBudget())
+	switch {
+	case budget < 0:
+		return nil, invalid("token_budget", "must not be negative")
+	case budget == 0 || budget > s.cfg.SearchTokenBudget:
+		budget = s.cfg.SearchTokenBudget
+	}
+	mode := req.GetMode()
+	if _, ok := librarianv1.SearchMode_name[int32(mode)]; !ok {
+		return nil, invalid("mode", "unknown mode %d", mode)
+	}
+	if mode == librarianv1.SearchMode_SEARCH_MODE_REGEX {
+		if _, err := regexp.Compile(query); err != nil {
+			return nil, invalid("query", "is not a valid regular expression: %v", err)
+		}
+	}
+	glob := strings.TrimSpace(req.GetPathGlob())
+	if glob != "" {
+		if _, err := path.Match(strings.ReplaceAll(glob, "**", "*"), ""); err != nil {
+			return nil, invalid("path_glob", "is not a valid glob")
+		}
 	}
 	if len(req.GetRepositories()) > maxSearchRepos {
 		return nil, invalid("repositories", "at most %d repositories", maxSearchRepos)
@@ -87,15 +135,27 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 			}
 		}
 	}
-	hits, err := s.search(ctx, id.TenantID, query, repos, size, "rpc")
+	sr := searchRequest{query: query, mode: mode, repos: repos, limit: size, pathGlob: glob,
+		language: strings.ToLower(strings.TrimSpace(req.GetLanguage())), kind: strings.ToLower(strings.TrimSpace(req.GetSymbolKind())), budget: budget}
+	res, err := s.cachedSearch(ctx, id.TenantID, sr, "rpc")
 	if errors.Is(err, errNoTerms) {
 		return nil, invalid("query", "contains no searchable words")
+	}
+	if errors.Is(err, errBadRegex) {
+		return nil, invalid("query", "uses regular expression syntax the index does not support")
 	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "search code", err)
 	}
-	resp := &librarianv1.SearchCodeResponse{Hits: make([]*librarianv1.CodeHit, 0, len(hits))}
-	for _, h := range hits {
+	resp := &librarianv1.SearchCodeResponse{Hits: make([]*librarianv1.CodeHit, 0, len(res.hits)), Status: "ok",
+		Tokens: int32(res.tokens), Truncated: res.truncated}
+	if len(res.hits) == 0 {
+		resp.Status, resp.Hint = "no_matches", noMatchesHint
+		if glob != "" || sr.language != "" || sr.kind != "" {
+			resp.Hint += " Loosen the path_glob, language or symbol_kind filters."
+		}
+	}
+	for _, h := range res.hits {
 		resp.Hits = append(resp.Hits, &librarianv1.CodeHit{
 			Repository: repositoryPrefix + h.repoID,
 			Path:       h.path,
@@ -103,30 +163,195 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 			LineEnd:    int32(h.lineEnd),
 			Snippet:    h.snippet,
 			Score:      h.score,
+			Symbol:     h.symbol,
+			SymbolKind: h.kind,
+			Language:   h.language,
 		})
 	}
 	return resp, nil
 }
 
-// search returns up to limit hits for text in the tenant's chunks (in repos
-// when non-empty), best first. Chunks whose best lines overlap a better
-// hit's in the same file are merged into it.
+// search answers a plain query in hybrid mode with the default budget
+// (used by the inbox).
 func (s *Service) search(ctx context.Context, tenant, text string, repos []string, limit int, origin string) ([]hit, error) {
+	res, err := s.cachedSearch(ctx, tenant, searchRequest{query: text, repos: repos, limit: limit, budget: s.cfg.SearchTokenBudget}, origin)
+	return res.hits, err
+}
+
+// Candidate list sizes per retriever.
+const (
+	lexicalCandidates  = 100
+	semanticCandidates = 100
+	// identifierBoost lifts a chunk that defines a query identifier above
+	// anything fusion alone can rank first.
+	identifierBoost = 2.0 / (60 + 1)
+	// nameBoost lifts a chunk whose symbol equals a query word
+	// case-insensitively.
+	nameBoost = 1.0 / (60 + 1)
+)
+
+// runSearch retrieves, fuses and cuts hits to the limit and budget.
+func (s *Service) runSearch(ctx context.Context, tenant string, sr searchRequest, origin string) (searchResult, error) {
 	start := time.Now()
 	defer func() { s.metrics.searchDuration.WithLabelValues(origin).Observe(time.Since(start).Seconds()) }()
-	pq := parseQuery(text)
-	if len(pq.terms) == 0 {
-		return nil, errNoTerms
+	repos := sr.repos
+	if len(repos) == 0 {
+		all, err := s.store.tenantRepos(ctx, tenant)
+		if err != nil {
+			return searchResult{}, err
+		}
+		repos = all
 	}
-	cands, err := s.store.searchChunks(ctx, tenant, tsQuery(pq.terms), pq.identifiers, repos, min(limit*3, maxCandidates))
+	if len(repos) == 0 {
+		return searchResult{}, nil
+	}
+	f := filters{repos: repos, language: sr.language, kind: sr.kind, pathRegex: globRegex(sr.pathGlob)}
+	pq := parseQuery(sr.query)
+	var cands []candidate
+	switch sr.mode {
+	case librarianv1.SearchMode_SEARCH_MODE_REGEX:
+		c, err := s.store.regexChunks(ctx, tenant, sr.query, f, sr.limit*3)
+		if err != nil {
+			return searchResult{}, err
+		}
+		cands = c
+	case librarianv1.SearchMode_SEARCH_MODE_LEXICAL:
+		if len(pq.terms) == 0 {
+			return searchResult{}, errNoTerms
+		}
+		c, err := s.store.lexicalChunks(ctx, tenant, pq, f, lexicalCandidates)
+		if err != nil {
+			return searchResult{}, err
+		}
+		cands = s.fuse(pq, c, nil)
+	case librarianv1.SearchMode_SEARCH_MODE_SEMANTIC:
+		c, err := s.semantic(ctx, tenant, sr.query, f)
+		if err != nil {
+			return searchResult{}, err
+		}
+		cands = c
+	default:
+		if len(pq.terms) == 0 {
+			return searchResult{}, errNoTerms
+		}
+		// The two retrievers run side by side.
+		type semResult struct {
+			cands []candidate
+			err   error
+		}
+		semCh := make(chan semResult, 1)
+		go func() {
+			c, err := s.semantic(ctx, tenant, sr.query, f)
+			semCh <- semResult{c, err}
+		}()
+		lex, lexErr := s.store.lexicalChunks(ctx, tenant, pq, f, lexicalCandidates)
+		sem := <-semCh
+		if lexErr != nil {
+			return searchResult{}, lexErr
+		}
+		if sem.err != nil {
+			return searchResult{}, sem.err
+		}
+		cands = s.fuse(pq, lex, sem.cands)
+	}
+	return cutHits(cands, pq, sr.limit, sr.budget), nil
+}
+
+// semantic embeds the query and returns the nearest chunks that pass the
+// filters, best first.
+func (s *Service) semantic(ctx context.Context, tenant, query string, f filters) ([]candidate, error) {
+	vecs, err := s.embedder.Embed(ctx, []string{query})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embed query: %w", err)
 	}
+	k := semanticCandidates
+	if f.language != "" || f.kind != "" || f.pathRegex != "" {
+		k *= 3
+	}
+	near := s.vectors.search(tenant, f.repos, vecs[0], k)
+	kept := near[:0]
+	for _, h := range near {
+		if float64(h.score) >= s.cfg.SemanticMinScore {
+			kept = append(kept, h)
+		}
+	}
+	near = kept
+	sort.Slice(near, func(i, j int) bool { return near[i].score > near[j].score })
+	if len(near) == 0 {
+		return nil, nil
+	}
+	return s.store.chunksByID(ctx, tenant, near, f)
+}
+
+// fuse merges lexical and semantic rankings by reciprocal rank fusion and
+// boosts chunks that define a query identifier.
+func (s *Service) fuse(pq parsedQuery, lex, sem []candidate) []candidate {
+	byKey := map[string]candidate{}
+	key := func(c candidate) string { return c.repoID + "/" + c.id }
+	var lexKeys, semKeys []string
+	for _, c := range lex {
+		byKey[key(c)] = c
+		lexKeys = append(lexKeys, key(c))
+	}
+	for _, c := range sem {
+		if _, ok := byKey[key(c)]; !ok {
+			byKey[key(c)] = c
+		}
+		semKeys = append(semKeys, key(c))
+	}
+	// Identifiers name what a short query looks for; in a longer one (a
+	// description) they are context, and their definitions are not the
+	// answer.
+	idents := map[string]bool{}
+	if pq.navigational() {
+		for _, w := range pq.identifiers {
+			idents[w] = true
+		}
+	}
+	// A one-word query names what it looks for: a chunk defining that word
+	// (in any case) is lifted too.
+	words := map[string]bool{}
+	if len(pq.words) == 1 {
+		words[strings.ToLower(pq.words[0])] = true
+	}
+	boost := map[string]float64{}
+	for k, c := range byKey {
+		b := 0.0
+		for _, n := range c.names {
+			if idents[n] {
+				b = identifierBoost
+				break
+			}
+			if words[strings.ToLower(n)] {
+				b = max(b, nameBoost)
+			}
+		}
+		if b > 0 {
+			boost[k] = b
+		}
+	}
+	fused := rank.Fuse([]rank.List{{Keys: lexKeys, Weight: 1}, {Keys: semKeys, Weight: 1}}, boost)
+	out := make([]candidate, 0, len(fused))
+	for _, r := range fused {
+		c := byKey[r.Key]
+		// Scale so that first place in both rankings scores 1 and a defined
+		// identifier adds 1 more.
+		c.score = r.Score * (rank.RRFK + 1) / 2
+		out = append(out, c)
+	}
+	return out
+}
+
+// cutHits turns ranked candidates into hits: overlapping spans of one file
+// merge into the better hit, and hits stop at the limit or when the next
+// snippet would pass the token budget (4 characters a token).
+func cutHits(cands []candidate, pq parsedQuery, limit, budget int) searchResult {
 	type span struct{ start, end int }
 	taken := map[string][]span{}
-	hits := make([]hit, 0, limit)
+	var res searchResult
 	for _, c := range cands {
-		if len(hits) == limit {
+		if len(res.hits) == limit {
+			res.truncated = res.truncated || false
 			break
 		}
 		snippet, from, to := bestSnippet(c.content, c.lineStart, pq)
@@ -141,17 +366,53 @@ func (s *Service) search(ctx context.Context, tenant, text string, repos []strin
 		if overlaps {
 			continue
 		}
+		cost := (len(snippet) + 3) / 4
+		if res.tokens+cost > budget {
+			res.truncated = true
+			break
+		}
+		res.tokens += cost
 		taken[key] = append(taken[key], span{from, to})
-		hits = append(hits, hit{
-			repoID:    c.repoID,
-			path:      c.path,
-			lineStart: c.lineStart,
-			lineEnd:   c.lineEnd,
-			snippet:   snippet,
-			score:     c.score,
+		res.hits = append(res.hits, hit{
+			repoID: c.repoID, path: c.path, lineStart: c.lineStart, lineEnd: c.lineEnd,
+			snippet: snippet, score: c.score, symbol: c.symbol, kind: c.kind, language: c.language,
 		})
 	}
-	return hits, nil
+	return res
+}
+
+// globRegex converts a path glob to an anchored POSIX regular expression:
+// "**" spans directories, "*" and "?" stay within one.
+func globRegex(glob string) string {
+	if glob == "" {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	if !strings.Contains(glob, "/") {
+		b.WriteString("(.*/)?")
+	}
+	for i := 0; i < len(glob); i++ {
+		c := glob[i]
+		switch {
+		case c == '*' && i+1 < len(glob) && glob[i+1] == '*':
+			i++
+			if i+1 < len(glob) && glob[i+1] == '/' {
+				i++
+				b.WriteString("(.*/)?")
+			} else {
+				b.WriteString(".*")
+			}
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	return b.String()
 }
 
 // bestSnippet picks the window of at most snippetLines lines of content

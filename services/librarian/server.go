@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,9 +46,23 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	if in == nil {
 		return nil, invalid("repository", "required")
 	}
-	root, problem := s.checkRoot(in.GetPath())
-	if problem != "" {
-		return nil, invalid("repository.path", "%s", problem)
+	newID := ids.New()
+	var root, url string
+	if u := strings.TrimSpace(in.GetUrl()); u != "" {
+		if in.GetPath() != "" {
+			return nil, invalid("repository", "set path or url, not both")
+		}
+		cloned, err := s.cloneRepository(ctx, id.TenantID, newID, u)
+		if err != nil {
+			return nil, err
+		}
+		root, url = cloned, u
+	} else {
+		var problem string
+		root, problem = s.checkRoot(in.GetPath())
+		if problem != "" {
+			return nil, invalid("repository.path", "%s", problem)
+		}
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
 	switch {
@@ -55,22 +70,16 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		return nil, invalid("repository.display_name", "must be valid UTF-8")
 	case utf8.RuneCountInString(display) > maxDisplayNameLen:
 		return nil, invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
+	case display == "" && url != "":
+		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(url, "/")), ".git")
 	case display == "":
 		display = filepath.Base(root)
 	}
-	repo := repository{ID: ids.New(), DisplayName: display, Path: root}
-	var (
-		out   repository
-		stats indexStats
-	)
+	repo := repository{ID: newID, DisplayName: display, Path: root, URL: url}
+	var out repository
 	err = pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
 		var err error
-		if out, err = insertRepo(ctx, tx, id.TenantID, repo); err != nil {
-			return err
-		}
-		if req.GetIndex() {
-			out, stats, err = replaceIndex(ctx, tx, id.TenantID, out.ID, s.walker(root))
-		}
+		out, err = insertRepo(ctx, tx, id.TenantID, repo)
 		return err
 	})
 	if errors.Is(err, errDuplicatePath) {
@@ -81,10 +90,31 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		return nil, status.Error(codes.AlreadyExists, msg)
 	}
 	if err != nil {
+		if url != "" {
+			_ = os.RemoveAll(root)
+		}
 		return nil, toStatus(ctx, s.log, "create repository", err)
 	}
 	if req.GetIndex() {
-		s.recordIndex(stats)
+		res, err := s.runIndex(ctx, id.TenantID, out, root, true)
+		if err != nil {
+			// Nothing stays registered when the first index fails.
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+			if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, id.TenantID, uuidParam(out.ID)); delErr != nil {
+				s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
+			}
+			cancel()
+			if url != "" {
+				_ = os.RemoveAll(root)
+			}
+			return nil, toStatus(ctx, s.log, "create repository", err)
+		}
+		out = res.repo
+		s.recordIndex(res.stats)
+		s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, id.TenantID),
+			slog.String("repository", out.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
+			slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
+		s.announceChange(ctx, id.TenantID, out.ID, res.chunksEmbed+res.chunksReused)
 	}
 	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
 		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
@@ -162,6 +192,12 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "index repository", err)
 	}
+	if r.URL != "" {
+		if err := s.pullRepository(ctx, r.Path); err != nil {
+			s.failIndex(ctx, id.TenantID, repoID, "fetching "+r.URL+" failed")
+			return nil, status.Errorf(codes.FailedPrecondition, "fetch %s: %v", r.URL, err)
+		}
+	}
 	root, problem := s.checkRoot(r.Path)
 	if problem == "" && root != r.Path {
 		problem = fmt.Sprintf("%q now resolves to %q; register that path instead", r.Path, root)
@@ -173,27 +209,30 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	if err := s.store.setState(ctx, id.TenantID, repoID, stateIndexing, ""); err != nil {
 		return nil, toStatus(ctx, s.log, "index repository", err)
 	}
-	var (
-		out   repository
-		stats indexStats
-	)
-	err = pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
-		var err error
-		out, stats, err = replaceIndex(ctx, tx, id.TenantID, repoID, s.walker(root))
-		return err
-	})
+	res, err := s.runIndex(ctx, id.TenantID, r, root, req.GetFull())
+	if errors.Is(err, errIndexBusy) {
+		return nil, status.Error(codes.Aborted, errIndexBusy.Error())
+	}
 	if err != nil {
 		s.failIndex(ctx, id.TenantID, repoID, indexErrorMessage(err))
 		return nil, toStatus(ctx, s.log, "index repository", err)
 	}
+	out, stats := res.repo, res.stats
 	s.recordIndex(stats)
+	if res.changed {
+		s.announceChange(ctx, id.TenantID, repoID, res.chunksEmbed+res.chunksReused)
+	}
 	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, id.TenantID),
 		slog.String("repository", repoID), slog.Int64("files", stats.filesIndexed),
-		slog.Int64("skipped", stats.filesSkipped), slog.Int64("chunks", stats.chunks))
+		slog.Int64("skipped", stats.filesSkipped), slog.Int64("chunks", stats.chunks), slog.Bool("delta", res.delta),
+		slog.Int64("changed", res.filesChanged), slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
 	return &librarianv1.IndexRepositoryResponse{
-		Repository:   toProto(out),
-		FilesIndexed: stats.filesIndexed,
-		FilesSkipped: stats.filesSkipped,
+		Repository:     toProto(out),
+		FilesIndexed:   stats.filesIndexed,
+		FilesSkipped:   stats.filesSkipped,
+		Delta:          res.delta,
+		FilesChanged:   res.filesChanged,
+		ChunksEmbedded: res.chunksEmbed,
 	}, nil
 }
 
@@ -230,13 +269,35 @@ func (s *Service) recordIndex(st indexStats) {
 }
 
 func (s *Service) walker(root string) *walker {
-	return &walker{
-		root:         root,
-		maxFileBytes: s.cfg.MaxFileBytes,
-		maxFiles:     s.cfg.MaxFiles,
-		chunkLines:   s.cfg.ChunkLines,
-		overlap:      s.cfg.ChunkOverlap,
+	w := &walker{
+		root:          root,
+		maxFileBytes:  s.cfg.MaxFileBytes,
+		maxFiles:      s.cfg.MaxFiles,
+		chunkLines:    s.cfg.ChunkLines,
+		overlap:       s.cfg.ChunkOverlap,
+		maxChunkLines: s.cfg.MaxChunkLines,
+		modulePath:    goModulePath(root),
+		skipped:       map[string]int{},
 	}
+	for _, p := range s.cfg.Ignore {
+		w.ignore.add(p)
+	}
+	w.ignore.loadGitignore(root)
+	return w
+}
+
+// goModulePath reads the module path from root's go.mod, "" without one.
+func goModulePath(root string) string {
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // checkRoot validates a repository path and returns it with symlinks
@@ -268,6 +329,11 @@ func (s *Service) checkRoot(p string) (string, string) {
 	resolved = filepath.Clean(resolved)
 	if len(s.cfg.AllowedRoots) == 0 {
 		return resolved, ""
+	}
+	if s.cfg.DataDir != "" {
+		if dd, err := filepath.EvalSymlinks(s.cfg.DataDir); err == nil && within(dd, resolved) {
+			return resolved, ""
+		}
 	}
 	for _, allowed := range s.cfg.AllowedRoots {
 		ar, err := filepath.EvalSymlinks(allowed)
@@ -317,6 +383,8 @@ func toProto(r repository) *librarianv1.Repository {
 		ChunkCount:  r.ChunkCount,
 		CreateTime:  timestamppb.New(r.CreateTime),
 		IndexError:  r.IndexError,
+		Url:         r.URL,
+		LastCommit:  r.LastCommit,
 	}
 	if r.IndexTime != nil {
 		out.IndexTime = timestamppb.New(*r.IndexTime)

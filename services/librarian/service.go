@@ -6,9 +6,11 @@ package librarian
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -16,8 +18,10 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -26,11 +30,17 @@ import (
 type Service struct {
 	librarianv1.UnimplementedLibrarianServiceServer
 
-	cfg     Config
-	log     *slog.Logger
-	store   store
-	bus     *natsx.Bus
-	metrics *metrics
+	cfg      Config
+	log      *slog.Logger
+	store    store
+	bus      *natsx.Bus
+	redis    *redisx.Client
+	metrics  *metrics
+	embedder embed.Embedder
+	vectors  *vectorStore
+	tools    toolCache
+	// background tracks vector updates running after an index answered.
+	background sync.WaitGroup
 }
 
 var _ librarianv1.LibrarianServiceServer = (*Service)(nil)
@@ -39,6 +49,7 @@ var _ librarianv1.LibrarianServiceServer = (*Service)(nil)
 type metrics struct {
 	indexFiles     *prometheus.CounterVec
 	searchDuration *prometheus.HistogramVec
+	cache          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,6 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to answer a code search, by origin (rpc or inbox).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10),
 		}, []string{"origin"}),
+		cache: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_librarian_search_cache_total",
+			Help: "Search intent cache lookups, by result (hit or miss).",
+		}, []string{"result"}),
 	}
 }
 
@@ -68,13 +83,47 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if log == nil {
 		log = logx.Discard()
 	}
+	emb, err := newEmbedder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st := store{db: deps.DB}
 	return &Service{
-		cfg:     cfg,
-		log:     log.With(logx.KeyComponent, "librarian"),
-		store:   store{db: deps.DB},
-		bus:     deps.Bus,
-		metrics: newMetrics(deps.Registerer),
+		cfg:      cfg,
+		log:      log.With(logx.KeyComponent, "librarian"),
+		store:    st,
+		bus:      deps.Bus,
+		redis:    deps.Redis,
+		metrics:  newMetrics(deps.Registerer),
+		embedder: emb,
+		vectors:  newVectorStore(st, emb, cfg),
+		tools:    toolCache{entries: map[string]toolCacheEntry{}},
 	}, nil
+}
+
+// newEmbedder builds the configured embedder.
+func newEmbedder(cfg Config) (embed.Embedder, error) {
+	if cfg.EmbedProvider == "openai" {
+		return embed.NewOpenAI(embed.OpenAIConfig{
+			BaseURL: cfg.EmbedURL, APIKey: cfg.EmbedAPIKey, Model: cfg.EmbedModel, Dims: cfg.EmbedDims, Timeout: cfg.EmbedTimeout,
+		})
+	}
+	return embed.NewHashing(cfg.EmbedDims)
+}
+
+// publishJSON publishes v on a core NATS subject; failures are logged, as
+// these events are advisory.
+func (s *Service) publishJSON(ctx context.Context, subject string, v any) {
+	if s.bus == nil {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	if err := s.bus.Conn.Publish(subject, data); err != nil {
+		s.log.WarnContext(ctx, "publish event", slog.String("subject", subject), logx.Err(err))
+	}
 }
 
 // Register adds LibrarianService to g.
@@ -102,6 +151,16 @@ func (s *Service) Run(ctx context.Context) error {
 		MaxDeliver:     inboxMaxDeliver,
 		NakDelay:       s.cfg.InboxRetryDelay,
 	}
+	sub, err := s.followChanges(ctx)
+	if err != nil {
+		return fmt.Errorf("librarian: follow index changes: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	go func() {
+		if err := s.vectors.loadAll(ctx); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "load vectors", logx.Err(err))
+		}
+	}()
 	s.log.InfoContext(ctx, "inbox consumer starting", slog.String("subject", spec.FilterSubjects[0]))
 	if err := s.bus.Consume(ctx, spec, s.handleInbox); err != nil {
 		return fmt.Errorf("librarian: %w", err)

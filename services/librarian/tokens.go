@@ -153,13 +153,17 @@ type parsedQuery struct {
 	// identifiers are the query's code-like words, as written, matched
 	// exactly against chunk content for a ranking boost.
 	identifiers []string
+	// words are the query's words as written.
+	words []string
 }
 
 // parseQuery tokenises q the way chunks are tokenised.
 func parseQuery(q string) parsedQuery {
 	var all, kept, idents []string
 	seenAll, seenKept, seenIdent := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var raw []string
 	words(q, func(w string) {
+		raw = append(raw, w)
 		if isCodeLike(w) && !seenIdent[w] && len(w) <= maxTokenLen {
 			seenIdent[w] = true
 			idents = append(idents, w)
@@ -184,7 +188,7 @@ func parseQuery(q string) parsedQuery {
 	if len(idents) > maxQueryTerms {
 		idents = idents[:maxQueryTerms]
 	}
-	return parsedQuery{terms: kept, identifiers: idents}
+	return parsedQuery{terms: kept, identifiers: idents, words: raw}
 }
 
 // isCodeLike reports whether a word looks like an identifier rather than
@@ -229,4 +233,31 @@ func tsQuery(terms []string) string {
 		}
 	}
 	return strings.Join(clean, " | ")
+}
+
+// questionWords frame a request for a definition ("where is X defined")
+// without naming what is looked for.
+var questionWords = map[string]bool{
+	"defined": true, "define": true, "defines": true, "definition": true, "declared": true, "declaration": true,
+	"located": true, "location": true, "implemented": true, "implementation": true, "function": true,
+	"method": true, "type": true, "struct": true, "class": true, "code": true, "symbol": true,
+}
+
+// maxNavigationalWords bounds the content words of a query that names a
+// thing to find rather than describing it.
+const maxNavigationalWords = 3
+
+// navigational reports whether the query names what it looks for (at most
+// a few words besides stop and question words), so that definitions of its
+// words are lifted; longer queries describe, and the identifiers they
+// mention are context.
+func (pq parsedQuery) navigational() bool {
+	n := 0
+	for _, w := range pq.words {
+		lw := strings.ToLower(w)
+		if !stopWords[lw] && !questionWords[lw] {
+			n++
+		}
+	}
+	return n <= maxNavigationalWords
 }

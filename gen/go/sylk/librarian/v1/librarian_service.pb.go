@@ -23,6 +23,68 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SearchMode picks the retrieval used by SearchCode.
+type SearchMode int32
+
+const (
+	// Hybrid.
+	SearchMode_SEARCH_MODE_UNSPECIFIED SearchMode = 0
+	// Lexical and semantic candidates fused by reciprocal rank, with exact
+	// identifier boosts.
+	SearchMode_SEARCH_MODE_HYBRID SearchMode = 1
+	// Nearest neighbours of the query embedding only.
+	SearchMode_SEARCH_MODE_SEMANTIC SearchMode = 2
+	// Code-aware full-text search only.
+	SearchMode_SEARCH_MODE_LEXICAL SearchMode = 3
+	// The query is a regular expression matched line by line.
+	SearchMode_SEARCH_MODE_REGEX SearchMode = 4
+)
+
+// Enum value maps for SearchMode.
+var (
+	SearchMode_name = map[int32]string{
+		0: "SEARCH_MODE_UNSPECIFIED",
+		1: "SEARCH_MODE_HYBRID",
+		2: "SEARCH_MODE_SEMANTIC",
+		3: "SEARCH_MODE_LEXICAL",
+		4: "SEARCH_MODE_REGEX",
+	}
+	SearchMode_value = map[string]int32{
+		"SEARCH_MODE_UNSPECIFIED": 0,
+		"SEARCH_MODE_HYBRID":      1,
+		"SEARCH_MODE_SEMANTIC":    2,
+		"SEARCH_MODE_LEXICAL":     3,
+		"SEARCH_MODE_REGEX":       4,
+	}
+)
+
+func (x SearchMode) Enum() *SearchMode {
+	p := new(SearchMode)
+	*p = x
+	return p
+}
+
+func (x SearchMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SearchMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_librarian_v1_librarian_service_proto_enumTypes[0].Descriptor()
+}
+
+func (SearchMode) Type() protoreflect.EnumType {
+	return &file_sylk_librarian_v1_librarian_service_proto_enumTypes[0]
+}
+
+func (x SearchMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SearchMode.Descriptor instead.
+func (SearchMode) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{0}
+}
+
 type IndexState int32
 
 const (
@@ -62,11 +124,11 @@ func (x IndexState) String() string {
 }
 
 func (IndexState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_librarian_v1_librarian_service_proto_enumTypes[0].Descriptor()
+	return file_sylk_librarian_v1_librarian_service_proto_enumTypes[1].Descriptor()
 }
 
 func (IndexState) Type() protoreflect.EnumType {
-	return &file_sylk_librarian_v1_librarian_service_proto_enumTypes[0]
+	return &file_sylk_librarian_v1_librarian_service_proto_enumTypes[1]
 }
 
 func (x IndexState) Number() protoreflect.EnumNumber {
@@ -75,7 +137,7 @@ func (x IndexState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use IndexState.Descriptor instead.
 func (IndexState) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{1}
 }
 
 type Repository struct {
@@ -84,14 +146,20 @@ type Repository struct {
 	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Id          string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	// Absolute path of a directory the librarian can read.
-	Path          string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	IndexState    IndexState             `protobuf:"varint,5,opt,name=index_state,json=indexState,proto3,enum=sylk.librarian.v1.IndexState" json:"index_state,omitempty"`
-	FileCount     int64                  `protobuf:"varint,6,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
-	ChunkCount    int64                  `protobuf:"varint,7,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	IndexTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=index_time,json=indexTime,proto3" json:"index_time,omitempty"`
-	IndexError    string                 `protobuf:"bytes,10,opt,name=index_error,json=indexError,proto3" json:"index_error,omitempty"`
+	// Absolute path of a directory the librarian can read (or set url).
+	Path       string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	IndexState IndexState             `protobuf:"varint,5,opt,name=index_state,json=indexState,proto3,enum=sylk.librarian.v1.IndexState" json:"index_state,omitempty"`
+	FileCount  int64                  `protobuf:"varint,6,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
+	ChunkCount int64                  `protobuf:"varint,7,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	IndexTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=index_time,json=indexTime,proto3" json:"index_time,omitempty"`
+	IndexError string                 `protobuf:"bytes,10,opt,name=index_error,json=indexError,proto3" json:"index_error,omitempty"`
+	// A git URL to clone (file:// URLs work offline) instead of a path; the
+	// clone lives in the librarian's data directory and path is set to it.
+	Url string `protobuf:"bytes,11,opt,name=url,proto3" json:"url,omitempty"`
+	// The commit the index was last built from; empty when the directory is
+	// not a git work tree.
+	LastCommit    string `protobuf:"bytes,12,opt,name=last_commit,json=lastCommit,proto3" json:"last_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +260,20 @@ func (x *Repository) GetIndexTime() *timestamppb.Timestamp {
 func (x *Repository) GetIndexError() string {
 	if x != nil {
 		return x.IndexError
+	}
+	return ""
+}
+
+func (x *Repository) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Repository) GetLastCommit() string {
+	if x != nil {
+		return x.LastCommit
 	}
 	return ""
 }
@@ -486,8 +568,10 @@ func (x *ListRepositoriesResponse) GetNextPageToken() string {
 }
 
 type IndexRepositoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Re-read every file even when a delta from the last indexed commit would do.
+	Full          bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,13 +613,26 @@ func (x *IndexRepositoryRequest) GetName() string {
 	return ""
 }
 
+func (x *IndexRepositoryRequest) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
 type IndexRepositoryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	FilesIndexed  int64                  `protobuf:"varint,2,opt,name=files_indexed,json=filesIndexed,proto3" json:"files_indexed,omitempty"`
-	FilesSkipped  int64                  `protobuf:"varint,3,opt,name=files_skipped,json=filesSkipped,proto3" json:"files_skipped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Repository   *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	FilesIndexed int64                  `protobuf:"varint,2,opt,name=files_indexed,json=filesIndexed,proto3" json:"files_indexed,omitempty"`
+	FilesSkipped int64                  `protobuf:"varint,3,opt,name=files_skipped,json=filesSkipped,proto3" json:"files_skipped,omitempty"`
+	// Whether only the files changed since the last indexed commit were read.
+	Delta bool `protobuf:"varint,4,opt,name=delta,proto3" json:"delta,omitempty"`
+	// Files re-read (all of them on a full pass).
+	FilesChanged int64 `protobuf:"varint,5,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	// Chunks whose embeddings were computed (unchanged chunks keep theirs).
+	ChunksEmbedded int64 `protobuf:"varint,6,opt,name=chunks_embedded,json=chunksEmbedded,proto3" json:"chunks_embedded,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *IndexRepositoryResponse) Reset() {
@@ -589,12 +686,43 @@ func (x *IndexRepositoryResponse) GetFilesSkipped() int64 {
 	return 0
 }
 
+func (x *IndexRepositoryResponse) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
+}
+
+func (x *IndexRepositoryResponse) GetFilesChanged() int64 {
+	if x != nil {
+		return x.FilesChanged
+	}
+	return 0
+}
+
+func (x *IndexRepositoryResponse) GetChunksEmbedded() int64 {
+	if x != nil {
+		return x.ChunksEmbedded
+	}
+	return 0
+}
+
 type SearchCodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// Restrict to these repositories ("repositories/{id}"); all of the tenant's when empty.
-	Repositories  []string `protobuf:"bytes,2,rep,name=repositories,proto3" json:"repositories,omitempty"`
-	PageSize      int32    `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	Repositories []string   `protobuf:"bytes,2,rep,name=repositories,proto3" json:"repositories,omitempty"`
+	PageSize     int32      `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	Mode         SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=sylk.librarian.v1.SearchMode" json:"mode,omitempty"`
+	// Only paths matching this glob ("*" within a segment, "**" across them).
+	PathGlob string `protobuf:"bytes,5,opt,name=path_glob,json=pathGlob,proto3" json:"path_glob,omitempty"`
+	// Only files of this language ("go", "python", ...).
+	Language string `protobuf:"bytes,6,opt,name=language,proto3" json:"language,omitempty"`
+	// Only chunks of this kind ("function", "method", "type", ...).
+	SymbolKind string `protobuf:"bytes,7,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	// Stop adding hits once their snippets would exceed this many tokens
+	// (4 characters a token); 0 uses the service default.
+	TokenBudget   int32 `protobuf:"varint,8,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,9 +778,52 @@ func (x *SearchCodeRequest) GetPageSize() int32 {
 	return 0
 }
 
+func (x *SearchCodeRequest) GetMode() SearchMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SearchMode_SEARCH_MODE_UNSPECIFIED
+}
+
+func (x *SearchCodeRequest) GetPathGlob() string {
+	if x != nil {
+		return x.PathGlob
+	}
+	return ""
+}
+
+func (x *SearchCodeRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *SearchCodeRequest) GetSymbolKind() string {
+	if x != nil {
+		return x.SymbolKind
+	}
+	return ""
+}
+
+func (x *SearchCodeRequest) GetTokenBudget() int32 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
 type SearchCodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hits          []*CodeHit             `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hits  []*CodeHit             `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	// "ok", or "no_matches" when nothing matched.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// What to try next when nothing matched.
+	Hint string `protobuf:"bytes,3,opt,name=hint,proto3" json:"hint,omitempty"`
+	// Tokens used by the returned snippets.
+	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Whether hits were left out to stay within the token budget.
+	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,14 +865,47 @@ func (x *SearchCodeResponse) GetHits() []*CodeHit {
 	return nil
 }
 
+func (x *SearchCodeResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SearchCodeResponse) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+func (x *SearchCodeResponse) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *SearchCodeResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type CodeHit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart     int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd       int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet       string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
-	Score         float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	Path       string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart  int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd    int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Snippet    string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	Score      float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	// The symbol the chunk defines, when it defines one.
+	Symbol string `protobuf:"bytes,7,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// "function", "method", "type", "const", "var", "imports", "class", "section" or "block".
+	SymbolKind    string `protobuf:"bytes,8,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	Language      string `protobuf:"bytes,9,opt,name=language,proto3" json:"language,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -778,17 +982,905 @@ func (x *CodeHit) GetScore() float64 {
 	return 0
 }
 
+func (x *CodeHit) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *CodeHit) GetSymbolKind() string {
+	if x != nil {
+		return x.SymbolKind
+	}
+	return ""
+}
+
+func (x *CodeHit) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+// Symbol is one definition in an indexed repository.
+type Symbol struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Qualified name: "<package path>.<Name>" or "<package path>.<Receiver>.<Method>".
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// "function", "method", "type", "const" or "var".
+	Kind      string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Path      string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart int32  `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd   int32  `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Package   string `protobuf:"bytes,7,opt,name=package,proto3" json:"package,omitempty"`
+	Signature string `protobuf:"bytes,8,opt,name=signature,proto3" json:"signature,omitempty"`
+	Doc       string `protobuf:"bytes,9,opt,name=doc,proto3" json:"doc,omitempty"`
+	// The source of the definition, when asked for.
+	Source        string `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Symbol) Reset() {
+	*x = Symbol{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Symbol) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Symbol) ProtoMessage() {}
+
+func (x *Symbol) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Symbol.ProtoReflect.Descriptor instead.
+func (*Symbol) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Symbol) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Symbol) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Symbol) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Symbol) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Symbol) GetLineStart() int32 {
+	if x != nil {
+		return x.LineStart
+	}
+	return 0
+}
+
+func (x *Symbol) GetLineEnd() int32 {
+	if x != nil {
+		return x.LineEnd
+	}
+	return 0
+}
+
+func (x *Symbol) GetPackage() string {
+	if x != nil {
+		return x.Package
+	}
+	return ""
+}
+
+func (x *Symbol) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *Symbol) GetDoc() string {
+	if x != nil {
+		return x.Doc
+	}
+	return ""
+}
+
+func (x *Symbol) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// Edge is one relation between a symbol or file and what it names.
+type Edge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A symbol id, or "file:<path>" for an import.
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// A symbol id, an import path, or "*.<Method>" for a method call whose
+	// receiver type is not resolved.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// "calls" or "imports".
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	Line          int32  `protobuf:"varint,5,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Edge) Reset() {
+	*x = Edge{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Edge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Edge) ProtoMessage() {}
+
+func (x *Edge) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Edge.ProtoReflect.Descriptor instead.
+func (*Edge) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Edge) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Edge) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Edge) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Edge) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Edge) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+type GetSymbolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	Symbol        string                 `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	IncludeSource bool                   `protobuf:"varint,3,opt,name=include_source,json=includeSource,proto3" json:"include_source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSymbolRequest) Reset() {
+	*x = GetSymbolRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSymbolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSymbolRequest) ProtoMessage() {}
+
+func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSymbolRequest.ProtoReflect.Descriptor instead.
+func (*GetSymbolRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetSymbolRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *GetSymbolRequest) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *GetSymbolRequest) GetIncludeSource() bool {
+	if x != nil {
+		return x.IncludeSource
+	}
+	return false
+}
+
+type GetSymbolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Symbol        *Symbol                `protobuf:"bytes,1,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSymbolResponse) Reset() {
+	*x = GetSymbolResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSymbolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSymbolResponse) ProtoMessage() {}
+
+func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSymbolResponse.ProtoReflect.Descriptor instead.
+func (*GetSymbolResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetSymbolResponse) GetSymbol() *Symbol {
+	if x != nil {
+		return x.Symbol
+	}
+	return nil
+}
+
+type GetFileSymbolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFileSymbolsRequest) Reset() {
+	*x = GetFileSymbolsRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFileSymbolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFileSymbolsRequest) ProtoMessage() {}
+
+func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFileSymbolsRequest.ProtoReflect.Descriptor instead.
+func (*GetFileSymbolsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetFileSymbolsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *GetFileSymbolsRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GetFileSymbolsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+type GetFileSymbolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Symbols       []*Symbol              `protobuf:"bytes,1,rep,name=symbols,proto3" json:"symbols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFileSymbolsResponse) Reset() {
+	*x = GetFileSymbolsResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFileSymbolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFileSymbolsResponse) ProtoMessage() {}
+
+func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFileSymbolsResponse.ProtoReflect.Descriptor instead.
+func (*GetFileSymbolsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetFileSymbolsResponse) GetSymbols() []*Symbol {
+	if x != nil {
+		return x.Symbols
+	}
+	return nil
+}
+
+type GetDependenciesRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// A symbol id, or "file:<path>".
+	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// "calls", "imports" or empty for both.
+	EdgeKind      string `protobuf:"bytes,3,opt,name=edge_kind,json=edgeKind,proto3" json:"edge_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDependenciesRequest) Reset() {
+	*x = GetDependenciesRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDependenciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDependenciesRequest) ProtoMessage() {}
+
+func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDependenciesRequest.ProtoReflect.Descriptor instead.
+func (*GetDependenciesRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetDependenciesRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *GetDependenciesRequest) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *GetDependenciesRequest) GetEdgeKind() string {
+	if x != nil {
+		return x.EdgeKind
+	}
+	return ""
+}
+
+type GetDependenciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Edges         []*Edge                `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDependenciesResponse) Reset() {
+	*x = GetDependenciesResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDependenciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDependenciesResponse) ProtoMessage() {}
+
+func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDependenciesResponse.ProtoReflect.Descriptor instead.
+func (*GetDependenciesResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetDependenciesResponse) GetEdges() []*Edge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+type GetDependentsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// A symbol id or an import path.
+	Symbol        string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	EdgeKind      string `protobuf:"bytes,3,opt,name=edge_kind,json=edgeKind,proto3" json:"edge_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDependentsRequest) Reset() {
+	*x = GetDependentsRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDependentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDependentsRequest) ProtoMessage() {}
+
+func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDependentsRequest.ProtoReflect.Descriptor instead.
+func (*GetDependentsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetDependentsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *GetDependentsRequest) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *GetDependentsRequest) GetEdgeKind() string {
+	if x != nil {
+		return x.EdgeKind
+	}
+	return ""
+}
+
+type GetDependentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Edges         []*Edge                `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDependentsResponse) Reset() {
+	*x = GetDependentsResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDependentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDependentsResponse) ProtoMessage() {}
+
+func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDependentsResponse.ProtoReflect.Descriptor instead.
+func (*GetDependentsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetDependentsResponse) GetEdges() []*Edge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+type DiscoverToolsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Ignore the cache and detect again.
+	Refresh       bool `protobuf:"varint,2,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoverToolsRequest) Reset() {
+	*x = DiscoverToolsRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoverToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoverToolsRequest) ProtoMessage() {}
+
+func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoverToolsRequest.ProtoReflect.Descriptor instead.
+func (*DiscoverToolsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DiscoverToolsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *DiscoverToolsRequest) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
+	}
+	return false
+}
+
+// Tool is one detected tool.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id, e.g. "goimports", "ruff", "vitest".
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The language it serves.
+	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
+	// Command line; "$FILE" stands for a file path.
+	Command []string `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	// 0-1: how sure the detection is.
+	Confidence float64 `protobuf:"fixed64,5,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// Why it was chosen.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Whether its program was found on this server's PATH.
+	Installed     bool `protobuf:"varint,7,opt,name=installed,proto3" json:"installed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Tool) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Tool) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *Tool) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *Tool) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Tool) GetInstalled() bool {
+	if x != nil {
+		return x.Installed
+	}
+	return false
+}
+
+type DiscoverToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first choice per language, in priority order of the spec.
+	Formatters      []*Tool `protobuf:"bytes,1,rep,name=formatters,proto3" json:"formatters,omitempty"`
+	Linters         []*Tool `protobuf:"bytes,2,rep,name=linters,proto3" json:"linters,omitempty"`
+	LanguageServers []*Tool `protobuf:"bytes,3,rep,name=language_servers,json=languageServers,proto3" json:"language_servers,omitempty"`
+	TestFrameworks  []*Tool `protobuf:"bytes,4,rep,name=test_frameworks,json=testFrameworks,proto3" json:"test_frameworks,omitempty"`
+	// Lower-priority candidates that also apply.
+	Alternatives []*Tool  `protobuf:"bytes,5,rep,name=alternatives,proto3" json:"alternatives,omitempty"`
+	Warnings     []string `protobuf:"bytes,6,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// Whether the answer came from the cache.
+	Cached        bool `protobuf:"varint,7,opt,name=cached,proto3" json:"cached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoverToolsResponse) Reset() {
+	*x = DiscoverToolsResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoverToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoverToolsResponse) ProtoMessage() {}
+
+func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoverToolsResponse.ProtoReflect.Descriptor instead.
+func (*DiscoverToolsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DiscoverToolsResponse) GetFormatters() []*Tool {
+	if x != nil {
+		return x.Formatters
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetLinters() []*Tool {
+	if x != nil {
+		return x.Linters
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetLanguageServers() []*Tool {
+	if x != nil {
+		return x.LanguageServers
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetTestFrameworks() []*Tool {
+	if x != nil {
+		return x.TestFrameworks
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetAlternatives() []*Tool {
+	if x != nil {
+		return x.Alternatives
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *DiscoverToolsResponse) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
+}
+
 var File_sylk_librarian_v1_librarian_service_proto protoreflect.FileDescriptor
 
 const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\n" +
-	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x03\n" +
+	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x03\n" +
 	"\n" +
 	"Repository\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12!\n" +
-	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x17\n" +
-	"\x04path\x18\x04 \x01(\tB\x03\xe0A\x02R\x04path\x12C\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12C\n" +
 	"\vindex_state\x18\x05 \x01(\x0e2\x1d.sylk.librarian.v1.IndexStateB\x03\xe0A\x03R\n" +
 	"indexState\x12\"\n" +
 	"\n" +
@@ -801,7 +1893,10 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"index_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\tindexTime\x12$\n" +
 	"\vindex_error\x18\n" +
 	" \x01(\tB\x03\xe0A\x03R\n" +
-	"indexError\"s\n" +
+	"indexError\x12\x10\n" +
+	"\x03url\x18\v \x01(\tR\x03url\x12$\n" +
+	"\vlast_commit\x18\f \x01(\tB\x03\xe0A\x03R\n" +
+	"lastCommit\"s\n" +
 	"\x17CreateRepositoryRequest\x12B\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryB\x03\xe0A\x02R\n" +
@@ -823,21 +1918,35 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x18ListRepositoriesResponse\x12A\n" +
 	"\frepositories\x18\x01 \x03(\v2\x1d.sylk.librarian.v1.RepositoryR\frepositories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"1\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
 	"\x16IndexRepositoryRequest\x12\x17\n" +
-	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"\xa2\x01\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x12\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\"\x86\x02\n" +
 	"\x17IndexRepositoryResponse\x12=\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryR\n" +
 	"repository\x12#\n" +
 	"\rfiles_indexed\x18\x02 \x01(\x03R\ffilesIndexed\x12#\n" +
-	"\rfiles_skipped\x18\x03 \x01(\x03R\ffilesSkipped\"o\n" +
+	"\rfiles_skipped\x18\x03 \x01(\x03R\ffilesSkipped\x12\x14\n" +
+	"\x05delta\x18\x04 \x01(\bR\x05delta\x12#\n" +
+	"\rfiles_changed\x18\x05 \x01(\x03R\ffilesChanged\x12'\n" +
+	"\x0fchunks_embedded\x18\x06 \x01(\x03R\x0echunksEmbedded\"\x9f\x02\n" +
 	"\x11SearchCodeRequest\x12\x19\n" +
 	"\x05query\x18\x01 \x01(\tB\x03\xe0A\x02R\x05query\x12\"\n" +
 	"\frepositories\x18\x02 \x03(\tR\frepositories\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"D\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x121\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x1d.sylk.librarian.v1.SearchModeR\x04mode\x12\x1b\n" +
+	"\tpath_glob\x18\x05 \x01(\tR\bpathGlob\x12\x1a\n" +
+	"\blanguage\x18\x06 \x01(\tR\blanguage\x12\x1f\n" +
+	"\vsymbol_kind\x18\a \x01(\tR\n" +
+	"symbolKind\x12!\n" +
+	"\ftoken_budget\x18\b \x01(\x05R\vtokenBudget\"\xa6\x01\n" +
 	"\x12SearchCodeResponse\x12.\n" +
-	"\x04hits\x18\x01 \x03(\v2\x1a.sylk.librarian.v1.CodeHitR\x04hits\"\xa7\x01\n" +
+	"\x04hits\x18\x01 \x03(\v2\x1a.sylk.librarian.v1.CodeHitR\x04hits\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\xfc\x01\n" +
 	"\aCodeHit\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -847,14 +1956,101 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"line_start\x18\x03 \x01(\x05R\tlineStart\x12\x19\n" +
 	"\bline_end\x18\x04 \x01(\x05R\alineEnd\x12\x18\n" +
 	"\asnippet\x18\x05 \x01(\tR\asnippet\x12\x14\n" +
-	"\x05score\x18\x06 \x01(\x01R\x05score*\x8b\x01\n" +
+	"\x05score\x18\x06 \x01(\x01R\x05score\x12\x16\n" +
+	"\x06symbol\x18\a \x01(\tR\x06symbol\x12\x1f\n" +
+	"\vsymbol_kind\x18\b \x01(\tR\n" +
+	"symbolKind\x12\x1a\n" +
+	"\blanguage\x18\t \x01(\tR\blanguage\"\xf0\x01\n" +
+	"\x06Symbol\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"line_start\x18\x05 \x01(\x05R\tlineStart\x12\x19\n" +
+	"\bline_end\x18\x06 \x01(\x05R\alineEnd\x12\x18\n" +
+	"\apackage\x18\a \x01(\tR\apackage\x12\x1c\n" +
+	"\tsignature\x18\b \x01(\tR\tsignature\x12\x10\n" +
+	"\x03doc\x18\t \x01(\tR\x03doc\x12\x16\n" +
+	"\x06source\x18\n" +
+	" \x01(\tR\x06source\"r\n" +
+	"\x04Edge\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x12\n" +
+	"\x04line\x18\x05 \x01(\x05R\x04line\"{\n" +
+	"\x10GetSymbolRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x1b\n" +
+	"\x06symbol\x18\x02 \x01(\tB\x03\xe0A\x02R\x06symbol\x12%\n" +
+	"\x0einclude_source\x18\x03 \x01(\bR\rincludeSource\"F\n" +
+	"\x11GetSymbolResponse\x121\n" +
+	"\x06symbol\x18\x01 \x01(\v2\x19.sylk.librarian.v1.SymbolR\x06symbol\"i\n" +
+	"\x15GetFileSymbolsRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x17\n" +
+	"\x04path\x18\x02 \x01(\tB\x03\xe0A\x02R\x04path\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\"M\n" +
+	"\x16GetFileSymbolsResponse\x123\n" +
+	"\asymbols\x18\x01 \x03(\v2\x19.sylk.librarian.v1.SymbolR\asymbols\"w\n" +
+	"\x16GetDependenciesRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x1b\n" +
+	"\x06symbol\x18\x02 \x01(\tB\x03\xe0A\x02R\x06symbol\x12\x1b\n" +
+	"\tedge_kind\x18\x03 \x01(\tR\bedgeKind\"H\n" +
+	"\x17GetDependenciesResponse\x12-\n" +
+	"\x05edges\x18\x01 \x03(\v2\x17.sylk.librarian.v1.EdgeR\x05edges\"u\n" +
+	"\x14GetDependentsRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x1b\n" +
+	"\x06symbol\x18\x02 \x01(\tB\x03\xe0A\x02R\x06symbol\x12\x1b\n" +
+	"\tedge_kind\x18\x03 \x01(\tR\bedgeKind\"F\n" +
+	"\x15GetDependentsResponse\x12-\n" +
+	"\x05edges\x18\x01 \x03(\v2\x17.sylk.librarian.v1.EdgeR\x05edges\"U\n" +
+	"\x14DiscoverToolsRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x18\n" +
+	"\arefresh\x18\x02 \x01(\bR\arefresh\"\xb6\x01\n" +
+	"\x04Tool\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\x05 \x01(\x01R\n" +
+	"confidence\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tinstalled\x18\a \x01(\bR\tinstalled\"\xfa\x02\n" +
+	"\x15DiscoverToolsResponse\x127\n" +
+	"\n" +
+	"formatters\x18\x01 \x03(\v2\x17.sylk.librarian.v1.ToolR\n" +
+	"formatters\x121\n" +
+	"\alinters\x18\x02 \x03(\v2\x17.sylk.librarian.v1.ToolR\alinters\x12B\n" +
+	"\x10language_servers\x18\x03 \x03(\v2\x17.sylk.librarian.v1.ToolR\x0flanguageServers\x12@\n" +
+	"\x0ftest_frameworks\x18\x04 \x03(\v2\x17.sylk.librarian.v1.ToolR\x0etestFrameworks\x12;\n" +
+	"\falternatives\x18\x05 \x03(\v2\x17.sylk.librarian.v1.ToolR\falternatives\x12\x1a\n" +
+	"\bwarnings\x18\x06 \x03(\tR\bwarnings\x12\x16\n" +
+	"\x06cached\x18\a \x01(\bR\x06cached*\x8b\x01\n" +
+	"\n" +
+	"SearchMode\x12\x1b\n" +
+	"\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12SEARCH_MODE_HYBRID\x10\x01\x12\x18\n" +
+	"\x14SEARCH_MODE_SEMANTIC\x10\x02\x12\x17\n" +
+	"\x13SEARCH_MODE_LEXICAL\x10\x03\x12\x15\n" +
+	"\x11SEARCH_MODE_REGEX\x10\x04*\x8b\x01\n" +
 	"\n" +
 	"IndexState\x12\x1b\n" +
 	"\x17INDEX_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13INDEX_STATE_PENDING\x10\x01\x12\x18\n" +
 	"\x14INDEX_STATE_INDEXING\x10\x02\x12\x15\n" +
 	"\x11INDEX_STATE_READY\x10\x03\x12\x16\n" +
-	"\x12INDEX_STATE_FAILED\x10\x042\xc4\x05\n" +
+	"\x12INDEX_STATE_FAILED\x10\x042\xb8\v\n" +
 	"\x10LibrarianService\x12\x91\x01\n" +
 	"\x10CreateRepository\x12*.sylk.librarian.v1.CreateRepositoryRequest\x1a+.sylk.librarian.v1.CreateRepositoryResponse\"$\x82\xd3\xe4\x93\x02\x1e:\n" +
 	"repository\"\x10/v1/repositories\x12\x85\x01\n" +
@@ -862,7 +2058,12 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x10ListRepositories\x12*.sylk.librarian.v1.ListRepositoriesRequest\x1a+.sylk.librarian.v1.ListRepositoriesResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/repositories\x12\x94\x01\n" +
 	"\x0fIndexRepository\x12).sylk.librarian.v1.IndexRepositoryRequest\x1a*.sylk.librarian.v1.IndexRepositoryResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=repositories/*}:index\x12u\n" +
 	"\n" +
-	"SearchCode\x12$.sylk.librarian.v1.SearchCodeRequest\x1a%.sylk.librarian.v1.SearchCodeResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/code:searchB4Z2sylk.dev/sylk/gen/go/sylk/librarian/v1;librarianv1b\x06proto3"
+	"SearchCode\x12$.sylk.librarian.v1.SearchCodeRequest\x1a%.sylk.librarian.v1.SearchCodeResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/code:search\x12\x86\x01\n" +
+	"\tGetSymbol\x12#.sylk.librarian.v1.GetSymbolRequest\x1a$.sylk.librarian.v1.GetSymbolResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{repository=repositories/*}/symbol\x12\x9a\x01\n" +
+	"\x0eGetFileSymbols\x12(.sylk.librarian.v1.GetFileSymbolsRequest\x1a).sylk.librarian.v1.GetFileSymbolsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/{repository=repositories/*}/fileSymbols\x12\x9e\x01\n" +
+	"\x0fGetDependencies\x12).sylk.librarian.v1.GetDependenciesRequest\x1a*.sylk.librarian.v1.GetDependenciesResponse\"4\x82\xd3\xe4\x93\x02.\x12,/v1/{repository=repositories/*}/dependencies\x12\x96\x01\n" +
+	"\rGetDependents\x12'.sylk.librarian.v1.GetDependentsRequest\x1a(.sylk.librarian.v1.GetDependentsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/{repository=repositories/*}/dependents\x12\x91\x01\n" +
+	"\rDiscoverTools\x12'.sylk.librarian.v1.DiscoverToolsRequest\x1a(.sylk.librarian.v1.DiscoverToolsResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/{repository=repositories/*}/toolsB4Z2sylk.dev/sylk/gen/go/sylk/librarian/v1;librarianv1b\x06proto3"
 
 var (
 	file_sylk_librarian_v1_librarian_service_proto_rawDescOnce sync.Once
@@ -876,49 +2077,83 @@ func file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP() []byte {
 	return file_sylk_librarian_v1_librarian_service_proto_rawDescData
 }
 
-var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
-	(IndexState)(0),                  // 0: sylk.librarian.v1.IndexState
-	(*Repository)(nil),               // 1: sylk.librarian.v1.Repository
-	(*CreateRepositoryRequest)(nil),  // 2: sylk.librarian.v1.CreateRepositoryRequest
-	(*CreateRepositoryResponse)(nil), // 3: sylk.librarian.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),     // 4: sylk.librarian.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),    // 5: sylk.librarian.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),  // 6: sylk.librarian.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil), // 7: sylk.librarian.v1.ListRepositoriesResponse
-	(*IndexRepositoryRequest)(nil),   // 8: sylk.librarian.v1.IndexRepositoryRequest
-	(*IndexRepositoryResponse)(nil),  // 9: sylk.librarian.v1.IndexRepositoryResponse
-	(*SearchCodeRequest)(nil),        // 10: sylk.librarian.v1.SearchCodeRequest
-	(*SearchCodeResponse)(nil),       // 11: sylk.librarian.v1.SearchCodeResponse
-	(*CodeHit)(nil),                  // 12: sylk.librarian.v1.CodeHit
-	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
+	(SearchMode)(0),                  // 0: sylk.librarian.v1.SearchMode
+	(IndexState)(0),                  // 1: sylk.librarian.v1.IndexState
+	(*Repository)(nil),               // 2: sylk.librarian.v1.Repository
+	(*CreateRepositoryRequest)(nil),  // 3: sylk.librarian.v1.CreateRepositoryRequest
+	(*CreateRepositoryResponse)(nil), // 4: sylk.librarian.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),     // 5: sylk.librarian.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),    // 6: sylk.librarian.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),  // 7: sylk.librarian.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil), // 8: sylk.librarian.v1.ListRepositoriesResponse
+	(*IndexRepositoryRequest)(nil),   // 9: sylk.librarian.v1.IndexRepositoryRequest
+	(*IndexRepositoryResponse)(nil),  // 10: sylk.librarian.v1.IndexRepositoryResponse
+	(*SearchCodeRequest)(nil),        // 11: sylk.librarian.v1.SearchCodeRequest
+	(*SearchCodeResponse)(nil),       // 12: sylk.librarian.v1.SearchCodeResponse
+	(*CodeHit)(nil),                  // 13: sylk.librarian.v1.CodeHit
+	(*Symbol)(nil),                   // 14: sylk.librarian.v1.Symbol
+	(*Edge)(nil),                     // 15: sylk.librarian.v1.Edge
+	(*GetSymbolRequest)(nil),         // 16: sylk.librarian.v1.GetSymbolRequest
+	(*GetSymbolResponse)(nil),        // 17: sylk.librarian.v1.GetSymbolResponse
+	(*GetFileSymbolsRequest)(nil),    // 18: sylk.librarian.v1.GetFileSymbolsRequest
+	(*GetFileSymbolsResponse)(nil),   // 19: sylk.librarian.v1.GetFileSymbolsResponse
+	(*GetDependenciesRequest)(nil),   // 20: sylk.librarian.v1.GetDependenciesRequest
+	(*GetDependenciesResponse)(nil),  // 21: sylk.librarian.v1.GetDependenciesResponse
+	(*GetDependentsRequest)(nil),     // 22: sylk.librarian.v1.GetDependentsRequest
+	(*GetDependentsResponse)(nil),    // 23: sylk.librarian.v1.GetDependentsResponse
+	(*DiscoverToolsRequest)(nil),     // 24: sylk.librarian.v1.DiscoverToolsRequest
+	(*Tool)(nil),                     // 25: sylk.librarian.v1.Tool
+	(*DiscoverToolsResponse)(nil),    // 26: sylk.librarian.v1.DiscoverToolsResponse
+	(*timestamppb.Timestamp)(nil),    // 27: google.protobuf.Timestamp
 }
 var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
-	0,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
-	13, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
-	13, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
-	1,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
-	1,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	1,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	1,  // 6: sylk.librarian.v1.ListRepositoriesResponse.repositories:type_name -> sylk.librarian.v1.Repository
-	1,  // 7: sylk.librarian.v1.IndexRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	12, // 8: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
-	2,  // 9: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
-	4,  // 10: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
-	6,  // 11: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
-	8,  // 12: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
-	10, // 13: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
-	3,  // 14: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
-	5,  // 15: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
-	7,  // 16: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
-	9,  // 17: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
-	11, // 18: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
+	27, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
+	27, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
+	2,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	2,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	2,  // 6: sylk.librarian.v1.ListRepositoriesResponse.repositories:type_name -> sylk.librarian.v1.Repository
+	2,  // 7: sylk.librarian.v1.IndexRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	0,  // 8: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
+	13, // 9: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
+	14, // 10: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
+	14, // 11: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
+	15, // 12: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
+	15, // 13: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
+	25, // 14: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
+	25, // 15: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
+	25, // 16: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
+	25, // 17: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
+	25, // 18: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
+	3,  // 19: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
+	5,  // 20: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
+	7,  // 21: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
+	9,  // 22: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
+	11, // 23: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
+	16, // 24: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
+	18, // 25: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
+	20, // 26: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
+	22, // 27: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
+	24, // 28: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
+	4,  // 29: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
+	6,  // 30: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
+	8,  // 31: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
+	10, // 32: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
+	12, // 33: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
+	17, // 34: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
+	19, // 35: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
+	21, // 36: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
+	23, // 37: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
+	26, // 38: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_sylk_librarian_v1_librarian_service_proto_init() }
@@ -931,8 +2166,8 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_librarian_v1_librarian_service_proto_rawDesc), len(file_sylk_librarian_v1_librarian_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   12,
+			NumEnums:      2,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

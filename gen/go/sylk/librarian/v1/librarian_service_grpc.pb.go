@@ -24,6 +24,11 @@ const (
 	LibrarianService_ListRepositories_FullMethodName = "/sylk.librarian.v1.LibrarianService/ListRepositories"
 	LibrarianService_IndexRepository_FullMethodName  = "/sylk.librarian.v1.LibrarianService/IndexRepository"
 	LibrarianService_SearchCode_FullMethodName       = "/sylk.librarian.v1.LibrarianService/SearchCode"
+	LibrarianService_GetSymbol_FullMethodName        = "/sylk.librarian.v1.LibrarianService/GetSymbol"
+	LibrarianService_GetFileSymbols_FullMethodName   = "/sylk.librarian.v1.LibrarianService/GetFileSymbols"
+	LibrarianService_GetDependencies_FullMethodName  = "/sylk.librarian.v1.LibrarianService/GetDependencies"
+	LibrarianService_GetDependents_FullMethodName    = "/sylk.librarian.v1.LibrarianService/GetDependents"
+	LibrarianService_DiscoverTools_FullMethodName    = "/sylk.librarian.v1.LibrarianService/DiscoverTools"
 )
 
 // LibrarianServiceClient is the client API for LibrarianService service.
@@ -40,6 +45,19 @@ type LibrarianServiceClient interface {
 	// IndexRepository (re)indexes a repository's files and waits for it.
 	IndexRepository(ctx context.Context, in *IndexRepositoryRequest, opts ...grpc.CallOption) (*IndexRepositoryResponse, error)
 	SearchCode(ctx context.Context, in *SearchCodeRequest, opts ...grpc.CallOption) (*SearchCodeResponse, error)
+	// GetSymbol returns one indexed symbol by its qualified name.
+	GetSymbol(ctx context.Context, in *GetSymbolRequest, opts ...grpc.CallOption) (*GetSymbolResponse, error)
+	// GetFileSymbols lists the symbols defined in one file.
+	GetFileSymbols(ctx context.Context, in *GetFileSymbolsRequest, opts ...grpc.CallOption) (*GetFileSymbolsResponse, error)
+	// GetDependencies lists what a symbol or file uses (outgoing edges).
+	GetDependencies(ctx context.Context, in *GetDependenciesRequest, opts ...grpc.CallOption) (*GetDependenciesResponse, error)
+	// GetDependents lists what uses a symbol or package (incoming edges).
+	GetDependents(ctx context.Context, in *GetDependentsRequest, opts ...grpc.CallOption) (*GetDependentsResponse, error)
+	// DiscoverTools names the formatter, linter, language server and test
+	// framework to use for each language of a repository, from its files and
+	// configuration. Answers are cached per repository until a configuration
+	// file changes.
+	DiscoverTools(ctx context.Context, in *DiscoverToolsRequest, opts ...grpc.CallOption) (*DiscoverToolsResponse, error)
 }
 
 type librarianServiceClient struct {
@@ -100,6 +118,56 @@ func (c *librarianServiceClient) SearchCode(ctx context.Context, in *SearchCodeR
 	return out, nil
 }
 
+func (c *librarianServiceClient) GetSymbol(ctx context.Context, in *GetSymbolRequest, opts ...grpc.CallOption) (*GetSymbolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSymbolResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetSymbol_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) GetFileSymbols(ctx context.Context, in *GetFileSymbolsRequest, opts ...grpc.CallOption) (*GetFileSymbolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFileSymbolsResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetFileSymbols_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) GetDependencies(ctx context.Context, in *GetDependenciesRequest, opts ...grpc.CallOption) (*GetDependenciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDependenciesResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetDependencies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) GetDependents(ctx context.Context, in *GetDependentsRequest, opts ...grpc.CallOption) (*GetDependentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDependentsResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetDependents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) DiscoverTools(ctx context.Context, in *DiscoverToolsRequest, opts ...grpc.CallOption) (*DiscoverToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiscoverToolsResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_DiscoverTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LibrarianServiceServer is the server API for LibrarianService service.
 // All implementations must embed UnimplementedLibrarianServiceServer
 // for forward compatibility.
@@ -114,6 +182,19 @@ type LibrarianServiceServer interface {
 	// IndexRepository (re)indexes a repository's files and waits for it.
 	IndexRepository(context.Context, *IndexRepositoryRequest) (*IndexRepositoryResponse, error)
 	SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error)
+	// GetSymbol returns one indexed symbol by its qualified name.
+	GetSymbol(context.Context, *GetSymbolRequest) (*GetSymbolResponse, error)
+	// GetFileSymbols lists the symbols defined in one file.
+	GetFileSymbols(context.Context, *GetFileSymbolsRequest) (*GetFileSymbolsResponse, error)
+	// GetDependencies lists what a symbol or file uses (outgoing edges).
+	GetDependencies(context.Context, *GetDependenciesRequest) (*GetDependenciesResponse, error)
+	// GetDependents lists what uses a symbol or package (incoming edges).
+	GetDependents(context.Context, *GetDependentsRequest) (*GetDependentsResponse, error)
+	// DiscoverTools names the formatter, linter, language server and test
+	// framework to use for each language of a repository, from its files and
+	// configuration. Answers are cached per repository until a configuration
+	// file changes.
+	DiscoverTools(context.Context, *DiscoverToolsRequest) (*DiscoverToolsResponse, error)
 	mustEmbedUnimplementedLibrarianServiceServer()
 }
 
@@ -138,6 +219,21 @@ func (UnimplementedLibrarianServiceServer) IndexRepository(context.Context, *Ind
 }
 func (UnimplementedLibrarianServiceServer) SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SearchCode not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetSymbol(context.Context, *GetSymbolRequest) (*GetSymbolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSymbol not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetFileSymbols(context.Context, *GetFileSymbolsRequest) (*GetFileSymbolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFileSymbols not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetDependencies(context.Context, *GetDependenciesRequest) (*GetDependenciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDependencies not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetDependents(context.Context, *GetDependentsRequest) (*GetDependentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDependents not implemented")
+}
+func (UnimplementedLibrarianServiceServer) DiscoverTools(context.Context, *DiscoverToolsRequest) (*DiscoverToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiscoverTools not implemented")
 }
 func (UnimplementedLibrarianServiceServer) mustEmbedUnimplementedLibrarianServiceServer() {}
 func (UnimplementedLibrarianServiceServer) testEmbeddedByValue()                          {}
@@ -250,6 +346,96 @@ func _LibrarianService_SearchCode_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LibrarianService_GetSymbol_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSymbolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetSymbol(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetSymbol_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetSymbol(ctx, req.(*GetSymbolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_GetFileSymbols_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFileSymbolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetFileSymbols(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetFileSymbols_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetFileSymbols(ctx, req.(*GetFileSymbolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_GetDependencies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDependenciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetDependencies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetDependencies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetDependencies(ctx, req.(*GetDependenciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_GetDependents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDependentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetDependents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetDependents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetDependents(ctx, req.(*GetDependentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_DiscoverTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiscoverToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).DiscoverTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_DiscoverTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).DiscoverTools(ctx, req.(*DiscoverToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LibrarianService_ServiceDesc is the grpc.ServiceDesc for LibrarianService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +462,26 @@ var LibrarianService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SearchCode",
 			Handler:    _LibrarianService_SearchCode_Handler,
+		},
+		{
+			MethodName: "GetSymbol",
+			Handler:    _LibrarianService_GetSymbol_Handler,
+		},
+		{
+			MethodName: "GetFileSymbols",
+			Handler:    _LibrarianService_GetFileSymbols_Handler,
+		},
+		{
+			MethodName: "GetDependencies",
+			Handler:    _LibrarianService_GetDependencies_Handler,
+		},
+		{
+			MethodName: "GetDependents",
+			Handler:    _LibrarianService_GetDependents_Handler,
+		},
+		{
+			MethodName: "DiscoverTools",
+			Handler:    _LibrarianService_DiscoverTools_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

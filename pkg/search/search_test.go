@@ -1,0 +1,130 @@
+package search
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func unit(r *rand.Rand, dims int) []float32 {
+	v := make([]float32, dims)
+	var s float32
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+		s += v[i] * v[i]
+	}
+	for i := range v {
+		v[i] /= float32(sqrt(float64(s)))
+	}
+	return v
+}
+
+func sqrt(x float64) float64 {
+	z := x
+	for i := 0; i < 50; i++ {
+		z = (z + x/z) / 2
+	}
+	return z
+}
+
+func TestIndex(t *testing.T) {
+	t.Parallel()
+	_, err := NewIndex(IndexConfig{})
+	require.Error(t, err)
+	x, err := NewIndex(IndexConfig{Dims: 16})
+	require.NoError(t, err)
+	require.Empty(t, x.Search(make([]float32, 16), 3), "empty index")
+
+	r := rand.New(rand.NewSource(7))
+	var keys []string
+	var vecs [][]float32
+	for i := 0; i < 500; i++ {
+		keys = append(keys, fmt.Sprint("k", i))
+		vecs = append(vecs, unit(r, 16))
+	}
+	require.NoError(t, x.Add(keys, vecs))
+	require.Equal(t, 500, x.Len())
+	for i := 0; i < 20; i++ {
+		got := x.Search(vecs[i], 5)
+		require.NotEmpty(t, got)
+		require.Equal(t, keys[i], got[0].Key)
+		require.InDelta(t, 1.0, float64(got[0].Score), 1e-5)
+	}
+	// Replacing a key moves it.
+	moved := unit(r, 16)
+	require.NoError(t, x.Add([]string{"k0"}, [][]float32{moved}))
+	require.Equal(t, 500, x.Len())
+	require.Equal(t, "k0", x.Search(moved, 1)[0].Key)
+	x.Delete("k0", "missing")
+	require.Equal(t, 499, x.Len())
+	for _, res := range x.Search(moved, 10) {
+		require.NotEqual(t, "k0", res.Key)
+	}
+	require.Error(t, x.Add([]string{"a"}, [][]float32{{1, 2}}), "wrong dimensions")
+	require.Error(t, x.Add([]string{"a", "b"}, [][]float32{moved}), "count mismatch")
+	require.Nil(t, x.Search([]float32{1}, 3))
+}
+
+func TestIndexConcurrent(t *testing.T) {
+	t.Parallel()
+	x, err := NewIndex(IndexConfig{Dims: 8, EfConstruction: 32})
+	require.NoError(t, err)
+	r := rand.New(rand.NewSource(1))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rr := rand.New(rand.NewSource(2))
+		for i := 0; i < 200; i++ {
+			x.Search(unit(rr, 8), 3)
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		require.NoError(t, x.Add([]string{fmt.Sprint(i)}, [][]float32{unit(r, 8)}))
+	}
+	<-done
+	require.Equal(t, 200, x.Len())
+}
+
+func TestFuse(t *testing.T) {
+	t.Parallel()
+	got := Fuse([]List{
+		{Keys: []string{"a", "b", "c"}, Weight: 1},
+		{Keys: []string{"c", "a", "d", "a"}},
+	}, map[string]float64{"d": 1, "zz": 5})
+	var keys []string
+	for _, r := range got {
+		keys = append(keys, r.Key)
+	}
+	require.Equal(t, []string{"d", "a", "c", "b"}, keys)
+	require.InDelta(t, 1.0/61+1.0/62, got[1].Score, 1e-12)
+	require.Empty(t, Fuse(nil, nil))
+}
+
+func TestIndexChurn(t *testing.T) {
+	t.Parallel()
+	x, err := NewIndex(IndexConfig{Dims: 8, EfConstruction: 32})
+	require.NoError(t, err)
+	r := rand.New(rand.NewSource(3))
+	want := map[string][]float32{}
+	for round := 0; round < 20; round++ {
+		for i := 0; i < 30; i++ {
+			k := fmt.Sprint(r.Intn(60))
+			if r.Intn(3) == 0 {
+				x.Delete(k)
+				delete(want, k)
+				continue
+			}
+			v := unit(r, 8)
+			require.NoError(t, x.Add([]string{k}, [][]float32{v}))
+			want[k] = v
+		}
+		require.Equal(t, len(want), x.Len())
+	}
+	for k, v := range want {
+		got := x.Search(v, 1)
+		require.Len(t, got, 1)
+		require.Equal(t, k, got[0].Key)
+	}
+}

@@ -1,0 +1,74 @@
+package librarian
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxURLLen bounds a repository URL.
+const maxURLLen = 2048
+
+// cloneRepository clones a git URL into the data directory and returns
+// the clone's path. file:// URLs must name a directory the librarian may
+// read (librarian.allowed-roots); https, ssh and git URLs are cloned as
+// given.
+func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw string) (string, error) {
+	if s.cfg.DataDir == "" {
+		return "", status.Error(codes.FailedPrecondition, "repository.url: registering by URL needs librarian.data-dir")
+	}
+	if len(raw) > maxURLLen || strings.ContainsAny(raw, "\x00\n\r") || strings.HasPrefix(raw, "-") {
+		return "", invalid("repository.url", "is not a git URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", invalid("repository.url", "is not a URL")
+	}
+	switch u.Scheme {
+	case "file":
+		if _, problem := s.checkRoot(u.Path); problem != "" {
+			return "", invalid("repository.url", "%s", problem)
+		}
+	case "https", "http", "ssh", "git":
+		if u.Host == "" {
+			return "", invalid("repository.url", "has no host")
+		}
+	default:
+		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	dest := filepath.Join(s.cfg.DataDir, hex.EncodeToString(sum[:8]), repoID)
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return "", fmt.Errorf("create data directory: %w", err)
+	}
+	if _, err := gitOutput(ctx, filepath.Dir(dest), "clone", "--quiet", "--", raw, dest); err != nil {
+		_ = os.RemoveAll(dest)
+		return "", status.Error(codes.FailedPrecondition, "repository.url: clone failed: "+firstLine(err.Error()))
+	}
+	resolved, err := filepath.EvalSymlinks(dest)
+	if err != nil {
+		return "", fmt.Errorf("resolve clone: %w", err)
+	}
+	return resolved, nil
+}
+
+// pullRepository fast-forwards a clone to its remote's head.
+func (s *Service) pullRepository(ctx context.Context, dir string) error {
+	_, err := gitOutput(ctx, dir, "pull", "--quiet", "--ff-only")
+	return err
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return truncateRunes(s, 300)
+}

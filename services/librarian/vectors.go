@@ -1,0 +1,326 @@
+package librarian
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"sylk.dev/sylk/pkg/embed"
+	"sylk.dev/sylk/pkg/logx"
+	rank "sylk.dev/sylk/pkg/search"
+)
+
+// vectorStore is this replica's in-memory HNSW per repository, loaded
+// from the chunks' stored embeddings and kept current by change events.
+type vectorStore struct {
+	st    store
+	model string
+	dims  int
+	hnsw  rank.IndexConfig
+
+	mu    sync.Mutex
+	repos map[string]*repoVectors
+}
+
+// repoVectors is one repository's graph and the content hash of each
+// chunk it holds.
+type repoVectors struct {
+	// sync serialises updates of this repository.
+	sync   sync.Mutex
+	idx    atomic.Pointer[rank.Index]
+	hashes map[string][]byte
+}
+
+func newVectorStore(st store, emb embed.Embedder, cfg Config) *vectorStore {
+	return &vectorStore{st: st, model: emb.Name(), dims: emb.Dims(), repos: map[string]*repoVectors{},
+		hnsw: rank.IndexConfig{Dims: emb.Dims(), M: cfg.HNSWM, EfConstruction: cfg.HNSWEfConstruction, EfSearch: cfg.HNSWEfSearch}}
+}
+
+func repoKey(tenant, repoID string) string { return tenant + "/" + repoID }
+
+func (v *vectorStore) get(tenant, repoID string, create bool) *repoVectors {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := repoKey(tenant, repoID)
+	rv := v.repos[k]
+	if rv == nil && create {
+		idx, _ := rank.NewIndex(v.hnsw)
+		rv = &repoVectors{hashes: map[string][]byte{}}
+		rv.idx.Store(idx)
+		v.repos[k] = rv
+	}
+	return rv
+}
+
+// loadBatch is how many embeddings are read per query while syncing.
+const loadBatch = 2000
+
+// sync brings one repository's graph in line with its stored chunks:
+// removed chunks leave, new or changed ones are (re)inserted.
+func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
+	rv := v.get(tenant, repoID, true)
+	rv.sync.Lock()
+	defer rv.sync.Unlock()
+	rows, err := v.st.db.Query(ctx, `SELECT id, content_hash FROM chunks
+		WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`, tenant, uuidParam(repoID), v.model)
+	if err != nil {
+		return fmt.Errorf("list chunk hashes: %w", err)
+	}
+	current := map[string][]byte{}
+	for rows.Next() {
+		var id string
+		var h []byte
+		if err := rows.Scan(&id, &h); err != nil {
+			rows.Close()
+			return fmt.Errorf("list chunk hashes: %w", err)
+		}
+		current[id] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list chunk hashes: %w", err)
+	}
+	var removed, wanted []string
+	for id := range rv.hashes {
+		if _, ok := current[id]; !ok {
+			removed = append(removed, id)
+		}
+	}
+	for id, h := range current {
+		if old, ok := rv.hashes[id]; !ok || !bytes.Equal(old, h) {
+			wanted = append(wanted, id)
+		}
+	}
+	if len(wanted) > 0 && len(wanted) >= len(current)/4 {
+		// Many vectors: build a new graph from one pass over the
+		// repository's rows while searches keep using the old one, then
+		// swap.
+		fresh, err := rank.NewIndex(v.hnsw)
+		if err != nil {
+			return err
+		}
+		hashes := make(map[string][]byte, len(current))
+		err = v.scan(ctx, `SELECT id, content_hash, embedding FROM chunks
+			WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`,
+			[]any{tenant, uuidParam(repoID), v.model}, nil, func(keys []string, vecs [][]float32, hs [][]byte) error {
+				if err := fresh.Add(keys, vecs); err != nil {
+					return err
+				}
+				for i, id := range keys {
+					hashes[id] = hs[i]
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		rv.idx.Store(fresh)
+		rv.hashes = hashes
+		return nil
+	}
+	idx := rv.idx.Load()
+	if len(removed) > 0 {
+		idx.Delete(removed...)
+		for _, id := range removed {
+			delete(rv.hashes, id)
+		}
+	}
+	add := func(keys []string, vecs [][]float32, hashes [][]byte) error {
+		if err := idx.Add(keys, vecs); err != nil {
+			return err
+		}
+		for i, id := range keys {
+			rv.hashes[id] = hashes[i]
+		}
+		return nil
+	}
+	for start := 0; start < len(wanted); start += loadBatch {
+		batch := wanted[start:min(start+loadBatch, len(wanted))]
+		err := v.scan(ctx, `SELECT id, content_hash, embedding FROM chunks
+			WHERE tenant_id = $1 AND repository_id = $2 AND id = ANY($3) AND model = $4`,
+			[]any{tenant, uuidParam(repoID), batch, v.model}, nil, add)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scan reads (id, hash, embedding) rows, keeps those in want (all when
+// want is nil) and hands them to add in batches.
+func (v *vectorStore) scan(ctx context.Context, sql string, args []any, want map[string]bool,
+	add func([]string, [][]float32, [][]byte) error) error {
+	rows, err := v.st.db.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("load embeddings: %w", err)
+	}
+	defer rows.Close()
+	var keys []string
+	var vecs [][]float32
+	var hashes [][]byte
+	for rows.Next() {
+		var id string
+		var h, e []byte
+		if err := rows.Scan(&id, &h, &e); err != nil {
+			return fmt.Errorf("load embeddings: %w", err)
+		}
+		if want != nil && !want[id] {
+			continue
+		}
+		vec, err := embed.Decode(e)
+		if err != nil || len(vec) != v.dims {
+			continue
+		}
+		keys, vecs, hashes = append(keys, id), append(vecs, vec), append(hashes, h)
+		if len(keys) == loadBatch {
+			if err := add(keys, vecs, hashes); err != nil {
+				return err
+			}
+			keys, vecs, hashes = nil, nil, nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load embeddings: %w", err)
+	}
+	if len(keys) > 0 {
+		return add(keys, vecs, hashes)
+	}
+	return nil
+}
+
+// count is how many vectors a repository holds here.
+func (v *vectorStore) count(tenant, repoID string) int {
+	rv := v.get(tenant, repoID, false)
+	if rv == nil {
+		return 0
+	}
+	return rv.idx.Load().Len()
+}
+
+// drop forgets a repository.
+func (v *vectorStore) drop(tenant, repoID string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.repos, repoKey(tenant, repoID))
+}
+
+// loadAll syncs every indexed repository of every tenant.
+func (v *vectorStore) loadAll(ctx context.Context) error {
+	rows, err := v.st.db.Query(ctx, `SELECT tenant_id, id::text FROM repositories WHERE index_time IS NOT NULL`)
+	if err != nil {
+		return fmt.Errorf("list repositories: %w", err)
+	}
+	type pair struct{ tenant, id string }
+	var all []pair
+	for rows.Next() {
+		var p pair
+		if err := rows.Scan(&p.tenant, &p.id); err != nil {
+			rows.Close()
+			return fmt.Errorf("list repositories: %w", err)
+		}
+		all = append(all, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, p := range all {
+		if err := v.sync(ctx, p.tenant, p.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vectorHit is one semantic neighbour.
+type vectorHit struct {
+	repoID, id string
+	score      float32
+}
+
+// search returns up to k neighbours of q in each of the repositories.
+func (v *vectorStore) search(tenant string, repoIDs []string, q []float32, k int) []vectorHit {
+	var out []vectorHit
+	for _, r := range repoIDs {
+		rv := v.get(tenant, r, false)
+		if rv == nil {
+			continue
+		}
+		for _, res := range rv.idx.Load().Search(q, k) {
+			out = append(out, vectorHit{repoID: r, id: res.Key, score: res.Score})
+		}
+	}
+	return out
+}
+
+// changeEvent tells every replica that a repository's index changed.
+type changeEvent struct {
+	Tenant     string `json:"tenant"`
+	Repository string `json:"repository"`
+	Deleted    bool   `json:"deleted,omitempty"`
+}
+
+// changesSubject is where change events go.
+func (s *Service) changesSubject() string { return s.bus.Subject("librarian", "changes") }
+
+// backgroundSyncChunks is how many rewritten chunks make the vector
+// update of an index run in the background: the index answers as soon as
+// its rows are committed (lexical search sees them at once) and semantic
+// search follows when the graph is built.
+const backgroundSyncChunks = 5000
+
+// announceChange tells every replica that a repository's index changed
+// and updates this replica's vectors: at once for small changes, in the
+// background for large ones (WaitVectors waits for those).
+func (s *Service) announceChange(ctx context.Context, tenant, repoID string, changedChunks int64) {
+	if s.bus != nil {
+		s.publishJSON(ctx, s.changesSubject(), changeEvent{Tenant: tenant, Repository: repoID})
+	}
+	syncNow := func(ctx context.Context) {
+		start := time.Now()
+		if err := s.vectors.sync(ctx, tenant, repoID); err != nil {
+			s.log.WarnContext(ctx, "sync vectors after index", logx.Err(err))
+			return
+		}
+		s.log.InfoContext(ctx, "vectors synced", slog.String("repository", repoID),
+			slog.Int("vectors", s.vectors.count(tenant, repoID)), slog.Duration("duration", time.Since(start)))
+	}
+	if changedChunks < backgroundSyncChunks {
+		syncNow(ctx)
+		return
+	}
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		syncNow(context.WithoutCancel(ctx))
+	}()
+}
+
+// WaitVectors blocks until this replica's background vector updates are
+// done (tests and benchmarks use it to wait for semantic search).
+func (s *Service) WaitVectors() { s.background.Wait() }
+
+// followChanges keeps the vectors current from change events until ctx
+// is done.
+func (s *Service) followChanges(ctx context.Context) (*nats.Subscription, error) {
+	return s.bus.Conn.Subscribe(s.changesSubject(), func(m *nats.Msg) {
+		var ev changeEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Tenant == "" || ev.Repository == "" {
+			return
+		}
+		if ev.Deleted {
+			s.vectors.drop(ev.Tenant, ev.Repository)
+			return
+		}
+		if err := s.vectors.sync(ctx, ev.Tenant, ev.Repository); err != nil {
+			s.log.WarnContext(ctx, "sync vectors from change event", logx.Err(err))
+		}
+	})
+}
