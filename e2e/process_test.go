@@ -40,7 +40,8 @@ func TestDevProcess(t *testing.T) {
 	cmd.Env = append(cmd.Environ(), "SYLK_POSTGRES_DSN="+testenv.PostgresDSN(), "SYLK_REDIS_URL="+testenv.RedisURL())
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	cmd.Stderr = io.Discard
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { dropSchemas(t, prefix) })
 
@@ -65,7 +66,7 @@ func TestDevProcess(t *testing.T) {
 	require.NotEmpty(t, reply["reply"])
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, cmd.Wait(), "sylk dev exits cleanly on SIGTERM")
+	require.NoError(t, cmd.Wait(), "sylk dev exits cleanly on SIGTERM; its log:\n%s", stderr.String())
 	require.Equal(t, 0, cmd.ProcessState.ExitCode())
 	_ = mesh.Version
 }

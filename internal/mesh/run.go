@@ -249,6 +249,12 @@ func runUnits(ctx context.Context, log *slog.Logger, units ...unit) error {
 	for _, u := range units {
 		g.Go(func() error {
 			if err := u.svc.Run(gctx); err != nil {
+				// A shutdown that cancels a service mid-start (provisioning
+				// streams, loading state) is still a clean shutdown.
+				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+					log.Warn("stopped while starting", slog.String(logx.KeyService, u.name), logx.Err(err))
+					return nil
+				}
 				return fmt.Errorf("%s: %w", u.name, err)
 			}
 			return nil

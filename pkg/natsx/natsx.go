@@ -211,6 +211,9 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) error {
 	cons, err := b.EnsureConsumer(ctx, spec)
 	if err != nil {
+		if ctx.Err() != nil { // stopped while provisioning: a clean stop
+			return nil
+		}
 		return err
 	}
 	nakDelay := spec.NakDelay
