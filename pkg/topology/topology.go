@@ -134,3 +134,20 @@ func PublishEvent(ctx context.Context, b *natsx.Bus, e Event) (uint64, error) {
 	}
 	return ack.Sequence, nil
 }
+
+// ConsumeInbox provisions the agent inboxes and the session event stream,
+// then hands each message of agent's inbox to handler until ctx is done.
+// spec supplies the delivery settings (AckWait, MaxDeliver, NakDelay); its
+// stream, durable name and filter are set here.
+func ConsumeInbox(ctx context.Context, b *natsx.Bus, agent string, spec natsx.ConsumerSpec, handler natsx.Handler) error {
+	if err := EnsureAgents(ctx, b); err != nil {
+		return err
+	}
+	if err := EnsureEvents(ctx, b); err != nil {
+		return err
+	}
+	spec.Stream = b.Stream(StreamAgents)
+	spec.Durable = agent
+	spec.FilterSubjects = []string{InboxSubject(b, agent)}
+	return b.Consume(ctx, spec, handler)
+}

@@ -96,20 +96,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("academic: a NATS bus is required to run the inbox")
 	}
-	if err := topology.EnsureAgents(ctx, s.bus); err != nil {
-		return fmt.Errorf("academic: %w", err)
-	}
-	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
-		return fmt.Errorf("academic: %w", err)
-	}
-	s.log.InfoContext(ctx, "inbox consumer started")
-	err := s.bus.Consume(ctx, natsx.ConsumerSpec{
-		Stream:         s.bus.Stream(topology.StreamAgents),
-		Durable:        topology.AgentAcademic,
-		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentAcademic)},
-		AckWait:        s.cfg.InboxTimeout + 10*time.Second,
-	}, s.handleInbox)
-	if err != nil {
+	s.log.InfoContext(ctx, "inbox consumer starting")
+	spec := natsx.ConsumerSpec{AckWait: s.cfg.InboxTimeout + 10*time.Second}
+	if err := topology.ConsumeInbox(ctx, s.bus, topology.AgentAcademic, spec, s.handleInbox); err != nil {
 		return fmt.Errorf("academic: %w", err)
 	}
 	return nil
