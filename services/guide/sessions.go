@@ -10,9 +10,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -402,6 +404,70 @@ func (s *Service) afterTransition(ctx context.Context, sess session, t transitio
 	s.publishSessionEvent(ctx, sess, t.event, text)
 	if t.to == stateCompleted || t.to == stateFailed {
 		s.cache.invalidateSession(ctx, sess.TenantID, sess.ID)
+	}
+	switch {
+	case t.to == stateSuspended:
+		s.controlRuns(ctx, sess, "pause")
+	case t.verb == resumeTransition.verb:
+		s.controlRuns(ctx, sess, "resume")
+	}
+}
+
+// controlRuns pauses or resumes the session's runs in the orchestrator, so a
+// suspended session does no work. The transition is already committed, so a
+// failure is logged and published rather than failing the call.
+func (s *Service) controlRuns(ctx context.Context, sess session, action string) {
+	if s.orchestrator == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx),
+		identity.Identity{TenantID: sess.TenantID, UserID: sess.UserID, Role: identity.RoleMember}), s.cfg.PeerTimeout)
+	defer cancel()
+	var runs []string
+	var err error
+	if action == "pause" {
+		var resp *orchestratorv1.PauseSessionRunsResponse
+		resp, err = s.orchestrator.PauseSessionRuns(cctx, &orchestratorv1.PauseSessionRunsRequest{Session: sessionName(sess.ID)})
+		runs = resp.GetRuns()
+	} else {
+		var resp *orchestratorv1.ResumeSessionRunsResponse
+		resp, err = s.orchestrator.ResumeSessionRuns(cctx, &orchestratorv1.ResumeSessionRunsRequest{Session: sessionName(sess.ID)})
+		runs = resp.GetRuns()
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, action+" session runs", slog.String(logx.KeySessionID, sess.ID), logx.Err(err))
+		s.publishRunsControl(ctx, sess, action, nil, err)
+		return
+	}
+	if len(runs) > 0 {
+		s.publishRunsControl(ctx, sess, action, runs, nil)
+	}
+}
+
+// publishRunsControl tells the session what happened to its runs.
+func (s *Service) publishRunsControl(ctx context.Context, sess session, action string, runs []string, err error) {
+	data := map[string]any{"session": sessionName(sess.ID), "action": action}
+	text := fmt.Sprintf("%s %d run(s) of the session", map[string]string{"pause": "Paused", "resume": "Resumed"}[action], len(runs))
+	if err != nil {
+		text = fmt.Sprintf("Could not %s the session's runs: %s", action, status.Convert(err).Message())
+		data["error"] = status.Convert(err).Message()
+	} else {
+		names := make([]any, len(runs))
+		for i, r := range runs {
+			names[i] = r
+		}
+		data["runs"] = names
+	}
+	if _, perr := topology.PublishEvent(ctx, s.bus, topology.Event{
+		Tenant:  sess.TenantID,
+		Session: sess.ID,
+		ID:      fmt.Sprintf("%s.runs.%s.%d", sess.ID, action, sess.UpdateTime.UnixNano()),
+		Type:    "session.runs_" + action + "d",
+		Source:  authorGuide,
+		Text:    text,
+		Data:    data,
+	}); perr != nil {
+		s.log.WarnContext(ctx, "publish runs control event", slog.String(logx.KeySessionID, sess.ID), logx.Err(perr))
 	}
 }
 
