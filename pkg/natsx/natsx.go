@@ -106,13 +106,38 @@ func (b *Bus) Stream(name string) string {
 // Prefix returns the subject prefix.
 func (b *Bus) Prefix() string { return b.prefix }
 
-// EnsureStream creates the stream or updates it to cfg.
+// EnsureStream creates the stream or updates it to cfg. Several services
+// provision the same streams at start; when two create one at the same
+// moment, the server can refuse the later create as overlapping the stream
+// the earlier one is still registering, or as a name already in use. The
+// stream then exists, so the call is repeated, and this time updates it.
 func (b *Bus) EnsureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := b.JS.CreateOrUpdateStream(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+	var err error
+	for range 5 {
+		var s jetstream.Stream
+		s, err = b.JS.CreateOrUpdateStream(ctx, cfg)
+		if err == nil {
+			return s, nil
+		}
+		if !createRace(err) || ctx.Err() != nil {
+			break
+		}
 	}
-	return s, nil
+	return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+}
+
+// createRace reports whether err is what a concurrent create of the same
+// stream returns.
+func createRace(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamNameInUse, 10065: // 10065: subjects overlap with an existing stream
+		return true
+	}
+	return false
 }
 
 // Token makes s safe as one subject token.

@@ -117,3 +117,33 @@ func TestConfigValidate(t *testing.T) {
 	require.Error(t, natsx.Config{URL: "nats://x:4222", Prefix: "Bad.Prefix"}.Validate())
 	require.Equal(t, "a_b_c", natsx.Token("a.b c"))
 }
+
+// Services provision the same streams at the same moment when the mesh
+// starts; every one of them must succeed.
+func TestEnsureStreamConcurrent(t *testing.T) {
+	bus := testenv.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := range 20 {
+		cfg := jetstream.StreamConfig{
+			Name:       bus.Stream("RACE" + string(rune('A'+round))),
+			Subjects:   []string{bus.Subject("race", string(rune('a'+round)), ">")},
+			Retention:  jetstream.WorkQueuePolicy,
+			Storage:    jetstream.FileStorage,
+			Duplicates: time.Minute,
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for range 6 {
+			wg.Go(func() {
+				_, err := bus.EnsureStream(ctx, cfg)
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+	}
+}

@@ -168,3 +168,17 @@ func CleanupStreams(t testing.TB, b *natsx.Bus) {
 		}
 	}
 }
+
+// EnvRequireTools, when set (CI sets it), turns a missing external program a
+// test needs into a failure instead of a skip, so CI never passes by skipping.
+const EnvRequireTools = "SYLK_TEST_REQUIRE_SERVICES"
+
+// MissingTool skips the test because a program it drives (an interpreter, a
+// test runner) is not installed, or fails it when EnvRequireTools is set.
+func MissingTool(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(EnvRequireTools) != "" {
+		t.Fatalf("%s is required (%s is set): install it", what, EnvRequireTools)
+	}
+	t.Skipf("%s is not installed on this machine", what)
+}
