@@ -108,21 +108,22 @@ const (
 type Executor struct {
 	cfg      Config
 	boundary *Boundary
-	pool     *Pool
+	pool     SlotPool
 	mu       sync.RWMutex
 	parsers  map[string]Parser
 }
 
-// New builds an executor. pool may be shared between executors; nil makes
-// one from cfg.
-func New(cfg Config, boundary *Boundary, pool *Pool) (*Executor, error) {
+// New builds an executor. pool may be shared between executors: a *Pool
+// within one process, a *ClusterPool across the cluster. nil makes an
+// in-process Pool from cfg.
+func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if boundary == nil {
 		return nil, errors.New("toolexec: a boundary is required")
 	}
-	if pool == nil {
+	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
 	}
 	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{}}
@@ -131,8 +132,27 @@ func New(cfg Config, boundary *Boundary, pool *Pool) (*Executor, error) {
 	return e, nil
 }
 
-// Pool is the executor's slot pool.
-func (e *Executor) Pool() *Pool { return e.pool }
+// Pool is the executor's in-process slot pool, nil when it uses another
+// SlotPool (see Slots).
+func (e *Executor) Pool() *Pool {
+	p, _ := e.pool.(*Pool)
+	return p
+}
+
+// Slots is the executor's slot pool, whatever its kind.
+func (e *Executor) Slots() SlotPool { return e.pool }
+
+// isNilPool reports a typed nil pool (a nil *Pool or *ClusterPool passed as
+// a SlotPool).
+func isNilPool(p SlotPool) bool {
+	switch v := p.(type) {
+	case *Pool:
+		return v == nil
+	case *ClusterPool:
+		return v == nil
+	}
+	return false
+}
 
 // Boundary is the executor's boundary.
 func (e *Executor) Boundary() *Boundary { return e.boundary }

@@ -112,8 +112,9 @@ func TestWorkingDirBoundary(t *testing.T) {
 		{"inside", filepath.Join(root, "sub"), nil},
 	}
 	for _, tt := range tests {
+		// Sequential: the "inside" case holds a slot while it runs, and the
+		// others assert that a refused call never takes one.
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			res, err := e.Execute(context.Background(), Invocation{Command: "pwd", WorkingDir: tt.dir})
 			if tt.want == nil {
 				require.NoError(t, err)
@@ -214,9 +215,11 @@ func TestKillEscalation(t *testing.T) {
 		name, cmd, exited string
 		sigterm, sigkill  bool
 	}{
-		{"exits on SIGINT", "exec sleep 100", "SIGINT", false, false},
-		{"ignores SIGINT", "trap '' INT; sleep 100 & wait; while :; do wait; done", "SIGTERM", true, false},
-		{"ignores both", "trap '' INT TERM; sleep 100 & while :; do wait; done", "SIGKILL", true, true},
+		// Each command says ready only once its traps are set, so the
+		// cancellation cannot arrive before them.
+		{"exits on SIGINT", "echo ready; exec sleep 100", "SIGINT", false, false},
+		{"ignores SIGINT", "trap '' INT; echo ready; sleep 100 & wait; while :; do wait; done", "SIGTERM", true, false},
+		{"ignores both", "trap '' INT TERM; echo ready; sleep 100 & while :; do wait; done", "SIGKILL", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -226,7 +229,7 @@ func TestKillEscalation(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan Result, 1)
 			go func() {
-				res, err := e.Execute(ctx, Invocation{Command: "echo ready; " + tt.cmd, WorkingDir: root, StreamTo: log.add})
+				res, err := e.Execute(ctx, Invocation{Command: tt.cmd, WorkingDir: root, StreamTo: log.add})
 				require.NoError(t, err)
 				done <- res
 			}()
