@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +158,74 @@ func TestLLMProvidersAndUsage(t *testing.T) {
 
 	r = c.do("GET", "/v1/usage?groupBy=colour", nil)
 	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+
+	// The Architect drafts a plan through its gate (the local provider's
+	// rules); the call is in the report, attributed to the plan's session.
+	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "llm"})["session"].(map[string]any)
+	plan := c.ok("POST", "/v1/"+sess["name"].(string)+"/plans", map[string]any{"request": "fix the crash in the invoice total"})["plan"].(map[string]any)
+	require.Equal(t, "local", plan["planner"])
+	require.Len(t, plan["dag"].(map[string]any)["nodes"], 4)
+	require.Eventually(t, func() bool {
+		rep := c.ok("GET", "/v1/usage?groupBy=agent&sessionId="+sess["id"].(string), nil)
+		rows := rep["rows"].([]any)
+		return len(rows) == 1 && rows[0].(map[string]any)["group"].(map[string]any)["agent"] == "architect" && rows[0].(map[string]any)["requests"] == "1"
+	}, 10*time.Second, 50*time.Millisecond, "the planning call is recorded for the session")
+}
+
+// TestLLMTenantKeyPlanning: a tenant stores a key for an OpenAI-compatible
+// provider through the API; the Architect's plan drafting for that tenant
+// reaches the provider with the stored key, another tenant's with the
+// configured one, and no key appears in the mesh's logs or answers.
+func TestLLMTenantKeyPlanning(t *testing.T) {
+	answer, err := json.Marshal(map[string]any{"title": "version endpoint", "nodes": []map[string]any{
+		{"id": "change", "role": "engineer", "name": "add the endpoint", "prompt": "add a /version endpoint"},
+		{"id": "check", "role": "tester", "name": "test it", "prompt": "test the /version endpoint", "depends_on": []string{"change"}},
+	}})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	seen := map[string]string{} // request text -> Authorization
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/models" {
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","created":1,"owned_by":"x"}]}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		for _, req := range []string{"plan for the first tenant", "plan for the second tenant"} {
+			if strings.Contains(string(body), req) {
+				seen[req] = r.Header.Get("Authorization")
+			}
+		}
+		mu.Unlock()
+		out, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": []map[string]any{{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": string(answer)}}},
+			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(fake.Close)
+
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	c, prefix, _ := startLLMMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(key),
+		"-llm.openai.base-url", fake.URL+"/v1", "-llm.openai.api-key", "sk-server-key")
+	c.schemaPrefix = prefix
+	other := c.asUser("other", "carol")
+
+	set := c.ok("PUT", "/v1/providers/openai/credentials", map[string]any{"apiKey": "sk-first-tenant-key"})
+	require.Equal(t, "tenant", set["provider"].(map[string]any)["credentialSource"])
+
+	for _, x := range []struct {
+		c        *client
+		req, key string
+	}{{c, "plan for the first tenant", "sk-first-tenant-key"}, {other, "plan for the second tenant", "sk-server-key"}} {
+		sess := x.c.ok("POST", "/v1/sessions", map[string]any{"displayName": "keys"})["session"].(map[string]any)
+		r := x.c.do("POST", "/v1/"+sess["name"].(string)+"/plans", map[string]any{"request": x.req})
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		require.NotContains(t, r.Raw, "sk-", "no key in an answer")
+		mu.Lock()
+		got := seen[x.req]
+		mu.Unlock()
+		require.Equal(t, "Bearer "+x.key, got, x.req)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -256,10 +257,48 @@ const (
 	authRevoked
 )
 
-// authenticator resolves API keys to identities.
+// authenticator resolves API keys to identities, remembering the valid ones
+// for ttl so that a request does not wait for the key store.
 type authenticator struct {
 	db  *pgxpool.Pool
 	now func() time.Time
+	ttl time.Duration
+
+	mu    sync.Mutex
+	known map[string]knownKey // by key hash
+}
+
+type knownKey struct {
+	id      identity.Identity
+	expires time.Time
+}
+
+// maxKnownKeys bounds the cache; it is emptied when full.
+const maxKnownKeys = 10000
+
+func (a *authenticator) cached(hash string) (identity.Identity, bool) {
+	if a.ttl <= 0 {
+		return identity.Identity{}, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k, ok := a.known[hash]
+	if !ok || a.now().After(k.expires) {
+		return identity.Identity{}, false
+	}
+	return k.id, true
+}
+
+func (a *authenticator) remember(hash string, id identity.Identity) {
+	if a.ttl <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.known == nil || len(a.known) >= maxKnownKeys {
+		a.known = map[string]knownKey{}
+	}
+	a.known[hash] = knownKey{id: id, expires: a.now().Add(a.ttl)}
 }
 
 // lookup resolves key. It updates the key's last_used_at at most once a
@@ -274,9 +313,13 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 		revoked  bool
 		lastUsed *time.Time
 	)
+	hash := hashKey(key)
+	if known, ok := a.cached(string(hash)); ok {
+		return known, authOK, nil, nil
+	}
 	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.revoked_at IS NOT NULL, k.last_used_at
 		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
-		WHERE k.key_hash = $1`, hashKey(key)).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &lastUsed)
+		WHERE k.key_hash = $1`, hash).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &lastUsed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return identity.Identity{}, authUnknown, nil, nil
 	}
@@ -293,5 +336,6 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 			WHERE tenant_id = $1 AND id = $2 AND (last_used_at IS NULL OR last_used_at < now() - $3::interval)`,
 			id.TenantID, keyID, lastUsedEvery)
 	}
+	a.remember(string(hash), id)
 	return id, authOK, touchErr, nil
 }

@@ -215,7 +215,9 @@ func TestUnauthenticatedRequestsNeverReachServices(t *testing.T) {
 
 func TestLastUsedUpdatedAtMostOnceAMinute(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil)
+	// Every request asks the key store, as a cached key's would once its
+	// cache entry expired.
+	h := newHarness(t, func(c *Config) { c.AuthCacheTTL = 0 })
 	ctx := context.Background()
 	lastUsed := func() *time.Time {
 		var ts *time.Time
@@ -250,5 +252,28 @@ func TestRawKeyNeverLeavesTheGateway(t *testing.T) {
 		for _, v := range vs {
 			require.False(t, keyPattern.MatchString(v), "metadata %s carries the key", k)
 		}
+	}
+}
+
+// TestAuthCache: a resolved key is trusted for the cache TTL without asking
+// the key store again, so a revocation takes effect within the TTL; an
+// unknown or revoked key is never cached.
+func TestAuthCache(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.AuthCacheTTL = time.Hour })
+	ctx := context.Background()
+	require.Equal(t, http.StatusOK, h.do(t, http.MethodGet, "/v1/sessions", "", bearer(h.member)).code)
+	_, err := h.db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE user_id = 'bob'`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, h.do(t, http.MethodGet, "/v1/sessions", "", bearer(h.member)).code,
+		"trusted from the cache within the TTL")
+
+	// The viewer's key is revoked before its first use: refused, and not
+	// remembered as valid.
+	_, err = h.db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE user_id = 'carol'`)
+	require.NoError(t, err)
+	for range 2 {
+		r := h.do(t, http.MethodGet, "/v1/sessions", "", bearer(h.viewer))
+		requireError(t, r, http.StatusUnauthorized, codes.Unauthenticated, "invalid API key")
 	}
 }

@@ -22,6 +22,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	// SSEKeepalive is the interval of keepalive comments on event streams.
 	SSEKeepalive time.Duration
+	// AuthCacheTTL is how long a resolved API key is trusted without asking
+	// the key store again: a revocation takes effect within it. 0 asks on
+	// every request.
+	AuthCacheTTL time.Duration
 
 	// BootstrapKey is an admin API key stored (hashed) at start when set. It
 	// is a secret: it is never logged.
@@ -38,6 +42,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "gateway.request-timeout", 60*time.Second, "time limit of a non-streaming request")
 	fs.DurationVar(&c.DrainTimeout, "gateway.drain-timeout", 15*time.Second, "time in-flight requests get to finish on shutdown")
 	fs.DurationVar(&c.SSEKeepalive, "gateway.sse-keepalive", 15*time.Second, "interval of keepalive comments on server-sent event streams")
+	fs.DurationVar(&c.AuthCacheTTL, "gateway.auth-cache-ttl", 5*time.Second, "how long a resolved API key is trusted before the key store is asked again (a revocation takes effect within it; 0 asks every time)")
 	fs.StringVar(&c.BootstrapKey, "auth.bootstrap-key", "", "admin API key (sylk_...) stored at start when set; prefer the SYLK_AUTH_BOOTSTRAP_KEY environment variable")
 	fs.StringVar(&c.BootstrapTenant, "auth.bootstrap-tenant", "default", "tenant of the bootstrap admin key")
 	fs.StringVar(&c.BootstrapUser, "auth.bootstrap-user", "admin", "user of the bootstrap admin key")
@@ -55,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("gateway.request-timeout: must be positive"))
+	}
+	if c.AuthCacheTTL < 0 {
+		errs = append(errs, errors.New("gateway.auth-cache-ttl: must not be negative"))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, errors.New("gateway.drain-timeout: must not be negative"))

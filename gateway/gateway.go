@@ -93,7 +93,7 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		cfg:      cfg,
 		log:      log,
 		db:       db,
-		auth:     &authenticator{db: db, now: time.Now},
+		auth:     &authenticator{db: db, now: time.Now, ttl: cfg.AuthCacheTTL},
 		marshal:  protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		openapi:  doc,
 		metrics:  newMetrics(reg),

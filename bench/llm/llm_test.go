@@ -7,6 +7,7 @@ package llm_bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/breaker"
 	"sylk.dev/sylk/pkg/llm/budget"
@@ -23,14 +26,17 @@ import (
 	"sylk.dev/sylk/pkg/llm/provider/local"
 	"sylk.dev/sylk/pkg/llm/ratelimit"
 	"sylk.dev/sylk/pkg/llm/signal"
+	"sylk.dev/sylk/pkg/llm/usage"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
 const (
 	rate    = 2000 // offered calls per second
-	seconds = 3
 	workers = 64
 )
+
+// -seconds shortens a run while developing (make bench-llm uses 3).
+var seconds = flag.Int("seconds", 3, "seconds of offered load per measurement")
 
 // paced offers n calls at rate from a pool of workers (open loop: a call's
 // latency counts from its scheduled start, so queueing shows up).
@@ -108,24 +114,47 @@ func BenchmarkGate(b *testing.B) {
 	cfg.TenantTokens = 1 << 40 // budgets on, never binding: the check runs every call
 	cfg.SessionTokens = 1 << 40
 	cfg.SoftRequests = 1 << 40
-	g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: rdb, Signals: signal.NewNATS(bus)})
+	// Usage records go to PostgreSQL, batched off the call path, as in a
+	// deployment.
+	pool, _ := testenv.Postgres(b, "llm", migrations.FS("llm"))
+	preg := prometheus.NewRegistry()
+	g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: rdb, Signals: signal.NewNATS(bus), Usage: usage.New(pool), Registerer: preg})
 	require.NoError(b, err)
 	defer g.Close()
 	p := local.New()
-	n := rate * seconds
+	n := rate * *seconds
 	mkReq := func(i int) *llm.Request {
 		return &llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "where is ComputeInvoiceTotal defined? please classify"}},
 			MaxTokens: 256, Attribution: llm.Attribution{TenantID: "bench", SessionID: fmt.Sprint("s", i%64), TaskID: fmt.Sprint("t", i%512), AgentType: "librarian"}}
 	}
 	for b.Loop() {
-		// Warm connections and scripts.
-		for i := range 200 {
-			_, _ = g.Complete(ctx, mkReq(i))
-		}
 		lat, el, errs := paced(n, func(i int) error { _, err := p.Complete(ctx, mkReq(i)); return err })
 		_, baseP99 := report(b, "local provider alone", lat, el, errs)
 		baseP50 := pct(lat, .5)
+		// Warm connections, scripts and every session's budget lease (a
+		// lease idle for -llm.budget.lease-idle goes back to Redis, and the
+		// session's next call waits for a new one: counted below).
+		for i := range 200 {
+			_, _ = g.Complete(ctx, mkReq(i))
+		}
 
+		admitted := func(path string) float64 {
+			mfs, err := preg.Gather()
+			require.NoError(b, err)
+			for _, mf := range mfs {
+				if mf.GetName() != "sylk_llm_gate_admissions_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					if m.GetLabel()[0].GetValue() == path {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+			return 0
+		}
+		local0, redis0 := admitted("local"), admitted("redis")
+		leasedLocal0, leasedRedis0 := g.Leases().Stats()
 		added := make([]time.Duration, n)
 		lat, el, errs = paced(n, func(i int) error {
 			var inProvider time.Duration
@@ -136,6 +165,9 @@ func BenchmarkGate(b *testing.B) {
 		})
 		gp50, gp99 := report(b, "gate + local provider", lat, el, errs)
 		b.Logf("%-34s p50 %8s  p99 %8s  (difference of the two runs' percentiles)", "gate added, run vs run", (gp50 - baseP50).Round(time.Microsecond), (gp99 - baseP99).Round(time.Microsecond))
+		b.Logf("%-34s %.0f local, %.0f checked in Redis", "admissions", admitted("local")-local0, admitted("redis")-redis0)
+		leasedLocal, leasedRedis := g.Leases().Stats()
+		b.Logf("%-34s %d from local leases, %d waited for a lease from Redis", "budget reservations", leasedLocal-leasedLocal0, leasedRedis-leasedRedis0)
 		ap50, ap99 := pct(added, .5), pct(added, .99)
 		b.Logf("%-34s p50 %8s  p99 %8s  (per call: gate time minus provider time; target p99 < 1ms)", "gate added, per call", ap50.Round(time.Microsecond), ap99.Round(time.Microsecond))
 
@@ -158,15 +190,34 @@ func BenchmarkGate(b *testing.B) {
 
 		lim := ratelimit.New(rdb, ratelimit.DefaultSettings(), nil)
 		lat, el, errs = paced(n, func(int) error { _, _, err := lim.CanProceed(ctx, "bench"); return err })
-		_, p99 := report(b, "rate-limit check (CanProceed)", lat, el, errs)
+		_, p99 := report(b, "rate-limit check in Redis (slow path)", lat, el, errs)
 		b.ReportMetric(float64(p99.Microseconds()), "ratelimit-p99-µs")
 
 		bud := budget.New(rdb, budget.Limits{Global: 1 << 40, Tenant: 1 << 40, Session: 1 << 40, Task: 1 << 40, Provider: 1 << 40})
+		leases := budget.NewLeases(bud, gate.DefaultConfig().LeaseTokens, time.Second, nil)
+		require.NoError(b, leases.Load(ctx))
+		for i := range 512 { // first leases of every session and task
+			r, err := leases.Reserve(ctx, budget.Scope{Tenant: "bench", Session: fmt.Sprint("s", i%64), Task: fmt.Sprint("t", i), Provider: "local"}, 300)
+			require.NoError(b, err)
+			leases.Settle(r, 0)
+		}
+		lat, el, errs = paced(n, func(i int) error {
+			r, err := leases.Reserve(ctx, budget.Scope{Tenant: "bench", Session: fmt.Sprint("s", i%64), Task: fmt.Sprint("t", i%512), Provider: "local"}, 300)
+			if err != nil {
+				return err
+			}
+			leases.Settle(r, 120)
+			return nil
+		})
+		_, p99 = report(b, "budget lease reserve + settle (5)", lat, el, errs)
+		b.ReportMetric(float64(p99.Microseconds()), "lease-p99-µs")
+		require.NoError(b, leases.Flush(ctx, true))
+
 		lat, el, errs = paced(n, func(i int) error {
 			_, err := bud.Reserve(ctx, budget.Scope{Tenant: "bench", Session: fmt.Sprint("s", i%64), Task: fmt.Sprint("t", i%512), Provider: "local"}, 300)
 			return err
 		})
-		_, p99 = report(b, "budget reserve (5 scopes)", lat, el, errs)
+		_, p99 = report(b, "budget reserve in Redis (5 scopes)", lat, el, errs)
 		b.ReportMetric(float64(p99.Microseconds()), "budget-p99-µs")
 
 		lat, el, errs = paced(n, func(i int) error {

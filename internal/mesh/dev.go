@@ -188,7 +188,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", p.name, err)
 		}
-		closeLLM, err := attachLLM(startCtx, p.name, svc, cfg.Common, p.log)
+		closeLLM, err := attachLLM(startCtx, p.name, svc, cfg.Common, deps, p.log)
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", p.name, err)
 		}

@@ -217,7 +217,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	closeLLM, err := attachLLM(startCtx, name, svc, common, log)
+	closeLLM, err := attachLLM(startCtx, name, svc, common, deps, log)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}

@@ -107,7 +107,9 @@ if op == 'allow' then
   return {1, 2, 0, st}
 elseif op == 'success' then
   if st == 0 then
-    ring = string.sub(ring .. '0', -window)
+    local n = tonumber(ARGV[10] or '1')
+    if n > window then n = window end
+    ring = string.sub(ring .. string.rep('0', n), -window)
     redis.call('HSET', k, 'cf', 0, 'ring', ring)
     redis.call('PEXPIRE', k, ttl)
     return {1, 0, 0, st}
@@ -189,11 +191,12 @@ func (r *Registry) run(ctx context.Context, resource, op string) (bool, State, e
 	return r.result(ctx, resource, op, r.cmd(ctx, r.rdb, false, resource, op))
 }
 
-func (r *Registry) cmd(ctx context.Context, sc redis.Scripter, pipelined bool, resource, op string) *redis.Cmd {
+func (r *Registry) cmd(ctx context.Context, sc redis.Scripter, pipelined bool, resource, op string, extra ...any) *redis.Cmd {
 	s := r.settings(resource)
 	keys := []string{r.rdb.Key("llm", "cb", resource)}
 	argv := []any{op, r.now().UnixMilli(), s.ConsecutiveFailures, strconv.FormatFloat(s.FailureRate, 'f', -1, 64), s.Window,
 		s.Cooldown.Milliseconds(), s.SuccessThreshold, s.ProbeTimeout.Milliseconds(), keyTTL.Milliseconds()}
+	argv = append(argv, extra...)
 	if pipelined {
 		return script.EvalSha(ctx, sc, keys, argv...)
 	}
@@ -231,6 +234,27 @@ func (r *Registry) RecordCmd(ctx context.Context, pipe redis.Pipeliner, resource
 	c := r.cmd(ctx, pipe, true, resource, op)
 	return func() (State, error) {
 		_, st, err := r.result(ctx, resource, op, c)
+		return st, err
+	}
+}
+
+// SuccessesCmd queues n successes of calls admitted while the breaker was
+// closed (the gate's batched bookkeeping): in the closed state they count
+// as n results in the window and reset the consecutive failures; in the
+// half-open state as one probe success.
+func (r *Registry) SuccessesCmd(ctx context.Context, pipe redis.Pipeliner, resource string, n int64) func() (State, error) {
+	c := r.cmd(ctx, pipe, true, resource, "success", n)
+	return func() (State, error) {
+		_, st, err := r.result(ctx, resource, "success", c)
+		return st, err
+	}
+}
+
+// StateCmd queues State on pipe.
+func (r *Registry) StateCmd(ctx context.Context, pipe redis.Pipeliner, resource string) func() (State, error) {
+	c := r.cmd(ctx, pipe, true, resource, "state")
+	return func() (State, error) {
+		_, st, err := r.result(ctx, resource, "state", c)
 		return st, err
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -160,7 +161,19 @@ func (s *Store) Set(ctx context.Context, tenant, provider string, sec Secret, us
 	if err != nil {
 		return Info{}, fmt.Errorf("store credential: %w", err)
 	}
+	s.notify(ctx, tenant)
 	return info, nil
+}
+
+// ChangeChannel is the PostgreSQL notification channel on which Set and
+// Delete announce a tenant whose keys changed (the payload is the tenant
+// ID, never a key), so every process drops its cached clients at once.
+const ChangeChannel = "sylk_llm_credentials"
+
+// notify announces a change. A lost notification only delays the change
+// by the resolvers' cache TTL, so its error is not the caller's.
+func (s *Store) notify(ctx context.Context, tenant string) {
+	_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, ChangeChannel, tenant)
 }
 
 // Get decrypts tenant's key for provider.
@@ -196,7 +209,11 @@ func (s *Store) Delete(ctx context.Context, tenant, provider string) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("delete credential: %w", err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	s.notify(ctx, tenant)
+	return true, nil
 }
 
 // List describes tenant's stored credentials.
@@ -225,6 +242,8 @@ type Providers struct {
 
 	mu    sync.Mutex
 	cache map[string]cached
+	// gen counts invalidations, so a read that raced one is not cached.
+	gen uint64
 }
 
 type cached struct {
@@ -248,6 +267,7 @@ func (p *Providers) Get(ctx context.Context, tenant, provider string) (llm.Provi
 	k := tenant + "\x00" + provider
 	p.mu.Lock()
 	c, hit := p.cache[k]
+	gen := p.gen
 	p.mu.Unlock()
 	if hit && time.Now().Before(c.exp) {
 		return c.p, c.ok, nil
@@ -268,7 +288,9 @@ func (p *Providers) Get(ctx context.Context, tenant, provider string) (llm.Provi
 		}
 	}
 	p.mu.Lock()
-	p.cache[k] = cached{p: prov, ok: ok, exp: time.Now().Add(p.ttl)}
+	if p.gen == gen {
+		p.cache[k] = cached{p: prov, ok: ok, exp: time.Now().Add(p.ttl)}
+	}
 	p.mu.Unlock()
 	return prov, ok, nil
 }
@@ -277,5 +299,99 @@ func (p *Providers) Get(ctx context.Context, tenant, provider string) (llm.Provi
 func (p *Providers) Forget(tenant, provider string) {
 	p.mu.Lock()
 	delete(p.cache, tenant+"\x00"+provider)
+	p.gen++
 	p.mu.Unlock()
+}
+
+// ForgetTenant drops every cached client of tenant.
+func (p *Providers) ForgetTenant(tenant string) {
+	prefix := tenant + "\x00"
+	p.mu.Lock()
+	for k := range p.cache {
+		if strings.HasPrefix(k, prefix) {
+			delete(p.cache, k)
+		}
+	}
+	p.gen++
+	p.mu.Unlock()
+}
+
+func (p *Providers) forgetAll() {
+	p.mu.Lock()
+	clear(p.cache)
+	p.gen++
+	p.mu.Unlock()
+}
+
+// Listen keeps the cache in step with stored keys across processes: on its
+// own connection (cfg, e.g. the llm pool's ConnConfig) it listens on
+// ChangeChannel and drops a tenant's cached clients when the tenant's keys
+// are stored or deleted anywhere. It returns once listening, or the error
+// of the first connection; it then runs until the returned function, which
+// stops it and waits, is called. After
+// a lost connection it reconnects with backoff and drops the whole cache,
+// since changes may have been missed meanwhile; the TTL bounds staleness
+// until then.
+func (p *Providers) Listen(ctx context.Context, cfg *pgx.ConnConfig, log *slog.Logger) (func(), error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	conn, err := listen(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("listen for credential changes: %w", err)
+	}
+	// ctx bounds the first connection only (it may be a startup timeout).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		backoff := 100 * time.Millisecond
+		for {
+			if conn != nil {
+				err := p.receive(ctx, conn)
+				_ = conn.Close(context.WithoutCancel(ctx))
+				conn = nil
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn("llm credential change listener lost its connection; reconnecting", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			c, err := listen(ctx, cfg)
+			if err != nil {
+				backoff = min(2*backoff, 10*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			conn = c
+			p.forgetAll()
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func listen(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ChangeChannel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (p *Providers) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		p.ForgetTenant(n.Payload)
+	}
 }

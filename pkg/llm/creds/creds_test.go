@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +85,51 @@ func TestNoKeyAndProviders(t *testing.T) {
 	_, ok, err = ps.Get(ctx, "t1", "gemini")
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+// TestProvidersFollowChanges: resolvers in two processes (each with its own
+// listener and an hour's cache) follow a key stored, replaced and deleted
+// in a third, through the change notification.
+func TestProvidersFollowChanges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
+	s, err := creds.New(creds.Config{Key: newKey()}, pool)
+	require.NoError(t, err)
+	// The built client's name shows which key it was built with (test only).
+	build := func(name string, o llm.ProviderOptions) (llm.Provider, error) {
+		o.Name = "built-with:" + o.APIKey
+		return provider.Build(name, o)
+	}
+	var procs []*creds.Providers
+	for range 2 {
+		ps := creds.NewProviders(s, build, func(string) llm.ProviderOptions { return llm.ProviderOptions{} }, time.Hour)
+		stop, err := ps.Listen(ctx, pool.Config().ConnConfig, nil)
+		require.NoError(t, err)
+		t.Cleanup(stop)
+		procs = append(procs, ps)
+	}
+	resolved := func(ps *creds.Providers) string {
+		p, ok, err := ps.Get(ctx, "t1", llm.OpenAI)
+		require.NoError(t, err)
+		if !ok {
+			return "none"
+		}
+		return p.Name()
+	}
+	expect := func(want string) {
+		t.Helper()
+		for _, ps := range procs {
+			require.Eventually(t, func() bool { return resolved(ps) == want }, 10*time.Second, 10*time.Millisecond, want)
+		}
+	}
+	expect("none")
+	for _, k := range []string{"k1", "k2"} {
+		_, err = s.Set(ctx, "t1", llm.OpenAI, creds.Secret{APIKey: k}, "u")
+		require.NoError(t, err)
+		expect("built-with:" + k)
+	}
+	_, err = s.Delete(ctx, "t1", llm.OpenAI)
+	require.NoError(t, err)
+	expect("none")
 }

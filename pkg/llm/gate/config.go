@@ -33,6 +33,19 @@ type Config struct {
 	EstimateMargin float64
 	// UsageBuffer is how many usage records may wait for the writer.
 	UsageBuffer int
+	// StateRefresh is how often the gate reads the shared rate-limit and
+	// breaker state from Redis and writes its batched counters (soft-limit
+	// usage, successes, settled budget usage, returned leases). A view older
+	// than three refreshes is not trusted: every call then checks Redis.
+	StateRefresh time.Duration
+	// LeaseTokens is the largest budget lease taken from Redis per scope
+	// (0: every call reserves its exact estimate in Redis); LeaseIdle is how
+	// long an unused lease is kept before it goes back.
+	LeaseTokens int64
+	LeaseIdle   time.Duration
+	// SignalAckTimeout is how long PauseAll and ResumeAll wait for every
+	// live replica's ack before sending once more (B-20).
+	SignalAckTimeout time.Duration
 }
 
 // RegisterFlags registers the -llm.gate.*, -llm.budget.* and -llm.soft-limit.* flags.
@@ -54,7 +67,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "llm.gate.request-timeout", 120*time.Second, "timeout of one provider call")
 	fs.DurationVar(&c.StreamIdleTimeout, "llm.gate.stream-idle-timeout", 60*time.Second, "cancel a stream with no chunk for this long")
 	fs.Float64Var(&c.EstimateMargin, "llm.budget.estimate-margin", 1.2, "factor applied to the prompt estimate reserved against budgets")
-	fs.IntVar(&c.UsageBuffer, "llm.gate.usage-buffer", 1024, "usage records buffered for the writer")
+	fs.IntVar(&c.UsageBuffer, "llm.gate.usage-buffer", 8192, "usage records buffered for the writer")
+	fs.DurationVar(&c.StateRefresh, "llm.gate.state-refresh", 100*time.Millisecond, "how often the shared rate-limit and breaker state is read and batched counters are written")
+	fs.Int64Var(&c.LeaseTokens, "llm.budget.lease-tokens", 100_000, "largest budget lease per scope taken from Redis (0: reserve each call in Redis)")
+	fs.DurationVar(&c.LeaseIdle, "llm.budget.lease-idle", 2*time.Second, "return an unused budget lease after this long")
+	fs.DurationVar(&c.SignalAckTimeout, "llm.gate.signal-ack-timeout", 2*time.Second, "how long PauseAll and ResumeAll wait for every replica's ack before sending once more")
 }
 
 // DefaultConfig is the flag defaults.
@@ -85,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.EstimateMargin < 1 {
 		errs = append(errs, errors.New("llm.budget.estimate-margin: must be at least 1"))
+	}
+	if c.StateRefresh <= 0 || c.LeaseIdle <= 0 || c.LeaseTokens < 0 || c.SignalAckTimeout <= 0 {
+		errs = append(errs, errors.New("llm.gate.state-refresh, llm.gate.signal-ack-timeout and llm.budget.lease-idle must be positive, llm.budget.lease-tokens not negative"))
 	}
 	if c.UsageBuffer < 0 {
 		errs = append(errs, errors.New("llm.gate.usage-buffer: must not be negative"))

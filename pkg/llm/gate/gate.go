@@ -86,6 +86,13 @@ type Deps struct {
 	Breaker func(provider string) breaker.Settings
 	// Clock is for tests; default time.Now.
 	Clock func() time.Time
+	// ReplicaID names this gate among the replicas that acknowledge
+	// PauseAll and ResumeAll (B-20); default a random id.
+	ReplicaID string
+	// OnAcks, when set, is told who acknowledged each PauseAll and ResumeAll
+	// this replica sent (err wraps signal.ErrAckTimeout when some live
+	// replica did not); missing acks are also logged.
+	OnAcks func(s signal.Signal, res signal.AckResult, err error)
 }
 
 type metrics struct {
@@ -95,6 +102,7 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	wait       *prometheus.HistogramVec
 	preempted  prometheus.Counter
+	admissions *prometheus.CounterVec
 	retries    *prometheus.CounterVec
 	queueDepth prometheus.GaugeFunc
 	active     prometheus.GaugeFunc
@@ -110,8 +118,9 @@ func newMetrics(reg prometheus.Registerer, g *Gate) *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"provider"}),
 		wait: f.NewHistogramVec(prometheus.HistogramOpts{Name: "sylk_llm_gate_wait_seconds", Help: "Time from submission to the provider call, by class (user, pipeline).",
 			Buckets: []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5, 30, 300}}, []string{"class"}),
-		preempted: f.NewCounter(prometheus.CounterOpts{Name: "sylk_llm_preemptions_total", Help: "Pipeline calls preempted by user requests."}),
-		retries:   f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_retries_total", Help: "Retried calls, by error tier."}, []string{"tier"}),
+		preempted:  f.NewCounter(prometheus.CounterOpts{Name: "sylk_llm_preemptions_total", Help: "Pipeline calls preempted by user requests."}),
+		admissions: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_gate_admissions_total", Help: "Admission checks, by path: local (the local view and budget leases) or redis (the shared limiter and breaker read in Redis)."}, []string{"path"}),
+		retries:    f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_retries_total", Help: "Retried calls, by error tier."}, []string{"tier"}),
 		queueDepth: f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_llm_gate_queued_requests", Help: "Pipeline calls waiting for a slot."}, func() float64 {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -143,6 +152,14 @@ type Gate struct {
 	fitter     *llm.Fitter
 	streamBus  *natsx.Bus
 	rdb        *redisx.Client
+	leases     *budget.Leases
+	view       *view
+	unsub      func()
+	rawSig     signal.Publisher
+	replicaID  string
+	onAcks     func(signal.Signal, signal.AckResult, error)
+	syncStop   chan struct{}
+	syncWG     sync.WaitGroup
 
 	mu          sync.Mutex
 	queue       tickets
@@ -175,6 +192,14 @@ func New(cfg Config, d Deps) (*Gate, error) {
 	if g.sig == nil {
 		g.sig = signal.Discard{}
 	}
+	g.replicaID = d.ReplicaID
+	if g.replicaID == "" {
+		g.replicaID = uuid.NewString()
+	}
+	g.rawSig, g.onAcks = g.sig, d.OnAcks
+	if b, ok := g.sig.(broadcaster); ok {
+		g.sig = acking{g: g, b: b}
+	}
 	if g.log == nil {
 		g.log = logx.Discard()
 	}
@@ -199,6 +224,8 @@ func New(cfg Config, d Deps) (*Gate, error) {
 	g.rdb = d.Redis
 	g.limiter = ratelimit.New(d.Redis, cfg.rateSettings(), g.sig, ratelimit.WithClock(g.now))
 	g.budgets = budget.New(d.Redis, cfg.limits())
+	g.leases = budget.NewLeases(g.budgets, cfg.LeaseTokens, cfg.LeaseIdle, func(err error) { g.log.Warn("budget lease", logx.Err(err)) })
+	g.view = newView(cfg.StateRefresh)
 	bs := d.Breaker
 	if bs == nil {
 		bs = func(string) breaker.Settings { return breaker.LLM }
@@ -212,11 +239,18 @@ func New(cfg Config, d Deps) (*Gate, error) {
 	if err := g.load(lctx); err != nil {
 		return nil, fmt.Errorf("llm gate: load Redis scripts: %w", err)
 	}
+	g.register(lctx)
+	if err := g.subscribe(); err != nil {
+		return nil, fmt.Errorf("llm gate: subscribe to signals: %w", err)
+	}
 	if g.usage != nil {
 		g.usageCh = make(chan llm.UsageRecord, cfg.UsageBuffer)
 		g.writerWG.Add(1)
 		go g.writeUsage()
 	}
+	g.syncStop = make(chan struct{})
+	g.syncWG.Add(1)
+	go g.syncLoop(g.syncStop)
 	return g, nil
 }
 
@@ -226,31 +260,81 @@ func (g *Gate) Limiter() *ratelimit.Limiter { return g.limiter }
 // Budgets exposes the budgets (reports, tests).
 func (g *Gate) Budgets() *budget.Budgets { return g.budgets }
 
+// Leases exposes the budget leases the gate reserves from (reports,
+// benchmarks).
+func (g *Gate) Leases() *budget.Leases { return g.leases }
+
 // Breakers exposes the breakers (manual reset).
 func (g *Gate) Breakers() *breaker.Registry { return g.breakers }
 
 // Providers returns the provider registry.
 func (g *Gate) Providers() *llm.Registry { return g.providers }
 
-// Close waits for post-call bookkeeping, then stops the usage writer after
-// it has stored what is buffered. Calls must have returned before Close.
+// Close waits for post-call bookkeeping, writes the batched counters,
+// returns unused budget leases, then stops the usage writer after it has
+// stored what is buffered. Calls must have returned before Close; a second
+// Close does nothing.
 func (g *Gate) Close() {
 	g.bg.Wait()
 	g.usageMu.Lock()
-	if !g.closed {
+	first := !g.closed
+	if first {
 		g.closed = true
 		if g.usageCh != nil {
 			close(g.usageCh)
 		}
 	}
 	g.usageMu.Unlock()
+	if first {
+		close(g.syncStop)
+		g.syncWG.Wait()
+		if g.unsub != nil {
+			g.unsub()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g.sync(ctx, "", true)
+		cancel()
+	}
 	g.writerWG.Wait()
 }
 
+// BatchRecorder stores many usage records in one round trip
+// (pkg/llm/usage.Store implements it); the writer uses it when the
+// Recorder has it.
+type BatchRecorder interface {
+	RecordBatch(ctx context.Context, rs []llm.UsageRecord) error
+}
+
+// maxUsageBatch bounds one batched write of usage records.
+const maxUsageBatch = 500
+
 func (g *Gate) writeUsage() {
 	defer g.writerWG.Done()
+	br, batched := g.usage.(BatchRecorder)
+	buf := make([]llm.UsageRecord, 0, maxUsageBatch)
 	for r := range g.usageCh {
-		g.storeUsage(r)
+		if !batched {
+			g.storeUsage(r)
+			continue
+		}
+		buf = append(buf[:0], r)
+	drain:
+		for len(buf) < maxUsageBatch {
+			select {
+			case r, ok := <-g.usageCh:
+				if !ok {
+					break drain
+				}
+				buf = append(buf, r)
+			default:
+				break drain
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := br.RecordBatch(ctx, buf); err != nil {
+			g.log.Error("store usage records", logx.Err(err), slog.Int("records", len(buf)))
+		}
+		cancel()
 	}
 }
 
@@ -572,20 +656,12 @@ func unwrapAttempt(err error) error {
 func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.Request, scope budget.Scope, estimate int64,
 	call callFunc, leaveUser func(), class string, submitted time.Time) (resp *llm.Response, preempted bool, err error) {
 	name := p.Name()
-	res, err := g.precheck(ctx, name, scope, estimate, leaveUser)
+	adm, err := g.precheck(ctx, name, scope, estimate, leaveUser)
 	if err != nil {
 		return nil, false, err
 	}
-	settled := false
-	settle := func(actual int64) {
-		if settled {
-			return
-		}
-		settled = true
-		if err := g.budgets.Settle(context.WithoutCancel(ctx), res, actual); err != nil {
-			g.log.ErrorContext(ctx, "settle token budget", logx.Err(err))
-		}
-	}
+	// Settling is local: the lease takes back what the call did not use.
+	settle := func(actual int64) { g.leases.Settle(adm.res, actual) }
 	defer settle(0)
 
 	actx, cancel := context.WithCancelCause(ctx)
@@ -630,14 +706,19 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.
 		rec.Outcome = "ok"
 		g.record(rec)
 		g.m.requests.WithLabelValues(name, "ok").Inc()
-		settled = true
-		// The bookkeeping is off the caller's path: the reservation already
-		// covers the call, so settling a moment later only keeps budgets
-		// conservative. Close waits for it.
+		settle(int64(u.Total()))
+		if adm.closed {
+			// Batched: the next sync writes the limiter's success, the
+			// soft-limit usage and the breaker's successes.
+			g.view.succeeded(name, u.Total())
+			return resp, false, nil
+		}
+		// A half-open probe (or a call after a backoff) reports at once, off
+		// the caller's path. Close waits for it.
 		g.bg.Add(1)
 		go func() {
 			defer g.bg.Done()
-			if perr := g.postSuccess(bctx, name, res, u.Total()); perr != nil {
+			if perr := g.postSuccess(bctx, name, u.Total()); perr != nil {
 				g.log.WarnContext(bctx, "record call success", logx.Err(perr))
 			}
 		}()
@@ -659,6 +740,13 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.
 	rec.Outcome, rec.ErrorTier = "error", tier.String()
 	g.record(rec)
 	g.m.requests.WithLabelValues(name, "error").Inc()
+	switch tier {
+	case llm.TierRateLimit, llm.TierDegrading, llm.TierTransient:
+		// Batched successes first, so that they do not land after this
+		// failure and undo it; the view stops the fast path.
+		g.sync(bctx, name, false)
+		g.view.caution(name)
+	}
 	switch tier {
 	case llm.TierRateLimit:
 		if _, _, lerr := g.limiter.OnRateLimit(bctx, name, llm.RetryAfterOf(err)); lerr != nil {
@@ -699,81 +787,93 @@ func (g *Gate) provider(ctx context.Context, req *llm.Request) (llm.Provider, er
 	return g.providers.Get(name)
 }
 
-// precheck runs the shared rate limiter, the budget reservation and the
-// circuit breaker in one Redis round trip, waiting out a rate-limit backoff
+// admission is what precheck grants a call.
+type admission struct {
+	res *budget.LeaseReservation
+	// closed: the breaker was closed (not a half-open probe).
+	closed bool
+}
+
+// precheck admits a call. While the local view trusts the provider (no
+// backoff, breaker closed, read from Redis lately) it only reserves the
+// budget from the local leases; otherwise it checks the shared rate limiter
+// and the breaker in one Redis round trip, waiting out a rate-limit backoff
 // (after which the user queue no longer holds pipeline calls back).
-func (g *Gate) precheck(ctx context.Context, name string, scope budget.Scope, estimate int64, leaveUser func()) (*budget.Reservation, error) {
+func (g *Gate) precheck(ctx context.Context, name string, scope budget.Scope, estimate int64, leaveUser func()) (admission, error) {
 	for reloaded := false; ; {
+		if g.view.fast(name, time.Now()) {
+			g.m.admissions.WithLabelValues("local").Inc()
+			leaveUser()
+			res, err := g.leases.Reserve(ctx, scope, estimate)
+			if err != nil {
+				g.m.requests.WithLabelValues(name, "refused").Inc()
+				return admission{}, err
+			}
+			return admission{res: res, closed: true}, nil
+		}
+		g.m.admissions.WithLabelValues("redis").Inc()
+		gen := g.view.generation(name)
 		pipe := g.rdb.Pipeline()
 		proceed := g.limiter.ProceedCmd(ctx, pipe, name)
-		reserve := g.budgets.ReserveCmd(ctx, pipe, scope, estimate)
 		allow := g.breakers.AllowCmd(ctx, pipe, name)
 		_, _ = pipe.Exec(ctx) // each command's error is read below
 		ok, _, perr := proceed()
-		res, rerr := reserve()
 		allowed, st, aerr := allow()
-		if !reloaded && (isNoScript(perr) || isNoScript(rerr) || isNoScript(aerr)) {
+		if !reloaded && (isNoScript(perr) || isNoScript(aerr)) {
 			reloaded = true
 			if err := g.load(ctx); err != nil {
-				return nil, err
+				return admission{}, err
 			}
 			continue
 		}
 		undo := func() {
-			bctx := context.WithoutCancel(ctx)
-			if res != nil {
-				if err := g.budgets.Settle(bctx, res, 0); err != nil {
-					g.log.ErrorContext(ctx, "release token budget", logx.Err(err))
-				}
-			}
 			if aerr == nil && allowed && st == breaker.HalfOpen {
-				if err := g.breakers.Release(bctx, name); err != nil {
+				if err := g.breakers.Release(context.WithoutCancel(ctx), name); err != nil {
 					g.log.WarnContext(ctx, "release breaker probe", logx.Err(err))
 				}
 			}
 		}
 		if err := errors.Join(perr, aerr); err != nil {
 			undo()
-			return nil, err
+			return admission{}, err
 		}
 		if !ok {
 			undo()
 			if err := g.limiter.Wait(ctx, name); err != nil {
-				return nil, err
+				return admission{}, err
 			}
 			continue
 		}
+		g.view.observed(name, gen, time.Now(), st == breaker.Closed)
 		leaveUser()
+		res, rerr := g.leases.Reserve(ctx, scope, estimate)
 		if rerr != nil {
 			undo()
 			g.m.requests.WithLabelValues(name, "refused").Inc()
-			return nil, rerr
+			return admission{}, rerr
 		}
 		if !allowed {
-			undo()
+			g.leases.Settle(res, 0)
 			g.m.requests.WithLabelValues(name, "refused").Inc()
-			return nil, fmt.Errorf("%w: %s", ErrCircuitOpen, name)
+			return admission{}, fmt.Errorf("%w: %s", ErrCircuitOpen, name)
 		}
-		return res, nil
+		return admission{res: res, closed: st == breaker.Closed}, nil
 	}
 }
 
-// postSuccess settles the budget, records the breaker success and the
-// limiter's success and soft-limit usage in one round trip.
-func (g *Gate) postSuccess(ctx context.Context, name string, res *budget.Reservation, tokens int) error {
+// postSuccess records the breaker success and the limiter's success and
+// soft-limit usage of one call in one round trip.
+func (g *Gate) postSuccess(ctx context.Context, name string, tokens int) error {
 	pipe := g.rdb.Pipeline()
-	settle := g.budgets.SettleCmd(ctx, pipe, res, int64(tokens))
 	record := g.breakers.RecordCmd(ctx, pipe, name, true)
-	success := g.limiter.SuccessCmd(ctx, pipe, name, tokens)
-	if pipe.Len() > 0 {
-		_, _ = pipe.Exec(ctx)
-	}
+	success := g.limiter.BatchCmd(ctx, pipe, name, 1, 1, int64(tokens))
+	_, _ = pipe.Exec(ctx)
 	_, rerr := record()
-	return errors.Join(settle(), rerr, success())
+	return errors.Join(rerr, success())
 }
 
 func (g *Gate) load(ctx context.Context) error {
-	return errors.Join(g.limiter.Load(ctx), g.budgets.Load(ctx), g.breakers.Load(ctx))
+	return errors.Join(g.limiter.Load(ctx), g.budgets.Load(ctx), g.leases.Load(ctx), g.breakers.Load(ctx))
 }
 
 func isNoScript(err error) bool {

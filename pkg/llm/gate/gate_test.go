@@ -22,6 +22,7 @@ import (
 	"sylk.dev/sylk/pkg/llm/internal/fake"
 	"sylk.dev/sylk/pkg/llm/provider/local"
 	"sylk.dev/sylk/pkg/llm/provider/openai"
+	"sylk.dev/sylk/pkg/llm/ratelimit"
 	"sylk.dev/sylk/pkg/llm/signal"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/testenv"
@@ -252,27 +253,126 @@ func TestRateLimitSharedByTwoGates(t *testing.T) {
 	g2 := newGate(t, rdb, sig, srv, gate.DefaultConfig(), nil)
 	ctx := t.Context()
 
+	// g2 has called the provider: its local view trusts it, so its calls
+	// skip Redis until the PauseAll from g1 reaches it.
+	_, err = g2.Complete(ctx, req("warm", "engineer", false))
+	require.NoError(t, err)
+	require.True(t, g2.FastPath(llm.OpenAI))
+
 	done := make(chan error, 1)
 	go func() {
 		_, err := g1.Complete(ctx, req("first", "engineer", false))
 		done <- err
 	}()
-	require.Eventually(t, func() bool { return len(srv.order()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(srv.order()) == 2 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
 		ok, _, err := g2.Limiter().CanProceed(ctx, llm.OpenAI)
 		return err == nil && !ok
 	}, 5*time.Second, time.Millisecond, "the other replica is paused too")
+	require.Eventually(t, func() bool { return !g2.FastPath(llm.OpenAI) }, 5*time.Second, time.Millisecond,
+		"the PauseAll signal stops the other replica's fast path")
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = g2.Complete(short, req("second", "engineer", true))
 	require.ErrorIs(t, err, context.DeadlineExceeded, "even a user request waits out the shared backoff")
-	require.Equal(t, []string{"first"}, srv.order(), "nothing reached the provider during the backoff")
+	require.Equal(t, []string{"warm", "first"}, srv.order(), "nothing reached the provider during the backoff")
 
 	require.NoError(t, <-done, "the rate-limited call is retried after the backoff")
 	_, err = g2.Complete(ctx, req("second", "engineer", false))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return pauses.Load() == 1 && resumes.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// PauseAll and ResumeAll from one replica are acknowledged by both (B-20).
+func TestPauseAndResumeAckedByBothReplicas(t *testing.T) {
+	t.Parallel()
+	srv := &server{handle: func(w http.ResponseWriter, r *http.Request, text string, n int) {
+		if text == "first" && n == 1 {
+			fake.JSONError(w, 429, "", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		ok(w, text)
+	}}
+	rdb := testenv.Redis(t)
+	sig := signal.NewNATS(testenv.NATS(t))
+	type acked struct {
+		s   signal.Signal
+		res signal.AckResult
+		err error
+	}
+	got := make(chan acked, 4)
+	cfg := gate.DefaultConfig()
+	cfg.BackoffBase = 50 * time.Millisecond
+	mk := func(id string) *gate.Gate {
+		reg, err := llm.NewRegistry(llm.OpenAI, openai.New(llm.ProviderOptions{APIKey: "k", BaseURL: fake.Server(t, srv.serve).URL + "/v1"}))
+		require.NoError(t, err)
+		g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: rdb, Signals: sig, ReplicaID: id,
+			OnAcks: func(s signal.Signal, res signal.AckResult, err error) { got <- acked{s, res, err} }})
+		require.NoError(t, err)
+		t.Cleanup(g.Close)
+		return g
+	}
+	g1, g2 := mk("replica-1"), mk("replica-2")
+	require.Equal(t, "replica-2", g2.ReplicaID())
+	live, err := g1.Replicas(t.Context())
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"replica-1", "replica-2"}, live)
+
+	_, err = g1.Complete(t.Context(), req("first", "engineer", false))
+	require.NoError(t, err, "retried after the backoff")
+	for _, want := range []signal.Type{signal.PauseAll, signal.ResumeAll} {
+		select {
+		case a := <-got:
+			require.Equal(t, want, a.s.Type)
+			require.NoError(t, a.err)
+			require.Empty(t, a.res.Missing)
+			var ids []string
+			for _, ack := range a.res.Acks {
+				ids = append(ids, ack.SubscriberID)
+			}
+			require.ElementsMatch(t, []string{"replica-1", "replica-2"}, ids)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no acks for %s", want)
+		}
+	}
+}
+
+// The soft-limit counters live in Redis: two replicas sharing them warn
+// once per level per period (B-15, C-11), and never pause.
+func TestSoftLimitWarnsOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	sig := signal.NewNATS(testenv.NATS(t))
+	var warnings atomic.Int32
+	var level atomic.Int32
+	sub, err := sig.Subscribe(func(s signal.Signal) {
+		warnings.Add(1)
+		level.Store(int32(s.Level))
+	}, signal.QuotaWarning)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	cfg := gate.DefaultConfig()
+	cfg.SoftRequests, cfg.SoftPeriod, cfg.WarnAt = 10, time.Hour, 0.8
+	gates := []*gate.Gate{newGate(t, rdb, sig, nil, cfg, nil), newGate(t, rdb, sig, nil, cfg, nil)}
+	for i := range 9 {
+		_, err := gates[i%2].Complete(t.Context(), req("classify this", "librarian", false))
+		require.NoError(t, err)
+	}
+	for _, g := range gates {
+		g.Close() // writes the batched counters
+	}
+	st, err := gates[0].Limiter().State(t.Context(), llm.Local)
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.Warning, st.State, "9 of 10 requests: over the 80% mark")
+	require.Eventually(t, func() bool { return warnings.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, level.Load())
+	g3 := newGate(t, rdb, sig, nil, cfg, nil)
+	_, err = g3.Complete(t.Context(), req("classify this", "librarian", false))
+	require.NoError(t, err, "a soft limit never pauses")
+	g3.Close()
+	require.Eventually(t, func() bool { return warnings.Load() == 2 && level.Load() == 2 }, 5*time.Second, 10*time.Millisecond,
+		"the tenth request reaches the critical level: one more warning")
 }
 
 // Two gates on one Redis under concurrent load never exceed a budget.
@@ -335,6 +435,38 @@ func TestBreakerOpensOnDegradingProvider(t *testing.T) {
 	_, err = g.Complete(ctx, req("z", "engineer", false))
 	require.ErrorIs(t, err, gate.ErrCircuitOpen)
 	require.EqualValues(t, 5, calls.Load(), "an open breaker fails fast")
+}
+
+// A breaker opened by one replica stops the other's fast path (the
+// CircuitStateChange signal, else the next state read): its calls fail fast.
+func TestBreakerOpenedByOneReplicaStopsTheOther(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := &server{handle: func(w http.ResponseWriter, r *http.Request, text string, n int) {
+		calls.Add(1)
+		if text == "bad" {
+			fake.JSONError(w, 502, "", `{"error":{"message":"bad gateway","type":"server_error"}}`)
+			return
+		}
+		ok(w, text)
+	}}
+	rdb := testenv.Redis(t)
+	sig := signal.NewNATS(testenv.NATS(t))
+	g1 := newGate(t, rdb, sig, srv, gate.DefaultConfig(), nil)
+	g2 := newGate(t, rdb, sig, srv, gate.DefaultConfig(), nil)
+	ctx := t.Context()
+	_, err := g2.Complete(ctx, req("good", "engineer", false))
+	require.NoError(t, err)
+	require.True(t, g2.FastPath(llm.OpenAI))
+	for range 2 {
+		_, err = g1.Complete(ctx, req("bad", "engineer", false))
+		require.Error(t, err)
+	}
+	require.Eventually(t, func() bool { return !g2.FastPath(llm.OpenAI) }, 5*time.Second, time.Millisecond)
+	before := calls.Load()
+	_, err = g2.Complete(ctx, req("good", "engineer", false))
+	require.ErrorIs(t, err, gate.ErrCircuitOpen)
+	require.Equal(t, before, calls.Load(), "nothing reached the provider")
 }
 
 func TestStreamThroughGate(t *testing.T) {

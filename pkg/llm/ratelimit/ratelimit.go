@@ -107,7 +107,8 @@ elseif op == 'usage' then
   local maxReq = tonumber(ARGV[6])
   local maxTok = tonumber(ARGV[7])
   local warnAt = tonumber(ARGV[8])
-  local u = redis.call('HMGET', k, 'ps', 'req', 'tok', 'lvl')
+  local nreq = tonumber(ARGV[9] or '1')
+  local u =  redis.call('HMGET', k, 'ps', 'req', 'tok', 'lvl')
   local ps = tonumber(u[1] or '0')
   local req = tonumber(u[2] or '0')
   local tok = tonumber(u[3] or '0')
@@ -115,7 +116,7 @@ elseif op == 'usage' then
   if ps == 0 or (period > 0 and now - ps >= period) then
     ps = now; req = 0; tok = 0; lvl = 0
   end
-  req = req + 1
+  req = req + nreq
   tok = tok + n
   local ratio = 0
   if maxReq > 0 and req / maxReq > ratio then ratio = req / maxReq end
@@ -232,6 +233,48 @@ func (l *Limiter) SuccessCmd(ctx context.Context, pipe redis.Pipeliner, provider
 		}
 		_, uerr = l.used(ctx, provider, res)
 		return errors.Join(err, uerr)
+	}
+}
+
+// BatchCmd queues, for calls that succeeded since the last batch, one
+// OnSuccess (when successes > 0) and one RecordUsage of requests calls and
+// tokens tokens on pipe: the gate's batched bookkeeping.
+func (l *Limiter) BatchCmd(ctx context.Context, pipe redis.Pipeliner, provider string, successes, requests int64, tokens int64) func() error {
+	var c1 *redis.Cmd
+	if successes > 0 {
+		c1 = l.cmd(ctx, pipe, true, provider, "success")
+	}
+	args := append(l.usageArgs(provider, int(tokens)), requests)
+	c2 := l.cmd(ctx, pipe, true, provider, "usage", args...)
+	return func() error {
+		var err error
+		if c1 != nil {
+			res, serr := l.result(provider, "success", c1)
+			if serr != nil {
+				err = serr
+			} else {
+				err = l.succeeded(ctx, provider, res)
+			}
+		}
+		res, uerr := l.result(provider, "usage", c2)
+		if uerr != nil {
+			return errors.Join(err, uerr)
+		}
+		_, uerr = l.used(ctx, provider, res)
+		return errors.Join(err, uerr)
+	}
+}
+
+// StateCmd queues State on pipe.
+func (l *Limiter) StateCmd(ctx context.Context, pipe redis.Pipeliner, provider string) func() (Status, bool, error) {
+	c := l.cmd(ctx, pipe, true, provider, "state")
+	return func() (Status, bool, error) {
+		res, err := l.result(provider, "state", c)
+		if err != nil {
+			return Status{}, false, err
+		}
+		s, paused := l.status(res)
+		return s, paused, nil
 	}
 }
 
@@ -361,6 +404,14 @@ func (l *Limiter) State(ctx context.Context, provider string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	s, _ := l.status(res)
+	return s, nil
+}
+
+// status decodes the state op; paused is true while the provider is marked
+// exceeded, including after the backoff ended and before a CanProceed
+// moved it back to OK.
+func (l *Limiter) status(res []int64) (Status, bool) {
 	s := Status{Attempt: int(res[1])}
 	switch {
 	case res[0] == 1 && l.now().UnixMilli() < res[2]:
@@ -368,5 +419,5 @@ func (l *Limiter) State(ctx context.Context, provider string) (Status, error) {
 	case res[3] > 0:
 		s.State = Warning
 	}
-	return s, nil
+	return s, res[0] == 1
 }

@@ -40,6 +40,31 @@ func (s *Store) Record(ctx context.Context, r llm.UsageRecord) error {
 	return nil
 }
 
+// RecordBatch stores records in one round trip; it implements
+// gate.BatchRecorder. Either all are stored or none.
+func (s *Store) RecordBatch(ctx context.Context, rs []llm.UsageRecord) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(rs))
+	now := time.Now()
+	for i, r := range rs {
+		at := r.At
+		if at.IsZero() {
+			at = now
+		}
+		rows[i] = []any{r.TenantID, uuid.New(), r.RequestID, r.SessionID, r.PipelineID, r.TaskID, r.AgentID, r.AgentType,
+			r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.CostUSD, r.Latency.Milliseconds(), r.Outcome, r.ErrorTier, at}
+	}
+	_, err := s.db.CopyFrom(ctx, pgx.Identifier{"usage_records"}, []string{"tenant_id", "id", "request_id", "session_id", "pipeline_id", "task_id",
+		"agent_id", "agent_type", "provider", "model", "input_tokens", "output_tokens", "cost_usd", "latency_ms", "outcome", "error_tier", "created_at"},
+		pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("insert %d usage records: %w", len(rs), err)
+	}
+	return nil
+}
+
 // Dimensions a report may group by.
 const (
 	ByProvider = "provider"

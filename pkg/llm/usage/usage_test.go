@@ -58,3 +58,21 @@ func TestRecordAndReport(t *testing.T) {
 	_, err = s.Report(ctx, usage.Query{Tenant: "t1", Period: "decade"})
 	require.ErrorIs(t, err, usage.ErrInvalid)
 }
+
+func TestRecordBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
+	s := usage.New(pool)
+	var recs []llm.UsageRecord
+	for i := range 300 {
+		recs = append(recs, llm.UsageRecord{Attribution: llm.Attribution{TenantID: "t1", SessionID: "s1", AgentType: "architect"},
+			Provider: "local", Model: "local", InputTokens: i, OutputTokens: 1, Outcome: "ok"})
+	}
+	require.NoError(t, s.RecordBatch(ctx, recs))
+	require.NoError(t, s.RecordBatch(ctx, nil))
+	rep, err := s.Report(ctx, usage.Query{Tenant: "t1", GroupBy: []string{usage.ByAgent}})
+	require.NoError(t, err)
+	require.Equal(t, int64(300), rep.Total.Requests)
+	require.Equal(t, int64(299*300/2), rep.Total.InputTokens)
+}

@@ -162,6 +162,8 @@ func Answer(req *llm.Request) (string, string) {
 	case strings.Contains(sys, "classif") || strings.Contains(sys, "route") || strings.Contains(lower, "classify"):
 		b, _ := json.Marshal(Classify(last))
 		return string(b), "end_turn"
+	case strings.Contains(sys, "plan") && strings.Contains(sys, "json"):
+		return PlanJSON(last), "end_turn"
 	case strings.Contains(sys, "plan") || strings.Contains(lower, "plan"):
 		return Plan(last), "end_turn"
 	case wantsCode(lower) || strings.Contains(sys, "engineer") || strings.Contains(sys, "code"):
@@ -191,6 +193,66 @@ func Plan(request string) string {
 2. Implement: change the code in an isolated workspace. The local provider generates no code; this step needs a configured model provider or a person.
 3. Inspect: run formatters, linters and vet on the change.
 4. Test: run the tests and report the results.`, r)
+}
+
+// PlanStep is one node of a JSON plan: the format the Architect asks models
+// for ({"title": ..., "nodes": [...]}).
+type PlanStep struct {
+	ID        string   `json:"id"`
+	Role      string   `json:"role"`
+	Name      string   `json:"name"`
+	Prompt    string   `json:"prompt"`
+	DependsOn []string `json:"depends_on,omitempty"`
+}
+
+// JSONPlan is a plan in that format.
+type JSONPlan struct {
+	Title string     `json:"title"`
+	Nodes []PlanStep `json:"nodes"`
+	Note  string     `json:"note,omitempty"`
+}
+
+var (
+	fixWords      = []string{"fix", "bug", "crash", "broken", "regression", "fails", "failing"}
+	refactorWords = []string{"refactor", "rename", "restructure", "simplify", "clean up", "extract", "split"}
+)
+
+// PlanJSON drafts the rule-based plan for a request in the JSON plan
+// format, when a system prompt asks for a JSON plan: a fix starts by
+// reproducing the problem, a refactoring by surveying what it touches,
+// anything else by surveying the code; an inspector reviews and a tester
+// verifies.
+func PlanJSON(request string) string {
+	r := strings.TrimSpace(request)
+	lower := strings.ToLower(r)
+	has := func(ws []string) bool {
+		for _, w := range ws {
+			if strings.Contains(lower, w) {
+				return true
+			}
+		}
+		return false
+	}
+	first := PlanStep{ID: "survey", Role: "engineer", Name: "Survey", Prompt: "Survey the code relevant to the request below: the files, symbols and tests it touches.\n\nRequest: " + r}
+	second := PlanStep{ID: "implement", Role: "engineer", Name: "Implement", Prompt: "Implement the request below, with tests for the new behaviour.\n\nRequest: " + r}
+	switch {
+	case has(fixWords):
+		first = PlanStep{ID: "reproduce", Role: "tester", Name: "Reproduce", Prompt: "Write a test that reproduces the problem below; it must fail before the fix.\n\nProblem: " + r}
+		second = PlanStep{ID: "fix", Role: "engineer", Name: "Fix", Prompt: "Fix the problem below so that the reproducing test passes, changing as little as possible.\n\nProblem: " + r}
+	case has(refactorWords):
+		second = PlanStep{ID: "refactor", Role: "engineer", Name: "Refactor", Prompt: "Carry out the refactoring below without changing behaviour.\n\nRequest: " + r}
+	}
+	second.DependsOn = []string{first.ID}
+	p := JSONPlan{
+		Title: r,
+		Nodes: []PlanStep{first, second,
+			{ID: "inspect", Role: "inspector", Name: "Inspect", Prompt: "Review the change: formatters, linters, vet and the request's intent.\n\nRequest: " + r, DependsOn: []string{second.ID}},
+			{ID: "verify", Role: "tester", Name: "Verify", Prompt: "Run the tests covering the change and the packages it touched; all must pass.\n\nRequest: " + r, DependsOn: []string{"inspect"}},
+		},
+		Note: "drafted by offline rules (local provider), not by a language model",
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
 }
 
 // limit cuts an answer to the request's token limit (len/4), reporting
