@@ -722,7 +722,11 @@ type SearchCodeRequest struct {
 	SymbolKind string `protobuf:"bytes,7,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
 	// Stop adding hits once their snippets would exceed this many tokens
 	// (4 characters a token); 0 uses the service default.
-	TokenBudget   int32 `protobuf:"varint,8,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	TokenBudget int32 `protobuf:"varint,8,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// The intent the caller classified the query as: "locate", "pattern",
+	// "explain" or "general"; empty lets the service classify it. It sets how
+	// long the answer is cached.
+	Intent        string `protobuf:"bytes,9,opt,name=intent,proto3" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -813,6 +817,13 @@ func (x *SearchCodeRequest) GetTokenBudget() int32 {
 	return 0
 }
 
+func (x *SearchCodeRequest) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
+}
+
 type SearchCodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Hits  []*CodeHit             `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
@@ -823,7 +834,12 @@ type SearchCodeResponse struct {
 	// Tokens used by the returned snippets.
 	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	// Whether hits were left out to stay within the token budget.
-	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// Other repositories of the tenant (not searched) whose identifiers
+	// include the query's words ("repositories/{id}").
+	AlsoExistsIn []string `protobuf:"bytes,6,rep,name=also_exists_in,json=alsoExistsIn,proto3" json:"also_exists_in,omitempty"`
+	// Follow-ups, e.g. "Related content in: repositories/{id}".
+	Suggestions   []string `protobuf:"bytes,7,rep,name=suggestions,proto3" json:"suggestions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,6 +909,246 @@ func (x *SearchCodeResponse) GetTruncated() bool {
 	return false
 }
 
+func (x *SearchCodeResponse) GetAlsoExistsIn() []string {
+	if x != nil {
+		return x.AlsoExistsIn
+	}
+	return nil
+}
+
+func (x *SearchCodeResponse) GetSuggestions() []string {
+	if x != nil {
+		return x.Suggestions
+	}
+	return nil
+}
+
+type FindSimilarSymbolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository that defines the symbol.
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// A symbol id ("<package path>.<Name>") or name.
+	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// At most this many symbols; default 10.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Only symbols of the same kind (function, method, type, ...).
+	SameKindOnly  bool `protobuf:"varint,4,opt,name=same_kind_only,json=sameKindOnly,proto3" json:"same_kind_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindSimilarSymbolsRequest) Reset() {
+	*x = FindSimilarSymbolsRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindSimilarSymbolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindSimilarSymbolsRequest) ProtoMessage() {}
+
+func (x *FindSimilarSymbolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindSimilarSymbolsRequest.ProtoReflect.Descriptor instead.
+func (*FindSimilarSymbolsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FindSimilarSymbolsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *FindSimilarSymbolsRequest) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *FindSimilarSymbolsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *FindSimilarSymbolsRequest) GetSameKindOnly() bool {
+	if x != nil {
+		return x.SameKindOnly
+	}
+	return false
+}
+
+type SimilarSymbol struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	Symbol     string                 `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	SymbolKind string                 `protobuf:"bytes,3,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	Path       string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart  int32                  `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd    int32                  `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Language   string                 `protobuf:"bytes,7,opt,name=language,proto3" json:"language,omitempty"`
+	// Cosine similarity of the two chunks' embeddings.
+	Score         float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimilarSymbol) Reset() {
+	*x = SimilarSymbol{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimilarSymbol) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimilarSymbol) ProtoMessage() {}
+
+func (x *SimilarSymbol) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimilarSymbol.ProtoReflect.Descriptor instead.
+func (*SimilarSymbol) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SimilarSymbol) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *SimilarSymbol) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *SimilarSymbol) GetSymbolKind() string {
+	if x != nil {
+		return x.SymbolKind
+	}
+	return ""
+}
+
+func (x *SimilarSymbol) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SimilarSymbol) GetLineStart() int32 {
+	if x != nil {
+		return x.LineStart
+	}
+	return 0
+}
+
+func (x *SimilarSymbol) GetLineEnd() int32 {
+	if x != nil {
+		return x.LineEnd
+	}
+	return 0
+}
+
+func (x *SimilarSymbol) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *SimilarSymbol) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+type FindSimilarSymbolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The chunk the symbol was resolved to.
+	Source        *SimilarSymbol   `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Symbols       []*SimilarSymbol `protobuf:"bytes,2,rep,name=symbols,proto3" json:"symbols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindSimilarSymbolsResponse) Reset() {
+	*x = FindSimilarSymbolsResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindSimilarSymbolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindSimilarSymbolsResponse) ProtoMessage() {}
+
+func (x *FindSimilarSymbolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindSimilarSymbolsResponse.ProtoReflect.Descriptor instead.
+func (*FindSimilarSymbolsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FindSimilarSymbolsResponse) GetSource() *SimilarSymbol {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *FindSimilarSymbolsResponse) GetSymbols() []*SimilarSymbol {
+	if x != nil {
+		return x.Symbols
+	}
+	return nil
+}
+
 type CodeHit struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -912,7 +1168,7 @@ type CodeHit struct {
 
 func (x *CodeHit) Reset() {
 	*x = CodeHit{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1180,7 @@ func (x *CodeHit) String() string {
 func (*CodeHit) ProtoMessage() {}
 
 func (x *CodeHit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1193,7 @@ func (x *CodeHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeHit.ProtoReflect.Descriptor instead.
 func (*CodeHit) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CodeHit) GetRepository() string {
@@ -1025,7 +1281,7 @@ type Symbol struct {
 
 func (x *Symbol) Reset() {
 	*x = Symbol{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1293,7 @@ func (x *Symbol) String() string {
 func (*Symbol) ProtoMessage() {}
 
 func (x *Symbol) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1306,7 @@ func (x *Symbol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Symbol.ProtoReflect.Descriptor instead.
 func (*Symbol) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Symbol) GetId() string {
@@ -1126,12 +1382,14 @@ func (x *Symbol) GetSource() string {
 // Edge is one relation between a symbol or file and what it names.
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A symbol id, or "file:<path>" for an import.
+	// A symbol id, or "file:<path>" for imports and defines.
 	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
 	// A symbol id, an import path, or "*.<Method>" for a method call whose
 	// receiver type is not resolved.
 	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
-	// "calls" or "imports".
+	// "calls", "imports", "implements", "embeds", "has_field", "has_method",
+	// "defines", "returns" or "receives". The reverse relations (called by,
+	// implemented by, defined in, ...) are the same edges read by target.
 	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
 	Line          int32  `protobuf:"varint,5,opt,name=line,proto3" json:"line,omitempty"`
@@ -1141,7 +1399,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1411,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1424,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Edge) GetSource() string {
@@ -1215,7 +1473,7 @@ type GetSymbolRequest struct {
 
 func (x *GetSymbolRequest) Reset() {
 	*x = GetSymbolRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1485,7 @@ func (x *GetSymbolRequest) String() string {
 func (*GetSymbolRequest) ProtoMessage() {}
 
 func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1498,7 @@ func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolRequest.ProtoReflect.Descriptor instead.
 func (*GetSymbolRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetSymbolRequest) GetRepository() string {
@@ -1273,7 +1531,7 @@ type GetSymbolResponse struct {
 
 func (x *GetSymbolResponse) Reset() {
 	*x = GetSymbolResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1543,7 @@ func (x *GetSymbolResponse) String() string {
 func (*GetSymbolResponse) ProtoMessage() {}
 
 func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1556,7 @@ func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolResponse.ProtoReflect.Descriptor instead.
 func (*GetSymbolResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetSymbolResponse) GetSymbol() *Symbol {
@@ -1319,7 +1577,7 @@ type GetFileSymbolsRequest struct {
 
 func (x *GetFileSymbolsRequest) Reset() {
 	*x = GetFileSymbolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1589,7 @@ func (x *GetFileSymbolsRequest) String() string {
 func (*GetFileSymbolsRequest) ProtoMessage() {}
 
 func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1602,7 @@ func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetFileSymbolsRequest) GetRepository() string {
@@ -1377,7 +1635,7 @@ type GetFileSymbolsResponse struct {
 
 func (x *GetFileSymbolsResponse) Reset() {
 	*x = GetFileSymbolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1647,7 @@ func (x *GetFileSymbolsResponse) String() string {
 func (*GetFileSymbolsResponse) ProtoMessage() {}
 
 func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1660,7 @@ func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsResponse.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetFileSymbolsResponse) GetSymbols() []*Symbol {
@@ -1425,7 +1683,7 @@ type GetDependenciesRequest struct {
 
 func (x *GetDependenciesRequest) Reset() {
 	*x = GetDependenciesRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1695,7 @@ func (x *GetDependenciesRequest) String() string {
 func (*GetDependenciesRequest) ProtoMessage() {}
 
 func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1708,7 @@ func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesRequest.ProtoReflect.Descriptor instead.
 func (*GetDependenciesRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetDependenciesRequest) GetRepository() string {
@@ -1483,7 +1741,7 @@ type GetDependenciesResponse struct {
 
 func (x *GetDependenciesResponse) Reset() {
 	*x = GetDependenciesResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1753,7 @@ func (x *GetDependenciesResponse) String() string {
 func (*GetDependenciesResponse) ProtoMessage() {}
 
 func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1766,7 @@ func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesResponse.ProtoReflect.Descriptor instead.
 func (*GetDependenciesResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetDependenciesResponse) GetEdges() []*Edge {
@@ -1530,7 +1788,7 @@ type GetDependentsRequest struct {
 
 func (x *GetDependentsRequest) Reset() {
 	*x = GetDependentsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1800,7 @@ func (x *GetDependentsRequest) String() string {
 func (*GetDependentsRequest) ProtoMessage() {}
 
 func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1813,7 @@ func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsRequest.ProtoReflect.Descriptor instead.
 func (*GetDependentsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetDependentsRequest) GetRepository() string {
@@ -1588,7 +1846,7 @@ type GetDependentsResponse struct {
 
 func (x *GetDependentsResponse) Reset() {
 	*x = GetDependentsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1858,7 @@ func (x *GetDependentsResponse) String() string {
 func (*GetDependentsResponse) ProtoMessage() {}
 
 func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1871,7 @@ func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsResponse.ProtoReflect.Descriptor instead.
 func (*GetDependentsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetDependentsResponse) GetEdges() []*Edge {
@@ -1634,7 +1892,7 @@ type DiscoverToolsRequest struct {
 
 func (x *DiscoverToolsRequest) Reset() {
 	*x = DiscoverToolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1904,7 @@ func (x *DiscoverToolsRequest) String() string {
 func (*DiscoverToolsRequest) ProtoMessage() {}
 
 func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1917,7 @@ func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiscoverToolsRequest) GetRepository() string {
@@ -1698,7 +1956,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1968,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1981,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Tool) GetId() string {
@@ -1793,7 +2051,7 @@ type DiscoverToolsResponse struct {
 
 func (x *DiscoverToolsResponse) Reset() {
 	*x = DiscoverToolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2063,7 @@ func (x *DiscoverToolsResponse) String() string {
 func (*DiscoverToolsResponse) ProtoMessage() {}
 
 func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2076,7 @@ func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DiscoverToolsResponse) GetFormatters() []*Tool {
@@ -1868,6 +2126,243 @@ func (x *DiscoverToolsResponse) GetCached() bool {
 		return x.Cached
 	}
 	return false
+}
+
+type GetHistoryRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// An indexed file, relative to the repository root. Set path or symbol.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// A symbol id or name: the history of its definition's lines.
+	Symbol string `protobuf:"bytes,3,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// With path, an optional line range (1-based, inclusive) of the file as
+	// last committed.
+	LineStart int32 `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd   int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// Most commits returned: default 10, at most 100.
+	PageSize      int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetHistoryRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetLineStart() int32 {
+	if x != nil {
+		return x.LineStart
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetLineEnd() int32 {
+	if x != nil {
+		return x.LineEnd
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type GetHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The range followed; 0 when the whole file's history was asked for.
+	LineStart int32            `protobuf:"varint,2,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd   int32            `protobuf:"varint,3,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Commits   []*HistoryCommit `protobuf:"bytes,4,rep,name=commits,proto3" json:"commits,omitempty"`
+	// Whether older commits exist beyond page_size.
+	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryResponse) Reset() {
+	*x = GetHistoryResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryResponse) ProtoMessage() {}
+
+func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetHistoryResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GetHistoryResponse) GetLineStart() int32 {
+	if x != nil {
+		return x.LineStart
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetLineEnd() int32 {
+	if x != nil {
+		return x.LineEnd
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetCommits() []*HistoryCommit {
+	if x != nil {
+		return x.Commits
+	}
+	return nil
+}
+
+func (x *GetHistoryResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// HistoryCommit is one commit in a history answer.
+type HistoryCommit struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Sha        string                 `protobuf:"bytes,1,opt,name=sha,proto3" json:"sha,omitempty"`
+	Author     string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	AuthorTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=author_time,json=authorTime,proto3" json:"author_time,omitempty"`
+	// The first line of the commit message.
+	Subject       string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryCommit) Reset() {
+	*x = HistoryCommit{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryCommit) ProtoMessage() {}
+
+func (x *HistoryCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryCommit.ProtoReflect.Descriptor instead.
+func (*HistoryCommit) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *HistoryCommit) GetSha() string {
+	if x != nil {
+		return x.Sha
+	}
+	return ""
+}
+
+func (x *HistoryCommit) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *HistoryCommit) GetAuthorTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AuthorTime
+	}
+	return nil
+}
+
+func (x *HistoryCommit) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
 }
 
 var File_sylk_librarian_v1_librarian_service_proto protoreflect.FileDescriptor
@@ -1930,7 +2425,7 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\rfiles_skipped\x18\x03 \x01(\x03R\ffilesSkipped\x12\x14\n" +
 	"\x05delta\x18\x04 \x01(\bR\x05delta\x12#\n" +
 	"\rfiles_changed\x18\x05 \x01(\x03R\ffilesChanged\x12'\n" +
-	"\x0fchunks_embedded\x18\x06 \x01(\x03R\x0echunksEmbedded\"\x9f\x02\n" +
+	"\x0fchunks_embedded\x18\x06 \x01(\x03R\x0echunksEmbedded\"\xb7\x02\n" +
 	"\x11SearchCodeRequest\x12\x19\n" +
 	"\x05query\x18\x01 \x01(\tB\x03\xe0A\x02R\x05query\x12\"\n" +
 	"\frepositories\x18\x02 \x03(\tR\frepositories\x12\x1b\n" +
@@ -1940,13 +2435,39 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\blanguage\x18\x06 \x01(\tR\blanguage\x12\x1f\n" +
 	"\vsymbol_kind\x18\a \x01(\tR\n" +
 	"symbolKind\x12!\n" +
-	"\ftoken_budget\x18\b \x01(\x05R\vtokenBudget\"\xa6\x01\n" +
+	"\ftoken_budget\x18\b \x01(\x05R\vtokenBudget\x12\x16\n" +
+	"\x06intent\x18\t \x01(\tR\x06intent\"\xee\x01\n" +
 	"\x12SearchCodeResponse\x12.\n" +
 	"\x04hits\x18\x01 \x03(\v2\x1a.sylk.librarian.v1.CodeHitR\x04hits\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
 	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x16\n" +
 	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x1c\n" +
-	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\xfc\x01\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12$\n" +
+	"\x0ealso_exists_in\x18\x06 \x03(\tR\falsoExistsIn\x12 \n" +
+	"\vsuggestions\x18\a \x03(\tR\vsuggestions\"\xa0\x01\n" +
+	"\x19FindSimilarSymbolsRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x1b\n" +
+	"\x06symbol\x18\x02 \x01(\tB\x03\xe0A\x02R\x06symbol\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12$\n" +
+	"\x0esame_kind_only\x18\x04 \x01(\bR\fsameKindOnly\"\xe8\x01\n" +
+	"\rSimilarSymbol\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x12\x16\n" +
+	"\x06symbol\x18\x02 \x01(\tR\x06symbol\x12\x1f\n" +
+	"\vsymbol_kind\x18\x03 \x01(\tR\n" +
+	"symbolKind\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"line_start\x18\x05 \x01(\x05R\tlineStart\x12\x19\n" +
+	"\bline_end\x18\x06 \x01(\x05R\alineEnd\x12\x1a\n" +
+	"\blanguage\x18\a \x01(\tR\blanguage\x12\x14\n" +
+	"\x05score\x18\b \x01(\x01R\x05score\"\x92\x01\n" +
+	"\x1aFindSimilarSymbolsResponse\x128\n" +
+	"\x06source\x18\x01 \x01(\v2 .sylk.librarian.v1.SimilarSymbolR\x06source\x12:\n" +
+	"\asymbols\x18\x02 \x03(\v2 .sylk.librarian.v1.SimilarSymbolR\asymbols\"\xfc\x01\n" +
 	"\aCodeHit\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -2036,7 +2557,30 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x0ftest_frameworks\x18\x04 \x03(\v2\x17.sylk.librarian.v1.ToolR\x0etestFrameworks\x12;\n" +
 	"\falternatives\x18\x05 \x03(\v2\x17.sylk.librarian.v1.ToolR\falternatives\x12\x1a\n" +
 	"\bwarnings\x18\x06 \x03(\tR\bwarnings\x12\x16\n" +
-	"\x06cached\x18\a \x01(\bR\x06cached*\x8b\x01\n" +
+	"\x06cached\x18\a \x01(\bR\x06cached\"\xbb\x01\n" +
+	"\x11GetHistoryRequest\x12#\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
+	"repository\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06symbol\x18\x03 \x01(\tR\x06symbol\x12\x1d\n" +
+	"\n" +
+	"line_start\x18\x04 \x01(\x05R\tlineStart\x12\x19\n" +
+	"\bline_end\x18\x05 \x01(\x05R\alineEnd\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\"\xbc\x01\n" +
+	"\x12GetHistoryResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"line_start\x18\x02 \x01(\x05R\tlineStart\x12\x19\n" +
+	"\bline_end\x18\x03 \x01(\x05R\alineEnd\x12:\n" +
+	"\acommits\x18\x04 \x03(\v2 .sylk.librarian.v1.HistoryCommitR\acommits\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\x90\x01\n" +
+	"\rHistoryCommit\x12\x10\n" +
+	"\x03sha\x18\x01 \x01(\tR\x03sha\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12;\n" +
+	"\vauthor_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"authorTime\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject*\x8b\x01\n" +
 	"\n" +
 	"SearchMode\x12\x1b\n" +
 	"\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -2050,7 +2594,7 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x13INDEX_STATE_PENDING\x10\x01\x12\x18\n" +
 	"\x14INDEX_STATE_INDEXING\x10\x02\x12\x15\n" +
 	"\x11INDEX_STATE_READY\x10\x03\x12\x16\n" +
-	"\x12INDEX_STATE_FAILED\x10\x042\xb8\v\n" +
+	"\x12INDEX_STATE_FAILED\x10\x042\xf1\r\n" +
 	"\x10LibrarianService\x12\x91\x01\n" +
 	"\x10CreateRepository\x12*.sylk.librarian.v1.CreateRepositoryRequest\x1a+.sylk.librarian.v1.CreateRepositoryResponse\"$\x82\xd3\xe4\x93\x02\x1e:\n" +
 	"repository\"\x10/v1/repositories\x12\x85\x01\n" +
@@ -2063,7 +2607,10 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x0eGetFileSymbols\x12(.sylk.librarian.v1.GetFileSymbolsRequest\x1a).sylk.librarian.v1.GetFileSymbolsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/{repository=repositories/*}/fileSymbols\x12\x9e\x01\n" +
 	"\x0fGetDependencies\x12).sylk.librarian.v1.GetDependenciesRequest\x1a*.sylk.librarian.v1.GetDependenciesResponse\"4\x82\xd3\xe4\x93\x02.\x12,/v1/{repository=repositories/*}/dependencies\x12\x96\x01\n" +
 	"\rGetDependents\x12'.sylk.librarian.v1.GetDependentsRequest\x1a(.sylk.librarian.v1.GetDependentsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/{repository=repositories/*}/dependents\x12\x91\x01\n" +
-	"\rDiscoverTools\x12'.sylk.librarian.v1.DiscoverToolsRequest\x1a(.sylk.librarian.v1.DiscoverToolsResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/{repository=repositories/*}/toolsB4Z2sylk.dev/sylk/gen/go/sylk/librarian/v1;librarianv1b\x06proto3"
+	"\rDiscoverTools\x12'.sylk.librarian.v1.DiscoverToolsRequest\x1a(.sylk.librarian.v1.DiscoverToolsResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/{repository=repositories/*}/tools\x12\x8a\x01\n" +
+	"\n" +
+	"GetHistory\x12$.sylk.librarian.v1.GetHistoryRequest\x1a%.sylk.librarian.v1.GetHistoryResponse\"/\x82\xd3\xe4\x93\x02)\x12'/v1/{repository=repositories/*}/history\x12\xa9\x01\n" +
+	"\x12FindSimilarSymbols\x12,.sylk.librarian.v1.FindSimilarSymbolsRequest\x1a-.sylk.librarian.v1.FindSimilarSymbolsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{repository=repositories/*}/similarSymbolsB4Z2sylk.dev/sylk/gen/go/sylk/librarian/v1;librarianv1b\x06proto3"
 
 var (
 	file_sylk_librarian_v1_librarian_service_proto_rawDescOnce sync.Once
@@ -2078,82 +2625,96 @@ func file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
-	(SearchMode)(0),                  // 0: sylk.librarian.v1.SearchMode
-	(IndexState)(0),                  // 1: sylk.librarian.v1.IndexState
-	(*Repository)(nil),               // 2: sylk.librarian.v1.Repository
-	(*CreateRepositoryRequest)(nil),  // 3: sylk.librarian.v1.CreateRepositoryRequest
-	(*CreateRepositoryResponse)(nil), // 4: sylk.librarian.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),     // 5: sylk.librarian.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),    // 6: sylk.librarian.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),  // 7: sylk.librarian.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil), // 8: sylk.librarian.v1.ListRepositoriesResponse
-	(*IndexRepositoryRequest)(nil),   // 9: sylk.librarian.v1.IndexRepositoryRequest
-	(*IndexRepositoryResponse)(nil),  // 10: sylk.librarian.v1.IndexRepositoryResponse
-	(*SearchCodeRequest)(nil),        // 11: sylk.librarian.v1.SearchCodeRequest
-	(*SearchCodeResponse)(nil),       // 12: sylk.librarian.v1.SearchCodeResponse
-	(*CodeHit)(nil),                  // 13: sylk.librarian.v1.CodeHit
-	(*Symbol)(nil),                   // 14: sylk.librarian.v1.Symbol
-	(*Edge)(nil),                     // 15: sylk.librarian.v1.Edge
-	(*GetSymbolRequest)(nil),         // 16: sylk.librarian.v1.GetSymbolRequest
-	(*GetSymbolResponse)(nil),        // 17: sylk.librarian.v1.GetSymbolResponse
-	(*GetFileSymbolsRequest)(nil),    // 18: sylk.librarian.v1.GetFileSymbolsRequest
-	(*GetFileSymbolsResponse)(nil),   // 19: sylk.librarian.v1.GetFileSymbolsResponse
-	(*GetDependenciesRequest)(nil),   // 20: sylk.librarian.v1.GetDependenciesRequest
-	(*GetDependenciesResponse)(nil),  // 21: sylk.librarian.v1.GetDependenciesResponse
-	(*GetDependentsRequest)(nil),     // 22: sylk.librarian.v1.GetDependentsRequest
-	(*GetDependentsResponse)(nil),    // 23: sylk.librarian.v1.GetDependentsResponse
-	(*DiscoverToolsRequest)(nil),     // 24: sylk.librarian.v1.DiscoverToolsRequest
-	(*Tool)(nil),                     // 25: sylk.librarian.v1.Tool
-	(*DiscoverToolsResponse)(nil),    // 26: sylk.librarian.v1.DiscoverToolsResponse
-	(*timestamppb.Timestamp)(nil),    // 27: google.protobuf.Timestamp
+	(SearchMode)(0),                    // 0: sylk.librarian.v1.SearchMode
+	(IndexState)(0),                    // 1: sylk.librarian.v1.IndexState
+	(*Repository)(nil),                 // 2: sylk.librarian.v1.Repository
+	(*CreateRepositoryRequest)(nil),    // 3: sylk.librarian.v1.CreateRepositoryRequest
+	(*CreateRepositoryResponse)(nil),   // 4: sylk.librarian.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),       // 5: sylk.librarian.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),      // 6: sylk.librarian.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),    // 7: sylk.librarian.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),   // 8: sylk.librarian.v1.ListRepositoriesResponse
+	(*IndexRepositoryRequest)(nil),     // 9: sylk.librarian.v1.IndexRepositoryRequest
+	(*IndexRepositoryResponse)(nil),    // 10: sylk.librarian.v1.IndexRepositoryResponse
+	(*SearchCodeRequest)(nil),          // 11: sylk.librarian.v1.SearchCodeRequest
+	(*SearchCodeResponse)(nil),         // 12: sylk.librarian.v1.SearchCodeResponse
+	(*FindSimilarSymbolsRequest)(nil),  // 13: sylk.librarian.v1.FindSimilarSymbolsRequest
+	(*SimilarSymbol)(nil),              // 14: sylk.librarian.v1.SimilarSymbol
+	(*FindSimilarSymbolsResponse)(nil), // 15: sylk.librarian.v1.FindSimilarSymbolsResponse
+	(*CodeHit)(nil),                    // 16: sylk.librarian.v1.CodeHit
+	(*Symbol)(nil),                     // 17: sylk.librarian.v1.Symbol
+	(*Edge)(nil),                       // 18: sylk.librarian.v1.Edge
+	(*GetSymbolRequest)(nil),           // 19: sylk.librarian.v1.GetSymbolRequest
+	(*GetSymbolResponse)(nil),          // 20: sylk.librarian.v1.GetSymbolResponse
+	(*GetFileSymbolsRequest)(nil),      // 21: sylk.librarian.v1.GetFileSymbolsRequest
+	(*GetFileSymbolsResponse)(nil),     // 22: sylk.librarian.v1.GetFileSymbolsResponse
+	(*GetDependenciesRequest)(nil),     // 23: sylk.librarian.v1.GetDependenciesRequest
+	(*GetDependenciesResponse)(nil),    // 24: sylk.librarian.v1.GetDependenciesResponse
+	(*GetDependentsRequest)(nil),       // 25: sylk.librarian.v1.GetDependentsRequest
+	(*GetDependentsResponse)(nil),      // 26: sylk.librarian.v1.GetDependentsResponse
+	(*DiscoverToolsRequest)(nil),       // 27: sylk.librarian.v1.DiscoverToolsRequest
+	(*Tool)(nil),                       // 28: sylk.librarian.v1.Tool
+	(*DiscoverToolsResponse)(nil),      // 29: sylk.librarian.v1.DiscoverToolsResponse
+	(*GetHistoryRequest)(nil),          // 30: sylk.librarian.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),         // 31: sylk.librarian.v1.GetHistoryResponse
+	(*HistoryCommit)(nil),              // 32: sylk.librarian.v1.HistoryCommit
+	(*timestamppb.Timestamp)(nil),      // 33: google.protobuf.Timestamp
 }
 var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	1,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
-	27, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
-	27, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
+	33, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
+	33, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 6: sylk.librarian.v1.ListRepositoriesResponse.repositories:type_name -> sylk.librarian.v1.Repository
 	2,  // 7: sylk.librarian.v1.IndexRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
 	0,  // 8: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
-	13, // 9: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
-	14, // 10: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
-	14, // 11: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
-	15, // 12: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
-	15, // 13: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
-	25, // 14: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
-	25, // 15: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
-	25, // 16: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
-	25, // 17: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
-	25, // 18: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
-	3,  // 19: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
-	5,  // 20: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
-	7,  // 21: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
-	9,  // 22: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
-	11, // 23: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
-	16, // 24: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
-	18, // 25: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
-	20, // 26: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
-	22, // 27: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
-	24, // 28: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
-	4,  // 29: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
-	6,  // 30: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
-	8,  // 31: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
-	10, // 32: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
-	12, // 33: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
-	17, // 34: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
-	19, // 35: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
-	21, // 36: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
-	23, // 37: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
-	26, // 38: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 9: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
+	14, // 10: sylk.librarian.v1.FindSimilarSymbolsResponse.source:type_name -> sylk.librarian.v1.SimilarSymbol
+	14, // 11: sylk.librarian.v1.FindSimilarSymbolsResponse.symbols:type_name -> sylk.librarian.v1.SimilarSymbol
+	17, // 12: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
+	17, // 13: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
+	18, // 14: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
+	18, // 15: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
+	28, // 16: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
+	28, // 17: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
+	28, // 18: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
+	28, // 19: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
+	28, // 20: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
+	32, // 21: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
+	33, // 22: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
+	3,  // 23: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
+	5,  // 24: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
+	7,  // 25: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
+	9,  // 26: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
+	11, // 27: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
+	19, // 28: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
+	21, // 29: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
+	23, // 30: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
+	25, // 31: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
+	27, // 32: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
+	30, // 33: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
+	13, // 34: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
+	4,  // 35: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
+	6,  // 36: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
+	8,  // 37: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
+	10, // 38: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
+	12, // 39: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
+	20, // 40: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
+	22, // 41: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
+	24, // 42: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
+	26, // 43: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
+	29, // 44: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
+	31, // 45: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
+	15, // 46: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_sylk_librarian_v1_librarian_service_proto_init() }
@@ -2167,7 +2728,7 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_librarian_v1_librarian_service_proto_rawDesc), len(file_sylk_librarian_v1_librarian_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -487,6 +487,112 @@ func local_request_LibrarianService_DiscoverTools_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
+var filter_LibrarianService_GetHistory_0 = &utilities.DoubleArray{Encoding: map[string]int{"repository": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_LibrarianService_GetHistory_0(ctx context.Context, marshaler runtime.Marshaler, client LibrarianServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetHistoryRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["repository"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "repository")
+	}
+	protoReq.Repository, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "repository", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_LibrarianService_GetHistory_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetHistory(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LibrarianService_GetHistory_0(ctx context.Context, marshaler runtime.Marshaler, server LibrarianServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetHistoryRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["repository"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "repository")
+	}
+	protoReq.Repository, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "repository", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_LibrarianService_GetHistory_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetHistory(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+var filter_LibrarianService_FindSimilarSymbols_0 = &utilities.DoubleArray{Encoding: map[string]int{"repository": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_LibrarianService_FindSimilarSymbols_0(ctx context.Context, marshaler runtime.Marshaler, client LibrarianServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq FindSimilarSymbolsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["repository"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "repository")
+	}
+	protoReq.Repository, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "repository", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_LibrarianService_FindSimilarSymbols_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.FindSimilarSymbols(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LibrarianService_FindSimilarSymbols_0(ctx context.Context, marshaler runtime.Marshaler, server LibrarianServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq FindSimilarSymbolsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["repository"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "repository")
+	}
+	protoReq.Repository, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "repository", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_LibrarianService_FindSimilarSymbols_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.FindSimilarSymbols(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterLibrarianServiceHandlerServer registers the http handlers for service LibrarianService to "mux".
 // UnaryRPC     :call LibrarianServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -692,6 +798,46 @@ func RegisterLibrarianServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_LibrarianService_DiscoverTools_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_LibrarianService_GetHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sylk.librarian.v1.LibrarianService/GetHistory", runtime.WithHTTPPathPattern("/v1/{repository=repositories/*}/history"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LibrarianService_GetHistory_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LibrarianService_GetHistory_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_LibrarianService_FindSimilarSymbols_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sylk.librarian.v1.LibrarianService/FindSimilarSymbols", runtime.WithHTTPPathPattern("/v1/{repository=repositories/*}/similarSymbols"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LibrarianService_FindSimilarSymbols_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LibrarianService_FindSimilarSymbols_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -903,31 +1049,69 @@ func RegisterLibrarianServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LibrarianService_DiscoverTools_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LibrarianService_GetHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sylk.librarian.v1.LibrarianService/GetHistory", runtime.WithHTTPPathPattern("/v1/{repository=repositories/*}/history"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LibrarianService_GetHistory_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LibrarianService_GetHistory_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_LibrarianService_FindSimilarSymbols_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sylk.librarian.v1.LibrarianService/FindSimilarSymbols", runtime.WithHTTPPathPattern("/v1/{repository=repositories/*}/similarSymbols"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LibrarianService_FindSimilarSymbols_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LibrarianService_FindSimilarSymbols_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_LibrarianService_CreateRepository_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "repositories"}, ""))
-	pattern_LibrarianService_GetRepository_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "repositories", "name"}, ""))
-	pattern_LibrarianService_ListRepositories_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "repositories"}, ""))
-	pattern_LibrarianService_IndexRepository_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "repositories", "name"}, "index"))
-	pattern_LibrarianService_SearchCode_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "code"}, "search"))
-	pattern_LibrarianService_GetSymbol_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "symbol"}, ""))
-	pattern_LibrarianService_GetFileSymbols_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "fileSymbols"}, ""))
-	pattern_LibrarianService_GetDependencies_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "dependencies"}, ""))
-	pattern_LibrarianService_GetDependents_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "dependents"}, ""))
-	pattern_LibrarianService_DiscoverTools_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "tools"}, ""))
+	pattern_LibrarianService_CreateRepository_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "repositories"}, ""))
+	pattern_LibrarianService_GetRepository_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "repositories", "name"}, ""))
+	pattern_LibrarianService_ListRepositories_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "repositories"}, ""))
+	pattern_LibrarianService_IndexRepository_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "repositories", "name"}, "index"))
+	pattern_LibrarianService_SearchCode_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "code"}, "search"))
+	pattern_LibrarianService_GetSymbol_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "symbol"}, ""))
+	pattern_LibrarianService_GetFileSymbols_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "fileSymbols"}, ""))
+	pattern_LibrarianService_GetDependencies_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "dependencies"}, ""))
+	pattern_LibrarianService_GetDependents_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "dependents"}, ""))
+	pattern_LibrarianService_DiscoverTools_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "tools"}, ""))
+	pattern_LibrarianService_GetHistory_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "history"}, ""))
+	pattern_LibrarianService_FindSimilarSymbols_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "repositories", "repository", "similarSymbols"}, ""))
 )
 
 var (
-	forward_LibrarianService_CreateRepository_0 = runtime.ForwardResponseMessage
-	forward_LibrarianService_GetRepository_0    = runtime.ForwardResponseMessage
-	forward_LibrarianService_ListRepositories_0 = runtime.ForwardResponseMessage
-	forward_LibrarianService_IndexRepository_0  = runtime.ForwardResponseMessage
-	forward_LibrarianService_SearchCode_0       = runtime.ForwardResponseMessage
-	forward_LibrarianService_GetSymbol_0        = runtime.ForwardResponseMessage
-	forward_LibrarianService_GetFileSymbols_0   = runtime.ForwardResponseMessage
-	forward_LibrarianService_GetDependencies_0  = runtime.ForwardResponseMessage
-	forward_LibrarianService_GetDependents_0    = runtime.ForwardResponseMessage
-	forward_LibrarianService_DiscoverTools_0    = runtime.ForwardResponseMessage
+	forward_LibrarianService_CreateRepository_0   = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetRepository_0      = runtime.ForwardResponseMessage
+	forward_LibrarianService_ListRepositories_0   = runtime.ForwardResponseMessage
+	forward_LibrarianService_IndexRepository_0    = runtime.ForwardResponseMessage
+	forward_LibrarianService_SearchCode_0         = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetSymbol_0          = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetFileSymbols_0     = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetDependencies_0    = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetDependents_0      = runtime.ForwardResponseMessage
+	forward_LibrarianService_DiscoverTools_0      = runtime.ForwardResponseMessage
+	forward_LibrarianService_GetHistory_0         = runtime.ForwardResponseMessage
+	forward_LibrarianService_FindSimilarSymbols_0 = runtime.ForwardResponseMessage
 )

@@ -19,16 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LibrarianService_CreateRepository_FullMethodName = "/sylk.librarian.v1.LibrarianService/CreateRepository"
-	LibrarianService_GetRepository_FullMethodName    = "/sylk.librarian.v1.LibrarianService/GetRepository"
-	LibrarianService_ListRepositories_FullMethodName = "/sylk.librarian.v1.LibrarianService/ListRepositories"
-	LibrarianService_IndexRepository_FullMethodName  = "/sylk.librarian.v1.LibrarianService/IndexRepository"
-	LibrarianService_SearchCode_FullMethodName       = "/sylk.librarian.v1.LibrarianService/SearchCode"
-	LibrarianService_GetSymbol_FullMethodName        = "/sylk.librarian.v1.LibrarianService/GetSymbol"
-	LibrarianService_GetFileSymbols_FullMethodName   = "/sylk.librarian.v1.LibrarianService/GetFileSymbols"
-	LibrarianService_GetDependencies_FullMethodName  = "/sylk.librarian.v1.LibrarianService/GetDependencies"
-	LibrarianService_GetDependents_FullMethodName    = "/sylk.librarian.v1.LibrarianService/GetDependents"
-	LibrarianService_DiscoverTools_FullMethodName    = "/sylk.librarian.v1.LibrarianService/DiscoverTools"
+	LibrarianService_CreateRepository_FullMethodName   = "/sylk.librarian.v1.LibrarianService/CreateRepository"
+	LibrarianService_GetRepository_FullMethodName      = "/sylk.librarian.v1.LibrarianService/GetRepository"
+	LibrarianService_ListRepositories_FullMethodName   = "/sylk.librarian.v1.LibrarianService/ListRepositories"
+	LibrarianService_IndexRepository_FullMethodName    = "/sylk.librarian.v1.LibrarianService/IndexRepository"
+	LibrarianService_SearchCode_FullMethodName         = "/sylk.librarian.v1.LibrarianService/SearchCode"
+	LibrarianService_GetSymbol_FullMethodName          = "/sylk.librarian.v1.LibrarianService/GetSymbol"
+	LibrarianService_GetFileSymbols_FullMethodName     = "/sylk.librarian.v1.LibrarianService/GetFileSymbols"
+	LibrarianService_GetDependencies_FullMethodName    = "/sylk.librarian.v1.LibrarianService/GetDependencies"
+	LibrarianService_GetDependents_FullMethodName      = "/sylk.librarian.v1.LibrarianService/GetDependents"
+	LibrarianService_DiscoverTools_FullMethodName      = "/sylk.librarian.v1.LibrarianService/DiscoverTools"
+	LibrarianService_GetHistory_FullMethodName         = "/sylk.librarian.v1.LibrarianService/GetHistory"
+	LibrarianService_FindSimilarSymbols_FullMethodName = "/sylk.librarian.v1.LibrarianService/FindSimilarSymbols"
 )
 
 // LibrarianServiceClient is the client API for LibrarianService service.
@@ -58,6 +60,13 @@ type LibrarianServiceClient interface {
 	// configuration. Answers are cached per repository until a configuration
 	// file changes.
 	DiscoverTools(ctx context.Context, in *DiscoverToolsRequest, opts ...grpc.CallOption) (*DiscoverToolsResponse, error)
+	// GetHistory lists the commits that changed an indexed file, a line range
+	// of it, or a symbol's lines, newest first.
+	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
+	// FindSimilarSymbols returns the symbols whose chunks are nearest to a
+	// symbol's chunk in the semantic index, across the tenant's repositories,
+	// the symbol itself left out.
+	FindSimilarSymbols(ctx context.Context, in *FindSimilarSymbolsRequest, opts ...grpc.CallOption) (*FindSimilarSymbolsResponse, error)
 }
 
 type librarianServiceClient struct {
@@ -168,6 +177,26 @@ func (c *librarianServiceClient) DiscoverTools(ctx context.Context, in *Discover
 	return out, nil
 }
 
+func (c *librarianServiceClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetHistoryResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) FindSimilarSymbols(ctx context.Context, in *FindSimilarSymbolsRequest, opts ...grpc.CallOption) (*FindSimilarSymbolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindSimilarSymbolsResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_FindSimilarSymbols_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LibrarianServiceServer is the server API for LibrarianService service.
 // All implementations must embed UnimplementedLibrarianServiceServer
 // for forward compatibility.
@@ -195,6 +224,13 @@ type LibrarianServiceServer interface {
 	// configuration. Answers are cached per repository until a configuration
 	// file changes.
 	DiscoverTools(context.Context, *DiscoverToolsRequest) (*DiscoverToolsResponse, error)
+	// GetHistory lists the commits that changed an indexed file, a line range
+	// of it, or a symbol's lines, newest first.
+	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
+	// FindSimilarSymbols returns the symbols whose chunks are nearest to a
+	// symbol's chunk in the semantic index, across the tenant's repositories,
+	// the symbol itself left out.
+	FindSimilarSymbols(context.Context, *FindSimilarSymbolsRequest) (*FindSimilarSymbolsResponse, error)
 	mustEmbedUnimplementedLibrarianServiceServer()
 }
 
@@ -234,6 +270,12 @@ func (UnimplementedLibrarianServiceServer) GetDependents(context.Context, *GetDe
 }
 func (UnimplementedLibrarianServiceServer) DiscoverTools(context.Context, *DiscoverToolsRequest) (*DiscoverToolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DiscoverTools not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
+}
+func (UnimplementedLibrarianServiceServer) FindSimilarSymbols(context.Context, *FindSimilarSymbolsRequest) (*FindSimilarSymbolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindSimilarSymbols not implemented")
 }
 func (UnimplementedLibrarianServiceServer) mustEmbedUnimplementedLibrarianServiceServer() {}
 func (UnimplementedLibrarianServiceServer) testEmbeddedByValue()                          {}
@@ -436,6 +478,42 @@ func _LibrarianService_DiscoverTools_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LibrarianService_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetHistory(ctx, req.(*GetHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_FindSimilarSymbols_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindSimilarSymbolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).FindSimilarSymbols(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_FindSimilarSymbols_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).FindSimilarSymbols(ctx, req.(*FindSimilarSymbolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LibrarianService_ServiceDesc is the grpc.ServiceDesc for LibrarianService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -482,6 +560,14 @@ var LibrarianService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DiscoverTools",
 			Handler:    _LibrarianService_DiscoverTools_Handler,
+		},
+		{
+			MethodName: "GetHistory",
+			Handler:    _LibrarianService_GetHistory_Handler,
+		},
+		{
+			MethodName: "FindSimilarSymbols",
+			Handler:    _LibrarianService_FindSimilarSymbols_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

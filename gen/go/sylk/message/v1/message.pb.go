@@ -1506,8 +1506,13 @@ type TaskResult struct {
 	TimedOut        bool                   `protobuf:"varint,10,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	Error           string                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	WorkerId        string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When the worker received the dispatch and when it reported the result,
+	// by the worker's clock: the Orchestrator keeps them to tell its own
+	// scheduling time from the time spent on the way and in the worker.
+	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
+	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskResult) Reset() {
@@ -1622,6 +1627,20 @@ func (x *TaskResult) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *TaskResult) GetReceivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAt
+	}
+	return nil
+}
+
+func (x *TaskResult) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
 }
 
 // Signal is a control signal (spec B-19).
@@ -1794,7 +1813,7 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x10upstream_outputs\x18\t \x03(\v22.sylk.message.v1.TaskDispatch.UpstreamOutputsEntryR\x0fupstreamOutputs\x1aB\n" +
 	"\x14UpstreamOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x03\n" +
 	"\n" +
 	"TaskResult\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -1809,7 +1828,11 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\ttimed_out\x18\n" +
 	" \x01(\bR\btimedOut\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x1b\n" +
-	"\tworker_id\x18\f \x01(\tR\bworkerId\"\x91\x01\n" +
+	"\tworker_id\x18\f \x01(\tR\bworkerId\x12;\n" +
+	"\vreceived_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"receivedAt\x12;\n" +
+	"\vreported_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\"\x91\x01\n" +
 	"\x06Signal\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.sylk.message.v1.SignalTypeR\x04type\x12\x1b\n" +
 	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x16\n" +
@@ -1968,12 +1991,14 @@ var file_sylk_message_v1_message_proto_depIdxs = []int32{
 	20, // 20: sylk.message.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
 	18, // 21: sylk.message.v1.TaskDispatch.upstream_outputs:type_name -> sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
 	20, // 22: sylk.message.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	3,  // 23: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	19, // 23: sylk.message.v1.TaskResult.received_at:type_name -> google.protobuf.Timestamp
+	19, // 24: sylk.message.v1.TaskResult.reported_at:type_name -> google.protobuf.Timestamp
+	3,  // 25: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_sylk_message_v1_message_proto_init() }

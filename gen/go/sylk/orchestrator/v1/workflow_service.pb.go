@@ -24,6 +24,87 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TaskActionType is a user's action on a node (spec F-13, F-11).
+type TaskActionType int32
+
+const (
+	TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED TaskActionType = 0
+	// The node's stage, loop count and last feedback.
+	TaskActionType_TASK_ACTION_TYPE_QUERY TaskActionType = 1
+	// Stop the running stage, keeping its partial output; the node fails
+	// with the reason "interrupted".
+	TaskActionType_TASK_ACTION_TYPE_INTERRUPT TaskActionType = 2
+	// Skip the Inspector (for a failed pipeline node: run it again so).
+	TaskActionType_TASK_ACTION_TYPE_IGNORE_INSPECTOR TaskActionType = 3
+	// Skip the Tester (for a failed pipeline node: run it again so).
+	TaskActionType_TASK_ACTION_TYPE_IGNORE_TESTER TaskActionType = 4
+	// Run a failed node again, with max_loops raised when given.
+	TaskActionType_TASK_ACTION_TYPE_RETRY TaskActionType = 5
+	// Cancel the node and ask the Architect for a corrective plan.
+	TaskActionType_TASK_ACTION_TYPE_ESCALATE TaskActionType = 6
+	// Guidance for the node's Engineer (the message, required): a running
+	// Engineer reads it from its next turn on, a pending node starts with it,
+	// and a failed node runs again with it.
+	TaskActionType_TASK_ACTION_TYPE_PROMPT TaskActionType = 7
+	// Go on without a failed or pending node (spec H-01: retry or skip): it
+	// ends SKIPPED, with the error "skipped by the user", and the nodes that
+	// depend on it run as if it had succeeded.
+	TaskActionType_TASK_ACTION_TYPE_SKIP TaskActionType = 8
+)
+
+// Enum value maps for TaskActionType.
+var (
+	TaskActionType_name = map[int32]string{
+		0: "TASK_ACTION_TYPE_UNSPECIFIED",
+		1: "TASK_ACTION_TYPE_QUERY",
+		2: "TASK_ACTION_TYPE_INTERRUPT",
+		3: "TASK_ACTION_TYPE_IGNORE_INSPECTOR",
+		4: "TASK_ACTION_TYPE_IGNORE_TESTER",
+		5: "TASK_ACTION_TYPE_RETRY",
+		6: "TASK_ACTION_TYPE_ESCALATE",
+		7: "TASK_ACTION_TYPE_PROMPT",
+		8: "TASK_ACTION_TYPE_SKIP",
+	}
+	TaskActionType_value = map[string]int32{
+		"TASK_ACTION_TYPE_UNSPECIFIED":      0,
+		"TASK_ACTION_TYPE_QUERY":            1,
+		"TASK_ACTION_TYPE_INTERRUPT":        2,
+		"TASK_ACTION_TYPE_IGNORE_INSPECTOR": 3,
+		"TASK_ACTION_TYPE_IGNORE_TESTER":    4,
+		"TASK_ACTION_TYPE_RETRY":            5,
+		"TASK_ACTION_TYPE_ESCALATE":         6,
+		"TASK_ACTION_TYPE_PROMPT":           7,
+		"TASK_ACTION_TYPE_SKIP":             8,
+	}
+)
+
+func (x TaskActionType) Enum() *TaskActionType {
+	p := new(TaskActionType)
+	*p = x
+	return p
+}
+
+func (x TaskActionType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskActionType) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskActionType) Type() protoreflect.EnumType {
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0]
+}
+
+func (x TaskActionType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskActionType.Descriptor instead.
+func (TaskActionType) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+}
+
 type RunState int32
 
 const (
@@ -69,11 +150,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0].Descriptor()
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0]
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -82,7 +163,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
 }
 
 type NodeState int32
@@ -134,11 +215,11 @@ func (x NodeState) String() string {
 }
 
 func (NodeState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1].Descriptor()
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2].Descriptor()
 }
 
 func (NodeState) Type() protoreflect.EnumType {
-	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1]
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2]
 }
 
 func (x NodeState) Number() protoreflect.EnumNumber {
@@ -147,7 +228,7 @@ func (x NodeState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeState.Descriptor instead.
 func (NodeState) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
 }
 
 // Dag is a plan's task graph (spec F-01).
@@ -394,8 +475,21 @@ type Node struct {
 	MaxLoops        int32 `protobuf:"varint,12,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
 	IgnoreInspector bool  `protobuf:"varint,13,opt,name=ignore_inspector,json=ignoreInspector,proto3" json:"ignore_inspector,omitempty"`
 	IgnoreTester    bool  `protobuf:"varint,14,opt,name=ignore_tester,json=ignoreTester,proto3" json:"ignore_tester,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The plan, design and spec sections the task cites (spec H-03), e.g.
+	// "Plan 1A.1", "Design auth-flow", "Spec 3": the task is given only those
+	// sections of the run's context documents.
+	Sources []string `protobuf:"bytes,15,rep,name=sources,proto3" json:"sources,omitempty"`
+	// What must hold for the task to be done, passed to the task as is.
+	DoneWhen string `protobuf:"bytes,16,opt,name=done_when,json=doneWhen,proto3" json:"done_when,omitempty"`
+	// The selective context assembled for the task from the run's context
+	// documents (set by the Orchestrator in what it dispatches; empty in the
+	// submitted DAG).
+	TaskContext string `protobuf:"bytes,17,opt,name=task_context,json=taskContext,proto3" json:"task_context,omitempty"`
+	// The user's guidance for the node's Engineer (/task <node> prompt),
+	// oldest first; set through TaskAction, not in a submitted DAG.
+	Guidance      []string `protobuf:"bytes,18,rep,name=guidance,proto3" json:"guidance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -526,6 +620,367 @@ func (x *Node) GetIgnoreTester() bool {
 	return false
 }
 
+func (x *Node) GetSources() []string {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *Node) GetDoneWhen() string {
+	if x != nil {
+		return x.DoneWhen
+	}
+	return ""
+}
+
+func (x *Node) GetTaskContext() string {
+	if x != nil {
+		return x.TaskContext
+	}
+	return ""
+}
+
+func (x *Node) GetGuidance() []string {
+	if x != nil {
+		return x.Guidance
+	}
+	return nil
+}
+
+// RunContext holds the documents a run's tasks draw their context from
+// (spec H-01..H-05), as markdown. Each task gets the sections of plan and
+// design it cites, the spec in full, the PRD's Problem Statement and Goals,
+// and the project summary.
+type RunContext struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Plan   string                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	Design string                 `protobuf:"bytes,2,opt,name=design,proto3" json:"design,omitempty"`
+	Spec   string                 `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Prd    string                 `protobuf:"bytes,4,opt,name=prd,proto3" json:"prd,omitempty"`
+	// A compact project context (goals, dependencies, milestone), capped at
+	// about 500 tokens when dispatched.
+	Project       string `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunContext) Reset() {
+	*x = RunContext{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunContext) ProtoMessage() {}
+
+func (x *RunContext) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
+func (*RunContext) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RunContext) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *RunContext) GetDesign() string {
+	if x != nil {
+		return x.Design
+	}
+	return ""
+}
+
+func (x *RunContext) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *RunContext) GetPrd() string {
+	if x != nil {
+		return x.Prd
+	}
+	return ""
+}
+
+func (x *RunContext) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+// SessionCheck is the session-level inspection and test run over a run's
+// merged result (spec F-06, level 2).
+type SessionCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "pending", "running", "passed", "failed", "error".
+	State           string      `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	InspectorPassed bool        `protobuf:"varint,2,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
+	TesterPassed    bool        `protobuf:"varint,3,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
+	Findings        []string    `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
+	TestResult      *TestResult `protobuf:"bytes,5,opt,name=test_result,json=testResult,proto3" json:"test_result,omitempty"`
+	// Set when the failure was sent to the Architect as a fix-DAG request.
+	FixRequested  bool   `protobuf:"varint,6,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
+	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	WorkerId      string `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCheck) Reset() {
+	*x = SessionCheck{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCheck) ProtoMessage() {}
+
+func (x *SessionCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
+func (*SessionCheck) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SessionCheck) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SessionCheck) GetInspectorPassed() bool {
+	if x != nil {
+		return x.InspectorPassed
+	}
+	return false
+}
+
+func (x *SessionCheck) GetTesterPassed() bool {
+	if x != nil {
+		return x.TesterPassed
+	}
+	return false
+}
+
+func (x *SessionCheck) GetFindings() []string {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *SessionCheck) GetTestResult() *TestResult {
+	if x != nil {
+		return x.TestResult
+	}
+	return nil
+}
+
+func (x *SessionCheck) GetFixRequested() bool {
+	if x != nil {
+		return x.FixRequested
+	}
+	return false
+}
+
+func (x *SessionCheck) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *SessionCheck) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+// TaskControl is the Orchestrator's request, on core NATS request-reply, to
+// the worker running a task.
+type TaskControl struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Attempt       int32                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Action        TaskActionType         `protobuf:"varint,5,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskControl) Reset() {
+	*x = TaskControl{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskControl) ProtoMessage() {}
+
+func (x *TaskControl) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskControl.ProtoReflect.Descriptor instead.
+func (*TaskControl) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TaskControl) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *TaskControl) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TaskControl) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TaskControl) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskControl) GetAction() TaskActionType {
+	if x != nil {
+		return x.Action
+	}
+	return TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED
+}
+
+func (x *TaskControl) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// TaskControlReply is the running task's answer to a TaskControl.
+type TaskControlReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pipeline      *PipelineStatus        `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskControlReply) Reset() {
+	*x = TaskControlReply{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskControlReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskControlReply) ProtoMessage() {}
+
+func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskControlReply.ProtoReflect.Descriptor instead.
+func (*TaskControlReply) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TaskControlReply) GetPipeline() *PipelineStatus {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
+func (x *TaskControlReply) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *TaskControlReply) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
 // FileEdit replaces a file's content (path relative to the workspace).
 type FileEdit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -537,7 +992,7 @@ type FileEdit struct {
 
 func (x *FileEdit) Reset() {
 	*x = FileEdit{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +1004,7 @@ func (x *FileEdit) String() string {
 func (*FileEdit) ProtoMessage() {}
 
 func (x *FileEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +1017,7 @@ func (x *FileEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEdit.ProtoReflect.Descriptor instead.
 func (*FileEdit) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FileEdit) GetPath() string {
@@ -594,7 +1049,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +1061,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +1074,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskReport) GetImplemented() string {
@@ -679,13 +1134,19 @@ type PipelineStatus struct {
 	// What the user can do when the loops ran out (spec F-11).
 	Options        []string    `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty"`
 	LastTestResult *TestResult `protobuf:"bytes,8,opt,name=last_test_result,json=lastTestResult,proto3" json:"last_test_result,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// User overrides applied to the node ("ignore_inspector",
+	// "ignore_tester", "interrupt").
+	Overrides []string `protobuf:"bytes,9,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// The stage running now, or the last one: "engineer", "inspector",
+	// "tester".
+	Stage         string `protobuf:"bytes,10,opt,name=stage,proto3" json:"stage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PipelineStatus) Reset() {
 	*x = PipelineStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1158,7 @@ func (x *PipelineStatus) String() string {
 func (*PipelineStatus) ProtoMessage() {}
 
 func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1171,7 @@ func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
 func (*PipelineStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PipelineStatus) GetState() string {
@@ -769,6 +1230,20 @@ func (x *PipelineStatus) GetLastTestResult() *TestResult {
 	return nil
 }
 
+func (x *PipelineStatus) GetOverrides() []string {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *PipelineStatus) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
 // TestResult is a parsed test run (spec E-22).
 type TestResult struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -786,7 +1261,7 @@ type TestResult struct {
 
 func (x *TestResult) Reset() {
 	*x = TestResult{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1273,7 @@ func (x *TestResult) String() string {
 func (*TestResult) ProtoMessage() {}
 
 func (x *TestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1286,7 @@ func (x *TestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
 func (*TestResult) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TestResult) GetFrameworkId() string {
@@ -878,7 +1353,7 @@ type TestFailure struct {
 
 func (x *TestFailure) Reset() {
 	*x = TestFailure{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1365,7 @@ func (x *TestFailure) String() string {
 func (*TestFailure) ProtoMessage() {}
 
 func (x *TestFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1378,7 @@ func (x *TestFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
 func (*TestFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TestFailure) GetTestName() string {
@@ -978,15 +1453,18 @@ type Run struct {
 	// Nodes whose patch did not apply on top of the others' (spec B-27).
 	MergeConflicts []string `protobuf:"bytes,15,rep,name=merge_conflicts,json=mergeConflicts,proto3" json:"merge_conflicts,omitempty"`
 	// The per-run decision log (spec H-07), markdown.
-	DecisionLog   string `protobuf:"bytes,16,opt,name=decision_log,json=decisionLog,proto3" json:"decision_log,omitempty"`
-	Interactive   bool   `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	DecisionLog string      `protobuf:"bytes,16,opt,name=decision_log,json=decisionLog,proto3" json:"decision_log,omitempty"`
+	Interactive bool        `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	Context     *RunContext `protobuf:"bytes,18,opt,name=context,proto3" json:"context,omitempty"`
+	// The session-level checks over the merged result (spec F-06).
+	SessionCheck  *SessionCheck `protobuf:"bytes,19,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1476,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1489,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Run) GetName() string {
@@ -1133,6 +1611,20 @@ func (x *Run) GetInteractive() bool {
 	return false
 }
 
+func (x *Run) GetContext() *RunContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *Run) GetSessionCheck() *SessionCheck {
+	if x != nil {
+		return x.SessionCheck
+	}
+	return nil
+}
+
 type NodeStatus struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1161,7 +1653,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1665,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1678,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1329,14 +1821,22 @@ type CreateRunRequest struct {
 	// A git repository path (on the workers' filesystem) the tasks work on.
 	Repository string `protobuf:"bytes,6,opt,name=repository,proto3" json:"repository,omitempty"`
 	// User-interactive work: may use the slots reserved for it (spec C-15).
-	Interactive   bool `protobuf:"varint,7,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	Interactive bool `protobuf:"varint,7,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	// Documents the tasks draw their selective context from (spec H-03).
+	Context *RunContext `protobuf:"bytes,8,opt,name=context,proto3" json:"context,omitempty"`
+	// Run the session-level inspection and tests over the merged result once
+	// the run succeeded (needs repository; spec F-06).
+	SessionChecks bool `protobuf:"varint,9,opt,name=session_checks,json=sessionChecks,proto3" json:"session_checks,omitempty"`
+	// The session's task limits (its SessionConfig), enforced across all its
+	// unfinished runs; needs session_id. Unset or 0 fields: no such limit.
+	SessionLimits *SessionLimits `protobuf:"bytes,10,opt,name=session_limits,json=sessionLimits,proto3" json:"session_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1848,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1861,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -1413,6 +1913,82 @@ func (x *CreateRunRequest) GetInteractive() bool {
 	return false
 }
 
+func (x *CreateRunRequest) GetContext() *RunContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *CreateRunRequest) GetSessionChecks() bool {
+	if x != nil {
+		return x.SessionChecks
+	}
+	return false
+}
+
+func (x *CreateRunRequest) GetSessionLimits() *SessionLimits {
+	if x != nil {
+		return x.SessionLimits
+	}
+	return nil
+}
+
+// Limits on the nodes one session runs at once, across its runs.
+type SessionLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Nodes of the session running at once.
+	MaxConcurrentTasks int32 `protobuf:"varint,1,opt,name=max_concurrent_tasks,json=maxConcurrentTasks,proto3" json:"max_concurrent_tasks,omitempty"`
+	// Nodes of role engineer of the session running at once.
+	MaxEngineers  int32 `protobuf:"varint,2,opt,name=max_engineers,json=maxEngineers,proto3" json:"max_engineers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionLimits) Reset() {
+	*x = SessionLimits{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionLimits) ProtoMessage() {}
+
+func (x *SessionLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
+func (*SessionLimits) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
+	if x != nil {
+		return x.MaxConcurrentTasks
+	}
+	return 0
+}
+
+func (x *SessionLimits) GetMaxEngineers() int32 {
+	if x != nil {
+		return x.MaxEngineers
+	}
+	return 0
+}
+
 type CreateRunResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1422,7 +1998,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +2010,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +2023,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -1466,7 +2042,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +2054,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +2067,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -1510,7 +2086,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +2098,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +2111,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1556,7 +2132,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +2144,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +2157,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -1615,7 +2191,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2203,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2216,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1668,7 +2244,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +2256,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +2269,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -1719,7 +2295,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +2307,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +2320,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1765,7 +2341,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2353,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2366,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -1816,7 +2392,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2404,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2417,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -1862,7 +2438,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2450,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2463,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -1913,7 +2489,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2501,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2514,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -1958,7 +2534,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2546,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2559,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -2003,7 +2579,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2591,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2604,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -2047,7 +2623,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2635,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2648,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -2091,7 +2667,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2679,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2692,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -2135,7 +2711,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2723,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2736,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -2179,7 +2755,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2767,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2780,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -2212,6 +2788,358 @@ func (x *CancelSessionRunsResponse) GetRuns() []string {
 		return x.Runs
 	}
 	return nil
+}
+
+type TaskActionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "runs/{run}"; or leave empty and set session.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "sessions/{session}": act on the session's newest run holding node_id.
+	Session string         `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	NodeId  string         `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Action  TaskActionType `protobuf:"varint,4,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	// Why, for the record (interrupt, escalate).
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// For retry: the new max_loops of a pipeline node (0 keeps it).
+	MaxLoops      int32 `protobuf:"varint,6,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskActionRequest) Reset() {
+	*x = TaskActionRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskActionRequest) ProtoMessage() {}
+
+func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
+func (*TaskActionRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TaskActionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TaskActionRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *TaskActionRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TaskActionRequest) GetAction() TaskActionType {
+	if x != nil {
+		return x.Action
+	}
+	return TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED
+}
+
+func (x *TaskActionRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TaskActionRequest) GetMaxLoops() int32 {
+	if x != nil {
+		return x.MaxLoops
+	}
+	return 0
+}
+
+type TaskActionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "runs/{run}".
+	Run       string         `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	NodeId    string         `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Action    TaskActionType `protobuf:"varint,3,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	NodeState NodeState      `protobuf:"varint,4,opt,name=node_state,json=nodeState,proto3,enum=sylk.orchestrator.v1.NodeState" json:"node_state,omitempty"`
+	// The node's pipeline status: live from its worker while it runs.
+	Pipeline *PipelineStatus `protobuf:"bytes,5,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// What was done, in words.
+	Detail string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The node's last feedback (query).
+	LastFeedback  string `protobuf:"bytes,7,opt,name=last_feedback,json=lastFeedback,proto3" json:"last_feedback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskActionResponse) Reset() {
+	*x = TaskActionResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskActionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskActionResponse) ProtoMessage() {}
+
+func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
+func (*TaskActionResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TaskActionResponse) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *TaskActionResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TaskActionResponse) GetAction() TaskActionType {
+	if x != nil {
+		return x.Action
+	}
+	return TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED
+}
+
+func (x *TaskActionResponse) GetNodeState() NodeState {
+	if x != nil {
+		return x.NodeState
+	}
+	return NodeState_NODE_STATE_UNSPECIFIED
+}
+
+func (x *TaskActionResponse) GetPipeline() *PipelineStatus {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
+func (x *TaskActionResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *TaskActionResponse) GetLastFeedback() string {
+	if x != nil {
+		return x.LastFeedback
+	}
+	return ""
+}
+
+type ListDecisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDecisionsRequest) Reset() {
+	*x = ListDecisionsRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDecisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDecisionsRequest) ProtoMessage() {}
+
+func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListDecisionsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DecisionEntry is one task attempt's entry in the decision log.
+type DecisionEntry struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The markdown section.
+	Section string `protobuf:"bytes,3,opt,name=section,proto3" json:"section,omitempty"`
+	// The task's structured report when it is the node's latest attempt.
+	Report        *TaskReport `protobuf:"bytes,4,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecisionEntry) Reset() {
+	*x = DecisionEntry{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecisionEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecisionEntry) ProtoMessage() {}
+
+func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
+func (*DecisionEntry) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DecisionEntry) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DecisionEntry) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DecisionEntry) GetSection() string {
+	if x != nil {
+		return x.Section
+	}
+	return ""
+}
+
+func (x *DecisionEntry) GetReport() *TaskReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type ListDecisionsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*DecisionEntry       `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The whole log, markdown, starting with "# Implementation Log".
+	Log           string `protobuf:"bytes,2,opt,name=log,proto3" json:"log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDecisionsResponse) Reset() {
+	*x = ListDecisionsResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDecisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDecisionsResponse) ProtoMessage() {}
+
+func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListDecisionsResponse) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
 }
 
 var File_sylk_orchestrator_v1_workflow_service_proto protoreflect.FileDescriptor
@@ -2230,7 +3158,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
 	"\vRetryPolicy\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd8\x03\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd8\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -2247,7 +3175,39 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bpipeline\x18\v \x01(\bR\bpipeline\x12\x1b\n" +
 	"\tmax_loops\x18\f \x01(\x05R\bmaxLoops\x12)\n" +
 	"\x10ignore_inspector\x18\r \x01(\bR\x0fignoreInspector\x12#\n" +
-	"\rignore_tester\x18\x0e \x01(\bR\fignoreTester\"8\n" +
+	"\rignore_tester\x18\x0e \x01(\bR\fignoreTester\x12\x18\n" +
+	"\asources\x18\x0f \x03(\tR\asources\x12\x1b\n" +
+	"\tdone_when\x18\x10 \x01(\tR\bdoneWhen\x12&\n" +
+	"\ftask_context\x18\x11 \x01(\tB\x03\xe0A\x03R\vtaskContext\x12\x1f\n" +
+	"\bguidance\x18\x12 \x03(\tB\x03\xe0A\x03R\bguidance\"x\n" +
+	"\n" +
+	"RunContext\x12\x12\n" +
+	"\x04plan\x18\x01 \x01(\tR\x04plan\x12\x16\n" +
+	"\x06design\x18\x02 \x01(\tR\x06design\x12\x12\n" +
+	"\x04spec\x18\x03 \x01(\tR\x04spec\x12\x10\n" +
+	"\x03prd\x18\x04 \x01(\tR\x03prd\x12\x18\n" +
+	"\aproject\x18\x05 \x01(\tR\aproject\"\xad\x02\n" +
+	"\fSessionCheck\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12)\n" +
+	"\x10inspector_passed\x18\x02 \x01(\bR\x0finspectorPassed\x12#\n" +
+	"\rtester_passed\x18\x03 \x01(\bR\ftesterPassed\x12\x1a\n" +
+	"\bfindings\x18\x04 \x03(\tR\bfindings\x12A\n" +
+	"\vtest_result\x18\x05 \x01(\v2 .sylk.orchestrator.v1.TestResultR\n" +
+	"testResult\x12#\n" +
+	"\rfix_requested\x18\x06 \x01(\bR\ffixRequested\x12\x16\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\x12\x1b\n" +
+	"\tworker_id\x18\b \x01(\tR\bworkerId\"\xcc\x01\n" +
+	"\vTaskControl\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12<\n" +
+	"\x06action\x18\x05 \x01(\x0e2$.sylk.orchestrator.v1.TaskActionTypeR\x06action\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\x89\x01\n" +
+	"\x10TaskControlReply\x12@\n" +
+	"\bpipeline\x18\x01 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\"8\n" +
 	"\bFileEdit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\"\xc5\x01\n" +
@@ -2260,7 +3220,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
 	"deviations\x18\x05 \x01(\tR\n" +
 	"deviations\x12\x1a\n" +
-	"\bconcerns\x18\x06 \x01(\tR\bconcerns\"\xab\x02\n" +
+	"\bconcerns\x18\x06 \x01(\tR\bconcerns\"\xdf\x02\n" +
 	"\x0ePipelineStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05loops\x18\x02 \x01(\x05R\x05loops\x12\x1b\n" +
@@ -2269,7 +3229,10 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rtester_passed\x18\x05 \x01(\bR\ftesterPassed\x12\x1a\n" +
 	"\bfeedback\x18\x06 \x03(\tR\bfeedback\x12\x18\n" +
 	"\aoptions\x18\a \x03(\tR\aoptions\x12J\n" +
-	"\x10last_test_result\x18\b \x01(\v2 .sylk.orchestrator.v1.TestResultR\x0elastTestResult\"\x87\x02\n" +
+	"\x10last_test_result\x18\b \x01(\v2 .sylk.orchestrator.v1.TestResultR\x0elastTestResult\x12\x1c\n" +
+	"\toverrides\x18\t \x03(\tR\toverrides\x12\x14\n" +
+	"\x05stage\x18\n" +
+	" \x01(\tR\x05stage\"\x87\x02\n" +
 	"\n" +
 	"TestResult\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x16\n" +
@@ -2287,7 +3250,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bexpected\x18\x05 \x01(\tR\bexpected\x12\x16\n" +
 	"\x06actual\x18\x06 \x01(\tR\x06actual\x12\x1f\n" +
 	"\vstack_trace\x18\a \x01(\tR\n" +
-	"stackTrace\"\xd8\x05\n" +
+	"stackTrace\"\xe2\x06\n" +
 	"\x03Run\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1d\n" +
@@ -2312,7 +3275,9 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\fresult_patch\x18\x0e \x01(\tB\x03\xe0A\x03R\vresultPatch\x12,\n" +
 	"\x0fmerge_conflicts\x18\x0f \x03(\tB\x03\xe0A\x03R\x0emergeConflicts\x12&\n" +
 	"\fdecision_log\x18\x10 \x01(\tB\x03\xe0A\x03R\vdecisionLog\x12 \n" +
-	"\vinteractive\x18\x11 \x01(\bR\vinteractive\"\xd9\x05\n" +
+	"\vinteractive\x18\x11 \x01(\bR\vinteractive\x12:\n" +
+	"\acontext\x18\x12 \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12L\n" +
+	"\rsession_check\x18\x13 \x01(\v2\".sylk.orchestrator.v1.SessionCheckB\x03\xe0A\x03R\fsessionCheck\"\xd9\x05\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -2334,7 +3299,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x06paused\x18\x0f \x01(\bR\x06paused\x128\n" +
 	"\x06report\x18\x10 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\x12\x14\n" +
 	"\x05patch\x18\x11 \x01(\tR\x05patch\x12@\n" +
-	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\"\x81\x02\n" +
+	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\"\xb0\x03\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
@@ -2346,7 +3311,14 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
 	"repository\x18\x06 \x01(\tR\n" +
 	"repository\x12 \n" +
-	"\vinteractive\x18\a \x01(\bR\vinteractive\"@\n" +
+	"\vinteractive\x18\a \x01(\bR\vinteractive\x12:\n" +
+	"\acontext\x18\b \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12%\n" +
+	"\x0esession_checks\x18\t \x01(\bR\rsessionChecks\x12J\n" +
+	"\x0esession_limits\x18\n" +
+	" \x01(\v2#.sylk.orchestrator.v1.SessionLimitsR\rsessionLimits\"f\n" +
+	"\rSessionLimits\x120\n" +
+	"\x14max_concurrent_tasks\x18\x01 \x01(\x05R\x12maxConcurrentTasks\x12#\n" +
+	"\rmax_engineers\x18\x02 \x01(\x05R\fmaxEngineers\"@\n" +
 	"\x11CreateRunResponse\x12+\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\"(\n" +
 	"\rGetRunRequest\x12\x17\n" +
@@ -2388,7 +3360,43 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x18CancelSessionRunsRequest\x12\x1d\n" +
 	"\asession\x18\x01 \x01(\tB\x03\xe0A\x02R\asession\"/\n" +
 	"\x19CancelSessionRunsResponse\x12\x12\n" +
-	"\x04runs\x18\x01 \x03(\tR\x04runs*\xb1\x01\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"\xd9\x01\n" +
+	"\x11TaskActionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x1c\n" +
+	"\anode_id\x18\x03 \x01(\tB\x03\xe0A\x02R\x06nodeId\x12A\n" +
+	"\x06action\x18\x04 \x01(\x0e2$.sylk.orchestrator.v1.TaskActionTypeB\x03\xe0A\x02R\x06action\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1b\n" +
+	"\tmax_loops\x18\x06 \x01(\x05R\bmaxLoops\"\xbc\x02\n" +
+	"\x12TaskActionResponse\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12<\n" +
+	"\x06action\x18\x03 \x01(\x0e2$.sylk.orchestrator.v1.TaskActionTypeR\x06action\x12>\n" +
+	"\n" +
+	"node_state\x18\x04 \x01(\x0e2\x1f.sylk.orchestrator.v1.NodeStateR\tnodeState\x12@\n" +
+	"\bpipeline\x18\x05 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\x12#\n" +
+	"\rlast_feedback\x18\a \x01(\tR\flastFeedback\"/\n" +
+	"\x14ListDecisionsRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"\x96\x01\n" +
+	"\rDecisionEntry\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x18\n" +
+	"\asection\x18\x03 \x01(\tR\asection\x128\n" +
+	"\x06report\x18\x04 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\"h\n" +
+	"\x15ListDecisionsResponse\x12=\n" +
+	"\aentries\x18\x01 \x03(\v2#.sylk.orchestrator.v1.DecisionEntryR\aentries\x12\x10\n" +
+	"\x03log\x18\x02 \x01(\tR\x03log*\xac\x02\n" +
+	"\x0eTaskActionType\x12 \n" +
+	"\x1cTASK_ACTION_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16TASK_ACTION_TYPE_QUERY\x10\x01\x12\x1e\n" +
+	"\x1aTASK_ACTION_TYPE_INTERRUPT\x10\x02\x12%\n" +
+	"!TASK_ACTION_TYPE_IGNORE_INSPECTOR\x10\x03\x12\"\n" +
+	"\x1eTASK_ACTION_TYPE_IGNORE_TESTER\x10\x04\x12\x1a\n" +
+	"\x16TASK_ACTION_TYPE_RETRY\x10\x05\x12\x1d\n" +
+	"\x19TASK_ACTION_TYPE_ESCALATE\x10\x06\x12\x1b\n" +
+	"\x17TASK_ACTION_TYPE_PROMPT\x10\a\x12\x19\n" +
+	"\x15TASK_ACTION_TYPE_SKIP\x10\b*\xb1\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_PENDING\x10\x01\x12\x15\n" +
@@ -2405,7 +3413,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x11NODE_STATE_FAILED\x10\x04\x12\x16\n" +
 	"\x12NODE_STATE_SKIPPED\x10\x05\x12\x18\n" +
 	"\x14NODE_STATE_CANCELLED\x10\x06\x12\x15\n" +
-	"\x11NODE_STATE_PAUSED\x10\a2\xdc\t\n" +
+	"\x11NODE_STATE_PAUSED\x10\a2\xa3\f\n" +
 	"\x0fWorkflowService\x12q\n" +
 	"\tCreateRun\x12&.sylk.orchestrator.v1.CreateRunRequest\x1a'.sylk.orchestrator.v1.CreateRunResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/runs\x12n\n" +
 	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12k\n" +
@@ -2416,7 +3424,10 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\tResumeRun\x12&.sylk.orchestrator.v1.ResumeRunRequest\x1a'.sylk.orchestrator.v1.ResumeRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:resume\x12\xa1\x01\n" +
 	"\x10PauseSessionRuns\x12-.sylk.orchestrator.v1.PauseSessionRunsRequest\x1a..sylk.orchestrator.v1.PauseSessionRunsResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{session=sessions/*}/runs:pause\x12\xa5\x01\n" +
 	"\x11ResumeSessionRuns\x12..sylk.orchestrator.v1.ResumeSessionRunsRequest\x1a/.sylk.orchestrator.v1.ResumeSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:resume\x12\xa5\x01\n" +
-	"\x11CancelSessionRuns\x12..sylk.orchestrator.v1.CancelSessionRunsRequest\x1a/.sylk.orchestrator.v1.CancelSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:cancelB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\x11CancelSessionRuns\x12..sylk.orchestrator.v1.CancelSessionRunsRequest\x1a/.sylk.orchestrator.v1.CancelSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:cancel\x12\xb4\x01\n" +
+	"\n" +
+	"TaskAction\x12'.sylk.orchestrator.v1.TaskActionRequest\x1a(.sylk.orchestrator.v1.TaskActionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*Z*:\x01*\"%/v1/{session=sessions/*}/tasks:action\"\x1c/v1/{name=runs/*}:taskAction\x12\x8d\x01\n" +
+	"\rListDecisions\x12*.sylk.orchestrator.v1.ListDecisionsRequest\x1a+.sylk.orchestrator.v1.ListDecisionsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/{name=runs/*}/decisionsB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_sylk_orchestrator_v1_workflow_service_proto_rawDescOnce sync.Once
@@ -2430,99 +3441,127 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescData
 }
 
-var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
-	(RunState)(0),                     // 0: sylk.orchestrator.v1.RunState
-	(NodeState)(0),                    // 1: sylk.orchestrator.v1.NodeState
-	(*Dag)(nil),                       // 2: sylk.orchestrator.v1.Dag
-	(*Layer)(nil),                     // 3: sylk.orchestrator.v1.Layer
-	(*Policy)(nil),                    // 4: sylk.orchestrator.v1.Policy
-	(*RetryPolicy)(nil),               // 5: sylk.orchestrator.v1.RetryPolicy
-	(*Node)(nil),                      // 6: sylk.orchestrator.v1.Node
-	(*FileEdit)(nil),                  // 7: sylk.orchestrator.v1.FileEdit
-	(*TaskReport)(nil),                // 8: sylk.orchestrator.v1.TaskReport
-	(*PipelineStatus)(nil),            // 9: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 10: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 11: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 12: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 13: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 14: sylk.orchestrator.v1.CreateRunRequest
-	(*CreateRunResponse)(nil),         // 15: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 16: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 17: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 18: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 19: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 20: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 21: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 22: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 23: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 24: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 25: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 26: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 27: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 28: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 29: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 30: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 31: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
+	(TaskActionType)(0),               // 0: sylk.orchestrator.v1.TaskActionType
+	(RunState)(0),                     // 1: sylk.orchestrator.v1.RunState
+	(NodeState)(0),                    // 2: sylk.orchestrator.v1.NodeState
+	(*Dag)(nil),                       // 3: sylk.orchestrator.v1.Dag
+	(*Layer)(nil),                     // 4: sylk.orchestrator.v1.Layer
+	(*Policy)(nil),                    // 5: sylk.orchestrator.v1.Policy
+	(*RetryPolicy)(nil),               // 6: sylk.orchestrator.v1.RetryPolicy
+	(*Node)(nil),                      // 7: sylk.orchestrator.v1.Node
+	(*RunContext)(nil),                // 8: sylk.orchestrator.v1.RunContext
+	(*SessionCheck)(nil),              // 9: sylk.orchestrator.v1.SessionCheck
+	(*TaskControl)(nil),               // 10: sylk.orchestrator.v1.TaskControl
+	(*TaskControlReply)(nil),          // 11: sylk.orchestrator.v1.TaskControlReply
+	(*FileEdit)(nil),                  // 12: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 13: sylk.orchestrator.v1.TaskReport
+	(*PipelineStatus)(nil),            // 14: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 15: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 16: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 17: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 18: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 19: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 20: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 21: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 22: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 23: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 24: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 25: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 26: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 27: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 28: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 29: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 30: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 31: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 32: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 33: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 34: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 35: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 36: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 37: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 38: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 39: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 40: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 41: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 42: sylk.orchestrator.v1.ListDecisionsResponse
+	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 44: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
-	6,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
-	3,  // 1: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
-	4,  // 2: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
-	5,  // 3: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	32, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	32, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
-	5,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	7,  // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	10, // 8: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	32, // 9: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	11, // 10: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	0,  // 11: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	2,  // 12: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	13, // 13: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	33, // 14: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	33, // 15: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	33, // 16: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	1,  // 17: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	32, // 18: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	33, // 19: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	33, // 20: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	33, // 21: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	8,  // 22: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	9,  // 23: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	2,  // 24: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	12, // 25: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	12, // 26: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	12, // 27: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	12, // 28: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	12, // 29: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	12, // 30: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	14, // 31: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	16, // 32: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	18, // 33: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	20, // 34: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	22, // 35: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	24, // 36: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	26, // 37: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	28, // 38: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	30, // 39: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	15, // 40: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	17, // 41: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	19, // 42: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	21, // 43: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	23, // 44: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	25, // 45: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	27, // 46: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	29, // 47: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	31, // 48: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
+	4,  // 1: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
+	5,  // 2: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
+	6,  // 3: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	43, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	43, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	6,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	12, // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	15, // 8: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	0,  // 9: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	14, // 10: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	15, // 11: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	43, // 12: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	16, // 13: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	1,  // 14: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	3,  // 15: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	18, // 16: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	44, // 17: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	44, // 18: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	44, // 19: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 20: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	9,  // 21: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	2,  // 22: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	43, // 23: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	44, // 24: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	44, // 25: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	44, // 26: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	13, // 27: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	14, // 28: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	3,  // 29: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	8,  // 30: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	20, // 31: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	17, // 32: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 33: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 34: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	17, // 35: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 36: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 37: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	0,  // 38: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	0,  // 39: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	2,  // 40: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	14, // 41: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	13, // 42: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	41, // 43: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	19, // 44: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	22, // 45: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	24, // 46: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	26, // 47: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	28, // 48: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	30, // 49: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	32, // 50: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	34, // 51: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	36, // 52: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	38, // 53: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	40, // 54: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	21, // 55: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	23, // 56: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	25, // 57: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	27, // 58: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	29, // 59: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	31, // 60: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	33, // 61: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	35, // 62: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	37, // 63: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	39, // 64: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	42, // 65: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	55, // [55:66] is the sub-list for method output_type
+	44, // [44:55] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -2535,8 +3574,8 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   30,
+			NumEnums:      3,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	WorkflowService_PauseSessionRuns_FullMethodName  = "/sylk.orchestrator.v1.WorkflowService/PauseSessionRuns"
 	WorkflowService_ResumeSessionRuns_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/ResumeSessionRuns"
 	WorkflowService_CancelSessionRuns_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/CancelSessionRuns"
+	WorkflowService_TaskAction_FullMethodName        = "/sylk.orchestrator.v1.WorkflowService/TaskAction"
+	WorkflowService_ListDecisions_FullMethodName     = "/sylk.orchestrator.v1.WorkflowService/ListDecisions"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -52,6 +54,15 @@ type WorkflowServiceClient interface {
 	PauseSessionRuns(ctx context.Context, in *PauseSessionRunsRequest, opts ...grpc.CallOption) (*PauseSessionRunsResponse, error)
 	ResumeSessionRuns(ctx context.Context, in *ResumeSessionRunsRequest, opts ...grpc.CallOption) (*ResumeSessionRunsResponse, error)
 	CancelSessionRuns(ctx context.Context, in *CancelSessionRunsRequest, opts ...grpc.CallOption) (*CancelSessionRunsResponse, error)
+	// TaskAction acts on one node (spec F-13): query, interrupt,
+	// ignore_inspector and ignore_tester on a running node, and the options of
+	// a pipeline node that ran out of loops (spec F-11): ignore_inspector,
+	// ignore_tester, retry (with more loops) and escalate. With session
+	// instead of name, the session's newest run holding node_id is used.
+	TaskAction(ctx context.Context, in *TaskActionRequest, opts ...grpc.CallOption) (*TaskActionResponse, error)
+	// ListDecisions reads a run's decision log (spec H-07), one entry per
+	// finished task attempt, with the task's structured report.
+	ListDecisions(ctx context.Context, in *ListDecisionsRequest, opts ...grpc.CallOption) (*ListDecisionsResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -152,6 +163,26 @@ func (c *workflowServiceClient) CancelSessionRuns(ctx context.Context, in *Cance
 	return out, nil
 }
 
+func (c *workflowServiceClient) TaskAction(ctx context.Context, in *TaskActionRequest, opts ...grpc.CallOption) (*TaskActionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskActionResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_TaskAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) ListDecisions(ctx context.Context, in *ListDecisionsRequest, opts ...grpc.CallOption) (*ListDecisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDecisionsResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_ListDecisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -174,6 +205,15 @@ type WorkflowServiceServer interface {
 	PauseSessionRuns(context.Context, *PauseSessionRunsRequest) (*PauseSessionRunsResponse, error)
 	ResumeSessionRuns(context.Context, *ResumeSessionRunsRequest) (*ResumeSessionRunsResponse, error)
 	CancelSessionRuns(context.Context, *CancelSessionRunsRequest) (*CancelSessionRunsResponse, error)
+	// TaskAction acts on one node (spec F-13): query, interrupt,
+	// ignore_inspector and ignore_tester on a running node, and the options of
+	// a pipeline node that ran out of loops (spec F-11): ignore_inspector,
+	// ignore_tester, retry (with more loops) and escalate. With session
+	// instead of name, the session's newest run holding node_id is used.
+	TaskAction(context.Context, *TaskActionRequest) (*TaskActionResponse, error)
+	// ListDecisions reads a run's decision log (spec H-07), one entry per
+	// finished task attempt, with the task's structured report.
+	ListDecisions(context.Context, *ListDecisionsRequest) (*ListDecisionsResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -210,6 +250,12 @@ func (UnimplementedWorkflowServiceServer) ResumeSessionRuns(context.Context, *Re
 }
 func (UnimplementedWorkflowServiceServer) CancelSessionRuns(context.Context, *CancelSessionRunsRequest) (*CancelSessionRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelSessionRuns not implemented")
+}
+func (UnimplementedWorkflowServiceServer) TaskAction(context.Context, *TaskActionRequest) (*TaskActionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TaskAction not implemented")
+}
+func (UnimplementedWorkflowServiceServer) ListDecisions(context.Context, *ListDecisionsRequest) (*ListDecisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDecisions not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -394,6 +440,42 @@ func _WorkflowService_CancelSessionRuns_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_TaskAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TaskActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).TaskAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_TaskAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).TaskAction(ctx, req.(*TaskActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_ListDecisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDecisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).ListDecisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_ListDecisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).ListDecisions(ctx, req.(*ListDecisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +518,14 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelSessionRuns",
 			Handler:    _WorkflowService_CancelSessionRuns_Handler,
+		},
+		{
+			MethodName: "TaskAction",
+			Handler:    _WorkflowService_TaskAction_Handler,
+		},
+		{
+			MethodName: "ListDecisions",
+			Handler:    _WorkflowService_ListDecisions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
