@@ -4,6 +4,7 @@ package search
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 )
@@ -11,8 +12,8 @@ import (
 // HNSW parameters.
 const (
 	DefaultM              = 16
-	DefaultEfConstruction = 200
-	DefaultEfSearch       = 50
+	DefaultEfConstruction = 100
+	DefaultEfSearch       = 64
 )
 
 // IndexConfig sizes the graph.
@@ -21,6 +22,9 @@ type IndexConfig struct {
 	M              int
 	EfConstruction int
 	EfSearch       int
+	// Workers is how many goroutines insert a large batch; 0 means
+	// GOMAXPROCS.
+	Workers int
 }
 
 // Index is an HNSW graph over unit vectors keyed by string, safe for
@@ -59,6 +63,9 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 	if cfg.EfSearch < 1 {
 		cfg.EfSearch = DefaultEfSearch
 	}
+	if cfg.Workers < 1 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
 	return &Index{cfg: cfg, g: newGraphImpl(cfg.M, cfg.EfConstruction, 1), live: map[string]int32{}, keyOf: map[int32]string{}}, nil
 }
 
@@ -78,9 +85,14 @@ func (x *Index) Add(keys []string, vecs [][]float32) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for i, k := range keys {
+	for _, k := range keys {
 		x.removeLocked(k)
-		id := x.g.insert(vecs[i])
+	}
+	first := x.g.insertBatch(vecs, x.cfg.Workers)
+	for i, k := range keys {
+		// A key repeated in the batch keeps its last vector.
+		x.removeLocked(k)
+		id := first + int32(i)
 		x.live[k] = id
 		x.keyOf[id] = k
 	}
@@ -109,10 +121,15 @@ func (x *Index) maybeRebuildLocked() {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	x.g = newGraphImpl(x.cfg.M, x.cfg.EfConstruction, 1)
+	vecs := make([][]float32, len(ids))
+	for i, id := range ids {
+		vecs[i] = old.vecs[id]
+	}
+	first := x.g.insertBatch(vecs, x.cfg.Workers)
 	keyOf := make(map[int32]string, len(ids))
-	for _, id := range ids {
+	for i, id := range ids {
 		k := x.keyOf[id]
-		nid := x.g.insert(old.vecs[id])
+		nid := first + int32(i)
 		keyOf[nid] = k
 		x.live[k] = nid
 	}

@@ -128,3 +128,56 @@ func TestIndexChurn(t *testing.T) {
 		require.Equal(t, k, got[0].Key)
 	}
 }
+
+func TestSparseDistanceMatchesDense(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewSource(11))
+	for i := 0; i < 200; i++ {
+		a, b := unit(r, 64), unit(r, 64)
+		// Zero most of a, as the offline embedder's vectors are.
+		for j := range a {
+			if r.Intn(5) != 0 {
+				a[j] = 0
+			}
+		}
+		q := newQuery(a)
+		require.NotNil(t, q.s.idx, "a sparse vector is kept sparse")
+		require.InDelta(t, float64(dist(a, b)), float64(q.to(b)), 1e-5)
+		dense := newQuery(b)
+		require.Nil(t, dense.s.idx, "a dense vector stays dense")
+		require.InDelta(t, float64(dist(b, a)), float64(dense.to(a)), 1e-5)
+	}
+}
+
+// TestIndexParallelBuild inserts batches large enough to be built by
+// several goroutines (run it with -race) and checks recall against brute
+// force, for dense random vectors and for the offline embedder's vectors
+// of Go declarations.
+func TestIndexParallelBuild(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewSource(5))
+	dense := make([][]float32, 1200)
+	for i := range dense {
+		dense[i] = unit(r, 24)
+	}
+	code := goCodeVectors(t, 1200)
+	for name, vecs := range map[string][][]float32{"dense": dense, "code": code} {
+		for _, workers := range []int{1, 4} {
+			x, err := NewIndex(IndexConfig{Dims: len(vecs[0]), Workers: workers})
+			require.NoError(t, err)
+			keys := make([]string, len(vecs))
+			for i := range keys {
+				keys[i] = fmt.Sprint("k", i)
+			}
+			// A parallel batch into an empty graph, then a small one into
+			// the populated graph.
+			half := len(vecs) - 100
+			require.NoError(t, x.Add(keys[:half], vecs[:half]))
+			require.NoError(t, x.Add(keys[half:], vecs[half:]))
+			require.Equal(t, len(vecs), x.Len())
+			rec := recallAt10(t, x, keys, vecs, 100)
+			t.Logf("%s, %d workers: recall@10 %.3f", name, workers, rec)
+			require.GreaterOrEqual(t, rec, 0.9, "%s, %d workers", name, workers)
+		}
+	}
+}

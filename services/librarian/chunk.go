@@ -49,6 +49,7 @@ type symbolRow struct {
 type edgeRow struct {
 	source, target, kind, path string
 	line                       int
+	arity                      string // has_method: "<parameters>:<results>"
 }
 
 // fileUnits is what the syntax pass found in one file.
@@ -233,6 +234,7 @@ func goUnits(rel, src string, nLines int, pkgPath string) (fileUnits, bool) {
 			u.spans = append(u.spans, span{start: start, end: end, symbol: symbol, kind: kind, names: names})
 		}
 	}
+	u.edges = append(u.edges, goTypeEdges(f, rel, pkgPath, imports, line)...)
 	u.spans = coverGaps(u.spans, nLines)
 	return u, true
 }

@@ -61,6 +61,20 @@ type Config struct {
 	SemanticMinScore float64
 	// DataDir holds clones of repositories registered by git URL.
 	DataDir string
+	// ToolsCacheTTL bounds how long a tool discovery answer stays in Redis
+	// (it is also recomputed whenever its configuration changes).
+	ToolsCacheTTL time.Duration
+	// Watch enables the file watcher (F-25) for repositories registered by
+	// local path.
+	Watch bool
+	// WatchDebounce is how long a repository must be quiet before its
+	// changed files are indexed.
+	WatchDebounce time.Duration
+	// WatchRescan is how often the watcher looks for repositories
+	// registered elsewhere (another replica).
+	WatchRescan time.Duration
+	// WatchMaxDirs bounds the directories one replica watches.
+	WatchMaxDirs int
 }
 
 // RegisterFlags registers the -librarian.* flags with their defaults.
@@ -88,9 +102,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SearchTokenBudget, "librarian.search-token-budget", 2000, "snippet tokens one search returns at most (4 characters a token)")
 	fs.DurationVar(&c.CacheTTL, "librarian.cache-ttl", 15*time.Minute, "lifetime of cached search answers in Redis (0 disables the cache)")
 	fs.IntVar(&c.HNSWM, "librarian.hnsw.m", 16, "links per node of the in-memory HNSW graph (twice as many on its base layer)")
-	fs.IntVar(&c.HNSWEfConstruction, "librarian.hnsw.ef-construction", 200, "candidates considered when inserting into the HNSW graph")
-	fs.IntVar(&c.HNSWEfSearch, "librarian.hnsw.ef-search", 50, "candidates considered when searching the HNSW graph")
+	fs.IntVar(&c.HNSWEfConstruction, "librarian.hnsw.ef-construction", 100, "candidates considered when inserting into the HNSW graph")
+	fs.IntVar(&c.HNSWEfSearch, "librarian.hnsw.ef-search", 64, "candidates considered when searching the HNSW graph")
 	fs.Float64Var(&c.SemanticMinScore, "librarian.semantic-min-score", 0.3, "least cosine similarity of a semantic hit (0-1)")
+	fs.DurationVar(&c.ToolsCacheTTL, "librarian.tools-cache-ttl", 24*time.Hour, "lifetime of a cached tool discovery answer in Redis")
+	fs.BoolVar(&c.Watch, "librarian.watch", true, "watch repositories registered by local path and index changed files as they are written")
+	fs.DurationVar(&c.WatchDebounce, "librarian.watch.debounce", 100*time.Millisecond, "quiet time after the last change of a repository before its changed files are indexed")
+	fs.DurationVar(&c.WatchRescan, "librarian.watch.rescan", 30*time.Second, "how often the watcher looks for repositories registered by other replicas")
+	fs.IntVar(&c.WatchMaxDirs, "librarian.watch.max-dirs", 50000, "most directories one replica watches")
 	fs.StringVar(&c.DataDir, "librarian.data-dir", "", "directory for clones of repositories registered by git URL (empty disables URL registration)")
 }
 
@@ -158,6 +177,15 @@ func (c Config) Validate() error {
 	}
 	if c.CacheTTL < 0 {
 		errs = append(errs, errors.New("librarian.cache-ttl: must not be negative"))
+	}
+	if c.WatchDebounce <= 0 || c.WatchRescan <= 0 {
+		errs = append(errs, errors.New("librarian.watch.debounce and librarian.watch.rescan: must be positive"))
+	}
+	if c.ToolsCacheTTL <= 0 {
+		errs = append(errs, errors.New("librarian.tools-cache-ttl: must be positive"))
+	}
+	if c.WatchMaxDirs < 1 {
+		errs = append(errs, errors.New("librarian.watch.max-dirs: must be at least 1"))
 	}
 	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
 		errs = append(errs, errors.New("librarian.data-dir: must be an absolute path"))

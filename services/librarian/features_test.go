@@ -212,7 +212,7 @@ func TestDeltaIndex(t *testing.T) {
 		require.ElementsMatch(t, []string{"strings.ToUpper", "example.com/shop/shop.trim"}, targets)
 
 		users, err := h.svc.GetDependents(ctx, &librarianv1.GetDependentsRequest{Repository: repo.GetName(),
-			Symbol: "example.com/shop/shop.NormalizeSKU"})
+			Symbol: "example.com/shop/shop.NormalizeSKU", EdgeKind: "calls"})
 		require.NoError(t, err)
 		require.Len(t, users.GetEdges(), 1)
 		require.Equal(t, "example.com/shop/shop.Cart.Add", users.GetEdges()[0].GetSource())

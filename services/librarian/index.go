@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"sylk.dev/sylk/pkg/tooldetect"
 )
 
 // sniffBytes is how much of a file is checked for a NUL byte, the sign of a
@@ -19,10 +21,7 @@ import (
 const sniffBytes = 8 << 10
 
 // skippedDirs are never descended into, in addition to hidden directories.
-var skippedDirs = map[string]bool{
-	"vendor":       true,
-	"node_modules": true,
-}
+var skippedDirs = tooldetect.SkippedDirs
 
 // Reasons a file is not indexed; they label the index metric.
 const (
@@ -212,7 +211,9 @@ func (w *walker) read(real, rel string) (sourceFile, string) {
 	}
 	if spans == nil {
 		spans = heuristicUnits(lang, lines)
+		f.symbols, f.edges = otherUnits(lang, rel, lines, spans)
 	}
+	f.edges = w.finishEdges(rel, f.symbols, f.edges)
 	f.chunks = buildChunks(rel, lines, trimSpans(lines, spans), w.maxChunkLines, w.chunkLines, w.overlap)
 	for i := range f.chunks {
 		h := sha256.Sum256([]byte(f.chunks[i].content))
@@ -236,6 +237,25 @@ func (w *walker) stub(rel string, size int64, sum []byte) sourceFile {
 	h := sha256.Sum256([]byte(content))
 	c.hash = h[:]
 	return sourceFile{path: rel, language: detectLanguage(rel), size: size, lineCount: 4, sha256: sum, chunks: []chunk{c}}
+}
+
+// finishEdges drops type edges whose target is not a type of the
+// repository and adds a defines edge (file -> symbol) per definition.
+func (w *walker) finishEdges(rel string, syms []symbolRow, edges []edgeRow) []edgeRow {
+	out := edges[:0]
+	for _, e := range edges {
+		switch e.kind {
+		case edgeEmbeds, edgeHasField, edgeReturns, edgeReceives:
+			if !typeEdgeInRepo(e.target, w.goPackage(rel), w.modulePath) {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	for _, s := range syms {
+		out = append(out, edgeRow{source: "file:" + rel, target: s.id, kind: edgeDefines, path: rel, line: s.lineStart})
+	}
+	return out
 }
 
 // goPackage is the import path of the package of a Go file.
@@ -376,36 +396,5 @@ func within(root, target string) bool {
 	return rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
-// languages maps file extensions to language names.
-var languages = map[string]string{
-	".go": "go", ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
-	".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
-	".java": "java", ".kt": "kotlin", ".kts": "kotlin", ".scala": "scala", ".rs": "rust",
-	".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp",
-	".cs": "csharp", ".rb": "ruby", ".php": "php", ".swift": "swift", ".m": "objective-c",
-	".sh": "shell", ".bash": "shell", ".zsh": "shell", ".ps1": "powershell", ".lua": "lua",
-	".pl": "perl", ".r": "r", ".dart": "dart", ".ex": "elixir", ".exs": "elixir", ".erl": "erlang",
-	".hs": "haskell", ".ml": "ocaml", ".clj": "clojure", ".sql": "sql", ".proto": "protobuf",
-	".md": "markdown", ".markdown": "markdown", ".rst": "restructuredtext", ".txt": "text",
-	".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".xml": "xml",
-	".html": "html", ".htm": "html", ".css": "css", ".scss": "scss", ".vue": "vue", ".svelte": "svelte",
-	".tf": "terraform", ".graphql": "graphql", ".gradle": "gradle", ".mod": "go-mod", ".sum": "go-sum",
-}
-
-// languageNames maps well-known file names without a telling extension.
-var languageNames = map[string]string{
-	"makefile": "make", "gnumakefile": "make", "dockerfile": "dockerfile", "containerfile": "dockerfile",
-	"cmakelists.txt": "cmake", "jenkinsfile": "groovy", "rakefile": "ruby", "gemfile": "ruby",
-}
-
 // detectLanguage names a file's language from its name, "text" when unknown.
-func detectLanguage(rel string) string {
-	base := strings.ToLower(path.Base(rel))
-	if l, ok := languageNames[base]; ok {
-		return l
-	}
-	if l, ok := languages[path.Ext(base)]; ok {
-		return l
-	}
-	return "text"
-}
+func detectLanguage(rel string) string { return tooldetect.Language(rel) }

@@ -128,7 +128,8 @@ func testConfig(t *testing.T, args ...string) Config {
 	var c Config
 	fs := flag.NewFlagSet("librarian", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(args))
+	// Tests that run the service watch files only when they ask to.
+	require.NoError(t, fs.Parse(append([]string{"-librarian.watch=false"}, args...)))
 	return c
 }
 

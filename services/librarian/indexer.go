@@ -29,6 +29,9 @@ type indexResult struct {
 	chunksEmbed  int64
 	chunksReused int64
 	changed      bool
+	// typesChanged: the run rewrote or removed a file holding methods,
+	// types or implements edges, so implements edges must be recomputed.
+	typesChanged bool
 	head         string
 	elapsed      time.Duration
 	repo         repository
@@ -153,6 +156,13 @@ func (w *indexWriter) flush(ctx context.Context) error {
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("load previous embeddings: %w", err)
 		}
+		if !w.res.typesChanged {
+			touched, err := touchesTypes(ctx, w.tx, w.tenant, w.repoID, paths)
+			if err != nil {
+				return err
+			}
+			w.res.typesChanged = touched
+		}
 		if _, err := w.tx.Exec(ctx, `DELETE FROM files WHERE tenant_id = $1 AND repository_id = $2 AND path = ANY($3)`,
 			w.tenant, repoID, paths); err != nil {
 			return fmt.Errorf("delete changed files: %w", err)
@@ -195,7 +205,10 @@ func (w *indexWriter) flush(ctx context.Context) error {
 			symRows = append(symRows, []any{w.tenant, repoID, sy.id, sy.name, sy.kind, sy.path, sy.pkg, sy.signature, sy.doc, int32(sy.lineStart), int32(sy.lineEnd)})
 		}
 		for _, e := range f.edges {
-			edgeRows = append(edgeRows, []any{w.tenant, repoID, e.path, e.source, e.target, e.kind, int32(e.line)})
+			edgeRows = append(edgeRows, []any{w.tenant, repoID, e.path, e.source, e.target, e.kind, int32(e.line), e.arity})
+			if e.kind == edgeHasMethod {
+				w.res.typesChanged = true
+			}
 		}
 		w.res.filesChanged++
 	}
@@ -208,7 +221,7 @@ func (w *indexWriter) flush(ctx context.Context) error {
 		{"chunks", []string{"tenant_id", "repository_id", "id", "path", "language", "line_start", "line_end",
 			"symbol", "kind", "names", "content", "tokens", "path_tokens", "content_hash", "embedding", "model"}, chunkRows},
 		{"symbols", []string{"tenant_id", "repository_id", "id", "name", "kind", "path", "package", "signature", "doc", "line_start", "line_end"}, symRows},
-		{"edges", []string{"tenant_id", "repository_id", "path", "source", "target", "kind", "line"}, edgeRows},
+		{"edges", []string{"tenant_id", "repository_id", "path", "source", "target", "kind", "line", "arity"}, edgeRows},
 	}
 	for _, c := range copies {
 		if len(c.rows) == 0 {
@@ -236,11 +249,33 @@ func embedText(_ string, c *chunk) string {
 // files), else a full pass that still rewrites only files whose content
 // changed.
 func (s *Service) runIndex(ctx context.Context, tenant string, repo repository, root string, full bool) (indexResult, error) {
+	return s.runIndexWith(ctx, tenant, repo, root, indexOptions{full: full})
+}
+
+// indexOptions selects what an index run reads.
+type indexOptions struct {
+	// full walks the whole tree.
+	full bool
+	// paths, when set (and not full), are the only files re-read: the
+	// changes the file watcher saw. The last indexed commit is kept, so the
+	// next commit-keyed delta still covers everything since it.
+	paths []string
+}
+
+// runIndexWith is runIndex with explicit options.
+func (s *Service) runIndexWith(ctx context.Context, tenant string, repo repository, root string, opts indexOptions) (indexResult, error) {
 	start := time.Now()
 	var res indexResult
 	res.head = gitHead(ctx, root)
 	var changedPaths []string
-	if !full && repo.LastCommit != "" && res.head != "" {
+	switch {
+	case opts.full:
+	case opts.paths != nil && len(opts.paths) <= s.cfg.DeltaMaxFiles:
+		changedPaths, res.delta = opts.paths, true
+		res.head = repo.LastCommit
+	case opts.paths != nil:
+		// Too many changes at once: a full pass (the watcher's batch limit).
+	case repo.LastCommit != "" && res.head != "":
 		if paths, err := gitChanged(ctx, root, repo.LastCommit); err == nil && len(paths) <= s.cfg.DeltaMaxFiles {
 			changedPaths, res.delta = paths, true
 		}
@@ -306,6 +341,13 @@ func (s *Service) runIndex(ctx context.Context, tenant string, repo repository, 
 			return err
 		}
 		if len(deleted) > 0 {
+			if !res.typesChanged {
+				touched, err := touchesTypes(ctx, tx, tenant, repo.ID, deleted)
+				if err != nil {
+					return err
+				}
+				res.typesChanged = touched
+			}
 			if _, err := tx.Exec(ctx, `DELETE FROM files WHERE tenant_id = $1 AND repository_id = $2 AND path = ANY($3)`,
 				tenant, uuidParam(repo.ID), deleted); err != nil {
 				return fmt.Errorf("delete removed files: %w", err)
@@ -319,6 +361,11 @@ func (s *Service) runIndex(ctx context.Context, tenant string, repo repository, 
 		}
 		if res.changed && !res.delta {
 			if err := refreshTerms(ctx, tx, tenant, repo.ID); err != nil {
+				return err
+			}
+		}
+		if res.changed && (res.typesChanged || !res.delta) {
+			if err := refreshImplements(ctx, tx, tenant, repo.ID); err != nil {
 				return err
 			}
 		}

@@ -51,6 +51,9 @@ type searchRequest struct {
 	language string
 	kind     string
 	budget   int
+	// intent sets the answer's lifetime in the intent cache; empty
+	// classifies the query.
+	intent intent
 }
 
 // searchResult is a search's answer.
@@ -78,14 +81,9 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	case utf8.RuneCountInString(query) > s.cfg.MaxQueryChars:
 		return nil, invalid("query", "must be at most %d characters", s.cfg.MaxQueryChars)
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, invalid("page_size", "must not be negative")
-	case size == 0:
-		size = s.cfg.DefaultPageSize
-	case size > s.cfg.MaxPageSize:
-		size = s.cfg.MaxPageSize
+	size, err := pageSize(req.GetPageSize(), s.cfg.DefaultPageSize, s.cfg.MaxPageSize)
+	if err != nil {
+		return nil, err
 	}
 	budget := int(req.GetTokenBudget())
 	switch {
@@ -135,8 +133,13 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 			}
 		}
 	}
+	intent := intent(strings.ToLower(strings.TrimSpace(req.GetIntent())))
+	if _, ok := intentTTLs[intent]; intent != "" && !ok {
+		return nil, invalid("intent", "must be one of locate, pattern, explain, general")
+	}
 	sr := searchRequest{query: query, mode: mode, repos: repos, limit: size, pathGlob: glob,
-		language: strings.ToLower(strings.TrimSpace(req.GetLanguage())), kind: strings.ToLower(strings.TrimSpace(req.GetSymbolKind())), budget: budget}
+		language: strings.ToLower(strings.TrimSpace(req.GetLanguage())), kind: strings.ToLower(strings.TrimSpace(req.GetSymbolKind())), budget: budget,
+		intent: intent}
 	res, err := s.cachedSearch(ctx, id.TenantID, sr, "rpc")
 	if errors.Is(err, errNoTerms) {
 		return nil, invalid("query", "contains no searchable words")
@@ -149,10 +152,25 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	}
 	resp := &librarianv1.SearchCodeResponse{Hits: make([]*librarianv1.CodeHit, 0, len(res.hits)), Status: "ok",
 		Tokens: int32(res.tokens), Truncated: res.truncated}
+	if mode != librarianv1.SearchMode_SEARCH_MODE_REGEX && len(repos) > 0 {
+		also, err := s.alsoExistsIn(ctx, id.TenantID, repos, parseQuery(query))
+		if err != nil {
+			return nil, toStatus(ctx, s.log, "search code", err)
+		}
+		for _, r := range also {
+			resp.AlsoExistsIn = append(resp.AlsoExistsIn, repositoryPrefix+r)
+		}
+		if len(also) > 0 {
+			resp.Suggestions = append(resp.Suggestions, "Related content in: "+strings.Join(resp.AlsoExistsIn, ", "))
+		}
+	}
 	if len(res.hits) == 0 {
 		resp.Status, resp.Hint = "no_matches", noMatchesHint
 		if glob != "" || sr.language != "" || sr.kind != "" {
 			resp.Hint += " Loosen the path_glob, language or symbol_kind filters."
+		}
+		if len(resp.AlsoExistsIn) > 0 {
+			resp.Hint += " Its words appear in " + strings.Join(resp.AlsoExistsIn, ", ") + "."
 		}
 	}
 	for _, h := range res.hits {
@@ -205,8 +223,14 @@ func (s *Service) runSearch(ctx context.Context, tenant string, sr searchRequest
 	if len(repos) == 0 {
 		return searchResult{}, nil
 	}
-	f := filters{repos: repos, language: sr.language, kind: sr.kind, pathRegex: globRegex(sr.pathGlob)}
 	pq := parseQuery(sr.query)
+	// Repositories whose term filter rules out every word of the query are
+	// not searched; when none is left the answer is no_matches at once.
+	repos = s.filterRepos(tenant, repos, pq, sr.mode)
+	if len(repos) == 0 {
+		return searchResult{}, nil
+	}
+	f := filters{repos: repos, language: sr.language, kind: sr.kind, pathRegex: globRegex(sr.pathGlob)}
 	var cands []candidate
 	switch sr.mode {
 	case librarianv1.SearchMode_SEARCH_MODE_REGEX:
@@ -478,4 +502,70 @@ func bestSnippet(content string, firstLine int, pq parsedQuery) (string, int, in
 		last = i
 	}
 	return b.String(), firstLine + from, firstLine + last
+}
+
+// intent is what a query is after (F-24); it sets how long an answer stays
+// in the intent cache.
+type intent string
+
+const (
+	intentLocate  intent = "locate"
+	intentPattern intent = "pattern"
+	intentExplain intent = "explain"
+	intentGeneral intent = "general"
+)
+
+// intentTTLs are the cache lifetimes of F-24. A locate answer (where is X
+// defined?) has none there: it lives until a re-index of a searched
+// repository deletes it. It still gets a day, so that answers made
+// unreachable otherwise (a repository added to the tenant changes the key
+// of tenant-wide searches) do not stay in Redis for ever. The general
+// lifetime is -librarian.cache-ttl.
+var intentTTLs = map[intent]time.Duration{
+	intentLocate:  24 * time.Hour,
+	intentPattern: 60 * time.Minute,
+	intentExplain: 30 * time.Minute,
+	intentGeneral: 15 * time.Minute,
+}
+
+// Words that mark a pattern or explanation question.
+var (
+	patternWords = map[string]bool{"pattern": true, "patterns": true, "example": true, "examples": true,
+		"idiom": true, "idioms": true, "convention": true, "conventions": true, "usage": true, "usages": true, "typically": true}
+	explainWords = map[string]bool{"explain": true, "explains": true, "why": true, "how": true, "understand": true,
+		"works": true, "purpose": true, "meaning": true}
+)
+
+// classifyIntent names a query's intent when the caller did not: a query
+// that names something locates it, one asking for examples or conventions
+// looks for a pattern, one asking how or why wants an explanation, and the
+// rest is general.
+func classifyIntent(query string) intent {
+	var pattern, explain bool
+	words(strings.ToLower(query), func(w string) {
+		pattern = pattern || patternWords[w]
+		explain = explain || explainWords[w]
+	})
+	switch {
+	case pattern:
+		return intentPattern
+	case explain:
+		return intentExplain
+	case parseQuery(query).navigational():
+		return intentLocate
+	}
+	return intentGeneral
+}
+
+// cacheTTL is how long an answer to sr stays cached (a re-index of a
+// searched repository deletes it earlier).
+func (s *Service) cacheTTL(sr searchRequest) time.Duration {
+	in := sr.intent
+	if in == "" {
+		in = classifyIntent(sr.query)
+	}
+	if in == intentGeneral {
+		return s.cfg.CacheTTL
+	}
+	return intentTTLs[in]
 }

@@ -115,6 +115,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 			slog.String("repository", out.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
 			slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
 		s.announceChange(ctx, id.TenantID, out.ID, res.chunksEmbed+res.chunksReused)
+		s.kickWatcher()
 	}
 	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
 		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
@@ -144,14 +145,9 @@ func (s *Service) ListRepositories(ctx context.Context, req *librarianv1.ListRep
 	if err != nil {
 		return nil, err
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, invalid("page_size", "must not be negative")
-	case size == 0:
-		size = defaultListPage
-	case size > maxListPage:
-		size = maxListPage
+	size, err := pageSize(req.GetPageSize(), defaultListPage, maxListPage)
+	if err != nil {
+		return nil, err
 	}
 	after := ""
 	if tok := req.GetPageToken(); tok != "" {
@@ -219,6 +215,7 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	}
 	out, stats := res.repo, res.stats
 	s.recordIndex(stats)
+	s.kickWatcher()
 	if res.changed {
 		s.announceChange(ctx, id.TenantID, repoID, res.chunksEmbed+res.chunksReused)
 	}
@@ -413,4 +410,16 @@ func truncateRunes(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n]) + "…"
+}
+
+// pageSize is a request's page size: def when 0, at most limit; negative
+// is invalid.
+func pageSize(n int32, def, limit int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalid("page_size", "must not be negative")
+	case n == 0:
+		return def, nil
+	}
+	return min(int(n), limit), nil
 }

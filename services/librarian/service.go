@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -39,6 +40,10 @@ type Service struct {
 	embedder embed.Embedder
 	vectors  *vectorStore
 	tools    toolCache
+	// watchKick wakes the file watcher when a repository was indexed.
+	watchKick chan struct{}
+	// watching counts the repositories the file watcher watches.
+	watching atomic.Int64
 	// background tracks vector updates running after an index answered.
 	background sync.WaitGroup
 }
@@ -50,6 +55,7 @@ type metrics struct {
 	indexFiles     *prometheus.CounterVec
 	searchDuration *prometheus.HistogramVec
 	cache          *prometheus.CounterVec
+	watchIndexes   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,6 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_librarian_search_cache_total",
 			Help: "Search intent cache lookups, by result (hit or miss).",
 		}, []string{"result"}),
+		watchIndexes: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_librarian_watch_indexes_total",
+			Help: "Index runs started by the file watcher.",
+		}),
 	}
 }
 
@@ -89,15 +99,16 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	}
 	st := store{db: deps.DB}
 	return &Service{
-		cfg:      cfg,
-		log:      log.With(logx.KeyComponent, "librarian"),
-		store:    st,
-		bus:      deps.Bus,
-		redis:    deps.Redis,
-		metrics:  newMetrics(deps.Registerer),
-		embedder: emb,
-		vectors:  newVectorStore(st, emb, cfg),
-		tools:    toolCache{entries: map[string]toolCacheEntry{}},
+		cfg:       cfg,
+		log:       log.With(logx.KeyComponent, "librarian"),
+		store:     st,
+		bus:       deps.Bus,
+		redis:     deps.Redis,
+		metrics:   newMetrics(deps.Registerer),
+		embedder:  emb,
+		vectors:   newVectorStore(st, emb, cfg),
+		tools:     toolCache{entries: map[string]toolCacheEntry{}},
+		watchKick: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -161,6 +172,18 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.ErrorContext(ctx, "load vectors", logx.Err(err))
 		}
 	}()
+	if s.cfg.Watch {
+		watched := make(chan struct{})
+		wctx, stop := context.WithCancel(ctx)
+		// The watcher and its index runs end before Run returns.
+		defer func() { stop(); <-watched }()
+		go func() {
+			defer close(watched)
+			if err := s.watch(wctx); err != nil && wctx.Err() == nil {
+				s.log.ErrorContext(ctx, "file watcher", logx.Err(err))
+			}
+		}()
+	}
 	s.log.InfoContext(ctx, "inbox consumer starting", slog.String("subject", spec.FilterSubjects[0]))
 	if err := s.bus.Consume(ctx, spec, s.handleInbox); err != nil {
 		return fmt.Errorf("librarian: %w", err)

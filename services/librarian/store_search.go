@@ -401,9 +401,60 @@ func (s *Service) cachedSearch(ctx context.Context, tenant string, sr searchRequ
 			Kind: h.kind, Language: h.language, Start: h.lineStart, End: h.lineEnd, Score: h.score})
 	}
 	if data, err := json.Marshal(cr); err == nil {
-		if err := s.redis.Set(ctx, key, data, s.cfg.CacheTTL).Err(); err != nil {
+		if err := s.storeCached(ctx, tenant, sr, key, data); err != nil {
 			s.log.WarnContext(ctx, "write search cache", "error", err.Error())
 		}
 	}
 	return res, nil
+}
+
+// cacheIndexKey is the Redis set naming the cached answers that searched
+// a repository, so that a re-index can delete them.
+func (s *Service) cacheIndexKey(tenant, repoID string) string {
+	return s.redis.Key("librarian", "search-keys", tenant, repoID)
+}
+
+// storeCached writes an answer with its intent's lifetime and records it
+// under every repository it searched.
+func (s *Service) storeCached(ctx context.Context, tenant string, sr searchRequest, key string, data []byte) error {
+	repos := sr.repos
+	if len(repos) == 0 {
+		all, err := s.store.tenantRepos(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		repos = all
+	}
+	_, err := s.redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, data, s.cacheTTL(sr))
+		for _, r := range repos {
+			p.SAdd(ctx, s.cacheIndexKey(tenant, r), key)
+		}
+		return nil
+	})
+	return err
+}
+
+// invalidateCache deletes the cached answers that searched a repository
+// (after a re-index changed it). Answers stored meanwhile are keyed by
+// the old index generation and can no longer be read either.
+func (s *Service) invalidateCache(ctx context.Context, tenant, repoID string) {
+	if s.redis == nil {
+		return
+	}
+	idx := s.cacheIndexKey(tenant, repoID)
+	keys, err := s.redis.SMembers(ctx, idx).Result()
+	if err != nil {
+		s.log.WarnContext(ctx, "read search cache index", "error", err.Error())
+		return
+	}
+	for start := 0; start < len(keys); start += 500 {
+		if err := s.redis.Unlink(ctx, keys[start:min(start+500, len(keys))]...).Err(); err != nil {
+			s.log.WarnContext(ctx, "invalidate search cache", "error", err.Error())
+			return
+		}
+	}
+	if err := s.redis.Unlink(ctx, idx).Err(); err != nil {
+		s.log.WarnContext(ctx, "invalidate search cache", "error", err.Error())
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -41,7 +42,7 @@ func (s *Service) symbolTarget(ctx context.Context, tenant, repoName, symbol, fi
 	return repoID, nil
 }
 
-func edgeKindOK(k string) bool { return k == "" || k == "calls" || k == "imports" }
+func edgeKindOK(k string) bool { return k == "" || slices.Contains(edgeKinds, k) }
 
 // GetSymbol returns one definition by qualified name.
 func (s *Service) GetSymbol(ctx context.Context, req *librarianv1.GetSymbolRequest) (*librarianv1.GetSymbolResponse, error) {
@@ -159,7 +160,7 @@ func (s *Service) edges(ctx context.Context, repoName, symbol, kind, column stri
 		return nil, err
 	}
 	if !edgeKindOK(kind) {
-		return nil, invalid("edge_kind", "must be calls, imports or empty")
+		return nil, invalid("edge_kind", "must be one of %s, or empty", strings.Join(edgeKinds, ", "))
 	}
 	repoID, err := s.symbolTarget(ctx, id.TenantID, repoName, symbol, "symbol")
 	if err != nil {

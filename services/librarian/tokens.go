@@ -2,6 +2,8 @@ package librarian
 
 import (
 	"strings"
+
+	"sylk.dev/sylk/pkg/embed"
 )
 
 // maxTokenLen drops longer tokens (hashes, encoded blobs): nobody searches
@@ -42,36 +44,12 @@ func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// splitIdentifier splits a word on '_', on case changes (camelCase,
-// PascalCase, and acronyms: "HTTPRequest" is "HTTP" "Request") and between
-// letters and digits. Parts keep their case.
-func splitIdentifier(w string) []string {
-	var parts []string
-	for _, seg := range strings.Split(w, "_") {
-		start := 0
-		for i := 1; i < len(seg); i++ {
-			prev, cur := seg[i-1], seg[i]
-			boundary := isLower(prev) && isUpper(cur) ||
-				isDigit(prev) != isDigit(cur) ||
-				isUpper(prev) && isUpper(cur) && i+1 < len(seg) && isLower(seg[i+1])
-			if boundary {
-				parts = append(parts, seg[start:i])
-				start = i
-			}
-		}
-		if start < len(seg) {
-			parts = append(parts, seg[start:])
-		}
-	}
-	return parts
-}
-
 // identifierTokens returns the search tokens of one word, lower-cased: its
 // parts of two or more characters, then the whole word without '_' when it
 // has more than one part. "parseHTTPRequest" gives parse, http, request,
 // parsehttprequest.
 func identifierTokens(w string) []string {
-	parts := splitIdentifier(w)
+	parts := embed.SplitIdentifier(w)
 	out := make([]string, 0, len(parts)+1)
 	for _, p := range parts {
 		if len(p) >= 2 && len(p) <= maxTokenLen {

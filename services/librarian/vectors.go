@@ -24,6 +24,9 @@ type vectorStore struct {
 	model string
 	dims  int
 	hnsw  rank.IndexConfig
+	// filters are the repositories' term filters, kept in step with the
+	// vectors.
+	filters *termFilters
 
 	mu    sync.Mutex
 	repos map[string]*repoVectors
@@ -39,7 +42,7 @@ type repoVectors struct {
 }
 
 func newVectorStore(st store, emb embed.Embedder, cfg Config) *vectorStore {
-	return &vectorStore{st: st, model: emb.Name(), dims: emb.Dims(), repos: map[string]*repoVectors{},
+	return &vectorStore{st: st, model: emb.Name(), dims: emb.Dims(), repos: map[string]*repoVectors{}, filters: newTermFilters(),
 		hnsw: rank.IndexConfig{Dims: emb.Dims(), M: cfg.HNSWM, EfConstruction: cfg.HNSWEfConstruction, EfSearch: cfg.HNSWEfSearch}}
 }
 
@@ -99,6 +102,10 @@ func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
 		}
 	}
 	if len(wanted) > 0 && len(wanted) >= len(current)/4 {
+		v.filters.markStale(tenant, repoID)
+		// The term filter is rebuilt from the same rows meanwhile.
+		filterDone := make(chan error, 1)
+		go func() { filterDone <- v.rebuildFilter(ctx, tenant, repoID) }()
 		// Many vectors: build a new graph from one pass over the
 		// repository's rows while searches keep using the old one, then
 		// swap.
@@ -107,23 +114,27 @@ func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
 			return err
 		}
 		hashes := make(map[string][]byte, len(current))
+		allKeys, allVecs := make([]string, 0, len(current)), make([][]float32, 0, len(current))
 		err = v.scan(ctx, `SELECT id, content_hash, embedding FROM chunks
 			WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`,
 			[]any{tenant, uuidParam(repoID), v.model}, nil, func(keys []string, vecs [][]float32, hs [][]byte) error {
-				if err := fresh.Add(keys, vecs); err != nil {
-					return err
-				}
+				allKeys, allVecs = append(allKeys, keys...), append(allVecs, vecs...)
 				for i, id := range keys {
 					hashes[id] = hs[i]
 				}
 				return nil
 			})
+		if err == nil {
+			// One batch: every worker stays busy until the graph is built.
+			err = fresh.Add(allKeys, allVecs)
+		}
 		if err != nil {
+			<-filterDone
 			return err
 		}
 		rv.idx.Store(fresh)
 		rv.hashes = hashes
-		return nil
+		return <-filterDone
 	}
 	idx := rv.idx.Load()
 	if len(removed) > 0 {
@@ -150,7 +161,7 @@ func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
 			return err
 		}
 	}
-	return nil
+	return v.updateFilter(ctx, tenant, repoID, wanted)
 }
 
 // scan reads (id, hash, embedding) rows, keeps those in want (all when
@@ -209,6 +220,7 @@ func (v *vectorStore) drop(tenant, repoID string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.repos, repoKey(tenant, repoID))
+	v.filters.drop(tenant, repoID)
 }
 
 // loadAll syncs every indexed repository of every tenant.
@@ -283,6 +295,7 @@ func (s *Service) announceChange(ctx context.Context, tenant, repoID string, cha
 	if s.bus != nil {
 		s.publishJSON(ctx, s.changesSubject(), changeEvent{Tenant: tenant, Repository: repoID})
 	}
+	s.invalidateCache(ctx, tenant, repoID)
 	syncNow := func(ctx context.Context) {
 		start := time.Now()
 		if err := s.vectors.sync(ctx, tenant, repoID); err != nil {
@@ -296,6 +309,9 @@ func (s *Service) announceChange(ctx context.Context, tenant, repoID string, cha
 		syncNow(ctx)
 		return
 	}
+	// Until the background update is done, the repository's term filter
+	// may lack new terms: it answers "maybe" meanwhile.
+	s.vectors.filters.markStale(tenant, repoID)
 	s.background.Add(1)
 	go func() {
 		defer s.background.Done()
