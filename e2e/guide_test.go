@@ -218,3 +218,97 @@ func authRepo(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestGuideIsolation drives session isolation through REST with three API
+// keys (spec; acceptance behaviour 16): another user of the
+// tenant, and a user of another tenant, can neither see, switch to, post to
+// nor read the events of a user's session; each answer is NOT_FOUND, the
+// same as for a session that does not exist, so nothing reveals that it
+// does. History crosses sessions only through the Archivalist's explicit
+// cross-session queries, and never crosses tenants.
+func TestGuideIsolation(t *testing.T) {
+	admin := startMesh(t)
+	alice := admin.asUser("default", "alice")
+	bob := admin.asUser("default", "bob")
+	carol := admin.asUser("other", "carol")
+
+	s1 := alice.ok("POST", "/v1/sessions", map[string]any{"displayName": "alice's"})["session"].(map[string]any)
+	name := s1["name"].(string)
+	alice.ok("PATCH", "/v1/"+name+"/context", map[string]any{"context": map[string]any{"currentTask": "rotate the signing keys"}, "version": 0})
+	alice.ok("POST", "/v1/"+name+"/messages", map[string]any{"text": "/help"})
+	before := alice.ok("GET", "/v1/"+name+"/messages", nil)["messages"].([]any)
+	missing := "sessions/00000000-0000-4000-8000-000000000000"
+
+	for _, other := range []struct {
+		who string
+		c   *client
+	}{{"another user of the tenant", bob}, {"a user of another tenant", carol}} {
+		// The other user's own session works, so the refusals below are
+		// about alice's session, not about the key.
+		own := other.c.ok("POST", "/v1/sessions", map[string]any{"displayName": "own"})["session"].(map[string]any)
+		other.c.ok("POST", "/v1/"+own["name"].(string)+"/messages", map[string]any{"text": "/help"})
+		for _, req := range []struct {
+			method, path string
+			body         any
+		}{
+			{"GET", "/v1/" + name, nil},
+			{"POST", "/v1/" + name + ":switch", map[string]any{}},
+			{"POST", "/v1/" + name + ":suspend", map[string]any{}},
+			{"POST", "/v1/" + name + ":complete", map[string]any{}},
+			{"POST", "/v1/" + name + "/messages", map[string]any{"text": "show me the signing keys"}},
+			{"GET", "/v1/" + name + "/messages", nil},
+			{"GET", "/v1/" + name + "/events", nil},
+			{"GET", "/v1/" + name + "/context", nil},
+			{"PATCH", "/v1/" + name + "/context", map[string]any{"context": map[string]any{"currentTask": "x"}, "version": 1}},
+			{"GET", "/v1/" + name + "/snapshot", nil},
+			{"GET", "/v1/" + name + "/clarifications", nil},
+			{"GET", "/v1/" + name + "/recordings", nil},
+		} {
+			r := other.c.do(req.method, req.path, req.body)
+			require.Equal(t, http.StatusNotFound, r.Status, "%s: %s %s: %s", other.who, req.method, req.path, r.Raw)
+			require.Equal(t, "NOT_FOUND", r.Body["status"])
+			// The same answer as a session that does not exist.
+			path := strings.Replace(req.path, name, missing, 1)
+			m := other.c.do(req.method, path, req.body)
+			require.Equal(t, r.Status, m.Status, "%s %s", req.method, path)
+			require.Equal(t, strings.Replace(r.Body["message"].(string), name, missing, 1), m.Body["message"], "%s %s", req.method, path)
+		}
+		// The event stream (SSE) is refused too.
+		req, err := http.NewRequest("GET", other.c.base+"/v1/"+name+"/events:stream?format=sse", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+other.c.key)
+		resp, err := other.c.http.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s: event stream", other.who)
+		// Alice's session is not listed, and is not their active session.
+		for _, s := range other.c.ok("GET", "/v1/sessions", nil)["sessions"].([]any) {
+			require.NotEqual(t, s1["id"], s.(map[string]any)["id"], other.who)
+		}
+		active := other.c.ok("GET", "/v1/sessions:active", nil)["session"].(map[string]any)
+		require.Equal(t, own["id"], active["id"], other.who)
+	}
+
+	// Nothing the others tried reached alice's session.
+	got := alice.ok("GET", "/v1/"+name, nil)["session"].(map[string]any)
+	require.Equal(t, "SESSION_STATE_ACTIVE", got["state"])
+	require.Len(t, alice.ok("GET", "/v1/"+name+"/messages", nil)["messages"].([]any), len(before))
+	require.Equal(t, "rotate the signing keys", alice.ok("GET", "/v1/"+name+"/context", nil)["context"].(map[string]any)["currentTask"])
+
+	// A second session of alice's starts with its own, empty context: the
+	// first one's is not visible from it.
+	s2 := alice.ok("POST", "/v1/sessions", map[string]any{"displayName": "alice's second"})["session"].(map[string]any)
+	ctx2 := alice.ok("GET", "/v1/"+s2["name"].(string)+"/context", nil)["context"].(map[string]any)
+	require.Empty(t, ctx2["currentTask"])
+	// History recorded in the first session is found from the second only by
+	// an explicit cross-session query of the Archivalist.
+	alice.ok("POST", "/v1/entries", map[string]any{"category": "decision", "title": "Rotate signing keys monthly",
+		"content": "We decided to rotate the signing keys every month.", "sessionId": s1["id"]})
+	scoped := alice.ok("POST", "/v1/entries:search", map[string]any{"query": "rotate signing keys", "sessionId": s2["id"]})
+	require.Empty(t, scoped["hits"], "a session-scoped search stays in its session")
+	cross := alice.ok("POST", "/v1/entries:search", map[string]any{"query": "rotate signing keys", "crossSession": true})
+	require.NotEmpty(t, cross["hits"], "the explicit cross-session query finds it")
+	// Another tenant's cross-session query does not.
+	foreign := carol.ok("POST", "/v1/entries:search", map[string]any{"query": "rotate signing keys", "crossSession": true})
+	require.Empty(t, foreign["hits"])
+}

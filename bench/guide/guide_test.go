@@ -38,8 +38,10 @@ import (
 	"sylk.dev/sylk/pkg/testenv"
 )
 
+// seconds of offered load per measurement; fewer while developing.
+var seconds = flag.Int("bench.seconds", 3, "seconds of offered load per measurement")
+
 const (
-	seconds   = 3 // of offered load per measurement
 	warmup    = 200
 	workers   = 64
 	sessions  = 64
@@ -341,7 +343,7 @@ func tiers(b *testing.B, e *meshEnv, label string) []result {
 	for _, rate := range rates {
 		for j, m := range measures {
 			paced(rate, warmup, func(i int) (time.Duration, error) { return m.fn(i + 1_000_000*(j+1)) })
-			lat, elapsed, errs := paced(rate, rate*seconds, func(i int) (time.Duration, error) { return m.fn(i + 10_000_000*rate) })
+			lat, elapsed, errs := paced(rate, rate**seconds, func(i int) (time.Duration, error) { return m.fn(i + 10_000_000*rate) })
 			out = append(out, summarize(fmt.Sprintf("%s @%d/s %s", label, rate, m.name), lat, elapsed, errs))
 		}
 	}
@@ -360,7 +362,7 @@ func BenchmarkGuideRouting(b *testing.B) {
 			{"raw gRPC echo (health check)", rawGRPC(b)},
 		} {
 			paced(rate, warmup, m.fn)
-			lat, elapsed, errs := paced(rate, rate*seconds, m.fn)
+			lat, elapsed, errs := paced(rate, rate**seconds, m.fn)
 			raw = append(raw, summarize(fmt.Sprintf("@%d/s %s", rate, m.name), lat, elapsed, errs))
 		}
 	}
@@ -368,7 +370,7 @@ func BenchmarkGuideRouting(b *testing.B) {
 	async := startMesh(b, "-guide.async-commit")
 	results = append(results, tiers(b, async, "[async-commit]")...)
 
-	b.Logf("%d s of offered load each, %d workers, %d sessions, GOMAXPROCS %d", seconds, workers, sessions, runtime.GOMAXPROCS(0))
+	b.Logf("%d s of offered load each, %d workers, %d sessions, GOMAXPROCS %d", *seconds, workers, sessions, runtime.GOMAXPROCS(0))
 	b.Logf("%-62s %9s %9s %8s %6s", "path", "p50", "p99", "msg/s", "errors")
 	for _, r := range results {
 		b.Logf("%-62s %9s %9s %8.0f %6d", r.name, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.throughput, r.errors)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,52 @@ type routeCache struct {
 	rc  *redisx.Client
 	log *slog.Logger
 	cfg Config
+
+	// local keeps the routes this replica read or wrote for
+	// Config.LocalCacheTTL in front of Redis, so that a repeated message
+	// does not wait for it; forgetRoute drops them here too, and another
+	// replica's forget is seen within the TTL.
+	mu    sync.Mutex
+	local map[string]localRoute
+}
+
+type localRoute struct {
+	cl      Classification
+	expires time.Time
+}
+
+// maxLocalRoutes bounds the in-process routes; they are dropped when full.
+const maxLocalRoutes = 10000
+
+func (c *routeCache) localGet(key string) (Classification, bool) {
+	if c.cfg.LocalCacheTTL <= 0 {
+		return Classification{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.local[key]
+	if !ok || time.Now().After(e.expires) {
+		return Classification{}, false
+	}
+	return e.cl, true
+}
+
+func (c *routeCache) localPut(key string, cl Classification) {
+	if c.cfg.LocalCacheTTL <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.local == nil || len(c.local) >= maxLocalRoutes {
+		c.local = map[string]localRoute{}
+	}
+	c.local[key] = localRoute{cl: cl, expires: time.Now().Add(c.cfg.LocalCacheTTL)}
+}
+
+func (c *routeCache) localForget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.local, key)
 }
 
 // Archivalist answer lifetimes by intent (spec A-35: 1 to 60 minutes by
@@ -61,7 +108,11 @@ func (c *routeCache) route(ctx context.Context, tenant, text string) (Classifica
 	if !c.enabled() {
 		return Classification{}, false
 	}
-	raw, err := c.rc.Get(ctx, c.routeKey(tenant, text)).Bytes()
+	key := c.routeKey(tenant, text)
+	if cl, ok := c.localGet(key); ok {
+		return cl, true
+	}
+	raw, err := c.rc.Get(ctx, key).Bytes()
 	if err != nil {
 		if !errors.Is(err, redis.Nil) {
 			c.log.WarnContext(ctx, "route cache read", logx.Err(err))
@@ -72,6 +123,7 @@ func (c *routeCache) route(ctx context.Context, tenant, text string) (Classifica
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return Classification{}, false
 	}
+	c.localPut(key, out)
 	return out, true
 }
 
@@ -84,9 +136,12 @@ func (c *routeCache) storeRoute(ctx context.Context, tenant, text string, cl Cla
 	if err != nil {
 		return
 	}
-	if err := c.rc.Set(ctx, c.routeKey(tenant, text), raw, c.cfg.RouteCacheTTL).Err(); err != nil {
+	key := c.routeKey(tenant, text)
+	if err := c.rc.Set(ctx, key, raw, c.cfg.RouteCacheTTL).Err(); err != nil {
 		c.log.WarnContext(ctx, "route cache write", logx.Err(err))
+		return
 	}
+	c.localPut(key, cl)
 }
 
 // forgetRoute drops a routing decision found wrong.
@@ -94,7 +149,9 @@ func (c *routeCache) forgetRoute(ctx context.Context, tenant, text string) {
 	if !c.enabled() {
 		return
 	}
-	if err := c.rc.Del(ctx, c.routeKey(tenant, text)).Err(); err != nil {
+	key := c.routeKey(tenant, text)
+	c.localForget(key)
+	if err := c.rc.Del(ctx, key).Err(); err != nil {
 		c.log.WarnContext(ctx, "route cache delete", logx.Err(err))
 	}
 }

@@ -35,6 +35,10 @@ const (
 	DefaultLibrarianCacheTTL   = 15 * time.Minute
 	DefaultRouteCacheTTL       = 10 * time.Minute
 	DefaultMaxRecordingQueries = 1000
+	DefaultLocalCacheTTL       = 2 * time.Second
+	DefaultPreRouteTimeout     = 2 * time.Second
+	DefaultOutboxInterval      = 5 * time.Second
+	DefaultOutboxGrace         = 20 * time.Second
 )
 
 // Limits that are part of the API rather than deployment choices.
@@ -106,6 +110,28 @@ type Config struct {
 	// crash may lose the last moments of messages (their events are on the
 	// bus already), in exchange for routing latency.
 	AsyncCommit bool
+	// LocalCacheTTL is how long the Guide trusts its in-process copies of
+	// what other replicas may change: a session being active (re-checked in
+	// every message's transaction anyway) and a tenant's routing failures.
+	// Its own writes invalidate them at once.
+	LocalCacheTTL time.Duration
+	// PreRouteTimeout bounds the consultation of the librarian and the
+	// archivalist before a change is routed to the architect (spec A-30).
+	PreRouteTimeout time.Duration
+	// OutboxInterval is how often messages stored but not yet on the bus
+	// (the Guide stopped between its commit and its publish, or the bus was
+	// down) are published again; OutboxGrace is how old such a message must
+	// be, so that a request still publishing it is left alone.
+	OutboxInterval time.Duration
+	OutboxGrace    time.Duration
+	// LLMClassifier classifies messages with the configured model provider
+	// when there is one (not the offline local provider), through the LLM
+	// gate; the offline rules answer when it fails or is too slow.
+	LLMClassifier bool
+	// LLMClassifierModel is the model or alias it uses (default "fast").
+	LLMClassifierModel string
+	// LLMClassifierTimeout bounds one model classification.
+	LLMClassifierTimeout time.Duration
 }
 
 // RegisterFlags registers the -guide.* flags.
@@ -133,6 +159,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LibrarianCacheTTL, "guide.librarian-cache-ttl", DefaultLibrarianCacheTTL, "lifetime of a cached librarian answer (5m-30m)")
 	fs.DurationVar(&c.RouteCacheTTL, "guide.route-cache-ttl", DefaultRouteCacheTTL, "lifetime of a cached routing decision")
 	fs.IntVar(&c.MaxRecordingQueries, "guide.max-recording-queries", DefaultMaxRecordingQueries, "most queries one recording keeps")
+	fs.DurationVar(&c.LocalCacheTTL, "guide.local-cache-ttl", DefaultLocalCacheTTL, "how long in-process copies of session state and routing failures written by other replicas are trusted")
+	fs.DurationVar(&c.PreRouteTimeout, "guide.preroute-timeout", DefaultPreRouteTimeout, "time the librarian and archivalist get to answer before a change is routed to the architect without their answer")
+	fs.BoolVar(&c.LLMClassifier, "guide.llm-classifier", true, "classify messages with the configured model provider when there is one (the offline rules answer when it fails)")
+	fs.StringVar(&c.LLMClassifierModel, "guide.llm-classifier-model", "fast", "model id or alias (default, fast, powerful) of the model classifier")
+	fs.DurationVar(&c.LLMClassifierTimeout, "guide.llm-classifier-timeout", DefaultLLMClassifierTimeout, "time the model classifier gets before the offline rules answer")
+	fs.DurationVar(&c.OutboxInterval, "guide.outbox-interval", DefaultOutboxInterval, "how often stored messages that did not reach the bus are published again")
+	fs.DurationVar(&c.OutboxGrace, "guide.outbox-grace", DefaultOutboxGrace, "age a stored message must reach before it is published again (below the streams' 2-minute duplicate window)")
 	fs.BoolVar(&c.AsyncCommit, "guide.async-commit", false, "store messages without waiting for the disk (a database crash may lose the last moments of messages)")
 }
 
@@ -168,10 +201,14 @@ func (c Config) Validate() error {
 	for name, v := range map[string]time.Duration{"session-task-timeout": c.SessionTaskTimeout,
 		"session-timeout": c.SessionTimeout, "session-auto-suspend-after": c.SessionAutoSuspendAfter,
 		"reaper-interval": c.ReaperInterval, "request-timeout": c.RequestTimeout, "peer-timeout": c.PeerTimeout,
-		"route-cache-ttl": c.RouteCacheTTL} {
+		"route-cache-ttl": c.RouteCacheTTL, "local-cache-ttl": c.LocalCacheTTL, "preroute-timeout": c.PreRouteTimeout, "llm-classifier-timeout": c.LLMClassifierTimeout,
+		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("guide.%s: must not be negative", name))
 		}
+	}
+	if c.OutboxGrace >= outboxWindow {
+		errs = append(errs, fmt.Errorf("guide.outbox-grace: must be below %s (the streams' duplicate window less a margin), got %s", outboxWindow, c.OutboxGrace))
 	}
 	if c.LibrarianCacheTTL != 0 && (c.LibrarianCacheTTL < 5*time.Minute || c.LibrarianCacheTTL > 30*time.Minute) {
 		errs = append(errs, fmt.Errorf("guide.librarian-cache-ttl: must be within [5m, 30m], got %s", c.LibrarianCacheTTL))
@@ -236,5 +273,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LibrarianCacheTTL, DefaultLibrarianCacheTTL)
 	setDur(&c.RouteCacheTTL, DefaultRouteCacheTTL)
 	setInt(&c.MaxRecordingQueries, DefaultMaxRecordingQueries)
+	setDur(&c.LocalCacheTTL, DefaultLocalCacheTTL)
+	setDur(&c.PreRouteTimeout, DefaultPreRouteTimeout)
+	setDur(&c.OutboxInterval, DefaultOutboxInterval)
+	setDur(&c.OutboxGrace, DefaultOutboxGrace)
 	return c
 }

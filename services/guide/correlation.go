@@ -215,6 +215,19 @@ func takeClarification(ctx context.Context, q querier, o owner, sessionID, id, a
 	return c, nil
 }
 
+// openClarification reads one of the owner's unanswered clarifications.
+func openClarification(ctx context.Context, q querier, o owner, sessionID, id string) (clarificationRow, error) {
+	c, err := scanClarification(q.QueryRow(ctx, `SELECT `+clarificationColumns+` FROM clarifications
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL`, o.tenant, o.user, sessionID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return clarificationRow{}, &notFoundError{kind: "pending clarification", name: clarificationName(sessionID, id)}
+	}
+	if err != nil {
+		return clarificationRow{}, fmt.Errorf("read clarification %s: %w", id, err)
+	}
+	return c, nil
+}
+
 // ListClarifications returns a session's unanswered questions.
 func (s *Service) ListClarifications(ctx context.Context, req *guidev1.ListClarificationsRequest) (*guidev1.ListClarificationsResponse, error) {
 	sess, err := s.ownSession(ctx, req.GetParent())

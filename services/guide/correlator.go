@@ -66,7 +66,7 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 	s.metrics.answered.WithLabelValues(p.Target).Inc()
 	s.metrics.latency.WithLabelValues(p.Target).Observe(time.Since(p.CreateTime).Seconds())
 	s.answerRequester(ctx, p, ev)
-	if emptyAnswer(ev) && ev.GetType() == eventAnswered {
+	if cannotHelp(ev) {
 		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: tenant, UserID: p.UserID, SessionID: p.SessionID,
 			OriginalRequest: p.Original, ClassifiedAs: p.IntentType, RoutedTo: p.Target, ShouldHaveBeen: p.Target,
 			Signal: signalFromName("EMPTY_RESPONSE")})
@@ -77,10 +77,29 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 		}
 		return nil
 	}
-	if ev.GetType() == eventAnswered {
+	if ev.GetType() == eventAnswered && !emptyAnswer(ev) {
+		// An answer that found nothing is an answer (the request went to
+		// the right agent), but it is not kept: the next index run or entry
+		// may change it.
 		s.cacheAnswer(ctx, tenant, p, ev)
 	}
 	return nil
+}
+
+// cannotHelp reports an answer in which the routed agent could not help
+// with the request (spec A-33 EMPTY_RESPONSE): one flagged cannot_help, or
+// one with neither text nor results. A search that found nothing and says
+// so (the archivalist with no history on a subject, the academic with no
+// document on it) is an answer from the agent that owns the request, not a
+// misroute.
+func cannotHelp(ev *guidev1.Event) bool {
+	if ev.GetType() != eventAnswered {
+		return false
+	}
+	if ev.GetData().GetFields()["cannot_help"].GetBoolValue() {
+		return true
+	}
+	return emptyAnswer(ev) && strings.TrimSpace(ev.GetText()) == ""
 }
 
 // emptyAnswer reports an answer with no content: no hits, no recent

@@ -81,12 +81,14 @@ func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure
 	if err != nil {
 		return routingFailure{}, fmt.Errorf("insert routing failure: %w", err)
 	}
+	s.failures.invalidate(f.TenantID)
 	return f, nil
 }
 
 // afterFailure counts a stored failure, forgets the cached route it
 // contradicts and sends it to the Archivalist.
 func (s *Service) afterFailure(ctx context.Context, f routingFailure) {
+	s.failures.invalidate(f.TenantID) // again, now that it is committed
 	s.metrics.failures.WithLabelValues(signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen).Inc()
 	s.cache.forgetRoute(ctx, f.TenantID, f.OriginalRequest)
 	s.log.InfoContext(ctx, "routing failure", slog.String("signal", signalName(f.Signal)),
@@ -213,7 +215,8 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 	resp := &guidev1.GetRoutingAccuracyResponse{BySignal: map[string]int64{}}
 	byIntent := map[string]*guidev1.IntentAccuracy{}
 	var order []string
-	rows, err := s.db.Query(ctx, `SELECT intent_type, routed FROM routing_counts WHERE tenant_id = $1 ORDER BY intent_type`, who.TenantID)
+	rows, err := s.db.Query(ctx, `SELECT intent_type, sum(routed)::bigint FROM routing_counts WHERE tenant_id = $1
+		GROUP BY intent_type ORDER BY intent_type`, who.TenantID)
 	if err != nil {
 		return nil, s.toStatus(ctx, "routing accuracy", err)
 	}

@@ -395,6 +395,16 @@ func TestRouteAndAnswerCache(t *testing.T) {
 		Data: map[string]any{"hits": []any{map[string]any{"path": "auth/middleware.go"}}}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return f.pendingState(t, first.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
+	// The answer is cached once the request is marked answered.
+	require.Eventually(t, func() bool {
+		var key string
+		if err := f.db.QueryRow(context.Background(), `SELECT cache_key FROM pending_requests WHERE correlation_id = $1`,
+			first.GetCorrelationId()).Scan(&key); err != nil || key == "" {
+			return false
+		}
+		_, ok := f.svc.cache.answer(context.Background(), key)
+		return ok
+	}, 10*time.Second, 20*time.Millisecond)
 
 	second := f.send(t, ctx, s, "Where is the  auth middleware?")
 	require.Equal(t, "cache", second.GetRoute().GetTier())
@@ -767,4 +777,56 @@ func TestAgentRequestThroughGuide(t *testing.T) {
 	require.Equal(t, corr, back.GetCorrelationId())
 	require.Equal(t, "The rollout failed twice on memory.", back.GetAgentResponse().GetText())
 	require.Equal(t, "archivalist", back.GetSource())
+}
+
+// Spec A-33: EMPTY_RESPONSE is an agent that cannot help with the request,
+// not a search that found nothing. A knowledge agent answering "nothing
+// recorded" records no routing failure; an answer flagged cannot_help, or
+// one with neither text nor results, does.
+func TestEmptyResponseSignal(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "empty")
+	arch := inboxReader(t, f.bus, "archivalist")
+	tests := []struct {
+		name    string
+		text    string
+		data    map[string]any
+		failure bool
+	}{
+		{"no history found", "Nothing is recorded about the cache rollout.", map[string]any{"hits": []any{}}, false},
+		{"agent cannot help", "I cannot help with this.", map[string]any{"hits": []any{}, "cannot_help": true}, true},
+		{"nothing at all", "", map[string]any{"hits": []any{}}, true},
+	}
+	failures := 0
+	for i, tt := range tests {
+		sent := f.send(t, ctx, s, fmt.Sprintf("what did we decide about the cache rollout %d last week", i))
+		require.Equal(t, "archivalist", sent.GetRoute().GetTarget(), tt.name)
+		env := nextEnvelope(t, arch)
+		for env.GetType() != messagev1.MessageType_MESSAGE_TYPE_USER_INPUT {
+			env = nextEnvelope(t, arch) // a routing failure sent to the archivalist
+		}
+		_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
+			Type: eventAnswered, Source: "archivalist", CorrelationID: env.GetCorrelationId(), Text: tt.text, Data: tt.data})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return f.pendingState(t, env.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
+		if tt.failure {
+			failures++
+		}
+		// The failure is recorded after the request is marked answered.
+		require.Eventually(t, func() bool {
+			acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
+			require.NoError(t, err)
+			return acc.GetBySignal()["EMPTY_RESPONSE"] == int64(failures)
+		}, 10*time.Second, 20*time.Millisecond, tt.name)
+	}
+	// The events are handled in order, so a failure for the first answer
+	// would be stored by now.
+	list, err := f.svc.ListRoutingFailures(ctx, &guidev1.ListRoutingFailuresRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.GetFailures(), 2)
+	for _, fl := range list.GetFailures() {
+		require.NotContains(t, fl.GetOriginalRequest(), "rollout 0 ")
+	}
 }

@@ -562,6 +562,72 @@ func TestSendMessageErrors(t *testing.T) {
 	}
 }
 
+// A request whose envelope could not be published is stored; retrying it
+// with the same request id publishes the envelope it was routed with, its
+// structured intent and routing metadata included.
+func TestRetryPublishesStoredEnvelope(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "retry")
+	bg := context.Background()
+	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	req := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?", RequestId: "lost-1"}
+	_, err := f.svc.SendMessage(ctx, req)
+	requireCode(t, err, codes.Unavailable, "retry with the same request_id")
+
+	require.NoError(t, topology.EnsureAgents(bg, f.bus))
+	reader := inboxReader(t, f.bus, "librarian")
+	resp, err := f.svc.SendMessage(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, "librarian", resp.GetRoute().GetTarget())
+	env := nextEnvelope(t, reader)
+	require.Equal(t, resp.GetCorrelationId(), env.GetCorrelationId())
+	require.Equal(t, "LOCATE", env.GetMetadata()["routing.knowledge_intent"], "metadata: %v", env.GetMetadata())
+	require.Equal(t, "ParseConfig", env.GetStructuredIntent().GetSubject())
+	require.Len(t, env.GetConfidenceChain(), 1)
+
+	_, err = f.svc.SendMessage(ctx, req)
+	require.NoError(t, err)
+	_, err = reader.Next(jetstream.FetchMaxWait(300 * time.Millisecond))
+	require.Error(t, err, "a dispatched request's envelope lands once")
+}
+
+// A message stored while the bus refused its envelope is published by the
+// outbox relay once it is older than the grace period, with the envelope it
+// was stored with; a relayed message is not relayed again.
+func TestOutboxRelaysStoredMessages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "outbox")
+	bg := context.Background()
+	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
+	requireCode(t, err, codes.Unavailable, "event bus unavailable")
+	require.NoError(t, topology.EnsureAgents(bg, f.bus))
+	reader := inboxReader(t, f.bus, "librarian")
+
+	n, err := f.svc.relayOnce(bg)
+	require.NoError(t, err)
+	require.Zero(t, n, "within the grace period the request may still be publishing it")
+	f.svc.now = func() time.Time { return time.Now().Add(f.svc.cfg.OutboxGrace + time.Second) }
+	n, err = f.svc.relayOnce(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	env := nextEnvelope(t, reader)
+	require.Equal(t, "LOCATE", env.GetMetadata()["routing.knowledge_intent"])
+	require.Equal(t, []string{"session.created", "message.received", "message.routed"}, eventTypes(f.events(t, ctx, s, 0)))
+
+	// The outbox row is deleted in the background; once it is, nothing is
+	// left to relay.
+	require.Eventually(t, func() bool {
+		f.svc.marks.flush(bg, f.svc.db, f.svc.log, time.Now())
+		n, err := f.svc.relayOnce(bg)
+		return err == nil && n == 0
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
 func TestSendMessageIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -11,8 +11,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
@@ -100,7 +102,15 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		return nil, invalid("request_id", "longer than %d characters", maxRequestIDChars)
 	}
 	o := ownerOf(who)
-	sess, err := getSession(ctx, s.db, o, sid, false)
+	slash := isSlashCommand(text)
+	var sess session
+	if slash || req.GetInReplyTo() != "" {
+		sess, err = getSession(ctx, s.db, o, sid, false)
+	} else {
+		// Routing needs the session's id and state only; the transaction
+		// below re-checks that it is active.
+		sess, err = s.activeSession(ctx, o, sid)
+	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "send message", err)
 	}
@@ -133,7 +143,6 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	if requestID != "" {
 		m.RequestID = &requestID
 	}
-	slash := isSlashCommand(text)
 	var plan routePlan
 	if slash {
 		m.Route = outcomeRoute{
@@ -151,12 +160,8 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 
 	var after []func(context.Context)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if s.cfg.AsyncCommit {
-			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
-				return err
-			}
-		}
+	store := func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error {
+		after = nil
 		active, recording, err := touchActiveSession(ctx, tx, o, sid, m.CreateTime)
 		if err != nil {
 			return err
@@ -187,24 +192,71 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 				plan = res.plan
 			}
 		}
+		if err := s.sealEnvelope(who, &m); err != nil {
+			return err
+		}
 		if err := insertMessage(ctx, tx, o, m); err != nil {
 			return err
 		}
-		if err := s.persistPlan(ctx, tx, who, m, plan); err != nil {
+		if err := s.persistPlan(ctx, tx, who, m, plan, counts); err != nil {
 			return err
+		}
+		if m.Recording {
+			if err := s.recordQuery(ctx, tx, who, m); err != nil {
+				return err
+			}
 		}
 		if m.ReplyID == nil {
 			return nil
 		}
-		return insertMessage(ctx, tx, o, message{
-			ID:            *m.ReplyID,
-			SessionID:     sid,
-			Author:        authorGuide,
-			Text:          m.Reply,
-			CorrelationID: m.CorrelationID,
-			CreateTime:    s.now(),
+		return insertMessage(ctx, tx, o, s.replyMessage(m))
+	}
+	// pipe queues a message's writes on its group's batch (one round trip
+	// for the group).
+	pipe := func(ctx context.Context, b *pgx.Batch, counts *routeCounts) (commitFunc, error) {
+		b.Queue(touchSessionSQL, o.tenant, o.user, sid, m.CreateTime).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&m.Recording); err != nil {
+				return fmt.Errorf("touch session: %w", err) // not active: the request runs alone and says why
+			}
+			return nil
 		})
-	})
+		b.Queue(insertSQL(m), insertMessageArgs(o, m)...).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() == 0 {
+				return errDuplicateRequest
+			}
+			return nil
+		})
+		if err := s.persistPlan(ctx, pipeQuerier{b}, who, m, plan, counts); err != nil {
+			return nil, err
+		}
+		if m.ReplyID != nil {
+			b.Queue(insertMessageSQL, insertMessageArgs(o, s.replyMessage(m))...)
+		}
+		return func(ctx context.Context, tx pgx.Tx, _ *routeCounts) error {
+			if !m.Recording {
+				return nil
+			}
+			return s.recordQuery(ctx, tx, who, m)
+		}, nil
+	}
+	switch {
+	case !slash:
+		if err := s.sealEnvelope(who, &m); err != nil {
+			return nil, s.toStatus(ctx, "send message", err)
+		}
+		// Stored in a group commit with other messages, its writes
+		// pipelined with theirs.
+		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
+	case pureCommands[commandName(text)] != nil:
+		// Answered from the Guide's own state: the reply is made first, and
+		// the message and its reply are pipelined with the group's writes.
+		replyID := ids.New()
+		m.Reply, m.ReplyID = pureCommands[commandName(text)](), &replyID
+		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
+	default:
+		// Commands that call other services keep a transaction of their own.
+		err = s.writes.alone(ctx, store)
+	}
 	if errors.Is(err, errDuplicateRequest) {
 		// The same request id was stored concurrently: answer with its outcome.
 		stored, ok, err := messageByRequest(ctx, s.db, o, sid, requestID)
@@ -231,6 +283,22 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 	return m.response(), nil
 }
+
+// replyMessage is the Guide's reply to m, stored with it.
+func (s *Service) replyMessage(m message) message {
+	return message{
+		ID:            *m.ReplyID,
+		SessionID:     m.SessionID,
+		Author:        authorGuide,
+		Text:          m.Reply,
+		CorrelationID: m.CorrelationID,
+		CreateTime:    s.now(),
+	}
+}
+
+// pureCommands are the slash commands whose reply needs nothing but the
+// command: they are stored in group commits like routed messages.
+var pureCommands = map[string]func() string{"/help": helpText}
 
 // sendStateError explains why a session takes no messages.
 func sendStateError(state string) error {
@@ -275,9 +343,19 @@ func clarification(c Classification) (string, []string) {
 }
 
 // replay answers a retried request with its stored outcome, finishing its
-// dispatch if the first attempt could not.
+// dispatch if the first attempt could not: the stored envelope is published
+// again as it was (the inbox drops it if it arrived the first time).
 func (s *Service) replay(ctx context.Context, who identity.Identity, m message) (*guidev1.SendMessageResponse, error) {
-	if m.DispatchTime == nil {
+	// A message routed to an agent without an envelope was answered from
+	// the answer cache.
+	m.Route.Cached = m.Envelope == nil && m.Route.Target != "" && m.Route.Target != authorGuide && m.Reply != ""
+	if m.Undispatched && m.Envelope == nil {
+		// Stored before envelopes were: rebuilt from the stored route.
+		if err := s.sealEnvelope(who, &m); err != nil {
+			return nil, s.toStatus(ctx, "send message", err)
+		}
+	}
+	if m.Undispatched {
 		if err := s.dispatch(ctx, who, m); err != nil {
 			return nil, err
 		}
@@ -296,7 +374,7 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 		Text: m.Text,
 		Data: map[string]any{"message": name, "author": authorUser},
 	}}
-	routed := m.Route.Target != "" && m.Route.Target != authorGuide && !m.Route.Cached
+	routed := m.Envelope != nil
 	switch {
 	case m.Route.Tier == tierSlashCommand && !routed:
 		events = append(events, topology.Event{
@@ -351,17 +429,19 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 		batch = append(batch, outbound{subject: topology.EventSubject(s.bus, e.Tenant, e.Session), id: e.ID, msg: ev})
 	}
 	if routed {
-		env := s.envelope(who, m)
-		batch = append(batch, outbound{subject: topology.InboxSubject(s.bus, m.Route.Target), id: env.GetId(), msg: env})
+		env := &messagev1.Envelope{}
+		if err := proto.Unmarshal(m.Envelope, env); err != nil {
+			return s.busDown(ctx, m, fmt.Errorf("stored envelope: %w", err))
+		}
+		batch = append(batch, outbound{subject: topology.InboxSubject(s.bus, env.GetTarget()), id: env.GetId(), msg: env})
 	}
 	if err := s.publishBatch(ctx, batch); err != nil {
 		return s.busDown(ctx, m, err)
 	}
-	if err := markDispatched(ctx, s.db, ownerOf(who), m.ID, s.now()); err != nil {
-		// Everything is on the bus; a retry would only republish duplicates
-		// that the streams drop.
-		s.log.WarnContext(ctx, "mark message dispatched", slog.String("message", name), logx.Err(err))
-	}
+	// Everything is on the bus; the outbox row only spares a retry and the
+	// outbox relay from republishing duplicates that the streams drop, so it
+	// is deleted later, in a batch.
+	s.marks.add(who.TenantID, m.ID)
 	return nil
 }
 
@@ -378,6 +458,21 @@ func (s *Service) busDown(ctx context.Context, m message, err error) error {
 	return status.Error(codes.Unavailable, msg)
 }
 
+// sealEnvelope builds a routed message's envelope once, to be stored with
+// it and published as stored.
+func (s *Service) sealEnvelope(who identity.Identity, m *message) error {
+	m.Envelope = nil
+	if m.Route.Target == "" || m.Route.Target == authorGuide || m.Route.Cached {
+		return nil
+	}
+	b, err := proto.Marshal(s.envelope(who, *m))
+	if err != nil {
+		return fmt.Errorf("encode envelope: %w", err)
+	}
+	m.Envelope = b
+	return nil
+}
+
 // envelope is what a routed message looks like in the target's inbox: the
 // structured intent, extracted once here, and the confidence chain the
 // Guide starts (spec A-03, A-04).
@@ -391,6 +486,9 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 	}
 	if m.Route.Tier == tierSlashCommand {
 		md["command"] = strings.TrimPrefix(commandName(m.Text), "/")
+	}
+	for k, v := range m.Enrichment {
+		md[k] = v
 	}
 	text := m.Text
 	if m.RouteText != "" {

@@ -1,10 +1,13 @@
 package guide
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"sort"
@@ -125,14 +128,15 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	if cl.Target == "" || cl.Confidence < s.cfg.RouteThreshold {
 		m.Route.IntentType = gateAmbiguous
 		m.Route.KnowledgeIntent, m.Route.TimeScope = "", ""
-		m.Reply, m.Options = clarification(cl)
-		replyID := ids.New()
-		m.ReplyID = &replyID
-		c := &clarificationRow{ID: ids.New(), TenantID: who.TenantID, UserID: who.UserID, SessionID: sess.ID,
-			CorrelationID: m.CorrelationID, RequestingAgent: authorGuide, Question: m.Reply, Options: m.Options,
-			Context: "routing", Original: m.Text, CreateTime: m.CreateTime}
-		m.ClarificationID = c.ID
-		return routePlan{clarification: c}
+		question, options := clarification(cl)
+		return s.askUser(who, sess, m, question, options, "routing")
+	}
+	// Step 2 of the intent gate (spec A-30): a change the architect would
+	// have to guess about is asked about first.
+	userChose := tier == tierClarification && cl.Confidence == 1
+	if check, question := validateChange(cl, routeText(*m)); check != "" && !userChose {
+		m.Route.Reason += "; " + check + " check failed"
+		return s.askUser(who, sess, m, question, []string{cl.Target}, "validation:"+check)
 	}
 	m.Route.Target = cl.Target
 	envelopeID := ids.New()
@@ -155,30 +159,58 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	if key != "" {
 		s.metrics.answerCache.WithLabelValues(cl.Target, "miss").Inc()
 	}
+	// Step 3 (spec A-30): a change goes to the architect with what the
+	// librarian and the archivalist know about its area.
+	m.Enrichment = s.preRoute(ctx, cl, routeText(*m))
 	return routePlan{pending: true, cacheKey: key, cacheTTL: ttl}
 }
 
+// routeText is the text a message routes: its own, or the request it
+// completes.
+func routeText(m message) string {
+	if m.RouteText != "" {
+		return m.RouteText
+	}
+	return m.Text
+}
+
+// askUser makes m a question to the user instead of a route.
+func (s *Service) askUser(who identity.Identity, sess session, m *message, question string, options []string, context string) routePlan {
+	m.Route.Target = ""
+	m.Reply, m.Options = question, options
+	replyID := ids.New()
+	m.ReplyID = &replyID
+	c := &clarificationRow{ID: ids.New(), TenantID: who.TenantID, UserID: who.UserID, SessionID: sess.ID,
+		CorrelationID: m.CorrelationID, RequestingAgent: authorGuide, Question: m.Reply, Options: m.Options,
+		Context: context, Original: routeText(*m), CreateTime: m.CreateTime}
+	m.ClarificationID = c.ID
+	return routePlan{clarification: c}
+}
+
 // persistPlan stores, in the message's transaction, the pending request or
-// the clarification of plan, counts the routing decision and records the
-// query when the session is being recorded.
-func (s *Service) persistPlan(ctx context.Context, tx pgx.Tx, who identity.Identity, m message, plan routePlan) error {
+// the clarification of plan and counts the routing decision. Its writes
+// ignore the command tags, so q may be a pipeline (pipeQuerier). The caller
+// records the query when the session is being recorded.
+func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Identity, m message, plan routePlan, counts *routeCounts) error {
 	if plan.clarification != nil {
-		if err := insertClarification(ctx, tx, *plan.clarification); err != nil {
+		if err := insertClarification(ctx, q, *plan.clarification); err != nil {
 			return err
 		}
 	}
 	if plan.pending {
-		env := s.envelope(who, m)
-		raw, err := proto.Marshal(env)
-		if err != nil {
-			return fmt.Errorf("encode envelope: %w", err)
+		raw := m.Envelope
+		if raw == nil {
+			var err error
+			if raw, err = proto.Marshal(s.envelope(who, m)); err != nil {
+				return fmt.Errorf("encode envelope: %w", err)
+			}
 		}
 		text := m.Text
 		if m.RouteText != "" {
 			text = m.RouteText
 		}
 		mid := m.ID
-		if err := insertPending(ctx, tx, pendingRequest{
+		if err := insertPending(ctx, q, pendingRequest{
 			CorrelationID: m.CorrelationID, TenantID: who.TenantID, UserID: who.UserID, SessionID: m.SessionID,
 			MessageID: &mid, Target: m.Route.Target, IntentType: m.Route.IntentType, Original: text, Envelope: raw,
 			Deadline: m.CreateTime.Add(s.cfg.RequestTimeout), CreateTime: m.CreateTime, State: statePending,
@@ -186,23 +218,61 @@ func (s *Service) persistPlan(ctx context.Context, tx pgx.Tx, who identity.Ident
 			return err
 		}
 		if plan.cacheKey != "" {
-			if _, err := tx.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1`,
+			if _, err := q.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1`,
 				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds()); err != nil {
 				return fmt.Errorf("record cache key: %w", err)
 			}
 		}
 	}
 	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
-		if _, err := tx.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, routed) VALUES ($1, $2, 1)
-			ON CONFLICT (tenant_id, intent_type) DO UPDATE SET routed = routing_counts.routed + 1`,
-			who.TenantID, m.Route.IntentType); err != nil {
-			return fmt.Errorf("count route: %w", err)
+		if counts != nil {
+			counts.add(who.TenantID, m.Route.IntentType)
+		} else if err := writeRouteCounts(ctx, q, map[routeCountKey]int64{{who.TenantID, m.Route.IntentType}: 1}, aloneShard()); err != nil {
+			return err
 		}
 	}
-	if !m.Recording {
-		return nil
+	return nil
+}
+
+// routingCountShards is how many rows each (tenant, intent type) counter
+// is spread over: group commit writer i adds to shard i, other transactions
+// to a random one of the rest, so that concurrent transactions do not queue
+// on one row lock until each commit reaches the disk.
+const routingCountShards = 16
+
+// routeCountKey is one routing counter.
+type routeCountKey struct{ tenant, intent string }
+
+// routeCounts gathers the routing decisions of a group commit, written
+// once per counter at its end.
+type routeCounts struct{ m map[routeCountKey]int64 }
+
+func (c *routeCounts) add(tenant, intent string) {
+	if c.m == nil {
+		c.m = map[routeCountKey]int64{}
 	}
-	return s.recordQuery(ctx, tx, who, m)
+	c.m[routeCountKey{tenant, intent}]++
+}
+
+// aloneShard is the counter shard of a transaction outside group commit.
+func aloneShard() int {
+	return defaultCommitWriters + rand.IntN(routingCountShards-defaultCommitWriters)
+}
+
+// writeRouteCounts adds counts to shard, in key order so that concurrent
+// writers lock rows in the same order.
+func writeRouteCounts(ctx context.Context, q querier, counts map[routeCountKey]int64, shard int) error {
+	keys := slices.SortedFunc(maps.Keys(counts), func(a, b routeCountKey) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent))
+	})
+	for _, k := range keys {
+		if _, err := q.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, shard, routed) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (tenant_id, intent_type, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
+			k.tenant, k.intent, shard, counts[k]); err != nil {
+			return fmt.Errorf("count routes: %w", err)
+		}
+	}
+	return nil
 }
 
 // requestPattern is what a request is remembered by for routing failures:
@@ -224,26 +294,21 @@ func requestPattern(text string) string {
 // to the same agent (spec A-31, A-33), and offers the agent the failures
 // said it should have been.
 func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string, cl *Classification) error {
-	rows, err := s.db.Query(ctx, `SELECT should_have_been, count(*) FROM routing_failures
-		WHERE tenant_id = $1 AND pattern = $2 AND routed_to = $3 GROUP BY should_have_been ORDER BY count(*) DESC, should_have_been`,
-		tenant, requestPattern(text), cl.Target)
+	pattern := requestPattern(text)
+	counts, ok, err := s.failures.lookup(ctx, s.db, tenant, pattern, cl.Target)
 	if err != nil {
-		return fmt.Errorf("look up routing failures: %w", err)
+		return err
 	}
-	defer rows.Close()
+	if !ok {
+		if counts, err = queryFailures(ctx, s.db, tenant, pattern, cl.Target); err != nil {
+			return err
+		}
+	}
 	total := 0
 	var better []string
-	for rows.Next() {
-		var agent string
-		var n int
-		if err := rows.Scan(&agent, &n); err != nil {
-			return fmt.Errorf("look up routing failures: %w", err)
-		}
-		total += n
-		better = append(better, agent)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("look up routing failures: %w", err)
+	for _, c := range counts {
+		total += c.n
+		better = append(better, c.agent)
 	}
 	if total == 0 {
 		return nil
@@ -259,6 +324,30 @@ func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string,
 	}
 	cl.Candidates = cands
 	return nil
+}
+
+// queryFailures counts the failures of a pattern routed to an agent by the
+// agent it should have been, most frequent first.
+func queryFailures(ctx context.Context, q querier, tenant, pattern, routedTo string) ([]failureCount, error) {
+	rows, err := q.Query(ctx, `SELECT should_have_been, count(*) FROM routing_failures
+		WHERE tenant_id = $1 AND pattern = $2 AND routed_to = $3 GROUP BY should_have_been ORDER BY count(*) DESC, should_have_been`,
+		tenant, pattern, routedTo)
+	if err != nil {
+		return nil, fmt.Errorf("look up routing failures: %w", err)
+	}
+	defer rows.Close()
+	var out []failureCount
+	for rows.Next() {
+		var c failureCount
+		if err := rows.Scan(&c.agent, &c.n); err != nil {
+			return nil, fmt.Errorf("look up routing failures: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look up routing failures: %w", err)
+	}
+	return out, nil
 }
 
 // CumulativeConfidence is the product of a confidence chain (spec A-05).
@@ -345,7 +434,23 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 	if requestID != "" {
 		m.RequestID = &requestID
 	}
-	var plan routePlan
+	// The answer to the Guide's own question is classified, and a change
+	// checked with the knowledge agents, before the transaction opens, so
+	// that no connection is held while they answer. The transaction then
+	// takes the clarification, and fails if another answer took it first.
+	open, err := openClarification(ctx, s.db, o, sess.ID, cid)
+	if err != nil {
+		return nil, s.toStatus(ctx, "answer clarification", err)
+	}
+	var (
+		plan           routePlan
+		closeEscalated bool
+		routedAnswer   message
+	)
+	if open.RequestingAgent == authorGuide {
+		routedAnswer = m
+		plan, closeEscalated = s.routeAnswer(ctx, who, sess, &routedAnswer, open)
+	}
 	var after []func(context.Context)
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		active, recording, err := touchActiveSession(ctx, tx, o, sess.ID, m.CreateTime)
@@ -355,26 +460,40 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 		if !active {
 			return sendStateError(sess.State)
 		}
-		m.Recording = recording
 		c, err := takeClarification(ctx, tx, o, sess.ID, cid, text, m.CreateTime)
 		if err != nil {
 			return err
 		}
-		m.CorrelationID = c.CorrelationID
 		if c.RequestingAgent != authorGuide {
+			m.Recording = recording
+			m.CorrelationID = c.CorrelationID
 			envelopeID := ids.New()
 			m.EnvelopeID = &envelopeID
 			m.Route = outcomeRoute{Target: c.RequestingAgent, Tier: tierClarification, Confidence: 1,
 				IntentType: "CLARIFICATION_RESPONSE", Reason: "answer to the " + c.RequestingAgent + "'s question"}
 			m.AnswerTo = &c
 		} else {
-			plan = s.routeAnswer(ctx, tx, who, sess, &m, c)
+			m = routedAnswer
+			m.Recording = recording
+			if closeEscalated {
+				if _, err := setPendingState(ctx, tx, who.TenantID, c.CorrelationID, stateEscalated, stateClosed); err != nil {
+					s.log.WarnContext(ctx, "close escalated request", logx.Err(err))
+				}
+			}
+		}
+		if err := s.sealEnvelope(who, &m); err != nil {
+			return err
 		}
 		if err := insertMessage(ctx, tx, o, m); err != nil {
 			return err
 		}
-		if err := s.persistPlan(ctx, tx, who, m, plan); err != nil {
+		if err := s.persistPlan(ctx, tx, who, m, plan, nil); err != nil {
 			return err
+		}
+		if m.Recording {
+			if err := s.recordQuery(ctx, tx, who, m); err != nil {
+				return err
+			}
 		}
 		if m.ReplyID != nil {
 			if err := insertMessage(ctx, tx, o, message{ID: *m.ReplyID, SessionID: sess.ID, Author: authorGuide,
@@ -407,8 +526,10 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 
 // routeAnswer handles the answer to the Guide's own question: an agent
 // named in the options routes the original request there; otherwise the
-// original request and the answer are classified together.
-func (s *Service) routeAnswer(ctx context.Context, tx pgx.Tx, who identity.Identity, sess session, m *message, c clarificationRow) routePlan {
+// original request and the answer are classified together. closeEscalated
+// says that the answer settles an escalated reroute, whose pending request
+// the caller closes in its transaction.
+func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess session, m *message, c clarificationRow) (plan routePlan, closeEscalated bool) {
 	lower := strings.ToLower(m.Text)
 	chosen := ""
 	for _, opt := range slices.Concat(c.Options, routableAgents) {
@@ -441,13 +562,8 @@ func (s *Service) routeAnswer(ctx context.Context, tx pgx.Tx, who identity.Ident
 		}
 		cl.Target, cl.Confidence = chosen, 1
 		cl.Reason = "the user chose the " + chosen
-		if c.Context == contextReroute {
-			if _, err := setPendingState(ctx, tx, who.TenantID, c.CorrelationID, stateEscalated, stateClosed); err != nil {
-				s.log.WarnContext(ctx, "close escalated request", logx.Err(err))
-			}
-		}
 		m.CorrelationID = ids.New()
-		return s.planRoute(ctx, who, sess, m, cl, tierClarification)
+		return s.planRoute(ctx, who, sess, m, cl, tierClarification), c.Context == contextReroute
 	}
 	combined := c.Original + " " + m.Text
 	cl, err := s.classifier.Classify(ctx, combined)
@@ -456,7 +572,7 @@ func (s *Service) routeAnswer(ctx context.Context, tx pgx.Tx, who identity.Ident
 	}
 	m.RouteText = combined
 	m.CorrelationID = ids.New()
-	return s.planRoute(ctx, who, sess, m, cl, tierClarification)
+	return s.planRoute(ctx, who, sess, m, cl, tierClarification), false
 }
 
 // logRouteDecision logs a decision at debug level.

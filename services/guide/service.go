@@ -18,9 +18,13 @@ import (
 	"google.golang.org/grpc"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -36,8 +40,16 @@ type Service struct {
 	classifier   Classifier
 	orchestrator orchestratorv1.WorkflowServiceClient
 	architect    architectv1.PlanServiceClient
+	librarian    librarianv1.LibrarianServiceClient
+	archivalist  archivalistv1.ArchivalistServiceClient
 	metrics      *metrics
+	reg          prometheus.Registerer
 	now          func() time.Time
+
+	sessions *sessionCache
+	failures *failureIndex
+	marks    *dispatchMarks
+	writes   *groupCommitter
 }
 
 type metrics struct {
@@ -148,11 +160,22 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		bus:        deps.Bus,
 		classifier: newKeywordClassifier(),
 		metrics:    newMetrics(reg),
+		reg:        reg,
 		now:        func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 	}
 	s.cache = &routeCache{rc: deps.Redis, log: s.log, cfg: s.cfg}
+	s.sessions = newSessionCache(s.cfg.LocalCacheTTL)
+	s.failures = newFailureIndex(s.cfg.LocalCacheTTL)
+	s.marks = newDispatchMarks()
+	s.writes = newGroupCommitter(s.db, s.cfg.AsyncCommit)
 	if deps.Peers.Orchestrator != nil {
 		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
+	}
+	if deps.Peers.Librarian != nil {
+		s.librarian = librarianv1.NewLibrarianServiceClient(deps.Peers.Librarian)
+	}
+	if deps.Peers.Archivalist != nil {
+		s.archivalist = archivalistv1.NewArchivalistServiceClient(deps.Peers.Archivalist)
 	}
 	if deps.Peers.Architect != nil {
 		s.architect = architectv1.NewPlanServiceClient(deps.Peers.Architect)
@@ -189,6 +212,25 @@ func (s *Service) SetClassifier(c Classifier) {
 	}
 }
 
+// NeedsLLMGate says whether the Guide has a use for a gate: only the model
+// classifier uses one, and only with a provider other than the offline one.
+func (s *Service) NeedsLLMGate(defaultProvider string) bool {
+	return s.cfg.LLMClassifier && defaultProvider != llm.Local
+}
+
+// SetLLMGate gives the Guide the LLM gate. When a model provider is
+// configured (anything but the offline local provider) and
+// Config.LLMClassifier is on, messages are classified by the model through
+// the gate, with the offline rules as the fallback. Call it before serving.
+func (s *Service) SetLLMGate(g *gate.Gate) {
+	if g == nil || !s.cfg.LLMClassifier || g.Providers().Default().Name() == llm.Local {
+		return
+	}
+	s.SetClassifier(NewLLMClassifier(g, LLMClassifierConfig{Model: s.cfg.LLMClassifierModel, Timeout: s.cfg.LLMClassifierTimeout},
+		s.log, s.reg))
+	s.log.Info("classifying messages with the model provider", slog.String("provider", g.Providers().Default().Name()))
+}
+
 // Run provisions the streams again (idempotent: New already did), then
 // consumes the Guide's inbox and the session event stream (correlation),
 // runs the reaper and follows the librarian's index runs until ctx is done.
@@ -219,6 +261,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}, s.handleEvent)
 	})
 	g.Go(func() error { return s.reap(gctx) })
+	g.Go(func() error { return s.relay(gctx) }) // outbox.go
+	g.Go(func() error { return s.marks.run(gctx, s.db, s.log, s.now) })
+	g.Go(func() error { return s.writes.start(gctx, defaultCommitWriters) })
 	g.Go(func() error { return s.watchLibrarian(gctx) })
 	g.Go(func() error { return s.watchUndeliverable(gctx) })
 	return g.Wait()

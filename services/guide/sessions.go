@@ -375,6 +375,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, cur session, t tra
 	if err := updateSessionState(ctx, tx, cur); err != nil {
 		return session{}, err
 	}
+	s.sessions.forget(cur.TenantID, cur.ID)
 	switch {
 	case t.to == stateSuspended:
 		if err := s.takeSnapshot(ctx, tx, cur, dags); err != nil {
@@ -395,6 +396,7 @@ func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, cur session, t tra
 // afterTransition records a committed transition: metrics, log, event, and
 // the cache invalidation a finished session needs.
 func (s *Service) afterTransition(ctx context.Context, sess session, t transition, note string) {
+	s.sessions.forget(sess.TenantID, sess.ID)
 	s.metrics.transitions.WithLabelValues(t.to).Inc()
 	s.log.InfoContext(ctx, "session "+t.to, slog.String(logx.KeyTenantID, sess.TenantID), slog.String(logx.KeySessionID, sess.ID))
 	text := fmt.Sprintf("Session %s is %s", sessionName(sess.ID), t.to)

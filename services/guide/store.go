@@ -109,7 +109,14 @@ type message struct {
 	ReplyID       *string
 	Options       []string
 	EnvelopeID    *string
-	DispatchTime  *time.Time
+	// Undispatched: the message's outbox row is still there (what it
+	// publishes may not all be on the bus). Read by messageByRequest and the
+	// outbox relay only.
+	Undispatched bool
+	// Envelope is the routed envelope as published (protobuf), stored with
+	// the message so that a retried request publishes exactly the same one.
+	// Only messageByRequest reads it back.
+	Envelope []byte
 
 	// Not stored: what routing adds for the envelope and events.
 	Constraints     []string
@@ -118,6 +125,7 @@ type message struct {
 	ClarificationID string
 	CachedData      map[string]any
 	AnswerTo        *clarificationRow // the agent's question this answers
+	Enrichment      map[string]string // pre-routing consultation (spec A-30), envelope metadata
 	Recording       bool              // the session is being recorded
 }
 
@@ -131,14 +139,19 @@ type outcomeRoute struct {
 
 const messageColumns = `id, session_id, author, text, correlation_id, request_id, create_time,
 	route_target, route_tier, route_confidence, route_intent_type, route_reason, intent_subject,
-	reply, reply_id, options, envelope_id, dispatch_time`
+	reply, reply_id, options, envelope_id`
 
 func scanMessage(row pgx.Row) (message, error) {
 	var m message
-	err := row.Scan(&m.ID, &m.SessionID, &m.Author, &m.Text, &m.CorrelationID, &m.RequestID, &m.CreateTime,
-		&m.Route.Target, &m.Route.Tier, &m.Route.Confidence, &m.Route.IntentType, &m.Route.Reason,
-		&m.IntentSubject, &m.Reply, &m.ReplyID, &m.Options, &m.EnvelopeID, &m.DispatchTime)
+	err := row.Scan(messageDest(&m)...)
 	return m, err
+}
+
+// messageDest is where messageColumns scan to.
+func messageDest(m *message) []any {
+	return []any{&m.ID, &m.SessionID, &m.Author, &m.Text, &m.CorrelationID, &m.RequestID, &m.CreateTime,
+		&m.Route.Target, &m.Route.Tier, &m.Route.Confidence, &m.Route.IntentType, &m.Route.Reason,
+		&m.IntentSubject, &m.Reply, &m.ReplyID, &m.Options, &m.EnvelopeID}
 }
 
 func createSession(ctx context.Context, q querier, s session) error {
@@ -221,14 +234,15 @@ func updateSessionState(ctx context.Context, q querier, s session) error {
 	return nil
 }
 
+const touchSessionSQL = `UPDATE sessions SET last_active_time = $4
+	WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'
+	RETURNING EXISTS (SELECT 1 FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $3 AND r.stop_time IS NULL)`
+
 // touchActiveSession records activity on an active session and reports
 // whether the session was active and whether it is being recorded.
 func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, bool, error) {
 	var recording bool
-	err := q.QueryRow(ctx, `UPDATE sessions SET last_active_time = $4
-		WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'
-		RETURNING EXISTS (SELECT 1 FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $3 AND r.stop_time IS NULL)`,
-		o.tenant, o.user, id, at).Scan(&recording)
+	err := q.QueryRow(ctx, touchSessionSQL, o.tenant, o.user, id, at).Scan(&recording)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, false, nil
 	}
@@ -238,17 +252,36 @@ func touchActiveSession(ctx context.Context, q querier, o owner, id string, at t
 	return true, recording, nil
 }
 
+const insertMessageSQL = `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
+	correlation_id, request_id, create_time, route_target, route_tier, route_confidence,
+	route_intent_type, route_reason, intent_subject, reply, reply_id, options, envelope_id, envelope)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+	ON CONFLICT (session_id, request_id) WHERE request_id IS NOT NULL DO NOTHING`
+
+// insertUserMessageSQL stores a user message and its outbox row (the
+// outbox relay's), in one statement: it affects no row when the request id
+// is already stored.
+const insertUserMessageSQL = `WITH stored AS (` + insertMessageSQL + ` RETURNING id, tenant_id, create_time)
+	INSERT INTO outbox (message_id, tenant_id, create_time) SELECT id, tenant_id, create_time FROM stored`
+
+// insertSQL is the statement that stores m.
+func insertSQL(m message) string {
+	if m.Author == authorUser {
+		return insertUserMessageSQL
+	}
+	return insertMessageSQL
+}
+
+func insertMessageArgs(o owner, m message) []any {
+	return []any{m.ID, o.tenant, o.user, m.SessionID, m.Author, m.Text, m.CorrelationID, m.RequestID, m.CreateTime,
+		m.Route.Target, m.Route.Tier, m.Route.Confidence, m.Route.IntentType, m.Route.Reason, m.IntentSubject,
+		m.Reply, m.ReplyID, nonNil(m.Options), m.EnvelopeID, m.Envelope}
+}
+
 // insertMessage stores m. It reports errDuplicateRequest when a message with
 // the same request id exists in the session.
 func insertMessage(ctx context.Context, q querier, o owner, m message) error {
-	tag, err := q.Exec(ctx, `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
-		correlation_id, request_id, create_time, route_target, route_tier, route_confidence,
-		route_intent_type, route_reason, intent_subject, reply, reply_id, options, envelope_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-		ON CONFLICT (session_id, request_id) WHERE request_id IS NOT NULL DO NOTHING`,
-		m.ID, o.tenant, o.user, m.SessionID, m.Author, m.Text, m.CorrelationID, m.RequestID, m.CreateTime,
-		m.Route.Target, m.Route.Tier, m.Route.Confidence, m.Route.IntentType, m.Route.Reason, m.IntentSubject,
-		m.Reply, m.ReplyID, nonNil(m.Options), m.EnvelopeID)
+	tag, err := q.Exec(ctx, insertSQL(m), insertMessageArgs(o, m)...)
 	if err != nil {
 		return fmt.Errorf("insert message %s: %w", m.ID, err)
 	}
@@ -259,9 +292,11 @@ func insertMessage(ctx context.Context, q querier, o owner, m message) error {
 }
 
 func messageByRequest(ctx context.Context, q querier, o owner, sessionID, requestID string) (message, bool, error) {
-	m, err := scanMessage(q.QueryRow(ctx, `SELECT `+messageColumns+` FROM messages
+	var m message
+	err := q.QueryRow(ctx, `SELECT `+messageColumns+`, envelope,
+			EXISTS (SELECT 1 FROM outbox WHERE outbox.message_id = messages.id) FROM messages
 		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND request_id = $4`,
-		o.tenant, o.user, sessionID, requestID))
+		o.tenant, o.user, sessionID, requestID).Scan(append(messageDest(&m), &m.Envelope, &m.Undispatched)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return message{}, false, nil
 	}
@@ -325,24 +360,6 @@ func countMessages(ctx context.Context, q querier, o owner, sessionID string) (m
 		return nil, fmt.Errorf("count messages: %w", err)
 	}
 	return out, nil
-}
-
-// markDispatched records that a message's publications are all on the bus.
-// The marker only saves a retry from republishing (which the streams would
-// drop as duplicates), so its commit does not wait for the disk.
-func markDispatched(ctx context.Context, db beginner, o owner, id string, at time.Time) error {
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE messages SET dispatch_time = $3
-			WHERE tenant_id = $1 AND id = $2 AND dispatch_time IS NULL`, o.tenant, id, at)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("mark message %s dispatched: %w", id, err)
-	}
-	return nil
 }
 
 // beginner starts transactions.

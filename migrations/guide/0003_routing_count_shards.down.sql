@@ -1,0 +1,6 @@
+CREATE TABLE routing_counts_merged AS
+    SELECT tenant_id, intent_type, sum(routed)::bigint AS routed FROM routing_counts GROUP BY tenant_id, intent_type;
+DROP TABLE routing_counts;
+ALTER TABLE routing_counts_merged RENAME TO routing_counts;
+ALTER TABLE routing_counts ALTER COLUMN routed SET NOT NULL, ALTER COLUMN routed SET DEFAULT 0;
+ALTER TABLE routing_counts ADD PRIMARY KEY (tenant_id, intent_type);

@@ -1,0 +1,271 @@
+package guide
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// groupCommitter stores messages in group commits: writer goroutines each
+// take the requests waiting, run them one after the other in one
+// transaction and commit once, so that one commit (and one wait for the
+// disk) serves many messages and the routing path holds no pooled
+// connection while it waits. A request is answered only after the
+// transaction holding it has committed. When any request of a group fails,
+// the group is rolled back and each of its requests is run again in a
+// transaction of its own, so one request's error never fails another.
+//
+// Writers never deadlock one another: a group runs its requests in the
+// order of their lock keys (tenant and session, whose row each request
+// updates), and its routing counts are added up and written at the end to
+// the writer's own counter shard.
+type groupCommitter struct {
+	db       *pgxpool.Pool
+	async    bool
+	maxBatch int
+	jobs     chan *commitJob
+	started  atomic.Bool
+	stopped  chan struct{}
+}
+
+// commitFunc does a request's writes in tx, adding its routing decisions
+// to counts. It may run twice (the second time alone, after its group was
+// rolled back), so it must derive every result from the transaction it is
+// given.
+type commitFunc func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error
+
+// pipeFunc queues a request's writes on a batch (a pipeline: one round trip
+// for all of a group's requests) and returns what must run after the batch
+// in the same transaction, if anything. Its result checks fail the group
+// (the request then runs alone, as its commitFunc, which reports why).
+type pipeFunc func(ctx context.Context, b *pgx.Batch, counts *routeCounts) (commitFunc, error)
+
+type commitJob struct {
+	ctx  context.Context
+	key  string // the lock order
+	fn   commitFunc
+	pipe pipeFunc // optional
+	done chan error
+}
+
+// pipeQuerier queues writes on a batch; only Exec is offered, and its
+// command tag is empty: writers that need a result queue it themselves.
+type pipeQuerier struct{ b *pgx.Batch }
+
+var errNotPipelined = errors.New("query not available in a pipeline")
+
+func (p pipeQuerier) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	p.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (p pipeQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errNotPipelined
+}
+
+func (p pipeQuerier) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{} }
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errNotPipelined }
+
+// Group commit limits.
+const (
+	defaultCommitWriters = 2
+	maxCommitBatch       = 64
+)
+
+func newGroupCommitter(db *pgxpool.Pool, async bool) *groupCommitter {
+	return &groupCommitter{db: db, async: async, maxBatch: maxCommitBatch, jobs: make(chan *commitJob, 4*maxCommitBatch),
+		stopped: make(chan struct{})}
+}
+
+// do runs fn in a group commit, or in a transaction of its own when the
+// writers are not running (before Run). It returns fn's error or the
+// commit's.
+func (g *groupCommitter) do(ctx context.Context, key string, fn commitFunc, pipe pipeFunc) error {
+	if !g.started.Load() {
+		return g.alone(ctx, fn)
+	}
+	j := &commitJob{ctx: ctx, key: key, fn: fn, pipe: pipe, done: make(chan error, 1)}
+	select {
+	case g.jobs <- j:
+	case <-g.stopped:
+		return errStopping
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the job's outcome is awaited even if the caller gives up,
+	// so that a message is never reported lost while it is being stored.
+	select {
+	case err := <-j.done:
+		return err
+	case <-g.stopped:
+		select {
+		case err := <-j.done:
+			return err
+		default:
+			return errStopping // never taken by a writer: nothing was stored
+		}
+	}
+}
+
+var errStopping = status.Error(codes.Unavailable, "the guide is stopping; the message was not stored, retry")
+
+// start runs n writers until ctx is done.
+func (g *groupCommitter) start(ctx context.Context, n int) error {
+	g.started.Store(true)
+	var wg sync.WaitGroup
+	for i := range min(n, routingCountShards) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.run(ctx, i)
+		}()
+	}
+	wg.Wait()
+	close(g.stopped)
+	return nil
+}
+
+// alone runs fn in its own transaction.
+func (g *groupCommitter) alone(ctx context.Context, fn commitFunc) error {
+	return pgx.BeginFunc(ctx, g.db, func(tx pgx.Tx) error {
+		if g.async {
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+				return err
+			}
+		}
+		var counts routeCounts
+		if err := fn(ctx, tx, &counts); err != nil {
+			return err
+		}
+		return writeRouteCounts(ctx, tx, counts.m, aloneShard())
+	})
+}
+
+// run is one writer; it returns when ctx is done, after failing the jobs
+// still queued.
+func (g *groupCommitter) run(ctx context.Context, shard int) {
+	batch := make([]*commitJob, 0, g.maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case j := <-g.jobs:
+					j.done <- errStopping
+				default:
+					return
+				}
+			}
+		case j := <-g.jobs:
+			batch = append(batch, j)
+		}
+	fill:
+		for len(batch) < g.maxBatch {
+			select {
+			case j := <-g.jobs:
+				batch = append(batch, j)
+			default:
+				break fill
+			}
+		}
+		g.commit(ctx, batch, shard)
+	}
+}
+
+// errGroupMember marks a group that failed because of one of its members.
+var errGroupMember = errors.New("a request of the group failed")
+
+// commit runs batch in one transaction; on any failure, each job runs again
+// alone.
+func (g *groupCommitter) commit(ctx context.Context, batch []*commitJob, shard int) {
+	live := batch[:0:0]
+	for _, j := range batch {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err
+			continue
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return
+	}
+	wctx := context.WithoutCancel(ctx)
+	slices.SortStableFunc(live, func(a, b *commitJob) int { return strings.Compare(a.key, b.key) })
+	err := pgx.BeginFunc(wctx, g.db, func(tx pgx.Tx) error {
+		if g.async {
+			if _, err := tx.Exec(wctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+				return err
+			}
+		}
+		var counts routeCounts
+		b := &pgx.Batch{}
+		var posts []commitFunc
+		// flush sends the queued writes, then runs what had to wait for them.
+		flush := func() error {
+			if b.Len() > 0 {
+				if err := tx.SendBatch(wctx, b).Close(); err != nil {
+					return err
+				}
+				b = &pgx.Batch{}
+			}
+			for _, p := range posts {
+				if err := p(wctx, tx, &counts); err != nil {
+					return err
+				}
+			}
+			posts = posts[:0]
+			return nil
+		}
+		for _, j := range live {
+			// A job runs with its request's values (identity, trace) but
+			// not its cancellation: the group's other members must not fail
+			// because one caller went away.
+			jctx := context.WithoutCancel(j.ctx)
+			if j.pipe != nil {
+				post, err := j.pipe(jctx, b, &counts)
+				if err != nil {
+					return errGroupMember
+				}
+				if post != nil {
+					posts = append(posts, post)
+				}
+				continue
+			}
+			if err := flush(); err != nil {
+				return errGroupMember
+			}
+			if err := j.fn(jctx, tx, &counts); err != nil {
+				return errGroupMember
+			}
+		}
+		if err := writeRouteCounts(wctx, pipeQuerier{b}, counts.m, shard); err != nil {
+			return err
+		}
+		if err := flush(); err != nil {
+			return errGroupMember
+		}
+		return nil
+	})
+	if err == nil {
+		for _, j := range live {
+			j.done <- nil
+		}
+		return
+	}
+	for _, j := range live {
+		j.done <- g.alone(context.WithoutCancel(j.ctx), j.fn)
+	}
+}
