@@ -20,9 +20,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/internal/mesh"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -33,6 +36,8 @@ type client struct {
 	base string
 	key  string
 	http *http.Client
+	// schemaPrefix is the mesh's, for helpers that need the database.
+	schemaPrefix string
 }
 
 type response struct {
@@ -128,7 +133,22 @@ func startMesh(t *testing.T) *client {
 			_ = rc.Close()
 		}
 	})
-	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}}
+	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}, schemaPrefix: prefix}
+}
+
+// asUser returns a client of the same mesh acting as another user (a member
+// of tenant), with an API key created the way `sylk create-api-key` does.
+func (c *client) asUser(tenant, user string) *client {
+	c.t.Helper()
+	ctx := context.Background()
+	pool, err := mesh.OpenSchema(ctx, pgstore.Config{DSN: testenv.PostgresDSN(), MaxConns: 1}, c.schemaPrefix, "auth")
+	require.NoError(c.t, err)
+	defer pool.Close()
+	key, err := gateway.CreateAPIKey(ctx, pool, tenant, user, identity.RoleMember, "e2e "+user)
+	require.NoError(c.t, err)
+	other := *c
+	other.key = key
+	return &other
 }
 
 func dropSchemas(t *testing.T, prefix string) {

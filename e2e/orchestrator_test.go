@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func nodeMap(run map[string]any) map[string]map[string]any {
@@ -253,4 +256,115 @@ func TestOrchestratorPipelines(t *testing.T) {
 	require.Equal(t, []any{"y"}, final["mergeConflicts"])
 	require.Contains(t, final["resultPatch"], "+// Add adds x.")
 	require.Contains(t, final["resultPatch"], "+z")
+}
+
+// pyRepo is a git repository holding a small Python project.
+func pyRepo(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	gitCmd(t, dir, "init", "--quiet")
+	gitCmd(t, dir, "add", "-A")
+	gitCmd(t, dir, "commit", "--quiet", "-m", "init")
+	return dir
+}
+
+// TestOrchestratorTaskActions covers /task on a running pipeline (spec
+// F-13) through the Guide and REST, the options after max_loops (F-11), the
+// decision log (H-07) and the session-level checks whose failure asks the
+// Architect for a fix DAG (F-06).
+func TestOrchestratorTaskActions(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.MissingTool(t, "python3")
+	}
+	c := startMesh(t)
+	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "tasks"})["session"].(map[string]any)
+	sname := sess["name"].(string)
+	sid := strings.TrimPrefix(sname, "sessions/")
+	ready := filepath.Join(t.TempDir(), "ready")
+	repo := pyRepo(t, map[string]string{
+		"calc.py": "def add(a, b):\n    return a + b\n",
+		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
+			"        p = pathlib.Path(\"" + ready + "\")\n" +
+			"        if not p.exists():\n            p.touch()\n            time.sleep(60)\n        self.assertEqual(calc.add(1, 2), 3)\n",
+	})
+	edit := func(path, content string) []any { return []any{map[string]any{"path": path, "content": content}} }
+
+	// A pipeline whose Tester hangs: the user queries it through the Guide,
+	// then skips the Tester over REST.
+	name := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "swap", "pipeline": true, "edits": edit("calc.py", "def add(a, b):\n    return b + a\n")},
+	}}})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 50*time.Millisecond)
+	reply := c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": "/task swap query"})["reply"].(string)
+	require.Contains(t, reply, "stage tester, loop 1 of 3", reply)
+	// Guidance for the Engineer: recorded, and said plainly that no model
+	// reads it (the mesh runs the offline provider).
+	reply = c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": `/task swap prompt "Focus on error handling first"`})["reply"].(string)
+	require.Contains(t, reply, "no language model is configured", reply)
+	act := c.ok("POST", "/v1/"+name+":taskAction", map[string]any{"nodeId": "swap", "action": "TASK_ACTION_TYPE_IGNORE_TESTER"})
+	require.Contains(t, act["detail"], "stopped and counts as passed")
+	run := c.waitRun(name)
+	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+	require.Equal(t, []any{"prompt", "ignore_tester"}, nodeMap(run)["swap"]["pipeline"].(map[string]any)["overrides"])
+	reply = c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": "/task swap interrupt"})["reply"].(string)
+	require.Contains(t, reply, "is not running", reply)
+
+	// Two tasks each fine alone whose merged result breaks the tests: the
+	// session-level Tester fails and the Architect drafts a fix plan.
+	bad := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "sessionChecks": true, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "rename", "edits": edit("calc.py", "def plus(a, b):\n    return a + b\n")},
+		map[string]any{"id": "docs", "edits": edit("README.md", "calc\n")},
+	}}})
+	require.Equal(t, "RUN_STATE_SUCCEEDED", c.waitRun(bad)["state"])
+	var chk map[string]any
+	require.Eventually(t, func() bool {
+		r := c.ok("GET", "/v1/"+bad, nil)["run"].(map[string]any)
+		chk, _ = r["sessionCheck"].(map[string]any)
+		return chk != nil && chk["state"] == "failed"
+	}, 60*time.Second, 50*time.Millisecond)
+	require.Equal(t, true, chk["fixRequested"])
+	require.EqualValues(t, 1, chk["testResult"].(map[string]any)["failed"])
+	var plans []any
+	require.Eventually(t, func() bool {
+		plans, _ = c.ok("GET", "/v1/"+sname+"/plans", nil)["plans"].([]any)
+		return len(plans) > 0
+	}, 60*time.Second, 50*time.Millisecond, "the Architect drafted no fix plan")
+	require.Contains(t, plans[0].(map[string]any)["request"], "Fix DAG request")
+
+	// A pipeline that ran out of loops runs again without its Tester; the
+	// decision log keeps both attempts.
+	failing := pyRepo(t, map[string]string{"calc.py": "def add(a, b):\n    return a - b\n",
+		"test_calc.py": "import unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n"})
+	again := c.createRun(map[string]any{"sessionId": sid, "repository": failing, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "doc", "pipeline": true, "maxLoops": 1, "edits": edit("README.md", "add\n")},
+	}}})
+	require.Equal(t, "RUN_STATE_FAILED", c.waitRun(again)["state"])
+	reply = c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": "/task doc ignore_tester"})["reply"].(string)
+	require.Contains(t, reply, "runs again without that stage", reply)
+	require.Eventually(t, func() bool {
+		return c.ok("GET", "/v1/"+again, nil)["run"].(map[string]any)["state"] == "RUN_STATE_SUCCEEDED"
+	}, 60*time.Second, 50*time.Millisecond)
+	d := c.ok("GET", "/v1/"+again+"/decisions", nil)
+	require.Len(t, d["entries"], 2)
+	require.True(t, strings.HasPrefix(d["log"].(string), "# Implementation Log"))
+
+	// A failed node the user goes on without: what depends on it runs and
+	// the run succeeds, the node staying skipped with the user's reason.
+	skipped := c.createRun(map[string]any{"sessionId": sid, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "flaky", "command": "exit 3"},
+		map[string]any{"id": "after-flaky", "command": "true", "dependsOn": []any{"flaky"}},
+	}}})
+	require.Equal(t, "RUN_STATE_FAILED", c.waitRun(skipped)["state"])
+	reply = c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": "/task flaky skip done by hand"})["reply"].(string)
+	require.Contains(t, reply, "goes on without the node", reply)
+	require.Eventually(t, func() bool {
+		return c.ok("GET", "/v1/"+skipped, nil)["run"].(map[string]any)["state"] == "RUN_STATE_SUCCEEDED"
+	}, 60*time.Second, 50*time.Millisecond)
+	nodes := nodeMap(c.ok("GET", "/v1/"+skipped, nil)["run"].(map[string]any))
+	require.Equal(t, "NODE_STATE_SKIPPED", nodes["flaky"]["state"])
+	require.Equal(t, "skipped by the user: done by hand", nodes["flaky"]["error"])
+	require.Equal(t, "NODE_STATE_SUCCEEDED", nodes["after-flaky"]["state"])
 }

@@ -7,8 +7,10 @@ package orchestrator_bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,18 +24,36 @@ import (
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/toolexec"
+	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
 	"sylk.dev/sylk/services/worker"
 )
 
 const (
-	width       = 100
-	depth       = 100
 	concurrency = 64
 	noop        = "true"
+	// toolSlots is the worker's subprocess pool: concurrency pipeline slots
+	// besides the default 20% user reserve, so that every dispatched node
+	// can run at once and no node waits for a slot inside the worker.
+	toolSlots = concurrency * 100 / 80
 )
+
+// width and depth are the DAG's shape: 100 x 100 unless SYLK_BENCH_WIDTH
+// and SYLK_BENCH_DEPTH say otherwise (for quick runs while developing).
+var (
+	width = envInt("SYLK_BENCH_WIDTH", 100)
+	depth = envInt("SYLK_BENCH_DEPTH", 100)
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
 
 // grid is the benchmark DAG: node (l, i) depends on (l-1, i) and
 // (l-1, i+1 mod width), so work flows layer to layer without a barrier.
@@ -66,7 +86,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 	bd, err := toolexec.NewBoundary(root)
 	require.NoError(b, err)
 	cfg := toolexec.DefaultConfig()
-	cfg.Slots = concurrency
+	cfg.Slots = toolSlots
 	ex, err := toolexec.New(cfg, bd, nil)
 	require.NoError(b, err)
 	ctx := context.Background()
@@ -113,13 +133,14 @@ func runOnce(b *testing.B) {
 	ocfg.MaxConcurrencyLimit = concurrency
 	ocfg.ResyncInterval = time.Minute
 	ocfg.MaxUpstreamBytes = 0
-	osvc, err := orchestrator.New(ocfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: prometheus.NewRegistry()})
+	oreg := prometheus.NewRegistry()
+	osvc, err := orchestrator.New(ocfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: oreg})
 	require.NoError(b, err)
 	wcfg := worker.DefaultConfig()
 	wcfg.Roles = []string{"engineer"}
 	wcfg.Concurrency = concurrency
 	wcfg.WorkspaceRoot = b.TempDir()
-	wcfg.Tools.Slots = concurrency
+	wcfg.Tools.Slots = toolSlots
 	wsvc, err := worker.New(wcfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(b, err)
 	wg.Go(func() { _ = osvc.Run(ctx) })
@@ -134,6 +155,8 @@ func runOnce(b *testing.B) {
 	require.NoError(b, err)
 	waitDone(b, db, warm.GetRun().GetId())
 
+	seq0 := tasksSeq(b, bus)
+	batches0, reports0 := resultBatches(b, oreg)
 	b.ResetTimer()
 	start := time.Now()
 	resp, err := osvc.CreateRun(uctx, &orchestratorv1.CreateRunRequest{Dag: d, MaxConcurrency: concurrency})
@@ -142,34 +165,77 @@ func runOnce(b *testing.B) {
 	state := waitDone(b, db, resp.GetRun().GetId())
 	total := time.Since(start)
 	b.StopTimer()
+	// The no-op's cost is measured again after the run, and the two
+	// measurements averaged: a single one varies by several percent.
+	single2, perTask2 := noopLatency(b, 2000)
+	b.Logf("no-op task before and after the run: %s and %s alone, %s and %s per task at once", single, single2, perTask, perTask2)
+	single, perTask = (single+single2)/2, (perTask+perTask2)/2
+	msgs := tasksSeq(b, bus) - seq0
+	batches1, reports1 := resultBatches(b, oreg)
+	batches, reports := batches1-batches0, reports1-reports0
 	require.Equal(b, "SUCCEEDED", state)
 	run := resp.GetRun()
 
 	// Overhead of a node: dispatched to result applied, less the time its
 	// process ran (what the worker reports).
-	rows, err := db.Query(ctx, `SELECT extract(epoch FROM end_time - start_time) * 1e6 - duration_us FROM nodes WHERE run_id = $1`, run.GetId())
+	// Its parts, from the worker's timestamps: dispatched to received by the
+	// worker (commit, publish, delivery), the worker's own time besides the
+	// process, and reported by the worker to applied by the Orchestrator
+	// (result in transit, batching, the applying transaction's start).
+	rows, err := db.Query(ctx, `SELECT extract(epoch FROM end_time - start_time) * 1e6 - duration_us,
+			extract(epoch FROM worker_received_time - start_time) * 1e6,
+			extract(epoch FROM worker_reported_time - worker_received_time) * 1e6 - duration_us,
+			extract(epoch FROM end_time - worker_reported_time) * 1e6
+		FROM nodes WHERE run_id = $1`, run.GetId())
 	require.NoError(b, err)
-	var over []time.Duration
+	var over, toWorker, inWorker, toApplied []time.Duration
 	for rows.Next() {
-		var us float64
-		require.NoError(b, rows.Scan(&us))
+		var us, tw, iw, ta float64
+		require.NoError(b, rows.Scan(&us, &tw, &iw, &ta))
 		over = append(over, time.Duration(us)*time.Microsecond)
+		toWorker = append(toWorker, time.Duration(tw)*time.Microsecond)
+		inWorker = append(inWorker, time.Duration(iw)*time.Microsecond)
+		toApplied = append(toApplied, time.Duration(ta)*time.Microsecond)
 	}
 	require.NoError(b, rows.Err())
-	slices.Sort(over)
+	for _, d := range [][]time.Duration{over, toWorker, inWorker, toApplied} {
+		slices.Sort(d)
+	}
 	require.Len(b, over, nodes)
 
 	critical := time.Duration(depth) * single
 	throughput := time.Duration(nodes) * perTask
 	ideal := max(critical, throughput)
 	b.Logf("DAG: %d nodes (width %d, depth %d, 2 dependencies each), max_concurrency %d, %d CPUs", nodes, width, depth, concurrency, runtime.NumCPU())
-	b.Logf("no-op task (%q through toolexec): %s alone (p50); %s per task at %d at once", noop, single, perTask, concurrency)
+	b.Logf("no-op task (%q through toolexec, mean of the two): %s alone (p50); %s per task at %d at once", noop, single, perTask, concurrency)
 	b.Logf("ideal: %s (critical path %s, throughput bound %s)", ideal, critical, throughput)
 	b.Logf("total: %s (CreateRun %s), %.2fx ideal", total, created, float64(total)/float64(ideal))
 	b.Logf("scheduling overhead per node (dispatch to result applied, less the process): p50 %s, p99 %s, max %s",
 		percentile(over, 0.5), percentile(over, 0.99), over[len(over)-1])
+	for _, part := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"dispatched -> received by the worker", toWorker},
+		{"in the worker, less the process", inWorker},
+		{"reported by the worker -> applied", toApplied},
+	} {
+		b.Logf("  %-40s p50 %s, p99 %s", part.name, percentile(part.d, 0.5), percentile(part.d, 0.99))
+	}
+	// Little's law: with max_concurrency nodes out at once, each spends
+	// max_concurrency / throughput out, whatever the scheduler does.
+	b.Logf("time out per node implied by %d at once at %.0f nodes/s: %s",
+		concurrency, float64(nodes)/total.Seconds(), time.Duration(float64(concurrency)/float64(nodes)*float64(total)))
+	b.ReportMetric(float64(percentile(toApplied, 0.5).Microseconds())/1000, "result-to-applied-p50-ms")
+	b.ReportMetric(float64(percentile(toApplied, 0.99).Microseconds())/1000, "result-to-applied-p99-ms")
 	b.ReportMetric(float64(percentile(over, 0.5).Microseconds())/1000, "overhead-p50-ms")
 	b.ReportMetric(float64(percentile(over, 0.99).Microseconds())/1000, "overhead-p99-ms")
+	// Without global slots every batch of results costs one database round
+	// trip per run it touches (a single run here).
+	b.Logf("results applied in %d batches (%.1f per batch): %.3f database round trips per node to apply results and dispatch; "+
+		"%.2f JetStream messages per node on the task stream (dispatch and result)",
+		int(batches), reports/batches, batches/float64(nodes), float64(msgs)/float64(nodes))
+	b.ReportMetric(reports/batches, "results-per-batch")
 	b.ReportMetric(total.Seconds(), "total-s")
 	b.ReportMetric(ideal.Seconds(), "ideal-s")
 	b.ReportMetric(float64(total)/float64(ideal), "x-ideal")
@@ -184,4 +250,28 @@ func waitDone(b *testing.B, db *pgxpool.Pool, id string) string {
 		return state != "RUNNING" && state != "PENDING"
 	}, 20*time.Minute, 20*time.Millisecond)
 	return state
+}
+
+// tasksSeq is the last sequence of the task stream (dispatches and results).
+func tasksSeq(b *testing.B, bus *natsx.Bus) uint64 {
+	st, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
+	require.NoError(b, err)
+	info, err := st.Info(context.Background())
+	require.NoError(b, err)
+	return info.State.LastSeq
+}
+
+// resultBatches reads how many result batches the orchestrator applied and
+// how many reports they held.
+func resultBatches(b *testing.B, reg *prometheus.Registry) (batches, reports float64) {
+	mfs, err := reg.Gather()
+	require.NoError(b, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "sylk_orchestrator_result_batch_size" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return float64(h.GetSampleCount()), h.GetSampleSum()
+		}
+	}
+	b.Fatal("no result batch metric")
+	return 0, 0
 }

@@ -12,6 +12,7 @@ const (
 	DefaultMaxRequestBytes     = 16 << 10
 	DefaultMaxReasonBytes      = 4 << 10
 	DefaultOrchestratorTimeout = 10 * time.Second
+	DefaultGuideTimeout        = 5 * time.Second
 	DefaultProvisionTimeout    = 10 * time.Second
 )
 
@@ -28,6 +29,9 @@ type Config struct {
 	MaxReasonBytes int
 	// OrchestratorTimeout bounds the call that submits an approved plan.
 	OrchestratorTimeout time.Duration
+	// GuideTimeout bounds reading the session's limits from the Guide when a
+	// plan is approved.
+	GuideTimeout time.Duration
 	// ProvisionTimeout bounds provisioning the NATS streams.
 	ProvisionTimeout time.Duration
 }
@@ -37,6 +41,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRequestBytes, "architect.max-request-bytes", DefaultMaxRequestBytes, "largest plan request accepted, in bytes")
 	fs.IntVar(&c.MaxReasonBytes, "architect.max-reason-bytes", DefaultMaxReasonBytes, "largest plan rejection reason accepted, in bytes")
 	fs.DurationVar(&c.OrchestratorTimeout, "architect.orchestrator-timeout", DefaultOrchestratorTimeout, "time allowed for submitting an approved plan to the orchestrator")
+	fs.DurationVar(&c.GuideTimeout, "architect.guide-timeout", DefaultGuideTimeout, "time allowed for reading a session's limits from the guide when a plan is approved")
 	fs.DurationVar(&c.ProvisionTimeout, "architect.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
 }
 
@@ -53,6 +58,9 @@ func (c Config) Validate() error {
 	if c.OrchestratorTimeout < 0 {
 		errs = append(errs, errors.New("architect.orchestrator-timeout: must not be negative"))
 	}
+	if c.GuideTimeout < 0 {
+		errs = append(errs, errors.New("architect.guide-timeout: must not be negative"))
+	}
 	if c.ProvisionTimeout < 0 {
 		errs = append(errs, errors.New("architect.provision-timeout: must not be negative"))
 	}
@@ -68,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OrchestratorTimeout == 0 {
 		c.OrchestratorTimeout = DefaultOrchestratorTimeout
+	}
+	if c.GuideTimeout == 0 {
+		c.GuideTimeout = DefaultGuideTimeout
 	}
 	if c.ProvisionTimeout == 0 {
 		c.ProvisionTimeout = DefaultProvisionTimeout

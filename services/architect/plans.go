@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/identity"
@@ -115,7 +116,7 @@ func (s *Service) checkRequest(raw string) (string, error) {
 func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, request string, d *orchestratorv1.Dag, sourceID *string, correlationID string) (p plan, created bool, err error) {
 	title, planner := titleOf(request), plannerUser
 	if d == nil {
-		draft, err := s.planner.Draft(ctx, request)
+		draft, err := s.planner.Draft(withSession(ctx, sessionID), request)
 		if err != nil {
 			return plan{}, false, fmt.Errorf("draft plan: %w", err)
 		}
@@ -262,6 +263,10 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 	if s.orchestrator == nil {
 		return nil, status.Error(codes.Unavailable, "orchestrator not configured; cannot start the plan")
 	}
+	limits, err := s.sessionLimits(ctx, who, p)
+	if err != nil {
+		return nil, err
+	}
 	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
 	defer cancel()
 	start := time.Now()
@@ -271,6 +276,7 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 		MaxConcurrency: req.GetMaxConcurrency(),
 		Plan:           p.name(),
 		RequestId:      p.ID,
+		SessionLimits:  limits,
 	})
 	s.metrics.orchestrator.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -286,6 +292,35 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 	s.publishDecision(ctx, p, eventApproved, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run),
 		map[string]any{"plan": p.name(), "run": p.Run})
 	return &architectv1.ApprovePlanResponse{Plan: p.proto(), Run: run}, nil
+}
+
+// sessionLimits reads the plan's session from the Guide, as the caller, and
+// returns its limits for the run. Without a Guide peer there are none (nil).
+// A Guide that does not answer in time fails the approval (Unavailable), so
+// that a run never starts without the limits its session asked for.
+func (s *Service) sessionLimits(ctx context.Context, who identity.Identity, p plan) (*orchestratorv1.SessionLimits, error) {
+	if s.guide == nil {
+		return nil, nil
+	}
+	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.GuideTimeout)
+	defer cancel()
+	resp, err := s.guide.GetSession(cctx, &guidev1.GetSessionRequest{Name: "sessions/" + p.SessionID})
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			switch st.Code() {
+			case codes.NotFound:
+				return nil, status.Errorf(codes.FailedPrecondition, "session sessions/%s not found; cannot approve its plan", p.SessionID)
+			case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+				pb := st.Proto()
+				pb.Message = "guide: " + pb.GetMessage()
+				return nil, status.FromProto(pb).Err()
+			}
+		}
+		s.log.WarnContext(ctx, "read session limits", slog.String("plan", p.name()), logx.Err(err))
+		return nil, status.Error(codes.Unavailable, "could not read the session's limits; retry")
+	}
+	c := resp.GetSession().GetConfig()
+	return &orchestratorv1.SessionLimits{MaxConcurrentTasks: c.GetMaxConcurrentTasks(), MaxEngineers: c.GetMaxEngineers()}, nil
 }
 
 // orchestratorError passes the orchestrator's status code through (an

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/logx"
@@ -33,6 +34,7 @@ type Service struct {
 	db           *pgxpool.Pool
 	bus          *natsx.Bus
 	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
+	guide        guidev1.SessionServiceClient         // nil when no peer is configured: plans run without session limits
 	planner      Planner
 	metrics      *metrics
 	now          func() time.Time
@@ -104,6 +106,11 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	}
 	if deps.Peers.Orchestrator != nil {
 		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
+	}
+	if deps.Peers.Guide != nil {
+		s.guide = guidev1.NewSessionServiceClient(deps.Peers.Guide)
+	} else {
+		s.log.Warn("no guide address configured: approved plans run without their session's limits")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProvisionTimeout)
 	defer cancel()

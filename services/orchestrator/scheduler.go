@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +22,7 @@ import (
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -171,7 +175,7 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 	for i := range nodes {
 		n := &nodes[i]
 		switch {
-		case n.State == statePending && failed && run.FailFast:
+		case n.State == statePending && failed && run.FailFast && !n.UserReopened:
 			n.State = stateCancelled
 			cancelled = append(cancelled, n.ID)
 			eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:cancelled", run.ID, n.ID), "node "+n.ID+" cancelled: fail_fast after a failure",
@@ -183,6 +187,10 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 				map[string]any{"run": runName(run.ID), "node": n.ID, "state": stateSkipped, "exit_code": 0})
 		}
 		state[n.ID] = n.State
+		if n.UserSkipped {
+			// The user went on without it: met for its dependents.
+			state[n.ID] = stateSucceeded
+		}
 	}
 	if len(skipped) > 0 {
 		if err := setNodesState(ctx, tx, run.TenantID, run.ID, skipped, statePending, stateSkipped); err != nil {
@@ -190,18 +198,18 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		}
 	}
 	if len(cancelled) > 0 {
-		if err := setNodesState(ctx, tx, run.TenantID, run.ID, cancelled, statePending, stateCancelled); err != nil {
+		if err := cancelForFailFast(ctx, tx, run.TenantID, run.ID, cancelled); err != nil { // task.go
 			return fmt.Errorf("cancel nodes: %w", err)
 		}
 	}
 	pending, dispatched, succeeded := 0, 0, 0
 	for _, n := range nodes {
-		switch n.State {
-		case statePending:
+		switch {
+		case n.State == statePending:
 			pending++
-		case stateDispatched:
+		case n.State == stateDispatched:
 			dispatched++
-		case stateSucceeded:
+		case n.State == stateSucceeded, n.UserSkipped:
 			succeeded++
 		}
 	}
@@ -218,7 +226,7 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		if final == stateSucceeded && run.Repository != "" {
 			eff.merge = &mergeJob{repo: run.Repository, base: run.BaseCommit}
 		}
-		eff.event(EventRunCompleted, run.ID+":completed", "run "+runName(run.ID)+" "+strings.ToLower(final),
+		eff.event(EventRunCompleted, completedEventID(ctx, tx, run), "run "+runName(run.ID)+" "+strings.ToLower(final), // task.go
 			map[string]any{"run": runName(run.ID), "state": final})
 		return nil
 	}
@@ -249,10 +257,32 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 	}
 	// Priority first; the topological order (spawn order) breaks ties.
 	slices.SortStableFunc(ready, func(a, b *schedNode) int { return cmp.Compare(b.Priority, a.Priority) })
+	if ready, err = s.withinSessionLimits(ctx, tx, run, ready); err != nil || len(ready) == 0 {
+		return err
+	}
 	if len(ready) > slots {
 		ready = ready[:slots]
 	}
 	return s.dispatch(ctx, tx, run, ready, eff)
+}
+
+// withinSession keeps, in order, the ready nodes that fit the room left
+// under the session's limits: tasks in all, engineers among them.
+func withinSession(ready []*schedNode, tasks, engineers int) []*schedNode {
+	var out []*schedNode
+	for _, n := range ready {
+		if len(out) >= tasks {
+			break
+		}
+		if n.Role == dag.RoleEngineer {
+			if engineers <= 0 {
+				continue
+			}
+			engineers--
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func anyDep(deps []string, state map[string]string, states ...string) bool {
@@ -273,6 +303,23 @@ func allDeps(deps []string, state map[string]string, want string) bool {
 		}
 	}
 	return true
+}
+
+// withinSessionLimits keeps the ready nodes (in order) that fit the room
+// left under the run's session limits, holding the session's lock until the
+// transaction ends.
+func (s *Service) withinSessionLimits(ctx context.Context, tx pgx.Tx, run *runRow, ready []*schedNode) ([]*schedNode, error) {
+	if run.SessionID == "" || (run.SessionMaxTasks == 0 && run.SessionMaxEngineers == 0) || len(ready) == 0 {
+		return ready, nil
+	}
+	tasks, engineers, limited, err := sessionRoom(ctx, tx, run.TenantID, run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("session limits: %w", err)
+	}
+	if !limited {
+		return ready, nil
+	}
+	return withinSession(ready, tasks, engineers), nil
 }
 
 // dispatch marks ready nodes DISPATCHED and queues their task messages.
@@ -350,7 +397,10 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 			UpstreamOutputs:  s.upstream(n.DependsOn, outputs),
 		}
 		meta := map[string]string{}
-		if b, err := proto.Marshal(spec); err == nil {
+		// The stored row holds the node's encoded form already.
+		if n.Spec != nil {
+			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(n.Spec)
+		} else if b, err := proto.Marshal(spec); err == nil {
 			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(b)
 		}
 		if run.Repository != "" {
@@ -385,13 +435,21 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 // specsOf returns the submitted form of nodes, from their rows (or from the
 // run's DAG for rows stored without one).
 func (s *Service) specsOf(ctx context.Context, q querier, run *runRow, nodes []*schedNode) (map[string]*orchestratorv1.Node, error) {
-	idsOf := make([]string, len(nodes))
-	for i, n := range nodes {
-		idsOf[i] = n.ID
+	raw := make(map[string][]byte, len(nodes))
+	var missing []string
+	for _, n := range nodes {
+		if n.Spec != nil {
+			raw[n.ID] = n.Spec
+		} else {
+			missing = append(missing, n.ID)
+		}
 	}
-	raw, err := nodeSpecs(ctx, q, run.TenantID, run.ID, idsOf)
-	if err != nil {
-		return nil, fmt.Errorf("load node specs: %w", err)
+	if len(missing) > 0 {
+		got, err := nodeSpecs(ctx, q, run.TenantID, run.ID, missing)
+		if err != nil {
+			return nil, fmt.Errorf("load node specs: %w", err)
+		}
+		maps.Copy(raw, got)
 	}
 	specs := make(map[string]*orchestratorv1.Node, len(nodes))
 	for id, b := range raw {
@@ -428,12 +486,26 @@ func (s *Service) advanceAfterSuccess(ctx context.Context, tx pgx.Tx, run *runRo
 	if run.State != stateRunning {
 		return s.advance(ctx, tx, run, eff)
 	}
+	if s.slots == nil {
+		// No global slots to take first: pick, mark and read the ready nodes
+		// in one statement; only when none was ready may the run be over.
+		picked, err := dispatchReady(ctx, tx, run.TenantID, run.ID, int(run.MaxConcurrency))
+		if err != nil {
+			return fmt.Errorf("dispatch ready nodes: %w", err)
+		}
+		if len(picked) > 0 {
+			return s.queueDispatches(ctx, tx, run, picked, eff)
+		}
+	}
 	dispatched, open, err := runCounts(ctx, tx, run.TenantID, run.ID)
 	if err != nil {
 		return fmt.Errorf("count nodes: %w", err)
 	}
 	if !open {
 		return s.advance(ctx, tx, run, eff)
+	}
+	if s.slots == nil {
+		return nil
 	}
 	slots := int(run.MaxConcurrency) - dispatched
 	if slots <= 0 {
@@ -447,7 +519,29 @@ func (s *Service) advanceAfterSuccess(ctx context.Context, tx pgx.Tx, run *runRo
 	for i := range ready {
 		ptrs[i] = &ready[i]
 	}
+	if ptrs, err = s.withinSessionLimits(ctx, tx, run, ptrs); err != nil || len(ptrs) == 0 {
+		return err
+	}
 	return s.dispatch(ctx, tx, run, ptrs, eff)
+}
+
+// queueDispatches adds the task messages of nodes just marked DISPATCHED
+// (at their Attempt) to the decision's effects.
+func (s *Service) queueDispatches(ctx context.Context, tx pgx.Tx, run *runRow, nodes []schedNode, eff *effects) error {
+	ptrs := make([]*schedNode, len(nodes))
+	attempts := make(map[string]int32, len(nodes))
+	for i := range nodes {
+		ptrs[i] = &nodes[i]
+		attempts[nodes[i].ID] = nodes[i].Attempt
+	}
+	msgs, err := s.buildDispatches(ctx, tx, run, ptrs, attempts)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		eff.steps = append(eff.steps, step{dispatch: m})
+	}
+	return nil
 }
 
 // upstream is the capped stdout of a node's dependencies.
@@ -485,15 +579,27 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
 	defer cancel()
 	log := s.log.With(logx.KeyTenantID, eff.tenant, logx.KeyRunID, eff.runID)
-	// Dispatches go out one by one, in decision order: the task queues keep
-	// the priority and spawn order of the nodes.
-	for _, st := range eff.steps {
+	// Dispatches go out in decision order without waiting for each ack (the
+	// task queues keep the priority and spawn order of the nodes); the acks
+	// are awaited together.
+	acks := make([]jetstream.PubAckFuture, len(eff.steps))
+	sendErrs := make([]error, len(eff.steps))
+	for i, st := range eff.steps {
+		if st.dispatch != nil {
+			acks[i], sendErrs[i] = s.bus.PublishAsync(ctx, st.dispatch.subject, st.dispatch.msgID, st.dispatch.env)
+		}
+	}
+	for i, st := range eff.steps {
 		if st.event != nil {
 			s.publishEvent(ctx, log, *st.event)
 			continue
 		}
 		m := st.dispatch
-		if _, err := s.bus.Publish(ctx, m.subject, m.msgID, m.env); err != nil {
+		err := sendErrs[i]
+		if err == nil {
+			_, err = natsx.AwaitAck(ctx, acks[i])
+		}
+		if err != nil {
 			if m.republish {
 				log.ErrorContext(ctx, "re-publish task", logx.KeyNodeID, m.node, logx.Err(err))
 				continue
@@ -532,6 +638,7 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 	}
 	if eff.merge != nil {
 		s.mergeRun(ctx, log, eff.tenant, eff.runID, eff.merge.repo, eff.merge.base)
+		s.startSessionCheck(ctx, log, eff.tenant, eff.runID) // session.go (spec F-06)
 	}
 	if eff.completed != "" {
 		s.metrics.runs.WithLabelValues(eff.completed).Inc()
@@ -555,6 +662,15 @@ type result struct {
 
 // decodeResult reads a worker report; a message that is not one is a
 // permanent error.
+// timeOf is t as a time, or nil when it is not set.
+func timeOf(t *timestamppb.Timestamp) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.AsTime()
+	return &v
+}
+
 func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 	var env messagev1.Envelope
 	if err := natsx.Unmarshal(msg, &env); err != nil {
@@ -578,6 +694,8 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 		Patch:           storable(env.GetMetadata()[worker.MetaPatch], maxStoredPatchBytes),
 		Report:          storable(env.GetMetadata()[worker.MetaReport], maxStoredErrorBytes*4),
 		Pipeline:        storable(env.GetMetadata()[worker.MetaPipeline], maxStoredErrorBytes*16),
+		ReceivedAt:      timeOf(r.GetReceivedAt()),
+		ReportedAt:      timeOf(r.GetReportedAt()),
 	}
 	if res.TimedOut && res.Error == "" {
 		res.Error = "timed out"
@@ -591,43 +709,47 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 // applyResults records reports of one run's nodes in one transaction under
 // the run's lock, then moves the run on once. Each report applies only to
 // the attempt its node awaits, so a redelivered batch changes nothing twice.
+// Without global slots the common case takes one round trip (applyDirect).
 func (s *Service) applyResults(ctx context.Context, tenant, runID string, results []*result) error {
 	log := s.log.With(logx.KeyTenantID, tenant, logx.KeyRunID, runID)
-	found, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
-		onlySuccesses := true
-		for _, rs := range results {
-			nodeID, attempt, res := rs.r.GetNodeId(), rs.r.GetAttempt(), rs.stored
-			section := ""
-			if res.Report != "" || res.Patch != "" {
-				section = decisionSection(nodeID, attempt, res.State, res, rs.env.GetMetadata()[worker.MetaGitAudit])
-			}
-			applied, state, retryAt, err := recordResult(ctx, tx, tenant, runID, nodeID, attempt, res, section)
-			if err != nil {
-				return fmt.Errorf("record result: %w", err)
-			}
-			if !applied {
-				log.DebugContext(ctx, "ignoring a result for a node not awaiting it", logx.KeyNodeID, nodeID, slog.Int("attempt", int(attempt)))
-				continue
-			}
-			s.metrics.completions.Inc()
-			eff.durations = append(eff.durations, res.Duration)
-			eff.release = append(eff.release, slotMember(tenant, runID, nodeID, attempt))
-			if state != stateSucceeded {
-				onlySuccesses = false
-			}
-			if state == statePending && retryAt != nil {
-				s.metrics.retries.Inc()
-				eff.event(EventNodeRetrying, fmt.Sprintf("%s:%s:%d:retrying", runID, nodeID, attempt),
-					fmt.Sprintf("node %s failed (exit %d); retry %d at %s", nodeID, res.ExitCode, attempt, retryAt.UTC().Format(time.RFC3339Nano)),
-					map[string]any{"run": runName(runID), "node": nodeID, "attempt": attempt, "exit_code": res.ExitCode,
-						"error": res.Error, "next_attempt_time": retryAt.UTC().Format(time.RFC3339Nano)})
-			} else {
-				eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt),
-					fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
-					map[string]any{"run": runName(runID), "node": nodeID, "state": res.State, "exit_code": res.ExitCode})
-			}
+	type nodeAttempt struct {
+		node    string
+		attempt int32
+	}
+	// A report repeated within the batch (a redelivery) is sent once.
+	reported := make([]reportedResult, 0, len(results))
+	byKey := make(map[nodeAttempt]*result, len(results))
+	for _, rs := range results {
+		nodeID, attempt, res := rs.r.GetNodeId(), rs.r.GetAttempt(), rs.stored
+		k := nodeAttempt{nodeID, attempt}
+		if _, dup := byKey[k]; dup {
+			continue
 		}
-		if onlySuccesses {
+		byKey[k] = rs
+		section := ""
+		if res.Report != "" || res.Patch != "" {
+			section = decisionSection(nodeID, attempt, res.State, res, rs.env.GetMetadata()[worker.MetaGitAudit])
+		}
+		reported = append(reported, reportedResult{NodeID: nodeID, Attempt: attempt, Result: res, Section: section})
+	}
+	if s.slots == nil {
+		return s.applyDirect(ctx, log, tenant, runID, reported, func(rec []recordedResult, eff *effects) bool {
+			return s.noteRecorded(eff, rec, func(node string, attempt int32) nodeResult { return byKey[nodeAttempt{node, attempt}].stored })
+		})
+	}
+	var limited *runRow
+	found, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+		recorded, err := recordResults(ctx, tx, tenant, runID, reported)
+		if err != nil {
+			return fmt.Errorf("record results: %w", err)
+		}
+		if len(recorded) > 0 {
+			limited = run
+		}
+		if len(recorded) < len(reported) {
+			log.DebugContext(ctx, "ignoring results for nodes not awaiting them", slog.Int("ignored", len(reported)-len(recorded)))
+		}
+		if s.noteRecorded(eff, recorded, func(node string, attempt int32) nodeResult { return byKey[nodeAttempt{node, attempt}].stored }) {
 			return s.advanceAfterSuccess(ctx, tx, run, eff)
 		}
 		return s.advance(ctx, tx, run, eff)
@@ -638,7 +760,213 @@ func (s *Service) applyResults(ctx context.Context, tenant, runID string, result
 	if !found {
 		log.WarnContext(ctx, "dropping results for an unknown run", slog.Int("results", len(results)))
 	}
+	if limited != nil {
+		s.wakeSessionPeers(limited)
+	}
 	return nil
+}
+
+// wakeSessionPeers moves on the other unfinished runs of a run's session
+// when the run has session limits and just freed some of their room, so
+// that a run held back by them need not wait for the resync.
+func (s *Service) wakeSessionPeers(run *runRow) {
+	if run.SessionID == "" || (run.SessionMaxTasks == 0 && run.SessionMaxEngineers == 0) {
+		return
+	}
+	ctx := s.runCtx()
+	go func() {
+		peers, err := sessionRuns(ctx, s.db, run.TenantID, run.SessionID)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "list the session's runs", logx.KeyTenantID, run.TenantID, logx.Err(err))
+			}
+			return
+		}
+		for _, id := range peers {
+			if id == run.ID || ctx.Err() != nil {
+				continue
+			}
+			if _, err := s.withRun(ctx, run.TenantID, id, false, func(tx pgx.Tx, peer *runRow, eff *effects) error {
+				return s.advance(ctx, tx, peer, eff)
+			}); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "advance a run of the session", logx.KeyTenantID, run.TenantID, logx.KeyRunID, id, logx.Err(err))
+			}
+		}
+	}()
+}
+
+// applyDirect is applyResults without global slots, in one round trip: a
+// pipelined batch begins a transaction, locks the run, records every
+// report, dispatches the nodes they made ready (only while the run is
+// running and, under fail_fast, nothing failed), counts what is left and
+// commits. Its effects are carried out asynchronously, in order (see
+// carryOutOrdered). Whatever else the reports call for (a failure, a retry,
+// the run's end, a paused run) is decided by advance in a second
+// transaction, exactly as a resync would.
+func (s *Service) applyDirect(ctx context.Context, log *slog.Logger, tenant, runID string, reported []reportedResult,
+	note func([]recordedResult, *effects) bool) error {
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(lockRunSQL, tenant, runID)
+	b.Queue(recordResultsSQL, recordResultsArgs(tenant, runID, reported)...)
+	b.Queue(lockSessionSQL, tenant, runID)
+	b.Queue(dispatchReadySQL, tenant, runID, math.MaxInt32)
+	b.Queue(runCountsSQL, tenant, runID)
+	b.Queue("COMMIT")
+	var (
+		run      *runRow
+		recorded []recordedResult
+		picked   []schedNode
+		open     bool
+	)
+	// Should any statement fail, the server skips the rest (COMMIT too) and
+	// the pool discards the connection with its aborted transaction.
+	err := func() error {
+		br := s.db.SendBatch(ctx, &b)
+		defer func() { _ = br.Close() }()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		var err error
+		if run, err = scanRun(br.QueryRow()); err != nil && !errors.Is(err, errNotFound) {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		rows, err := br.Query()
+		if err == nil {
+			recorded, err = scanRecorded(rows)
+		}
+		if err != nil {
+			return fmt.Errorf("record results: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock session: %w", err)
+		}
+		rows, err = br.Query()
+		if err == nil {
+			picked, err = scanDispatched(rows)
+		}
+		if err != nil {
+			return fmt.Errorf("dispatch ready nodes: %w", err)
+		}
+		var dispatched int
+		if err := br.QueryRow().Scan(&dispatched, &open); err != nil {
+			return fmt.Errorf("count nodes: %w", err)
+		}
+		tag, err := br.Exec()
+		if err == nil && tag.String() != "COMMIT" {
+			err = fmt.Errorf("transaction ended with %s", tag)
+		}
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return err
+	}
+	if run == nil {
+		log.WarnContext(ctx, "dropping results for an unknown run", slog.Int("results", len(reported)))
+		return nil
+	}
+	if len(recorded) < len(reported) {
+		log.DebugContext(ctx, "ignoring results for nodes not awaiting them", slog.Int("ignored", len(reported)-len(recorded)))
+	}
+	eff := &effects{tenant: tenant, runID: runID, session: run.SessionID}
+	onlySuccesses := note(recorded, eff)
+	var msgs []*dispatchMsg
+	if len(picked) > 0 {
+		ptrs := make([]*schedNode, len(picked))
+		attempts := make(map[string]int32, len(picked))
+		for i := range picked {
+			ptrs[i] = &picked[i]
+			attempts[picked[i].ID] = picked[i].Attempt
+		}
+		// The dispatches are committed: should their messages fail to
+		// build, the nodes go back to PENDING for the next pass.
+		if msgs, err = s.buildDispatches(ctx, s.db, run, ptrs, attempts); err != nil {
+			log.ErrorContext(ctx, "build dispatches; the nodes go back to pending", logx.Err(err))
+			for _, n := range picked {
+				if err := undoDispatch(ctx, s.db, tenant, runID, n.ID, n.Attempt); err != nil {
+					log.ErrorContext(ctx, "undo dispatch", logx.KeyNodeID, n.ID, logx.Err(err))
+				}
+			}
+		}
+	}
+	for _, m := range msgs {
+		eff.steps = append(eff.steps, step{dispatch: m})
+	}
+	s.carryOutOrdered(ctx, eff)
+	if len(recorded) > 0 {
+		s.wakeSessionPeers(run)
+	}
+	if onlySuccesses && open && run.State == stateRunning {
+		return nil
+	}
+	_, err = s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+		return s.advance(ctx, tx, run, eff)
+	})
+	return err
+}
+
+// noteRecorded adds the events, slot releases and metrics of applied
+// reports to a decision's effects, and says whether every one succeeded.
+func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, stored func(node string, attempt int32) nodeResult) bool {
+	tenant, runID := eff.tenant, eff.runID
+	onlySuccesses := true
+	for _, rec := range recorded {
+		nodeID, attempt, state, retryAt := rec.NodeID, rec.Attempt, rec.State, rec.RetryAt
+		res := stored(nodeID, attempt)
+		s.metrics.completions.Inc()
+		eff.durations = append(eff.durations, res.Duration)
+		if s.slots != nil {
+			eff.release = append(eff.release, slotMember(tenant, runID, nodeID, attempt))
+		}
+		if state != stateSucceeded {
+			onlySuccesses = false
+		}
+		if state == statePending && retryAt != nil {
+			s.metrics.retries.Inc()
+			eff.event(EventNodeRetrying, fmt.Sprintf("%s:%s:%d:retrying", runID, nodeID, attempt),
+				fmt.Sprintf("node %s failed (exit %d); retry %d at %s", nodeID, res.ExitCode, attempt, retryAt.UTC().Format(time.RFC3339Nano)),
+				map[string]any{"run": runName(runID), "node": nodeID, "attempt": attempt, "exit_code": res.ExitCode,
+					"error": res.Error, "next_attempt_time": retryAt.UTC().Format(time.RFC3339Nano)})
+		} else {
+			eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt),
+				fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
+				map[string]any{"run": runName(runID), "node": nodeID, "state": res.State, "exit_code": res.ExitCode})
+		}
+	}
+	return onlySuccesses
+}
+
+// carryOutOrdered carries out a decision's effects in the background, after
+// those of the previous call, so that the next batch of results is applied
+// while these dispatches are published; at most one such call is pending.
+// Should this replica stop before they are published, the nodes are
+// DISPATCHED in the database and the run's recovery re-sends them.
+func (s *Service) carryOutOrdered(ctx context.Context, eff *effects) {
+	s.carryMu.Lock()
+	prev := s.carryDone
+	done := make(chan struct{})
+	s.carryDone = done
+	s.carryMu.Unlock()
+	if prev != nil {
+		<-prev
+	}
+	go func() {
+		defer close(done)
+		s.carryOut(ctx, eff)
+	}()
+}
+
+// waitCarriedOut waits for the effects carryOutOrdered started.
+func (s *Service) waitCarriedOut() {
+	s.carryMu.Lock()
+	prev := s.carryDone
+	s.carryMu.Unlock()
+	if prev != nil {
+		<-prev
+	}
 }
 
 // consumeResults applies worker reports in batches: whatever arrived while
@@ -667,6 +995,7 @@ func (s *Service) consumeResults(ctx context.Context) error {
 		return fmt.Errorf("consume results: %w", err)
 	}
 	defer cc.Stop()
+	defer s.waitCarriedOut()
 	for {
 		var batch []jetstream.Msg
 		select {
@@ -692,6 +1021,7 @@ func (s *Service) consumeResults(ctx context.Context) error {
 const resultBatch = 128
 
 func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
+	s.metrics.resultBatch.Observe(float64(len(batch)))
 	type key struct{ tenant, run string }
 	groups := map[key][]*result{}
 	var order []key
@@ -700,6 +1030,9 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 		if err != nil {
 			s.log.ErrorContext(ctx, "result dropped", slog.String("subject", m.Subject()), logx.Err(err))
 			_ = m.Term()
+			continue
+		}
+		if s.handleSessionCheckResult(ctx, res) { // session.go (spec F-06)
 			continue
 		}
 		k := key{res.env.GetTenantId(), res.r.GetRunId()}
@@ -729,9 +1062,17 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 const maxStoredPatchBytes = 512 << 10
 
 // decisionSection is a task's entry in the run's decision log (spec H-07).
+// A report that does not parse still gives a partial entry (spec H-01,
+// AC-21): the fields that can be read, and a note that it was malformed.
 func decisionSection(nodeID string, attempt int32, state string, res nodeResult, gitAudit string) string {
-	var rep orchestratorv1.TaskReport
-	_ = protojson.Unmarshal([]byte(res.Report), &rep)
+	rep := &orchestratorv1.TaskReport{}
+	malformed := ""
+	if strings.TrimSpace(res.Report) != "" {
+		if err := protojson.Unmarshal([]byte(res.Report), rep); err != nil {
+			rep = partialReport(res.Report)
+			malformed = truncateMiddle(err.Error(), 200)
+		}
+	}
 	orNone := func(s string) string {
 		if strings.TrimSpace(s) == "" {
 			return "none"
@@ -749,7 +1090,37 @@ func decisionSection(nodeID string, attempt int32, state string, res nodeResult,
 	if gitAudit != "" {
 		fmt.Fprintf(&b, "- Git calls: %d\n", len(strings.Split(gitAudit, "\n")))
 	}
+	if malformed != "" {
+		fmt.Fprintf(&b, "- Report: malformed, partial entry (%s)\n", malformed)
+	}
 	return b.String() + "\n"
+}
+
+// partialReport reads what it can of a report that is not a valid
+// TaskReport: the known fields of a JSON object, by either spelling.
+func partialReport(raw string) *orchestratorv1.TaskReport {
+	var m map[string]any
+	_ = json.Unmarshal([]byte(raw), &m)
+	text := func(keys ...string) string {
+		for _, k := range keys {
+			if v, ok := m[k].(string); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	rep := &orchestratorv1.TaskReport{Implemented: text("implemented"), Tested: text("tested"), Decisions: text("decisions"),
+		Deviations: text("deviations"), Concerns: text("concerns")}
+	for _, k := range []string{"filesChanged", "files_changed"} {
+		if list, ok := m[k].([]any); ok {
+			for _, f := range list {
+				if s, ok := f.(string); ok {
+					rep.FilesChanged = append(rep.FilesChanged, s)
+				}
+			}
+		}
+	}
+	return rep
 }
 
 // storable makes worker text safe for a text column and bounded in size.
@@ -839,6 +1210,7 @@ func (s *Service) leases(ctx context.Context) {
 		if err := s.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "take over expired runs", logx.Err(err))
 		}
+		s.sweepSessionChecks(ctx) // session.go
 		s.renewSlots(ctx)
 	}
 }

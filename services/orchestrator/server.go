@@ -33,6 +33,9 @@ var (
 	requestIDPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
 
+// maxSessionLimit bounds the session limits a run may carry.
+const maxSessionLimit = 10000
+
 // CreateRun validates the DAG, persists the run and its nodes, and starts
 // dispatching. A retry with the same request_id returns the first run.
 func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
@@ -57,6 +60,15 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	if maxConc < 1 || int(maxConc) > s.cfg.MaxConcurrencyLimit {
 		return nil, status.Errorf(codes.InvalidArgument, "max_concurrency: must be between 1 and %d (0 means %d)", s.cfg.MaxConcurrencyLimit, s.cfg.DefaultMaxConcurrency)
 	}
+	if lim := req.GetSessionLimits(); lim != nil {
+		if lim.GetMaxConcurrentTasks() < 0 || lim.GetMaxConcurrentTasks() > maxSessionLimit ||
+			lim.GetMaxEngineers() < 0 || lim.GetMaxEngineers() > maxSessionLimit {
+			return nil, status.Errorf(codes.InvalidArgument, "session_limits: max_concurrent_tasks and max_engineers must be between 0 and %d", maxSessionLimit)
+		}
+		if session == "" && (lim.GetMaxConcurrentTasks() > 0 || lim.GetMaxEngineers() > 0) {
+			return nil, status.Error(codes.InvalidArgument, "session_limits: need session_id")
+		}
+	}
 	if req.GetDag() == nil {
 		return nil, status.Error(codes.InvalidArgument, "dag: is required")
 	}
@@ -65,6 +77,9 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	}
 	layers, err := dag.Validate(req.GetDag())
 	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := validateRunOptions(req); err != nil { // session.go
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	var base string
@@ -95,7 +110,7 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	nodes := make([]newNode, len(req.GetDag().GetNodes()))
 	for i, n := range req.GetDag().GetNodes() {
 		retry := dag.Retry(req.GetDag(), n)
-		spec, err := proto.Marshal(n)
+		spec, err := proto.Marshal(withTaskContext(req.GetContext(), n)) // taskcontext.go (spec H-03)
 		if err != nil {
 			return nil, s.internal(ctx, "encode node", err)
 		}
@@ -107,6 +122,8 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 		State: statePending, MaxConcurrency: maxConc, DAG: blob,
 		FailFast: req.GetDag().GetPolicy().GetFailFast(), LeaseOwner: s.cfg.ReplicaID,
 		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
+		SessionMaxTasks:     req.GetSessionLimits().GetMaxConcurrentTasks(),
+		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
 	}
 	if r := req.GetRequestId(); r != "" {
 		run.RequestID = &r
@@ -115,7 +132,10 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 		if err := insertRun(ctx, tx, run, s.cfg.LeaseTTL); err != nil {
 			return err
 		}
-		return insertNodes(ctx, tx, run.TenantID, run.ID, nodes)
+		if err := insertNodes(ctx, tx, run.TenantID, run.ID, nodes); err != nil {
+			return err
+		}
+		return saveRunOptions(ctx, tx, run.TenantID, run.ID, req) // session.go
 	})
 	if err != nil && run.RequestID != nil && pgstore.IsUniqueViolation(err) {
 		// A concurrent retry with the same request id won the race.
@@ -130,10 +150,15 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	}
 	if len(nodes) >= analyzeThreshold {
 		// A large run changes the tables' shape: plan its queries on fresh
-		// statistics rather than wait for autovacuum.
-		if err := analyzeNodes(ctx, s.db); err != nil {
-			s.log.WarnContext(ctx, "analyze node tables", logx.Err(err))
-		}
+		// statistics rather than wait for autovacuum. The run starts
+		// meanwhile: its first dispatches scan the nodes anyway.
+		go func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
+			defer cancel()
+			if err := analyzeNodes(actx, s.db); err != nil {
+				s.log.WarnContext(actx, "analyze node tables", logx.Err(err))
+			}
+		}()
 	}
 	s.log.InfoContext(ctx, "run created", logx.KeyTenantID, run.TenantID, logx.KeyRunID, run.ID,
 		logx.KeySessionID, session, "nodes", len(nodes), "max_concurrency", maxConc)
@@ -256,7 +281,11 @@ func (s *Service) loadRun(ctx context.Context, tenant, id string) (*orchestrator
 	if err := proto.Unmarshal(run.DAG, &d); err != nil {
 		return nil, s.internal(ctx, "decode dag", err)
 	}
-	return runProto(run, &d, nodes), nil
+	out := runProto(run, &d, nodes)
+	if err := s.addRunExtras(ctx, tenant, out); err != nil { // session.go
+		return nil, s.internal(ctx, "load run", err)
+	}
+	return out, nil
 }
 
 func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1.Run {

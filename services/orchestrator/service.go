@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,10 @@ type Service struct {
 	slots *slotLimiter
 	// ctx is Run's context, for work started by timers.
 	ctx atomic.Pointer[context.Context]
+	// carryDone is closed when the effects last handed to carryOutOrdered
+	// have been carried out.
+	carryMu   sync.Mutex
+	carryDone chan struct{}
 }
 
 type metrics struct {
@@ -48,6 +53,9 @@ type metrics struct {
 	recovered    prometheus.Counter
 	runs         *prometheus.CounterVec
 	nodeDuration prometheus.Histogram
+	// resultBatch is the number of worker reports applied together (one
+	// database round trip per run in a batch).
+	resultBatch prometheus.Histogram
 }
 
 // runCtx is Run's context, or a done context before Run and after it.
@@ -121,6 +129,11 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 				Name:    "sylk_orchestrator_node_duration_seconds",
 				Help:    "Run time of node attempts as reported by workers.",
 				Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+			}),
+			resultBatch: f.NewHistogram(prometheus.HistogramOpts{
+				Name:    "sylk_orchestrator_result_batch_size",
+				Help:    "Worker reports applied together in one batch.",
+				Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 			}),
 		},
 	}, nil

@@ -1,9 +1,11 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,21 +59,26 @@ type runRow struct {
 	MergeConflicts []string
 	DecisionLog    string
 	Interactive    bool
+	// SessionMaxTasks and SessionMaxEngineers bound the nodes (and the
+	// engineer nodes) running at once across the session's runs; 0: none.
+	SessionMaxTasks     int32
+	SessionMaxEngineers int32
 }
 
 const runColumns = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, result_patch, merge_conflicts, '', interactive`
+	repository, base_commit, result_patch, merge_conflicts, '', interactive, session_max_tasks, session_max_engineers`
 
 // runColumnsNoDag reads every column but the DAG and the large texts, for
 // listings and scheduling.
 const runColumnsNoDag = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, ''::bytea, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, '', merge_conflicts, '', interactive`
+	repository, base_commit, '', merge_conflicts, '', interactive, session_max_tasks, session_max_engineers`
 
 func scanRun(row pgx.Row) (*runRow, error) {
 	var r runRow
 	err := row.Scan(&r.TenantID, &r.ID, &r.UserID, &r.SessionID, &r.Plan, &r.RequestID, &r.State,
 		&r.MaxConcurrency, &r.DAG, &r.CreateTime, &r.StartTime, &r.EndTime, &r.FailFast, &r.LeaseOwner,
-		&r.Repository, &r.BaseCommit, &r.ResultPatch, &r.MergeConflicts, &r.DecisionLog, &r.Interactive)
+		&r.Repository, &r.BaseCommit, &r.ResultPatch, &r.MergeConflicts, &r.DecisionLog, &r.Interactive,
+		&r.SessionMaxTasks, &r.SessionMaxEngineers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -90,8 +97,10 @@ func getRun(ctx context.Context, q querier, tenant, id string) (*runRow, error) 
 // this lock, so replicas never dispatch the same node twice or overrun
 // max_concurrency.
 func lockRun(ctx context.Context, tx pgx.Tx, tenant, id string) (*runRow, error) {
-	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumnsNoDag+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id))
+	return scanRun(tx.QueryRow(ctx, lockRunSQL, tenant, id))
 }
+
+const lockRunSQL = `SELECT ` + runColumnsNoDag + ` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE`
 
 // tryLockRun is lockRun that gives up (errNotFound) when another
 // transaction holds the run.
@@ -106,10 +115,12 @@ func getRunByRequestID(ctx context.Context, q querier, tenant, requestID string)
 // insertRun stores a new run, leased to owner for ttl.
 func insertRun(ctx context.Context, tx pgx.Tx, r *runRow, ttl time.Duration) error {
 	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag,
-			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15) RETURNING create_time`,
+			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17)
+		RETURNING create_time`,
 		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG,
-		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive).Scan(&r.CreateTime)
+		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive,
+		r.SessionMaxTasks, r.SessionMaxEngineers).Scan(&r.CreateTime)
 }
 
 // newNode is a node row at creation.
@@ -191,12 +202,14 @@ func readyNodes(ctx context.Context, q querier, tenant, runID string, limit int)
 // runCounts returns how many nodes are running and whether any node is
 // still pending or running.
 func runCounts(ctx context.Context, q querier, tenant, runID string) (dispatched int, open bool, err error) {
-	err = q.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'DISPATCHED'),
-			EXISTS (SELECT 1 FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state IN ('PENDING', 'DISPATCHED'))`,
-		tenant, runID).Scan(&dispatched, &open)
+	err = q.QueryRow(ctx, runCountsSQL, tenant, runID).Scan(&dispatched, &open)
 	return dispatched, open, err
 }
+
+// runCountsSQL looks for a PENDING node only when none is DISPATCHED (the
+// usual case mid-run needs no second scan).
+const runCountsSQL = `SELECT d.n, d.n > 0 OR EXISTS (SELECT 1 FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING')
+	FROM (SELECT count(*) AS n FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'DISPATCHED') d`
 
 // analyzeThreshold is the node count from which a new run refreshes the
 // planner's statistics of the node tables.
@@ -262,19 +275,27 @@ type schedNode struct {
 	Priority  int32
 	NotBefore *time.Time
 	Paused    bool
+	// UserReopened: a user ran this node or one upstream of it again, so
+	// fail_fast does not cancel it (listSchedNodes only).
+	UserReopened bool
+	// UserSkipped: the user went on without this SKIPPED node, so it counts
+	// as met for its dependents (listSchedNodes only).
+	UserSkipped bool
+	// Spec is the submitted node when it was read with the node (else nil).
+	Spec []byte
 }
 
 // listSchedNodes returns a run's nodes in topological order (layer, then
 // DAG order), so that every node comes after its dependencies.
 func listSchedNodes(ctx context.Context, q querier, tenant, runID string) ([]schedNode, error) {
-	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused
+	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused, user_reopened, user_skipped
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY layer, position`, tenant, runID)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schedNode, error) {
 		var n schedNode
-		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused)
+		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused, &n.UserReopened, &n.UserSkipped)
 		return n, err
 	})
 }
@@ -290,7 +311,7 @@ func setNodesState(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs
 func markDispatched(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs []string) (map[string]int32, error) {
 	rows, err := tx.Query(ctx, `UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL, not_before = NULL,
 			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false,
-			duration_us = 0, error = '', worker_id = ''
+			duration_us = 0, error = '', worker_id = '', worker_received_time = NULL, worker_reported_time = NULL
 		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND state = 'PENDING'
 		RETURNING node_id, attempt`, tenant, runID, nodeIDs)
 	if err != nil {
@@ -353,53 +374,212 @@ type nodeResult struct {
 	Patch           string
 	Report          string
 	Pipeline        string
+	// ReceivedAt and ReportedAt are when the worker received the dispatch
+	// and reported the result, by its clock (nil from older workers).
+	ReceivedAt, ReportedAt *time.Time
 }
 
-// recordResult stores a result for the node's current attempt. It reports
-// applied false, and changes nothing, unless the node is DISPATCHED with
-// that attempt: a redelivered or stale result is never applied twice. A
-// failure with retries left (max_retries counts retries after the first
+// reportedResult is one worker report for recordResults.
+type reportedResult struct {
+	NodeID  string
+	Attempt int32
+	Result  nodeResult
+	// Section is added to the run's decision log when not empty.
+	Section string
+}
+
+// recordedResult is how recordResults applied one report.
+type recordedResult struct {
+	NodeID  string
+	Attempt int32
+	State   string
+	RetryAt *time.Time
+}
+
+// recordResults stores the reports of one run's nodes in one round trip.
+// A failure with retries left (max_retries counts retries after the first
 // attempt) puts the node back to PENDING until retryAt, the n-th retry
-// waiting backoff * 2^(n-1), at most maxBackoff.
-// A non-empty section is added to the run's decision log.
-func recordResult(ctx context.Context, tx pgx.Tx, tenant, runID, nodeID string, attempt int32, r nodeResult, section string) (applied bool, state string, retryAt *time.Time, err error) {
-	// One round trip: the node's update, its dependents' unblocking on
-	// success (by primary key, whatever the planner's statistics), the
-	// attempt's history row and its decision log section.
-	err = tx.QueryRow(ctx, `WITH upd AS (
-			UPDATE nodes SET
-				state = CASE WHEN $5 = 'FAILED' AND attempt <= max_retries THEN 'PENDING' ELSE $5 END,
-				not_before = CASE WHEN $5 = 'FAILED' AND attempt <= max_retries
-					THEN now() + least(backoff_ms * power(2, attempt - 1), $15) * interval '1 millisecond' END,
-				exit_code = $6, stdout = $7, stderr = $8, stdout_truncated = $9,
-				stderr_truncated = $10, timed_out = $11, duration_us = $12, error = $13, worker_id = $14, end_time = now(),
-				patch = $16, report = $17, pipeline = $18
-			WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3 AND attempt = $4 AND state = 'DISPATCHED'
-			RETURNING state, not_before),
+// waiting backoff * 2^(n-1), at most maxBackoff. Each report applies only when its node is DISPATCHED with that
+// attempt (so a redelivered or stale report changes nothing), succeeded
+// nodes unblock their dependents (a dependent of two nodes succeeding
+// together loses two unmet dependencies), and every applied report gets its
+// history row and decision log section, in report order. It returns the
+// applied reports only. Reports must name distinct (node, attempt) pairs.
+func recordResults(ctx context.Context, tx pgx.Tx, tenant, runID string, rs []reportedResult) ([]recordedResult, error) {
+	rows, err := tx.Query(ctx, recordResultsSQL, recordResultsArgs(tenant, runID, rs)...)
+	if err != nil {
+		return nil, err
+	}
+	return scanRecorded(rows)
+}
+
+func recordResultsArgs(tenant, runID string, rs []reportedResult) []any {
+	n := len(rs)
+	var (
+		node, state, stdout, stderr, errs, worker, patch, report, pipeline, section = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n)
+		attempt, exit          = make([]int32, n), make([]int32, n)
+		outTrunc, errTrunc, to = make([]bool, n), make([]bool, n), make([]bool, n)
+		dur                    = make([]int64, n)
+		received, reported     = make([]*time.Time, n), make([]*time.Time, n)
+	)
+	for i, r := range rs {
+		node[i], attempt[i], state[i], exit[i] = r.NodeID, r.Attempt, r.Result.State, r.Result.ExitCode
+		stdout[i], stderr[i], outTrunc[i], errTrunc[i] = r.Result.Stdout, r.Result.Stderr, r.Result.StdoutTruncated, r.Result.StderrTruncated
+		to[i], dur[i], errs[i], worker[i] = r.Result.TimedOut, r.Result.Duration.Microseconds(), r.Result.Error, r.Result.WorkerID
+		patch[i], report[i], pipeline[i], section[i] = r.Result.Patch, r.Result.Report, r.Result.Pipeline, r.Section
+		received[i], reported[i] = r.Result.ReceivedAt, r.Result.ReportedAt
+	}
+	return []any{tenant, runID, node, attempt, state, exit, stdout, stderr, outTrunc, errTrunc, to, dur, errs, worker, patch, report,
+		pipeline, section, maxBackoff.Milliseconds(), received, reported}
+}
+
+func scanRecorded(rows pgx.Rows) ([]recordedResult, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (recordedResult, error) {
+		var r recordedResult
+		err := row.Scan(&r.NodeID, &r.Attempt, &r.State, &r.RetryAt)
+		return r, err
+	})
+}
+
+const recordResultsSQL = `WITH r AS (
+			SELECT * FROM unnest($3::text[], $4::int4[], $5::text[], $6::int4[], $7::text[], $8::text[], $9::bool[], $10::bool[],
+				$11::bool[], $12::int8[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[],
+				$20::timestamptz[], $21::timestamptz[]) WITH ORDINALITY
+				AS r(node_id, attempt, state, exit_code, stdout, stderr, stdout_truncated, stderr_truncated, timed_out, duration_us,
+					error, worker_id, patch, report, pipeline, section, received, reported, ord)),
+		upd AS (
+			UPDATE nodes n SET
+				state = CASE WHEN r.state = 'FAILED' AND n.attempt <= n.max_retries THEN 'PENDING' ELSE r.state END,
+				not_before = CASE WHEN r.state = 'FAILED' AND n.attempt <= n.max_retries
+					THEN now() + least(n.backoff_ms * power(2, n.attempt - 1), $19) * interval '1 millisecond' END,
+				exit_code = r.exit_code, stdout = r.stdout, stderr = r.stderr, stdout_truncated = r.stdout_truncated,
+				stderr_truncated = r.stderr_truncated, timed_out = r.timed_out, duration_us = r.duration_us, error = r.error,
+				worker_id = r.worker_id, end_time = now(), patch = r.patch, report = r.report, pipeline = r.pipeline,
+				worker_received_time = r.received, worker_reported_time = r.reported
+			FROM r
+			WHERE n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = r.node_id AND n.attempt = r.attempt AND n.state = 'DISPATCHED'
+			RETURNING n.node_id, n.attempt, n.state, n.not_before, r.state AS reported, r.exit_code, r.timed_out, r.error,
+				r.worker_id, r.duration_us, r.section, r.ord),
 		unblocked AS (
-			UPDATE nodes SET unmet_deps = unmet_deps - 1
-			WHERE tenant_id = $1 AND run_id = $2
-				AND node_id = ANY (ARRAY(SELECT dependent_id FROM edges WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3))
-				AND EXISTS (SELECT 1 FROM upd WHERE upd.state = 'SUCCEEDED')),
+			UPDATE nodes d SET unmet_deps = d.unmet_deps - c.met
+			FROM (SELECT e.dependent_id, count(*) AS met FROM edges e
+				WHERE e.tenant_id = $1 AND e.run_id = $2 AND e.node_id = ANY (ARRAY(SELECT node_id FROM upd WHERE state = 'SUCCEEDED'))
+				GROUP BY e.dependent_id) c
+			WHERE d.tenant_id = $1 AND d.run_id = $2 AND d.node_id = c.dependent_id),
 		history AS (
 			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us)
-			SELECT $1, $2, $3, $4, $5, $6, $11, $13, $14, $12 FROM upd
+			SELECT $1, $2, node_id, attempt, reported, exit_code, timed_out, error, worker_id, duration_us FROM upd ORDER BY ord
 			ON CONFLICT DO NOTHING),
 		logged AS (
 			INSERT INTO decision_log (tenant_id, run_id, node_id, attempt, section)
-			SELECT $1, $2, $3, $4, $19 FROM upd WHERE $19 <> ''
+			SELECT $1, $2, node_id, attempt, section FROM upd WHERE section <> '' ORDER BY ord
 			ON CONFLICT DO NOTHING)
-		SELECT state, not_before FROM upd`,
-		tenant, runID, nodeID, attempt, r.State, r.ExitCode, r.Stdout, r.Stderr, r.StdoutTruncated, r.StderrTruncated,
-		r.TimedOut, r.Duration.Microseconds(), r.Error, r.WorkerID, maxBackoff.Milliseconds(), r.Patch, r.Report, r.Pipeline,
-		section).Scan(&state, &retryAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, "", nil, nil
+		SELECT node_id, attempt, state, not_before FROM upd ORDER BY ord`
+
+// dispatchReady moves the nodes that can run now to DISPATCHED, at most
+// the run's max_concurrency (and at most limit) less the nodes already
+// running, highest priority first, then in
+// topological order, and returns them in that order with their specs. It is
+// markDispatched after readyNodes and runCounts, in one round trip.
+func dispatchReady(ctx context.Context, tx pgx.Tx, tenant, runID string, limit int) ([]schedNode, error) {
+	if _, err := tx.Exec(ctx, lockSessionSQL, tenant, runID); err != nil {
+		return nil, err
 	}
+	rows, err := tx.Query(ctx, dispatchReadySQL, tenant, runID, limit)
 	if err != nil {
-		return false, "", nil, err
+		return nil, err
 	}
-	return true, state, retryAt, nil
+	return scanDispatched(rows)
+}
+
+// dispatchReadySQL dispatches nothing unless the run is RUNNING; under
+// fail_fast, once a node failed, it dispatches only the nodes a user ran
+// again and those downstream of them. It stays within the run's session
+// limits (lockSessionSQL must have run in the transaction first).
+const dispatchReadySQL = `WITH ` + sessionRoomCTE + `,
+		lim AS (
+			SELECT least($3,
+					r.max_concurrency - (SELECT count(*) FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'DISPATCHED'),
+					coalesce((SELECT tasks FROM room), 2147483647)) AS n,
+				coalesce((SELECT engineers FROM room), 2147483647) AS engineers,
+				r.fail_fast AND EXISTS (SELECT 1 FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'FAILED') AS halted
+			FROM runs r
+			WHERE r.tenant_id = $1 AND r.id = $2 AND r.state = 'RUNNING'),
+		cand AS (
+			SELECT node_id, priority, layer, position, role = 'engineer' AS engineer,
+				count(*) FILTER (WHERE role = 'engineer') OVER (ORDER BY priority DESC, layer, position) AS engineers
+			FROM nodes
+			WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING' AND unmet_deps = 0
+				AND NOT paused AND (not_before IS NULL OR not_before <= now())
+				AND EXISTS (SELECT 1 FROM lim WHERE n > 0 AND (NOT halted OR user_reopened))
+			ORDER BY priority DESC, layer, position
+			-- Without an engineer limit, no more than can be dispatched.
+			LIMIT (SELECT CASE WHEN engineers < 2147483647 THEN NULL ELSE greatest(n, 0) END FROM lim)),
+		pick AS (
+			SELECT c.node_id FROM cand c, lim
+			WHERE NOT c.engineer OR c.engineers <= lim.engineers
+			ORDER BY c.priority DESC, c.layer, c.position
+			LIMIT (SELECT greatest(n, 0) FROM lim))
+		UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL, not_before = NULL,
+			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false,
+			duration_us = 0, error = '', worker_id = '', worker_received_time = NULL, worker_reported_time = NULL
+		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY (ARRAY(SELECT node_id FROM pick)) AND state = 'PENDING'
+		RETURNING node_id, role, depends_on, state, attempt, priority, not_before, paused, spec, layer, position`
+
+// sessionRoomCTE is the room left under a run's session limits (room:
+// tasks, engineers; no row when the run has none), counted over the nodes
+// running in every run of the session. The session lock must be held.
+const sessionRoomCTE = `room AS (
+			SELECT CASE WHEN r.session_max_tasks > 0 THEN r.session_max_tasks - c.tasks ELSE 2147483647 END AS tasks,
+				CASE WHEN r.session_max_engineers > 0 THEN r.session_max_engineers - c.engineers ELSE 2147483647 END AS engineers
+			FROM runs r, LATERAL (
+				SELECT count(*) AS tasks, count(*) FILTER (WHERE n.role = 'engineer') AS engineers
+				FROM runs o JOIN nodes n ON n.tenant_id = o.tenant_id AND n.run_id = o.id
+				WHERE o.tenant_id = r.tenant_id AND o.session_id = r.session_id AND n.state = 'DISPATCHED') c
+			WHERE r.tenant_id = $1 AND r.id = $2 AND r.session_id <> '' AND (r.session_max_tasks > 0 OR r.session_max_engineers > 0))`
+
+// lockSessionSQL serialises the dispatches of a session with limits across
+// its runs (each run's decisions already hold the run's lock, taken first).
+const lockSessionSQL = `SELECT pg_advisory_xact_lock(hashtextextended('sylk.orchestrator.session/' || tenant_id || '/' || session_id, 0))
+	FROM runs WHERE tenant_id = $1 AND id = $2 AND session_id <> '' AND (session_max_tasks > 0 OR session_max_engineers > 0)`
+
+// sessionRoom locks the run's session and returns the room left under its
+// limits; limited is false when the run has none.
+func sessionRoom(ctx context.Context, tx pgx.Tx, tenant, runID string) (tasks, engineers int, limited bool, err error) {
+	if _, err = tx.Exec(ctx, lockSessionSQL, tenant, runID); err != nil {
+		return 0, 0, false, err
+	}
+	err = tx.QueryRow(ctx, `WITH `+sessionRoomCTE+` SELECT tasks, engineers FROM room`, tenant, runID).Scan(&tasks, &engineers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	return tasks, engineers, err == nil, err
+}
+
+func scanDispatched(rows pgx.Rows) ([]schedNode, error) {
+	type picked struct {
+		n               schedNode
+		layer, position int32
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (picked, error) {
+		var p picked
+		err := row.Scan(&p.n.ID, &p.n.Role, &p.n.DependsOn, &p.n.State, &p.n.Attempt, &p.n.Priority, &p.n.NotBefore, &p.n.Paused,
+			&p.n.Spec, &p.layer, &p.position)
+		return p, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b picked) int {
+		return cmp.Or(cmp.Compare(b.n.Priority, a.n.Priority), cmp.Compare(a.layer, b.layer), cmp.Compare(a.position, b.position))
+	})
+	nodes := make([]schedNode, len(out))
+	for i, p := range out {
+		nodes[i] = p.n
+	}
+	return nodes, nil
 }
 
 // maxBackoff caps a retry's delay.

@@ -34,6 +34,17 @@ type Config struct {
 	// AckWait is how long a task may go without a progress heartbeat before
 	// JetStream hands it to another worker; heartbeats go out every AckWait/3.
 	AckWait time.Duration
+	// SlotsShared makes every worker of the cluster share one subprocess
+	// slot budget (-toolexec.slots, with its user reserve) through Redis
+	// when the worker has Redis; without Redis, or when false, each worker
+	// has its own in-process pool of -toolexec.slots.
+	SlotsShared bool
+	// SlotLease is how long a shared slot of a worker that died stays taken;
+	// live holders renew their slots every SlotLease/3.
+	SlotLease time.Duration
+	// EngineerModel is the model (id or alias) the Engineer asks for edits
+	// when a model is set (Service.SetModel).
+	EngineerModel string
 }
 
 // Limits of the settings.
@@ -54,6 +65,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
+	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")
+	fs.DurationVar(&c.SlotLease, "worker.slot-lease", 15*time.Second, "with -worker.slots-shared, how long the slots of a worker that died stay taken")
+	fs.StringVar(&c.EngineerModel, "worker.engineer-model", "default", "model id or alias (default, fast, powerful) the Engineer writes code with")
 	c.Tools.RegisterFlags(fs)
 }
 
@@ -102,6 +116,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))
+	}
+	if c.SlotLease < time.Second || c.SlotLease > 10*time.Minute {
+		errs = append(errs, errors.New("worker.slot-lease: must be between 1s and 10m"))
 	}
 	tools := c.Tools
 	tools.MaxOutputBytes = max(c.MaxOutputBytes, minOutputBytes)

@@ -4,17 +4,23 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/tooldetect"
 	"sylk.dev/sylk/pkg/toolexec"
 )
 
@@ -90,16 +96,58 @@ func SecurityFindings(files []string) []string {
 type check struct {
 	name    string
 	command string
+	// listsFiles: the check prints the files it would reformat (gofmt -l).
+	listsFiles bool
+	// format: a formatter's check, as opposed to a linter's.
+	format bool
+	// whole: the check's findings count wherever they are (go vet reports
+	// type errors a change causes in files it did not touch); other checks
+	// count findings in the changed files only, so that what was wrong
+	// before the change does not fail it.
+	whole bool
 }
 
-// inspectorChecks are the formatters, linters and vet-style checks the
-// project's markers call for.
+// inspectorChecks are the formatter and linter checks detected for the
+// project (pkg/tooldetect, the Librarian's discovery rules): per language,
+// the first installed tool with a project-wide check, the project's own
+// (node_modules/.bin) before the worker's PATH; plus the Python and
+// JavaScript syntax checks.
 func inspectorChecks(dir string) []check {
+	facts, _ := tooldetect.ReadFacts(dir)
+	res := tooldetect.Discover(facts, func(p string) bool { return programPath(dir, p) != "" })
 	var out []check
-	if exists(filepath.Join(dir, "go.mod")) {
-		out = append(out, check{"gofmt", "gofmt -l ."}, check{"go vet", "go vet ./..."})
+	for _, t := range res.Runnable(tooldetect.Formatter) {
+		out = append(out, check{name: t.ID, command: commandLine(dir, t.Check), format: true,
+			listsFiles: t.ID == "gofmt" || t.ID == "goimports"})
 	}
-	return out
+	for _, t := range res.Runnable(tooldetect.Linter) {
+		out = append(out, check{name: t.ID, command: commandLine(dir, t.Check), whole: t.ID == "go-vet"})
+	}
+	return append(out, otherInspectorChecks(dir)...)
+}
+
+// programPath is how to run program in dir: the project's own copy under
+// node_modules/.bin, else the worker's, else "" when neither exists.
+func programPath(dir, program string) string {
+	if fi, err := os.Stat(filepath.Join(dir, "node_modules", ".bin", program)); err == nil && !fi.IsDir() {
+		return "./node_modules/.bin/" + program
+	}
+	if _, err := exec.LookPath(program); err == nil {
+		return program
+	}
+	return ""
+}
+
+// commandLine is args as a shell command, its program found by programPath.
+func commandLine(dir string, args []string) string {
+	parts := make([]string, len(args))
+	for i, a := range args {
+		if i == 0 {
+			a = programPath(dir, a)
+		}
+		parts[i] = shellQuote(a)
+	}
+	return strings.Join(parts, " ")
 }
 
 func exists(p string) bool {
@@ -111,8 +159,16 @@ func exists(p string) bool {
 type stageRunner func(ctx context.Context, command string) (toolexec.Result, error)
 
 // inspect runs the Inspector: detected checks plus the security registry.
-// It returns whether it passed and its feedback.
+// It returns whether it passed and its feedback. Findings are judged on the
+// changed files (all files when changed is empty), except a whole check's.
 func inspect(ctx context.Context, dir string, run stageRunner, changed []string) (bool, []string, error) {
+	inChange := map[string]bool{}
+	for _, f := range changed {
+		inChange[filepath.ToSlash(filepath.Clean(f))] = true
+	}
+	judged := func(c check, file string) bool {
+		return c.whole || len(inChange) == 0 || inChange[filepath.ToSlash(filepath.Clean(file))]
+	}
 	var issues []string
 	for _, c := range inspectorChecks(dir) {
 		r, err := run(ctx, c.command)
@@ -120,18 +176,31 @@ func inspect(ctx context.Context, dir string, run stageRunner, changed []string)
 			return false, nil, err
 		}
 		switch {
-		case c.name == "gofmt" && strings.TrimSpace(r.Stdout) != "":
+		case c.listsFiles && strings.TrimSpace(r.Stdout) != "":
 			for _, f := range strings.Fields(r.Stdout) {
-				issues = append(issues, fmt.Sprintf("%s: format: not gofmt-formatted", f))
-			}
-		case c.name == "gofmt" && r.ExitCode != 0:
-			issues = append(issues, "gofmt: "+strings.TrimSpace(r.Stderr))
-		case r.ExitCode != 0:
-			if diags, ok := r.Parsed.([]toolexec.Diagnostic); ok && len(diags) > 0 {
-				for _, d := range diags {
-					issues = append(issues, fmt.Sprintf("%s:%d:%d: %s: %s", d.File, d.Line, d.Column, c.name, d.Message))
+				if judged(c, f) {
+					issues = append(issues, fmt.Sprintf("%s: format: not %s-formatted", f, c.name))
 				}
-			} else {
+			}
+		case c.listsFiles && r.ExitCode != 0:
+			issues = append(issues, c.name+": "+strings.TrimSpace(r.Stderr))
+		case r.ExitCode != 0:
+			diags, ok := r.Parsed.([]toolexec.Diagnostic)
+			if !ok || len(diags) == 0 {
+				if d, parsed := toolexec.ParseGoDiagnostics(r.Stdout, r.Stderr, r.ExitCode); parsed {
+					diags, _ = d.([]toolexec.Diagnostic)
+				}
+			}
+			switch {
+			case len(diags) > 0:
+				for _, d := range diags {
+					if judged(c, d.File) {
+						issues = append(issues, fmt.Sprintf("%s:%d:%d: %s: %s", d.File, d.Line, d.Column, c.name, d.Message))
+					}
+				}
+			case c.format && !mentionsAny(r.Stdout+r.Stderr, changed):
+				// The formatter would change files the change did not touch.
+			default:
 				issues = append(issues, fmt.Sprintf("%s failed (exit %d): %s", c.name, r.ExitCode, strings.TrimSpace(lastLines(r.Stdout+r.Stderr, 10))))
 			}
 		}
@@ -142,6 +211,19 @@ func inspect(ctx context.Context, dir string, run stageRunner, changed []string)
 		warnings = append(warnings, "warning: "+f)
 	}
 	return len(issues) == 0, append(issues, warnings...), nil
+}
+
+// mentionsAny reports whether out names one of files, or files is empty.
+func mentionsAny(out string, files []string) bool {
+	if len(files) == 0 {
+		return true
+	}
+	for _, f := range files {
+		if strings.Contains(out, filepath.ToSlash(f)) {
+			return true
+		}
+	}
+	return false
 }
 
 func lastLines(s string, n int) string {
@@ -230,7 +312,7 @@ func truncateString(s string, n int) string {
 // reports ok false (and no result) when no framework was detected.
 func runTests(ctx context.Context, dir string, run stageRunner) (*orchestratorv1.TestResult, bool, error) {
 	if !exists(filepath.Join(dir, "go.mod")) {
-		return nil, false, nil
+		return runOtherTests(ctx, dir, run)
 	}
 	start := time.Now()
 	r, err := run(ctx, "go test -json -count=1 ./...")
@@ -257,4 +339,277 @@ func testFeedback(r *orchestratorv1.TestResult) []string {
 		out = append(out, fmt.Sprintf("test %s failed%s: %s", f.GetTestName(), loc, f.GetMessage()))
 	}
 	return out
+}
+
+// pipelineRun is one pipeline node's Engineer -> Inspector -> Tester loop.
+type pipelineRun struct {
+	s      *Service
+	env    *messagev1.Envelope
+	task   *messagev1.TaskDispatch
+	spec   *orchestratorv1.Node
+	dir    string
+	wsp    *workspace
+	run    stageRunner
+	ctl    *taskControl
+	res    *messagev1.TaskResult
+	report *orchestratorv1.TaskReport
+	// last is the last command a stage ran: its output is kept when the
+	// stage is interrupted.
+	last toolexec.Result
+	log  strings.Builder
+}
+
+// runPipeline runs Engineer -> Inspector -> Tester, feeding failures back
+// to the Engineer, up to max_loops times (spec F-08..F-11). The user may skip
+// the Inspector or the Tester, interrupt the running stage or query the
+// loop's state while it runs (spec F-13).
+func (s *Service) runPipeline(ctx context.Context, env *messagev1.Envelope, spec *orchestratorv1.Node, dir string, wsp *workspace,
+	run stageRunner, res *messagev1.TaskResult, report *orchestratorv1.TaskReport, out *taskOutcome) (*orchestratorv1.PipelineStatus, error) {
+	pr := &pipelineRun{s: s, env: env, task: env.GetTaskDispatch(), spec: spec, dir: dir, wsp: wsp, ctl: controlOf(ctx, true), res: res, report: report}
+	pr.run = func(ctx context.Context, command string) (toolexec.Result, error) {
+		r, err := run(ctx, command)
+		pr.last = r
+		return r, err
+	}
+	p, err := pr.loop(ctx)
+	if p != nil {
+		p.Overrides = pr.ctl.overrides()
+		p.Stage = pr.ctl.snapshot().GetStage()
+		if len(p.Overrides) > 0 {
+			report.Deviations = "user overrides: " + strings.Join(p.Overrides, ", ")
+		}
+	}
+	out.msg = res
+	return p, err
+}
+
+func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus, error) {
+	maxLoops := pr.spec.GetMaxLoops()
+	if maxLoops <= 0 {
+		maxLoops = defaultLoops
+	}
+	p := &orchestratorv1.PipelineStatus{State: pipeRunning, MaxLoops: maxLoops}
+	pr.ctl.publish(p)
+	edited, err := applyEdits(pr.dir, editsOf(pr.spec))
+	if err != nil {
+		pr.res.ExitCode, pr.res.Error = 1, err.Error()
+		p.State = pipeFailed
+		return p, nil
+	}
+	var generated []string
+	var answer *modelAnswer
+	var feedback []string
+	for p.Loops < maxLoops {
+		p.Loops++
+		p.State = pipeRunning
+		pr.ctl.publish(p)
+		// Engineer.
+		fmt.Fprintf(&pr.log, "loop %d: engineer", p.Loops)
+		sctx, done := pr.ctl.stage(ctx, stageEngineer)
+		gen, ans, gerr := pr.s.generate(sctx, pr.env, pr.guided(), pr.dir, feedback)
+		if stop := pr.stopped(ctx, sctx, done, p, stageEngineer); stop {
+			return p, nil
+		}
+		feedback = nil
+		switch {
+		case gerr != nil:
+			feedback = append(feedback, "engineer: "+gerr.Error())
+			fmt.Fprintf(&pr.log, " (the model's edits could not be used: %s)", gerr)
+		case ans != nil:
+			generated, answer = appendUnique(generated, gen...), ans
+			fmt.Fprintf(&pr.log, " (the model wrote %s)", strings.Join(gen, ", "))
+		case p.Loops > 1:
+			pr.log.WriteString(" (no language model: the feedback cannot be acted on beyond re-running the node's command)")
+		}
+		pr.log.WriteString("\n")
+		if pr.task.GetCommand() != "" && len(feedback) == 0 {
+			r, err := pr.run(sctx, pr.task.GetCommand())
+			if stop := pr.stopped(ctx, sctx, done, p, stageEngineer); stop {
+				return p, nil
+			}
+			if err != nil {
+				done()
+				return p, err
+			}
+			if r.ExitCode != 0 {
+				feedback = append(feedback, fmt.Sprintf("engineer command failed (exit %d): %s", r.ExitCode, strings.TrimSpace(lastLines(r.Stdout+r.Stderr, 10))))
+			}
+		}
+		done()
+		var changed []string
+		if pr.wsp != nil {
+			changed, _ = pr.wsp.changedFiles(ctx)
+		}
+		// Inspector.
+		ignoreInsp := pr.spec.GetIgnoreInspector() || pr.ctl.ignored(stageInspector)
+		p.InspectorPassed, p.TesterPassed = ignoreInsp, false
+		if len(feedback) == 0 && !ignoreInsp {
+			p.State = pipeInspecting
+			pr.ctl.publish(p)
+			sctx, done := pr.ctl.stage(ctx, stageInspector)
+			ok, issues, err := inspect(sctx, pr.dir, pr.run, changed)
+			if stop := pr.stopped(ctx, sctx, done, p, stageInspector); stop {
+				return p, nil
+			}
+			ignoredNow := errors.Is(context.Cause(sctx), errStageIgnored)
+			done()
+			switch {
+			case ignoredNow:
+				p.InspectorPassed = true
+				fmt.Fprintf(&pr.log, "loop %d: inspector stopped and ignored by the user\n", p.Loops)
+			case err != nil:
+				return p, err
+			default:
+				p.InspectorPassed = ok
+				fmt.Fprintf(&pr.log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
+				if !ok {
+					feedback = append(feedback, issues...)
+				} else if len(issues) > 0 {
+					pr.report.Concerns = strings.Join(issues, "; ")
+				}
+			}
+		} else if ignoreInsp {
+			fmt.Fprintf(&pr.log, "loop %d: inspector skipped (ignore_inspector)\n", p.Loops)
+		}
+		// Tester.
+		ignoreTest := pr.spec.GetIgnoreTester() || pr.ctl.ignored(stageTester)
+		if ignoreTest {
+			p.TesterPassed = true
+			pr.report.Tested = "not tested: ignore_tester"
+		}
+		if len(feedback) == 0 && !ignoreTest {
+			p.State = pipeTesting
+			pr.ctl.publish(p)
+			sctx, done := pr.ctl.stage(ctx, stageTester)
+			tr, detected, err := runTests(sctx, pr.dir, pr.run)
+			if stop := pr.stopped(ctx, sctx, done, p, stageTester); stop {
+				return p, nil
+			}
+			ignoredNow := errors.Is(context.Cause(sctx), errStageIgnored)
+			done()
+			switch {
+			case ignoredNow:
+				p.TesterPassed = true
+				pr.report.Tested = "not tested: the Tester was stopped and ignored by the user"
+				fmt.Fprintf(&pr.log, "loop %d: tester stopped and ignored by the user\n", p.Loops)
+			case err != nil:
+				return p, err
+			case !detected:
+				p.TesterPassed = true
+				pr.report.Tested = "not tested: no test framework detected"
+			default:
+				p.LastTestResult = tr
+				p.TesterPassed = tr.GetFailed() == 0
+				pr.report.Tested = fmt.Sprintf("%s: %d passed, %d failed, %d skipped", tr.GetFrameworkId(), tr.GetPassed(), tr.GetFailed(), tr.GetSkipped())
+				fmt.Fprintf(&pr.log, "loop %d: tester %s (%s)\n", p.Loops, passWord(p.TesterPassed), pr.report.Tested)
+				feedback = append(feedback, testFeedback(tr)...)
+			}
+		}
+		if len(feedback) == 0 {
+			p.State = pipeCompleted
+			fmt.Fprintf(&pr.log, "pipeline completed after %d loop(s)\n", p.Loops)
+			pr.res.Stdout = pr.log.String()
+			pr.finishReport(edited, generated, answer)
+			pr.ctl.publish(p)
+			return p, nil
+		}
+		p.Feedback = append(p.Feedback, fmt.Sprintf("loop %d: %s", p.Loops, strings.Join(feedback, "\n")))
+		pr.ctl.publish(p)
+	}
+	p.State = pipeFailed
+	p.Options = FailureOptions(pr.task.GetNodeId())
+	fmt.Fprintf(&pr.log, "pipeline failed after %d loops; options: %s\n", p.Loops, strings.Join(p.Options, " | "))
+	pr.res.Stdout = pr.log.String()
+	pr.res.ExitCode = 1
+	pr.res.Error = fmt.Sprintf("pipeline failed after %d loops: %s", p.Loops, lastLines(p.Feedback[len(p.Feedback)-1], 3))
+	pr.finishReport(edited, generated, answer)
+	pr.ctl.publish(p)
+	return p, nil
+}
+
+// stopped ends the pipeline when the user interrupted the stage: the node
+// fails with the stage's partial output.
+func (pr *pipelineRun) stopped(ctx, sctx context.Context, done func(), p *orchestratorv1.PipelineStatus, stage string) bool {
+	if ctx.Err() != nil || !errors.Is(context.Cause(sctx), errInterrupted) {
+		return false
+	}
+	done()
+	_, why := pr.ctl.isInterrupted()
+	p.State = pipeFailed
+	p.Options = FailureOptions(pr.task.GetNodeId())
+	fmt.Fprintf(&pr.log, "\nloop %d: %s stage interrupted by the user\n", p.Loops, stage)
+	limit := pr.s.cfg.MaxOutputBytes / 2
+	partialOut, _ := pr.last.RenderStdout(limit)
+	partialErr, _ := pr.last.RenderStderr(limit)
+	if partialOut != "" {
+		pr.log.WriteString("--- partial output ---\n" + partialOut)
+	}
+	pr.res.Stdout = pr.log.String()
+	pr.res.Stderr = partialErr
+	pr.res.ExitCode = -1
+	pr.res.Error = interruptedError(stage, why)
+	pr.report.Implemented = "interrupted by the user during the " + stage + " stage"
+	pr.ctl.publish(p)
+	return true
+}
+
+func interruptedError(stage, why string) string {
+	msg := "interrupted by the user during the " + stage + " stage"
+	if why != "" {
+		msg += ": " + why
+	}
+	return msg
+}
+
+// finishReport fills the report from what the Engineer did.
+func (pr *pipelineRun) finishReport(edited, generated []string, a *modelAnswer) {
+	pr.report.Implemented = implementedText(edited, pr.task.GetCommand(), generated, a)
+	if a != nil {
+		pr.report.Decisions = orNone(a.Decisions)
+		if a.Deviations != "" && !strings.EqualFold(a.Deviations, "none") {
+			pr.report.Deviations = a.Deviations
+		}
+		if a.Concerns != "" && !strings.EqualFold(a.Concerns, "none") && pr.report.Concerns == "none" {
+			pr.report.Concerns = a.Concerns
+		}
+	}
+}
+
+func orNone(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "none"
+	}
+	return s
+}
+
+func appendUnique(list []string, more ...string) []string {
+	for _, m := range more {
+		found := false
+		for _, x := range list {
+			if x == m {
+				found = true
+				break
+			}
+		}
+		if !found {
+			list = append(list, m)
+		}
+	}
+	return list
+}
+
+// guided is the node's spec with the guidance the user gave while the task
+// runs added to what it was dispatched with.
+func (pr *pipelineRun) guided() *orchestratorv1.Node {
+	live := pr.ctl.userGuidance()
+	if len(live) == 0 {
+		return pr.spec
+	}
+	spec := proto.Clone(pr.spec).(*orchestratorv1.Node)
+	for _, g := range live {
+		if !slices.Contains(spec.Guidance, g) {
+			spec.Guidance = append(spec.Guidance, g)
+		}
+	}
+	return spec
 }

@@ -34,6 +34,7 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -63,6 +64,15 @@ type Service struct {
 	// running maps a cancel target ("<run>/<node>/<attempt>") to the
 	// cancel function of the task running it.
 	running sync.Map
+	// controls maps "<tenant>|<run>/<node>/<attempt>" to the running task's
+	// *taskControl (user actions, spec F-13).
+	controls sync.Map
+	// model, when set, lets the Engineer write code.
+	model Model
+	// modelLocal: the model is the gate with only the offline provider.
+	modelLocal bool
+	// scratch hands out task directories (workspace.go).
+	scratch *scratchPool
 }
 
 // errCancelledByOrchestrator is the cause of a task stopped by a cancel
@@ -94,7 +104,8 @@ type metrics struct {
 	running  *prometheus.GaugeVec
 }
 
-// New builds the worker; it needs deps.Bus and nothing else.
+// New builds the worker; it needs deps.Bus, and uses deps.Redis for the
+// cluster-wide subprocess pool (Config.SlotsShared).
 func New(cfg Config, deps app.Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -113,7 +124,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	ex, err := newExecutor(cfg)
+	ex, err := newPooledExecutor(cfg, deps.Redis)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +135,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		bus:     deps.Bus,
 		exec:    ex,
 		toolEnv: goEnv(),
+		scratch: newScratchPool(cfg.WorkspaceRoot, cfg.Concurrency),
 		metrics: metrics{
 			tasks: f.NewCounterVec(prometheus.CounterOpts{
 				Name: "sylk_worker_tasks_total",
@@ -142,16 +154,27 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	}, nil
 }
 
-// newExecutor builds the tool executor: commands run only inside the
-// workspace root, with the worker's output cap.
-func newExecutor(cfg Config) (*toolexec.Executor, error) {
+// slotPoolName names the cluster-wide subprocess pool in Redis.
+const slotPoolName = "workers"
+
+// newExecutor builds a tool executor with an in-process slot pool.
+func newExecutor(cfg Config) (*toolexec.Executor, error) { return newPooledExecutor(cfg, nil) }
+
+// newPooledExecutor builds the tool executor: commands run only inside the
+// workspace root, with the worker's output cap, taking subprocess slots
+// from the cluster-wide pool when cfg.SlotsShared and rc is set.
+func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error) {
 	b, err := toolexec.NewBoundary(cfg.WorkspaceRoot)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	tools := cfg.Tools
 	tools.MaxOutputBytes = cfg.MaxOutputBytes
-	return toolexec.New(tools, b, nil)
+	var pool toolexec.SlotPool
+	if cfg.SlotsShared && rc != nil {
+		pool = toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
+	}
+	return toolexec.New(tools, b, pool)
 }
 
 // goEnv keeps Go builds in tasks fast and offline: tasks get their own
@@ -181,6 +204,7 @@ func (s *Service) Register(*grpc.Server) {}
 // Run provisions the task stream and consumes each role's queue with
 // Concurrency loops until ctx is done. It returns nil on a clean stop.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.scratch.close()
 	err := s.run(ctx)
 	if ctx.Err() != nil {
 		return nil
@@ -210,6 +234,11 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to cancel signals: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	csub, err := s.bus.Conn.Subscribe(ControlSubject(s.bus), s.onControl)
+	if err != nil {
+		return fmt.Errorf("subscribe to task controls: %w", err)
+	}
+	defer func() { _ = csub.Unsubscribe() }()
 	g, gctx := errgroup.WithContext(ctx)
 	for i, role := range s.cfg.Roles {
 		for range s.cfg.Concurrency {
@@ -251,6 +280,7 @@ func wait(ctx context.Context, d time.Duration) {
 // handle runs one dispatch and reports its result. A task interrupted by
 // shutdown is handed back to the queue for another worker.
 func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
+	received := timestamppb.Now()
 	ctx = natsx.ContextFrom(ctx, msg.Headers())
 	var env messagev1.Envelope
 	if err := proto.Unmarshal(msg.Data(), &env); err != nil || env.GetTaskDispatch() == nil {
@@ -266,9 +296,13 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	taskCtx, cancelTask := context.WithCancelCause(ctx)
 	key := env.GetTenantId() + "|" + cancelTarget(task.GetRunId(), task.GetNodeId(), task.GetAttempt())
 	s.running.Store(key, cancelTask)
+	ctl := newTaskControl(false)
+	ctl.engineerReads = s.engineerReads(task)
+	s.controls.Store(key, ctl)
 	s.metrics.running.WithLabelValues(role).Inc()
-	result, cancelled := s.runTaskEnv(taskCtx, role, &env)
+	result, cancelled := s.runTaskEnv(withControl(taskCtx, ctl), role, &env)
 	s.metrics.running.WithLabelValues(role).Dec()
+	s.controls.Delete(key)
 	s.running.Delete(key)
 	byOrchestrator := errors.Is(context.Cause(taskCtx), errCancelledByOrchestrator)
 	cancelTask(nil)
@@ -309,7 +343,9 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	if result.msg.GetExitCode() != 0 || result.msg.GetError() != "" {
 		out.Type = messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED
 	}
+	result.msg.ReceivedAt = received
 	s.fitPayload(out, result)
+	result.msg.ReportedAt = timestamppb.Now()
 	err := s.publishResult(ctx, out)
 	stopHeartbeat()
 	if err != nil {
@@ -388,6 +424,11 @@ const (
 	MetaReport     = "sylk.report"      // result: protojson sylk.orchestrator.v1.TaskReport
 	MetaPipeline   = "sylk.pipeline"    // result: protojson sylk.orchestrator.v1.PipelineStatus
 	MetaGitAudit   = "sylk.git_audit"   // result: the task's git calls, one a line
+	// MetaSessionCheck marks a session-level check (spec F-06): dispatch
+	// "1", result protojson sylk.orchestrator.v1.SessionCheck.
+	MetaSessionCheck = "sylk.session_check"
+	// MetaResultPatch is the run's merged patch a session check applies.
+	MetaResultPatch = "sylk.result_patch"
 )
 
 // maxPatchBytes bounds a patch carried in a result.
@@ -426,7 +467,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 	}
 	repo := meta[MetaRepository]
-	if task.GetCommand() == "" && len(spec.GetEdits()) == 0 && !spec.GetPipeline() {
+	if task.GetCommand() == "" && len(spec.GetEdits()) == 0 && !spec.GetPipeline() && (s.model == nil || role != dagRoleEngineer) && meta[MetaSessionCheck] == "" {
 		res.Stdout = NoModelOutput
 		return taskOutcome{msg: res, meta: reportMeta(&orchestratorv1.TaskReport{
 			Implemented: "nothing: " + NoModelOutput, Tested: "not tested", Decisions: "none", Deviations: "none",
@@ -436,10 +477,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	if l := task.GetOutputLimitBytes(); l > 0 && l < int64(limit) {
 		limit = int(l)
 	}
-	ws, err := os.MkdirTemp(s.cfg.WorkspaceRoot, "sylk-task-")
-	if err == nil {
-		err = os.Mkdir(filepath.Join(ws, ".tmp"), 0o700)
-	}
+	ws, err := s.scratch.get()
 	if err != nil {
 		s.log.ErrorContext(ctx, "create task workspace", logx.Err(err))
 		if ws != "" {
@@ -447,14 +485,14 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 		return fail("could not create the task workspace")
 	}
-	defer removeWorkspace(ws)
+	defer s.scratch.put(ws)
 
 	dir := ws
 	vars := map[string]string{"HOME": ws, "TMPDIR": filepath.Join(ws, ".tmp")}
 	if up := task.GetUpstreamOutputs(); len(up) > 0 {
 		// Dependencies' outputs (spec F-04): one file per dependency.
 		updir := filepath.Join(ws, ".upstream")
-		if err := os.Mkdir(updir, 0o700); err != nil {
+		if err := s.scratch.mkdir(updir); err != nil {
 			return fail("could not create the task workspace")
 		}
 		for id, out := range up {
@@ -488,13 +526,17 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Env: vars,
 			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
 	}
+	if meta[MetaSessionCheck] != "" {
+		return s.sessionCheck(ctx, wsp, dir, meta, runCmd, res)
+	}
 	out := taskOutcome{msg: res}
 	report := &orchestratorv1.TaskReport{Decisions: "none", Deviations: "none", Concerns: "none", Tested: "not tested"}
 	var pipe *orchestratorv1.PipelineStatus
+	var answer *modelAnswer
 	start := time.Now()
 	if spec.GetPipeline() && role == dagRoleEngineer {
 		var err error
-		pipe, err = s.runPipeline(ctx, task, spec, dir, wsp, runCmd, res, report, &out)
+		pipe, err = s.runPipeline(ctx, env, spec, dir, wsp, runCmd, res, report, &out)
 		if err != nil {
 			return s.stepError(ctx, err, res, &out)
 		}
@@ -503,22 +545,58 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		if err != nil {
 			return fail(err.Error())
 		}
-		report.Implemented = implementedText(edited, task.GetCommand())
-		if task.GetCommand() != "" {
-			r, err := runCmd(ctx, task.GetCommand())
-			if err != nil {
-				return s.stepError(ctx, err, res, &out)
-			}
-			if r.Cancelled {
+		ctl := controlOf(ctx, false)
+		var generated []string
+		if role == dagRoleEngineer {
+			sctx, done := ctl.stage(ctx, stageEngineer)
+			generated, answer, err = s.generate(sctx, env, spec, dir, nil)
+			interrupted := errors.Is(context.Cause(sctx), errInterrupted)
+			done()
+			switch {
+			case ctx.Err() != nil:
 				return taskOutcome{}, true
+			case interrupted:
+				_, why := ctl.isInterrupted()
+				return fail(interruptedError(stageEngineer, why))
+			case err != nil:
+				return fail("engineer: " + err.Error())
 			}
-			fillResult(res, &r, limit)
-			out.tool = &r
+		}
+		report.Implemented = implementedText(edited, task.GetCommand(), generated, answer)
+		if task.GetCommand() != "" {
+			sctx, done := ctl.stage(ctx, stageCommand)
+			r, err := runCmd(sctx, task.GetCommand())
+			interrupted := errors.Is(context.Cause(sctx), errInterrupted)
+			done()
+			switch {
+			case ctx.Err() != nil:
+				return taskOutcome{}, true
+			case interrupted:
+				// The partial output is kept (spec F-13).
+				fillResult(res, &r, limit)
+				_, why := ctl.isInterrupted()
+				res.ExitCode, res.Error = -1, interruptedError(stageCommand, why)
+				out.tool = &r
+				report.Implemented = res.Error
+			case err != nil:
+				return s.stepError(ctx, err, res, &out)
+			default:
+				fillResult(res, &r, limit)
+				out.tool = &r
+			}
 		}
 	}
 	res.Duration = durationpb.New(time.Since(start))
-	if task.GetPrompt() != "" {
+	switch {
+	case answer != nil:
+		report.Decisions = orNone(answer.Decisions)
+		report.Deviations = orNone(answer.Deviations)
+		report.Concerns = orNone(answer.Concerns)
+	case task.GetPrompt() != "" && pipe == nil:
 		report.Concerns = "the prompt was not acted on: " + NoModelOutput
+		if task.GetCommand() == "" && res.GetStdout() == "" {
+			res.Stdout = NoModelOutput
+		}
 	}
 	if wsp != nil {
 		files, err := wsp.changedFiles(ctx)
@@ -590,15 +668,20 @@ func editsOf(n *orchestratorv1.Node) map[string]string {
 	return out
 }
 
-func implementedText(edited []string, command string) string {
+func implementedText(edited []string, command string, generated []string, a *modelAnswer) string {
 	var parts []string
 	if len(edited) > 0 {
 		parts = append(parts, "wrote "+strings.Join(edited, ", "))
 	}
+	if a != nil {
+		parts = append(parts, "the model wrote "+strings.Join(generated, ", ")+": "+orNone(a.Summary))
+	}
 	if command != "" {
 		parts = append(parts, "ran `"+command+"`")
 	}
-	parts = append(parts, "no code was generated (no language model is configured)")
+	if a == nil {
+		parts = append(parts, "no code was generated (no language model is configured)")
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -623,97 +706,6 @@ func reportMeta(r *orchestratorv1.TaskReport, p *orchestratorv1.PipelineStatus) 
 		}
 	}
 	return m
-}
-
-// runPipeline runs Engineer -> Inspector -> Tester, feeding failures back
-// to the Engineer, up to max_loops times (spec F-08..F-11).
-func (s *Service) runPipeline(ctx context.Context, task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir string, wsp *workspace,
-	run stageRunner, res *messagev1.TaskResult, report *orchestratorv1.TaskReport, out *taskOutcome) (*orchestratorv1.PipelineStatus, error) {
-	maxLoops := spec.GetMaxLoops()
-	if maxLoops <= 0 {
-		maxLoops = defaultLoops
-	}
-	p := &orchestratorv1.PipelineStatus{State: pipeRunning, MaxLoops: maxLoops}
-	var log strings.Builder
-	edited, err := applyEdits(dir, editsOf(spec))
-	if err != nil {
-		res.ExitCode, res.Error = 1, err.Error()
-		p.State = pipeFailed
-		return p, nil
-	}
-	report.Implemented = implementedText(edited, task.GetCommand())
-	for p.Loops < maxLoops {
-		p.Loops++
-		fmt.Fprintf(&log, "loop %d: engineer", p.Loops)
-		if p.Loops > 1 {
-			log.WriteString(" (no language model: the feedback cannot be acted on beyond re-running the node's command)")
-		}
-		log.WriteString("\n")
-		var feedback []string
-		if task.GetCommand() != "" {
-			r, err := run(ctx, task.GetCommand())
-			if err != nil {
-				return p, err
-			}
-			if r.ExitCode != 0 {
-				feedback = append(feedback, fmt.Sprintf("engineer command failed (exit %d): %s", r.ExitCode, strings.TrimSpace(lastLines(r.Stdout+r.Stderr, 10))))
-			}
-		}
-		var changed []string
-		if wsp != nil {
-			changed, _ = wsp.changedFiles(ctx)
-		}
-		p.InspectorPassed, p.TesterPassed = spec.GetIgnoreInspector(), spec.GetIgnoreTester()
-		if len(feedback) == 0 && !spec.GetIgnoreInspector() {
-			p.State = pipeInspecting
-			ok, issues, err := inspect(ctx, dir, run, changed)
-			if err != nil {
-				return p, err
-			}
-			p.InspectorPassed = ok
-			fmt.Fprintf(&log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
-			if !ok {
-				feedback = append(feedback, issues...)
-			} else if len(issues) > 0 {
-				report.Concerns = strings.Join(issues, "; ")
-			}
-		}
-		if len(feedback) == 0 && !spec.GetIgnoreTester() {
-			p.State = pipeTesting
-			tr, detected, err := runTests(ctx, dir, run)
-			if err != nil {
-				return p, err
-			}
-			if !detected {
-				p.TesterPassed = true
-				report.Tested = "not tested: no test framework detected"
-			} else {
-				p.LastTestResult = tr
-				p.TesterPassed = tr.GetFailed() == 0
-				report.Tested = fmt.Sprintf("%s: %d passed, %d failed, %d skipped", tr.GetFrameworkId(), tr.GetPassed(), tr.GetFailed(), tr.GetSkipped())
-				fmt.Fprintf(&log, "loop %d: tester %s (%s)\n", p.Loops, passWord(p.TesterPassed), report.Tested)
-				feedback = append(feedback, testFeedback(tr)...)
-			}
-		}
-		if spec.GetIgnoreTester() {
-			report.Tested = "not tested: ignore_tester"
-		}
-		if len(feedback) == 0 {
-			p.State = pipeCompleted
-			fmt.Fprintf(&log, "pipeline completed after %d loop(s)\n", p.Loops)
-			res.Stdout = log.String()
-			return p, nil
-		}
-		p.Feedback = append(p.Feedback, fmt.Sprintf("loop %d: %s", p.Loops, strings.Join(feedback, "\n")))
-	}
-	p.State = pipeFailed
-	p.Options = FailureOptions(task.GetNodeId())
-	fmt.Fprintf(&log, "pipeline failed after %d loops; options: %s\n", p.Loops, strings.Join(p.Options, " | "))
-	res.Stdout = log.String()
-	res.ExitCode = 1
-	res.Error = fmt.Sprintf("pipeline failed after %d loops: %s", p.Loops, lastLines(p.Feedback[len(p.Feedback)-1], 3))
-	out.msg = res
-	return p, nil
 }
 
 func passWord(ok bool) string {

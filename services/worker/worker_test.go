@@ -45,7 +45,7 @@ func offlineService(t *testing.T, cfg Config) *Service {
 	require.NoError(t, cfg.Validate())
 	ex, err := newExecutor(cfg)
 	require.NoError(t, err)
-	return &Service{cfg: cfg, log: logx.Discard(), exec: ex}
+	return &Service{cfg: cfg, log: logx.Discard(), exec: ex, scratch: newScratchPool(cfg.WorkspaceRoot, 0)}
 }
 
 func dispatch(cmd string) *messagev1.TaskDispatch {
@@ -340,9 +340,7 @@ func TestThroughTheBus(t *testing.T) {
 		return testutil.ToFloat64(svc.metrics.tasks.WithLabelValues("tester", "failed")) == 1 &&
 			testutil.ToFloat64(svc.metrics.tasks.WithLabelValues("tester", "succeeded")) == 3
 	}, 5*time.Second, 10*time.Millisecond)
-	entries, err := os.ReadDir(cfg.WorkspaceRoot)
-	require.NoError(t, err)
-	require.Empty(t, entries)
+	requireOnlyEmptiedScratch(t, cfg.WorkspaceRoot)
 }
 
 // TestSilentWorkersTaskIsReassigned: a worker that took a task and went

@@ -2,14 +2,17 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -232,4 +235,190 @@ func applyEdits(dir string, edits map[string]string) ([]string, error) {
 		written = append(written, clean)
 	}
 	return written, nil
+}
+
+// scratchPool hands out task directories. Creating and removing a
+// directory is the expensive part of a no-op task on most filesystems (a
+// block is allocated, and freed, for each), so a directory whose task has
+// ended is emptied, checked and kept for a later task instead of removed:
+// a task still starts with nothing in its directory but an empty .tmp. A
+// directory that cannot be emptied, or whose type or permissions the task
+// changed, is removed as before. Spare empty directories are kept as well,
+// for the dependencies' outputs (.upstream), and moved in by a rename.
+type scratchPool struct {
+	root string
+	max  int
+
+	mu     sync.Mutex
+	free   []string // root/sylk-task-*, each holding only an empty .tmp
+	spare  []string // empty root/sylk-spare-* directories
+	closed bool
+}
+
+const (
+	scratchTmp      = ".tmp"
+	scratchUpstream = ".upstream"
+)
+
+func newScratchPool(root string, max int) *scratchPool {
+	return &scratchPool{root: root, max: max}
+}
+
+// get returns an empty task directory holding an empty .tmp, or "" and an
+// error.
+func (p *scratchPool) get() (string, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		ws := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return ws, nil
+	}
+	p.mu.Unlock()
+	ws, err := os.MkdirTemp(p.root, "sylk-task-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(filepath.Join(ws, scratchTmp), 0o700); err != nil {
+		removeWorkspace(ws)
+		return "", err
+	}
+	return ws, nil
+}
+
+// mkdir creates the directory dir (which must not exist) with mode 0700,
+// from a spare one when there is one.
+func (p *scratchPool) mkdir(dir string) error {
+	p.mu.Lock()
+	var sp string
+	if n := len(p.spare); n > 0 {
+		sp = p.spare[n-1]
+		p.spare = p.spare[:n-1]
+	}
+	p.mu.Unlock()
+	if sp != "" {
+		// A rename replaces an empty directory: refuse as mkdir would.
+		if _, err := os.Lstat(dir); err == nil {
+			p.keepSpare(sp)
+			return &os.PathError{Op: "mkdir", Path: dir, Err: os.ErrExist}
+		}
+		if err := os.Rename(sp, dir); err == nil {
+			return nil
+		}
+		_ = os.RemoveAll(sp)
+	}
+	return os.Mkdir(dir, 0o700)
+}
+
+// put takes back a task directory: emptied and kept when that is safe,
+// removed otherwise.
+func (p *scratchPool) put(ws string) {
+	if ws == "" {
+		return
+	}
+	if p.reset(ws) {
+		p.mu.Lock()
+		if !p.closed && len(p.free) < p.max {
+			p.free = append(p.free, ws)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	removeWorkspace(ws)
+}
+
+// reset empties ws down to an empty .tmp and reports whether it is fit for
+// another task: a real directory with mode 0700, holding only .tmp, also a
+// real, empty directory with mode 0700.
+func (p *scratchPool) reset(ws string) bool {
+	if !privateDir(ws) {
+		return false
+	}
+	names, err := dirNames(ws)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		full := filepath.Join(ws, n)
+		switch n {
+		case scratchTmp:
+			continue
+		case scratchUpstream:
+			if privateDir(full) && emptyDir(full) {
+				sp := filepath.Join(p.root, "sylk-spare-"+rand.Text())
+				if os.Rename(full, sp) == nil {
+					p.keepSpare(sp)
+					continue
+				}
+			}
+		}
+		if os.RemoveAll(full) != nil {
+			return false
+		}
+	}
+	tmp := filepath.Join(ws, scratchTmp)
+	if !privateDir(tmp) || !emptyDir(tmp) {
+		return false
+	}
+	// Check the result: nothing may be left but the empty .tmp.
+	names, err = dirNames(ws)
+	if err != nil || len(names) != 1 || names[0] != scratchTmp {
+		return false
+	}
+	names, err = dirNames(tmp)
+	return err == nil && len(names) == 0
+}
+
+func (p *scratchPool) keepSpare(sp string) {
+	p.mu.Lock()
+	if !p.closed && len(p.spare) < p.max {
+		p.spare = append(p.spare, sp)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	_ = os.RemoveAll(sp)
+}
+
+// close removes the kept directories; later ones are removed when put back.
+func (p *scratchPool) close() {
+	p.mu.Lock()
+	dirs := slices.Concat(p.free, p.spare)
+	p.free, p.spare, p.closed = nil, nil, true
+	p.mu.Unlock()
+	for _, d := range dirs {
+		removeWorkspace(d)
+	}
+}
+
+// privateDir reports whether path is a directory (not a symlink to one)
+// with mode 0700.
+func privateDir(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode() == os.ModeDir|0o700
+}
+
+// emptyDir removes everything inside dir and reports whether that worked.
+func emptyDir(dir string) bool {
+	names, err := dirNames(dir)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if os.RemoveAll(filepath.Join(dir, n)) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// dirNames lists dir, which must not be a symlink.
+func dirNames(dir string) ([]string, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }

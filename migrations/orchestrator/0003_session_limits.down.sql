@@ -1,0 +1,1 @@
+ALTER TABLE runs DROP COLUMN IF EXISTS session_max_engineers, DROP COLUMN IF EXISTS session_max_tasks;

@@ -1,0 +1,1 @@
+ALTER TABLE runs DROP COLUMN IF EXISTS reopened, DROP COLUMN IF EXISTS session_check, DROP COLUMN IF EXISTS session_checks, DROP COLUMN IF EXISTS context;

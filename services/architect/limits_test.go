@@ -1,0 +1,165 @@
+package architect
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/services/guide"
+)
+
+// serveGRPC serves what register adds on a real localhost listener, with the
+// mesh's interceptors, and returns a client connection to it.
+func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
+		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	register(srv.GRPC())
+	require.NoError(t, srv.Listen())
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	conn, err := grpcclient.Dial(srv.GRPCAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		stop()
+		require.NoError(t, <-done)
+	})
+	return conn
+}
+
+// newLimitsFixture is an Architect with a fake orchestrator and, as its
+// Guide peer, whatever guideConn serves.
+func newLimitsFixture(t *testing.T, cfg Config, guideConn grpc.ClientConnInterface) fixture {
+	t.Helper()
+	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
+	bus := testenv.NATS(t)
+	orch, addr := startOrchestrator(t)
+	orchConn, err := grpcclient.Dial(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = orchConn.Close() })
+	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}
+	deps.Peers.Orchestrator = orchConn
+	deps.Peers.Guide = guideConn
+	svc, err := New(cfg, deps)
+	require.NoError(t, err)
+	return fixture{svc: svc, bus: bus, orch: orch}
+}
+
+// startGuide serves the real Guide service over gRPC.
+func startGuide(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	db, schema := testenv.Postgres(t, "guide", migrations.FS("guide"))
+	g, err := guide.New(guide.Config{}, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t),
+		Redis: testenv.Redis(t), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	return serveGRPC(t, g.Register)
+}
+
+// silentGuide is a Guide that never answers GetSession before the caller
+// gives up.
+type silentGuide struct {
+	guidev1.UnimplementedSessionServiceServer
+}
+
+func (silentGuide) GetSession(ctx context.Context, _ *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+func TestApprovePassesSessionLimits(t *testing.T) {
+	t.Parallel()
+	guideConn := startGuide(t)
+	sessions := guidev1.NewSessionServiceClient(guideConn)
+	f := newLimitsFixture(t, Config{}, guideConn)
+	ctx := as("t1", "u1")
+	outgoing := func(ctx context.Context) context.Context {
+		who, err := identity.Require(ctx)
+		require.NoError(t, err)
+		return identity.AppendOutgoing(ctx, who)
+	}
+
+	limited, err := sessions.CreateSession(outgoing(ctx), &guidev1.CreateSessionRequest{Session: &guidev1.Session{
+		DisplayName: "limited", Config: &guidev1.SessionConfig{MaxConcurrentTasks: 1, MaxEngineers: 1}}})
+	require.NoError(t, err)
+	plain, err := sessions.CreateSession(outgoing(ctx), &guidev1.CreateSessionRequest{Session: &guidev1.Session{DisplayName: "plain"}})
+	require.NoError(t, err)
+
+	approve := func(ctx context.Context, parent string) (*architectv1.ApprovePlanResponse, error) {
+		t.Helper()
+		created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "add a /version endpoint"})
+		require.NoError(t, err)
+		return f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: created.GetPlan().GetName()})
+	}
+
+	// The session's own limits reach the orchestrator.
+	_, err = approve(ctx, limited.GetSession().GetName())
+	require.NoError(t, err)
+	// A session created without a config has the Guide's defaults.
+	_, err = approve(ctx, plain.GetSession().GetName())
+	require.NoError(t, err)
+	calls, _ := f.orch.recorded()
+	require.Len(t, calls, 2)
+	require.Equal(t, limited.GetSession().GetId(), calls[0].GetSessionId())
+	require.Equal(t, int32(1), calls[0].GetSessionLimits().GetMaxConcurrentTasks())
+	require.Equal(t, int32(1), calls[0].GetSessionLimits().GetMaxEngineers())
+	require.Equal(t, int32(guide.DefaultSessionMaxConcurrentTasks), calls[1].GetSessionLimits().GetMaxConcurrentTasks())
+	require.Equal(t, int32(guide.DefaultSessionMaxEngineers), calls[1].GetSessionLimits().GetMaxEngineers())
+
+	// The session is read as the caller: another tenant's session, or one
+	// that does not exist, is not approved and nothing is submitted.
+	_, err = approve(as("t2", "u1"), limited.GetSession().GetName())
+	requireCode(t, err, codes.FailedPrecondition, "not found; cannot approve its plan")
+	_, err = approve(ctx, newSession())
+	requireCode(t, err, codes.FailedPrecondition, "not found; cannot approve its plan")
+	calls, _ = f.orch.recorded()
+	require.Len(t, calls, 2)
+}
+
+func TestApproveFailsWhenGuideSilent(t *testing.T) {
+	t.Parallel()
+	conn := serveGRPC(t, func(g *grpc.Server) { guidev1.RegisterSessionServiceServer(g, silentGuide{}) })
+	f := newLimitsFixture(t, Config{GuideTimeout: 100 * time.Millisecond}, conn)
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
+	require.NoError(t, err)
+	name := created.GetPlan().GetName()
+
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
+	requireCode(t, err, codes.Unavailable, "could not read the session's limits; retry")
+	calls, _ := f.orch.recorded()
+	require.Empty(t, calls, "no run starts without the session's limits")
+	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
+	require.NoError(t, err)
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, got.GetPlan().GetState())
+}
+
+func TestApproveWithoutGuideHasNoLimits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
+	require.NoError(t, err)
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: created.GetPlan().GetName()})
+	require.NoError(t, err)
+	calls, _ := f.orch.recorded()
+	require.Len(t, calls, 1)
+	require.Nil(t, calls[0].GetSessionLimits())
+}

@@ -1,0 +1,167 @@
+package architect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	"sylk.dev/sylk/pkg/dag"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/llm/provider/local"
+	"sylk.dev/sylk/pkg/llm/provider/openai"
+	"sylk.dev/sylk/pkg/llm/signal"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// usageRecords keeps the gate's usage records in memory.
+type usageRecords struct {
+	mu   sync.Mutex
+	recs []llm.UsageRecord
+}
+
+func (r *usageRecords) Record(_ context.Context, rec llm.UsageRecord) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+func (r *usageRecords) all() []llm.UsageRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]llm.UsageRecord(nil), r.recs...)
+}
+
+func gateFor(t *testing.T, f fixture, cfg gate.Config, providers ...llm.Provider) (*gate.Gate, *usageRecords) {
+	t.Helper()
+	reg, err := llm.NewRegistry(providers[0].Name(), providers...)
+	require.NoError(t, err)
+	recs := &usageRecords{}
+	g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: testenv.Redis(t), Signals: signal.NewNATS(f.bus), Usage: recs})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	f.svc.SetLLMGate(g)
+	return g, recs
+}
+
+// With only the offline provider, the plan comes through the gate from its
+// rules, and the call is recorded for the tenant, session and architect.
+func TestPlannerThroughGateLocalProvider(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	g, recs := gateFor(t, f, gate.DefaultConfig(), local.New())
+	parent := newSession()
+	resp, err := f.svc.CreatePlan(as("t1", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: "fix the crash when the invoice total is empty"})
+	require.NoError(t, err)
+	p := resp.GetPlan()
+	require.Equal(t, "local", p.GetPlanner())
+	require.Equal(t, "Fix the crash when the invoice total is empty", p.GetTitle())
+	var steps []string
+	for _, n := range p.GetDag().GetNodes() {
+		steps = append(steps, n.GetId()+":"+n.GetRole())
+	}
+	require.Equal(t, []string{"reproduce:tester", "fix:engineer", "inspect:inspector", "verify:tester"}, steps)
+	_, err = dag.Validate(p.GetDag())
+	require.NoError(t, err)
+
+	g.Close() // the usage writer stores what it holds
+	rs := recs.all()
+	require.Len(t, rs, 1)
+	r := rs[0]
+	require.Equal(t, "t1", r.TenantID)
+	require.Equal(t, strings.TrimPrefix(parent, "sessions/"), r.SessionID)
+	require.Equal(t, "architect", r.AgentType)
+	require.Equal(t, llm.Local, r.Provider)
+	require.Equal(t, "ok", r.Outcome)
+	require.Positive(t, r.InputTokens)
+}
+
+// A model behind an OpenAI-format server drafts the plan; its answer is
+// parsed, validated and attributed. A malformed answer and an exhausted
+// budget come back as clear statuses.
+func TestPlannerThroughGateModelProvider(t *testing.T) {
+	t.Parallel()
+	plan := `{"title": "Version endpoint", "nodes": [
+	  {"id": "impl", "role": "engineer", "name": "Implement", "prompt": "Add GET /version to the gateway."},
+	  {"id": "review", "role": "inspector", "name": "Review", "prompt": "Review the /version change.", "depends_on": ["impl"]},
+	  {"id": "test", "role": "tester", "name": "Test", "prompt": "Test GET /version.", "depends_on": ["review"]}]}`
+	var mu sync.Mutex
+	var systems []string
+	answer := "Here is the plan:\n```json\n" + plan + "\n```"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-test" {
+			http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Messages []struct {
+				Role    string `json:"role"`
+				Content any    `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, `{"error":{"message":"bad json","type":"invalid_request_error"}}`, http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		systems = append(systems, fmt.Sprint(req.Messages[0].Content))
+		text := answer
+		if strings.Contains(string(body), "malformed") {
+			text = "I would rather not plan this."
+		}
+		mu.Unlock()
+		content, _ := json.Marshal(text)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":%s}}],"usage":{"prompt_tokens":321,"completion_tokens":123,"total_tokens":444}}`, content)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, false)
+	cfg := gate.DefaultConfig()
+	cfg.SessionTokens = 20_000
+	g, recs := gateFor(t, f, cfg, openai.New(llm.ProviderOptions{APIKey: "sk-test", BaseURL: srv.URL + "/v1", HTTPClient: srv.Client()}), local.New())
+
+	parent := newSession()
+	resp, err := f.svc.CreatePlan(as("t2", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: "add a /version endpoint to the gateway"})
+	require.NoError(t, err)
+	p := resp.GetPlan()
+	require.Equal(t, "gpt-4.1", p.GetPlanner())
+	require.Equal(t, "Version endpoint", p.GetTitle())
+	require.Len(t, p.GetDag().GetNodes(), 3)
+	require.Equal(t, []string{"review"}, p.GetDag().GetNodes()[2].GetDependsOn())
+	mu.Lock()
+	require.Contains(t, systems[0], "You are the Architect")
+	mu.Unlock()
+
+	_, err = f.svc.CreatePlan(as("t2", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: "malformed request"})
+	requireCode(t, err, codes.Unavailable, "could not be used")
+
+	// The session's budget (20,000 tokens) cannot hold another reservation
+	// of a huge request.
+	_, err = f.svc.CreatePlan(as("t2", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: strings.Repeat("add a field to the invoice ", 500)})
+	requireCode(t, err, codes.ResourceExhausted, "session token budget exceeded")
+
+	g.Close()
+	rs := recs.all()
+	require.Len(t, rs, 2, "the refused call never reached the provider")
+	r := rs[0]
+	require.Equal(t, "t2", r.TenantID)
+	require.Equal(t, strings.TrimPrefix(parent, "sessions/"), r.SessionID)
+	require.Equal(t, "architect", r.AgentType)
+	require.Equal(t, llm.OpenAI, r.Provider)
+	require.Equal(t, "gpt-4.1", r.Model)
+	require.Equal(t, 321, r.InputTokens)
+	require.Equal(t, 123, r.OutputTokens)
+	require.Positive(t, r.CostUSD)
+}

@@ -1,0 +1,60 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/identity"
+)
+
+// decisionLogTitle starts a run's decision log (spec H-07).
+const decisionLogTitle = "# Implementation Log\n\n"
+
+// ListDecisions returns a run's decision log: one entry per finished task
+// attempt, in the order they finished, each with the task's structured
+// report when it is the node's latest attempt.
+func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDecisionsRequest) (*orchestratorv1.ListDecisionsResponse, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseRunName(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := getRun(ctx, s.db, who.TenantID, id); errors.Is(err, errNotFound) {
+		return nil, status.Errorf(codes.NotFound, "run %s not found", runName(id))
+	} else if err != nil {
+		return nil, s.internal(ctx, "load run", err)
+	}
+	rows, err := s.db.Query(ctx, `SELECT d.node_id, d.attempt, d.section, CASE WHEN n.attempt = d.attempt THEN n.report ELSE '' END
+		FROM decision_log d LEFT JOIN nodes n ON n.tenant_id = d.tenant_id AND n.run_id = d.run_id AND n.node_id = d.node_id
+		WHERE d.tenant_id = $1 AND d.run_id = $2 ORDER BY d.seq`, who.TenantID, id)
+	if err != nil {
+		return nil, s.internal(ctx, "read decision log", err)
+	}
+	resp := &orchestratorv1.ListDecisionsResponse{}
+	var node, section, report string
+	var attempt int32
+	log := decisionLogTitle
+	if _, err := pgx.ForEachRow(rows, []any{&node, &attempt, &section, &report}, func() error {
+		e := &orchestratorv1.DecisionEntry{NodeId: node, Attempt: attempt, Section: section}
+		if report != "" {
+			e.Report = &orchestratorv1.TaskReport{}
+			_ = protojson.Unmarshal([]byte(report), e.Report)
+		}
+		log += section
+		resp.Entries = append(resp.Entries, e)
+		return nil
+	}); err != nil {
+		return nil, s.internal(ctx, "read decision log", err)
+	}
+	resp.Log = log
+	return resp, nil
+}

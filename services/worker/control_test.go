@@ -1,0 +1,396 @@
+package worker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/llm/provider"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// waitFile polls for a file a task's command creates.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 60*time.Second, 20*time.Millisecond, "never created: %s", path)
+}
+
+// runAsync runs a task with a control and returns its outcome later.
+func runAsync(s *Service, ctl *taskControl, role string, env *messagev1.Envelope) <-chan taskOutcome {
+	ch := make(chan taskOutcome, 1)
+	go func() {
+		out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), role, env)
+		if cancelled {
+			out = taskOutcome{}
+		}
+		ch <- out
+	}()
+	return ch
+}
+
+func TestInterruptStopsTheCommandKeepingPartialOutput(t *testing.T) {
+	s := offlineService(t, testConfig(t))
+	ready := filepath.Join(t.TempDir(), "ready")
+	ctl := newTaskControl(false)
+	env := &messagev1.Envelope{Priority: messagev1.Priority_PRIORITY_PIPELINE,
+		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch("echo partial-line; touch " + ready + "; sleep 60")}}
+	done := runAsync(s, ctl, "engineer", env)
+	waitFile(t, ready)
+
+	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY, "")
+	require.NoError(t, err)
+	require.Contains(t, detail, "stage command")
+	_, err = ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT, "wrong approach")
+	require.NoError(t, err)
+
+	out := <-done
+	require.NotNil(t, out.msg, "an interrupted task reports a result")
+	require.Equal(t, int32(-1), out.msg.GetExitCode())
+	require.Contains(t, out.msg.GetError(), "interrupted by the user during the command stage: wrong approach")
+	require.Contains(t, out.msg.GetStdout(), "partial-line", "the output before the interrupt is kept")
+}
+
+// pyRepo makes a git repository holding a small Python project.
+func pyRepo(t *testing.T, files map[string]string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "--quiet")
+	git("add", "-A")
+	git("commit", "--quiet", "-m", "init")
+	return dir, git("rev-parse", "HEAD")
+}
+
+func needPython(t *testing.T) {
+	t.Helper()
+	if detectTools().python == "" {
+		testenv.MissingTool(t, "a python interpreter")
+	}
+}
+
+func TestIgnoreTesterWhileTheTesterRuns(t *testing.T) {
+	needPython(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	repo, base := pyRepo(t, map[string]string{
+		"calc.py": "def add(a, b):\n    return a + b\n",
+		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
+			"        pathlib.Path(" + `"` + ready + `"` + ").touch()\n        time.sleep(60)\n        self.assertEqual(calc.add(1, 2), 3)\n",
+	})
+	s := pipelineService(t)
+	ctl := newTaskControl(false)
+	done := runAsync(s, ctl, "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "p1", Pipeline: true,
+		Edits: []*orchestratorv1.FileEdit{{Path: "calc.py", Content: "def add(a, b):\n    return b + a\n"}}}))
+	waitFile(t, ready)
+
+	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY, "")
+	require.NoError(t, err)
+	require.Equal(t, "stage tester, loop 1 of 3", detail)
+	snap := ctl.snapshot()
+	require.Equal(t, pipeTesting, snap.GetState())
+	require.True(t, snap.GetInspectorPassed(), "the python syntax check passed")
+
+	detail, err = ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_IGNORE_TESTER, "")
+	require.NoError(t, err)
+	require.Contains(t, detail, "stopped and counts as passed")
+
+	out := <-done
+	require.NotNil(t, out.msg)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
+	p, r := pipelineOf(t, out)
+	require.Equal(t, pipeCompleted, p.GetState())
+	require.Equal(t, []string{"ignore_tester"}, p.GetOverrides())
+	require.Contains(t, r.GetTested(), "ignored by the user")
+	require.Contains(t, r.GetDeviations(), "ignore_tester")
+	require.Contains(t, out.meta[MetaPatch], "return b + a", "the pipeline went on to commit")
+}
+
+func TestInterruptDuringTheTesterFailsThePipeline(t *testing.T) {
+	needPython(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	repo, base := pyRepo(t, map[string]string{
+		"test_slow.py": "import pathlib, sys, time, unittest\n\nclass T(unittest.TestCase):\n    def test_slow(self):\n" +
+			"        print('tester-partial', flush=True)\n        pathlib.Path(" + `"` + ready + `"` + ").touch()\n        time.sleep(60)\n",
+	})
+	s := pipelineService(t)
+	ctl := newTaskControl(false)
+	done := runAsync(s, ctl, "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "p2", Pipeline: true}))
+	waitFile(t, ready)
+	_, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT, "")
+	require.NoError(t, err)
+	out := <-done
+	require.NotNil(t, out.msg)
+	require.Equal(t, int32(-1), out.msg.GetExitCode())
+	require.Equal(t, "interrupted by the user during the tester stage", out.msg.GetError())
+	require.Contains(t, out.msg.GetStdout(), "tester-partial", "the stage's partial output is kept")
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeFailed, p.GetState())
+	require.Equal(t, []string{"interrupt"}, p.GetOverrides())
+	require.Len(t, p.GetOptions(), 4)
+}
+
+func TestPythonTesterParsesUnittestFailures(t *testing.T) {
+	needPython(t)
+	repo, base := pyRepo(t, map[string]string{
+		"calc.py":      "def add(a, b):\n    return a - b\n",
+		"test_calc.py": "import unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n\n    def test_ok(self):\n        self.assertTrue(True)\n\n    @unittest.skip('later')\n    def test_later(self):\n        pass\n",
+	})
+	s := pipelineService(t)
+	out, cancelled := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1}))
+	require.False(t, cancelled)
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeFailed, p.GetState())
+	tr := p.GetLastTestResult()
+	require.Equal(t, "python-unittest", tr.GetFrameworkId())
+	require.Equal(t, int32(1), tr.GetPassed())
+	require.Equal(t, int32(1), tr.GetFailed())
+	require.Equal(t, int32(1), tr.GetSkipped())
+	require.Len(t, tr.GetFailures(), 1)
+	f := tr.GetFailures()[0]
+	require.Equal(t, "test_calc.T.test_add", f.GetTestName())
+	require.True(t, strings.HasSuffix(f.GetFilePath(), "test_calc.py"), f.GetFilePath())
+	require.Equal(t, int32(6), f.GetLine())
+	require.Contains(t, f.GetMessage(), "AssertionError: -1 != 3")
+}
+
+func TestPythonInspectorReportsSyntaxErrors(t *testing.T) {
+	needPython(t)
+	repo, base := pyRepo(t, map[string]string{"calc.py": "def add(a, b):\n    return a + b\n"})
+	s := pipelineService(t)
+	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1,
+		Edits: []*orchestratorv1.FileEdit{{Path: "calc.py", Content: "def add(a, b)\n    return a + b\n"}}}))
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeFailed, p.GetState())
+	require.False(t, p.GetInspectorPassed())
+	require.Contains(t, p.GetFeedback()[0], "calc.py:1:")
+	require.Contains(t, p.GetFeedback()[0], "syntax")
+}
+
+func TestNodeTesterParsesTAP(t *testing.T) {
+	if detectTools().node == "" {
+		testenv.MissingTool(t, "node")
+	}
+	repo, base := pyRepo(t, map[string]string{
+		"package.json": `{"name": "calc", "version": "1.0.0"}`,
+		"calc.js":      "exports.add = (a, b) => a - b;\n",
+		"test/calc.test.js": "const test = require('node:test');\nconst assert = require('node:assert');\nconst { add } = require('../calc');\n" +
+			"test('adds', () => { assert.strictEqual(add(1, 2), 3); });\ntest('truth', () => { assert.ok(true); });\n",
+	})
+	s := pipelineService(t)
+	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "js", Pipeline: true, MaxLoops: 1}))
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeFailed, p.GetState(), p.GetFeedback())
+	tr := p.GetLastTestResult()
+	require.Equal(t, "node-test", tr.GetFrameworkId())
+	require.Equal(t, int32(1), tr.GetPassed())
+	require.Equal(t, int32(1), tr.GetFailed())
+	require.Equal(t, "adds", tr.GetFailures()[0].GetTestName())
+	require.True(t, strings.HasSuffix(tr.GetFailures()[0].GetFilePath(), "calc.test.js"))
+	require.Equal(t, int32(4), tr.GetFailures()[0].GetLine())
+	require.Equal(t, "3", tr.GetFailures()[0].GetExpected())
+}
+
+// fakeOpenAI is an OpenAI-compatible chat completions endpoint that answers
+// with the given contents in turn and records the prompts it got.
+type fakeOpenAI struct {
+	mu      sync.Mutex
+	answers []string
+	prompts []string
+}
+
+func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-test" {
+		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
+		return
+	}
+	var req struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	f.mu.Lock()
+	i := len(f.prompts)
+	b, _ := json.Marshal(req.Messages)
+	f.prompts = append(f.prompts, string(b))
+	answer := f.answers[min(i, len(f.answers)-1)]
+	f.mu.Unlock()
+	resp := map[string]any{
+		"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "gpt-4.1",
+		"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": answer}}},
+		"usage": map[string]any{"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func modelEdits(summary string, files map[string]string) string {
+	var edits []modelEdit
+	for p, c := range files {
+		edits = append(edits, modelEdit{Path: p, Content: c})
+	}
+	b, _ := json.Marshal(modelAnswer{Edits: edits, Summary: summary, Decisions: "kept the signature", Deviations: "none", Concerns: "none"})
+	return "Here is the change:\n```json\n" + string(b) + "\n```"
+}
+
+func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
+	fake := &fakeOpenAI{answers: []string{
+		modelEdits("first try", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}),
+		modelEdits("fixed Add", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
+	}}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	var lc llm.Config
+	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	lc.OpenAI.APIKey, lc.OpenAI.BaseURL = "sk-test", srv.URL+"/v1"
+	reg, err := provider.New(lc)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+
+	repo, base := gitRepo(t)
+	// Break Add first, so that the Engineer has something to fix.
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "calc.go"), []byte("package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"), 0o644))
+	for _, args := range [][]string{{"add", "-A"}, {"commit", "--quiet", "-m", "break"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	base = strings.TrimSpace(func() string {
+		out, _ := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+		return string(out)
+	}())
+
+	s := pipelineService(t)
+	s.SetModel(g)
+	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",
+		DoneWhen: "TestAdd passes", TaskContext: "## Plan\n\n### Step 1A.1: fix Add", Guidance: []string{"keep the signature"}}
+	env := repoTask(t, repo, base, node)
+	env.GetTaskDispatch().Prompt = node.GetPrompt()
+	env.TenantId, env.SessionId = "t1", "s1"
+	// Guidance given while the task runs (/task fix-add prompt ...).
+	ctl := newTaskControl(false)
+	ctl.engineerReads = s.engineerReads(env.GetTaskDispatch())
+	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, "Focus on overflow first")
+	require.NoError(t, err)
+	require.Contains(t, detail, "the Engineer reads the guidance")
+	out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), "engineer", env)
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
+	p, r := pipelineOf(t, out)
+	require.Equal(t, pipeCompleted, p.GetState())
+	require.Equal(t, int32(2), p.GetLoops(), "the first edit failed the tests, the second passed")
+	require.Contains(t, r.GetImplemented(), "the model wrote calc.go: fixed Add")
+	require.Equal(t, "kept the signature", r.GetDecisions())
+	require.Contains(t, out.meta[MetaPatch], "return a + b")
+	require.NotContains(t, r.GetImplemented(), "no code was generated")
+
+	require.Len(t, fake.prompts, 2)
+	require.Contains(t, fake.prompts[0], "Make Add return the sum")
+	require.Contains(t, fake.prompts[0], "TestAdd passes")
+	require.Contains(t, fake.prompts[0], "Step 1A.1: fix Add", "the selective context reaches the model")
+	require.Contains(t, fake.prompts[0], "The user's guidance (follow it)")
+	require.Contains(t, fake.prompts[0], "keep the signature", "the node's recorded guidance reaches the model")
+	require.Contains(t, fake.prompts[0], "Focus on overflow first", "guidance given while it runs reaches the model")
+	require.Contains(t, fake.prompts[1], "Feedback on your previous attempt")
+	require.Contains(t, fake.prompts[1], "test TestAdd failed", "the Tester's feedback reaches the model")
+}
+
+func TestEngineerWithoutAModelSaysNothingWasGenerated(t *testing.T) {
+	s := offlineService(t, testConfig(t))
+	spec := &orchestratorv1.Node{Id: "n1", Prompt: "write a parser"}
+	b, err := proto.Marshal(spec)
+	require.NoError(t, err)
+	out, _ := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{
+		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b)},
+		Payload:  &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r", NodeId: "n1", Attempt: 1, Prompt: "write a parser"}}})
+	require.Equal(t, NoModelOutput, out.msg.GetStdout())
+
+	ctl := newTaskControl(false)
+	ctl.engineerReads = s.engineerReads(&messagev1.TaskDispatch{Prompt: "write a parser"})
+	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, "use a table")
+	require.NoError(t, err)
+	require.Contains(t, detail, "no language model is configured", "guidance nobody reads is reported as such")
+}
+
+// A model that writes its report as headed text around the JSON: the
+// fields the JSON left out come from the text (spec H-06).
+func TestParseModelAnswerHeadedReport(t *testing.T) {
+	text := "I fixed the parser.\n\n## Decisions\nKept the old API.\nAdded a helper.\n\n**Concerns**: none really\n" +
+		"DEVIATIONS: skipped the docs\n\n```json\n{\"edits\":[{\"path\":\"a.go\",\"content\":\"x\"}],\"summary\":\"fixed parsing\"}\n```\n" +
+		"Our decisions were careful.\n"
+	a, err := parseModelAnswer(text)
+	require.NoError(t, err)
+	require.Equal(t, "fixed parsing", a.Summary, "the JSON's own field wins")
+	require.Equal(t, "Kept the old API. Added a helper.", a.Decisions)
+	require.Equal(t, "none really", a.Concerns)
+	require.Equal(t, "skipped the docs", a.Deviations)
+	require.Empty(t, reportField("Our decisions were careful.", "decisions"), "a word in a sentence is no header")
+}
+
+func TestParseModelAnswer(t *testing.T) {
+	a, err := parseModelAnswer(`{"edits":[{"path":"a.go","content":"x"}],"summary":"s"}`)
+	require.NoError(t, err)
+	require.Equal(t, "a.go", a.Edits[0].Path)
+	_, err = parseModelAnswer("I cannot do that.")
+	require.ErrorIs(t, err, errNoEdits)
+	_, err = parseModelAnswer(`{"edits": []}`)
+	require.ErrorIs(t, err, errNoEdits)
+}
+
+func TestEngineerWithTheLocalProviderGeneratesNothing(t *testing.T) {
+	var lc llm.Config
+	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	reg, err := provider.New(lc)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	s := offlineService(t, testConfig(t))
+	s.SetLLMGate(g)
+	spec := &orchestratorv1.Node{Id: "n1", Prompt: "plan and write a parser"}
+	b, err := proto.Marshal(spec)
+	require.NoError(t, err)
+	out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: "t1",
+		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b)},
+		Payload:  &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r", NodeId: "n1", Attempt: 1, Prompt: spec.GetPrompt()}}})
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
+	require.Equal(t, NoModelOutput, out.msg.GetStdout())
+	_, r := pipelineOf(t, out)
+	require.Contains(t, r.GetImplemented(), "no code was generated")
+}
