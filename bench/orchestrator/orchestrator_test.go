@@ -98,6 +98,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
+	cpu0 := readCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	work := make(chan struct{}, total)
@@ -113,7 +114,18 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 		})
 	}
 	wg.Wait()
-	return percentile(lat, 0.5), time.Since(start) / time.Duration(total)
+	elapsed := time.Since(start)
+	if shares, procs, busy := cpuBetween(cpu0, readCPU(), total); busy > 0 {
+		self := time.Duration(0)
+		for _, sh := range shares {
+			if sh.name == selfName {
+				self = sh.perNode
+			}
+		}
+		b.Logf("no-op at %d at once: CPU per task %s (%.0f%% of %d CPUs busy): the process %s, starting and reaping it %s",
+			concurrency, busy, 100*float64(busy)*float64(total)/float64(elapsed)/float64(runtime.NumCPU()), runtime.NumCPU(), procs, self)
+	}
+	return percentile(lat, 0.5), elapsed / time.Duration(total)
 }
 
 func BenchmarkDAG10k(b *testing.B) {
@@ -158,12 +170,14 @@ func runOnce(b *testing.B) {
 	seq0 := tasksSeq(b, bus)
 	batches0, reports0 := resultBatches(b, oreg)
 	b.ResetTimer()
+	cpu0 := readCPU()
 	start := time.Now()
 	resp, err := osvc.CreateRun(uctx, &orchestratorv1.CreateRunRequest{Dag: d, MaxConcurrency: concurrency})
 	require.NoError(b, err)
 	created := time.Since(start)
 	state := waitDone(b, db, resp.GetRun().GetId())
 	total := time.Since(start)
+	cpu1 := readCPU()
 	b.StopTimer()
 	// The no-op's cost is measured again after the run, and the two
 	// measurements averaged: a single one varies by several percent.
@@ -221,6 +235,16 @@ func runOnce(b *testing.B) {
 		{"reported by the worker -> applied", toApplied},
 	} {
 		b.Logf("  %-40s p50 %s, p99 %s", part.name, percentile(part.d, 0.5), percentile(part.d, 0.99))
+	}
+	// Where the machine's CPU went, per node: the nodes' own processes, and
+	// what scheduling them cost each part of the mesh.
+	if shares, procs, busy := cpuBetween(cpu0, cpu1, nodes); busy > 0 {
+		slices.SortFunc(shares, func(x, y cpuShare) int { return int(y.perNode - x.perNode) })
+		b.Logf("CPU per node: %s in all (%.0f%% of %d CPUs busy), of which the node's process %s", busy,
+			100*float64(busy)*float64(nodes)/float64(total)/float64(runtime.NumCPU()), runtime.NumCPU(), procs)
+		for _, sh := range shares {
+			b.Logf("  %-40s %s", sh.name, sh.perNode)
+		}
 	}
 	// Little's law: with max_concurrency nodes out at once, each spends
 	// max_concurrency / throughput out, whatever the scheduler does.
