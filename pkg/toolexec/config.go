@@ -43,6 +43,13 @@ type Config struct {
 	// ExtraSecretPatterns are stripped from child environments besides the
 	// spec's list (C-24).
 	ExtraSecretPatterns []string
+	// CacheEntries and CacheBytes bound the tool output cache (C-33); 0
+	// turns it off. CacheTTL is how long an output is reused unless its
+	// tool's policy says otherwise; CachePolicies name the cached tools.
+	CacheEntries  int
+	CacheBytes    int64
+	CacheTTL      time.Duration
+	CachePolicies map[string]CachePolicy
 }
 
 // Spec defaults.
@@ -79,6 +86,7 @@ func DefaultToolTimeouts() map[string]time.Duration {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.ToolTimeouts = DefaultToolTimeouts()
 	c.ExtraSecretPatterns = []string{"SYLK_*", "*_DSN", "*_CREDENTIALS", "*_PRIVATE_KEY"}
+	c.CachePolicies = DefaultCachePolicies()
 	fs.DurationVar(&c.DefaultTimeout, "toolexec.default-timeout", defaultTimeout, "base timeout of a tool without its own")
 	fs.DurationVar(&c.MaxTimeout, "toolexec.max-timeout", defaultMaxTimeout, "a tool is killed after this whatever it prints")
 	fs.DurationVar(&c.ExtendOnOutput, "toolexec.extend-on-output", defaultExtendOnOutput, "a tool past its base timeout keeps running while it printed a meaningful line this recently")
@@ -91,6 +99,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Slots, "toolexec.slots", 0, "subprocesses running at once (0 = 2 x CPUs)")
 	fs.IntVar(&c.UserReservePercent, "toolexec.user-reserve-percent", defaultUserReserve, "percent of the subprocess slots reserved for user-interactive calls")
 	fs.DurationVar(&c.AcquireTimeout, "toolexec.acquire-timeout", defaultAcquireTimeout, "how long a pipeline call waits for a subprocess slot")
+	fs.IntVar(&c.CacheEntries, "toolexec.cache-entries", defaultCacheEntries, "outputs of read-only checks (go vet, gofmt, eslint, prettier) kept for reuse while their files are unchanged; 0 turns the cache off")
+	fs.Int64Var(&c.CacheBytes, "toolexec.cache-bytes", defaultCacheBytes, "bytes of cached tool output kept; 0 turns the cache off")
+	fs.DurationVar(&c.CacheTTL, "toolexec.cache-ttl", defaultCacheTTL, "how long a cached tool output is reused")
 	fs.Var((*durationMap)(&c.ToolTimeouts), "toolexec.tool-timeouts", "per-tool base timeouts as tool=duration pairs, comma-separated (added to the defaults)")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
@@ -139,6 +150,12 @@ func (c Config) Validate() error {
 	}
 	if c.UserReservePercent < 0 || c.UserReservePercent > 50 {
 		errs = append(errs, errors.New("toolexec.user-reserve-percent: must be between 0 and 50"))
+	}
+	if c.CacheEntries < 0 || c.CacheBytes < 0 {
+		errs = append(errs, errors.New("toolexec.cache-entries and toolexec.cache-bytes: must not be negative"))
+	}
+	if (c.CacheEntries > 0 && c.CacheBytes > 0) && c.CacheTTL <= 0 {
+		errs = append(errs, errors.New("toolexec.cache-ttl: must be positive while the cache is on"))
 	}
 	for k, d := range c.ToolTimeouts {
 		if d <= 0 || strings.TrimSpace(k) == "" {

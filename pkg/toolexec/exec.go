@@ -34,6 +34,8 @@ type Invocation struct {
 	Timeout  time.Duration
 	Class    Class
 	Priority int
+	// NoCache runs the tool even when its output is cached (spec C-33).
+	NoCache bool
 }
 
 // KillResult says how a stopped process ended (spec C-27).
@@ -70,6 +72,10 @@ type Result struct {
 	PID int
 	// Timeout is the base timeout that applied.
 	Timeout time.Duration
+	// Cached is set when the output is a previous run's (spec C-33), which
+	// has now been reused CacheHits times; no process ran.
+	Cached    bool
+	CacheHits int
 
 	stdout, stderr *capture
 }
@@ -102,6 +108,7 @@ const (
 	MsgForceStopping = "Force stopping..."
 	MsgKilled        = "Killed"
 	MsgCleanup       = "Cleanup incomplete, some temp files may remain"
+	MsgCached        = "Unchanged files: reusing the previous output"
 )
 
 // Executor runs tools (spec C-23..C-32).
@@ -111,6 +118,7 @@ type Executor struct {
 	pool     SlotPool
 	mu       sync.RWMutex
 	parsers  map[string]Parser
+	cache    *outputCache // nil when off
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -126,7 +134,8 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
 	}
-	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{}}
+	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{},
+		cache: newOutputCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheTTL)}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
 	return e, nil
@@ -191,7 +200,9 @@ var ErrStart = errors.New("could not start the command")
 // working directory is invalid, no slot was free in time, or the process
 // could not start; a command that is not found exits 127 as under a shell.
 // A stopped process (timeout, ctx done, preemption) is not an error: the
-// result says Killed, with its partial output.
+// result says Killed, with its partial output. A tool with a cache policy
+// whose files are unchanged since a run within the TTL is not run: that
+// run's result is returned, marked Cached, without taking a slot.
 func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) {
 	dir, err := e.boundary.CheckDir(inv.WorkingDir)
 	if err != nil {
@@ -200,6 +211,18 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	if strings.TrimSpace(inv.Command) == "" {
 		return Result{ExitCode: -1}, errors.New("invalid invocation: empty command")
 	}
+	start := time.Now()
+	pol, cacheable := e.cachePolicy(inv)
+	var key string
+	if cacheable {
+		if key, cacheable = cacheKey(inv, dir, pol); cacheable {
+			if ent, hit := e.cache.get(key, start); hit {
+				res := e.fromCache(inv, dir, ent)
+				res.Duration = time.Since(start)
+				return res, nil
+			}
+		}
+	}
 	runCtx, preempt := context.WithCancelCause(ctx)
 	defer preempt(nil)
 	release, err := e.pool.Acquire(ctx, inv.Class, inv.Priority, e.cfg.AcquireTimeout, preempt)
@@ -207,7 +230,11 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 		return Result{ExitCode: -1}, err
 	}
 	defer release()
-	return e.run(runCtx, inv, dir)
+	res, err := e.run(runCtx, inv, dir)
+	if err == nil && cacheable && reusable(res) {
+		e.cache.put(key, dir, res, pol.TTL, time.Now())
+	}
+	return res, err
 }
 
 // outputSink feeds one stream into its capture, the line watcher and the

@@ -111,3 +111,54 @@ func TestInspectorGoChecks(t *testing.T) {
 	require.False(t, ok, "the signature change breaks new.go, which it did not touch")
 	require.Contains(t, strings.Join(issues, "\n"), "new.go")
 }
+
+// The Inspector's checks run once for files already checked: a second
+// workspace with the same Go files gets gofmt's and go vet's outputs from
+// the cache (spec C-33), and a change to a Go file runs them again.
+func TestInspectorReusesUnchangedChecks(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.MissingTool(t, "go")
+	}
+	if _, err := exec.LookPath("gofmt"); err != nil {
+		testenv.MissingTool(t, "gofmt")
+	}
+	root := t.TempDir()
+	files := map[string]string{
+		"go.mod": "module example.com/m\n\ngo 1.22\n",
+		"old.go": "package m\nfunc Old( ) int { return 1 }\n",
+	}
+	workspace := func(name string) string {
+		dir := filepath.Join(root, name)
+		for f, content := range files {
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644))
+		}
+		return dir
+	}
+	b, err := toolexec.NewBoundary(root)
+	require.NoError(t, err)
+	ex, err := toolexec.New(toolexec.DefaultConfig(), b, nil)
+	require.NoError(t, err)
+	runIn := func(dir string) stageRunner {
+		return func(ctx context.Context, command string) (toolexec.Result, error) {
+			return ex.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir})
+		}
+	}
+	one, two := workspace("one"), workspace("two")
+	ok, issues, err := inspect(context.Background(), one, runIn(one), []string{"old.go"})
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Zero(t, ex.CacheStats().Hits)
+
+	ok2, issues2, err := inspect(context.Background(), two, runIn(two), []string{"old.go"})
+	require.NoError(t, err)
+	require.Equal(t, ok, ok2)
+	require.Equal(t, issues, issues2)
+	require.Equal(t, uint64(2), ex.CacheStats().Hits, "gofmt and go vet reused")
+
+	require.NoError(t, os.WriteFile(filepath.Join(two, "old.go"), []byte("package m\n\nfunc Old() int { return 1 }\n"), 0o644))
+	ok, issues, err = inspect(context.Background(), two, runIn(two), []string{"old.go"})
+	require.NoError(t, err)
+	require.True(t, ok, "%v", issues)
+	require.Equal(t, uint64(2), ex.CacheStats().Hits, "a changed Go file runs them again")
+}

@@ -138,14 +138,19 @@ func programPath(dir, program string) string {
 	return ""
 }
 
-// commandLine is args as a shell command, its program found by programPath.
+// commandLine is args as a command line, its program found by programPath.
+// Only words that need it are quoted, so that a plain check runs without
+// a shell and is known by its tool (timeouts, parsers, the output cache).
 func commandLine(dir string, args []string) string {
 	parts := make([]string, len(args))
 	for i, a := range args {
 		if i == 0 {
 			a = programPath(dir, a)
 		}
-		parts[i] = shellQuote(a)
+		if a == "" || toolexec.NeedsShell(a) || strings.ContainsAny(a, " \t") {
+			a = shellQuote(a)
+		}
+		parts[i] = a
 	}
 	return strings.Join(parts, " ")
 }

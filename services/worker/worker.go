@@ -129,6 +129,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		return nil, err
 	}
 	f := promauto.With(reg)
+	registerCacheMetrics(f, ex)
 	return &Service{
 		cfg:     cfg,
 		log:     log.With(logx.KeyComponent, "worker"),
@@ -152,6 +153,31 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 			}, []string{"role"}),
 		},
 	}, nil
+}
+
+// registerCacheMetrics exposes the tool output cache's use (spec C-33).
+func registerCacheMetrics(f promauto.Factory, ex *toolexec.Executor) {
+	for _, m := range []struct {
+		name, help string
+		counter    bool
+		pick       func(toolexec.CacheStats) float64
+	}{
+		{"sylk_worker_tool_cache_hits_total", "Tool calls answered from the output cache: their files were unchanged.", true,
+			func(c toolexec.CacheStats) float64 { return float64(c.Hits) }},
+		{"sylk_worker_tool_cache_misses_total", "Calls of cacheable tools that ran.", true,
+			func(c toolexec.CacheStats) float64 { return float64(c.Misses) }},
+		{"sylk_worker_tool_cache_evictions_total", "Cached tool outputs dropped to stay within the cache's bounds.", true,
+			func(c toolexec.CacheStats) float64 { return float64(c.Evictions) }},
+		{"sylk_worker_tool_cache_bytes", "Bytes of tool output cached.", false,
+			func(c toolexec.CacheStats) float64 { return float64(c.Bytes) }},
+	} {
+		read := func() float64 { return m.pick(ex.CacheStats()) }
+		if m.counter {
+			f.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, read)
+		} else {
+			f.NewGaugeFunc(prometheus.GaugeOpts{Name: m.name, Help: m.help}, read)
+		}
+	}
 }
 
 // slotPoolName names the cluster-wide subprocess pool in Redis.
