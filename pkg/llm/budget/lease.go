@@ -27,6 +27,8 @@ import (
 //     the remaining budget shrinks, leases shrink with it until each call
 //     reserves exactly its own estimate (the per-call behaviour of Reserve),
 //     so a limit is never overshot and little sits unused in other replicas.
+//     A background refill takes only a whole chunk, so that near the limit
+//     nothing is leased ahead of need.
 //   - Unlimited scopes have no lease: their usage is added to the counter in
 //     batches (Flush, every FlushInterval from the gate).
 //   - Unused leases go back to Redis after LeaseIdle without use, when their
@@ -88,6 +90,10 @@ for i = 1, n do
   local g = math.floor(remaining / 8)
   if g > chunk then g = chunk end
   if g < need then g = need end
+  -- A refill (need -1) takes only a whole chunk: near the limit every call
+  -- reserves exactly its own estimate, and no replica holds a sliver
+  -- ahead of need that another replica's call could have used.
+  if need < 0 and g < chunk then g = 0 end
   grants[i] = g
 end
 local out = {0}
@@ -233,12 +239,16 @@ func (l *Leases) take(keys []string, limits, ttls []int64, estimate int64) (*Lea
 	return &LeaseReservation{keys: keys, limits: limits, ttls: ttls, Estimate: estimate}, true
 }
 
-// refill leases the next chunk of one scope ahead of need.
+// refillNeed asks acquire for a whole chunk ahead of need, or nothing.
+const refillNeed = -1
+
+// refill leases the next chunk of one scope ahead of need, while the
+// remaining budget allows a whole one.
 func (l *Leases) refill(k string, limit, ttl int64) {
 	defer l.refills.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := acquire.Run(ctx, l.b.rdb, []string{k}, 0, l.chunk, limit, ttl).Int64Slice()
+	res, err := acquire.Run(ctx, l.b.rdb, []string{k}, refillNeed, l.chunk, limit, ttl).Int64Slice()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	le := l.leases[k]
