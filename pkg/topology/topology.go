@@ -92,10 +92,32 @@ func TaskSubject(b *natsx.Bus, role string) string { return b.Subject("task", "d
 // ResultSubject is where workers report results: "<p>.task.result".
 func ResultSubject(b *natsx.Bus) string { return b.Subject("task", "result") }
 
-// EventSubject is a session's event subject: "<p>.events.<tenant>.<session>".
-func EventSubject(b *natsx.Bus, tenant, session string) string {
-	return b.Subject("events", natsx.Token(tenant), natsx.Token(session))
+// Event origins: the last token of an event's subject says whether the
+// Guide or an agent published it, so that a consumer of the agents' events
+// (the Guide's correlator) is not sent the Guide's own.
+const (
+	OriginGuide = "guide"
+	OriginAgent = "agent"
+)
+
+// EventSubject is the subject of a session's events from source:
+// "<p>.events.<tenant>.<session>.<origin>".
+func EventSubject(b *natsx.Bus, tenant, session, source string) string {
+	origin := OriginAgent
+	if source == AgentGuide {
+		origin = OriginGuide
+	}
+	return b.Subject("events", natsx.Token(tenant), natsx.Token(session), origin)
 }
+
+// SessionEvents filters a session's events, from every source.
+func SessionEvents(b *natsx.Bus, tenant, session string) string {
+	return b.Subject("events", natsx.Token(tenant), natsx.Token(session), "*")
+}
+
+// AgentEvents filters every session's events from the agents (not the
+// Guide).
+func AgentEvents(b *natsx.Bus) string { return b.Subject("events", "*", "*", OriginAgent) }
 
 // Event builds a session event.
 type Event struct {
@@ -128,7 +150,7 @@ func PublishEvent(ctx context.Context, b *natsx.Bus, e Event) (uint64, error) {
 		Text:          e.Text,
 		Data:          data,
 	}
-	ack, err := b.Publish(ctx, EventSubject(b, e.Tenant, e.Session), e.ID, ev)
+	ack, err := b.Publish(ctx, EventSubject(b, e.Tenant, e.Session, e.Source), e.ID, ev)
 	if err != nil {
 		return 0, err
 	}

@@ -51,7 +51,7 @@ func TestInboxAnswersQuestions(t *testing.T) {
 		require.NoError(t, err)
 		var ev guidev1.Event
 		require.Eventually(t, func() bool {
-			m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, "t1", session))
+			m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, "t1", session, topology.AgentAcademic))
 			if err != nil {
 				return false
 			}

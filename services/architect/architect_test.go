@@ -146,7 +146,7 @@ func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*guidev1.E
 	t.Helper()
 	ctx := context.Background()
 	cons, err := bus.JS.OrderedConsumer(ctx, bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.EventSubject(bus, tenant, sessionID)},
+		FilterSubjects: []string{topology.SessionEvents(bus, tenant, sessionID)},
 	})
 	require.NoError(t, err)
 	pending := cons.CachedInfo().NumPending

@@ -46,7 +46,7 @@ func awaitAnswer(t *testing.T, f fixture, tenant, session, corr string) *guidev1
 	require.NoError(t, err)
 	var ev guidev1.Event
 	require.Eventually(t, func() bool {
-		m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, tenant, session))
+		m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, tenant, session, topology.AgentArchivalist))
 		if err != nil {
 			return false
 		}
@@ -190,7 +190,7 @@ func TestInboxStoresAgentResponses(t *testing.T) {
 	// Store requests are not answered: the session has no events.
 	stream, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamEvents))
 	require.NoError(t, err)
-	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(topology.EventSubject(f.bus, "t1", session)))
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(topology.SessionEvents(f.bus, "t1", session)))
 	require.NoError(t, err)
 	require.Empty(t, info.State.Subjects)
 

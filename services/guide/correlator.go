@@ -139,7 +139,8 @@ func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingReque
 		cachedAnswer{Agent: p.Target, Text: ev.GetText(), Data: data})
 }
 
-// tenantOfSubject reads the tenant token of "<p>.events.<tenant>.<session>".
+// tenantOfSubject reads the tenant token of
+// "<p>.events.<tenant>.<session>.<origin>".
 func tenantOfSubject(b interface{ Subject(...string) string }, subject string) string {
 	prefix := b.Subject("events") + "."
 	rest, ok := strings.CutPrefix(subject, prefix)

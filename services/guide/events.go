@@ -92,7 +92,7 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 // with follow it waits for new events until ctx is done.
 func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*guidev1.Event) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{topology.EventSubject(s.bus, tenant, sessionID)},
+		FilterSubjects:    []string{topology.SessionEvents(s.bus, tenant, sessionID)},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: readerIdleTimeout,
 		MaxResetAttempts:  3,

@@ -426,7 +426,7 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 		if err != nil {
 			return s.busDown(ctx, m, err)
 		}
-		batch = append(batch, outbound{subject: topology.EventSubject(s.bus, e.Tenant, e.Session), id: e.ID, msg: ev})
+		batch = append(batch, outbound{subject: topology.EventSubject(s.bus, e.Tenant, e.Session, e.Source), id: e.ID, msg: ev})
 	}
 	if routed {
 		env := &messagev1.Envelope{}

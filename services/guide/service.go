@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sync/errgroup"
@@ -252,11 +253,19 @@ func (s *Service) Run(ctx context.Context) error {
 			FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentGuide)},
 		}, s.handleInbox)
 	})
+	// The correlator's consumer of every event, before events said their
+	// origin, is replaced by one of the agents' events only.
+	if err := s.bus.JS.DeleteConsumer(ctx, s.bus.Stream(topology.StreamEvents), "guide-correlator"); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.WarnContext(ctx, "remove the former correlator consumer", logx.Err(err))
+	}
 	g.Go(func() error {
 		return s.bus.Consume(gctx, natsx.ConsumerSpec{
 			Stream:         s.bus.Stream(topology.StreamEvents),
-			Durable:        "guide-correlator",
-			FilterSubjects: []string{s.bus.Subject("events", ">")},
+			// The agents' events only: the Guide's own never answer a
+			// request, and would double what the bus delivers here.
+			Durable:        "guide-correlator-agents",
+			FilterSubjects: []string{topology.AgentEvents(s.bus)},
 			MaxAckPending:  1024,
 		}, s.handleEvent)
 	})

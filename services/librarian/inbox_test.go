@@ -74,7 +74,7 @@ func nextEvent(t *testing.T, h harness, cons jetstream.Consumer) *guidev1.Event 
 func sessionEvents(t *testing.T, h harness, tenant, session string) jetstream.Consumer {
 	t.Helper()
 	cons, err := h.bus.JS.OrderedConsumer(t.Context(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.EventSubject(h.bus, tenant, session)},
+		FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)},
 	})
 	require.NoError(t, err)
 	return cons
@@ -140,7 +140,7 @@ func TestInboxAnswers(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond)
 		stream, err := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamEvents))
 		require.NoError(t, err)
-		subject := topology.EventSubject(h.bus, "tenant-a", "s1")
+		subject := topology.EventSubject(h.bus, "tenant-a", "s1", topology.AgentLibrarian)
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), info.State.Subjects[subject])

@@ -209,7 +209,7 @@ func (h *harness) resultsDrained(t *testing.T, delivered uint64) {
 func (h *harness) events(t *testing.T, tenant, session string, n int) []*guidev1.Event {
 	t.Helper()
 	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.EventSubject(h.bus, tenant, session)},
+		FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)},
 	})
 	require.NoError(t, err)
 	var out []*guidev1.Event

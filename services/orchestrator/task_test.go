@@ -65,7 +65,7 @@ func action(t *testing.T, h *harness, ctx context.Context, req *orchestratorv1.T
 
 func eventTypes(t *testing.T, h *harness, tenant, session string, want ...string) {
 	t.Helper()
-	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topology.EventSubject(h.bus, tenant, session)}})
+	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)}})
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	require.Eventually(t, func() bool {
