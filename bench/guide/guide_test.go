@@ -32,6 +32,7 @@ import (
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/internal/mesh"
+	"sylk.dev/sylk/internal/procstat"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
@@ -54,6 +55,25 @@ type result struct {
 	p50, p99   time.Duration
 	throughput float64
 	errors     int64
+	cpu        string // CPU per message by process, when known
+}
+
+// cpuLine says where the machine's CPU went per message.
+func cpuLine(shares []procstat.Share, _, busy time.Duration) string {
+	if busy <= 0 {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%s in all", busy.Round(time.Microsecond))}
+	for _, sh := range shares {
+		if sh.Per >= 10*time.Microsecond {
+			name := sh.Name
+			if name == procstat.Self {
+				name = "this process (mesh and client)"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s", name, sh.Per.Round(time.Microsecond)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func summarize(name string, lat []time.Duration, elapsed time.Duration, errs int64) result {
@@ -343,8 +363,11 @@ func tiers(b *testing.B, e *meshEnv, label string) []result {
 	for _, rate := range rates {
 		for j, m := range measures {
 			paced(rate, warmup, func(i int) (time.Duration, error) { return m.fn(i + 1_000_000*(j+1)) })
+			cpu0 := procstat.Read()
 			lat, elapsed, errs := paced(rate, rate**seconds, func(i int) (time.Duration, error) { return m.fn(i + 10_000_000*rate) })
-			out = append(out, summarize(fmt.Sprintf("%s @%d/s %s", label, rate, m.name), lat, elapsed, errs))
+			r := summarize(fmt.Sprintf("%s @%d/s %s", label, rate, m.name), lat, elapsed, errs)
+			r.cpu = cpuLine(procstat.Between(cpu0, procstat.Read(), len(lat)))
+			out = append(out, r)
 		}
 	}
 	return out
@@ -385,5 +408,11 @@ func BenchmarkGuideRouting(b *testing.B) {
 			base = raw[2].p99
 		}
 		b.Logf("%s: %s p99 over raw NATS request-reply at the same rate", r.name, (r.p99 - base).Round(10*time.Microsecond))
+	}
+	b.Logf("CPU per message, by process (the machine has %d CPUs):", runtime.NumCPU())
+	for _, r := range results[len(raw):] {
+		if r.cpu != "" {
+			b.Logf("  %s: %s", r.name, r.cpu)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/internal/procstat"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
@@ -98,7 +99,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
-	cpu0 := readCPU()
+	cpu0 := procstat.Read()
 	start := time.Now()
 	var wg sync.WaitGroup
 	work := make(chan struct{}, total)
@@ -115,11 +116,11 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if shares, procs, busy := cpuBetween(cpu0, readCPU(), total); busy > 0 {
+	if shares, procs, busy := procstat.Between(cpu0, procstat.Read(), total); busy > 0 {
 		self := time.Duration(0)
 		for _, sh := range shares {
-			if sh.name == selfName {
-				self = sh.perNode
+			if sh.Name == procstat.Self {
+				self = sh.Per
 			}
 		}
 		b.Logf("no-op at %d at once: CPU per task %s (%.0f%% of %d CPUs busy): the process %s, starting and reaping it %s",
@@ -170,14 +171,14 @@ func runOnce(b *testing.B) {
 	seq0 := tasksSeq(b, bus)
 	batches0, reports0 := resultBatches(b, oreg)
 	b.ResetTimer()
-	cpu0 := readCPU()
+	cpu0 := procstat.Read()
 	start := time.Now()
 	resp, err := osvc.CreateRun(uctx, &orchestratorv1.CreateRunRequest{Dag: d, MaxConcurrency: concurrency})
 	require.NoError(b, err)
 	created := time.Since(start)
 	state := waitDone(b, db, resp.GetRun().GetId())
 	total := time.Since(start)
-	cpu1 := readCPU()
+	cpu1 := procstat.Read()
 	b.StopTimer()
 	// The no-op's cost is measured again after the run, and the two
 	// measurements averaged: a single one varies by several percent.
@@ -238,12 +239,15 @@ func runOnce(b *testing.B) {
 	}
 	// Where the machine's CPU went, per node: the nodes' own processes, and
 	// what scheduling them cost each part of the mesh.
-	if shares, procs, busy := cpuBetween(cpu0, cpu1, nodes); busy > 0 {
-		slices.SortFunc(shares, func(x, y cpuShare) int { return int(y.perNode - x.perNode) })
+	if shares, procs, busy := procstat.Between(cpu0, cpu1, nodes); busy > 0 {
 		b.Logf("CPU per node: %s in all (%.0f%% of %d CPUs busy), of which the node's process %s", busy,
 			100*float64(busy)*float64(nodes)/float64(total)/float64(runtime.NumCPU()), runtime.NumCPU(), procs)
 		for _, sh := range shares {
-			b.Logf("  %-40s %s", sh.name, sh.perNode)
+			name := sh.Name
+			if name == procstat.Self {
+				name += " (orchestrator, worker)"
+			}
+			b.Logf("  %-40s %s", name, sh.Per)
 		}
 	}
 	// Little's law: with max_concurrency nodes out at once, each spends
