@@ -261,7 +261,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error {
 		return s.bus.Consume(gctx, natsx.ConsumerSpec{
-			Stream:         s.bus.Stream(topology.StreamEvents),
+			Stream: s.bus.Stream(topology.StreamEvents),
 			// The agents' events only: the Guide's own never answer a
 			// request, and would double what the bus delivers here.
 			Durable:        "guide-correlator-agents",
