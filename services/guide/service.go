@@ -259,11 +259,11 @@ func (s *Service) Run(ctx context.Context) error {
 		!errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.WarnContext(ctx, "remove the former correlator consumer", logx.Err(err))
 	}
+	// The correlator takes the agents' events only: the Guide's own never
+	// answer a request, and would double what the bus delivers here.
 	g.Go(func() error {
 		return s.bus.Consume(gctx, natsx.ConsumerSpec{
-			Stream: s.bus.Stream(topology.StreamEvents),
-			// The agents' events only: the Guide's own never answer a
-			// request, and would double what the bus delivers here.
+			Stream:         s.bus.Stream(topology.StreamEvents),
 			Durable:        "guide-correlator-agents",
 			FilterSubjects: []string{topology.AgentEvents(s.bus)},
 			MaxAckPending:  1024,
