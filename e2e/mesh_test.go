@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,8 @@ type client struct {
 	http *http.Client
 	// schemaPrefix is the mesh's, for helpers that need the database.
 	schemaPrefix string
+	// metricsURL serves every service's metrics.
+	metricsURL string
 }
 
 type response struct {
@@ -133,7 +136,28 @@ func startMesh(t *testing.T) *client {
 			_ = rc.Close()
 		}
 	})
-	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}, schemaPrefix: prefix}
+	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}, schemaPrefix: prefix,
+		metricsURL: d.MetricsURL}
+}
+
+// metric sums the samples of a metric across the services' metrics.
+func (c *client) metric(name string) float64 {
+	c.t.Helper()
+	resp, err := c.http.Get(c.metricsURL)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	var sum float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			fields := strings.Fields(line)
+			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			require.NoError(c.t, err, line)
+			sum += v
+		}
+	}
+	return sum
 }
 
 // asUser returns a client of the same mesh acting as another user (a member

@@ -62,6 +62,21 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.Contains(t, bad.Raw, "must come after its dependency")
 	})
 
+	t.Run("unchanged files are not checked twice", func(t *testing.T) {
+		// Spec C-33: gofmt over the same files in the second node's
+		// workspace is answered from the worker's output cache.
+		if _, err := exec.LookPath("gofmt"); err != nil {
+			testenv.MissingTool(t, "gofmt")
+		}
+		hits := c.metric("sylk_worker_tool_cache_hits_total")
+		run := c.waitRun(c.createRun(map[string]any{"maxConcurrency": 1, "dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "fmt1", "command": "gofmt -l ."},
+			map[string]any{"id": "fmt2", "command": "gofmt -l ."},
+		}}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		require.GreaterOrEqual(t, c.metric("sylk_worker_tool_cache_hits_total"), hits+1)
+	})
+
 	t.Run("max_concurrency bounds running nodes", func(t *testing.T) {
 		var nodes []any
 		for _, id := range []string{"a", "b", "c", "d", "e", "f"} {

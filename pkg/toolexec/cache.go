@@ -87,7 +87,7 @@ type outputCache struct {
 
 type cacheEntry struct {
 	key     string
-	dir     string // the working directory the output was produced in
+	ws      string // the workspace the output was produced in
 	res     Result
 	size    int64
 	expires time.Time
@@ -120,8 +120,8 @@ func (c *outputCache) get(key string, now time.Time) (cacheEntry, bool) {
 	return *e, true
 }
 
-func (c *outputCache) put(key, dir string, res Result, ttl time.Duration, now time.Time) {
-	size := int64(len(key)+len(dir)+len(res.Stdout)+len(res.Stderr)) + 512
+func (c *outputCache) put(key, ws string, res Result, ttl time.Duration, now time.Time) {
+	size := int64(len(key)+len(ws)+len(res.Stdout)+len(res.Stderr)) + 512
 	if res.Truncated != nil {
 		for _, l := range slices.Concat(res.Truncated.Important, res.Truncated.FirstLines, res.Truncated.LastLines) {
 			size += int64(len(l))
@@ -140,7 +140,7 @@ func (c *outputCache) put(key, dir string, res Result, ttl time.Duration, now ti
 	if el, ok := c.byKey[key]; ok {
 		c.remove(el)
 	}
-	c.byKey[key] = c.lru.PushFront(&cacheEntry{key: key, dir: dir, res: res, size: size, expires: now.Add(ttl)})
+	c.byKey[key] = c.lru.PushFront(&cacheEntry{key: key, ws: ws, res: res, size: size, expires: now.Add(ttl)})
 	c.stats.Stores++
 	c.stats.Entries++
 	c.stats.Bytes += size
@@ -196,9 +196,28 @@ func (e *Executor) cachePolicy(inv Invocation) (CachePolicy, bool) {
 
 var errTooLarge = errors.New("working directory too large to hash")
 
+// workspaceOf is the workspace of a call in dir: inv.Workspace when it is
+// dir or holds it, else dir.
+func (e *Executor) workspaceOf(inv Invocation, dir string) string {
+	if inv.Workspace == "" {
+		return dir
+	}
+	ws, err := e.boundary.CheckDir(inv.Workspace)
+	if err != nil {
+		return dir
+	}
+	if rel, err := filepath.Rel(ws, dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return dir
+	}
+	return ws
+}
+
 // cacheKey hashes what a call's output depends on under pol; ok is false
-// when the working directory is too large to hash.
-func cacheKey(inv Invocation, dir string, pol CachePolicy) (string, bool) {
+// when the working directory is too large to hash. Paths to the workspace
+// ws (in the environment) are hashed as its place holder, and the working
+// directory by its place in ws, so that workspaces with the same files
+// share a key.
+func cacheKey(inv Invocation, dir, ws string, pol CachePolicy) (string, bool) {
 	h := sha256.New()
 	field := func(s string) {
 		var n [8]byte
@@ -207,6 +226,8 @@ func cacheKey(inv Invocation, dir string, pol CachePolicy) (string, bool) {
 		io.WriteString(h, s)
 	}
 	field(inv.Tool)
+	rel, _ := filepath.Rel(ws, dir)
+	field(rel)
 	field(inv.Command)
 	for _, a := range inv.Args {
 		field(a)
@@ -218,13 +239,8 @@ func cacheKey(inv Invocation, dir string, pol CachePolicy) (string, bool) {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		v := inv.Env[k]
-		if k == "PATH" {
-			// A workspace's own directories on PATH (a guard) move with it.
-			v = strings.ReplaceAll(v, dir, "\x00dir")
-		}
 		field(k)
-		field(v)
+		field(strings.ReplaceAll(inv.Env[k], ws, "\x00ws"))
 	}
 	field("\x00policy")
 	for _, g := range pol.InvalidateOn {
@@ -248,8 +264,8 @@ func cacheKey(inv Invocation, dir string, pol CachePolicy) (string, bool) {
 		if files++; files > maxHashedFiles {
 			return errTooLarge
 		}
-		rel, _ := filepath.Rel(dir, p)
-		field(rel)
+		name, _ := filepath.Rel(dir, p)
+		field(name)
 		if d.Type()&fs.ModeSymlink != 0 {
 			target, err := os.Readlink(p)
 			if err != nil {
@@ -297,14 +313,14 @@ func reusable(res Result) bool {
 	return !res.Killed && !res.TimedOut && !res.Cancelled && !res.Partial && res.ExitCode >= 0
 }
 
-// fromCache turns a cached entry into the result of a call in dir: paths
-// naming the directory the output was produced in name dir instead, and
-// the parser runs again on the moved output.
-func (e *Executor) fromCache(inv Invocation, dir string, ent cacheEntry) Result {
+// fromCache turns a cached entry into the result of a call in workspace
+// ws: paths naming the workspace the output was produced in name ws
+// instead, and the parser runs again on the moved output.
+func (e *Executor) fromCache(inv Invocation, ws string, ent cacheEntry) Result {
 	res := ent.res
 	res.Cached, res.CacheHits, res.PID, res.Duration = true, ent.hits, 0, 0
-	if ent.dir != dir {
-		mv := func(s string) string { return strings.ReplaceAll(s, ent.dir, dir) }
+	if ent.ws != ws {
+		mv := func(s string) string { return strings.ReplaceAll(s, ent.ws, ws) }
 		res.Stdout, res.Stderr = mv(res.Stdout), mv(res.Stderr)
 		if t := res.Truncated; t != nil {
 			c := *t

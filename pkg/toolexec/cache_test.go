@@ -201,3 +201,30 @@ func TestOutputCacheBoundsAndExpiry(t *testing.T) {
 	require.Equal(t, uint64(1), st.Evictions)
 	require.Nil(t, newOutputCache(0, 1, time.Minute))
 }
+
+// A task's workspace holds its working directory and the paths of its
+// environment (HOME, TMPDIR): two workspaces with the same files share
+// outputs, and a workspace that does not hold the working directory is
+// not one.
+func TestCacheSharesWorkspaces(t *testing.T) {
+	t.Parallel()
+	e, root := newExec(t, cacheConfig())
+	count := filepath.Join(root, "count")
+	lint := lintTool(t, root)
+	call := func(ws, dir string) Result {
+		t.Helper()
+		write(t, filepath.Join(dir, "a.txt"), "fine")
+		res, err := e.Execute(context.Background(), Invocation{Command: lint, WorkingDir: dir, Workspace: ws,
+			Env: map[string]string{"COUNT": count, "HOME": ws, "TMPDIR": filepath.Join(ws, ".tmp")}})
+		require.NoError(t, err)
+		return res
+	}
+	one, two, three := filepath.Join(root, "one"), filepath.Join(root, "two"), filepath.Join(root, "three")
+	require.False(t, call(one, filepath.Join(one, "src")).Cached)
+	res := call(two, filepath.Join(two, "src"))
+	require.True(t, res.Cached, "the same files and environment, in another workspace")
+	require.Equal(t, filepath.Join(two, "src", "a.txt")+": fine\n", res.Stdout)
+	require.False(t, call(two, filepath.Join(two, "lib")).Cached, "another place in the workspace")
+	require.False(t, call(one, filepath.Join(three, "src")).Cached, "a workspace that does not hold the directory is ignored")
+	require.Equal(t, 3, runs(t, count))
+}

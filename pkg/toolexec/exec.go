@@ -36,6 +36,11 @@ type Invocation struct {
 	Priority int
 	// NoCache runs the tool even when its output is cached (spec C-33).
 	NoCache bool
+	// Workspace is the directory holding WorkingDir that the call's paths
+	// belong to (a task's workspace, whose HOME and TMPDIR are inside it):
+	// a cached output is shared between workspaces with the same files,
+	// its paths moved from one to the other. Empty means WorkingDir.
+	Workspace string
 }
 
 // KillResult says how a stopped process ended (spec C-27).
@@ -213,11 +218,12 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	}
 	start := time.Now()
 	pol, cacheable := e.cachePolicy(inv)
-	var key string
+	var key, ws string
 	if cacheable {
-		if key, cacheable = cacheKey(inv, dir, pol); cacheable {
+		ws = e.workspaceOf(inv, dir)
+		if key, cacheable = cacheKey(inv, dir, ws, pol); cacheable {
 			if ent, hit := e.cache.get(key, start); hit {
-				res := e.fromCache(inv, dir, ent)
+				res := e.fromCache(inv, ws, ent)
 				res.Duration = time.Since(start)
 				return res, nil
 			}
@@ -232,7 +238,7 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	defer release()
 	res, err := e.run(runCtx, inv, dir)
 	if err == nil && cacheable && reusable(res) {
-		e.cache.put(key, dir, res, pol.TTL, time.Now())
+		e.cache.put(key, ws, res, pol.TTL, time.Now())
 	}
 	return res, err
 }

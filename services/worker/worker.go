@@ -549,7 +549,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		timeout = d
 	}
 	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
-		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Env: vars,
+		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
 			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
 	}
 	if meta[MetaSessionCheck] != "" {
