@@ -217,25 +217,6 @@ func (l *Limiter) ProceedCmd(ctx context.Context, pipe redis.Pipeliner, provider
 	}
 }
 
-// SuccessCmd queues OnSuccess and RecordUsage on pipe.
-func (l *Limiter) SuccessCmd(ctx context.Context, pipe redis.Pipeliner, provider string, tokens int) func() error {
-	c1 := l.cmd(ctx, pipe, true, provider, "success")
-	c2 := l.cmd(ctx, pipe, true, provider, "usage", l.usageArgs(provider, tokens)...)
-	return func() error {
-		res, err := l.result(provider, "success", c1)
-		if err != nil {
-			return err
-		}
-		err = l.succeeded(ctx, provider, res)
-		res, uerr := l.result(provider, "usage", c2)
-		if uerr != nil {
-			return errors.Join(err, uerr)
-		}
-		_, uerr = l.used(ctx, provider, res)
-		return errors.Join(err, uerr)
-	}
-}
-
 // BatchCmd queues, for calls that succeeded since the last batch, one
 // OnSuccess (when successes > 0) and one RecordUsage of requests calls and
 // tokens tokens on pipe: the gate's batched bookkeeping.

@@ -102,14 +102,7 @@ func (n *NATS) Subscribe(fn func(Signal), types ...Type) (*nats.Subscription, er
 			fn(s)
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := n.bus.Conn.Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	return sub, nil
+	return n.flushed(sub, err)
 }
 
 // Ack is a receiver's acknowledgement of a signal (B-20 SignalAck).
@@ -254,6 +247,12 @@ func (n *NATS) SubscribeAcked(id string, fn func(Signal) string, types ...Type) 
 			_ = m.Respond(b)
 		}
 	})
+	return n.flushed(sub, err)
+}
+
+// flushed returns a new subscription once the server has it, so that no
+// signal sent after the call returns is missed.
+func (n *NATS) flushed(sub *nats.Subscription, err error) (*nats.Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
