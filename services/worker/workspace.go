@@ -339,6 +339,7 @@ func (p *scratchPool) reset(ws string) bool {
 	if err != nil {
 		return false
 	}
+	changed := false
 	for _, n := range names {
 		full := filepath.Join(ws, n)
 		switch n {
@@ -349,6 +350,7 @@ func (p *scratchPool) reset(ws string) bool {
 				sp := filepath.Join(p.root, "sylk-spare-"+rand.Text())
 				if os.Rename(full, sp) == nil {
 					p.keepSpare(sp)
+					changed = true
 					continue
 				}
 			}
@@ -356,9 +358,22 @@ func (p *scratchPool) reset(ws string) bool {
 		if os.RemoveAll(full) != nil {
 			return false
 		}
+		changed = true
 	}
 	tmp := filepath.Join(ws, scratchTmp)
-	if !privateDir(tmp) || !emptyDir(tmp) {
+	if !privateDir(tmp) {
+		return false
+	}
+	left, err := dirNames(tmp)
+	if err != nil {
+		return false
+	}
+	if !changed && len(left) == 0 && slices.Equal(names, []string{scratchTmp}) {
+		// The task left nothing behind (the usual case for a command
+		// that writes no file): the listings above are the check.
+		return true
+	}
+	if !emptyDir(tmp) {
 		return false
 	}
 	// Check the result: nothing may be left but the empty .tmp.

@@ -47,6 +47,8 @@ func TestScratchDirectoryIsEmptiedForTheNextTask(t *testing.T) {
 
 	third := dispatch("pwd; ls -A; echo ${" + UpstreamDirEnv + ":-none}")
 	require.Equal(t, dir+"\n.tmp\nnone\n", runOK(t, s, third), "no dependencies: no .upstream")
+	fourth := dispatch(`pwd; ls -A; ls -A "$TMPDIR"`)
+	require.Equal(t, dir+"\n.tmp\n", runOK(t, s, fourth), "a directory the task left untouched is reused as it is")
 	_, err := os.Lstat("/etc")
 	require.NoError(t, err, "a symlink is removed, not followed")
 }
