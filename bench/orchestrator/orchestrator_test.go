@@ -170,6 +170,7 @@ func runOnce(b *testing.B) {
 
 	seq0 := tasksSeq(b, bus)
 	batches0, reports0 := resultBatches(b, oreg)
+	wal0 := walLSN(b, db)
 	b.ResetTimer()
 	cpu0 := procstat.Read()
 	start := time.Now()
@@ -180,6 +181,7 @@ func runOnce(b *testing.B) {
 	total := time.Since(start)
 	cpu1 := procstat.Read()
 	b.StopTimer()
+	walBytes := walLSN(b, db) - wal0
 	// The no-op's cost is measured again after the run, and the two
 	// measurements averaged: a single one varies by several percent.
 	single2, perTask2 := noopLatency(b, 2000)
@@ -250,6 +252,8 @@ func runOnce(b *testing.B) {
 			b.Logf("  %-40s %s", name, sh.Per)
 		}
 	}
+	b.Logf("PostgreSQL wrote %.0f bytes of WAL per node", walBytes/float64(nodes))
+	b.ReportMetric(walBytes/float64(nodes), "wal-bytes/node")
 	// Little's law: with max_concurrency nodes out at once, each spends
 	// max_concurrency / throughput out, whatever the scheduler does.
 	b.Logf("time out per node implied by %d at once at %.0f nodes/s: %s",
@@ -278,6 +282,13 @@ func waitDone(b *testing.B, db *pgxpool.Pool, id string) string {
 		return state != "RUNNING" && state != "PENDING"
 	}, 20*time.Minute, 20*time.Millisecond)
 	return state
+}
+
+// walLSN is the server's current write-ahead log position, in bytes.
+func walLSN(b *testing.B, db *pgxpool.Pool) float64 {
+	var lsn float64
+	require.NoError(b, db.QueryRow(context.Background(), `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&lsn))
+	return lsn
 }
 
 // tasksSeq is the last sequence of the task stream (dispatches and results).
