@@ -12,6 +12,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -595,11 +596,154 @@ func (x *SectionHit) GetScore() float64 {
 	return 0
 }
 
+type GetDomainExpectationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intent gate's type (spec A-29), e.g. "EXPLICIT"; informational.
+	IntentType string `protobuf:"bytes,1,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	// A domain such as "authentication/logout". When empty, the domain is
+	// derived from request.
+	FeatureDomain string `protobuf:"bytes,2,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	Request       string `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	// The request's key constraints: expectations they contradict are left
+	// out (spec A-11).
+	ExistingConstraints []string `protobuf:"bytes,4,rep,name=existing_constraints,json=existingConstraints,proto3" json:"existing_constraints,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *GetDomainExpectationsRequest) Reset() {
+	*x = GetDomainExpectationsRequest{}
+	mi := &file_sylk_academic_v1_academic_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDomainExpectationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDomainExpectationsRequest) ProtoMessage() {}
+
+func (x *GetDomainExpectationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_academic_v1_academic_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDomainExpectationsRequest.ProtoReflect.Descriptor instead.
+func (*GetDomainExpectationsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_academic_v1_academic_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetDomainExpectationsRequest) GetIntentType() string {
+	if x != nil {
+		return x.IntentType
+	}
+	return ""
+}
+
+func (x *GetDomainExpectationsRequest) GetFeatureDomain() string {
+	if x != nil {
+		return x.FeatureDomain
+	}
+	return ""
+}
+
+func (x *GetDomainExpectationsRequest) GetRequest() string {
+	if x != nil {
+		return x.Request
+	}
+	return ""
+}
+
+func (x *GetDomainExpectationsRequest) GetExistingConstraints() []string {
+	if x != nil {
+		return x.ExistingConstraints
+	}
+	return nil
+}
+
+type GetDomainExpectationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain answered for; empty when none was recognised.
+	Domain       string                  `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Expectations []*v1.DomainExpectation `protobuf:"bytes,2,rep,name=expectations,proto3" json:"expectations,omitempty"`
+	Confidence   float64                 `protobuf:"fixed64,3,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// Where the expectations come from: "local" is the built-in table.
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDomainExpectationsResponse) Reset() {
+	*x = GetDomainExpectationsResponse{}
+	mi := &file_sylk_academic_v1_academic_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDomainExpectationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDomainExpectationsResponse) ProtoMessage() {}
+
+func (x *GetDomainExpectationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_academic_v1_academic_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDomainExpectationsResponse.ProtoReflect.Descriptor instead.
+func (*GetDomainExpectationsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_academic_v1_academic_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetDomainExpectationsResponse) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *GetDomainExpectationsResponse) GetExpectations() []*v1.DomainExpectation {
+	if x != nil {
+		return x.Expectations
+	}
+	return nil
+}
+
+func (x *GetDomainExpectationsResponse) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *GetDomainExpectationsResponse) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 var File_sylk_academic_v1_academic_service_proto protoreflect.FileDescriptor
 
 const file_sylk_academic_v1_academic_service_proto_rawDesc = "" +
 	"\n" +
-	"'sylk/academic/v1/academic_service.proto\x12\x10sylk.academic.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x02\n" +
+	"'sylk/academic/v1/academic_service.proto\x12\x10sylk.academic.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"\x8e\x02\n" +
 	"\bDocument\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x19\n" +
@@ -639,12 +783,26 @@ const file_sylk_academic_v1_academic_service_proto_rawDesc = "" +
 	"line_start\x18\x04 \x01(\x05R\tlineStart\x12\x19\n" +
 	"\bline_end\x18\x05 \x01(\x05R\alineEnd\x12\x18\n" +
 	"\asnippet\x18\x06 \x01(\tR\asnippet\x12\x14\n" +
-	"\x05score\x18\a \x01(\x01R\x05score2\x97\x04\n" +
+	"\x05score\x18\a \x01(\x01R\x05score\"\xb3\x01\n" +
+	"\x1cGetDomainExpectationsRequest\x12\x1f\n" +
+	"\vintent_type\x18\x01 \x01(\tR\n" +
+	"intentType\x12%\n" +
+	"\x0efeature_domain\x18\x02 \x01(\tR\rfeatureDomain\x12\x18\n" +
+	"\arequest\x18\x03 \x01(\tR\arequest\x121\n" +
+	"\x14existing_constraints\x18\x04 \x03(\tR\x13existingConstraints\"\xb7\x01\n" +
+	"\x1dGetDomainExpectationsResponse\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12F\n" +
+	"\fexpectations\x18\x02 \x03(\v2\".sylk.message.v1.DomainExpectationR\fexpectations\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\x03 \x01(\x01R\n" +
+	"confidence\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source2\xb6\x05\n" +
 	"\x0fAcademicService\x12\x84\x01\n" +
 	"\x0eCreateDocument\x12'.sylk.academic.v1.CreateDocumentRequest\x1a(.sylk.academic.v1.CreateDocumentResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\bdocument\"\r/v1/documents\x12z\n" +
 	"\vGetDocument\x12$.sylk.academic.v1.GetDocumentRequest\x1a%.sylk.academic.v1.GetDocumentResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/{name=documents/*}\x12w\n" +
 	"\rListDocuments\x12&.sylk.academic.v1.ListDocumentsRequest\x1a'.sylk.academic.v1.ListDocumentsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/documents\x12\x87\x01\n" +
-	"\x0fSearchDocuments\x12(.sylk.academic.v1.SearchDocumentsRequest\x1a).sylk.academic.v1.SearchDocumentsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/documents:searchB2Z0sylk.dev/sylk/gen/go/sylk/academic/v1;academicv1b\x06proto3"
+	"\x0fSearchDocuments\x12(.sylk.academic.v1.SearchDocumentsRequest\x1a).sylk.academic.v1.SearchDocumentsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/documents:search\x12\x9c\x01\n" +
+	"\x15GetDomainExpectations\x12..sylk.academic.v1.GetDomainExpectationsRequest\x1a/.sylk.academic.v1.GetDomainExpectationsResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/expectations:lookupB2Z0sylk.dev/sylk/gen/go/sylk/academic/v1;academicv1b\x06proto3"
 
 var (
 	file_sylk_academic_v1_academic_service_proto_rawDescOnce sync.Once
@@ -658,40 +816,46 @@ func file_sylk_academic_v1_academic_service_proto_rawDescGZIP() []byte {
 	return file_sylk_academic_v1_academic_service_proto_rawDescData
 }
 
-var file_sylk_academic_v1_academic_service_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sylk_academic_v1_academic_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_sylk_academic_v1_academic_service_proto_goTypes = []any{
-	(*Document)(nil),                // 0: sylk.academic.v1.Document
-	(*CreateDocumentRequest)(nil),   // 1: sylk.academic.v1.CreateDocumentRequest
-	(*CreateDocumentResponse)(nil),  // 2: sylk.academic.v1.CreateDocumentResponse
-	(*GetDocumentRequest)(nil),      // 3: sylk.academic.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),     // 4: sylk.academic.v1.GetDocumentResponse
-	(*ListDocumentsRequest)(nil),    // 5: sylk.academic.v1.ListDocumentsRequest
-	(*ListDocumentsResponse)(nil),   // 6: sylk.academic.v1.ListDocumentsResponse
-	(*SearchDocumentsRequest)(nil),  // 7: sylk.academic.v1.SearchDocumentsRequest
-	(*SearchDocumentsResponse)(nil), // 8: sylk.academic.v1.SearchDocumentsResponse
-	(*SectionHit)(nil),              // 9: sylk.academic.v1.SectionHit
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
+	(*Document)(nil),                      // 0: sylk.academic.v1.Document
+	(*CreateDocumentRequest)(nil),         // 1: sylk.academic.v1.CreateDocumentRequest
+	(*CreateDocumentResponse)(nil),        // 2: sylk.academic.v1.CreateDocumentResponse
+	(*GetDocumentRequest)(nil),            // 3: sylk.academic.v1.GetDocumentRequest
+	(*GetDocumentResponse)(nil),           // 4: sylk.academic.v1.GetDocumentResponse
+	(*ListDocumentsRequest)(nil),          // 5: sylk.academic.v1.ListDocumentsRequest
+	(*ListDocumentsResponse)(nil),         // 6: sylk.academic.v1.ListDocumentsResponse
+	(*SearchDocumentsRequest)(nil),        // 7: sylk.academic.v1.SearchDocumentsRequest
+	(*SearchDocumentsResponse)(nil),       // 8: sylk.academic.v1.SearchDocumentsResponse
+	(*SectionHit)(nil),                    // 9: sylk.academic.v1.SectionHit
+	(*GetDomainExpectationsRequest)(nil),  // 10: sylk.academic.v1.GetDomainExpectationsRequest
+	(*GetDomainExpectationsResponse)(nil), // 11: sylk.academic.v1.GetDomainExpectationsResponse
+	(*timestamppb.Timestamp)(nil),         // 12: google.protobuf.Timestamp
+	(*v1.DomainExpectation)(nil),          // 13: sylk.message.v1.DomainExpectation
 }
 var file_sylk_academic_v1_academic_service_proto_depIdxs = []int32{
-	10, // 0: sylk.academic.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	12, // 0: sylk.academic.v1.Document.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: sylk.academic.v1.CreateDocumentRequest.document:type_name -> sylk.academic.v1.Document
 	0,  // 2: sylk.academic.v1.CreateDocumentResponse.document:type_name -> sylk.academic.v1.Document
 	0,  // 3: sylk.academic.v1.GetDocumentResponse.document:type_name -> sylk.academic.v1.Document
 	0,  // 4: sylk.academic.v1.ListDocumentsResponse.documents:type_name -> sylk.academic.v1.Document
 	9,  // 5: sylk.academic.v1.SearchDocumentsResponse.hits:type_name -> sylk.academic.v1.SectionHit
-	1,  // 6: sylk.academic.v1.AcademicService.CreateDocument:input_type -> sylk.academic.v1.CreateDocumentRequest
-	3,  // 7: sylk.academic.v1.AcademicService.GetDocument:input_type -> sylk.academic.v1.GetDocumentRequest
-	5,  // 8: sylk.academic.v1.AcademicService.ListDocuments:input_type -> sylk.academic.v1.ListDocumentsRequest
-	7,  // 9: sylk.academic.v1.AcademicService.SearchDocuments:input_type -> sylk.academic.v1.SearchDocumentsRequest
-	2,  // 10: sylk.academic.v1.AcademicService.CreateDocument:output_type -> sylk.academic.v1.CreateDocumentResponse
-	4,  // 11: sylk.academic.v1.AcademicService.GetDocument:output_type -> sylk.academic.v1.GetDocumentResponse
-	6,  // 12: sylk.academic.v1.AcademicService.ListDocuments:output_type -> sylk.academic.v1.ListDocumentsResponse
-	8,  // 13: sylk.academic.v1.AcademicService.SearchDocuments:output_type -> sylk.academic.v1.SearchDocumentsResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	13, // 6: sylk.academic.v1.GetDomainExpectationsResponse.expectations:type_name -> sylk.message.v1.DomainExpectation
+	1,  // 7: sylk.academic.v1.AcademicService.CreateDocument:input_type -> sylk.academic.v1.CreateDocumentRequest
+	3,  // 8: sylk.academic.v1.AcademicService.GetDocument:input_type -> sylk.academic.v1.GetDocumentRequest
+	5,  // 9: sylk.academic.v1.AcademicService.ListDocuments:input_type -> sylk.academic.v1.ListDocumentsRequest
+	7,  // 10: sylk.academic.v1.AcademicService.SearchDocuments:input_type -> sylk.academic.v1.SearchDocumentsRequest
+	10, // 11: sylk.academic.v1.AcademicService.GetDomainExpectations:input_type -> sylk.academic.v1.GetDomainExpectationsRequest
+	2,  // 12: sylk.academic.v1.AcademicService.CreateDocument:output_type -> sylk.academic.v1.CreateDocumentResponse
+	4,  // 13: sylk.academic.v1.AcademicService.GetDocument:output_type -> sylk.academic.v1.GetDocumentResponse
+	6,  // 14: sylk.academic.v1.AcademicService.ListDocuments:output_type -> sylk.academic.v1.ListDocumentsResponse
+	8,  // 15: sylk.academic.v1.AcademicService.SearchDocuments:output_type -> sylk.academic.v1.SearchDocumentsResponse
+	11, // 16: sylk.academic.v1.AcademicService.GetDomainExpectations:output_type -> sylk.academic.v1.GetDomainExpectationsResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_sylk_academic_v1_academic_service_proto_init() }
@@ -705,7 +869,7 @@ func file_sylk_academic_v1_academic_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_academic_v1_academic_service_proto_rawDesc), len(file_sylk_academic_v1_academic_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

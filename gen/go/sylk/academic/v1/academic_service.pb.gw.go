@@ -163,6 +163,33 @@ func local_request_AcademicService_SearchDocuments_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
+func request_AcademicService_GetDomainExpectations_0(ctx context.Context, marshaler runtime.Marshaler, client AcademicServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetDomainExpectationsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetDomainExpectations(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_AcademicService_GetDomainExpectations_0(ctx context.Context, marshaler runtime.Marshaler, server AcademicServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetDomainExpectationsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetDomainExpectations(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterAcademicServiceHandlerServer registers the http handlers for service AcademicService to "mux".
 // UnaryRPC     :call AcademicServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -248,6 +275,26 @@ func RegisterAcademicServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 			return
 		}
 		forward_AcademicService_SearchDocuments_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_AcademicService_GetDomainExpectations_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sylk.academic.v1.AcademicService/GetDomainExpectations", runtime.WithHTTPPathPattern("/v1/expectations:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_AcademicService_GetDomainExpectations_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AcademicService_GetDomainExpectations_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -357,19 +404,38 @@ func RegisterAcademicServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_AcademicService_SearchDocuments_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_AcademicService_GetDomainExpectations_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sylk.academic.v1.AcademicService/GetDomainExpectations", runtime.WithHTTPPathPattern("/v1/expectations:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_AcademicService_GetDomainExpectations_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AcademicService_GetDomainExpectations_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_AcademicService_CreateDocument_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, ""))
-	pattern_AcademicService_GetDocument_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "documents", "name"}, ""))
-	pattern_AcademicService_ListDocuments_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, ""))
-	pattern_AcademicService_SearchDocuments_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, "search"))
+	pattern_AcademicService_CreateDocument_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, ""))
+	pattern_AcademicService_GetDocument_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "documents", "name"}, ""))
+	pattern_AcademicService_ListDocuments_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, ""))
+	pattern_AcademicService_SearchDocuments_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "documents"}, "search"))
+	pattern_AcademicService_GetDomainExpectations_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "expectations"}, "lookup"))
 )
 
 var (
-	forward_AcademicService_CreateDocument_0  = runtime.ForwardResponseMessage
-	forward_AcademicService_GetDocument_0     = runtime.ForwardResponseMessage
-	forward_AcademicService_ListDocuments_0   = runtime.ForwardResponseMessage
-	forward_AcademicService_SearchDocuments_0 = runtime.ForwardResponseMessage
+	forward_AcademicService_CreateDocument_0        = runtime.ForwardResponseMessage
+	forward_AcademicService_GetDocument_0           = runtime.ForwardResponseMessage
+	forward_AcademicService_ListDocuments_0         = runtime.ForwardResponseMessage
+	forward_AcademicService_SearchDocuments_0       = runtime.ForwardResponseMessage
+	forward_AcademicService_GetDomainExpectations_0 = runtime.ForwardResponseMessage
 )

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AcademicService_CreateDocument_FullMethodName  = "/sylk.academic.v1.AcademicService/CreateDocument"
-	AcademicService_GetDocument_FullMethodName     = "/sylk.academic.v1.AcademicService/GetDocument"
-	AcademicService_ListDocuments_FullMethodName   = "/sylk.academic.v1.AcademicService/ListDocuments"
-	AcademicService_SearchDocuments_FullMethodName = "/sylk.academic.v1.AcademicService/SearchDocuments"
+	AcademicService_CreateDocument_FullMethodName        = "/sylk.academic.v1.AcademicService/CreateDocument"
+	AcademicService_GetDocument_FullMethodName           = "/sylk.academic.v1.AcademicService/GetDocument"
+	AcademicService_ListDocuments_FullMethodName         = "/sylk.academic.v1.AcademicService/ListDocuments"
+	AcademicService_SearchDocuments_FullMethodName       = "/sylk.academic.v1.AcademicService/SearchDocuments"
+	AcademicService_GetDomainExpectations_FullMethodName = "/sylk.academic.v1.AcademicService/GetDomainExpectations"
 )
 
 // AcademicServiceClient is the client API for AcademicService service.
@@ -36,6 +37,10 @@ type AcademicServiceClient interface {
 	GetDocument(ctx context.Context, in *GetDocumentRequest, opts ...grpc.CallOption) (*GetDocumentResponse, error)
 	ListDocuments(ctx context.Context, in *ListDocumentsRequest, opts ...grpc.CallOption) (*ListDocumentsResponse, error)
 	SearchDocuments(ctx context.Context, in *SearchDocumentsRequest, opts ...grpc.CallOption) (*SearchDocumentsResponse, error)
+	// GetDomainExpectations lists what users of a feature domain expect even
+	// when they do not say it (spec A-10), less what the given constraints
+	// rule out.
+	GetDomainExpectations(ctx context.Context, in *GetDomainExpectationsRequest, opts ...grpc.CallOption) (*GetDomainExpectationsResponse, error)
 }
 
 type academicServiceClient struct {
@@ -86,6 +91,16 @@ func (c *academicServiceClient) SearchDocuments(ctx context.Context, in *SearchD
 	return out, nil
 }
 
+func (c *academicServiceClient) GetDomainExpectations(ctx context.Context, in *GetDomainExpectationsRequest, opts ...grpc.CallOption) (*GetDomainExpectationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDomainExpectationsResponse)
+	err := c.cc.Invoke(ctx, AcademicService_GetDomainExpectations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AcademicServiceServer is the server API for AcademicService service.
 // All implementations must embed UnimplementedAcademicServiceServer
 // for forward compatibility.
@@ -97,6 +112,10 @@ type AcademicServiceServer interface {
 	GetDocument(context.Context, *GetDocumentRequest) (*GetDocumentResponse, error)
 	ListDocuments(context.Context, *ListDocumentsRequest) (*ListDocumentsResponse, error)
 	SearchDocuments(context.Context, *SearchDocumentsRequest) (*SearchDocumentsResponse, error)
+	// GetDomainExpectations lists what users of a feature domain expect even
+	// when they do not say it (spec A-10), less what the given constraints
+	// rule out.
+	GetDomainExpectations(context.Context, *GetDomainExpectationsRequest) (*GetDomainExpectationsResponse, error)
 	mustEmbedUnimplementedAcademicServiceServer()
 }
 
@@ -118,6 +137,9 @@ func (UnimplementedAcademicServiceServer) ListDocuments(context.Context, *ListDo
 }
 func (UnimplementedAcademicServiceServer) SearchDocuments(context.Context, *SearchDocumentsRequest) (*SearchDocumentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SearchDocuments not implemented")
+}
+func (UnimplementedAcademicServiceServer) GetDomainExpectations(context.Context, *GetDomainExpectationsRequest) (*GetDomainExpectationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDomainExpectations not implemented")
 }
 func (UnimplementedAcademicServiceServer) mustEmbedUnimplementedAcademicServiceServer() {}
 func (UnimplementedAcademicServiceServer) testEmbeddedByValue()                         {}
@@ -212,6 +234,24 @@ func _AcademicService_SearchDocuments_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AcademicService_GetDomainExpectations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDomainExpectationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AcademicServiceServer).GetDomainExpectations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AcademicService_GetDomainExpectations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AcademicServiceServer).GetDomainExpectations(ctx, req.(*GetDomainExpectationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AcademicService_ServiceDesc is the grpc.ServiceDesc for AcademicService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -234,6 +274,10 @@ var AcademicService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SearchDocuments",
 			Handler:    _AcademicService_SearchDocuments_Handler,
+		},
+		{
+			MethodName: "GetDomainExpectations",
+			Handler:    _AcademicService_GetDomainExpectations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

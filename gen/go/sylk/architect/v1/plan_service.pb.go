@@ -12,6 +12,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v11 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	v1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	sync "sync"
 	unsafe "unsafe"
@@ -90,10 +91,13 @@ type Plan struct {
 	// The run started on approval: "runs/{run}".
 	Run string `protobuf:"bytes,9,opt,name=run,proto3" json:"run,omitempty"`
 	// Which planner drafted it: "local" (rule-based template) or a model name.
-	Planner       string                 `protobuf:"bytes,10,opt,name=planner,proto3" json:"planner,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	RejectReason  string                 `protobuf:"bytes,13,opt,name=reject_reason,json=rejectReason,proto3" json:"reject_reason,omitempty"`
+	Planner      string                 `protobuf:"bytes,10,opt,name=planner,proto3" json:"planner,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	RejectReason string                 `protobuf:"bytes,13,opt,name=reject_reason,json=rejectReason,proto3" json:"reject_reason,omitempty"`
+	// The intent the plan serves, enriched with the feature domain's
+	// expectations (spec A-10, A-11).
+	Intent        *PlanIntent `protobuf:"bytes,14,opt,name=intent,proto3" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,20 +223,106 @@ func (x *Plan) GetRejectReason() string {
 	return ""
 }
 
+func (x *Plan) GetIntent() *PlanIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+// PlanIntent is a plan's enriched intent (spec A-10, A-11).
+type PlanIntent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// e.g. "authentication/logout"; empty when none was recognised.
+	FeatureDomain  string   `protobuf:"bytes,1,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	KeyConstraints []string `protobuf:"bytes,2,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	// The explicit criteria first, then the inferred ones by priority.
+	SuccessCriteria []*v11.SuccessCriterion `protobuf:"bytes,3,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
+	// How inference ended: "enriched", "no_expectations_found",
+	// "domain_unknown", or "unavailable: <reason>" when the academic could not
+	// be asked.
+	Inference     string `protobuf:"bytes,4,opt,name=inference,proto3" json:"inference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanIntent) Reset() {
+	*x = PlanIntent{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanIntent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanIntent) ProtoMessage() {}
+
+func (x *PlanIntent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanIntent.ProtoReflect.Descriptor instead.
+func (*PlanIntent) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlanIntent) GetFeatureDomain() string {
+	if x != nil {
+		return x.FeatureDomain
+	}
+	return ""
+}
+
+func (x *PlanIntent) GetKeyConstraints() []string {
+	if x != nil {
+		return x.KeyConstraints
+	}
+	return nil
+}
+
+func (x *PlanIntent) GetSuccessCriteria() []*v11.SuccessCriterion {
+	if x != nil {
+		return x.SuccessCriteria
+	}
+	return nil
+}
+
+func (x *PlanIntent) GetInference() string {
+	if x != nil {
+		return x.Inference
+	}
+	return ""
+}
+
 type CreatePlanRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// What the user wants done.
 	Request string `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	// An explicit DAG; when absent the architect drafts one from the request.
-	Dag           *v1.Dag `protobuf:"bytes,3,opt,name=dag,proto3" json:"dag,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Dag *v1.Dag `protobuf:"bytes,3,opt,name=dag,proto3" json:"dag,omitempty"`
+	// What the result must respect, and how to tell it is done, in the
+	// user's words (spec A-03). The architect adds the criteria the feature
+	// domain implies, except those a constraint rules out.
+	KeyConstraints  []string `protobuf:"bytes,4,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	SuccessCriteria []string `protobuf:"bytes,5,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreatePlanRequest) Reset() {
 	*x = CreatePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +334,7 @@ func (x *CreatePlanRequest) String() string {
 func (*CreatePlanRequest) ProtoMessage() {}
 
 func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +347,7 @@ func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreatePlanRequest) GetParent() string {
@@ -281,6 +371,20 @@ func (x *CreatePlanRequest) GetDag() *v1.Dag {
 	return nil
 }
 
+func (x *CreatePlanRequest) GetKeyConstraints() []string {
+	if x != nil {
+		return x.KeyConstraints
+	}
+	return nil
+}
+
+func (x *CreatePlanRequest) GetSuccessCriteria() []string {
+	if x != nil {
+		return x.SuccessCriteria
+	}
+	return nil
+}
+
 type CreatePlanResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
@@ -290,7 +394,7 @@ type CreatePlanResponse struct {
 
 func (x *CreatePlanResponse) Reset() {
 	*x = CreatePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -302,7 +406,7 @@ func (x *CreatePlanResponse) String() string {
 func (*CreatePlanResponse) ProtoMessage() {}
 
 func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -315,7 +419,7 @@ func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanResponse.ProtoReflect.Descriptor instead.
 func (*CreatePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreatePlanResponse) GetPlan() *Plan {
@@ -334,7 +438,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +450,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +463,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -378,7 +482,7 @@ type GetPlanResponse struct {
 
 func (x *GetPlanResponse) Reset() {
 	*x = GetPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +494,7 @@ func (x *GetPlanResponse) String() string {
 func (*GetPlanResponse) ProtoMessage() {}
 
 func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +507,7 @@ func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanResponse.ProtoReflect.Descriptor instead.
 func (*GetPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetPlanResponse) GetPlan() *Plan {
@@ -424,7 +528,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +540,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +553,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListPlansRequest) GetParent() string {
@@ -483,7 +587,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +599,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +612,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -535,7 +639,7 @@ type ApprovePlanRequest struct {
 
 func (x *ApprovePlanRequest) Reset() {
 	*x = ApprovePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +651,7 @@ func (x *ApprovePlanRequest) String() string {
 func (*ApprovePlanRequest) ProtoMessage() {}
 
 func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +664,7 @@ func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApprovePlanRequest) GetName() string {
@@ -587,7 +691,7 @@ type ApprovePlanResponse struct {
 
 func (x *ApprovePlanResponse) Reset() {
 	*x = ApprovePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +703,7 @@ func (x *ApprovePlanResponse) String() string {
 func (*ApprovePlanResponse) ProtoMessage() {}
 
 func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +716,7 @@ func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApprovePlanResponse) GetPlan() *Plan {
@@ -639,7 +743,7 @@ type RejectPlanRequest struct {
 
 func (x *RejectPlanRequest) Reset() {
 	*x = RejectPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +755,7 @@ func (x *RejectPlanRequest) String() string {
 func (*RejectPlanRequest) ProtoMessage() {}
 
 func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +768,7 @@ func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanRequest.ProtoReflect.Descriptor instead.
 func (*RejectPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RejectPlanRequest) GetName() string {
@@ -690,7 +794,7 @@ type RejectPlanResponse struct {
 
 func (x *RejectPlanResponse) Reset() {
 	*x = RejectPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +806,7 @@ func (x *RejectPlanResponse) String() string {
 func (*RejectPlanResponse) ProtoMessage() {}
 
 func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +819,7 @@ func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanResponse.ProtoReflect.Descriptor instead.
 func (*RejectPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RejectPlanResponse) GetPlan() *Plan {
@@ -729,7 +833,7 @@ var File_sylk_architect_v1_plan_service_proto protoreflect.FileDescriptor
 
 const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\n" +
-	"$sylk/architect/v1/plan_service.proto\x12\x11sylk.architect.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xf1\x03\n" +
+	"$sylk/architect/v1/plan_service.proto\x12\x11sylk.architect.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xad\x04\n" +
 	"\x04Plan\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\"\n" +
@@ -747,11 +851,20 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"createTime\x12@\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTime\x12(\n" +
-	"\rreject_reason\x18\r \x01(\tB\x03\xe0A\x03R\frejectReason\"|\n" +
+	"\rreject_reason\x18\r \x01(\tB\x03\xe0A\x03R\frejectReason\x12:\n" +
+	"\x06intent\x18\x0e \x01(\v2\x1d.sylk.architect.v1.PlanIntentB\x03\xe0A\x03R\x06intent\"\xc8\x01\n" +
+	"\n" +
+	"PlanIntent\x12%\n" +
+	"\x0efeature_domain\x18\x01 \x01(\tR\rfeatureDomain\x12'\n" +
+	"\x0fkey_constraints\x18\x02 \x03(\tR\x0ekeyConstraints\x12L\n" +
+	"\x10success_criteria\x18\x03 \x03(\v2!.sylk.message.v1.SuccessCriterionR\x0fsuccessCriteria\x12\x1c\n" +
+	"\tinference\x18\x04 \x01(\tR\tinference\"\xd0\x01\n" +
 	"\x11CreatePlanRequest\x12\x1b\n" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12\x1d\n" +
 	"\arequest\x18\x02 \x01(\tB\x03\xe0A\x02R\arequest\x12+\n" +
-	"\x03dag\x18\x03 \x01(\v2\x19.sylk.orchestrator.v1.DagR\x03dag\"A\n" +
+	"\x03dag\x18\x03 \x01(\v2\x19.sylk.orchestrator.v1.DagR\x03dag\x12'\n" +
+	"\x0fkey_constraints\x18\x04 \x03(\tR\x0ekeyConstraints\x12)\n" +
+	"\x10success_criteria\x18\x05 \x03(\tR\x0fsuccessCriteria\"A\n" +
 	"\x12CreatePlanResponse\x12+\n" +
 	"\x04plan\x18\x01 \x01(\v2\x17.sylk.architect.v1.PlanR\x04plan\")\n" +
 	"\x0eGetPlanRequest\x12\x17\n" +
@@ -804,51 +917,55 @@ func file_sylk_architect_v1_plan_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_architect_v1_plan_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_sylk_architect_v1_plan_service_proto_goTypes = []any{
 	(PlanState)(0),                // 0: sylk.architect.v1.PlanState
 	(*Plan)(nil),                  // 1: sylk.architect.v1.Plan
-	(*CreatePlanRequest)(nil),     // 2: sylk.architect.v1.CreatePlanRequest
-	(*CreatePlanResponse)(nil),    // 3: sylk.architect.v1.CreatePlanResponse
-	(*GetPlanRequest)(nil),        // 4: sylk.architect.v1.GetPlanRequest
-	(*GetPlanResponse)(nil),       // 5: sylk.architect.v1.GetPlanResponse
-	(*ListPlansRequest)(nil),      // 6: sylk.architect.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),     // 7: sylk.architect.v1.ListPlansResponse
-	(*ApprovePlanRequest)(nil),    // 8: sylk.architect.v1.ApprovePlanRequest
-	(*ApprovePlanResponse)(nil),   // 9: sylk.architect.v1.ApprovePlanResponse
-	(*RejectPlanRequest)(nil),     // 10: sylk.architect.v1.RejectPlanRequest
-	(*RejectPlanResponse)(nil),    // 11: sylk.architect.v1.RejectPlanResponse
-	(*v1.Dag)(nil),                // 12: sylk.orchestrator.v1.Dag
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*v1.Run)(nil),                // 14: sylk.orchestrator.v1.Run
+	(*PlanIntent)(nil),            // 2: sylk.architect.v1.PlanIntent
+	(*CreatePlanRequest)(nil),     // 3: sylk.architect.v1.CreatePlanRequest
+	(*CreatePlanResponse)(nil),    // 4: sylk.architect.v1.CreatePlanResponse
+	(*GetPlanRequest)(nil),        // 5: sylk.architect.v1.GetPlanRequest
+	(*GetPlanResponse)(nil),       // 6: sylk.architect.v1.GetPlanResponse
+	(*ListPlansRequest)(nil),      // 7: sylk.architect.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),     // 8: sylk.architect.v1.ListPlansResponse
+	(*ApprovePlanRequest)(nil),    // 9: sylk.architect.v1.ApprovePlanRequest
+	(*ApprovePlanResponse)(nil),   // 10: sylk.architect.v1.ApprovePlanResponse
+	(*RejectPlanRequest)(nil),     // 11: sylk.architect.v1.RejectPlanRequest
+	(*RejectPlanResponse)(nil),    // 12: sylk.architect.v1.RejectPlanResponse
+	(*v1.Dag)(nil),                // 13: sylk.orchestrator.v1.Dag
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*v11.SuccessCriterion)(nil),  // 15: sylk.message.v1.SuccessCriterion
+	(*v1.Run)(nil),                // 16: sylk.orchestrator.v1.Run
 }
 var file_sylk_architect_v1_plan_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.architect.v1.Plan.state:type_name -> sylk.architect.v1.PlanState
-	12, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
-	13, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
-	13, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
-	12, // 4: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	1,  // 5: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	1,  // 6: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	1,  // 7: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
-	1,  // 8: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	14, // 9: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
-	1,  // 10: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	2,  // 11: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
-	4,  // 12: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
-	6,  // 13: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
-	8,  // 14: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
-	10, // 15: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
-	3,  // 16: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
-	5,  // 17: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
-	7,  // 18: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
-	9,  // 19: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
-	11, // 20: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
+	14, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
+	14, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 4: sylk.architect.v1.Plan.intent:type_name -> sylk.architect.v1.PlanIntent
+	15, // 5: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	13, // 6: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	1,  // 7: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	1,  // 8: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	1,  // 9: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
+	1,  // 10: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	16, // 11: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
+	1,  // 12: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	3,  // 13: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
+	5,  // 14: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
+	7,  // 15: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
+	9,  // 16: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
+	11, // 17: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
+	4,  // 18: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
+	6,  // 19: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
+	8,  // 20: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
+	10, // 21: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
+	12, // 22: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sylk_architect_v1_plan_service_proto_init() }
@@ -862,7 +979,7 @@ func file_sylk_architect_v1_plan_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_architect_v1_plan_service_proto_rawDesc), len(file_sylk_architect_v1_plan_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

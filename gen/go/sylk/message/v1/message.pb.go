@@ -389,6 +389,111 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{2}
 }
 
+// ExpectationPriority ranks what users of a feature domain expect without
+// saying it (spec A-10, A-11).
+type ExpectationPriority int32
+
+const (
+	ExpectationPriority_EXPECTATION_PRIORITY_UNSPECIFIED ExpectationPriority = 0
+	ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED    ExpectationPriority = 1
+	ExpectationPriority_EXPECTATION_PRIORITY_RECOMMENDED ExpectationPriority = 2
+	ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL    ExpectationPriority = 3
+)
+
+// Enum value maps for ExpectationPriority.
+var (
+	ExpectationPriority_name = map[int32]string{
+		0: "EXPECTATION_PRIORITY_UNSPECIFIED",
+		1: "EXPECTATION_PRIORITY_REQUIRED",
+		2: "EXPECTATION_PRIORITY_RECOMMENDED",
+		3: "EXPECTATION_PRIORITY_OPTIONAL",
+	}
+	ExpectationPriority_value = map[string]int32{
+		"EXPECTATION_PRIORITY_UNSPECIFIED": 0,
+		"EXPECTATION_PRIORITY_REQUIRED":    1,
+		"EXPECTATION_PRIORITY_RECOMMENDED": 2,
+		"EXPECTATION_PRIORITY_OPTIONAL":    3,
+	}
+)
+
+func (x ExpectationPriority) Enum() *ExpectationPriority {
+	p := new(ExpectationPriority)
+	*p = x
+	return p
+}
+
+func (x ExpectationPriority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExpectationPriority) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_message_v1_message_proto_enumTypes[3].Descriptor()
+}
+
+func (ExpectationPriority) Type() protoreflect.EnumType {
+	return &file_sylk_message_v1_message_proto_enumTypes[3]
+}
+
+func (x ExpectationPriority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExpectationPriority.Descriptor instead.
+func (ExpectationPriority) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
+}
+
+// CriterionSource says whether the user stated a criterion or it was
+// inferred from the feature domain (spec A-10).
+type CriterionSource int32
+
+const (
+	CriterionSource_CRITERION_SOURCE_UNSPECIFIED CriterionSource = 0
+	CriterionSource_CRITERION_SOURCE_EXPLICIT    CriterionSource = 1
+	CriterionSource_CRITERION_SOURCE_INFERRED    CriterionSource = 2
+)
+
+// Enum value maps for CriterionSource.
+var (
+	CriterionSource_name = map[int32]string{
+		0: "CRITERION_SOURCE_UNSPECIFIED",
+		1: "CRITERION_SOURCE_EXPLICIT",
+		2: "CRITERION_SOURCE_INFERRED",
+	}
+	CriterionSource_value = map[string]int32{
+		"CRITERION_SOURCE_UNSPECIFIED": 0,
+		"CRITERION_SOURCE_EXPLICIT":    1,
+		"CRITERION_SOURCE_INFERRED":    2,
+	}
+)
+
+func (x CriterionSource) Enum() *CriterionSource {
+	p := new(CriterionSource)
+	*p = x
+	return p
+}
+
+func (x CriterionSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CriterionSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_message_v1_message_proto_enumTypes[4].Descriptor()
+}
+
+func (CriterionSource) Type() protoreflect.EnumType {
+	return &file_sylk_message_v1_message_proto_enumTypes[4]
+}
+
+func (x CriterionSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CriterionSource.Descriptor instead.
+func (CriterionSource) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
+}
+
 type SignalType int32
 
 const (
@@ -437,11 +542,11 @@ func (x SignalType) String() string {
 }
 
 func (SignalType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_message_v1_message_proto_enumTypes[3].Descriptor()
+	return file_sylk_message_v1_message_proto_enumTypes[5].Descriptor()
 }
 
 func (SignalType) Type() protoreflect.EnumType {
-	return &file_sylk_message_v1_message_proto_enumTypes[3]
+	return &file_sylk_message_v1_message_proto_enumTypes[5]
 }
 
 func (x SignalType) Number() protoreflect.EnumNumber {
@@ -450,7 +555,7 @@ func (x SignalType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SignalType.Descriptor instead.
 func (SignalType) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
 }
 
 // Envelope is the unit every agent exchanges over NATS (spec A-01). It carries
@@ -889,6 +994,146 @@ func (x *StructuredIntent) GetSubject() string {
 	return ""
 }
 
+// DomainExpectation is one such expectation, with why it is expected.
+type DomainExpectation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Expectation   string                 `protobuf:"bytes,1,opt,name=expectation,proto3" json:"expectation,omitempty"`
+	Priority      ExpectationPriority    `protobuf:"varint,2,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
+	Rationale     string                 `protobuf:"bytes,3,opt,name=rationale,proto3" json:"rationale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DomainExpectation) Reset() {
+	*x = DomainExpectation{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainExpectation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainExpectation) ProtoMessage() {}
+
+func (x *DomainExpectation) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainExpectation.ProtoReflect.Descriptor instead.
+func (*DomainExpectation) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DomainExpectation) GetExpectation() string {
+	if x != nil {
+		return x.Expectation
+	}
+	return ""
+}
+
+func (x *DomainExpectation) GetPriority() ExpectationPriority {
+	if x != nil {
+		return x.Priority
+	}
+	return ExpectationPriority_EXPECTATION_PRIORITY_UNSPECIFIED
+}
+
+func (x *DomainExpectation) GetRationale() string {
+	if x != nil {
+		return x.Rationale
+	}
+	return ""
+}
+
+// SuccessCriterion is a criterion of the enriched intent (spec A-10, A-11).
+type SuccessCriterion struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Criterion string                 `protobuf:"bytes,1,opt,name=criterion,proto3" json:"criterion,omitempty"`
+	Source    CriterionSource        `protobuf:"varint,2,opt,name=source,proto3,enum=sylk.message.v1.CriterionSource" json:"source,omitempty"`
+	// Unspecified for explicit criteria.
+	Priority ExpectationPriority `protobuf:"varint,3,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
+	// "academic:<domain>" for inferred criteria.
+	InferredFrom  string `protobuf:"bytes,4,opt,name=inferred_from,json=inferredFrom,proto3" json:"inferred_from,omitempty"`
+	Rationale     string `protobuf:"bytes,5,opt,name=rationale,proto3" json:"rationale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuccessCriterion) Reset() {
+	*x = SuccessCriterion{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuccessCriterion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuccessCriterion) ProtoMessage() {}
+
+func (x *SuccessCriterion) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuccessCriterion.ProtoReflect.Descriptor instead.
+func (*SuccessCriterion) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SuccessCriterion) GetCriterion() string {
+	if x != nil {
+		return x.Criterion
+	}
+	return ""
+}
+
+func (x *SuccessCriterion) GetSource() CriterionSource {
+	if x != nil {
+		return x.Source
+	}
+	return CriterionSource_CRITERION_SOURCE_UNSPECIFIED
+}
+
+func (x *SuccessCriterion) GetPriority() ExpectationPriority {
+	if x != nil {
+		return x.Priority
+	}
+	return ExpectationPriority_EXPECTATION_PRIORITY_UNSPECIFIED
+}
+
+func (x *SuccessCriterion) GetInferredFrom() string {
+	if x != nil {
+		return x.InferredFrom
+	}
+	return ""
+}
+
+func (x *SuccessCriterion) GetRationale() string {
+	if x != nil {
+		return x.Rationale
+	}
+	return ""
+}
+
 // ConfidenceEntry is one agent's confidence in its step (spec A-04).
 type ConfidenceEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -901,7 +1146,7 @@ type ConfidenceEntry struct {
 
 func (x *ConfidenceEntry) Reset() {
 	*x = ConfidenceEntry{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1158,7 @@ func (x *ConfidenceEntry) String() string {
 func (*ConfidenceEntry) ProtoMessage() {}
 
 func (x *ConfidenceEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1171,7 @@ func (x *ConfidenceEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfidenceEntry.ProtoReflect.Descriptor instead.
 func (*ConfidenceEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{2}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConfidenceEntry) GetAgent() string {
@@ -962,7 +1207,7 @@ type RerouteHop struct {
 
 func (x *RerouteHop) Reset() {
 	*x = RerouteHop{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1219,7 @@ func (x *RerouteHop) String() string {
 func (*RerouteHop) ProtoMessage() {}
 
 func (x *RerouteHop) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1232,7 @@ func (x *RerouteHop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerouteHop.ProtoReflect.Descriptor instead.
 func (*RerouteHop) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RerouteHop) GetFrom() string {
@@ -1020,7 +1265,7 @@ type UserInput struct {
 
 func (x *UserInput) Reset() {
 	*x = UserInput{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1277,7 @@ func (x *UserInput) String() string {
 func (*UserInput) ProtoMessage() {}
 
 func (x *UserInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1290,7 @@ func (x *UserInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInput.ProtoReflect.Descriptor instead.
 func (*UserInput) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UserInput) GetText() string {
@@ -1068,7 +1313,7 @@ type AgentResponse struct {
 
 func (x *AgentResponse) Reset() {
 	*x = AgentResponse{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1325,7 @@ func (x *AgentResponse) String() string {
 func (*AgentResponse) ProtoMessage() {}
 
 func (x *AgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1338,7 @@ func (x *AgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentResponse.ProtoReflect.Descriptor instead.
 func (*AgentResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AgentResponse) GetAgent() string {
@@ -1133,7 +1378,7 @@ type Hit struct {
 
 func (x *Hit) Reset() {
 	*x = Hit{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1390,7 @@ func (x *Hit) String() string {
 func (*Hit) ProtoMessage() {}
 
 func (x *Hit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1403,7 @@ func (x *Hit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hit.ProtoReflect.Descriptor instead.
 func (*Hit) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{6}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Hit) GetTitle() string {
@@ -1221,7 +1466,7 @@ type RerouteRequest struct {
 
 func (x *RerouteRequest) Reset() {
 	*x = RerouteRequest{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1478,7 @@ func (x *RerouteRequest) String() string {
 func (*RerouteRequest) ProtoMessage() {}
 
 func (x *RerouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1491,7 @@ func (x *RerouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerouteRequest.ProtoReflect.Descriptor instead.
 func (*RerouteRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{7}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RerouteRequest) GetSource() string {
@@ -1282,7 +1527,7 @@ type ClarificationRequest struct {
 
 func (x *ClarificationRequest) Reset() {
 	*x = ClarificationRequest{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1539,7 @@ func (x *ClarificationRequest) String() string {
 func (*ClarificationRequest) ProtoMessage() {}
 
 func (x *ClarificationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1552,7 @@ func (x *ClarificationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationRequest.ProtoReflect.Descriptor instead.
 func (*ClarificationRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{8}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClarificationRequest) GetQuestion() string {
@@ -1347,7 +1592,7 @@ type ClarificationResponse struct {
 
 func (x *ClarificationResponse) Reset() {
 	*x = ClarificationResponse{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1604,7 @@ func (x *ClarificationResponse) String() string {
 func (*ClarificationResponse) ProtoMessage() {}
 
 func (x *ClarificationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1617,7 @@ func (x *ClarificationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationResponse.ProtoReflect.Descriptor instead.
 func (*ClarificationResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{9}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClarificationResponse) GetAnswer() string {
@@ -1400,7 +1645,7 @@ type TaskDispatch struct {
 
 func (x *TaskDispatch) Reset() {
 	*x = TaskDispatch{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1657,7 @@ func (x *TaskDispatch) String() string {
 func (*TaskDispatch) ProtoMessage() {}
 
 func (x *TaskDispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1670,7 @@ func (x *TaskDispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDispatch.ProtoReflect.Descriptor instead.
 func (*TaskDispatch) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{10}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskDispatch) GetRunId() string {
@@ -1517,7 +1762,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1774,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1787,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{11}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskResult) GetRunId() string {
@@ -1656,7 +1901,7 @@ type Signal struct {
 
 func (x *Signal) Reset() {
 	*x = Signal{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1913,7 @@ func (x *Signal) String() string {
 func (*Signal) ProtoMessage() {}
 
 func (x *Signal) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1926,7 @@ func (x *Signal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signal.ProtoReflect.Descriptor instead.
 func (*Signal) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{12}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Signal) GetType() SignalType {
@@ -1763,7 +2008,17 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x10success_criteria\x18\x03 \x03(\tR\x0fsuccessCriteria\x12\x1f\n" +
 	"\vintent_type\x18\x04 \x01(\tR\n" +
 	"intentType\x12\x18\n" +
-	"\asubject\x18\x05 \x01(\tR\asubject\"_\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\"\x95\x01\n" +
+	"\x11DomainExpectation\x12 \n" +
+	"\vexpectation\x18\x01 \x01(\tR\vexpectation\x12@\n" +
+	"\bpriority\x18\x02 \x01(\x0e2$.sylk.message.v1.ExpectationPriorityR\bpriority\x12\x1c\n" +
+	"\trationale\x18\x03 \x01(\tR\trationale\"\xef\x01\n" +
+	"\x10SuccessCriterion\x12\x1c\n" +
+	"\tcriterion\x18\x01 \x01(\tR\tcriterion\x128\n" +
+	"\x06source\x18\x02 \x01(\x0e2 .sylk.message.v1.CriterionSourceR\x06source\x12@\n" +
+	"\bpriority\x18\x03 \x01(\x0e2$.sylk.message.v1.ExpectationPriorityR\bpriority\x12#\n" +
+	"\rinferred_from\x18\x04 \x01(\tR\finferredFrom\x12\x1c\n" +
+	"\trationale\x18\x05 \x01(\tR\trationale\"_\n" +
 	"\x0fConfidenceEntry\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1e\n" +
 	"\n" +
@@ -1918,7 +2173,16 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x11PRIORITY_PIPELINE\x10(\x12\x15\n" +
 	"\x11PRIORITY_ENGINEER\x10<\x12\x16\n" +
 	"\x12PRIORITY_ARCHITECT\x10P\x12\x11\n" +
-	"\rPRIORITY_USER\x10d*\xfc\x01\n" +
+	"\rPRIORITY_USER\x10d*\xa7\x01\n" +
+	"\x13ExpectationPriority\x12$\n" +
+	" EXPECTATION_PRIORITY_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dEXPECTATION_PRIORITY_REQUIRED\x10\x01\x12$\n" +
+	" EXPECTATION_PRIORITY_RECOMMENDED\x10\x02\x12!\n" +
+	"\x1dEXPECTATION_PRIORITY_OPTIONAL\x10\x03*q\n" +
+	"\x0fCriterionSource\x12 \n" +
+	"\x1cCRITERION_SOURCE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CRITERION_SOURCE_EXPLICIT\x10\x01\x12\x1d\n" +
+	"\x19CRITERION_SOURCE_INFERRED\x10\x02*\xfc\x01\n" +
 	"\n" +
 	"SignalType\x12\x1b\n" +
 	"\x17SIGNAL_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -1942,63 +2206,70 @@ func file_sylk_message_v1_message_proto_rawDescGZIP() []byte {
 	return file_sylk_message_v1_message_proto_rawDescData
 }
 
-var file_sylk_message_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sylk_message_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_sylk_message_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_sylk_message_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_sylk_message_v1_message_proto_goTypes = []any{
 	(MessageType)(0),              // 0: sylk.message.v1.MessageType
 	(MessageStatus)(0),            // 1: sylk.message.v1.MessageStatus
 	(Priority)(0),                 // 2: sylk.message.v1.Priority
-	(SignalType)(0),               // 3: sylk.message.v1.SignalType
-	(*Envelope)(nil),              // 4: sylk.message.v1.Envelope
-	(*StructuredIntent)(nil),      // 5: sylk.message.v1.StructuredIntent
-	(*ConfidenceEntry)(nil),       // 6: sylk.message.v1.ConfidenceEntry
-	(*RerouteHop)(nil),            // 7: sylk.message.v1.RerouteHop
-	(*UserInput)(nil),             // 8: sylk.message.v1.UserInput
-	(*AgentResponse)(nil),         // 9: sylk.message.v1.AgentResponse
-	(*Hit)(nil),                   // 10: sylk.message.v1.Hit
-	(*RerouteRequest)(nil),        // 11: sylk.message.v1.RerouteRequest
-	(*ClarificationRequest)(nil),  // 12: sylk.message.v1.ClarificationRequest
-	(*ClarificationResponse)(nil), // 13: sylk.message.v1.ClarificationResponse
-	(*TaskDispatch)(nil),          // 14: sylk.message.v1.TaskDispatch
-	(*TaskResult)(nil),            // 15: sylk.message.v1.TaskResult
-	(*Signal)(nil),                // 16: sylk.message.v1.Signal
-	nil,                           // 17: sylk.message.v1.Envelope.MetadataEntry
-	nil,                           // 18: sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(ExpectationPriority)(0),      // 3: sylk.message.v1.ExpectationPriority
+	(CriterionSource)(0),          // 4: sylk.message.v1.CriterionSource
+	(SignalType)(0),               // 5: sylk.message.v1.SignalType
+	(*Envelope)(nil),              // 6: sylk.message.v1.Envelope
+	(*StructuredIntent)(nil),      // 7: sylk.message.v1.StructuredIntent
+	(*DomainExpectation)(nil),     // 8: sylk.message.v1.DomainExpectation
+	(*SuccessCriterion)(nil),      // 9: sylk.message.v1.SuccessCriterion
+	(*ConfidenceEntry)(nil),       // 10: sylk.message.v1.ConfidenceEntry
+	(*RerouteHop)(nil),            // 11: sylk.message.v1.RerouteHop
+	(*UserInput)(nil),             // 12: sylk.message.v1.UserInput
+	(*AgentResponse)(nil),         // 13: sylk.message.v1.AgentResponse
+	(*Hit)(nil),                   // 14: sylk.message.v1.Hit
+	(*RerouteRequest)(nil),        // 15: sylk.message.v1.RerouteRequest
+	(*ClarificationRequest)(nil),  // 16: sylk.message.v1.ClarificationRequest
+	(*ClarificationResponse)(nil), // 17: sylk.message.v1.ClarificationResponse
+	(*TaskDispatch)(nil),          // 18: sylk.message.v1.TaskDispatch
+	(*TaskResult)(nil),            // 19: sylk.message.v1.TaskResult
+	(*Signal)(nil),                // 20: sylk.message.v1.Signal
+	nil,                           // 21: sylk.message.v1.Envelope.MetadataEntry
+	nil,                           // 22: sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_sylk_message_v1_message_proto_depIdxs = []int32{
 	0,  // 0: sylk.message.v1.Envelope.type:type_name -> sylk.message.v1.MessageType
-	19, // 1: sylk.message.v1.Envelope.created_at:type_name -> google.protobuf.Timestamp
-	19, // 2: sylk.message.v1.Envelope.deadline:type_name -> google.protobuf.Timestamp
-	20, // 3: sylk.message.v1.Envelope.ttl:type_name -> google.protobuf.Duration
+	23, // 1: sylk.message.v1.Envelope.created_at:type_name -> google.protobuf.Timestamp
+	23, // 2: sylk.message.v1.Envelope.deadline:type_name -> google.protobuf.Timestamp
+	24, // 3: sylk.message.v1.Envelope.ttl:type_name -> google.protobuf.Duration
 	1,  // 4: sylk.message.v1.Envelope.status:type_name -> sylk.message.v1.MessageStatus
 	2,  // 5: sylk.message.v1.Envelope.priority:type_name -> sylk.message.v1.Priority
-	17, // 6: sylk.message.v1.Envelope.metadata:type_name -> sylk.message.v1.Envelope.MetadataEntry
-	5,  // 7: sylk.message.v1.Envelope.structured_intent:type_name -> sylk.message.v1.StructuredIntent
-	6,  // 8: sylk.message.v1.Envelope.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
-	7,  // 9: sylk.message.v1.Envelope.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	19, // 10: sylk.message.v1.Envelope.processed_at:type_name -> google.protobuf.Timestamp
-	8,  // 11: sylk.message.v1.Envelope.user_input:type_name -> sylk.message.v1.UserInput
-	9,  // 12: sylk.message.v1.Envelope.agent_response:type_name -> sylk.message.v1.AgentResponse
-	11, // 13: sylk.message.v1.Envelope.reroute_request:type_name -> sylk.message.v1.RerouteRequest
-	12, // 14: sylk.message.v1.Envelope.clarification_request:type_name -> sylk.message.v1.ClarificationRequest
-	13, // 15: sylk.message.v1.Envelope.clarification_response:type_name -> sylk.message.v1.ClarificationResponse
-	14, // 16: sylk.message.v1.Envelope.task_dispatch:type_name -> sylk.message.v1.TaskDispatch
-	15, // 17: sylk.message.v1.Envelope.task_result:type_name -> sylk.message.v1.TaskResult
-	16, // 18: sylk.message.v1.Envelope.signal:type_name -> sylk.message.v1.Signal
-	10, // 19: sylk.message.v1.AgentResponse.hits:type_name -> sylk.message.v1.Hit
-	20, // 20: sylk.message.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
-	18, // 21: sylk.message.v1.TaskDispatch.upstream_outputs:type_name -> sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
-	20, // 22: sylk.message.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	19, // 23: sylk.message.v1.TaskResult.received_at:type_name -> google.protobuf.Timestamp
-	19, // 24: sylk.message.v1.TaskResult.reported_at:type_name -> google.protobuf.Timestamp
-	3,  // 25: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 6: sylk.message.v1.Envelope.metadata:type_name -> sylk.message.v1.Envelope.MetadataEntry
+	7,  // 7: sylk.message.v1.Envelope.structured_intent:type_name -> sylk.message.v1.StructuredIntent
+	10, // 8: sylk.message.v1.Envelope.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
+	11, // 9: sylk.message.v1.Envelope.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	23, // 10: sylk.message.v1.Envelope.processed_at:type_name -> google.protobuf.Timestamp
+	12, // 11: sylk.message.v1.Envelope.user_input:type_name -> sylk.message.v1.UserInput
+	13, // 12: sylk.message.v1.Envelope.agent_response:type_name -> sylk.message.v1.AgentResponse
+	15, // 13: sylk.message.v1.Envelope.reroute_request:type_name -> sylk.message.v1.RerouteRequest
+	16, // 14: sylk.message.v1.Envelope.clarification_request:type_name -> sylk.message.v1.ClarificationRequest
+	17, // 15: sylk.message.v1.Envelope.clarification_response:type_name -> sylk.message.v1.ClarificationResponse
+	18, // 16: sylk.message.v1.Envelope.task_dispatch:type_name -> sylk.message.v1.TaskDispatch
+	19, // 17: sylk.message.v1.Envelope.task_result:type_name -> sylk.message.v1.TaskResult
+	20, // 18: sylk.message.v1.Envelope.signal:type_name -> sylk.message.v1.Signal
+	3,  // 19: sylk.message.v1.DomainExpectation.priority:type_name -> sylk.message.v1.ExpectationPriority
+	4,  // 20: sylk.message.v1.SuccessCriterion.source:type_name -> sylk.message.v1.CriterionSource
+	3,  // 21: sylk.message.v1.SuccessCriterion.priority:type_name -> sylk.message.v1.ExpectationPriority
+	14, // 22: sylk.message.v1.AgentResponse.hits:type_name -> sylk.message.v1.Hit
+	24, // 23: sylk.message.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
+	22, // 24: sylk.message.v1.TaskDispatch.upstream_outputs:type_name -> sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
+	24, // 25: sylk.message.v1.TaskResult.duration:type_name -> google.protobuf.Duration
+	23, // 26: sylk.message.v1.TaskResult.received_at:type_name -> google.protobuf.Timestamp
+	23, // 27: sylk.message.v1.TaskResult.reported_at:type_name -> google.protobuf.Timestamp
+	5,  // 28: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_sylk_message_v1_message_proto_init() }
@@ -2021,8 +2292,8 @@ func file_sylk_message_v1_message_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_message_v1_message_proto_rawDesc), len(file_sylk_message_v1_message_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   15,
+			NumEnums:      6,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
