@@ -38,6 +38,7 @@ type metrics struct {
 	sections       prometheus.Counter
 	searchDuration prometheus.Histogram
 	inbox          *prometheus.CounterVec
+	expectations   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_academic_documents_ingested_total",
 			Help: "Documents ingested, by format.",
 		}, []string{"format"}),
+		expectations: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_academic_domain_expectations_total",
+			Help: "Domain expectation lookups answered for a known domain, by domain.",
+		}, []string{"domain"}),
 		sections: f.NewCounter(prometheus.CounterOpts{
 			Name: "sylk_academic_sections_ingested_total",
 			Help: "Sections stored from ingested documents.",
