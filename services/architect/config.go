@@ -13,6 +13,7 @@ const (
 	DefaultMaxReasonBytes      = 4 << 10
 	DefaultOrchestratorTimeout = 10 * time.Second
 	DefaultGuideTimeout        = 5 * time.Second
+	DefaultAcademicTimeout     = 3 * time.Second
 	DefaultProvisionTimeout    = 10 * time.Second
 )
 
@@ -32,6 +33,10 @@ type Config struct {
 	// GuideTimeout bounds reading the session's limits from the Guide when a
 	// plan is approved.
 	GuideTimeout time.Duration
+	// AcademicTimeout bounds asking the academic for the feature domain's
+	// expectations while a plan is drafted; past it the plan keeps only the
+	// user's own criteria, and says so.
+	AcademicTimeout time.Duration
 	// ProvisionTimeout bounds provisioning the NATS streams.
 	ProvisionTimeout time.Duration
 }
@@ -42,6 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxReasonBytes, "architect.max-reason-bytes", DefaultMaxReasonBytes, "largest plan rejection reason accepted, in bytes")
 	fs.DurationVar(&c.OrchestratorTimeout, "architect.orchestrator-timeout", DefaultOrchestratorTimeout, "time allowed for submitting an approved plan to the orchestrator")
 	fs.DurationVar(&c.GuideTimeout, "architect.guide-timeout", DefaultGuideTimeout, "time allowed for reading a session's limits from the guide when a plan is approved")
+	fs.DurationVar(&c.AcademicTimeout, "architect.academic-timeout", DefaultAcademicTimeout, "time allowed for asking the academic what a plan's feature domain implies")
 	fs.DurationVar(&c.ProvisionTimeout, "architect.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
 }
 
@@ -61,6 +67,9 @@ func (c Config) Validate() error {
 	if c.GuideTimeout < 0 {
 		errs = append(errs, errors.New("architect.guide-timeout: must not be negative"))
 	}
+	if c.AcademicTimeout < 0 {
+		errs = append(errs, errors.New("architect.academic-timeout: must not be negative"))
+	}
 	if c.ProvisionTimeout < 0 {
 		errs = append(errs, errors.New("architect.provision-timeout: must not be negative"))
 	}
@@ -79,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GuideTimeout == 0 {
 		c.GuideTimeout = DefaultGuideTimeout
+	}
+	if c.AcademicTimeout == 0 {
+		c.AcademicTimeout = DefaultAcademicTimeout
 	}
 	if c.ProvisionTimeout == 0 {
 		c.ProvisionTimeout = DefaultProvisionTimeout

@@ -49,7 +49,9 @@ func (s *Service) handleInbox(ctx context.Context, msg jetstream.Msg) error {
 		return s.refuse(ctx, env, sessionID, len(strings.TrimSpace(text)))
 	}
 	sourceID := env.GetId()
-	p, created, err := s.create(ctx, who, sessionID, request, nil, &sourceID, env.GetCorrelationId())
+	si := env.GetStructuredIntent()
+	stated := statedIntent{intentType: si.GetIntentType(), constraints: clipStatements(si.GetKeyConstraints()), criteria: clipStatements(si.GetSuccessCriteria())}
+	p, created, err := s.create(ctx, who, sessionID, request, stated, nil, &sourceID, env.GetCorrelationId())
 	if err != nil {
 		s.metrics.inbox.WithLabelValues("retry").Inc()
 		return fmt.Errorf("draft plan for envelope %s: %w", env.GetId(), err)

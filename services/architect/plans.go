@@ -18,6 +18,7 @@ import (
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/identity"
@@ -59,6 +60,7 @@ func (p plan) proto() *architectv1.Plan {
 		CreateTime:   timestamppb.New(p.CreateTime),
 		UpdateTime:   timestamppb.New(p.UpdateTime),
 		RejectReason: p.RejectReason,
+		Intent:       p.Intent,
 	}
 }
 
@@ -84,7 +86,15 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 	if len(req.GetDag().GetNodes()) > 0 {
 		explicit = req.GetDag()
 	}
-	p, _, err := s.create(ctx, who, sessionID, request, explicit, nil, "")
+	constraints, err := checkStatements("key_constraints", req.GetKeyConstraints())
+	if err != nil {
+		return nil, err
+	}
+	criteria, err := checkStatements("success_criteria", req.GetSuccessCriteria())
+	if err != nil {
+		return nil, err
+	}
+	p, _, err := s.create(ctx, who, sessionID, request, statedIntent{constraints: constraints, criteria: criteria}, explicit, nil, "")
 	if err != nil {
 		return nil, s.toStatus(ctx, "create plan", err)
 	}
@@ -113,7 +123,8 @@ func (s *Service) checkRequest(raw string) (string, error) {
 // create validates (or drafts, when d is nil) the DAG and stores a new plan
 // awaiting approval. With a sourceID it is idempotent: a second call for the
 // same source returns the plan drafted first, and created is false.
-func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, request string, d *orchestratorv1.Dag, sourceID *string, correlationID string) (p plan, created bool, err error) {
+func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, request string, stated statedIntent, d *orchestratorv1.Dag,
+	sourceID *string, correlationID string) (p plan, created bool, err error) {
 	title, planner := titleOf(request), plannerUser
 	if d == nil {
 		draft, err := s.planner.Draft(withSession(ctx, sessionID), request)
@@ -147,6 +158,7 @@ func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, 
 		Title:           title,
 		Planner:         planner,
 		DAG:             d,
+		Intent:          s.enrich(ctx, request, stated),
 	}
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return insertPlan(ctx, tx, p) })
 	if errors.Is(err, errDuplicateSource) {
@@ -177,11 +189,49 @@ func (s *Service) announce(ctx context.Context, p plan) error {
 		Type:          eventAwaitingApproval,
 		Source:        topology.AgentArchitect,
 		CorrelationID: p.CorrelationID,
-		Text: fmt.Sprintf("Plan ready for approval: %s (%d %s). Approve with POST /v1/%s:approve",
-			p.Title, n, plural(n, "task", "tasks"), p.name()),
-		Data: map[string]any{"plan": p.name(), "nodes": n, "title": p.Title, "version": int(p.Version), "planner": p.Planner},
+		Text: fmt.Sprintf("Plan ready for approval: %s (%d %s).%s Approve with POST /v1/%s:approve",
+			p.Title, n, plural(n, "task", "tasks"), criteriaSummary(p.Intent), p.name()),
+		Data: map[string]any{"plan": p.name(), "nodes": n, "title": p.Title, "version": int(p.Version), "planner": p.Planner,
+			"feature_domain": p.Intent.GetFeatureDomain(), "inferred_criteria": anySlice(inferredCriteria(p.Intent))},
 	})
 	return err
+}
+
+// inferredCriteria lists the criteria the plan's feature domain added.
+func inferredCriteria(pi *architectv1.PlanIntent) []string {
+	out := []string{}
+	for _, c := range pi.GetSuccessCriteria() {
+		if c.GetSource() == messagev1.CriterionSource_CRITERION_SOURCE_INFERRED {
+			out = append(out, c.GetCriterion())
+		}
+	}
+	return out
+}
+
+// anySlice is vs as an event's data can hold it.
+func anySlice(vs []string) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
+}
+
+// criteriaSummary says, in a sentence, which criteria the plan was drafted
+// against and where the inferred ones came from.
+func criteriaSummary(pi *architectv1.PlanIntent) string {
+	inferred := inferredCriteria(pi)
+	stated := len(pi.GetSuccessCriteria()) - len(inferred)
+	switch {
+	case len(inferred) > 0:
+		return fmt.Sprintf(" Success criteria: %d stated, %d expected of %s (%s).", stated, len(inferred), pi.GetFeatureDomain(), strings.Join(inferred, "; "))
+	case strings.HasPrefix(pi.GetInference(), inferenceUnavailable):
+		return fmt.Sprintf(" Success criteria: %d stated; what %s implies is not included (%s).", stated, pi.GetFeatureDomain(),
+			strings.TrimPrefix(pi.GetInference(), inferenceUnavailable))
+	case stated > 0:
+		return fmt.Sprintf(" Success criteria: %d stated.", stated)
+	}
+	return ""
 }
 
 // GetPlan returns one of the caller's plans.

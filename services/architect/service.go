@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 
+	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
@@ -35,6 +36,7 @@ type Service struct {
 	bus          *natsx.Bus
 	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
 	guide        guidev1.SessionServiceClient         // nil when no peer is configured: plans run without session limits
+	academic     academicv1.AcademicServiceClient     // nil when no peer is configured: plans keep only the user's criteria
 	planner      Planner
 	metrics      *metrics
 	now          func() time.Time
@@ -45,6 +47,7 @@ type metrics struct {
 	decided      *prometheus.CounterVec
 	inbox        *prometheus.CounterVec
 	orchestrator prometheus.Histogram
+	inference    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_architect_plans_created_total",
 			Help: "Plans created, by planner and origin (api or inbox).",
 		}, []string{"planner", "origin"}),
+		inference: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_intent_inference_total",
+			Help: "Plans whose feature domain was recognised, by how asking the academic for its expectations ended.",
+		}, []string{"outcome"}),
 		decided: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sylk_architect_plan_decisions_total",
 			Help: "Plans approved or rejected.",
@@ -106,6 +113,11 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	}
 	if deps.Peers.Orchestrator != nil {
 		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
+	}
+	if deps.Peers.Academic != nil {
+		s.academic = academicv1.NewAcademicServiceClient(deps.Peers.Academic)
+	} else {
+		s.log.Warn("no academic address configured: plans keep only the criteria users state")
 	}
 	if deps.Peers.Guide != nil {
 		s.guide = guidev1.NewSessionServiceClient(deps.Peers.Guide)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 )
 
@@ -51,32 +52,39 @@ type plan struct {
 	Title   string
 	Planner string
 	DAG     *orchestratorv1.Dag
+	Intent  *architectv1.PlanIntent // nil for plans stored before intents were
 }
 
 const planColumns = `p.id, p.tenant_id, p.user_id, p.session_id, p.state, p.version, p.run, p.reject_reason,
 	p.source_message_id, p.correlation_id, p.create_time, p.update_time, p.approve_time, p.reject_time,
-	v.request, v.title, v.planner, v.dag`
+	v.request, v.title, v.planner, v.dag, v.intent`
 
 const planFrom = ` FROM plans p JOIN plan_versions v
 	ON v.plan_id = p.id AND v.version = p.version AND v.tenant_id = p.tenant_id`
 
-var dagJSON = protojson.MarshalOptions{}
+var protoJSON = protojson.MarshalOptions{}
 
-// dagDecode tolerates fields added to the DAG message later.
-var dagDecode = protojson.UnmarshalOptions{DiscardUnknown: true}
+// protoDecode tolerates fields added to the stored messages later.
+var protoDecode = protojson.UnmarshalOptions{DiscardUnknown: true}
 
 func scanPlan(row pgx.Row) (plan, error) {
 	var p plan
-	var raw []byte
+	var raw, intent []byte
 	err := row.Scan(&p.ID, &p.TenantID, &p.UserID, &p.SessionID, &p.State, &p.Version, &p.Run, &p.RejectReason,
 		&p.SourceMessageID, &p.CorrelationID, &p.CreateTime, &p.UpdateTime, &p.ApproveTime, &p.RejectTime,
-		&p.Request, &p.Title, &p.Planner, &raw)
+		&p.Request, &p.Title, &p.Planner, &raw, &intent)
 	if err != nil {
 		return plan{}, err
 	}
 	p.DAG = &orchestratorv1.Dag{}
-	if err := dagDecode.Unmarshal(raw, p.DAG); err != nil {
+	if err := protoDecode.Unmarshal(raw, p.DAG); err != nil {
 		return plan{}, fmt.Errorf("decode dag of plan %s: %w", p.ID, err)
+	}
+	if intent != nil {
+		p.Intent = &architectv1.PlanIntent{}
+		if err := protoDecode.Unmarshal(intent, p.Intent); err != nil {
+			return plan{}, fmt.Errorf("decode intent of plan %s: %w", p.ID, err)
+		}
 	}
 	return p, nil
 }
@@ -84,9 +92,15 @@ func scanPlan(row pgx.Row) (plan, error) {
 // insertPlan stores a new plan and its first version. It reports
 // errDuplicateSource when a plan was drafted from the same message already.
 func insertPlan(ctx context.Context, tx pgx.Tx, p plan) error {
-	raw, err := dagJSON.Marshal(p.DAG)
+	raw, err := protoJSON.Marshal(p.DAG)
 	if err != nil {
 		return fmt.Errorf("encode dag: %w", err)
+	}
+	var intent []byte
+	if p.Intent != nil {
+		if intent, err = protoJSON.Marshal(p.Intent); err != nil {
+			return fmt.Errorf("encode intent: %w", err)
+		}
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO plans (id, tenant_id, user_id, session_id, state, version, run,
 		reject_reason, source_message_id, correlation_id, create_time, update_time)
@@ -99,9 +113,9 @@ func insertPlan(ctx context.Context, tx pgx.Tx, p plan) error {
 	if tag.RowsAffected() == 0 {
 		return errDuplicateSource
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO plan_versions (plan_id, tenant_id, version, request, title, planner, dag, create_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		p.ID, p.TenantID, p.Version, p.Request, p.Title, p.Planner, raw, p.CreateTime)
+	_, err = tx.Exec(ctx, `INSERT INTO plan_versions (plan_id, tenant_id, version, request, title, planner, dag, intent, create_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		p.ID, p.TenantID, p.Version, p.Request, p.Title, p.Planner, raw, intent, p.CreateTime)
 	if err != nil {
 		return fmt.Errorf("insert plan %s version %d: %w", p.ID, p.Version, err)
 	}
