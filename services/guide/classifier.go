@@ -414,7 +414,7 @@ func timeScope(lower string) (string, []string) {
 // constraintPattern finds a request's constraints: "careful about memory",
 // "without breaking the API", "don't touch the schema".
 var (
-	constraintPattern = regexp.MustCompile(`(?i)\b(careful (?:about|with)|without|don'?t|do not|must not|must|never|avoid|keep|only|make sure|no more than|at most)\b[^,;.!?]*`)
+	constraintPattern = regexp.MustCompile(`(?i)\b(careful (?:about|with)|without|don'?t|do not|must not|must|never|avoid|skip|keep|only|make sure|no more than|at most)\b[^,;.!?]*`)
 	criteriaPattern   = regexp.MustCompile(`(?i)\b(so that|should|such that|in order to)\b[^,;.!?]*`)
 )
 
