@@ -13,6 +13,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -487,9 +488,14 @@ type Node struct {
 	TaskContext string `protobuf:"bytes,17,opt,name=task_context,json=taskContext,proto3" json:"task_context,omitempty"`
 	// The user's guidance for the node's Engineer (/task <node> prompt),
 	// oldest first; set through TaskAction, not in a submitted DAG.
-	Guidance      []string `protobuf:"bytes,18,rep,name=guidance,proto3" json:"guidance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Guidance []string `protobuf:"bytes,18,rep,name=guidance,proto3" json:"guidance,omitempty"`
+	// The run's key constraints and success criteria (from its context), as
+	// dispatched: the Inspector's and Tester's corrections are checked
+	// against them before they reach the Engineer (spec A-12).
+	KeyConstraints  []string               `protobuf:"bytes,19,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	SuccessCriteria []*v1.SuccessCriterion `protobuf:"bytes,20,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -648,6 +654,20 @@ func (x *Node) GetGuidance() []string {
 	return nil
 }
 
+func (x *Node) GetKeyConstraints() []string {
+	if x != nil {
+		return x.KeyConstraints
+	}
+	return nil
+}
+
+func (x *Node) GetSuccessCriteria() []*v1.SuccessCriterion {
+	if x != nil {
+		return x.SuccessCriteria
+	}
+	return nil
+}
+
 // RunContext holds the documents a run's tasks draw their context from
 // (spec H-01..H-05), as markdown. Each task gets the sections of plan and
 // design it cites, the spec in full, the PRD's Problem Statement and Goals,
@@ -660,9 +680,13 @@ type RunContext struct {
 	Prd    string                 `protobuf:"bytes,4,opt,name=prd,proto3" json:"prd,omitempty"`
 	// A compact project context (goals, dependencies, milestone), capped at
 	// about 500 tokens when dispatched.
-	Project       string `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Project string `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
+	// The intent every task serves (spec A-03, A-10): what must be respected
+	// and how to tell the work is done. A plan's run gets its plan's.
+	KeyConstraints  []string               `protobuf:"bytes,6,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	SuccessCriteria []*v1.SuccessCriterion `protobuf:"bytes,7,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RunContext) Reset() {
@@ -728,6 +752,20 @@ func (x *RunContext) GetProject() string {
 		return x.Project
 	}
 	return ""
+}
+
+func (x *RunContext) GetKeyConstraints() []string {
+	if x != nil {
+		return x.KeyConstraints
+	}
+	return nil
+}
+
+func (x *RunContext) GetSuccessCriteria() []*v1.SuccessCriterion {
+	if x != nil {
+		return x.SuccessCriteria
+	}
+	return nil
 }
 
 // SessionCheck is the session-level inspection and test run over a run's
@@ -3146,7 +3184,7 @@ var File_sylk_orchestrator_v1_workflow_service_proto protoreflect.FileDescriptor
 
 const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
-	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x01\n" +
+	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"\xb3\x01\n" +
 	"\x03Dag\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.sylk.orchestrator.v1.NodeR\x05nodes\x12D\n" +
 	"\x0fexecution_order\x18\x02 \x03(\v2\x1b.sylk.orchestrator.v1.LayerR\x0eexecutionOrder\x124\n" +
@@ -3158,7 +3196,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
 	"\vRetryPolicy\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd8\x04\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd9\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -3179,14 +3217,18 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\asources\x18\x0f \x03(\tR\asources\x12\x1b\n" +
 	"\tdone_when\x18\x10 \x01(\tR\bdoneWhen\x12&\n" +
 	"\ftask_context\x18\x11 \x01(\tB\x03\xe0A\x03R\vtaskContext\x12\x1f\n" +
-	"\bguidance\x18\x12 \x03(\tB\x03\xe0A\x03R\bguidance\"x\n" +
+	"\bguidance\x18\x12 \x03(\tB\x03\xe0A\x03R\bguidance\x12,\n" +
+	"\x0fkey_constraints\x18\x13 \x03(\tB\x03\xe0A\x03R\x0ekeyConstraints\x12Q\n" +
+	"\x10success_criteria\x18\x14 \x03(\v2!.sylk.message.v1.SuccessCriterionB\x03\xe0A\x03R\x0fsuccessCriteria\"\xef\x01\n" +
 	"\n" +
 	"RunContext\x12\x12\n" +
 	"\x04plan\x18\x01 \x01(\tR\x04plan\x12\x16\n" +
 	"\x06design\x18\x02 \x01(\tR\x06design\x12\x12\n" +
 	"\x04spec\x18\x03 \x01(\tR\x04spec\x12\x10\n" +
 	"\x03prd\x18\x04 \x01(\tR\x03prd\x12\x18\n" +
-	"\aproject\x18\x05 \x01(\tR\aproject\"\xad\x02\n" +
+	"\aproject\x18\x05 \x01(\tR\aproject\x12'\n" +
+	"\x0fkey_constraints\x18\x06 \x03(\tR\x0ekeyConstraints\x12L\n" +
+	"\x10success_criteria\x18\a \x03(\v2!.sylk.message.v1.SuccessCriterionR\x0fsuccessCriteria\"\xad\x02\n" +
 	"\fSessionCheck\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12)\n" +
 	"\x10inspector_passed\x18\x02 \x01(\bR\x0finspectorPassed\x12#\n" +
@@ -3488,7 +3530,8 @@ var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(*DecisionEntry)(nil),             // 41: sylk.orchestrator.v1.DecisionEntry
 	(*ListDecisionsResponse)(nil),     // 42: sylk.orchestrator.v1.ListDecisionsResponse
 	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 44: google.protobuf.Timestamp
+	(*v1.SuccessCriterion)(nil),       // 44: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 45: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
 	7,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
@@ -3499,69 +3542,71 @@ var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
 	43, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
 	6,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
 	12, // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	15, // 8: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
-	0,  // 9: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	14, // 10: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	15, // 11: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	43, // 12: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	16, // 13: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	1,  // 14: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	3,  // 15: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	18, // 16: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	44, // 17: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	44, // 18: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	44, // 19: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 20: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	9,  // 21: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	2,  // 22: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	43, // 23: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	44, // 24: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	44, // 25: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	44, // 26: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	13, // 27: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	14, // 28: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	3,  // 29: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	8,  // 30: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	20, // 31: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	17, // 32: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 33: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 34: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	17, // 35: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 36: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 37: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	0,  // 38: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	0,  // 39: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	2,  // 40: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	14, // 41: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	13, // 42: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	41, // 43: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	19, // 44: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	22, // 45: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	24, // 46: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	26, // 47: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	28, // 48: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	30, // 49: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	32, // 50: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	34, // 51: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	36, // 52: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	38, // 53: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	40, // 54: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	21, // 55: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	23, // 56: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	25, // 57: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	27, // 58: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	29, // 59: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	31, // 60: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	33, // 61: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	35, // 62: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	37, // 63: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	39, // 64: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	42, // 65: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	55, // [55:66] is the sub-list for method output_type
-	44, // [44:55] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	44, // 8: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	44, // 9: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	15, // 10: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	0,  // 11: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	14, // 12: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	15, // 13: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	43, // 14: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	16, // 15: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	1,  // 16: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	3,  // 17: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	18, // 18: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	45, // 19: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	45, // 20: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	45, // 21: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 22: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	9,  // 23: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	2,  // 24: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	43, // 25: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	45, // 26: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	45, // 27: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	45, // 28: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	13, // 29: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	14, // 30: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	3,  // 31: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	8,  // 32: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	20, // 33: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	17, // 34: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 35: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 36: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	17, // 37: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 38: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	17, // 39: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	0,  // 40: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	0,  // 41: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	2,  // 42: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	14, // 43: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	13, // 44: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	41, // 45: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	19, // 46: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	22, // 47: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	24, // 48: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	26, // 49: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	28, // 50: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	30, // 51: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	32, // 52: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	34, // 53: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	36, // 54: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	38, // 55: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	40, // 56: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	21, // 57: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	23, // 58: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	25, // 59: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	27, // 60: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	29, // 61: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	31, // 62: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	33, // 63: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	35, // 64: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	37, // 65: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	39, // 66: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	42, // 67: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	57, // [57:68] is the sub-list for method output_type
+	46, // [46:57] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
