@@ -146,7 +146,7 @@ const negationWindow = 3
 // negatedNear reports whether a negation stands within negationWindow words
 // of a word with the given stem, in the same clause.
 func negatedNear(statement, topic string) bool {
-	for _, clause := range strings.FieldsFunc(statement, func(r rune) bool { return strings.ContainsRune(",;:.!?()", r) }) {
+	for _, clause := range clauses(statement) {
 		ws := words(clause)
 		for i, w := range ws {
 			if !strings.HasPrefix(w, topic) {
