@@ -31,8 +31,9 @@ func startAcademic(t *testing.T) string {
 	return serve(t, svc.Register)
 }
 
-// architectWithAcademic is an architect whose academic peer is at addr.
-func architectWithAcademic(t *testing.T, addr string) *Service {
+// architectWithAcademic is an architect whose academic peer is at addr,
+// with a fake orchestrator.
+func architectWithAcademic(t *testing.T, addr string) (*Service, *fakeOrchestrator) {
 	t.Helper()
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
 	conn, err := grpcclient.Dial(addr)
@@ -40,9 +41,14 @@ func architectWithAcademic(t *testing.T, addr string) *Service {
 	t.Cleanup(func() { _ = conn.Close() })
 	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t), Registerer: prometheus.NewRegistry()}
 	deps.Peers.Academic = conn
+	orch, orchAddr := startOrchestrator(t)
+	oconn, err := grpcclient.Dial(orchAddr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = oconn.Close() })
+	deps.Peers.Orchestrator = oconn
 	svc, err := New(Config{AcademicTimeout: 2 * time.Second}, deps)
 	require.NoError(t, err)
-	return svc
+	return svc, orch
 }
 
 type criterionRow struct {
@@ -72,7 +78,7 @@ const (
 // behaviours 7 and 8).
 func TestPlanIntentIsEnrichedByTheAcademic(t *testing.T) {
 	t.Parallel()
-	svc := architectWithAcademic(t, startAcademic(t))
+	svc, orch := architectWithAcademic(t, startAcademic(t))
 	ctx := as("t1", "u1")
 
 	resp, err := svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "Add a logout button to the header",
@@ -93,6 +99,14 @@ func TestPlanIntentIsEnrichedByTheAcademic(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, criteriaOf(p), criteriaOf(got.GetPlan()), "the intent is stored with the plan")
 
+	// The approved plan's run carries the intent to its tasks (spec A-12).
+	_, err = svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	require.NoError(t, err)
+	calls, _ := orch.recorded()
+	require.Len(t, calls, 1)
+	require.Equal(t, []string{"skip confirmation"}, calls[0].GetContext().GetKeyConstraints())
+	require.Len(t, calls[0].GetContext().GetSuccessCriteria(), 3)
+
 	resp, err = svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "let users log out"})
 	require.NoError(t, err)
 	require.Contains(t, criteriaOf(resp.GetPlan()), criterionRow{"session termination", inferred, required})
@@ -109,7 +123,7 @@ func TestPlanIntentIsEnrichedByTheAcademic(t *testing.T) {
 // user's own criteria and the reason.
 func TestPlanIntentWithoutTheAcademic(t *testing.T) {
 	t.Parallel()
-	svc := architectWithAcademic(t, "127.0.0.1:1")
+	svc, _ := architectWithAcademic(t, "127.0.0.1:1")
 	resp, err := svc.CreatePlan(as("t1", "u1"), &architectv1.CreatePlanRequest{Parent: newSession(), Request: "cache the search results",
 		SuccessCriteria: []string{"search p99 under 50 ms"}})
 	require.NoError(t, err)

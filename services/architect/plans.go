@@ -208,6 +208,15 @@ func inferredCriteria(pi *architectv1.PlanIntent) []string {
 	return out
 }
 
+// runContext carries a plan's intent to its run, whose tasks check their
+// corrections against it (spec A-12); nil when the plan has none.
+func runContext(pi *architectv1.PlanIntent) *orchestratorv1.RunContext {
+	if len(pi.GetKeyConstraints())+len(pi.GetSuccessCriteria()) == 0 {
+		return nil
+	}
+	return &orchestratorv1.RunContext{KeyConstraints: pi.GetKeyConstraints(), SuccessCriteria: pi.GetSuccessCriteria()}
+}
+
 // anySlice is vs as an event's data can hold it.
 func anySlice(vs []string) []any {
 	out := make([]any, len(vs))
@@ -327,6 +336,7 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 		Plan:           p.name(),
 		RequestId:      p.ID,
 		SessionLimits:  limits,
+		Context:        runContext(p.Intent),
 	})
 	s.metrics.orchestrator.Observe(time.Since(start).Seconds())
 	if err != nil {

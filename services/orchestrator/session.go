@@ -90,8 +90,31 @@ func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 	if req.GetSessionChecks() && req.GetRepository() == "" {
 		return errors.New("session_checks: needs repository")
 	}
+	rc := req.GetContext()
+	if n := len(rc.GetKeyConstraints()); n > maxIntentStatements {
+		return fmt.Errorf("context.key_constraints: %d entries exceed the limit of %d", n, maxIntentStatements)
+	}
+	if n := len(rc.GetSuccessCriteria()); n > maxIntentStatements {
+		return fmt.Errorf("context.success_criteria: %d entries exceed the limit of %d", n, maxIntentStatements)
+	}
+	for i, k := range rc.GetKeyConstraints() {
+		if len(k) > maxIntentStatementBytes {
+			return fmt.Errorf("context.key_constraints[%d]: over %d bytes", i, maxIntentStatementBytes)
+		}
+	}
+	for i, c := range rc.GetSuccessCriteria() {
+		if len(c.GetCriterion()) > maxIntentStatementBytes || len(c.GetRationale()) > maxIntentStatementBytes {
+			return fmt.Errorf("context.success_criteria[%d]: over %d bytes", i, maxIntentStatementBytes)
+		}
+	}
 	return nil
 }
+
+// Bounds of a run's intent (its key constraints and success criteria).
+const (
+	maxIntentStatements     = 100
+	maxIntentStatementBytes = 1000
+)
 
 // startSessionCheck dispatches the session check of a run that just
 // succeeded and was merged.

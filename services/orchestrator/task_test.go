@@ -265,6 +265,30 @@ func TestSelectiveContextReachesTheTask(t *testing.T) {
 	require.Empty(t, h.get(t, ctx, run.GetName()).GetDag().GetNodes()[0].GetTaskContext())
 }
 
+// The run's intent reaches every task, so that the pipeline can check its
+// corrections against it (spec A-12).
+func TestRunIntentReachesTheTask(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	criteria := []*messagev1.SuccessCriterion{
+		{Criterion: "the button is in the header", Source: messagev1.CriterionSource_CRITERION_SOURCE_EXPLICIT},
+		{Criterion: "session termination", Source: messagev1.CriterionSource_CRITERION_SOURCE_INFERRED,
+			Priority: messagev1.ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED, InferredFrom: "academic:authentication/logout"},
+	}
+	h.create(t, ctx, &orchestratorv1.CreateRunRequest{
+		Context: &orchestratorv1.RunContext{KeyConstraints: []string{"skip confirmation"}, SuccessCriteria: criteria},
+		Dag:     dagOf(&orchestratorv1.Node{Id: "a", Command: "true", KeyConstraints: []string{"ignored: output only"}})})
+	n := specOf(t, h.tasks(t, "engineer", 1)[0])
+	require.Equal(t, []string{"skip confirmation"}, n.GetKeyConstraints())
+	require.Len(t, n.GetSuccessCriteria(), 2)
+	require.True(t, proto.Equal(criteria[1], n.GetSuccessCriteria()[1]))
+
+	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(&orchestratorv1.Node{Id: "a", Command: "true"}),
+		Context: &orchestratorv1.RunContext{KeyConstraints: make([]string, 101)}})
+	require.ErrorContains(t, err, "context.key_constraints: 101 entries exceed the limit of 100")
+}
+
 func TestSessionCheckFailureRequestsAFixDAG(t *testing.T) {
 	t.Parallel()
 	needPython(t)

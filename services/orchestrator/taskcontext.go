@@ -149,14 +149,19 @@ func TaskContext(rc *orchestratorv1.RunContext, n *orchestratorv1.Node) string {
 	return truncateMiddle(strings.TrimRight(b.String(), "\n"), maxTaskContextBytes)
 }
 
-// withTaskContext is the node as dispatched: its selective context set (a
-// client's own value of the output-only field is dropped).
+// withTaskContext is the node as dispatched: its selective context and the
+// run's intent set (a client's own values of these output-only fields are
+// dropped).
 func withTaskContext(rc *orchestratorv1.RunContext, n *orchestratorv1.Node) *orchestratorv1.Node {
 	c := TaskContext(rc, n)
-	if c == "" && n.GetTaskContext() == "" {
+	if c == "" && n.GetTaskContext() == "" && len(rc.GetKeyConstraints())+len(rc.GetSuccessCriteria())+
+		len(n.GetKeyConstraints())+len(n.GetSuccessCriteria()) == 0 {
 		return n
 	}
 	out := proto.Clone(n).(*orchestratorv1.Node)
 	out.TaskContext = c
+	// The run's intent, against which the pipeline checks corrections
+	// (spec A-12).
+	out.KeyConstraints, out.SuccessCriteria = rc.GetKeyConstraints(), rc.GetSuccessCriteria()
 	return out
 }
