@@ -468,7 +468,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				p.InspectorPassed = ok
 				fmt.Fprintf(&pr.log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
 				if !ok {
-					feedback = append(feedback, issues...)
+					feedback = append(feedback, pr.gateCorrections("inspector", issues, rootCauseOther)...)
 				} else if len(issues) > 0 {
 					pr.report.Concerns = strings.Join(issues, "; ")
 				}
@@ -507,7 +507,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				p.TesterPassed = tr.GetFailed() == 0
 				pr.report.Tested = fmt.Sprintf("%s: %d passed, %d failed, %d skipped", tr.GetFrameworkId(), tr.GetPassed(), tr.GetFailed(), tr.GetSkipped())
 				fmt.Fprintf(&pr.log, "loop %d: tester %s (%s)\n", p.Loops, passWord(p.TesterPassed), pr.report.Tested)
-				feedback = append(feedback, testFeedback(tr)...)
+				feedback = append(feedback, pr.gateCorrections("tester", testFeedback(tr), rootCauseTest)...)
 			}
 		}
 		if len(feedback) == 0 {

@@ -99,9 +99,33 @@ func (s *Service) onCancel(m *nats.Msg) {
 }
 
 type metrics struct {
-	tasks    *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	running  *prometheus.GaugeVec
+	tasks       *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	running     *prometheus.GaugeVec
+	corrections *prometheus.CounterVec
+}
+
+// newMetrics registers the worker's metrics with f.
+func newMetrics(f promauto.Factory) metrics {
+	return metrics{
+		tasks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_worker_tasks_total",
+			Help: "Tasks run, by role and outcome (succeeded, failed, timed_out, cancelled).",
+		}, []string{"role", "outcome"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sylk_worker_task_duration_seconds",
+			Help:    "Wall time of task commands.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+		}, []string{"role"}),
+		corrections: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_worker_corrections_total",
+			Help: "Inspector and Tester corrections checked by the feedback validation gate, by role and decision.",
+		}, []string{"role", "decision"}),
+		running: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sylk_worker_tasks_running",
+			Help: "Tasks running now.",
+		}, []string{"role"}),
+	}
 }
 
 // New builds the worker; it needs deps.Bus, and uses deps.Redis for the
@@ -137,21 +161,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		exec:    ex,
 		toolEnv: goEnv(),
 		scratch: newScratchPool(cfg.WorkspaceRoot, cfg.Concurrency),
-		metrics: metrics{
-			tasks: f.NewCounterVec(prometheus.CounterOpts{
-				Name: "sylk_worker_tasks_total",
-				Help: "Tasks run, by role and outcome (succeeded, failed, timed_out, cancelled).",
-			}, []string{"role", "outcome"}),
-			duration: f.NewHistogramVec(prometheus.HistogramOpts{
-				Name:    "sylk_worker_task_duration_seconds",
-				Help:    "Wall time of task commands.",
-				Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-			}, []string{"role"}),
-			running: f.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "sylk_worker_tasks_running",
-				Help: "Tasks running now.",
-			}, []string{"role"}),
-		},
+		metrics: newMetrics(f),
 	}, nil
 }
 

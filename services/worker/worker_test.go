@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -45,7 +46,8 @@ func offlineService(t *testing.T, cfg Config) *Service {
 	require.NoError(t, cfg.Validate())
 	ex, err := newExecutor(cfg)
 	require.NoError(t, err)
-	return &Service{cfg: cfg, log: logx.Discard(), exec: ex, scratch: newScratchPool(cfg.WorkspaceRoot, 0)}
+	return &Service{cfg: cfg, log: logx.Discard(), exec: ex, scratch: newScratchPool(cfg.WorkspaceRoot, 0),
+		metrics: newMetrics(promauto.With(prometheus.NewRegistry()))}
 }
 
 func dispatch(cmd string) *messagev1.TaskDispatch {
