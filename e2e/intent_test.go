@@ -51,6 +51,13 @@ func TestIntentEnrichment(t *testing.T) {
 	require.Equal(t, []string{"session termination/EXPECTATION_PRIORITY_REQUIRED", "redirect to login/EXPECTATION_PRIORITY_REQUIRED",
 		"log out of all devices/EXPECTATION_PRIORITY_OPTIONAL"}, inferred, "no confirmation: the user's constraint rules it out")
 
+	// Approved, the plan's run carries the intent to its tasks.
+	approved := c.ok("POST", "/v1/"+planName+":approve", map[string]any{})
+	run := c.ok("GET", "/v1/"+approved["run"].(map[string]any)["name"].(string), nil)["run"].(map[string]any)
+	rc := run["context"].(map[string]any)
+	require.Contains(t, strings.Join(anyStrings(rc["keyConstraints"]), "|"), "skip confirmation")
+	require.Len(t, rc["successCriteria"], len(in["successCriteria"].([]any)))
+
 	// Stated criteria through the plan API stay explicit and are not
 	// repeated by the inferred ones.
 	plan = c.ok("POST", "/v1/"+name+"/plans", map[string]any{"request": "let users log out",
@@ -70,4 +77,38 @@ func anyStrings(v any) []string {
 		out = append(out, x.(string))
 	}
 	return out
+}
+
+// TestCorrectionGate drives the feedback validation gate through REST
+// (spec A-12; acceptance behaviours 9 and 10): a run whose context carries
+// the intent, an Inspector finding the user's constraint rules out, and a
+// Tester failure that works against a criterion.
+func TestCorrectionGate(t *testing.T) {
+	c := startMesh(t)
+	repo := e2eRepo(t)
+	edit := func(path, content string) []any { return []any{map[string]any{"path": path, "content": content}} }
+	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "maxConcurrency": 2,
+		"context": map[string]any{
+			"keyConstraints":  []string{"never change the format"},
+			"successCriteria": []any{map[string]any{"criterion": "Add returns the sum", "source": "CRITERION_SOURCE_EXPLICIT"}},
+		},
+		"dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "ugly", "pipeline": true, "maxLoops": 1, "edits": edit("calc.go", "package calc\nfunc Add(a, b int) int {return a+b}\n")},
+			map[string]any{"id": "wrong", "pipeline": true, "maxLoops": 1, "edits": []any{
+				map[string]any{"path": "calc.go", "content": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"},
+				map[string]any{"path": "calc_test.go", "content": "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal(\"Add does not return the sum\")\n\t}\n}\n"},
+			}},
+		}}}))
+	require.Equal(t, "RUN_STATE_FAILED", run["state"])
+	n := nodeMap(run)
+
+	ugly := n["ugly"]
+	fb := ugly["pipeline"].(map[string]any)["feedback"].([]any)[0].(string)
+	require.Contains(t, fb, "inspector: 1 correction(s) withheld")
+	require.NotContains(t, fb, "not gofmt-formatted", "the blocked correction does not reach the Engineer")
+	require.Contains(t, ugly["report"].(map[string]any)["concerns"], `contradicts the constraint "never change the format"`)
+
+	wrong := n["wrong"]["pipeline"].(map[string]any)["feedback"].([]any)[0].(string)
+	require.Contains(t, wrong, `[FLAGGED: may work against "Add returns the sum"; root cause confidence MEDIUM] test TestAdd failed`)
+	require.EqualValues(t, 2, c.metric("sylk_worker_corrections_total"), "one blocked, one flagged")
 }
