@@ -105,7 +105,7 @@ func Validate(constraints []string, criteria []*messagev1.SuccessCriterion, c Co
 	text := strings.TrimSpace(c.Issue + ". " + c.Correction)
 	a := Assessment{RootCause: RootCauseBand(c.RootCauseConfidence)}
 	for _, k := range constraints {
-		if forbidden, ok := forbids(k); ok && speaksOf(text, forbidden) {
+		if f, ok := forbids(k); ok && f.contradicts(text) {
 			a.Conflicts = append(a.Conflicts, k)
 		}
 	}
@@ -134,24 +134,50 @@ func Validate(constraints []string, criteria []*messagev1.SuccessCriterion, c Co
 	return a
 }
 
-// forbids returns the stem of what a constraint forbids: the last
-// significant word of the clause its negation governs ("schema" in "don't
-// touch the schema"). ok is false for constraints that forbid nothing.
-func forbids(constraint string) (string, bool) {
+// forbidden is what a constraint forbids: an object (the stem of the last
+// significant word its negation governs, "schema" in "don't touch the
+// schema") and, when the constraint names a specific action on it, that
+// action's stem ("break" in "without breaking the API"). Generic actions
+// ("touch", "change") forbid any change to the object.
+type forbidden struct {
+	action, object string
+}
+
+// genericActions forbid any change to their object.
+var genericActions = map[string]bool{"touch": true, "touching": true, "change": true, "changing": true, "modify": true,
+	"modifying": true, "alter": true, "altering": true, "edit": true, "editing": true, "update": true, "updating": true,
+	"rewrite": true, "rewriting": true, "reformat": true, "reformatting": true}
+
+// forbids returns what a constraint forbids; ok is false for constraints
+// that forbid nothing ("careful about memory").
+func forbids(constraint string) (forbidden, bool) {
 	for _, clause := range clauses(constraint) {
 		ws := words(clause)
 		for i, w := range ws {
 			if !negations[w] {
 				continue
 			}
-			rest := significant(ws[i+1:])
-			rest = dropNegations(rest)
-			if len(rest) > 0 {
-				return stem(rest[len(rest)-1]), true
+			rest := dropNegations(significant(ws[i+1:]))
+			if len(rest) == 0 {
+				continue
 			}
+			f := forbidden{object: stem(rest[len(rest)-1])}
+			if len(rest) > 1 && !genericActions[rest[0]] {
+				f.action = stem(rest[0])
+			}
+			return f, true
 		}
 	}
-	return "", false
+	return forbidden{}, false
+}
+
+// contradicts reports whether a correction does what f forbids: it speaks
+// of the object (and of the action, when f names one) without negating it.
+func (f forbidden) contradicts(text string) bool {
+	if !speaksOf(text, f.object) {
+		return false
+	}
+	return f.action == "" || speaksOf(text, f.action)
 }
 
 // speaksOf reports whether text names the stem without negating it.

@@ -79,15 +79,36 @@ func TestDecideTable(t *testing.T) {
 
 func TestForbids(t *testing.T) {
 	t.Parallel()
-	for constraint, want := range map[string]string{
-		"don't touch the database schema": "schem",
-		"skip confirmation":               "confi",
-		"without breaking the API":        "api",
-		"careful about memory":            "",
-		"never log secrets":               "secre",
+	for constraint, want := range map[string]forbidden{
+		"don't touch the database schema": {object: "schem"},
+		"skip confirmation":               {object: "confi"},
+		"without breaking the API":        {action: "break", object: "api"},
+		"never change the format":         {object: "forma"},
+		"never log secrets":               {action: "log", object: "secre"},
 	} {
 		got, ok := forbids(constraint)
-		require.Equal(t, want != "", ok, constraint)
+		require.True(t, ok, constraint)
 		require.Equal(t, want, got, constraint)
 	}
+	_, ok := forbids("careful about memory")
+	require.False(t, ok)
+}
+
+// A constraint that forbids a specific action on something does not block
+// every correction that names it: a failing API test is what keeps the
+// API from breaking.
+func TestGateReadsTheForbiddenAction(t *testing.T) {
+	t.Parallel()
+	constraints := []string{"without breaking the API"}
+	for correction, want := range map[string]Decision{
+		"test TestAPI failed (api_test.go:12): status 500":             Passed,
+		"rename the API fields, breaking the API for existing clients": Blocked,
+		"fix the handler so that the API does not break":               Passed,
+	} {
+		require.Equal(t, want, Validate(constraints, nil, Correction{Correction: correction, RootCauseConfidence: 0.9}).Decision, correction)
+	}
+	require.Equal(t, Passed, Validate([]string{"never log secrets"}, nil,
+		Correction{Correction: "remove the secret from the log line", RootCauseConfidence: 0.9}).Decision)
+	require.Equal(t, Blocked, Validate([]string{"never log secrets"}, nil,
+		Correction{Correction: "log the secret key to debug the failure", RootCauseConfidence: 0.9}).Decision)
 }
