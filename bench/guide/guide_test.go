@@ -333,6 +333,16 @@ func rawGRPC(b *testing.B) func(i int) (time.Duration, error) {
 // tiers measures the three routing tiers on one mesh.
 func tiers(b *testing.B, e *meshEnv, label string) []result {
 	l := watchInbox(b, e, "engineer")
+	pg, err := pgx.Connect(context.Background(), testenv.PostgresDSN())
+	require.NoError(b, err)
+	defer func() { _ = pg.Close(context.Background()) }()
+	// walLSN is the server's write-ahead log position in bytes: WAL per
+	// message, unlike CPU time, does not vary with the machine's load.
+	walLSN := func() float64 {
+		var lsn float64
+		require.NoError(b, pg.QueryRow(context.Background(), `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&lsn))
+		return lsn
+	}
 	help := func(i int) (time.Duration, error) {
 		start := time.Now()
 		var out sendResult
@@ -349,7 +359,7 @@ func tiers(b *testing.B, e *meshEnv, label string) []result {
 	var first sendResult
 	require.NoError(b, e.post("/v1/"+e.sessions[0]+"/messages", map[string]any{"text": cached}, &first))
 	require.Equal(b, "engineer", first.Route.Target)
-	_, err := l.wait(first.CorrelationID)
+	_, err = l.wait(first.CorrelationID)
 	require.NoError(b, err)
 	measures := []struct {
 		name string
@@ -363,10 +373,13 @@ func tiers(b *testing.B, e *meshEnv, label string) []result {
 	for _, rate := range rates {
 		for j, m := range measures {
 			paced(rate, warmup, func(i int) (time.Duration, error) { return m.fn(i + 1_000_000*(j+1)) })
-			cpu0 := procstat.Read()
+			wal0, cpu0 := walLSN(), procstat.Read()
 			lat, elapsed, errs := paced(rate, rate**seconds, func(i int) (time.Duration, error) { return m.fn(i + 10_000_000*rate) })
 			r := summarize(fmt.Sprintf("%s @%d/s %s", label, rate, m.name), lat, elapsed, errs)
 			r.cpu = cpuLine(procstat.Between(cpu0, procstat.Read(), len(lat)))
+			if len(lat) > 0 {
+				r.cpu += fmt.Sprintf("; PostgreSQL WAL %.0f bytes", (walLSN()-wal0)/float64(len(lat)))
+			}
 			out = append(out, r)
 		}
 	}
