@@ -494,8 +494,11 @@ type Node struct {
 	// against them before they reach the Engineer (spec A-12).
 	KeyConstraints  []string               `protobuf:"bytes,19,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
 	SuccessCriteria []*v1.SuccessCriterion `protobuf:"bytes,20,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the earlier attempts of the node did and how they failed, set by
+	// the Orchestrator when it dispatches a retry (spec B-38).
+	RetryBriefing *RetryBriefing `protobuf:"bytes,21,opt,name=retry_briefing,json=retryBriefing,proto3" json:"retry_briefing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -668,6 +671,206 @@ func (x *Node) GetSuccessCriteria() []*v1.SuccessCriterion {
 	return nil
 }
 
+func (x *Node) GetRetryBriefing() *RetryBriefing {
+	if x != nil {
+		return x.RetryBriefing
+	}
+	return nil
+}
+
+// RetryBriefing tells a retried task what happened before (spec B-38).
+type RetryBriefing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's prompt, or its command when it has no prompt.
+	OriginalRequest string `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	// The attempt being dispatched: the number of prior attempts plus one.
+	AttemptNumber int32             `protobuf:"varint,2,opt,name=attempt_number,json=attemptNumber,proto3" json:"attempt_number,omitempty"`
+	PriorAttempts []*AttemptSummary `protobuf:"bytes,3,rep,name=prior_attempts,json=priorAttempts,proto3" json:"prior_attempts,omitempty"`
+	// What the last failure looks like, in a sentence.
+	FailureAnalysis   string `protobuf:"bytes,4,opt,name=failure_analysis,json=failureAnalysis,proto3" json:"failure_analysis,omitempty"`
+	SuggestedApproach string `protobuf:"bytes,5,opt,name=suggested_approach,json=suggestedApproach,proto3" json:"suggested_approach,omitempty"`
+	// What the prior attempts did that should not be done again.
+	AvoidPatterns []string `protobuf:"bytes,6,rep,name=avoid_patterns,json=avoidPatterns,proto3" json:"avoid_patterns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBriefing) Reset() {
+	*x = RetryBriefing{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBriefing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBriefing) ProtoMessage() {}
+
+func (x *RetryBriefing) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBriefing.ProtoReflect.Descriptor instead.
+func (*RetryBriefing) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RetryBriefing) GetOriginalRequest() string {
+	if x != nil {
+		return x.OriginalRequest
+	}
+	return ""
+}
+
+func (x *RetryBriefing) GetAttemptNumber() int32 {
+	if x != nil {
+		return x.AttemptNumber
+	}
+	return 0
+}
+
+func (x *RetryBriefing) GetPriorAttempts() []*AttemptSummary {
+	if x != nil {
+		return x.PriorAttempts
+	}
+	return nil
+}
+
+func (x *RetryBriefing) GetFailureAnalysis() string {
+	if x != nil {
+		return x.FailureAnalysis
+	}
+	return ""
+}
+
+func (x *RetryBriefing) GetSuggestedApproach() string {
+	if x != nil {
+		return x.SuggestedApproach
+	}
+	return ""
+}
+
+func (x *RetryBriefing) GetAvoidPatterns() []string {
+	if x != nil {
+		return x.AvoidPatterns
+	}
+	return nil
+}
+
+// AttemptSummary is one earlier attempt of a node (spec B-38).
+type AttemptSummary struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The state it reported: "SUCCEEDED", "FAILED".
+	State    string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	TimedOut bool   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	Error    string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// "transient" (timed out), "user_fixable" (the command could not run),
+	// "external" (a rate limit or an unavailable service) or "permanent".
+	ErrorTier     string                 `protobuf:"bytes,6,opt,name=error_tier,json=errorTier,proto3" json:"error_tier,omitempty"`
+	Duration      *durationpb.Duration   `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptSummary) Reset() {
+	*x = AttemptSummary{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptSummary) ProtoMessage() {}
+
+func (x *AttemptSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptSummary.ProtoReflect.Descriptor instead.
+func (*AttemptSummary) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AttemptSummary) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AttemptSummary) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AttemptSummary) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *AttemptSummary) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *AttemptSummary) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AttemptSummary) GetErrorTier() string {
+	if x != nil {
+		return x.ErrorTier
+	}
+	return ""
+}
+
+func (x *AttemptSummary) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *AttemptSummary) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 // RunContext holds the documents a run's tasks draw their context from
 // (spec H-01..H-05), as markdown. Each task gets the sections of plan and
 // design it cites, the spec in full, the PRD's Problem Statement and Goals,
@@ -691,7 +894,7 @@ type RunContext struct {
 
 func (x *RunContext) Reset() {
 	*x = RunContext{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +906,7 @@ func (x *RunContext) String() string {
 func (*RunContext) ProtoMessage() {}
 
 func (x *RunContext) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +919,7 @@ func (x *RunContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
 func (*RunContext) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunContext) GetPlan() string {
@@ -788,7 +991,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +1003,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +1016,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionCheck) GetState() string {
@@ -888,7 +1091,7 @@ type TaskControl struct {
 
 func (x *TaskControl) Reset() {
 	*x = TaskControl{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1103,7 @@ func (x *TaskControl) String() string {
 func (*TaskControl) ProtoMessage() {}
 
 func (x *TaskControl) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1116,7 @@ func (x *TaskControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControl.ProtoReflect.Descriptor instead.
 func (*TaskControl) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskControl) GetTenantId() string {
@@ -970,7 +1173,7 @@ type TaskControlReply struct {
 
 func (x *TaskControlReply) Reset() {
 	*x = TaskControlReply{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1185,7 @@ func (x *TaskControlReply) String() string {
 func (*TaskControlReply) ProtoMessage() {}
 
 func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1198,7 @@ func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControlReply.ProtoReflect.Descriptor instead.
 func (*TaskControlReply) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskControlReply) GetPipeline() *PipelineStatus {
@@ -1030,7 +1233,7 @@ type FileEdit struct {
 
 func (x *FileEdit) Reset() {
 	*x = FileEdit{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1245,7 @@ func (x *FileEdit) String() string {
 func (*FileEdit) ProtoMessage() {}
 
 func (x *FileEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1258,7 @@ func (x *FileEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEdit.ProtoReflect.Descriptor instead.
 func (*FileEdit) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileEdit) GetPath() string {
@@ -1074,20 +1277,23 @@ func (x *FileEdit) GetContent() string {
 
 // TaskReport is a task's structured report (spec H-06).
 type TaskReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Implemented   string                 `protobuf:"bytes,1,opt,name=implemented,proto3" json:"implemented,omitempty"`
-	Tested        string                 `protobuf:"bytes,2,opt,name=tested,proto3" json:"tested,omitempty"`
-	FilesChanged  []string               `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
-	Decisions     string                 `protobuf:"bytes,4,opt,name=decisions,proto3" json:"decisions,omitempty"`
-	Deviations    string                 `protobuf:"bytes,5,opt,name=deviations,proto3" json:"deviations,omitempty"`
-	Concerns      string                 `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Implemented  string                 `protobuf:"bytes,1,opt,name=implemented,proto3" json:"implemented,omitempty"`
+	Tested       string                 `protobuf:"bytes,2,opt,name=tested,proto3" json:"tested,omitempty"`
+	FilesChanged []string               `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	Decisions    string                 `protobuf:"bytes,4,opt,name=decisions,proto3" json:"decisions,omitempty"`
+	Deviations   string                 `protobuf:"bytes,5,opt,name=deviations,proto3" json:"deviations,omitempty"`
+	Concerns     string                 `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
+	// The retry briefing the task was given, in a line (spec B-38); empty for
+	// a first attempt.
+	Briefing      string `protobuf:"bytes,7,opt,name=briefing,proto3" json:"briefing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1305,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1318,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskReport) GetImplemented() string {
@@ -1157,6 +1363,13 @@ func (x *TaskReport) GetConcerns() string {
 	return ""
 }
 
+func (x *TaskReport) GetBriefing() string {
+	if x != nil {
+		return x.Briefing
+	}
+	return ""
+}
+
 // PipelineStatus is where a pipeline node's Engineer/Inspector/Tester loop
 // stands (spec F-08, F-11).
 type PipelineStatus struct {
@@ -1184,7 +1397,7 @@ type PipelineStatus struct {
 
 func (x *PipelineStatus) Reset() {
 	*x = PipelineStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1409,7 @@ func (x *PipelineStatus) String() string {
 func (*PipelineStatus) ProtoMessage() {}
 
 func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1422,7 @@ func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
 func (*PipelineStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PipelineStatus) GetState() string {
@@ -1299,7 +1512,7 @@ type TestResult struct {
 
 func (x *TestResult) Reset() {
 	*x = TestResult{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1524,7 @@ func (x *TestResult) String() string {
 func (*TestResult) ProtoMessage() {}
 
 func (x *TestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1537,7 @@ func (x *TestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
 func (*TestResult) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TestResult) GetFrameworkId() string {
@@ -1391,7 +1604,7 @@ type TestFailure struct {
 
 func (x *TestFailure) Reset() {
 	*x = TestFailure{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1616,7 @@ func (x *TestFailure) String() string {
 func (*TestFailure) ProtoMessage() {}
 
 func (x *TestFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1629,7 @@ func (x *TestFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
 func (*TestFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TestFailure) GetTestName() string {
@@ -1502,7 +1715,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1727,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1740,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Run) GetName() string {
@@ -1691,7 +1904,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1916,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1929,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1874,7 +2087,7 @@ type CreateRunRequest struct {
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2099,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2112,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -1985,7 +2198,7 @@ type SessionLimits struct {
 
 func (x *SessionLimits) Reset() {
 	*x = SessionLimits{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2210,7 @@ func (x *SessionLimits) String() string {
 func (*SessionLimits) ProtoMessage() {}
 
 func (x *SessionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2223,7 @@ func (x *SessionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
 func (*SessionLimits) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
@@ -2036,7 +2249,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2261,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2274,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -2080,7 +2293,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2305,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2318,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -2124,7 +2337,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2349,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2362,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -2170,7 +2383,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2395,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2408,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -2229,7 +2442,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2454,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2467,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -2282,7 +2495,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2507,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2520,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -2333,7 +2546,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2558,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2571,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -2379,7 +2592,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2604,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2617,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -2430,7 +2643,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2655,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2668,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -2476,7 +2689,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2701,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2714,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -2527,7 +2740,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2752,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2765,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -2572,7 +2785,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2797,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2810,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -2617,7 +2830,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2842,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2855,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -2661,7 +2874,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2886,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2899,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -2705,7 +2918,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2930,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2943,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -2749,7 +2962,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2974,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2987,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -2793,7 +3006,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3018,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3031,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -2846,7 +3059,7 @@ type TaskActionRequest struct {
 
 func (x *TaskActionRequest) Reset() {
 	*x = TaskActionRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3071,7 @@ func (x *TaskActionRequest) String() string {
 func (*TaskActionRequest) ProtoMessage() {}
 
 func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3084,7 @@ func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
 func (*TaskActionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TaskActionRequest) GetName() string {
@@ -2935,7 +3148,7 @@ type TaskActionResponse struct {
 
 func (x *TaskActionResponse) Reset() {
 	*x = TaskActionResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3160,7 @@ func (x *TaskActionResponse) String() string {
 func (*TaskActionResponse) ProtoMessage() {}
 
 func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3173,7 @@ func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
 func (*TaskActionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TaskActionResponse) GetRun() string {
@@ -3021,7 +3234,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3246,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3259,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListDecisionsRequest) GetName() string {
@@ -3071,7 +3284,7 @@ type DecisionEntry struct {
 
 func (x *DecisionEntry) Reset() {
 	*x = DecisionEntry{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3296,7 @@ func (x *DecisionEntry) String() string {
 func (*DecisionEntry) ProtoMessage() {}
 
 func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3309,7 @@ func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
 func (*DecisionEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DecisionEntry) GetNodeId() string {
@@ -3138,7 +3351,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3363,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3376,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
@@ -3196,7 +3409,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
 	"\vRetryPolicy\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xd9\x05\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xaa\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -3219,7 +3432,25 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\ftask_context\x18\x11 \x01(\tB\x03\xe0A\x03R\vtaskContext\x12\x1f\n" +
 	"\bguidance\x18\x12 \x03(\tB\x03\xe0A\x03R\bguidance\x12,\n" +
 	"\x0fkey_constraints\x18\x13 \x03(\tB\x03\xe0A\x03R\x0ekeyConstraints\x12Q\n" +
-	"\x10success_criteria\x18\x14 \x03(\v2!.sylk.message.v1.SuccessCriterionB\x03\xe0A\x03R\x0fsuccessCriteria\"\xef\x01\n" +
+	"\x10success_criteria\x18\x14 \x03(\v2!.sylk.message.v1.SuccessCriterionB\x03\xe0A\x03R\x0fsuccessCriteria\x12O\n" +
+	"\x0eretry_briefing\x18\x15 \x01(\v2#.sylk.orchestrator.v1.RetryBriefingB\x03\xe0A\x03R\rretryBriefing\"\xaf\x02\n" +
+	"\rRetryBriefing\x12)\n" +
+	"\x10original_request\x18\x01 \x01(\tR\x0foriginalRequest\x12%\n" +
+	"\x0eattempt_number\x18\x02 \x01(\x05R\rattemptNumber\x12K\n" +
+	"\x0eprior_attempts\x18\x03 \x03(\v2$.sylk.orchestrator.v1.AttemptSummaryR\rpriorAttempts\x12)\n" +
+	"\x10failure_analysis\x18\x04 \x01(\tR\x0ffailureAnalysis\x12-\n" +
+	"\x12suggested_approach\x18\x05 \x01(\tR\x11suggestedApproach\x12%\n" +
+	"\x0eavoid_patterns\x18\x06 \x03(\tR\ravoidPatterns\"\x9d\x02\n" +
+	"\x0eAttemptSummary\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x1b\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"error_tier\x18\x06 \x01(\tR\terrorTier\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x125\n" +
+	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xef\x01\n" +
 	"\n" +
 	"RunContext\x12\x12\n" +
 	"\x04plan\x18\x01 \x01(\tR\x04plan\x12\x16\n" +
@@ -3252,7 +3483,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\"8\n" +
 	"\bFileEdit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xc5\x01\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xe1\x01\n" +
 	"\n" +
 	"TaskReport\x12 \n" +
 	"\vimplemented\x18\x01 \x01(\tR\vimplemented\x12\x16\n" +
@@ -3262,7 +3493,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
 	"deviations\x18\x05 \x01(\tR\n" +
 	"deviations\x12\x1a\n" +
-	"\bconcerns\x18\x06 \x01(\tR\bconcerns\"\xdf\x02\n" +
+	"\bconcerns\x18\x06 \x01(\tR\bconcerns\x12\x1a\n" +
+	"\bbriefing\x18\a \x01(\tR\bbriefing\"\xdf\x02\n" +
 	"\x0ePipelineStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05loops\x18\x02 \x01(\x05R\x05loops\x12\x1b\n" +
@@ -3484,7 +3716,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(TaskActionType)(0),               // 0: sylk.orchestrator.v1.TaskActionType
 	(RunState)(0),                     // 1: sylk.orchestrator.v1.RunState
@@ -3494,119 +3726,125 @@ var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(*Policy)(nil),                    // 5: sylk.orchestrator.v1.Policy
 	(*RetryPolicy)(nil),               // 6: sylk.orchestrator.v1.RetryPolicy
 	(*Node)(nil),                      // 7: sylk.orchestrator.v1.Node
-	(*RunContext)(nil),                // 8: sylk.orchestrator.v1.RunContext
-	(*SessionCheck)(nil),              // 9: sylk.orchestrator.v1.SessionCheck
-	(*TaskControl)(nil),               // 10: sylk.orchestrator.v1.TaskControl
-	(*TaskControlReply)(nil),          // 11: sylk.orchestrator.v1.TaskControlReply
-	(*FileEdit)(nil),                  // 12: sylk.orchestrator.v1.FileEdit
-	(*TaskReport)(nil),                // 13: sylk.orchestrator.v1.TaskReport
-	(*PipelineStatus)(nil),            // 14: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 15: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 16: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 17: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 18: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 19: sylk.orchestrator.v1.CreateRunRequest
-	(*SessionLimits)(nil),             // 20: sylk.orchestrator.v1.SessionLimits
-	(*CreateRunResponse)(nil),         // 21: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 22: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 23: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 24: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 25: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 26: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 27: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 28: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 29: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 30: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 31: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 32: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 33: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 34: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 35: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 36: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 37: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*TaskActionRequest)(nil),         // 38: sylk.orchestrator.v1.TaskActionRequest
-	(*TaskActionResponse)(nil),        // 39: sylk.orchestrator.v1.TaskActionResponse
-	(*ListDecisionsRequest)(nil),      // 40: sylk.orchestrator.v1.ListDecisionsRequest
-	(*DecisionEntry)(nil),             // 41: sylk.orchestrator.v1.DecisionEntry
-	(*ListDecisionsResponse)(nil),     // 42: sylk.orchestrator.v1.ListDecisionsResponse
-	(*durationpb.Duration)(nil),       // 43: google.protobuf.Duration
-	(*v1.SuccessCriterion)(nil),       // 44: sylk.message.v1.SuccessCriterion
-	(*timestamppb.Timestamp)(nil),     // 45: google.protobuf.Timestamp
+	(*RetryBriefing)(nil),             // 8: sylk.orchestrator.v1.RetryBriefing
+	(*AttemptSummary)(nil),            // 9: sylk.orchestrator.v1.AttemptSummary
+	(*RunContext)(nil),                // 10: sylk.orchestrator.v1.RunContext
+	(*SessionCheck)(nil),              // 11: sylk.orchestrator.v1.SessionCheck
+	(*TaskControl)(nil),               // 12: sylk.orchestrator.v1.TaskControl
+	(*TaskControlReply)(nil),          // 13: sylk.orchestrator.v1.TaskControlReply
+	(*FileEdit)(nil),                  // 14: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 15: sylk.orchestrator.v1.TaskReport
+	(*PipelineStatus)(nil),            // 16: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 17: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 18: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 19: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 20: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 21: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 22: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 23: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 24: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 25: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 26: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 27: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 28: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 29: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 30: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 31: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 32: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 33: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 34: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 35: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 36: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 37: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 38: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 39: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 40: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 41: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 42: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 43: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 44: sylk.orchestrator.v1.ListDecisionsResponse
+	(*durationpb.Duration)(nil),       // 45: google.protobuf.Duration
+	(*v1.SuccessCriterion)(nil),       // 46: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 47: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
 	7,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
 	4,  // 1: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
 	5,  // 2: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
 	6,  // 3: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	43, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	43, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	45, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	45, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
 	6,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	12, // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	44, // 8: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	44, // 9: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	15, // 10: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
-	0,  // 11: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	14, // 12: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	15, // 13: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	43, // 14: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	16, // 15: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	1,  // 16: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	3,  // 17: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	18, // 18: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	45, // 19: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	45, // 20: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	45, // 21: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 22: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	9,  // 23: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	2,  // 24: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	43, // 25: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	45, // 26: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	45, // 27: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	45, // 28: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	13, // 29: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	14, // 30: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	3,  // 31: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	8,  // 32: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	20, // 33: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	17, // 34: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 35: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 36: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	17, // 37: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 38: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	17, // 39: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	0,  // 40: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	0,  // 41: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	2,  // 42: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	14, // 43: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	13, // 44: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	41, // 45: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	19, // 46: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	22, // 47: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	24, // 48: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	26, // 49: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	28, // 50: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	30, // 51: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	32, // 52: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	34, // 53: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	36, // 54: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	38, // 55: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	40, // 56: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	21, // 57: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	23, // 58: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	25, // 59: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	27, // 60: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	29, // 61: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	31, // 62: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	33, // 63: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	35, // 64: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	37, // 65: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	39, // 66: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	42, // 67: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	57, // [57:68] is the sub-list for method output_type
-	46, // [46:57] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	14, // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	46, // 8: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	8,  // 9: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
+	9,  // 10: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
+	45, // 11: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
+	47, // 12: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
+	46, // 13: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	17, // 14: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	0,  // 15: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	16, // 16: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	17, // 17: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	45, // 18: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	18, // 19: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	1,  // 20: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	3,  // 21: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	20, // 22: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	47, // 23: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	47, // 24: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	47, // 25: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	10, // 26: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	11, // 27: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	2,  // 28: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	45, // 29: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	47, // 30: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	47, // 31: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	47, // 32: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	15, // 33: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	16, // 34: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	3,  // 35: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	10, // 36: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	22, // 37: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	19, // 38: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	19, // 39: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	19, // 40: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	19, // 41: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	19, // 42: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	19, // 43: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	0,  // 44: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	0,  // 45: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	2,  // 46: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	16, // 47: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	15, // 48: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	43, // 49: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	21, // 50: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	24, // 51: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	26, // 52: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	28, // 53: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	30, // 54: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	32, // 55: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	34, // 56: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	36, // 57: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	38, // 58: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	40, // 59: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	42, // 60: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	23, // 61: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	25, // 62: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	27, // 63: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	29, // 64: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	31, // 65: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	33, // 66: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	35, // 67: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	37, // 68: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	39, // 69: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	41, // 70: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	44, // 71: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	61, // [61:72] is the sub-list for method output_type
+	50, // [50:61] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -3620,7 +3858,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
