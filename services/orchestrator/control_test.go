@@ -58,6 +58,23 @@ func TestRetriesWithBackoff(t *testing.T) {
 	require.Equal(t, 4.0, metric(t, h.reg, "sylk_orchestrator_node_retries_total", ""))
 }
 
+// A retried node is dispatched with a briefing on its prior attempts, and
+// its entry in the decision log says so (spec B-38).
+func TestRetryIsBriefed(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	h.startWorker(t, 1)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(retrying(cmd("broken", "exit 7"), 2, 10*time.Millisecond))})
+	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
+	log := got.GetDecisionLog()
+	require.Contains(t, log, "## Task broken (attempt 1): failed\n")
+	first := log[strings.Index(log, "## Task broken (attempt 1)"):strings.Index(log, "## Task broken (attempt 2)")]
+	require.NotContains(t, first, "Briefing", "a first attempt is not briefed")
+	require.Contains(t, log, "- Briefing: attempt 2 after 1 prior: Attempt 1 exited with 7")
+	require.Contains(t, log, "- Briefing: attempt 3 after 2 prior: Attempt 2 exited with 7")
+}
+
 func TestRetryWaitsForItsBackoff(t *testing.T) {
 	t.Parallel()
 	h, _ := newOrchestrator(t, nil, nil)

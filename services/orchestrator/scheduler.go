@@ -378,6 +378,20 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 			return nil, fmt.Errorf("load upstream outputs: %w", err)
 		}
 	}
+	// Retries are briefed on their prior attempts (spec B-38).
+	var retried []string
+	for _, n := range nodes {
+		if attempts[n.ID] > 1 {
+			retried = append(retried, n.ID)
+		}
+	}
+	var prior map[string][]*orchestratorv1.AttemptSummary
+	if len(retried) > 0 {
+		var err error
+		if prior, err = priorAttempts(ctx, q, run.TenantID, run.ID, retried); err != nil {
+			return nil, fmt.Errorf("load prior attempts: %w", err)
+		}
+	}
 	msgs := make([]*dispatchMsg, 0, len(nodes))
 	for _, n := range nodes {
 		spec, ok := specs[n.ID]
@@ -385,6 +399,12 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 			return nil, fmt.Errorf("run %s: node %s is missing from the stored dag", run.ID, n.ID)
 		}
 		attempt := attempts[n.ID]
+		encoded := n.Spec
+		if b := retryBriefing(spec, attempt, prior[n.ID]); b != nil {
+			spec = proto.Clone(spec).(*orchestratorv1.Node)
+			spec.RetryBriefing = b
+			encoded = nil
+		}
 		task := &messagev1.TaskDispatch{
 			RunId:            run.ID,
 			NodeId:           n.ID,
@@ -397,9 +417,10 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 			UpstreamOutputs:  s.upstream(n.DependsOn, outputs),
 		}
 		meta := map[string]string{}
-		// The stored row holds the node's encoded form already.
-		if n.Spec != nil {
-			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(n.Spec)
+		// The stored row holds the node's encoded form already (but for
+		// a briefed retry).
+		if encoded != nil {
+			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(encoded)
 		} else if b, err := proto.Marshal(spec); err == nil {
 			meta[worker.MetaNodeSpec] = base64.StdEncoding.EncodeToString(b)
 		}
@@ -1089,6 +1110,9 @@ func decisionSection(nodeID string, attempt int32, state string, res nodeResult,
 		orNone(rep.GetImplemented()), orNone(rep.GetTested()), files, orNone(rep.GetDecisions()), orNone(rep.GetDeviations()), orNone(rep.GetConcerns()))
 	if gitAudit != "" {
 		fmt.Fprintf(&b, "- Git calls: %d\n", len(strings.Split(gitAudit, "\n")))
+	}
+	if rep.GetBriefing() != "" {
+		fmt.Fprintf(&b, "- Briefing: %s\n", rep.GetBriefing())
 	}
 	if malformed != "" {
 		fmt.Fprintf(&b, "- Report: malformed, partial entry (%s)\n", malformed)
