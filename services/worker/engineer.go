@@ -187,6 +187,7 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 			fmt.Fprintf(&b, "\n### %s\n\n%s\n", k, up[k])
 		}
 	}
+	b.WriteString(briefingSection(spec.GetRetryBriefing()))
 	if g := spec.GetGuidance(); len(g) > 0 {
 		b.WriteString("\n## The user's guidance (follow it)\n\n")
 		for _, x := range g {

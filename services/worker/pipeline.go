@@ -395,6 +395,9 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 	}
 	p := &orchestratorv1.PipelineStatus{State: pipeRunning, MaxLoops: maxLoops}
 	pr.ctl.publish(p)
+	if line := briefingLine(pr.spec.GetRetryBriefing()); line != "" {
+		fmt.Fprintf(&pr.log, "retry briefing: %s\n", line)
+	}
 	edited, err := applyEdits(pr.dir, editsOf(pr.spec))
 	if err != nil {
 		pr.res.ExitCode, pr.res.Error = 1, err.Error()

@@ -566,7 +566,8 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		return s.sessionCheck(ctx, wsp, dir, meta, runCmd, res)
 	}
 	out := taskOutcome{msg: res}
-	report := &orchestratorv1.TaskReport{Decisions: "none", Deviations: "none", Concerns: "none", Tested: "not tested"}
+	report := &orchestratorv1.TaskReport{Decisions: "none", Deviations: "none", Concerns: "none", Tested: "not tested",
+		Briefing: briefingLine(spec.GetRetryBriefing())}
 	var pipe *orchestratorv1.PipelineStatus
 	var answer *modelAnswer
 	start := time.Now()
