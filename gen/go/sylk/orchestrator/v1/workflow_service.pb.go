@@ -25,6 +25,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SettleAction is what to do with a failed run's partial work.
+type SettleAction int32
+
+const (
+	SettleAction_SETTLE_ACTION_UNSPECIFIED SettleAction = 0
+	// Merge the succeeded nodes' patches into the run's result_patch.
+	SettleAction_SETTLE_ACTION_KEEP SettleAction = 1
+	// Discard them: the run's result_patch is emptied.
+	SettleAction_SETTLE_ACTION_ROLLBACK SettleAction = 2
+)
+
+// Enum value maps for SettleAction.
+var (
+	SettleAction_name = map[int32]string{
+		0: "SETTLE_ACTION_UNSPECIFIED",
+		1: "SETTLE_ACTION_KEEP",
+		2: "SETTLE_ACTION_ROLLBACK",
+	}
+	SettleAction_value = map[string]int32{
+		"SETTLE_ACTION_UNSPECIFIED": 0,
+		"SETTLE_ACTION_KEEP":        1,
+		"SETTLE_ACTION_ROLLBACK":    2,
+	}
+)
+
+func (x SettleAction) Enum() *SettleAction {
+	p := new(SettleAction)
+	*p = x
+	return p
+}
+
+func (x SettleAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SettleAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0].Descriptor()
+}
+
+func (SettleAction) Type() protoreflect.EnumType {
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0]
+}
+
+func (x SettleAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SettleAction.Descriptor instead.
+func (SettleAction) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+}
+
 // TaskActionType is a user's action on a node (spec F-13, F-11).
 type TaskActionType int32
 
@@ -90,11 +142,11 @@ func (x TaskActionType) String() string {
 }
 
 func (TaskActionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0].Descriptor()
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1].Descriptor()
 }
 
 func (TaskActionType) Type() protoreflect.EnumType {
-	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[0]
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1]
 }
 
 func (x TaskActionType) Number() protoreflect.EnumNumber {
@@ -103,7 +155,7 @@ func (x TaskActionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskActionType.Descriptor instead.
 func (TaskActionType) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
 }
 
 type RunState int32
@@ -151,11 +203,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1].Descriptor()
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[1]
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -164,7 +216,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
 }
 
 type NodeState int32
@@ -216,11 +268,11 @@ func (x NodeState) String() string {
 }
 
 func (NodeState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2].Descriptor()
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[3].Descriptor()
 }
 
 func (NodeState) Type() protoreflect.EnumType {
-	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[2]
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[3]
 }
 
 func (x NodeState) Number() protoreflect.EnumNumber {
@@ -229,7 +281,213 @@ func (x NodeState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeState.Descriptor instead.
 func (NodeState) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
+}
+
+type SettleRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "runs/{run}".
+	Name          string       `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Action        SettleAction `protobuf:"varint,2,opt,name=action,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRunRequest) Reset() {
+	*x = SettleRunRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRunRequest) ProtoMessage() {}
+
+func (x *SettleRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRunRequest.ProtoReflect.Descriptor instead.
+func (*SettleRunRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SettleRunRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SettleRunRequest) GetAction() SettleAction {
+	if x != nil {
+		return x.Action
+	}
+	return SettleAction_SETTLE_ACTION_UNSPECIFIED
+}
+
+type SettleRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Receipt       *SettleReceipt         `protobuf:"bytes,2,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRunResponse) Reset() {
+	*x = SettleRunResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRunResponse) ProtoMessage() {}
+
+func (x *SettleRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRunResponse.ProtoReflect.Descriptor instead.
+func (*SettleRunResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SettleRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *SettleRunResponse) GetReceipt() *SettleReceipt {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
+// SettleReceipt says what a settled run's result holds (spec B-39).
+type SettleReceipt struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action SettleAction           `protobuf:"varint,1,opt,name=action,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"action,omitempty"`
+	// Succeeded nodes whose patches are in the result (keep).
+	KeptNodes []string `protobuf:"bytes,2,rep,name=kept_nodes,json=keptNodes,proto3" json:"kept_nodes,omitempty"`
+	// Succeeded nodes whose patches are not in the result (rollback).
+	DiscardedNodes []string `protobuf:"bytes,3,rep,name=discarded_nodes,json=discardedNodes,proto3" json:"discarded_nodes,omitempty"`
+	// Nodes that did not succeed: nothing of theirs is in the result.
+	UnfinishedNodes []string `protobuf:"bytes,4,rep,name=unfinished_nodes,json=unfinishedNodes,proto3" json:"unfinished_nodes,omitempty"`
+	// Files the result patch changes.
+	FilesChanged int32 `protobuf:"varint,5,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	// Nodes whose patches could not be merged with the others (keep).
+	Conflicts []string `protobuf:"bytes,6,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
+	// What the receipt cannot show: agents never touch the repository
+	// itself, push or call outside services on the run's behalf, so nothing
+	// outside the result patch needs undoing.
+	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleReceipt) Reset() {
+	*x = SettleReceipt{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleReceipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleReceipt) ProtoMessage() {}
+
+func (x *SettleReceipt) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleReceipt.ProtoReflect.Descriptor instead.
+func (*SettleReceipt) Descriptor() ([]byte, []int) {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SettleReceipt) GetAction() SettleAction {
+	if x != nil {
+		return x.Action
+	}
+	return SettleAction_SETTLE_ACTION_UNSPECIFIED
+}
+
+func (x *SettleReceipt) GetKeptNodes() []string {
+	if x != nil {
+		return x.KeptNodes
+	}
+	return nil
+}
+
+func (x *SettleReceipt) GetDiscardedNodes() []string {
+	if x != nil {
+		return x.DiscardedNodes
+	}
+	return nil
+}
+
+func (x *SettleReceipt) GetUnfinishedNodes() []string {
+	if x != nil {
+		return x.UnfinishedNodes
+	}
+	return nil
+}
+
+func (x *SettleReceipt) GetFilesChanged() int32 {
+	if x != nil {
+		return x.FilesChanged
+	}
+	return 0
+}
+
+func (x *SettleReceipt) GetConflicts() []string {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+func (x *SettleReceipt) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
 }
 
 // Dag is a plan's task graph (spec F-01).
@@ -246,7 +504,7 @@ type Dag struct {
 
 func (x *Dag) Reset() {
 	*x = Dag{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +516,7 @@ func (x *Dag) String() string {
 func (*Dag) ProtoMessage() {}
 
 func (x *Dag) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +529,7 @@ func (x *Dag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dag.ProtoReflect.Descriptor instead.
 func (*Dag) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Dag) GetNodes() []*Node {
@@ -305,7 +563,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +575,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +588,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Layer) GetNodeIds() []string {
@@ -354,7 +612,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +624,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +637,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Policy) GetFailFast() bool {
@@ -408,7 +666,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +678,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +691,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RetryPolicy) GetMax() int32 {
@@ -503,7 +761,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +773,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +786,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Node) GetId() string {
@@ -697,7 +955,7 @@ type RetryBriefing struct {
 
 func (x *RetryBriefing) Reset() {
 	*x = RetryBriefing{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +967,7 @@ func (x *RetryBriefing) String() string {
 func (*RetryBriefing) ProtoMessage() {}
 
 func (x *RetryBriefing) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +980,7 @@ func (x *RetryBriefing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBriefing.ProtoReflect.Descriptor instead.
 func (*RetryBriefing) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RetryBriefing) GetOriginalRequest() string {
@@ -787,7 +1045,7 @@ type AttemptSummary struct {
 
 func (x *AttemptSummary) Reset() {
 	*x = AttemptSummary{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +1057,7 @@ func (x *AttemptSummary) String() string {
 func (*AttemptSummary) ProtoMessage() {}
 
 func (x *AttemptSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1070,7 @@ func (x *AttemptSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptSummary.ProtoReflect.Descriptor instead.
 func (*AttemptSummary) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AttemptSummary) GetAttempt() int32 {
@@ -894,7 +1152,7 @@ type RunContext struct {
 
 func (x *RunContext) Reset() {
 	*x = RunContext{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1164,7 @@ func (x *RunContext) String() string {
 func (*RunContext) ProtoMessage() {}
 
 func (x *RunContext) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1177,7 @@ func (x *RunContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
 func (*RunContext) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunContext) GetPlan() string {
@@ -991,7 +1249,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1261,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1274,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionCheck) GetState() string {
@@ -1091,7 +1349,7 @@ type TaskControl struct {
 
 func (x *TaskControl) Reset() {
 	*x = TaskControl{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1361,7 @@ func (x *TaskControl) String() string {
 func (*TaskControl) ProtoMessage() {}
 
 func (x *TaskControl) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1374,7 @@ func (x *TaskControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControl.ProtoReflect.Descriptor instead.
 func (*TaskControl) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskControl) GetTenantId() string {
@@ -1173,7 +1431,7 @@ type TaskControlReply struct {
 
 func (x *TaskControlReply) Reset() {
 	*x = TaskControlReply{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1443,7 @@ func (x *TaskControlReply) String() string {
 func (*TaskControlReply) ProtoMessage() {}
 
 func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1456,7 @@ func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControlReply.ProtoReflect.Descriptor instead.
 func (*TaskControlReply) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskControlReply) GetPipeline() *PipelineStatus {
@@ -1233,7 +1491,7 @@ type FileEdit struct {
 
 func (x *FileEdit) Reset() {
 	*x = FileEdit{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1503,7 @@ func (x *FileEdit) String() string {
 func (*FileEdit) ProtoMessage() {}
 
 func (x *FileEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1516,7 @@ func (x *FileEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEdit.ProtoReflect.Descriptor instead.
 func (*FileEdit) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FileEdit) GetPath() string {
@@ -1293,7 +1551,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1563,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1576,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskReport) GetImplemented() string {
@@ -1397,7 +1655,7 @@ type PipelineStatus struct {
 
 func (x *PipelineStatus) Reset() {
 	*x = PipelineStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1667,7 @@ func (x *PipelineStatus) String() string {
 func (*PipelineStatus) ProtoMessage() {}
 
 func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1680,7 @@ func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
 func (*PipelineStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PipelineStatus) GetState() string {
@@ -1512,7 +1770,7 @@ type TestResult struct {
 
 func (x *TestResult) Reset() {
 	*x = TestResult{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1782,7 @@ func (x *TestResult) String() string {
 func (*TestResult) ProtoMessage() {}
 
 func (x *TestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1795,7 @@ func (x *TestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
 func (*TestResult) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TestResult) GetFrameworkId() string {
@@ -1604,7 +1862,7 @@ type TestFailure struct {
 
 func (x *TestFailure) Reset() {
 	*x = TestFailure{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1874,7 @@ func (x *TestFailure) String() string {
 func (*TestFailure) ProtoMessage() {}
 
 func (x *TestFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1887,7 @@ func (x *TestFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
 func (*TestFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TestFailure) GetTestName() string {
@@ -1715,7 +1973,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1985,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1998,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Run) GetName() string {
@@ -1904,7 +2162,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2174,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2187,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2087,7 +2345,7 @@ type CreateRunRequest struct {
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2357,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2370,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -2198,7 +2456,7 @@ type SessionLimits struct {
 
 func (x *SessionLimits) Reset() {
 	*x = SessionLimits{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2468,7 @@ func (x *SessionLimits) String() string {
 func (*SessionLimits) ProtoMessage() {}
 
 func (x *SessionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2481,7 @@ func (x *SessionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
 func (*SessionLimits) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
@@ -2249,7 +2507,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2519,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2532,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -2293,7 +2551,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2563,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2576,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -2337,7 +2595,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2607,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2620,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -2383,7 +2641,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2653,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2666,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -2442,7 +2700,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2712,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2725,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -2495,7 +2753,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2765,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2778,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -2546,7 +2804,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2816,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2829,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -2592,7 +2850,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2862,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2875,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -2643,7 +2901,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2913,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2926,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -2689,7 +2947,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2959,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2972,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -2740,7 +2998,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +3010,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +3023,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -2785,7 +3043,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3055,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3068,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -2830,7 +3088,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3100,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3113,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -2874,7 +3132,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3144,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3157,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -2918,7 +3176,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3188,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3201,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -2962,7 +3220,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3232,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3245,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -3006,7 +3264,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3276,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3289,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -3059,7 +3317,7 @@ type TaskActionRequest struct {
 
 func (x *TaskActionRequest) Reset() {
 	*x = TaskActionRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3329,7 @@ func (x *TaskActionRequest) String() string {
 func (*TaskActionRequest) ProtoMessage() {}
 
 func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3342,7 @@ func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
 func (*TaskActionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TaskActionRequest) GetName() string {
@@ -3148,7 +3406,7 @@ type TaskActionResponse struct {
 
 func (x *TaskActionResponse) Reset() {
 	*x = TaskActionResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3418,7 @@ func (x *TaskActionResponse) String() string {
 func (*TaskActionResponse) ProtoMessage() {}
 
 func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3431,7 @@ func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
 func (*TaskActionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TaskActionResponse) GetRun() string {
@@ -3234,7 +3492,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3504,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3517,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListDecisionsRequest) GetName() string {
@@ -3284,7 +3542,7 @@ type DecisionEntry struct {
 
 func (x *DecisionEntry) Reset() {
 	*x = DecisionEntry{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3554,7 @@ func (x *DecisionEntry) String() string {
 func (*DecisionEntry) ProtoMessage() {}
 
 func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3567,7 @@ func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
 func (*DecisionEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DecisionEntry) GetNodeId() string {
@@ -3351,7 +3609,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3621,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3634,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
@@ -3397,7 +3655,22 @@ var File_sylk_orchestrator_v1_workflow_service_proto protoreflect.FileDescriptor
 
 const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
-	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"\xb3\x01\n" +
+	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"l\n" +
+	"\x10SettleRunRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12?\n" +
+	"\x06action\x18\x02 \x01(\x0e2\".sylk.orchestrator.v1.SettleActionB\x03\xe0A\x02R\x06action\"\x7f\n" +
+	"\x11SettleRunResponse\x12+\n" +
+	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\x12=\n" +
+	"\areceipt\x18\x02 \x01(\v2#.sylk.orchestrator.v1.SettleReceiptR\areceipt\"\x95\x02\n" +
+	"\rSettleReceipt\x12:\n" +
+	"\x06action\x18\x01 \x01(\x0e2\".sylk.orchestrator.v1.SettleActionR\x06action\x12\x1d\n" +
+	"\n" +
+	"kept_nodes\x18\x02 \x03(\tR\tkeptNodes\x12'\n" +
+	"\x0fdiscarded_nodes\x18\x03 \x03(\tR\x0ediscardedNodes\x12)\n" +
+	"\x10unfinished_nodes\x18\x04 \x03(\tR\x0funfinishedNodes\x12#\n" +
+	"\rfiles_changed\x18\x05 \x01(\x05R\ffilesChanged\x12\x1c\n" +
+	"\tconflicts\x18\x06 \x03(\tR\tconflicts\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note\"\xb3\x01\n" +
 	"\x03Dag\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.sylk.orchestrator.v1.NodeR\x05nodes\x12D\n" +
 	"\x0fexecution_order\x18\x02 \x03(\v2\x1b.sylk.orchestrator.v1.LayerR\x0eexecutionOrder\x124\n" +
@@ -3660,7 +3933,11 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x06report\x18\x04 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\"h\n" +
 	"\x15ListDecisionsResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.sylk.orchestrator.v1.DecisionEntryR\aentries\x12\x10\n" +
-	"\x03log\x18\x02 \x01(\tR\x03log*\xac\x02\n" +
+	"\x03log\x18\x02 \x01(\tR\x03log*a\n" +
+	"\fSettleAction\x12\x1d\n" +
+	"\x19SETTLE_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12SETTLE_ACTION_KEEP\x10\x01\x12\x1a\n" +
+	"\x16SETTLE_ACTION_ROLLBACK\x10\x02*\xac\x02\n" +
 	"\x0eTaskActionType\x12 \n" +
 	"\x1cTASK_ACTION_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TASK_ACTION_TYPE_QUERY\x10\x01\x12\x1e\n" +
@@ -3687,7 +3964,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x11NODE_STATE_FAILED\x10\x04\x12\x16\n" +
 	"\x12NODE_STATE_SKIPPED\x10\x05\x12\x18\n" +
 	"\x14NODE_STATE_CANCELLED\x10\x06\x12\x15\n" +
-	"\x11NODE_STATE_PAUSED\x10\a2\xa3\f\n" +
+	"\x11NODE_STATE_PAUSED\x10\a2\xa7\r\n" +
 	"\x0fWorkflowService\x12q\n" +
 	"\tCreateRun\x12&.sylk.orchestrator.v1.CreateRunRequest\x1a'.sylk.orchestrator.v1.CreateRunResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/runs\x12n\n" +
 	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12k\n" +
@@ -3701,7 +3978,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x11CancelSessionRuns\x12..sylk.orchestrator.v1.CancelSessionRunsRequest\x1a/.sylk.orchestrator.v1.CancelSessionRunsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{session=sessions/*}/runs:cancel\x12\xb4\x01\n" +
 	"\n" +
 	"TaskAction\x12'.sylk.orchestrator.v1.TaskActionRequest\x1a(.sylk.orchestrator.v1.TaskActionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*Z*:\x01*\"%/v1/{session=sessions/*}/tasks:action\"\x1c/v1/{name=runs/*}:taskAction\x12\x8d\x01\n" +
-	"\rListDecisions\x12*.sylk.orchestrator.v1.ListDecisionsRequest\x1a+.sylk.orchestrator.v1.ListDecisionsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/{name=runs/*}/decisionsB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\rListDecisions\x12*.sylk.orchestrator.v1.ListDecisionsRequest\x1a+.sylk.orchestrator.v1.ListDecisionsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/{name=runs/*}/decisions\x12\x81\x01\n" +
+	"\tSettleRun\x12&.sylk.orchestrator.v1.SettleRunRequest\x1a'.sylk.orchestrator.v1.SettleRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:settleB:Z8sylk.dev/sylk/gen/go/sylk/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_sylk_orchestrator_v1_workflow_service_proto_rawDescOnce sync.Once
@@ -3715,136 +3993,146 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescData
 }
 
-var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
-	(TaskActionType)(0),               // 0: sylk.orchestrator.v1.TaskActionType
-	(RunState)(0),                     // 1: sylk.orchestrator.v1.RunState
-	(NodeState)(0),                    // 2: sylk.orchestrator.v1.NodeState
-	(*Dag)(nil),                       // 3: sylk.orchestrator.v1.Dag
-	(*Layer)(nil),                     // 4: sylk.orchestrator.v1.Layer
-	(*Policy)(nil),                    // 5: sylk.orchestrator.v1.Policy
-	(*RetryPolicy)(nil),               // 6: sylk.orchestrator.v1.RetryPolicy
-	(*Node)(nil),                      // 7: sylk.orchestrator.v1.Node
-	(*RetryBriefing)(nil),             // 8: sylk.orchestrator.v1.RetryBriefing
-	(*AttemptSummary)(nil),            // 9: sylk.orchestrator.v1.AttemptSummary
-	(*RunContext)(nil),                // 10: sylk.orchestrator.v1.RunContext
-	(*SessionCheck)(nil),              // 11: sylk.orchestrator.v1.SessionCheck
-	(*TaskControl)(nil),               // 12: sylk.orchestrator.v1.TaskControl
-	(*TaskControlReply)(nil),          // 13: sylk.orchestrator.v1.TaskControlReply
-	(*FileEdit)(nil),                  // 14: sylk.orchestrator.v1.FileEdit
-	(*TaskReport)(nil),                // 15: sylk.orchestrator.v1.TaskReport
-	(*PipelineStatus)(nil),            // 16: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 17: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 18: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 19: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 20: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 21: sylk.orchestrator.v1.CreateRunRequest
-	(*SessionLimits)(nil),             // 22: sylk.orchestrator.v1.SessionLimits
-	(*CreateRunResponse)(nil),         // 23: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 24: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 25: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 26: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 27: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 28: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 29: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 30: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 31: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 32: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 33: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 34: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 35: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 36: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 37: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 38: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 39: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*TaskActionRequest)(nil),         // 40: sylk.orchestrator.v1.TaskActionRequest
-	(*TaskActionResponse)(nil),        // 41: sylk.orchestrator.v1.TaskActionResponse
-	(*ListDecisionsRequest)(nil),      // 42: sylk.orchestrator.v1.ListDecisionsRequest
-	(*DecisionEntry)(nil),             // 43: sylk.orchestrator.v1.DecisionEntry
-	(*ListDecisionsResponse)(nil),     // 44: sylk.orchestrator.v1.ListDecisionsResponse
-	(*durationpb.Duration)(nil),       // 45: google.protobuf.Duration
-	(*v1.SuccessCriterion)(nil),       // 46: sylk.message.v1.SuccessCriterion
-	(*timestamppb.Timestamp)(nil),     // 47: google.protobuf.Timestamp
+	(SettleAction)(0),                 // 0: sylk.orchestrator.v1.SettleAction
+	(TaskActionType)(0),               // 1: sylk.orchestrator.v1.TaskActionType
+	(RunState)(0),                     // 2: sylk.orchestrator.v1.RunState
+	(NodeState)(0),                    // 3: sylk.orchestrator.v1.NodeState
+	(*SettleRunRequest)(nil),          // 4: sylk.orchestrator.v1.SettleRunRequest
+	(*SettleRunResponse)(nil),         // 5: sylk.orchestrator.v1.SettleRunResponse
+	(*SettleReceipt)(nil),             // 6: sylk.orchestrator.v1.SettleReceipt
+	(*Dag)(nil),                       // 7: sylk.orchestrator.v1.Dag
+	(*Layer)(nil),                     // 8: sylk.orchestrator.v1.Layer
+	(*Policy)(nil),                    // 9: sylk.orchestrator.v1.Policy
+	(*RetryPolicy)(nil),               // 10: sylk.orchestrator.v1.RetryPolicy
+	(*Node)(nil),                      // 11: sylk.orchestrator.v1.Node
+	(*RetryBriefing)(nil),             // 12: sylk.orchestrator.v1.RetryBriefing
+	(*AttemptSummary)(nil),            // 13: sylk.orchestrator.v1.AttemptSummary
+	(*RunContext)(nil),                // 14: sylk.orchestrator.v1.RunContext
+	(*SessionCheck)(nil),              // 15: sylk.orchestrator.v1.SessionCheck
+	(*TaskControl)(nil),               // 16: sylk.orchestrator.v1.TaskControl
+	(*TaskControlReply)(nil),          // 17: sylk.orchestrator.v1.TaskControlReply
+	(*FileEdit)(nil),                  // 18: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 19: sylk.orchestrator.v1.TaskReport
+	(*PipelineStatus)(nil),            // 20: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 21: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 22: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 23: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 24: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 25: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 26: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 27: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 28: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 29: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 30: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 31: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 32: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 33: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 34: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 35: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 36: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 37: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 38: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 39: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 40: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 41: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 42: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 43: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 44: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 45: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 46: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 47: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 48: sylk.orchestrator.v1.ListDecisionsResponse
+	(*durationpb.Duration)(nil),       // 49: google.protobuf.Duration
+	(*v1.SuccessCriterion)(nil),       // 50: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 51: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
-	7,  // 0: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
-	4,  // 1: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
-	5,  // 2: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
-	6,  // 3: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	45, // 4: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	45, // 5: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
-	6,  // 6: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	14, // 7: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	46, // 8: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	8,  // 9: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
-	9,  // 10: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
-	45, // 11: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
-	47, // 12: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
-	46, // 13: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	17, // 14: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
-	0,  // 15: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	16, // 16: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	17, // 17: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	45, // 18: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	18, // 19: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	1,  // 20: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	3,  // 21: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	20, // 22: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	47, // 23: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	47, // 24: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	47, // 25: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	10, // 26: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	11, // 27: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	2,  // 28: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	45, // 29: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	47, // 30: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	47, // 31: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	47, // 32: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	15, // 33: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	16, // 34: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	3,  // 35: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	10, // 36: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	22, // 37: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	19, // 38: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	19, // 39: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	19, // 40: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	19, // 41: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	19, // 42: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	19, // 43: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	0,  // 44: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	0,  // 45: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	2,  // 46: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	16, // 47: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	15, // 48: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	43, // 49: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	21, // 50: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	24, // 51: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	26, // 52: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	28, // 53: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	30, // 54: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	32, // 55: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	34, // 56: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	36, // 57: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	38, // 58: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	40, // 59: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	42, // 60: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	23, // 61: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	25, // 62: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	27, // 63: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	29, // 64: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	31, // 65: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	33, // 66: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	35, // 67: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	37, // 68: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	39, // 69: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	41, // 70: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	44, // 71: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	61, // [61:72] is the sub-list for method output_type
-	50, // [50:61] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	0,  // 0: sylk.orchestrator.v1.SettleRunRequest.action:type_name -> sylk.orchestrator.v1.SettleAction
+	23, // 1: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	6,  // 2: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
+	0,  // 3: sylk.orchestrator.v1.SettleReceipt.action:type_name -> sylk.orchestrator.v1.SettleAction
+	11, // 4: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
+	8,  // 5: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
+	9,  // 6: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
+	10, // 7: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	49, // 8: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	49, // 9: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	10, // 10: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	18, // 11: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	50, // 12: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	12, // 13: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
+	13, // 14: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
+	49, // 15: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
+	51, // 16: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
+	50, // 17: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	21, // 18: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	1,  // 19: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	20, // 20: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	21, // 21: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	49, // 22: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	22, // 23: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	2,  // 24: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	7,  // 25: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	24, // 26: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	51, // 27: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	51, // 28: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	51, // 29: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	14, // 30: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	15, // 31: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	3,  // 32: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	49, // 33: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	51, // 34: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	51, // 35: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	51, // 36: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	19, // 37: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	20, // 38: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	7,  // 39: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	14, // 40: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	26, // 41: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	23, // 42: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	23, // 43: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	23, // 44: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	23, // 45: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	23, // 46: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	23, // 47: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	1,  // 48: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	1,  // 49: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	3,  // 50: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	20, // 51: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	19, // 52: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	47, // 53: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	25, // 54: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	28, // 55: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	30, // 56: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	32, // 57: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	34, // 58: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	36, // 59: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	38, // 60: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	40, // 61: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	42, // 62: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	44, // 63: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	46, // 64: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	4,  // 65: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
+	27, // 66: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	29, // 67: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	31, // 68: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	33, // 69: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	35, // 70: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	37, // 71: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	39, // 72: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	41, // 73: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	43, // 74: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	45, // 75: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	48, // 76: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	5,  // 77: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
+	66, // [66:78] is the sub-list for method output_type
+	54, // [54:66] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -3857,8 +4145,8 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   42,
+			NumEnums:      4,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

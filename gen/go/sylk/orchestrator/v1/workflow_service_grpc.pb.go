@@ -30,6 +30,7 @@ const (
 	WorkflowService_CancelSessionRuns_FullMethodName = "/sylk.orchestrator.v1.WorkflowService/CancelSessionRuns"
 	WorkflowService_TaskAction_FullMethodName        = "/sylk.orchestrator.v1.WorkflowService/TaskAction"
 	WorkflowService_ListDecisions_FullMethodName     = "/sylk.orchestrator.v1.WorkflowService/ListDecisions"
+	WorkflowService_SettleRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/SettleRun"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -63,6 +64,11 @@ type WorkflowServiceClient interface {
 	// ListDecisions reads a run's decision log (spec H-07), one entry per
 	// finished task attempt, with the task's structured report.
 	ListDecisions(ctx context.Context, in *ListDecisionsRequest, opts ...grpc.CallOption) (*ListDecisionsResponse, error)
+	// SettleRun decides what becomes of a failed or cancelled run's partial
+	// work (spec B-37, B-39): keep merges the patches of its succeeded nodes
+	// into result_patch, for the user to go on by hand; rollback discards
+	// that merge. The receipt says what is and is not in the result.
+	SettleRun(ctx context.Context, in *SettleRunRequest, opts ...grpc.CallOption) (*SettleRunResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -183,6 +189,16 @@ func (c *workflowServiceClient) ListDecisions(ctx context.Context, in *ListDecis
 	return out, nil
 }
 
+func (c *workflowServiceClient) SettleRun(ctx context.Context, in *SettleRunRequest, opts ...grpc.CallOption) (*SettleRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleRunResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_SettleRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -214,6 +230,11 @@ type WorkflowServiceServer interface {
 	// ListDecisions reads a run's decision log (spec H-07), one entry per
 	// finished task attempt, with the task's structured report.
 	ListDecisions(context.Context, *ListDecisionsRequest) (*ListDecisionsResponse, error)
+	// SettleRun decides what becomes of a failed or cancelled run's partial
+	// work (spec B-37, B-39): keep merges the patches of its succeeded nodes
+	// into result_patch, for the user to go on by hand; rollback discards
+	// that merge. The receipt says what is and is not in the result.
+	SettleRun(context.Context, *SettleRunRequest) (*SettleRunResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -256,6 +277,9 @@ func (UnimplementedWorkflowServiceServer) TaskAction(context.Context, *TaskActio
 }
 func (UnimplementedWorkflowServiceServer) ListDecisions(context.Context, *ListDecisionsRequest) (*ListDecisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDecisions not implemented")
+}
+func (UnimplementedWorkflowServiceServer) SettleRun(context.Context, *SettleRunRequest) (*SettleRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettleRun not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -476,6 +500,24 @@ func _WorkflowService_ListDecisions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_SettleRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).SettleRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_SettleRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).SettleRun(ctx, req.(*SettleRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -526,6 +568,10 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDecisions",
 			Handler:    _WorkflowService_ListDecisions_Handler,
+		},
+		{
+			MethodName: "SettleRun",
+			Handler:    _WorkflowService_SettleRun_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
