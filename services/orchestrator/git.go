@@ -101,6 +101,12 @@ func (s *Service) mergeRun(ctx context.Context, log *slog.Logger, tenant, runID,
 		log.ErrorContext(ctx, "load patches", logx.Err(err))
 		return
 	}
+	s.mergeAndStore(ctx, log, tenant, runID, repo, base, ps)
+}
+
+// mergeAndStore merges loaded node patches into the run's result patch and
+// returns the conflicts it stored.
+func (s *Service) mergeAndStore(ctx context.Context, log *slog.Logger, tenant, runID, repo, base string, ps [][2]string) []string {
 	patch, conflicts, err := s.mergePatches(ctx, repo, base, ps)
 	if err != nil {
 		log.ErrorContext(ctx, "merge patches", logx.Err(err))
@@ -112,4 +118,5 @@ func (s *Service) mergeRun(ctx context.Context, log *slog.Logger, tenant, runID,
 	if len(conflicts) > 0 {
 		log.WarnContext(ctx, "patches conflict", slog.Any("nodes", conflicts))
 	}
+	return conflicts
 }

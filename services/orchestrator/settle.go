@@ -56,8 +56,9 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	}
 	log := s.log.With(logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
 	receipt := &orchestratorv1.SettleReceipt{Action: act, Note: settleNote}
-	if act == orchestratorv1.SettleAction_SETTLE_ACTION_KEEP && run.Repository != "" && len(ps) > 0 {
-		s.mergeRun(ctx, log, who.TenantID, id, run.Repository, run.BaseCommit)
+	keep := act == orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
+	if keep && run.Repository != "" && len(ps) > 0 {
+		receipt.Conflicts = s.mergeAndStore(ctx, log, who.TenantID, id, run.Repository, run.BaseCommit, ps)
 	} else if err := storeMerge(ctx, s.db, who.TenantID, id, "", nil); err != nil {
 		return nil, s.internal(ctx, "discard result patch", err)
 	}
@@ -66,19 +67,11 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		return nil, err
 	}
 	for _, p := range ps {
-		node := p[0]
-		switch {
-		case act == orchestratorv1.SettleAction_SETTLE_ACTION_ROLLBACK:
+		switch node := p[0]; {
+		case !keep:
 			receipt.DiscardedNodes = append(receipt.DiscardedNodes, node)
-		case slices.Contains(r.GetMergeConflicts(), node):
-			receipt.Conflicts = append(receipt.Conflicts, node)
-		default:
+		case !slices.Contains(receipt.Conflicts, node):
 			receipt.KeptNodes = append(receipt.KeptNodes, node)
-		}
-	}
-	for _, c := range r.GetMergeConflicts() {
-		if !slices.Contains(receipt.Conflicts, c) {
-			receipt.Conflicts = append(receipt.Conflicts, c)
 		}
 	}
 	for _, n := range r.GetNodes() {
