@@ -50,7 +50,7 @@ func (pr *pipelineRun) gateCorrections(role string, items []string, rootCause fl
 	if len(blocked) > 0 {
 		fmt.Fprintf(&pr.log, "  %s: %d correction(s) blocked by the validation gate: %s\n", role, len(blocked), strings.Join(blocked, "; "))
 		concern := fmt.Sprintf("%s corrections not applied because they contradict a key constraint: %s", role, strings.Join(blocked, "; "))
-		if pr.report.Concerns != "" {
+		if c := pr.report.Concerns; c != "" && !strings.EqualFold(c, "none") {
 			concern = pr.report.Concerns + "; " + concern
 		}
 		pr.report.Concerns = concern
