@@ -9,6 +9,13 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 )
 
+// Bounds of the key constraints, and of the success criteria, that a caller
+// may state for one request (each list, each entry).
+const (
+	MaxStatements     = 50
+	MaxStatementBytes = 1000
+)
+
 // Merge returns a request's enriched success criteria (spec A-11): every
 // explicit criterion as the user gave it, then each expectation of the
 // domain that no key constraint contradicts and no constraint or criterion

@@ -16,8 +16,8 @@ import (
 // Bounds of a domain expectations request.
 const (
 	maxExpectationRequestBytes = 64 << 10
-	maxConstraints             = 50
-	maxConstraintBytes         = 1000
+	maxConstraints             = intent.MaxStatements
+	maxConstraintBytes         = intent.MaxStatementBytes
 	maxDomainBytes             = 200
 )
 

@@ -27,8 +27,8 @@ const (
 
 // Bounds of the user's own constraints and criteria on a plan.
 const (
-	maxStatements     = 50
-	maxStatementBytes = 1000
+	maxStatements     = intent.MaxStatements
+	maxStatementBytes = intent.MaxStatementBytes
 )
 
 // statedIntent is what the user said a plan must respect and achieve.

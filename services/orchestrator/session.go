@@ -15,6 +15,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/intent"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/worker"
@@ -110,10 +111,11 @@ func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 	return nil
 }
 
-// Bounds of a run's intent (its key constraints and success criteria).
+// Bounds of a run's intent (its key constraints and success criteria): a
+// plan's merged criteria are the user's plus its domain's.
 const (
-	maxIntentStatements     = 100
-	maxIntentStatementBytes = 1000
+	maxIntentStatements     = 2 * intent.MaxStatements
+	maxIntentStatementBytes = intent.MaxStatementBytes
 )
 
 // startSessionCheck dispatches the session check of a run that just
