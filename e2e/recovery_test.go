@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // TestRetryBriefing drives the retry briefing through REST (spec B-38): a
@@ -47,6 +53,19 @@ func TestSettlePartialWork(t *testing.T) {
 	require.Equal(t, []any{"doc"}, back["receipt"].(map[string]any)["discardedNodes"])
 	require.Empty(t, back["run"].(map[string]any)["resultPatch"])
 
+	// The run's choices, with a default by error tier (spec B-37): a plain
+	// non-zero exit is permanent, so rolling back is the default; retrying
+	// from the failure runs the failed node again.
+	pf := back["run"].(map[string]any)["partialFailure"].(map[string]any)
+	require.Equal(t, []any{"bad"}, pf["failedNodes"])
+	require.Equal(t, "permanent", pf["errorTier"])
+	require.Equal(t, "SETTLE_ACTION_ROLLBACK", pf["defaultAction"])
+	retried := c.ok("POST", "/v1/"+run+":settle", map[string]any{"action": "SETTLE_ACTION_RETRY"})
+	require.Equal(t, []any{"bad"}, retried["receipt"].(map[string]any)["retriedNodes"])
+	again := c.waitRun(run)
+	require.Equal(t, "RUN_STATE_FAILED", again["state"])
+	require.EqualValues(t, 2, nodeMap(again)["bad"]["attempt"])
+
 	r := c.do("POST", "/v1/"+run+":settle", map[string]any{})
 	require.Equal(t, 400, r.Status, r.Raw)
 	ok := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}})
@@ -54,4 +73,73 @@ func TestSettlePartialWork(t *testing.T) {
 	r = c.do("POST", "/v1/"+ok+":settle", map[string]any{"action": "SETTLE_ACTION_KEEP"})
 	require.Equal(t, 400, r.Status, r.Raw)
 	require.Contains(t, r.Raw, "only a FAILED or CANCELLED run")
+}
+
+// TestPipelineHandoff drives a user-requested pipeline handoff through the
+// Guide and REST (spec F-23): at the Engineer's next turn the running
+// pipeline hands its state on; the Orchestrator closes it, starts a fresh
+// pipeline of the node from its files and state, and stores the handoff in
+// the Archivalist.
+func TestPipelineHandoff(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.MissingTool(t, "python3")
+	}
+	c := startMesh(t)
+	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "handoff"})["session"].(map[string]any)
+	sname := sess["name"].(string)
+	dir := t.TempDir()
+	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	// The first test run waits for the test's word, then fails; later runs
+	// pass.
+	repo := pyRepo(t, map[string]string{
+		"calc.py": "def add(a, b):\n    return a + b\n",
+		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
+			"        ready, go = pathlib.Path(\"" + ready + "\"), pathlib.Path(\"" + goOn + "\")\n" +
+			"        if not ready.exists():\n            ready.touch()\n            while not go.exists():\n                time.sleep(0.02)\n" +
+			"            self.fail(\"the first run fails\")\n        self.assertEqual(calc.add(1, 2), 3)\n",
+	})
+	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": repo, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "swap", "pipeline": true, "edits": []any{map[string]any{"path": "calc.py", "content": "def add(a, b):\n    return b + a\n"}}},
+	}}})
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 20*time.Millisecond)
+	reply := c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": "/task swap handoff"})["reply"].(string)
+	require.Contains(t, reply, "hands its state to a fresh pipeline at the Engineer's next turn", reply)
+	require.NoError(t, os.WriteFile(goOn, nil, 0o600))
+
+	done := c.waitRun(run)
+	require.Equal(t, "RUN_STATE_SUCCEEDED", done["state"])
+	n := nodeMap(done)["swap"]
+	require.EqualValues(t, 2, n["attempt"], "the fresh pipeline is the node's second attempt")
+	require.EqualValues(t, 1, n["handoffs"])
+	ho := n["handoff"].(map[string]any)
+	require.Equal(t, "user_request", ho["reason"])
+	require.EqualValues(t, 1, ho["handoffIndex"])
+	require.Equal(t, strings.TrimPrefix(run, "runs/")+"/swap#1", ho["oldPipelineId"])
+	require.Equal(t, []any{"calc.py"}, ho["engineer"].(map[string]any)["filesChanged"])
+	require.NotEmpty(t, ho["tester"].(map[string]any)["failureDescs"])
+	require.Contains(t, n["stdout"], "carrying on from "+strings.TrimPrefix(run, "runs/")+"/swap#1")
+	require.Equal(t, "completed", n["pipeline"].(map[string]any)["state"])
+	// The fresh pipeline started from the old one's files.
+	require.Contains(t, n["patch"], "+    return b + a")
+	var final map[string]any
+	require.Eventually(t, func() bool {
+		final = c.ok("GET", "/v1/"+run, nil)["run"].(map[string]any)
+		return final["resultPatch"] != nil
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, final["resultPatch"], "+    return b + a")
+
+	// The decision log keeps the handed-off attempt, and the Archivalist
+	// has the handoff.
+	log := c.ok("GET", "/v1/"+run+"/decisions", nil)["log"].(string)
+	require.Contains(t, log, "## Task swap (attempt 1): handed_off\n", log)
+	require.Eventually(t, func() bool {
+		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": "pipeline handoff swap", "crossSession": true, "category": "pipeline_handoff"})
+		hits, _ := r["hits"].([]any)
+		return len(hits) > 0
+	}, 20*time.Second, 100*time.Millisecond, "the handoff reaches the archivalist")
+
+	// A node that is not running has no pipeline to hand off.
+	r := c.do("POST", "/v1/"+run+":taskAction", map[string]any{"nodeId": "swap", "action": "TASK_ACTION_TYPE_HANDOFF"})
+	require.Equal(t, 400, r.Status, r.Raw)
+	require.Contains(t, r.Raw, "no pipeline to hand off")
 }

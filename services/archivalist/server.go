@@ -33,6 +33,7 @@ var Categories = []string{
 	"routing_failure",
 	"consultation",
 	"message",
+	"pipeline_handoff",
 }
 
 // DefaultSource is recorded when an entry created through the API names none.

@@ -14,7 +14,7 @@ import (
 )
 
 // taskUsage is the /task command's usage line.
-const taskUsage = "/task <node> query|prompt <guidance>|interrupt|ignore_inspector|ignore_tester|retry [max_loops]|skip [reason]|escalate [message]"
+const taskUsage = "/task <node> query|prompt <guidance>|interrupt|ignore_inspector|ignore_tester|retry [max_loops]|skip [reason]|escalate [message]|handoff"
 
 // taskActions maps the /task spelling of an action (spec F-13, F-11).
 var taskActions = map[string]orchestratorv1.TaskActionType{
@@ -26,6 +26,7 @@ var taskActions = map[string]orchestratorv1.TaskActionType{
 	"prompt":           orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT,
 	"skip":             orchestratorv1.TaskActionType_TASK_ACTION_TYPE_SKIP,
 	"escalate":         orchestratorv1.TaskActionType_TASK_ACTION_TYPE_ESCALATE,
+	"handoff":          orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF,
 }
 
 // taskCommand acts on a node of the session's newest run holding it:

@@ -44,7 +44,8 @@ const maxBriefingError = 200
 // priorAttempts loads the reported attempts of nodes, oldest first.
 func priorAttempts(ctx context.Context, q querier, tenant, runID string, nodeIDs []string) (map[string][]*orchestratorv1.AttemptSummary, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, attempt, state, exit_code, timed_out, error, duration_us, end_time
-		FROM attempts WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) ORDER BY node_id, attempt`, tenant, runID, nodeIDs)
+		FROM attempts WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND state <> 'HANDED_OFF'
+		ORDER BY node_id, attempt`, tenant, runID, nodeIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -72,6 +72,8 @@ type effects struct {
 	cancels []cancelTask
 	// merge is set when a repository run succeeded: its patches are merged.
 	merge *mergeJob
+	// handoffs are pipeline handoffs to record in the Archivalist.
+	handoffs []*messagev1.Envelope
 	// release are global dispatch slots to give back; waiting is set when
 	// the run had ready nodes but no slot (with their top priority).
 	release   []string
@@ -386,10 +388,16 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 		}
 	}
 	var prior map[string][]*orchestratorv1.AttemptSummary
+	var handed map[string]handedState
 	if len(retried) > 0 {
 		var err error
 		if prior, err = priorAttempts(ctx, q, run.TenantID, run.ID, retried); err != nil {
 			return nil, fmt.Errorf("load prior attempts: %w", err)
+		}
+		// A pipeline carrying on from a handoff starts from its state
+		// and its files (spec F-23).
+		if handed, err = handedStates(ctx, q, run.TenantID, run.ID, retried); err != nil {
+			return nil, fmt.Errorf("load handoffs: %w", err)
 		}
 	}
 	msgs := make([]*dispatchMsg, 0, len(nodes))
@@ -400,9 +408,11 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 		}
 		attempt := attempts[n.ID]
 		encoded := n.Spec
-		if b := retryBriefing(spec, attempt, prior[n.ID]); b != nil {
+		b := retryBriefing(spec, attempt, prior[n.ID])
+		h, handedOff := handed[n.ID]
+		if b != nil || handedOff {
 			spec = proto.Clone(spec).(*orchestratorv1.Node)
-			spec.RetryBriefing = b
+			spec.RetryBriefing, spec.Handoff = b, h.handoff
 			encoded = nil
 		}
 		task := &messagev1.TaskDispatch{
@@ -427,6 +437,9 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 		if run.Repository != "" {
 			meta[worker.MetaRepository] = run.Repository
 			meta[worker.MetaBaseCommit] = run.BaseCommit
+			if h.patch != "" {
+				meta[worker.MetaStartPatch] = h.patch
+			}
 		}
 		msgs = append(msgs, &dispatchMsg{
 			subject: topology.TaskSubject(s.bus, n.Role),
@@ -646,6 +659,7 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 			})
 		}
 	}
+	s.recordHandoffs(ctx, log, eff.handoffs)
 	for _, c := range eff.cancels {
 		s.signalCancel(ctx, log, eff.tenant, eff.runID, c)
 		eff.release = append(eff.release, slotMember(eff.tenant, eff.runID, c.node, c.attempt))
@@ -723,6 +737,8 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 	}
 	if res.ExitCode != 0 || res.Error != "" {
 		res.State = stateFailed
+	} else if h := env.GetMetadata()[worker.MetaHandoff]; h != "" {
+		res.State, res.Handoff = stateHandedOff, storable(h, maxStoredHandoffBytes)
 	}
 	return &result{msg: msg, env: &env, r: r, stored: res}, nil
 }
@@ -944,6 +960,10 @@ func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, stored f
 		}
 		if state != stateSucceeded {
 			onlySuccesses = false
+		}
+		if res.State == stateHandedOff && state == statePending {
+			s.noteHandoff(eff, nodeID, attempt, res)
+			continue
 		}
 		if state == statePending && retryAt != nil {
 			s.metrics.retries.Inc()

@@ -323,6 +323,10 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 			TimedOut:        n.TimedOut,
 			Paused:          n.Paused,
 			Patch:           n.Patch,
+			Handoffs:        n.Handoffs,
+		}
+		if n.Handoff != "" {
+			ns.Handoff, _ = decodeHandoff(n.Handoff)
 		}
 		if n.Report != "" {
 			ns.Report = &orchestratorv1.TaskReport{}
@@ -342,6 +346,9 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 			ns.Duration = durationpb.New(time.Duration(n.DurationUS) * time.Microsecond)
 		}
 		out.Nodes = append(out.Nodes, ns)
+	}
+	if r.State == stateFailed {
+		out.PartialFailure = partialFailure(nodes)
 	}
 	return out
 }

@@ -50,6 +50,7 @@ type metrics struct {
 	dispatched   prometheus.Counter
 	completions  prometheus.Counter
 	retries      prometheus.Counter
+	handoffs     prometheus.Counter
 	recovered    prometheus.Counter
 	runs         *prometheus.CounterVec
 	nodeDuration prometheus.Histogram
@@ -116,6 +117,10 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 			retries: f.NewCounter(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_node_retries_total",
 				Help: "Failed node attempts scheduled for a retry.",
+			}),
+			handoffs: f.NewCounter(prometheus.CounterOpts{
+				Name: "sylk_orchestrator_pipeline_handoffs_total",
+				Help: "Pipelines that handed their state to a fresh pipeline of the same node (spec F-23).",
 			}),
 			recovered: f.NewCounter(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_runs_taken_over_total",

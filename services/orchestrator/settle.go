@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -36,8 +37,10 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		return nil, err
 	}
 	act := req.GetAction()
-	if act != orchestratorv1.SettleAction_SETTLE_ACTION_KEEP && act != orchestratorv1.SettleAction_SETTLE_ACTION_ROLLBACK {
-		return nil, status.Error(codes.InvalidArgument, "action: want SETTLE_ACTION_KEEP or SETTLE_ACTION_ROLLBACK")
+	switch act {
+	case orchestratorv1.SettleAction_SETTLE_ACTION_KEEP, orchestratorv1.SettleAction_SETTLE_ACTION_ROLLBACK, orchestratorv1.SettleAction_SETTLE_ACTION_RETRY:
+	default:
+		return nil, status.Error(codes.InvalidArgument, "action: want SETTLE_ACTION_KEEP, SETTLE_ACTION_ROLLBACK or SETTLE_ACTION_RETRY")
 	}
 	run, err := getRun(ctx, s.db, who.TenantID, id)
 	if errors.Is(err, errNotFound) {
@@ -50,11 +53,14 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s is %s: only a FAILED or CANCELLED run has partial work to settle",
 			req.GetName(), run.State)
 	}
+	log := s.log.With(logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
+	if act == orchestratorv1.SettleAction_SETTLE_ACTION_RETRY {
+		return s.retryFromFailure(ctx, log, who.TenantID, run)
+	}
 	ps, err := patches(ctx, s.db, who.TenantID, id)
 	if err != nil {
 		return nil, s.internal(ctx, "load patches", err)
 	}
-	log := s.log.With(logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
 	receipt := &orchestratorv1.SettleReceipt{Action: act, Note: settleNote}
 	keep := act == orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
 	if keep && run.Repository != "" && len(ps) > 0 {
@@ -80,17 +86,97 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		}
 	}
 	receipt.FilesChanged = int32(strings.Count(r.GetResultPatch(), "diff --git "))
-	verb := strings.ToLower(strings.TrimPrefix(act.String(), "SETTLE_ACTION_"))
-	log.InfoContext(ctx, "run settled", slog.String("action", verb), slog.Int("kept", len(receipt.KeptNodes)),
-		slog.Int("files", int(receipt.FilesChanged)))
-	if run.SessionID != "" {
-		s.publishEvent(ctx, log, topology.Event{
-			Tenant: who.TenantID, Session: run.SessionID, ID: fmt.Sprintf("%s:settled:%s:%d", id, verb, len(receipt.KeptNodes)),
-			Type: EventRunSettled, Source: topology.AgentOrchestrator, CorrelationID: runName(id),
-			Text: fmt.Sprintf("run %s settled (%s): %d node(s) kept, %d discarded, %d unfinished; the result patch changes %d file(s)",
-				runName(id), verb, len(receipt.KeptNodes), len(receipt.DiscardedNodes), len(receipt.UnfinishedNodes), receipt.FilesChanged),
-			Data: map[string]any{"run": runName(id), "action": verb, "files_changed": int(receipt.FilesChanged)},
-		})
-	}
+	s.announceSettled(ctx, log, who.TenantID, run, receipt,
+		fmt.Sprintf("%d node(s) kept, %d discarded, %d unfinished; the result patch changes %d file(s)",
+			len(receipt.KeptNodes), len(receipt.DiscardedNodes), len(receipt.UnfinishedNodes), receipt.FilesChanged))
 	return &orchestratorv1.SettleRunResponse{Run: r, Receipt: receipt}, nil
+}
+
+// announceSettled logs a settled run and tells its session.
+func (s *Service) announceSettled(ctx context.Context, log *slog.Logger, tenant string, run *runRow, receipt *orchestratorv1.SettleReceipt, what string) {
+	verb := strings.ToLower(strings.TrimPrefix(receipt.GetAction().String(), "SETTLE_ACTION_"))
+	log.InfoContext(ctx, "run settled", slog.String("action", verb), slog.Int("kept", len(receipt.KeptNodes)),
+		slog.Int("retried", len(receipt.RetriedNodes)), slog.Int("files", int(receipt.FilesChanged)))
+	if run.SessionID == "" {
+		return
+	}
+	s.publishEvent(ctx, log, topology.Event{
+		Tenant: tenant, Session: run.SessionID, ID: fmt.Sprintf("%s:settled:%s:%s", run.ID, verb, ids.New()),
+		Type: EventRunSettled, Source: topology.AgentOrchestrator, CorrelationID: runName(run.ID),
+		Text: fmt.Sprintf("run %s settled (%s): %s", runName(run.ID), verb, what),
+		Data: map[string]any{"run": runName(run.ID), "action": verb, "files_changed": int(receipt.FilesChanged)},
+	})
+}
+
+// retryFromFailure runs a failed run's failed nodes again (spec B-37: retry
+// from failure); each is briefed on its earlier attempts (B-38).
+func (s *Service) retryFromFailure(ctx context.Context, log *slog.Logger, tenant string, run *runRow) (*orchestratorv1.SettleRunResponse, error) {
+	if run.State != stateFailed {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s was cancelled: there is no failure to retry from", runName(run.ID))
+	}
+	nodes, err := listNodes(ctx, s.db, tenant, run.ID)
+	if err != nil {
+		return nil, s.internal(ctx, "load nodes", err)
+	}
+	receipt := &orchestratorv1.SettleReceipt{Action: orchestratorv1.SettleAction_SETTLE_ACTION_RETRY, Note: settleNote}
+	for _, n := range nodes {
+		if n.State != stateFailed {
+			continue
+		}
+		if err := s.reopenNode(ctx, tenant, run.ID, n.NodeID, orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY,
+			func(*orchestratorv1.Node) {}); err != nil {
+			if len(receipt.RetriedNodes) == 0 {
+				return nil, err
+			}
+			// The nodes reopened so far run; say which did not.
+			log.WarnContext(ctx, "retry from failure: a node could not run again", logx.KeyNodeID, n.NodeID, logx.Err(err))
+			receipt.UnfinishedNodes = append(receipt.UnfinishedNodes, n.NodeID)
+			continue
+		}
+		receipt.RetriedNodes = append(receipt.RetriedNodes, n.NodeID)
+	}
+	if len(receipt.RetriedNodes) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s has no failed node to retry", runName(run.ID))
+	}
+	r, err := s.loadRun(ctx, tenant, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.announceSettled(ctx, log, tenant, run, receipt, fmt.Sprintf("%d failed node(s) run again: %s",
+		len(receipt.RetriedNodes), strings.Join(receipt.RetriedNodes, ", ")))
+	return &orchestratorv1.SettleRunResponse{Run: r, Receipt: receipt}, nil
+}
+
+// tierGravity orders error tiers, gravest last.
+var tierGravity = []string{tierTransient, tierExternal, tierUserFixable, tierPermanent}
+
+// partialFailure is a failed run's choices with their default (spec B-37),
+// from its failed nodes' last attempts.
+func partialFailure(nodes []nodeRow) *orchestratorv1.PartialFailure {
+	pf := &orchestratorv1.PartialFailure{}
+	worst := -1
+	for _, n := range nodes {
+		if n.State != stateFailed {
+			continue
+		}
+		pf.FailedNodes = append(pf.FailedNodes, n.NodeID)
+		tier := errorTier(&orchestratorv1.AttemptSummary{ExitCode: n.ExitCode, TimedOut: n.TimedOut, Error: n.Error})
+		worst = max(worst, slices.Index(tierGravity, tier))
+	}
+	if worst < 0 {
+		return nil
+	}
+	pf.ErrorTier = tierGravity[worst]
+	switch pf.ErrorTier {
+	case tierTransient, tierExternal:
+		pf.DefaultAction = orchestratorv1.SettleAction_SETTLE_ACTION_RETRY
+		pf.Reason = "the failure came from time or an outside service, not from the work: running the failed nodes again is likely to pass"
+	case tierUserFixable:
+		pf.DefaultAction = orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
+		pf.Reason = "a command could not run: keep the partial work, fix what is missing, then go on"
+	default:
+		pf.DefaultAction = orchestratorv1.SettleAction_SETTLE_ACTION_ROLLBACK
+		pf.Reason = "the work itself failed: running it again as it is will fail the same way, so the partial work is best rolled back"
+	}
+	return pf
 }

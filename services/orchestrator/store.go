@@ -22,6 +22,10 @@ const (
 	stateFailed     = "FAILED"
 	stateSkipped    = "SKIPPED"
 	stateCancelled  = "CANCELLED"
+	// stateHandedOff is reported, never stored on a node: the attempt
+	// handed its pipeline's state to a fresh one (spec F-23), and the node
+	// goes back to PENDING for it.
+	stateHandedOff = "HANDED_OFF"
 )
 
 func terminalRun(state string) bool {
@@ -245,13 +249,17 @@ type nodeRow struct {
 	Patch           string
 	Report          string
 	Pipeline        string
+	// Handoff is the node's last handoff (protojson PipelineHandoff), or
+	// "", and Handoffs how many it had.
+	Handoff  string
+	Handoffs int32
 }
 
 // listNodes returns a run's nodes in DAG order, with their outputs.
 func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, position, layer, role, depends_on, state, attempt, exit_code, stdout, stderr,
 			stdout_truncated, stderr_truncated, timed_out, duration_us, error, worker_id, start_time, end_time, not_before, paused,
-			patch, report, pipeline
+			patch, report, pipeline, coalesce(handoff, ''), handoffs
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY position`, tenant, runID)
 	if err != nil {
 		return nil, err
@@ -260,7 +268,8 @@ func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow,
 		var n nodeRow
 		err := row.Scan(&n.NodeID, &n.Position, &n.Layer, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.ExitCode,
 			&n.Stdout, &n.Stderr, &n.StdoutTruncated, &n.StderrTruncated, &n.TimedOut, &n.DurationUS, &n.Error,
-			&n.WorkerID, &n.StartTime, &n.EndTime, &n.NotBefore, &n.Paused, &n.Patch, &n.Report, &n.Pipeline)
+			&n.WorkerID, &n.StartTime, &n.EndTime, &n.NotBefore, &n.Paused, &n.Patch, &n.Report, &n.Pipeline,
+			&n.Handoff, &n.Handoffs)
 		return n, err
 	})
 }
@@ -374,6 +383,8 @@ type nodeResult struct {
 	Patch           string
 	Report          string
 	Pipeline        string
+	// Handoff is the protojson PipelineHandoff of a HANDED_OFF report.
+	Handoff string
 	// ReceivedAt and ReportedAt are when the worker received the dispatch
 	// and reported the result, by its clock (nil from older workers).
 	ReceivedAt, ReportedAt *time.Time
@@ -398,8 +409,10 @@ type recordedResult struct {
 
 // recordResults stores the reports of one run's nodes in one round trip.
 // A failure with retries left (max_retries counts retries after the first
-// attempt) puts the node back to PENDING until retryAt, the n-th retry
-// waiting backoff * 2^(n-1), at most maxBackoff. Each report applies only when its node is DISPATCHED with that
+// attempt; handoffs do not count) puts the node back to PENDING until retryAt, the n-th retry
+// waiting backoff * 2^(n-1), at most maxBackoff. A HANDED_OFF report puts it
+// back to PENDING at once, keeping the handed state and patch for the next
+// attempt (spec F-23). Each report applies only when its node is DISPATCHED with that
 // attempt (so a redelivered or stale report changes nothing), succeeded
 // nodes unblock their dependents (a dependent of two nodes succeeding
 // together loses two unmet dependencies), and every applied report gets its
@@ -416,9 +429,9 @@ func recordResults(ctx context.Context, tx pgx.Tx, tenant, runID string, rs []re
 func recordResultsArgs(tenant, runID string, rs []reportedResult) []any {
 	n := len(rs)
 	var (
-		node, state, stdout, stderr, errs, worker, patch, report, pipeline, section = make([]string, n), make([]string, n),
+		node, state, stdout, stderr, errs, worker, patch, report, pipeline, section, handoff = make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n)
+			make([]string, n), make([]string, n), make([]string, n)
 		attempt, exit          = make([]int32, n), make([]int32, n)
 		outTrunc, errTrunc, to = make([]bool, n), make([]bool, n), make([]bool, n)
 		dur                    = make([]int64, n)
@@ -429,10 +442,10 @@ func recordResultsArgs(tenant, runID string, rs []reportedResult) []any {
 		stdout[i], stderr[i], outTrunc[i], errTrunc[i] = r.Result.Stdout, r.Result.Stderr, r.Result.StdoutTruncated, r.Result.StderrTruncated
 		to[i], dur[i], errs[i], worker[i] = r.Result.TimedOut, r.Result.Duration.Microseconds(), r.Result.Error, r.Result.WorkerID
 		patch[i], report[i], pipeline[i], section[i] = r.Result.Patch, r.Result.Report, r.Result.Pipeline, r.Section
-		received[i], reported[i] = r.Result.ReceivedAt, r.Result.ReportedAt
+		received[i], reported[i], handoff[i] = r.Result.ReceivedAt, r.Result.ReportedAt, r.Result.Handoff
 	}
 	return []any{tenant, runID, node, attempt, state, exit, stdout, stderr, outTrunc, errTrunc, to, dur, errs, worker, patch, report,
-		pipeline, section, maxBackoff.Milliseconds(), received, reported}
+		pipeline, section, maxBackoff.Milliseconds(), received, reported, handoff}
 }
 
 func scanRecorded(rows pgx.Rows) ([]recordedResult, error) {
@@ -446,14 +459,18 @@ func scanRecorded(rows pgx.Rows) ([]recordedResult, error) {
 const recordResultsSQL = `WITH r AS (
 			SELECT * FROM unnest($3::text[], $4::int4[], $5::text[], $6::int4[], $7::text[], $8::text[], $9::bool[], $10::bool[],
 				$11::bool[], $12::int8[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[],
-				$20::timestamptz[], $21::timestamptz[]) WITH ORDINALITY
+				$20::timestamptz[], $21::timestamptz[], $22::text[]) WITH ORDINALITY
 				AS r(node_id, attempt, state, exit_code, stdout, stderr, stdout_truncated, stderr_truncated, timed_out, duration_us,
-					error, worker_id, patch, report, pipeline, section, received, reported, ord)),
+					error, worker_id, patch, report, pipeline, section, received, reported, handoff, ord)),
 		upd AS (
 			UPDATE nodes n SET
-				state = CASE WHEN r.state = 'FAILED' AND n.attempt <= n.max_retries THEN 'PENDING' ELSE r.state END,
-				not_before = CASE WHEN r.state = 'FAILED' AND n.attempt <= n.max_retries
-					THEN now() + least(n.backoff_ms * power(2, n.attempt - 1), $19) * interval '1 millisecond' END,
+				state = CASE WHEN r.state = 'HANDED_OFF' THEN 'PENDING'
+					WHEN r.state = 'FAILED' AND n.attempt - n.handoffs <= n.max_retries THEN 'PENDING' ELSE r.state END,
+				not_before = CASE WHEN r.state = 'FAILED' AND n.attempt - n.handoffs <= n.max_retries
+					THEN now() + least(n.backoff_ms * power(2, n.attempt - n.handoffs - 1), $19) * interval '1 millisecond' END,
+				handoffs = n.handoffs + CASE WHEN r.state = 'HANDED_OFF' THEN 1 ELSE 0 END,
+				handoff = CASE WHEN r.state = 'HANDED_OFF' THEN r.handoff ELSE n.handoff END,
+				handoff_patch = CASE WHEN r.state = 'HANDED_OFF' THEN r.patch ELSE n.handoff_patch END,
 				exit_code = r.exit_code, stdout = r.stdout, stderr = r.stderr, stdout_truncated = r.stdout_truncated,
 				stderr_truncated = r.stderr_truncated, timed_out = r.timed_out, duration_us = r.duration_us, error = r.error,
 				worker_id = r.worker_id, end_time = now(), patch = r.patch, report = r.report, pipeline = r.pipeline,

@@ -69,7 +69,7 @@ func (s *Service) TaskAction(ctx context.Context, req *orchestratorv1.TaskAction
 		return nil, err
 	}
 	if _, ok := orchestratorv1.TaskActionType_name[int32(act)]; !ok || act == orchestratorv1.TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED {
-		return nil, status.Error(codes.InvalidArgument, "action: want query, prompt, interrupt, ignore_inspector, ignore_tester, retry or escalate")
+		return nil, status.Error(codes.InvalidArgument, "action: want query, prompt, interrupt, ignore_inspector, ignore_tester, retry, skip, escalate or handoff")
 	}
 	if act == orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT && strings.TrimSpace(req.GetMessage()) == "" {
 		return nil, status.Error(codes.InvalidArgument, "message: prompt needs the guidance to give the Engineer")
@@ -103,9 +103,13 @@ func (s *Service) TaskAction(ctx context.Context, req *orchestratorv1.TaskAction
 				resp.Detail = "node dispatched; no worker has started it yet"
 			}
 		}
-	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT:
+	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT, orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF:
 		if n.state != stateDispatched {
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not running (%s): nothing to interrupt", req.GetNodeId(), strings.ToLower(n.state))
+			what := "nothing to interrupt"
+			if act == orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF {
+				what = "no pipeline to hand off"
+			}
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not running (%s): %s", req.GetNodeId(), strings.ToLower(n.state), what)
 		}
 		reply, err := s.askWorker(ctx, who.TenantID, runID, req.GetNodeId(), n.attempt, act, req.GetMessage())
 		if err != nil {

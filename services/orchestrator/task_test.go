@@ -329,20 +329,7 @@ func TestSessionCheckFailureRequestsAFixDAG(t *testing.T) {
 	// The Architect got the fix-DAG request as a plan request of the
 	// run's session and user (announced once sent).
 	eventTypes(t, h, "t1", session, orchestrator.EventSessionCheck, orchestrator.EventFixRequested)
-	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
-		Durable: "architect-test", FilterSubjects: []string{topology.InboxSubject(h.bus, topology.AgentArchitect)}})
-	require.NoError(t, err)
-	var req *messagev1.Envelope
-	require.Eventually(t, func() bool {
-		batch, err := inbox.FetchNoWait(10)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var env messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
-			req = &env
-		}
-		return req != nil
-	}, waitFor, 20*time.Millisecond)
+	req := inboxMessage(t, h, topology.AgentArchitect)
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_USER_INPUT, req.GetType())
 	require.Equal(t, session, req.GetSessionId())
 	require.Equal(t, "u1", req.GetUserId())
@@ -350,7 +337,7 @@ func TestSessionCheckFailureRequestsAFixDAG(t *testing.T) {
 	require.Contains(t, req.GetUserInput().GetText(), "Fix DAG request")
 	require.Contains(t, req.GetUserInput().GetText(), "test_calc")
 
-	_, err = h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{SessionChecks: true, Dag: dagOf(cmd("a", "true"))})
+	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{SessionChecks: true, Dag: dagOf(cmd("a", "true"))})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "session checks need a repository")
 }
 
@@ -378,23 +365,10 @@ func TestEscalateAsksTheArchitect(t *testing.T) {
 		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_ESCALATE, Message: "the approach is wrong"})
 	require.Contains(t, r.GetDetail(), "Architect")
 	eventTypes(t, h, "t1", session, orchestrator.EventNodeEscalated)
-	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
-		Durable: "architect-test", FilterSubjects: []string{topology.InboxSubject(h.bus, topology.AgentArchitect)}})
-	require.NoError(t, err)
-	var text string
-	require.Eventually(t, func() bool {
-		batch, err := inbox.FetchNoWait(10)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var env messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
-			text = env.GetUserInput().GetText()
-		}
-		return text != ""
-	}, waitFor, 20*time.Millisecond)
+	text := inboxMessage(t, h, topology.AgentArchitect).GetUserInput().GetText()
 	require.Contains(t, text, "Corrective plan needed: task broken of "+run.GetName())
 	require.Contains(t, text, "The user says: the approach is wrong")
-	_, err = h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "broken", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY, MaxLoops: 99})
+	_, err := h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "broken", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY, MaxLoops: 99})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 }
 
@@ -486,6 +460,26 @@ func TestRetryUnderFailFastWithTwoFailures(t *testing.T) {
 }
 
 // specOf decodes the node spec a dispatch carries.
+// inboxMessage waits for the last message sent to an agent's inbox.
+func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
+	t.Helper()
+	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
+		Durable: agent + "-test", FilterSubjects: []string{topology.InboxSubject(h.bus, agent)}})
+	require.NoError(t, err)
+	var got *messagev1.Envelope
+	require.Eventually(t, func() bool {
+		batch, err := inbox.FetchNoWait(10)
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			var env messagev1.Envelope
+			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
+			got = &env
+		}
+		return got != nil
+	}, waitFor, 20*time.Millisecond)
+	return got
+}
+
 func specOf(t *testing.T, env *messagev1.Envelope) *orchestratorv1.Node {
 	t.Helper()
 	raw, err := base64.StdEncoding.DecodeString(env.GetMetadata()[worker.MetaNodeSpec])

@@ -45,6 +45,13 @@ type Config struct {
 	// EngineerModel is the model (id or alias) the Engineer asks for edits
 	// when a model is set (Service.SetModel).
 	EngineerModel string
+	// HandoffAt is the share of its context window at which a pipeline's
+	// Engineer hands its state to a fresh pipeline instead of taking
+	// another turn (spec F-21, F-23).
+	HandoffAt float64
+	// EngineerContextTokens is the Engineer model's context window; 0 takes
+	// it from the model catalogue.
+	EngineerContextTokens int
 }
 
 // Limits of the settings.
@@ -52,6 +59,8 @@ const (
 	maxConcurrency = 256
 	minOutputBytes = 1 << 10
 	maxOutputBytes = 64 << 20
+	// maxContextTokens bounds -worker.engineer-context-tokens.
+	maxContextTokens = 10_000_000
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
@@ -68,6 +77,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")
 	fs.DurationVar(&c.SlotLease, "worker.slot-lease", 15*time.Second, "with -worker.slots-shared, how long the slots of a worker that died stay taken")
 	fs.StringVar(&c.EngineerModel, "worker.engineer-model", "default", "model id or alias (default, fast, powerful) the Engineer writes code with")
+	fs.Float64Var(&c.HandoffAt, "worker.handoff-at", 0.95, "share of the Engineer's context window at which a pipeline hands its state to a fresh pipeline")
+	fs.IntVar(&c.EngineerContextTokens, "worker.engineer-context-tokens", 0, "the Engineer model's context window in tokens; 0 takes it from the model catalogue")
 	c.Tools.RegisterFlags(fs)
 }
 
@@ -113,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if !idPattern.MatchString(c.ID) {
 		errs = append(errs, errors.New("worker.id: want 1-128 characters of [A-Za-z0-9_.:@-] starting with a letter or digit"))
+	}
+	if c.HandoffAt <= 0.1 || c.HandoffAt > 1 {
+		errs = append(errs, errors.New("worker.handoff-at: must be above 0.1 and at most 1"))
+	}
+	if c.EngineerContextTokens < 0 || c.EngineerContextTokens > maxContextTokens {
+		errs = append(errs, fmt.Errorf("worker.engineer-context-tokens: must be between 0 and %d", maxContextTokens))
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))

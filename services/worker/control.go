@@ -50,7 +50,11 @@ type taskControl struct {
 	guidance []string
 	// engineerReads says whether a language-model Engineer will read it.
 	engineerReads bool
-	stageCancel   context.CancelCauseFunc
+	// handoff is set when the user asked the pipeline to hand its state to
+	// a fresh pipeline (spec F-23) at the Engineer's next turn.
+	handoff     bool
+	pipeline    bool
+	stageCancel context.CancelCauseFunc
 }
 
 func newTaskControl(pipeline bool) *taskControl {
@@ -58,7 +62,7 @@ func newTaskControl(pipeline bool) *taskControl {
 	if !pipeline {
 		st.Stage = stageCommand
 	}
-	return &taskControl{status: st}
+	return &taskControl{status: st, pipeline: pipeline}
 }
 
 type controlKey struct{}
@@ -111,6 +115,20 @@ func (c *taskControl) userGuidance() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.guidance...)
+}
+
+// markPipeline records that the task runs a pipeline.
+func (c *taskControl) markPipeline() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pipeline = true
+}
+
+// handoffAsked says whether the user asked for a handoff.
+func (c *taskControl) handoffAsked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.handoff
 }
 
 func (c *taskControl) isInterrupted() (bool, string) {
@@ -167,6 +185,13 @@ func (c *taskControl) apply(action orchestratorv1.TaskActionType, message string
 			return "the Engineer reads the guidance from its next turn", nil
 		}
 		return "the Engineer reads the guidance when the pipeline loops back to it", nil
+	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF:
+		if !c.pipeline {
+			return "", errors.New("handoff applies to a pipeline node only")
+		}
+		c.handoff = true
+		note("handoff")
+		return "the pipeline hands its state to a fresh pipeline at the Engineer's next turn; should it complete first, there is nothing to hand off", nil
 	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT:
 		c.interrupted = true
 		c.reason = message

@@ -264,11 +264,9 @@ func modelEdits(summary string, files map[string]string) string {
 	return "Here is the change:\n```json\n" + string(b) + "\n```"
 }
 
-func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
-	fake := &fakeOpenAI{answers: []string{
-		modelEdits("first try", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}),
-		modelEdits("fixed Add", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
-	}}
+// openAIGate is an LLM gate whose only provider is fake, over HTTP.
+func openAIGate(t *testing.T, fake *fakeOpenAI) *gate.Gate {
+	t.Helper()
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	var lc llm.Config
@@ -279,9 +277,14 @@ func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
 	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
+	return g
+}
 
-	repo, base := gitRepo(t)
-	// Break Add first, so that the Engineer has something to fix.
+// brokenRepo is gitRepo with Add broken (a - b) in its last commit, so that
+// the Engineer has something to fix.
+func brokenRepo(t *testing.T) (repo, base string) {
+	t.Helper()
+	repo, _ = gitRepo(t)
 	require.NoError(t, os.WriteFile(filepath.Join(repo, "calc.go"), []byte("package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"), 0o644))
 	for _, args := range [][]string{{"add", "-A"}, {"commit", "--quiet", "-m", "break"}} {
 		cmd := exec.Command("git", args...)
@@ -290,11 +293,18 @@ func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
-	base = strings.TrimSpace(func() string {
-		out, _ := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
-		return string(out)
-	}())
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	require.NoError(t, err)
+	return repo, strings.TrimSpace(string(out))
+}
 
+func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
+	fake := &fakeOpenAI{answers: []string{
+		modelEdits("first try", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}),
+		modelEdits("fixed Add", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
+	}}
+	g := openAIGate(t, fake)
+	repo, base := brokenRepo(t)
 	s := pipelineService(t)
 	s.SetModel(g)
 	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",

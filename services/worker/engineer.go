@@ -188,6 +188,7 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 		}
 	}
 	b.WriteString(briefingSection(spec.GetRetryBriefing()))
+	b.WriteString(handoffSection(spec.GetHandoff()))
 	if g := spec.GetGuidance(); len(g) > 0 {
 		b.WriteString("\n## The user's guidance (follow it)\n\n")
 		for _, x := range g {
@@ -248,31 +249,40 @@ func (s *Service) generate(ctx context.Context, env *messagev1.Envelope, spec *o
 	if s.model == nil || task.GetPrompt() == "" {
 		return nil, nil, nil
 	}
+	written, a, _, err := s.ask(ctx, env, dir, []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(task, spec, dir, feedback)}})
+	return written, a, err
+}
+
+// ask sends the Engineer's conversation to the model and writes the edits
+// of its answer. content is the model's answer ("" when none came, or when
+// the offline provider answered, which writes no code).
+func (s *Service) ask(ctx context.Context, env *messagev1.Envelope, dir string, msgs []llm.Message) (written []string, a *modelAnswer, content string, err error) {
+	task := env.GetTaskDispatch()
 	resp, err := s.model.Complete(ctx, &llm.Request{
 		Model:    s.cfg.EngineerModel,
 		System:   engineerSystem,
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(task, spec, dir, feedback)}},
+		Messages: msgs,
 		Attribution: llm.Attribution{TenantID: env.GetTenantId(), SessionID: env.GetSessionId(),
 			PipelineID: task.GetRunId() + "/" + task.GetNodeId(), TaskID: task.GetNodeId(), AgentID: s.cfg.ID, AgentType: dagRoleEngineer},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("the model call failed: %w", err)
+		return nil, nil, "", fmt.Errorf("the model call failed: %w", err)
 	}
 	if resp.Provider == llm.Local {
 		// The offline rule engine writes no code; say so instead.
-		return nil, nil, nil
+		return nil, nil, "", nil
 	}
-	a, err := parseModelAnswer(resp.Content)
+	a, err = parseModelAnswer(resp.Content)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, resp.Content, err
 	}
 	edits := make(map[string]string, len(a.Edits))
 	for _, e := range a.Edits {
 		edits[e.Path] = e.Content
 	}
-	written, err := applyEdits(dir, edits)
+	written, err = applyEdits(dir, edits)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, resp.Content, err
 	}
-	return written, a, nil
+	return written, a, resp.Content, nil
 }

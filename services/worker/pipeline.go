@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -32,6 +33,7 @@ const (
 	pipeTesting    = "testing"
 	pipeCompleted  = "completed"
 	pipeFailed     = "failed"
+	pipeHandedOff  = "handed_off"
 	defaultLoops   = 3
 )
 
@@ -362,6 +364,18 @@ type pipelineRun struct {
 	// stage is interrupted.
 	last toolexec.Result
 	log  strings.Builder
+	// mem is the Engineer's conversation when a language model writes the
+	// code, nil otherwise.
+	mem *engineerMemory
+	// What the pipeline did so far, for a handoff (spec F-23): a line per
+	// Engineer turn, the Inspector's findings per inspection and its last
+	// verdict, and the Tester's last failures.
+	accomplished []string
+	findings     [][]string
+	inspection   string
+	testFailures []string
+	// handoff is set when the pipeline handed its state on.
+	handoff *orchestratorv1.PipelineHandoff
 }
 
 // runPipeline runs Engineer -> Inspector -> Tester, feeding failures back
@@ -371,12 +385,22 @@ type pipelineRun struct {
 func (s *Service) runPipeline(ctx context.Context, env *messagev1.Envelope, spec *orchestratorv1.Node, dir string, wsp *workspace,
 	run stageRunner, res *messagev1.TaskResult, report *orchestratorv1.TaskReport, out *taskOutcome) (*orchestratorv1.PipelineStatus, error) {
 	pr := &pipelineRun{s: s, env: env, task: env.GetTaskDispatch(), spec: spec, dir: dir, wsp: wsp, ctl: controlOf(ctx, true), res: res, report: report}
+	pr.ctl.markPipeline()
+	if s.engineerReads(pr.task) {
+		pr.mem = &engineerMemory{window: s.engineerWindow()}
+	}
 	pr.run = func(ctx context.Context, command string) (toolexec.Result, error) {
 		r, err := run(ctx, command)
 		pr.last = r
 		return r, err
 	}
 	p, err := pr.loop(ctx)
+	if pr.handoff != nil {
+		b, merr := protojson.Marshal(pr.handoff)
+		if merr == nil {
+			out.meta = mergeMeta(out.meta, map[string]string{MetaHandoff: string(b)})
+		}
+	}
 	if p != nil {
 		p.Overrides = pr.ctl.overrides()
 		p.Stage = pr.ctl.snapshot().GetStage()
@@ -398,23 +422,42 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 	if line := briefingLine(pr.spec.GetRetryBriefing()); line != "" {
 		fmt.Fprintf(&pr.log, "retry briefing: %s\n", line)
 	}
-	edited, err := applyEdits(pr.dir, editsOf(pr.spec))
-	if err != nil {
-		pr.res.ExitCode, pr.res.Error = 1, err.Error()
-		p.State = pipeFailed
-		return p, nil
+	var edited []string
+	if h := pr.spec.GetHandoff(); h != nil {
+		// The node's own edits are in the files the old pipeline left.
+		fmt.Fprintf(&pr.log, "carrying on from %s (handoff %d: %s)\n", h.GetOldPipelineId(), h.GetHandoffIndex(), h.GetReason())
+	} else {
+		var err error
+		if edited, err = applyEdits(pr.dir, editsOf(pr.spec)); err != nil {
+			pr.res.ExitCode, pr.res.Error = 1, err.Error()
+			p.State = pipeFailed
+			return p, nil
+		}
+		if len(edited) > 0 {
+			pr.accomplished = append(pr.accomplished, "applied the node's edits to "+strings.Join(edited, ", "))
+		}
 	}
 	var generated []string
 	var answer *modelAnswer
 	var feedback []string
 	for p.Loops < maxLoops {
+		// The Engineer's next turn: or, when its conversation reached the
+		// threshold or the user asked, a fresh pipeline's (spec F-23). A
+		// pipeline gets at least one loop, so that a chain of handoffs
+		// always moves on.
+		if p.Loops > 0 {
+			if trigger, usage := pr.handoffDue(feedback); trigger != "" {
+				pr.handOff(ctx, p, trigger, usage, feedback, edited, generated, answer)
+				return p, nil
+			}
+		}
 		p.Loops++
 		p.State = pipeRunning
 		pr.ctl.publish(p)
 		// Engineer.
 		fmt.Fprintf(&pr.log, "loop %d: engineer", p.Loops)
 		sctx, done := pr.ctl.stage(ctx, stageEngineer)
-		gen, ans, gerr := pr.s.generate(sctx, pr.env, pr.guided(), pr.dir, feedback)
+		gen, ans, gerr := pr.engineer(sctx, feedback)
 		if stop := pr.stopped(ctx, sctx, done, p, stageEngineer); stop {
 			return p, nil
 		}
@@ -423,9 +466,11 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 		case gerr != nil:
 			feedback = append(feedback, "engineer: "+gerr.Error())
 			fmt.Fprintf(&pr.log, " (the model's edits could not be used: %s)", gerr)
+			pr.accomplished = append(pr.accomplished, fmt.Sprintf("loop %d: the model's edits could not be used: %s", p.Loops, gerr))
 		case ans != nil:
 			generated, answer = appendUnique(generated, gen...), ans
 			fmt.Fprintf(&pr.log, " (the model wrote %s)", strings.Join(gen, ", "))
+			pr.accomplished = append(pr.accomplished, fmt.Sprintf("loop %d: wrote %s: %s", p.Loops, strings.Join(gen, ", "), orNone(ans.Summary)))
 		case p.Loops > 1:
 			pr.log.WriteString(" (no language model: the feedback cannot be acted on beyond re-running the node's command)")
 		}
@@ -439,6 +484,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				done()
 				return p, err
 			}
+			pr.accomplished = append(pr.accomplished, fmt.Sprintf("loop %d: ran %s (exit %d)", p.Loops, pr.task.GetCommand(), r.ExitCode))
 			if r.ExitCode != 0 {
 				feedback = append(feedback, fmt.Sprintf("engineer command failed (exit %d): %s", r.ExitCode, strings.TrimSpace(lastLines(r.Stdout+r.Stderr, 10))))
 			}
@@ -469,6 +515,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				return p, err
 			default:
 				p.InspectorPassed = ok
+				pr.findings, pr.inspection = append(pr.findings, issues), passWord(ok)
 				fmt.Fprintf(&pr.log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
 				if !ok {
 					feedback = append(feedback, pr.gateCorrections("inspector", issues, rootCauseOther)...)
@@ -477,6 +524,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				}
 			}
 		} else if ignoreInsp {
+			pr.inspection = "skipped"
 			fmt.Fprintf(&pr.log, "loop %d: inspector skipped (ignore_inspector)\n", p.Loops)
 		}
 		// Tester.
@@ -510,7 +558,8 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 				p.TesterPassed = tr.GetFailed() == 0
 				pr.report.Tested = fmt.Sprintf("%s: %d passed, %d failed, %d skipped", tr.GetFrameworkId(), tr.GetPassed(), tr.GetFailed(), tr.GetSkipped())
 				fmt.Fprintf(&pr.log, "loop %d: tester %s (%s)\n", p.Loops, passWord(p.TesterPassed), pr.report.Tested)
-				feedback = append(feedback, pr.gateCorrections("tester", testFeedback(tr), rootCauseTest)...)
+				pr.testFailures = testFeedback(tr)
+				feedback = append(feedback, pr.gateCorrections("tester", pr.testFailures, rootCauseTest)...)
 			}
 		}
 		if len(feedback) == 0 {

@@ -103,6 +103,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	running     *prometheus.GaugeVec
 	corrections *prometheus.CounterVec
+	handoffs    *prometheus.CounterVec
 }
 
 // newMetrics registers the worker's metrics with f.
@@ -121,6 +122,10 @@ func newMetrics(f promauto.Factory) metrics {
 			Name: "sylk_worker_corrections_total",
 			Help: "Inspector and Tester corrections checked by the feedback validation gate, by role and decision.",
 		}, []string{"role", "decision"}),
+		handoffs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_worker_pipeline_handoffs_total",
+			Help: "Pipelines that handed their state to a fresh pipeline (spec F-23), by trigger: context or user.",
+		}, []string{"trigger"}),
 		running: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sylk_worker_tasks_running",
 			Help: "Tasks running now.",
@@ -465,6 +470,13 @@ const (
 	MetaSessionCheck = "sylk.session_check"
 	// MetaResultPatch is the run's merged patch a session check applies.
 	MetaResultPatch = "sylk.result_patch"
+	// MetaHandoff is a pipeline's handoff to a fresh pipeline (spec F-23):
+	// result, protojson sylk.orchestrator.v1.PipelineHandoff.
+	MetaHandoff = "sylk.handoff"
+	// MetaStartPatch is the patch a handed-off pipeline left, which the new
+	// pipeline's workspace starts from: dispatch, a git diff from the
+	// starting commit.
+	MetaStartPatch = "sylk.start_patch"
 )
 
 // maxPatchBytes bounds a patch carried in a result.
@@ -553,6 +565,13 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 		dir = wsp.dir
 		vars["PATH"] = wsp.guardDir() + string(os.PathListSeparator) + os.Getenv("PATH")
+		if sp := meta[MetaStartPatch]; sp != "" {
+			// A pipeline carrying on from a handoff starts from the old
+			// pipeline's files (spec F-23).
+			if err := wsp.applyPatch(ctx, sp); err != nil {
+				return fail("could not apply the handed-off pipeline's changes: " + err.Error())
+			}
+		}
 	}
 	var timeout time.Duration
 	if d := task.GetTimeout().AsDuration(); task.GetTimeout() != nil && d > 0 {
@@ -651,7 +670,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 			case len(patch) > maxPatchBytes:
 				res.ExitCode, res.Error = -1, fmt.Sprintf("the task's patch of %d bytes exceeds the limit of %d", len(patch), maxPatchBytes)
 			default:
-				out.meta = map[string]string{MetaPatch: patch}
+				out.meta = mergeMeta(out.meta, map[string]string{MetaPatch: patch})
 			}
 		}
 		calls := append(wsp.audit.list(), wsp.agentCalls()...)

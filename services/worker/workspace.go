@@ -177,6 +177,18 @@ func (w *workspace) commit(ctx context.Context, message string) (string, error) 
 	return w.run(ctx, "diff", "--binary", w.base, "HEAD")
 }
 
+// applyPatch applies a git diff from the starting commit to the checkout,
+// uncommitted.
+func (w *workspace) applyPatch(ctx context.Context, patch string) error {
+	f := filepath.Join(w.root, ".start.patch")
+	if err := os.WriteFile(f, []byte(patch), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(f)
+	_, err := w.run(ctx, "apply", "--binary", "--whitespace=nowarn", f)
+	return err
+}
+
 // conventionalMessage makes a commit subject like "feat(api): add handler".
 func conventionalMessage(nodeID, name string) string {
 	subject := strings.TrimSpace(name)

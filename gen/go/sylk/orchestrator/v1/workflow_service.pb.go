@@ -34,6 +34,10 @@ const (
 	SettleAction_SETTLE_ACTION_KEEP SettleAction = 1
 	// Discard them: the run's result_patch is emptied.
 	SettleAction_SETTLE_ACTION_ROLLBACK SettleAction = 2
+	// Retry from the failure: every failed node runs again (briefed on its
+	// earlier attempts), and so do the nodes its failure skipped; the run
+	// reopens.
+	SettleAction_SETTLE_ACTION_RETRY SettleAction = 3
 )
 
 // Enum value maps for SettleAction.
@@ -42,11 +46,13 @@ var (
 		0: "SETTLE_ACTION_UNSPECIFIED",
 		1: "SETTLE_ACTION_KEEP",
 		2: "SETTLE_ACTION_ROLLBACK",
+		3: "SETTLE_ACTION_RETRY",
 	}
 	SettleAction_value = map[string]int32{
 		"SETTLE_ACTION_UNSPECIFIED": 0,
 		"SETTLE_ACTION_KEEP":        1,
 		"SETTLE_ACTION_ROLLBACK":    2,
+		"SETTLE_ACTION_RETRY":       3,
 	}
 )
 
@@ -103,6 +109,9 @@ const (
 	// ends SKIPPED, with the error "skipped by the user", and the nodes that
 	// depend on it run as if it had succeeded.
 	TaskActionType_TASK_ACTION_TYPE_SKIP TaskActionType = 8
+	// Hand a running pipeline node's state to a fresh pipeline at the
+	// Engineer's next turn (spec F-23, on the user's request).
+	TaskActionType_TASK_ACTION_TYPE_HANDOFF TaskActionType = 9
 )
 
 // Enum value maps for TaskActionType.
@@ -117,6 +126,7 @@ var (
 		6: "TASK_ACTION_TYPE_ESCALATE",
 		7: "TASK_ACTION_TYPE_PROMPT",
 		8: "TASK_ACTION_TYPE_SKIP",
+		9: "TASK_ACTION_TYPE_HANDOFF",
 	}
 	TaskActionType_value = map[string]int32{
 		"TASK_ACTION_TYPE_UNSPECIFIED":      0,
@@ -128,6 +138,7 @@ var (
 		"TASK_ACTION_TYPE_ESCALATE":         6,
 		"TASK_ACTION_TYPE_PROMPT":           7,
 		"TASK_ACTION_TYPE_SKIP":             8,
+		"TASK_ACTION_TYPE_HANDOFF":          9,
 	}
 )
 
@@ -284,6 +295,83 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
 }
 
+// PartialFailure is what a failed run offers its user (spec B-37): keep
+// the partial work and go on by hand, roll it back, or retry from the
+// failure, with a default chosen by how the failed nodes failed.
+type PartialFailure struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FailedNodes []string               `protobuf:"bytes,1,rep,name=failed_nodes,json=failedNodes,proto3" json:"failed_nodes,omitempty"`
+	// The gravest error tier among the failed nodes' last attempts:
+	// "permanent", "user_fixable", "external" or "transient".
+	ErrorTier string `protobuf:"bytes,2,opt,name=error_tier,json=errorTier,proto3" json:"error_tier,omitempty"`
+	// SETTLE_ACTION_RETRY for transient and external failures,
+	// SETTLE_ACTION_ROLLBACK for permanent ones, SETTLE_ACTION_KEEP for
+	// user_fixable ones (the user fixes what is missing, then goes on).
+	DefaultAction SettleAction `protobuf:"varint,3,opt,name=default_action,json=defaultAction,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"default_action,omitempty"`
+	// Why that default, in a sentence.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartialFailure) Reset() {
+	*x = PartialFailure{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartialFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartialFailure) ProtoMessage() {}
+
+func (x *PartialFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartialFailure.ProtoReflect.Descriptor instead.
+func (*PartialFailure) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PartialFailure) GetFailedNodes() []string {
+	if x != nil {
+		return x.FailedNodes
+	}
+	return nil
+}
+
+func (x *PartialFailure) GetErrorTier() string {
+	if x != nil {
+		return x.ErrorTier
+	}
+	return ""
+}
+
+func (x *PartialFailure) GetDefaultAction() SettleAction {
+	if x != nil {
+		return x.DefaultAction
+	}
+	return SettleAction_SETTLE_ACTION_UNSPECIFIED
+}
+
+func (x *PartialFailure) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type SettleRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
@@ -295,7 +383,7 @@ type SettleRunRequest struct {
 
 func (x *SettleRunRequest) Reset() {
 	*x = SettleRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +395,7 @@ func (x *SettleRunRequest) String() string {
 func (*SettleRunRequest) ProtoMessage() {}
 
 func (x *SettleRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[0]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +408,7 @@ func (x *SettleRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRunRequest.ProtoReflect.Descriptor instead.
 func (*SettleRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SettleRunRequest) GetName() string {
@@ -347,7 +435,7 @@ type SettleRunResponse struct {
 
 func (x *SettleRunResponse) Reset() {
 	*x = SettleRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +447,7 @@ func (x *SettleRunResponse) String() string {
 func (*SettleRunResponse) ProtoMessage() {}
 
 func (x *SettleRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[1]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +460,7 @@ func (x *SettleRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRunResponse.ProtoReflect.Descriptor instead.
 func (*SettleRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SettleRunResponse) GetRun() *Run {
@@ -406,14 +494,16 @@ type SettleReceipt struct {
 	// What the receipt cannot show: agents never touch the repository
 	// itself, push or call outside services on the run's behalf, so nothing
 	// outside the result patch needs undoing.
-	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	// Failed nodes that run again (retry).
+	RetriedNodes  []string `protobuf:"bytes,8,rep,name=retried_nodes,json=retriedNodes,proto3" json:"retried_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleReceipt) Reset() {
 	*x = SettleReceipt{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +515,7 @@ func (x *SettleReceipt) String() string {
 func (*SettleReceipt) ProtoMessage() {}
 
 func (x *SettleReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[2]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +528,7 @@ func (x *SettleReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleReceipt.ProtoReflect.Descriptor instead.
 func (*SettleReceipt) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SettleReceipt) GetAction() SettleAction {
@@ -490,6 +580,13 @@ func (x *SettleReceipt) GetNote() string {
 	return ""
 }
 
+func (x *SettleReceipt) GetRetriedNodes() []string {
+	if x != nil {
+		return x.RetriedNodes
+	}
+	return nil
+}
+
 // Dag is a plan's task graph (spec F-01).
 type Dag struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -504,7 +601,7 @@ type Dag struct {
 
 func (x *Dag) Reset() {
 	*x = Dag{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +613,7 @@ func (x *Dag) String() string {
 func (*Dag) ProtoMessage() {}
 
 func (x *Dag) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[3]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +626,7 @@ func (x *Dag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dag.ProtoReflect.Descriptor instead.
 func (*Dag) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Dag) GetNodes() []*Node {
@@ -563,7 +660,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +672,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[4]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +685,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Layer) GetNodeIds() []string {
@@ -612,7 +709,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +721,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[5]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +734,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Policy) GetFailFast() bool {
@@ -666,7 +763,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +775,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[6]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +788,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryPolicy) GetMax() int32 {
@@ -755,13 +852,17 @@ type Node struct {
 	// What the earlier attempts of the node did and how they failed, set by
 	// the Orchestrator when it dispatches a retry (spec B-38).
 	RetryBriefing *RetryBriefing `protobuf:"bytes,21,opt,name=retry_briefing,json=retryBriefing,proto3" json:"retry_briefing,omitempty"`
+	// The state an earlier pipeline of this node handed to this one when its
+	// Engineer neared the end of its context window (spec F-23); set by the
+	// Orchestrator when it dispatches the new pipeline.
+	Handoff       *PipelineHandoff `protobuf:"bytes,22,opt,name=handoff,proto3" json:"handoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +874,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[7]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +887,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Node) GetId() string {
@@ -936,6 +1037,377 @@ func (x *Node) GetRetryBriefing() *RetryBriefing {
 	return nil
 }
 
+func (x *Node) GetHandoff() *PipelineHandoff {
+	if x != nil {
+		return x.Handoff
+	}
+	return nil
+}
+
+// PipelineHandoff is what a pipeline whose Engineer reached its handoff
+// threshold passes to the fresh pipeline that carries on the same task
+// (spec F-23). The new pipeline starts from the old one's files.
+type PipelineHandoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pipeline handing off: "<run>/<node>#<attempt>".
+	OldPipelineId string `protobuf:"bytes,1,opt,name=old_pipeline_id,json=oldPipelineId,proto3" json:"old_pipeline_id,omitempty"`
+	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RunId         string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Why: "engineer_context_95%" (at the configured threshold) or
+	// "user_request".
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// 1 for the first handoff of a node, counting on along the chain.
+	HandoffIndex int32 `protobuf:"varint,6,opt,name=handoff_index,json=handoffIndex,proto3" json:"handoff_index,omitempty"`
+	// The Engineer's context use when it handed off, as a share of its
+	// model's context window, and that window in tokens.
+	ContextUsage        float64                `protobuf:"fixed64,7,opt,name=context_usage,json=contextUsage,proto3" json:"context_usage,omitempty"`
+	ContextWindowTokens int64                  `protobuf:"varint,8,opt,name=context_window_tokens,json=contextWindowTokens,proto3" json:"context_window_tokens,omitempty"`
+	Engineer            *EngineerHandoff       `protobuf:"bytes,9,opt,name=engineer,proto3" json:"engineer,omitempty"`
+	Inspector           *InspectorHandoff      `protobuf:"bytes,10,opt,name=inspector,proto3" json:"inspector,omitempty"`
+	Tester              *TesterHandoff         `protobuf:"bytes,11,opt,name=tester,proto3" json:"tester,omitempty"`
+	CreateTime          *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *PipelineHandoff) Reset() {
+	*x = PipelineHandoff{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineHandoff) ProtoMessage() {}
+
+func (x *PipelineHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineHandoff.ProtoReflect.Descriptor instead.
+func (*PipelineHandoff) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PipelineHandoff) GetOldPipelineId() string {
+	if x != nil {
+		return x.OldPipelineId
+	}
+	return ""
+}
+
+func (x *PipelineHandoff) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PipelineHandoff) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PipelineHandoff) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PipelineHandoff) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PipelineHandoff) GetHandoffIndex() int32 {
+	if x != nil {
+		return x.HandoffIndex
+	}
+	return 0
+}
+
+func (x *PipelineHandoff) GetContextUsage() float64 {
+	if x != nil {
+		return x.ContextUsage
+	}
+	return 0
+}
+
+func (x *PipelineHandoff) GetContextWindowTokens() int64 {
+	if x != nil {
+		return x.ContextWindowTokens
+	}
+	return 0
+}
+
+func (x *PipelineHandoff) GetEngineer() *EngineerHandoff {
+	if x != nil {
+		return x.Engineer
+	}
+	return nil
+}
+
+func (x *PipelineHandoff) GetInspector() *InspectorHandoff {
+	if x != nil {
+		return x.Inspector
+	}
+	return nil
+}
+
+func (x *PipelineHandoff) GetTester() *TesterHandoff {
+	if x != nil {
+		return x.Tester
+	}
+	return nil
+}
+
+func (x *PipelineHandoff) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// EngineerHandoff is the Engineer's part of a handoff.
+type EngineerHandoff struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	OriginalPrompt string                 `protobuf:"bytes,1,opt,name=original_prompt,json=originalPrompt,proto3" json:"original_prompt,omitempty"`
+	// What the Engineer did, a line per loop.
+	Accomplished []string `protobuf:"bytes,2,rep,name=accomplished,proto3" json:"accomplished,omitempty"`
+	FilesChanged []string `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	// What is left: the last feedback, and the done criteria.
+	Remaining []string `protobuf:"bytes,4,rep,name=remaining,proto3" json:"remaining,omitempty"`
+	// The model's own decisions and concerns so far.
+	ContextNotes  []string `protobuf:"bytes,5,rep,name=context_notes,json=contextNotes,proto3" json:"context_notes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineerHandoff) Reset() {
+	*x = EngineerHandoff{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineerHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineerHandoff) ProtoMessage() {}
+
+func (x *EngineerHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineerHandoff.ProtoReflect.Descriptor instead.
+func (*EngineerHandoff) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *EngineerHandoff) GetOriginalPrompt() string {
+	if x != nil {
+		return x.OriginalPrompt
+	}
+	return ""
+}
+
+func (x *EngineerHandoff) GetAccomplished() []string {
+	if x != nil {
+		return x.Accomplished
+	}
+	return nil
+}
+
+func (x *EngineerHandoff) GetFilesChanged() []string {
+	if x != nil {
+		return x.FilesChanged
+	}
+	return nil
+}
+
+func (x *EngineerHandoff) GetRemaining() []string {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *EngineerHandoff) GetContextNotes() []string {
+	if x != nil {
+		return x.ContextNotes
+	}
+	return nil
+}
+
+// InspectorHandoff is the Inspector's part of a handoff.
+type InspectorHandoff struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ChecksPerformed []string               `protobuf:"bytes,1,rep,name=checks_performed,json=checksPerformed,proto3" json:"checks_performed,omitempty"`
+	// Findings of earlier loops that the last inspection no longer reports.
+	FixesCompleted []string `protobuf:"bytes,2,rep,name=fixes_completed,json=fixesCompleted,proto3" json:"fixes_completed,omitempty"`
+	// Findings of the last inspection.
+	FixesRemaining []string `protobuf:"bytes,3,rep,name=fixes_remaining,json=fixesRemaining,proto3" json:"fixes_remaining,omitempty"`
+	// "passed", "failed", "skipped" or "not_run".
+	ValidationState string `protobuf:"bytes,4,opt,name=validation_state,json=validationState,proto3" json:"validation_state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InspectorHandoff) Reset() {
+	*x = InspectorHandoff{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectorHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectorHandoff) ProtoMessage() {}
+
+func (x *InspectorHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectorHandoff.ProtoReflect.Descriptor instead.
+func (*InspectorHandoff) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *InspectorHandoff) GetChecksPerformed() []string {
+	if x != nil {
+		return x.ChecksPerformed
+	}
+	return nil
+}
+
+func (x *InspectorHandoff) GetFixesCompleted() []string {
+	if x != nil {
+		return x.FixesCompleted
+	}
+	return nil
+}
+
+func (x *InspectorHandoff) GetFixesRemaining() []string {
+	if x != nil {
+		return x.FixesRemaining
+	}
+	return nil
+}
+
+func (x *InspectorHandoff) GetValidationState() string {
+	if x != nil {
+		return x.ValidationState
+	}
+	return ""
+}
+
+// TesterHandoff is the Tester's part of a handoff.
+type TesterHandoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Test files the pipeline created or changed.
+	TestsCreated []string    `protobuf:"bytes,1,rep,name=tests_created,json=testsCreated,proto3" json:"tests_created,omitempty"`
+	TestResults  *TestResult `protobuf:"bytes,2,opt,name=test_results,json=testResults,proto3" json:"test_results,omitempty"`
+	FailureDescs []string    `protobuf:"bytes,3,rep,name=failure_descs,json=failureDescs,proto3" json:"failure_descs,omitempty"`
+	// Changed source files with no changed test beside them.
+	CoverageNeeded []string `protobuf:"bytes,4,rep,name=coverage_needed,json=coverageNeeded,proto3" json:"coverage_needed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TesterHandoff) Reset() {
+	*x = TesterHandoff{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TesterHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TesterHandoff) ProtoMessage() {}
+
+func (x *TesterHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TesterHandoff.ProtoReflect.Descriptor instead.
+func (*TesterHandoff) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TesterHandoff) GetTestsCreated() []string {
+	if x != nil {
+		return x.TestsCreated
+	}
+	return nil
+}
+
+func (x *TesterHandoff) GetTestResults() *TestResult {
+	if x != nil {
+		return x.TestResults
+	}
+	return nil
+}
+
+func (x *TesterHandoff) GetFailureDescs() []string {
+	if x != nil {
+		return x.FailureDescs
+	}
+	return nil
+}
+
+func (x *TesterHandoff) GetCoverageNeeded() []string {
+	if x != nil {
+		return x.CoverageNeeded
+	}
+	return nil
+}
+
 // RetryBriefing tells a retried task what happened before (spec B-38).
 type RetryBriefing struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -955,7 +1427,7 @@ type RetryBriefing struct {
 
 func (x *RetryBriefing) Reset() {
 	*x = RetryBriefing{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1439,7 @@ func (x *RetryBriefing) String() string {
 func (*RetryBriefing) ProtoMessage() {}
 
 func (x *RetryBriefing) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[8]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1452,7 @@ func (x *RetryBriefing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBriefing.ProtoReflect.Descriptor instead.
 func (*RetryBriefing) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryBriefing) GetOriginalRequest() string {
@@ -1045,7 +1517,7 @@ type AttemptSummary struct {
 
 func (x *AttemptSummary) Reset() {
 	*x = AttemptSummary{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1529,7 @@ func (x *AttemptSummary) String() string {
 func (*AttemptSummary) ProtoMessage() {}
 
 func (x *AttemptSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[9]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1542,7 @@ func (x *AttemptSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptSummary.ProtoReflect.Descriptor instead.
 func (*AttemptSummary) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AttemptSummary) GetAttempt() int32 {
@@ -1152,7 +1624,7 @@ type RunContext struct {
 
 func (x *RunContext) Reset() {
 	*x = RunContext{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1636,7 @@ func (x *RunContext) String() string {
 func (*RunContext) ProtoMessage() {}
 
 func (x *RunContext) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[10]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1649,7 @@ func (x *RunContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
 func (*RunContext) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunContext) GetPlan() string {
@@ -1249,7 +1721,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1733,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[11]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1746,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionCheck) GetState() string {
@@ -1349,7 +1821,7 @@ type TaskControl struct {
 
 func (x *TaskControl) Reset() {
 	*x = TaskControl{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1833,7 @@ func (x *TaskControl) String() string {
 func (*TaskControl) ProtoMessage() {}
 
 func (x *TaskControl) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[12]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1846,7 @@ func (x *TaskControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControl.ProtoReflect.Descriptor instead.
 func (*TaskControl) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskControl) GetTenantId() string {
@@ -1431,7 +1903,7 @@ type TaskControlReply struct {
 
 func (x *TaskControlReply) Reset() {
 	*x = TaskControlReply{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1915,7 @@ func (x *TaskControlReply) String() string {
 func (*TaskControlReply) ProtoMessage() {}
 
 func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[13]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1928,7 @@ func (x *TaskControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskControlReply.ProtoReflect.Descriptor instead.
 func (*TaskControlReply) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskControlReply) GetPipeline() *PipelineStatus {
@@ -1491,7 +1963,7 @@ type FileEdit struct {
 
 func (x *FileEdit) Reset() {
 	*x = FileEdit{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1975,7 @@ func (x *FileEdit) String() string {
 func (*FileEdit) ProtoMessage() {}
 
 func (x *FileEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[14]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1988,7 @@ func (x *FileEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEdit.ProtoReflect.Descriptor instead.
 func (*FileEdit) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FileEdit) GetPath() string {
@@ -1551,7 +2023,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +2035,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[15]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +2048,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskReport) GetImplemented() string {
@@ -1632,7 +2104,8 @@ func (x *TaskReport) GetBriefing() string {
 // stands (spec F-08, F-11).
 type PipelineStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "created", "running", "inspecting", "testing", "completed", "failed".
+	// "created", "running", "inspecting", "testing", "completed", "failed",
+	// "handed_off" (its state went to a fresh pipeline, spec F-23).
 	State           string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
 	Loops           int32  `protobuf:"varint,2,opt,name=loops,proto3" json:"loops,omitempty"`
 	MaxLoops        int32  `protobuf:"varint,3,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
@@ -1655,7 +2128,7 @@ type PipelineStatus struct {
 
 func (x *PipelineStatus) Reset() {
 	*x = PipelineStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +2140,7 @@ func (x *PipelineStatus) String() string {
 func (*PipelineStatus) ProtoMessage() {}
 
 func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[16]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +2153,7 @@ func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
 func (*PipelineStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PipelineStatus) GetState() string {
@@ -1770,7 +2243,7 @@ type TestResult struct {
 
 func (x *TestResult) Reset() {
 	*x = TestResult{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2255,7 @@ func (x *TestResult) String() string {
 func (*TestResult) ProtoMessage() {}
 
 func (x *TestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[17]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2268,7 @@ func (x *TestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
 func (*TestResult) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TestResult) GetFrameworkId() string {
@@ -1862,7 +2335,7 @@ type TestFailure struct {
 
 func (x *TestFailure) Reset() {
 	*x = TestFailure{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2347,7 @@ func (x *TestFailure) String() string {
 func (*TestFailure) ProtoMessage() {}
 
 func (x *TestFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[18]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2360,7 @@ func (x *TestFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
 func (*TestFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TestFailure) GetTestName() string {
@@ -1966,14 +2439,16 @@ type Run struct {
 	Interactive bool        `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
 	Context     *RunContext `protobuf:"bytes,18,opt,name=context,proto3" json:"context,omitempty"`
 	// The session-level checks over the merged result (spec F-06).
-	SessionCheck  *SessionCheck `protobuf:"bytes,19,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionCheck *SessionCheck `protobuf:"bytes,19,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
+	// For a failed run: its choices and the default (spec B-37).
+	PartialFailure *PartialFailure `protobuf:"bytes,20,opt,name=partial_failure,json=partialFailure,proto3" json:"partial_failure,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2460,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[19]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2473,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Run) GetName() string {
@@ -2134,6 +2609,13 @@ func (x *Run) GetSessionCheck() *SessionCheck {
 	return nil
 }
 
+func (x *Run) GetPartialFailure() *PartialFailure {
+	if x != nil {
+		return x.PartialFailure
+	}
+	return nil
+}
+
 type NodeStatus struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2154,15 +2636,18 @@ type NodeStatus struct {
 	Paused          bool                   `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
 	Report          *TaskReport            `protobuf:"bytes,16,opt,name=report,proto3" json:"report,omitempty"`
 	// The node's change to the repository, as a git patch.
-	Patch         string          `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
-	Pipeline      *PipelineStatus `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	Patch    string          `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
+	Pipeline *PipelineStatus `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// The node's last pipeline handoff (spec F-23), and how many it had.
+	Handoff       *PipelineHandoff `protobuf:"bytes,19,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	Handoffs      int32            `protobuf:"varint,20,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2659,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[20]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2672,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2316,6 +2801,20 @@ func (x *NodeStatus) GetPipeline() *PipelineStatus {
 	return nil
 }
 
+func (x *NodeStatus) GetHandoff() *PipelineHandoff {
+	if x != nil {
+		return x.Handoff
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetHandoffs() int32 {
+	if x != nil {
+		return x.Handoffs
+	}
+	return 0
+}
+
 type CreateRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session the run belongs to (its id), optional.
@@ -2345,7 +2844,7 @@ type CreateRunRequest struct {
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2856,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2869,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -2456,7 +2955,7 @@ type SessionLimits struct {
 
 func (x *SessionLimits) Reset() {
 	*x = SessionLimits{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2967,7 @@ func (x *SessionLimits) String() string {
 func (*SessionLimits) ProtoMessage() {}
 
 func (x *SessionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2980,7 @@ func (x *SessionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
 func (*SessionLimits) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
@@ -2507,7 +3006,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +3018,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +3031,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -2551,7 +3050,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +3062,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +3075,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -2595,7 +3094,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +3106,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +3119,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -2641,7 +3140,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +3152,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +3165,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -2700,7 +3199,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +3211,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +3224,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -2753,7 +3252,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3264,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3277,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -2804,7 +3303,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3315,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3328,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -2850,7 +3349,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3361,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3374,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -2901,7 +3400,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3412,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3425,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -2947,7 +3446,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3458,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3471,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -2998,7 +3497,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3509,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3522,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -3043,7 +3542,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3554,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3567,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -3088,7 +3587,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3599,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3612,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -3132,7 +3631,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3643,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3656,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -3176,7 +3675,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3687,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3700,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -3220,7 +3719,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3731,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3744,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -3264,7 +3763,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3775,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3788,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -3317,7 +3816,7 @@ type TaskActionRequest struct {
 
 func (x *TaskActionRequest) Reset() {
 	*x = TaskActionRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3828,7 @@ func (x *TaskActionRequest) String() string {
 func (*TaskActionRequest) ProtoMessage() {}
 
 func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3841,7 @@ func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
 func (*TaskActionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskActionRequest) GetName() string {
@@ -3406,7 +3905,7 @@ type TaskActionResponse struct {
 
 func (x *TaskActionResponse) Reset() {
 	*x = TaskActionResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3917,7 @@ func (x *TaskActionResponse) String() string {
 func (*TaskActionResponse) ProtoMessage() {}
 
 func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3930,7 @@ func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
 func (*TaskActionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskActionResponse) GetRun() string {
@@ -3492,7 +3991,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +4003,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +4016,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListDecisionsRequest) GetName() string {
@@ -3542,7 +4041,7 @@ type DecisionEntry struct {
 
 func (x *DecisionEntry) Reset() {
 	*x = DecisionEntry{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +4053,7 @@ func (x *DecisionEntry) String() string {
 func (*DecisionEntry) ProtoMessage() {}
 
 func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +4066,7 @@ func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
 func (*DecisionEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DecisionEntry) GetNodeId() string {
@@ -3609,7 +4108,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +4120,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +4133,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
@@ -3655,13 +4154,19 @@ var File_sylk_orchestrator_v1_workflow_service_proto protoreflect.FileDescriptor
 
 const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\n" +
-	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"l\n" +
+	"+sylk/orchestrator/v1/workflow_service.proto\x12\x14sylk.orchestrator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\"\xb5\x01\n" +
+	"\x0ePartialFailure\x12!\n" +
+	"\ffailed_nodes\x18\x01 \x03(\tR\vfailedNodes\x12\x1d\n" +
+	"\n" +
+	"error_tier\x18\x02 \x01(\tR\terrorTier\x12I\n" +
+	"\x0edefault_action\x18\x03 \x01(\x0e2\".sylk.orchestrator.v1.SettleActionR\rdefaultAction\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"l\n" +
 	"\x10SettleRunRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12?\n" +
 	"\x06action\x18\x02 \x01(\x0e2\".sylk.orchestrator.v1.SettleActionB\x03\xe0A\x02R\x06action\"\x7f\n" +
 	"\x11SettleRunResponse\x12+\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.sylk.orchestrator.v1.RunR\x03run\x12=\n" +
-	"\areceipt\x18\x02 \x01(\v2#.sylk.orchestrator.v1.SettleReceiptR\areceipt\"\x95\x02\n" +
+	"\areceipt\x18\x02 \x01(\v2#.sylk.orchestrator.v1.SettleReceiptR\areceipt\"\xba\x02\n" +
 	"\rSettleReceipt\x12:\n" +
 	"\x06action\x18\x01 \x01(\x0e2\".sylk.orchestrator.v1.SettleActionR\x06action\x12\x1d\n" +
 	"\n" +
@@ -3670,7 +4175,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x10unfinished_nodes\x18\x04 \x03(\tR\x0funfinishedNodes\x12#\n" +
 	"\rfiles_changed\x18\x05 \x01(\x05R\ffilesChanged\x12\x1c\n" +
 	"\tconflicts\x18\x06 \x03(\tR\tconflicts\x12\x12\n" +
-	"\x04note\x18\a \x01(\tR\x04note\"\xb3\x01\n" +
+	"\x04note\x18\a \x01(\tR\x04note\x12#\n" +
+	"\rretried_nodes\x18\b \x03(\tR\fretriedNodes\"\xb3\x01\n" +
 	"\x03Dag\x120\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1a.sylk.orchestrator.v1.NodeR\x05nodes\x12D\n" +
 	"\x0fexecution_order\x18\x02 \x03(\v2\x1b.sylk.orchestrator.v1.LayerR\x0eexecutionOrder\x124\n" +
@@ -3682,7 +4188,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
 	"\vRetryPolicy\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xaa\x06\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xf0\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -3706,7 +4212,40 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bguidance\x18\x12 \x03(\tB\x03\xe0A\x03R\bguidance\x12,\n" +
 	"\x0fkey_constraints\x18\x13 \x03(\tB\x03\xe0A\x03R\x0ekeyConstraints\x12Q\n" +
 	"\x10success_criteria\x18\x14 \x03(\v2!.sylk.message.v1.SuccessCriterionB\x03\xe0A\x03R\x0fsuccessCriteria\x12O\n" +
-	"\x0eretry_briefing\x18\x15 \x01(\v2#.sylk.orchestrator.v1.RetryBriefingB\x03\xe0A\x03R\rretryBriefing\"\xaf\x02\n" +
+	"\x0eretry_briefing\x18\x15 \x01(\v2#.sylk.orchestrator.v1.RetryBriefingB\x03\xe0A\x03R\rretryBriefing\x12D\n" +
+	"\ahandoff\x18\x16 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffB\x03\xe0A\x03R\ahandoff\"\xa1\x04\n" +
+	"\x0fPipelineHandoff\x12&\n" +
+	"\x0fold_pipeline_id\x18\x01 \x01(\tR\roldPipelineId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12#\n" +
+	"\rhandoff_index\x18\x06 \x01(\x05R\fhandoffIndex\x12#\n" +
+	"\rcontext_usage\x18\a \x01(\x01R\fcontextUsage\x122\n" +
+	"\x15context_window_tokens\x18\b \x01(\x03R\x13contextWindowTokens\x12A\n" +
+	"\bengineer\x18\t \x01(\v2%.sylk.orchestrator.v1.EngineerHandoffR\bengineer\x12D\n" +
+	"\tinspector\x18\n" +
+	" \x01(\v2&.sylk.orchestrator.v1.InspectorHandoffR\tinspector\x12;\n" +
+	"\x06tester\x18\v \x01(\v2#.sylk.orchestrator.v1.TesterHandoffR\x06tester\x12;\n" +
+	"\vcreate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xc6\x01\n" +
+	"\x0fEngineerHandoff\x12'\n" +
+	"\x0foriginal_prompt\x18\x01 \x01(\tR\x0eoriginalPrompt\x12\"\n" +
+	"\faccomplished\x18\x02 \x03(\tR\faccomplished\x12#\n" +
+	"\rfiles_changed\x18\x03 \x03(\tR\ffilesChanged\x12\x1c\n" +
+	"\tremaining\x18\x04 \x03(\tR\tremaining\x12#\n" +
+	"\rcontext_notes\x18\x05 \x03(\tR\fcontextNotes\"\xba\x01\n" +
+	"\x10InspectorHandoff\x12)\n" +
+	"\x10checks_performed\x18\x01 \x03(\tR\x0fchecksPerformed\x12'\n" +
+	"\x0ffixes_completed\x18\x02 \x03(\tR\x0efixesCompleted\x12'\n" +
+	"\x0ffixes_remaining\x18\x03 \x03(\tR\x0efixesRemaining\x12)\n" +
+	"\x10validation_state\x18\x04 \x01(\tR\x0fvalidationState\"\xc7\x01\n" +
+	"\rTesterHandoff\x12#\n" +
+	"\rtests_created\x18\x01 \x03(\tR\ftestsCreated\x12C\n" +
+	"\ftest_results\x18\x02 \x01(\v2 .sylk.orchestrator.v1.TestResultR\vtestResults\x12#\n" +
+	"\rfailure_descs\x18\x03 \x03(\tR\ffailureDescs\x12'\n" +
+	"\x0fcoverage_needed\x18\x04 \x03(\tR\x0ecoverageNeeded\"\xaf\x02\n" +
 	"\rRetryBriefing\x12)\n" +
 	"\x10original_request\x18\x01 \x01(\tR\x0foriginalRequest\x12%\n" +
 	"\x0eattempt_number\x18\x02 \x01(\x05R\rattemptNumber\x12K\n" +
@@ -3797,7 +4336,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bexpected\x18\x05 \x01(\tR\bexpected\x12\x16\n" +
 	"\x06actual\x18\x06 \x01(\tR\x06actual\x12\x1f\n" +
 	"\vstack_trace\x18\a \x01(\tR\n" +
-	"stackTrace\"\xe2\x06\n" +
+	"stackTrace\"\xb6\a\n" +
 	"\x03Run\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1d\n" +
@@ -3824,7 +4363,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\fdecision_log\x18\x10 \x01(\tB\x03\xe0A\x03R\vdecisionLog\x12 \n" +
 	"\vinteractive\x18\x11 \x01(\bR\vinteractive\x12:\n" +
 	"\acontext\x18\x12 \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12L\n" +
-	"\rsession_check\x18\x13 \x01(\v2\".sylk.orchestrator.v1.SessionCheckB\x03\xe0A\x03R\fsessionCheck\"\xd9\x05\n" +
+	"\rsession_check\x18\x13 \x01(\v2\".sylk.orchestrator.v1.SessionCheckB\x03\xe0A\x03R\fsessionCheck\x12R\n" +
+	"\x0fpartial_failure\x18\x14 \x01(\v2$.sylk.orchestrator.v1.PartialFailureB\x03\xe0A\x03R\x0epartialFailure\"\xb6\x06\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -3846,7 +4386,9 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x06paused\x18\x0f \x01(\bR\x06paused\x128\n" +
 	"\x06report\x18\x10 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\x12\x14\n" +
 	"\x05patch\x18\x11 \x01(\tR\x05patch\x12@\n" +
-	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\"\xb0\x03\n" +
+	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\x12?\n" +
+	"\ahandoff\x18\x13 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffR\ahandoff\x12\x1a\n" +
+	"\bhandoffs\x18\x14 \x01(\x05R\bhandoffs\"\xb0\x03\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
@@ -3933,11 +4475,12 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x06report\x18\x04 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\"h\n" +
 	"\x15ListDecisionsResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.sylk.orchestrator.v1.DecisionEntryR\aentries\x12\x10\n" +
-	"\x03log\x18\x02 \x01(\tR\x03log*a\n" +
+	"\x03log\x18\x02 \x01(\tR\x03log*z\n" +
 	"\fSettleAction\x12\x1d\n" +
 	"\x19SETTLE_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SETTLE_ACTION_KEEP\x10\x01\x12\x1a\n" +
-	"\x16SETTLE_ACTION_ROLLBACK\x10\x02*\xac\x02\n" +
+	"\x16SETTLE_ACTION_ROLLBACK\x10\x02\x12\x17\n" +
+	"\x13SETTLE_ACTION_RETRY\x10\x03*\xca\x02\n" +
 	"\x0eTaskActionType\x12 \n" +
 	"\x1cTASK_ACTION_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TASK_ACTION_TYPE_QUERY\x10\x01\x12\x1e\n" +
@@ -3947,7 +4490,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x16TASK_ACTION_TYPE_RETRY\x10\x05\x12\x1d\n" +
 	"\x19TASK_ACTION_TYPE_ESCALATE\x10\x06\x12\x1b\n" +
 	"\x17TASK_ACTION_TYPE_PROMPT\x10\a\x12\x19\n" +
-	"\x15TASK_ACTION_TYPE_SKIP\x10\b*\xb1\x01\n" +
+	"\x15TASK_ACTION_TYPE_SKIP\x10\b\x12\x1c\n" +
+	"\x18TASK_ACTION_TYPE_HANDOFF\x10\t*\xb1\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_PENDING\x10\x01\x12\x15\n" +
@@ -3994,145 +4538,159 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(SettleAction)(0),                 // 0: sylk.orchestrator.v1.SettleAction
 	(TaskActionType)(0),               // 1: sylk.orchestrator.v1.TaskActionType
 	(RunState)(0),                     // 2: sylk.orchestrator.v1.RunState
 	(NodeState)(0),                    // 3: sylk.orchestrator.v1.NodeState
-	(*SettleRunRequest)(nil),          // 4: sylk.orchestrator.v1.SettleRunRequest
-	(*SettleRunResponse)(nil),         // 5: sylk.orchestrator.v1.SettleRunResponse
-	(*SettleReceipt)(nil),             // 6: sylk.orchestrator.v1.SettleReceipt
-	(*Dag)(nil),                       // 7: sylk.orchestrator.v1.Dag
-	(*Layer)(nil),                     // 8: sylk.orchestrator.v1.Layer
-	(*Policy)(nil),                    // 9: sylk.orchestrator.v1.Policy
-	(*RetryPolicy)(nil),               // 10: sylk.orchestrator.v1.RetryPolicy
-	(*Node)(nil),                      // 11: sylk.orchestrator.v1.Node
-	(*RetryBriefing)(nil),             // 12: sylk.orchestrator.v1.RetryBriefing
-	(*AttemptSummary)(nil),            // 13: sylk.orchestrator.v1.AttemptSummary
-	(*RunContext)(nil),                // 14: sylk.orchestrator.v1.RunContext
-	(*SessionCheck)(nil),              // 15: sylk.orchestrator.v1.SessionCheck
-	(*TaskControl)(nil),               // 16: sylk.orchestrator.v1.TaskControl
-	(*TaskControlReply)(nil),          // 17: sylk.orchestrator.v1.TaskControlReply
-	(*FileEdit)(nil),                  // 18: sylk.orchestrator.v1.FileEdit
-	(*TaskReport)(nil),                // 19: sylk.orchestrator.v1.TaskReport
-	(*PipelineStatus)(nil),            // 20: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 21: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 22: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 23: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 24: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 25: sylk.orchestrator.v1.CreateRunRequest
-	(*SessionLimits)(nil),             // 26: sylk.orchestrator.v1.SessionLimits
-	(*CreateRunResponse)(nil),         // 27: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 28: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 29: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 30: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 31: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 32: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 33: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 34: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 35: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 36: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 37: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 38: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 39: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 40: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 41: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 42: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 43: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*TaskActionRequest)(nil),         // 44: sylk.orchestrator.v1.TaskActionRequest
-	(*TaskActionResponse)(nil),        // 45: sylk.orchestrator.v1.TaskActionResponse
-	(*ListDecisionsRequest)(nil),      // 46: sylk.orchestrator.v1.ListDecisionsRequest
-	(*DecisionEntry)(nil),             // 47: sylk.orchestrator.v1.DecisionEntry
-	(*ListDecisionsResponse)(nil),     // 48: sylk.orchestrator.v1.ListDecisionsResponse
-	(*durationpb.Duration)(nil),       // 49: google.protobuf.Duration
-	(*v1.SuccessCriterion)(nil),       // 50: sylk.message.v1.SuccessCriterion
-	(*timestamppb.Timestamp)(nil),     // 51: google.protobuf.Timestamp
+	(*PartialFailure)(nil),            // 4: sylk.orchestrator.v1.PartialFailure
+	(*SettleRunRequest)(nil),          // 5: sylk.orchestrator.v1.SettleRunRequest
+	(*SettleRunResponse)(nil),         // 6: sylk.orchestrator.v1.SettleRunResponse
+	(*SettleReceipt)(nil),             // 7: sylk.orchestrator.v1.SettleReceipt
+	(*Dag)(nil),                       // 8: sylk.orchestrator.v1.Dag
+	(*Layer)(nil),                     // 9: sylk.orchestrator.v1.Layer
+	(*Policy)(nil),                    // 10: sylk.orchestrator.v1.Policy
+	(*RetryPolicy)(nil),               // 11: sylk.orchestrator.v1.RetryPolicy
+	(*Node)(nil),                      // 12: sylk.orchestrator.v1.Node
+	(*PipelineHandoff)(nil),           // 13: sylk.orchestrator.v1.PipelineHandoff
+	(*EngineerHandoff)(nil),           // 14: sylk.orchestrator.v1.EngineerHandoff
+	(*InspectorHandoff)(nil),          // 15: sylk.orchestrator.v1.InspectorHandoff
+	(*TesterHandoff)(nil),             // 16: sylk.orchestrator.v1.TesterHandoff
+	(*RetryBriefing)(nil),             // 17: sylk.orchestrator.v1.RetryBriefing
+	(*AttemptSummary)(nil),            // 18: sylk.orchestrator.v1.AttemptSummary
+	(*RunContext)(nil),                // 19: sylk.orchestrator.v1.RunContext
+	(*SessionCheck)(nil),              // 20: sylk.orchestrator.v1.SessionCheck
+	(*TaskControl)(nil),               // 21: sylk.orchestrator.v1.TaskControl
+	(*TaskControlReply)(nil),          // 22: sylk.orchestrator.v1.TaskControlReply
+	(*FileEdit)(nil),                  // 23: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 24: sylk.orchestrator.v1.TaskReport
+	(*PipelineStatus)(nil),            // 25: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 26: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 27: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 28: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 29: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 30: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 31: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 32: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 33: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 34: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 35: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 36: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 37: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 38: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 39: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 40: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 41: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 42: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 43: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 44: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 45: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 46: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 47: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 48: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 49: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 50: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 51: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 52: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 53: sylk.orchestrator.v1.ListDecisionsResponse
+	(*durationpb.Duration)(nil),       // 54: google.protobuf.Duration
+	(*v1.SuccessCriterion)(nil),       // 55: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
-	0,  // 0: sylk.orchestrator.v1.SettleRunRequest.action:type_name -> sylk.orchestrator.v1.SettleAction
-	23, // 1: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	6,  // 2: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
-	0,  // 3: sylk.orchestrator.v1.SettleReceipt.action:type_name -> sylk.orchestrator.v1.SettleAction
-	11, // 4: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
-	8,  // 5: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
-	9,  // 6: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
-	10, // 7: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	49, // 8: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	49, // 9: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
-	10, // 10: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	18, // 11: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	50, // 12: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	12, // 13: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
-	13, // 14: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
-	49, // 15: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
-	51, // 16: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
-	50, // 17: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	21, // 18: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
-	1,  // 19: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	20, // 20: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	21, // 21: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	49, // 22: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	22, // 23: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	2,  // 24: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	7,  // 25: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	24, // 26: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	51, // 27: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	51, // 28: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	51, // 29: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	14, // 30: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	15, // 31: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	3,  // 32: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	49, // 33: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	51, // 34: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	51, // 35: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	51, // 36: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	19, // 37: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	20, // 38: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	7,  // 39: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	14, // 40: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	26, // 41: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	23, // 42: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	23, // 43: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	23, // 44: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	23, // 45: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	23, // 46: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	23, // 47: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	1,  // 48: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	1,  // 49: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	3,  // 50: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	20, // 51: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	19, // 52: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	47, // 53: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	25, // 54: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	28, // 55: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	30, // 56: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	32, // 57: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	34, // 58: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	36, // 59: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	38, // 60: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	40, // 61: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	42, // 62: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	44, // 63: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	46, // 64: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	4,  // 65: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
-	27, // 66: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	29, // 67: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	31, // 68: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	33, // 69: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	35, // 70: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	37, // 71: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	39, // 72: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	41, // 73: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	43, // 74: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	45, // 75: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	48, // 76: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	5,  // 77: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
-	66, // [66:78] is the sub-list for method output_type
-	54, // [54:66] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	0,  // 0: sylk.orchestrator.v1.PartialFailure.default_action:type_name -> sylk.orchestrator.v1.SettleAction
+	0,  // 1: sylk.orchestrator.v1.SettleRunRequest.action:type_name -> sylk.orchestrator.v1.SettleAction
+	28, // 2: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	7,  // 3: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
+	0,  // 4: sylk.orchestrator.v1.SettleReceipt.action:type_name -> sylk.orchestrator.v1.SettleAction
+	12, // 5: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
+	9,  // 6: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
+	10, // 7: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
+	11, // 8: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	54, // 9: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	54, // 10: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	11, // 11: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	23, // 12: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	55, // 13: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	17, // 14: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
+	13, // 15: sylk.orchestrator.v1.Node.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	14, // 16: sylk.orchestrator.v1.PipelineHandoff.engineer:type_name -> sylk.orchestrator.v1.EngineerHandoff
+	15, // 17: sylk.orchestrator.v1.PipelineHandoff.inspector:type_name -> sylk.orchestrator.v1.InspectorHandoff
+	16, // 18: sylk.orchestrator.v1.PipelineHandoff.tester:type_name -> sylk.orchestrator.v1.TesterHandoff
+	56, // 19: sylk.orchestrator.v1.PipelineHandoff.create_time:type_name -> google.protobuf.Timestamp
+	26, // 20: sylk.orchestrator.v1.TesterHandoff.test_results:type_name -> sylk.orchestrator.v1.TestResult
+	18, // 21: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
+	54, // 22: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
+	56, // 23: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
+	55, // 24: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	26, // 25: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	1,  // 26: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	25, // 27: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	26, // 28: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	54, // 29: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	27, // 30: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	2,  // 31: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	8,  // 32: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	29, // 33: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	56, // 34: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	56, // 35: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	56, // 36: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	19, // 37: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	20, // 38: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	4,  // 39: sylk.orchestrator.v1.Run.partial_failure:type_name -> sylk.orchestrator.v1.PartialFailure
+	3,  // 40: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	54, // 41: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	56, // 42: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	56, // 43: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	56, // 44: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	24, // 45: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	25, // 46: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	13, // 47: sylk.orchestrator.v1.NodeStatus.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	8,  // 48: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	19, // 49: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	31, // 50: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	28, // 51: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	28, // 52: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	28, // 53: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	28, // 54: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	28, // 55: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	28, // 56: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	1,  // 57: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	1,  // 58: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	3,  // 59: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	25, // 60: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	24, // 61: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	52, // 62: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	30, // 63: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	33, // 64: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	35, // 65: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	37, // 66: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	39, // 67: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	41, // 68: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	43, // 69: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	45, // 70: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	47, // 71: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	49, // 72: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	51, // 73: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	5,  // 74: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
+	32, // 75: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	34, // 76: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	36, // 77: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	38, // 78: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	40, // 79: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	42, // 80: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	44, // 81: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	46, // 82: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	48, // 83: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	50, // 84: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	53, // 85: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	6,  // 86: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
+	75, // [75:87] is the sub-list for method output_type
+	63, // [63:75] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -4146,7 +4704,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,126 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/topology"
+	"sylk.dev/sylk/services/worker"
+)
+
+// Pipeline handoffs (spec F-23). An Engineer whose conversation reached its
+// handoff threshold (or whose user asked) ends its pipeline with the state
+// of all three stages instead of another turn. The Orchestrator closes that
+// pipeline (its attempt is recorded as HANDED_OFF and does not count as a
+// retry), stores the state in the Archivalist under pipeline_handoff, and
+// dispatches the node again: the new pipeline gets the state in
+// Node.handoff and starts from the old pipeline's files. The chain has no
+// bound; each handoff's index counts it, and the user stops it as any task
+// (/task <node> interrupt, cancel). The Architect is not asked: a handoff
+// carries on the same task, so the workflow has nothing to adjust.
+
+// EventNodeHandedOff announces a closed pipeline and the fresh one that
+// carries on.
+const EventNodeHandedOff = "run.node_handed_off"
+
+// CategoryPipelineHandoff is the Archivalist category of handoffs.
+const CategoryPipelineHandoff = "pipeline_handoff"
+
+// maxStoredHandoffBytes bounds a stored handoff.
+const maxStoredHandoffBytes = 64 << 10
+
+// handedState is what a node's next pipeline starts from.
+type handedState struct {
+	handoff *orchestratorv1.PipelineHandoff
+	patch   string
+}
+
+// handedStates loads the last handoff of those nodes that have one.
+func handedStates(ctx context.Context, q querier, tenant, runID string, nodeIDs []string) (map[string]handedState, error) {
+	rows, err := q.Query(ctx, `SELECT node_id, handoff, coalesce(handoff_patch, '') FROM nodes
+		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND handoff IS NOT NULL`, tenant, runID, nodeIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]handedState{}
+	for rows.Next() {
+		var node, raw, patch string
+		if err := rows.Scan(&node, &raw, &patch); err != nil {
+			return nil, err
+		}
+		h, err := decodeHandoff(raw)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: stored handoff: %w", node, err)
+		}
+		out[node] = handedState{handoff: h, patch: patch}
+	}
+	return out, rows.Err()
+}
+
+func decodeHandoff(raw string) (*orchestratorv1.PipelineHandoff, error) {
+	h := &orchestratorv1.PipelineHandoff{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(raw), h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// noteHandoff adds the event and the Archivalist record of an applied
+// handoff to a decision's effects.
+func (s *Service) noteHandoff(eff *effects, nodeID string, attempt int32, res nodeResult) {
+	s.metrics.handoffs.Inc()
+	h, err := decodeHandoff(res.Handoff)
+	if err != nil {
+		// The node carries on all the same; the record says what it can.
+		h = &orchestratorv1.PipelineHandoff{Reason: "unreadable handoff"}
+	}
+	text := fmt.Sprintf("node %s: pipeline %s handed off (%s, handoff %d); a fresh pipeline carries on", nodeID,
+		worker.PipelineID(eff.runID, nodeID, attempt), h.GetReason(), h.GetHandoffIndex())
+	eff.event(EventNodeHandedOff, fmt.Sprintf("%s:%s:%d:handed_off", eff.runID, nodeID, attempt), text,
+		map[string]any{"run": runName(eff.runID), "node": nodeID, "attempt": attempt, "handoff_index": h.GetHandoffIndex(),
+			"reason": h.GetReason(), "context_usage": h.GetContextUsage(), "old_pipeline": worker.PipelineID(eff.runID, nodeID, attempt)})
+	eff.handoffs = append(eff.handoffs, &messagev1.Envelope{
+		Id:            fmt.Sprintf("%s:%s:%d:handoff", eff.runID, nodeID, attempt),
+		CorrelationId: runName(eff.runID),
+		TenantId:      eff.tenant,
+		SessionId:     eff.session,
+		Source:        topology.AgentOrchestrator,
+		Target:        topology.AgentArchivalist,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
+		CreatedAt:     timestamppb.Now(),
+		Attempt:       1,
+		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
+		Metadata: map[string]string{
+			"category": CategoryPipelineHandoff,
+			"title":    fmt.Sprintf("Pipeline handoff %d of %s/%s (%s)", h.GetHandoffIndex(), runName(eff.runID), nodeID, h.GetReason()),
+		},
+		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
+			Agent: topology.AgentOrchestrator, Text: worker.HandoffText(h)}},
+	})
+}
+
+// recordHandoffs sends handoffs to the Archivalist. The message id makes a
+// re-sent one a duplicate; a lost one loses the record only, not the state,
+// which the node's row keeps.
+func (s *Service) recordHandoffs(ctx context.Context, log *slog.Logger, envs []*messagev1.Envelope) {
+	if len(envs) == 0 {
+		return
+	}
+	if err := topology.EnsureAgents(ctx, s.bus); err != nil {
+		log.WarnContext(ctx, "provision the agents' inboxes", logx.Err(err))
+		return
+	}
+	for _, env := range envs {
+		if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
+			log.WarnContext(ctx, "send pipeline handoff to the archivalist", logx.Err(err))
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package orchestrator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/topology"
+	"sylk.dev/sylk/services/orchestrator"
+	"sylk.dev/sylk/services/worker"
+)
+
+// sendHandoff reports an attempt that handed its pipeline off, as a worker
+// does.
+func (h *harness) sendHandoff(t *testing.T, tenant, runID, node string, attempt int32, patch string, ho *orchestratorv1.PipelineHandoff) {
+	t.Helper()
+	raw, err := protojson.Marshal(ho)
+	require.NoError(t, err)
+	env := &messagev1.Envelope{
+		Id: ids.New(), TenantId: tenant, Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
+		Metadata: map[string]string{worker.MetaHandoff: string(raw), worker.MetaPatch: patch},
+		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
+			RunId: runID, NodeId: node, Attempt: attempt, Duration: durationpb.New(time.Second), WorkerId: "test-worker"}},
+	}
+	_, err = h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), worker.PipelineID(runID, node, attempt), env)
+	require.NoError(t, err)
+}
+
+// Spec F-23: a handed-off pipeline is closed and the node runs again at
+// once as a fresh pipeline with the state and the files; the handoff is
+// stored in the Archivalist and announced; handoffs do not use up retries.
+func TestHandoffStartsAFreshPipeline(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	session := ids.New()
+	repo := repoWith(t, map[string]string{"calc.py": calcPy})
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo,
+		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster", Retry: &orchestratorv1.RetryPolicy{Max: 0}})})
+	runID := strings.TrimPrefix(run.GetName(), "runs/")
+	require.Equal(t, int32(1), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+
+	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: worker.PipelineID(runID, "p", 1), RunId: runID, NodeId: "p",
+		Reason: "engineer_context_95%", HandoffIndex: 1, ContextUsage: 0.96, ContextWindowTokens: 8192,
+		Engineer: &orchestratorv1.EngineerHandoff{Accomplished: []string{"loop 1: wrote calc.py: cached add"}, FilesChanged: []string{"calc.py"}},
+		Tester:   &orchestratorv1.TesterHandoff{FailureDescs: []string{"test_add failed"}}}
+	const patch = "diff --git a/calc.py b/calc.py\n"
+	h.sendHandoff(t, "t1", runID, "p", 1, patch, ho)
+
+	second := h.tasks(t, "engineer", 1)[0]
+	require.Equal(t, int32(2), second.GetTaskDispatch().GetAttempt())
+	spec := specOf(t, second)
+	require.True(t, proto.Equal(ho, spec.GetHandoff()), "the fresh pipeline gets the state: %v", spec.GetHandoff())
+	require.Nil(t, spec.GetRetryBriefing(), "a handoff is not a failure to brief on")
+	require.Equal(t, patch, second.GetMetadata()[worker.MetaStartPatch])
+
+	n := nodesByID(h.get(t, ctx, run.GetName()))["p"]
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n.GetState())
+	require.Equal(t, int32(1), n.GetHandoffs())
+	require.Equal(t, "engineer_context_95%", n.GetHandoff().GetReason())
+	eventTypes(t, h, "t1", session, orchestrator.EventNodeHandedOff)
+
+	// The Archivalist is sent the handoff under pipeline_handoff.
+	stored := inboxMessage(t, h, topology.AgentArchivalist)
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, stored.GetType())
+	require.Equal(t, orchestrator.CategoryPipelineHandoff, stored.GetMetadata()["category"])
+	require.Equal(t, session, stored.GetSessionId())
+	text := stored.GetAgentResponse().GetText()
+	require.Contains(t, text, "# Pipeline handoff 1")
+	require.Contains(t, text, "loop 1: wrote calc.py: cached add")
+	require.Contains(t, text, "Context used: 96% of 8192 tokens")
+
+	// The chain goes on: a second handoff is number 2 of the same node.
+	ho2 := proto.Clone(ho).(*orchestratorv1.PipelineHandoff)
+	ho2.OldPipelineId, ho2.HandoffIndex = worker.PipelineID(runID, "p", 2), 2
+	h.sendHandoff(t, "t1", runID, "p", 2, patch+"more\n", ho2)
+	third := h.tasks(t, "engineer", 1)[0]
+	require.Equal(t, int32(3), third.GetTaskDispatch().GetAttempt())
+	require.Equal(t, int32(2), specOf(t, third).GetHandoff().GetHandoffIndex())
+	require.Equal(t, patch+"more\n", third.GetMetadata()[worker.MetaStartPatch])
+
+	// With no retries, the third pipeline's failure fails the node: two
+	// handoffs did not count as retries, and no more are made up.
+	h.sendResult(t, "t1", runID, "p", 3, 1, "", "p3-failed")
+	done := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
+	n = nodesByID(done)["p"]
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n.GetState())
+	require.Equal(t, int32(3), n.GetAttempt())
+	require.Equal(t, int32(2), n.GetHandoffs())
+}

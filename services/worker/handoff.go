@@ -1,0 +1,360 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
+)
+
+// Memory management of the Engineer (spec F-21, F-23). A pipeline's
+// Engineer keeps one conversation across its loops: the task, then each
+// loop's feedback and its own answers. It takes no checkpoints and never
+// compacts; before a turn that would fill its context window to the
+// handoff threshold (-worker.handoff-at, 95%), or when the user asks, it
+// ends the pipeline with the state of all three stages instead. The
+// Orchestrator closes the pipeline, stores the state in the Archivalist and
+// starts a fresh pipeline of the same node from it and from the old
+// pipeline's files.
+
+// Handoff triggers, for the metric and the reason.
+const (
+	triggerContext = "context"
+	triggerUser    = "user"
+	reasonUser     = "user_request"
+)
+
+// Bounds of what a handoff carries: the newest entries of each list, each
+// entry cut to its byte bound.
+const (
+	maxHandoffItems     = 50
+	maxHandoffItemBytes = 1000
+	maxHandoffOutput    = 4 << 10
+)
+
+// engineerMemory is the Engineer's conversation in one pipeline.
+type engineerMemory struct {
+	turns []llm.Message
+	// window is the model's context window in tokens.
+	window int
+	// guidance is how many of the user's guidance lines the model has seen.
+	guidance int
+}
+
+// engineerWindow is the context window the Engineer's handoff threshold
+// applies to: -worker.engineer-context-tokens, else the model catalogue's
+// for the default provider's resolution of -worker.engineer-model.
+func (s *Service) engineerWindow() int {
+	if s.cfg.EngineerContextTokens > 0 {
+		return s.cfg.EngineerContextTokens
+	}
+	if g, ok := s.model.(*gate.Gate); ok {
+		p := g.Providers().Default()
+		m, _ := llm.LookupModel(p.Name(), p.Resolve(s.cfg.EngineerModel))
+		return m.MaxContext
+	}
+	return llm.DefaultMaxContext
+}
+
+// next is the Engineer's next user turn: the whole task first, then the
+// feedback and any guidance the model has not seen. seen is the guidance
+// count once the turn is taken.
+func (m *engineerMemory) next(pr *pipelineRun, feedback []string) (msg llm.Message, seen int) {
+	spec := pr.guided()
+	if len(m.turns) == 0 {
+		return llm.Message{Role: llm.RoleUser, Content: engineerPrompt(pr.task, spec, pr.dir, feedback)}, len(spec.GetGuidance())
+	}
+	var b strings.Builder
+	b.WriteString("## Feedback on your previous attempt (fix all of it)\n\n")
+	for _, f := range feedback {
+		b.WriteString("- " + f + "\n")
+	}
+	if g := spec.GetGuidance(); len(g) > m.guidance {
+		b.WriteString("\n## The user's new guidance (follow it)\n\n")
+		for _, x := range g[m.guidance:] {
+			b.WriteString("- " + x + "\n")
+		}
+	}
+	b.WriteString("\nAnswer with the JSON object again; each edit replaces a whole file as it is now.\n")
+	return llm.Message{Role: llm.RoleUser, Content: b.String()}, len(spec.GetGuidance())
+}
+
+// usage is the share of the window the conversation would fill with msg.
+func (m *engineerMemory) usage(msg llm.Message) float64 {
+	if m.window <= 0 {
+		return 0
+	}
+	req := &llm.Request{System: engineerSystem, Messages: append(slices.Clone(m.turns), msg)}
+	return float64(llm.EstimateRequest(req)) / float64(m.window)
+}
+
+// engineer takes the Engineer's turn: one conversation across the loops
+// when a language model writes the code, else the offline path.
+func (pr *pipelineRun) engineer(ctx context.Context, feedback []string) ([]string, *modelAnswer, error) {
+	if pr.mem == nil {
+		return pr.s.generate(ctx, pr.env, pr.guided(), pr.dir, feedback)
+	}
+	msg, seen := pr.mem.next(pr, feedback)
+	written, a, content, err := pr.s.ask(ctx, pr.env, pr.dir, append(slices.Clone(pr.mem.turns), msg))
+	if content != "" {
+		pr.mem.turns = append(pr.mem.turns, msg, llm.Message{Role: llm.RoleAssistant, Content: content})
+		pr.mem.guidance = seen
+	}
+	return written, a, err
+}
+
+// handoffDue says whether the pipeline hands off before the Engineer's
+// next turn, and why, with the share of the window that turn would fill.
+func (pr *pipelineRun) handoffDue(feedback []string) (trigger string, usage float64) {
+	if pr.mem != nil && len(pr.mem.turns) > 0 {
+		msg, _ := pr.mem.next(pr, feedback)
+		usage = pr.mem.usage(msg)
+	}
+	switch {
+	case pr.ctl.handoffAsked():
+		return triggerUser, usage
+	case usage >= pr.s.cfg.HandoffAt:
+		return triggerContext, usage
+	}
+	return "", usage
+}
+
+// handOff ends the pipeline with its state for a fresh one.
+func (pr *pipelineRun) handOff(ctx context.Context, p *orchestratorv1.PipelineStatus, trigger string, usage float64, feedback, edited, generated []string, answer *modelAnswer) {
+	h := pr.bundle(ctx, p, trigger, usage, feedback, answer)
+	pr.handoff = h
+	pr.s.metrics.handoffs.WithLabelValues(trigger).Inc()
+	p.State = pipeHandedOff
+	why := "the user asked for a handoff"
+	if trigger == triggerContext {
+		why = fmt.Sprintf("the Engineer's conversation would fill %.0f%% of its %d-token context window", 100*usage, pr.mem.window)
+	}
+	fmt.Fprintf(&pr.log, "loop %d: %s: handing the pipeline's state to a fresh pipeline (handoff %d)\n", p.Loops, why, h.GetHandoffIndex())
+	pr.res.Stdout = pr.log.String()
+	pr.finishReport(edited, generated, answer)
+	pr.report.Implemented = fmt.Sprintf("handed off to a fresh pipeline after %d loop(s) (%s); so far: %s", p.Loops, h.GetReason(), pr.report.Implemented)
+	pr.ctl.publish(p)
+}
+
+// bundle gathers the three stages' state (spec F-23 PipelineHandoff),
+// carrying on the lists of the handoff this pipeline started from.
+func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineStatus, trigger string, usage float64, feedback []string, answer *modelAnswer) *orchestratorv1.PipelineHandoff {
+	prev := pr.spec.GetHandoff()
+	reason := reasonUser
+	if trigger == triggerContext {
+		reason = fmt.Sprintf("engineer_context_%d%%", int(math.Round(100*pr.s.cfg.HandoffAt)))
+	}
+	var changed []string
+	if pr.wsp != nil {
+		changed, _ = pr.wsp.changedFiles(ctx)
+	}
+	original := pr.task.GetPrompt()
+	if original == "" {
+		original = pr.task.GetCommand()
+	}
+	remaining := slices.Clone(feedback)
+	if d := pr.spec.GetDoneWhen(); d != "" {
+		remaining = append(remaining, "done when: "+d)
+	}
+	var notes []string
+	notes = append(notes, prev.GetEngineer().GetContextNotes()...)
+	if answer != nil {
+		for _, n := range []struct{ name, text string }{{"decisions", answer.Decisions}, {"deviations", answer.Deviations}, {"concerns", answer.Concerns}} {
+			if t := strings.TrimSpace(n.text); t != "" && !strings.EqualFold(t, "none") {
+				notes = append(notes, n.name+": "+t)
+			}
+		}
+	}
+	for _, g := range pr.guided().GetGuidance() {
+		notes = appendUnique(notes, "the user's guidance: "+g)
+	}
+	in := &orchestratorv1.InspectorHandoff{ValidationState: "not_run", FixesCompleted: slices.Clone(prev.GetInspector().GetFixesCompleted())}
+	if pr.inspection != "" {
+		in.ValidationState = pr.inspection
+	}
+	if len(pr.findings) > 0 {
+		for _, c := range inspectorChecks(pr.dir) {
+			in.ChecksPerformed = append(in.ChecksPerformed, c.name)
+		}
+		last := pr.findings[len(pr.findings)-1]
+		in.FixesRemaining = last
+		for _, f := range pr.findings[:len(pr.findings)-1] {
+			for _, x := range f {
+				if !slices.Contains(last, x) {
+					in.FixesCompleted = appendUnique(in.FixesCompleted, x)
+				}
+			}
+		}
+	}
+	tests, coverage := testsOf(changed)
+	t := &orchestratorv1.TesterHandoff{TestsCreated: tests, FailureDescs: pr.testFailures, CoverageNeeded: coverage}
+	if r := p.GetLastTestResult(); r != nil {
+		t.TestResults = proto.Clone(r).(*orchestratorv1.TestResult)
+		t.TestResults.Output = truncateString(t.TestResults.GetOutput(), maxHandoffOutput)
+	}
+	h := &orchestratorv1.PipelineHandoff{
+		OldPipelineId:       PipelineID(pr.task.GetRunId(), pr.task.GetNodeId(), pr.task.GetAttempt()),
+		SessionId:           pr.env.GetSessionId(),
+		RunId:               pr.task.GetRunId(),
+		NodeId:              pr.task.GetNodeId(),
+		Reason:              reason,
+		HandoffIndex:        prev.GetHandoffIndex() + 1,
+		ContextUsage:        usage,
+		ContextWindowTokens: int64(pr.windowTokens()),
+		Engineer: &orchestratorv1.EngineerHandoff{
+			OriginalPrompt: clip(original, 4*maxHandoffItemBytes),
+			Accomplished:   append(slices.Clone(prev.GetEngineer().GetAccomplished()), pr.accomplished...),
+			FilesChanged:   changed,
+			Remaining:      remaining,
+			ContextNotes:   notes,
+		},
+		Inspector:  in,
+		Tester:     t,
+		CreateTime: timestamppb.Now(),
+	}
+	for _, l := range []*[]string{&h.Engineer.Accomplished, &h.Engineer.FilesChanged, &h.Engineer.Remaining, &h.Engineer.ContextNotes,
+		&in.ChecksPerformed, &in.FixesCompleted, &in.FixesRemaining, &t.TestsCreated, &t.FailureDescs, &t.CoverageNeeded} {
+		*l = boundList(*l)
+	}
+	return h
+}
+
+func (pr *pipelineRun) windowTokens() int {
+	if pr.mem == nil {
+		return 0
+	}
+	return pr.mem.window
+}
+
+// boundList keeps the newest maxHandoffItems entries, each cut to
+// maxHandoffItemBytes.
+func boundList(l []string) []string {
+	if len(l) > maxHandoffItems {
+		l = l[len(l)-maxHandoffItems:]
+	}
+	for i, x := range l {
+		l[i] = clip(x, maxHandoffItemBytes)
+	}
+	return l
+}
+
+// clip keeps the head of s within n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " …"
+	return strings.ToValidUTF8(s[:n-len(mark)], "") + mark
+}
+
+// testsOf splits changed files into tests and the source files with no
+// changed test in their directory.
+func testsOf(changed []string) (tests, untested []string) {
+	dirs := map[string]bool{}
+	for _, f := range changed {
+		if isTestFile(f) {
+			tests = append(tests, f)
+			dirs[path.Dir(f)] = true
+		}
+	}
+	for _, f := range changed {
+		if !isTestFile(f) && isSource(f) && !dirs[path.Dir(f)] {
+			untested = append(untested, f)
+		}
+	}
+	return tests, untested
+}
+
+func isTestFile(f string) bool {
+	base := path.Base(f)
+	ext := path.Ext(base)
+	stem := strings.TrimSuffix(base, ext)
+	switch {
+	case strings.HasSuffix(stem, "_test"), strings.HasPrefix(stem, "test_"),
+		strings.HasSuffix(stem, ".test"), strings.HasSuffix(stem, ".spec"):
+		return true
+	}
+	for _, d := range strings.Split(path.Dir(f), "/") {
+		if d == "tests" || d == "test" || d == "__tests__" {
+			return true
+		}
+	}
+	return false
+}
+
+func isSource(f string) bool {
+	switch path.Ext(f) {
+	case ".go", ".py", ".js", ".jsx", ".ts", ".tsx", ".rs", ".java", ".kt", ".rb", ".c", ".cc", ".cpp", ".h", ".cs", ".php", ".swift":
+		return true
+	}
+	return false
+}
+
+// PipelineID names one pipeline of a node, that is one attempt:
+// "<run>/<node>#<attempt>".
+func PipelineID(runID, nodeID string, attempt int32) string {
+	return fmt.Sprintf("%s/%s#%d", runID, nodeID, attempt)
+}
+
+// handoffSection tells the Engineer of a fresh pipeline what the one before
+// it did.
+func handoffSection(h *orchestratorv1.PipelineHandoff) string {
+	if h == nil {
+		return ""
+	}
+	return "\n## You carry on from an earlier pipeline of this task\n\n" +
+		"The files below already hold its changes. Do not redo what it accomplished; finish what remains.\n\n" +
+		strings.Replace(strings.ReplaceAll(HandoffText(h), "\n## ", "\n#### "), "# Pipeline handoff", "### Pipeline handoff", 1)
+}
+
+// HandoffText renders a handoff as markdown, for the Archivalist and for
+// the Engineer that carries on.
+func HandoffText(h *orchestratorv1.PipelineHandoff) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Pipeline handoff %d\n\n", h.GetHandoffIndex())
+	fmt.Fprintf(&b, "- Old pipeline: %s\n- Reason: %s\n", h.GetOldPipelineId(), h.GetReason())
+	if h.GetContextWindowTokens() > 0 {
+		fmt.Fprintf(&b, "- Context used: %.0f%% of %d tokens\n", 100*h.GetContextUsage(), h.GetContextWindowTokens())
+	}
+	list := func(title string, items []string) {
+		if len(items) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "\n%s:\n", title)
+		for _, x := range items {
+			b.WriteString("- " + x + "\n")
+		}
+	}
+	e := h.GetEngineer()
+	b.WriteString("\n## Engineer\n")
+	if e.GetOriginalPrompt() != "" {
+		b.WriteString("\nOriginal request: " + e.GetOriginalPrompt() + "\n")
+	}
+	list("Accomplished", e.GetAccomplished())
+	list("Files changed", e.GetFilesChanged())
+	list("Remaining", e.GetRemaining())
+	list("Context notes", e.GetContextNotes())
+	in := h.GetInspector()
+	fmt.Fprintf(&b, "\n## Inspector\n\nValidation: %s\n", orDash(in.GetValidationState()))
+	list("Checks performed", in.GetChecksPerformed())
+	list("Fixes completed", in.GetFixesCompleted())
+	list("Fixes remaining", in.GetFixesRemaining())
+	t := h.GetTester()
+	b.WriteString("\n## Tester\n")
+	if r := t.GetTestResults(); r != nil {
+		fmt.Fprintf(&b, "\nLast run: %s, %d passed, %d failed, %d skipped\n", r.GetFrameworkId(), r.GetPassed(), r.GetFailed(), r.GetSkipped())
+	}
+	list("Tests created", t.GetTestsCreated())
+	list("Failures", t.GetFailureDescs())
+	list("Coverage needed", t.GetCoverageNeeded())
+	return b.String()
+}

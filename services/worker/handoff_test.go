@@ -1,0 +1,171 @@
+package worker
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/llm"
+)
+
+func handoffOf(t *testing.T, out taskOutcome) *orchestratorv1.PipelineHandoff {
+	t.Helper()
+	raw := out.meta[MetaHandoff]
+	require.NotEmpty(t, raw, "the result carries no handoff")
+	var h orchestratorv1.PipelineHandoff
+	require.NoError(t, protojson.Unmarshal([]byte(raw), &h))
+	return &h
+}
+
+// Spec F-21/F-23: the Engineer keeps one conversation across its loops and,
+// before a turn that would fill 95% of its context window, hands the
+// pipeline's state on instead of taking it.
+func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
+	repo, base := brokenRepo(t)
+	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",
+		DoneWhen: "TestAdd passes", Guidance: []string{"keep the signature"}}
+	env := repoTask(t, repo, base, node)
+	env.GetTaskDispatch().Prompt = node.GetPrompt()
+	env.TenantId, env.SessionId = "t1", "s1"
+
+	// The window is twice the first turn; the model's first answer (a
+	// wrong fix with a long explanation) takes the conversation past 95%.
+	first := llm.EstimateRequest(&llm.Request{System: engineerSystem,
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(env.GetTaskDispatch(), node, repo, nil)}}})
+	window := 2 * first
+	fake := &fakeOpenAI{answers: []string{
+		modelEdits("multiplied instead; "+strings.Repeat("reasoning ", window/2), map[string]string{
+			"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}),
+	}}
+	s := pipelineService(t)
+	s.cfg.EngineerContextTokens = window
+	s.SetModel(openAIGate(t, fake))
+
+	out, cancelled := s.runTaskEnv(context.Background(), "engineer", env)
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
+	p, r := pipelineOf(t, out)
+	require.Equal(t, pipeHandedOff, p.GetState())
+	require.Equal(t, int32(1), p.GetLoops(), "the second turn was not taken")
+	require.Len(t, fake.prompts, 1)
+	require.Contains(t, out.msg.GetStdout(), "handing the pipeline's state to a fresh pipeline (handoff 1)")
+	require.Contains(t, r.GetImplemented(), "handed off to a fresh pipeline after 1 loop(s) (engineer_context_95%)")
+	require.Contains(t, out.meta[MetaPatch], "return a * b", "the old pipeline's files go along")
+
+	h := handoffOf(t, out)
+	require.Equal(t, "r1/fix-add#1", h.GetOldPipelineId())
+	require.Equal(t, "engineer_context_95%", h.GetReason())
+	require.Equal(t, int32(1), h.GetHandoffIndex())
+	require.Equal(t, int64(window), h.GetContextWindowTokens())
+	require.GreaterOrEqual(t, h.GetContextUsage(), 0.95)
+	e := h.GetEngineer()
+	require.Equal(t, node.GetPrompt(), e.GetOriginalPrompt())
+	require.Len(t, e.GetAccomplished(), 1)
+	require.True(t, strings.HasPrefix(e.GetAccomplished()[0], "loop 1: wrote calc.go: multiplied instead"), e.GetAccomplished()[0])
+	require.Equal(t, []string{"calc.go"}, e.GetFilesChanged())
+	require.Contains(t, strings.Join(e.GetRemaining(), "\n"), "test TestAdd failed")
+	require.Contains(t, e.GetRemaining(), "done when: TestAdd passes")
+	require.Contains(t, e.GetContextNotes(), "decisions: kept the signature")
+	require.Contains(t, e.GetContextNotes(), "the user's guidance: keep the signature")
+	for _, x := range e.GetAccomplished() {
+		require.LessOrEqual(t, len(x), maxHandoffItemBytes, "entries are bounded")
+	}
+	require.Equal(t, "passed", h.GetInspector().GetValidationState())
+	require.NotEmpty(t, h.GetInspector().GetChecksPerformed())
+	require.Equal(t, int32(1), h.GetTester().GetTestResults().GetFailed())
+	require.NotEmpty(t, h.GetTester().GetFailureDescs())
+	require.Equal(t, []string{"calc.go"}, h.GetTester().GetCoverageNeeded())
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.handoffs.WithLabelValues(triggerContext)))
+}
+
+// The fresh pipeline starts from the old one's files and is told what it
+// did; it does not apply the node's own edits again.
+func TestPipelineCarriesOnFromAHandoff(t *testing.T) {
+	repo, base := brokenRepo(t)
+	// The old pipeline's patch: Add multiplies.
+	startPatch := func() string {
+		s := pipelineService(t)
+		node := &orchestratorv1.Node{Id: "w", Edits: []*orchestratorv1.FileEdit{{Path: "calc.go",
+			Content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}}}
+		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+		require.Contains(t, out.meta[MetaPatch], "a * b")
+		return out.meta[MetaPatch]
+	}()
+	h := &orchestratorv1.PipelineHandoff{OldPipelineId: "r1/fix-add#1", Reason: "engineer_context_95%", HandoffIndex: 1,
+		ContextUsage: 0.97, ContextWindowTokens: 8192,
+		Engineer: &orchestratorv1.EngineerHandoff{OriginalPrompt: "Make Add return the sum of its arguments.",
+			Accomplished: []string{"loop 1: wrote calc.go: multiplied instead"}, FilesChanged: []string{"calc.go"},
+			Remaining: []string{"tester: test TestAdd failed"}, ContextNotes: []string{"decisions: kept the signature"}},
+		Inspector: &orchestratorv1.InspectorHandoff{ValidationState: "passed", FixesCompleted: []string{"calc.go: not gofmt-formatted"}},
+		Tester:    &orchestratorv1.TesterHandoff{FailureDescs: []string{"test TestAdd failed"}}}
+	node := &orchestratorv1.Node{Id: "fix-add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.", Handoff: h,
+		Edits: []*orchestratorv1.FileEdit{{Path: "calc.go", Content: "package calc\n\n// the node's own edit, applied by the first pipeline\n"}}}
+	env := repoTask(t, repo, base, node)
+	env.GetTaskDispatch().Prompt, env.GetTaskDispatch().Attempt = node.GetPrompt(), 2
+	env.Metadata[MetaStartPatch] = startPatch
+	fake := &fakeOpenAI{answers: []string{
+		modelEdits("summed", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
+	}}
+	s := pipelineService(t)
+	s.SetModel(openAIGate(t, fake))
+
+	out, cancelled := s.runTaskEnv(context.Background(), "engineer", env)
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeCompleted, p.GetState())
+	require.Contains(t, out.msg.GetStdout(), "carrying on from r1/fix-add#1 (handoff 1: engineer_context_95%)")
+	require.Empty(t, out.meta[MetaHandoff])
+	require.Len(t, fake.prompts, 1)
+	prompt := fake.prompts[0]
+	require.Contains(t, prompt, "You carry on from an earlier pipeline of this task")
+	require.Contains(t, prompt, "loop 1: wrote calc.go: multiplied instead")
+	require.Contains(t, prompt, "calc.go: not gofmt-formatted")
+	require.Contains(t, prompt, "return a * b", "the repository files hold the old pipeline's changes")
+	require.NotContains(t, prompt, "the node's own edit", "the node's edits are not applied again")
+	require.Contains(t, out.meta[MetaPatch], "+func Add(a, b int) int { return a + b }")
+	require.Contains(t, out.meta[MetaPatch], "-func Add(a, b int) int { return a - b }")
+}
+
+// Without a language model the user can still ask for a handoff: it
+// happens at the Engineer's next turn, with the stages' state.
+func TestUserAsksForAHandoff(t *testing.T) {
+	repo, base := brokenRepo(t)
+	s := pipelineService(t)
+	ctl := newTaskControl(true)
+	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF, "")
+	require.NoError(t, err)
+	require.Contains(t, detail, "at the Engineer's next turn")
+	out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), "engineer",
+		repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Pipeline: true, Edits: []*orchestratorv1.FileEdit{{Path: "README.md", Content: "calc\n"}}}))
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeHandedOff, p.GetState())
+	require.Equal(t, int32(1), p.GetLoops(), "the first loop runs; the handoff comes at the next Engineer turn")
+	require.Contains(t, p.GetOverrides(), "handoff")
+	h := handoffOf(t, out)
+	require.Equal(t, reasonUser, h.GetReason())
+	require.Zero(t, h.GetContextWindowTokens(), "no model, no context window")
+	require.Equal(t, []string{"applied the node's edits to README.md"}, h.GetEngineer().GetAccomplished())
+	require.Equal(t, []string{"README.md"}, h.GetEngineer().GetFilesChanged())
+	require.Equal(t, int32(1), h.GetTester().GetTestResults().GetFailed())
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.handoffs.WithLabelValues(triggerUser)))
+
+	// A task that is not a pipeline has nothing to hand off.
+	_, err = newTaskControl(false).apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF, "")
+	require.ErrorContains(t, err, "pipeline node only")
+}
+
+func TestTestsOf(t *testing.T) {
+	t.Parallel()
+	tests, untested := testsOf([]string{"calc.go", "calc_test.go", "api/h.py", "api/test_h.py", "web/a.ts", "README.md", "lib/x.rs"})
+	require.Equal(t, []string{"calc_test.go", "api/test_h.py"}, tests)
+	require.Equal(t, []string{"web/a.ts", "lib/x.rs"}, untested)
+	require.Len(t, boundList(make([]string, 80)), maxHandoffItems)
+}
