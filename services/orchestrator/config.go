@@ -23,6 +23,9 @@ type Config struct {
 	UpstreamOutputBytes int
 	// MaxUpstreamBytes caps all dependencies' stdout passed to one task.
 	MaxUpstreamBytes int
+	// MaxHandoffs bounds a node's chain of pipeline handoffs (spec F-23);
+	// 0 leaves it unbounded, as the spec has it.
+	MaxHandoffs int
 	// DefaultPageSize and MaxPageSize bound ListRuns pages.
 	DefaultPageSize int
 	MaxPageSize     int
@@ -54,6 +57,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutputLimitBytes, "orchestrator.output-limit-bytes", 1<<20, "cap on each of a task's stdout and stderr, sent to workers")
 	fs.IntVar(&c.UpstreamOutputBytes, "orchestrator.upstream-output-bytes", 16<<10, "cap on one dependency's stdout passed to a task")
 	fs.IntVar(&c.MaxUpstreamBytes, "orchestrator.max-upstream-bytes", 256<<10, "cap on all dependencies' stdout passed to a task")
+	fs.IntVar(&c.MaxHandoffs, "orchestrator.max-handoffs", 0, "pipeline handoffs a node may make before the next one fails it; 0: no bound")
 	fs.IntVar(&c.DefaultPageSize, "orchestrator.default-page-size", 50, "ListRuns page size when the request does not say")
 	fs.IntVar(&c.MaxPageSize, "orchestrator.max-page-size", 500, "largest ListRuns page size")
 	fs.DurationVar(&c.ResyncInterval, "orchestrator.resync-interval", 15*time.Second, "how often unfinished runs are re-examined")
@@ -96,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamOutputBytes < 0 || c.MaxUpstreamBytes < 0 {
 		errs = append(errs, errors.New("orchestrator.upstream-output-bytes and orchestrator.max-upstream-bytes: must not be negative"))
+	}
+	if c.MaxHandoffs < 0 || c.MaxHandoffs > 10_000 {
+		errs = append(errs, errors.New("orchestrator.max-handoffs: must be between 0 and 10000"))
 	}
 	if c.MaxUpstreamBytes > 512<<10 {
 		errs = append(errs, errors.New("orchestrator.max-upstream-bytes: must be at most 512 KiB (a task must fit in one message)"))

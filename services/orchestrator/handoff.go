@@ -124,3 +124,13 @@ func (s *Service) recordHandoffs(ctx context.Context, log *slog.Logger, envs []*
 		}
 	}
 }
+
+// handoffOverLimit says whether a reported handoff goes beyond
+// -orchestrator.max-handoffs.
+func (s *Service) handoffOverLimit(raw string) bool {
+	if s.cfg.MaxHandoffs <= 0 {
+		return false
+	}
+	h, err := decodeHandoff(raw)
+	return err == nil && int(h.GetHandoffIndex()) > s.cfg.MaxHandoffs
+}

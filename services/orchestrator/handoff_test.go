@@ -97,3 +97,20 @@ func TestHandoffStartsAFreshPipeline(t *testing.T) {
 	require.Equal(t, int32(3), n.GetAttempt())
 	require.Equal(t, int32(2), n.GetHandoffs())
 }
+
+// -orchestrator.max-handoffs bounds a chain: the handoff beyond it fails
+// the node, with the reason.
+func TestHandoffChainLimit(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestratorWith(t, nil, nil, func(c *orchestrator.Config) { c.MaxHandoffs = 1 })
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "refactor"})})
+	runID := strings.TrimPrefix(run.GetName(), "runs/")
+	h.tasks(t, "engineer", 1)
+	h.sendHandoff(t, "t1", runID, "p", 1, "", &orchestratorv1.PipelineHandoff{Reason: "user_request", HandoffIndex: 1})
+	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+	h.sendHandoff(t, "t1", runID, "p", 2, "", &orchestratorv1.PipelineHandoff{Reason: "user_request", HandoffIndex: 2})
+	n := nodesByID(h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED))["p"]
+	require.Equal(t, int32(1), n.GetHandoffs())
+	require.Equal(t, "the pipeline asked for handoff 2, beyond the limit of 1 (-orchestrator.max-handoffs)", n.GetError())
+}

@@ -73,6 +73,13 @@ func start(t *testing.T, run func(context.Context) error) context.CancelFunc {
 // is given, its own bus prefix.
 func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, context.CancelFunc) {
 	t.Helper()
+	return newOrchestratorWith(t, db, bus, nil)
+}
+
+// newOrchestratorWith is newOrchestrator with configure applied to the
+// test configuration.
+func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configure func(*orchestrator.Config)) (*harness, context.CancelFunc) {
+	t.Helper()
 	if db == nil {
 		db, _ = testenv.Postgres(t, "orchestrator", migrations.FS("orchestrator"))
 	}
@@ -81,6 +88,9 @@ func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, 
 	}
 	cfg := orchestrator.DefaultConfig()
 	cfg.ResyncInterval = 200 * time.Millisecond
+	if configure != nil {
+		configure(&cfg)
+	}
 	reg := prometheus.NewRegistry()
 	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
 	require.NoError(t, err)

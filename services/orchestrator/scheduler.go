@@ -739,6 +739,11 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 		res.State = stateFailed
 	} else if h := env.GetMetadata()[worker.MetaHandoff]; h != "" {
 		res.State, res.Handoff = stateHandedOff, storable(h, maxStoredHandoffBytes)
+		if s.handoffOverLimit(h) {
+			res.State, res.ExitCode = stateFailed, 1
+			res.Error = fmt.Sprintf("the pipeline asked for handoff %d, beyond the limit of %d (-orchestrator.max-handoffs)",
+				s.cfg.MaxHandoffs+1, s.cfg.MaxHandoffs)
+		}
 	}
 	return &result{msg: msg, env: &env, r: r, stored: res}, nil
 }
