@@ -114,3 +114,28 @@ func TestHandoffChainLimit(t *testing.T) {
 	require.Equal(t, int32(1), n.GetHandoffs())
 	require.Equal(t, "the pipeline asked for handoff 2, beyond the limit of 1 (-orchestrator.max-handoffs)", n.GetError())
 }
+
+// A replica that restarts after a handoff, with the task queue lost,
+// re-sends the fresh pipeline with its state and files: they live in the
+// node's row, not in the message.
+func TestHandoffSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	h, stop := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	repo := repoWith(t, map[string]string{"calc.py": calcPy})
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo,
+		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster"})})
+	runID := strings.TrimPrefix(run.GetName(), "runs/")
+	h.tasks(t, "engineer", 1)
+	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: worker.PipelineID(runID, "p", 1), Reason: "user_request", HandoffIndex: 1}
+	h.sendHandoff(t, "t1", runID, "p", 1, "diff --git a/calc.py b/calc.py\n", ho)
+	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+	stop()
+	require.NoError(t, h.bus.JS.DeleteStream(context.Background(), h.bus.Stream(topology.StreamTasks)))
+
+	h2, _ := newOrchestrator(t, h.db, h.bus)
+	again := h2.tasks(t, "engineer", 1)[0]
+	require.Equal(t, int32(2), again.GetTaskDispatch().GetAttempt(), "the fresh pipeline's dispatch is re-sent as it was")
+	require.True(t, proto.Equal(ho, specOf(t, again).GetHandoff()))
+	require.Equal(t, "diff --git a/calc.py b/calc.py\n", again.GetMetadata()[worker.MetaStartPatch])
+}
