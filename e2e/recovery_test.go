@@ -143,3 +143,39 @@ func TestPipelineHandoff(t *testing.T) {
 	require.Equal(t, 400, r.Status, r.Raw)
 	require.Contains(t, r.Raw, "no pipeline to hand off")
 }
+
+// TestSettleInChat makes the partial-failure choice through the Guide (spec
+// B-37): /settle shows a failed run's choices with the default for how it
+// failed, and takes one.
+func TestSettleInChat(t *testing.T) {
+	c := startMesh(t)
+	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "settle"})["session"].(map[string]any)
+	sname := sess["name"].(string)
+	say := func(text string) string {
+		t.Helper()
+		return c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": text})["reply"].(string)
+	}
+	require.Contains(t, say("/settle"), "no failed or cancelled run")
+	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": e2eRepo(t), "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "doc", "edits": []any{map[string]any{"path": "NOTES.md", "content": "partial\n"}}},
+		map[string]any{"id": "bad", "command": "exit 4"},
+	}}})
+	require.Equal(t, "RUN_STATE_FAILED", c.waitRun(run)["state"])
+	id := strings.TrimPrefix(run, "runs/")
+
+	choices := say("/settle")
+	require.Contains(t, choices, run+" is failed. Failed: bad (permanent).", choices)
+	require.Contains(t, choices, "Default: rollback, because the work itself failed", choices)
+	require.Contains(t, choices, "/settle "+id+" retry (retry: run the failed nodes again from the failure)", choices)
+	require.Contains(t, choices, "/settle "+id+" default", choices)
+
+	kept := say("/settle " + id + " keep")
+	require.Contains(t, kept, run+" settled (keep): 1 node(s) kept, 0 discarded, 1 unfinished; the result patch changes 1 file(s)", kept)
+	require.Contains(t, c.ok("GET", "/v1/"+run, nil)["run"].(map[string]any)["resultPatch"], "+partial")
+	back := say("/settle default")
+	require.Contains(t, back, "settled (rollback): 0 node(s) kept, 1 discarded", back)
+	require.Contains(t, say("/settle retry"), run+" settled (retry): bad run again")
+	require.Equal(t, "RUN_STATE_FAILED", c.waitRun(run)["state"])
+	require.Contains(t, say("/settle keep rollback"), "one choice at a time")
+	require.Contains(t, say("/settle nosuchrun keep"), "/settle: ")
+}

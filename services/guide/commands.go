@@ -67,7 +67,8 @@ var commands = []struct{ name, usage, help string }{
 	{"/status", "/status", "this session's state, pending requests and runs"},
 	{"/session", "/session list|new [name]|switch <id>|suspend [id]|resume <id>", "manage your sessions"},
 	{"/tasks", "/tasks", "the runs of this session and their tasks"},
-	{"/task", taskUsage, "act on one task of this session's runs"}, // taskcmd.go
+	{"/task", taskUsage, "act on one task of this session's runs"},                                             // taskcmd.go
+	{"/settle", settleUsage, "keep, roll back or retry a failed run's work (the default suits how it failed)"}, // settlecmd.go
 	{"/plan", "/plan <request>", "ask the architect for a plan"},
 	{"/approve", "/approve [plan]", "approve the newest plan awaiting approval (or the one named)"},
 	{"/interrupt", "/interrupt", "cancel this session's running runs"},
@@ -142,6 +143,8 @@ func (s *Service) runCommand(ctx context.Context, env *commandEnv, text string) 
 		return s.tasksCommand(ctx, env)
 	case "/task":
 		return s.taskCommand(ctx, env, args)
+	case "/settle":
+		return s.settleCommand(ctx, env, args)
 	case "/plan":
 		return s.planCommand(env, rest)
 	case "/approve":

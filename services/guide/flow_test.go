@@ -577,6 +577,7 @@ func TestSlashCommandsTier0(t *testing.T) {
 		{"/help", "/session list|new"},
 		{"/status", "Waiting for answers: 0"},
 		{"/tasks", "orchestrator is not configured"},
+		{"/settle", "orchestrator is not configured"},
 		{"/stauts", "did you mean /status?"},
 		{"/session list", "* this session"},
 	} {
