@@ -33,9 +33,9 @@ func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDec
 	} else if err != nil {
 		return nil, s.internal(ctx, "load run", err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT d.node_id, d.attempt, d.section, CASE WHEN n.attempt = d.attempt THEN n.report ELSE '' END
-		FROM decision_log d LEFT JOIN nodes n ON n.tenant_id = d.tenant_id AND n.run_id = d.run_id AND n.node_id = d.node_id
-		WHERE d.tenant_id = $1 AND d.run_id = $2 ORDER BY d.seq`, who.TenantID, id)
+	rows, err := s.db.Query(ctx, `SELECT a.node_id, a.attempt, a.section, CASE WHEN n.attempt = a.attempt THEN n.report ELSE '' END
+		FROM attempts a LEFT JOIN nodes n ON n.tenant_id = a.tenant_id AND n.run_id = a.run_id AND n.node_id = a.node_id
+		WHERE a.tenant_id = $1 AND a.run_id = $2 AND a.section <> '' ORDER BY a.seq`, who.TenantID, id)
 	if err != nil {
 		return nil, s.internal(ctx, "read decision log", err)
 	}

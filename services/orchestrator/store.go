@@ -486,12 +486,8 @@ const recordResultsSQL = `WITH r AS (
 				GROUP BY e.dependent_id) c
 			WHERE d.tenant_id = $1 AND d.run_id = $2 AND d.node_id = c.dependent_id),
 		history AS (
-			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us)
-			SELECT $1, $2, node_id, attempt, reported, exit_code, timed_out, error, worker_id, duration_us FROM upd ORDER BY ord
-			ON CONFLICT DO NOTHING),
-		logged AS (
-			INSERT INTO decision_log (tenant_id, run_id, node_id, attempt, section)
-			SELECT $1, $2, node_id, attempt, section FROM upd WHERE section <> '' ORDER BY ord
+			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us, section)
+			SELECT $1, $2, node_id, attempt, reported, exit_code, timed_out, error, worker_id, duration_us, section FROM upd ORDER BY ord
 			ON CONFLICT DO NOTHING)
 		SELECT node_id, attempt, state, not_before FROM upd ORDER BY ord`
 
@@ -694,8 +690,8 @@ func sessionRuns(ctx context.Context, q querier, tenant, session string) ([]stri
 // decisionLog assembles a run's decision log, oldest section first.
 func decisionLog(ctx context.Context, q querier, tenant, runID string) (string, error) {
 	var log *string
-	err := q.QueryRow(ctx, `SELECT string_agg(section, '' ORDER BY seq) FROM decision_log WHERE tenant_id = $1 AND run_id = $2`,
-		tenant, runID).Scan(&log)
+	err := q.QueryRow(ctx, `SELECT string_agg(section, '' ORDER BY seq) FROM attempts
+		WHERE tenant_id = $1 AND run_id = $2 AND section <> ''`, tenant, runID).Scan(&log)
 	if err != nil || log == nil {
 		return "", err
 	}
