@@ -173,6 +173,15 @@ func TestLLMProvidersAndUsage(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the planning call is recorded for the session")
 }
 
+// writeChatCompletion answers as an OpenAI-compatible chat completions
+// endpoint does, with content as the assistant's message.
+func writeChatCompletion(w http.ResponseWriter, model, content string) {
+	out, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion", "created": 1, "model": model,
+		"choices": []map[string]any{{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": content}}},
+		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
+	_, _ = w.Write(out)
+}
+
 // TestLLMTenantKeyPlanning: a tenant stores a key for an OpenAI-compatible
 // provider through the API; the Architect's plan drafting for that tenant
 // reaches the provider with the stored key, another tenant's with the
@@ -199,10 +208,7 @@ func TestLLMTenantKeyPlanning(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		out, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-			"choices": []map[string]any{{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": string(answer)}}},
-			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
-		_, _ = w.Write(out)
+		writeChatCompletion(w, "m", string(answer))
 	}))
 	t.Cleanup(fake.Close)
 
@@ -258,10 +264,7 @@ func TestEngineerHandoffAtItsContextThreshold(t *testing.T) {
 		if strings.Contains(string(body), "You carry on from an earlier pipeline") {
 			answer = edit("summed", "a + b", "")
 		}
-		out, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4.1",
-			"choices": []map[string]any{{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": answer}}},
-			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
-		_, _ = w.Write(out)
+		writeChatCompletion(w, "gpt-4.1", answer)
 	}))
 	t.Cleanup(fake.Close)
 	key := make([]byte, 32)

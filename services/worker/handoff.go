@@ -14,6 +14,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // Memory management of the Engineer (spec F-21, F-23). A pipeline's
@@ -253,7 +254,7 @@ func clip(s string, n int) string {
 		return s
 	}
 	const mark = " …"
-	return strings.ToValidUTF8(s[:n-len(mark)], "") + mark
+	return textsearch.Truncate(s, n-len(mark)) + mark
 }
 
 // testsOf splits changed files into tests and the source files with no
