@@ -646,10 +646,19 @@ func TestFailureFeedback(t *testing.T) {
 	requireCode(t, err, codes.InvalidArgument, "failure_signal")
 }
 
-// Spec E-07: record a session's queries and replay them three ways.
+// Spec E-07: record a session's queries and replay them three ways, with
+// the messages stored each in its own transaction and in group commits.
 func TestRecordingReplay(t *testing.T) {
 	t.Parallel()
-	f := newFlowFixture(t, Config{}, false)
+	for _, grouped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grouped=%v", grouped), func(t *testing.T) {
+			t.Parallel()
+			testRecordingReplay(t, newFlowFixture(t, Config{}, grouped))
+		})
+	}
+}
+
+func testRecordingReplay(t *testing.T, f flowFixture) {
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "rec")
 	lib := inboxReader(t, f.bus, "librarian")

@@ -3,6 +3,7 @@ package guide
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -11,18 +12,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // groupCommitter stores messages in group commits: writer goroutines each
-// take the requests waiting, run them one after the other in one
-// transaction and commit once, so that one commit (and one wait for the
-// disk) serves many messages and the routing path holds no pooled
+// take the requests waiting and send their writes in one round trip,
+// pipelined between BEGIN and COMMIT, so that one commit (and one wait for
+// the disk) serves many messages and the routing path holds no pooled
 // connection while it waits. A request is answered only after the
-// transaction holding it has committed. When any request of a group fails,
-// the group is rolled back and each of its requests is run again in a
-// transaction of its own, so one request's error never fails another.
+// transaction holding it has committed. Every check a request makes there
+// fails on the server (the session is active, the request id is new), so a
+// failing request aborts the transaction before its COMMIT; the group is
+// then run again, each request in a transaction of its own, so one
+// request's error never fails another.
 //
 // Writers never deadlock one another: a group runs its requests in the
 // order of their lock keys (tenant and session, whose row each request
@@ -32,33 +36,32 @@ type groupCommitter struct {
 	db       *pgxpool.Pool
 	async    bool
 	maxBatch int
+	outcomes *prometheus.CounterVec // messages by outcome: grouped, alone
 	jobs     chan *commitJob
 	started  atomic.Bool
 	stopped  chan struct{}
 }
 
 // commitFunc does a request's writes in tx, adding its routing decisions
-// to counts. It may run twice (the second time alone, after its group was
-// rolled back), so it must derive every result from the transaction it is
-// given.
+// to counts. It runs when the request's group failed, so it must derive
+// every result from the transaction it is given and report why it fails.
 type commitFunc func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error
 
-// pipeFunc queues a request's writes on a batch (a pipeline: one round trip
-// for all of a group's requests) and returns what must run after the batch
-// in the same transaction, if anything. Its result checks fail the group
-// (the request then runs alone, as its commitFunc, which reports why).
-type pipeFunc func(ctx context.Context, b *pgx.Batch, counts *routeCounts) (commitFunc, error)
+// pipeFunc queues a request's writes on its group's batch. The batch's
+// results are not read: a write that must not happen (to a session that is
+// not active, a request id stored before) must fail its statement.
+type pipeFunc func(ctx context.Context, b *pgx.Batch, counts *routeCounts) error
 
 type commitJob struct {
 	ctx  context.Context
 	key  string // the lock order
 	fn   commitFunc
-	pipe pipeFunc // optional
+	pipe pipeFunc
 	done chan error
 }
 
 // pipeQuerier queues writes on a batch; only Exec is offered, and its
-// command tag is empty: writers that need a result queue it themselves.
+// command tag is empty.
 type pipeQuerier struct{ b *pgx.Batch }
 
 var errNotPipelined = errors.New("query not available in a pipeline")
@@ -84,14 +87,14 @@ const (
 	maxCommitBatch       = 64
 )
 
-func newGroupCommitter(db *pgxpool.Pool, async bool) *groupCommitter {
-	return &groupCommitter{db: db, async: async, maxBatch: maxCommitBatch, jobs: make(chan *commitJob, 4*maxCommitBatch),
-		stopped: make(chan struct{})}
+func newGroupCommitter(db *pgxpool.Pool, async bool, outcomes *prometheus.CounterVec) *groupCommitter {
+	return &groupCommitter{db: db, async: async, maxBatch: maxCommitBatch, outcomes: outcomes,
+		jobs: make(chan *commitJob, 4*maxCommitBatch), stopped: make(chan struct{})}
 }
 
-// do runs fn in a group commit, or in a transaction of its own when the
-// writers are not running (before Run). It returns fn's error or the
-// commit's.
+// do runs a request's writes in a group commit (queued by pipe), or in a
+// transaction of its own (by fn) when the writers are not running (before
+// Run) or its group failed. It returns fn's error or the commit's.
 func (g *groupCommitter) do(ctx context.Context, key string, fn commitFunc, pipe pipeFunc) error {
 	if !g.started.Load() {
 		return g.alone(ctx, fn)
@@ -185,11 +188,8 @@ func (g *groupCommitter) run(ctx context.Context, shard int) {
 	}
 }
 
-// errGroupMember marks a group that failed because of one of its members.
-var errGroupMember = errors.New("a request of the group failed")
-
-// commit runs batch in one transaction; on any failure, each job runs again
-// alone.
+// commit runs batch in one transaction, sent in one round trip; on any
+// failure, each job runs again alone.
 func (g *groupCommitter) commit(ctx context.Context, batch []*commitJob, shard int) {
 	live := batch[:0:0]
 	for _, j := range batch {
@@ -204,68 +204,45 @@ func (g *groupCommitter) commit(ctx context.Context, batch []*commitJob, shard i
 	}
 	wctx := context.WithoutCancel(ctx)
 	slices.SortStableFunc(live, func(a, b *commitJob) int { return strings.Compare(a.key, b.key) })
-	err := pgx.BeginFunc(wctx, g.db, func(tx pgx.Tx) error {
-		if g.async {
-			if _, err := tx.Exec(wctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
-				return err
-			}
-		}
-		var counts routeCounts
-		b := &pgx.Batch{}
-		var posts []commitFunc
-		// flush sends the queued writes, then runs what had to wait for them.
-		flush := func() error {
-			if b.Len() > 0 {
-				if err := tx.SendBatch(wctx, b).Close(); err != nil {
-					return err
-				}
-				b = &pgx.Batch{}
-			}
-			for _, p := range posts {
-				if err := p(wctx, tx, &counts); err != nil {
-					return err
-				}
-			}
-			posts = posts[:0]
-			return nil
-		}
-		for _, j := range live {
-			// A job runs with its request's values (identity, trace) but
-			// not its cancellation: the group's other members must not fail
-			// because one caller went away.
-			jctx := context.WithoutCancel(j.ctx)
-			if j.pipe != nil {
-				post, err := j.pipe(jctx, b, &counts)
-				if err != nil {
-					return errGroupMember
-				}
-				if post != nil {
-					posts = append(posts, post)
-				}
-				continue
-			}
-			if err := flush(); err != nil {
-				return errGroupMember
-			}
-			if err := j.fn(jctx, tx, &counts); err != nil {
-				return errGroupMember
-			}
-		}
-		if err := writeRouteCounts(wctx, pipeQuerier{b}, counts.m, shard); err != nil {
-			return err
-		}
-		if err := flush(); err != nil {
-			return errGroupMember
-		}
-		return nil
-	})
-	if err == nil {
+	if err := g.pipelined(wctx, live, shard); err == nil {
+		g.outcomes.WithLabelValues("grouped").Add(float64(len(live)))
 		for _, j := range live {
 			j.done <- nil
 		}
 		return
 	}
+	g.outcomes.WithLabelValues("alone").Add(float64(len(live)))
 	for _, j := range live {
 		j.done <- g.alone(context.WithoutCancel(j.ctx), j.fn)
 	}
+}
+
+// pipelined sends BEGIN, the jobs' writes, their routing counts and COMMIT
+// as one batch. Should a statement fail, the server skips the rest, COMMIT
+// too, and the pool discards the connection with its aborted transaction.
+func (g *groupCommitter) pipelined(ctx context.Context, live []*commitJob, shard int) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if g.async {
+		b.Queue(`SET LOCAL synchronous_commit TO OFF`)
+	}
+	var counts routeCounts
+	for _, j := range live {
+		// A job runs with its request's values (identity, trace) but not
+		// its cancellation: the group's other members must not fail
+		// because one caller went away.
+		if err := j.pipe(context.WithoutCancel(j.ctx), b, &counts); err != nil {
+			return err
+		}
+	}
+	if err := writeRouteCounts(ctx, pipeQuerier{b}, counts.m, shard); err != nil {
+		return err
+	}
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("transaction ended with %s", tag)
+		}
+		return nil
+	})
+	return g.db.SendBatch(ctx, b).Close()
 }

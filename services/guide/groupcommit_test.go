@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -100,6 +102,17 @@ func TestGroupCommit(t *testing.T) {
 		found = found || m.GetCorrelationId() == again.GetCorrelationId()
 	}
 	require.True(t, found)
+
+	// A routed message and a pure command each commit with their group
+	// (alone in it here) rather than running again alone: their checks
+	// hold on the server.
+	grouped := f.svc.metrics.grouped.WithLabelValues("grouped")
+	for _, text := range []string{"fix typo in README once more", "/help"} {
+		before := testutil.ToFloat64(grouped)
+		_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessions[1].GetName(), Text: text})
+		require.NoError(t, err)
+		require.Equal(t, before+1, testutil.ToFloat64(grouped), text)
+	}
 }
 
 // TestGroupCommitMemberFailure commits one group where one request fails:
@@ -111,7 +124,8 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 	ctx := context.Background()
 	_, err := f.db.Exec(ctx, `CREATE TABLE group_commit_probe (id int PRIMARY KEY)`)
 	require.NoError(t, err)
-	g := newGroupCommitter(f.db, false)
+	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outcomes"}, []string{"outcome"})
+	g := newGroupCommitter(f.db, false, outcomes)
 	insert := func(id int) commitFunc {
 		return func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error {
 			counts.add("t1", "PROBE")
@@ -120,15 +134,15 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 		}
 	}
 	piped := func(id int) pipeFunc {
-		return func(_ context.Context, b *pgx.Batch, counts *routeCounts) (commitFunc, error) {
+		return func(_ context.Context, b *pgx.Batch, counts *routeCounts) error {
 			counts.add("t1", "PROBE")
 			b.Queue(`INSERT INTO group_commit_probe (id) VALUES ($1)`, id)
-			return nil, nil
+			return nil
 		}
 	}
 	jobs := []*commitJob{
 		{ctx: ctx, key: "b", fn: insert(1), pipe: piped(1)},
-		{ctx: ctx, key: "a", fn: insert(2)},
+		{ctx: ctx, key: "a", fn: insert(2), pipe: piped(2)},
 		{ctx: ctx, key: "c", fn: insert(1), pipe: piped(1)}, // a duplicate
 		{ctx: ctx, key: "d", fn: insert(3), pipe: piped(3)},
 	}
@@ -144,6 +158,7 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, failed)
+	require.EqualValues(t, 4, testutil.ToFloat64(outcomes.WithLabelValues("alone")), "the group ran again, each request alone")
 	var n int
 	require.NoError(t, f.db.QueryRow(ctx, `SELECT count(*) FROM group_commit_probe`).Scan(&n))
 	require.Equal(t, 3, n)
@@ -152,7 +167,7 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 	require.EqualValues(t, 3, routed, "the failed request's count was rolled back with it")
 
 	// A group without failures commits once, counted on the writer's shard.
-	ok := []*commitJob{{ctx: ctx, key: "x", fn: insert(10), pipe: piped(10)}, {ctx: ctx, key: "y", fn: insert(11)}}
+	ok := []*commitJob{{ctx: ctx, key: "x", fn: insert(10), pipe: piped(10)}, {ctx: ctx, key: "y", fn: insert(11), pipe: piped(11)}}
 	for _, j := range ok {
 		j.done = make(chan error, 1)
 	}
@@ -160,6 +175,7 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 	for _, j := range ok {
 		require.NoError(t, <-j.done)
 	}
+	require.EqualValues(t, 2, testutil.ToFloat64(outcomes.WithLabelValues("grouped")), "committed as one group")
 	require.NoError(t, f.db.QueryRow(ctx, `SELECT routed FROM routing_counts WHERE tenant_id = 't1' AND intent_type = 'PROBE' AND shard = 1`).Scan(&routed))
 	require.EqualValues(t, 2, routed)
 }

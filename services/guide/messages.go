@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -103,12 +102,16 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 	o := ownerOf(who)
 	slash := isSlashCommand(text)
+	var pure func() string
+	if slash {
+		pure = pureCommands[commandName(text)]
+	}
 	var sess session
-	if slash || req.GetInReplyTo() != "" {
+	if (slash && pure == nil) || req.GetInReplyTo() != "" {
 		sess, err = getSession(ctx, s.db, o, sid, false)
 	} else {
-		// Routing needs the session's id and state only; the transaction
-		// below re-checks that it is active.
+		// Routing and the pure commands need the session's id and state
+		// only; the transaction below re-checks that it is active.
 		sess, err = s.activeSession(ctx, o, sid)
 	}
 	if err != nil {
@@ -212,32 +215,20 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		return insertMessage(ctx, tx, o, s.replyMessage(m))
 	}
 	// pipe queues a message's writes on its group's batch (one round trip
-	// for the group).
-	pipe := func(ctx context.Context, b *pgx.Batch, counts *routeCounts) (commitFunc, error) {
-		b.Queue(touchSessionSQL, o.tenant, o.user, sid, m.CreateTime).QueryRow(func(row pgx.Row) error {
-			if err := row.Scan(&m.Recording); err != nil {
-				return fmt.Errorf("touch session: %w", err) // not active: the request runs alone and says why
-			}
-			return nil
-		})
-		b.Queue(insertSQL(m), insertMessageArgs(o, m)...).Exec(func(tag pgconn.CommandTag) error {
-			if tag.RowsAffected() == 0 {
-				return errDuplicateRequest
-			}
-			return nil
-		})
+	// for the group); each fails its statement where store would return an
+	// error, so that the group is rolled back and the message runs alone.
+	pipe := func(ctx context.Context, b *pgx.Batch, counts *routeCounts) error {
+		b.Queue(touchSessionCheckedSQL, o.tenant, o.user, sid, m.CreateTime)
+		b.Queue(insertCheckedSQL(m), insertMessageArgs(o, m)...)
 		if err := s.persistPlan(ctx, pipeQuerier{b}, who, m, plan, counts); err != nil {
-			return nil, err
+			return err
 		}
 		if m.ReplyID != nil {
 			b.Queue(insertMessageSQL, insertMessageArgs(o, s.replyMessage(m))...)
 		}
-		return func(ctx context.Context, tx pgx.Tx, _ *routeCounts) error {
-			if !m.Recording {
-				return nil
-			}
-			return s.recordQuery(ctx, tx, who, m)
-		}, nil
+		// Whether the session is being recorded is not known before the
+		// batch runs: the statement records the query only if it is.
+		return s.recordQuery(ctx, pipeQuerier{b}, who, m)
 	}
 	switch {
 	case !slash:
@@ -247,11 +238,11 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		// Stored in a group commit with other messages, its writes
 		// pipelined with theirs.
 		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
-	case pureCommands[commandName(text)] != nil:
+	case pure != nil:
 		// Answered from the Guide's own state: the reply is made first, and
 		// the message and its reply are pipelined with the group's writes.
 		replyID := ids.New()
-		m.Reply, m.ReplyID = pureCommands[commandName(text)](), &replyID
+		m.Reply, m.ReplyID = pure(), &replyID
 		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
 	default:
 		// Commands that call other services keep a transaction of their own.

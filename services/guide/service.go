@@ -67,6 +67,7 @@ type metrics struct {
 	timeouts    *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	replays     prometheus.Counter
+	grouped     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -126,6 +127,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_guide_dead_letter_replays_total",
 			Help: "Dead letters replayed.",
 		}),
+		grouped: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_group_commit_messages_total",
+			Help: "Messages stored by group commits, by outcome: committed with their group, or run again alone because a member of their group failed.",
+		}, []string{"outcome"}),
 	}
 }
 
@@ -168,7 +173,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	s.sessions = newSessionCache(s.cfg.LocalCacheTTL)
 	s.failures = newFailureIndex(s.cfg.LocalCacheTTL)
 	s.marks = newDispatchMarks()
-	s.writes = newGroupCommitter(s.db, s.cfg.AsyncCommit)
+	s.writes = newGroupCommitter(s.db, s.cfg.AsyncCommit, s.metrics.grouped)
 	if deps.Peers.Orchestrator != nil {
 		s.orchestrator = orchestratorv1.NewWorkflowServiceClient(deps.Peers.Orchestrator)
 	}

@@ -238,6 +238,13 @@ const touchSessionSQL = `UPDATE sessions SET last_active_time = $4
 	WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'
 	RETURNING EXISTS (SELECT 1 FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $3 AND r.stop_time IS NULL)`
 
+// touchSessionCheckedSQL is touchSessionSQL for a group commit sent in one
+// round trip: a session that is not active fails the statement, and the
+// group's transaction with it, on the server (migration 0008).
+const touchSessionCheckedSQL = `WITH touched AS (UPDATE sessions SET last_active_time = $4
+	WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active' RETURNING id)
+	SELECT CASE WHEN EXISTS (SELECT 1 FROM touched) THEN true ELSE fail_check('session ' || $3 || ' is not active') END`
+
 // touchActiveSession records activity on an active session and reports
 // whether the session was active and whether it is being recorded.
 func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, bool, error) {
@@ -252,24 +259,44 @@ func touchActiveSession(ctx context.Context, q querier, o owner, id string, at t
 	return true, recording, nil
 }
 
-const insertMessageSQL = `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
+// insertMessageCheckedSQL stores a message; a request id already stored in
+// the session fails it (a unique violation).
+const insertMessageCheckedSQL = `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
 	correlation_id, request_id, create_time, route_target, route_tier, route_confidence,
 	route_intent_type, route_reason, intent_subject, reply, reply_id, options, envelope_id, envelope)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+
+// insertMessageSQL stores a message, or nothing when its request id is
+// already stored in the session.
+const insertMessageSQL = insertMessageCheckedSQL + `
 	ON CONFLICT (session_id, request_id) WHERE request_id IS NOT NULL DO NOTHING`
 
-// insertUserMessageSQL stores a user message and its outbox row (the
-// outbox relay's), in one statement: it affects no row when the request id
-// is already stored.
-const insertUserMessageSQL = `WITH stored AS (` + insertMessageSQL + ` RETURNING id, tenant_id, create_time)
+// withOutbox makes a statement that stores a user message store its outbox
+// row (the outbox relay's) too.
+func withOutbox(insert string) string {
+	return `WITH stored AS (` + insert + ` RETURNING id, tenant_id, create_time)
 	INSERT INTO outbox (message_id, tenant_id, create_time) SELECT id, tenant_id, create_time FROM stored`
+}
 
-// insertSQL is the statement that stores m.
+var (
+	insertUserMessageSQL        = withOutbox(insertMessageSQL)
+	insertUserMessageCheckedSQL = withOutbox(insertMessageCheckedSQL)
+)
+
+// insertSQL is the statement that stores m: it affects no row when m's
+// request id is already stored. insertCheckedSQL fails instead.
 func insertSQL(m message) string {
 	if m.Author == authorUser {
 		return insertUserMessageSQL
 	}
 	return insertMessageSQL
+}
+
+func insertCheckedSQL(m message) string {
+	if m.Author == authorUser {
+		return insertUserMessageCheckedSQL
+	}
+	return insertMessageCheckedSQL
 }
 
 func insertMessageArgs(o owner, m message) []any {

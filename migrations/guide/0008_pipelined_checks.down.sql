@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS fail_check(text);
