@@ -259,6 +259,12 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	if err != nil {
 		return nil, s.toStatus(ctx, "send message", err)
 	}
+	if !slash || pure != nil {
+		// The transaction found the session active and left it so: trust
+		// that for another TTL, so that a session in use is not loaded
+		// again every TTL.
+		s.sessions.put(o, sess, time.Now())
+	}
 	s.metrics.routing.Observe(time.Since(start).Seconds())
 	target := m.Route.Target
 	if target == "" {
