@@ -91,6 +91,15 @@ func ParseToken(tok string) (*Cursor, error) {
 	return &Cursor{Created: time.UnixMicro(micros).UTC(), ID: id}, nil
 }
 
+// Clip keeps the head of s within n bytes, marking the cut.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " …"
+	return Truncate(s, n-len(mark)) + mark
+}
+
 // Truncate bounds s to n bytes without splitting a character.
 func Truncate(s string, n int) string {
 	if len(s) <= n {

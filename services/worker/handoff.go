@@ -212,7 +212,7 @@ func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineSta
 		ContextUsage:        usage,
 		ContextWindowTokens: int64(pr.windowTokens()),
 		Engineer: &orchestratorv1.EngineerHandoff{
-			OriginalPrompt: clip(original, 4*maxHandoffItemBytes),
+			OriginalPrompt: textsearch.Clip(original, 4*maxHandoffItemBytes),
 			Accomplished:   append(slices.Clone(prev.GetEngineer().GetAccomplished()), pr.accomplished...),
 			FilesChanged:   changed,
 			Remaining:      remaining,
@@ -243,18 +243,9 @@ func boundList(l []string) []string {
 		l = l[len(l)-maxHandoffItems:]
 	}
 	for i, x := range l {
-		l[i] = clip(x, maxHandoffItemBytes)
+		l[i] = textsearch.Clip(x, maxHandoffItemBytes)
 	}
 	return l
-}
-
-// clip keeps the head of s within n bytes, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = " …"
-	return textsearch.Truncate(s, n-len(mark)) + mark
 }
 
 // testsOf splits changed files into tests and the source files with no
