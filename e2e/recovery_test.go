@@ -66,6 +66,26 @@ func TestSettlePartialWork(t *testing.T) {
 	require.Equal(t, "RUN_STATE_FAILED", again["state"])
 	require.EqualValues(t, 2, nodeMap(again)["bad"]["attempt"])
 
+	// Each time the run ended, its workflow's state went to the Archivalist
+	// (spec F-22 architect_workflow).
+	var checkpoints []map[string]any
+	require.Eventually(t, func() bool {
+		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": "workflow " + run, "crossSession": true, "category": "architect_workflow"})
+		hits, _ := r["hits"].([]any)
+		checkpoints = checkpoints[:0]
+		for _, h := range hits {
+			if e := h.(map[string]any)["entry"].(map[string]any); e["title"] == "Workflow of "+run+" (failed)" {
+				checkpoints = append(checkpoints, e)
+			}
+		}
+		return len(checkpoints) == 2
+	}, 20*time.Second, 100*time.Millisecond, "both ends of the run reach the archivalist")
+	for _, e := range checkpoints {
+		require.Contains(t, e["content"], "- Completed nodes: 1\n")
+		require.Contains(t, e["content"], "Blocked tasks (1):\n- bad: failed after")
+		require.Contains(t, e["content"], ", exit code 4")
+	}
+
 	r := c.do("POST", "/v1/"+run+":settle", map[string]any{})
 	require.Equal(t, 400, r.Status, r.Raw)
 	ok := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}})

@@ -34,6 +34,7 @@ var Categories = []string{
 	"consultation",
 	"message",
 	"pipeline_handoff",
+	"architect_workflow",
 }
 
 // DefaultSource is recorded when an entry created through the API names none.

@@ -71,8 +71,8 @@ func (s *Service) control(ctx context.Context, tenant, runID, nodeID string, act
 			if err := finishRun(ctx, tx, run.TenantID, run.ID, stateCancelled); err != nil {
 				return err
 			}
-			eff.completed = stateCancelled
-			eff.event(EventRunCompleted, run.ID+":completed", "run "+runName(run.ID)+" cancelled",
+			eff.completed, eff.completedID = stateCancelled, run.ID+":completed"
+			eff.event(EventRunCompleted, eff.completedID, "run "+runName(run.ID)+" cancelled",
 				map[string]any{"run": runName(run.ID), "state": stateCancelled})
 			return nil
 		case actPause:

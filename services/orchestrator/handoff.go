@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
@@ -87,30 +86,16 @@ func (s *Service) noteHandoff(eff *effects, nodeID string, attempt int32, res no
 	eff.event(EventNodeHandedOff, fmt.Sprintf("%s:%s:%d:handed_off", eff.runID, nodeID, attempt), text,
 		map[string]any{"run": runName(eff.runID), "node": nodeID, "attempt": attempt, "handoff_index": h.GetHandoffIndex(),
 			"reason": h.GetReason(), "context_usage": h.GetContextUsage(), "old_pipeline": worker.PipelineID(eff.runID, nodeID, attempt)})
-	eff.handoffs = append(eff.handoffs, &messagev1.Envelope{
-		Id:            fmt.Sprintf("%s:%s:%d:handoff", eff.runID, nodeID, attempt),
-		CorrelationId: runName(eff.runID),
-		TenantId:      eff.tenant,
-		SessionId:     eff.session,
-		Source:        topology.AgentOrchestrator,
-		Target:        topology.AgentArchivalist,
-		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		CreatedAt:     timestamppb.Now(),
-		Attempt:       1,
-		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata: map[string]string{
-			"category": CategoryPipelineHandoff,
-			"title":    fmt.Sprintf("Pipeline handoff %d of %s/%s (%s)", h.GetHandoffIndex(), runName(eff.runID), nodeID, h.GetReason()),
-		},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: topology.AgentOrchestrator, Text: worker.HandoffText(h)}},
-	})
+	eff.archive = append(eff.archive, archivalistRecord(eff.tenant, eff.session, eff.runID,
+		fmt.Sprintf("%s:%s:%d:handoff", eff.runID, nodeID, attempt), CategoryPipelineHandoff,
+		fmt.Sprintf("Pipeline handoff %d of %s/%s (%s)", h.GetHandoffIndex(), runName(eff.runID), nodeID, h.GetReason()),
+		worker.HandoffText(h)))
 }
 
-// recordHandoffs sends handoffs to the Archivalist. The message id makes a
-// re-sent one a duplicate; a lost one loses the record only, not the state,
-// which the node's row keeps.
-func (s *Service) recordHandoffs(ctx context.Context, log *slog.Logger, envs []*messagev1.Envelope) {
+// archive sends records (pipeline handoffs, workflow checkpoints) to the
+// Archivalist. The message id makes a re-sent one a duplicate; a lost one
+// loses the record only, not the state, which the run's rows keep.
+func (s *Service) archive(ctx context.Context, log *slog.Logger, envs []*messagev1.Envelope) {
 	if len(envs) == 0 {
 		return
 	}
@@ -120,7 +105,7 @@ func (s *Service) recordHandoffs(ctx context.Context, log *slog.Logger, envs []*
 	}
 	for _, env := range envs {
 		if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
-			log.WarnContext(ctx, "send pipeline handoff to the archivalist", logx.Err(err))
+			log.WarnContext(ctx, "send a record to the archivalist", slog.String("category", env.GetMetadata()["category"]), logx.Err(err))
 		}
 	}
 }

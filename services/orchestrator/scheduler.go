@@ -72,8 +72,10 @@ type effects struct {
 	cancels []cancelTask
 	// merge is set when a repository run succeeded: its patches are merged.
 	merge *mergeJob
-	// handoffs are pipeline handoffs to record in the Archivalist.
-	handoffs []*messagev1.Envelope
+	// archive are records for the Archivalist (pipeline handoffs).
+	archive []*messagev1.Envelope
+	// completedID is the completion's event id when completed is set.
+	completedID string
 	// release are global dispatch slots to give back; waiting is set when
 	// the run had ready nodes but no slot (with their top priority).
 	release   []string
@@ -228,7 +230,8 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		if final == stateSucceeded && run.Repository != "" {
 			eff.merge = &mergeJob{repo: run.Repository, base: run.BaseCommit}
 		}
-		eff.event(EventRunCompleted, completedEventID(ctx, tx, run), "run "+runName(run.ID)+" "+strings.ToLower(final), // task.go
+		eff.completedID = completedEventID(ctx, tx, run) // task.go
+		eff.event(EventRunCompleted, eff.completedID, "run "+runName(run.ID)+" "+strings.ToLower(final),
 			map[string]any{"run": runName(run.ID), "state": final})
 		return nil
 	}
@@ -659,7 +662,14 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 			})
 		}
 	}
-	s.recordHandoffs(ctx, log, eff.handoffs)
+	if eff.completed != "" {
+		if rec, err := workflowCheckpoint(ctx, s.db, eff.tenant, eff.session, eff.runID, eff.completed, eff.completedID); err != nil {
+			log.WarnContext(ctx, "build the workflow checkpoint", logx.Err(err))
+		} else {
+			eff.archive = append(eff.archive, rec)
+		}
+	}
+	s.archive(ctx, log, eff.archive)
 	for _, c := range eff.cancels {
 		s.signalCancel(ctx, log, eff.tenant, eff.runID, c)
 		eff.release = append(eff.release, slotMember(eff.tenant, eff.runID, c.node, c.attempt))

@@ -1,0 +1,29 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A checkpoint of a large run keeps the first entries of each list and
+// counts the rest; each entry is cut to its bound.
+func TestWorkflowTextBounds(t *testing.T) {
+	var nodes []workflowNode
+	for i := range maxWorkflowItems + 10 {
+		nodes = append(nodes, workflowNode{id: fmt.Sprintf("n%d", i), layer: int32(i), state: stateSucceeded})
+	}
+	nodes = append(nodes, workflowNode{id: "slow", layer: 60, state: stateFailed, attempt: 3, err: strings.Repeat("x", 3*maxWorkflowItemBytes)})
+	text := workflowText("r1", stateFailed, nodes)
+	require.Contains(t, text, "Completed tasks (60):\n- n0\n")
+	require.Contains(t, text, "- n49\n- … and 10 more\n")
+	require.NotContains(t, text, "- n50\n")
+	require.Contains(t, text, "- Current layer: 61 of 61")
+	require.Contains(t, text, "- … and 11 more\n", "the execution order is bounded too")
+	for _, line := range strings.Split(text, "\n") {
+		require.LessOrEqual(t, len(line), maxWorkflowItemBytes+2)
+	}
+	require.Contains(t, text, "- slow: failed after 3 attempt(s): xxx")
+}
