@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -52,6 +53,8 @@ func newFlowFixture(t testing.TB, cfg Config, run bool) flowFixture {
 			cancel()
 			require.NoError(t, <-done)
 		})
+		// Messages are stored in group commits from here on.
+		require.Eventually(t, svc.writes.started.Load, 10*time.Second, time.Millisecond)
 	}
 	return flowFixture{fixture: fixture{svc: svc, bus: bus, reg: reg}, db: db, rc: rc}
 }
@@ -653,12 +656,12 @@ func TestRecordingReplay(t *testing.T) {
 	for _, grouped := range []bool{false, true} {
 		t.Run(fmt.Sprintf("grouped=%v", grouped), func(t *testing.T) {
 			t.Parallel()
-			testRecordingReplay(t, newFlowFixture(t, Config{}, grouped))
+			testRecordingReplay(t, newFlowFixture(t, Config{}, grouped), grouped)
 		})
 	}
 }
 
-func testRecordingReplay(t *testing.T, f flowFixture) {
+func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "rec")
 	lib := inboxReader(t, f.bus, "librarian")
@@ -675,6 +678,10 @@ func testRecordingReplay(t *testing.T, f flowFixture) {
 	require.False(t, stopped.GetRecording().GetRecording())
 	require.Equal(t, int32(2), stopped.GetRecording().GetQueryCount())
 	require.Equal(t, "librarian", stopped.GetRecording().GetQueries()[0].GetRoutedTo())
+	if grouped {
+		// The routed query was recorded by its group commit's statement.
+		require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.grouped.WithLabelValues("grouped")))
+	}
 	f.send(t, ctx, s, "/help")
 	list, err := f.svc.ListRecordings(ctx, &guidev1.ListRecordingsRequest{Parent: s.GetName()})
 	require.NoError(t, err)
