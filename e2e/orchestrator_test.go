@@ -252,6 +252,27 @@ func TestOrchestratorPipelines(t *testing.T) {
 	require.NotEqual(t, true, wrong["testerPassed"], "omitted when false")
 	require.EqualValues(t, 1, wrong["lastTestResult"].(map[string]any)["failed"])
 
+	// Each finished pipeline's checks are in the Archivalist's history
+	// (spec F-22 inspector_findings, tester_summary).
+	search := func(category, title string) map[string]any {
+		var found map[string]any
+		require.Eventually(t, func() bool {
+			r := c.ok("POST", "/v1/entries:search", map[string]any{"query": title, "crossSession": true, "category": category})
+			hits, _ := r["hits"].([]any)
+			for _, h := range hits {
+				if e := h.(map[string]any)["entry"].(map[string]any); strings.HasPrefix(e["title"].(string), title) {
+					found = e
+					return true
+				}
+			}
+			return false
+		}, 20*time.Second, 100*time.Millisecond, "%s %q reaches the archivalist", category, title)
+		return found
+	}
+	runID := strings.TrimPrefix(run["name"].(string), "runs/")
+	require.Contains(t, search("inspector_findings", "Inspector findings of "+runID+"/ugly#1")["content"], "Fixes remaining:\n- calc.go: format: not gofmt-formatted")
+	require.Contains(t, search("tester_summary", "Tester summary of "+runID+"/wrong#1")["content"], "Last run: go-test, 0 passed, 1 failed")
+
 	require.Equal(t, "NODE_STATE_FAILED", n["push"]["state"])
 	require.Contains(t, n["push"]["stderr"], "git push is not allowed for agents")
 	require.Contains(t, run["decisionLog"], "## Task mul")

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/natsx"
 )
 
@@ -172,4 +173,31 @@ func ConsumeInbox(ctx context.Context, b *natsx.Bus, agent string, spec natsx.Co
 	spec.Durable = agent
 	spec.FilterSubjects = []string{InboxSubject(b, agent)}
 	return b.Consume(ctx, spec, handler)
+}
+
+// Record is an entry an agent stores in the Archivalist's history.
+type Record struct {
+	// ID is the message id: a record sent again under it is a duplicate.
+	ID, Tenant, Session, Correlation string
+	// Source is the agent that records it.
+	Source, Category, Title, Text string
+}
+
+// StoreRequest is the envelope that asks the Archivalist to store r.
+func StoreRequest(r Record) *messagev1.Envelope {
+	return &messagev1.Envelope{
+		Id:            r.ID,
+		CorrelationId: r.Correlation,
+		TenantId:      r.Tenant,
+		SessionId:     r.Session,
+		Source:        r.Source,
+		Target:        AgentArchivalist,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
+		CreatedAt:     timestamppb.Now(),
+		Attempt:       1,
+		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
+		Metadata:      map[string]string{"category": r.Category, "title": r.Title},
+		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
+			Agent: r.Source, Text: r.Text}},
+	}
 }

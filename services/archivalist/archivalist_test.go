@@ -136,7 +136,7 @@ func TestCreateEntryValidation(t *testing.T) {
 		{"viewer", as("t1", "v", identity.RoleViewer), &archivalistv1.Entry{Category: "note", Title: "x"}, codes.PermissionDenied, nil},
 		{"no entry", admin("t1"), nil, codes.InvalidArgument, []string{"entry is required"}},
 		{"no category", admin("t1"), &archivalistv1.Entry{Title: "x"}, codes.InvalidArgument,
-			[]string{"entry.category: required", "decision, failure, outcome, pattern, note, routing_failure, consultation, message, pipeline_handoff, architect_workflow"}},
+			[]string{"entry.category: required", "decision, failure, outcome, pattern, note, routing_failure, consultation, message, pipeline_handoff, architect_workflow, inspector_findings, tester_summary"}},
 		{"unknown category", admin("t1"), &archivalistv1.Entry{Category: "gossip", Title: "x"}, codes.InvalidArgument,
 			[]string{`"gossip" is not allowed`, "allowed values: decision"}},
 		{"no title", admin("t1"), &archivalistv1.Entry{Category: "note"}, codes.InvalidArgument, []string{"entry.title: required"}},

@@ -35,6 +35,8 @@ var Categories = []string{
 	"message",
 	"pipeline_handoff",
 	"architect_workflow",
+	"inspector_findings",
+	"tester_summary",
 }
 
 // DefaultSource is recorded when an entry created through the API names none.

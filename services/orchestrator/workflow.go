@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/textsearch"
@@ -132,19 +131,6 @@ func workflowList(b *strings.Builder, title string, items []string) {
 
 // archivalistRecord is a STORE_REQUEST for the Archivalist about a run.
 func archivalistRecord(tenant, session, runID, id, category, title, text string) *messagev1.Envelope {
-	return &messagev1.Envelope{
-		Id:            id,
-		CorrelationId: runName(runID),
-		TenantId:      tenant,
-		SessionId:     session,
-		Source:        topology.AgentOrchestrator,
-		Target:        topology.AgentArchivalist,
-		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		CreatedAt:     timestamppb.Now(),
-		Attempt:       1,
-		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata:      map[string]string{"category": category, "title": title},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: topology.AgentOrchestrator, Text: text}},
-	}
+	return topology.StoreRequest(topology.Record{ID: id, Tenant: tenant, Session: session, Correlation: runName(runID),
+		Source: topology.AgentOrchestrator, Category: category, Title: title, Text: text})
 }

@@ -178,30 +178,7 @@ func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineSta
 	for _, g := range pr.guided().GetGuidance() {
 		notes = appendUnique(notes, "the user's guidance: "+g)
 	}
-	in := &orchestratorv1.InspectorHandoff{ValidationState: "not_run", FixesCompleted: slices.Clone(prev.GetInspector().GetFixesCompleted())}
-	if pr.inspection != "" {
-		in.ValidationState = pr.inspection
-	}
-	if len(pr.findings) > 0 {
-		for _, c := range inspectorChecks(pr.dir) {
-			in.ChecksPerformed = append(in.ChecksPerformed, c.name)
-		}
-		last := pr.findings[len(pr.findings)-1]
-		in.FixesRemaining = last
-		for _, f := range pr.findings[:len(pr.findings)-1] {
-			for _, x := range f {
-				if !slices.Contains(last, x) {
-					in.FixesCompleted = appendUnique(in.FixesCompleted, x)
-				}
-			}
-		}
-	}
-	tests, coverage := testsOf(changed)
-	t := &orchestratorv1.TesterHandoff{TestsCreated: tests, FailureDescs: pr.testFailures, CoverageNeeded: coverage}
-	if r := p.GetLastTestResult(); r != nil {
-		t.TestResults = proto.Clone(r).(*orchestratorv1.TestResult)
-		t.TestResults.Output = truncateString(t.TestResults.GetOutput(), maxHandoffOutput)
-	}
+	in, t := pr.inspectorState(), pr.testerState(p, changed)
 	h := &orchestratorv1.PipelineHandoff{
 		OldPipelineId:       PipelineID(pr.task.GetRunId(), pr.task.GetNodeId(), pr.task.GetAttempt()),
 		SessionId:           pr.env.GetSessionId(),
@@ -222,11 +199,53 @@ func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineSta
 		Tester:     t,
 		CreateTime: timestamppb.Now(),
 	}
-	for _, l := range []*[]string{&h.Engineer.Accomplished, &h.Engineer.FilesChanged, &h.Engineer.Remaining, &h.Engineer.ContextNotes,
-		&in.ChecksPerformed, &in.FixesCompleted, &in.FixesRemaining, &t.TestsCreated, &t.FailureDescs, &t.CoverageNeeded} {
+	for _, l := range []*[]string{&h.Engineer.Accomplished, &h.Engineer.FilesChanged, &h.Engineer.Remaining, &h.Engineer.ContextNotes} {
 		*l = boundList(*l)
 	}
 	return h
+}
+
+// inspectorState is the Inspector's part of a pipeline's state, carrying on
+// the fixes of the handoff this pipeline started from.
+func (pr *pipelineRun) inspectorState() *orchestratorv1.InspectorHandoff {
+	in := &orchestratorv1.InspectorHandoff{ValidationState: "not_run",
+		FixesCompleted: slices.Clone(pr.spec.GetHandoff().GetInspector().GetFixesCompleted())}
+	if pr.inspection != "" {
+		in.ValidationState = pr.inspection
+	}
+	if len(pr.findings) > 0 {
+		for _, c := range inspectorChecks(pr.dir) {
+			in.ChecksPerformed = append(in.ChecksPerformed, c.name)
+		}
+		last := pr.findings[len(pr.findings)-1]
+		in.FixesRemaining = slices.Clone(last)
+		for _, f := range pr.findings[:len(pr.findings)-1] {
+			for _, x := range f {
+				if !slices.Contains(last, x) {
+					in.FixesCompleted = appendUnique(in.FixesCompleted, x)
+				}
+			}
+		}
+	}
+	for _, l := range []*[]string{&in.ChecksPerformed, &in.FixesCompleted, &in.FixesRemaining} {
+		*l = boundList(*l)
+	}
+	return in
+}
+
+// testerState is the Tester's part of a pipeline's state; changed are the
+// files the pipeline changed.
+func (pr *pipelineRun) testerState(p *orchestratorv1.PipelineStatus, changed []string) *orchestratorv1.TesterHandoff {
+	tests, coverage := testsOf(changed)
+	t := &orchestratorv1.TesterHandoff{TestsCreated: tests, FailureDescs: slices.Clone(pr.testFailures), CoverageNeeded: coverage}
+	if r := p.GetLastTestResult(); r != nil {
+		t.TestResults = proto.Clone(r).(*orchestratorv1.TestResult)
+		t.TestResults.Output = truncateString(t.TestResults.GetOutput(), maxHandoffOutput)
+	}
+	for _, l := range []*[]string{&t.TestsCreated, &t.FailureDescs, &t.CoverageNeeded} {
+		*l = boundList(*l)
+	}
+	return t
 }
 
 func (pr *pipelineRun) windowTokens() int {
@@ -317,36 +336,47 @@ func HandoffText(h *orchestratorv1.PipelineHandoff) string {
 	if h.GetContextWindowTokens() > 0 {
 		fmt.Fprintf(&b, "- Context used: %.0f%% of %d tokens\n", 100*h.GetContextUsage(), h.GetContextWindowTokens())
 	}
-	list := func(title string, items []string) {
-		if len(items) == 0 {
-			return
-		}
-		fmt.Fprintf(&b, "\n%s:\n", title)
-		for _, x := range items {
-			b.WriteString("- " + x + "\n")
-		}
-	}
 	e := h.GetEngineer()
 	b.WriteString("\n## Engineer\n")
 	if e.GetOriginalPrompt() != "" {
 		b.WriteString("\nOriginal request: " + e.GetOriginalPrompt() + "\n")
 	}
-	list("Accomplished", e.GetAccomplished())
-	list("Files changed", e.GetFilesChanged())
-	list("Remaining", e.GetRemaining())
-	list("Context notes", e.GetContextNotes())
-	in := h.GetInspector()
-	fmt.Fprintf(&b, "\n## Inspector\n\nValidation: %s\n", orDash(in.GetValidationState()))
-	list("Checks performed", in.GetChecksPerformed())
-	list("Fixes completed", in.GetFixesCompleted())
-	list("Fixes remaining", in.GetFixesRemaining())
-	t := h.GetTester()
+	mdList(&b, "Accomplished", e.GetAccomplished())
+	mdList(&b, "Files changed", e.GetFilesChanged())
+	mdList(&b, "Remaining", e.GetRemaining())
+	mdList(&b, "Context notes", e.GetContextNotes())
+	b.WriteString("\n## Inspector\n")
+	inspectorText(&b, h.GetInspector())
 	b.WriteString("\n## Tester\n")
-	if r := t.GetTestResults(); r != nil {
-		fmt.Fprintf(&b, "\nLast run: %s, %d passed, %d failed, %d skipped\n", r.GetFrameworkId(), r.GetPassed(), r.GetFailed(), r.GetSkipped())
-	}
-	list("Tests created", t.GetTestsCreated())
-	list("Failures", t.GetFailureDescs())
-	list("Coverage needed", t.GetCoverageNeeded())
+	testerText(&b, h.GetTester())
 	return b.String()
+}
+
+// inspectorText renders the Inspector's state.
+func inspectorText(b *strings.Builder, in *orchestratorv1.InspectorHandoff) {
+	fmt.Fprintf(b, "\nValidation: %s\n", orDash(in.GetValidationState()))
+	mdList(b, "Checks performed", in.GetChecksPerformed())
+	mdList(b, "Fixes completed", in.GetFixesCompleted())
+	mdList(b, "Fixes remaining", in.GetFixesRemaining())
+}
+
+// testerText renders the Tester's state.
+func testerText(b *strings.Builder, t *orchestratorv1.TesterHandoff) {
+	if r := t.GetTestResults(); r != nil {
+		fmt.Fprintf(b, "\nLast run: %s, %d passed, %d failed, %d skipped\n", r.GetFrameworkId(), r.GetPassed(), r.GetFailed(), r.GetSkipped())
+	}
+	mdList(b, "Tests created", t.GetTestsCreated())
+	mdList(b, "Failures", t.GetFailureDescs())
+	mdList(b, "Coverage needed", t.GetCoverageNeeded())
+}
+
+// mdList renders a titled list; an empty one is left out.
+func mdList(b *strings.Builder, title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s:\n", title)
+	for _, x := range items {
+		b.WriteString("- " + x + "\n")
+	}
 }

@@ -395,6 +395,9 @@ func (s *Service) runPipeline(ctx context.Context, env *messagev1.Envelope, spec
 		return r, err
 	}
 	p, err := pr.loop(ctx)
+	if err == nil && (p.GetState() == pipeCompleted || p.GetState() == pipeFailed) {
+		pr.checkpoint(ctx, p)
+	}
 	if pr.handoff != nil {
 		b, merr := protojson.Marshal(pr.handoff)
 		if merr == nil {

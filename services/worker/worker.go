@@ -257,6 +257,10 @@ func (s *Service) run(ctx context.Context) error {
 	if err := topology.EnsureTasks(ctx, s.bus); err != nil {
 		return err
 	}
+	// Finished pipelines' stage checkpoints go to the Archivalist's inbox.
+	if err := topology.EnsureAgents(ctx, s.bus); err != nil {
+		return err
+	}
 	consumers := make([]jetstream.Consumer, len(s.cfg.Roles))
 	for i, role := range s.cfg.Roles {
 		cons, err := s.bus.EnsureConsumer(ctx, natsx.ConsumerSpec{
