@@ -463,6 +463,9 @@ func TestRetryUnderFailFastWithTwoFailures(t *testing.T) {
 // inboxMessage waits for the last message sent to an agent's inbox.
 func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
 	t.Helper()
+	// The inboxes' stream may not exist yet: the orchestrator provisions it
+	// when it first sends there.
+	require.NoError(t, topology.EnsureAgents(context.Background(), h.bus))
 	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
 		Durable: agent + "-test", FilterSubjects: []string{topology.InboxSubject(h.bus, agent)}})
 	require.NoError(t, err)
