@@ -31,6 +31,8 @@ const CategoryArchitectWorkflow = "architect_workflow"
 const (
 	maxWorkflowItems     = 50
 	maxWorkflowItemBytes = 1000
+	// maxWorkflowBytes is the Archivalist's default content bound.
+	maxWorkflowBytes = 64 << 10
 )
 
 type workflowNode struct {
@@ -108,11 +110,13 @@ func workflowText(runID, state string, nodes []workflowNode) string {
 	for i, l := range layers {
 		order[i] = fmt.Sprintf("layer %d: %s", i+1, strings.Join(l, ", "))
 	}
-	workflowList(&b, "Execution order", order)
-	workflowList(&b, "Completed tasks", done)
-	workflowList(&b, "Pending tasks", pending)
+	// What needs attention first: a checkpoint past the Archivalist's
+	// content bound loses its tail.
 	workflowList(&b, "Blocked tasks", blocked)
-	return b.String()
+	workflowList(&b, "Pending tasks", pending)
+	workflowList(&b, "Completed tasks", done)
+	workflowList(&b, "Execution order", order)
+	return textsearch.Clip(b.String(), maxWorkflowBytes)
 }
 
 // workflowList writes the first entries of a list and counts the rest.

@@ -26,4 +26,18 @@ func TestWorkflowTextBounds(t *testing.T) {
 		require.LessOrEqual(t, len(line), maxWorkflowItemBytes+2)
 	}
 	require.Contains(t, text, "- slow: failed after 3 attempt(s): xxx")
+	require.Less(t, strings.Index(text, "Blocked tasks"), strings.Index(text, "Completed tasks"), "what needs attention comes first")
+
+	// However many layers and however long their names, the record stays
+	// within the Archivalist's bound, its summary and blocked tasks first.
+	nodes = nodes[:0]
+	for l := range 200 {
+		for i := range 40 {
+			nodes = append(nodes, workflowNode{id: fmt.Sprintf("%s-%d-%d", strings.Repeat("n", 40), l, i), layer: int32(l), state: stateFailed, attempt: 1, err: strings.Repeat("e", 900)})
+		}
+	}
+	text = workflowText("r1", stateFailed, nodes)
+	require.LessOrEqual(t, len(text), maxWorkflowBytes)
+	require.Contains(t, text, "- Total nodes: 8000\n")
+	require.Contains(t, text, "- … and 7950 more\n")
 }
