@@ -9,6 +9,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/textsearch"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -20,6 +21,9 @@ import (
 // Inspector and the Tester are the detected tools, with no conversation,
 // so each is taken when its state is final. A stage that never ran (the
 // pipeline failed before it, or the user skipped it) stores nothing.
+
+// maxCheckpointBytes is the Archivalist's default content bound.
+const maxCheckpointBytes = 64 << 10
 
 // Archivalist categories of the stage checkpoints.
 const (
@@ -39,7 +43,7 @@ func (pr *pipelineRun) checkpoint(ctx context.Context, p *orchestratorv1.Pipelin
 		fmt.Fprintf(&b, "# %s\n\n- Pipeline: %s\n- Loops: %d of %d\n- Pipeline state: %s\n", title, id, p.GetLoops(), p.GetMaxLoops(), p.GetState())
 		write(&b)
 		return topology.StoreRequest(topology.Record{ID: id + ":" + category, Tenant: pr.env.GetTenantId(), Session: pr.env.GetSessionId(),
-			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: b.String()})
+			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), maxCheckpointBytes)})
 	}
 	var recs []*messagev1.Envelope
 	if len(pr.findings) > 0 {
