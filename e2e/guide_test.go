@@ -164,11 +164,7 @@ func TestGuideRouting(t *testing.T) {
 		pair = pair || m["routedTo"] == "academic" && m["shouldHaveBeen"] == "architect"
 	}
 	require.True(t, pair, "misroute pairs: %v", after["misroutes"])
-	require.Eventually(t, func() bool {
-		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": "routing failure academic", "crossSession": true, "category": "routing_failure"})
-		hits, _ := r["hits"].([]any)
-		return len(hits) > 0
-	}, 20*time.Second, 100*time.Millisecond, "the routing failure reaches the archivalist")
+	c.archived("routing failure academic", "routing_failure", 1, nil)
 	bad := c.do("POST", "/v1/routingFailures", map[string]any{"originalRequest": "x", "routedTo": "nobody", "shouldHaveBeen": "academic",
 		"failureSignal": "ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT"})
 	require.Equal(t, http.StatusBadRequest, bad.Status)

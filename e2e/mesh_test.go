@@ -84,6 +84,26 @@ func (c *client) doKey(key, method, path string, body any) response {
 	return out
 }
 
+// archived waits until a cross-session search of the Archivalist for query
+// in category finds n entries that keep accepts (nil accepts all), and
+// returns them.
+func (c *client) archived(query, category string, n int, keep func(entry map[string]any) bool) []map[string]any {
+	c.t.Helper()
+	var found []map[string]any
+	require.Eventually(c.t, func() bool {
+		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": query, "crossSession": true, "category": category})
+		hits, _ := r["hits"].([]any)
+		found = found[:0]
+		for _, h := range hits {
+			if e := h.(map[string]any)["entry"].(map[string]any); keep == nil || keep(e) {
+				found = append(found, e)
+			}
+		}
+		return len(found) >= n
+	}, 20*time.Second, 100*time.Millisecond, "%s %q reaches the archivalist", category, query)
+	return found
+}
+
 func (c *client) ok(method, path string, body any) map[string]any {
 	c.t.Helper()
 	r := c.do(method, path, body)

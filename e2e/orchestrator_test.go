@@ -255,19 +255,7 @@ func TestOrchestratorPipelines(t *testing.T) {
 	// Each finished pipeline's checks are in the Archivalist's history
 	// (spec F-22 inspector_findings, tester_summary).
 	search := func(category, title string) map[string]any {
-		var found map[string]any
-		require.Eventually(t, func() bool {
-			r := c.ok("POST", "/v1/entries:search", map[string]any{"query": title, "crossSession": true, "category": category})
-			hits, _ := r["hits"].([]any)
-			for _, h := range hits {
-				if e := h.(map[string]any)["entry"].(map[string]any); strings.HasPrefix(e["title"].(string), title) {
-					found = e
-					return true
-				}
-			}
-			return false
-		}, 20*time.Second, 100*time.Millisecond, "%s %q reaches the archivalist", category, title)
-		return found
+		return c.archived(title, category, 1, func(e map[string]any) bool { return strings.HasPrefix(e["title"].(string), title) })[0]
 	}
 	runID := strings.TrimPrefix(run["name"].(string), "runs/")
 	require.Contains(t, search("inspector_findings", "Inspector findings of "+runID+"/ugly#1")["content"], "Fixes remaining:\n- calc.go: format: not gofmt-formatted")

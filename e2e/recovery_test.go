@@ -68,18 +68,10 @@ func TestSettlePartialWork(t *testing.T) {
 
 	// Each time the run ended, its workflow's state went to the Archivalist
 	// (spec F-22 architect_workflow).
-	var checkpoints []map[string]any
-	require.Eventually(t, func() bool {
-		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": "workflow " + run, "crossSession": true, "category": "architect_workflow"})
-		hits, _ := r["hits"].([]any)
-		checkpoints = checkpoints[:0]
-		for _, h := range hits {
-			if e := h.(map[string]any)["entry"].(map[string]any); e["title"] == "Workflow of "+run+" (failed)" {
-				checkpoints = append(checkpoints, e)
-			}
-		}
-		return len(checkpoints) == 2
-	}, 20*time.Second, 100*time.Millisecond, "both ends of the run reach the archivalist")
+	checkpoints := c.archived("workflow "+run, "architect_workflow", 2, func(e map[string]any) bool {
+		return e["title"] == "Workflow of "+run+" (failed)"
+	})
+	require.Len(t, checkpoints, 2)
 	for _, e := range checkpoints {
 		require.Contains(t, e["content"], "- Completed nodes: 1\n")
 		require.Contains(t, e["content"], "Blocked tasks (1):\n- bad: failed after")
@@ -152,11 +144,7 @@ func TestPipelineHandoff(t *testing.T) {
 	// has the handoff.
 	log := c.ok("GET", "/v1/"+run+"/decisions", nil)["log"].(string)
 	require.Contains(t, log, "## Task swap (attempt 1): handed_off\n", log)
-	require.Eventually(t, func() bool {
-		r := c.ok("POST", "/v1/entries:search", map[string]any{"query": "pipeline handoff swap", "crossSession": true, "category": "pipeline_handoff"})
-		hits, _ := r["hits"].([]any)
-		return len(hits) > 0
-	}, 20*time.Second, 100*time.Millisecond, "the handoff reaches the archivalist")
+	c.archived("pipeline handoff swap", "pipeline_handoff", 1, nil)
 
 	// A node that is not running has no pipeline to hand off.
 	r := c.do("POST", "/v1/"+run+":taskAction", map[string]any{"nodeId": "swap", "action": "TASK_ACTION_TYPE_HANDOFF"})
