@@ -282,6 +282,20 @@ func (s *outputSink) flush() {
 
 const maxLineBytes = 64 << 10
 
+// copyBuffers are the buffers output is read through. A copy through
+// io.Copy would allocate (and zero) 32 KB per stream per task, which the
+// garbage collector then has to reclaim at every task's pace.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyOutput reads r into s until r ends. The reader is wrapped so that
+// the copy goes through the pooled buffer: an *os.File's own WriteTo would
+// allocate a fresh one.
+func copyOutput(s *outputSink, r *os.File) {
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	_, _ = io.CopyBuffer(s, struct{ io.Reader }{r}, *buf)
+}
+
 // indexLineEnd finds the first \n or \r (progress bars redraw with \r).
 func indexLineEnd(b []byte) int {
 	for i, c := range b {
@@ -372,8 +386,8 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 	stdout := &outputSink{name: "stdout", capture: newCapture(e.cfg.MaxOutputBytes), w: w}
 	stderr := &outputSink{name: "stderr", capture: newCapture(e.cfg.MaxOutputBytes), w: w}
 	var readers sync.WaitGroup
-	readers.Go(func() { _, _ = io.Copy(stdout, outR); stdout.flush() })
-	readers.Go(func() { _, _ = io.Copy(stderr, errR); stderr.flush() })
+	readers.Go(func() { copyOutput(stdout, outR); stdout.flush() })
+	readers.Go(func() { copyOutput(stderr, errR); stderr.flush() })
 
 	pgid := cmd.Process.Pid
 	waitCh := make(chan error, 1)
