@@ -354,6 +354,7 @@ func tiers(b *testing.B, e *meshEnv, label string) []result {
 		}
 		return time.Since(start), nil
 	}
+	testenv.Checkpoint(b)
 	const cached = "fix typo in README"
 	// Prime the route cache.
 	var first sendResult

@@ -168,6 +168,7 @@ func runOnce(b *testing.B) {
 	require.NoError(b, err)
 	waitDone(b, db, warm.GetRun().GetId())
 
+	testenv.Checkpoint(b)
 	seq0 := tasksSeq(b, bus)
 	batches0, reports0 := resultBatches(b, oreg)
 	wal0 := walLSN(b, db)
