@@ -55,7 +55,7 @@ func TestRetriesWithBackoff(t *testing.T) {
 	var count int
 	require.NoError(t, h.db.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE run_id = $1`, run.GetId()).Scan(&count))
 	require.Equal(t, 2+3+2+1, count, "every attempt is recorded once")
-	require.Equal(t, 4.0, metric(t, h.reg, "sylk_orchestrator_node_retries_total", ""))
+	waitMetric(t, h.reg, "sylk_orchestrator_node_retries_total", "", 4.0)
 }
 
 // A retried node is dispatched with a briefing on its prior attempts, and

@@ -275,7 +275,7 @@ func TestDiamondRunsDependenciesFirst(t *testing.T) {
 	require.False(t, cStart.Before(n["a"].GetEndTime().AsTime()), "c started before a ended")
 	require.False(t, cStart.Before(n["b"].GetEndTime().AsTime()), "c started before b ended")
 
-	require.Equal(t, 3.0, metric(t, h.reg, "sylk_orchestrator_nodes_dispatched_total", ""))
+	waitMetric(t, h.reg, "sylk_orchestrator_nodes_dispatched_total", "", 3.0)
 	evs := h.events(t, "t1", session, 8)
 	var types []string
 	for _, e := range evs {
@@ -365,7 +365,7 @@ func TestFailureSkipsDependentsAndFailsTheRun(t *testing.T) {
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SKIPPED, n["c"].GetState())
 	require.Zero(t, n["b"].GetAttempt())
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["d"].GetState())
-	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_runs_total", "FAILED"))
+	waitMetric(t, h.reg, "sylk_orchestrator_runs_total", "FAILED", 1.0)
 }
 
 func TestTimeoutFailsTheNode(t *testing.T) {
@@ -380,6 +380,14 @@ func TestTimeoutFailsTheNode(t *testing.T) {
 	n := run.GetNodes()[0]
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n.GetState())
 	require.Contains(t, n.GetError(), "timed out")
+}
+
+// waitMetric waits for a metric to reach want: the scheduler updates its
+// metrics after the transaction whose effects the test has already seen.
+func waitMetric(t *testing.T, reg *prometheus.Registry, name, state string, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return metric(t, reg, name, state) == want }, waitFor, 5*time.Millisecond,
+		"%s{state=%q} never reached %v; it is %v", name, state, want, metric(t, reg, name, state))
 }
 
 // metric reads a counter's value, or a histogram's observation count; state
@@ -516,7 +524,7 @@ func TestDuplicateResultIsAppliedOnce(t *testing.T) {
 	require.Equal(t, "first\n", n["a"].GetStdout())
 	require.Equal(t, "test-worker", n["a"].GetWorkerId())
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n["b"].GetState())
-	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_node_duration_seconds", ""))
+	waitMetric(t, h.reg, "sylk_orchestrator_node_duration_seconds", "", 1.0)
 	h.sendResult(t, "t1", run.GetId(), "b", 1, 0, "done\n", "b-1")
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	// Results for another tenant's run id change nothing.
@@ -579,7 +587,7 @@ func TestCancelRun(t *testing.T) {
 	}
 	require.Equal(t, []string{"run.started", "run.node_dispatched", "run.completed"}, types)
 	require.Equal(t, "CANCELLED", evs[2].GetData().GetFields()["state"].GetStringValue())
-	require.Equal(t, 1.0, metric(t, h.reg, "sylk_orchestrator_runs_total", "CANCELLED"))
+	waitMetric(t, h.reg, "sylk_orchestrator_runs_total", "CANCELLED", 1.0)
 }
 
 func TestGetRunErrors(t *testing.T) {
