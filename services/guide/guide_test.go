@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -687,6 +688,21 @@ func TestSendMessageIdempotent(t *testing.T) {
 	second, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/status", RequestId: "req-3"})
 	require.NoError(t, err)
 	require.True(t, proto.Equal(first, second))
+	require.Contains(t, second.GetReply(), "is active")
+	help := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help", RequestId: "req-4"}
+	first, err = f.svc.SendMessage(ctx, help)
+	require.NoError(t, err)
+	second, err = f.svc.SendMessage(ctx, help)
+	require.NoError(t, err)
+	require.True(t, proto.Equal(first, second))
+	require.Equal(t, helpText(), second.GetReply())
+
+	// A reply that is a message of its own is stored once, as that message.
+	rows, err := f.svc.db.Query(context.Background(), `SELECT reply FROM messages WHERE request_id IN ('req-3', 'req-4')`)
+	require.NoError(t, err)
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"", ""}, stored)
 }
 
 func TestListEvents(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +53,7 @@ func (s *Service) relay(ctx context.Context) error {
 // many it published.
 func (s *Service) relayOnce(ctx context.Context) (int, error) {
 	now := s.now()
-	rows, err := s.db.Query(ctx, `SELECT messages.tenant_id, user_id, `+qualified("messages", messageColumns)+`, envelope
+	rows, err := s.db.Query(ctx, `SELECT messages.tenant_id, user_id, `+messageColumns+`, envelope
 		FROM outbox JOIN messages ON messages.id = outbox.message_id AND messages.tenant_id = outbox.tenant_id
 		WHERE outbox.create_time < $1 AND outbox.create_time > $2
 		ORDER BY outbox.create_time LIMIT $3`, now.Add(-s.cfg.OutboxGrace), now.Add(-outboxWindow), outboxBatch)
@@ -85,13 +84,4 @@ func (s *Service) relayOnce(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// qualified prefixes each of a comma-separated column list with table.
-func qualified(table, columns string) string {
-	parts := strings.Split(columns, ",")
-	for i, c := range parts {
-		parts[i] = table + "." + strings.TrimSpace(c)
-	}
-	return strings.Join(parts, ", ")
 }

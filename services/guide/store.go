@@ -137,9 +137,14 @@ type outcomeRoute struct {
 	Cached                           bool
 }
 
-const messageColumns = `id, session_id, author, text, correlation_id, request_id, create_time,
-	route_target, route_tier, route_confidence, route_intent_type, route_reason, intent_subject,
-	reply, reply_id, options, envelope_id`
+// messageColumns are the columns messageDest scans, from the messages
+// table. A reply that is a message of its own (reply_id) is stored once, as
+// that message's text, and read from there.
+const messageColumns = `messages.id, messages.session_id, messages.author, messages.text, messages.correlation_id,
+	messages.request_id, messages.create_time, messages.route_target, messages.route_tier, messages.route_confidence,
+	messages.route_intent_type, messages.route_reason, messages.intent_subject,
+	coalesce((SELECT r.text FROM messages r WHERE r.id = messages.reply_id AND r.tenant_id = messages.tenant_id), messages.reply),
+	messages.reply_id, messages.options, messages.envelope_id`
 
 func scanMessage(row pgx.Row) (message, error) {
 	var m message
@@ -302,7 +307,16 @@ func insertCheckedSQL(m message) string {
 func insertMessageArgs(o owner, m message) []any {
 	return []any{m.ID, o.tenant, o.user, m.SessionID, m.Author, m.Text, m.CorrelationID, m.RequestID, m.CreateTime,
 		m.Route.Target, m.Route.Tier, m.Route.Confidence, m.Route.IntentType, m.Route.Reason, m.IntentSubject,
-		m.Reply, m.ReplyID, nonNil(m.Options), m.EnvelopeID, m.Envelope}
+		storedReply(m), m.ReplyID, nonNil(m.Options), m.EnvelopeID, m.Envelope}
+}
+
+// storedReply is what the reply column holds: nothing when the reply is a
+// message of its own, which messageColumns read it from.
+func storedReply(m message) string {
+	if m.ReplyID != nil {
+		return ""
+	}
+	return m.Reply
 }
 
 // insertMessage stores m. It reports errDuplicateRequest when a message with
