@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -386,16 +387,27 @@ func TestTimeoutFailsTheNode(t *testing.T) {
 // metrics after the transaction whose effects the test has already seen.
 func waitMetric(t *testing.T, reg *prometheus.Registry, name, state string, want float64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return metric(t, reg, name, state) == want }, waitFor, 5*time.Millisecond,
-		"%s{state=%q} never reached %v; it is %v", name, state, want, metric(t, reg, name, state))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := metricValue(reg, name, state)
+		require.NoError(c, err)
+		assert.Equal(c, want, got, "%s{state=%q}", name, state)
+	}, waitFor, 5*time.Millisecond)
 }
 
 // metric reads a counter's value, or a histogram's observation count; state
 // selects the "state" label when not empty.
 func metric(t *testing.T, reg *prometheus.Registry, name, state string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
+	v, err := metricValue(reg, name, state)
 	require.NoError(t, err)
+	return v
+}
+
+func metricValue(reg *prometheus.Registry, name, state string) (float64, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -405,12 +417,12 @@ func metric(t *testing.T, reg *prometheus.Registry, name, state string) float64 
 				continue
 			}
 			if h := m.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
+				return float64(h.GetSampleCount()), nil
 			}
-			return m.GetCounter().GetValue()
+			return m.GetCounter().GetValue(), nil
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 func countRows(t *testing.T, db *pgxpool.Pool) (runs, nodes int) {

@@ -1203,6 +1203,11 @@ func (s *Service) recoverRuns(ctx context.Context, atStart bool) error {
 		if err != nil {
 			return fmt.Errorf("claim runs: %w", err)
 		}
+		if len(keys) > 0 {
+			// Counted when claimed, before any run moves on.
+			s.metrics.recovered.Add(float64(len(keys)))
+			s.log.InfoContext(ctx, "took over unfinished runs", slog.Int("runs", len(keys)), slog.String("replica", s.cfg.ReplicaID))
+		}
 		for _, k := range keys {
 			if err := s.recoverRun(ctx, k); err != nil {
 				if ctx.Err() != nil {
@@ -1210,10 +1215,6 @@ func (s *Service) recoverRuns(ctx context.Context, atStart bool) error {
 				}
 				s.log.ErrorContext(ctx, "recover run", logx.KeyTenantID, k.Tenant, logx.KeyRunID, k.ID, logx.Err(err))
 			}
-		}
-		if len(keys) > 0 {
-			s.metrics.recovered.Add(float64(len(keys)))
-			s.log.InfoContext(ctx, "took over unfinished runs", slog.Int("runs", len(keys)), slog.String("replica", s.cfg.ReplicaID))
 		}
 		if len(keys) < resyncBatch {
 			return nil
