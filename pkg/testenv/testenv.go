@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -185,6 +187,44 @@ func CleanupStreams(t testing.TB, b *natsx.Bus) {
 			if err := b.JS.DeleteStream(c, n); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 				t.Errorf("delete stream %s: %v", n, err)
 			}
+		}
+	}
+}
+
+// Consume reads what cons holds, batch messages at a time, decoding each into
+// a new M and handing it to add, until done reports true after a batch. It
+// fails t after wait, with msgAndArgs (a format and its arguments) if given.
+func Consume[T any, M interface {
+	*T
+	proto.Message
+}](t testing.TB, cons jetstream.Consumer, batch int, wait time.Duration, add func(M), done func() bool, msgAndArgs ...any) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(wait)
+	for {
+		b, err := cons.FetchNoWait(batch)
+		if err != nil {
+			t.Fatalf("fetch: %v", err)
+		}
+		for msg := range b.Messages() {
+			m := M(new(T))
+			if err := proto.Unmarshal(msg.Data(), m); err != nil {
+				t.Fatalf("decode %T: %v", m, err)
+			}
+			add(m)
+		}
+		if done() {
+			return
+		}
+		select {
+		case <-deadline:
+			why := ""
+			if len(msgAndArgs) > 0 {
+				why = ": " + fmt.Sprintf(fmt.Sprint(msgAndArgs[0]), msgAndArgs[1:]...)
+			}
+			t.Fatalf("consumed messages did not meet the condition within %s%s", wait, why)
+		case <-tick.C:
 		}
 	}
 }

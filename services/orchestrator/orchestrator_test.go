@@ -224,16 +224,7 @@ func (h *harness) events(t *testing.T, tenant, session string, n int) []*guidev1
 	})
 	require.NoError(t, err)
 	var out []*guidev1.Event
-	require.Eventually(t, func() bool {
-		batch, err := cons.FetchNoWait(100)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var ev guidev1.Event
-			require.NoError(t, proto.Unmarshal(msg.Data(), &ev))
-			out = append(out, &ev)
-		}
-		return len(out) >= n
-	}, waitFor, 20*time.Millisecond)
+	testenv.Consume(t, cons, 100, waitFor, func(ev *guidev1.Event) { out = append(out, ev) }, func() bool { return len(out) >= n })
 	return out
 }
 

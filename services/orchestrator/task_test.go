@@ -68,21 +68,14 @@ func eventTypes(t *testing.T, h *harness, tenant, session string, want ...string
 	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)}})
 	require.NoError(t, err)
 	seen := map[string]bool{}
-	require.Eventually(t, func() bool {
-		batch, err := cons.FetchNoWait(100)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var ev guidev1.Event
-			require.NoError(t, proto.Unmarshal(msg.Data(), &ev))
-			seen[ev.GetType()] = true
-		}
+	testenv.Consume(t, cons, 100, waitFor, func(ev *guidev1.Event) { seen[ev.GetType()] = true }, func() bool {
 		for _, w := range want {
 			if !seen[w] {
 				return false
 			}
 		}
 		return true
-	}, waitFor, 20*time.Millisecond, "events seen: %v, want %v", seen, want)
+	}, "events seen: %v, want %v", seen, want)
 }
 
 func TestTaskActionsOnARunningPipeline(t *testing.T) {
@@ -459,7 +452,6 @@ func TestRetryUnderFailFastWithTwoFailures(t *testing.T) {
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 }
 
-// specOf decodes the node spec a dispatch carries.
 // inboxMessage waits for the last message sent to an agent's inbox.
 func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
 	t.Helper()
@@ -470,19 +462,11 @@ func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
 		Durable: agent + "-test", FilterSubjects: []string{topology.InboxSubject(h.bus, agent)}})
 	require.NoError(t, err)
 	var got *messagev1.Envelope
-	require.Eventually(t, func() bool {
-		batch, err := inbox.FetchNoWait(10)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var env messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
-			got = &env
-		}
-		return got != nil
-	}, waitFor, 20*time.Millisecond)
+	testenv.Consume(t, inbox, 10, waitFor, func(env *messagev1.Envelope) { got = env }, func() bool { return got != nil })
 	return got
 }
 
+// specOf decodes the node spec a dispatch carries.
 func specOf(t *testing.T, env *messagev1.Envelope) *orchestratorv1.Node {
 	t.Helper()
 	raw, err := base64.StdEncoding.DecodeString(env.GetMetadata()[worker.MetaNodeSpec])

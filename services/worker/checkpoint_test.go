@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
@@ -36,16 +35,8 @@ func TestPipelineStageCheckpoints(t *testing.T) {
 		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentArchivalist)}})
 	require.NoError(t, err)
 	records := map[string]*messagev1.Envelope{}
-	require.Eventually(t, func() bool {
-		batch, err := inbox.FetchNoWait(10)
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var e messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &e))
-			records[e.GetMetadata()["category"]] = &e
-		}
-		return len(records) == 2
-	}, 10*time.Second, 20*time.Millisecond)
+	testenv.Consume(t, inbox, 10, 10*time.Second, func(e *messagev1.Envelope) { records[e.GetMetadata()["category"]] = e },
+		func() bool { return len(records) == 2 })
 
 	id := PipelineID("r1", "sub", 1)
 	in := records[CategoryInspectorFindings]
