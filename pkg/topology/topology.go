@@ -175,6 +175,10 @@ func ConsumeInbox(ctx context.Context, b *natsx.Bus, agent string, spec natsx.Co
 	return b.Consume(ctx, spec, handler)
 }
 
+// MaxRecordBytes is the Archivalist's default bound on a record's content
+// (-archivalist.max-content-bytes): agents clip what they record to it.
+const MaxRecordBytes = 64 << 10
+
 // Record is an entry an agent stores in the Archivalist's history.
 type Record struct {
 	// ID is the message id: a record sent again under it is a duplicate.

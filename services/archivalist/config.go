@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // Limits that are part of the API rather than deployment settings.
@@ -39,7 +41,7 @@ type Config struct {
 
 // RegisterFlags registers the -archivalist.* flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.IntVar(&c.MaxContentBytes, "archivalist.max-content-bytes", 64<<10, "largest entry content accepted, in bytes")
+	fs.IntVar(&c.MaxContentBytes, "archivalist.max-content-bytes", topology.MaxRecordBytes, "largest entry content accepted, in bytes")
 	fs.IntVar(&c.MaxQueryBytes, "archivalist.max-query-bytes", 1024, "largest search query accepted, in bytes")
 	fs.IntVar(&c.InboxHits, "archivalist.inbox-hits", 5, "hits included in an answer to a routed message")
 	fs.DurationVar(&c.InboxTimeout, "archivalist.inbox-timeout", 20*time.Second, "time allowed to handle one inbox message")

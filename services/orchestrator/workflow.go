@@ -31,8 +31,6 @@ const CategoryArchitectWorkflow = "architect_workflow"
 const (
 	maxWorkflowItems     = 50
 	maxWorkflowItemBytes = 1000
-	// maxWorkflowBytes is the Archivalist's default content bound.
-	maxWorkflowBytes = 64 << 10
 )
 
 type workflowNode struct {
@@ -116,7 +114,7 @@ func workflowText(runID, state string, nodes []workflowNode) string {
 	workflowList(&b, "Pending tasks", pending)
 	workflowList(&b, "Completed tasks", done)
 	workflowList(&b, "Execution order", order)
-	return textsearch.Clip(b.String(), maxWorkflowBytes)
+	return textsearch.Clip(b.String(), topology.MaxRecordBytes)
 }
 
 // workflowList writes the first entries of a list and counts the rest.

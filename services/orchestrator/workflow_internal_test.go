@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // A checkpoint of a large run keeps the first entries of each list and
@@ -37,7 +39,7 @@ func TestWorkflowTextBounds(t *testing.T) {
 		}
 	}
 	text = workflowText("r1", stateFailed, nodes)
-	require.LessOrEqual(t, len(text), maxWorkflowBytes)
+	require.LessOrEqual(t, len(text), topology.MaxRecordBytes)
 	require.Contains(t, text, "- Total nodes: 8000\n")
 	require.Contains(t, text, "- … and 7950 more\n")
 }

@@ -22,9 +22,6 @@ import (
 // so each is taken when its state is final. A stage that never ran (the
 // pipeline failed before it, or the user skipped it) stores nothing.
 
-// maxCheckpointBytes is the Archivalist's default content bound.
-const maxCheckpointBytes = 64 << 10
-
 // Archivalist categories of the stage checkpoints.
 const (
 	CategoryInspectorFindings = "inspector_findings"
@@ -43,7 +40,7 @@ func (pr *pipelineRun) checkpoint(ctx context.Context, p *orchestratorv1.Pipelin
 		fmt.Fprintf(&b, "# %s\n\n- Pipeline: %s\n- Loops: %d of %d\n- Pipeline state: %s\n", title, id, p.GetLoops(), p.GetMaxLoops(), p.GetState())
 		write(&b)
 		return topology.StoreRequest(topology.Record{ID: id + ":" + category, Tenant: pr.env.GetTenantId(), Session: pr.env.GetSessionId(),
-			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), maxCheckpointBytes)})
+			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), topology.MaxRecordBytes)})
 	}
 	var recs []*messagev1.Envelope
 	if len(pr.findings) > 0 {
