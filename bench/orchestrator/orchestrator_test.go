@@ -81,8 +81,8 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 // noopLatency measures running the no-op command through the same executor
 // the worker uses: one at a time (latency), and n at once over total calls
-// (the machine's throughput for it).
-func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration) {
+// (the machine's throughput for it, and the CPU each call took in all).
+func noopLatency(b *testing.B, total int) (single, perTaskParallel, cpu time.Duration) {
 	root := b.TempDir()
 	bd, err := toolexec.NewBoundary(root)
 	require.NoError(b, err)
@@ -116,7 +116,8 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if shares, procs, busy := procstat.Between(cpu0, procstat.Read(), total); busy > 0 {
+	shares, procs, busy := procstat.Between(cpu0, procstat.Read(), total)
+	if busy > 0 {
 		self := time.Duration(0)
 		for _, sh := range shares {
 			if sh.Name == procstat.Self {
@@ -126,7 +127,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel time.Duration
 		b.Logf("no-op at %d at once: CPU per task %s (%.0f%% of %d CPUs busy): the process %s, starting and reaping it %s",
 			concurrency, busy, 100*float64(busy)*float64(total)/float64(elapsed)/float64(runtime.NumCPU()), runtime.NumCPU(), procs, self)
 	}
-	return percentile(lat, 0.5), elapsed / time.Duration(total)
+	return percentile(lat, 0.5), elapsed / time.Duration(total), busy
 }
 
 func BenchmarkDAG10k(b *testing.B) {
@@ -159,7 +160,7 @@ func runOnce(b *testing.B) {
 	wg.Go(func() { _ = osvc.Run(ctx) })
 	wg.Go(func() { _ = wsvc.Run(ctx) })
 
-	single, perTask := noopLatency(b, 2000)
+	single, perTask, noopCPU := noopLatency(b, 2000)
 	d := grid()
 	nodes := len(d.GetNodes())
 	uctx := identity.NewContext(ctx, identity.Identity{TenantID: "bench", UserID: "u", Role: identity.RoleAdmin})
@@ -185,9 +186,9 @@ func runOnce(b *testing.B) {
 	walBytes := walLSN(b, db) - wal0
 	// The no-op's cost is measured again after the run, and the two
 	// measurements averaged: a single one varies by several percent.
-	single2, perTask2 := noopLatency(b, 2000)
+	single2, perTask2, noopCPU2 := noopLatency(b, 2000)
 	b.Logf("no-op task before and after the run: %s and %s alone, %s and %s per task at once", single, single2, perTask, perTask2)
-	single, perTask = (single+single2)/2, (perTask+perTask2)/2
+	single, perTask, noopCPU = (single+single2)/2, (perTask+perTask2)/2, (noopCPU+noopCPU2)/2
 	msgs := tasksSeq(b, bus) - seq0
 	batches1, reports1 := resultBatches(b, oreg)
 	batches, reports := batches1-batches0, reports1-reports0
@@ -243,8 +244,9 @@ func runOnce(b *testing.B) {
 	// Where the machine's CPU went, per node: the nodes' own processes, and
 	// what scheduling them cost each part of the mesh.
 	if shares, procs, busy := procstat.Between(cpu0, cpu1, nodes); busy > 0 {
+		share := float64(busy) * float64(nodes) / float64(total) / float64(runtime.NumCPU())
 		b.Logf("CPU per node: %s in all (%.0f%% of %d CPUs busy), of which the node's process %s", busy,
-			100*float64(busy)*float64(nodes)/float64(total)/float64(runtime.NumCPU()), runtime.NumCPU(), procs)
+			100*share, runtime.NumCPU(), procs)
 		for _, sh := range shares {
 			name := sh.Name
 			if name == procstat.Self {
@@ -252,6 +254,16 @@ func runOnce(b *testing.B) {
 			}
 			b.Logf("  %-40s %s", name, sh.Per)
 		}
+		// The CPU that scheduling may take: the nodes' processes cost what
+		// the no-op costs alone, and within 1.5x of the ideal, at the share
+		// of the CPUs this run kept busy, everything else must fit in what
+		// is left.
+		sched := busy - noopCPU
+		budget := time.Duration(1.5*float64(ideal)*float64(runtime.NumCPU())*share/float64(nodes)) - noopCPU
+		b.Logf("CPU per node for scheduling (the run's less the no-op's %s): %s; within 1.5x of the ideal at %.0f%% busy: %s",
+			noopCPU, sched, 100*share, budget)
+		b.ReportMetric(float64(sched.Microseconds()), "sched-cpu-us/node")
+		b.ReportMetric(float64(budget.Microseconds()), "sched-cpu-budget-us/node")
 	}
 	b.Logf("PostgreSQL wrote %.0f bytes of WAL per node", walBytes/float64(nodes))
 	b.ReportMetric(walBytes/float64(nodes), "wal-bytes/node")
