@@ -45,13 +45,23 @@ type DevConfig struct {
 func (c *DevConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.RegisterFlags(fs)
 	c.Services.RegisterFlags(fs, append([]string{Gateway}, Services...)...)
-	_ = fs.Set("nats.url", "")
-	_ = fs.Set("grpc.listen-address", "127.0.0.1:0")
-	_ = fs.Set("http.listen-address", "127.0.0.1:0")
-	_ = fs.Set("gateway.listen-address", "127.0.0.1:8080")
-	_ = fs.Set("postgres.max-conns", "4")
+	setDefault(fs, "nats.url", "")
+	setDefault(fs, "grpc.listen-address", "127.0.0.1:0")
+	setDefault(fs, "http.listen-address", "127.0.0.1:0")
+	setDefault(fs, "gateway.listen-address", "127.0.0.1:8080")
+	setDefault(fs, "postgres.max-conns", "4")
 	fs.StringVar(&c.NATSDataDir, "nats.data-dir", filepath.Join(os.TempDir(), "sylk-dev-nats"), "JetStream directory of the embedded NATS server (used when -nats.url is empty)")
-	c.Common.NATS.URL = ""
+}
+
+// setDefault changes the default of a registered flag: its value and what
+// -h prints. Unlike fs.Set it does not count the flag as given, so its
+// SYLK_* variable still applies.
+func setDefault(fs *flag.FlagSet, name, value string) {
+	f := fs.Lookup(name)
+	if err := f.Value.Set(value); err != nil {
+		panic(fmt.Sprintf("dev default for -%s: %v", name, err))
+	}
+	f.DefValue = value
 }
 
 // Validate checks the configuration.

@@ -1,0 +1,62 @@
+package mesh
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/config"
+)
+
+func parseDev(t *testing.T, args []string, env map[string]string) DevConfig {
+	t.Helper()
+	fs := flag.NewFlagSet("sylk dev", flag.ContinueOnError)
+	var cfg DevConfig
+	cfg.RegisterFlags(fs)
+	require.NoError(t, config.ParseWithLookup(fs, args, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}))
+	return cfg
+}
+
+func TestDevDefaults(t *testing.T) {
+	cfg := parseDev(t, nil, nil)
+	assert.Empty(t, cfg.NATS.URL, "NATS is embedded unless a URL is given")
+	assert.Equal(t, "127.0.0.1:8080", cfg.Services.Gateway.ListenAddress)
+	assert.Equal(t, "127.0.0.1:0", cfg.Server.ListenAddress)
+	assert.EqualValues(t, 4, cfg.Postgres.MaxConns)
+}
+
+// The dev defaults must not hide the SYLK_* variables the README names.
+func TestDevEnvironmentOverridesDefaults(t *testing.T) {
+	cfg := parseDev(t, nil, map[string]string{
+		"SYLK_NATS_URL":               "nats://127.0.0.1:4222",
+		"SYLK_GATEWAY_LISTEN_ADDRESS": "127.0.0.1:8181",
+		"SYLK_POSTGRES_MAX_CONNS":     "9",
+	})
+	assert.Equal(t, "nats://127.0.0.1:4222", cfg.NATS.URL)
+	assert.Equal(t, "127.0.0.1:8181", cfg.Services.Gateway.ListenAddress)
+	assert.EqualValues(t, 9, cfg.Postgres.MaxConns)
+
+	cfg = parseDev(t, []string{"-nats.url", "nats://flag:4222"}, map[string]string{"SYLK_NATS_URL": "nats://env:4222"})
+	assert.Equal(t, "nats://flag:4222", cfg.NATS.URL, "a flag wins over its variable")
+}
+
+// -h prints each flag's DefValue: it must be the default dev uses.
+func TestDevHelpShowsDevDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("sylk dev", flag.ContinueOnError)
+	var cfg DevConfig
+	cfg.RegisterFlags(fs)
+	for name, want := range map[string]string{
+		"nats.url":               "",
+		"gateway.listen-address": "127.0.0.1:8080",
+		"grpc.listen-address":    "127.0.0.1:0",
+		"http.listen-address":    "127.0.0.1:0",
+		"postgres.max-conns":     "4",
+	} {
+		assert.Equal(t, want, fs.Lookup(name).DefValue, name)
+	}
+}
