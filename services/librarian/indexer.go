@@ -267,9 +267,13 @@ func (s *Service) runIndexWith(ctx context.Context, tenant string, repo reposito
 	start := time.Now()
 	var res indexResult
 	res.head = gitHead(ctx, root)
+	model := s.embedder.Name()
+	// Chunks embedded by another model are invisible to search: a change of
+	// model re-reads the whole tree and re-embeds every such file.
+	remodel := repo.EmbedModel != model
 	var changedPaths []string
 	switch {
-	case opts.full:
+	case opts.full, remodel:
 	case opts.paths != nil && len(opts.paths) <= s.cfg.DeltaMaxFiles:
 		changedPaths, res.delta = opts.paths, true
 		res.head = repo.LastCommit
@@ -293,6 +297,11 @@ func (s *Service) runIndexWith(ctx context.Context, tenant string, repo reposito
 		existing, err := loadFileHashes(ctx, tx, tenant, repo.ID)
 		if err != nil {
 			return err
+		}
+		if remodel {
+			if err := forgetOtherModels(ctx, tx, tenant, repo.ID, model, existing); err != nil {
+				return err
+			}
 		}
 		iw := &indexWriter{s: s, tx: tx, tenant: tenant, repoID: repo.ID, existing: existing, res: &res}
 		rep := s.progressReporter(ctx, repo.ID, start)
@@ -369,7 +378,7 @@ func (s *Service) runIndexWith(ctx context.Context, tenant string, repo reposito
 				return err
 			}
 		}
-		r, err := markReady(ctx, tx, tenant, repo.ID, res.head, res.changed)
+		r, err := markReady(ctx, tx, tenant, repo.ID, res.head, model, res.changed)
 		if err != nil {
 			return err
 		}
@@ -519,9 +528,30 @@ func refreshTerms(ctx context.Context, tx pgx.Tx, tenant, repoID string) error {
 	return nil
 }
 
-// markReady records a finished index: counts, commit, and a new
-// generation when anything changed.
-func markReady(ctx context.Context, tx pgx.Tx, tenant, repoID, head string, changed bool) (repository, error) {
+// forgetOtherModels forgets the stored hash of every file with a chunk
+// embedded by a model other than model, so that the file is written (and
+// embedded) again; it stays in existing, whose rows are replaced.
+func forgetOtherModels(ctx context.Context, tx pgx.Tx, tenant, repoID, model string, existing map[string][]byte) error {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT path FROM chunks WHERE tenant_id = $1 AND repository_id = $2 AND model <> $3`,
+		tenant, uuidParam(repoID), model)
+	if err != nil {
+		return fmt.Errorf("find chunks of other models: %w", err)
+	}
+	paths, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("find chunks of other models: %w", err)
+	}
+	for _, p := range paths {
+		if _, ok := existing[p]; ok {
+			existing[p] = nil
+		}
+	}
+	return nil
+}
+
+// markReady records a finished index: counts, commit, the embedding model,
+// and a new generation when anything changed.
+func markReady(ctx context.Context, tx pgx.Tx, tenant, repoID, head, model string, changed bool) (repository, error) {
 	bump := 0
 	if changed {
 		bump = 1
@@ -529,9 +559,9 @@ func markReady(ctx context.Context, tx pgx.Tx, tenant, repoID, head string, chan
 	r, err := scanRepo(tx.QueryRow(ctx, `UPDATE repositories SET index_state = $3, index_error = '',
 			file_count = (SELECT count(*) FROM files WHERE tenant_id = $1 AND repository_id = $2),
 			chunk_count = (SELECT count(*) FROM chunks WHERE tenant_id = $1 AND repository_id = $2),
-			index_time = now(), last_commit = $4, generation = generation + $5
+			index_time = now(), last_commit = $4, generation = generation + $5, embed_model = $6
 		WHERE tenant_id = $1 AND id = $2
-		RETURNING `+repoColumns, tenant, uuidParam(repoID), stateReady, head, bump))
+		RETURNING `+repoColumns, tenant, uuidParam(repoID), stateReady, head, bump, model))
 	if err != nil {
 		return repository{}, fmt.Errorf("mark repository ready: %w", err)
 	}

@@ -34,6 +34,8 @@ type repository struct {
 	URL         string
 	LastCommit  string
 	Generation  int64
+	// EmbedModel embedded the chunks of the last successful index.
+	EmbedModel string
 }
 
 // indexStats describes one index run.
@@ -49,11 +51,11 @@ type store struct {
 	db *pgxpool.Pool
 }
 
-const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation`
+const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation, embed_model`
 
 func scanRepo(row pgx.Row) (repository, error) {
 	var r repository
-	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation)
+	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation, &r.EmbedModel)
 	return r, err
 }
 
