@@ -29,22 +29,30 @@ const (
 	namespace   = "sylk"
 )
 
-// helmBinary finds the helm command on PATH or where `go install` puts it.
+// helmBinary finds the helm command on PATH, where `make tools` puts it
+// (.tools/bin at the repository's root) or where `go install` puts it.
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("helm"); err == nil {
 		return p
 	}
-	gopath, err := exec.Command("go", "env", "GOPATH").Output()
-	if err == nil {
+	dirs := []string{filepath.Join("..", ".tools", "bin")}
+	if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
 		for _, dir := range filepath.SplitList(strings.TrimSpace(string(gopath))) {
-			p := filepath.Join(dir, "bin", "helm")
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				return p
-			}
+			dirs = append(dirs, filepath.Join(dir, "bin"))
 		}
 	}
-	t.Fatal("helm not found on PATH nor in $(go env GOPATH)/bin: run `make tools` to install it")
+	for _, dir := range dirs {
+		p := filepath.Join(dir, "helm")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return abs
+		}
+	}
+	t.Fatal("helm not found on PATH, in .tools/bin nor in $(go env GOPATH)/bin: run `make tools` to install it")
 	return ""
 }
 
