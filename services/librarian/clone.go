@@ -34,7 +34,7 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 	}
 	switch u.Scheme {
 	case "file":
-		if _, problem := s.checkRoot(u.Path); problem != "" {
+		if _, problem := s.checkRoot(tenant, u.Path); problem != "" {
 			return "", invalid("repository.url", "%s", problem)
 		}
 	case "https", "http", "ssh", "git":
@@ -44,8 +44,7 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 	default:
 		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
-	sum := sha256.Sum256([]byte(tenant))
-	dest := filepath.Join(s.cfg.DataDir, hex.EncodeToString(sum[:8]), repoID)
+	dest := filepath.Join(s.cfg.DataDir, tenantDir(tenant), repoID)
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return "", fmt.Errorf("create data directory: %w", err)
 	}
@@ -71,4 +70,11 @@ func firstLine(s string) string {
 		s = s[:i]
 	}
 	return truncateRunes(s, 300)
+}
+
+// tenantDir is the directory, under the data directory, of a tenant's
+// clones: a digest, so that a tenant id never shapes a path.
+func tenantDir(tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(sum[:8])
 }

@@ -433,6 +433,45 @@ func TestRegisterByURL(t *testing.T) {
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
 }
 
+// A tenant reaches only its own clones in the data directory, whether or
+// not allowed roots are configured: another tenant's clone, or the data
+// directory itself, registered as a path would expose that tenant's code.
+func TestClonesStayWithTheirTenant(t *testing.T) {
+	t.Parallel()
+	src := gitRepo(t, map[string]string{"lib/secret.go": "package lib\n\n// Confidential is tenant one's.\nfunc Confidential() {}\n"})
+	for name, args := range map[string][]string{
+		"any path allowed": nil,
+		"allowed roots":    {"-librarian.allowed-roots", filepath.Dir(src)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			data := t.TempDir()
+			h := newHarness(t, false, append([]string{"-librarian.data-dir", data}, args...)...)
+			one, other := as(t, "t1"), as(t, "t2")
+			resp, err := h.svc.CreateRepository(one, &librarianv1.CreateRepositoryRequest{
+				Repository: &librarianv1.Repository{Url: "file://" + src}, Index: true})
+			require.NoError(t, err)
+			clone := resp.GetRepository().GetPath()
+			resolvedData, err := filepath.EvalSymlinks(data)
+			require.NoError(t, err)
+			for _, path := range []string{clone, filepath.Dir(clone), resolvedData, filepath.Join(clone, "lib")} {
+				_, err := h.svc.CreateRepository(other, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: path}})
+				require.Equal(t, codes.InvalidArgument, status.Code(err), path)
+				require.Contains(t, status.Convert(err).Message(), "data directory")
+				_, err = h.svc.CreateRepository(other, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + path}})
+				require.Equal(t, codes.InvalidArgument, status.Code(err), path)
+			}
+			require.Empty(t, search(t, other, h.svc, "Confidential"))
+			// The data directory as a whole is nobody's repository.
+			_, err = h.svc.CreateRepository(one, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: resolvedData}})
+			require.Equal(t, codes.InvalidArgument, status.Code(err))
+			// The clone itself stays indexable by its tenant.
+			_, err = h.svc.IndexRepository(one, &librarianv1.IndexRepositoryRequest{Name: resp.GetRepository().GetName()})
+			require.NoError(t, err)
+		})
+	}
+}
+
 func TestRegexTheIndexRejects(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, false)

@@ -82,7 +82,7 @@ func (s *Service) GetHistory(ctx context.Context, req *librarianv1.GetHistoryReq
 			return nil, toStatus(ctx, s.log, "get history", err)
 		}
 	}
-	root, problem := s.checkRoot(r.Path)
+	root, problem := s.checkRoot(id.TenantID, r.Path)
 	if problem != "" {
 		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
 	}

@@ -59,7 +59,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		root, url = cloned, u
 	} else {
 		var problem string
-		root, problem = s.checkRoot(in.GetPath())
+		root, problem = s.checkRoot(id.TenantID, in.GetPath())
 		if problem != "" {
 			return nil, invalid("repository.path", "%s", problem)
 		}
@@ -194,7 +194,7 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 			return nil, status.Errorf(codes.FailedPrecondition, "fetch %s: %v", r.URL, err)
 		}
 	}
-	root, problem := s.checkRoot(r.Path)
+	root, problem := s.checkRoot(id.TenantID, r.Path)
 	if problem == "" && root != r.Path {
 		problem = fmt.Sprintf("%q now resolves to %q; register that path instead", r.Path, root)
 	}
@@ -297,9 +297,11 @@ func goModulePath(root string) string {
 	return ""
 }
 
-// checkRoot validates a repository path and returns it with symlinks
-// resolved, or a description of the problem.
-func (s *Service) checkRoot(p string) (string, string) {
+// checkRoot validates a tenant's repository path and returns it with
+// symlinks resolved, or a description of the problem. Inside the data
+// directory, where repositories registered by URL are cloned, a tenant
+// reaches its own clones only.
+func (s *Service) checkRoot(tenant, p string) (string, string) {
 	switch {
 	case p == "":
 		return "", "required"
@@ -324,13 +326,20 @@ func (s *Service) checkRoot(p string) (string, string) {
 		return "", fmt.Sprintf("%q cannot be resolved", p)
 	}
 	resolved = filepath.Clean(resolved)
+	if s.cfg.DataDir != "" {
+		dd, err := filepath.EvalSymlinks(s.cfg.DataDir)
+		if err != nil {
+			dd = filepath.Clean(s.cfg.DataDir)
+		}
+		if within(dd, resolved) {
+			if within(filepath.Join(dd, tenantDir(tenant)), resolved) {
+				return resolved, ""
+			}
+			return "", fmt.Sprintf("%q is in the librarian's data directory: register a repository there by URL", p)
+		}
+	}
 	if len(s.cfg.AllowedRoots) == 0 {
 		return resolved, ""
-	}
-	if s.cfg.DataDir != "" {
-		if dd, err := filepath.EvalSymlinks(s.cfg.DataDir); err == nil && within(dd, resolved) {
-			return resolved, ""
-		}
 	}
 	for _, allowed := range s.cfg.AllowedRoots {
 		ar, err := filepath.EvalSymlinks(allowed)

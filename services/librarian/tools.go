@@ -146,7 +146,7 @@ func (s *Service) DiscoverTools(ctx context.Context, req *librarianv1.DiscoverTo
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "discover tools", err)
 	}
-	root, problem := s.checkRoot(r.Path)
+	root, problem := s.checkRoot(id.TenantID, r.Path)
 	if problem != "" {
 		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
 	}

@@ -174,7 +174,7 @@ func (w *repoWatcher) sync() {
 			continue
 		}
 		tenant, path := want[key][0], want[key][1]
-		root, problem := w.s.checkRoot(path)
+		root, problem := w.s.checkRoot(tenant, path)
 		if problem != "" || root != path {
 			continue
 		}
