@@ -14,6 +14,8 @@ package gate
 import (
 	"container/heap"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -522,7 +524,7 @@ func (g *Gate) Stream(ctx context.Context, req *llm.Request, h llm.Handler) erro
 type callFunc func(ctx context.Context, p llm.Provider, req *llm.Request) (resp *llm.Response, delivered bool, err error)
 
 func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Response, error) {
-	p, err := g.provider(ctx, in)
+	p, state, err := g.provider(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -585,7 +587,7 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 				return nil, err
 			}
 		}
-		resp, preempted, err := g.attempt(ctx, t, p, &req, scope, estimate, call, leaveUser, class, submitted)
+		resp, preempted, err := g.attempt(ctx, t, p, state, &req, scope, estimate, call, leaveUser, class, submitted)
 		if !user {
 			g.release(t)
 		}
@@ -653,10 +655,10 @@ func unwrapAttempt(err error) error {
 // attempt runs one provider call with its budget reservation, rate-limit
 // wait and breaker check. preempted reports a pipeline call cancelled for a
 // user request.
-func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.Request, scope budget.Scope, estimate int64,
+func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, state string, req *llm.Request, scope budget.Scope, estimate int64,
 	call callFunc, leaveUser func(), class string, submitted time.Time) (resp *llm.Response, preempted bool, err error) {
 	name := p.Name()
-	adm, err := g.precheck(ctx, name, scope, estimate, leaveUser)
+	adm, err := g.precheck(ctx, state, scope, estimate, leaveUser)
 	if err != nil {
 		return nil, false, err
 	}
@@ -710,7 +712,7 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.
 		if adm.closed {
 			// Batched: the next sync writes the limiter's success, the
 			// soft-limit usage and the breaker's successes.
-			g.view.succeeded(name, u.Total())
+			g.view.succeeded(state, u.Total())
 			return resp, false, nil
 		}
 		// A half-open probe (or a call after a backoff) reports at once, off
@@ -718,7 +720,7 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.
 		g.bg.Add(1)
 		go func() {
 			defer g.bg.Done()
-			if perr := g.postSuccess(bctx, name, u.Total()); perr != nil {
+			if perr := g.postSuccess(bctx, state, u.Total()); perr != nil {
 				g.log.WarnContext(bctx, "record call success", logx.Err(perr))
 			}
 		}()
@@ -744,16 +746,16 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, req *llm.
 	case llm.TierRateLimit, llm.TierDegrading, llm.TierTransient:
 		// Batched successes first, so that they do not land after this
 		// failure and undo it; the view stops the fast path.
-		g.sync(bctx, name, false)
-		g.view.caution(name)
+		g.sync(bctx, state, false)
+		g.view.caution(state)
 	}
 	switch tier {
 	case llm.TierRateLimit:
-		if _, _, lerr := g.limiter.OnRateLimit(bctx, name, llm.RetryAfterOf(err)); lerr != nil {
+		if _, _, lerr := g.limiter.OnRateLimit(bctx, state, llm.RetryAfterOf(err)); lerr != nil {
 			g.log.WarnContext(ctx, "rate limiter 429", logx.Err(lerr))
 		}
 	case llm.TierDegrading, llm.TierTransient:
-		if _, berr := g.breakers.Record(bctx, name, false); berr != nil {
+		if _, berr := g.breakers.Record(bctx, state, false); berr != nil {
 			g.log.WarnContext(ctx, "record breaker failure", logx.Err(berr))
 		}
 	}
@@ -769,8 +771,12 @@ func (g *Gate) Queued() int {
 }
 
 // provider picks the tenant's own client when it stored a key for the
-// provider, else the configured one.
-func (g *Gate) provider(ctx context.Context, req *llm.Request) (llm.Provider, error) {
+// provider, else the configured one. state names the shared rate-limit and
+// breaker state the call reads and writes: the provider's for the
+// configured client, the tenant's own for its client, so that the answers
+// of one tenant's key (or endpoint) never pause or trip the provider for
+// the others.
+func (g *Gate) provider(ctx context.Context, req *llm.Request) (p llm.Provider, state string, err error) {
 	name := req.Provider
 	if name == "" {
 		name = g.providers.Default().Name()
@@ -778,13 +784,25 @@ func (g *Gate) provider(ctx context.Context, req *llm.Request) (llm.Provider, er
 	if g.tenants != nil && req.TenantID != "" {
 		tp, ok, err := g.tenants.Get(ctx, req.TenantID, name)
 		if err != nil {
-			return nil, fmt.Errorf("tenant credentials for %s: %w", name, err)
+			return nil, "", fmt.Errorf("tenant credentials for %s: %w", name, err)
 		}
 		if ok {
-			return tp, nil
+			return tp, TenantState(name, req.TenantID), nil
 		}
 	}
-	return g.providers.Get(name)
+	p, err = g.providers.Get(name)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, name, nil
+}
+
+// TenantState names the rate-limit and breaker state of a tenant's own
+// client for a provider: a digest of the tenant, so that its id never
+// shapes a key.
+func TenantState(provider, tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return provider + "@tenant-" + hex.EncodeToString(sum[:8])
 }
 
 // admission is what precheck grants a call.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/breaker"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/llm/internal/fake"
 	"sylk.dev/sylk/pkg/llm/provider/local"
@@ -45,7 +46,7 @@ func TestStream429MidStream(t *testing.T) {
 type tenantKeys struct{ p llm.Provider }
 
 func (tk tenantKeys) Get(_ context.Context, tenant, provider string) (llm.Provider, bool, error) {
-	if tenant == "t-own" && provider == llm.Local {
+	if strings.HasPrefix(tenant, "t-own") && provider == llm.Local {
 		return tk.p, true, nil
 	}
 	return nil, false, nil
@@ -76,6 +77,54 @@ func TestTenantProvider(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, resp.Content, "local provider")
 	require.EqualValues(t, 1, calls.Load())
+}
+
+// The answers of a tenant's own key or endpoint (a 429 with a long
+// Retry-After, 5xx) pause and trip that client only: the provider's shared
+// state, which every other tenant's calls read, is untouched.
+func TestTenantProviderStateIsTheTenants(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	hs := fake.Server(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			fake.JSONError(w, 429, "300", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		fake.JSONError(w, 503, "", `{"error":{"message":"overloaded","type":"server_error"}}`)
+	})
+	own := openai.New(llm.ProviderOptions{APIKey: "tenant-key", BaseURL: hs.URL + "/v1", HTTPClient: hs.Client(), Name: llm.Local})
+	reg, err := llm.NewRegistry(llm.Local, local.New())
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t), Tenants: tenantKeys{own},
+		Retry: llm.RetryPolicies{llm.TierRateLimit: {}}})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	ctx := t.Context()
+	r := req("hi", "engineer", false)
+	r.TenantID = "t-own"
+	_, err = g.Complete(ctx, r)
+	require.Equal(t, 429, llm.StatusOf(err))
+	st, err := g.Limiter().State(ctx, gate.TenantState(llm.Local, "t-own"))
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.Exceeded, st.State, "the tenant's own state")
+	st, err = g.Limiter().State(ctx, llm.Local)
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.OK, st.State, "the provider's shared state")
+
+	// Another tenant's own key is not paused by the first one's 429.
+	r.TenantID = "t-own-too"
+	for range 5 {
+		_, err = g.Complete(ctx, r)
+		require.Equal(t, 503, llm.StatusOf(err))
+	}
+	cb, err := g.Breakers().State(ctx, llm.Local)
+	require.NoError(t, err)
+	require.Equal(t, breaker.Closed, cb, "the provider's shared breaker")
+
+	r.TenantID = "t-other"
+	resp, err := g.Complete(ctx, r)
+	require.NoError(t, err, "another tenant is neither paused nor cut off")
+	require.Contains(t, resp.Content, "local provider")
 }
 
 // A prompt the provider rejects as too long is fitted into 85% of the
