@@ -61,6 +61,20 @@ func TestGuideSessions(t *testing.T) {
 		require.Contains(t, r.Body["message"], tt.want)
 	}
 
+	// Text with NUL is refused at the edge, for every service and field.
+	for _, tc := range []struct {
+		path, field string
+		body        map[string]any
+	}{
+		{"/v1/sessions", "session.displayName", map[string]any{"displayName": "a\x00b"}},
+		{"/v1/" + name + "/messages", "text", map[string]any{"text": "hi\x00there"}},
+		{"/v1/code:search", "query", map[string]any{"query": "x\x00"}},
+	} {
+		r := c.do("POST", tc.path, tc.body)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", tc.path, r.Raw)
+		require.Equal(t, tc.field+": must not contain NUL", r.Body["message"], tc.path)
+	}
+
 	// 14: switching suspends the active session and activates the target.
 	a := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "A"})["session"].(map[string]any)
 	b := c.ok("POST", "/v1/sessions?startInactive=true", map[string]any{"displayName": "B"})["session"].(map[string]any)

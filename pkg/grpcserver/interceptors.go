@@ -3,6 +3,7 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -178,6 +181,9 @@ type Validator interface {
 
 func validateUnary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := checkText(req); err != nil {
+			return nil, err
+		}
 		if v, ok := req.(Validator); ok {
 			if err := v.Validate(); err != nil {
 				if _, isStatus := status.FromError(err); isStatus {
@@ -187,5 +193,98 @@ func validateUnary() grpc.UnaryServerInterceptor {
 			}
 		}
 		return handler(ctx, req)
+	}
+}
+
+// nulField names the first string in m that holds a NUL character (the
+// path in the JSON names REST callers use), or returns "". No store takes
+// NUL in text, so such input is refused at the edge rather than failing
+// deep inside as an internal error.
+func nulField(m protoreflect.Message) string {
+	var found string
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		found = nulValue(fd, v)
+		if found != "" {
+			found = joinField(fd.JSONName(), found)
+		}
+		return found == ""
+	})
+	return found
+}
+
+// nulValue checks one populated field; a non-empty result is the path below
+// the field ("." for the field itself).
+func nulValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	switch {
+	case fd.IsList():
+		l := v.List()
+		for i := range l.Len() {
+			if p := nulSingle(fd, l.Get(i)); p != "" {
+				return joinField(fmt.Sprintf("[%d]", i), p)
+			}
+		}
+	case fd.IsMap():
+		var found string
+		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+			if strings.ContainsRune(k.String(), 0) {
+				found = "."
+			} else if p := nulSingle(fd.MapValue(), mv); p != "" {
+				found = joinField(fmt.Sprintf("[%q]", k.String()), p)
+			}
+			return found == ""
+		})
+		return found
+	default:
+		return nulSingle(fd, v)
+	}
+	return ""
+}
+
+func nulSingle(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if strings.ContainsRune(v.String(), 0) {
+			return "."
+		}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return nulField(v.Message())
+	}
+	return ""
+}
+
+func joinField(name, below string) string {
+	switch {
+	case below == ".":
+		return name
+	case strings.HasPrefix(below, "["):
+		return name + below
+	default:
+		return name + "." + below
+	}
+}
+
+// checkText refuses a request holding NUL in any string.
+func checkText(req any) error {
+	if m, ok := req.(proto.Message); ok {
+		if f := nulField(m.ProtoReflect()); f != "" {
+			return status.Errorf(codes.InvalidArgument, "%s: must not contain NUL", f)
+		}
+	}
+	return nil
+}
+
+// textStream checks every message a streaming call receives.
+type textStream struct{ grpc.ServerStream }
+
+func (s textStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return checkText(m)
+}
+
+func validateStream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, textStream{ss})
 	}
 }

@@ -113,7 +113,8 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 	//  3. error masking: errors that are not gRPC statuses become a generic Internal,
 	//     their cause logged, so internals never reach callers;
 	//  4. identity: reject calls without a caller, except public methods;
-	//  5. validation: requests with a Validate method are checked before handlers.
+	//  5. validation: no string in a request may hold NUL, and requests with a
+	//     Validate method are checked before handlers.
 	unary := append([]grpc.UnaryServerInterceptor{
 		recoveryUnary(log),
 		observeUnary(log, m),
@@ -126,6 +127,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 		observeStream(log, m),
 		maskStream(log),
 		identityStream(public),
+		validateStream(),
 	}, o.stream...)
 	sopts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
