@@ -62,10 +62,16 @@ func (p pendingRequest) proto() *guidev1.PendingRequest {
 }
 
 func insertPending(ctx context.Context, q querier, p pendingRequest) error {
+	// A request sent again updates its own row; an id held by another
+	// session or tenant fails the statement (on the server, so that a group
+	// commit's member fails too; fail_check, migration guide/0008).
 	_, err := q.Exec(ctx, `INSERT INTO pending_requests (`+pendingColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (correlation_id) DO UPDATE SET target = EXCLUDED.target, envelope = EXCLUDED.envelope,
-			deadline = EXCLUDED.deadline, state = EXCLUDED.state`,
+			deadline = EXCLUDED.deadline, state = EXCLUDED.state,
+			tenant_id = CASE WHEN pending_requests.tenant_id = EXCLUDED.tenant_id AND pending_requests.session_id = EXCLUDED.session_id
+				THEN pending_requests.tenant_id
+				WHEN fail_check('correlation id ' || EXCLUDED.correlation_id || ' belongs to another session') THEN NULL END`,
 		p.CorrelationID, p.TenantID, p.UserID, p.SessionID, p.MessageID, p.Target, p.IntentType, p.Original,
 		p.Envelope, p.Deadline, p.Clarifications, p.CreateTime, p.State)
 	if err != nil {

@@ -56,8 +56,11 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 			return err
 		}
 		answered = true
-		_, err = tx.Exec(ctx, `UPDATE recorded_queries SET response = $2, success = $3 WHERE correlation_id = $1`,
-			p.CorrelationID, truncate(ev.GetText(), 4<<10), !emptyAnswer(ev))
+		// Through the request's own session's recordings: a correlation id
+		// is unique per tenant only.
+		_, err = tx.Exec(ctx, `UPDATE recorded_queries q SET response = $2, success = $3 FROM recordings r
+			WHERE r.tenant_id = $4 AND r.session_id = $5 AND q.recording_id = r.id AND q.correlation_id = $1`,
+			p.CorrelationID, truncate(ev.GetText(), 4<<10), !emptyAnswer(ev), tenant, p.SessionID)
 		return err
 	})
 	if err != nil || !answered {
@@ -124,8 +127,8 @@ func emptyAnswer(ev *guidev1.Event) bool {
 func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingRequest, ev *guidev1.Event) {
 	var key string
 	var ttlMS int64
-	if err := s.db.QueryRow(ctx, `SELECT cache_key, cache_ttl_ms FROM pending_requests WHERE correlation_id = $1`,
-		p.CorrelationID).Scan(&key, &ttlMS); err != nil || key == "" {
+	if err := s.db.QueryRow(ctx, `SELECT cache_key, cache_ttl_ms FROM pending_requests WHERE correlation_id = $1 AND tenant_id = $2`,
+		p.CorrelationID, tenant).Scan(&key, &ttlMS); err != nil || key == "" {
 		return
 	}
 	var data map[string]any

@@ -326,7 +326,7 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 			return err
 		}
 		n := p.Clarifications + 1
-		if _, err := tx.Exec(ctx, `UPDATE pending_requests SET clarifications = $2 WHERE correlation_id = $1`, corr, n); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE pending_requests SET clarifications = $2 WHERE correlation_id = $1 AND tenant_id = $3`, corr, n, sess.TenantID); err != nil {
 			return err
 		}
 		if n == s.cfg.ClarificationLoop+1 {

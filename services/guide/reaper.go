@@ -149,6 +149,9 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 		waited := p.Deadline.Sub(p.CreateTime).Round(time.Second)
 		env := decodeEnvelope(p.Envelope)
 		if env != nil {
+			// The dead letter belongs to the request's tenant, whatever the
+			// stored envelope says.
+			env.TenantId, env.SessionId = p.TenantID, p.SessionID
 			s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited))
 		}
 		s.metrics.timeouts.WithLabelValues(p.Target).Inc()

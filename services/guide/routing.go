@@ -218,8 +218,8 @@ func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Ident
 			return err
 		}
 		if plan.cacheKey != "" {
-			if _, err := q.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1`,
-				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds()); err != nil {
+			if _, err := q.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1 AND tenant_id = $4`,
+				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds(), who.TenantID); err != nil {
 				return fmt.Errorf("record cache key: %w", err)
 			}
 		}
