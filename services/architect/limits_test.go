@@ -2,6 +2,7 @@ package architect
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,13 +74,17 @@ func startGuide(t *testing.T) *grpc.ClientConn {
 	return serveGRPC(t, g.Register)
 }
 
-// silentGuide is a Guide that never answers GetSession before the caller
-// gives up.
+// silentGuide is a Guide that, once silent, never answers GetSession
+// before the caller gives up; before, every session exists and is active.
 type silentGuide struct {
 	guidev1.UnimplementedSessionServiceServer
+	silent *atomic.Bool
 }
 
-func (silentGuide) GetSession(ctx context.Context, _ *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
+func (g silentGuide) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
+	if !g.silent.Load() {
+		return &guidev1.GetSessionResponse{Session: &guidev1.Session{Name: req.GetName(), State: guidev1.SessionState_SESSION_STATE_ACTIVE}}, nil
+	}
 	<-ctx.Done()
 	return nil, status.FromContextError(ctx.Err()).Err()
 }
@@ -123,24 +128,38 @@ func TestApprovePassesSessionLimits(t *testing.T) {
 	require.Equal(t, int32(guide.DefaultSessionMaxConcurrentTasks), calls[1].GetSessionLimits().GetMaxConcurrentTasks())
 	require.Equal(t, int32(guide.DefaultSessionMaxEngineers), calls[1].GetSessionLimits().GetMaxEngineers())
 
-	// The session is read as the caller: another tenant's session, or one
-	// that does not exist, is not approved and nothing is submitted.
-	_, err = approve(as("t2", "u1"), limited.GetSession().GetName())
-	requireCode(t, err, codes.FailedPrecondition, "not found; cannot approve its plan")
-	_, err = approve(ctx, newSession())
-	requireCode(t, err, codes.FailedPrecondition, "not found; cannot approve its plan")
+	// The session is read as the caller: in another tenant's session, or
+	// one that does not exist, no plan is made, and none is listed.
+	for _, tc := range []struct {
+		ctx    context.Context
+		parent string
+	}{{as("t2", "u1"), limited.GetSession().GetName()}, {ctx, newSession()}} {
+		_, err = f.svc.CreatePlan(tc.ctx, &architectv1.CreatePlanRequest{Parent: tc.parent, Request: "add a /version endpoint"})
+		requireCode(t, err, codes.NotFound, "not found")
+		_, err = f.svc.ListPlans(tc.ctx, &architectv1.ListPlansRequest{Parent: tc.parent})
+		requireCode(t, err, codes.NotFound, "not found")
+	}
+	// Nor in a session that is over.
+	_, err = sessions.CompleteSession(outgoing(ctx), &guidev1.CompleteSessionRequest{Name: plain.GetSession().GetName()})
+	require.NoError(t, err)
+	_, err = f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: plain.GetSession().GetName(), Request: "add a /version endpoint"})
+	requireCode(t, err, codes.FailedPrecondition, "is completed; cannot plan in it")
 	calls, _ = f.orch.recorded()
 	require.Len(t, calls, 2)
 }
 
 func TestApproveFailsWhenGuideSilent(t *testing.T) {
 	t.Parallel()
-	conn := serveGRPC(t, func(g *grpc.Server) { guidev1.RegisterSessionServiceServer(g, silentGuide{}) })
+	var silent atomic.Bool
+	conn := serveGRPC(t, func(g *grpc.Server) { guidev1.RegisterSessionServiceServer(g, silentGuide{silent: &silent}) })
 	f := newLimitsFixture(t, Config{GuideTimeout: 100 * time.Millisecond}, conn)
 	ctx := as("t1", "u1")
 	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
 	require.NoError(t, err)
 	name := created.GetPlan().GetName()
+	silent.Store(true)
+	_, err = f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
+	requireCode(t, err, codes.Unavailable, "could not read the session; retry")
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
 	requireCode(t, err, codes.Unavailable, "could not read the session's limits; retry")
