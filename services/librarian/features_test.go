@@ -201,6 +201,10 @@ func TestDeltaIndex(t *testing.T) {
 		}
 		require.Equal(t, []string{"function example.com/shop/shop.NormalizeSKU", "function example.com/shop/shop.trim",
 			"type example.com/shop/shop.Cart", "method example.com/shop/shop.Cart.Add"}, names)
+		for _, bad := range []string{"../../etc/passwd", "/etc/passwd", "shop/../shop/shop.go"} {
+			_, err := h.svc.GetFileSymbols(ctx, &librarianv1.GetFileSymbolsRequest{Repository: repo.GetName(), Path: bad})
+			require.Equal(t, codes.InvalidArgument, status.Code(err), bad)
+		}
 
 		deps, err := h.svc.GetDependencies(ctx, &librarianv1.GetDependenciesRequest{Repository: repo.GetName(),
 			Symbol: "example.com/shop/shop.NormalizeSKU", EdgeKind: "calls"})

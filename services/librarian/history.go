@@ -46,7 +46,9 @@ func (s *Service) GetHistory(ctx context.Context, req *librarianv1.GetHistoryReq
 	file, symbol := req.GetPath(), req.GetSymbol()
 	start, end := int(req.GetLineStart()), int(req.GetLineEnd())
 	switch {
-	case (file == "") == (symbol == ""):
+	case file == "" && symbol == "":
+		return nil, invalid("path", "set path or symbol")
+	case file != "" && symbol != "":
 		return nil, invalid("path", "set path or symbol, not both")
 	case symbol != "" && (len(symbol) > maxSymbolLen || !utf8.ValidString(symbol)):
 		return nil, invalid("symbol", "must be valid UTF-8 of at most %d bytes", maxSymbolLen)

@@ -81,8 +81,10 @@ func TestGetHistory(t *testing.T) {
 			_, err := get(req)
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", req)
 		}
+		_, err := get(&librarianv1.GetHistoryRequest{})
+		require.Equal(t, "path: set path or symbol", status.Convert(err).Message())
 		// Only indexed files: nothing under .git, nothing unknown.
-		_, err := get(&librarianv1.GetHistoryRequest{Path: ".git/config"})
+		_, err = get(&librarianv1.GetHistoryRequest{Path: ".git/config"})
 		require.Equal(t, codes.NotFound, status.Code(err))
 		_, err = get(&librarianv1.GetHistoryRequest{Symbol: "NoSuchThing"})
 		require.Equal(t, codes.NotFound, status.Code(err))

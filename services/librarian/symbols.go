@@ -118,6 +118,9 @@ func (s *Service) GetFileSymbols(ctx context.Context, req *librarianv1.GetFileSy
 	if err != nil {
 		return nil, err
 	}
+	if p := req.GetPath(); p != "" && !validRelPath(p) {
+		return nil, invalid("path", "must be a clean relative path inside the repository")
+	}
 	repoID, err := s.symbolTarget(ctx, id.TenantID, req.GetRepository(), req.GetPath(), "path")
 	if err != nil {
 		return nil, err
