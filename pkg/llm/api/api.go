@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -167,6 +168,22 @@ func checkProvider(name string) error {
 	return nil
 }
 
+// checkBaseURL accepts an empty base URL or an absolute http(s) one with a
+// host and no credentials in it.
+func checkBaseURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https":
+		return status.Error(codes.InvalidArgument, "base_url: want an absolute http or https URL, such as https://host/v1")
+	case u.User != nil:
+		return status.Error(codes.InvalidArgument, "base_url: must not carry credentials (use api_key)")
+	}
+	return nil
+}
+
 func (ps *providerServer) SetProviderCredentials(ctx context.Context, req *llmv1.SetProviderCredentialsRequest) (*llmv1.SetProviderCredentialsResponse, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
@@ -183,6 +200,9 @@ func (ps *providerServer) SetProviderCredentials(ctx context.Context, req *llmv1
 	}
 	if req.GetBaseUrl() != "" && req.GetProvider() != llm.OpenAI && req.GetProvider() != llm.Anthropic && req.GetProvider() != llm.Gemini {
 		return nil, status.Error(codes.InvalidArgument, "base_url is not supported for this provider")
+	}
+	if err := checkBaseURL(req.GetBaseUrl()); err != nil {
+		return nil, err
 	}
 	if !ps.s.creds.CanStore() {
 		return nil, status.Error(codes.FailedPrecondition, "storing provider keys needs an encryption key: set llm.credentials.key-file (a Secret) on the archivalist")
@@ -231,6 +251,14 @@ func (ps *providerServer) VerifyProvider(ctx context.Context, req *llmv1.VerifyP
 	}
 	if err := checkProvider(req.GetProvider()); err != nil {
 		return nil, err
+	}
+	if err := checkBaseURL(req.GetBaseUrl()); err != nil {
+		return nil, err
+	}
+	// The server calls the URL it is given: only those who may store one
+	// may have it called.
+	if req.GetBaseUrl() != "" && who.Role != identity.RoleAdmin {
+		return nil, status.Error(codes.PermissionDenied, "only admins can verify a key against a base_url of their choice")
 	}
 	sec := creds.Secret{APIKey: strings.TrimSpace(req.GetApiKey()), BaseURL: req.GetBaseUrl()}
 	if sec.APIKey == "" {

@@ -95,6 +95,22 @@ func TestCodes(t *testing.T) {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", SkipVerify: true})
 			return err
 		}, codes.FailedPrecondition},
+		{"base url of another scheme", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", BaseUrl: "gopher://x", SkipVerify: true})
+			return err
+		}, codes.InvalidArgument},
+		{"base url with credentials", func() error {
+			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", BaseUrl: "https://u:p@host/v1", SkipVerify: true})
+			return err
+		}, codes.InvalidArgument},
+		{"verify a relative base url", func() error {
+			_, err := providers.VerifyProvider(as(t, "admin"), &llmv1.VerifyProviderRequest{Provider: "openai", ApiKey: "x", BaseUrl: "/v1"})
+			return err
+		}, codes.InvalidArgument},
+		{"member verifies against a base url", func() error {
+			_, err := providers.VerifyProvider(as(t, "member"), &llmv1.VerifyProviderRequest{Provider: "openai", ApiKey: "x", BaseUrl: "http://127.0.0.1:5432"})
+			return err
+		}, codes.PermissionDenied},
 		{"nothing to delete", func() error {
 			_, err := providers.DeleteProviderCredentials(as(t, "admin"), &llmv1.DeleteProviderCredentialsRequest{Provider: "gemini"})
 			return err
