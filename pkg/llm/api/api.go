@@ -88,6 +88,9 @@ func (u *usageServer) GetUsageReport(ctx context.Context, req *llmv1.GetUsageRep
 	if req.GetEndTime() != nil {
 		q.End = req.GetEndTime().AsTime()
 	}
+	if !q.Start.IsZero() && !q.End.IsZero() && q.End.Before(q.Start) {
+		return nil, status.Error(codes.InvalidArgument, "end_time: must not be before start_time")
+	}
 	rep, err := u.s.usage.Report(ctx, q)
 	if err != nil {
 		return nil, u.s.toStatus(ctx, err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/migrations"
@@ -77,6 +78,11 @@ func TestCodes(t *testing.T) {
 		{"no identity", func() error { _, err := usage.GetUsageReport(t.Context(), &llmv1.GetUsageReportRequest{}); return err }, codes.Unauthenticated},
 		{"bad group", func() error {
 			_, err := usage.GetUsageReport(as(t, "viewer"), &llmv1.GetUsageReportRequest{GroupBy: []string{"colour"}})
+			return err
+		}, codes.InvalidArgument},
+		{"window ends before it starts", func() error {
+			_, err := usage.GetUsageReport(as(t, "viewer"), &llmv1.GetUsageReportRequest{
+				StartTime: timestamppb.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), EndTime: timestamppb.New(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))})
 			return err
 		}, codes.InvalidArgument},
 		{"member cannot set keys", func() error {
