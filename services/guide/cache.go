@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,9 +165,10 @@ func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID string, cl
 	}
 	switch cl.Target {
 	case topology.AgentLibrarian:
-		// Librarian answers are shared by the tenant's sessions; a finished
-		// (re)index bumps the generation, which retires them all.
-		gen := c.generation(ctx)
+		// Librarian answers are shared by the tenant's sessions; the
+		// tenant's finished (re)index bumps its generation, which retires
+		// them all.
+		gen := c.generation(ctx, tenant)
 		return c.rc.Key("guide", "answer", topology.AgentLibrarian, gen, hashKey(tenant),
 			cl.KnowledgeIntent, hashKey(strings.ToLower(cl.Subject))), c.cfg.LibrarianCacheTTL
 	case topology.AgentArchivalist:
@@ -184,24 +184,39 @@ func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID string, cl
 	return "", 0
 }
 
-func (c *routeCache) generationKey() string {
-	return c.rc.Key("guide", "answer", "librarian-generation")
+// generationKey is the librarian answers' generation of a tenant, or of
+// every tenant when tenant is "" (an index that did not say whose it was).
+func (c *routeCache) generationKey(tenant string) string {
+	if tenant == "" {
+		return c.rc.Key("guide", "answer", "librarian-generation")
+	}
+	return c.rc.Key("guide", "answer", "librarian-generation", hashKey(tenant))
 }
 
-func (c *routeCache) generation(ctx context.Context) string {
-	n, err := c.rc.Get(ctx, c.generationKey()).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
+func (c *routeCache) generation(ctx context.Context, tenant string) string {
+	vals, err := c.rc.MGet(ctx, c.generationKey(""), c.generationKey(tenant)).Result()
+	if err != nil {
 		c.log.WarnContext(ctx, "route cache generation", logx.Err(err))
 	}
-	return strconv.FormatInt(n, 10)
+	gen := make([]string, 2)
+	for i := range gen {
+		gen[i] = "0"
+		if i < len(vals) {
+			if v, ok := vals[i].(string); ok {
+				gen[i] = v
+			}
+		}
+	}
+	return gen[0] + "." + gen[1]
 }
 
-// invalidateLibrarian retires every cached librarian answer: files changed.
-func (c *routeCache) invalidateLibrarian(ctx context.Context) {
+// invalidateLibrarian retires a tenant's cached librarian answers (every
+// tenant's when tenant is ""): files changed.
+func (c *routeCache) invalidateLibrarian(ctx context.Context, tenant string) {
 	if !c.enabled() {
 		return
 	}
-	if err := c.rc.Incr(ctx, c.generationKey()).Err(); err != nil {
+	if err := c.rc.Incr(ctx, c.generationKey(tenant)).Err(); err != nil {
 		c.log.WarnContext(ctx, "route cache invalidate", logx.Err(err))
 	}
 }

@@ -157,15 +157,16 @@ func tenantOfSubject(b interface{ Subject(...string) string }, subject string) s
 	return tenant
 }
 
-// watchLibrarian retires cached librarian answers whenever an index run
-// finishes: files changed (spec A-35).
+// watchLibrarian retires a tenant's cached librarian answers whenever one
+// of its index runs finishes: files changed (spec A-35).
 func (s *Service) watchLibrarian(ctx context.Context) error {
 	sub, err := s.bus.Conn.Subscribe(s.bus.Subject("librarian", "progress", "*"), func(m *nats.Msg) {
 		var p struct {
-			Done bool `json:"done"`
+			Tenant string `json:"tenant"`
+			Done   bool   `json:"done"`
 		}
 		if json.Unmarshal(m.Data, &p) == nil && p.Done {
-			s.cache.invalidateLibrarian(ctx)
+			s.cache.invalidateLibrarian(ctx, p.Tenant)
 		}
 	})
 	if err != nil {

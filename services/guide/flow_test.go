@@ -425,8 +425,19 @@ func TestRouteAndAnswerCache(t *testing.T) {
 		KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 	require.Empty(t, key)
 
-	// A finished index run retires librarian answers.
-	raw, _ := json.Marshal(map[string]any{"done": true})
+	cachedNow := func() bool {
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
+		_, ok := f.svc.cache.answer(context.Background(), k)
+		return ok
+	}
+	// Another tenant's finished index run leaves this tenant's answers.
+	raw, _ := json.Marshal(map[string]any{"done": true, "tenant": "t2"})
+	require.NoError(t, f.bus.Conn.Publish(f.bus.Subject("librarian", "progress", "r2"), raw))
+	require.Eventually(t, func() bool { return f.svc.cache.generation(context.Background(), "t2") == "0.1" }, 10*time.Second, 20*time.Millisecond)
+	require.True(t, cachedNow())
+	// The tenant's own finished index run retires its librarian answers.
+	raw, _ = json.Marshal(map[string]any{"done": true, "tenant": "t1"})
 	require.NoError(t, f.bus.Conn.Publish(f.bus.Subject("librarian", "progress", "r1"), raw))
 	require.Eventually(t, func() bool {
 		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,

@@ -39,6 +39,9 @@ type indexResult struct {
 
 // progress is one progress report of an index run.
 type progress struct {
+	// Tenant owns the repository: the Guide retires that tenant's cached
+	// answers when an index is done.
+	Tenant     string  `json:"tenant"`
 	Repository string  `json:"repository"`
 	FilesDone  int     `json:"files_done"`
 	FilesTotal int     `json:"files_total"`
@@ -304,7 +307,7 @@ func (s *Service) runIndexWith(ctx context.Context, tenant string, repo reposito
 			}
 		}
 		iw := &indexWriter{s: s, tx: tx, tenant: tenant, repoID: repo.ID, existing: existing, res: &res}
-		rep := s.progressReporter(ctx, repo.ID, start)
+		rep := s.progressReporter(ctx, tenant, repo.ID, start)
 		var deleted []string
 		if res.delta {
 			w.skipped = map[string]int{}
@@ -473,7 +476,7 @@ func countFiles(root string) int {
 // progressReporter returns a function that publishes progress at most
 // every progressEvery files (and at the end) on the repository's progress
 // subject.
-func (s *Service) progressReporter(ctx context.Context, repoID string, start time.Time) func(done, total int, final bool) {
+func (s *Service) progressReporter(ctx context.Context, tenant, repoID string, start time.Time) func(done, total int, final bool) {
 	last := 0
 	return func(done, total int, final bool) {
 		if s.bus == nil || (!final && done-last < progressEvery) {
@@ -486,7 +489,7 @@ func (s *Service) progressReporter(ctx context.Context, repoID string, start tim
 			rate = float64(done) / secs
 		}
 		s.publishJSON(ctx, s.bus.Subject("librarian", "progress", repoID), progress{
-			Repository: repositoryPrefix + repoID, FilesDone: done, FilesTotal: max(total, done), Rate: rate, Done: final,
+			Tenant: tenant, Repository: repositoryPrefix + repoID, FilesDone: done, FilesTotal: max(total, done), Rate: rate, Done: final,
 		})
 	}
 }
