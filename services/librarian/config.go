@@ -79,7 +79,7 @@ type Config struct {
 
 // RegisterFlags registers the -librarian.* flags with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Var((*rootList)(&c.AllowedRoots), "librarian.allowed-roots", "comma-separated absolute directories repositories must live under (empty allows any absolute path)")
+	fs.Var((*rootList)(&c.AllowedRoots), "librarian.allowed-roots", "comma-separated absolute directories repositories must live under (empty allows any absolute path, registered by admins only)")
 	fs.Int64Var(&c.MaxFileBytes, "librarian.max-file-bytes", 1<<20, "files larger than this are not indexed")
 	fs.IntVar(&c.MaxFiles, "librarian.max-files", 100000, "an index of a repository with more files than this fails")
 	fs.IntVar(&c.ChunkLines, "librarian.chunk-lines", 40, "lines per indexed chunk")

@@ -341,6 +341,9 @@ func TestBadInputs(t *testing.T) {
 	viewer := identity.NewContext(t.Context(), identity.Identity{TenantID: "t1", UserID: "v1", Role: identity.RoleViewer})
 
 	repo := create(t, ctx, h.svc, inside, false)
+	// Within allowed roots, members choose directories too.
+	member := identity.NewContext(t.Context(), identity.Identity{TenantID: "t2", UserID: "m1", Role: identity.RoleMember})
+	create(t, member, h.svc, inside, false)
 
 	createTests := []struct {
 		name string
@@ -489,6 +492,12 @@ func TestOverGRPC(t *testing.T) {
 
 	cctx := identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 	root := writeFixture(t)
+	// Without allowed roots, a directory of the server is an admin's choice.
+	_, err = client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: root}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
+	_, err = client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + root}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
+	cctx = identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleAdmin})
 	created, err := client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{
 		Repository: &librarianv1.Repository{Path: root, DisplayName: "fixture"}, Index: true,
 	})

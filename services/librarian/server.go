@@ -52,12 +52,20 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		if in.GetPath() != "" {
 			return nil, invalid("repository", "set path or url, not both")
 		}
+		if strings.HasPrefix(strings.ToLower(u), "file:") {
+			if err := s.mayReadHost(id, "repository.url"); err != nil {
+				return nil, err
+			}
+		}
 		cloned, err := s.cloneRepository(ctx, id.TenantID, newID, u)
 		if err != nil {
 			return nil, err
 		}
 		root, url = cloned, u
 	} else {
+		if err := s.mayReadHost(id, "repository.path"); err != nil {
+			return nil, err
+		}
 		var problem string
 		root, problem = s.checkRoot(id.TenantID, in.GetPath())
 		if problem != "" {
@@ -351,6 +359,18 @@ func (s *Service) checkRoot(tenant, p string) (string, string) {
 		}
 	}
 	return "", fmt.Sprintf("%q is outside the allowed roots (librarian.allowed-roots)", p)
+}
+
+// mayReadHost checks that the caller may register a directory of the
+// service's own host (a path or a file:// URL). Without allowed roots any
+// directory qualifies, which only an admin may choose; with them, members
+// may too.
+func (s *Service) mayReadHost(id identity.Identity, field string) error {
+	if len(s.cfg.AllowedRoots) == 0 && id.Role != identity.RoleAdmin {
+		return status.Errorf(codes.PermissionDenied,
+			"%s: without librarian.allowed-roots only admins may register a directory of the server; register a git URL, or ask an admin", field)
+	}
+	return nil
 }
 
 // requireWriter returns the caller, who must be allowed to change the
