@@ -3,14 +3,9 @@ package librarian
 import (
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
-	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/testenv"
 )
 
 // A change of embedding model re-embeds unchanged files too: search reads
@@ -18,13 +13,8 @@ import (
 // would drop out of semantic search.
 func TestEmbeddingModelChangeReembeds(t *testing.T) {
 	t.Parallel()
-	pool, schema := testenv.Postgres(t, "librarian", migrations.FS("librarian"))
-	service := func(dims string) *Service {
-		svc, err := New(testConfig(t, "-librarian.embed.dims", dims),
-			app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Registerer: prometheus.NewRegistry()})
-		require.NoError(t, err)
-		return svc
-	}
+	replica, pool := replicas(t, nil)
+	service := func(dims string) *Service { return replica("-librarian.embed.dims", dims) }
 	root := gitRepo(t, map[string]string{
 		"go.mod":       "module shop\n",
 		"shop/shop.go": shopGo,

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,7 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -110,6 +112,19 @@ func newHarness(t *testing.T, withBus bool, args ...string) harness {
 	svc, err := New(cfg, deps)
 	require.NoError(t, err)
 	return harness{svc: svc, reg: reg, bus: deps.Bus}
+}
+
+// replicas builds services on one fresh schema, as replicas of one
+// deployment (sharing rdb too when it is set), each with its own flags.
+func replicas(t *testing.T, rdb *redisx.Client) (func(args ...string) *Service, *pgxpool.Pool) {
+	t.Helper()
+	pool, schema := testenv.Postgres(t, "librarian", migrations.FS("librarian"))
+	return func(args ...string) *Service {
+		t.Helper()
+		svc, err := New(testConfig(t, args...), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Redis: rdb, Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		return svc
+	}, pool
 }
 
 func as(t *testing.T, tenant string) context.Context {

@@ -3,15 +3,11 @@ package librarian
 import (
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
-	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -21,13 +17,8 @@ import (
 // both.
 func TestDiscoverToolsSharedCache(t *testing.T) {
 	t.Parallel()
-	pool, schema := testenv.Postgres(t, "librarian", migrations.FS("librarian"))
 	rdb := testenv.Redis(t)
-	replica := func() *Service {
-		svc, err := New(testConfig(t), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Redis: rdb, Registerer: prometheus.NewRegistry()})
-		require.NoError(t, err)
-		return svc
-	}
+	replica, _ := replicas(t, rdb)
 	a, b := replica(), replica()
 	ctx := as(t, "t1")
 	root := gitRepo(t, map[string]string{"pyproject.toml": "[project]\nname = 'x'\n", "app/main.py": "print(1)\n"})
