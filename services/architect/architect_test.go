@@ -39,15 +39,25 @@ import (
 // with the same run, like the real one, and fails with fail when set.
 type fakeOrchestrator struct {
 	orchestratorv1.UnimplementedWorkflowServiceServer
-	mu     sync.Mutex
-	calls  []*orchestratorv1.CreateRunRequest
-	who    []identity.Identity
-	runs   map[string]*orchestratorv1.Run
-	fail   error
-	called chan struct{}
+	mu    sync.Mutex
+	calls []*orchestratorv1.CreateRunRequest
+	who   []identity.Identity
+	runs  map[string]*orchestratorv1.Run
+	fail  error
+	// entered, when set, is closed as CreateRun is entered, which then waits
+	// for release.
+	entered, release chan struct{}
 }
 
 func (f *fakeOrchestrator) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
+	f.mu.Lock()
+	entered, release := f.entered, f.release
+	f.entered = nil
+	f.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, proto.Clone(req).(*orchestratorv1.CreateRunRequest))
@@ -67,6 +77,13 @@ func (f *fakeOrchestrator) CreateRun(ctx context.Context, req *orchestratorv1.Cr
 	}
 	f.runs[req.GetRequestId()] = run
 	return &orchestratorv1.CreateRunResponse{Run: run}, nil
+}
+
+// hold makes the next CreateRun wait for release once it closed entered.
+func (f *fakeOrchestrator) hold(entered, release chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entered, f.release = entered, release
 }
 
 func (f *fakeOrchestrator) setFail(err error) {

@@ -318,42 +318,57 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 		return nil, invalid("max_concurrency", "must not be negative, got %d", req.GetMaxConcurrency())
 	}
 	o := ownerOf(who)
-	p, err := getPlan(ctx, s.db, o, sessionID, id)
-	if err != nil {
-		return nil, s.toStatus(ctx, "approve plan", err)
-	}
-	if p.State != stateAwaitingApproval {
-		return nil, s.toStatus(ctx, "approve plan", &stateError{current: stateWords(p.State), action: "approve"})
-	}
 	if s.orchestrator == nil {
 		return nil, status.Error(codes.Unavailable, "orchestrator not configured; cannot start the plan")
 	}
-	limits, err := s.sessionLimits(ctx, who, p)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
-	defer cancel()
-	start := time.Now()
-	resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
-		SessionId:      sessionID,
-		Dag:            p.DAG,
-		MaxConcurrency: req.GetMaxConcurrency(),
-		Plan:           p.name(),
-		RequestId:      p.ID,
-		SessionLimits:  limits,
-		Context:        runContext(p.Intent),
+	var (
+		p   plan
+		run *orchestratorv1.Run
+	)
+	// The plan's row stays locked from the check of its state until the
+	// decision is stored, so that a rejection (or another approval) waits:
+	// a run never starts for a plan that ends rejected.
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		if p, err = getPlanForUpdate(ctx, tx, o, sessionID, id); err != nil {
+			return err
+		}
+		if p.State != stateAwaitingApproval {
+			return &stateError{current: stateWords(p.State), action: "approve"}
+		}
+		limits, err := s.sessionLimits(ctx, who, p)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
+		defer cancel()
+		start := time.Now()
+		resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
+			SessionId:      sessionID,
+			Dag:            p.DAG,
+			MaxConcurrency: req.GetMaxConcurrency(),
+			Plan:           p.name(),
+			RequestId:      p.ID,
+			SessionLimits:  limits,
+			Context:        runContext(p.Intent),
+		})
+		s.metrics.orchestrator.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return s.orchestratorError(ctx, p, err)
+		}
+		run = resp.GetRun()
+		now := s.now()
+		p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
+		return s.decideIn(ctx, tx, o, p, "approve")
 	})
-	s.metrics.orchestrator.Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, s.orchestratorError(ctx, p, err)
+		if run != nil {
+			// The run started but the approval was not stored.
+			s.cancelRun(ctx, who, run)
+		}
+		return nil, s.toStatus(ctx, "approve plan", err)
 	}
-	run := resp.GetRun()
-	now := s.now()
-	p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
-	if err := s.decide(ctx, o, p, "approve"); err != nil {
-		return nil, err
-	}
+	s.metrics.decided.WithLabelValues(p.State).Inc()
 	s.log.InfoContext(ctx, "plan approved", slog.String("plan", p.name()), slog.String(logx.KeyRunID, run.GetId()))
 	s.publishDecision(ctx, p, eventApproved, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run),
 		map[string]any{"plan": p.name(), "run": p.Run})
@@ -473,19 +488,37 @@ func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanReq
 // decide stores an approval or rejection; a plan decided concurrently
 // reports its new state.
 func (s *Service) decide(ctx context.Context, o owner, p plan, verb string) error {
-	ok, err := decidePlan(ctx, s.db, p)
-	if err != nil {
+	if err := s.decideIn(ctx, s.db, o, p, verb); err != nil {
 		return s.toStatus(ctx, verb+" plan", err)
-	}
-	if !ok {
-		cur, err := getPlan(ctx, s.db, o, p.SessionID, p.ID)
-		if err != nil {
-			return s.toStatus(ctx, verb+" plan", err)
-		}
-		return s.toStatus(ctx, verb+" plan", &stateError{current: stateWords(cur.State), action: verb})
 	}
 	s.metrics.decided.WithLabelValues(p.State).Inc()
 	return nil
+}
+
+// decideIn stores a decision on a plan still awaiting approval, through q.
+func (s *Service) decideIn(ctx context.Context, q querier, o owner, p plan, verb string) error {
+	ok, err := decidePlan(ctx, q, p)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		cur, err := getPlan(ctx, q, o, p.SessionID, p.ID)
+		if err != nil {
+			return err
+		}
+		return &stateError{current: stateWords(cur.State), action: verb}
+	}
+	return nil
+}
+
+// cancelRun cancels, as the caller, a run that should not have started; a
+// failure is logged, as the run is then left for the user to cancel.
+func (s *Service) cancelRun(ctx context.Context, who identity.Identity, run *orchestratorv1.Run) {
+	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx), who), s.cfg.OrchestratorTimeout)
+	defer cancel()
+	if _, err := s.orchestrator.CancelRun(cctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()}); err != nil {
+		s.log.ErrorContext(ctx, "cancel a run whose approval was not stored", slog.String(logx.KeyRunID, run.GetId()), logx.Err(err))
+	}
 }
 
 // publishDecision records an approval or rejection on the session stream.
