@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +39,9 @@ func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAfterSequence(req.GetAfterSequence()); err != nil {
+		return nil, err
+	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
 		return nil, s.toStatus(ctx, "list events", err)
 	}
@@ -64,6 +68,9 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 	if err != nil {
 		return err
 	}
+	if err := checkAfterSequence(req.GetAfterSequence()); err != nil {
+		return err
+	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
 		return s.toStatus(ctx, "stream events", err)
 	}
@@ -87,6 +94,15 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 }
 
 // readEvents reads the session's events from the EVENTS stream with an
+// checkAfterSequence refuses a sequence no stream reaches (the next one
+// would overflow).
+func checkAfterSequence(seq uint64) error {
+	if seq > math.MaxInt64 {
+		return invalid("after_sequence", "must be at most %d", int64(math.MaxInt64))
+	}
+	return nil
+}
+
 // ordered consumer, starting after afterSeq, and hands each to yield until
 // yield returns false. Without follow it stops at the last stored event;
 // with follow it waits for new events until ctx is done.

@@ -3,6 +3,7 @@ package guide
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -745,6 +746,8 @@ func TestListEvents(t *testing.T) {
 
 	_, err = f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: s.GetName(), PageSize: -5})
 	requireCode(t, err, codes.InvalidArgument, "page_size")
+	_, err = f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: s.GetName(), AfterSequence: math.MaxUint64})
+	requireCode(t, err, codes.InvalidArgument, "after_sequence")
 
 	// Readers remove their ephemeral consumers.
 	stream, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamEvents))
