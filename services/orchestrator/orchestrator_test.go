@@ -474,6 +474,15 @@ func TestCreateRunIsIdempotentPerRequestID(t *testing.T) {
 	require.Equal(t, first.GetId(), again.GetId())
 	other := h.create(t, userCtx("t2"), req)
 	require.NotEqual(t, first.GetId(), other.GetId(), "request ids are per tenant")
+	// ...and per user: a teammate reusing the id gets a run of their own.
+	teammate := identity.NewContext(context.Background(), identity.Identity{TenantID: "t1", UserID: "u2", Role: identity.RoleMember})
+	theirs := h.create(t, teammate, req)
+	require.NotEqual(t, first.GetId(), theirs.GetId())
+	// The id sent again with another request is refused, not answered
+	// with the first run.
+	_, err := h.svc.CreateRun(userCtx("t1"), &orchestratorv1.CreateRunRequest{RequestId: "req-1", Dag: dagOf(cmd("a", "echo other"))})
+	require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), first.GetName())
 	// Concurrent retries race on the unique index; all get the same run.
 	concurrent := &orchestratorv1.CreateRunRequest{RequestId: "req-2", Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))}
 	got := make(chan string, 5)
@@ -492,12 +501,13 @@ func TestCreateRunIsIdempotentPerRequestID(t *testing.T) {
 		require.Equal(t, first3, <-got)
 	}
 	runs, nodes := countRows(t, h.db)
-	require.Equal(t, 3, runs)
-	require.Equal(t, 6, nodes)
+	require.Equal(t, 4, runs)
+	require.Equal(t, 8, nodes)
 	// Node a of each run was dispatched once.
-	tasks := h.tasks(t, "engineer", 3)
+	tasks := h.tasks(t, "engineer", 4)
 	h.noMoreTasks(t, "engineer")
-	require.ElementsMatch(t, []string{"t1", "t2", "t3"}, []string{tasks[0].GetTenantId(), tasks[1].GetTenantId(), tasks[2].GetTenantId()})
+	require.ElementsMatch(t, []string{"t1", "t1", "t2", "t3"},
+		[]string{tasks[0].GetTenantId(), tasks[1].GetTenantId(), tasks[2].GetTenantId(), tasks[3].GetTenantId()})
 }
 
 func TestDuplicateResultIsAppliedOnce(t *testing.T) {

@@ -1,7 +1,9 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -88,13 +90,13 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
+	var digest []byte
 	if r := req.GetRequestId(); r != "" {
-		existing, err := getRunByRequestID(ctx, s.db, who.TenantID, r)
-		if err == nil {
-			return s.createResponse(ctx, who.TenantID, existing.ID)
+		if digest, err = requestDigest(req); err != nil {
+			return nil, s.internal(ctx, "digest request", err)
 		}
-		if !errors.Is(err, errNotFound) {
-			return nil, s.internal(ctx, "look up request id", err)
+		if resp, err := s.retried(ctx, who, r, digest); resp != nil || err != nil {
+			return resp, err
 		}
 	}
 	blob, err := proto.Marshal(req.GetDag())
@@ -126,7 +128,7 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
 	}
 	if r := req.GetRequestId(); r != "" {
-		run.RequestID = &r
+		run.RequestID, run.RequestHash = &r, digest
 	}
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := insertRun(ctx, tx, run, s.cfg.LeaseTTL); err != nil {
@@ -139,11 +141,11 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	})
 	if err != nil && run.RequestID != nil && pgstore.IsUniqueViolation(err) {
 		// A concurrent retry with the same request id won the race.
-		existing, gerr := getRunByRequestID(ctx, s.db, who.TenantID, *run.RequestID)
-		if gerr != nil {
-			return nil, s.internal(ctx, "look up request id", gerr)
+		resp, rerr := s.retried(ctx, who, *run.RequestID, digest)
+		if resp == nil && rerr == nil {
+			rerr = s.internal(ctx, "look up request id", errNotFound)
 		}
-		return s.createResponse(ctx, who.TenantID, existing.ID)
+		return resp, rerr
 	}
 	if err != nil {
 		return nil, s.internal(ctx, "create run", err)
@@ -426,4 +428,32 @@ func (s *Service) internal(ctx context.Context, op string, err error) error {
 		return status.Error(codes.Unavailable, "the run store is unavailable; retry later")
 	}
 	return status.Error(codes.Internal, fmt.Sprintf("internal error during %s", op))
+}
+
+// retried answers a CreateRun whose request id the caller used before: the
+// run it created, or AlreadyExists when the id came with another request.
+// Both are nil when the id is new.
+func (s *Service) retried(ctx context.Context, who identity.Identity, requestID string, digest []byte) (*orchestratorv1.CreateRunResponse, error) {
+	id, stored, err := runForRequest(ctx, s.db, who.TenantID, who.UserID, requestID)
+	switch {
+	case errors.Is(err, errNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, s.internal(ctx, "look up request id", err)
+	case stored != nil && !bytes.Equal(stored, digest):
+		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was used for another request (run runs/%s); use a new id", requestID, id)
+	}
+	return s.createResponse(ctx, who.TenantID, id)
+}
+
+// requestDigest digests what a CreateRun asks for, its request id aside.
+func requestDigest(req *orchestratorv1.CreateRunRequest) ([]byte, error) {
+	c := proto.Clone(req).(*orchestratorv1.CreateRunRequest)
+	c.RequestId = ""
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
 }

@@ -49,6 +49,8 @@ type runRow struct {
 	SessionID      string
 	Plan           string
 	RequestID      *string
+	// RequestHash digests the request a request id was sent with.
+	RequestHash []byte
 	State          string
 	MaxConcurrency int32
 	DAG            []byte
@@ -112,19 +114,26 @@ func tryLockRun(ctx context.Context, tx pgx.Tx, tenant, id string) (*runRow, err
 	return scanRun(tx.QueryRow(ctx, `SELECT `+runColumnsNoDag+` FROM runs WHERE tenant_id = $1 AND id = $2 FOR UPDATE SKIP LOCKED`, tenant, id))
 }
 
-func getRunByRequestID(ctx context.Context, q querier, tenant, requestID string) (*runRow, error) {
-	return scanRun(q.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant_id = $1 AND request_id = $2`, tenant, requestID))
+// runForRequest finds the run a user created with a request id, and the
+// digest of that request (nil for runs stored before digests were).
+func runForRequest(ctx context.Context, q querier, tenant, user, requestID string) (id string, hash []byte, err error) {
+	err = q.QueryRow(ctx, `SELECT id, request_hash FROM runs WHERE tenant_id = $1 AND user_id = $2 AND request_id = $3`,
+		tenant, user, requestID).Scan(&id, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, errNotFound
+	}
+	return id, hash, err
 }
 
 // insertRun stores a new run, leased to owner for ttl.
 func insertRun(ctx context.Context, tx pgx.Tx, r *runRow, ttl time.Duration) error {
 	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag,
-			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17)
+			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers, request_hash)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17, $18)
 		RETURNING create_time`,
 		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG,
 		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive,
-		r.SessionMaxTasks, r.SessionMaxEngineers).Scan(&r.CreateTime)
+		r.SessionMaxTasks, r.SessionMaxEngineers, r.RequestHash).Scan(&r.CreateTime)
 }
 
 // newNode is a node row at creation.
