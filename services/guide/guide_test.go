@@ -658,6 +658,10 @@ func TestSendMessageIdempotent(t *testing.T) {
 		require.True(t, proto.Equal(again, r), "got %v want %v", r, again)
 	}
 	require.Equal(t, "architect", again.GetRoute().GetTarget())
+	// The id sent with another text is refused, not answered with the
+	// first message while the new text is dropped.
+	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Something else", RequestId: "req-1"})
+	requireCode(t, err, codes.AlreadyExists, again.GetMessage().GetName())
 
 	env := nextEnvelope(t, reader)
 	require.Equal(t, again.GetCorrelationId(), env.GetCorrelationId())

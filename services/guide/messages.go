@@ -123,7 +123,7 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 			return nil, s.toStatus(ctx, "send message", err)
 		}
 		if ok {
-			return s.replay(ctx, who, stored)
+			return s.replayRequest(ctx, who, stored, requestID, text)
 		}
 	}
 	if sess.State != stateActive {
@@ -254,7 +254,7 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		if err != nil || !ok {
 			return nil, s.toStatus(ctx, "send message", fmt.Errorf("reload duplicate request: %w (found %v)", err, ok))
 		}
-		return s.replay(ctx, who, stored)
+		return s.replayRequest(ctx, who, stored, requestID, text)
 	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "send message", err)
@@ -591,4 +591,14 @@ func (s *Service) ListMessages(ctx context.Context, req *guidev1.ListMessagesReq
 		resp.Messages = append(resp.Messages, m.proto())
 	}
 	return resp, nil
+}
+
+// replayRequest answers a message whose request id was stored before: with
+// the stored outcome when the text is the same, else AlreadyExists, so
+// that a new message sent under a reused id is not silently dropped.
+func (s *Service) replayRequest(ctx context.Context, who identity.Identity, stored message, requestID, text string) (*guidev1.SendMessageResponse, error) {
+	if stored.Text != text {
+		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was used for another message (%s); use a new id", requestID, messageName(stored.SessionID, stored.ID))
+	}
+	return s.replay(ctx, who, stored)
 }
