@@ -43,14 +43,14 @@ type querier interface {
 }
 
 type runRow struct {
-	TenantID       string
-	ID             string
-	UserID         string
-	SessionID      string
-	Plan           string
-	RequestID      *string
+	TenantID  string
+	ID        string
+	UserID    string
+	SessionID string
+	Plan      string
+	RequestID *string
 	// RequestHash digests the request a request id was sent with.
-	RequestHash []byte
+	RequestHash    []byte
 	State          string
 	MaxConcurrency int32
 	DAG            []byte
