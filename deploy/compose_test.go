@@ -33,8 +33,9 @@ var commonEnv = []string{
 
 // serviceEnv are the settings only one service reads.
 var serviceEnv = map[string][]string{
-	"gateway": {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
-	"worker":  {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT"},
+	"gateway":   {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
+	"worker":    {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT"},
+	"librarian": {"SYLK_LIBRARIAN_DATA_DIR"},
 }
 
 // loadCompose loads the compose file the way the compose CLI does (with
@@ -220,6 +221,15 @@ func TestComposeEnvironment(t *testing.T) {
 		require.True(t, s.ReadOnly)
 		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, root+":") || m == root }),
 			"the worker's workspace root %s must be a tmpfs", root)
+		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, "/tmp") }))
+	})
+
+	t.Run("librarian clones", func(t *testing.T) {
+		s, err := p.GetService("librarian")
+		require.NoError(t, err)
+		dir := env(t, s, "SYLK_LIBRARIAN_DATA_DIR")
+		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, dir+":") }),
+			"the librarian's data directory %s must be a tmpfs", dir)
 		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, "/tmp") }))
 	})
 }

@@ -472,10 +472,10 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 		requireEnvValue(t, c.Env, "SYLK_GATEWAY_LISTEN_ADDRESS", ":"+strconv.Itoa(gatewayPort))
 	case "worker":
 		require.NotEmpty(t, envValue(c.Env, "SYLK_WORKER_ROLES"))
-		root := envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")
-		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == root })
-		require.GreaterOrEqual(t, i, 0, "the workspace root %q must be a volume", root)
-		requireEmptyDir(t, pod, c.VolumeMounts[i].Name)
+		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT"))
+	case "librarian":
+		// Repositories registered by URL are cloned there.
+		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_LIBRARIAN_DATA_DIR"))
 	}
 
 	if !tc.wantChartSecret {
@@ -484,6 +484,15 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	// A change to the chart's Secret or ConfigMap must roll the pods.
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/config"])
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"])
+}
+
+// requireMountedEmptyDir checks that dir is the mount of an emptyDir in c.
+func requireMountedEmptyDir(t *testing.T, pod corev1.PodSpec, c corev1.Container, dir string) {
+	t.Helper()
+	require.NotEmpty(t, dir)
+	i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir })
+	require.GreaterOrEqual(t, i, 0, "%q must be a volume", dir)
+	requireEmptyDir(t, pod, c.VolumeMounts[i].Name)
 }
 
 func envValue(env []corev1.EnvVar, name string) string {

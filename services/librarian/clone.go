@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -45,12 +46,8 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
 	dest := filepath.Join(s.cfg.DataDir, tenantDir(tenant), repoID)
-	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
-		return "", fmt.Errorf("create data directory: %w", err)
-	}
-	if _, err := gitOutput(ctx, filepath.Dir(dest), "clone", "--quiet", "--", raw, dest); err != nil {
-		_ = os.RemoveAll(dest)
-		return "", status.Error(codes.FailedPrecondition, "repository.url: clone failed: "+firstLine(err.Error()))
+	if err := gitClone(ctx, raw, dest); err != nil {
+		return "", status.Error(codes.FailedPrecondition, "repository.url: "+err.Error())
 	}
 	resolved, err := filepath.EvalSymlinks(dest)
 	if err != nil {
@@ -59,10 +56,39 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 	return resolved, nil
 }
 
-// pullRepository fast-forwards a clone to its remote's head.
-func (s *Service) pullRepository(ctx context.Context, dir string) error {
-	_, err := gitOutput(ctx, dir, "pull", "--quiet", "--ff-only")
-	return err
+// gitClone clones raw into dest, creating dest's parent; a failed clone
+// leaves nothing behind.
+func gitClone(ctx context.Context, raw, dest string) error {
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	if _, err := gitOutput(ctx, filepath.Dir(dest), "clone", "--quiet", "--", raw, dest); err != nil {
+		_ = os.RemoveAll(dest)
+		return fmt.Errorf("clone failed: %s", firstLine(err.Error()))
+	}
+	return nil
+}
+
+// fetchRepository brings a repository registered by URL up to date: a pull
+// into its clone, or, when the clone is gone (the data directory is only a
+// cache of the remote: an emptyDir after a restart, say), a new clone at
+// the same place, inside the tenant's own directory.
+func (s *Service) fetchRepository(ctx context.Context, tenant string, r repository) error {
+	if _, err := os.Lstat(r.Path); !errors.Is(err, os.ErrNotExist) {
+		_, err := gitOutput(ctx, r.Path, "pull", "--quiet", "--ff-only")
+		return err
+	}
+	if s.cfg.DataDir == "" {
+		return errors.New("its clone is gone and librarian.data-dir is not set")
+	}
+	dd, err := filepath.EvalSymlinks(s.cfg.DataDir)
+	if err != nil {
+		dd = filepath.Clean(s.cfg.DataDir)
+	}
+	if !within(filepath.Join(dd, tenantDir(tenant)), r.Path) {
+		return fmt.Errorf("its clone %s is gone and not in this librarian's data directory", r.Path)
+	}
+	return gitClone(ctx, r.URL, r.Path)
 }
 
 func firstLine(s string) string {

@@ -421,6 +421,16 @@ func TestRegisterByURL(t *testing.T) {
 	require.Equal(t, int64(1), idx.GetFilesChanged())
 	require.Equal(t, "Farewell", search(t, ctx, h.svc, "Farewell")[0].GetSymbol())
 
+	// The clone is a cache of the remote: gone (a data directory that did
+	// not survive a restart), it is cloned again at the same place.
+	require.NoError(t, os.RemoveAll(repo.GetPath()))
+	writeFile(t, src, "lib/again.go", "package lib\n\n// Again greets once more.\nfunc Again() string { return \"again\" }\n")
+	commitAll(t, src, "again")
+	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	require.NoError(t, err)
+	require.DirExists(t, filepath.Join(repo.GetPath(), ".git"))
+	require.Equal(t, "Again", search(t, ctx, h.svc, "Again")[0].GetSymbol())
+
 	for _, bad := range []string{"ftp://x/y", "file:///etc", "-oops", "https://"} {
 		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: bad}})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), bad)

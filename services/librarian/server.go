@@ -197,7 +197,7 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 		return nil, toStatus(ctx, s.log, "index repository", err)
 	}
 	if r.URL != "" {
-		if err := s.pullRepository(ctx, r.Path); err != nil {
+		if err := s.fetchRepository(ctx, id.TenantID, r); err != nil {
 			s.failIndex(ctx, id.TenantID, repoID, "fetching "+r.URL+" failed")
 			return nil, status.Errorf(codes.FailedPrecondition, "fetch %s: %v", r.URL, err)
 		}
