@@ -106,8 +106,8 @@ func TestComposeBuildsFromDockerfile(t *testing.T) {
 				require.Equal(t, name, *arg, "%s: build arg SERVICE", name)
 			}
 			requireCommandDir(t, root, bin)
-			if name == "worker" {
-				require.Equal(t, "worker", s.Build.Target, "the worker needs the stage with a shell for task commands")
+			if name == "worker" || name == "librarian" {
+				require.Equal(t, "worker", s.Build.Target, "%s runs programs (task commands, git): the stage that has them", name)
 			} else {
 				require.Empty(t, s.Build.Target, "%s: the default (distroless) stage", name)
 			}
