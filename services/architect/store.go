@@ -123,8 +123,17 @@ func insertPlan(ctx context.Context, tx pgx.Tx, p plan) error {
 }
 
 func getPlan(ctx context.Context, q querier, o owner, sessionID, id string) (plan, error) {
+	return loadPlan(ctx, q, o, sessionID, id, "")
+}
+
+// getPlanForUpdate is getPlan, locking the plan's row until tx ends.
+func getPlanForUpdate(ctx context.Context, tx pgx.Tx, o owner, sessionID, id string) (plan, error) {
+	return loadPlan(ctx, tx, o, sessionID, id, " FOR UPDATE OF p")
+}
+
+func loadPlan(ctx context.Context, q querier, o owner, sessionID, id, lock string) (plan, error) {
 	p, err := scanPlan(q.QueryRow(ctx, `SELECT `+planColumns+planFrom+`
-		WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.session_id = $3 AND p.id = $4`,
+		WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.session_id = $3 AND p.id = $4`+lock,
 		o.tenant, o.user, sessionID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return plan{}, &notFoundError{name: planName(sessionID, id)}
@@ -133,20 +142,6 @@ func getPlan(ctx context.Context, q querier, o owner, sessionID, id string) (pla
 		return plan{}, fmt.Errorf("load plan %s: %w", id, err)
 	}
 	return p, nil
-}
-
-// getPlanForUpdate is getPlan, locking the plan's row until tx ends.
-func getPlanForUpdate(ctx context.Context, tx pgx.Tx, o owner, sessionID, id string) (plan, error) {
-	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM plans WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 FOR UPDATE`,
-		o.tenant, o.user, sessionID, id).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return plan{}, &notFoundError{name: planName(sessionID, id)}
-	}
-	if err != nil {
-		return plan{}, fmt.Errorf("lock plan %s: %w", id, err)
-	}
-	return getPlan(ctx, tx, o, sessionID, id)
 }
 
 func planBySource(ctx context.Context, q querier, tenant, sourceID string) (plan, error) {

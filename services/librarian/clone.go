@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"sylk.dev/sylk/pkg/identity"
 )
 
 // maxURLLen bounds a repository URL.
@@ -22,7 +24,13 @@ const maxURLLen = 2048
 // the clone's path. file:// URLs must name a directory the librarian may
 // read (librarian.allowed-roots); https, ssh and git URLs are cloned as
 // given.
-func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw string) (string, error) {
+func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, repoID, raw string) (string, error) {
+	// A directory of the server is an admin's choice without allowed roots.
+	if strings.HasPrefix(strings.ToLower(raw), "file:") {
+		if err := s.mayReadHost(id, "repository.url"); err != nil {
+			return "", err
+		}
+	}
 	if s.cfg.DataDir == "" {
 		return "", status.Error(codes.FailedPrecondition, "repository.url: registering by URL needs librarian.data-dir")
 	}
@@ -35,7 +43,7 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 	}
 	switch u.Scheme {
 	case "file":
-		if _, problem := s.checkRoot(tenant, u.Path); problem != "" {
+		if _, problem := s.checkRoot(id.TenantID, u.Path); problem != "" {
 			return "", invalid("repository.url", "%s", problem)
 		}
 	case "https", "http", "ssh", "git":
@@ -45,7 +53,7 @@ func (s *Service) cloneRepository(ctx context.Context, tenant, repoID, raw strin
 	default:
 		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
-	dest := filepath.Join(s.cfg.DataDir, tenantDir(tenant), repoID)
+	dest := filepath.Join(s.cfg.DataDir, tenantDir(id.TenantID), repoID)
 	if err := gitClone(ctx, raw, dest); err != nil {
 		return "", status.Error(codes.FailedPrecondition, "repository.url: "+err.Error())
 	}
@@ -78,17 +86,23 @@ func (s *Service) fetchRepository(ctx context.Context, tenant string, r reposito
 		_, err := gitOutput(ctx, r.Path, "pull", "--quiet", "--ff-only")
 		return err
 	}
+	if dd, own := s.cloneDirs(tenant); dd == "" || !within(own, r.Path) {
+		return fmt.Errorf("its clone %s is gone and not in this librarian's data directory", r.Path)
+	}
+	return gitClone(ctx, r.URL, r.Path)
+}
+
+// cloneDirs returns the data directory, symlinks resolved, and the
+// tenant's own clone directory in it; both "" without a data directory.
+func (s *Service) cloneDirs(tenant string) (dataDir, tenants string) {
 	if s.cfg.DataDir == "" {
-		return errors.New("its clone is gone and librarian.data-dir is not set")
+		return "", ""
 	}
 	dd, err := filepath.EvalSymlinks(s.cfg.DataDir)
 	if err != nil {
 		dd = filepath.Clean(s.cfg.DataDir)
 	}
-	if !within(filepath.Join(dd, tenantDir(tenant)), r.Path) {
-		return fmt.Errorf("its clone %s is gone and not in this librarian's data directory", r.Path)
-	}
-	return gitClone(ctx, r.URL, r.Path)
+	return dd, filepath.Join(dd, tenantDir(tenant))
 }
 
 func firstLine(s string) string {

@@ -52,12 +52,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		if in.GetPath() != "" {
 			return nil, invalid("repository", "set path or url, not both")
 		}
-		if strings.HasPrefix(strings.ToLower(u), "file:") {
-			if err := s.mayReadHost(id, "repository.url"); err != nil {
-				return nil, err
-			}
-		}
-		cloned, err := s.cloneRepository(ctx, id.TenantID, newID, u)
+		cloned, err := s.cloneRepository(ctx, id, newID, u)
 		if err != nil {
 			return nil, err
 		}
@@ -334,17 +329,11 @@ func (s *Service) checkRoot(tenant, p string) (string, string) {
 		return "", fmt.Sprintf("%q cannot be resolved", p)
 	}
 	resolved = filepath.Clean(resolved)
-	if s.cfg.DataDir != "" {
-		dd, err := filepath.EvalSymlinks(s.cfg.DataDir)
-		if err != nil {
-			dd = filepath.Clean(s.cfg.DataDir)
+	if dd, own := s.cloneDirs(tenant); dd != "" && within(dd, resolved) {
+		if within(own, resolved) {
+			return resolved, ""
 		}
-		if within(dd, resolved) {
-			if within(filepath.Join(dd, tenantDir(tenant)), resolved) {
-				return resolved, ""
-			}
-			return "", fmt.Sprintf("%q is in the librarian's data directory: register a repository there by URL", p)
-		}
+		return "", fmt.Sprintf("%q is in the librarian's data directory: register a repository there by URL", p)
 	}
 	if len(s.cfg.AllowedRoots) == 0 {
 		return resolved, ""
