@@ -162,6 +162,27 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.Contains(t, n["big"]["stdout"], "bytes truncated")
 	})
 
+	t.Run("a run is only in one of the caller's own sessions", func(t *testing.T) {
+		alice, bob := c.asUser("default", "alice-runs"), c.asUser("default", "bob-runs")
+		sess := alice.ok("POST", "/v1/sessions", map[string]any{"displayName": "alice's"})["session"].(map[string]any)
+		sid := sess["id"].(string)
+		dag := map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}
+
+		theirs := bob.do("POST", "/v1/runs", map[string]any{"sessionId": sid, "dag": dag})
+		require.Equal(t, http.StatusNotFound, theirs.Status, theirs.Raw)
+		require.Contains(t, theirs.Raw, "session sessions/"+sid+" not found")
+		unknown := alice.do("POST", "/v1/runs", map[string]any{"sessionId": "0b7e5c1e-3c55-4d7e-9a51-5d1f0c2b9a10", "dag": dag})
+		require.Equal(t, http.StatusNotFound, unknown.Status, unknown.Raw)
+
+		run := alice.waitRun(alice.createRun(map[string]any{"sessionId": sid, "dag": dag}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+
+		alice.ok("POST", "/v1/"+sess["name"].(string)+":complete", map[string]any{"summary": "done"})
+		over := alice.do("POST", "/v1/runs", map[string]any{"sessionId": sid, "dag": dag})
+		require.Equal(t, http.StatusBadRequest, over.Status, over.Raw)
+		require.Contains(t, over.Raw, "is completed; cannot run in it")
+	})
+
 	t.Run("pause, resume and cancel a run, a node and a session", func(t *testing.T) {
 		sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "controls"})["session"].(map[string]any)
 		sid := strings.TrimPrefix(sess["name"].(string), "sessions/")

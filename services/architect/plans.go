@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/dag"
@@ -94,7 +93,7 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 	if err != nil {
 		return nil, err
 	}
-	if err := s.plannable(ctx, who, sessionID); err != nil {
+	if err := s.sessions.Open(ctx, who, sessionID, "plan in it"); err != nil {
 		return nil, err
 	}
 	p, _, err := s.create(ctx, who, sessionID, request, statedIntent{constraints: constraints, criteria: criteria}, explicit, nil, "")
@@ -277,7 +276,7 @@ func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansReque
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.guideSession(ctx, who, sessionID, "the session"); err != nil {
+	if _, err := s.sessions.Get(ctx, who, sessionID, "the session"); err != nil {
 		return nil, err
 	}
 	var after *planCursor
@@ -380,7 +379,7 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 // A Guide that does not answer in time fails the approval (Unavailable), so
 // that a run never starts without the limits its session asked for.
 func (s *Service) sessionLimits(ctx context.Context, who identity.Identity, p plan) (*orchestratorv1.SessionLimits, error) {
-	sess, err := s.guideSession(ctx, who, p.SessionID, "the session's limits")
+	sess, err := s.sessions.Get(ctx, who, p.SessionID, "the session's limits")
 	if status.Code(err) == codes.NotFound {
 		return nil, status.Errorf(codes.FailedPrecondition, "session sessions/%s not found; cannot approve its plan", p.SessionID)
 	}
@@ -389,49 +388,6 @@ func (s *Service) sessionLimits(ctx context.Context, who identity.Identity, p pl
 	}
 	c := sess.GetConfig()
 	return &orchestratorv1.SessionLimits{MaxConcurrentTasks: c.GetMaxConcurrentTasks(), MaxEngineers: c.GetMaxEngineers()}, nil
-}
-
-// guideSession reads a session from the Guide as the caller, so that
-// another tenant's session is not found. Without a Guide peer it returns
-// nil and no error. what names what was read, for the Unavailable error
-// of a Guide that does not answer in time.
-func (s *Service) guideSession(ctx context.Context, who identity.Identity, sessionID, what string) (*guidev1.Session, error) {
-	if s.guide == nil {
-		return nil, nil
-	}
-	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.GuideTimeout)
-	defer cancel()
-	resp, err := s.guide.GetSession(cctx, &guidev1.GetSessionRequest{Name: "sessions/" + sessionID})
-	if err != nil {
-		if st, ok := status.FromError(err); ok {
-			switch st.Code() {
-			case codes.NotFound:
-				return nil, status.Errorf(codes.NotFound, "session sessions/%s not found", sessionID)
-			case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
-				pb := st.Proto()
-				pb.Message = "guide: " + pb.GetMessage()
-				return nil, status.FromProto(pb).Err()
-			}
-		}
-		s.log.WarnContext(ctx, "read session", slog.String("session", sessionID), logx.Err(err))
-		return nil, status.Errorf(codes.Unavailable, "could not read %s; retry", what)
-	}
-	return resp.GetSession(), nil
-}
-
-// plannable checks that the session a caller plans in exists for the
-// caller and is not over.
-func (s *Service) plannable(ctx context.Context, who identity.Identity, sessionID string) error {
-	sess, err := s.guideSession(ctx, who, sessionID, "the session")
-	if err != nil || sess == nil {
-		return err
-	}
-	switch st := sess.GetState(); st {
-	case guidev1.SessionState_SESSION_STATE_COMPLETED, guidev1.SessionState_SESSION_STATE_FAILED:
-		return status.Errorf(codes.FailedPrecondition, "session sessions/%s is %s; cannot plan in it", sessionID,
-			strings.ToLower(strings.TrimPrefix(st.String(), "SESSION_STATE_")))
-	}
-	return nil
 }
 
 // orchestratorError passes the orchestrator's status code through (an

@@ -18,9 +18,9 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -35,7 +35,7 @@ type Service struct {
 	db           *pgxpool.Pool
 	bus          *natsx.Bus
 	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
-	guide        guidev1.SessionServiceClient         // nil when no peer is configured: plans run without session limits
+	sessions     *guidesession.Reader                 // nil when no peer is configured: plans run without session limits
 	academic     academicv1.AcademicServiceClient     // nil when no peer is configured: plans keep only the user's criteria
 	planner      Planner
 	metrics      *metrics
@@ -119,9 +119,8 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	} else {
 		s.log.Warn("no academic address configured: plans keep only the criteria users state")
 	}
-	if deps.Peers.Guide != nil {
-		s.guide = guidev1.NewSessionServiceClient(deps.Peers.Guide)
-	} else {
+	s.sessions = guidesession.New(deps.Peers.Guide, s.cfg.GuideTimeout, s.log)
+	if s.sessions == nil {
 		s.log.Warn("no guide address configured: approved plans run without their session's limits")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProvisionTimeout)

@@ -47,6 +47,9 @@ type Config struct {
 	// SessionCheckTimeout is how long a session check may stay pending after
 	// its run ended before it is given up as an error (session.go).
 	SessionCheckTimeout time.Duration
+	// GuideTimeout bounds reading from the Guide that a run's session is
+	// the caller's (when a Guide peer is configured); 0 means 5s.
+	GuideTimeout time.Duration
 }
 
 // RegisterFlags registers the -orchestrator.* flags.
@@ -65,6 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.GlobalMaxConcurrency, "orchestrator.global-max-concurrency", 0, "nodes running at once across all runs and replicas, shared fairly between sessions (0 = no global cap; needs Redis)")
 	fs.IntVar(&c.UserReservePercent, "orchestrator.user-reserve-percent", 20, "percent of the global slots reserved for interactive runs")
 	fs.DurationVar(&c.SessionCheckTimeout, "orchestrator.session-check-timeout", 30*time.Minute, "a session check no tester reported on this long after its run ended is given up as an error")
+	fs.DurationVar(&c.GuideTimeout, "orchestrator.guide-timeout", 5*time.Second, "time allowed for reading from the guide that a new run's session is the caller's")
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
 }
 
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, errors.New("orchestrator.lease-ttl: must be at least 300ms"))
+	}
+	if c.GuideTimeout < 0 {
+		errs = append(errs, errors.New("orchestrator.guide-timeout: must not be negative"))
 	}
 	if c.SessionCheckTimeout < time.Second {
 		errs = append(errs, errors.New("orchestrator.session-check-timeout: must be at least 1s"))

@@ -84,6 +84,13 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	if err := validateRunOptions(req); err != nil { // session.go
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if session != "" {
+		// Sessions belong to users: a run's events and limits go to its
+		// session, so a run may only be in one of the caller's own.
+		if err := s.sessions.Open(ctx, who, session, "run in it"); err != nil {
+			return nil, err
+		}
+	}
 	var base string
 	if repo := req.GetRepository(); repo != "" {
 		if base, err = s.resolveBase(ctx, repo); err != nil {

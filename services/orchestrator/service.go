@@ -22,6 +22,7 @@ import (
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -38,6 +39,9 @@ type Service struct {
 	metrics metrics
 	// slots is the cluster-wide dispatch limit; nil without a global cap.
 	slots *slotLimiter
+	// sessions reads a new run's session from the Guide; nil without a
+	// Guide peer (runs then name any session id).
+	sessions *guidesession.Reader
 	// ctx is Run's context, for work started by timers.
 	ctx atomic.Pointer[context.Context]
 	// carryDone is closed when the effects last handed to carryOutOrdered
@@ -98,13 +102,22 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		}
 		slots = &slotLimiter{rc: deps.Redis, total: cfg.GlobalMaxConcurrency, reservePercent: cfg.UserReservePercent, ttl: 3 * cfg.LeaseTTL}
 	}
+	if cfg.GuideTimeout == 0 {
+		cfg.GuideTimeout = 5 * time.Second
+	}
+	log = log.With(logx.KeyComponent, "orchestrator")
+	sessions := guidesession.New(deps.Peers.Guide, cfg.GuideTimeout, log)
+	if sessions == nil {
+		log.Warn("no guide address configured: runs are not checked to be in the caller's own session")
+	}
 	f := promauto.With(reg)
 	return &Service{
-		slots: slots,
-		cfg:   cfg,
-		log:   log.With(logx.KeyComponent, "orchestrator"),
-		db:    deps.DB,
-		bus:   deps.Bus,
+		slots:    slots,
+		sessions: sessions,
+		cfg:      cfg,
+		log:      log,
+		db:       deps.DB,
+		bus:      deps.Bus,
 		metrics: metrics{
 			dispatched: f.NewCounter(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_nodes_dispatched_total",
