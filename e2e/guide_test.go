@@ -283,6 +283,18 @@ func TestGuideIsolation(t *testing.T) {
 			require.Equal(t, r.Status, m.Status, "%s %s", req.method, path)
 			require.Equal(t, strings.Replace(r.Body["message"].(string), name, missing, 1), m.Body["message"], "%s %s", req.method, path)
 		}
+		// Nor can they put a run or a history entry in it.
+		for _, req := range []struct {
+			path string
+			body map[string]any
+		}{
+			{"/v1/runs", map[string]any{"sessionId": s1["id"], "dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}}},
+			{"/v1/entries", map[string]any{"category": "decision", "title": "Planted", "content": "not alice's", "sessionId": s1["id"]}},
+		} {
+			r := other.c.do("POST", req.path, req.body)
+			require.Equal(t, http.StatusNotFound, r.Status, "%s: POST %s: %s", other.who, req.path, r.Raw)
+			require.Equal(t, "session "+name+" not found", r.Body["message"], other.who)
+		}
 		// The event stream (SSE) is refused too.
 		req, err := http.NewRequest("GET", other.c.base+"/v1/"+name+"/events:stream?format=sse", nil)
 		require.NoError(t, err)

@@ -84,7 +84,7 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, defaultConfig(t).Validate())
 	err := Config{MaxContentBytes: 0, MaxQueryBytes: 0, InboxHits: 0, InboxTimeout: 0}.Validate()
 	require.Error(t, err)
-	for _, flag := range []string{"max-content-bytes", "max-query-bytes", "inbox-hits", "inbox-timeout"} {
+	for _, flag := range []string{"max-content-bytes", "max-query-bytes", "inbox-hits", "inbox-timeout", "guide-timeout"} {
 		require.Contains(t, err.Error(), "archivalist."+flag)
 	}
 }

@@ -37,6 +37,9 @@ type Config struct {
 	InboxHits int
 	// InboxTimeout bounds the handling of one inbox message.
 	InboxTimeout time.Duration
+	// GuideTimeout bounds reading from the Guide that an entry's session is
+	// the caller's (when a Guide peer is configured).
+	GuideTimeout time.Duration
 }
 
 // RegisterFlags registers the -archivalist.* flags.
@@ -45,6 +48,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxQueryBytes, "archivalist.max-query-bytes", 1024, "largest search query accepted, in bytes")
 	fs.IntVar(&c.InboxHits, "archivalist.inbox-hits", 5, "hits included in an answer to a routed message")
 	fs.DurationVar(&c.InboxTimeout, "archivalist.inbox-timeout", 20*time.Second, "time allowed to handle one inbox message")
+	fs.DurationVar(&c.GuideTimeout, "archivalist.guide-timeout", 5*time.Second, "time allowed for reading from the guide that a new entry's session is the caller's")
 }
 
 // Validate reports every problem with the settings.
@@ -61,6 +65,9 @@ func (c Config) Validate() error {
 	}
 	if c.InboxTimeout <= 0 {
 		errs = append(errs, errors.New("archivalist.inbox-timeout: must be positive"))
+	}
+	if c.GuideTimeout <= 0 {
+		errs = append(errs, errors.New("archivalist.guide-timeout: must be positive"))
 	}
 	return errors.Join(errs...)
 }

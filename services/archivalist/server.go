@@ -73,6 +73,13 @@ func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntr
 	if err := s.validateEntry(e); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if e.SessionID != "" {
+		// Sessions belong to users: an entry is recorded in one of the
+		// caller's own sessions, or in none.
+		if _, err := s.sessions.Get(ctx, who, e.SessionID, "the session"); err != nil {
+			return nil, err
+		}
+	}
 	stored, err := s.store.insert(ctx, e, "")
 	if err != nil {
 		return nil, s.toStatus(ctx, err)

@@ -17,6 +17,7 @@ import (
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -31,6 +32,9 @@ type Service struct {
 	store   *store
 	bus     *natsx.Bus
 	metrics *metrics
+	// sessions reads an entry's session from the Guide; nil without a
+	// Guide peer (entries then name any session id).
+	sessions *guidesession.Reader
 	// llm serves the LLM usage and provider APIs (pkg/llm/api), when set.
 	llm interface{ Register(*grpc.Server) }
 }
@@ -77,12 +81,18 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if log == nil {
 		log = logx.Discard()
 	}
+	log = log.With(logx.KeyComponent, "archivalist")
+	sessions := guidesession.New(deps.Peers.Guide, cfg.GuideTimeout, log)
+	if sessions == nil {
+		log.Warn("no guide address configured: entries are not checked to be in the caller's own session")
+	}
 	return &Service{
-		cfg:     cfg,
-		log:     log.With(logx.KeyComponent, "archivalist"),
-		store:   &store{db: deps.DB},
-		bus:     deps.Bus,
-		metrics: newMetrics(deps.Registerer),
+		cfg:      cfg,
+		log:      log,
+		store:    &store{db: deps.DB},
+		bus:      deps.Bus,
+		metrics:  newMetrics(deps.Registerer),
+		sessions: sessions,
 	}, nil
 }
 
