@@ -136,6 +136,9 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if boundary == nil {
 		return nil, errors.New("toolexec: a boundary is required")
 	}
+	if err := protectProcess(); err != nil {
+		return nil, err
+	}
 	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
 	}
@@ -145,6 +148,19 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	e.RegisterParser("go vet", ParseGoDiagnostics)
 	return e, nil
 }
+
+// protectProcess makes this process non-dumpable, once. The commands an
+// executor runs share its user; without this they could read its startup
+// environment (the secrets StripEnv keeps from them: database addresses,
+// provider keys) and its memory through /proc/<pid>/environ and
+// /proc/<pid>/mem. A command is dumpable again once it has been exec'd, so
+// this changes nothing for the commands themselves.
+var protectProcess = sync.OnceValue(func() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return fmt.Errorf("toolexec: make this process non-dumpable: %w", errno)
+	}
+	return nil
+})
 
 // Pool is the executor's in-process slot pool, nil when it uses another
 // SlotPool (see Slots).

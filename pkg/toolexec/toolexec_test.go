@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,6 +66,61 @@ func (l *streamLog) count(prefix string) int {
 		}
 	}
 	return n
+}
+
+// A command shares the executor's user, yet cannot read the secrets in the
+// executor's startup environment (which StripEnv keeps out of its own)
+// through /proc, nor the executor's memory. The test binary runs itself
+// with a secret in its startup environment, as a service is started.
+func TestCommandsCannotReadTheExecutorsProcess(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("SYLK_TOOLEXEC_PROBE") != "" {
+		return // the child's own run of this test; it runs the probe below
+	}
+	bin := os.Args[0]
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// Root reads any process's /proc files; services run as a user
+		// of their own (the images' 65532), so the child runs as nobody,
+		// from a copy of the test binary that nobody may run.
+		dir := t.TempDir()
+		require.NoError(t, os.Chmod(dir, 0o755))
+		for d := filepath.Dir(dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+			require.NoError(t, os.Chmod(d, 0o755))
+		}
+		raw, err := os.ReadFile(bin)
+		require.NoError(t, err)
+		bin = filepath.Join(dir, "toolexec.test")
+		require.NoError(t, os.WriteFile(bin, raw, 0o755))
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	cmd := exec.Command(bin, "-test.run=^TestProcessProbe$", "-test.v")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "SYLK_TOOLEXEC_PROBE=1", "SYLK_POSTGRES_DSN=postgres://sylk:leak-in-environ@db/sylk")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "probe ran")
+	require.NotContains(t, string(out), "leak-in-environ")
+}
+
+// TestProcessProbe is the child of TestCommandsCannotReadTheExecutorsProcess.
+func TestProcessProbe(t *testing.T) {
+	if os.Getenv("SYLK_TOOLEXEC_PROBE") == "" {
+		t.Skip("run by TestCommandsCannotReadTheExecutorsProcess")
+	}
+	e, root := newExec(t, testConfig())
+	for _, probe := range []string{
+		`cat /proc/$PPID/environ`,
+		`tr '\0' '\n' < /proc/$PPID/environ`,
+		`head -c 64 /proc/$PPID/mem`,
+	} {
+		res, err := e.Execute(context.Background(), Invocation{Command: probe, WorkingDir: root})
+		require.NoError(t, err)
+		require.NotEqual(t, 0, res.ExitCode, "%s: %s", probe, res.Stdout)
+		t.Logf("%s: exit %d: %s%s", probe, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	t.Log("probe ran")
 }
 
 // Not parallel: it sets environment variables of the test process.
