@@ -446,6 +446,12 @@ func TestCreateRunRejectsInvalidRequests(t *testing.T) {
 			codes.InvalidArgument, "session_id"},
 		{"bad plan", userCtx("t1"), &orchestratorv1.CreateRunRequest{Plan: "plans/1", Dag: dagOf(cmd("a", "true"))},
 			codes.InvalidArgument, "plan"},
+		{"plan of another session", userCtx("t1"), &orchestratorv1.CreateRunRequest{SessionId: "0b7e5c1e-3c55-4d7e-9a51-5d1f0c2b9a10",
+			Plan: "sessions/5f0c1e2b-0000-4000-8000-000000000001/plans/p1", Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, "is in session 5f0c1e2b-0000-4000-8000-000000000001, but session_id is"},
+		{"plan without its session", userCtx("t1"), &orchestratorv1.CreateRunRequest{
+			Plan: "sessions/5f0c1e2b-0000-4000-8000-000000000001/plans/p1", Dag: dagOf(cmd("a", "true"))},
+			codes.InvalidArgument, `but session_id is ""`},
 		{"bad request id", userCtx("t1"), &orchestratorv1.CreateRunRequest{RequestId: "has space", Dag: dagOf(cmd("a", "true"))},
 			codes.InvalidArgument, "request_id"},
 		{"no identity", context.Background(), &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true"))},

@@ -49,8 +49,14 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	if err != nil {
 		return nil, err
 	}
-	if p := req.GetPlan(); p != "" && !planPattern.MatchString(p) {
-		return nil, status.Error(codes.InvalidArgument, `plan: want "sessions/{session}/plans/{plan}"`)
+	if p := req.GetPlan(); p != "" {
+		if !planPattern.MatchString(p) {
+			return nil, status.Error(codes.InvalidArgument, `plan: want "sessions/{session}/plans/{plan}"`)
+		}
+		// A plan is made in a session; its run is in the same one.
+		if planSession := strings.Split(p, "/")[1]; !strings.EqualFold(planSession, session) {
+			return nil, status.Errorf(codes.InvalidArgument, "plan: %s is in session %s, but session_id is %q", p, planSession, session)
+		}
 	}
 	if r := req.GetRequestId(); r != "" && !requestIDPattern.MatchString(r) {
 		return nil, status.Error(codes.InvalidArgument, "request_id: want 1-128 printable ASCII characters without spaces")
