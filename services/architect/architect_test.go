@@ -79,6 +79,19 @@ func (f *fakeOrchestrator) CreateRun(ctx context.Context, req *orchestratorv1.Cr
 	return &orchestratorv1.CreateRunResponse{Run: run}, nil
 }
 
+// CancelRun cancels a run it created, as the real one does.
+func (f *fakeOrchestrator) CancelRun(_ context.Context, req *orchestratorv1.CancelRunRequest) (*orchestratorv1.CancelRunResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, run := range f.runs {
+		if run.GetName() == req.GetName() {
+			run.State = orchestratorv1.RunState_RUN_STATE_CANCELLED
+			return &orchestratorv1.CancelRunResponse{Run: proto.Clone(run).(*orchestratorv1.Run)}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
+}
+
 // hold makes the next CreateRun wait for release once it closed entered.
 func (f *fakeOrchestrator) hold(entered, release chan struct{}) {
 	f.mu.Lock()
@@ -396,6 +409,53 @@ func TestPlanIsolation(t *testing.T) {
 	}
 	calls, _ := f.orch.recorded()
 	require.Empty(t, calls)
+}
+
+// An approval whose decision fails to store cancels the run it started;
+// approving again starts a new run rather than answering with the
+// cancelled one.
+func TestApprovalAfterAFailedStoreStartsANewRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
+	require.NoError(t, err)
+	p := created.GetPlan()
+
+	// The decision fails to store while the flag row exists.
+	for _, q := range []string{
+		`CREATE TABLE fail_approvals (x int)`,
+		`INSERT INTO fail_approvals VALUES (1)`,
+		`CREATE FUNCTION fail_approval() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.state = 'approved' AND EXISTS (SELECT 1 FROM fail_approvals) THEN
+				RAISE EXCEPTION 'the disk is full';
+			END IF;
+			RETURN NEW;
+		END $$`,
+		`CREATE TRIGGER fail_approval BEFORE UPDATE ON plans FOR EACH ROW EXECUTE FUNCTION fail_approval()`,
+	} {
+		_, err := f.svc.db.Exec(context.Background(), q)
+		require.NoError(t, err, q)
+	}
+	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	require.Error(t, err)
+	calls, _ := f.orch.recorded()
+	require.Len(t, calls, 1)
+	first := f.orch.runs[p.GetId()]
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, first.GetState(), "the run of the failed approval is cancelled")
+
+	_, err = f.svc.db.Exec(context.Background(), `DELETE FROM fail_approvals`)
+	require.NoError(t, err)
+	approved, err := f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, architectv1.PlanState_PLAN_STATE_APPROVED, approved.GetPlan().GetState())
+	require.NotEqual(t, first.GetName(), approved.GetRun().GetName())
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_PENDING, approved.GetRun().GetState())
+	require.Equal(t, approved.GetRun().GetName(), approved.GetPlan().GetRun())
+	calls, _ = f.orch.recorded()
+	require.Len(t, calls, 3, "the first request id answers the cancelled run; a second one starts the new run")
+	require.Equal(t, p.GetId()+"/after/"+first.GetId(), calls[2].GetRequestId())
 }
 
 func TestApprovePlan(t *testing.T) {

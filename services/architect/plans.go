@@ -301,6 +301,10 @@ func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansReque
 	return resp, nil
 }
 
+// maxApprovalRuns bounds the runs one approval call starts looking for one
+// that was not cancelled (see ApprovePlan).
+const maxApprovalRuns = 5
+
 // ApprovePlan submits an awaiting plan's DAG to the orchestrator and marks
 // the plan approved with the run it started. The plan id is the run's
 // request id, so a retried approval never starts a second run.
@@ -341,21 +345,36 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 		}
 		cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
 		defer cancel()
-		start := time.Now()
-		resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
-			SessionId:      sessionID,
-			Dag:            p.DAG,
-			MaxConcurrency: req.GetMaxConcurrency(),
-			Plan:           p.name(),
-			RequestId:      p.ID,
-			SessionLimits:  limits,
-			Context:        runContext(p.Intent),
-		})
-		s.metrics.orchestrator.Observe(time.Since(start).Seconds())
-		if err != nil {
-			return s.orchestratorError(ctx, p, err)
+		// The plan id is the run's request id. An approval whose decision
+		// failed to store cancelled the run it started; the plan is still
+		// awaiting approval, so its next approval starts a new run, under
+		// a request id naming the cancelled one (the same on every retry).
+		requestID := p.ID
+		for range maxApprovalRuns {
+			start := time.Now()
+			resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
+				SessionId:      sessionID,
+				Dag:            p.DAG,
+				MaxConcurrency: req.GetMaxConcurrency(),
+				Plan:           p.name(),
+				RequestId:      requestID,
+				SessionLimits:  limits,
+				Context:        runContext(p.Intent),
+			})
+			s.metrics.orchestrator.Observe(time.Since(start).Seconds())
+			if err != nil {
+				return s.orchestratorError(ctx, p, err)
+			}
+			run = resp.GetRun()
+			if run.GetState() != orchestratorv1.RunState_RUN_STATE_CANCELLED {
+				break
+			}
+			requestID = p.ID + "/after/" + run.GetId()
 		}
-		run = resp.GetRun()
+		if run.GetState() == orchestratorv1.RunState_RUN_STATE_CANCELLED {
+			run = nil // nothing to cancel
+			return status.Errorf(codes.Aborted, "the last %d runs started for %s were cancelled before its approval was stored; retry later", maxApprovalRuns, p.name())
+		}
 		now := s.now()
 		p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
 		return s.decideIn(ctx, tx, o, p, "approve")
