@@ -1,8 +1,8 @@
 // Package fanout carries a generation's stream over core NATS (B-06, B-09):
 // every chunk is published as a stream message on
-// <prefix>.llm.stream.<correlation id> for any agent or UI that follows the
-// generation, and a StreamControl "cancel" sent to
-// <prefix>.llm.stream.<correlation id>.control stops it early (a validator
+// <prefix>.llm.stream.<tenant>.<correlation id> for any agent or UI that
+// follows the generation, and a StreamControl "cancel" sent to
+// <prefix>.llm.stream.<tenant>.<correlation id>.control stops it early (a validator
 // that saw something unsafe, a user's Ctrl+C in another process).
 package fanout
 
@@ -23,6 +23,7 @@ import (
 
 // Meta is what every message of one generation carries.
 type Meta struct {
+	TenantID  string
 	SessionID string
 	Target    string
 	Model     string
@@ -47,6 +48,7 @@ type Message struct {
 	UUID          string            `json:"uuid"`
 	CorrelationID string            `json:"correlation_id"`
 	ParentID      string            `json:"parent_id"`
+	TenantID      string            `json:"tenant_id,omitempty"`
 	SessionID     string            `json:"session_id,omitempty"`
 	Source        string            `json:"source"`
 	Target        string            `json:"target,omitempty"`
@@ -65,17 +67,19 @@ type Control struct {
 // ErrCancelled is the cause of a generation stopped by a control message.
 var ErrCancelled = errors.New("llm stream cancelled by a control message")
 
-func subject(bus *natsx.Bus, correlationID string) string {
-	return bus.Subject("llm", "stream", natsx.Token(correlationID))
+// subject is a generation's: the tenant in it keeps one tenant's
+// generations apart from another's, whatever their correlation ids.
+func subject(bus *natsx.Bus, tenant, correlationID string) string {
+	return bus.Subject("llm", "stream", natsx.Token(tenant), natsx.Token(correlationID))
 }
 
-// Handler publishes each chunk of the generation correlationID (from
-// provider) and then hands it to next (which may be nil). Publishing is
+// Handler publishes each chunk of the generation correlationID of tenant
+// m.TenantID (from provider) and then hands it to next (which may be nil). Publishing is
 // fire-and-forget core NATS: a slow follower never slows the generation.
 func Handler(bus *natsx.Bus, provider, correlationID string, m Meta, next llm.Handler) llm.Handler {
-	subj := subject(bus, correlationID)
+	subj := subject(bus, m.TenantID, correlationID)
 	return func(c llm.Chunk) error {
-		msg := Message{UUID: uuid.NewString(), CorrelationID: correlationID, ParentID: correlationID, SessionID: m.SessionID,
+		msg := Message{UUID: uuid.NewString(), CorrelationID: correlationID, ParentID: correlationID, TenantID: m.TenantID, SessionID: m.SessionID,
 			Source: provider, Target: m.Target, Type: "stream", Priority: m.Priority,
 			Metadata: map[string]string{"model": m.Model, "agent_id": m.AgentID, "chunk_index": strconv.Itoa(c.Index), "chunk_type": string(c.Type)},
 			Chunk:    Chunk{Index: c.Index, Type: c.Type, Text: c.Text, ToolCall: c.ToolCall, Usage: c.Usage, StopReason: c.StopReason, Timestamp: c.Timestamp}}
@@ -92,9 +96,10 @@ func Handler(bus *natsx.Bus, provider, correlationID string, m Meta, next llm.Ha
 	}
 }
 
-// Subscribe calls fn for every message of generation correlationID, in order.
-func Subscribe(bus *natsx.Bus, correlationID string, fn func(Message)) (*nats.Subscription, error) {
-	sub, err := bus.Conn.Subscribe(subject(bus, correlationID), func(m *nats.Msg) {
+// Subscribe calls fn for every message of tenant's generation
+// correlationID, in order.
+func Subscribe(bus *natsx.Bus, tenant, correlationID string, fn func(Message)) (*nats.Subscription, error) {
+	sub, err := bus.Conn.Subscribe(subject(bus, tenant, correlationID), func(m *nats.Msg) {
 		var msg Message
 		if json.Unmarshal(m.Data, &msg) == nil {
 			fn(msg)
@@ -106,21 +111,21 @@ func Subscribe(bus *natsx.Bus, correlationID string, fn func(Message)) (*nats.Su
 	return sub, bus.Conn.Flush()
 }
 
-// Cancel asks whoever runs generation correlationID to stop it.
-func Cancel(bus *natsx.Bus, correlationID, reason string) error {
+// Cancel asks whoever runs tenant's generation correlationID to stop it.
+func Cancel(bus *natsx.Bus, tenant, correlationID, reason string) error {
 	b, _ := json.Marshal(Control{Action: "cancel", Reason: reason})
-	if err := bus.Conn.Publish(subject(bus, correlationID)+".control", b); err != nil {
+	if err := bus.Conn.Publish(subject(bus, tenant, correlationID)+".control", b); err != nil {
 		return fmt.Errorf("publish stream control: %w", err)
 	}
 	return bus.Conn.Flush()
 }
 
 // WithControl returns a context cancelled (cause wrapping ErrCancelled and
-// the reason) when a cancel control message for correlationID arrives; call
-// stop when the generation is over.
-func WithControl(ctx context.Context, bus *natsx.Bus, correlationID string) (context.Context, func(), error) {
+// the reason) when a cancel control message for tenant's correlationID
+// arrives; call stop when the generation is over.
+func WithControl(ctx context.Context, bus *natsx.Bus, tenant, correlationID string) (context.Context, func(), error) {
 	cctx, cancel := context.WithCancelCause(ctx)
-	sub, err := bus.Conn.Subscribe(subject(bus, correlationID)+".control", func(m *nats.Msg) {
+	sub, err := bus.Conn.Subscribe(subject(bus, tenant, correlationID)+".control", func(m *nats.Msg) {
 		var c Control
 		if json.Unmarshal(m.Data, &c) == nil && c.Action == "cancel" {
 			cancel(fmt.Errorf("%w: %s", ErrCancelled, c.Reason))

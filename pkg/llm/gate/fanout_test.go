@@ -34,7 +34,7 @@ func TestStreamFanOutAndControlCancel(t *testing.T) {
 	// Every chunk of a generation is published, in order, under its correlation id.
 	var mu sync.Mutex
 	var got []fanout.Message
-	sub, err := fanout.Subscribe(bus, "gen-1", func(m fanout.Message) { mu.Lock(); got = append(got, m); mu.Unlock() })
+	sub, err := fanout.Subscribe(bus, "t1", "gen-1", func(m fanout.Message) { mu.Lock(); got = append(got, m); mu.Unlock() })
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	r := req("plan the work", "architect", false)
@@ -46,6 +46,7 @@ func TestStreamFanOutAndControlCancel(t *testing.T) {
 	mu.Lock()
 	for i, m := range got {
 		require.Equal(t, "gen-1", m.CorrelationID)
+		require.Equal(t, "t1", m.TenantID)
 		require.Equal(t, "stream", m.Type)
 		require.Equal(t, i, m.Chunk.Index)
 		require.Equal(t, string(m.Chunk.Type), m.Metadata["chunk_type"])
@@ -60,7 +61,9 @@ func TestStreamFanOutAndControlCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Stream(t.Context(), r, acc.Handler(nil)) }()
 	require.Eventually(t, func() bool { return acc.Response().Content == "thinking " }, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, fanout.Cancel(bus, "gen-2", "unsafe output"))
+	// Another tenant's cancel for the same correlation id reaches nothing.
+	require.NoError(t, fanout.Cancel(bus, "t2", "gen-2", "not yours"))
+	require.NoError(t, fanout.Cancel(bus, "t1", "gen-2", "unsafe output"))
 	err = <-done
 	require.ErrorIs(t, err, fanout.ErrCancelled)
 	require.ErrorContains(t, err, "unsafe output")

@@ -491,7 +491,7 @@ func (g *Gate) Stream(ctx context.Context, req *llm.Request, h llm.Handler) erro
 			r.ID = uuid.NewString()
 		}
 		req = &r
-		cctx, stop, err := fanout.WithControl(ctx, g.streamBus, r.ID)
+		cctx, stop, err := fanout.WithControl(ctx, g.streamBus, r.TenantID, r.ID)
 		if err != nil {
 			return fmt.Errorf("llm gate: stream control: %w", err)
 		}
@@ -502,7 +502,7 @@ func (g *Gate) Stream(ctx context.Context, req *llm.Request, h llm.Handler) erro
 		acc := llm.NewAccumulator(p.Name(), r.Model)
 		h := h
 		if g.streamBus != nil {
-			h = fanout.Handler(g.streamBus, p.Name(), r.ID, fanout.Meta{SessionID: r.SessionID, Model: r.Model, AgentID: r.AgentID, Priority: llm.PriorityOf(r)}, h)
+			h = fanout.Handler(g.streamBus, p.Name(), r.ID, fanout.Meta{TenantID: r.TenantID, SessionID: r.SessionID, Model: r.Model, AgentID: r.AgentID, Priority: llm.PriorityOf(r)}, h)
 		}
 		delivered := false
 		start := time.Now()
