@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -390,6 +391,26 @@ func TestMeshRejectsBadInput(t *testing.T) {
 			map[string]any{"id": "a", "dependsOn": []string{"ghost"}, "command": "true"},
 		}}}, http.StatusBadRequest},
 		{"relative repository path", "", "POST", "/v1/repositories", map[string]any{"path": "relative/dir"}, http.StatusBadRequest},
+	}
+	// Page tokens carrying a time no row can have, in each service's form.
+	const farPast = "-210866803200000001"
+	id := "00000000-0000-4000-8000-000000000001"
+	for _, tok := range []struct{ name, path, raw string }{
+		{"sessions", "/v1/sessions", farPast + "." + id},
+		{"messages", "/v1/" + name + "/messages", farPast + "." + id},
+		{"plans", "/v1/" + name + "/plans", farPast + "." + id},
+		{"runs", "/v1/runs", farPast + "|" + id},
+		{"entries", "/v1/entries", farPast + "/" + id},
+		{"documents", "/v1/documents", farPast + "/" + id},
+	} {
+		tests = append(tests, struct {
+			name   string
+			key    string
+			method string
+			path   string
+			body   any
+			status int
+		}{"forged page token of " + tok.name, "", "GET", tok.path + "?pageToken=" + base64.RawURLEncoding.EncodeToString([]byte(tok.raw)), nil, http.StatusBadRequest})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

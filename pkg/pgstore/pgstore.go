@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -221,4 +222,22 @@ func IsUniqueViolation(err error) bool {
 // redactErr keeps a DSN's password out of parse errors.
 func redactErr(err error) error {
 	return errors.New(regexp.MustCompile(`://[^@/]*@`).ReplaceAllString(err.Error(), "://***@"))
+}
+
+// Microseconds since the Unix epoch of 0001-01-01 and of the end of 9999:
+// the times a page token may carry.
+const (
+	minTokenMicros = -62135596800_000000
+	maxTokenMicros = 253402300799_999999
+)
+
+// TokenTime turns the microseconds a page token carries back into a time,
+// refusing values outside years 1 to 9999 (PostgreSQL cannot compare some
+// of them, and no stored row has them), so that a forged token is an
+// invalid argument, not a database error.
+func TokenTime(micros int64) (time.Time, bool) {
+	if micros < minTokenMicros || micros > maxTokenMicros {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(micros).UTC(), true
 }

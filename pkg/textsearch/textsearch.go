@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/pgstore"
 )
 
 // HeadlineOptions make ts_headline return short plain-text fragments with
@@ -88,7 +89,11 @@ func ParseToken(tok string) (*Cursor, error) {
 	if err != nil {
 		return nil, ErrBadToken
 	}
-	return &Cursor{Created: time.UnixMicro(micros).UTC(), ID: id}, nil
+	t, ok := pgstore.TokenTime(micros)
+	if !ok {
+		return nil, ErrBadToken
+	}
+	return &Cursor{Created: t, ID: id}, nil
 }
 
 // Clip keeps the head of s within n bytes, marking the cut.

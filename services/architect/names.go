@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/pgstore"
 )
 
 func planName(sessionID, id string) string { return "sessions/" + sessionID + "/plans/" + id }
@@ -65,10 +66,11 @@ func decodeCursor(token string) (*planCursor, error) {
 	}
 	us, id, ok := strings.Cut(string(raw), ".")
 	micros, perr := strconv.ParseInt(us, 10, 64)
-	if !ok || perr != nil || !ids.Valid(id) {
+	t, inRange := pgstore.TokenTime(micros)
+	if !ok || perr != nil || !inRange || !ids.Valid(id) {
 		return nil, invalid("page_token", "not a token this service issued")
 	}
-	return &planCursor{CreateTime: time.UnixMicro(micros).UTC(), ID: id}, nil
+	return &planCursor{CreateTime: t, ID: id}, nil
 }
 
 // clip shortens s to at most n bytes on a rune boundary, marking the cut.

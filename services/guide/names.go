@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/pgstore"
 )
 
 const sessionsCollection = "sessions/"
@@ -56,10 +57,11 @@ func decodeCursor(token string) (time.Time, string, error) {
 	}
 	us, id, ok := strings.Cut(string(raw), ".")
 	micros, perr := strconv.ParseInt(us, 10, 64)
-	if !ok || perr != nil || !ids.Valid(id) {
+	t, inRange := pgstore.TokenTime(micros)
+	if !ok || perr != nil || !inRange || !ids.Valid(id) {
 		return time.Time{}, "", invalid("page_token", "not a token this service issued")
 	}
-	return time.UnixMicro(micros).UTC(), id, nil
+	return t, id, nil
 }
 
 // truncate shortens s to at most n bytes for use in messages, on a rune

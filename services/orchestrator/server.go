@@ -419,10 +419,11 @@ func decodeCursor(tok string) (*pageCursor, error) {
 	}
 	ts, id, ok := strings.Cut(string(b), "|")
 	us, err := strconv.ParseInt(ts, 10, 64)
-	if !ok || err != nil || !ids.Valid(id) {
+	t, inRange := pgstore.TokenTime(us)
+	if !ok || err != nil || !inRange || !ids.Valid(id) {
 		return nil, errors.New("malformed page token")
 	}
-	return &pageCursor{CreateTime: time.UnixMicro(us), ID: id}, nil
+	return &pageCursor{CreateTime: t, ID: id}, nil
 }
 
 // internal logs err and returns a status that does not leak it: the
