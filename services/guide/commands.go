@@ -242,8 +242,14 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 		return s.switchCommand(ctx, env, id, "Switched to "+sessionName(id), nil)
 	case "suspend", "resume":
 		id, ok := target()
-		if !ok && args[0] == "resume" {
-			return commandResult{reply: "usage: /session resume <session id>"}, nil
+		if !ok && (args[0] == "resume" || len(args) > 1) {
+			// Only a bare /session suspend means this session: a mistyped
+			// id must not suspend the one the user is in.
+			usage := "usage: /session resume <session id>"
+			if args[0] == "suspend" {
+				usage = "usage: /session suspend [session id] (no id: this session)"
+			}
+			return commandResult{reply: usage}, nil
 		}
 		if !ok {
 			id = env.session.ID

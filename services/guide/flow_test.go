@@ -628,6 +628,12 @@ func TestSlashCommandsTier0(t *testing.T) {
 	old, err = f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, old.GetSession().GetState())
+	// A mistyped id is refused; it does not suspend this session.
+	typo := f.send(t, ctx, s, "/session suspend "+s.GetId()[:8])
+	require.Contains(t, typo.GetReply(), "usage: /session suspend [session id]")
+	old, err = f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, old.GetSession().GetState())
 	susp := f.send(t, ctx, s, "/session suspend")
 	require.Contains(t, susp.GetReply(), "is suspended")
 }
