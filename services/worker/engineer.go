@@ -214,6 +214,9 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 			}
 			return nil
 		}
+		if !d.Type().IsRegular() {
+			return nil // a symlink may lead out of the workspace
+		}
 		if len(files) >= maxPromptFiles {
 			return filepath.SkipAll
 		}
@@ -221,8 +224,15 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 		files = append(files, rel)
 		return nil
 	})
+	// Read through a root: a file swapped for a symlink meanwhile cannot
+	// lead out of the workspace either.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return b.String()
+	}
+	defer root.Close()
 	for _, f := range files {
-		data, err := os.ReadFile(filepath.Join(dir, f))
+		data, err := root.ReadFile(f)
 		if err != nil || len(data) > maxPromptFileBytes || b.Len()+len(data) > maxPromptBytes || !isText(data) {
 			fmt.Fprintf(&b, "\n- %s\n", f)
 			continue

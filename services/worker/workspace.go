@@ -220,28 +220,28 @@ func conventionalMessage(nodeID, name string) string {
 }
 
 // applyEdits writes the node's explicit edits inside the checkout; a path
-// that leaves it is refused.
+// that leaves it, lexically or through a symlink (one in the repository, or
+// one an earlier command made), is refused before anything is created. The
+// writes go through an os.Root, so a symlink swapped in meanwhile cannot
+// lead out either.
 func applyEdits(dir string, edits map[string]string) ([]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace: %w", err)
+	}
+	defer root.Close()
 	var written []string
 	for p, content := range edits {
 		clean := filepath.Clean(p)
 		if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) || clean == ".git" || strings.HasPrefix(clean, ".git"+string(filepath.Separator)) {
 			return written, fmt.Errorf("edit %q: must be a relative path inside the workspace", p)
 		}
-		full := filepath.Join(dir, clean)
-		// Resolve the parent: a symlink inside the checkout must not lead out.
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return written, fmt.Errorf("edit %q: %w", p, err)
+		if parent := filepath.Dir(clean); parent != "." {
+			if err := root.MkdirAll(parent, 0o755); err != nil {
+				return written, fmt.Errorf("edit %q: %w", p, err)
+			}
 		}
-		parent, err := filepath.EvalSymlinks(filepath.Dir(full))
-		if err != nil {
-			return written, fmt.Errorf("edit %q: %w", p, err)
-		}
-		root, _ := filepath.EvalSymlinks(dir)
-		if rel, err := filepath.Rel(root, parent); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return written, fmt.Errorf("edit %q: resolves outside the workspace", p)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+		if err := root.WriteFile(clean, []byte(content), 0o644); err != nil {
 			return written, fmt.Errorf("edit %q: %w", p, err)
 		}
 		written = append(written, clean)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
 )
 
@@ -176,4 +177,45 @@ func BenchmarkNoopTask(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 		})
 	}
+}
+
+// Edits stay in the workspace whatever symlinks it holds: one naming a file
+// outside (as a repository may commit), one naming a directory outside,
+// and one inside, which may be written through. A refused edit creates
+// nothing outside either.
+func TestEditsDoNotFollowSymlinksOut(t *testing.T) {
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(outside, "victim"), filepath.Join(dir, "link")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(dir, "dl")))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "pkg"), 0o755))
+	require.NoError(t, os.Symlink("pkg", filepath.Join(dir, "alias")))
+
+	for _, p := range []string{"link", "dl/x", "dl/sub/x", "../x", "/etc/x", "a/../../x", ".git/config"} {
+		_, err := applyEdits(dir, map[string]string{p: "PWNED\n"})
+		require.Error(t, err, p)
+	}
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing was written or created outside")
+
+	written, err := applyEdits(dir, map[string]string{"alias/a.go": "package pkg\n", "new/dir/b.go": "package dir\n"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"alias/a.go", "new/dir/b.go"}, written)
+	got, err := os.ReadFile(filepath.Join(dir, "pkg", "a.go"))
+	require.NoError(t, err)
+	require.Equal(t, "package pkg\n", string(got))
+}
+
+// The Engineer's prompt shows the workspace's regular files only: a symlink
+// to a file outside is not read into what goes to the model.
+func TestEngineerPromptSkipsSymlinks(t *testing.T) {
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("TOP-SECRET-OUTSIDE\n"), 0o600))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(dir, "notes.txt")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n"), 0o644))
+	prompt := engineerPrompt(&messagev1.TaskDispatch{}, &orchestratorv1.Node{Id: "n", Prompt: "tidy"}, dir, nil)
+	require.Contains(t, prompt, "package main")
+	require.NotContains(t, prompt, "TOP-SECRET-OUTSIDE")
 }
