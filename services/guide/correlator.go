@@ -199,7 +199,14 @@ func (s *Service) deadLetter(ctx context.Context, env *messagev1.Envelope, reaso
 
 func deadLetterName(id string) string { return "deadLetters/" + id }
 
-// ListDeadLetters returns the tenant's dead letters, newest first.
+// deadLetterVisible is the condition ($1 tenant, $2 caller, $3 whether the
+// caller is an admin) under which a dead letter is the caller's: an admin
+// sees the tenant's every dead letter, anyone else those of their own
+// sessions, since replaying one sends its user's message again.
+const deadLetterVisible = `tenant_id = $1 AND ($3 OR session_id IN (SELECT id::text FROM sessions WHERE tenant_id = $1 AND user_id = $2))`
+
+// ListDeadLetters returns the caller's dead letters (an admin's: the
+// tenant's), newest first.
 func (s *Service) ListDeadLetters(ctx context.Context, req *guidev1.ListDeadLettersRequest) (*guidev1.ListDeadLettersResponse, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
@@ -214,8 +221,8 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *guidev1.ListDeadLett
 		return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, session_id, target, correlation_id, reason, message_type, create_time,
-		replay_count, last_replay_time FROM dead_letters WHERE tenant_id = $1 AND ($2 = '' OR session_id = $2)
-		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, strings.ToLower(sid), size)
+		replay_count, last_replay_time FROM dead_letters WHERE `+deadLetterVisible+` AND ($4 = '' OR session_id = $4)
+		ORDER BY create_time DESC, id LIMIT $5`, who.TenantID, who.UserID, who.Role == identity.RoleAdmin, strings.ToLower(sid), size)
 	if err != nil {
 		return nil, s.toStatus(ctx, "list dead letters", err)
 	}
@@ -259,7 +266,8 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 	}
 	var raw []byte
 	var target string
-	err = s.db.QueryRow(ctx, `SELECT envelope, target FROM dead_letters WHERE tenant_id = $1 AND id = $2`, who.TenantID, id).Scan(&raw, &target)
+	err = s.db.QueryRow(ctx, `SELECT envelope, target FROM dead_letters WHERE `+deadLetterVisible+` AND id = $4`,
+		who.TenantID, who.UserID, who.Role == identity.RoleAdmin, id).Scan(&raw, &target)
 	if err == pgx.ErrNoRows {
 		return nil, s.toStatus(ctx, "replay dead letter", &notFoundError{kind: "dead letter", name: req.GetName()})
 	}

@@ -361,6 +361,16 @@ func TestRequestTimeoutAndDeadLetters(t *testing.T) {
 	none, err := f.svc.ListDeadLetters(as("t2", "u1"), &guidev1.ListDeadLettersRequest{})
 	require.NoError(t, err)
 	require.Empty(t, none.GetDeadLetters())
+	// Another member of the tenant neither sees nor replays it (a replay
+	// sends u1's message again); an admin of the tenant sees it.
+	theirs, err := f.svc.ListDeadLetters(as("t1", "u2"), &guidev1.ListDeadLettersRequest{})
+	require.NoError(t, err)
+	require.Empty(t, theirs.GetDeadLetters())
+	_, err = f.svc.ReplayDeadLetter(as("t1", "u2"), &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
+	requireCode(t, err, codes.NotFound, "not found")
+	all, err := f.svc.ListDeadLetters(asAdmin("t1", "admin"), &guidev1.ListDeadLettersRequest{})
+	require.NoError(t, err)
+	require.Len(t, all.GetDeadLetters(), 1)
 
 	rep, err := f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
 	require.NoError(t, err)
@@ -568,11 +578,12 @@ func TestClarificationAndRelay(t *testing.T) {
 	require.NoError(t, proto.Unmarshal(msg.Data(), out))
 	require.True(t, proto.Equal(relayed, out), "relayed unchanged")
 
-	// An agent of another tenant's session is refused.
+	// An agent of another tenant's session is refused (a dead letter of
+	// that tenant, outside its users' sessions: its admins see it).
 	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t2", SessionId: s.GetId(), Source: "librarian", Target: "architect",
 		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Text: "leak"}}})
 	require.Eventually(t, func() bool {
-		dl, err := f.svc.ListDeadLetters(as("t2", "u1"), &guidev1.ListDeadLettersRequest{})
+		dl, err := f.svc.ListDeadLetters(asAdmin("t2", "admin"), &guidev1.ListDeadLettersRequest{})
 		return err == nil && len(dl.GetDeadLetters()) == 1
 	}, 10*time.Second, 20*time.Millisecond)
 	_, err = arch.Next(jetstreamWait(300 * time.Millisecond))

@@ -53,6 +53,11 @@ func as(tenant, user string) context.Context {
 	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: user, Role: identity.RoleMember})
 }
 
+// asAdmin is an admin of tenant.
+func asAdmin(tenant, user string) context.Context {
+	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: user, Role: identity.RoleAdmin})
+}
+
 func (f fixture) createSession(t *testing.T, ctx context.Context, name string) *guidev1.Session {
 	t.Helper()
 	resp, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{DisplayName: name}})
