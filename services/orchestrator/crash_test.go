@@ -107,9 +107,12 @@ func TestCrashRecoveryAfterKill(t *testing.T) {
 	h := &harness{db: db, bus: bus}
 	h.startWorker(t, 3)
 
-	// 8 layers of 3, each node depending on the whole previous layer.
+	// 12 layers of 3, each node depending on the whole previous layer: what
+	// is left after the kill takes longer than the lease (1s), so the run
+	// cannot end on the results in flight alone, which any replica applies;
+	// the second replica has to take it over.
 	var nodes []*orchestratorv1.Node
-	for l := range 8 {
+	for l := range 12 {
 		for i := range 3 {
 			n := cmd(fmt.Sprintf("n%d-%d", l, i), fmt.Sprintf("sleep 0.2; echo l%d-%d", l, i))
 			if l > 0 {

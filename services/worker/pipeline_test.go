@@ -153,15 +153,30 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"git merge HEAD", "git merge is not allowed"},
 		{"git pull", "git pull is not allowed"},
 		{"git reset --hard HEAD", "git reset --hard is not allowed"},
+		// What git itself accepts for the same: options before the
+		// subcommand, aliases, abbreviations.
+		{"git -C . --no-pager push origin HEAD", "git push is not allowed"},
+		{"git send-pack /tmp/x HEAD", "git send-pack is not allowed"},
+		{"git -c alias.p=push p origin HEAD", "with an alias on the command line"},
+		{"git -cAlias.m=merge m HEAD", "with an alias on the command line"},
+		{"git config alias.m merge && git m HEAD", "git merge (through an alias) is not allowed"},
+		{"git config alias.up '!git push' && git up", "git push (through an alias) is not allowed"},
+		{"git config alias.wipe 'reset --hard' && git wipe", "git reset --hard (through an alias) is not allowed"},
+		{"git reset --har HEAD", "git reset --hard is not allowed"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
 		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
 		require.Equal(t, int32(1), out.msg.GetExitCode(), c.cmd)
-		require.Contains(t, out.msg.GetStderr(), c.want)
-		require.Contains(t, out.meta[MetaGitAudit], "agent: git "+strings.TrimPrefix(c.cmd, "git "))
+		require.Contains(t, out.msg.GetStderr(), c.want, c.cmd)
+		require.Contains(t, out.meta[MetaGitAudit], "agent: git ", c.cmd)
 	}
-	node := &orchestratorv1.Node{Id: "ok", Name: "fix typo", Command: "git status --short && echo changed >> calc.go"}
+	// The checkout has no remote to push to, even with a git that is not
+	// the guard.
+	node := &orchestratorv1.Node{Id: "r", Command: "test -z \"$(git remote)\" && echo no-remote"}
 	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	require.Equal(t, "no-remote\n", out.msg.GetStdout(), out.msg.GetStderr())
+	node = &orchestratorv1.Node{Id: "ok", Name: "fix typo", Command: "git status --short && echo changed >> calc.go"}
+	out, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
 	require.Contains(t, out.meta[MetaGitAudit], "agent: git status --short")
 	require.Contains(t, out.meta[MetaGitAudit], "worker: git commit --quiet --no-verify -m fix(ok): fix typo")
@@ -204,4 +219,38 @@ func TestConventionalMessage(t *testing.T) {
 	require.Equal(t, "feat(api): add handler", conventionalMessage("api", "add handler"))
 	require.Equal(t, "fix(n1): fix the bug", conventionalMessage("n1", "fix the bug"))
 	require.Equal(t, "feat(a-b): task A.B", conventionalMessage("A.B", ""))
+}
+
+// A task's command may write what git would run (hooks, a file-system
+// monitor, an external diff program, a global configuration in $HOME); none
+// of it runs in the worker's own git calls, which also never see the
+// worker's secrets. Not parallel: it sets an environment variable.
+func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
+	t.Setenv("SYLK_PROBE_DSN", "postgres://sylk:leak@db/sylk")
+	repo, base := gitRepo(t)
+	s := pipelineService(t)
+	out := t.TempDir()
+	require.NoError(t, os.Chmod(out, 0o777))
+	plant := strings.Join([]string{
+		`printf '#!/bin/sh\nenv > ` + out + `/fsmonitor.env\nexit 1\n' > .git/fsm && chmod +x .git/fsm && git config core.fsmonitor "$PWD/.git/fsm"`,
+		`printf '#!/bin/sh\nenv > ` + out + `/hook.env\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit`,
+		`printf '#!/bin/sh\necho FORGED-PATCH\n' > .git/extdiff && chmod +x .git/extdiff && git config diff.external "$PWD/.git/extdiff"`,
+		`printf '[core]\n\thooksPath = %s/.git/hooks\n' "$PWD" > "$HOME/.gitconfig"`,
+		`echo changed >> calc.go`,
+	}, " && ")
+	res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+	require.Contains(t, res.meta[MetaPatch], "+changed")
+	require.NotContains(t, res.meta[MetaPatch], "FORGED-PATCH")
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no hook or monitor the task wrote ran")
+
+	// A task that replaces the checkout's .git gets its changes refused,
+	// not committed into whatever repository the new .git names.
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap",
+		Command: "rm -rf .git && git init --quiet . && echo changed >> calc.go"}))
+	require.NotEqual(t, int32(0), res.msg.GetExitCode())
+	require.Contains(t, res.msg.GetError(), "the task replaced the checkout's .git")
+	require.Empty(t, res.meta[MetaPatch])
 }

@@ -559,7 +559,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	var wsp *workspace
 	if repo != "" {
-		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit])
+		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.StripEnv(os.Environ(), s.cfg.Tools.ExtraSecretPatterns, nil))
 		if err != nil {
 			if ctx.Err() != nil {
 				return taskOutcome{}, true

@@ -44,17 +44,40 @@ type workspace struct {
 	dir   string // the checkout, where commands run
 	base  string // the starting commit
 	git   string // the real git binary
+	env   []string
 	audit *gitAudit
 	log   *slog.Logger
+	// gitDir is the checkout's .git as cloned, and config its
+	// configuration then: the task's commands run as the worker's user and
+	// may change both, so the worker's own git calls check the one and
+	// restore the other first (see secureGit).
+	gitDir os.FileInfo
+	config []byte
 }
 
-// run runs one of the worker's own git commands in the checkout, audited.
+// gitHardening are the options of every git call of the worker's own after
+// the clone: no hooks and no file-system monitor, whatever the checkout's
+// files say, so that no program the task left there runs as the worker.
+var gitHardening = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+
+// run runs one of the worker's own git commands in the checkout, audited,
+// with the environment stripped of secrets, no global configuration (the
+// task may write $HOME/.gitconfig) and, after the clone, the checkout's
+// configuration as cloned.
 func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, w.git, args...)
+	full := args
+	if w.gitDir != nil {
+		if err := w.secureGit(); err != nil {
+			w.audit.add("worker: refused git " + strings.Join(args, " ") + ": " + err.Error())
+			return "", err
+		}
+		full = append(slices.Clip(gitHardening), args...)
+	}
+	cmd := exec.CommandContext(ctx, w.git, full...)
 	cmd.Dir = w.dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME="+w.root,
+	cmd.Env = append(slices.Clip(w.env), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
 		"GIT_AUTHOR_NAME=Sylk Engineer", "GIT_AUTHOR_EMAIL=engineer@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Engineer", "GIT_COMMITTER_EMAIL=engineer@sylk.invalid")
 	out, err := cmd.CombinedOutput()
@@ -66,6 +89,39 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// secureGit checks that the checkout's .git is still the directory the
+// clone made (not a symlink, a file naming another repository, or a new
+// directory) and puts back its configuration as cloned, so that nothing
+// the task wrote there (hooks paths, file-system monitors, filters,
+// external diff programs, includes) takes effect in the worker's git.
+func (w *workspace) secureGit() error {
+	gd := filepath.Join(w.dir, ".git")
+	fi, err := os.Lstat(gd)
+	if err != nil || !fi.IsDir() || !os.SameFile(fi, w.gitDir) {
+		return errors.New("the task replaced the checkout's .git; its changes are not taken")
+	}
+	root, err := os.OpenRoot(gd)
+	if err != nil {
+		return fmt.Errorf("open the checkout's .git: %w", err)
+	}
+	defer root.Close()
+	if err := root.RemoveAll("config"); err != nil {
+		return fmt.Errorf("restore the checkout's git configuration: %w", err)
+	}
+	f, err := root.OpenFile("config", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("restore the checkout's git configuration: %w", err)
+	}
+	_, err = f.Write(w.config)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("restore the checkout's git configuration: %w", err)
+	}
+	return nil
+}
+
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
@@ -75,19 +131,30 @@ func lastLine(s string) string {
 }
 
 // openWorkspace clones repo into root/src at base (spec B-27: every task
-// starts from the run's starting commit) and installs the git guard.
-func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base string) (*workspace, error) {
+// starts from the run's starting commit) and installs the git guard. env
+// is the environment of the worker's own git calls, stripped of secrets.
+func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base string, env []string) (*workspace, error) {
 	gitPath, err := exec.LookPath("git")
 	if err != nil {
 		return nil, errors.New("git is not installed on the worker")
 	}
-	w := &workspace{root: root, dir: filepath.Join(root, "src"), base: base, git: gitPath, audit: &gitAudit{}, log: log}
+	w := &workspace{root: root, dir: filepath.Join(root, "src"), base: base, git: gitPath, env: env, audit: &gitAudit{}, log: log}
 	// Clone from the parent directory: the checkout does not exist yet.
 	w.dir = root
 	if _, err := w.run(ctx, "clone", "--quiet", "--no-checkout", repo, "src"); err != nil {
 		return nil, err
 	}
 	w.dir = filepath.Join(root, "src")
+	// The checkout has no remote: an agent's git finds nothing to push to.
+	if _, err := w.run(ctx, "remote", "remove", "origin"); err != nil {
+		return nil, err
+	}
+	if w.gitDir, err = os.Lstat(filepath.Join(w.dir, ".git")); err != nil {
+		return nil, err
+	}
+	if w.config, err = os.ReadFile(filepath.Join(w.dir, ".git", "config")); err != nil {
+		return nil, err
+	}
 	if _, err := w.run(ctx, "-c", "advice.detachedHead=false", "checkout", "--quiet", base); err != nil {
 		return nil, err
 	}
@@ -98,20 +165,51 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 }
 
 // guardScript is the git an agent's commands see: it refuses push, merge
-// (and pull, which merges) and reset --hard (spec F-29..F-32), logs every
-// call, and runs the real git otherwise.
+// (and pull, which merges), send-pack and reset --hard (spec F-29..F-32),
+// logs every call, and runs the real git otherwise. It finds the
+// subcommand as git does, after git's own options, and looks through
+// aliases (set with -c or in the configuration) and the abbreviations of
+// --hard git accepts. It guards the git on PATH only: a command that runs
+// another git directly is not stopped, which is why the checkout also has
+// no remote to push to.
 const guardScript = `#!/bin/sh
+set -f
 printf '%%s\n' "$*" >> '%s'
-hard=0; reset=0
-for a in "$@"; do
-  case "$a" in
-    push|merge|pull) echo "sylk: git $a is not allowed for agents" >&2; exit 1 ;;
-    reset) reset=1 ;;
-    --hard) hard=1 ;;
+real='%s'
+deny() { echo "sylk: git $1 is not allowed for agents" >&2; exit 1; }
+# check SUBCOMMAND ARGS...: refuse what agents may not do.
+check() {
+  case "$1" in
+    push|merge|pull|send-pack) deny "$1" ;;
+    reset) for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
   esac
-done
-if [ $reset = 1 ] && [ $hard = 1 ]; then echo "sylk: git reset --hard is not allowed for agents" >&2; exit 1; fi
-exec '%s' "$@"
+}
+# alias NAME=VALUE given on the command line: refuse aliases outright.
+noalias() { case "$1" in [Aa][Ll][Ii][Aa][Ss].*) deny "with an alias on the command line" ;; esac; }
+scan() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -c|--config-env) noalias "$2"; shift 2; continue ;;
+      -c*) noalias "${1#-c}" ;;
+      --config-env=*) noalias "${1#--config-env=}" ;;
+      -C|--git-dir|--work-tree|--namespace|--super-prefix) shift 2; continue ;;
+      -*) ;;
+      *)
+        check "$@"
+        exp=$("$real" config --get "alias.$1" 2>/dev/null)
+        if [ -n "$exp" ]; then
+          for w in $exp; do
+            case "$w" in push|merge|pull|send-pack) deny "$w (through an alias)" ;; esac
+          done
+          case " $exp " in *" reset "*) for w in $exp "$@"; do case "$w" in --h|--ha|--har|--hard) deny "reset --hard (through an alias)" ;; esac; done ;; esac
+        fi
+        return ;;
+    esac
+    shift
+  done
+}
+scan "$@"
+exec "$real" "$@"
 `
 
 func (w *workspace) guardDir() string { return filepath.Join(w.root, ".bin") }
