@@ -180,6 +180,13 @@ func TestDockerfileWorkerStage(t *testing.T) {
 	copies := worker.all("COPY")
 	require.Len(t, copies, 1)
 	require.Contains(t, copies[0].flags, "--from=build")
+	// An init reaps the processes task commands leave behind.
+	entry := worker.all("ENTRYPOINT")
+	require.Len(t, entry, 1)
+	var argv []string
+	require.NoError(t, json.Unmarshal([]byte(entry[0].args), &argv))
+	require.Equal(t, []string{"/usr/bin/tini", "--", "/usr/local/bin/sylk-entrypoint"}, argv)
+	require.Contains(t, worker.all("RUN")[0].args, " tini", "the worker stage installs tini")
 	require.Equal(t, m.stages[len(m.stages)-1].name, "service", "the distroless stage stays the default (last) target")
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,8 +383,11 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 		closeAll(outR, outW)
 		return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
+	marker := sweeper.begin() // orphans.go
+	defer sweeper.end(marker)
+	env := slices.DeleteFunc(StripEnv(os.Environ(), e.cfg.ExtraSecretPatterns, inv.Env), isMarker)
 	cmd := &exec.Cmd{Path: path, Args: av, Dir: dir,
-		Env:         StripEnv(os.Environ(), e.cfg.ExtraSecretPatterns, inv.Env),
+		Env:         append(env, RunMarkerEnv+"="+marker),
 		Stdin:       inv.Stdin,
 		Stdout:      outW,
 		Stderr:      errW,
@@ -465,6 +469,8 @@ wait:
 	}
 	return res, nil
 }
+
+func isMarker(kv string) bool { return strings.HasPrefix(kv, RunMarkerEnv+"=") }
 
 // lookPath finds a program on the invocation's PATH when it sets one (the
 // child would search that), else on the executor's.

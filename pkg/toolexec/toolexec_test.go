@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func testConfig() Config {
@@ -364,6 +366,59 @@ func TestOrphansAreKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode)
 	require.Eventually(t, func() bool { return groupGone(res.PID) }, 5*time.Second, 10*time.Millisecond)
+}
+
+// A process that left its command's process group (a new session) is out
+// of the group kill's reach; the orphan sweeper kills it once its command
+// ended, and not before.
+func TestOrphansInANewSessionAreSwept(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("setsid"); err != nil {
+		testenv.MissingTool(t, "setsid")
+	}
+	e, root := newExec(t, testConfig())
+	pidFile := filepath.Join(root, "escaped.pid")
+	alive := func() bool {
+		raw, err := os.ReadFile(pidFile)
+		if err != nil || len(strings.TrimSpace(string(raw))) == 0 {
+			return false
+		}
+		stat, err := os.ReadFile("/proc/" + strings.TrimSpace(string(raw)) + "/stat")
+		if err != nil {
+			return false
+		}
+		// The state follows the command name in parentheses: a zombie
+		// is gone for this purpose.
+		_, after, _ := strings.Cut(string(stat), ") ")
+		return !strings.HasPrefix(after, "Z")
+	}
+	// The command waits for the escaped process to write its pid, so the
+	// escape happened while the command ran.
+	script := `setsid sh -c 'echo $$ > escaped.pid; exec sleep 300' >/dev/null 2>&1 </dev/null &
+while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan Result, 1)
+	go func() {
+		res, err := e.Execute(ctx, Invocation{Command: script + "; sleep 300", WorkingDir: root})
+		require.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, alive, 10*time.Second, 5*time.Millisecond)
+	SweepOrphans()
+	require.True(t, alive(), "a process of a running command is left alone")
+	cancel()
+	res := <-done
+	require.True(t, res.Cancelled)
+	require.True(t, alive(), "the group kill does not reach a process in its own session")
+	require.GreaterOrEqual(t, SweepOrphans(), 1)
+	require.Eventually(t, func() bool { return !alive() }, 5*time.Second, 10*time.Millisecond)
+
+	// A command cannot pose as another run: its own marker wins.
+	res, err := e.Execute(context.Background(), Invocation{Command: "env", WorkingDir: root, Env: map[string]string{RunMarkerEnv: "forged"}})
+	require.NoError(t, err)
+	require.NotContains(t, res.Stdout, RunMarkerEnv+"=forged")
+	require.Contains(t, res.Stdout, RunMarkerEnv+"="+sweeper.prefix)
 }
 
 func TestPartialOutputOnCancel(t *testing.T) {

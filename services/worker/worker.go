@@ -159,6 +159,9 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	}
 	f := promauto.With(reg)
 	registerCacheMetrics(f, ex)
+	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_orphans_killed_total",
+		Help: "Processes a task command left running outside its process group, killed after it ended."},
+		func() float64 { return float64(toolexec.OrphansKilled()) })
 	return &Service{
 		cfg:     cfg,
 		log:     log.With(logx.KeyComponent, "worker"),
