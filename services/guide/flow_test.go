@@ -147,6 +147,9 @@ func TestSessionStateMachine(t *testing.T) {
 
 	_, err = f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Config: &guidev1.SessionConfig{MaxEngineers: -1}}})
 	requireCode(t, err, codes.InvalidArgument, "session.config.max_engineers")
+	_, err = f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Config: &guidev1.SessionConfig{
+		TaskTimeout: &durationpb.Duration{Seconds: 500 * 365 * 24 * 3600}}}})
+	requireCode(t, err, codes.InvalidArgument, "session.config.task_timeout: must be between 1s and 8784h0m0s (a year)")
 }
 
 // Acceptance behaviour 14.

@@ -24,6 +24,7 @@ const (
 	maxSessionTasks     = 256
 	maxSessionEngineers = 64
 	minSessionDuration  = time.Second
+	maxSessionDuration  = 366 * 24 * time.Hour
 	maxResultBytes      = 1024
 )
 
@@ -71,8 +72,8 @@ func (s *Service) sessionConfigFromProto(p *guidev1.SessionConfig) (sessionConfi
 		if v == 0 {
 			continue
 		}
-		if v < minSessionDuration {
-			return c, invalid("session.config."+d.field, "must be at least %s, got %s", minSessionDuration, v)
+		if v < minSessionDuration || v > maxSessionDuration {
+			return c, invalid("session.config."+d.field, "must be between %s and %s (a year), got %s", minSessionDuration, maxSessionDuration, v)
 		}
 		*d.out = v
 	}
