@@ -217,8 +217,55 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		g.serveSSE(w, r, parent)
 		return
 	}
+	if strings.HasSuffix(r.URL.Path, ":stream") {
+		// A stream that fails before its first message answers with the
+		// JSON error form, as every other call does.
+		w = &streamStartError{ResponseWriter: w}
+	}
 	g.mux.ServeHTTP(w, r)
 }
+
+// streamStartError rewrites the error a newline-delimited JSON stream
+// writes before any message ({"error": {...}} with an error status) into
+// the gateway's JSON error form. Errors after the first message keep the
+// stream's own framing.
+type streamStartError struct {
+	http.ResponseWriter
+	started, failed bool
+}
+
+func (s *streamStartError) WriteHeader(code int) {
+	if !s.started {
+		s.started, s.failed = true, code >= http.StatusBadRequest
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *streamStartError) Write(b []byte) (int, error) {
+	s.started = true
+	if !s.failed {
+		return s.ResponseWriter.Write(b)
+	}
+	s.failed = false
+	var chunk struct {
+		Error struct {
+			Code    codes.Code `json:"code"`
+			Message string     `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(b, &chunk); err != nil {
+		return s.ResponseWriter.Write(b)
+	}
+	out, _ := json.Marshal(newErrorBody(chunk.Error.Code, chunk.Error.Message)) // cannot fail: plain struct
+	if _, err := s.ResponseWriter.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func (s *streamStartError) Flush() { _ = http.NewResponseController(s.ResponseWriter).Flush() }
+
+func (s *streamStartError) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // authenticate resolves the request's API key or writes a 401 (or a 503
 // when the key store is down).

@@ -79,6 +79,9 @@ func TestSSEErrors(t *testing.T) {
 		{"bad Last-Event-ID", "/v1/sessions/s1/events:stream?format=sse", []string{bearer(h.member), "Last-Event-ID: abc"}, http.StatusBadRequest, codes.InvalidArgument, "Last-Event-ID"},
 		{"bad after_sequence", "/v1/sessions/s1/events:stream?format=sse&after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
 		{"no key", "/v1/sessions/s1/events:stream?format=sse", nil, http.StatusUnauthorized, codes.Unauthenticated, "missing API key"},
+		// Newline-delimited JSON fails before its first message in the
+		// same form.
+		{"unknown session, JSON lines", "/v1/sessions/nope/events:stream", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,9 +168,11 @@ func TestNDJSONStream(t *testing.T) {
 	}
 	require.Equal(t, []string{"5", "9"}, seqs)
 
-	// Errors are a line {"error": {code, status, message}}, with the HTTP
-	// status mapped from the code when no result came before.
+	// An error before any result has the HTTP status mapped from its code
+	// and the JSON error form of every other call (TestSSEErrors); after a
+	// result it is a line {"error": {code, status, message}}
+	// (TestSSEErrorAfterFirstEvent).
 	r = h.do(t, http.MethodGet, "/v1/sessions/nope/events:stream", "", bearer(h.member))
 	require.Equal(t, http.StatusNotFound, r.code)
-	require.JSONEq(t, `{"error":{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found"}}`, r.body)
+	require.JSONEq(t, `{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found"}`, r.body)
 }
