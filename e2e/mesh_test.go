@@ -367,14 +367,15 @@ func TestMeshRejectsBadInput(t *testing.T) {
 	sess := c.ok("POST", "/v1/sessions", map[string]any{})["session"].(map[string]any)
 	name := sess["name"].(string)
 
-	tests := []struct {
+	type badInput struct {
 		name   string
 		key    string
 		method string
 		path   string
 		body   any
 		status int
-	}{
+	}
+	tests := []badInput{
 		{"missing API key", "-", "GET", "/v1/sessions", nil, http.StatusUnauthorized},
 		{"wrong API key", "sylk_wrongwrongwrongwrongwrongwrongwrongwrong", "GET", "/v1/sessions", nil, http.StatusUnauthorized},
 		{"malformed JSON", "", "POST", "/v1/sessions", `{"displayName": `, http.StatusBadRequest},
@@ -403,14 +404,7 @@ func TestMeshRejectsBadInput(t *testing.T) {
 		{"entries", "/v1/entries", farPast + "/" + id},
 		{"documents", "/v1/documents", farPast + "/" + id},
 	} {
-		tests = append(tests, struct {
-			name   string
-			key    string
-			method string
-			path   string
-			body   any
-			status int
-		}{"forged page token of " + tok.name, "", "GET", tok.path + "?pageToken=" + base64.RawURLEncoding.EncodeToString([]byte(tok.raw)), nil, http.StatusBadRequest})
+		tests = append(tests, badInput{"forged page token of " + tok.name, "", "GET", tok.path + "?pageToken=" + base64.RawURLEncoding.EncodeToString([]byte(tok.raw)), nil, http.StatusBadRequest})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
