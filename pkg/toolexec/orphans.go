@@ -76,15 +76,52 @@ func (s *orphanSweeper) isLive(marker string) bool {
 }
 
 // sweep kills every process that carries a marker of this process whose
-// run has ended, and returns how many it killed.
+// run has ended, and returns how many it killed. It stops them first, pass
+// after pass until a pass finds no new one, and only then kills them: a
+// stopped process cannot fork, so a chain of forks that would outrun a list
+// of pids is caught whole.
 func (s *orphanSweeper) sweep() int {
+	stopped := map[int]bool{}
+	for range maxSweepPasses {
+		fresh := 0
+		for _, pid := range s.endedRunProcesses() {
+			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				stopped[pid] = true
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+	}
+	n := 0
+	for pid := range stopped {
+		// Its process group too: a kill of a group is atomic with respect
+		// to forks, so members the passes missed go with it.
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && pgid != syscall.Getpgrp() {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	s.killed.Add(int64(n))
+	return n
+}
+
+// maxSweepPasses bounds the stopping passes of one sweep.
+const maxSweepPasses = 50
+
+// endedRunProcesses lists the processes carrying a marker of this process
+// whose run has ended.
+func (s *orphanSweeper) endedRunProcesses() []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
 	self := os.Getpid()
 	key := []byte(RunMarkerEnv + "=" + s.prefix)
-	n := 0
+	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
@@ -95,16 +132,11 @@ func (s *orphanSweeper) sweep() int {
 		if err != nil {
 			continue
 		}
-		marker, ok := markerIn(env, key)
-		if !ok || s.isLive(marker) {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			n++
+		if marker, ok := markerIn(env, key); ok && !s.isLive(marker) {
+			out = append(out, pid)
 		}
 	}
-	s.killed.Add(int64(n))
-	return n
+	return out
 }
 
 // markerIn finds the variable key (NAME=prefix) in a NUL-separated

@@ -414,8 +414,19 @@ while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
 	require.GreaterOrEqual(t, SweepOrphans(), 1)
 	require.Eventually(t, func() bool { return !alive() }, 5*time.Second, 10*time.Millisecond)
 
+	// A chain of processes that each fork the next and exit changes pid
+	// all the time; the sweep stops what it finds pass by pass, then kills
+	// it with its process group.
+	chain := `setsid sh -c 'g() { : > alive; sleep 0.05; ( g & ); }; g' >/dev/null 2>&1 </dev/null; while [ ! -e alive ]; do sleep 0.01; done; echo chained`
+	res, err := e.Execute(context.Background(), Invocation{Command: chain, WorkingDir: root})
+	require.NoError(t, err)
+	require.Equal(t, "chained\n", res.Stdout, res.Stderr)
+	require.Eventually(t, func() bool { return len(sweeper.endedRunProcesses()) > 0 }, 5*time.Second, 5*time.Millisecond, "the chain outlived its command")
+	require.GreaterOrEqual(t, SweepOrphans(), 1)
+	require.Eventually(t, func() bool { return len(sweeper.endedRunProcesses()) == 0 }, 5*time.Second, 10*time.Millisecond)
+
 	// A command cannot pose as another run: its own marker wins.
-	res, err := e.Execute(context.Background(), Invocation{Command: "env", WorkingDir: root, Env: map[string]string{RunMarkerEnv: "forged"}})
+	res, err = e.Execute(context.Background(), Invocation{Command: "env", WorkingDir: root, Env: map[string]string{RunMarkerEnv: "forged"}})
 	require.NoError(t, err)
 	require.NotContains(t, res.Stdout, RunMarkerEnv+"=forged")
 	require.Contains(t, res.Stdout, RunMarkerEnv+"="+sweeper.prefix)

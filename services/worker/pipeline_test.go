@@ -159,10 +159,16 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"git send-pack /tmp/x HEAD", "git send-pack is not allowed"},
 		{"git -c alias.p=push p origin HEAD", "with an alias on the command line"},
 		{"git -cAlias.m=merge m HEAD", "with an alias on the command line"},
-		{"git config alias.m merge && git m HEAD", "git merge (through an alias) is not allowed"},
-		{"git config alias.up '!git push' && git up", "git push (through an alias) is not allowed"},
-		{"git config alias.wipe 'reset --hard' && git wipe", "git reset --hard (through an alias) is not allowed"},
+		{"git config alias.m merge && git m HEAD", "git merge is not allowed"},
+		{"git config alias.up '!git push' && git up", "git up (a shell alias) is not allowed"},
+		{"git config alias.wipe 'reset --hard' && git wipe", "git reset --hard is not allowed"},
 		{"git reset --har HEAD", "git reset --hard is not allowed"},
+		{"git config alias.b merge && git config alias.a b && git a HEAD", "git merge is not allowed"},
+		{"git config alias.b 'reset --hard' && git config alias.a b && git a", "git reset --hard is not allowed"},
+		{"printf '[alias]\\n\\tm = merge\\n' > ../a.cfg && git -c include.path=../a.cfg m HEAD", "with an include on the command line"},
+		{"printf '[alias]\\n\\tm = merge\\n' > ../a.cfg && A=../a.cfg git --config-env=include.path=A m HEAD", "with an include on the command line"},
+		{"git config alias.up '!sh -c \"git mer\"\"ge HEAD\"' && git up", "git up (a shell alias) is not allowed"},
+		{"git subtree merge --prefix=sub HEAD", "git subtree is not allowed"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
 		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
@@ -245,6 +251,31 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	entries, err := os.ReadDir(out)
 	require.NoError(t, err)
 	require.Empty(t, entries, "no hook or monitor the task wrote ran")
+
+	// Nor through .git/commondir, which would send git to another git
+	// directory with another configuration; nor through replace refs,
+	// which would make the patch say what is not on disk.
+	for _, plant := range []string{
+		`cp -r .git "$TMPDIR/e" && mv "$TMPDIR/e" .git/evil && ` +
+			`printf '#!/bin/sh\nenv > ` + out + `/filter.env\nsed s/changed/INJECTED/\n' > .git/evil/f.sh && chmod +x .git/evil/f.sh && ` +
+			`printf '[filter "x"]\n\tclean = %s/.git/evil/f.sh\n' "$PWD" >> .git/evil/config && ` +
+			`echo '* filter=x' > .git/evil/info/attributes && echo evil > .git/commondir && echo changed >> calc.go`,
+		`echo changed >> calc.go && X=$(git hash-object -w calc.go) && Y=$(printf 'INJECTED\n' | git hash-object -w --stdin) && git replace -f $X $Y`,
+	} {
+		res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+		require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+		require.Contains(t, res.meta[MetaPatch], "+changed", plant)
+		require.NotContains(t, res.meta[MetaPatch], "INJECTED", plant)
+	}
+	entries, err = os.ReadDir(out)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no filter the task defined ran")
+
+	// A task that committed its changes itself has them in its patch.
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "self",
+		Command: "echo changed >> calc.go && git -c user.name=a -c user.email=a@a.invalid commit --quiet -am 'fix: typo'"}))
+	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+	require.Contains(t, res.meta[MetaPatch], "+changed")
 
 	// A task that replaces the checkout's .git gets its changes refused,
 	// not committed into whatever repository the new .git names.

@@ -662,6 +662,9 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 	}
 	if wsp != nil {
+		// Nothing the task left running may change the checkout while the
+		// worker's own git reads it.
+		toolexec.SweepOrphans()
 		files, err := wsp.changedFiles(ctx)
 		if err == nil {
 			report.FilesChanged = files

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -58,7 +59,7 @@ type workspace struct {
 // gitHardening are the options of every git call of the worker's own after
 // the clone: no hooks and no file-system monitor, whatever the checkout's
 // files say, so that no program the task left there runs as the worker.
-var gitHardening = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+var gitHardening = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null"}
 
 // run runs one of the worker's own git commands in the checkout, audited,
 // with the environment stripped of secrets, no global configuration (the
@@ -68,18 +69,25 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	full := args
+	env := append(slices.Clip(w.env), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
+		"GIT_NO_REPLACE_OBJECTS=1",
+		"GIT_AUTHOR_NAME=Sylk Engineer", "GIT_AUTHOR_EMAIL=engineer@sylk.invalid",
+		"GIT_COMMITTER_NAME=Sylk Engineer", "GIT_COMMITTER_EMAIL=engineer@sylk.invalid")
 	if w.gitDir != nil {
 		if err := w.secureGit(); err != nil {
 			w.audit.add("worker: refused git " + strings.Join(args, " ") + ": " + err.Error())
 			return "", err
 		}
 		full = append(slices.Clip(gitHardening), args...)
+		// The git directory is named outright, so that .git/commondir (a
+		// file the task may write) cannot send git to another one, with
+		// another configuration.
+		gd := filepath.Join(w.dir, ".git")
+		env = append(env, "GIT_DIR="+gd, "GIT_COMMON_DIR="+gd, "GIT_WORK_TREE="+w.dir)
 	}
 	cmd := exec.CommandContext(ctx, w.git, full...)
 	cmd.Dir = w.dir
-	cmd.Env = append(slices.Clip(w.env), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
-		"GIT_AUTHOR_NAME=Sylk Engineer", "GIT_AUTHOR_EMAIL=engineer@sylk.invalid",
-		"GIT_COMMITTER_NAME=Sylk Engineer", "GIT_COMMITTER_EMAIL=engineer@sylk.invalid")
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	w.audit.add("worker: git " + strings.Join(args, " "))
 	w.log.InfoContext(ctx, "git", slog.String("args", strings.Join(args, " ")), slog.Bool("ok", err == nil))
@@ -180,30 +188,41 @@ deny() { echo "sylk: git $1 is not allowed for agents" >&2; exit 1; }
 # check SUBCOMMAND ARGS...: refuse what agents may not do.
 check() {
   case "$1" in
-    push|merge|pull|send-pack) deny "$1" ;;
+    push|merge|pull|send-pack|subtree) deny "$1" ;;
     reset) for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
   esac
 }
-# alias NAME=VALUE given on the command line: refuse aliases outright.
-noalias() { case "$1" in [Aa][Ll][Ii][Aa][Ss].*) deny "with an alias on the command line" ;; esac; }
+# Configuration given on the command line may not define aliases or
+# include files (which could).
+cfgarg() {
+  case "$1" in
+    [Aa][Ll][Ii][Aa][Ss].*) deny "with an alias on the command line" ;;
+    [Ii][Nn][Cc][Ll][Uu][Dd][Ee]*) deny "with an include on the command line" ;;
+  esac
+}
+# follow NAME ARGS...: follow NAME through the configured aliases.
+follow() {
+  name=$1; shift
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    exp=$("$real" config --get "alias.$name" 2>/dev/null) || return 0
+    case "$exp" in '!'*) deny "$name (a shell alias)" ;; esac
+    # shellcheck disable=SC2086
+    check $exp "$@"
+    # shellcheck disable=SC2086
+    set -- $exp "$@"
+    name=$1; shift
+  done
+  deny "$name (aliases nested too deep)"
+}
 scan() {
   while [ $# -gt 0 ]; do
     case "$1" in
-      -c|--config-env) noalias "$2"; shift 2; continue ;;
-      -c*) noalias "${1#-c}" ;;
-      --config-env=*) noalias "${1#--config-env=}" ;;
+      -c|--config-env) cfgarg "$2"; shift 2; continue ;;
+      -c*) cfgarg "${1#-c}" ;;
+      --config-env=*) cfgarg "${1#--config-env=}" ;;
       -C|--git-dir|--work-tree|--namespace|--super-prefix) shift 2; continue ;;
       -*) ;;
-      *)
-        check "$@"
-        exp=$("$real" config --get "alias.$1" 2>/dev/null)
-        if [ -n "$exp" ]; then
-          for w in $exp; do
-            case "$w" in push|merge|pull|send-pack) deny "$w (through an alias)" ;; esac
-          done
-          case " $exp " in *" reset "*) for w in $exp "$@"; do case "$w" in --h|--ha|--har|--hard) deny "reset --hard (through an alias)" ;; esac; done ;; esac
-        fi
-        return ;;
+      *) check "$@"; follow "$@"; return ;;
     esac
     shift
   done
@@ -241,8 +260,15 @@ func (w *workspace) agentCalls() []string {
 }
 
 // changedFiles lists what the task changed against the starting commit,
-// committed or not, including new files.
+// committed or not, including new files. The index is rebuilt from the
+// files first: one the task wrote could name contents that are not on disk.
 func (w *workspace) changedFiles(ctx context.Context) ([]string, error) {
+	if err := w.secureGit(); err != nil { // .git is still the clone's
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(w.dir, ".git", "index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("rebuild the index: %w", err)
+	}
 	if _, err := w.run(ctx, "add", "-A"); err != nil {
 		return nil, err
 	}
@@ -269,10 +295,17 @@ func (w *workspace) commit(ctx context.Context, message string) (string, error) 
 	if len(files) == 0 {
 		return "", nil
 	}
-	if _, err := w.run(ctx, "commit", "--quiet", "--no-verify", "-m", message); err != nil {
+	// A task that committed its changes itself leaves nothing to commit.
+	staged, err := w.run(ctx, "diff", "--cached", "--name-only", "HEAD")
+	if err != nil {
 		return "", err
 	}
-	return w.run(ctx, "diff", "--binary", w.base, "HEAD")
+	if strings.TrimSpace(staged) != "" {
+		if _, err := w.run(ctx, "commit", "--quiet", "--no-verify", "-m", message); err != nil {
+			return "", err
+		}
+	}
+	return w.run(ctx, "diff", "--binary", "--no-ext-diff", "--no-textconv", w.base, "HEAD")
 }
 
 // applyPatch applies a git diff from the starting commit to the checkout,
