@@ -26,6 +26,7 @@ import (
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -111,6 +112,10 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		}
 	}()
 	root := logx.New(logOut, cfg.Log, "dev", Version)
+	// As in Serve: programs the mesh runs must not read it through /proc.
+	if err := toolexec.ProtectProcess(); err != nil {
+		return nil, err
+	}
 	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry, "sylk-dev", Version)
 	if err != nil {
 		return nil, err

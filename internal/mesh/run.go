@@ -30,6 +30,7 @@ import (
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/academic"
 	"sylk.dev/sylk/services/architect"
@@ -172,6 +173,11 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	log := logx.New(stderr, common.Log, name, Version)
+	// Programs this service runs (git on users' repositories, tools) must
+	// not read its environment or memory through /proc.
+	if err := toolexec.ProtectProcess(); err != nil {
+		return err
+	}
 	shutdownTracing, err := telemetry.Setup(ctx, common.Telemetry, "sylk-"+name, Version)
 	if err != nil {
 		return fmt.Errorf("tracing: %w", err)

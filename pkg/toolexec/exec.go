@@ -163,6 +163,23 @@ var protectProcess = sync.OnceValue(func() error {
 	return nil
 })
 
+// ProtectProcess makes this process non-dumpable (see protectProcess):
+// every service calls it at start, since each runs some programs (git)
+// on content its users control.
+func ProtectProcess() error { return protectProcess() }
+
+// SafeGitArgs are the options of a git call on a repository whose files
+// the service did not write itself: no hooks, no file-system monitor and
+// no global attributes file, whatever its configuration says.
+var SafeGitArgs = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null"}
+
+// GitEnv is the environment of such a call: this process's, stripped of
+// secrets like a tool's (extra as in Config.ExtraSecretPatterns), without
+// prompts, and ignoring replace refs.
+func GitEnv(extra []string) []string {
+	return append(StripEnv(os.Environ(), extra, nil), "GIT_TERMINAL_PROMPT=0", "GIT_NO_REPLACE_OBJECTS=1")
+}
+
 // Pool is the executor's in-process slot pool, nil when it uses another
 // SlotPool (see Slots).
 func (e *Executor) Pool() *Pool {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // errIndexBusy means another index of the repository holds its lock.
@@ -60,8 +62,18 @@ func gitHead(ctx context.Context, root string) string {
 }
 
 func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	full := append([]string{"-C", root}, args...)
+	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	if args[0] != "clone" && args[0] != "pull" {
+		// A registered directory's repository is its users': nothing its
+		// configuration names (hooks, a file-system monitor) runs, and
+		// what else it may run (filters) gets no secrets. Clones and pulls
+		// keep this process's environment for the remote's credentials.
+		full = append(slices.Clone(toolexec.SafeGitArgs), full...)
+		env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_OPTIONAL_LOCKS=0")
+	}
+	cmd := exec.CommandContext(ctx, "git", full...)
+	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

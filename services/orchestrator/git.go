@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // gitTimeout bounds one git call of the Orchestrator.
@@ -21,9 +23,12 @@ const gitTimeout = 30 * time.Second
 func (s *Service) git(ctx context.Context, dir string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", args...)
+	// The run's repository is its users': nothing its configuration names
+	// (hooks, a file-system monitor) runs, and what else it may run
+	// (filters) gets no secrets.
+	cmd := exec.CommandContext(ctx, "git", append(slices.Clone(toolexec.SafeGitArgs), args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1",
+	cmd.Env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_AUTHOR_NAME=Sylk Orchestrator", "GIT_AUTHOR_EMAIL=orchestrator@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Orchestrator", "GIT_COMMITTER_EMAIL=orchestrator@sylk.invalid")
 	out, err := cmd.CombinedOutput()

@@ -562,7 +562,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	var wsp *workspace
 	if repo != "" {
-		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.StripEnv(os.Environ(), s.cfg.Tools.ExtraSecretPatterns, nil))
+		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.GitEnv(s.cfg.Tools.ExtraSecretPatterns))
 		if err != nil {
 			if ctx.Err() != nil {
 				return taskOutcome{}, true

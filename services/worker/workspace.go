@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // gitTimeout bounds one of the worker's own git calls (spec C-26: git 30s).
@@ -56,11 +58,6 @@ type workspace struct {
 	config []byte
 }
 
-// gitHardening are the options of every git call of the worker's own after
-// the clone: no hooks and no file-system monitor, whatever the checkout's
-// files say, so that no program the task left there runs as the worker.
-var gitHardening = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null"}
-
 // run runs one of the worker's own git commands in the checkout, audited,
 // with the environment stripped of secrets, no global configuration (the
 // task may write $HOME/.gitconfig) and, after the clone, the checkout's
@@ -69,8 +66,7 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	full := args
-	env := append(slices.Clip(w.env), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
-		"GIT_NO_REPLACE_OBJECTS=1",
+	env := append(slices.Clip(w.env), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
 		"GIT_AUTHOR_NAME=Sylk Engineer", "GIT_AUTHOR_EMAIL=engineer@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Engineer", "GIT_COMMITTER_EMAIL=engineer@sylk.invalid")
 	if w.gitDir != nil {
@@ -78,7 +74,8 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 			w.audit.add("worker: refused git " + strings.Join(args, " ") + ": " + err.Error())
 			return "", err
 		}
-		full = append(slices.Clip(gitHardening), args...)
+		// No program the task left in the checkout runs as the worker.
+		full = append(slices.Clip(toolexec.SafeGitArgs), args...)
 		// The git directory is named outright, so that .git/commondir (a
 		// file the task may write) cannot send git to another one, with
 		// another configuration.
