@@ -17,7 +17,8 @@ import (
 // a process that left the group first (setsid, a daemonising double fork)
 // is out of that kill's reach, but still carries the marker unless it
 // cleared its environment. The orphan sweeper kills those whose run has
-// ended (spec C-28: no process outlives its tool call).
+// ended (spec C-27 cleans up orphans by killing the group; this reaches
+// the ones that left it).
 const RunMarkerEnv = "TOOLEXEC_RUN"
 
 // OrphanSweepInterval is how often the sweeper looks for processes left by
