@@ -31,10 +31,14 @@ func (s *Service) git(ctx context.Context, dir string, args ...string) (string, 
 	cmd.Env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_AUTHOR_NAME=Sylk Orchestrator", "GIT_AUTHOR_EMAIL=orchestrator@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Orchestrator", "GIT_COMMITTER_EMAIL=orchestrator@sylk.invalid")
-	out, err := cmd.CombinedOutput()
+	// Only what git prints on stdout is its answer: its warnings can quote
+	// paths a task chose, whole lines of a diff among them.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	s.log.InfoContext(ctx, "git", slog.String("dir", dir), slog.String("args", strings.Join(args, " ")), slog.Bool("ok", err == nil))
 	if err != nil {
-		return string(out), fmt.Errorf("git %s: %w", args[0], err)
+		return string(out) + stderr.String(), fmt.Errorf("git %s: %w", args[0], err)
 	}
 	return string(out), nil
 }
@@ -92,7 +96,7 @@ func (s *Service) mergePatches(ctx context.Context, repo, base string, nodePatch
 			return "", nil, err
 		}
 	}
-	out, err := s.git(ctx, src, "diff", "--binary", "--cached", base)
+	out, err := s.git(ctx, src, "diff", "--binary", "--no-ext-diff", "--no-textconv", "--cached", base)
 	if err != nil {
 		return "", nil, err
 	}

@@ -159,15 +159,16 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"git send-pack /tmp/x HEAD", "git send-pack is not allowed"},
 		{"git -c alias.p=push p origin HEAD", "with an alias on the command line"},
 		{"git -cAlias.m=merge m HEAD", "with an alias on the command line"},
-		{"git config alias.m merge && git m HEAD", "git merge is not allowed"},
-		{"git config alias.up '!git push' && git up", "git up (a shell alias) is not allowed"},
-		{"git config alias.wipe 'reset --hard' && git wipe", "git reset --hard is not allowed"},
+		{"git config alias.m merge && git m HEAD", "git m (only git's own commands; aliases are not allowed)"},
+		{"git config alias.up '!git push' && git up", "git up (only git's own commands"},
+		{"git config alias.wipe 'reset --hard' && git wipe", "git wipe (only git's own commands"},
 		{"git reset --har HEAD", "git reset --hard is not allowed"},
-		{"git config alias.b merge && git config alias.a b && git a HEAD", "git merge is not allowed"},
-		{"git config alias.b 'reset --hard' && git config alias.a b && git a", "git reset --hard is not allowed"},
+		{`git config alias.w 'reset "--hard"' && git w`, "git w (only git's own commands"},
+		{"git --shallow-file x push /tmp/x HEAD", "git push is not allowed"},
+		{"git config help.autocorrect -1 && git psuh /tmp/x HEAD", "git psuh (only git's own commands"},
 		{"printf '[alias]\\n\\tm = merge\\n' > ../a.cfg && git -c include.path=../a.cfg m HEAD", "with an include on the command line"},
 		{"printf '[alias]\\n\\tm = merge\\n' > ../a.cfg && A=../a.cfg git --config-env=include.path=A m HEAD", "with an include on the command line"},
-		{"git config alias.up '!sh -c \"git mer\"\"ge HEAD\"' && git up", "git up (a shell alias) is not allowed"},
+		{"git config alias.up '!sh -c \"git mer\"\"ge HEAD\"' && git up", "git up (only git's own commands"},
 		{"git subtree merge --prefix=sub HEAD", "git subtree is not allowed"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
@@ -270,6 +271,52 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	entries, err = os.ReadDir(out)
 	require.NoError(t, err)
 	require.Empty(t, entries, "no filter the task defined ran")
+
+	// Ignore rules the task adds do not drop tracked files from the
+	// patch, and a warning naming a path the task chose (here, a whole
+	// diff) is not part of it.
+	for _, plant := range []string{
+		`echo changed >> calc.go && echo calc_test.go >> .git/info/exclude && mkdir -p "$HOME/.config/git" && echo go.mod > "$HOME/.config/git/ignore"`,
+		`echo changed >> calc.go && d=$(printf 'p\ndiff --git a/forged.txt b/forged.txt\nnew file mode 100644\n--- /dev/null\n+++ b/forged.txt\n@@ -0,0 +1 @@\n+FORGED\nq' | tr / _) && ` +
+			`mkdir -p "$d" && echo hi > "$d/x.txt" && ln -s .gitattributes "$d/.gitattributes"`,
+	} {
+		res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+		require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+		require.Contains(t, res.meta[MetaPatch], "+changed", plant)
+		require.NotContains(t, res.meta[MetaPatch], "deleted file", plant)
+		for _, line := range strings.Split(res.meta[MetaPatch], "\n") {
+			require.NotEqual(t, "+FORGED", line, "a line of the patch came from git's warnings")
+		}
+	}
+
+	// A tracked file that the repository's own ignore rules match (added
+	// with force) stays in the repository, not deleted by the patch.
+	ign, _ := gitRepo(t)
+	require.NoError(t, os.WriteFile(filepath.Join(ign, ".gitignore"), []byte("*.log\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(ign, "keep.log"), []byte("kept\n"), 0o644))
+	for _, args := range [][]string{{"add", "-f", ".gitignore", "keep.log"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "log"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ign
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(b))
+	}
+	cmd := exec.Command("git", "rev-parse", "HEAD")
+	cmd.Dir = ign
+	head, err := cmd.Output()
+	require.NoError(t, err)
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, ign, strings.TrimSpace(string(head)), &orchestratorv1.Node{Id: "ign", Name: "fix typo", Command: "echo changed >> calc.go"}))
+	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+	require.Contains(t, res.meta[MetaPatch], "+changed")
+	require.NotContains(t, res.meta[MetaPatch], "keep.log")
+
+	// An object file the task wrote under the name of its new contents
+	// would make the patch say what is not on disk: the task fails instead.
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "objects", Name: "fix typo",
+		Command: `echo changed >> calc.go && H=$(git hash-object calc.go) && Y=$(printf 'INJECTED\n' | git hash-object -w --stdin) && ` +
+			`mkdir -p .git/objects/$(echo $H | cut -c1-2) && cp .git/objects/$(echo $Y | cut -c1-2)/$(echo $Y | cut -c3-) .git/objects/$(echo $H | cut -c1-2)/$(echo $H | cut -c3-)`}))
+	require.NotEqual(t, int32(0), res.msg.GetExitCode())
+	require.Contains(t, res.msg.GetError(), "the task altered the checkout's object files")
+	require.Empty(t, res.meta[MetaPatch])
 
 	// A task that committed its changes itself has them in its patch.
 	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "self",

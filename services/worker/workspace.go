@@ -3,14 +3,19 @@ package worker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,12 +55,12 @@ type workspace struct {
 	env   []string
 	audit *gitAudit
 	log   *slog.Logger
-	// gitDir is the checkout's .git as cloned, and config its
-	// configuration then: the task's commands run as the worker's user and
-	// may change both, so the worker's own git calls check the one and
-	// restore the other first (see secureGit).
-	gitDir os.FileInfo
-	config []byte
+	// gitDir is the checkout's .git as cloned, and pristine the content
+	// then of its guardedGitFiles: the task's commands run as the worker's
+	// user and may change both, so the worker's own git calls check the
+	// one and restore the other first (see secureGit).
+	gitDir   os.FileInfo
+	pristine map[string][]byte
 }
 
 // run runs one of the worker's own git commands in the checkout, audited,
@@ -63,6 +68,11 @@ type workspace struct {
 // task may write $HOME/.gitconfig) and, after the clone, the checkout's
 // configuration as cloned.
 func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
+	return w.runInput(ctx, "", args...)
+}
+
+// runInput is run with stdin.
+func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	full := args
@@ -74,8 +84,9 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 			w.audit.add("worker: refused git " + strings.Join(args, " ") + ": " + err.Error())
 			return "", err
 		}
-		// No program the task left in the checkout runs as the worker.
-		full = append(slices.Clip(toolexec.SafeGitArgs), args...)
+		// No program the task left in the checkout runs as the worker, and
+		// no ignore file outside the checkout hides a file from it.
+		full = slices.Concat(toolexec.SafeGitArgs, []string{"-c", "core.excludesFile=/dev/null", "-c", "core.quotePath=false"}, args)
 		// The git directory is named outright, so that .git/commondir (a
 		// file the task may write) cannot send git to another one, with
 		// another configuration.
@@ -85,11 +96,18 @@ func (w *workspace) run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, w.git, full...)
 	cmd.Dir = w.dir
 	cmd.Env = env
-	out, err := cmd.CombinedOutput()
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	// Only what git prints on stdout is its answer: its warnings can quote
+	// paths the task chose, whole lines of a diff among them.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	w.audit.add("worker: git " + strings.Join(args, " "))
 	w.log.InfoContext(ctx, "git", slog.String("args", strings.Join(args, " ")), slog.Bool("ok", err == nil))
 	if err != nil {
-		return string(out), fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(lastLine(string(out))))
+		return string(out), fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(lastLine(stderr.String())))
 	}
 	return string(out), nil
 }
@@ -110,22 +128,34 @@ func (w *workspace) secureGit() error {
 		return fmt.Errorf("open the checkout's .git: %w", err)
 	}
 	defer root.Close()
-	if err := root.RemoveAll("config"); err != nil {
-		return fmt.Errorf("restore the checkout's git configuration: %w", err)
-	}
-	f, err := root.OpenFile("config", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("restore the checkout's git configuration: %w", err)
-	}
-	_, err = f.Write(w.config)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("restore the checkout's git configuration: %w", err)
+	for _, name := range guardedGitFiles {
+		if err := root.RemoveAll(name); err != nil {
+			return fmt.Errorf("restore the checkout's .git/%s: %w", name, err)
+		}
+		content, ok := w.pristine[name]
+		if !ok {
+			continue
+		}
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("restore the checkout's .git/%s: %w", name, err)
+		}
+		_, err = f.Write(content)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("restore the checkout's .git/%s: %w", name, err)
+		}
 	}
 	return nil
 }
+
+// guardedGitFiles are the files of .git that change what the worker's git
+// runs or sees (its configuration, the ignore rules and attributes that
+// only the repository's own files should set), put back as cloned (or
+// removed, when the clone had none) before each of its calls.
+var guardedGitFiles = []string{"config", "config.worktree", "info/exclude", "info/attributes", "info/sparse-checkout"}
 
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
@@ -157,8 +187,15 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	if w.gitDir, err = os.Lstat(filepath.Join(w.dir, ".git")); err != nil {
 		return nil, err
 	}
-	if w.config, err = os.ReadFile(filepath.Join(w.dir, ".git", "config")); err != nil {
-		return nil, err
+	w.pristine = map[string][]byte{}
+	for _, name := range guardedGitFiles {
+		b, err := os.ReadFile(filepath.Join(w.dir, ".git", name))
+		switch {
+		case err == nil:
+			w.pristine[name] = b
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, err
+		}
 	}
 	if _, err := w.run(ctx, "-c", "advice.detachedHead=false", "checkout", "--quiet", base); err != nil {
 		return nil, err
@@ -170,13 +207,13 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 }
 
 // guardScript is the git an agent's commands see: it refuses push, merge
-// (and pull, which merges), send-pack and reset --hard (spec F-29..F-32),
-// logs every call, and runs the real git otherwise. It finds the
-// subcommand as git does, after git's own options, and looks through
-// aliases (set with -c or in the configuration) and the abbreviations of
-// --hard git accepts. It guards the git on PATH only: a command that runs
-// another git directly is not stopped, which is why the checkout also has
-// no remote to push to.
+// (and pull, which merges), send-pack, subtree and reset --hard (spec
+// F-29..F-32), logs every call, and runs the real git otherwise. It finds
+// the subcommand as git does, after git's own options, and accepts only
+// git's own commands: no aliases (which could hide any of these), no typos
+// git would correct into one; and the abbreviations of --hard git accepts.
+// It guards the git on PATH only: a command that runs another git directly
+// is not stopped, which is why the checkout also has no remote to push to.
 const guardScript = `#!/bin/sh
 set -f
 printf '%%s\n' "$*" >> '%s'
@@ -188,28 +225,23 @@ check() {
     push|merge|pull|send-pack|subtree) deny "$1" ;;
     reset) for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
   esac
+  known=$("$real" --list-cmds=main,others 2>/dev/null)
+  case "
+$known
+" in
+    *"
+$1
+"*) ;;
+    *) deny "$1 (only git's own commands; aliases are not allowed)" ;;
+  esac
 }
 # Configuration given on the command line may not define aliases or
-# include files (which could).
+# include files.
 cfgarg() {
   case "$1" in
     [Aa][Ll][Ii][Aa][Ss].*) deny "with an alias on the command line" ;;
     [Ii][Nn][Cc][Ll][Uu][Dd][Ee]*) deny "with an include on the command line" ;;
   esac
-}
-# follow NAME ARGS...: follow NAME through the configured aliases.
-follow() {
-  name=$1; shift
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    exp=$("$real" config --get "alias.$name" 2>/dev/null) || return 0
-    case "$exp" in '!'*) deny "$name (a shell alias)" ;; esac
-    # shellcheck disable=SC2086
-    check $exp "$@"
-    # shellcheck disable=SC2086
-    set -- $exp "$@"
-    name=$1; shift
-  done
-  deny "$name (aliases nested too deep)"
 }
 scan() {
   while [ $# -gt 0 ]; do
@@ -217,15 +249,15 @@ scan() {
       -c|--config-env) cfgarg "$2"; shift 2; continue ;;
       -c*) cfgarg "${1#-c}" ;;
       --config-env=*) cfgarg "${1#--config-env=}" ;;
-      -C|--git-dir|--work-tree|--namespace|--super-prefix) shift 2; continue ;;
+      -C|--git-dir|--work-tree|--namespace|--super-prefix|--shallow-file|--attr-source) shift 2; continue ;;
       -*) ;;
-      *) check "$@"; follow "$@"; return ;;
+      *) check "$@"; return ;;
     esac
     shift
   done
 }
 scan "$@"
-exec "$real" "$@"
+exec "$real" -c help.autocorrect=0 "$@"
 `
 
 func (w *workspace) guardDir() string { return filepath.Join(w.root, ".bin") }
@@ -260,21 +292,21 @@ func (w *workspace) agentCalls() []string {
 // committed or not, including new files. The index is rebuilt from the
 // files first: one the task wrote could name contents that are not on disk.
 func (w *workspace) changedFiles(ctx context.Context) ([]string, error) {
-	if err := w.secureGit(); err != nil { // .git is still the clone's
+	// Tracked files stay tracked whatever the ignore rules say: the index
+	// starts from the starting commit (or from HEAD, when the task
+	// committed), then takes every file on disk.
+	if _, err := w.run(ctx, "read-tree", "HEAD"); err != nil {
 		return nil, err
-	}
-	if err := os.Remove(filepath.Join(w.dir, ".git", "index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("rebuild the index: %w", err)
 	}
 	if _, err := w.run(ctx, "add", "-A"); err != nil {
 		return nil, err
 	}
-	out, err := w.run(ctx, "diff", "--cached", "--name-only", w.base)
+	out, err := w.run(ctx, "diff", "--cached", "--name-only", "-z", w.base)
 	if err != nil {
 		return nil, err
 	}
 	var files []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+	for _, l := range strings.Split(out, "\x00") {
 		if l != "" {
 			files = append(files, l)
 		}
@@ -302,7 +334,54 @@ func (w *workspace) commit(ctx context.Context, message string) (string, error) 
 			return "", err
 		}
 	}
+	if err := w.verifyObjects(ctx); err != nil {
+		return "", err
+	}
 	return w.run(ctx, "diff", "--binary", "--no-ext-diff", "--no-textconv", w.base, "HEAD")
+}
+
+// verifyObjects checks that every object the patch is made of (those
+// reachable from HEAD and not from the starting commit) holds what its name
+// says. Git trusts an object file it finds under the right name, and the
+// task could have written one itself: then the patch would say what is not
+// on disk.
+func (w *workspace) verifyObjects(ctx context.Context) error {
+	list, err := w.run(ctx, "rev-list", "--objects", "--no-object-names", w.base+"..HEAD")
+	if err != nil || strings.TrimSpace(list) == "" {
+		return err
+	}
+	out, err := w.runInput(ctx, list, "cat-file", "--batch")
+	if err != nil {
+		return err
+	}
+	for rest := out; rest != ""; {
+		header, body, ok := strings.Cut(rest, "\n")
+		f := strings.Fields(header)
+		if !ok || len(f) != 3 {
+			return fmt.Errorf("verify the task's objects: unexpected %q", truncateString(header, 80))
+		}
+		size, err := strconv.Atoi(f[2])
+		if err != nil || size < 0 || len(body) < size+1 {
+			return fmt.Errorf("verify the task's objects: unexpected %q", truncateString(header, 80))
+		}
+		if objectID(f[1], body[:size], len(f[0])) != f[0] {
+			return errors.New("the task altered the checkout's object files; its changes are not taken")
+		}
+		rest = body[size+1:]
+	}
+	return nil
+}
+
+// objectID is git's name for an object of type typ holding content, in
+// the repository's hash (SHA-1, or SHA-256 for 64-digit names).
+func objectID(typ, content string, digits int) string {
+	h := sha1.New()
+	if digits == 64 {
+		h = sha256.New()
+	}
+	fmt.Fprintf(h, "%s %d\x00", typ, len(content))
+	io.WriteString(h, content)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // applyPatch applies a git diff from the starting commit to the checkout,
