@@ -175,9 +175,12 @@ var SafeGitArgs = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonit
 
 // GitEnv is the environment of such a call: this process's, stripped of
 // secrets like a tool's (extra as in Config.ExtraSecretPatterns), without
-// prompts, and ignoring replace refs.
+// prompts, without the system's and the user's configuration (a program the
+// service runs as the same user could write the latter), and ignoring
+// replace refs.
 func GitEnv(extra []string) []string {
-	return append(StripEnv(os.Environ(), extra, nil), "GIT_TERMINAL_PROMPT=0", "GIT_NO_REPLACE_OBJECTS=1")
+	return append(StripEnv(os.Environ(), extra, nil), "GIT_TERMINAL_PROMPT=0", "GIT_NO_REPLACE_OBJECTS=1",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
 }
 
 // Pool is the executor's in-process slot pool, nil when it uses another

@@ -28,7 +28,7 @@ func (s *Service) git(ctx context.Context, dir string, args ...string) (string, 
 	// (filters) gets no secrets.
 	cmd := exec.CommandContext(ctx, "git", append(slices.Clone(toolexec.SafeGitArgs), args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_CONFIG_NOSYSTEM=1",
+	cmd.Env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns),
 		"GIT_AUTHOR_NAME=Sylk Orchestrator", "GIT_AUTHOR_EMAIL=orchestrator@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Orchestrator", "GIT_COMMITTER_EMAIL=orchestrator@sylk.invalid")
 	// Only what git prints on stdout is its answer: its warnings can quote

@@ -76,7 +76,7 @@ func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) 
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	full := args
-	env := append(slices.Clip(w.env), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+w.root,
+	env := append(slices.Clip(w.env), "HOME="+w.root,
 		"GIT_AUTHOR_NAME=Sylk Engineer", "GIT_AUTHOR_EMAIL=engineer@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Engineer", "GIT_COMMITTER_EMAIL=engineer@sylk.invalid")
 	if w.gitDir != nil {
