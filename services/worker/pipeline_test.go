@@ -170,6 +170,12 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"printf '[alias]\\n\\tm = merge\\n' > ../a.cfg && A=../a.cfg git --config-env=include.path=A m HEAD", "with an include on the command line"},
 		{"git config alias.up '!sh -c \"git mer\"\"ge HEAD\"' && git up", "git up (only git's own commands"},
 		{"git subtree merge --prefix=sub HEAD", "git subtree is not allowed"},
+		// Git's other names for the same, and the programs git starts.
+		{"git merge-recursive HEAD -- HEAD HEAD", "git merge-recursive is not allowed"},
+		{"git read-tree -u --reset HEAD", "git read-tree --reset is not allowed"},
+		{"git http-push http://127.0.0.1:1/x HEAD", "git http-push is not allowed"},
+		{"git init -q --bare ../t && git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'git push -q ../t HEAD:refs/heads/x' --root", "git push is not allowed"},
+		{"git init -q --bare ../t && git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'git-push -q ../t HEAD:refs/heads/x' --root", "git-push: not found"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
 		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
@@ -308,6 +314,32 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
 	require.Contains(t, res.meta[MetaPatch], "+changed")
 	require.NotContains(t, res.meta[MetaPatch], "keep.log")
+
+	// Ignore rules the task wrote itself hide nothing from the patch.
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "hide", Name: "fix typo",
+		Command: `echo '*' > .gitignore && printf 'package calc\n\nfunc Helper() int { return 1 }\n' > helper.go && mkdir -p pkg && printf '*\n' > pkg/.gitignore && echo 'package pkg' > pkg/p.go`}))
+	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
+	for _, f := range []string{"b/helper.go", "b/.gitignore", "b/pkg/p.go", "b/pkg/.gitignore"} {
+		require.Contains(t, res.meta[MetaPatch], "+++ "+f)
+	}
+
+	// What git would commit other than the disk says fails the task:
+	// attributes the task wrote that convert content, a repository of its
+	// own (its files would not be in the patch), and grafts hiding a
+	// planted object from the check.
+	for _, c := range []struct{ plant, want string }{
+		{`printf '$Id: HIDDEN $\n' > i.txt && echo 'i.txt ident' > .gitattributes`, `attributes the task wrote make "i.txt" differ`},
+		{`mkdir sub && cd sub && git init -q && echo x > f.txt && git add f.txt && git -c user.name=a -c user.email=a@a.invalid commit -qm x`, "a git repository of its own at sub"},
+		{`echo changed >> calc.go && H=$(git hash-object calc.go) && Y=$(printf 'INJECTED\n' | git hash-object -w --stdin) && ` +
+			`mkdir -p .git/objects/$(echo $H | cut -c1-2) && cp .git/objects/$(echo $Y | cut -c1-2)/$(echo $Y | cut -c3-) .git/objects/$(echo $H | cut -c1-2)/$(echo $H | cut -c3-) && ` +
+			`git -c user.name=a -c user.email=a@a.invalid commit -qam self && C=$(git -c user.name=a -c user.email=a@a.invalid commit-tree HEAD^{tree} -m c) && ` +
+			`printf '%s %s\n%s %s\n' $(git rev-parse HEAD) $C ` + base + ` $C > .git/info/grafts`, "the task altered the checkout's object files"},
+	} {
+		res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "convert", Name: "fix typo", Command: c.plant}))
+		require.NotEqual(t, int32(0), res.msg.GetExitCode(), c.plant)
+		require.Contains(t, res.msg.GetError(), c.want, c.plant)
+		require.Empty(t, res.meta[MetaPatch], c.plant)
+	}
 
 	// An object file the task wrote under the name of its new contents
 	// would make the patch say what is not on disk: the task fails instead.

@@ -572,6 +572,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 		dir = wsp.dir
 		vars["PATH"] = wsp.guardDir() + string(os.PathListSeparator) + os.Getenv("PATH")
+		vars["GIT_EXEC_PATH"] = wsp.execPath()
 		if sp := meta[MetaStartPatch]; sp != "" {
 			// A pipeline carrying on from a handoff starts from the old
 			// pipeline's files (spec F-23).

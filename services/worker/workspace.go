@@ -86,12 +86,14 @@ func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) 
 		}
 		// No program the task left in the checkout runs as the worker, and
 		// no ignore file outside the checkout hides a file from it.
-		full = slices.Concat(toolexec.SafeGitArgs, []string{"-c", "core.excludesFile=/dev/null", "-c", "core.quotePath=false"}, args)
+		full = slices.Concat(toolexec.SafeGitArgs, []string{"-c", "core.excludesFile=/dev/null", "-c", "core.quotePath=false",
+			"-c", "core.commitGraph=false"}, args)
 		// The git directory is named outright, so that .git/commondir (a
 		// file the task may write) cannot send git to another one, with
 		// another configuration.
 		gd := filepath.Join(w.dir, ".git")
-		env = append(env, "GIT_DIR="+gd, "GIT_COMMON_DIR="+gd, "GIT_WORK_TREE="+w.dir)
+		// Nor can grafts rewrite the history the patch is checked against.
+		env = append(env, "GIT_DIR="+gd, "GIT_COMMON_DIR="+gd, "GIT_WORK_TREE="+w.dir, "GIT_GRAFT_FILE=/dev/null")
 	}
 	cmd := exec.CommandContext(ctx, w.git, full...)
 	cmd.Dir = w.dir
@@ -155,7 +157,8 @@ func (w *workspace) secureGit() error {
 // runs or sees (its configuration, the ignore rules and attributes that
 // only the repository's own files should set), put back as cloned (or
 // removed, when the clone had none) before each of its calls.
-var guardedGitFiles = []string{"config", "config.worktree", "info/exclude", "info/attributes", "info/sparse-checkout"}
+var guardedGitFiles = []string{"config", "config.worktree", "info/exclude", "info/attributes", "info/sparse-checkout",
+	"info/grafts", "shallow", "objects/info/commit-graph", "objects/info/commit-graphs"}
 
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
@@ -200,7 +203,7 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	if _, err := w.run(ctx, "-c", "advice.detachedHead=false", "checkout", "--quiet", base); err != nil {
 		return nil, err
 	}
-	if err := w.installGuard(); err != nil {
+	if err := w.installGuard(ctx); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -222,8 +225,11 @@ deny() { echo "sylk: git $1 is not allowed for agents" >&2; exit 1; }
 # check SUBCOMMAND ARGS...: refuse what agents may not do.
 check() {
   case "$1" in
-    push|merge|pull|send-pack|subtree) deny "$1" ;;
+    push|merge|pull|send-pack|subtree|http-push|receive-pack|remote-*) deny "$1" ;;
+    merge-base|merge-file|merge-tree) ;;
+    merge-*) deny "$1" ;;
     reset) for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
+    read-tree) for a in "$@"; do case "$a" in --reset) deny "read-tree --reset" ;; esac; done ;;
   esac
   known=$("$real" --list-cmds=main,others 2>/dev/null)
   case "
@@ -265,12 +271,67 @@ func (w *workspace) auditFile() string {
 	return filepath.Join(w.root, ".git-audit.log")
 }
 
-func (w *workspace) installGuard() error {
+func (w *workspace) installGuard(ctx context.Context) error {
 	if err := os.MkdirAll(w.guardDir(), 0o700); err != nil {
 		return err
 	}
 	script := fmt.Sprintf(guardScript, w.auditFile(), w.git)
-	return os.WriteFile(filepath.Join(w.guardDir(), "git"), []byte(script), 0o700)
+	if err := os.WriteFile(filepath.Join(w.guardDir(), "git"), []byte(script), 0o700); err != nil {
+		return err
+	}
+	return w.installExecPath(ctx)
+}
+
+// execPath is the git program directory the agent's git runs with
+// (GIT_EXEC_PATH). Git puts its program directory first on the PATH of
+// every program it starts (rebase --exec, bisect run, hooks), so there its
+// own "git" must be the guard too; the rest are git's, but for the
+// programs that push, merge or reset under their own names.
+func (w *workspace) execPath() string { return filepath.Join(w.guardDir(), "libexec") }
+
+// guardedPrograms are the programs of git's directory left out of
+// execPath: they push, merge or pull under their own names.
+func guardedProgram(name string) bool {
+	switch name {
+	case "git-merge-base", "git-merge-file", "git-merge-tree":
+		return false
+	}
+	for _, p := range []string{"git-push", "git-merge", "git-pull", "git-send-pack", "git-subtree", "git-http-push", "git-receive-pack"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *workspace) installExecPath(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, w.git, "--exec-path").Output()
+	if err != nil {
+		return fmt.Errorf("find git's program directory: %w", err)
+	}
+	real := strings.TrimSpace(string(out))
+	ents, err := os.ReadDir(real)
+	if err != nil {
+		return fmt.Errorf("read git's program directory: %w", err)
+	}
+	dir := w.execPath()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		target := filepath.Join(real, name)
+		switch {
+		case name == "git":
+			target = filepath.Join(w.guardDir(), "git")
+		case guardedProgram(name):
+			continue
+		}
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // agentCalls are the git calls the agent's commands made.
@@ -299,6 +360,9 @@ func (w *workspace) changedFiles(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	if _, err := w.run(ctx, "add", "-A"); err != nil {
+		return nil, err
+	}
+	if err := w.addIgnoredByTask(ctx); err != nil {
 		return nil, err
 	}
 	out, err := w.run(ctx, "diff", "--cached", "--name-only", "-z", w.base)
@@ -337,6 +401,12 @@ func (w *workspace) commit(ctx context.Context, message string) (string, error) 
 	if err := w.verifyObjects(ctx); err != nil {
 		return "", err
 	}
+	if err := w.refuseGitlinks(ctx); err != nil {
+		return "", err
+	}
+	if err := w.refuseConversions(ctx); err != nil {
+		return "", err
+	}
 	return w.run(ctx, "diff", "--binary", "--no-ext-diff", "--no-textconv", w.base, "HEAD")
 }
 
@@ -368,6 +438,110 @@ func (w *workspace) verifyObjects(ctx context.Context) error {
 			return errors.New("the task altered the checkout's object files; its changes are not taken")
 		}
 		rest = body[size+1:]
+	}
+	return nil
+}
+
+// addIgnoredByTask stages the files that only ignore rules the task wrote
+// itself hide (a .gitignore it added or changed): the starting commit's
+// rules decide what is left out of the patch, not the task's.
+func (w *workspace) addIgnoredByTask(ctx context.Context) error {
+	ignored, err := w.run(ctx, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+	if err != nil || ignored == "" {
+		return err
+	}
+	verbose, err := w.runInput(ctx, ignored, "check-ignore", "-v", "-z", "--stdin")
+	if err != nil {
+		return err
+	}
+	// Records: "<source>\x00<line>\x00<pattern>\x00<path>\x00".
+	f := strings.Split(verbose, "\x00")
+	made := map[string]bool{}
+	var force []string
+	for i := 0; i+3 < len(f); i += 4 {
+		src, path := f[i], f[i+3]
+		m, ok := made[src]
+		if !ok {
+			m = w.changedByTask(ctx, src)
+			made[src] = m
+		}
+		if m {
+			force = append(force, path)
+		}
+	}
+	if len(force) == 0 {
+		return nil
+	}
+	_, err = w.runInput(ctx, strings.Join(force, "\x00"), "add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul")
+	return err
+}
+
+// changedByTask reports whether the checkout's file at path is new or
+// differs from the starting commit's. Files outside the checkout (the
+// ignore and attribute files of .git are put back as cloned) are not.
+func (w *workspace) changedByTask(ctx context.Context, path string) bool {
+	if path == "" || filepath.IsAbs(path) || path == ".git" || strings.HasPrefix(path, ".git/") {
+		return false
+	}
+	want, err := w.run(ctx, "rev-parse", "--verify", "-q", w.base+":"+path)
+	if err != nil {
+		return true
+	}
+	got, err := w.run(ctx, "hash-object", "--no-filters", "--", path)
+	return err != nil || strings.TrimSpace(got) != strings.TrimSpace(want)
+}
+
+// refuseConversions fails the task when attributes it wrote itself (a
+// .gitattributes it added or changed) make what is committed differ from
+// what is on disk (ident, an encoding, line endings): the tests ran on the
+// disk. The starting commit's own attributes are the repository's intent.
+func (w *workspace) refuseConversions(ctx context.Context) error {
+	names, err := w.run(ctx, "diff", "--name-only", "-z", "--no-renames", w.base, "HEAD")
+	if err != nil {
+		return err
+	}
+	var paths []string
+	attrs := false
+	for _, p := range strings.Split(names, "\x00") {
+		if p == "" {
+			continue
+		}
+		attrs = attrs || filepath.Base(p) == ".gitattributes"
+		if fi, err := os.Lstat(filepath.Join(w.dir, p)); err == nil && fi.Mode().IsRegular() {
+			paths = append(paths, p)
+		}
+	}
+	if !attrs || len(paths) == 0 {
+		return nil
+	}
+	for _, p := range paths {
+		disk, err := w.run(ctx, "hash-object", "--no-filters", "--", p)
+		if err != nil {
+			return err
+		}
+		committed, err := w.run(ctx, "rev-parse", "--verify", "-q", "HEAD:"+p)
+		if err != nil || strings.TrimSpace(disk) != strings.TrimSpace(committed) {
+			return fmt.Errorf("attributes the task wrote make %q differ between disk and patch; its changes are not taken", p)
+		}
+	}
+	return nil
+}
+
+// refuseGitlinks fails the task when its changes hold a repository of its
+// own (git records it as a commit of that repository, not its files, and
+// the patch would not carry them).
+func (w *workspace) refuseGitlinks(ctx context.Context) error {
+	out, err := w.run(ctx, "diff-tree", "-r", "-z", "--no-renames", w.base, "HEAD")
+	if err != nil {
+		return err
+	}
+	// Records: ":<old mode> <new mode> <old> <new> <status>\x00<path>\x00".
+	f := strings.Split(out, "\x00")
+	for i := 0; i+1 < len(f); i += 2 {
+		meta := strings.Fields(strings.TrimPrefix(f[i], ":"))
+		if len(meta) >= 2 && meta[1] == "160000" {
+			return fmt.Errorf("the task left a git repository of its own at %s; its files are not in a patch, so its changes are not taken", f[i+1])
+		}
 	}
 	return nil
 }
