@@ -315,13 +315,19 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	require.Contains(t, res.meta[MetaPatch], "+changed")
 	require.NotContains(t, res.meta[MetaPatch], "keep.log")
 
-	// Ignore rules the task wrote itself hide nothing from the patch.
+	// Ignore rules the task wrote itself travel with the patch; what they
+	// hide is not in it, and the task's report says so.
 	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "hide", Name: "fix typo",
 		Command: `echo '*' > .gitignore && printf 'package calc\n\nfunc Helper() int { return 1 }\n' > helper.go && mkdir -p pkg && printf '*\n' > pkg/.gitignore && echo 'package pkg' > pkg/p.go`}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-	for _, f := range []string{"b/helper.go", "b/.gitignore", "b/pkg/p.go", "b/pkg/.gitignore"} {
+	for _, f := range []string{"b/.gitignore", "b/pkg/.gitignore"} {
 		require.Contains(t, res.meta[MetaPatch], "+++ "+f)
 	}
+	require.NotContains(t, res.meta[MetaPatch], "helper.go")
+	_, report := pipelineOf(t, res)
+	require.Contains(t, report.GetConcerns(), "not in the patch, hidden by ignore rules the task wrote: ")
+	require.Contains(t, report.GetConcerns(), "helper.go")
+	require.Contains(t, report.GetConcerns(), "pkg/p.go")
 
 	// What git would commit other than the disk says fails the task:
 	// attributes the task wrote that convert content, a repository of its

@@ -669,7 +669,11 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		files, err := wsp.changedFiles(ctx)
 		if err == nil {
 			report.FilesChanged = files
-			if f := SecurityFindings(files); len(f) > 0 {
+			f := SecurityFindings(files)
+			if h := wsp.hidden; len(h) > 0 {
+				f = append(f, fmt.Sprintf("not in the patch, hidden by ignore rules the task wrote: %s", strings.Join(h[:min(len(h), 20)], ", ")))
+			}
+			if len(f) > 0 {
 				report.Concerns = strings.Join(f, "; ")
 			}
 		}

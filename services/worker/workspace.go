@@ -61,6 +61,9 @@ type workspace struct {
 	// one and restore the other first (see secureGit).
 	gitDir   os.FileInfo
 	pristine map[string][]byte
+	// hidden are the files left out of the patch by ignore rules the task
+	// wrote (see addIgnoredByTask).
+	hidden []string
 }
 
 // run runs one of the worker's own git commands in the checkout, audited,
@@ -442,10 +445,13 @@ func (w *workspace) verifyObjects(ctx context.Context) error {
 	return nil
 }
 
-// addIgnoredByTask stages the files that only ignore rules the task wrote
-// itself hide (a .gitignore it added or changed): the starting commit's
-// rules decide what is left out of the patch, not the task's.
+// addIgnoredByTask deals with the files that only ignore rules the task
+// wrote itself hide (a .gitignore it added or changed): ignore files among
+// them are staged, so the rules travel with the patch; the others (build
+// outputs, as a rule) are not, and are named in w.hidden for the task's
+// report, so that the patch leaving them out is said.
 func (w *workspace) addIgnoredByTask(ctx context.Context) error {
+	w.hidden = nil
 	ignored, err := w.run(ctx, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
 	if err != nil || ignored == "" {
 		return err
@@ -465,8 +471,26 @@ func (w *workspace) addIgnoredByTask(ctx context.Context) error {
 			m = w.changedByTask(ctx, src)
 			made[src] = m
 		}
-		if m {
-			force = append(force, path)
+		if !m {
+			continue
+		}
+		paths := []string{path}
+		if strings.HasSuffix(path, "/") {
+			// A whole directory the task's rules hide: its files.
+			inside, err := w.run(ctx, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--", path)
+			if err != nil {
+				return err
+			}
+			paths = strings.Split(strings.TrimSuffix(inside, "\x00"), "\x00")
+		}
+		for _, p := range paths {
+			switch {
+			case p == "":
+			case filepath.Base(p) == ".gitignore":
+				force = append(force, p)
+			default:
+				w.hidden = append(w.hidden, p)
+			}
 		}
 	}
 	if len(force) == 0 {
