@@ -188,6 +188,11 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 	node := &orchestratorv1.Node{Id: "r", Command: "test -z \"$(git remote)\" && echo no-remote"}
 	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, "no-remote\n", out.msg.GetStdout(), out.msg.GetStderr())
+	// Git's own steps still run: stash resets the working tree with the
+	// git its program directory holds.
+	node = &orchestratorv1.Node{Id: "stash", Command: "echo s >> calc.go && git -c user.name=a -c user.email=a@a.invalid stash -q && git stash pop -q && git worktree add -q ../wt"}
+	out, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
 	node = &orchestratorv1.Node{Id: "ok", Name: "fix typo", Command: "git status --short && echo changed >> calc.go"}
 	out, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
@@ -369,4 +374,56 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	require.NotEqual(t, int32(0), res.msg.GetExitCode())
 	require.Contains(t, res.msg.GetError(), "the task replaced the checkout's .git")
 	require.Empty(t, res.meta[MetaPatch])
+}
+
+// repoWith is gitRepo with files added in a second commit, and its HEAD.
+func repoWith(t *testing.T, files map[string]string) (string, string) {
+	t.Helper()
+	dir, _ := gitRepo(t)
+	for name, content := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	var head string
+	for _, args := range [][]string{{"add", "-f", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "more"}, {"rev-parse", "HEAD"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		b, err := cmd.Output()
+		require.NoError(t, err, string(b))
+		head = strings.TrimSpace(string(b))
+	}
+	return dir, head
+}
+
+// The starting commit's own attributes and ignore rules are the
+// repository's intent: they may convert and hide what the task writes
+// without the task failing or being reported; attributes the task hid
+// from the patch are still checked; and a task may commit without saying
+// who it is.
+func TestRepositoryRulesAreTheRepositorys(t *testing.T) {
+	t.Parallel()
+	s := pipelineService(t)
+	run := func(repo, base, cmd string) taskOutcome {
+		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Name: "fix typo", Command: cmd}))
+		return out
+	}
+
+	repo, base := repoWith(t, map[string]string{".gitattributes": "*.bat text eol=crlf\n", "run.bat": "@echo off\n"})
+	out := run(repo, base, `echo '*.png binary' >> .gitattributes && printf 'echo hi\r\n' >> run.bat`)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s", out.msg.GetError())
+
+	repo, base = repoWith(t, map[string]string{".gitattributes": "* text=auto eol=crlf\n", ".gitignore": "node_modules/\n*.log\n"})
+	out = run(repo, base, `mkdir -p node_modules && echo n > node_modules/y && echo a > a.log && printf 'x\r\n' >> calc.go`)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s", out.msg.GetError())
+	_, report := pipelineOf(t, out)
+	require.NotContains(t, report.GetConcerns(), "hidden by ignore rules")
+
+	repo, base = gitRepo(t)
+	out = run(repo, base, `printf '.gitattributes\n' > .gitignore && echo 'calc.go ident' > .gitattributes && printf '$Id: KEEP $\n' >> calc.go`)
+	require.NotEqual(t, int32(0), out.msg.GetExitCode())
+	require.Contains(t, out.msg.GetError(), `attributes the task wrote make "calc.go" differ`)
+
+	out = run(repo, base, `echo x >> calc.go && git commit -qam 'fix: typo' && echo y >> calc.go`)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s; stderr %s", out.msg.GetError(), out.msg.GetStderr())
+	require.Contains(t, out.meta[MetaPatch], "+y")
 }

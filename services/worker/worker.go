@@ -573,6 +573,13 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		dir = wsp.dir
 		vars["PATH"] = wsp.guardDir() + string(os.PathListSeparator) + os.Getenv("PATH")
 		vars["GIT_EXEC_PATH"] = wsp.execPath()
+		// Commits the agent makes itself have an author, whatever the host.
+		for _, k := range []string{"GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"} {
+			vars[k] = "Sylk Engineer"
+		}
+		for _, k := range []string{"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"} {
+			vars[k] = "engineer@sylk.invalid"
+		}
 		if sp := meta[MetaStartPatch]; sp != "" {
 			// A pipeline carrying on from a handoff starts from the old
 			// pipeline's files (spec F-23).

@@ -224,6 +224,9 @@ const guardScript = `#!/bin/sh
 set -f
 printf '%%s\n' "$*" >> '%s'
 real='%s'
+# Git itself runs git for its own steps (stash resets the working tree with
+# reset --hard): a call whose parent is git, not a shell, is git's.
+if [ "$(readlink /proc/$PPID/exe 2>/dev/null)" = '%s' ]; then exec "$real" "$@"; fi
 deny() { echo "sylk: git $1 is not allowed for agents" >&2; exit 1; }
 # check SUBCOMMAND ARGS...: refuse what agents may not do.
 check() {
@@ -278,7 +281,11 @@ func (w *workspace) installGuard(ctx context.Context) error {
 	if err := os.MkdirAll(w.guardDir(), 0o700); err != nil {
 		return err
 	}
-	script := fmt.Sprintf(guardScript, w.auditFile(), w.git)
+	realExe, err := filepath.EvalSymlinks(w.git)
+	if err != nil {
+		return err
+	}
+	script := fmt.Sprintf(guardScript, w.auditFile(), w.git, realExe)
 	if err := os.WriteFile(filepath.Join(w.guardDir(), "git"), []byte(script), 0o700); err != nil {
 		return err
 	}
@@ -486,7 +493,7 @@ func (w *workspace) addIgnoredByTask(ctx context.Context) error {
 		for _, p := range paths {
 			switch {
 			case p == "":
-			case filepath.Base(p) == ".gitignore":
+			case filepath.Base(p) == ".gitignore", filepath.Base(p) == ".gitattributes":
 				force = append(force, p)
 			default:
 				w.hidden = append(w.hidden, p)
@@ -511,40 +518,78 @@ func (w *workspace) changedByTask(ctx context.Context, path string) bool {
 	if err != nil {
 		return true
 	}
-	got, err := w.run(ctx, "hash-object", "--no-filters", "--", path)
+	// As git would store it: a checkout may have converted it (line endings).
+	got, err := w.run(ctx, "hash-object", "--", path)
 	return err != nil || strings.TrimSpace(got) != strings.TrimSpace(want)
 }
 
 // refuseConversions fails the task when attributes it wrote itself (a
 // .gitattributes it added or changed) make what is committed differ from
-// what is on disk (ident, an encoding, line endings): the tests ran on the
-// disk. The starting commit's own attributes are the repository's intent.
+// what the starting commit's attributes would have committed (ident, an
+// encoding, line endings): the tests ran on the disk, and the starting
+// commit's attributes are the repository's intent. Each changed file is
+// hashed again with the starting commit's attribute files put in place for
+// the while.
 func (w *workspace) refuseConversions(ctx context.Context) error {
 	names, err := w.run(ctx, "diff", "--name-only", "-z", "--no-renames", w.base, "HEAD")
 	if err != nil {
 		return err
 	}
-	var paths []string
-	attrs := false
+	var paths, attrs []string
 	for _, p := range strings.Split(names, "\x00") {
 		if p == "" {
 			continue
 		}
-		attrs = attrs || filepath.Base(p) == ".gitattributes"
+		if filepath.Base(p) == ".gitattributes" {
+			attrs = append(attrs, p)
+		}
 		if fi, err := os.Lstat(filepath.Join(w.dir, p)); err == nil && fi.Mode().IsRegular() {
 			paths = append(paths, p)
 		}
 	}
-	if !attrs || len(paths) == 0 {
+	if len(attrs) == 0 || len(paths) == 0 {
 		return nil
 	}
+	root, err := os.OpenRoot(w.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	// The task's attribute files, put back when done (their content is
+	// committed already; the checkout is the task's until it is removed).
+	saved := map[string][]byte{}
+	for _, a := range attrs {
+		b, err := root.ReadFile(a)
+		if err == nil {
+			saved[a] = b
+		}
+		if err := root.Remove(a); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if was, err := w.run(ctx, "cat-file", "blob", w.base+":"+a); err == nil {
+			if err := root.WriteFile(a, []byte(was), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	defer func() {
+		for _, a := range attrs {
+			_ = root.Remove(a)
+			if b, ok := saved[a]; ok {
+				_ = root.WriteFile(a, b, 0o644)
+			}
+		}
+	}()
 	for _, p := range paths {
-		disk, err := w.run(ctx, "hash-object", "--no-filters", "--", p)
+		if slices.Contains(attrs, p) {
+			continue
+		}
+		intended, err := w.run(ctx, "hash-object", "--", p)
 		if err != nil {
 			return err
 		}
 		committed, err := w.run(ctx, "rev-parse", "--verify", "-q", "HEAD:"+p)
-		if err != nil || strings.TrimSpace(disk) != strings.TrimSpace(committed) {
+		if err != nil || strings.TrimSpace(intended) != strings.TrimSpace(committed) {
 			return fmt.Errorf("attributes the task wrote make %q differ between disk and patch; its changes are not taken", p)
 		}
 	}
