@@ -302,20 +302,8 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 
 	// A tracked file that the repository's own ignore rules match (added
 	// with force) stays in the repository, not deleted by the patch.
-	ign, _ := gitRepo(t)
-	require.NoError(t, os.WriteFile(filepath.Join(ign, ".gitignore"), []byte("*.log\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(ign, "keep.log"), []byte("kept\n"), 0o644))
-	for _, args := range [][]string{{"add", "-f", ".gitignore", "keep.log"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "log"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = ign
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(b))
-	}
-	cmd := exec.Command("git", "rev-parse", "HEAD")
-	cmd.Dir = ign
-	head, err := cmd.Output()
-	require.NoError(t, err)
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, ign, strings.TrimSpace(string(head)), &orchestratorv1.Node{Id: "ign", Name: "fix typo", Command: "echo changed >> calc.go"}))
+	ign, head := repoWith(t, map[string]string{".gitignore": "*.log\n", "keep.log": "kept\n"})
+	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, ign, head, &orchestratorv1.Node{Id: "ign", Name: "fix typo", Command: "echo changed >> calc.go"}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
 	require.Contains(t, res.meta[MetaPatch], "+changed")
 	require.NotContains(t, res.meta[MetaPatch], "keep.log")
