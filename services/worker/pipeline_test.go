@@ -176,6 +176,10 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"git http-push http://127.0.0.1:1/x HEAD", "git http-push is not allowed"},
 		{"git init -q --bare ../t && git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'git push -q ../t HEAD:refs/heads/x' --root", "git push is not allowed"},
 		{"git init -q --bare ../t && git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'git-push -q ../t HEAD:refs/heads/x' --root", "git-push: not found"},
+		// A shell git starts may exec into the guard, with git as its
+		// parent: that is not git's own step.
+		{"git init -q --bare ../t && git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'exec git push -q ../t HEAD:refs/heads/x' --root", "git push is not allowed"},
+		{"git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'exec git reset -q --hard HEAD' --root", "git reset --hard is not allowed"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
 		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
@@ -405,6 +409,16 @@ func TestRepositoryRulesAreTheRepositorys(t *testing.T) {
 	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s", out.msg.GetError())
 	_, report := pipelineOf(t, out)
 	require.NotContains(t, report.GetConcerns(), "hidden by ignore rules")
+
+	// The starting commit's attributes stay where they were: a directory
+	// turned into a symlink does not carry them elsewhere.
+	repo, base = repoWith(t, map[string]string{"sub/.gitattributes": "*.txt ident\n", "sub/a.txt": "a\n"})
+	out = run(repo, base, `rm -rf sub && mkdir other && ln -s other sub && printf '*.txt ident\n' > other/.gitattributes && printf '$Id: ON-DISK $\n' > other/i.txt`)
+	require.NotEqual(t, int32(0), out.msg.GetExitCode())
+	require.Contains(t, out.msg.GetError(), "the task made sub, which holds attributes, something other than a directory")
+	out = run(repo, base, `rm -rf sub && echo changed >> calc.go`)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s", out.msg.GetError())
+	require.Contains(t, out.meta[MetaPatch], "deleted file mode 100644")
 
 	repo, base = gitRepo(t)
 	out = run(repo, base, `printf '.gitattributes\n' > .gitignore && echo 'calc.go ident' > .gitattributes && printf '$Id: KEEP $\n' >> calc.go`)

@@ -224,9 +224,28 @@ const guardScript = `#!/bin/sh
 set -f
 printf '%%s\n' "$*" >> '%s'
 real='%s'
-# Git itself runs git for its own steps (stash resets the working tree with
-# reset --hard): a call whose parent is git, not a shell, is git's.
-if [ "$(readlink /proc/$PPID/exe 2>/dev/null)" = '%s' ]; then exec "$real" "$@"; fi
+# Git itself resets the working tree with reset --hard for stash and
+# worktree: such a call, whose parent is git running one of those two, is
+# git's own step. (A shell can exec into this script with git as its
+# parent, so only that reset is let through, and only under those two.)
+internal=0
+if [ "$(readlink /proc/$PPID/exe 2>/dev/null)" = '%s' ]; then
+  if tr '\0' '\n' < /proc/$PPID/cmdline 2>/dev/null | {
+    n=0; skip=0
+    while IFS= read -r a; do
+      n=$((n+1))
+      if [ $n = 1 ]; then continue; fi
+      if [ $skip = 1 ]; then skip=0; continue; fi
+      case "$a" in
+        -c|-C|--git-dir|--work-tree|--namespace|--config-env|--super-prefix|--shallow-file|--attr-source) skip=1 ;;
+        -*) ;;
+        stash|worktree) exit 0 ;;
+        *) exit 1 ;;
+      esac
+    done
+    exit 1
+  }; then internal=1; fi
+fi
 deny() { echo "sylk: git $1 is not allowed for agents" >&2; exit 1; }
 # check SUBCOMMAND ARGS...: refuse what agents may not do.
 check() {
@@ -234,7 +253,7 @@ check() {
     push|merge|pull|send-pack|subtree|http-push|receive-pack|remote-*) deny "$1" ;;
     merge-base|merge-file|merge-tree) ;;
     merge-*) deny "$1" ;;
-    reset) for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
+    reset) [ $internal = 1 ] || for a in "$@"; do case "$a" in --h|--ha|--har|--hard) deny "reset --hard" ;; esac; done ;;
     read-tree) for a in "$@"; do case "$a" in --reset) deny "read-tree --reset" ;; esac; done ;;
   esac
   known=$("$real" --list-cmds=main,others 2>/dev/null)
@@ -550,6 +569,15 @@ func (w *workspace) refuseConversions(ctx context.Context) error {
 	if len(attrs) == 0 || len(paths) == 0 {
 		return nil
 	}
+	// The starting commit's attribute files go back where they were, not
+	// through a directory the task made a symlink.
+	for _, a := range attrs {
+		for d := filepath.Dir(a); d != "."; d = filepath.Dir(d) {
+			if fi, err := os.Lstat(filepath.Join(w.dir, d)); err == nil && !fi.IsDir() {
+				return fmt.Errorf("the task made %s, which holds attributes, something other than a directory; its changes are not taken", d)
+			}
+		}
+	}
 	root, err := os.OpenRoot(w.dir)
 	if err != nil {
 		return err
@@ -567,6 +595,9 @@ func (w *workspace) refuseConversions(ctx context.Context) error {
 			return err
 		}
 		if was, err := w.run(ctx, "cat-file", "blob", w.base+":"+a); err == nil {
+			if err := root.MkdirAll(filepath.Dir(a), 0o755); err != nil {
+				return err
+			}
 			if err := root.WriteFile(a, []byte(was), 0o644); err != nil {
 				return err
 			}
