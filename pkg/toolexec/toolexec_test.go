@@ -77,7 +77,8 @@ func (l *streamLog) count(prefix string) int {
 func TestCommandsCannotReadTheExecutorsProcess(t *testing.T) {
 	t.Parallel()
 	if os.Getenv("SYLK_TOOLEXEC_PROBE") != "" {
-		return // the child's own run of this test; it runs the probe below
+		probeExecutorsProcess(t) // this is the child
+		return
 	}
 	bin := os.Args[0]
 	var cred *syscall.Credential
@@ -96,7 +97,7 @@ func TestCommandsCannotReadTheExecutorsProcess(t *testing.T) {
 		require.NoError(t, os.WriteFile(bin, raw, 0o755))
 		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
-	cmd := exec.Command(bin, "-test.run=^TestProcessProbe$", "-test.v")
+	cmd := exec.Command(bin, "-test.run=^TestCommandsCannotReadTheExecutorsProcess$", "-test.v")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	cmd.Dir = os.TempDir()
 	cmd.Env = append(os.Environ(), "SYLK_TOOLEXEC_PROBE=1", "SYLK_POSTGRES_DSN=postgres://sylk:leak-in-environ@db/sylk")
@@ -106,11 +107,10 @@ func TestCommandsCannotReadTheExecutorsProcess(t *testing.T) {
 	require.NotContains(t, string(out), "leak-in-environ")
 }
 
-// TestProcessProbe is the child of TestCommandsCannotReadTheExecutorsProcess.
-func TestProcessProbe(t *testing.T) {
-	if os.Getenv("SYLK_TOOLEXEC_PROBE") == "" {
-		t.Skip("run by TestCommandsCannotReadTheExecutorsProcess")
-	}
+// probeExecutorsProcess is what the child of
+// TestCommandsCannotReadTheExecutorsProcess runs: commands that try to read
+// its environment and memory.
+func probeExecutorsProcess(t *testing.T) {
 	e, root := newExec(t, testConfig())
 	for _, probe := range []string{
 		`cat /proc/$PPID/environ`,
