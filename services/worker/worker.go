@@ -685,8 +685,12 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 			}
 		}
 		if res.GetExitCode() == 0 && res.GetError() == "" {
-			patch, err := wsp.commit(ctx, conventionalMessage(task.GetNodeId(), spec.GetName()))
-			switch {
+			// The files are staged already: no second pass over them.
+			patch, cerr := "", err
+			if err == nil {
+				patch, cerr = wsp.commit(ctx, conventionalMessage(task.GetNodeId(), spec.GetName()), files)
+			}
+			switch err := cerr; {
 			case err != nil:
 				res.ExitCode, res.Error = -1, "could not commit the task's changes: "+err.Error()
 			case len(patch) > maxPatchBytes:

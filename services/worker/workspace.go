@@ -407,13 +407,10 @@ func (w *workspace) changedFiles(ctx context.Context) ([]string, error) {
 	return files, nil
 }
 
-// commit records the task's changes with a conventional message (spec
-// F-30) and returns the patch from the starting commit.
-func (w *workspace) commit(ctx context.Context, message string) (string, error) {
-	files, err := w.changedFiles(ctx)
-	if err != nil {
-		return "", err
-	}
+// commit records the task's changes, files as changedFiles staged them,
+// with a conventional message (spec F-30) and returns the patch from the
+// starting commit.
+func (w *workspace) commit(ctx context.Context, message string, files []string) (string, error) {
 	if len(files) == 0 {
 		return "", nil
 	}
