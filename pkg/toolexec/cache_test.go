@@ -21,20 +21,25 @@ for f in *.txt; do echo "$PWD/$f: $(cat "$f")"; done
 ! grep -q bad *.txt
 `
 
-// lintTool installs lintScript under root and returns its path: a
-// program run directly, as cached tools must be.
-func lintTool(t *testing.T, root string) string {
+// lintTool installs lintScript outside the executor's boundary (where
+// confined commands read but do not write) and returns its path: a program
+// run directly, as cached tools must be.
+func lintTool(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(root, "bin", "lint")
+	p := filepath.Join(t.TempDir(), "bin", "lint")
 	write(t, p, lintScript)
 	require.NoError(t, os.Chmod(p, 0o755))
 	return p
 }
 
-func cacheConfig() Config {
+// cacheConfig is the cache tests' config and the file the lint tool counts
+// its runs in, in a directory confined commands may write.
+func cacheConfig(t *testing.T) (Config, string) {
 	c := testConfig()
 	c.CachePolicies = map[string]CachePolicy{"lint": {InvalidateOn: []string{"*.txt"}}}
-	return c
+	counts := t.TempDir()
+	c.ConfineWritable = []string{counts}
+	return c, filepath.Join(counts, "count")
 }
 
 func write(t *testing.T, path, data string) {
@@ -55,11 +60,11 @@ func runs(t *testing.T, count string) int {
 
 func TestCacheReusesUnchangedOutput(t *testing.T) {
 	t.Parallel()
-	e, root := newExec(t, cacheConfig())
+	cfg, count := cacheConfig(t)
+	e, root := newExec(t, cfg)
 	ws := filepath.Join(root, "ws")
-	count := filepath.Join(root, "count")
 	write(t, filepath.Join(ws, "a.txt"), "fine")
-	inv := Invocation{Command: lintTool(t, root), WorkingDir: ws, Env: map[string]string{"COUNT": count}}
+	inv := Invocation{Command: lintTool(t), WorkingDir: ws, Env: map[string]string{"COUNT": count}}
 	ctx := context.Background()
 	call := func() Result {
 		t.Helper()
@@ -115,13 +120,13 @@ func TestCacheReusesUnchangedOutput(t *testing.T) {
 
 func TestCacheMovesPathsBetweenWorkspaces(t *testing.T) {
 	t.Parallel()
-	e, root := newExec(t, cacheConfig())
-	count := filepath.Join(root, "count")
+	cfg, count := cacheConfig(t)
+	e, root := newExec(t, cfg)
 	one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
 	write(t, filepath.Join(one, "a.txt"), "bad")
 	write(t, filepath.Join(two, "a.txt"), "bad")
 	ctx := context.Background()
-	lint := lintTool(t, root)
+	lint := lintTool(t)
 	_, err := e.Execute(ctx, Invocation{Command: lint, WorkingDir: one, Env: map[string]string{"COUNT": count}})
 	require.NoError(t, err)
 	log := &streamLog{}
@@ -139,7 +144,7 @@ func TestCacheMovesPathsBetweenWorkspaces(t *testing.T) {
 
 func TestCacheKeepsOnlyCompleteRuns(t *testing.T) {
 	t.Parallel()
-	cfg := cacheConfig()
+	cfg, _ := cacheConfig(t)
 	cfg.CachePolicies["slow"] = CachePolicy{InvalidateOn: []string{"*"}}
 	e, root := newExec(t, cfg)
 	inv := Invocation{Tool: "slow", Command: "sleep 30", WorkingDir: root, Timeout: 50 * time.Millisecond}
@@ -208,9 +213,9 @@ func TestOutputCacheBoundsAndExpiry(t *testing.T) {
 // not one.
 func TestCacheSharesWorkspaces(t *testing.T) {
 	t.Parallel()
-	e, root := newExec(t, cacheConfig())
-	count := filepath.Join(root, "count")
-	lint := lintTool(t, root)
+	cfg, count := cacheConfig(t)
+	e, root := newExec(t, cfg)
+	lint := lintTool(t)
 	call := func(ws, dir string) Result {
 		t.Helper()
 		write(t, filepath.Join(dir, "a.txt"), "fine")

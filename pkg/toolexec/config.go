@@ -50,6 +50,14 @@ type Config struct {
 	CacheBytes    int64
 	CacheTTL      time.Duration
 	CachePolicies map[string]CachePolicy
+	// Confine runs each command confined where the kernel has Landlock
+	// (confine.go): no reading inside the boundary roots but its own
+	// workspace, no writing outside it and ConfineWritable, no signals to
+	// processes it did not start.
+	Confine bool
+	// ConfineWritable are directories confined commands may also write
+	// (shared tool caches).
+	ConfineWritable []string
 }
 
 // Spec defaults.
@@ -103,6 +111,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.CacheBytes, "toolexec.cache-bytes", defaultCacheBytes, "bytes of cached tool output kept; 0 turns the cache off")
 	fs.DurationVar(&c.CacheTTL, "toolexec.cache-ttl", defaultCacheTTL, "how long a cached tool output is reused")
 	fs.Var((*durationMap)(&c.ToolTimeouts), "toolexec.tool-timeouts", "per-tool base timeouts as tool=duration pairs, comma-separated (added to the defaults)")
+	fs.BoolVar(&c.Confine, "toolexec.confine", true, "confine each command with Landlock where the kernel has it (Linux 5.13+): it reads nothing inside the workspace root but its own workspace, writes only its workspace and -toolexec.confine-writable, and cannot signal the service or other tasks")
+	fs.Var((*stringList)(&c.ConfineWritable), "toolexec.confine-writable", "comma-separated absolute directories confined commands may also write (shared tool caches)")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
 
@@ -160,6 +170,11 @@ func (c Config) Validate() error {
 	for k, d := range c.ToolTimeouts {
 		if d <= 0 || strings.TrimSpace(k) == "" {
 			errs = append(errs, fmt.Errorf("toolexec.tool-timeouts: %q must name a tool and have a positive timeout", k))
+		}
+	}
+	for _, p := range c.ConfineWritable {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("toolexec.confine-writable: %q must be an absolute path", p))
 		}
 	}
 	for _, p := range c.ExtraSecretPatterns {

@@ -416,7 +416,12 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 	w := &watcher{start: time.Now(), stream: inv.StreamTo}
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
-	err = cmd.Start()
+	if e.Confined() {
+		err = startConfined(cmd, confinedPolicy{hidden: e.boundary.roots,
+			writable: append([]string{e.workspaceOf(inv, dir)}, e.cfg.ConfineWritable...)})
+	} else {
+		err = cmd.Start()
+	}
 	closeAll(outW, errW)
 	if err != nil {
 		closeAll(outR, errR)

@@ -1,0 +1,148 @@
+package toolexec
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// confinedSetup is an executor rooted at root holding two workspaces, a
+// and b (b with a secret), and a directory outside the root.
+func confinedSetup(t *testing.T, cfg Config) (e *Executor, a, b, outside string) {
+	t.Helper()
+	e, root := newExec(t, cfg)
+	a, b = filepath.Join(root, "a"), filepath.Join(root, "b")
+	require.NoError(t, os.Mkdir(a, 0o700))
+	require.NoError(t, os.Mkdir(b, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(b, "secret"), []byte("b's secret"), 0o600))
+	outside = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "readme"), []byte("readable"), 0o644))
+	return e, a, b, outside
+}
+
+func shell(t *testing.T, e *Executor, dir, script string) Result {
+	t.Helper()
+	res, err := e.Execute(context.Background(), Invocation{Command: "sh", Args: []string{"-c", script}, WorkingDir: dir, Workspace: dir})
+	require.NoError(t, err)
+	return res
+}
+
+// A command reads the system and its own workspace and writes only the
+// latter: other workspaces under the root are neither readable nor
+// writable, nor reachable through a symlink; the rest of the machine is
+// read-only unless configured writable; and the service that started it
+// cannot be signalled.
+func TestConfinedCommand(t *testing.T) {
+	t.Parallel()
+	writable := t.TempDir()
+	cfg := testConfig()
+	cfg.ConfineWritable = []string{writable}
+	e, a, b, outside := confinedSetup(t, cfg)
+	if LandlockABI() == 0 {
+		// This kernel has no Landlock: commands run unconfined, and say so.
+		require.False(t, e.Confined())
+		require.Zero(t, shell(t, e, a, "cat ../b/secret").ExitCode)
+		return
+	}
+	require.True(t, e.Confined())
+
+	ok := func(script string) Result {
+		t.Helper()
+		res := shell(t, e, a, script)
+		require.Zero(t, res.ExitCode, "%s: %s", script, res.Stderr)
+		return res
+	}
+	denied := func(script string) {
+		t.Helper()
+		res := shell(t, e, a, script)
+		require.NotZero(t, res.ExitCode, "%s ran: %s", script, res.Stdout)
+		require.NotContains(t, res.Stdout, "b's secret")
+	}
+	// Its own workspace, in full: files, directories, renames across
+	// directories, truncation, links.
+	ok("mkdir -p d/e && echo hi > d/f && mv d/f d/e/g && : > d/e/g && ln -s e d/l && rm -r d")
+	require.Equal(t, "hi\n", ok("echo hi > x && cat x").Stdout)
+	// The system and what lies outside the root: readable, runnable.
+	require.Equal(t, "readable", ok("cat "+filepath.Join(outside, "readme")).Stdout)
+	ok("git --version && test -r /etc/passwd && echo x > /dev/null")
+	// Another workspace under the root, however reached.
+	denied("cat ../b/secret")
+	denied("ls ../b")
+	denied("echo planted > ../b/planted")
+	ok("ln -s ../b link")
+	denied("cat link/secret")
+	denied("cat " + filepath.Join(b, "secret"))
+	// Nor through the working directory of a process that runs in b.
+	other := exec.Command("sleep", "30")
+	other.Dir = b
+	require.NoError(t, other.Start())
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	denied("cat /proc/" + strconv.Itoa(other.Process.Pid) + "/cwd/secret")
+	_, err := os.Stat(filepath.Join(b, "planted"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	// Outside the root: read-only, unless configured writable.
+	denied("echo x > " + filepath.Join(outside, "new"))
+	denied("rm " + filepath.Join(outside, "readme"))
+	ok("echo cached > " + filepath.Join(writable, "cache"))
+	if LandlockABI() >= 6 {
+		denied("kill -0 " + strconv.Itoa(os.Getpid()))
+		// Its own children, it may.
+		ok(`sleep 5 & kill $!`)
+	}
+
+	// Only the commands are confined, never the service: its own threads
+	// still write where its commands may not, after many commands.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { shell(t, e, a, "true") })
+	}
+	wg.Wait()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "by-the-service"), []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(b, "by-the-service"), []byte("x"), 0o600))
+}
+
+// With confinement off, a command reaches what its user can.
+func TestUnconfinedCommand(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Confine = false
+	e, a, _, _ := confinedSetup(t, cfg)
+	require.False(t, e.Confined())
+	res := shell(t, e, a, "cat ../b/secret")
+	require.Zero(t, res.ExitCode, res.Stderr)
+	require.Equal(t, "b's secret", res.Stdout)
+}
+
+// Writable directories must be absolute.
+func TestConfineWritableValidated(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.ConfineWritable = []string{"cache"}
+	require.ErrorContains(t, cfg.Validate(), "toolexec.confine-writable")
+}
+
+// BenchmarkExecuteNoop is what confinement adds to starting a command:
+// `go test -bench ExecuteNoop ./pkg/toolexec/`.
+func BenchmarkExecuteNoop(b *testing.B) {
+	for _, confine := range []bool{false, true} {
+		b.Run("confine="+strconv.FormatBool(confine), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Confine = confine
+			root := b.TempDir()
+			bd, err := NewBoundary(root)
+			require.NoError(b, err)
+			e, err := New(cfg, bd, nil)
+			require.NoError(b, err)
+			for b.Loop() {
+				_, err := e.Execute(context.Background(), Invocation{Command: "true", WorkingDir: root})
+				require.NoError(b, err)
+			}
+		})
+	}
+}
