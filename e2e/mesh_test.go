@@ -114,7 +114,8 @@ func (c *client) ok(method, path string, body any) map[string]any {
 
 // startMesh boots every service and the gateway with an isolated schema
 // prefix, Redis prefix and NATS prefix, and tears them down after the test.
-func startMesh(t *testing.T) *client {
+// flags are added to the mesh's own.
+func startMesh(t *testing.T, flags ...string) *client {
 	t.Helper()
 	id := testenv.ID()
 	prefix := "e2e" + id + "_"
@@ -123,7 +124,7 @@ func startMesh(t *testing.T) *client {
 	var cfg mesh.DevConfig
 	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{
+	require.NoError(t, fs.Parse(append([]string{
 		"-postgres.dsn", testenv.PostgresDSN(),
 		"-postgres.schema-prefix", prefix,
 		"-redis.url", testenv.RedisURL(),
@@ -132,7 +133,7 @@ func startMesh(t *testing.T) *client {
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
-	}))
+	}, flags...)))
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	d, err := mesh.StartDev(ctx, cfg, logs)

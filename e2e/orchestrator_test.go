@@ -324,11 +324,13 @@ func TestOrchestratorTaskActions(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		testenv.MissingTool(t, "python3")
 	}
-	c := startMesh(t)
+	// The test's tester writes its signal where task commands may write.
+	signals := t.TempDir()
+	c := startMesh(t, "-toolexec.confine-writable", signals)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "tasks"})["session"].(map[string]any)
 	sname := sess["name"].(string)
 	sid := strings.TrimPrefix(sname, "sessions/")
-	ready := filepath.Join(t.TempDir(), "ready")
+	ready := filepath.Join(signals, "ready")
 	repo := pyRepo(t, map[string]string{
 		"calc.py": "def add(a, b):\n    return a + b\n",
 		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +

@@ -96,10 +96,11 @@ func TestPipelineHandoff(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		testenv.MissingTool(t, "python3")
 	}
-	c := startMesh(t)
+	// The test's tester writes its signals where task commands may write.
+	dir := t.TempDir()
+	c := startMesh(t, "-toolexec.confine-writable", dir)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "handoff"})["session"].(map[string]any)
 	sname := sess["name"].(string)
-	dir := t.TempDir()
 	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
 	// The first test run waits for the test's word, then fails; later runs
 	// pass.

@@ -29,7 +29,7 @@ func TestRetriesWithBackoff(t *testing.T) {
 	h, _ := newOrchestrator(t, nil, nil)
 	h.startWorker(t, 2)
 	ctx := userCtx("t1")
-	dir := t.TempDir()
+	dir := h.signals
 	// flaky fails on its first attempt only; broken always fails.
 	flaky := fmt.Sprintf(`f=%s/flag; if [ -e "$f" ]; then echo recovered; else touch "$f"; echo first >&2; exit 3; fi`, dir)
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: &orchestratorv1.Dag{
@@ -229,7 +229,7 @@ func TestCancelStopsTheWorkersProcess(t *testing.T) {
 	h, _ := newOrchestrator(t, nil, nil)
 	h.startWorker(t, 1)
 	ctx := userCtx("t1")
-	dir := t.TempDir()
+	dir := h.signals
 	pidFile := filepath.Join(dir, "pid")
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(
 		cmd("slow", fmt.Sprintf("echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 100", pidFile, pidFile, pidFile)))})

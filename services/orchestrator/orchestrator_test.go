@@ -45,6 +45,9 @@ type harness struct {
 	reg *prometheus.Registry
 	db  *pgxpool.Pool
 	bus *natsx.Bus
+	// signals is a directory the test's task commands may write (they are
+	// confined to their workspaces otherwise): flags, pid files.
+	signals string
 }
 
 func userCtx(tenant string) context.Context {
@@ -101,7 +104,7 @@ func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configu
 		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
 		return err == nil
 	}, waitFor, 10*time.Millisecond)
-	return &harness{svc: svc, reg: reg, db: db, bus: bus}, stop
+	return &harness{svc: svc, reg: reg, db: db, bus: bus, signals: t.TempDir()}, stop
 }
 
 func (h *harness) startWorker(t *testing.T, concurrency int) {
@@ -110,6 +113,9 @@ func (h *harness) startWorker(t *testing.T, concurrency int) {
 	cfg.WorkspaceRoot = t.TempDir()
 	cfg.Concurrency = concurrency
 	cfg.ID = "w1"
+	if h.signals != "" {
+		cfg.Tools.ConfineWritable = []string{h.signals}
+	}
 	w, err := worker.New(cfg, app.Deps{Log: logx.Discard(), Bus: h.bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	start(t, w.Run)

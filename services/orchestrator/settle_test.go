@@ -93,7 +93,7 @@ func TestPartialFailureDefaultsAndRetryFromFailure(t *testing.T) {
 	require.Equal(t, orchestratorv1.SettleAction_SETTLE_ACTION_KEEP, pf.GetDefaultAction())
 
 	// The gravest tier decides: a timeout beside a permanent failure.
-	marker := filepath.Join(t.TempDir(), "ran")
+	marker := filepath.Join(h.signals, "ran")
 	slow := &orchestratorv1.Node{Id: "slow", Command: "if [ -f " + marker + " ]; then echo again; else touch " + marker + "; sleep 30; fi",
 		Timeout: durationpb.New(300 * time.Millisecond)}
 	pf = failed(slow, cmd("bad", "exit 4")).GetPartialFailure()

@@ -85,7 +85,7 @@ func TestTaskActionsOnARunningPipeline(t *testing.T) {
 	h.startWorker(t, 2)
 	ctx := userCtx("t1")
 	session := ids.New()
-	ready := filepath.Join(t.TempDir(), "ready")
+	ready := filepath.Join(h.signals, "ready")
 	repo := repoWith(t, map[string]string{
 		"calc.py": calcPy,
 		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
@@ -133,7 +133,7 @@ func TestInterruptFailsARunningNodeKeepingItsOutput(t *testing.T) {
 	h, _ := newOrchestrator(t, nil, nil)
 	h.startWorker(t, 1)
 	ctx := userCtx("t1")
-	ready := filepath.Join(t.TempDir(), "ready")
+	ready := filepath.Join(h.signals, "ready")
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("slow", "echo before-interrupt; touch "+ready+"; sleep 60"))})
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, waitFor, 20*time.Millisecond)
 	resp := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "slow",

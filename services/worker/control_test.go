@@ -33,6 +33,14 @@ func waitFile(t *testing.T, path string) {
 	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 60*time.Second, 20*time.Millisecond, "never created: %s", path)
 }
 
+// readyFile is a file a task's command creates to say it has started, and
+// its directory, which confined commands must be let write
+// (toolexec.Config.ConfineWritable).
+func readyFile(t *testing.T) (file, dir string) {
+	dir = t.TempDir()
+	return filepath.Join(dir, "ready"), dir
+}
+
 // runAsync runs a task with a control and returns its outcome later.
 func runAsync(s *Service, ctl *taskControl, role string, env *messagev1.Envelope) <-chan taskOutcome {
 	ch := make(chan taskOutcome, 1)
@@ -47,8 +55,10 @@ func runAsync(s *Service, ctl *taskControl, role string, env *messagev1.Envelope
 }
 
 func TestInterruptStopsTheCommandKeepingPartialOutput(t *testing.T) {
-	s := offlineService(t, testConfig(t))
-	ready := filepath.Join(t.TempDir(), "ready")
+	cfg := testConfig(t)
+	ready, readyDir := readyFile(t)
+	cfg.Tools.ConfineWritable = []string{readyDir}
+	s := offlineService(t, cfg)
 	ctl := newTaskControl(false)
 	env := &messagev1.Envelope{Priority: messagev1.Priority_PRIORITY_PIPELINE,
 		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch("echo partial-line; touch " + ready + "; sleep 60")}}
@@ -99,13 +109,13 @@ func needPython(t *testing.T) {
 
 func TestIgnoreTesterWhileTheTesterRuns(t *testing.T) {
 	needPython(t)
-	ready := filepath.Join(t.TempDir(), "ready")
+	ready, readyDir := readyFile(t)
 	repo, base := pyRepo(t, map[string]string{
 		"calc.py": "def add(a, b):\n    return a + b\n",
 		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
 			"        pathlib.Path(" + `"` + ready + `"` + ").touch()\n        time.sleep(60)\n        self.assertEqual(calc.add(1, 2), 3)\n",
 	})
-	s := pipelineService(t)
+	s := pipelineService(t, readyDir)
 	ctl := newTaskControl(false)
 	done := runAsync(s, ctl, "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "p1", Pipeline: true,
 		Edits: []*orchestratorv1.FileEdit{{Path: "calc.py", Content: "def add(a, b):\n    return b + a\n"}}}))
@@ -135,12 +145,12 @@ func TestIgnoreTesterWhileTheTesterRuns(t *testing.T) {
 
 func TestInterruptDuringTheTesterFailsThePipeline(t *testing.T) {
 	needPython(t)
-	ready := filepath.Join(t.TempDir(), "ready")
+	ready, readyDir := readyFile(t)
 	repo, base := pyRepo(t, map[string]string{
 		"test_slow.py": "import pathlib, sys, time, unittest\n\nclass T(unittest.TestCase):\n    def test_slow(self):\n" +
 			"        print('tester-partial', flush=True)\n        pathlib.Path(" + `"` + ready + `"` + ").touch()\n        time.sleep(60)\n",
 	})
-	s := pipelineService(t)
+	s := pipelineService(t, readyDir)
 	ctl := newTaskControl(false)
 	done := runAsync(s, ctl, "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "p2", Pipeline: true}))
 	waitFile(t, ready)

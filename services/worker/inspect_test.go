@@ -24,13 +24,27 @@ func inspectDir(t *testing.T, files map[string]string) (string, stageRunner) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 	}
-	b, err := toolexec.NewBoundary(dir)
-	require.NoError(t, err)
-	ex, err := toolexec.New(toolexec.DefaultConfig(), b, nil)
-	require.NoError(t, err)
+	ex, env := taskExecutor(t, dir)
 	return dir, func(ctx context.Context, command string) (toolexec.Result, error) {
-		return ex.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir})
+		return ex.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Env: env})
 	}
+}
+
+// taskExecutor is an executor whose boundary is root, and the environment
+// its commands get as in a task: the worker's Go caches, and a temporary
+// directory (here outside the checked files), which confined commands may
+// write.
+func taskExecutor(t *testing.T, root string) (*toolexec.Executor, map[string]string) {
+	t.Helper()
+	b, err := toolexec.NewBoundary(root)
+	require.NoError(t, err)
+	env := goEnv()
+	env["TMPDIR"] = t.TempDir()
+	cfg := toolexec.DefaultConfig()
+	cfg.ConfineWritable = append(goCaches(env), env["TMPDIR"])
+	ex, err := toolexec.New(cfg, b, nil)
+	require.NoError(t, err)
+	return ex, env
 }
 
 // A project that configures flake8 gets it as its Python linter; findings
@@ -135,13 +149,10 @@ func TestInspectorReusesUnchangedChecks(t *testing.T) {
 		}
 		return dir
 	}
-	b, err := toolexec.NewBoundary(root)
-	require.NoError(t, err)
-	ex, err := toolexec.New(toolexec.DefaultConfig(), b, nil)
-	require.NoError(t, err)
+	ex, env := taskExecutor(t, root)
 	runIn := func(dir string) stageRunner {
 		return func(ctx context.Context, command string) (toolexec.Result, error) {
-			return ex.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir})
+			return ex.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Env: env})
 		}
 	}
 	one, two := workspace("one"), workspace("two")

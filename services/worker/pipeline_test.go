@@ -68,8 +68,9 @@ func pipelineOf(t *testing.T, out taskOutcome) (*orchestratorv1.PipelineStatus, 
 	return &p, &r
 }
 
-func pipelineService(t *testing.T) *Service {
+func pipelineService(t *testing.T, writable ...string) *Service {
 	cfg := testConfig(t)
+	cfg.Tools.ConfineWritable = writable
 	cfg.Tools.DefaultTimeout = 2 * time.Minute
 	cfg.MaxOutputBytes = 1 << 20
 	s := offlineService(t, cfg)

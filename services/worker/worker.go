@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -162,6 +163,14 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_orphans_killed_total",
 		Help: "Processes a task command left running outside its process group, killed after it ended."},
 		func() float64 { return float64(toolexec.OrphansKilled()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_confined",
+		Help: "1 when task commands run confined to their workspace (Landlock), 0 when they do not."},
+		func() float64 {
+			if ex.Confined() {
+				return 1
+			}
+			return 0
+		})
 	return &Service{
 		cfg:     cfg,
 		log:     log.With(logx.KeyComponent, "worker"),
@@ -214,6 +223,7 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	}
 	tools := cfg.Tools
 	tools.MaxOutputBytes = cfg.MaxOutputBytes
+	tools.ConfineWritable = append(slices.Clone(tools.ConfineWritable), goCaches(goEnv())...)
 	var pool toolexec.SlotPool
 	if cfg.SlotsShared && rc != nil {
 		pool = toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
@@ -240,6 +250,34 @@ func goEnv() map[string]string {
 		out["GOTOOLCHAIN"] = "local"
 	}
 	return out
+}
+
+// goCaches are the Go build and module caches tasks use (env as goEnv
+// returns it, else this process's), created when missing so that confined
+// commands may write them (toolexec.Config.ConfineWritable). The tasks of
+// a worker share them.
+func goCaches(env map[string]string) []string {
+	get := func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	var dirs []string
+	if v := get("GOCACHE"); filepath.IsAbs(v) {
+		dirs = append(dirs, v)
+	}
+	if v := get("GOMODCACHE"); filepath.IsAbs(v) {
+		dirs = append(dirs, v)
+	} else if gp := filepath.SplitList(os.Getenv("GOPATH")); len(gp) > 0 && filepath.IsAbs(gp[0]) {
+		dirs = append(dirs, filepath.Join(gp[0], "pkg", "mod"))
+	}
+	for _, d := range dirs {
+		// Best effort: a worker without Go, or with a read-only home, runs
+		// its tasks all the same.
+		_ = os.MkdirAll(d, 0o755)
+	}
+	return dirs
 }
 
 // Register does nothing: the worker serves no gRPC API.
@@ -292,6 +330,12 @@ func (s *Service) run(ctx context.Context) error {
 		for range s.cfg.Concurrency {
 			g.Go(func() error { return s.loop(gctx, role, consumers[i]) })
 		}
+	}
+	if s.exec.Confined() {
+		s.log.InfoContext(ctx, "task commands confined", slog.Int("landlock_abi", toolexec.LandlockABI()))
+	} else {
+		s.log.WarnContext(ctx, "task commands are not confined: they can read and write whatever the worker's user can",
+			slog.Bool("toolexec.confine", s.cfg.Tools.Confine), slog.Int("landlock_abi", toolexec.LandlockABI()))
 	}
 	s.log.InfoContext(ctx, "worker started", slog.Any("roles", s.cfg.Roles), slog.Int("concurrency", s.cfg.Concurrency), slog.String("worker_id", s.cfg.ID))
 	return g.Wait()

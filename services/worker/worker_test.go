@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -107,6 +108,37 @@ func TestWorkspaceIsFreshAndRemoved(t *testing.T) {
 	entries, err := os.ReadDir(cfg.WorkspaceRoot)
 	require.NoError(t, err)
 	require.Empty(t, entries, "workspaces must be removed")
+}
+
+// A task's command cannot reach another task's workspace under the
+// workspace root, nor write beside it, where the kernel confines commands
+// (toolexec's confinement).
+func TestTaskCannotReachOtherWorkspaces(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	s := offlineService(t, cfg)
+	other := filepath.Join(cfg.WorkspaceRoot, "sylk-task-other")
+	require.NoError(t, os.Mkdir(other, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "main.go"), []byte("another tenant's code"), 0o600))
+	run := func(cmd string) *messagev1.TaskResult {
+		out, cancelled := s.runTask(context.Background(), "engineer", dispatch(cmd))
+		require.False(t, cancelled)
+		return out.msg
+	}
+	if !s.exec.Confined() {
+		require.Zero(t, run("cat ../sylk-task-other/main.go").GetExitCode(), "without confinement this kernel lets it through")
+		return
+	}
+	for _, cmd := range []string{"cat ../sylk-task-other/main.go", "ls ..", "echo planted > ../sylk-task-other/main.go", "echo x > ../planted"} {
+		r := run(cmd)
+		require.NotZero(t, r.GetExitCode(), "%s: %s", cmd, r.GetStdout())
+		require.NotContains(t, r.GetStdout(), "another tenant's code")
+	}
+	got, err := os.ReadFile(filepath.Join(other, "main.go"))
+	require.NoError(t, err)
+	require.Equal(t, "another tenant's code", string(got))
+	require.NoFileExists(t, filepath.Join(cfg.WorkspaceRoot, "planted"))
+	require.Zero(t, run("echo mine > own && cat own").GetExitCode())
 }
 
 // Not parallel: it sets environment variables of the test process.
