@@ -7,7 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +42,8 @@ const (
 		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
 		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK | unix.LANDLOCK_ACCESS_FS_MAKE_FIFO |
 		unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK | unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+	// llAll is every right this package handles, masked by the ruleset's.
+	llAll = llV1 | unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE
 )
 
 // confineDevices are written by ordinary programs: the null devices, the
@@ -91,28 +96,8 @@ func newRuleset(abi int) (*ruleset, error) {
 
 func (r *ruleset) close() { _ = unix.Close(r.fd) }
 
-// allow grants access beneath path (or to path, a file). A path that does
-// not exist is skipped. A symlink is not followed: the rule is on the link
-// itself, which grants nothing beyond it.
-func (r *ruleset) allow(path string, access uint64) error {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ELOOP) {
-			return nil
-		}
-		return fmt.Errorf("confine: open %s: %w", path, err)
-	}
-	defer func() { _ = unix.Close(fd) }()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("confine: stat %s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return nil
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		access &= llFile
-	}
+// add grants access beneath the directory (or to the file) fd.
+func (r *ruleset) add(fd int, access uint64, name string) error {
 	attr := unix.LandlockPathBeneathAttr{Allowed_access: access & r.handled, Parent_fd: int32(fd)}
 	if attr.Allowed_access == 0 {
 		return nil
@@ -120,16 +105,173 @@ func (r *ruleset) allow(path string, access uint64) error {
 	_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(r.fd), unix.LANDLOCK_RULE_PATH_BENEATH,
 		uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
 	if errno != 0 {
-		return fmt.Errorf("confine: allow %s: %w", path, errno)
+		return fmt.Errorf("confine: allow %s: %w", name, errno)
 	}
 	return nil
 }
 
-// allowOutside grants read access to everything under dir except the
-// hidden paths, which dir is an ancestor of or holds: each entry of dir
-// that is neither hidden nor an ancestor of a hidden path is allowed
-// whole, and the ancestors are walked in turn.
-func (r *ruleset) allowOutside(dir string, hidden []string) error {
+// openRule opens path for a rule (O_PATH) and returns the access that can
+// apply to it: a file gets file rights only. It returns -1 for a path that
+// does not exist or cannot be opened, and for a symlink, which is not
+// followed (a rule on the link itself would grant nothing beyond it).
+func openRule(path string, access uint64) (int, uint64, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ELOOP) {
+			return -1, 0, nil
+		}
+		return -1, 0, fmt.Errorf("confine: open %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return -1, 0, fmt.Errorf("confine: stat %s: %w", path, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		_ = unix.Close(fd)
+		return -1, 0, nil
+	case unix.S_IFDIR:
+	default:
+		access &= llFile
+	}
+	return fd, access, nil
+}
+
+// baseRules are the rules every command of an executor shares: read
+// access to everything outside the hidden paths (each entry of the hidden
+// paths' ancestors that is neither hidden nor an ancestor itself), and
+// write access to the shared writable directories and the devices. Their
+// paths are opened once (O_PATH) and kept while the ancestors' listings and
+// the writable paths are unchanged, so that a command's ruleset costs a
+// system call per rule rather than a walk of the file system.
+type baseRules struct {
+	mu    sync.RWMutex
+	key   string
+	gen   uint64
+	rules []baseRule
+	// listed are the directories walked and their modification times;
+	// pinned the writable paths and the files they were (0 when missing).
+	listed map[string]unix.Timespec
+	pinned map[string]fileID
+	// racy is set when a listed directory changed so shortly before it
+	// was listed that a later change could keep its time (file times
+	// advance with the kernel's clock tick): the rules are then made again
+	// until the directories have been quiet for a while.
+	racy bool
+}
+
+// racyWindow is the age below which a directory's modification time is not
+// trusted to tell a later change apart.
+const racyWindow = 50 * time.Millisecond
+
+type baseRule struct {
+	fd     int
+	access uint64
+}
+
+type fileID struct{ dev, ino uint64 }
+
+func idOf(path string) fileID {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return fileID{}
+	}
+	return fileID{uint64(st.Dev), st.Ino}
+}
+
+// base holds the rules of one policy's hidden and writable paths at a time:
+// an executor's, as a process has one as a rule.
+var base baseRules
+
+// with calls f with the rules of p's hidden and shared paths as the file
+// system is now, and their generation (which changes when they do), under
+// the read lock.
+func (b *baseRules) with(p confinedPolicy, f func(gen uint64, rules []baseRule) error) error {
+	key := strings.Join(p.hidden, "\x00") + "\x01" + strings.Join(p.shared, "\x00")
+	b.mu.RLock()
+	if b.fresh(key) {
+		defer b.mu.RUnlock()
+		return f(b.gen, b.rules)
+	}
+	b.mu.RUnlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Another caller may have made them meanwhile.
+	if !b.fresh(key) {
+		if err := b.rebuild(key, p); err != nil {
+			return err
+		}
+	}
+	return f(b.gen, b.rules)
+}
+
+// fresh reports whether the rules are key's and nothing they were made
+// from has changed. Called with a lock held.
+func (b *baseRules) fresh(key string) bool {
+	if b.key != key || b.listed == nil || b.racy {
+		return false
+	}
+	for dir, mtime := range b.listed {
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) != nil || st.Mtim != mtime {
+			return false
+		}
+	}
+	for path, id := range b.pinned {
+		if idOf(path) != id {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuild makes the rules of p anew. Called with the write lock held.
+func (b *baseRules) rebuild(key string, p confinedPolicy) error {
+	b.drop()
+	b.gen++
+	b.key, b.listed, b.pinned = key, map[string]unix.Timespec{}, map[string]fileID{}
+	err := b.walk("/", p.hidden)
+	for _, path := range append(slices.Clone(p.shared), confineDevices...) {
+		if err != nil {
+			break
+		}
+		b.pinned[path] = idOf(path)
+		err = b.open(path, llAll)
+	}
+	if err != nil {
+		b.drop()
+	}
+	return err
+}
+
+func (b *baseRules) drop() {
+	for _, r := range b.rules {
+		_ = unix.Close(r.fd)
+	}
+	b.key, b.rules, b.listed, b.pinned, b.racy = "", nil, nil, nil, false
+}
+
+func (b *baseRules) open(path string, access uint64) error {
+	fd, access, err := openRule(path, access)
+	if err == nil && fd >= 0 {
+		b.rules = append(b.rules, baseRule{fd: fd, access: access})
+	}
+	return err
+}
+
+// walk opens a read rule for each entry under dir outside the hidden
+// paths: entries that are neither hidden nor an ancestor of a hidden path
+// whole, ancestors in turn.
+func (b *baseRules) walk(dir string, hidden []string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil
+	}
+	b.listed[dir] = st.Mtim
+	if time.Since(time.Unix(st.Mtim.Unix())) < racyWindow {
+		b.racy = true
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
@@ -142,13 +284,12 @@ func (r *ruleset) allowOutside(dir string, hidden []string) error {
 		switch hiddenRelation(p, hidden) {
 		case relHidden:
 		case relAncestor:
-			if err := r.allowOutside(p, hidden); err != nil {
-				return err
-			}
+			err = b.walk(p, hidden)
 		default:
-			if err := r.allow(p, llRead); err != nil {
-				return err
-			}
+			err = b.open(p, llRead)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -180,34 +321,116 @@ type confinedPolicy struct {
 	// hidden are the resolved boundary roots: unreadable except for the
 	// writable paths within them.
 	hidden []string
-	// writable are the command's workspace and the configured directories.
-	writable []string
+	// shared are the directories every command may write (configured).
+	shared []string
+	// workspace is the command's own, which it may write.
+	workspace string
 }
 
-// build makes the ruleset of p for the kernel's ABI.
+// build makes the ruleset of p for the kernel's ABI, or takes a copy of
+// the one made for the same workspace before (task directories are reused),
+// while that is still the same directory and the shared rules have not
+// changed. The caller closes it.
 func (p confinedPolicy) build(abi int) (*ruleset, error) {
-	r, err := newRuleset(abi)
-	if err != nil {
-		return nil, err
-	}
-	err = r.allowOutside("/", p.hidden)
-	for _, w := range p.writable {
-		if err != nil {
-			break
+	var r *ruleset
+	err := base.with(p, func(gen uint64, rules []baseRule) error {
+		if fd, ok := rulesets.get(p.workspace, gen); ok {
+			r = &ruleset{fd: fd}
+			return nil
 		}
-		err = r.allow(w, r.handled)
-	}
-	for _, d := range confineDevices {
-		if err != nil {
-			break
+		var err error
+		if r, err = newRuleset(abi); err != nil {
+			return err
 		}
-		err = r.allow(d, r.handled)
-	}
+		for _, b := range rules {
+			if err = r.add(b.fd, b.access, "a shared rule"); err != nil {
+				return err
+			}
+		}
+		ws, access, err := openRule(p.workspace, llAll)
+		if err != nil || ws < 0 {
+			return err
+		}
+		if err = r.add(ws, access, p.workspace); err != nil {
+			_ = unix.Close(ws)
+			return err
+		}
+		rulesets.put(p.workspace, ws, gen, r.fd)
+		return nil
+	})
 	if err != nil {
-		r.close()
+		if r != nil {
+			r.close()
+		}
 		return nil, err
 	}
 	return r, nil
+}
+
+// rulesetCache keeps the finished rulesets of recent workspaces. A ruleset
+// can restrict any number of threads; each use takes a duplicate of its
+// descriptor, so that one evicted meanwhile stays valid for that use. An
+// entry holds its workspace open, so that the directory's inode number
+// cannot name another directory while the entry lives.
+type rulesetCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedRuleset
+}
+
+type cachedRuleset struct {
+	fd, ws int
+	gen    uint64
+}
+
+// maxCachedRulesets bounds the cache: more than the task directories a
+// worker keeps for reuse.
+const maxCachedRulesets = 256
+
+var rulesets = rulesetCache{entries: map[string]cachedRuleset{}}
+
+func (c *rulesetCache) get(ws string, gen uint64) (int, bool) {
+	var now, held unix.Stat_t
+	if unix.Stat(ws, &now) != nil {
+		return -1, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[ws]
+	if !ok || e.gen != gen || unix.Fstat(e.ws, &held) != nil || held.Dev != now.Dev || held.Ino != now.Ino {
+		return -1, false
+	}
+	fd, err := unix.FcntlInt(uintptr(e.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, false
+	}
+	return fd, true
+}
+
+// put keeps a duplicate of fd for ws, held open as wsFd (which put owns),
+// replacing an older one and evicting others past the bound.
+func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Close(wsFd)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	evict := func(k string, e cachedRuleset) {
+		_ = unix.Close(e.fd)
+		_ = unix.Close(e.ws)
+		delete(c.entries, k)
+	}
+	if old, ok := c.entries[ws]; ok {
+		evict(ws, old)
+	}
+	for k, e := range c.entries {
+		if len(c.entries) < maxCachedRulesets && e.gen == gen {
+			break
+		}
+		evict(k, e)
+	}
+	c.entries[ws] = cachedRuleset{fd: dup, ws: wsFd, gen: gen}
 }
 
 // startConfined starts cmd under p's ruleset: from a locked OS thread that

@@ -107,6 +107,29 @@ func TestConfinedCommand(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(b, "by-the-service"), []byte("x"), 0o600))
 }
 
+// Rulesets are reused for a workspace and their shared rules kept, but
+// never stale: a workspace removed and made again at the same path is
+// writable, and a directory that appeared beside the root is readable.
+func TestConfinedRulesFollowTheFileSystem(t *testing.T) {
+	t.Parallel()
+	e, a, _, _ := confinedSetup(t, testConfig())
+	if !e.Confined() {
+		require.Zero(t, shell(t, e, a, "true").ExitCode)
+		return
+	}
+	for range 2 {
+		res := shell(t, e, a, "echo x > f && cat f")
+		require.Zero(t, res.ExitCode, res.Stderr)
+		require.NoError(t, os.RemoveAll(a))
+		require.NoError(t, os.Mkdir(a, 0o700))
+	}
+	later := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(later, "new"), []byte("new"), 0o644))
+	res := shell(t, e, a, "cat "+filepath.Join(later, "new"))
+	require.Zero(t, res.ExitCode, res.Stderr)
+	require.Equal(t, "new", res.Stdout)
+}
+
 // With confinement off, a command reaches what its user can.
 func TestUnconfinedCommand(t *testing.T) {
 	t.Parallel()

@@ -417,8 +417,8 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
 	if e.Confined() {
-		err = startConfined(cmd, confinedPolicy{hidden: e.boundary.roots,
-			writable: append([]string{e.workspaceOf(inv, dir)}, e.cfg.ConfineWritable...)})
+		err = startConfined(cmd, confinedPolicy{hidden: e.boundary.roots, shared: e.cfg.ConfineWritable,
+			workspace: e.workspaceOf(inv, dir)})
 	} else {
 		err = cmd.Start()
 	}
