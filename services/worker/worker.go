@@ -614,6 +614,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 			s.log.WarnContext(ctx, "prepare repository workspace", logx.Err(err))
 			return fail("could not prepare the repository workspace: " + err.Error())
 		}
+		defer wsp.close()
 		dir = wsp.dir
 		vars["PATH"] = wsp.guardDir() + string(os.PathListSeparator) + os.Getenv("PATH")
 		vars["GIT_EXEC_PATH"] = wsp.execPath()

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -61,6 +62,10 @@ type workspace struct {
 	// one and restore the other first (see secureGit).
 	gitDir   os.FileInfo
 	pristine map[string][]byte
+	// gitHeld keeps that .git open while the workspace lives: a directory
+	// the task makes in its place can then never get its inode number, and
+	// pass for it.
+	gitHeld *os.File
 	// hidden are the files left out of the patch by ignore rules the task
 	// wrote (see addIgnoredByTask).
 	hidden []string
@@ -115,6 +120,13 @@ func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) 
 		return string(out), fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(lastLine(stderr.String())))
 	}
 	return string(out), nil
+}
+
+// close lets go of the workspace's .git.
+func (w *workspace) close() {
+	if w.gitHeld != nil {
+		_ = w.gitHeld.Close()
+	}
 }
 
 // secureGit checks that the checkout's .git is still the directory the
@@ -190,8 +202,17 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	if _, err := w.run(ctx, "remote", "remove", "origin"); err != nil {
 		return nil, err
 	}
-	if w.gitDir, err = os.Lstat(filepath.Join(w.dir, ".git")); err != nil {
+	if w.gitHeld, err = os.Open(filepath.Join(w.dir, ".git")); err != nil {
 		return nil, err
+	}
+	ready := false
+	defer func() {
+		if !ready {
+			w.close()
+		}
+	}()
+	if w.gitDir, err = w.gitHeld.Stat(); err != nil || !w.gitDir.IsDir() {
+		return nil, fmt.Errorf("the clone's .git: %w", cmp.Or(err, errors.New("not a directory")))
 	}
 	w.pristine = map[string][]byte{}
 	for _, name := range guardedGitFiles {
@@ -209,6 +230,7 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	if err := w.installGuard(ctx); err != nil {
 		return nil, err
 	}
+	ready = true
 	return w, nil
 }
 
