@@ -58,6 +58,9 @@ type Config struct {
 	// ConfineWritable are directories confined commands may also write
 	// (shared tool caches).
 	ConfineWritable []string
+	// ConfineHidden are directories confined commands may not read, besides
+	// the boundary roots (where repositories are kept, say).
+	ConfineHidden []string
 }
 
 // Spec defaults.
@@ -113,6 +116,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*durationMap)(&c.ToolTimeouts), "toolexec.tool-timeouts", "per-tool base timeouts as tool=duration pairs, comma-separated (added to the defaults)")
 	fs.BoolVar(&c.Confine, "toolexec.confine", true, "confine each command with Landlock where the kernel has it (Linux 5.13+): it reads nothing inside the workspace root but its own workspace, writes only its workspace and -toolexec.confine-writable, and cannot signal the service or other tasks")
 	fs.Var((*stringList)(&c.ConfineWritable), "toolexec.confine-writable", "comma-separated absolute directories confined commands may also write (shared tool caches)")
+	fs.Var((*stringList)(&c.ConfineHidden), "toolexec.confine-hidden", "comma-separated absolute directories confined commands may not read besides the workspace root (where repositories are kept, say)")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
 
@@ -175,6 +179,11 @@ func (c Config) Validate() error {
 	for _, p := range c.ConfineWritable {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("toolexec.confine-writable: %q must be an absolute path", p))
+		}
+	}
+	for _, p := range c.ConfineHidden {
+		if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
+			errs = append(errs, fmt.Errorf("toolexec.confine-hidden: %q must be an absolute path other than /", p))
 		}
 	}
 	for _, p := range c.ExtraSecretPatterns {

@@ -130,6 +130,28 @@ func TestConfinedRulesFollowTheFileSystem(t *testing.T) {
 	require.Equal(t, "new", res.Stdout)
 }
 
+// Directories named hidden are out of reach like the root.
+func TestConfineHidden(t *testing.T) {
+	t.Parallel()
+	repos := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(repos, "code.go"), []byte("another tenant's code"), 0o644))
+	cfg := testConfig()
+	cfg.ConfineHidden = []string{repos}
+	e, a, _, outside := confinedSetup(t, cfg)
+	res := shell(t, e, a, "cat "+filepath.Join(repos, "code.go"))
+	if !e.Confined() {
+		require.Zero(t, res.ExitCode)
+		return
+	}
+	require.NotZero(t, res.ExitCode)
+	require.NotContains(t, res.Stdout, "another tenant's code")
+	res = shell(t, e, a, "cat "+filepath.Join(outside, "readme"))
+	require.Zero(t, res.ExitCode, res.Stderr)
+
+	cfg.ConfineHidden = []string{"/"}
+	require.ErrorContains(t, cfg.Validate(), "toolexec.confine-hidden")
+}
+
 // With confinement off, a command reaches what its user can.
 func TestUnconfinedCommand(t *testing.T) {
 	t.Parallel()

@@ -125,6 +125,9 @@ type Executor struct {
 	mu       sync.RWMutex
 	parsers  map[string]Parser
 	cache    *outputCache // nil when off
+	// hidden are the directories confined commands may not read: the
+	// boundary roots and Config.ConfineHidden, resolved.
+	hidden []string
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -144,7 +147,13 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
 	}
 	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{},
-		cache: newOutputCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheTTL)}
+		cache: newOutputCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheTTL), hidden: boundary.Roots()}
+	for _, h := range cfg.ConfineHidden {
+		if res, err := filepath.EvalSymlinks(h); err == nil {
+			h = res
+		}
+		e.hidden = append(e.hidden, filepath.Clean(h))
+	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
 	return e, nil
@@ -417,7 +426,7 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
 	if e.Confined() {
-		err = startConfined(cmd, confinedPolicy{hidden: e.boundary.roots, shared: e.cfg.ConfineWritable,
+		err = startConfined(cmd, confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable,
 			workspace: e.workspaceOf(inv, dir)})
 	} else {
 		err = cmd.Start()
