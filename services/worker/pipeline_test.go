@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/base64"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,6 +249,31 @@ func TestConventionalMessage(t *testing.T) {
 // monitor, an external diff program, a global configuration in $HOME); none
 // of it runs in the worker's own git calls, which also never see the
 // worker's secrets. Not parallel: it sets an environment variable.
+// The clone shares no file with the repository: a task that rewrites its
+// clone's object files leaves the repository's as they were.
+func TestCloneSharesNoFileWithTheRepository(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	objects := map[string]string{}
+	require.NoError(t, filepath.WalkDir(filepath.Join(repo, ".git", "objects"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			b, rerr := os.ReadFile(p)
+			objects[p] = string(b)
+			return rerr
+		}
+		return err
+	}))
+	require.NotEmpty(t, objects)
+	s := pipelineService(t)
+	s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "rewrite",
+		Command: `for f in $(find .git/objects -type f); do chmod u+w "$f"; echo overwritten > "$f"; done`}))
+	for p, want := range objects {
+		got, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), p)
+	}
+}
+
 func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	t.Setenv("SYLK_PROBE_DSN", "postgres://sylk:leak@db/sylk")
 	repo, base := gitRepo(t)

@@ -194,7 +194,9 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	w := &workspace{root: root, dir: filepath.Join(root, "src"), base: base, git: gitPath, env: env, audit: &gitAudit{}, log: log}
 	// Clone from the parent directory: the checkout does not exist yet.
 	w.dir = root
-	if _, err := w.run(ctx, "clone", "--quiet", "--no-checkout", repo, "src"); err != nil {
+	// No hard links: the clone's object files would be the repository's
+	// own, which a task could then change in place.
+	if _, err := w.run(ctx, "clone", "--quiet", "--no-checkout", "--no-hardlinks", repo, "src"); err != nil {
 		return nil, err
 	}
 	w.dir = filepath.Join(root, "src")
