@@ -12,6 +12,9 @@ import (
 var (
 	ErrNotAbsolute     = errors.New("invalid working directory: must be absolute path")
 	ErrOutsideBoundary = errors.New("directory outside allowed boundaries")
+	// ErrOutsideWorkspace is a working directory that resolves outside the
+	// workspace its call names.
+	ErrOutsideWorkspace = errors.New("working directory outside its workspace")
 )
 
 // systemDirs are never acceptable roots, nor places a tool may run in.

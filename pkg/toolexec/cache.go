@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -196,20 +197,23 @@ func (e *Executor) cachePolicy(inv Invocation) (CachePolicy, bool) {
 
 var errTooLarge = errors.New("working directory too large to hash")
 
-// workspaceOf is the workspace of a call in dir: inv.Workspace when it is
-// dir or holds it, else dir.
-func (e *Executor) workspaceOf(inv Invocation, dir string) string {
+// workspaceOf is the workspace of a call in the resolved directory dir:
+// inv.Workspace resolved, which must be dir or hold it, or dir when the call
+// names none. A working directory that resolves outside its workspace (a
+// path in it swapped for a symlink, say) is refused: confinement would
+// otherwise grant the command wherever it leads.
+func (e *Executor) workspaceOf(inv Invocation, dir string) (string, error) {
 	if inv.Workspace == "" {
-		return dir
+		return dir, nil
 	}
 	ws, err := e.boundary.CheckDir(inv.Workspace)
 	if err != nil {
-		return dir
+		return "", fmt.Errorf("workspace: %w", err)
 	}
-	if rel, err := filepath.Rel(ws, dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return dir
+	if !within(ws, dir) {
+		return "", ErrOutsideWorkspace
 	}
-	return ws
+	return ws, nil
 }
 
 // cacheKey hashes what a call's output depends on under pol; ok is false

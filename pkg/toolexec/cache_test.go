@@ -210,7 +210,7 @@ func TestOutputCacheBoundsAndExpiry(t *testing.T) {
 // A task's workspace holds its working directory and the paths of its
 // environment (HOME, TMPDIR): two workspaces with the same files share
 // outputs, and a workspace that does not hold the working directory is
-// not one.
+// refused.
 func TestCacheSharesWorkspaces(t *testing.T) {
 	t.Parallel()
 	cfg, count := cacheConfig(t)
@@ -230,6 +230,8 @@ func TestCacheSharesWorkspaces(t *testing.T) {
 	require.True(t, res.Cached, "the same files and environment, in another workspace")
 	require.Equal(t, filepath.Join(two, "src", "a.txt")+": fine\n", res.Stdout)
 	require.False(t, call(two, filepath.Join(two, "lib")).Cached, "another place in the workspace")
-	require.False(t, call(one, filepath.Join(three, "src")).Cached, "a workspace that does not hold the directory is ignored")
-	require.Equal(t, 3, runs(t, count))
+	write(t, filepath.Join(three, "src", "a.txt"), "fine")
+	_, err := e.Execute(context.Background(), Invocation{Command: lint, WorkingDir: filepath.Join(three, "src"), Workspace: one})
+	require.ErrorIs(t, err, ErrOutsideWorkspace, "a workspace that does not hold the directory is refused")
+	require.Equal(t, 2, runs(t, count))
 }

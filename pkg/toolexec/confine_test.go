@@ -130,6 +130,23 @@ func TestConfinedRulesFollowTheFileSystem(t *testing.T) {
 	require.Equal(t, "new", res.Stdout)
 }
 
+// A working directory that a command turned into a symlink to another
+// workspace is refused, rather than taken for a workspace of its own.
+func TestWorkingDirMustStayInItsWorkspace(t *testing.T) {
+	t.Parallel()
+	e, a, b, _ := confinedSetup(t, testConfig())
+	src := filepath.Join(a, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	inv := Invocation{Command: "sh", Args: []string{"-c", "cd .. && mv src src.real && ln -s ../b src"}, WorkingDir: src, Workspace: a}
+	res, err := e.Execute(context.Background(), inv)
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Stderr)
+	inv.Args = []string{"-c", "cat secret; echo pwned > injected"}
+	_, err = e.Execute(context.Background(), inv)
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	require.NoFileExists(t, filepath.Join(b, "injected"))
+}
+
 // Directories named hidden are out of reach like the root.
 func TestConfineHidden(t *testing.T) {
 	t.Parallel()

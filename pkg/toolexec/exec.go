@@ -262,11 +262,14 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	if strings.TrimSpace(inv.Command) == "" {
 		return Result{ExitCode: -1}, errors.New("invalid invocation: empty command")
 	}
+	ws, err := e.workspaceOf(inv, dir)
+	if err != nil {
+		return Result{ExitCode: -1}, err
+	}
 	start := time.Now()
 	pol, cacheable := e.cachePolicy(inv)
-	var key, ws string
+	var key string
 	if cacheable {
-		ws = e.workspaceOf(inv, dir)
 		if key, cacheable = cacheKey(inv, dir, ws, pol); cacheable {
 			if ent, hit := e.cache.get(key, start); hit {
 				res := e.fromCache(inv, ws, ent)
@@ -282,7 +285,7 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 		return Result{ExitCode: -1}, err
 	}
 	defer release()
-	res, err := e.run(runCtx, inv, dir)
+	res, err := e.run(runCtx, inv, dir, ws)
 	if err == nil && cacheable && reusable(res) {
 		e.cache.put(key, ws, res, pol.TTL, time.Now())
 	}
@@ -385,7 +388,7 @@ func (w *watcher) status(msg string) {
 // in case a process that left the group keeps a pipe open.
 const outputDrain = 2 * time.Second
 
-func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result, error) {
+func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Result, error) {
 	base := e.BaseTimeout(inv)
 	res := Result{Timeout: base}
 	av := argv(inv.Command, inv.Args)
@@ -427,7 +430,7 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir string) (Result,
 	w.lastRead.Store(time.Now().UnixNano())
 	if e.Confined() {
 		err = startConfined(cmd, confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable,
-			workspace: e.workspaceOf(inv, dir)})
+			workspace: ws})
 	} else {
 		err = cmd.Start()
 	}

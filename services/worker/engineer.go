@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -202,15 +201,22 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 		}
 	}
 	b.WriteString("\n## Repository files\n")
+	// Listed and read through a root: neither the checkout swapped for a
+	// symlink nor a file swapped for one meanwhile can lead out of the
+	// workspace.
+	root, err := openDirRoot(dir)
+	if err != nil {
+		return b.String()
+	}
 	var files []string
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if p != dir && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "vendor") {
-				return filepath.SkipDir
+			if p != "." && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "vendor") {
+				return fs.SkipDir
 			}
 			return nil
 		}
@@ -218,18 +224,11 @@ func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir
 			return nil // a symlink may lead out of the workspace
 		}
 		if len(files) >= maxPromptFiles {
-			return filepath.SkipAll
+			return fs.SkipAll
 		}
-		rel, _ := filepath.Rel(dir, p)
-		files = append(files, rel)
+		files = append(files, filepath.FromSlash(p))
 		return nil
 	})
-	// Read through a root: a file swapped for a symlink meanwhile cannot
-	// lead out of the workspace either.
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return b.String()
-	}
 	defer root.Close()
 	for _, f := range files {
 		data, err := root.ReadFile(f)

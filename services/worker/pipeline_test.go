@@ -274,6 +274,30 @@ func TestCloneSharesNoFileWithTheRepository(t *testing.T) {
 	}
 }
 
+// A pipeline whose command swaps its checkout for a link to another task's
+// directory gets nothing of that directory: the next stage's commands are
+// refused, the worker's own git and edits do not follow the link.
+func TestCheckoutSwappedForALink(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	s := pipelineService(t)
+	victim := filepath.Join(s.cfg.WorkspaceRoot, "sylk-task-victim")
+	require.NoError(t, os.MkdirAll(filepath.Join(victim, ".git"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(victim, "calc.go"), []byte("victim"), 0o600))
+	res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap", Pipeline: true,
+		Command: "cd .. && mv src src.real && ln -s " + victim + " src",
+		Edits:   []*orchestratorv1.FileEdit{{Path: "calc.go", Content: "package calc\n"}}}))
+	require.Contains(t, res.msg.GetError(), "replaced")
+	require.NotZero(t, res.msg.GetExitCode())
+	require.Empty(t, res.meta[MetaPatch])
+	got, err := os.ReadFile(filepath.Join(victim, "calc.go"))
+	require.NoError(t, err)
+	require.Equal(t, "victim", string(got))
+	entries, err := os.ReadDir(victim)
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "nothing added to the other task's directory")
+}
+
 func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	t.Setenv("SYLK_PROBE_DSN", "postgres://sylk:leak@db/sylk")
 	repo, base := gitRepo(t)

@@ -599,7 +599,7 @@ func (w *workspace) refuseConversions(ctx context.Context) error {
 			}
 		}
 	}
-	root, err := os.OpenRoot(w.dir)
+	root, err := openDirRoot(w.dir)
 	if err != nil {
 		return err
 	}
@@ -727,7 +727,7 @@ func conventionalMessage(nodeID, name string) string {
 // writes go through an os.Root, so a symlink swapped in meanwhile cannot
 // lead out either.
 func applyEdits(dir string, edits map[string]string) ([]string, error) {
-	root, err := os.OpenRoot(dir)
+	root, err := openDirRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open the workspace: %w", err)
 	}
@@ -749,6 +749,33 @@ func applyEdits(dir string, edits map[string]string) ([]string, error) {
 		written = append(written, clean)
 	}
 	return written, nil
+}
+
+// errDirReplaced is a task directory (a checkout) that a task's command
+// replaced with a symlink: whatever it leads to is not the task's.
+var errDirReplaced = errors.New("the task replaced its working directory with a link")
+
+// openDirRoot opens dir as a root for the worker's own reads and writes,
+// refusing a dir that is a symlink (the task's commands may have swapped
+// its checkout for a link to another task's) or that changed while it was
+// opened.
+func openDirRoot(dir string) (*os.Root, error) {
+	before, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !before.IsDir() {
+		return nil, errDirReplaced
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opened, err := root.Stat("."); err != nil || !os.SameFile(before, opened) {
+		root.Close()
+		return nil, errDirReplaced
+	}
+	return root, nil
 }
 
 // scratchPool hands out task directories. Creating and removing a
