@@ -42,8 +42,10 @@ const (
 		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
 		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK | unix.LANDLOCK_ACCESS_FS_MAKE_FIFO |
 		unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK | unix.LANDLOCK_ACCESS_FS_MAKE_SYM
-	// llAll is every right this package handles, masked by the ruleset's.
-	llAll = llV1 | unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	// llAll is every right this package grants, masked by the ruleset's:
+	// all it handles but making device files, which nothing may.
+	llAll = (llV1 | unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE) &^
+		(unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK)
 )
 
 // confineDevices are written by ordinary programs: the null devices, the
@@ -150,7 +152,8 @@ type baseRules struct {
 	key   string
 	gen   uint64
 	rules []baseRule
-	// listed are the directories walked and their modification times;
+	// listed are the directories walked and their change times (which,
+	// unlike modification times, no command can set);
 	// pinned the writable paths and the files they were (0 when missing).
 	listed map[string]unix.Timespec
 	pinned map[string]fileID
@@ -161,7 +164,7 @@ type baseRules struct {
 	racy bool
 }
 
-// racyWindow is the age below which a directory's modification time is not
+// racyWindow is the age below which a directory's change time is not
 // trusted to tell a later change apart.
 const racyWindow = 50 * time.Millisecond
 
@@ -212,9 +215,9 @@ func (b *baseRules) fresh(key string) bool {
 	if b.key != key || b.listed == nil || b.racy {
 		return false
 	}
-	for dir, mtime := range b.listed {
+	for dir, ctime := range b.listed {
 		var st unix.Stat_t
-		if unix.Stat(dir, &st) != nil || st.Mtim != mtime {
+		if unix.Stat(dir, &st) != nil || st.Ctim != ctime {
 			return false
 		}
 	}
@@ -268,8 +271,8 @@ func (b *baseRules) walk(dir string, hidden []string) error {
 	if err := unix.Stat(dir, &st); err != nil {
 		return nil
 	}
-	b.listed[dir] = st.Mtim
-	if time.Since(time.Unix(st.Mtim.Unix())) < racyWindow {
+	b.listed[dir] = st.Ctim
+	if time.Since(time.Unix(st.Ctim.Unix())) < racyWindow {
 		b.racy = true
 	}
 	entries, err := os.ReadDir(dir)
@@ -446,6 +449,10 @@ func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if err := dropCapabilities(); err != nil {
+			errc <- fmt.Errorf("confine: drop capabilities: %w", err)
+			return
+		}
 		// No new privileges (set-user-ID programs) for the command: Landlock
 		// requires it of an unprivileged thread, and a privileged one gets
 		// the same so that a command behaves alike whoever runs the service.
@@ -460,4 +467,50 @@ func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// Securebits (linux/securebits.h): a thread with an ID of 0 gets no
+// capabilities when it executes a program, nor when its IDs change, and
+// neither setting can be undone.
+const (
+	secbitNoRoot              = 1 << 0
+	secbitNoRootLocked        = 1 << 1
+	secbitNoSetuidFixup       = 1 << 2
+	secbitNoSetuidFixupLocked = 1 << 3
+)
+
+// dropCapabilities leaves the calling thread, and what it starts, without
+// any capability: a service that runs as root (in a container, say) would
+// otherwise pass every one of them to the commands, which could then
+// override file permissions, read non-dumpable processes or make device
+// files. An unprivileged thread has none to drop.
+func dropCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	if data[0].Permitted == 0 && data[1].Permitted == 0 {
+		return nil
+	}
+	// While the thread has CAP_SETPCAP: the securebits, then the bounding
+	// set, which an ID of 0 would otherwise get back at exec.
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS,
+		secbitNoRoot|secbitNoRootLocked|secbitNoSetuidFixup|secbitNoSetuidFixupLocked, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; ; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the last capability
+		}
+		if err != nil {
+			return fmt.Errorf("bounding set: %w", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("ambient set: %w", err)
+	}
+	data = [2]unix.CapUserData{}
+	return unix.Capset(&hdr, &data[0])
 }

@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,6 +98,13 @@ func TestConfinedCommand(t *testing.T) {
 		ok(`sleep 5 & kill $!`)
 	}
 
+	// No capabilities, whoever runs the service (tests run as root, too),
+	// so no device files either.
+	status := ok("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status").Stdout
+	require.Equal(t, 5, strings.Count(status, "\t0000000000000000\n"), status)
+	denied("mkfifo f && mknod d c 1 3")
+	ok("mkfifo fifo")
+
 	// Only the commands are confined, never the service: its own threads
 	// still write where its commands may not, after many commands.
 	var wg sync.WaitGroup
@@ -167,6 +176,22 @@ func TestConfineHidden(t *testing.T) {
 
 	cfg.ConfineHidden = []string{"/"}
 	require.ErrorContains(t, cfg.Validate(), "toolexec.confine-hidden")
+}
+
+// A descriptor the process inherited without close-on-exec does not pass
+// to commands.
+func TestInheritedDescriptorsStayBehind(t *testing.T) {
+	t.Parallel()
+	outside := filepath.Join(t.TempDir(), "outside")
+	fd, err := syscall.Open(outside, syscall.O_CREAT|syscall.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	e, a, _, _ := confinedSetup(t, testConfig())
+	res := shell(t, e, a, "echo leaked >&"+strconv.Itoa(fd))
+	require.NotZero(t, res.ExitCode)
+	b, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	require.Empty(t, b)
 }
 
 // With confinement off, a command reaches what its user can.

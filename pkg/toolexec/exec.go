@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Invocation is one tool call (spec C-23).
@@ -143,6 +146,7 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if err := protectProcess(); err != nil {
 		return nil, err
 	}
+	closeInheritedOnExec()
 	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
 	}
@@ -171,6 +175,14 @@ var protectProcess = sync.OnceValue(func() error {
 	}
 	return nil
 })
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+// This process's own are already; one it inherited from whatever started it
+// (an open file, a socket) would otherwise pass to every command it runs,
+// past confinement, which checks paths when they are opened.
+func closeInheritedOnExec() {
+	_ = unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+}
 
 // ProtectProcess makes this process non-dumpable (see protectProcess):
 // every service calls it at start, since each runs some programs (git)
