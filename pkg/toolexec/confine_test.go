@@ -206,12 +206,30 @@ func TestUnconfinedCommand(t *testing.T) {
 	require.Equal(t, "b's secret", res.Stdout)
 }
 
-// Writable directories must be absolute.
+// Writable directories must be absolute and hold no hidden directory; one
+// named through a symlink is writable where it leads.
 func TestConfineWritableValidated(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
 	cfg.ConfineWritable = []string{"cache"}
 	require.ErrorContains(t, cfg.Validate(), "toolexec.confine-writable")
+
+	root := t.TempDir()
+	b, err := NewBoundary(root)
+	require.NoError(t, err)
+	for _, w := range []string{root, filepath.Dir(root)} {
+		cfg.ConfineWritable = []string{w}
+		_, err = New(cfg, b, nil)
+		require.ErrorContains(t, err, "toolexec.confine-writable", w)
+	}
+
+	cache := t.TempDir()
+	link := filepath.Join(t.TempDir(), "cache")
+	require.NoError(t, os.Symlink(cache, link))
+	cfg.ConfineWritable = []string{link}
+	e, a, _, _ := confinedSetup(t, cfg)
+	res := shell(t, e, a, "echo x > "+filepath.Join(link, "f"))
+	require.Zero(t, res.ExitCode, res.Stderr)
 }
 
 // BenchmarkExecuteNoop is what confinement adds to starting a command:

@@ -153,10 +153,19 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	e := &Executor{cfg: cfg, boundary: boundary, pool: pool, parsers: map[string]Parser{},
 		cache: newOutputCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheTTL), hidden: boundary.Roots()}
 	for _, h := range cfg.ConfineHidden {
-		if res, err := filepath.EvalSymlinks(h); err == nil {
-			h = res
+		e.hidden = append(e.hidden, resolved(h))
+	}
+	// Writable directories are named as they resolve, and none may hold a
+	// hidden one: writing there would open every workspace.
+	e.cfg.ConfineWritable = nil
+	for _, w := range cfg.ConfineWritable {
+		w = resolved(w)
+		for _, h := range e.hidden {
+			if within(w, h) {
+				return nil, fmt.Errorf("toolexec.confine-writable: %s holds %s, which commands may not read", w, h)
+			}
 		}
-		e.hidden = append(e.hidden, filepath.Clean(h))
+		e.cfg.ConfineWritable = append(e.cfg.ConfineWritable, w)
 	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
@@ -175,6 +184,15 @@ var protectProcess = sync.OnceValue(func() error {
 	}
 	return nil
 })
+
+// resolved is p with its symlinks resolved, or cleaned when it does not
+// exist (yet).
+func resolved(p string) string {
+	if res, err := filepath.EvalSymlinks(p); err == nil {
+		return res
+	}
+	return filepath.Clean(p)
+}
 
 // closeInheritedOnExec marks every descriptor above stderr close-on-exec.
 // This process's own are already; one it inherited from whatever started it

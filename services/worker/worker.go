@@ -177,9 +177,21 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		bus:     deps.Bus,
 		exec:    ex,
 		toolEnv: goEnv(),
-		scratch: newScratchPool(cfg.WorkspaceRoot, cfg.Concurrency),
+		scratch: newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, ex)),
 		metrics: newMetrics(f),
 	}, nil
+}
+
+// scratchReuse is how many task directories are kept for later tasks: as
+// many as run at once while commands are not confined, none while they are.
+// A confined command's rights are to its directory itself, so a process it
+// left behind (one that escaped the orphan sweep) could otherwise read and
+// write the next task's files in the same directory.
+func scratchReuse(cfg Config, ex *toolexec.Executor) int {
+	if ex.Confined() {
+		return 0
+	}
+	return cfg.Concurrency
 }
 
 // registerCacheMetrics exposes the tool output cache's use (spec C-33).

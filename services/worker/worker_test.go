@@ -141,6 +141,29 @@ func TestTaskCannotReachOtherWorkspaces(t *testing.T) {
 	require.Zero(t, run("echo mine > own && cat own").GetExitCode())
 }
 
+// While commands are confined, every task gets a directory of its own,
+// never one an earlier task had: what that task left running has no
+// rights to it.
+func TestConfinedTasksGetFreshDirectories(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	ex, err := newExecutor(cfg)
+	require.NoError(t, err)
+	if !ex.Confined() {
+		require.Equal(t, cfg.Concurrency, scratchReuse(cfg, ex))
+		return
+	}
+	require.Zero(t, scratchReuse(cfg, ex))
+	s := offlineService(t, cfg)
+	seen := map[string]bool{}
+	for range 3 {
+		out, _ := s.runTask(context.Background(), "engineer", dispatch("pwd"))
+		require.Zero(t, out.msg.GetExitCode())
+		require.False(t, seen[out.msg.GetStdout()], "a directory used twice")
+		seen[out.msg.GetStdout()] = true
+	}
+}
+
 // Not parallel: it sets environment variables of the test process.
 func TestEnvironmentIsStripped(t *testing.T) {
 	t.Setenv("SYLK_TEST_API_KEY", "do-not-leak")

@@ -857,6 +857,10 @@ func (p *scratchPool) put(ws string) {
 	if ws == "" {
 		return
 	}
+	if p.max == 0 {
+		removeWorkspace(ws)
+		return
+	}
 	if p.reset(ws) {
 		p.mu.Lock()
 		if !p.closed && len(p.free) < p.max {
