@@ -25,8 +25,12 @@ import (
 //     tools), but nothing inside them except its own workspace;
 //   - writes only its workspace, the writable directories of
 //     Config.ConfineWritable, and the terminal and null devices;
+//   - has no capabilities and gains none, even when the service is root;
 //   - cannot signal, trace or reach through abstract sockets any process
 //     outside its own (kernel ABI 6 for signals and sockets).
+//
+// It does not confine the network, nor changes of permissions and times
+// (which Landlock does not govern).
 //
 // The restriction is applied to one locked OS thread just before it starts
 // the command, so that the command inherits it; the thread is then left to
