@@ -47,6 +47,9 @@ const (
 var (
 	width = envInt("SYLK_BENCH_WIDTH", 100)
 	depth = envInt("SYLK_BENCH_DEPTH", 100)
+	// confine is whether the nodes' commands run confined (the default);
+	// SYLK_BENCH_CONFINE=0 runs them unconfined, for comparison.
+	confine = os.Getenv("SYLK_BENCH_CONFINE") != "0"
 )
 
 func envInt(name string, def int) int {
@@ -88,6 +91,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel, cpu time.Dur
 	require.NoError(b, err)
 	cfg := toolexec.DefaultConfig()
 	cfg.Slots = toolSlots
+	cfg.Confine = confine
 	ex, err := toolexec.New(cfg, bd, nil)
 	require.NoError(b, err)
 	ctx := context.Background()
@@ -155,6 +159,7 @@ func runOnce(b *testing.B) {
 	wcfg.Concurrency = concurrency
 	wcfg.WorkspaceRoot = b.TempDir()
 	wcfg.Tools.Slots = toolSlots
+	wcfg.Tools.Confine = confine
 	wsvc, err := worker.New(wcfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(b, err)
 	wg.Go(func() { _ = osvc.Run(ctx) })
@@ -225,7 +230,7 @@ func runOnce(b *testing.B) {
 	critical := time.Duration(depth) * single
 	throughput := time.Duration(nodes) * perTask
 	ideal := max(critical, throughput)
-	b.Logf("DAG: %d nodes (width %d, depth %d, 2 dependencies each), max_concurrency %d, %d CPUs", nodes, width, depth, concurrency, runtime.NumCPU())
+	b.Logf("DAG: %d nodes (width %d, depth %d, 2 dependencies each), max_concurrency %d, %d CPUs, commands confined: %t", nodes, width, depth, concurrency, runtime.NumCPU(), confine)
 	b.Logf("no-op task (%q through toolexec, mean of the two): %s alone (p50); %s per task at %d at once", noop, single, perTask, concurrency)
 	b.Logf("ideal: %s (critical path %s, throughput bound %s)", ideal, critical, throughput)
 	b.Logf("total: %s (CreateRun %s), %.2fx ideal", total, created, float64(total)/float64(ideal))
