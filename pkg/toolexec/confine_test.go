@@ -251,3 +251,13 @@ func BenchmarkExecuteNoop(b *testing.B) {
 		})
 	}
 }
+
+// Each command leads a session of its own, so that no process of another
+// command can join its process group (setpgid stays within a session) and
+// be killed with it, or have it killed.
+func TestCommandLeadsItsOwnSession(t *testing.T) {
+	t.Parallel()
+	e, a, _, _ := confinedSetup(t, testConfig())
+	res := shell(t, e, a, `test "$(cut -d' ' -f6 /proc/$$/stat)" = "$$" && echo leader`)
+	require.Equal(t, "leader\n", res.Stdout, res.Stderr)
+}

@@ -453,7 +453,11 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 		Stdin:       inv.Stdin,
 		Stdout:      outW,
 		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// A session of its own (and so a process group): a process of
+		// another command cannot join this command's group, which is
+		// killed as a whole when it ends, since setpgid stays within a
+		// session.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	w := &watcher{start: time.Now(), stream: inv.StreamTo}
 	w.lastMeaningful.Store(-1)
