@@ -440,6 +440,21 @@ func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
 	c.entries[ws] = cachedRuleset{fd: dup, ws: wsFd, gen: gen}
 }
 
+// StartIn starts cmd (a program the service itself runs on a workspace's
+// files, such as its git) confined as the commands run in workspace are:
+// whatever the workspace's files lead it to run or open cannot reach past
+// the workspace. Unconfined executors start it as it is.
+func (e *Executor) StartIn(cmd *exec.Cmd, workspace string) error {
+	if !e.Confined() {
+		return cmd.Start()
+	}
+	ws, err := e.boundary.CheckDir(workspace)
+	if err != nil {
+		return err
+	}
+	return startConfined(cmd, confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable, workspace: ws})
+}
+
 // startConfined starts cmd under p's ruleset: from a locked OS thread that
 // restricts itself first, so that only the command and what it starts are
 // confined. The thread never runs anything else: its goroutine ends

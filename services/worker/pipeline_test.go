@@ -17,6 +17,8 @@ import (
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // gitRepo makes a repository with a small Go module and returns its path
@@ -296,6 +298,34 @@ func TestCheckoutSwappedForALink(t *testing.T) {
 	entries, err := os.ReadDir(victim)
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "nothing added to the other task's directory")
+}
+
+// The worker's own git on a checkout runs confined like the task's
+// commands: a program the checkout's files led it to run (here an alias, as
+// a filter a racing leftover process planted would be) cannot write outside
+// the task's directory.
+func TestWorkerGitIsConfinedToTheTaskDirectory(t *testing.T) {
+	t.Parallel()
+	repo, base := gitRepo(t)
+	s := pipelineService(t)
+	ws := filepath.Join(s.cfg.WorkspaceRoot, "sylk-task-git")
+	require.NoError(t, os.Mkdir(ws, 0o700))
+	w, err := openWorkspace(context.Background(), logx.Discard(), ws, repo, base, toolexec.GitEnv(nil),
+		func(cmd *exec.Cmd) error { return s.exec.StartIn(cmd, ws) })
+	require.NoError(t, err)
+	defer w.close()
+	outside := filepath.Join(t.TempDir(), "escaped")
+	inside := filepath.Join(ws, "stayed")
+	_, err = w.run(context.Background(), "-c", "alias.x=!touch "+inside+" "+outside, "x")
+	if !s.exec.Confined() {
+		require.FileExists(t, outside)
+		return
+	}
+	require.Error(t, err)
+	require.NoFileExists(t, outside)
+	_, err = w.run(context.Background(), "-c", "alias.y=!touch "+inside, "y")
+	require.NoError(t, err)
+	require.FileExists(t, inside)
 }
 
 func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {

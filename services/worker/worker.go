@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -618,7 +619,8 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	var wsp *workspace
 	if repo != "" {
-		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.GitEnv(s.cfg.Tools.ExtraSecretPatterns))
+		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.GitEnv(s.cfg.Tools.ExtraSecretPatterns),
+			func(cmd *exec.Cmd) error { return s.exec.StartIn(cmd, ws) })
 		if err != nil {
 			if ctx.Err() != nil {
 				return taskOutcome{}, true

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -69,6 +70,12 @@ type workspace struct {
 	// hidden are the files left out of the patch by ignore rules the task
 	// wrote (see addIgnoredByTask).
 	hidden []string
+	// start starts the worker's own git once the checkout exists: confined
+	// to the task directory like the task's commands, so that a checkout
+	// changed under it (a process the task left racing it) leads it
+	// neither into another task's directory nor to run a program outside
+	// this one.
+	start func(*exec.Cmd) error
 }
 
 // run runs one of the worker's own git commands in the checkout, audited,
@@ -113,7 +120,18 @@ func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) 
 	// paths the task chose, whole lines of a diff among them.
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	var err error
+	if w.start != nil {
+		err = w.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	out := stdout.Bytes()
 	w.audit.add("worker: git " + strings.Join(args, " "))
 	w.log.InfoContext(ctx, "git", slog.String("args", strings.Join(args, " ")), slog.Bool("ok", err == nil))
 	if err != nil {
@@ -186,7 +204,7 @@ func lastLine(s string) string {
 // openWorkspace clones repo into root/src at base (spec B-27: every task
 // starts from the run's starting commit) and installs the git guard. env
 // is the environment of the worker's own git calls, stripped of secrets.
-func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base string, env []string) (*workspace, error) {
+func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base string, env []string, start func(*exec.Cmd) error) (*workspace, error) {
 	gitPath, err := exec.LookPath("git")
 	if err != nil {
 		return nil, errors.New("git is not installed on the worker")
@@ -199,6 +217,7 @@ func openWorkspace(ctx context.Context, log *slog.Logger, root, repo, base strin
 	if _, err := w.run(ctx, "clone", "--quiet", "--no-checkout", "--no-hardlinks", repo, "src"); err != nil {
 		return nil, err
 	}
+	w.start = start
 	w.dir = filepath.Join(root, "src")
 	// The checkout has no remote: an agent's git finds nothing to push to.
 	if _, err := w.run(ctx, "remote", "remove", "origin"); err != nil {
