@@ -8,12 +8,15 @@ package tooldetect
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // ConfigFiles are the files whose presence or content decides which tools
@@ -104,13 +107,17 @@ func (p Facts) contains(name, needle string) bool {
 func ReadFacts(root string) (f Facts, fingerprint string) {
 	f = NewFacts(nil)
 	h := sha256.New()
+	dir, err := os.OpenRoot(root)
+	if err == nil {
+		defer dir.Close()
+	}
 	for _, name := range ConfigFiles {
-		data, err := os.ReadFile(filepath.Join(root, name))
+		if dir == nil {
+			break
+		}
+		data, err := readConfig(dir, name)
 		if err != nil {
 			continue
-		}
-		if len(data) > maxConfigRead {
-			data = data[:maxConfigRead]
 		}
 		f.files[name] = string(data)
 		h.Write([]byte(name + "\x00"))
@@ -141,6 +148,22 @@ func ReadFacts(root string) (f Facts, fingerprint string) {
 	sort.Strings(langs)
 	h.Write([]byte(strings.Join(langs, ",")))
 	return f, hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// readConfig reads at most maxConfigRead bytes of the regular file name
+// in dir. The tree may be a task's, written by commands still running: a
+// link out of it (to /dev/zero, say) is refused by the root, and a pipe or
+// device is not read, nor waited on.
+func readConfig(dir *os.Root, name string) ([]byte, error) {
+	f, err := dir.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.Join(err, errors.New("not a regular file"))
+	}
+	return io.ReadAll(io.LimitReader(f, maxConfigRead))
 }
 
 // maxWalk bounds the files ReadFacts looks at.

@@ -3,6 +3,7 @@ package tooldetect_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,4 +89,24 @@ func TestReadFacts(t *testing.T) {
 	require.Equal(t, "go", tooldetect.Language("a/b.go"))
 	require.Equal(t, "make", tooldetect.Language("Makefile"))
 	require.Equal(t, "text", tooldetect.Language("notes"))
+}
+
+// A tree whose configuration files a task made into a link out of it, a
+// pipe or a device is read without following, waiting on or draining them.
+func TestReadFactsSkipsWhatIsNotAFile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	require.NoError(t, os.Symlink("/dev/zero", filepath.Join(root, "package.json")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "go.mod"), 0o600))
+	outside := filepath.Join(t.TempDir(), "pyproject.toml")
+	require.NoError(t, os.WriteFile(outside, []byte("[tool.ruff]\n"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "pyproject.toml")))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "Cargo.toml"), []byte("[package]\n"), 0o644))
+	facts, _ := tooldetect.ReadFacts(root)
+	res := tooldetect.Discover(facts, func(string) bool { return false })
+	require.Contains(t, res.Languages, "rust", "Cargo.toml was read")
+	for _, l := range []string{"javascript", "go", "python"} {
+		require.NotContains(t, res.Languages, l, "package.json, go.mod and pyproject.toml were not read")
+	}
+	require.NotContains(t, ids(res.Linters), "ruff", "a link out of the tree is not followed")
 }

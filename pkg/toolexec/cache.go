@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -195,7 +196,10 @@ func (e *Executor) cachePolicy(inv Invocation) (CachePolicy, bool) {
 	return CachePolicy{}, false
 }
 
-var errTooLarge = errors.New("working directory too large to hash")
+var (
+	errTooLarge   = errors.New("working directory too large to hash")
+	errNotRegular = errors.New("not a regular file")
+)
 
 // workspaceOf is the workspace of a call in the resolved directory dir:
 // inv.Workspace resolved, which must be dir or hold it, or dir when the call
@@ -281,13 +285,19 @@ func cacheKey(inv Invocation, dir, ws string, pol CachePolicy) (string, bool) {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		f, err := os.Open(p)
+		// The files are the task's: one swapped since the listing for a
+		// link (to /dev/zero, say) or a pipe is not opened, and no file is
+		// read past the bound.
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		n, err := io.Copy(h, f)
-		if err != nil {
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			return errors.Join(err, errNotRegular)
+		}
+		n, err := io.CopyN(h, f, maxHashedBytes-size+1)
+		if err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
 		if size += n; size > maxHashedBytes {
