@@ -118,10 +118,15 @@ func (r *ruleset) add(fd int, access uint64, name string) error {
 
 // openRule opens path for a rule (O_PATH) and returns the access that can
 // apply to it: a file gets file rights only. It returns -1 for a path that
-// does not exist or cannot be opened, and for a symlink, which is not
-// followed (a rule on the link itself would grant nothing beyond it).
+// does not exist or cannot be opened, and for a path through or to a
+// symlink, which is not followed (a rule on the link itself would grant
+// nothing beyond it).
 func openRule(path string, access uint64) (int, uint64, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// No symlink anywhere in the path, not only at its end: the paths are
+	// resolved already, and a command that may write a directory on the
+	// way could otherwise point the rest of it elsewhere.
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ELOOP) {
 			return -1, 0, nil

@@ -223,12 +223,27 @@ func TestConfineWritableValidated(t *testing.T) {
 		require.ErrorContains(t, err, "toolexec.confine-writable", w)
 	}
 
+	// A writable directory within another is granted with it; its path is
+	// not followed anew through links a command made on the way.
+	outer := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(outer, "sub", "cache"), 0o700))
+	cfg.ConfineWritable = []string{outer, filepath.Join(outer, "sub", "cache")}
+	e, a, other, _ := confinedSetup(t, cfg)
+	require.Equal(t, []string{outer}, e.cfg.ConfineWritable)
+	require.NoError(t, os.Mkdir(filepath.Join(other, "cache"), 0o700))
+	res := shell(t, e, a, "rm -r "+filepath.Join(outer, "sub")+" && ln -s "+other+" "+filepath.Join(outer, "sub"))
+	require.Zero(t, res.ExitCode, res.Stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(outer, "changed"), nil, 0o600)) // the shared rules are made again
+	res = shell(t, e, a, "echo x > "+filepath.Join(outer, "sub", "cache", "planted"))
+	require.NotZero(t, res.ExitCode)
+	require.NoFileExists(t, filepath.Join(other, "cache", "planted"))
+
 	cache := t.TempDir()
 	link := filepath.Join(t.TempDir(), "cache")
 	require.NoError(t, os.Symlink(cache, link))
 	cfg.ConfineWritable = []string{link}
-	e, a, _, _ := confinedSetup(t, cfg)
-	res := shell(t, e, a, "echo x > "+filepath.Join(link, "f"))
+	e, a, _, _ = confinedSetup(t, cfg)
+	res = shell(t, e, a, "echo x > "+filepath.Join(link, "f"))
 	require.Zero(t, res.ExitCode, res.Stderr)
 }
 

@@ -167,6 +167,14 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 		}
 		e.cfg.ConfineWritable = append(e.cfg.ConfineWritable, w)
 	}
+	// One within another is granted with it already.
+	all := slices.Compact(slices.Sorted(slices.Values(e.cfg.ConfineWritable)))
+	e.cfg.ConfineWritable = nil
+	for _, w := range all {
+		if !slices.ContainsFunc(all, func(o string) bool { return o != w && within(o, w) }) {
+			e.cfg.ConfineWritable = append(e.cfg.ConfineWritable, w)
+		}
+	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
 	return e, nil
