@@ -457,10 +457,10 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	defer sweeper.end(marker)
 	env := slices.DeleteFunc(StripEnv(os.Environ(), e.cfg.ExtraSecretPatterns, inv.Env), isMarker)
 	cmd := &exec.Cmd{Path: path, Args: av, Dir: dir,
-		Env:         append(env, RunMarkerEnv+"="+marker),
-		Stdin:       inv.Stdin,
-		Stdout:      outW,
-		Stderr:      errW,
+		Env:    append(env, RunMarkerEnv+"="+marker),
+		Stdin:  inv.Stdin,
+		Stdout: outW,
+		Stderr: errW,
 		// A session of its own (and so a process group): a process of
 		// another command cannot join this command's group, which is
 		// killed as a whole when it ends, since setpgid stays within a
