@@ -34,7 +34,7 @@ var commonEnv = []string{
 // serviceEnv are the settings only one service reads.
 var serviceEnv = map[string][]string{
 	"gateway":   {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
-	"worker":    {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT"},
+	"worker":    {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT"},
 	"librarian": {"SYLK_LIBRARIAN_DATA_DIR"},
 }
 
@@ -222,6 +222,8 @@ func TestComposeEnvironment(t *testing.T) {
 		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, root+":") || m == root }),
 			"the worker's workspace root %s must be a tmpfs", root)
 		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, "/tmp") }))
+		// The tenants' Go caches need a writable place on a read-only root.
+		require.True(t, strings.HasPrefix(env(t, s, "SYLK_WORKER_CACHE_ROOT"), root+"/"))
 	})
 
 	t.Run("librarian clones", func(t *testing.T) {

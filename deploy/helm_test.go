@@ -473,6 +473,8 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	case "worker":
 		require.NotEmpty(t, envValue(c.Env, "SYLK_WORKER_ROLES"))
 		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT"))
+		// The tenants' Go caches need a writable place on a read-only root.
+		require.True(t, strings.HasPrefix(envValue(c.Env, "SYLK_WORKER_CACHE_ROOT"), envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")+"/"))
 	case "librarian":
 		// Repositories registered by URL are cloned there.
 		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_LIBRARIAN_DATA_DIR"))

@@ -337,6 +337,8 @@ type confinedPolicy struct {
 	shared []string
 	// workspace is the command's own, which it may write.
 	workspace string
+	// extra are more directories this command may write (Invocation.Writable).
+	extra []string
 }
 
 // build makes the ruleset of p for the kernel's ABI, or takes a copy of
@@ -346,9 +348,12 @@ type confinedPolicy struct {
 func (p confinedPolicy) build(abi int) (*ruleset, error) {
 	var r *ruleset
 	err := base.with(p, func(gen uint64, rules []baseRule) error {
-		if fd, ok := rulesets.get(p.workspace, gen); ok {
+		reuse := len(p.extra) == 0
+		if fd, ok := rulesets.get(p.workspace, gen); ok && reuse {
 			r = &ruleset{fd: fd}
 			return nil
+		} else if ok {
+			_ = unix.Close(fd)
 		}
 		var err error
 		if r, err = newRuleset(abi); err != nil {
@@ -366,6 +371,21 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 		if err = r.add(ws, access, p.workspace); err != nil {
 			_ = unix.Close(ws)
 			return err
+		}
+		for _, x := range p.extra {
+			fd, access, err := openRule(x, llAll)
+			if err == nil && fd >= 0 {
+				err = r.add(fd, access, x)
+				_ = unix.Close(fd)
+			}
+			if err != nil {
+				_ = unix.Close(ws)
+				return err
+			}
+		}
+		if !reuse {
+			_ = unix.Close(ws)
+			return nil
 		}
 		rulesets.put(p.workspace, ws, gen, r.fd)
 		return nil

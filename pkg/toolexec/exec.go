@@ -45,6 +45,10 @@ type Invocation struct {
 	// a cached output is shared between workspaces with the same files,
 	// its paths moved from one to the other. Empty means WorkingDir.
 	Workspace string
+	// Writable are directories a confined call may also write, besides
+	// its workspace and Config.ConfineWritable (a tenant's own tool
+	// caches, say). Each must exist.
+	Writable []string
 }
 
 // KillResult says how a stopped process ended (spec C-27).
@@ -193,6 +197,24 @@ var protectProcess = sync.OnceValue(func() error {
 	return nil
 })
 
+// checkWritable resolves a call's writable directory, which must be an
+// existing directory holding no hidden one.
+func (e *Executor) checkWritable(w string) (string, error) {
+	if !filepath.IsAbs(w) {
+		return "", fmt.Errorf("invalid invocation: writable directory %q: must be absolute", w)
+	}
+	res, err := filepath.EvalSymlinks(w)
+	if err != nil {
+		return "", fmt.Errorf("invalid invocation: writable directory: %w", err)
+	}
+	for _, h := range e.hidden {
+		if within(res, h) {
+			return "", fmt.Errorf("invalid invocation: writable directory %s holds %s", res, h)
+		}
+	}
+	return res, nil
+}
+
 // resolved is p with its symlinks resolved, or cleaned when it does not
 // exist (yet).
 func resolved(p string) string {
@@ -303,6 +325,11 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	ws, err := e.workspaceOf(inv, dir)
 	if err != nil {
 		return Result{ExitCode: -1}, err
+	}
+	for i, w := range inv.Writable {
+		if inv.Writable[i], err = e.checkWritable(w); err != nil {
+			return Result{ExitCode: -1}, err
+		}
 	}
 	start := time.Now()
 	pol, cacheable := e.cachePolicy(inv)
@@ -472,7 +499,7 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	w.lastRead.Store(time.Now().UnixNano())
 	if e.Confined() {
 		err = startConfined(cmd, confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable,
-			workspace: ws})
+			workspace: ws, extra: inv.Writable})
 	} else {
 		err = cmd.Start()
 	}

@@ -25,6 +25,9 @@ type Config struct {
 	MaxOutputBytes int
 	// WorkspaceRoot is where per-task workspaces are created.
 	WorkspaceRoot string
+	// CacheRoot holds each tenant's Go build and module caches, which its
+	// tasks share and no other tenant's tasks can read or write.
+	CacheRoot string
 	// ID names this worker in task results.
 	ID string
 	// Tools configures how task commands run (timeouts, kill sequence,
@@ -72,6 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "worker.concurrency", 2, "tasks of each role run at once")
 	fs.IntVar(&c.MaxOutputBytes, "worker.max-output-bytes", 1<<20, "cap on each of a task's stdout and stderr (head and tail are kept)")
 	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
+	fs.StringVar(&c.CacheRoot, "worker.cache-root", defaultCacheRoot(), "directory holding each tenant's Go build and module caches (out of other tenants' reach)")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
 	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")
@@ -122,6 +126,9 @@ func (c Config) Validate() error {
 	if !filepath.IsAbs(c.WorkspaceRoot) {
 		errs = append(errs, errors.New("worker.workspace-root: must be an absolute path"))
 	}
+	if !filepath.IsAbs(c.CacheRoot) || filepath.Clean(c.CacheRoot) == "/" {
+		errs = append(errs, errors.New("worker.cache-root: must be an absolute path other than /"))
+	}
 	if !idPattern.MatchString(c.ID) {
 		errs = append(errs, errors.New("worker.id: want 1-128 characters of [A-Za-z0-9_.:@-] starting with a letter or digit"))
 	}
@@ -164,4 +171,13 @@ func (l *roleList) Set(s string) error {
 	}
 	*l = out
 	return nil
+}
+
+// defaultCacheRoot is sylk-worker in the user's cache directory, or in the
+// temporary directory when there is none.
+func defaultCacheRoot() string {
+	if dir, err := os.UserCacheDir(); err == nil && filepath.IsAbs(dir) {
+		return filepath.Join(dir, "sylk-worker")
+	}
+	return filepath.Join(os.TempDir(), "sylk-worker-cache")
 }

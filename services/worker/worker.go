@@ -7,7 +7,9 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,7 +238,9 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	}
 	tools := cfg.Tools
 	tools.MaxOutputBytes = cfg.MaxOutputBytes
-	tools.ConfineWritable = append(slices.Clone(tools.ConfineWritable), goCaches(goEnv())...)
+	// No task reads another tenant's caches; each writes its own tenant's
+	// (tenantCaches).
+	tools.ConfineHidden = append(slices.Clone(tools.ConfineHidden), cfg.CacheRoot)
 	var pool toolexec.SlotPool
 	if cfg.SlotsShared && rc != nil {
 		pool = toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
@@ -244,53 +248,30 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	return toolexec.New(tools, b, pool)
 }
 
-// goEnv keeps Go builds in tasks fast and offline: tasks get their own
-// HOME, so the build cache is pointed at the worker's own unless set, and
-// no toolchain is downloaded.
+// goEnv keeps Go builds in tasks offline: no toolchain is downloaded. The
+// build and module caches are the tenant's (tenantCaches).
 func goEnv() map[string]string {
 	out := map[string]string{}
-	if os.Getenv("GOCACHE") == "" {
-		if dir, err := os.UserCacheDir(); err == nil {
-			out["GOCACHE"] = filepath.Join(dir, "go-build")
-		}
-	}
-	if os.Getenv("GOMODCACHE") == "" && os.Getenv("GOPATH") == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			out["GOMODCACHE"] = filepath.Join(home, "go", "pkg", "mod")
-		}
-	}
 	if os.Getenv("GOTOOLCHAIN") == "" {
 		out["GOTOOLCHAIN"] = "local"
 	}
 	return out
 }
 
-// goCaches are the Go build and module caches tasks use (env as goEnv
-// returns it, else this process's), created when missing so that confined
-// commands may write them (toolexec.Config.ConfineWritable). The tasks of
-// a worker share them.
-func goCaches(env map[string]string) []string {
-	get := func(k string) string {
-		if v, ok := env[k]; ok {
-			return v
+// tenantCaches returns the Go build and module caches of tenant's tasks,
+// made when missing: directories of their own under -worker.cache-root, so
+// that no task can plant code in another tenant's builds nor read what
+// they compiled.
+func (s *Service) tenantCaches(tenant string) (gocache, gomodcache string, err error) {
+	sum := sha256.Sum256([]byte(tenant))
+	dir := filepath.Join(s.cfg.CacheRoot, "tenant-"+hex.EncodeToString(sum[:12]))
+	gocache, gomodcache = filepath.Join(dir, "go-build"), filepath.Join(dir, "go-mod")
+	for _, d := range []string{gocache, gomodcache} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", "", fmt.Errorf("tenant cache: %w", err)
 		}
-		return os.Getenv(k)
 	}
-	var dirs []string
-	if v := get("GOCACHE"); filepath.IsAbs(v) {
-		dirs = append(dirs, v)
-	}
-	if v := get("GOMODCACHE"); filepath.IsAbs(v) {
-		dirs = append(dirs, v)
-	} else if gp := filepath.SplitList(os.Getenv("GOPATH")); len(gp) > 0 && filepath.IsAbs(gp[0]) {
-		dirs = append(dirs, filepath.Join(gp[0], "pkg", "mod"))
-	}
-	for _, d := range dirs {
-		// Best effort: a worker without Go, or with a read-only home, runs
-		// its tasks all the same.
-		_ = os.MkdirAll(d, 0o755)
-	}
-	return dirs
+	return gocache, gomodcache, nil
 }
 
 // Register does nothing: the worker serves no gRPC API.
@@ -617,6 +598,14 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	for k, v := range s.toolEnv {
 		vars[k] = v
 	}
+	var writable []string
+	if gocache, gomodcache, err := s.tenantCaches(env.GetTenantId()); err == nil {
+		vars["GOCACHE"], vars["GOMODCACHE"] = gocache, gomodcache
+		writable = []string{gocache, gomodcache}
+	} else {
+		// Go then caches under the task's HOME, for this task only.
+		s.log.WarnContext(ctx, "create the tenant's tool caches", logx.Err(err))
+	}
 	var wsp *workspace
 	if repo != "" {
 		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.GitEnv(s.cfg.Tools.ExtraSecretPatterns),
@@ -653,7 +642,8 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
 		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
-			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
+			Writable: writable,
+			Class:    toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
 	}
 	if meta[MetaSessionCheck] != "" {
 		return s.sessionCheck(ctx, wsp, dir, meta, runCmd, res)

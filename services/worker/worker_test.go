@@ -141,6 +141,37 @@ func TestTaskCannotReachOtherWorkspaces(t *testing.T) {
 	require.Zero(t, run("echo mine > own && cat own").GetExitCode())
 }
 
+// Each tenant's tasks get Go caches of their own, which another tenant's
+// tasks can neither read nor write.
+func TestTenantsHaveCachesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.CacheRoot = t.TempDir()
+	s := offlineService(t, cfg)
+	run := func(tenant, cmd string) *messagev1.TaskResult {
+		out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant,
+			Priority: messagev1.Priority_PRIORITY_PIPELINE, Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch(cmd)}})
+		require.False(t, cancelled)
+		return out.msg
+	}
+	a := run("tenant-a", `echo compiled > "$GOCACHE/entry" && echo "$GOCACHE"`)
+	require.Zero(t, a.GetExitCode(), a.GetStderr())
+	aCache := strings.TrimSpace(a.GetStdout())
+	b := run("tenant-b", `echo "$GOCACHE"; echo "$GOMODCACHE" > "$GOCACHE/own"`)
+	require.Zero(t, b.GetExitCode(), b.GetStderr())
+	require.NotEqual(t, aCache, strings.TrimSpace(strings.Split(b.GetStdout(), "\n")[0]))
+	if !s.exec.Confined() {
+		return
+	}
+	for _, cmd := range []string{"cat " + aCache + "/entry", "echo planted > " + aCache + "/entry", "ls " + aCache} {
+		r := run("tenant-b", cmd)
+		require.NotZero(t, r.GetExitCode(), "%s: %s", cmd, r.GetStdout())
+	}
+	got, err := os.ReadFile(filepath.Join(aCache, "entry"))
+	require.NoError(t, err)
+	require.Equal(t, "compiled\n", string(got))
+}
+
 // While commands are confined, every task gets a directory of its own,
 // never one an earlier task had: what that task left running has no
 // rights to it.
