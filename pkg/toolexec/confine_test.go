@@ -276,3 +276,27 @@ func TestCommandLeadsItsOwnSession(t *testing.T) {
 	res := shell(t, e, a, `test "$(cut -d' ' -f6 /proc/$$/stat)" = "$$" && echo leader`)
 	require.Equal(t, "leader\n", res.Stdout, res.Stderr)
 }
+
+// A call's own writable directories are writable for that call only, and
+// may not be relative, missing or hold the root.
+func TestCallWritableDirectories(t *testing.T) {
+	t.Parallel()
+	e, a, _, _ := confinedSetup(t, testConfig())
+	mine := t.TempDir()
+	write := func(writable ...string) (Result, error) {
+		return e.Execute(context.Background(), Invocation{Command: "sh", Args: []string{"-c", "echo x > " + filepath.Join(mine, "f")},
+			WorkingDir: a, Workspace: a, Writable: writable})
+	}
+	res, err := write(mine)
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode, res.Stderr)
+	res, err = write()
+	require.NoError(t, err)
+	if e.Confined() {
+		require.NotZero(t, res.ExitCode, "another call is not granted it")
+	}
+	for _, bad := range []string{"relative", filepath.Join(mine, "missing"), filepath.Dir(a)} {
+		_, err = write(bad)
+		require.ErrorContains(t, err, "writable directory", bad)
+	}
+}
