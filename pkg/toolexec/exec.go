@@ -326,11 +326,13 @@ func (e *Executor) Execute(ctx context.Context, inv Invocation) (Result, error) 
 	if err != nil {
 		return Result{ExitCode: -1}, err
 	}
+	writable := make([]string, len(inv.Writable))
 	for i, w := range inv.Writable {
-		if inv.Writable[i], err = e.checkWritable(w); err != nil {
+		if writable[i], err = e.checkWritable(w); err != nil {
 			return Result{ExitCode: -1}, err
 		}
 	}
+	inv.Writable = writable
 	start := time.Now()
 	pol, cacheable := e.cachePolicy(inv)
 	var key string
