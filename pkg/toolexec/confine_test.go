@@ -156,6 +156,28 @@ func TestWorkingDirMustStayInItsWorkspace(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(b, "injected"))
 }
 
+// A hidden directory named through a symlink before it exists is hidden
+// where it comes to be.
+func TestConfineHiddenNotYetMade(t *testing.T) {
+	t.Parallel()
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(real, link))
+	cfg := testConfig()
+	cfg.ConfineHidden = []string{filepath.Join(link, "caches")}
+	e, a, _, _ := confinedSetup(t, cfg)
+	require.NoError(t, os.Mkdir(filepath.Join(real, "caches"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(real, "caches", "entry"), []byte("another tenant's"), 0o600))
+	for _, p := range []string{filepath.Join(link, "caches", "entry"), filepath.Join(real, "caches", "entry")} {
+		res := shell(t, e, a, "cat "+p)
+		if !e.Confined() {
+			continue
+		}
+		require.NotZero(t, res.ExitCode, p)
+		require.NotContains(t, res.Stdout, "another tenant's")
+	}
+}
+
 // Directories named hidden are out of reach like the root.
 func TestConfineHidden(t *testing.T) {
 	t.Parallel()

@@ -215,13 +215,23 @@ func (e *Executor) checkWritable(w string) (string, error) {
 	return res, nil
 }
 
-// resolved is p with its symlinks resolved, or cleaned when it does not
-// exist (yet).
+// resolved is p with its symlinks resolved. For a path that does not exist
+// (yet), its nearest existing ancestor is resolved and the rest joined on:
+// a directory made there later must be named as it will resolve.
 func resolved(p string) string {
-	if res, err := filepath.EvalSymlinks(p); err == nil {
-		return res
+	p = filepath.Clean(p)
+	rest := ""
+	for {
+		if res, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(res, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Join(p, rest)
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
 	}
-	return filepath.Clean(p)
 }
 
 // closeInheritedOnExec marks every descriptor above stderr close-on-exec.

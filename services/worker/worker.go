@@ -149,6 +149,10 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("worker: workspace root: %w", err)
 	}
+	// Made first, so that commands are kept out of it as it resolves.
+	if err := os.MkdirAll(cfg.CacheRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("worker: cache root: %w", err)
+	}
 	log := deps.Log
 	if log == nil {
 		log = logx.Discard()

@@ -111,6 +111,9 @@ func (w *workspace) runInput(ctx context.Context, stdin string, args ...string) 
 		env = append(env, "GIT_DIR="+gd, "GIT_COMMON_DIR="+gd, "GIT_WORK_TREE="+w.dir, "GIT_GRAFT_FILE=/dev/null")
 	}
 	cmd := exec.CommandContext(ctx, w.git, full...)
+	// A process the call left holding its output does not hold the worker
+	// past the call's end.
+	cmd.WaitDelay = time.Second
 	cmd.Dir = w.dir
 	cmd.Env = env
 	if stdin != "" {
