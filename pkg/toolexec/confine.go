@@ -348,12 +348,14 @@ type confinedPolicy struct {
 func (p confinedPolicy) build(abi int) (*ruleset, error) {
 	var r *ruleset
 	err := base.with(p, func(gen uint64, rules []baseRule) error {
+		// A call with writable directories of its own gets a ruleset of
+		// its own, neither taken from the cache nor kept in it.
 		reuse := len(p.extra) == 0
-		if fd, ok := rulesets.get(p.workspace, gen); ok && reuse {
-			r = &ruleset{fd: fd}
-			return nil
-		} else if ok {
-			_ = unix.Close(fd)
+		if reuse {
+			if fd, ok := rulesets.get(p.workspace, gen); ok {
+				r = &ruleset{fd: fd}
+				return nil
+			}
 		}
 		var err error
 		if r, err = newRuleset(abi); err != nil {
