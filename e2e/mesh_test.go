@@ -42,6 +42,8 @@ type client struct {
 	schemaPrefix string
 	// metricsURL serves every service's metrics.
 	metricsURL string
+	// services is each service's gRPC address.
+	services map[string]string
 }
 
 type response struct {
@@ -159,7 +161,7 @@ func startMesh(t *testing.T, flags ...string) *client {
 		}
 	})
 	return &client{t: t, base: d.GatewayURL, key: d.AdminKey, http: &http.Client{Timeout: 30 * time.Second}, schemaPrefix: prefix,
-		metricsURL: d.MetricsURL}
+		metricsURL: d.MetricsURL, services: d.ServiceAddrs}
 }
 
 // metric sums the samples of a metric across the services' metrics.

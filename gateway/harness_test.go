@@ -192,7 +192,7 @@ func startFake(t *testing.T) (*fakeGuide, *grpc.ClientConn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpcclient.Dial(srv.GRPCAddr())
+	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()
@@ -335,7 +335,7 @@ func grpcDialClosedPort(t *testing.T) (*grpc.ClientConn, error) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	conn, err := grpcclient.Dial(addr)
+	conn, err := grpcclient.Dial(addr, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = conn.Close() })
 	}

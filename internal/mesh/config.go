@@ -10,6 +10,7 @@ import (
 
 	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/creds"
 	"sylk.dev/sylk/pkg/llm/gate"
@@ -67,6 +68,9 @@ type Common struct {
 	LLMCredentials creds.Config
 	// LLMGate tunes the gate every service builds with gate.New.
 	LLMGate gate.Config
+	// Internal is the key with which services sign the caller identities
+	// they pass to each other (identity.Signer).
+	Internal identity.KeyConfig
 }
 
 // RegisterFlags registers the shared flags.
@@ -82,12 +86,13 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	c.LLM.RegisterFlags(fs)
 	c.LLMCredentials.RegisterFlags(fs)
 	c.LLMGate.RegisterFlags(fs)
+	c.Internal.RegisterFlags(fs)
 }
 
 // Validate joins every problem.
 func (c Common) Validate() error {
 	var errs []error
-	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry, c.LLM, c.LLMCredentials, c.LLMGate} {
+	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry, c.LLM, c.LLMCredentials, c.LLMGate, c.Internal} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

@@ -84,8 +84,10 @@ type Dev struct {
 	MetricsURL string
 	// NATSURL is the NATS server in use.
 	NATSURL string
-	done    chan error
-	cleanup []func()
+	// ServiceAddrs is each service's gRPC address, by service name.
+	ServiceAddrs map[string]string
+	done         chan error
+	cleanup      []func()
 }
 
 // Wait blocks until the mesh stops and returns why.
@@ -150,6 +152,16 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	d.cleanup = append(d.cleanup, consultBus.Close)
 	consultSink := consult.NewNATSSink(consultBus, topology.InboxSubject(consultBus, topology.AgentArchivalist), root, reg, consult.SinkConfig{})
 
+	// The services sign the caller identities they pass to each other, under
+	// the configured key or, by default, one made for this run.
+	if !cfg.Internal.Configured() && !cfg.Internal.AllowUnsigned {
+		cfg.Internal.Key = newKey()
+	}
+	signer, err := internalSigner(cfg.Common, root)
+	if err != nil {
+		return nil, err
+	}
+
 	// Bind every service's listener first, so each knows its peers' addresses.
 	type pending struct {
 		name string
@@ -164,7 +176,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
 		scfg := cfg.Server
 		scfg.HTTPListenAddress = ""
-		srv, err := grpcserver.New(scfg, log, sreg, reg, consult.ServerOption(name, consultSink))
+		srv, err := grpcserver.New(scfg, log, sreg, reg, consult.ServerOption(name, consultSink), grpcserver.WithSigner(signer))
 		if err != nil {
 			return nil, err
 		}
@@ -174,9 +186,10 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		addrs[name] = srv.GRPCAddr()
 		ps = append(ps, pending{name, srv, log, sreg})
 	}
+	d.ServiceAddrs = addrs
 	cfg.Peers = PeerConfig{Guide: addrs[Guide], Architect: addrs[Architect], Orchestrator: addrs[Orchestrator],
 		Librarian: addrs[Librarian], Archivalist: addrs[Archivalist], Academic: addrs[Academic]}
-	peers, conns, closePeers, err := dialPeers(cfg.Peers)
+	peers, conns, closePeers, err := dialPeers(cfg.Peers, signer)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,4 +60,18 @@ func TestDevHelpShowsDevDefaults(t *testing.T) {
 	} {
 		assert.Equal(t, want, fs.Lookup(name).DefValue, name)
 	}
+}
+
+// A service started on its own refuses to run without the internal key
+// (unless told to take unsigned identities), before it connects anywhere.
+func TestServeNeedsInternalKey(t *testing.T) {
+	t.Setenv("SYLK_INTERNAL_KEY", "")
+	t.Setenv("SYLK_INTERNAL_KEY_FILE", "")
+	t.Setenv("SYLK_INTERNAL_ALLOW_UNSIGNED", "false")
+	var stderr strings.Builder
+	err := Serve(t.Context(), Academic, []string{"-postgres.dsn", "postgres://nowhere.invalid/x", "-log.level", "error"}, &stderr)
+	require.ErrorContains(t, err, "no internal key: set SYLK_INTERNAL_KEY")
+	err = Serve(t.Context(), Academic, []string{"-internal.key", "short"}, &stderr)
+	require.ErrorContains(t, err, "internal.key: must have at least 32 bytes")
+	require.NotContains(t, err.Error(), "short\"")
 }

@@ -25,6 +25,7 @@ import (
 	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/pgstore"
@@ -96,8 +97,9 @@ func MigrateAll(ctx context.Context, cfg pgstore.Config, schemaPrefix string, lo
 	return nil
 }
 
-// dialPeers connects lazily to every configured peer.
-func dialPeers(p PeerConfig) (app.Peers, gateway.Conns, func(), error) {
+// dialPeers connects lazily to every configured peer; calls carry the
+// caller's identity signed by signer.
+func dialPeers(p PeerConfig, signer *identity.Signer) (app.Peers, gateway.Conns, func(), error) {
 	var conns []*grpc.ClientConn
 	closeAll := func() {
 		for _, c := range conns {
@@ -108,7 +110,7 @@ func dialPeers(p PeerConfig) (app.Peers, gateway.Conns, func(), error) {
 		if addr == "" {
 			return nil, nil
 		}
-		c, err := grpcclient.Dial(addr)
+		c, err := grpcclient.Dial(addr, signer)
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +175,10 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	log := logx.New(stderr, common.Log, name, Version)
+	signer, err := internalSigner(common, log)
+	if err != nil {
+		return err
+	}
 	// Programs this service runs (git on users' repositories, tools) must
 	// not read its environment or memory through /proc.
 	if err := toolexec.ProtectProcess(); err != nil {
@@ -188,7 +194,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	defer cancel()
 
 	if name == Gateway {
-		return serveGateway(ctx, startCtx, common, sc.Gateway, log, reg)
+		return serveGateway(ctx, startCtx, common, sc.Gateway, log, reg, signer)
 	}
 
 	deps := app.Deps{Log: log, Registerer: reg}
@@ -212,7 +218,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	}
 	defer bus.Close()
 	deps.Bus = bus
-	peers, _, closePeers, err := dialPeers(common.Peers)
+	peers, _, closePeers, err := dialPeers(common.Peers, signer)
 	if err != nil {
 		return err
 	}
@@ -231,7 +237,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	// Direct consultations to this service are checked against the
 	// permission matrix and logged to the Archivalist (spec A-40..A-42).
 	sink := consult.NewNATSSink(bus, topology.InboxSubject(bus, topology.AgentArchivalist), log, reg, consult.SinkConfig{})
-	srv, err := grpcserver.New(common.Server, log, reg, reg, consult.ServerOption(name, sink))
+	srv, err := grpcserver.New(common.Server, log, reg, reg, consult.ServerOption(name, sink), grpcserver.WithSigner(signer))
 	if err != nil {
 		return err
 	}
@@ -240,6 +246,19 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	return runUnits(ctx, log, unit{name: name, srv: srv, svc: svc})
+}
+
+// internalSigner loads the internal key, saying so when a service runs
+// without one.
+func internalSigner(common Common, log *slog.Logger) (*identity.Signer, error) {
+	signer, err := common.Internal.Signer()
+	if err != nil {
+		return nil, err
+	}
+	if signer == nil {
+		log.Warn("no internal key (-internal.allow-unsigned): this service takes any caller identity sent to it and signs none it sends")
+	}
+	return signer, nil
 }
 
 // unit is one service with its server.
@@ -279,13 +298,13 @@ func runUnits(ctx context.Context, log *slog.Logger, units ...unit) error {
 	return err
 }
 
-func serveGateway(ctx, startCtx context.Context, common Common, cfg gateway.Config, log *slog.Logger, reg *prometheus.Registry) error {
+func serveGateway(ctx, startCtx context.Context, common Common, cfg gateway.Config, log *slog.Logger, reg *prometheus.Registry, signer *identity.Signer) error {
 	pool, err := OpenSchema(startCtx, common.Postgres, common.SchemaPrefix, "auth")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	_, conns, closePeers, err := dialPeers(common.Peers)
+	_, conns, closePeers, err := dialPeers(common.Peers, signer)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,6 @@
 // Package grpcclient dials other services with tracing and identity
-// forwarding, so a call made while handling a request carries its caller.
+// forwarding, so a call made while handling a request carries its caller,
+// signed with the deployment's internal key.
 package grpcclient
 
 import (
@@ -16,14 +17,16 @@ import (
 // resolves to (every ready pod behind a headless Kubernetes Service).
 const serviceConfig = `{"loadBalancingConfig": [{"round_robin": {}}]}`
 
-// Dial returns a lazily connecting client for target (host:port).
-func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+// Dial returns a lazily connecting client for target (host:port). Calls
+// carry the caller's identity signed by signer (nil sends it unsigned, for a
+// deployment whose services take unsigned identities).
+func Dial(target string, signer *identity.Signer, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-		grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor()),
+		grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor(signer)),
+		grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor(signer)),
 	}, opts...)
 	cc, err := grpc.NewClient(target, all...)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -143,9 +144,32 @@ func isPublic(public []string, method string) bool {
 	return false
 }
 
-func identityUnary(public []string) grpc.UnaryServerInterceptor {
+// incomingIdentity reads the caller's identity from ctx, checking its
+// signature when signer is not nil. A call that names a caller without a
+// valid signature is refused even on a public method: no service sends one.
+func incomingIdentity(ctx context.Context, log *slog.Logger, signer *identity.Signer, method string) (identity.Identity, bool, error) {
+	id, ok := identity.FromIncoming(ctx)
+	if !ok || signer == nil {
+		return id, ok, nil
+	}
+	if err := signer.VerifyIncoming(ctx, id); err != nil {
+		from := ""
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
+		log.WarnContext(ctx, "refused a call whose caller identity no service signed",
+			slog.String(logx.KeyMethod, method), slog.String("peer", from), logx.Err(err))
+		return identity.Identity{}, false, status.Error(codes.Unauthenticated, err.Error())
+	}
+	return id, true, nil
+}
+
+func identityUnary(log *slog.Logger, public []string, signer *identity.Signer) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		id, ok := identity.FromIncoming(ctx)
+		id, ok, err := incomingIdentity(ctx, log, signer, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
 		if ok {
 			ctx = identity.NewContext(ctx, id)
 		} else if !isPublic(public, info.FullMethod) {
@@ -162,9 +186,12 @@ type ctxStream struct {
 
 func (s ctxStream) Context() context.Context { return s.ctx }
 
-func identityStream(public []string) grpc.StreamServerInterceptor {
+func identityStream(log *slog.Logger, public []string, signer *identity.Signer) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		id, ok := identity.FromIncoming(ss.Context())
+		id, ok, err := incomingIdentity(ss.Context(), log, signer, info.FullMethod)
+		if err != nil {
+			return err
+		}
 		if ok {
 			ss = ctxStream{ss, identity.NewContext(ss.Context(), id)}
 		} else if !isPublic(public, info.FullMethod) {

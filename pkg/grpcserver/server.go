@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 )
 
@@ -77,6 +78,7 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
+	signer *identity.Signer
 	public []string
 	unary  []grpc.UnaryServerInterceptor
 	stream []grpc.StreamServerInterceptor
@@ -86,6 +88,12 @@ type options struct {
 // in "/") through without a caller identity. Health and reflection always are.
 func WithPublicMethods(methods ...string) Option {
 	return func(o *options) { o.public = append(o.public, methods...) }
+}
+
+// WithSigner makes the server take a caller identity only with a signature
+// signer verifies (identity.Signer); without it any identity sent is taken.
+func WithSigner(signer *identity.Signer) Option {
+	return func(o *options) { o.signer = signer }
 }
 
 // WithInterceptors appends interceptors after the built-in chain.
@@ -112,21 +120,22 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 	//  2. metrics and logging: see the final code and duration of every call;
 	//  3. error masking: errors that are not gRPC statuses become a generic Internal,
 	//     their cause logged, so internals never reach callers;
-	//  4. identity: reject calls without a caller, except public methods;
+	//  4. identity: reject calls without a caller, except public methods,
+	//     and calls whose caller no service of the deployment signed;
 	//  5. validation: no string in a request may hold NUL, and requests with a
 	//     Validate method are checked before handlers.
 	unary := append([]grpc.UnaryServerInterceptor{
 		recoveryUnary(log),
 		observeUnary(log, m),
 		maskUnary(log),
-		identityUnary(public),
+		identityUnary(log, public, o.signer),
 		validateUnary(),
 	}, o.unary...)
 	stream := append([]grpc.StreamServerInterceptor{
 		recoveryStream(log),
 		observeStream(log, m),
 		maskStream(log),
-		identityStream(public),
+		identityStream(log, public, o.signer),
 		validateStream(),
 	}, o.stream...)
 	sopts := []grpc.ServerOption{

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"sylk.dev/sylk/pkg/grpcclient"
@@ -48,22 +49,35 @@ func (p *probe) register(s *grpc.Server) {
 
 func start(t *testing.T, p *probe) (*grpc.ClientConn, *prometheus.Registry, string) {
 	t.Helper()
+	srv, reg := serve(t, p)
+	return dial(t, srv, nil), reg, srv.HTTPAddr()
+}
+
+// serve runs a server with p registered until the test ends.
+func serve(t *testing.T, p *probe, opts ...grpcserver.Option) (*grpcserver.Server, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", HTTPListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 1 << 20}, logx.Discard(), reg, reg)
+	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", HTTPListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 1 << 20}, logx.Discard(), reg, reg, opts...)
 	require.NoError(t, err)
 	p.register(srv.GRPC())
 	require.NoError(t, srv.Listen())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcclient.Dial(srv.GRPCAddr())
-	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = cc.Close()
 		cancel()
 		require.NoError(t, <-done)
 	})
-	return cc, reg, srv.HTTPAddr()
+	return srv, reg
+}
+
+// dial connects to srv, signing identities with signer (nil: unsigned).
+func dial(t *testing.T, srv *grpcserver.Server, signer *identity.Signer) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpcclient.Dial(srv.GRPCAddr(), signer)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
 }
 
 func call(ctx context.Context, cc *grpc.ClientConn) error {
@@ -150,7 +164,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	cc, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	defer cc.Close()
 
@@ -162,4 +176,51 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	close(release)
 	require.NoError(t, <-callErr)
 	require.NoError(t, <-done)
+}
+
+// TestSignedIdentity: a server with a signer takes only identities a client
+// with the same key signed; anyone else who reaches its port and names a
+// caller, or reuses another caller's signature, is refused.
+func TestSignedIdentity(t *testing.T) {
+	t.Parallel()
+	key := []byte("a key the services of one deployment share")
+	signer, err := identity.NewSigner(key)
+	require.NoError(t, err)
+	var seen identity.Identity
+	p := &probe{fn: func(ctx context.Context) error {
+		seen, _ = identity.FromContext(ctx)
+		return nil
+	}}
+	srv, _ := serve(t, p, grpcserver.WithSigner(signer))
+	ann := identity.Identity{TenantID: "acme", UserID: "ann", Role: identity.RoleMember}
+	root := identity.Identity{TenantID: "other", UserID: "root", Role: identity.RoleAdmin}
+
+	// A service of the deployment.
+	require.NoError(t, call(identity.NewContext(context.Background(), ann), dial(t, srv, signer)))
+	require.Equal(t, ann, seen)
+
+	// Unsigned, signed under another key, or ann's signature on another
+	// identity: refused.
+	other, err := identity.NewSigner([]byte("some other deployment's key, long enough"))
+	require.NoError(t, err)
+	for name, c := range map[string]struct {
+		cc  *grpc.ClientConn
+		ctx context.Context
+	}{
+		"unsigned":  {dial(t, srv, nil), identity.NewContext(context.Background(), root)},
+		"other key": {dial(t, srv, other), identity.NewContext(context.Background(), root)},
+		"reused signature": {dial(t, srv, nil), metadata.AppendToOutgoingContext(identity.AppendOutgoing(context.Background(), root),
+			identity.MDSignature, signer.Sign(ann))},
+	} {
+		err := call(c.ctx, c.cc)
+		require.Equal(t, codes.Unauthenticated, status.Code(err), name)
+		require.ErrorContains(t, err, "not signed by a service of this deployment", name)
+	}
+
+	// Health needs no caller; a named but unsigned one is still refused.
+	plain := dial(t, srv, nil)
+	_, err = healthpb.NewHealthClient(plain).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = healthpb.NewHealthClient(plain).Check(identity.AppendOutgoing(context.Background(), root), &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
 }

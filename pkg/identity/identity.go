@@ -84,26 +84,30 @@ func AppendOutgoing(ctx context.Context, id Identity) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, MDTenant, id.TenantID, MDUser, id.UserID, MDRole, id.Role)
 }
 
-// UnaryClientInterceptor forwards the caller's identity to the next service.
-func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+// UnaryClientInterceptor forwards the caller's identity to the next service,
+// signed by s when s is not nil.
+func UnaryClientInterceptor(s *Signer) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(forward(ctx), method, req, reply, cc, opts...)
+		return invoker(forward(ctx, s), method, req, reply, cc, opts...)
 	}
 }
 
-// StreamClientInterceptor forwards the caller's identity on streams.
-func StreamClientInterceptor() grpc.StreamClientInterceptor {
+// StreamClientInterceptor forwards the caller's identity on streams, signed
+// by s when s is not nil.
+func StreamClientInterceptor(s *Signer) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		return streamer(forward(ctx), desc, cc, method, opts...)
+		return streamer(forward(ctx, s), desc, cc, method, opts...)
 	}
 }
 
-func forward(ctx context.Context) context.Context {
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(MDTenant)) > 0 {
-		return ctx
+func forward(ctx context.Context, s *Signer) context.Context {
+	if md, ok := metadata.FromOutgoingContext(ctx); !ok || len(md.Get(MDTenant)) == 0 {
+		if id, ok := FromContext(ctx); ok {
+			ctx = AppendOutgoing(ctx, id)
+		}
 	}
-	if id, ok := FromContext(ctx); ok {
-		return AppendOutgoing(ctx, id)
+	if s != nil {
+		ctx = s.sign(ctx)
 	}
 	return ctx
 }

@@ -299,7 +299,7 @@ func TestGRPCRoundTrip(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	cc, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
 	client := academicv1.NewAcademicServiceClient(cc)

@@ -153,7 +153,7 @@ func newFixture(t *testing.T, withOrchestrator bool) fixture {
 	if withOrchestrator {
 		var addr string
 		f.orch, addr = startOrchestrator(t)
-		conn, err := grpcclient.Dial(addr)
+		conn, err := grpcclient.Dial(addr, nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })
 		deps.Peers.Orchestrator = conn

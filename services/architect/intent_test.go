@@ -36,13 +36,13 @@ func startAcademic(t *testing.T) string {
 func architectWithAcademic(t *testing.T, addr string) (*Service, *fakeOrchestrator) {
 	t.Helper()
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
-	conn, err := grpcclient.Dial(addr)
+	conn, err := grpcclient.Dial(addr, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t), Registerer: prometheus.NewRegistry()}
 	deps.Peers.Academic = conn
 	orch, orchAddr := startOrchestrator(t)
-	oconn, err := grpcclient.Dial(orchAddr)
+	oconn, err := grpcclient.Dial(orchAddr, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = oconn.Close() })
 	deps.Peers.Orchestrator = oconn

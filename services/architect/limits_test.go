@@ -36,7 +36,7 @@ func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpcclient.Dial(srv.GRPCAddr())
+	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()
@@ -53,7 +53,7 @@ func newLimitsFixture(t *testing.T, cfg Config, guideConn grpc.ClientConnInterfa
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
 	bus := testenv.NATS(t)
 	orch, addr := startOrchestrator(t)
-	orchConn, err := grpcclient.Dial(addr)
+	orchConn, err := grpcclient.Dial(addr, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = orchConn.Close() })
 	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}

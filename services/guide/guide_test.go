@@ -813,7 +813,7 @@ func TestStreamEvents(t *testing.T) {
 		require.NoError(t, <-served)
 	})
 
-	conn, err := grpcclient.Dial(srv.GRPCAddr())
+	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	who := identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember}

@@ -736,7 +736,7 @@ func TestOverGRPC(t *testing.T) {
 	h.svc.Register(srv.GRPC())
 	require.NoError(t, srv.Listen())
 	start(t, srv.Run)
-	cc, err := grpcclient.Dial(srv.GRPCAddr())
+	cc, err := grpcclient.Dial(srv.GRPCAddr(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
 	client := orchestratorv1.NewWorkflowServiceClient(cc)
