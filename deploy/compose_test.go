@@ -29,6 +29,7 @@ var commonEnv = []string{
 	"SYLK_POSTGRES_DSN", "SYLK_REDIS_URL", "SYLK_NATS_URL",
 	"SYLK_GRPC_LISTEN_ADDRESS", "SYLK_HTTP_LISTEN_ADDRESS", "SYLK_LOG_LEVEL", "SYLK_OTEL_ENDPOINT", "SYLK_SHUTDOWN_DELAY",
 	"SYLK_PEER_GUIDE", "SYLK_PEER_ARCHITECT", "SYLK_PEER_ORCHESTRATOR", "SYLK_PEER_LIBRARIAN", "SYLK_PEER_ARCHIVALIST", "SYLK_PEER_ACADEMIC",
+	"SYLK_INTERNAL_KEY",
 }
 
 // serviceEnv are the settings only one service reads.
@@ -146,6 +147,8 @@ func TestComposeEnvironment(t *testing.T) {
 			for key := range s.Environment {
 				require.Contains(t, known, key, "%s: unknown setting %s", name, key)
 			}
+
+			require.GreaterOrEqual(t, len(env(t, s, "SYLK_INTERNAL_KEY")), 32, "%s: the internal key the services accept", name)
 
 			// Every service uses the same database as the postgres service's
 			// own user, password and database.

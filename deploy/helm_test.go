@@ -104,6 +104,7 @@ func chartCases() []chartCase {
 				"SYLK_POSTGRES_DSN": sel(own, "postgres-dsn"),
 				"SYLK_REDIS_URL":    sel(own, "redis-url"),
 				"SYLK_NATS_URL":     sel(own, "nats-url"),
+				"SYLK_INTERNAL_KEY": sel(own, "internal-key"),
 			},
 			wantAuthSecret:  sel(own, "bootstrap-key"),
 			wantChartSecret: true,
@@ -118,6 +119,7 @@ func chartCases() []chartCase {
 				"SYLK_POSTGRES_DSN": sel("sylk-stores", "dsn"),
 				"SYLK_REDIS_URL":    sel("sylk-stores", "redis"),
 				"SYLK_NATS_URL":     sel("sylk-stores", "nats"),
+				"SYLK_INTERNAL_KEY": sel("sylk-internal", "key"),
 			},
 			wantAuthSecret: sel("sylk-auth", "key"),
 			wantNetPol:     true,
@@ -294,7 +296,7 @@ func TestHelmTemplate(t *testing.T) {
 					require.True(t, strings.HasPrefix(key, "SYLK_"), "ConfigMap key %s", key)
 					require.NotContains(t, v, "://", "%s: URLs may hold credentials: keep them in Secrets", key)
 				}
-				for _, key := range []string{"SYLK_POSTGRES_DSN", "SYLK_REDIS_URL", "SYLK_NATS_URL", "SYLK_AUTH_BOOTSTRAP_KEY"} {
+				for _, key := range []string{"SYLK_POSTGRES_DSN", "SYLK_REDIS_URL", "SYLK_NATS_URL", "SYLK_AUTH_BOOTSTRAP_KEY", "SYLK_INTERNAL_KEY"} {
 					require.NotContains(t, cm.Data, key, "credentials belong in Secrets")
 				}
 				// Every peer address is a rendered Service on its gRPC port.
@@ -320,6 +322,7 @@ func TestHelmTemplate(t *testing.T) {
 				require.NotNil(t, own)
 				key := string(own.Data["bootstrap-key"])
 				require.True(t, strings.HasPrefix(key, "sylk_") && len(key) >= 32, "generated bootstrap key %q", key)
+				require.GreaterOrEqual(t, len(own.Data["internal-key"]), 32, "generated internal key")
 			})
 
 			t.Run("migrations", func(t *testing.T) {
@@ -608,6 +611,18 @@ func TestHelmValues(t *testing.T) {
 			args: []string{"--set", "auth.bootstrapKey=sylk_" + strings.Repeat("k", 40)},
 			check: func(t *testing.T, r rendered) {
 				require.Equal(t, "sylk_"+strings.Repeat("k", 40), string(r.secrets[releaseName+"-sylk"].Data["bootstrap-key"]))
+			},
+		},
+		{
+			name:    "internal key too short",
+			args:    []string{"--set", "internal.key=short"},
+			wantErr: "internal.key must have at least 32 characters",
+		},
+		{
+			name: "internal key given",
+			args: []string{"--set", "internal.key=" + strings.Repeat("i", 32)},
+			check: func(t *testing.T, r rendered) {
+				require.Equal(t, strings.Repeat("i", 32), string(r.secrets[releaseName+"-sylk"].Data["internal-key"]))
 			},
 		},
 		{

@@ -101,7 +101,7 @@ Name of the Secret the chart creates for the settings given as values.
 Whether the chart creates its Secret: some credential has no existingSecret.
 */}}
 {{- define "sylk.createSecret" -}}
-{{- if or (not .Values.postgres.existingSecret) (not .Values.redis.existingSecret) (not .Values.nats.existingSecret) (not .Values.auth.existingSecret) }}true{{ end }}
+{{- if or (not .Values.postgres.existingSecret) (not .Values.redis.existingSecret) (not .Values.nats.existingSecret) (not .Values.auth.existingSecret) (not .Values.internal.existingSecret) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -129,6 +129,31 @@ The environment every service reads from Secrets.
   valueFrom:
     secretKeyRef:
       {{- include "sylk.secretKeyRef" (dict "root" . "cfg" .Values.nats "key" "nats-url") | nindent 6 }}
+- name: SYLK_INTERNAL_KEY
+  valueFrom:
+    secretKeyRef:
+      {{- include "sylk.secretKeyRef" (dict "root" . "cfg" .Values.internal "key" "internal-key") | nindent 6 }}
+{{- end }}
+
+{{/*
+The internal key: the value given, the one already stored in the release's
+Secret (so upgrades keep it, and replicas of two releases agree), or a new
+random one.
+*/}}
+{{- define "sylk.internalKey" -}}
+{{- if .Values.internal.key }}
+{{- if lt (len .Values.internal.key) 32 }}
+{{- fail "internal.key must have at least 32 characters" }}
+{{- end }}
+{{- .Values.internal.key }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "sylk.secretName" .) }}
+{{- if and $existing $existing.data (hasKey $existing.data "internal-key") }}
+{{- index $existing.data "internal-key" | b64dec }}
+{{- else }}
+{{- randAlphaNum 48 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
