@@ -150,6 +150,9 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if err := protectProcess(); err != nil {
 		return nil, err
 	}
+	if err := adoptOrphans(); err != nil {
+		return nil, err
+	}
 	closeInheritedOnExec()
 	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RunMarkerEnv names the variable every command an executor runs carries,
@@ -25,15 +30,28 @@ const RunMarkerEnv = "TOOLEXEC_RUN"
 // ended runs, while any run has started in this process.
 const OrphanSweepInterval = time.Second
 
+// A process that left its command's session and cleared its environment
+// carries no marker. So that it cannot outlive its task unseen either, an
+// executor makes this process a child subreaper: a process orphaned below
+// it (its parent exited) is re-parented to this process instead of to the
+// system's init. The sweeper kills such an adopted process, and reaps it,
+// once no run that was live when it started is live any more: one started
+// before every live run began cannot belong to any of them. This process's
+// own children outside runs (the services' git) stay in its session and
+// are left alone.
+
 // orphanSweeper tracks the runs of this process's executors and kills the
 // processes of ended ones.
 type orphanSweeper struct {
 	prefix string // "<pid>.<random>-": this process's markers
 	seq    atomic.Uint64
 	mu     sync.Mutex
-	live   map[string]struct{}
+	live   map[string]int64 // marker -> when its run began, in clock ticks since boot
 	start  sync.Once
 	killed atomic.Int64
+	reaped atomic.Int64
+	// adopting is whether this process is a child subreaper.
+	adopting atomic.Bool
 }
 
 var sweeper = newOrphanSweeper()
@@ -41,7 +59,30 @@ var sweeper = newOrphanSweeper()
 func newOrphanSweeper() *orphanSweeper {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return &orphanSweeper{prefix: strconv.Itoa(os.Getpid()) + "." + hex.EncodeToString(b) + "-", live: map[string]struct{}{}}
+	return &orphanSweeper{prefix: strconv.Itoa(os.Getpid()) + "." + hex.EncodeToString(b) + "-", live: map[string]int64{}}
+}
+
+// adoptOrphans makes this process a child subreaper, once.
+var adoptOrphans = sync.OnceValue(func() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("toolexec: adopt orphaned processes: %w", err)
+	}
+	sweeper.adopting.Store(true)
+	return nil
+})
+
+// clockTicks is the unit of a process's start time in /proc/<pid>/stat
+// (USER_HZ, 100 on every architecture Linux runs this on).
+const clockTicks = 100
+
+// bootTicks is the time since boot in clock ticks, on the clock of the
+// start times in /proc/<pid>/stat.
+func bootTicks() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano() / (int64(time.Second) / clockTicks)
 }
 
 // begin returns the marker of a new run, live until end, and starts the
@@ -49,7 +90,7 @@ func newOrphanSweeper() *orphanSweeper {
 func (s *orphanSweeper) begin() string {
 	m := s.prefix + strconv.FormatUint(s.seq.Add(1), 10)
 	s.mu.Lock()
-	s.live[m] = struct{}{}
+	s.live[m] = bootTicks()
 	s.mu.Unlock()
 	s.start.Do(func() {
 		go func() {
@@ -76,16 +117,31 @@ func (s *orphanSweeper) isLive(marker string) bool {
 	return ok
 }
 
+// horizon is the clock tick before which an adopted process must have
+// started to be swept: the start of the earliest live run, or now when none
+// is live (a run that begins during the sweep begins after it).
+func (s *orphanSweeper) horizon() int64 {
+	h := bootTicks()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.live {
+		h = min(h, t)
+	}
+	return h
+}
+
 // sweep kills every process that carries a marker of this process whose
-// run has ended, and returns how many it killed. It stops them first, pass
-// after pass until a pass finds no new one, and only then kills them: a
-// stopped process cannot fork, so a chain of forks that would outrun a list
-// of pids is caught whole.
+// run has ended, and every adopted process no live run can own, and returns
+// how many it killed. It stops them first, pass after pass until a pass
+// finds no new one, and only then kills them: a stopped process cannot
+// fork, so a chain of forks that would outrun a list of pids is caught
+// whole. Adopted processes that have exited are reaped.
 func (s *orphanSweeper) sweep() int {
+	h := s.horizon()
 	stopped := map[int]bool{}
 	for range maxSweepPasses {
 		fresh := 0
-		for _, pid := range s.endedRunProcesses() {
+		for _, pid := range slices.Concat(s.endedRunProcesses(), s.adopted(h)) {
 			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
 				stopped[pid] = true
 				fresh++
@@ -107,7 +163,100 @@ func (s *orphanSweeper) sweep() int {
 		}
 	}
 	s.killed.Add(int64(n))
+	s.reap(h)
 	return n
+}
+
+// adoptedProcess is what the sweep needs of a child of this process.
+type adoptedProcess struct {
+	pid, ppid, sid int
+	zombie         bool
+	start          int64 // clock ticks since boot
+}
+
+// children lists this process's children outside its session, or nil when
+// it is not adopting orphans.
+func (s *orphanSweeper) children() []adoptedProcess {
+	if !s.adopting.Load() {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		return nil
+	}
+	var out []adoptedProcess
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		p, ok := parseStat(stat)
+		if ok && p.ppid == self && p.sid != sid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseStat reads /proc/<pid>/stat: the name, in parentheses, may hold
+// anything, so the fields are counted after its last ')'.
+func parseStat(stat []byte) (adoptedProcess, bool) {
+	open := bytes.IndexByte(stat, '(')
+	end := bytes.LastIndexByte(stat, ')')
+	if open < 1 || end < open {
+		return adoptedProcess{}, false
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(stat[:open])))
+	if err != nil {
+		return adoptedProcess{}, false
+	}
+	// state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+	// cmajflt utime stime cutime cstime priority nice num_threads
+	// itrealvalue starttime
+	f := strings.Fields(string(stat[end+1:]))
+	if len(f) < 20 {
+		return adoptedProcess{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	sid, err2 := strconv.Atoi(f[3])
+	start, err3 := strconv.ParseInt(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return adoptedProcess{}, false
+	}
+	return adoptedProcess{pid: pid, ppid: ppid, sid: sid, zombie: f[0] == "Z", start: start}, true
+}
+
+// adopted lists the running adopted processes that started before tick h.
+func (s *orphanSweeper) adopted(h int64) []int {
+	var out []int
+	for _, p := range s.children() {
+		if !p.zombie && p.start < h {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// reap collects the exit status of adopted processes that started before
+// tick h and have exited. Only a zombie is reaped: its pid cannot have been
+// given to another process, so no status of a command a run waits for is
+// taken.
+func (s *orphanSweeper) reap(h int64) {
+	for _, p := range s.children() {
+		if p.zombie && p.start < h {
+			if got, err := unix.Wait4(p.pid, nil, unix.WNOHANG, nil); err == nil && got == p.pid {
+				s.reaped.Add(1)
+			}
+		}
+	}
 }
 
 // maxSweepPasses bounds the stopping passes of one sweep.

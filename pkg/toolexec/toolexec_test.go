@@ -432,6 +432,55 @@ while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
 	require.Contains(t, res.Stdout, RunMarkerEnv+"="+sweeper.prefix)
 }
 
+// A process that left its command's session and cleared its environment
+// carries no marker; it is re-parented to this process when its parent
+// exits, and swept and reaped once its run has ended. Not parallel: a run
+// of another test that began before it would keep it alive until that run
+// ended.
+func TestOrphansThatClearedTheirEnvironmentAreSwept(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		testenv.MissingTool(t, "setsid")
+	}
+	e, root := newExec(t, testConfig())
+	script := `setsid env -i /bin/sh -c 'echo $$ > escaped.pid; exec sleep 300' >/dev/null 2>&1 </dev/null &
+while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
+	res, err := e.Execute(context.Background(), Invocation{Command: script, WorkingDir: root})
+	require.NoError(t, err)
+	require.Equal(t, "escaped\n", res.Stdout, res.Stderr)
+	raw, err := os.ReadFile(filepath.Join(root, "escaped.pid"))
+	require.NoError(t, err)
+	pid := strings.TrimSpace(string(raw))
+	env, err := os.ReadFile("/proc/" + pid + "/environ")
+	require.NoError(t, err, "the escaped process runs")
+	require.NotContains(t, string(env), RunMarkerEnv, "it carries no marker")
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	require.NoError(t, err)
+	p, ok := parseStat(stat)
+	require.True(t, ok)
+	require.Equal(t, os.Getpid(), p.ppid, "adopted by this process")
+
+	// Swept, and reaped: no zombie is left behind.
+	require.Eventually(t, func() bool {
+		SweepOrphans()
+		_, err := os.Stat("/proc/" + pid)
+		return errors.Is(err, os.ErrNotExist)
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestParseStat(t *testing.T) {
+	t.Parallel()
+	p, ok := parseStat([]byte("4242 (a (b) c) S 17 4242 4242 0 -1 4194560 97 0 0 0 0 0 0 0 20 0 1 0 123456 2490368 143 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"))
+	require.True(t, ok)
+	require.Equal(t, adoptedProcess{pid: 4242, ppid: 17, sid: 4242, start: 123456}, p)
+	p, ok = parseStat([]byte("7 (x) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99"))
+	require.True(t, ok)
+	require.True(t, p.zombie)
+	for _, bad := range []string{"", "7 x S 1", "7 (x) S 1 2 3", "x (y) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19"} {
+		_, ok := parseStat([]byte(bad))
+		require.False(t, ok, bad)
+	}
+}
+
 func TestPartialOutputOnCancel(t *testing.T) {
 	t.Parallel()
 	e, root := newExec(t, testConfig())
