@@ -124,8 +124,11 @@ func (p *PeerConfig) RegisterFlags(fs *flag.FlagSet) {
 // required returns an error naming each peer address service needs but lacks.
 func (p PeerConfig) required(service string) error {
 	need := map[string][]string{
-		Architect: {Orchestrator},
-		Gateway:   {Guide, Architect, Orchestrator, Librarian, Archivalist, Academic},
+		// Both check sessions through the Guide: that a run is in the
+		// caller's own open session, and the session's limits.
+		Architect:    {Orchestrator, Guide},
+		Orchestrator: {Guide},
+		Gateway:      {Guide, Architect, Orchestrator, Librarian, Archivalist, Academic},
 	}[service]
 	addr := map[string]string{Guide: p.Guide, Architect: p.Architect, Orchestrator: p.Orchestrator, Librarian: p.Librarian, Archivalist: p.Archivalist, Academic: p.Academic}
 	var errs []error

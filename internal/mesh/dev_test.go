@@ -75,3 +75,14 @@ func TestServeNeedsInternalKey(t *testing.T) {
 	require.ErrorContains(t, err, "internal.key: must have at least 32 bytes")
 	require.NotContains(t, err.Error(), "short\"")
 }
+
+// The services that check sessions through the Guide need its address.
+func TestPeersRequired(t *testing.T) {
+	t.Parallel()
+	require.ErrorContains(t, PeerConfig{}.required(Orchestrator), "orchestrator needs -peer.guide")
+	err := PeerConfig{}.required(Architect)
+	require.ErrorContains(t, err, "architect needs -peer.orchestrator")
+	require.ErrorContains(t, err, "architect needs -peer.guide")
+	require.NoError(t, PeerConfig{Guide: "guide:9090"}.required(Orchestrator))
+	require.NoError(t, PeerConfig{}.required(Librarian))
+}
