@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"sylk.dev/sylk/internal/mesh"
@@ -45,9 +47,9 @@ func TestDevProcess(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { dropSchemas(t, prefix) })
 
-	var base, key string
+	var base, key, natsURL string
 	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && (base == "" || key == "") {
+	for sc.Scan() && (base == "" || key == "" || natsURL == "") {
 		f := strings.Fields(sc.Text())
 		if len(f) >= 3 && f[0] == "REST" {
 			base = f[2]
@@ -55,9 +57,24 @@ func TestDevProcess(t *testing.T) {
 		if len(f) >= 3 && f[0] == "API" && f[1] == "key:" {
 			key = f[2]
 		}
+		if len(f) >= 2 && f[0] == "NATS:" {
+			natsURL = f[1]
+		}
 	}
 	require.NotEmpty(t, base, "sylk dev printed no REST address")
 	require.NotEmpty(t, key, "sylk dev printed no API key")
+
+	// The embedded NATS server takes only clients with the token the
+	// printed URL holds.
+	u, err := url.Parse(natsURL)
+	require.NoError(t, err, natsURL)
+	require.NotNil(t, u.User, "the NATS URL holds the token")
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	nc.Close()
+	u.User = nil
+	_, err = nats.Connect(u.String())
+	require.ErrorIs(t, err, nats.ErrAuthorization)
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 
 	c := &client{t: t, base: base, key: key, http: &http.Client{Timeout: 10 * time.Second}}

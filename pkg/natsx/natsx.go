@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -58,6 +59,23 @@ type Bus struct {
 	log    *slog.Logger
 }
 
+// redactURL is a server URL (or comma-separated list) fit for messages:
+// any user, password or token in it replaced.
+func redactURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+		case u.User != nil:
+			u.User = url.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
 // Connect opens the connection. name identifies the client to the server.
 func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
@@ -75,7 +93,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*B
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)
+		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(cfg.URL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

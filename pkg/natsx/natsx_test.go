@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -145,5 +146,16 @@ func TestEnsureStreamConcurrent(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err, "round %d", round)
 		}
+	}
+}
+
+// A connection error names the server without the credentials in its URL.
+func TestConnectErrorHidesCredentials(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"nats://s3cr3t-token@127.0.0.1:1", "nats://user:s3cr3t-token@127.0.0.1:1,nats://127.0.0.1:2"} {
+		_, err := natsx.Connect(t.Context(), natsx.Config{URL: u, Prefix: "x"}, logx.Discard(), "t")
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "s3cr3t-token")
+		require.Contains(t, err.Error(), "127.0.0.1:1")
 	}
 }
