@@ -152,7 +152,7 @@ func incomingIdentity(ctx context.Context, log *slog.Logger, signer *identity.Si
 	if !ok || signer == nil {
 		return id, ok, nil
 	}
-	if err := signer.VerifyIncoming(ctx, id); err != nil {
+	if err := signer.VerifyIncoming(ctx, id, method); err != nil {
 		from := ""
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			from = p.Addr.String()

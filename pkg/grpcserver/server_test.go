@@ -199,8 +199,8 @@ func TestSignedIdentity(t *testing.T) {
 	require.NoError(t, call(identity.NewContext(context.Background(), ann), dial(t, srv, signer)))
 	require.Equal(t, ann, seen)
 
-	// Unsigned, signed under another key, or ann's signature on another
-	// identity: refused.
+	// Unsigned, signed under another key, ann's signature on another
+	// identity, or a signature for another method: refused.
 	other, err := identity.NewSigner([]byte("some other deployment's key, long enough"))
 	require.NoError(t, err)
 	for name, c := range map[string]struct {
@@ -210,7 +210,9 @@ func TestSignedIdentity(t *testing.T) {
 		"unsigned":  {dial(t, srv, nil), identity.NewContext(context.Background(), root)},
 		"other key": {dial(t, srv, other), identity.NewContext(context.Background(), root)},
 		"reused signature": {dial(t, srv, nil), metadata.AppendToOutgoingContext(identity.AppendOutgoing(context.Background(), root),
-			identity.MDSignature, signer.Sign(ann))},
+			identity.MDSignature, signer.Sign(ann, "/sylk.test.Probe/Call"))},
+		"other method": {dial(t, srv, nil), metadata.AppendToOutgoingContext(identity.AppendOutgoing(context.Background(), root),
+			identity.MDSignature, signer.Sign(root, "/sylk.test.Probe/Other"))},
 	} {
 		err := call(c.ctx, c.cc)
 		require.Equal(t, codes.Unauthenticated, status.Code(err), name)

@@ -88,7 +88,7 @@ func AppendOutgoing(ctx context.Context, id Identity) context.Context {
 // signed by s when s is not nil.
 func UnaryClientInterceptor(s *Signer) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(forward(ctx, s), method, req, reply, cc, opts...)
+		return invoker(forward(ctx, s, method), method, req, reply, cc, opts...)
 	}
 }
 
@@ -96,18 +96,18 @@ func UnaryClientInterceptor(s *Signer) grpc.UnaryClientInterceptor {
 // by s when s is not nil.
 func StreamClientInterceptor(s *Signer) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		return streamer(forward(ctx, s), desc, cc, method, opts...)
+		return streamer(forward(ctx, s, method), desc, cc, method, opts...)
 	}
 }
 
-func forward(ctx context.Context, s *Signer) context.Context {
+func forward(ctx context.Context, s *Signer, method string) context.Context {
 	if md, ok := metadata.FromOutgoingContext(ctx); !ok || len(md.Get(MDTenant)) == 0 {
 		if id, ok := FromContext(ctx); ok {
 			ctx = AppendOutgoing(ctx, id)
 		}
 	}
 	if s != nil {
-		ctx = s.sign(ctx)
+		ctx = s.sign(ctx, method)
 	}
 	return ctx
 }

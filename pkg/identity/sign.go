@@ -20,9 +20,11 @@ import (
 // Services pass the caller's identity to each other in plain metadata, so a
 // service must not take it from anyone who can reach its port: a task
 // command runs beside the services, with their network. Every call a
-// service makes therefore carries an HMAC of the identity and the time,
-// under a key the services of one deployment share, and a service accepts
-// an identity only with a signature it verifies.
+// service makes therefore carries an HMAC of the identity, the method
+// called and the time, under a key the services of one deployment share,
+// and a service accepts an identity only with a signature it verifies: a
+// signature seen on the wire is good for no other identity or method, and
+// only for MaxSkew.
 
 // MDSignature is the metadata key of the identity's signature.
 const MDSignature = "x-sylk-identity-sig"
@@ -30,7 +32,7 @@ const MDSignature = "x-sylk-identity-sig"
 // MaxSkew is how far a signature's time may be from the receiver's clock.
 // Each call is signed when it is made, so this only has to cover clocks
 // that differ between machines.
-const MaxSkew = 5 * time.Minute
+const MaxSkew = 2 * time.Minute
 
 // MinKeyLen is the shortest key accepted, in bytes.
 const MinKeyLen = 32
@@ -53,12 +55,12 @@ func NewSigner(key []byte) (*Signer, error) {
 	return &Signer{key: append([]byte(nil), key...), now: time.Now}, nil
 }
 
-// mac is the HMAC-SHA256 of the identity at unix time t. Each part is
-// length-prefixed, so no two identities share an input.
-func (s *Signer) mac(id Identity, t int64) []byte {
+// mac is the HMAC-SHA256 of the identity calling method at unix time t.
+// Each part is length-prefixed, so no two calls share an input.
+func (s *Signer) mac(id Identity, method string, t int64) []byte {
 	h := hmac.New(sha256.New, s.key)
 	var n [8]byte
-	for _, part := range []string{"sylk-identity-v1", id.TenantID, id.UserID, id.Role} {
+	for _, part := range []string{"sylk-identity-v1", id.TenantID, id.UserID, id.Role, method} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write([]byte(part))
@@ -68,14 +70,16 @@ func (s *Signer) mac(id Identity, t int64) []byte {
 	return h.Sum(nil)
 }
 
-// Sign returns the signature of id now.
-func (s *Signer) Sign(id Identity) string {
+// Sign returns the signature of id calling method (a full gRPC method name)
+// now.
+func (s *Signer) Sign(id Identity, method string) string {
 	t := s.now().Unix()
-	return "v1." + strconv.FormatInt(t, 10) + "." + base64.RawURLEncoding.EncodeToString(s.mac(id, t))
+	return "v1." + strconv.FormatInt(t, 10) + "." + base64.RawURLEncoding.EncodeToString(s.mac(id, method, t))
 }
 
-// Verify checks that sig is a signature of id made within MaxSkew of now.
-func (s *Signer) Verify(id Identity, sig string) error {
+// Verify checks that sig is a signature of id calling method made within
+// MaxSkew of now.
+func (s *Signer) Verify(id Identity, method, sig string) error {
 	rest, ok := strings.CutPrefix(sig, "v1.")
 	if !ok {
 		return ErrBadSignature
@@ -89,7 +93,7 @@ func (s *Signer) Verify(id Identity, sig string) error {
 		return ErrBadSignature
 	}
 	got, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || !hmac.Equal(got, s.mac(id, t)) {
+	if err != nil || !hmac.Equal(got, s.mac(id, method, t)) {
 		return ErrBadSignature
 	}
 	if d := s.now().Sub(time.Unix(t, 0)); d > MaxSkew || d < -MaxSkew {
@@ -98,19 +102,20 @@ func (s *Signer) Verify(id Identity, sig string) error {
 	return nil
 }
 
-// VerifyIncoming checks the signature of id in ctx's incoming metadata.
-func (s *Signer) VerifyIncoming(ctx context.Context, id Identity) error {
+// VerifyIncoming checks the signature of id calling method in ctx's
+// incoming metadata.
+func (s *Signer) VerifyIncoming(ctx context.Context, id Identity, method string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	sigs := md.Get(MDSignature)
 	if len(sigs) != 1 {
 		return ErrBadSignature
 	}
-	return s.Verify(id, sigs[0])
+	return s.Verify(id, method, sigs[0])
 }
 
-// sign returns ctx with its outgoing identity, if any, signed; a signature
-// already there (one a caller chose) is replaced.
-func (s *Signer) sign(ctx context.Context) context.Context {
+// sign returns ctx with its outgoing identity, if any, signed for a call of
+// method; a signature already there (one a caller chose) is replaced.
+func (s *Signer) sign(ctx context.Context, method string) context.Context {
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
 		return ctx
@@ -120,7 +125,7 @@ func (s *Signer) sign(ctx context.Context) context.Context {
 		return ctx
 	}
 	md = md.Copy()
-	md.Set(MDSignature, s.Sign(id))
+	md.Set(MDSignature, s.Sign(id, method))
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
