@@ -96,7 +96,6 @@ func DefaultToolTimeouts() map[string]time.Duration {
 // RegisterFlags registers the -toolexec.* flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.ToolTimeouts = DefaultToolTimeouts()
-	c.ExtraSecretPatterns = []string{"SYLK_*", "*_DSN", "*_CREDENTIALS", "*_PRIVATE_KEY"}
 	c.CachePolicies = DefaultCachePolicies()
 	fs.DurationVar(&c.DefaultTimeout, "toolexec.default-timeout", defaultTimeout, "base timeout of a tool without its own")
 	fs.DurationVar(&c.MaxTimeout, "toolexec.max-timeout", defaultMaxTimeout, "a tool is killed after this whatever it prints")

@@ -9,9 +9,12 @@ import (
 
 // SecretPatterns are the environment name globs never passed to a tool
 // (spec C-24).
+// SYLK_* carries the services' own settings (store addresses with their
+// credentials, the internal key), so no configuration can pass it on.
 var SecretPatterns = []string{
 	"*_API_KEY", "*_SECRET", "*_TOKEN", "*_PASSWORD", "AWS_*",
 	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "GITHUB_TOKEN", "NPM_TOKEN",
+	"SYLK_*", "*_DSN", "*_CREDENTIALS", "*_PRIVATE_KEY",
 }
 
 // IsSecretName reports whether an environment variable name matches one of

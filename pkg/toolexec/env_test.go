@@ -43,8 +43,8 @@ func TestSecretMatcherAgreesWithGlobs(t *testing.T) {
 
 func TestStripEnvFollowsTheBase(t *testing.T) {
 	t.Parallel()
-	extra := []string{"SYLK_*"}
-	base := []string{"PATH=/bin", "MY_TOKEN=t", "SYLK_DSN=d", "LANG=C", "=bad", "noequals"}
+	extra := []string{"APP_*"}
+	base := []string{"PATH=/bin", "MY_TOKEN=t", "APP_DB=d", "LANG=C", "=bad", "noequals"}
 	want := []string{"PATH=/bin", "LANG=C"}
 	require.Equal(t, want, StripEnv(base, extra, nil))
 	require.Equal(t, want, StripEnv(base, extra, nil), "the remembered result is the same")
@@ -56,7 +56,7 @@ func TestStripEnvFollowsTheBase(t *testing.T) {
 	require.Equal(t, []string{"PATH=/usr/bin", "LANG=C", "OTHER=1"}, StripEnv(changed, extra, nil))
 
 	// Other extra patterns are applied, not the remembered ones.
-	require.Equal(t, []string{"PATH=/bin", "SYLK_DSN=d"}, StripEnv(base, []string{"LANG"}, nil))
+	require.Equal(t, []string{"PATH=/bin", "APP_DB=d"}, StripEnv(base, []string{"LANG"}, nil))
 
 	// add overrides and is appended sorted; the shared result is not changed.
 	got := StripEnv(base, extra, map[string]string{"PATH": "/x", "B": "2", "A": "1"})
@@ -67,13 +67,15 @@ func TestStripEnvFollowsTheBase(t *testing.T) {
 
 func TestStripEnvSeesProcessEnvChanges(t *testing.T) {
 	// Not parallel: it changes the process environment.
-	t.Setenv("SYLK_STRIP_TEST_VISIBLE", "v1")
-	require.Contains(t, StripEnv(os.Environ(), nil, nil), "SYLK_STRIP_TEST_VISIBLE=v1")
-	t.Setenv("SYLK_STRIP_TEST_VISIBLE", "v2")
-	t.Setenv("SYLK_STRIP_TEST_TOKEN", "secret")
+	t.Setenv("STRIP_TEST_VISIBLE", "v1")
+	require.Contains(t, StripEnv(os.Environ(), nil, nil), "STRIP_TEST_VISIBLE=v1")
+	t.Setenv("STRIP_TEST_VISIBLE", "v2")
+	t.Setenv("STRIP_TEST_TOKEN", "secret")
+	t.Setenv("SYLK_STRIP_TEST_SETTING", "s")
 	env := StripEnv(os.Environ(), nil, nil)
-	require.Contains(t, env, "SYLK_STRIP_TEST_VISIBLE=v2")
-	require.NotContains(t, strings.Join(env, "\n"), "SYLK_STRIP_TEST_TOKEN")
+	require.Contains(t, env, "STRIP_TEST_VISIBLE=v2")
+	require.NotContains(t, strings.Join(env, "\n"), "STRIP_TEST_TOKEN")
+	require.NotContains(t, strings.Join(env, "\n"), "SYLK_STRIP_TEST_SETTING", "the services' settings are always stripped")
 }
 
 func BenchmarkStripEnv(b *testing.B) {

@@ -212,6 +212,21 @@ func TestEnvironmentIsStripped(t *testing.T) {
 	require.Contains(t, env, "BUILD_FLAVOUR=kept\n")
 	require.Contains(t, env, "PATH=")
 	require.Contains(t, env, "HOME="+s.cfg.WorkspaceRoot)
+
+	// Patterns of one's own add to the built-in ones, which no
+	// configuration can drop.
+	t.Setenv("SYLK_INTERNAL_KEY", "do-not-leak-4")
+	t.Setenv("BUILD_CERT", "own-pattern")
+	cfg := testConfig(t)
+	cfg.Tools.ExtraSecretPatterns = []string{"*_CERT"}
+	s = offlineService(t, cfg)
+	out, _ = s.runTask(context.Background(), "engineer", dispatch("env"))
+	require.Equal(t, int32(0), out.msg.GetExitCode())
+	env = out.msg.GetStdout()
+	require.NotContains(t, env, "do-not-leak")
+	require.NotContains(t, env, "SYLK_")
+	require.NotContains(t, env, "own-pattern")
+	require.Contains(t, env, "BUILD_FLAVOUR=kept\n")
 }
 
 // gone reports whether pid no longer runs (absent, or a zombie nobody reaped yet).
