@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +15,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // TestInternalCallsAreSigned: the services' gRPC ports are reachable by
@@ -53,4 +57,27 @@ func TestInternalCallsAreSigned(t *testing.T) {
 		names = append(names, s.GetName())
 	}
 	require.Contains(t, names, sess)
+}
+
+// TestSecretFilesHiddenFromTasks: a key the services read from a file (a
+// mounted Secret) is out of reach of the task commands the worker runs.
+func TestSecretFilesHiddenFromTasks(t *testing.T) {
+	t.Parallel()
+	const key = "an internal key read from a file, 32 bytes or more"
+	keyFile := filepath.Join(t.TempDir(), "internal-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(key+"\n"), 0o600))
+	// Workspaces elsewhere than the default (all of the temporary
+	// directory, which would hide the file anyway).
+	c := startMesh(t, "-internal.key-file", keyFile, "-worker.workspace-root", t.TempDir())
+	run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "read", "command": "cat " + keyFile},
+	}}}))
+	n := nodeMap(run)["read"]
+	require.NotContains(t, fmt.Sprint(n["stdout"]), key)
+	if toolexec.LandlockABI() == 0 {
+		// This kernel cannot confine commands; they run as the worker.
+		return
+	}
+	require.Equal(t, "NODE_STATE_FAILED", n["state"], "%v", n)
+	require.Contains(t, fmt.Sprint(n["stderr"]), "Permission denied")
 }

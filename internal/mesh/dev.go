@@ -195,6 +195,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	}
 	d.cleanup = append(d.cleanup, closePeers)
 
+	hideSecretFiles(&cfg.Services, cfg.Common)
 	var units []unit
 	for _, p := range ps {
 		deps := app.Deps{Log: p.log, Registerer: p.reg, Redis: rc, Peers: peers}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,36 @@ import (
 	"sylk.dev/sylk/services/orchestrator"
 	"sylk.dev/sylk/services/worker"
 )
+
+// secretFiles are the files named in common that hold secrets (keys).
+func secretFiles(common Common) []string {
+	var out []string
+	for _, f := range []string{common.Internal.KeyFile, common.LLMCredentials.KeyFile,
+		common.LLM.Anthropic.APIKeyFile, common.LLM.OpenAI.APIKeyFile, common.LLM.Gemini.APIKeyFile} {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// hideSecretFiles keeps the worker's task commands from reading the secret
+// files in common: each file's directory (a mounted Secret's, whose files
+// are replaced through a symlink when it changes) is hidden from them, or
+// the file itself where that directory is the root.
+func hideSecretFiles(sc *ServiceConfigs, common Common) {
+	for _, f := range secretFiles(common) {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			continue
+		}
+		hide := filepath.Dir(abs)
+		if hide == "/" {
+			hide = abs
+		}
+		sc.Worker.Tools.ConfineHidden = append(sc.Worker.Tools.ConfineHidden, hide)
+	}
+}
 
 // newService builds the named service from its configuration.
 func newService(name string, sc *ServiceConfigs, deps app.Deps) (app.Service, error) {
@@ -225,6 +256,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	defer closePeers()
 	deps.Peers = peers
 
+	hideSecretFiles(&sc, common)
 	svc, err := newService(name, &sc, deps)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
