@@ -51,14 +51,35 @@ type orphanSweeper struct {
 	killed atomic.Int64
 	// adopting is whether this process is a child subreaper.
 	adopting atomic.Bool
+	// sweeping serialises sweeps (the ticker's and SweepOrphans'), and
+	// guards zombies.
+	sweeping sync.Mutex
+	// zombies are the exited children in this process's session, by pid,
+	// with when each was first seen exited (see reap).
+	zombies map[zombieKey]time.Time
 }
+
+// zombieKey names a process: a pid and its start time.
+type zombieKey struct {
+	pid   int
+	start int64
+}
+
+// staleZombie is how long a child in this process's session must have
+// been a zombie before the sweep reaps it. Such a child is either one of
+// this process's own programs, which os/exec waits for as soon as it
+// exits, or a process one of them left behind when it exited (a helper of
+// git killed on a timeout, a detached git gc): since this process adopts
+// orphans, nothing else would ever reap those.
+const staleZombie = 30 * time.Second
 
 var sweeper = newOrphanSweeper()
 
 func newOrphanSweeper() *orphanSweeper {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return &orphanSweeper{prefix: strconv.Itoa(os.Getpid()) + "." + hex.EncodeToString(b) + "-", live: map[string]int64{}}
+	return &orphanSweeper{prefix: strconv.Itoa(os.Getpid()) + "." + hex.EncodeToString(b) + "-", live: map[string]int64{},
+		zombies: map[zombieKey]time.Time{}}
 }
 
 // adoptOrphans makes this process a child subreaper, once.
@@ -136,6 +157,8 @@ func (s *orphanSweeper) horizon() int64 {
 // fork, so a chain of forks that would outrun a list of pids is caught
 // whole. Adopted processes that have exited are reaped.
 func (s *orphanSweeper) sweep() int {
+	s.sweeping.Lock()
+	defer s.sweeping.Unlock()
 	h := s.horizon()
 	stopped := map[int]bool{}
 	for range maxSweepPasses {
@@ -162,7 +185,7 @@ func (s *orphanSweeper) sweep() int {
 		}
 	}
 	s.killed.Add(int64(n))
-	s.reap(h)
+	s.reap(h, time.Now())
 	return n
 }
 
@@ -171,10 +194,13 @@ type adoptedProcess struct {
 	pid, ppid, sid int
 	zombie         bool
 	start          int64 // clock ticks since boot
+	// own is whether it is in this process's session: one of its own
+	// programs, or a process one of them left behind.
+	own bool
 }
 
-// children lists this process's children outside its session, or nil when
-// it is not adopting orphans.
+// children lists this process's children, or nil when it is not adopting
+// orphans.
 func (s *orphanSweeper) children() []adoptedProcess {
 	if !s.adopting.Load() {
 		return nil
@@ -198,7 +224,8 @@ func (s *orphanSweeper) children() []adoptedProcess {
 			continue
 		}
 		p, ok := parseStat(stat)
-		if ok && p.ppid == self && p.sid != sid {
+		if ok && p.ppid == self {
+			p.own = p.sid == sid
 			out = append(out, p)
 		}
 	}
@@ -237,21 +264,44 @@ func parseStat(stat []byte) (adoptedProcess, bool) {
 func (s *orphanSweeper) adopted(h int64) []int {
 	var out []int
 	for _, p := range s.children() {
-		if !p.zombie && p.start < h {
+		if !p.own && !p.zombie && p.start < h {
 			out = append(out, p.pid)
 		}
 	}
 	return out
 }
 
-// reap collects the exit status of adopted processes that started before
-// tick h and have exited. Only a zombie is reaped: its pid cannot have been
-// given to another process, so no status of a command a run waits for is
-// taken.
-func (s *orphanSweeper) reap(h int64) {
+// reap collects the exit status of adopted processes outside this
+// process's session that started before tick h and have exited, and of
+// children in its session that have been zombies for staleZombie by now.
+// Only a zombie is reaped: its pid cannot have been given to another
+// process, so no status of a command a run waits for is taken, and this
+// process's own programs are waited for long before they are stale. Called
+// with s.sweeping held.
+func (s *orphanSweeper) reap(h int64, now time.Time) {
+	seen := map[zombieKey]bool{}
 	for _, p := range s.children() {
-		if p.zombie && p.start < h {
+		if !p.zombie {
+			continue
+		}
+		if !p.own {
+			if p.start < h {
+				_, _ = unix.Wait4(p.pid, nil, unix.WNOHANG, nil)
+			}
+			continue
+		}
+		k := zombieKey{p.pid, p.start}
+		seen[k] = true
+		first, ok := s.zombies[k]
+		if !ok {
+			s.zombies[k] = now
+		} else if now.Sub(first) >= staleZombie {
 			_, _ = unix.Wait4(p.pid, nil, unix.WNOHANG, nil)
+		}
+	}
+	for k := range s.zombies {
+		if !seen[k] {
+			delete(s.zombies, k)
 		}
 	}
 }

@@ -467,6 +467,38 @@ while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
+// A process one of this process's own programs left behind is adopted
+// too; once it has exited and stayed a zombie for staleZombie, it is
+// reaped, where before it would have been reaped by init.
+func TestOwnOrphansAreReaped(t *testing.T) {
+	t.Parallel()
+	newExec(t, testConfig()) // adopts orphans
+	out, err := exec.Command("sh", "-c", "sleep 0.05 >/dev/null 2>&1 & echo $!").Output()
+	require.NoError(t, err)
+	pid := strings.TrimSpace(string(out))
+	statOf := func() (adoptedProcess, bool) {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return adoptedProcess{}, false
+		}
+		return parseStat(stat)
+	}
+	require.Eventually(t, func() bool {
+		p, ok := statOf()
+		return ok && p.zombie && p.ppid == os.Getpid()
+	}, 10*time.Second, 10*time.Millisecond, "the orphan is adopted and exits")
+
+	sweeper.sweeping.Lock()
+	defer sweeper.sweeping.Unlock()
+	now := time.Now()
+	sweeper.reap(sweeper.horizon(), now)
+	_, ok := statOf()
+	require.True(t, ok, "a fresh zombie in this process's session may be a program os/exec is about to wait for")
+	sweeper.reap(sweeper.horizon(), now.Add(staleZombie))
+	_, ok = statOf()
+	require.False(t, ok, "a stale one is reaped")
+}
+
 func TestParseStat(t *testing.T) {
 	t.Parallel()
 	p, ok := parseStat([]byte("4242 (a (b) c) S 17 4242 4242 0 -1 4194560 97 0 0 0 0 0 0 0 20 0 1 0 123456 2490368 143 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"))
