@@ -172,6 +172,18 @@ func TestComposeEnvironment(t *testing.T) {
 				require.Equal(t, host, u.Host, "%s: %s", name, key)
 				store, _, _ := strings.Cut(host, ":")
 				require.Contains(t, s.DependsOn, store, "%s uses %s but does not depend on it", name, store)
+				// The store wants the credential the URL holds (a
+				// service refuses to run beside one that takes anyone).
+				secret := u.User.Username()
+				if pw, ok := u.User.Password(); ok {
+					secret = pw
+				}
+				require.NotEmpty(t, secret, "%s: %s holds no credential", name, key)
+				st, err := p.GetService(store)
+				require.NoError(t, err)
+				i := slices.Index(st.Command, map[string]string{"redis": "--requirepass", "nats": "--auth"}[store])
+				require.GreaterOrEqual(t, i, 0, "%s takes clients without credentials", store)
+				require.Equal(t, secret, st.Command[i+1], "%s: %s", name, key)
 			}
 			require.Equal(t, grpcPort, listenPort(t, name, env(t, s, "SYLK_GRPC_LISTEN_ADDRESS")))
 			require.Equal(t, metricsPort, listenPort(t, name, env(t, s, "SYLK_HTTP_LISTEN_ADDRESS")))

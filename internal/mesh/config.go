@@ -71,6 +71,8 @@ type Common struct {
 	// Internal is the key with which services sign the caller identities
 	// they pass to each other (identity.Signer).
 	Internal identity.KeyConfig
+	// Stores says whether stores without credentials are accepted.
+	Stores StoresConfig
 }
 
 // RegisterFlags registers the shared flags.
@@ -87,6 +89,7 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	c.LLMCredentials.RegisterFlags(fs)
 	c.LLMGate.RegisterFlags(fs)
 	c.Internal.RegisterFlags(fs)
+	c.Stores.RegisterFlags(fs)
 }
 
 // Validate joins every problem.

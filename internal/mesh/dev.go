@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -151,6 +152,11 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	}
 	d.cleanup = append(d.cleanup, consultBus.Close)
 	consultSink := consult.NewNATSSink(consultBus, topology.InboxSubject(consultBus, topology.AgentArchivalist), root, reg, consult.SinkConfig{})
+
+	if open := anonymousStores(startCtx, cfg.Common, Guide); len(open) > 0 && !cfg.Stores.AllowAnonymous {
+		root.Warn("stores accept clients without credentials: task commands can reach them (fine on your own machine; not for a shared one)",
+			slog.String("stores", strings.Join(open, ", ")))
+	}
 
 	// The services sign the caller identities they pass to each other, under
 	// the configured key or, by default, one made for this run.

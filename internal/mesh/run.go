@@ -223,6 +223,9 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	reg := newRegistry()
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	if err := checkStores(startCtx, common, name); err != nil {
+		return err
+	}
 
 	if name == Gateway {
 		return serveGateway(ctx, startCtx, common, sc.Gateway, log, reg, signer)

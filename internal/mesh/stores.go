@@ -1,0 +1,129 @@
+package mesh
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+)
+
+// Task commands reach whatever the worker's network reaches, the stores
+// included, and never get the services' credentials. A store that takes a
+// client without credentials is therefore open to every task: it could read
+// and change any tenant's history, caches and messages. A service checks
+// this at start and refuses to run beside such a store.
+
+// StoresConfig says whether stores without credentials are accepted.
+type StoresConfig struct {
+	AllowAnonymous bool
+}
+
+// RegisterFlags registers -stores.allow-anonymous.
+func (c *StoresConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.AllowAnonymous, "stores.allow-anonymous", false,
+		"run even where PostgreSQL, Redis or NATS takes clients without credentials (only where no task command can reach them)")
+}
+
+// anonymousCheckTimeout bounds each attempt to connect without credentials.
+const anonymousCheckTimeout = 3 * time.Second
+
+// anonymousStores names the stores, of those name uses, that take a client
+// without the credentials in the configuration.
+func anonymousStores(ctx context.Context, common Common, name string) []string {
+	var open []string
+	if pgAnonymous(ctx, common.Postgres.DSN) {
+		open = append(open, "PostgreSQL")
+	}
+	if name == Gateway {
+		return open
+	}
+	if redisAnonymous(ctx, common.Redis.URL) {
+		open = append(open, "Redis")
+	}
+	if natsAnonymous(common.NATS.URL) {
+		open = append(open, "NATS")
+	}
+	return open
+}
+
+// checkStores returns an error naming the stores name uses that take
+// clients without credentials, unless those are allowed.
+func checkStores(ctx context.Context, common Common, name string) error {
+	if common.Stores.AllowAnonymous {
+		return nil
+	}
+	if open := anonymousStores(ctx, common, name); len(open) > 0 {
+		return fmt.Errorf("%s accept clients without credentials: task commands, which reach what the worker reaches, "+
+			"could read and change every tenant's data there; require credentials (deploy/README.md), "+
+			"or pass -stores.allow-anonymous where no task command can reach them", strings.Join(open, ", "))
+	}
+	return nil
+}
+
+// pgAnonymous reports whether PostgreSQL takes the configured user without
+// a password or client certificate.
+func pgAnonymous(ctx context.Context, dsn string) bool {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return false
+	}
+	cfg.Password = ""
+	cfg.ConnectTimeout = anonymousCheckTimeout
+	if cfg.TLSConfig != nil {
+		cfg.TLSConfig.Certificates = nil
+	}
+	for _, fb := range cfg.Fallbacks {
+		if fb.TLSConfig != nil {
+			fb.TLSConfig.Certificates = nil
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, anonymousCheckTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close(context.WithoutCancel(ctx))
+	return true
+}
+
+// redisAnonymous reports whether Redis answers a client without a user or
+// password.
+func redisAnonymous(ctx context.Context, raw string) bool {
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return false
+	}
+	opts.Username, opts.Password = "", ""
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = anonymousCheckTimeout, anonymousCheckTimeout, anonymousCheckTimeout
+	opts.MaxRetries = -1
+	c := redis.NewClient(opts)
+	defer c.Close()
+	return c.Ping(ctx).Err() == nil
+}
+
+// natsAnonymous reports whether NATS takes a client without the user,
+// password or token in the URL.
+func natsAnonymous(raw string) bool {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			return false
+		}
+		u.User = nil
+		parts[i] = u.String()
+	}
+	nc, err := nats.Connect(strings.Join(parts, ","), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
+	if err != nil {
+		return false
+	}
+	nc.Close()
+	return true
+}
