@@ -9,12 +9,32 @@ import (
 
 // SecretPatterns are the environment name globs never passed to a tool
 // (spec C-24).
-// SYLK_* carries the services' own settings (store addresses with their
-// credentials, the internal key), so no configuration can pass it on.
-var SecretPatterns = []string{
+// ServiceSettingPatterns are always among them, so no configuration can
+// pass those on.
+var SecretPatterns = slices.Concat([]string{
 	"*_API_KEY", "*_SECRET", "*_TOKEN", "*_PASSWORD", "AWS_*",
 	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GOOGLE_API_KEY", "GITHUB_TOKEN", "NPM_TOKEN",
-	"SYLK_*", "*_DSN", "*_CREDENTIALS", "*_PRIVATE_KEY",
+	"*_CREDENTIALS", "*_PRIVATE_KEY",
+}, ServiceSettingPatterns)
+
+// ServiceSettingPatterns are the environment name globs of the services'
+// own settings and of the stores' clients, which read their passwords and
+// addresses from the environment (PGPASSWORD, PGPASSFILE, REDISCLI_AUTH,
+// ...): no program a service runs needs them, whoever's it is.
+var ServiceSettingPatterns = []string{
+	"SYLK_*", "*_DSN", "PG*", "DATABASE_URL", "REDIS_URL", "REDISCLI_AUTH", "NATS_*",
+}
+
+var serviceSettings = compileSecretPatterns(ServiceSettingPatterns)
+
+// WithoutServiceSettings returns env without the variables named by
+// ServiceSettingPatterns: the environment of a program that keeps the
+// rest (git fetching from a remote with this process's credentials).
+func WithoutServiceSettings(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return serviceSettings.match(strings.ToUpper(name))
+	})
 }
 
 // IsSecretName reports whether an environment variable name matches one of

@@ -85,3 +85,15 @@ func BenchmarkStripEnv(b *testing.B) {
 		_ = StripEnv(os.Environ(), extra, add)
 	}
 }
+
+// The stores' clients read passwords and addresses from the environment:
+// no tool gets them, and programs that keep the rest of the environment (a
+// clone with the remote's credentials) do not get them either.
+func TestServiceSettingsAreStripped(t *testing.T) {
+	t.Parallel()
+	base := []string{"PGPASSWORD=p", "PGPASSFILE=/x/.pgpass", "DATABASE_URL=postgres://u:p@h/d", "REDISCLI_AUTH=r",
+		"REDIS_URL=redis://:p@h", "NATS_URL=nats://t@h", "SYLK_INTERNAL_KEY=k", "APP_DSN=d",
+		"GITHUB_TOKEN=g", "GIT_ASKPASS=/bin/askpass", "PATH=/bin"}
+	require.Equal(t, []string{"GIT_ASKPASS=/bin/askpass", "PATH=/bin"}, StripEnv(base, nil, nil))
+	require.Equal(t, []string{"GITHUB_TOKEN=g", "GIT_ASKPASS=/bin/askpass", "PATH=/bin"}, WithoutServiceSettings(base))
+}

@@ -63,12 +63,13 @@ func gitHead(ctx context.Context, root string) string {
 
 func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
 	full := append([]string{"-C", root}, args...)
-	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	env := append(toolexec.WithoutServiceSettings(os.Environ()), "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
 	if args[0] != "clone" && args[0] != "pull" {
 		// A registered directory's repository is its users': nothing its
 		// configuration names (hooks, a file-system monitor) runs, and
 		// what else it may run (filters) gets no secrets. Clones and pulls
-		// keep this process's environment for the remote's credentials.
+		// keep this process's environment for the remote's credentials,
+		// less the services' own settings.
 		full = append(slices.Clone(toolexec.SafeGitArgs), full...)
 		env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_OPTIONAL_LOCKS=0")
 	}
