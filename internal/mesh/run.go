@@ -58,18 +58,32 @@ func secretFiles(common Common) []string {
 // hideSecretFiles keeps the worker's task commands from reading the secret
 // files in common: each file's directory (a mounted Secret's, whose files
 // are replaced through a symlink when it changes) is hidden from them, or
-// the file itself where that directory is the root.
+// the file itself where that directory is the root, and so is the
+// directory a symlinked file resolves to. The PostgreSQL client's own
+// credential files (a password file in the home directory, say) are hidden
+// themselves.
 func hideSecretFiles(sc *ServiceConfigs, common Common) {
-	for _, f := range secretFiles(common) {
-		abs, err := filepath.Abs(f)
+	hide := func(p string, dir bool) {
+		abs, err := filepath.Abs(p)
 		if err != nil {
-			continue
+			return
 		}
-		hide := filepath.Dir(abs)
-		if hide == "/" {
-			hide = abs
+		targets := []string{abs}
+		if r, err := filepath.EvalSymlinks(abs); err == nil && r != abs {
+			targets = append(targets, r)
 		}
-		sc.Worker.Tools.ConfineHidden = append(sc.Worker.Tools.ConfineHidden, hide)
+		for _, t := range targets {
+			if d := filepath.Dir(t); dir && d != "/" {
+				t = d
+			}
+			sc.Worker.Tools.ConfineHidden = append(sc.Worker.Tools.ConfineHidden, t)
+		}
+	}
+	for _, f := range secretFiles(common) {
+		hide(f, true)
+	}
+	for _, f := range pgstore.CredentialFiles() {
+		hide(f, false)
 	}
 }
 

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 )
@@ -66,31 +68,43 @@ func checkStores(ctx context.Context, common Common, name string) error {
 	return nil
 }
 
-// pgAnonymous reports whether PostgreSQL takes the configured user without
-// a password or client certificate.
+// pgAnonymous reports whether PostgreSQL takes a client without a password
+// or client certificate: as the configured user or as postgres, on the
+// postgres database, without the configuration's other options (which
+// could only make the client stricter). A server that lets the client in
+// far enough to say that the database or the role does not exist asked for
+// no credentials either.
 func pgAnonymous(ctx context.Context, dsn string) bool {
-	cfg, err := pgx.ParseConfig(dsn)
+	base, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return false
 	}
-	cfg.Password = ""
-	cfg.ConnectTimeout = anonymousCheckTimeout
-	if cfg.TLSConfig != nil {
-		cfg.TLSConfig.Certificates = nil
-	}
-	for _, fb := range cfg.Fallbacks {
-		if fb.TLSConfig != nil {
-			fb.TLSConfig.Certificates = nil
+	for _, user := range []string{base.User, "postgres"} {
+		cfg := base.Copy()
+		cfg.User, cfg.Password, cfg.Database = user, "", "postgres"
+		cfg.RuntimeParams = map[string]string{}
+		cfg.ConnectTimeout = anonymousCheckTimeout
+		if cfg.TLSConfig != nil {
+			cfg.TLSConfig.Certificates = nil
+		}
+		for _, fb := range cfg.Fallbacks {
+			if fb.TLSConfig != nil {
+				fb.TLSConfig.Certificates = nil
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, anonymousCheckTimeout)
+		conn, err := pgx.ConnectConfig(cctx, cfg)
+		cancel()
+		if err == nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return true
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "3D000" || pgErr.Code == "28000" && strings.Contains(pgErr.Message, "does not exist")) {
+			return true
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, anonymousCheckTimeout)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
-	if err != nil {
-		return false
-	}
-	_ = conn.Close(context.WithoutCancel(ctx))
-	return true
+	return false
 }
 
 // redisAnonymous reports whether Redis answers a client without a user or
@@ -109,18 +123,26 @@ func redisAnonymous(ctx context.Context, raw string) bool {
 }
 
 // natsAnonymous reports whether NATS takes a client without the user,
-// password or token in the URL.
+// password or token in the URL (a list of servers, each with or without
+// its scheme, as the client takes them).
 func natsAnonymous(raw string) bool {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
+	var servers []string
+	for _, p := range strings.Split(raw, ",") {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		u, err := url.Parse(p)
 		if err != nil {
-			return false
+			continue
 		}
 		u.User = nil
-		parts[i] = u.String()
+		servers = append(servers, u.String())
 	}
-	nc, err := nats.Connect(strings.Join(parts, ","), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
+	if len(servers) == 0 {
+		return false
+	}
+	nc, err := nats.Connect(strings.Join(servers, ","), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
 	if err != nil {
 		return false
 	}

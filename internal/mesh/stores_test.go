@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,6 +39,22 @@ func TestAnonymousStores(t *testing.T) {
 	require.NotNil(t, u.User)
 	require.False(t, natsAnonymous(withToken))
 	require.False(t, natsAnonymous("nats://127.0.0.1:1"))
+
+	// Servers named without a scheme, or beside one that cannot be
+	// reached, are still found open.
+	nu, err := url.Parse(testenv.NATSURL())
+	require.NoError(t, err)
+	require.True(t, natsAnonymous(nu.Host))
+	require.True(t, natsAnonymous("nats://127.0.0.1:1, "+nu.Host))
+	// PostgreSQL is open whatever database or user the configuration names
+	// (the check also tries postgres), and whatever stricter options it
+	// asks of the client.
+	pu, err := url.Parse(testenv.PostgresDSN())
+	require.NoError(t, err)
+	pu.Path = "/not_made_yet"
+	require.True(t, pgAnonymous(t.Context(), pu.String()))
+	pu.User = url.User("no_such_role")
+	require.True(t, pgAnonymous(t.Context(), pu.String()))
 	require.False(t, redisAnonymous(t.Context(), "redis://127.0.0.1:1/0"))
 	require.False(t, pgAnonymous(t.Context(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"))
 }
@@ -51,4 +69,29 @@ func TestServeRefusesAnonymousStores(t *testing.T) {
 		"-grpc.listen-address", "127.0.0.1:0", "-http.listen-address", "", "-log.level", "error",
 	}, &stderr)
 	require.ErrorContains(t, err, "PostgreSQL, Redis, NATS accept clients without credentials")
+}
+
+// The worker hides the directories of its key files, the one a symlinked
+// key file resolves to as well, and the PostgreSQL client's password file.
+func TestHideSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	conf, real := filepath.Join(dir, "conf"), filepath.Join(dir, "real")
+	require.NoError(t, os.Mkdir(conf, 0o700))
+	require.NoError(t, os.Mkdir(real, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(real, "internal.key"), []byte("k"), 0o600))
+	require.NoError(t, os.Symlink("../real/internal.key", filepath.Join(conf, "internal.key")))
+	pgpass := filepath.Join(dir, "home", ".pgpass")
+	require.NoError(t, os.MkdirAll(filepath.Dir(pgpass), 0o700))
+	require.NoError(t, os.WriteFile(pgpass, []byte("*:*:*:sylk:pw\n"), 0o600))
+	t.Setenv("PGPASSFILE", pgpass)
+	t.Setenv("PGSERVICEFILE", filepath.Join(dir, "none"))
+	t.Setenv("PGSSLKEY", "")
+
+	var common Common
+	common.Internal.KeyFile = filepath.Join(conf, "internal.key")
+	var sc ServiceConfigs
+	hideSecretFiles(&sc, common)
+	realDir, err := filepath.EvalSymlinks(real)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{conf, realDir, pgpass}, sc.Worker.Tools.ConfineHidden)
 }

@@ -322,3 +322,23 @@ func TestCallWritableDirectories(t *testing.T) {
 		require.ErrorContains(t, err, "writable directory", bad)
 	}
 }
+
+// A hidden path may be a single file: it is unreadable, its neighbours are
+// not.
+func TestConfineHiddenFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret, neighbour := filepath.Join(dir, ".pgpass"), filepath.Join(dir, "notes")
+	require.NoError(t, os.WriteFile(secret, []byte("*:*:*:u:pw"), 0o600))
+	require.NoError(t, os.WriteFile(neighbour, []byte("readable"), 0o600))
+	cfg := testConfig()
+	cfg.ConfineHidden = []string{secret}
+	e, a, _, _ := confinedSetup(t, cfg)
+	if LandlockABI() == 0 {
+		require.False(t, e.Confined())
+		return
+	}
+	res := shell(t, e, a, "cat "+neighbour+"; cat "+secret)
+	require.Equal(t, "readable", res.Stdout, res.Stderr)
+	require.Contains(t, res.Stderr, "Permission denied")
+}
