@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -56,34 +57,28 @@ func secretFiles(common Common) []string {
 }
 
 // hideSecretFiles keeps the worker's task commands from reading the secret
-// files in common: each file's directory (a mounted Secret's, whose files
-// are replaced through a symlink when it changes) is hidden from them, or
-// the file itself where that directory is the root, and so is the
-// directory a symlinked file resolves to. The PostgreSQL client's own
-// credential files (a password file in the home directory, say) are hidden
-// themselves.
+// files in common and the PostgreSQL client's credential files: each file,
+// the file a symlink resolves to, and the whole directory of a mounted
+// Kubernetes Secret (which holds ..data: its files are swapped through
+// symlinks when it changes). A symlinked file outside such a directory is
+// hidden where it resolves at start.
 func hideSecretFiles(sc *ServiceConfigs, common Common) {
-	hide := func(p string, dir bool) {
-		abs, err := filepath.Abs(p)
+	files := append(secretFiles(common), pgstore.CredentialFiles(common.Postgres.DSN)...)
+	for _, f := range files {
+		abs, err := filepath.Abs(f)
 		if err != nil {
-			return
+			continue
 		}
-		targets := []string{abs}
+		hidden := []string{abs}
 		if r, err := filepath.EvalSymlinks(abs); err == nil && r != abs {
-			targets = append(targets, r)
+			hidden = append(hidden, r)
 		}
-		for _, t := range targets {
-			if d := filepath.Dir(t); dir && d != "/" {
-				t = d
+		if dir := filepath.Dir(abs); dir != "/" {
+			if _, err := os.Lstat(filepath.Join(dir, "..data")); err == nil {
+				hidden = append(hidden, dir)
 			}
-			sc.Worker.Tools.ConfineHidden = append(sc.Worker.Tools.ConfineHidden, t)
 		}
-	}
-	for _, f := range secretFiles(common) {
-		hide(f, true)
-	}
-	for _, f := range pgstore.CredentialFiles() {
-		hide(f, false)
+		sc.Worker.Tools.ConfineHidden = append(sc.Worker.Tools.ConfineHidden, hidden...)
 	}
 }
 

@@ -72,8 +72,9 @@ func checkStores(ctx context.Context, common Common, name string) error {
 // or client certificate: as the configured user or as postgres, on the
 // postgres database, without the configuration's other options (which
 // could only make the client stricter). A server that lets the client in
-// far enough to say that the database or the role does not exist asked for
-// no credentials either.
+// far enough for PostgreSQL itself (not a pooler in front of it) to say
+// that the database or the role does not exist asked for no credentials
+// either.
 func pgAnonymous(ctx context.Context, dsn string) bool {
 	base, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -100,12 +101,16 @@ func pgAnonymous(ctx context.Context, dsn string) bool {
 			return true
 		}
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "3D000" || pgErr.Code == "28000" && strings.Contains(pgErr.Message, "does not exist")) {
+		if errors.As(err, &pgErr) && pastAuthentication[pgErr.Routine] {
 			return true
 		}
 	}
 	return false
 }
+
+// pastAuthentication are the server routines that refuse a session once
+// its client has been authenticated: for a missing role or database.
+var pastAuthentication = map[string]bool{"InitializeSessionUserId": true, "InitPostgres": true}
 
 // redisAnonymous reports whether Redis answers a client without a user or
 // password.
@@ -123,10 +128,9 @@ func redisAnonymous(ctx context.Context, raw string) bool {
 }
 
 // natsAnonymous reports whether NATS takes a client without the user,
-// password or token in the URL (a list of servers, each with or without
-// its scheme, as the client takes them).
+// password or token in the URL: any server of the list (each with or
+// without its scheme, as the client takes them), tried one by one.
 func natsAnonymous(raw string) bool {
-	var servers []string
 	for _, p := range strings.Split(raw, ",") {
 		p = strings.TrimSpace(p)
 		if !strings.Contains(p, "://") {
@@ -137,15 +141,11 @@ func natsAnonymous(raw string) bool {
 			continue
 		}
 		u.User = nil
-		servers = append(servers, u.String())
+		nc, err := nats.Connect(u.String(), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
+		if err == nil {
+			nc.Close()
+			return true
+		}
 	}
-	if len(servers) == 0 {
-		return false
-	}
-	nc, err := nats.Connect(strings.Join(servers, ","), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
-	if err != nil {
-		return false
-	}
-	nc.Close()
-	return true
+	return false
 }

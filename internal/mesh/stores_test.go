@@ -1,15 +1,18 @@
 package mesh
 
 import (
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -71,27 +74,84 @@ func TestServeRefusesAnonymousStores(t *testing.T) {
 	require.ErrorContains(t, err, "PostgreSQL, Redis, NATS accept clients without credentials")
 }
 
-// The worker hides the directories of its key files, the one a symlinked
-// key file resolves to as well, and the PostgreSQL client's password file.
+// The worker hides its key files, the file a symlinked one resolves to,
+// the whole directory of a mounted Secret, and the PostgreSQL client's
+// credential files, wherever the configuration, the environment or the
+// defaults put them.
 func TestHideSecretFiles(t *testing.T) {
-	dir := t.TempDir()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	write := func(p string) string {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		require.NoError(t, os.WriteFile(p, []byte("secret"), 0o600))
+		return p
+	}
 	conf, real := filepath.Join(dir, "conf"), filepath.Join(dir, "real")
-	require.NoError(t, os.Mkdir(conf, 0o700))
-	require.NoError(t, os.Mkdir(real, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(real, "internal.key"), []byte("k"), 0o600))
+	realKey := write(filepath.Join(real, "internal.key"))
+	require.NoError(t, os.MkdirAll(conf, 0o700))
 	require.NoError(t, os.Symlink("../real/internal.key", filepath.Join(conf, "internal.key")))
-	pgpass := filepath.Join(dir, "home", ".pgpass")
-	require.NoError(t, os.MkdirAll(filepath.Dir(pgpass), 0o700))
-	require.NoError(t, os.WriteFile(pgpass, []byte("*:*:*:sylk:pw\n"), 0o600))
-	t.Setenv("PGPASSFILE", pgpass)
-	t.Setenv("PGSERVICEFILE", filepath.Join(dir, "none"))
+	// A mounted Secret: its files are links through ..data.
+	secret := filepath.Join(dir, "secret")
+	write(filepath.Join(secret, "..2026_11_26", "anthropic"))
+	require.NoError(t, os.Symlink("..2026_11_26", filepath.Join(secret, "..data")))
+	require.NoError(t, os.Symlink("..data/anthropic", filepath.Join(secret, "anthropic")))
+
+	home := filepath.Join(dir, "home")
+	t.Setenv("HOME", home)
+	t.Setenv("PGPASSFILE", "")
+	t.Setenv("PGSERVICEFILE", "")
 	t.Setenv("PGSSLKEY", "")
+	pgpass := write(filepath.Join(home, ".pgpass"))
+	clientKey := write(filepath.Join(home, ".postgresql", "postgresql.key"))
+	service := write(filepath.Join(dir, "pg", "services"))
 
 	var common Common
 	common.Internal.KeyFile = filepath.Join(conf, "internal.key")
+	common.LLM.Anthropic.APIKeyFile = filepath.Join(secret, "anthropic")
+	common.Postgres.DSN = "host=db user=sylk servicefile='" + service + "' dbname=sylk"
 	var sc ServiceConfigs
 	hideSecretFiles(&sc, common)
-	realDir, err := filepath.EvalSymlinks(real)
+	require.ElementsMatch(t, []string{common.Internal.KeyFile, realKey,
+		common.LLM.Anthropic.APIKeyFile, filepath.Join(secret, "..2026_11_26", "anthropic"), secret,
+		pgpass, service, clientKey}, sc.Worker.Tools.ConfineHidden)
+}
+
+func TestDSNParams(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, map[string]string{"host": "db", "passfile": "/a b/p", "sslkey": "/k", "dbname": "x"},
+		pgstore.DSNParams(`host=db passfile='/a b/p'  sslkey=/k dbname=x`))
+	require.Equal(t, map[string]string{"sslkey": "/k", "sslmode": "require"},
+		pgstore.DSNParams("postgres://u:p@db/x?sslkey=/k&sslmode=require"))
+}
+
+// A pooler in front of PostgreSQL may answer "no such database" before it
+// asks for a password: that is not a server that takes anyone.
+func TestPoolerRefusalIsNotOpen(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{conf, realDir, pgpass}, sc.Worker.Tools.ConfineHidden)
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				be := pgproto3.NewBackend(conn, conn)
+				msg, err := be.ReceiveStartupMessage()
+				if _, ok := msg.(*pgproto3.SSLRequest); ok && err == nil {
+					_, _ = conn.Write([]byte("N"))
+					_, err = be.ReceiveStartupMessage()
+				}
+				if err != nil {
+					return
+				}
+				be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "3D000", Message: "route for 'postgres.postgres' is not found"})
+				_ = be.Flush()
+			}()
+		}
+	}()
+	require.False(t, pgAnonymous(t.Context(), "postgres://sylk:secret@"+ln.Addr().String()+"/sylk?sslmode=disable"))
 }

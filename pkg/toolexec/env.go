@@ -22,7 +22,11 @@ var SecretPatterns = slices.Concat([]string{
 // addresses from the environment (PGPASSWORD, PGPASSFILE, REDISCLI_AUTH,
 // ...): no program a service runs needs them, whoever's it is.
 var ServiceSettingPatterns = []string{
-	"SYLK_*", "*_DSN", "PG*", "DATABASE_URL", "REDIS_URL", "REDISCLI_AUTH", "NATS_*",
+	"SYLK_*", "*_DSN",
+	// libpq's (and pgx's) connection and credential variables.
+	"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGPASSFILE",
+	"PGSERVICE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT", "PGSSLROOTCERT", "PGOPTIONS",
+	"*DATABASE_URL", "POSTGRES*_URL", "REDIS_*", "REDISCLI_AUTH", "NATS_*", "NKEYS_PATH",
 }
 
 var serviceSettings = compileSecretPatterns(ServiceSettingPatterns)

@@ -91,9 +91,11 @@ func BenchmarkStripEnv(b *testing.B) {
 // clone with the remote's credentials) do not get them either.
 func TestServiceSettingsAreStripped(t *testing.T) {
 	t.Parallel()
-	base := []string{"PGPASSWORD=p", "PGPASSFILE=/x/.pgpass", "DATABASE_URL=postgres://u:p@h/d", "REDISCLI_AUTH=r",
-		"REDIS_URL=redis://:p@h", "NATS_URL=nats://t@h", "SYLK_INTERNAL_KEY=k", "APP_DSN=d",
-		"GITHUB_TOKEN=g", "GIT_ASKPASS=/bin/askpass", "PATH=/bin"}
-	require.Equal(t, []string{"GIT_ASKPASS=/bin/askpass", "PATH=/bin"}, StripEnv(base, nil, nil))
-	require.Equal(t, []string{"GITHUB_TOKEN=g", "GIT_ASKPASS=/bin/askpass", "PATH=/bin"}, WithoutServiceSettings(base))
+	base := []string{"PGPASSWORD=p", "PGPASSFILE=/x/.pgpass", "PGHOST=db", "DATABASE_URL=postgres://u:p@h/d",
+		"TEST_DATABASE_URL=postgres://u:p@h/t", "POSTGRESQL_URL=postgres://u:p@h/d", "REDISCLI_AUTH=r",
+		"REDIS_URL=redis://:p@h", "REDIS_ADDR=h:6379", "NATS_URL=nats://t@h", "NKEYS_PATH=/n", "SYLK_INTERNAL_KEY=k",
+		"APP_DSN=d", "GITHUB_TOKEN=g", "GIT_ASKPASS=/bin/askpass", "PGTZ=UTC", "PGPLOT_DIR=/p", "PATH=/bin"}
+	kept := []string{"GIT_ASKPASS=/bin/askpass", "PGTZ=UTC", "PGPLOT_DIR=/p", "PATH=/bin"}
+	require.Equal(t, kept, StripEnv(base, nil, nil))
+	require.Equal(t, append([]string{"GITHUB_TOKEN=g"}, kept...), WithoutServiceSettings(base))
 }
