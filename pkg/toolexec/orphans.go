@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,9 +161,12 @@ func (s *orphanSweeper) sweep() int {
 	defer s.sweeping.Unlock()
 	h := s.horizon()
 	stopped := map[int]bool{}
+	var kids []adoptedProcess
 	for range maxSweepPasses {
+		var targets []int
+		targets, kids = s.scan(h)
 		fresh := 0
-		for _, pid := range slices.Concat(s.endedRunProcesses(), s.adopted(h)) {
+		for _, pid := range targets {
 			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
 				stopped[pid] = true
 				fresh++
@@ -185,7 +188,8 @@ func (s *orphanSweeper) sweep() int {
 		}
 	}
 	s.killed.Add(int64(n))
-	s.reap(h, time.Now())
+	// Those just killed are reaped by the next sweep.
+	s.reap(kids, h, time.Now())
 	return n
 }
 
@@ -197,39 +201,6 @@ type adoptedProcess struct {
 	// own is whether it is in this process's session: one of its own
 	// programs, or a process one of them left behind.
 	own bool
-}
-
-// children lists this process's children, or nil when it is not adopting
-// orphans.
-func (s *orphanSweeper) children() []adoptedProcess {
-	if !s.adopting.Load() {
-		return nil
-	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	sid, err := unix.Getsid(0)
-	if err != nil {
-		return nil
-	}
-	var out []adoptedProcess
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		p, ok := parseStat(stat)
-		if ok && p.ppid == self {
-			p.own = p.sid == sid
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // parseStat reads /proc/<pid>/stat: the name, in parentheses, may hold
@@ -260,27 +231,17 @@ func parseStat(stat []byte) (adoptedProcess, bool) {
 	return adoptedProcess{pid: pid, ppid: ppid, sid: sid, zombie: f[0] == "Z", start: start}, true
 }
 
-// adopted lists the running adopted processes that started before tick h.
-func (s *orphanSweeper) adopted(h int64) []int {
-	var out []int
-	for _, p := range s.children() {
-		if !p.own && !p.zombie && p.start < h {
-			out = append(out, p.pid)
-		}
-	}
-	return out
-}
-
 // reap collects the exit status of adopted processes outside this
 // process's session that started before tick h and have exited, and of
 // children in its session that have been zombies for staleZombie by now.
 // Only a zombie is reaped: its pid cannot have been given to another
 // process, so no status of a command a run waits for is taken, and this
 // process's own programs are waited for long before they are stale. Called
-// with s.sweeping held.
-func (s *orphanSweeper) reap(h int64, now time.Time) {
+// with s.sweeping held; kids are this process's children, as scan found
+// them.
+func (s *orphanSweeper) reap(kids []adoptedProcess, h int64, now time.Time) {
 	seen := map[zombieKey]bool{}
-	for _, p := range s.children() {
+	for _, p := range kids {
 		if !p.zombie {
 			continue
 		}
@@ -312,17 +273,40 @@ const maxSweepPasses = 50
 // endedRunProcesses lists the processes carrying a marker of this process
 // whose run has ended.
 func (s *orphanSweeper) endedRunProcesses() []int {
+	targets, _ := s.scan(math.MinInt64)
+	return targets
+}
+
+// scan reads /proc once. It returns the processes to stop: those carrying a
+// marker of this process whose run has ended, and the running adopted
+// processes outside this process's session that started before tick h. It
+// also returns this process's children (none when it is not adopting
+// orphans).
+func (s *orphanSweeper) scan(h int64) (targets []int, kids []adoptedProcess) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	self := os.Getpid()
+	sid, err := unix.Getsid(0)
+	adopting := s.adopting.Load() && err == nil
 	key := []byte(RunMarkerEnv + "=" + s.prefix)
-	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
 			continue
+		}
+		if adopting {
+			if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+				if p, ok := parseStat(stat); ok && p.ppid == self {
+					p.own = p.sid == sid
+					kids = append(kids, p)
+					if !p.own && !p.zombie && p.start < h {
+						targets = append(targets, pid)
+						continue
+					}
+				}
+			}
 		}
 		// Another user's process, or one already gone: not readable.
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
@@ -330,10 +314,10 @@ func (s *orphanSweeper) endedRunProcesses() []int {
 			continue
 		}
 		if marker, ok := markerIn(env, key); ok && !s.isLive(marker) {
-			out = append(out, pid)
+			targets = append(targets, pid)
 		}
 	}
-	return out
+	return targets, kids
 }
 
 // markerIn finds the variable key (NAME=prefix) in a NUL-separated
