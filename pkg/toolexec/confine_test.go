@@ -269,23 +269,34 @@ func TestConfineWritableValidated(t *testing.T) {
 	require.Zero(t, res.ExitCode, res.Stderr)
 }
 
-// BenchmarkExecuteNoop is what confinement adds to starting a command:
-// `go test -bench ExecuteNoop ./pkg/toolexec/`.
+// BenchmarkExecuteNoop is what confinement and a cgroup per command add to
+// starting a command: `go test -bench ExecuteNoop ./pkg/toolexec/`.
 func BenchmarkExecuteNoop(b *testing.B) {
 	for _, confine := range []bool{false, true} {
-		b.Run("confine="+strconv.FormatBool(confine), func(b *testing.B) {
-			cfg := DefaultConfig()
-			cfg.Confine = confine
-			root := b.TempDir()
-			bd, err := NewBoundary(root)
-			require.NoError(b, err)
-			e, err := New(cfg, bd, nil)
-			require.NoError(b, err)
-			for b.Loop() {
-				_, err := e.Execute(context.Background(), Invocation{Command: "true", WorkingDir: root})
-				require.NoError(b, err)
-			}
-		})
+		for _, cgroup := range []string{"", CgroupAuto} {
+			b.Run("confine="+strconv.FormatBool(confine)+"/cgroup="+cgroup, func(b *testing.B) {
+				benchmarkNoop(b, confine, cgroup)
+			})
+		}
+	}
+}
+
+func benchmarkNoop(b *testing.B, confine bool, cgroup string) {
+	cfg := DefaultConfig()
+	cfg.Confine = confine
+	cfg.Cgroup = cgroup
+	root := b.TempDir()
+	bd, err := NewBoundary(root)
+	require.NoError(b, err)
+	e, err := New(cfg, bd, nil)
+	require.NoError(b, err)
+	b.Cleanup(e.Close)
+	if ok, why := e.Contained(); cgroup != "" && !ok {
+		b.Logf("no cgroups: %v", why)
+	}
+	for b.Loop() {
+		_, err := e.Execute(context.Background(), Invocation{Command: "true", WorkingDir: root})
+		require.NoError(b, err)
 	}
 }
 

@@ -89,6 +89,11 @@ type Result struct {
 	// has now been reused CacheHits times; no process ran.
 	Cached    bool
 	CacheHits int
+	// Contained is set when every process the command started is known to
+	// have ended: it ran in a cgroup of its own, whose members were killed
+	// and which the kernel then reported empty. Also set when no process
+	// ran (Cached).
+	Contained bool
 
 	stdout, stderr *capture
 }
@@ -135,6 +140,10 @@ type Executor struct {
 	// hidden are the directories confined commands may not read: the
 	// boundary roots and Config.ConfineHidden, resolved.
 	hidden []string
+	// cgroups are the commands' cgroups, nil without (Config.Cgroup);
+	// noCgroup says why CgroupAuto found none.
+	cgroups  *cgroups
+	noCgroup error
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -182,9 +191,37 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 			e.cfg.ConfineWritable = append(e.cfg.ConfineWritable, w)
 		}
 	}
+	var err error
+	if e.cgroups, err = newCgroups(cfg.Cgroup); err != nil {
+		if !errors.As(err, new(errCgroupUnavailable)) {
+			return nil, err
+		}
+		e.noCgroup = err
+	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
 	return e, nil
+}
+
+// Contained reports whether each command runs in a cgroup of its own, all
+// of whose processes are killed when it ends (Result.Contained), and, when
+// not, why.
+func (e *Executor) Contained() (bool, error) {
+	if e.cgroups != nil {
+		return true, nil
+	}
+	if e.noCgroup != nil {
+		return false, e.noCgroup
+	}
+	return false, errors.New("toolexec.cgroup is off")
+}
+
+// Close removes the executor's cgroups. Commands still running keep theirs
+// until they end.
+func (e *Executor) Close() {
+	if e.cgroups != nil {
+		e.cgroups.close()
+	}
 }
 
 // protectProcess makes this process non-dumpable, once. The commands an
@@ -509,6 +546,14 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 		// session.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
+	var cg *cgroup
+	if e.cgroups != nil {
+		if cg, err = e.cgroups.get(); err != nil {
+			closeAll(outR, outW, errR, errW)
+			return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.dir
+	}
 	w := &watcher{start: time.Now(), stream: inv.StreamTo}
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
@@ -521,6 +566,9 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	closeAll(outW, errW)
 	if err != nil {
 		closeAll(outR, errR)
+		if cg != nil {
+			e.cgroups.end(cg, e.cfg.CleanupTimeout)
+		}
 		return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	res.PID = cmd.Process.Pid
@@ -561,8 +609,13 @@ wait:
 		}
 	}
 	res.Duration = time.Since(w.start)
-	// Orphans: whatever the process left running in its group.
+	// Orphans: whatever the process left running in its group, and, in a
+	// cgroup, everything else it started, which then no longer holds the
+	// output pipes open either.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if cg != nil {
+		res.Contained = e.cgroups.end(cg, e.cfg.CleanupTimeout)
+	}
 	drainOutput(&readers, w, min(outputDrain, e.cfg.CleanupTimeout), outR, errR)
 	closeAll(outR, errR)
 

@@ -39,6 +39,7 @@ func newExec(t *testing.T, cfg Config) (*Executor, string) {
 	require.NoError(t, err)
 	e, err := New(cfg, b, nil)
 	require.NoError(t, err)
+	t.Cleanup(e.Close)
 	return e, root
 }
 
@@ -376,7 +377,11 @@ func TestOrphansInANewSessionAreSwept(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		testenv.MissingTool(t, "setsid")
 	}
-	e, root := newExec(t, testConfig())
+	// Without a cgroup per command: in one, the escaped process would be
+	// killed with its command (TestContainedCommandLeavesNothing).
+	cfg := testConfig()
+	cfg.Cgroup = ""
+	e, root := newExec(t, cfg)
 	pidFile := filepath.Join(root, "escaped.pid")
 	alive := func() bool {
 		raw, err := os.ReadFile(pidFile)
@@ -446,7 +451,11 @@ func TestOrphansThatClearedTheirEnvironmentAreSwept(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		testenv.MissingTool(t, "setsid")
 	}
-	e, root := newExec(t, testConfig())
+	// Without a cgroup per command: in one, the escaped process would be
+	// killed with its command (TestContainedCommandLeavesNothing).
+	cfg := testConfig()
+	cfg.Cgroup = ""
+	e, root := newExec(t, cfg)
 	script := `setsid env -i /bin/sh -c 'echo $$ > escaped.pid; exec sleep 300' >/dev/null 2>&1 </dev/null &
 while [ ! -s escaped.pid ]; do sleep 0.01; done; echo escaped`
 	res, err := e.Execute(context.Background(), Invocation{Command: script, WorkingDir: root})

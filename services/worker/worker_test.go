@@ -47,6 +47,7 @@ func offlineService(t *testing.T, cfg Config) *Service {
 	require.NoError(t, cfg.Validate())
 	ex, err := newExecutor(cfg)
 	require.NoError(t, err)
+	t.Cleanup(ex.Close)
 	return &Service{cfg: cfg, log: logx.Discard(), exec: ex, scratch: newScratchPool(cfg.WorkspaceRoot, 0),
 		metrics: newMetrics(promauto.With(prometheus.NewRegistry()))}
 }
@@ -172,20 +173,40 @@ func TestTenantsHaveCachesOfTheirOwn(t *testing.T) {
 	require.Equal(t, "compiled\n", string(got))
 }
 
-// While commands are confined, every task gets a directory of its own,
-// never one an earlier task had: what that task left running has no
-// rights to it.
+// While commands are confined, a task gets a directory no earlier task had
+// unless every process of that task is known to have ended (a cgroup per
+// command): what it left running would otherwise have rights to it.
 func TestConfinedTasksGetFreshDirectories(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	ex, err := newExecutor(cfg)
-	require.NoError(t, err)
-	if !ex.Confined() {
+	s := offlineService(t, cfg)
+	ex := s.exec
+	contained, why := ex.Contained()
+	if !ex.Confined() || contained {
 		require.Equal(t, cfg.Concurrency, scratchReuse(cfg, ex))
+	}
+	if !ex.Confined() {
 		return
 	}
+	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, ex))
+	if contained {
+		// A process the task left running, out of its session and
+		// without the marker, ends with its command; the directory then
+		// serves the next task.
+		out, _ := s.runTask(context.Background(), "engineer",
+			dispatch("setsid env -i sleep 300 >/dev/null 2>&1 </dev/null & echo $!; pwd"))
+		require.Zero(t, out.msg.GetExitCode(), out.msg.GetStderr())
+		pidLine, dir, _ := strings.Cut(out.msg.GetStdout(), "\n")
+		pid, err := strconv.Atoi(pidLine)
+		require.NoError(t, err)
+		stat, err := os.ReadFile("/proc/" + pidLine + "/stat")
+		require.True(t, err != nil || strings.Contains(string(stat), ") Z "), "process %d left running", pid)
+		out, _ = s.runTask(context.Background(), "engineer", dispatch("pwd"))
+		require.Equal(t, dir, out.msg.GetStdout(), "the directory is reused")
+		return
+	}
+	t.Logf("commands not in cgroups: %v", why)
 	require.Zero(t, scratchReuse(cfg, ex))
-	s := offlineService(t, cfg)
 	seen := map[string]bool{}
 	for range 3 {
 		out, _ := s.runTask(context.Background(), "engineer", dispatch("pwd"))
