@@ -162,6 +162,22 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.Contains(t, n["big"]["stdout"], "bytes truncated")
 	})
 
+	t.Run("what a node leaves running ends with it", func(t *testing.T) {
+		// A process out of the node's session and without its marker: in a
+		// cgroup per command it is killed when the command ends, otherwise
+		// by the orphan sweep once no command that ran beside it is live.
+		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "bg", "command": "setsid env -i sleep 300 >/dev/null 2>&1 </dev/null & echo $!"},
+		}}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		pid := strings.TrimSpace(nodeMap(run)["bg"]["stdout"].(string))
+		require.NotEmpty(t, pid)
+		require.Eventually(t, func() bool {
+			stat, err := os.ReadFile("/proc/" + pid + "/stat")
+			return err != nil || strings.Contains(string(stat), ") Z ")
+		}, 30*time.Second, 20*time.Millisecond, "process %s left running", pid)
+	})
+
 	t.Run("a run is only in one of the caller's own sessions", func(t *testing.T) {
 		alice, bob := c.asUser("default", "alice-runs"), c.asUser("default", "bob-runs")
 		sess := alice.ok("POST", "/v1/sessions", map[string]any{"displayName": "alice's"})["session"].(map[string]any)
