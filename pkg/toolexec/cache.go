@@ -332,7 +332,7 @@ func reusable(res Result) bool {
 // instead, and the parser runs again on the moved output.
 func (e *Executor) fromCache(inv Invocation, ws string, ent cacheEntry) Result {
 	res := ent.res
-	res.Cached, res.CacheHits, res.PID, res.Duration, res.Contained = true, ent.hits, 0, 0, true
+	res.Cached, res.CacheHits, res.PID, res.Duration = true, ent.hits, 0, 0
 	if ent.ws != ws {
 		mv := func(s string) string { return strings.ReplaceAll(s, ent.ws, ws) }
 		res.Stdout, res.Stderr = mv(res.Stdout), mv(res.Stderr)

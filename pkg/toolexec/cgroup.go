@@ -19,16 +19,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Each command can run in a cgroup (version 2) of its own. A process
-// cannot leave its cgroup without write access to another one's
-// cgroup.procs, which a confined command has nowhere, so when the command
-// ends, killing the cgroup's members (cgroup.kill) ends every process it
-// started, wherever in the process tree, session or group it went and
-// whatever it did to its environment. The kernel then reports the cgroup
-// empty, and the executor knows that nothing the command started is left:
-// Result.Contained. Without cgroups, the orphan sweep (orphans.go) is what
-// finds such processes, by their marker or as adopted orphans, and cannot
-// always attribute them.
+// Each command can run in a cgroup (version 2) of its own. When the command
+// ends, whatever is left in its cgroup is killed (cgroup.kill), wherever in
+// the process tree, session or group it went and whatever it did to its
+// environment: a daemonising tool's helpers end with the command, not at a
+// later orphan sweep (orphans.go), which cannot always attribute them.
+//
+// This is a cleanup, not a boundary. A command cannot write cgroup files
+// while confined, but it can start a process in another cgroup: clone3
+// with CLONE_INTO_CGROUP needs only a descriptor of the target (an O_PATH
+// one, which Landlock does not check) and permission to write cgroup.procs
+// of the common ancestor, which the command's user has wherever it owns
+// that file (root, without capabilities, owns them all). Such a process
+// outlives its command's cgroup, so an empty cgroup proves nothing, and the
+// orphan sweep still runs.
 
 // CgroupAuto is Config.Cgroup's default: a cgroup below this process's own,
 // when this process may make one there and start commands in it.
@@ -277,10 +281,10 @@ func (g *cgroups) get() (*cgroup, error) {
 }
 
 // end kills whatever is left in c and waits up to wait for the kernel to
-// report it empty. It reports whether c emptied. A cgroup nothing was left
+// report it empty, and reports whether it did. A cgroup nothing was left
 // in is kept for a later command; one that had to be killed is removed once
-// empty: some kernels kill every process later started into a cgroup that
-// was once killed.
+// empty: some kernels (6.18) kill every process later started into a
+// cgroup that was once killed.
 func (g *cgroups) end(c *cgroup, wait time.Duration) bool {
 	populated, err := c.populated()
 	killed := false

@@ -27,22 +27,20 @@ func gone(pid int) bool {
 
 // A process a command started is killed when the command ends, although it
 // left the command's session and cleared its environment (no marker).
-func TestContainedCommandLeavesNothing(t *testing.T) {
+func TestLeftoversAreKilledWithTheirCommand(t *testing.T) {
 	e, root := newExec(t, testConfig())
 	res, err := e.Execute(context.Background(), Invocation{Command: "sh",
 		Args: []string{"-c", "setsid env -i sleep 300 >/dev/null 2>&1 </dev/null & echo $!"}, WorkingDir: root})
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
 	require.NoError(t, err, "%+v", res)
-	if ok, why := e.Contained(); !ok {
-		// No cgroup here: the command is not reported contained, and the
-		// orphan sweep is what ends its process (TestOrphansThatCleared...).
-		t.Logf("commands not contained: %v", why)
-		require.False(t, res.Contained)
+	if ok, why := e.InCgroups(); !ok {
+		// No cgroup here: the orphan sweep is what ends such a process
+		// (TestOrphansThatClearedTheirEnvironmentAreSwept).
+		t.Logf("commands not in cgroups: %v", why)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return
 	}
-	require.True(t, res.Contained)
 	require.True(t, gone(pid), "the escaped process %d is still running", pid)
 }
 
@@ -51,15 +49,15 @@ func TestContainedCommandLeavesNothing(t *testing.T) {
 func TestCgroupsAreReusedAndRemoved(t *testing.T) {
 	cfg := testConfig()
 	e, root := newExec(t, cfg)
-	if ok, why := e.Contained(); !ok {
-		t.Logf("commands not contained: %v", why)
+	if ok, why := e.InCgroups(); !ok {
+		t.Logf("commands not in cgroups: %v", why)
 		require.Error(t, why)
 		return
 	}
 	for range 3 {
 		res, err := e.Execute(context.Background(), Invocation{Command: "true", WorkingDir: root})
 		require.NoError(t, err)
-		require.True(t, res.Contained)
+		require.Zero(t, res.ExitCode)
 	}
 	dir := e.cgroups.dir
 	ents, err := os.ReadDir(dir)
@@ -88,8 +86,8 @@ func TestCgroupsAreReusedAndRemoved(t *testing.T) {
 // by the next executor that starts there.
 func TestAbandonedCgroupsAreRemoved(t *testing.T) {
 	e, _ := newExec(t, testConfig())
-	if ok, why := e.Contained(); !ok {
-		t.Logf("commands not contained: %v", why)
+	if ok, why := e.InCgroups(); !ok {
+		t.Logf("commands not in cgroups: %v", why)
 		return
 	}
 	base := filepath.Dir(e.cgroups.dir)

@@ -120,7 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Confine, "toolexec.confine", true, "confine each command with Landlock where the kernel has it (Linux 5.13+): it reads nothing inside the workspace root but its own workspace, writes only its workspace and -toolexec.confine-writable, and cannot signal the service or other tasks")
 	fs.Var((*stringList)(&c.ConfineWritable), "toolexec.confine-writable", "comma-separated absolute directories confined commands may also write (shared tool caches)")
 	fs.Var((*stringList)(&c.ConfineHidden), "toolexec.confine-hidden", "comma-separated absolute directories confined commands may not read besides the workspace root (where repositories are kept, say)")
-	fs.StringVar(&c.Cgroup, "toolexec.cgroup", CgroupAuto, "where each command gets a cgroup (v2) of its own, so that every process it started is killed when it ends and its task directory can be reused: \"auto\" (below the service's own cgroup, when the service may make cgroups there), an absolute directory in a cgroup2 hierarchy that the service may write, or \"\" for none")
+	fs.StringVar(&c.Cgroup, "toolexec.cgroup", CgroupAuto, "where each command gets a cgroup (v2) of its own, so that what it leaves in it is killed when it ends: \"auto\" (below the service's own cgroup, when the service may make cgroups there), an absolute directory in a cgroup2 hierarchy that the service may write, or \"\" for none")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
 

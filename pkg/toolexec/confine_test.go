@@ -291,7 +291,7 @@ func benchmarkNoop(b *testing.B, confine bool, cgroup string) {
 	e, err := New(cfg, bd, nil)
 	require.NoError(b, err)
 	b.Cleanup(e.Close)
-	if ok, why := e.Contained(); cgroup != "" && !ok {
+	if ok, why := e.InCgroups(); cgroup != "" && !ok {
 		b.Logf("no cgroups: %v", why)
 	}
 	for b.Loop() {

@@ -89,11 +89,6 @@ type Result struct {
 	// has now been reused CacheHits times; no process ran.
 	Cached    bool
 	CacheHits int
-	// Contained is set when every process the command started is known to
-	// have ended: it ran in a cgroup of its own, whose members were killed
-	// and which the kernel then reported empty. Also set when no process
-	// ran (Cached).
-	Contained bool
 
 	stdout, stderr *capture
 }
@@ -203,10 +198,9 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	return e, nil
 }
 
-// Contained reports whether each command runs in a cgroup of its own, all
-// of whose processes are killed when it ends (Result.Contained), and, when
-// not, why.
-func (e *Executor) Contained() (bool, error) {
+// InCgroups reports whether each command runs in a cgroup of its own,
+// whose processes are killed when it ends, and, when not, why.
+func (e *Executor) InCgroups() (bool, error) {
 	if e.cgroups != nil {
 		return true, nil
 	}
@@ -614,7 +608,7 @@ wait:
 	// output pipes open either.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	if cg != nil {
-		res.Contained = e.cgroups.end(cg, e.cfg.CleanupTimeout)
+		e.cgroups.end(cg, e.cfg.CleanupTimeout)
 	}
 	drainOutput(&readers, w, min(outputDrain, e.cfg.CleanupTimeout), outR, errR)
 	closeAll(outR, errR)

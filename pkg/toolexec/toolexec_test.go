@@ -378,7 +378,7 @@ func TestOrphansInANewSessionAreSwept(t *testing.T) {
 		testenv.MissingTool(t, "setsid")
 	}
 	// Without a cgroup per command: in one, the escaped process would be
-	// killed with its command (TestContainedCommandLeavesNothing).
+	// killed with its command (TestLeftoversAreKilledWithTheirCommand).
 	cfg := testConfig()
 	cfg.Cgroup = ""
 	e, root := newExec(t, cfg)
@@ -452,7 +452,7 @@ func TestOrphansThatClearedTheirEnvironmentAreSwept(t *testing.T) {
 		testenv.MissingTool(t, "setsid")
 	}
 	// Without a cgroup per command: in one, the escaped process would be
-	// killed with its command (TestContainedCommandLeavesNothing).
+	// killed with its command (TestLeftoversAreKilledWithTheirCommand).
 	cfg := testConfig()
 	cfg.Cgroup = ""
 	e, root := newExec(t, cfg)

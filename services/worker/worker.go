@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,30 +190,18 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 }
 
 // scratchReuse is how many task directories are kept for later tasks: as
-// many as run at once, unless commands are confined without a cgroup each.
+// many as run at once while commands are not confined, none while they are.
 // A confined command's rights are to its directory itself, so a process it
 // left behind could otherwise read and write the next task's files in the
-// same directory. In a cgroup, every process a command started is known to
-// have ended when it returns (toolexec.Result.Contained), and a directory
-// is kept only after such commands (see reusable).
+// same directory. A cgroup per command does not change this: a command can
+// start a process in another cgroup (clone3 into any cgroup whose
+// cgroup.procs its user may write), so its cgroup being empty does not
+// prove that nothing it started is left.
 func scratchReuse(cfg Config, ex *toolexec.Executor) int {
-	if contained, _ := ex.Contained(); ex.Confined() && !contained {
+	if ex.Confined() {
 		return 0
 	}
 	return cfg.Concurrency
-}
-
-// reusable tracks whether a task's directory may go to a later task: always
-// while commands are not confined; otherwise only when no process that
-// had rights to it can be left, so only after commands whose every process
-// is known to have ended, and never after the worker's own programs ran
-// there (a repository's git, which are not in a cgroup).
-type reusable struct{ no atomic.Bool }
-
-func (r *reusable) ran(res toolexec.Result, ex *toolexec.Executor) {
-	if ex.Confined() && !res.Contained {
-		r.no.Store(true)
-	}
 }
 
 // registerCacheMetrics exposes the tool output cache's use (spec C-33).
@@ -346,8 +333,8 @@ func (s *Service) run(ctx context.Context) error {
 			g.Go(func() error { return s.loop(gctx, role, consumers[i]) })
 		}
 	}
-	if contained, why := s.exec.Contained(); contained {
-		s.log.InfoContext(ctx, "task commands run in a cgroup each: every process a command starts ends with it")
+	if ok, why := s.exec.InCgroups(); ok {
+		s.log.InfoContext(ctx, "task commands run in a cgroup each: what a command leaves in it is killed when it ends")
 	} else {
 		s.log.InfoContext(ctx, "task commands share the worker's cgroup: the orphan sweep ends what they leave running",
 			logx.Err(why))
@@ -605,14 +592,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 		return fail("could not create the task workspace")
 	}
-	var keep reusable
-	defer func() {
-		if keep.no.Load() {
-			removeWorkspace(ws)
-		} else {
-			s.scratch.put(ws)
-		}
-	}()
+	defer s.scratch.put(ws)
 
 	dir := ws
 	vars := map[string]string{"HOME": ws, "TMPDIR": filepath.Join(ws, ".tmp")}
@@ -642,9 +622,6 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	var wsp *workspace
 	if repo != "" {
-		if s.exec.Confined() {
-			keep.no.Store(true)
-		}
 		wsp, err = openWorkspace(ctx, s.log, ws, repo, meta[MetaBaseCommit], toolexec.GitEnv(s.cfg.Tools.ExtraSecretPatterns),
 			func(cmd *exec.Cmd) error { return s.exec.StartIn(cmd, ws) })
 		if err != nil {
@@ -678,11 +655,9 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		timeout = d
 	}
 	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
-		res, err := s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
+		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
 			Writable: writable,
 			Class:    toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
-		keep.ran(res, s.exec)
-		return res, err
 	}
 	if meta[MetaSessionCheck] != "" {
 		return s.sessionCheck(ctx, wsp, dir, meta, runCmd, res)
