@@ -342,16 +342,20 @@ type confinedPolicy struct {
 }
 
 // build makes the ruleset of p for the kernel's ABI, or takes a copy of
-// the one made for the same workspace and writable directories before (task
-// directories are reused), while those are still the same directories and
-// the shared rules have not changed. The caller closes it.
+// the one made for the same workspace before (task directories are reused),
+// while that is still the same directory and the shared rules have not
+// changed. The caller closes it.
 func (p confinedPolicy) build(abi int) (*ruleset, error) {
 	var r *ruleset
 	err := base.with(p, func(gen uint64, rules []baseRule) error {
-		dirs := append([]string{p.workspace}, p.extra...)
-		if fd, ok := rulesets.get(dirs, gen); ok {
-			r = &ruleset{fd: fd}
-			return nil
+		// A call with writable directories of its own gets a ruleset of
+		// its own, neither taken from the cache nor kept in it.
+		reuse := len(p.extra) == 0
+		if reuse {
+			if fd, ok := rulesets.get(p.workspace, gen); ok {
+				r = &ruleset{fd: fd}
+				return nil
+			}
 		}
 		var err error
 		if r, err = newRuleset(abi); err != nil {
@@ -362,25 +366,30 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 				return err
 			}
 		}
-		held := make([]int, 0, len(dirs))
-		closeHeld := func() {
-			for _, fd := range held {
+		ws, access, err := openRule(p.workspace, llAll)
+		if err != nil || ws < 0 {
+			return err
+		}
+		if err = r.add(ws, access, p.workspace); err != nil {
+			_ = unix.Close(ws)
+			return err
+		}
+		for _, x := range p.extra {
+			fd, access, err := openRule(x, llAll)
+			if err == nil && fd >= 0 {
+				err = r.add(fd, access, x)
 				_ = unix.Close(fd)
 			}
-		}
-		for _, d := range dirs {
-			fd, access, err := openRule(d, llAll)
-			if err != nil || fd < 0 {
-				closeHeld()
-				return err
-			}
-			held = append(held, fd)
-			if err = r.add(fd, access, d); err != nil {
-				closeHeld()
+			if err != nil {
+				_ = unix.Close(ws)
 				return err
 			}
 		}
-		rulesets.put(dirs, held, gen, r.fd)
+		if !reuse {
+			_ = unix.Close(ws)
+			return nil
+		}
+		rulesets.put(p.workspace, ws, gen, r.fd)
 		return nil
 	})
 	if err != nil {
@@ -392,21 +401,19 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 	return r, nil
 }
 
-// rulesetCache keeps the finished rulesets of recent workspaces, by the
-// workspace and the call's writable directories. A ruleset can restrict any
-// number of threads; each use takes a duplicate of its descriptor, so that
-// one evicted meanwhile stays valid for that use. An entry holds its
-// directories open, so that their inode numbers cannot name other
-// directories while the entry lives.
+// rulesetCache keeps the finished rulesets of recent workspaces. A ruleset
+// can restrict any number of threads; each use takes a duplicate of its
+// descriptor, so that one evicted meanwhile stays valid for that use. An
+// entry holds its workspace open, so that the directory's inode number
+// cannot name another directory while the entry lives.
 type rulesetCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedRuleset
 }
 
 type cachedRuleset struct {
-	fd   int
-	dirs []int // the directories the ruleset grants, open
-	gen  uint64
+	fd, ws int
+	gen    uint64
 }
 
 // maxCachedRulesets bounds the cache: more than the task directories a
@@ -415,26 +422,16 @@ const maxCachedRulesets = 256
 
 var rulesets = rulesetCache{entries: map[string]cachedRuleset{}}
 
-func rulesetKey(dirs []string) string { return strings.Join(dirs, "\x00") }
-
-func (c *rulesetCache) get(dirs []string, gen uint64) (int, bool) {
-	now := make([]unix.Stat_t, len(dirs))
-	for i, d := range dirs {
-		if unix.Stat(d, &now[i]) != nil {
-			return -1, false
-		}
+func (c *rulesetCache) get(ws string, gen uint64) (int, bool) {
+	var now, held unix.Stat_t
+	if unix.Stat(ws, &now) != nil {
+		return -1, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[rulesetKey(dirs)]
-	if !ok || e.gen != gen || len(e.dirs) != len(dirs) {
+	e, ok := c.entries[ws]
+	if !ok || e.gen != gen || unix.Fstat(e.ws, &held) != nil || held.Dev != now.Dev || held.Ino != now.Ino {
 		return -1, false
-	}
-	for i, fd := range e.dirs {
-		var held unix.Stat_t
-		if unix.Fstat(fd, &held) != nil || held.Dev != now[i].Dev || held.Ino != now[i].Ino {
-			return -1, false
-		}
 	}
 	fd, err := unix.FcntlInt(uintptr(e.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -443,29 +440,23 @@ func (c *rulesetCache) get(dirs []string, gen uint64) (int, bool) {
 	return fd, true
 }
 
-// put keeps a duplicate of fd for dirs, held open as held (which put owns),
+// put keeps a duplicate of fd for ws, held open as wsFd (which put owns),
 // replacing an older one and evicting others past the bound.
-func (c *rulesetCache) put(dirs []string, held []int, gen uint64, fd int) {
-	closeAll := func(fds []int) {
-		for _, f := range fds {
-			_ = unix.Close(f)
-		}
-	}
+func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		closeAll(held)
+		_ = unix.Close(wsFd)
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	evict := func(k string, e cachedRuleset) {
 		_ = unix.Close(e.fd)
-		closeAll(e.dirs)
+		_ = unix.Close(e.ws)
 		delete(c.entries, k)
 	}
-	key := rulesetKey(dirs)
-	if old, ok := c.entries[key]; ok {
-		evict(key, old)
+	if old, ok := c.entries[ws]; ok {
+		evict(ws, old)
 	}
 	for k, e := range c.entries {
 		if len(c.entries) < maxCachedRulesets && e.gen == gen {
@@ -473,7 +464,7 @@ func (c *rulesetCache) put(dirs []string, held []int, gen uint64, fd int) {
 		}
 		evict(k, e)
 	}
-	c.entries[key] = cachedRuleset{fd: dup, dirs: held, gen: gen}
+	c.entries[ws] = cachedRuleset{fd: dup, ws: wsFd, gen: gen}
 }
 
 // StartIn starts cmd (a program the service itself runs on a workspace's
