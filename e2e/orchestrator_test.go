@@ -199,6 +199,49 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.Contains(t, over.Raw, "is completed; cannot run in it")
 	})
 
+	t.Run("a member sees and acts on their own runs only; an admin on the tenant's", func(t *testing.T) {
+		alice, bob := c.asUser("default", "alice-own-runs"), c.asUser("default", "bob-own-runs")
+		sess := alice.ok("POST", "/v1/sessions", map[string]any{"displayName": "alice's runs"})["session"].(map[string]any)
+		name := alice.createRun(map[string]any{"sessionId": sess["id"], "dag": map[string]any{"nodes": []any{
+			map[string]any{"id": "n", "command": "sleep 30"}}}})
+		for _, call := range []struct{ method, path string }{
+			{"GET", "/v1/" + name},
+			{"GET", "/v1/" + name + "/decisions"},
+			{"POST", "/v1/" + name + ":pause"},
+			{"POST", "/v1/" + name + ":cancel"},
+			{"POST", "/v1/" + name + ":settle"},
+			{"POST", "/v1/" + name + ":taskAction"},
+			{"POST", "/v1/" + sess["name"].(string) + "/tasks:action"},
+		} {
+			var body map[string]any
+			switch {
+			case strings.HasSuffix(call.path, ":settle"):
+				body = map[string]any{"action": "SETTLE_ACTION_KEEP"}
+			case strings.Contains(call.path, "ction"):
+				body = map[string]any{"nodeId": "n", "action": "TASK_ACTION_TYPE_QUERY"}
+			case call.method == "POST":
+				body = map[string]any{}
+			}
+			r := bob.do(call.method, call.path, body)
+			require.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", call.method, call.path, r.Raw)
+		}
+		for _, verb := range []string{"pause", "cancel"} {
+			r := bob.ok("POST", "/v1/"+sess["name"].(string)+"/runs:"+verb, map[string]any{})
+			require.Empty(t, r["runs"], "bob %ss alice's session runs", verb)
+		}
+		require.Empty(t, bob.ok("GET", "/v1/runs?sessionId="+sess["id"].(string), nil)["runs"])
+		bobs, _ := bob.ok("GET", "/v1/runs?pageSize=100", nil)["runs"].([]any)
+		for _, r := range bobs {
+			require.NotEqual(t, name, r.(map[string]any)["name"])
+		}
+		require.Equal(t, "RUN_STATE_RUNNING", alice.ok("GET", "/v1/"+name, nil)["run"].(map[string]any)["state"],
+			"nothing bob did reached the run")
+		// The tenant's admin sees and stops it.
+		require.Equal(t, name, c.ok("GET", "/v1/"+name, nil)["run"].(map[string]any)["name"])
+		c.ok("POST", "/v1/"+name+":cancel", map[string]any{})
+		require.Equal(t, "RUN_STATE_CANCELLED", alice.waitRun(name)["state"])
+	})
+
 	t.Run("pause, resume and cancel a run, a node and a session", func(t *testing.T) {
 		sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "controls"})["session"].(map[string]any)
 		sid := strings.TrimPrefix(sess["name"].(string), "sessions/")

@@ -156,6 +156,9 @@ func (s *Service) controlRPC(ctx context.Context, name, nodeID string, act actio
 	if len(nodeID) > 64 {
 		return nil, status.Error(codes.InvalidArgument, "node_id: at most 64 characters")
 	}
+	if err := s.checkRun(ctx, who, id); err != nil {
+		return nil, err
+	}
 	found, err := s.control(ctx, who.TenantID, id, nodeID, act)
 	if err != nil {
 		if e, ok := err.(*errState); ok {
@@ -218,7 +221,7 @@ func (s *Service) sessionControl(ctx context.Context, session string, act action
 	if err != nil {
 		return nil, err
 	}
-	runs, err := sessionRuns(ctx, s.db, who.TenantID, sid)
+	runs, err := sessionRuns(ctx, s.db, who.TenantID, runOwner(who), sid)
 	if err != nil {
 		return nil, s.internal(ctx, "list session runs", err)
 	}

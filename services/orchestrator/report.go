@@ -2,11 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
@@ -28,10 +25,8 @@ func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDec
 	if err != nil {
 		return nil, err
 	}
-	if _, err := getRun(ctx, s.db, who.TenantID, id); errors.Is(err, errNotFound) {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", runName(id))
-	} else if err != nil {
-		return nil, s.internal(ctx, "load run", err)
+	if err := s.checkRun(ctx, who, id); err != nil {
+		return nil, err
 	}
 	rows, err := s.db.Query(ctx, `SELECT a.node_id, a.attempt, a.section, CASE WHEN n.attempt = a.attempt THEN n.report ELSE '' END
 		FROM attempts a LEFT JOIN nodes n ON n.tenant_id = a.tenant_id AND n.run_id = a.run_id AND n.node_id = a.node_id

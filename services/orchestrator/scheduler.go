@@ -827,7 +827,7 @@ func (s *Service) wakeSessionPeers(run *runRow) {
 	}
 	ctx := s.runCtx()
 	go func() {
-		peers, err := sessionRuns(ctx, s.db, run.TenantID, run.SessionID)
+		peers, err := sessionRuns(ctx, s.db, run.TenantID, "", run.SessionID)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "list the session's runs", logx.KeyTenantID, run.TenantID, logx.Err(err))

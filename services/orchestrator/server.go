@@ -207,6 +207,9 @@ func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkRun(ctx, who, id); err != nil {
+		return nil, err
+	}
 	r, err := s.loadRun(ctx, who.TenantID, id)
 	if err != nil {
 		return nil, err
@@ -214,8 +217,9 @@ func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest)
 	return &orchestratorv1.GetRunResponse{Run: r}, nil
 }
 
-// ListRuns pages through the tenant's runs, newest first. Listed runs carry
-// neither the DAG nor node statuses: GetRun has them.
+// ListRuns pages through the caller's runs (an admin's: the tenant's),
+// newest first. Listed runs carry neither the DAG nor node statuses: GetRun
+// has them.
 func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequest) (*orchestratorv1.ListRunsResponse, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
@@ -240,7 +244,7 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 			return nil, status.Error(codes.InvalidArgument, "page_token: is invalid")
 		}
 	}
-	rows, err := listRuns(ctx, s.db, who.TenantID, session, cursor, size+1)
+	rows, err := listRuns(ctx, s.db, who.TenantID, runOwner(who), session, cursor, size+1)
 	if err != nil {
 		return nil, s.internal(ctx, "list runs", err)
 	}
@@ -254,6 +258,31 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 		resp.Runs = append(resp.Runs, runProto(r, nil, nil))
 	}
 	return resp, nil
+}
+
+// runOwner is whose runs the caller may see and act on: their own (a
+// service acting for a user counts as that user), or, for an admin, every
+// run of the tenant ("").
+func runOwner(who identity.Identity) string {
+	if who.Role == identity.RoleAdmin {
+		return ""
+	}
+	return who.UserID
+}
+
+// checkRun answers NotFound unless run id is one the caller may see (see
+// runOwner), as for a run that does not exist.
+func (s *Service) checkRun(ctx context.Context, who identity.Identity, id string) error {
+	var one int
+	err := s.db.QueryRow(ctx, `SELECT 1 FROM runs WHERE tenant_id = $1 AND id = $2 AND ($3 = '' OR user_id = $3)`,
+		who.TenantID, id, runOwner(who)).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return status.Errorf(codes.NotFound, "run %s not found", runName(id))
+	}
+	if err != nil {
+		return s.internal(ctx, "load run", err)
+	}
+	return nil
 }
 
 // writer returns the caller, who must be allowed to change runs.

@@ -42,6 +42,9 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	default:
 		return nil, status.Error(codes.InvalidArgument, "action: want SETTLE_ACTION_KEEP, SETTLE_ACTION_ROLLBACK or SETTLE_ACTION_RETRY")
 	}
+	if err := s.checkRun(ctx, who, id); err != nil {
+		return nil, err
+	}
 	run, err := getRun(ctx, s.db, who.TenantID, id)
 	if errors.Is(err, errNotFound) {
 		return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())

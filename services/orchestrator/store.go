@@ -636,15 +636,17 @@ func activeRuns(ctx context.Context, q querier, limit int) ([]runKey, error) {
 
 // listRuns returns up to limit runs of a tenant, newest first, after the
 // cursor when one is given, optionally within one session.
-func listRuns(ctx context.Context, q querier, tenant, session string, after *pageCursor, limit int) ([]*runRow, error) {
-	args := []any{tenant, session, limit}
+// listRuns pages through a tenant's runs, those of one session when session
+// is set, and those owner created when owner is set (see runOwner).
+func listRuns(ctx context.Context, q querier, tenant, owner, session string, after *pageCursor, limit int) ([]*runRow, error) {
+	args := []any{tenant, session, limit, owner}
 	cond := ""
 	if after != nil {
 		args = append(args, after.CreateTime, after.ID)
-		cond = ` AND (create_time, id) < ($4, $5)`
+		cond = ` AND (create_time, id) < ($5, $6)`
 	}
 	rows, err := q.Query(ctx, `SELECT `+runColumnsNoDag+` FROM runs
-		WHERE tenant_id = $1 AND ($2 = '' OR session_id = $2)`+cond+`
+		WHERE tenant_id = $1 AND ($2 = '' OR session_id = $2) AND ($4 = '' OR user_id = $4)`+cond+`
 		ORDER BY create_time DESC, id DESC LIMIT $3`, args...)
 	if err != nil {
 		return nil, err
@@ -687,9 +689,9 @@ func claimExpired(ctx context.Context, q querier, owner string, ttl time.Duratio
 }
 
 // sessionRuns lists the unfinished runs of a session.
-func sessionRuns(ctx context.Context, q querier, tenant, session string) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM runs WHERE tenant_id = $1 AND session_id = $2
-		AND state IN ('PENDING', 'RUNNING', 'PAUSED') ORDER BY create_time`, tenant, session)
+func sessionRuns(ctx context.Context, q querier, tenant, owner, session string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM runs WHERE tenant_id = $1 AND session_id = $2 AND ($3 = '' OR user_id = $3)
+		AND state IN ('PENDING', 'RUNNING', 'PAUSED') ORDER BY create_time`, tenant, session, owner)
 	if err != nil {
 		return nil, err
 	}

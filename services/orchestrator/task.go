@@ -83,7 +83,7 @@ func (s *Service) TaskAction(ctx context.Context, req *orchestratorv1.TaskAction
 	if req.GetMaxLoops() < 0 || req.GetMaxLoops() > maxLoopsLimit {
 		return nil, status.Errorf(codes.InvalidArgument, "max_loops: must be between 0 and %d", maxLoopsLimit)
 	}
-	runID, err := s.actionRun(ctx, who.TenantID, req)
+	runID, err := s.actionRun(ctx, who, req)
 	if err != nil {
 		return nil, err
 	}
@@ -246,9 +246,13 @@ func ParseTaskAction(s string) (orchestratorv1.TaskActionType, bool) {
 
 // actionRun resolves the run of a task action: the named one, or the
 // session's newest run holding the node.
-func (s *Service) actionRun(ctx context.Context, tenant string, req *orchestratorv1.TaskActionRequest) (string, error) {
+func (s *Service) actionRun(ctx context.Context, who identity.Identity, req *orchestratorv1.TaskActionRequest) (string, error) {
 	if req.GetName() != "" {
-		return parseRunName(req.GetName())
+		id, err := parseRunName(req.GetName())
+		if err != nil {
+			return "", err
+		}
+		return id, s.checkRun(ctx, who, id)
 	}
 	if req.GetSession() == "" {
 		return "", status.Error(codes.InvalidArgument, "name or session: one is required")
@@ -259,8 +263,8 @@ func (s *Service) actionRun(ctx context.Context, tenant string, req *orchestrato
 	}
 	var id string
 	err = s.db.QueryRow(ctx, `SELECT r.id FROM runs r JOIN nodes n ON n.tenant_id = r.tenant_id AND n.run_id = r.id
-		WHERE r.tenant_id = $1 AND r.session_id = $2 AND n.node_id = $3
-		ORDER BY r.create_time DESC, r.id DESC LIMIT 1`, tenant, session, req.GetNodeId()).Scan(&id)
+		WHERE r.tenant_id = $1 AND r.session_id = $2 AND n.node_id = $3 AND ($4 = '' OR r.user_id = $4)
+		ORDER BY r.create_time DESC, r.id DESC LIMIT 1`, who.TenantID, session, req.GetNodeId(), runOwner(who)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", status.Errorf(codes.NotFound, "no run of session %s has a node %q", session, req.GetNodeId())
 	}
