@@ -169,6 +169,16 @@ func TestGuideRouting(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, redirects, "failures: %v", found)
+	// A failure holds its user's message: another member sees only their
+	// own, the tenant's admin all of them.
+	other := c.asUser("default", "failure-neighbour")
+	theirs := other.ok("POST", "/v1/routingFailures", map[string]any{"originalRequest": "Where is the payroll export?",
+		"routedTo": "academic", "shouldHaveBeen": "librarian", "failureSignal": "ROUTING_FAILURE_SIGNAL_USER_CORRECTION"})["failure"].(map[string]any)
+	seen := other.ok("GET", "/v1/routingFailures?limit=100", nil)["failures"].([]any)
+	require.Len(t, seen, 1, "another member's failures: %v", seen)
+	require.Equal(t, theirs["id"], seen[0].(map[string]any)["id"])
+	all := c.ok("GET", "/v1/routingFailures?limit=100", nil)["failures"].([]any)
+	require.Len(t, all, 2)
 	after := c.ok("GET", "/v1/routing:accuracy", nil)
 	require.Less(t, after["accuracy"].(float64), 1.0)
 	require.EqualValues(t, "1", fmt.Sprint(after["bySignal"].(map[string]any)["EXPLICIT_REDIRECT"]))

@@ -75,9 +75,9 @@ func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure
 	f.Pattern = requestPattern(f.OriginalRequest)
 	f.CreateTime = s.now()
 	_, err := q.Exec(ctx, `INSERT INTO routing_failures (id, tenant_id, session_id, original_request, pattern,
-		classified_as, routed_to, should_have_been, failure_signal, create_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
-		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime)
+		classified_as, routed_to, should_have_been, failure_signal, create_time, user_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
+		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime, f.UserID)
 	if err != nil {
 		return routingFailure{}, fmt.Errorf("insert routing failure: %w", err)
 	}
@@ -180,10 +180,17 @@ func (s *Service) ListRoutingFailures(ctx context.Context, req *guidev1.ListRout
 		return nil, invalid("limit", "must not be negative")
 	}
 	words := strings.Fields(requestPattern(req.GetRequestPattern()))
+	// A failure holds its user's message: a member sees their own, an
+	// admin the tenant's.
+	owner := who.UserID
+	if who.Role == identity.RoleAdmin {
+		owner = ""
+	}
 	rows, err := s.db.Query(ctx, `SELECT id, session_id, original_request, pattern, classified_as, routed_to,
 		should_have_been, failure_signal, create_time FROM routing_failures
 		WHERE tenant_id = $1 AND (cardinality($2::text[]) = 0 OR string_to_array(pattern, ' ') && $2::text[])
-		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, words, limit)
+			AND ($4 = '' OR user_id = $4)
+		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, words, limit, owner)
 	if err != nil {
 		return nil, s.toStatus(ctx, "list routing failures", fmt.Errorf("list routing failures: %w", err))
 	}

@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS routing_failures_user_idx;
+ALTER TABLE routing_failures DROP COLUMN IF EXISTS user_id;
