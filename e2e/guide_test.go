@@ -38,6 +38,14 @@ func TestGuideSessions(t *testing.T) {
 	require.EqualValues(t, "1", fmt.Sprint(up["version"]))
 	stale := c.do("PATCH", "/v1/"+name+"/context", map[string]any{"context": ctxBody, "version": 0})
 	require.Equal(t, http.StatusConflict, stale.Status, stale.Raw)
+	// Free-form context nests only so deep: deeper would not decode inside
+	// the snapshot later.
+	for depth, want := range map[int]string{40: "context.extra: nested", 5000: "exceeded max recursion depth"} {
+		deep := `{"version": 1, "context": {"extra": {"a": ` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}}}`
+		r := c.do("PATCH", "/v1/"+name+"/context", deep)
+		require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+		require.Contains(t, r.Raw, want)
+	}
 	susp := c.ok("POST", "/v1/"+name+":suspend", map[string]any{})["session"].(map[string]any)
 	require.NotEmpty(t, susp["suspendTime"])
 	snap := c.ok("GET", "/v1/"+name+"/snapshot", nil)["snapshot"].(map[string]any)

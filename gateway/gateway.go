@@ -109,7 +109,10 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		runtime.WithStreamErrorHandler(g.streamError),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonMarshaler{JSONPb: &runtime.JSONPb{
 			MarshalOptions:   g.marshal,
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+			// Nesting is bounded well below what the services decode, so
+			// that nothing a request stores (a session's extra context,
+			// say) fails to decode later inside a larger message.
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false, RecursionLimit: maxRequestNesting},
 		}}),
 		runtime.WithMiddlewares(recordRoute),
 		// Bodies are JSON only; no form bodies and no method overrides, so a
@@ -126,6 +129,10 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 }
 
 // register adds every configured service's routes through its gRPC client.
+// maxRequestNesting bounds the nesting of messages in a request body; each
+// level of a free-form JSON object counts twice (a Struct and a Value).
+const maxRequestNesting = 100
+
 func (g *Gateway) register(ctx context.Context, c Conns) error {
 	var errs []error
 	add := func(name string, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/types/known/structpb"
 	"log/slog"
 	"time"
 
@@ -478,6 +479,9 @@ func (s *Service) UpdateSessionContext(ctx context.Context, req *guidev1.UpdateS
 	if req.GetContext() == nil {
 		return nil, invalid("context", "required")
 	}
+	if d := structDepth(req.GetContext().GetExtra()); d > maxExtraDepth {
+		return nil, invalid("context.extra", "nested %d levels deep; at most %d", d, maxExtraDepth)
+	}
 	raw, err := protojson.Marshal(req.GetContext())
 	if err != nil {
 		return nil, invalid("context", "%v", err)
@@ -526,4 +530,35 @@ func (s *Service) GetSessionSnapshot(ctx context.Context, req *guidev1.GetSessio
 		return nil, s.toStatus(ctx, "get session snapshot", err)
 	}
 	return &guidev1.GetSessionSnapshotResponse{Snapshot: snap}, nil
+}
+
+// maxExtraDepth bounds the nesting of a session context's free-form extra:
+// a context is kept and returned inside larger messages (a snapshot), which
+// must stay within what protobuf decoders accept.
+const maxExtraDepth = 32
+
+// structDepth is how deeply objects and lists nest in st (1 for a flat one).
+func structDepth(st *structpb.Struct) int {
+	if st == nil {
+		return 0
+	}
+	d := 0
+	for _, v := range st.GetFields() {
+		d = max(d, valueDepth(v))
+	}
+	return d + 1
+}
+
+func valueDepth(v *structpb.Value) int {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		return structDepth(k.StructValue)
+	case *structpb.Value_ListValue:
+		d := 0
+		for _, e := range k.ListValue.GetValues() {
+			d = max(d, valueDepth(e))
+		}
+		return d + 1
+	}
+	return 0
 }
