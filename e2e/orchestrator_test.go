@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -160,6 +161,20 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.NotContains(t, n["env"]["stdout"], "_PASSWORD=")
 		require.Equal(t, true, n["big"]["outputTruncated"])
 		require.Contains(t, n["big"]["stdout"], "bytes truncated")
+
+		// A run whose output is larger than gRPC's default message (4 MiB)
+		// can still be read.
+		var nodes []any
+		for i := range 5 {
+			nodes = append(nodes, map[string]any{"id": fmt.Sprintf("mb%d", i),
+				"command": "head -c 1000000 /dev/zero | tr '\\0' a; head -c 1000000 /dev/zero | tr '\\0' b >&2"})
+		}
+		run = c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": nodes}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		for i := range 5 {
+			n := nodeMap(run)[fmt.Sprintf("mb%d", i)]
+			require.Greater(t, len(n["stdout"].(string))+len(n["stderr"].(string)), 1000000, "node mb%d's output is in the run", i)
+		}
 	})
 
 	t.Run("what a node leaves running ends with it", func(t *testing.T) {

@@ -17,6 +17,9 @@ import (
 // resolves to (every ready pod behind a headless Kubernetes Service).
 const serviceConfig = `{"loadBalancingConfig": [{"round_robin": {}}]}`
 
+// MaxRecvBytes is the largest answer a client takes.
+const MaxRecvBytes = 64 << 20
+
 // Dial returns a lazily connecting client for target (host:port). Calls
 // carry the caller's identity signed by signer (nil sends it unsigned, for a
 // deployment whose services take unsigned identities).
@@ -24,6 +27,9 @@ func Dial(target string, signer *identity.Signer, opts ...grpc.DialOption) (*grp
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
+		// Answers may be larger than gRPC's default 4 MiB (a run with its
+		// nodes' output); the services bound what they send themselves.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvBytes)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor(signer)),
 		grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor(signer)),

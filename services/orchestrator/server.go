@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -332,6 +333,56 @@ func (s *Service) loadRun(ctx context.Context, tenant, id string) (*orchestrator
 	return out, nil
 }
 
+// maxRunOutputBytes bounds the nodes' output in one run message: a run of
+// many nodes, each with up to a megabyte per stream, would otherwise not fit
+// in a gRPC message at all.
+const maxRunOutputBytes = 16 << 20
+
+// fitOutputs trims the nodes' stdout and stderr, in place, so that together
+// they hold at most budget bytes: every stream keeps up to the same share,
+// the largest share that fits, as its head and tail around a marker, and
+// its node says its output was truncated.
+func fitOutputs(nodes []nodeRow, budget int) {
+	var sizes []int
+	total := 0
+	for _, n := range nodes {
+		sizes = append(sizes, len(n.Stdout), len(n.Stderr))
+		total += len(n.Stdout) + len(n.Stderr)
+	}
+	if total <= budget {
+		return
+	}
+	// The share: streams smaller than it keep everything, larger ones
+	// keep the share.
+	slices.Sort(sizes)
+	share, left := 0, budget
+	for i, sz := range sizes {
+		if each := left / (len(sizes) - i); sz > each {
+			share = each
+			break
+		}
+		left -= sz
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if len(n.Stdout) > share {
+			n.Stdout, n.StdoutTruncated = trimOutput(n.Stdout, share), true
+		}
+		if len(n.Stderr) > share {
+			n.Stderr, n.StderrTruncated = trimOutput(n.Stderr, share), true
+		}
+	}
+}
+
+// trimOutput keeps about limit bytes of s: its head and tail, valid UTF-8,
+// with a marker saying how much is left out.
+func trimOutput(s string, limit int) string {
+	marker := fmt.Sprintf("\n... [%d bytes not shown: the run's output is too large for one response] ...\n", len(s)-limit)
+	keep := max(limit-len(marker), 0)
+	head, tail := s[:keep/2], s[len(s)-(keep-keep/2):]
+	return strings.ToValidUTF8(head, "") + marker + strings.ToValidUTF8(tail, "")
+}
+
 func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1.Run {
 	out := &orchestratorv1.Run{
 		Name:           runName(r.ID),
@@ -351,6 +402,7 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 		DecisionLog:    r.DecisionLog,
 		Interactive:    r.Interactive,
 	}
+	fitOutputs(nodes, maxRunOutputBytes)
 	for _, n := range nodes {
 		ns := &orchestratorv1.NodeStatus{
 			NodeId:          n.NodeID,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -42,4 +43,23 @@ func TestWorkflowTextBounds(t *testing.T) {
 	require.LessOrEqual(t, len(text), topology.MaxRecordBytes)
 	require.Contains(t, text, "- Total nodes: 8000\n")
 	require.Contains(t, text, "- … and 7950 more\n")
+}
+
+func TestFitOutputs(t *testing.T) {
+	small, big := strings.Repeat("s", 100), strings.Repeat("é", 5000) // 10,000 bytes
+	nodes := []nodeRow{{Stdout: small}, {Stdout: big, Stderr: big}, {Stderr: small}}
+	fitOutputs(nodes, 1<<20)
+	require.Equal(t, big, nodes[1].Stdout, "within the budget nothing changes")
+	require.False(t, nodes[1].StdoutTruncated)
+
+	fitOutputs(nodes, 6000)
+	require.Equal(t, small, nodes[0].Stdout, "a stream under the share keeps everything")
+	require.Equal(t, small, nodes[2].Stderr)
+	for _, s := range []string{nodes[1].Stdout, nodes[1].Stderr} {
+		require.LessOrEqual(t, len(s), 2900)
+		require.True(t, utf8.ValidString(s))
+		require.Contains(t, s, "bytes not shown")
+		require.True(t, strings.HasPrefix(s, "éé") && strings.HasSuffix(s, "éé"), "head and tail are kept")
+	}
+	require.True(t, nodes[1].StdoutTruncated && nodes[1].StderrTruncated)
 }
