@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -50,11 +52,20 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		if u.Host == "" {
 			return "", invalid("repository.url", "has no host")
 		}
+		if _, hasPassword := u.User.Password(); hasPassword {
+			return "", invalid("repository.url", "carries a password; give the librarian's git its credentials instead")
+		}
 	default:
 		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
+	var pin []string
+	if u.Scheme != "file" && id.Role != identity.RoleAdmin && !s.cfg.MembersPrivateRemotes {
+		if pin, err = publicRemote(ctx, u); err != nil {
+			return "", err
+		}
+	}
 	dest := filepath.Join(s.cfg.DataDir, tenantDir(id.TenantID), repoID)
-	if err := gitClone(ctx, raw, dest); err != nil {
+	if err := gitClone(ctx, raw, dest, pin...); err != nil {
 		return "", status.Error(codes.FailedPrecondition, "repository.url: "+err.Error())
 	}
 	resolved, err := filepath.EvalSymlinks(dest)
@@ -66,11 +77,11 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 
 // gitClone clones raw into dest, creating dest's parent; a failed clone
 // leaves nothing behind.
-func gitClone(ctx context.Context, raw, dest string) error {
+func gitClone(ctx context.Context, raw, dest string, config ...string) error {
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
-	if _, err := gitOutput(ctx, filepath.Dir(dest), "clone", "--quiet", "--", raw, dest); err != nil {
+	if _, err := gitOutputConfig(ctx, filepath.Dir(dest), config, "clone", "--quiet", "--", raw, dest); err != nil {
 		_ = os.RemoveAll(dest)
 		return fmt.Errorf("clone failed: %s", firstLine(err.Error()))
 	}
@@ -117,4 +128,46 @@ func firstLine(s string) string {
 func tenantDir(tenant string) string {
 	sum := sha256.Sum256([]byte(tenant))
 	return hex.EncodeToString(sum[:8])
+}
+
+// publicRemote refuses a remote whose host is, or resolves to, an address
+// of the librarian's own networks (loopback, private, link-local, shared,
+// unspecified or multicast): a member could otherwise have the librarian
+// reach the services and stores beside it, or a cloud's metadata address.
+// For http(s) it returns the clone's configuration that pins the host to
+// the address checked, so that a second lookup cannot answer differently,
+// and follows no redirect.
+func publicRemote(ctx context.Context, u *url.URL) ([]string, error) {
+	host := u.Hostname()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "repository.url: the host %q could not be resolved", host)
+	}
+	for _, a := range addrs {
+		if !publicAddr(a) {
+			return nil, status.Errorf(codes.PermissionDenied,
+				"repository.url: %s is an address of the librarian's own networks; only admins may register such a remote (librarian.members-private-remotes)", a)
+		}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	// Redirects could lead anywhere: none are followed.
+	addr := addrs[0].Unmap().String()
+	if addrs[0].Unmap().Is6() {
+		addr = "[" + addr + "]"
+	}
+	return []string{"http.followRedirects=false", "http.curloptResolve=" + host + ":" + port + ":" + addr}, nil
+}
+
+// sharedAddrSpace is 100.64.0.0/10, the carrier-grade NAT range.
+var sharedAddrSpace = netip.MustParsePrefix("100.64.0.0/10")
+
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !sharedAddrSpace.Contains(a)
 }

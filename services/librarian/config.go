@@ -61,6 +61,9 @@ type Config struct {
 	SemanticMinScore float64
 	// DataDir holds clones of repositories registered by git URL.
 	DataDir string
+	// MembersPrivateRemotes lets members clone from loopback, private and
+	// link-local addresses; otherwise only admins may (clone.go).
+	MembersPrivateRemotes bool
 	// ToolsCacheTTL bounds how long a tool discovery answer stays in Redis
 	// (it is also recomputed whenever its configuration changes).
 	ToolsCacheTTL time.Duration
@@ -111,6 +114,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WatchRescan, "librarian.watch.rescan", 30*time.Second, "how often the watcher looks for repositories registered by other replicas")
 	fs.IntVar(&c.WatchMaxDirs, "librarian.watch.max-dirs", 50000, "most directories one replica watches")
 	fs.StringVar(&c.DataDir, "librarian.data-dir", "", "directory for clones of repositories registered by git URL (empty disables URL registration)")
+	fs.BoolVar(&c.MembersPrivateRemotes, "librarian.members-private-remotes", false, "let members, not only admins, register git URLs whose host is a loopback, private or link-local address (an internal git server)")
 }
 
 // Validate reports every problem with the settings.

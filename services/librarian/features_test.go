@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -494,4 +496,51 @@ func TestRegexTheIndexRejects(t *testing.T) {
 	// Valid in Go, but not in the database's dialect.
 	_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: `\Qa.b\E`, Mode: librarianv1.SearchMode_SEARCH_MODE_REGEX})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+}
+
+// A member registers only remotes on public addresses (no password in the
+// URL); an admin, or every member with librarian.members-private-remotes,
+// may name an internal one. A remote that stops answering is given up on
+// with the request, its git helpers and all.
+func TestMembersCloneOnlyPublicRemotes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false, "-librarian.data-dir", t.TempDir())
+	member := identity.NewContext(t.Context(), identity.Identity{TenantID: "t1", UserID: "m1", Role: identity.RoleMember})
+	register := func(ctx context.Context, url string) error {
+		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: url}})
+		return err
+	}
+	for _, url := range []string{"http://127.0.0.1:1/x.git", "https://localhost/x.git", "git://10.1.2.3/x",
+		"ssh://git@192.168.1.1/x", "http://169.254.169.254/latest", "https://[::1]/x", "http://100.64.0.1/x"} {
+		err := register(member, url)
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", url, err)
+		require.ErrorContains(t, err, "only admins")
+	}
+	require.Equal(t, codes.InvalidArgument, status.Code(register(member, "https://u:secret@10.1.2.3/x.git")))
+
+	// An admin may: the clone then fails on its own (nothing listens).
+	err := register(as(t, "t1"), "http://127.0.0.1:1/x.git")
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+
+	// A remote that accepts and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(as(t, "t1"), 500*time.Millisecond)
+	defer cancel()
+	url := "http://" + ln.Addr().String() + "/x.git"
+	require.Error(t, register(ctx, url))
+	require.Eventually(t, func() bool {
+		out, _ := exec.Command("pgrep", "-f", ln.Addr().String()).Output()
+		return len(strings.TrimSpace(string(out))) == 0
+	}, 30*time.Second, 20*time.Millisecond, "git helpers left running")
 }

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,7 +63,17 @@ func gitHead(ctx context.Context, root string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// gitWaitDelay bounds how long git's output is read after it was killed.
+const gitWaitDelay = 5 * time.Second
+
 func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
+	return gitOutputConfig(ctx, root, nil, args...)
+}
+
+// gitOutputConfig is gitOutput with configuration for this call only
+// (key=value pairs, passed in git's GIT_CONFIG_* variables, so that a
+// clone does not keep them).
+func gitOutputConfig(ctx context.Context, root string, config []string, args ...string) ([]byte, error) {
 	full := append([]string{"-C", root}, args...)
 	env := append(toolexec.WithoutServiceSettings(os.Environ()), "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
 	if args[0] != "clone" && args[0] != "pull" {
@@ -73,8 +85,25 @@ func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error)
 		full = append(slices.Clone(toolexec.SafeGitArgs), full...)
 		env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_OPTIONAL_LOCKS=0")
 	}
+	if args[0] == "clone" || args[0] == "pull" {
+		// A remote that stops sending is given up on, not waited for.
+		full = append([]string{"-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"}, full...)
+	}
+	if len(config) > 0 {
+		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(config)))
+		for i, kv := range config {
+			k, v, _ := strings.Cut(kv, "=")
+			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, k), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, v))
+		}
+	}
 	cmd := exec.CommandContext(ctx, "git", full...)
 	cmd.Env = env
+	// git runs helpers (git-remote-http) that hold its output open: on
+	// cancellation the whole group is killed, and the wait for the output
+	// is bounded.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = gitWaitDelay
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
