@@ -208,8 +208,9 @@ func checkNode(i int, n *orchestratorv1.Node, index map[string]int) *Error {
 	for j, e := range n.GetEdits() {
 		p := path.Clean(e.GetPath())
 		switch {
-		case e.GetPath() == "" || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || p == ".git" || strings.HasPrefix(p, ".git/"):
-			return errorf("node %q: edits[%d].path %q must be a relative path inside the repository", id, j, e.GetPath())
+		case e.GetPath() == "" || path.IsAbs(p) || p == "." || p == ".." || strings.HasPrefix(p, "../") || p == ".git" ||
+			strings.HasPrefix(p, ".git/") || strings.HasSuffix(e.GetPath(), "/"):
+			return errorf("node %q: edits[%d].path %q must be the relative path of a file inside the repository", id, j, e.GetPath())
 		case len(e.GetContent()) > MaxEditBytes:
 			return errorf("node %q: edits[%d] of %d bytes exceeds the limit of %d", id, j, len(e.GetContent()), MaxEditBytes)
 		}
@@ -265,9 +266,22 @@ func layers(nodes []*orchestratorv1.Node, index map[string]int) ([][]string, err
 		current = next
 	}
 	if placed < len(nodes) {
-		return nil, errorf("dag: cycle in depends_on: %s", strings.Join(findCycle(nodes, index, indegree), " -> "))
+		return nil, errorf("dag: cycle in depends_on: %s", cycleText(findCycle(nodes, index, indegree)))
 	}
 	return out, nil
+}
+
+// maxCycleShown is how many nodes of a cycle an error names.
+const maxCycleShown = 20
+
+// cycleText is a cycle as "a -> b -> a", a long one cut in the middle.
+func cycleText(cycle []string) string {
+	if len(cycle) <= maxCycleShown {
+		return strings.Join(cycle, " -> ")
+	}
+	half := maxCycleShown / 2
+	return fmt.Sprintf("%s -> ... (%d more) -> %s", strings.Join(cycle[:half], " -> "), len(cycle)-maxCycleShown,
+		strings.Join(cycle[len(cycle)-half:], " -> "))
 }
 
 // findCycle returns one cycle among the nodes Kahn's algorithm left over

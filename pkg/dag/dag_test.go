@@ -95,6 +95,11 @@ func TestValidateErrors(t *testing.T) {
 		{"timeout too long", graph(&orchestratorv1.Node{Id: "a", Command: "x", Timeout: durationpb.New(25 * time.Hour)}), "out of range"},
 		{"malformed timeout", graph(&orchestratorv1.Node{Id: "a", Command: "x", Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}), "timeout is invalid"},
 		{"two-node cycle", graph(node("a", "b"), node("b", "a")), "dag: cycle in depends_on: a -> b -> a"},
+		{"edit of the repository itself", graph(&orchestratorv1.Node{Id: "a", Command: "x", Edits: []*orchestratorv1.FileEdit{{Path: "."}}}),
+			`edits[0].path "." must be the relative path of a file`},
+		{"edit of a directory", graph(&orchestratorv1.Node{Id: "a", Command: "x", Edits: []*orchestratorv1.FileEdit{{Path: "pkg/"}}}),
+			`edits[0].path "pkg/" must be the relative path of a file`},
+		{"long cycle, cut in the middle", longCycle(1000), "cycle in depends_on: n0 -> n1 -> n2 -> n3 -> n4 -> n5 -> n6 -> n7 -> n8 -> n9 -> ... (981 more) -> n991"},
 		{
 			"three-node cycle behind a valid prefix",
 			graph(node("root"), node("c", "root", "b"), node("a", "c"), node("b", "a"), node("tail", "a")),
@@ -187,4 +192,13 @@ func TestRetryPolicyIsValidated(t *testing.T) {
 		Policy: &orchestratorv1.Policy{DefaultRetry: &orchestratorv1.RetryPolicy{Max: 2}}}
 	require.Equal(t, int32(2), dag.Retry(d, d.GetNodes()[0]).GetMax())
 	require.Equal(t, int32(3), dag.Retry(d, d.GetNodes()[1]).GetMax())
+}
+
+// longCycle is n nodes in one cycle: n(i) depends on n(i+1), the last on n0.
+func longCycle(n int) *orchestratorv1.Dag {
+	var nodes []*orchestratorv1.Node
+	for i := range n {
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), fmt.Sprintf("n%d", (i+1)%n)))
+	}
+	return graph(nodes...)
 }
