@@ -108,7 +108,7 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
 		runtime.WithStreamErrorHandler(g.streamError),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonMarshaler{JSONPb: &runtime.JSONPb{
-			MarshalOptions:   g.marshal,
+			MarshalOptions: g.marshal,
 			// Nesting is bounded well below what the services decode, so
 			// that nothing a request stores (a session's extra context,
 			// say) fails to decode later inside a larger message.
