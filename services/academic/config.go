@@ -32,6 +32,8 @@ type Config struct {
 	// MaxSectionBytes bounds a section's body; larger sections are cut at
 	// line boundaries into parts under the same heading.
 	MaxSectionBytes int
+	// MaxSections bounds how many sections one document splits into.
+	MaxSections int
 	// TextSectionLines is how many lines of paragraphs a text section groups.
 	TextSectionLines int
 	// MaxQueryBytes bounds a search query.
@@ -46,6 +48,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxDocumentBytes, "academic.max-document-bytes", 2<<20, "largest document content accepted, in bytes")
 	fs.IntVar(&c.MaxSectionBytes, "academic.max-section-bytes", 32<<10, "largest section body; larger sections are cut into parts")
+	fs.IntVar(&c.MaxSections, "academic.max-sections", 50000, "most sections one document may split into (each heading starts one)")
 	fs.IntVar(&c.TextSectionLines, "academic.text-section-lines", 40, "lines of paragraphs grouped into one section of a text document")
 	fs.IntVar(&c.MaxQueryBytes, "academic.max-query-bytes", 1024, "largest search query accepted, in bytes")
 	fs.IntVar(&c.InboxHits, "academic.inbox-hits", 5, "hits included in an answer to a routed message")
@@ -60,6 +63,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSectionBytes < 1024 || c.MaxSectionBytes > maxSectionLimit {
 		errs = append(errs, fmt.Errorf("academic.max-section-bytes: must be between 1024 and %d", maxSectionLimit))
+	}
+	if c.MaxSections < 1 || c.MaxSections > 1_000_000 {
+		errs = append(errs, errors.New("academic.max-sections: must be between 1 and 1000000"))
 	}
 	if c.TextSectionLines < 1 || c.TextSectionLines > 10000 {
 		errs = append(errs, errors.New("academic.text-section-lines: must be between 1 and 10000"))

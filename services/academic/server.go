@@ -63,6 +63,10 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 	} else {
 		sections = splitMarkdown(content, s.cfg.MaxSectionBytes)
 	}
+	if len(sections) > s.cfg.MaxSections {
+		return nil, status.Errorf(codes.InvalidArgument, "document.content: splits into %d sections; at most %d (academic.max-sections)",
+			len(sections), s.cfg.MaxSections)
+	}
 	sum := sha256.Sum256([]byte(content))
 	stored, err := s.store.insert(ctx, d, content, hex.EncodeToString(sum[:]), sections)
 	if err != nil {
