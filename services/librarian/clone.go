@@ -59,7 +59,7 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
 	var pin []string
-	if u.Scheme != "file" && id.Role != identity.RoleAdmin && !s.cfg.MembersPrivateRemotes {
+	if s.publicOnly(id, raw) {
 		if pin, err = publicRemote(ctx, u); err != nil {
 			return "", err
 		}
@@ -73,6 +73,13 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		return "", fmt.Errorf("resolve clone: %w", err)
 	}
 	return resolved, nil
+}
+
+// publicOnly reports whether the remote raw, registered by id, must resolve
+// to public addresses: a member's network remote, unless every member may
+// name internal ones.
+func (s *Service) publicOnly(id identity.Identity, raw string) bool {
+	return !strings.HasPrefix(strings.ToLower(raw), "file:") && id.Role != identity.RoleAdmin && !s.cfg.MembersPrivateRemotes
 }
 
 // gitClone clones raw into dest, creating dest's parent; a failed clone
@@ -93,14 +100,26 @@ func gitClone(ctx context.Context, raw, dest string, config ...string) error {
 // cache of the remote: an emptyDir after a restart, say), a new clone at
 // the same place, inside the tenant's own directory.
 func (s *Service) fetchRepository(ctx context.Context, tenant string, r repository) error {
+	// A member's remote is checked again, and pinned, at every fetch: its
+	// name may resolve elsewhere by now.
+	var pin []string
+	if r.PublicRemote && !s.cfg.MembersPrivateRemotes {
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			return fmt.Errorf("its URL: %w", err)
+		}
+		if pin, err = publicRemote(ctx, u); err != nil {
+			return errors.New(status.Convert(err).Message())
+		}
+	}
 	if _, err := os.Lstat(r.Path); !errors.Is(err, os.ErrNotExist) {
-		_, err := gitOutput(ctx, r.Path, "pull", "--quiet", "--ff-only")
+		_, err := gitOutputConfig(ctx, r.Path, pin, "pull", "--quiet", "--ff-only")
 		return err
 	}
 	if dd, own := s.cloneDirs(tenant); dd == "" || !within(own, r.Path) {
 		return fmt.Errorf("its clone %s is gone and not in this librarian's data directory", r.Path)
 	}
-	return gitClone(ctx, r.URL, r.Path)
+	return gitClone(ctx, r.URL, r.Path, pin...)
 }
 
 // cloneDirs returns the data directory, symlinks resolved, and the

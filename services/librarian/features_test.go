@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -24,6 +25,7 @@ import (
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -521,6 +523,18 @@ func TestMembersCloneOnlyPublicRemotes(t *testing.T) {
 	// An admin may: the clone then fails on its own (nothing listens).
 	err := register(as(t, "t1"), "http://127.0.0.1:1/x.git")
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+
+	// A member's remote whose name resolves to an internal address by the
+	// time of a later fetch is not fetched.
+	var rebound repository
+	require.NoError(t, pgx.BeginFunc(t.Context(), h.svc.store.db, func(tx pgx.Tx) error {
+		rebound, err = insertRepo(t.Context(), tx, "t1", repository{ID: ids.New(), DisplayName: "rebound",
+			Path: filepath.Join(t.TempDir(), "clone"), URL: "http://127.0.0.1:1/x.git", PublicRemote: true})
+		return err
+	}))
+	_, err = h.svc.IndexRepository(member, &librarianv1.IndexRepositoryRequest{Name: "repositories/" + rebound.ID})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "address of the librarian's own networks")
 
 	// A remote that accepts and never answers.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

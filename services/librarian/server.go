@@ -48,6 +48,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	newID := ids.New()
 	var root, url string
+	var public bool
 	if u := strings.TrimSpace(in.GetUrl()); u != "" {
 		if in.GetPath() != "" {
 			return nil, invalid("repository", "set path or url, not both")
@@ -56,7 +57,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		if err != nil {
 			return nil, err
 		}
-		root, url = cloned, u
+		root, url, public = cloned, u, s.publicOnly(id, u)
 	} else {
 		if err := s.mayReadHost(id, "repository.path"); err != nil {
 			return nil, err
@@ -78,7 +79,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	case display == "":
 		display = filepath.Base(root)
 	}
-	repo := repository{ID: newID, DisplayName: display, Path: root, URL: url}
+	repo := repository{ID: newID, DisplayName: display, Path: root, URL: url, PublicRemote: public}
 	var out repository
 	err = pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
 		var err error

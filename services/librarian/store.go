@@ -36,6 +36,9 @@ type repository struct {
 	Generation  int64
 	// EmbedModel embedded the chunks of the last successful index.
 	EmbedModel string
+	// PublicRemote says the remote must resolve to public addresses at
+	// every fetch (a member registered it; clone.go).
+	PublicRemote bool
 }
 
 // indexStats describes one index run.
@@ -51,11 +54,11 @@ type store struct {
 	db *pgxpool.Pool
 }
 
-const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation, embed_model`
+const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation, embed_model, public_remote`
 
 func scanRepo(row pgx.Row) (repository, error) {
 	var r repository
-	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation, &r.EmbedModel)
+	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation, &r.EmbedModel, &r.PublicRemote)
 	return r, err
 }
 
@@ -71,11 +74,11 @@ func uuidParam(id string) pgtype.UUID {
 // insertRepo stores a new repository. A duplicate path for the tenant
 // returns errDuplicatePath.
 func insertRepo(ctx context.Context, tx pgx.Tx, tenant string, r repository) (repository, error) {
-	row := tx.QueryRow(ctx, `INSERT INTO repositories (tenant_id, id, display_name, path, index_state, url)
-		VALUES ($1, $2, $3, $4, $5, $6)
+	row := tx.QueryRow(ctx, `INSERT INTO repositories (tenant_id, id, display_name, path, index_state, url, public_remote)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (tenant_id, path) DO NOTHING
 		RETURNING `+repoColumns,
-		tenant, uuidParam(r.ID), r.DisplayName, r.Path, statePending, r.URL)
+		tenant, uuidParam(r.ID), r.DisplayName, r.Path, statePending, r.URL, r.PublicRemote)
 	out, err := scanRepo(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return repository{}, errDuplicatePath

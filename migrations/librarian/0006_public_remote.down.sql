@@ -1,0 +1,1 @@
+ALTER TABLE repositories DROP COLUMN IF EXISTS public_remote;
