@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -295,4 +296,17 @@ func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 		}
 	}
 	return m.JSONPb.Marshal(v)
+}
+
+// NewDecoder says which part failed when a request body does not decode:
+// the decoder's own messages ("proto: unexpected EOF") do not.
+func (m *jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	d := m.JSONPb.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		err := d.Decode(v)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("request body is not valid JSON for this call (strings must be valid UTF-8, numbers in range): %w", err)
+		}
+		return err
+	})
 }

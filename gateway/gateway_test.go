@@ -191,6 +191,8 @@ func TestBadInput(t *testing.T) {
 		{"trailing garbage", http.MethodPost, "/v1/sessions", `{"displayName":"x"} {`, http.StatusBadRequest, codes.InvalidArgument, "malformed JSON body"},
 		{"unknown field", http.MethodPost, "/v1/sessions", `{"displayName":"x","colour":"red"}`, http.StatusBadRequest, codes.InvalidArgument, `unknown field "colour"`},
 		{"wrong type", http.MethodPost, "/v1/sessions", `{"displayName":5}`, http.StatusBadRequest, codes.InvalidArgument, "displayName"},
+		{"lone surrogate", http.MethodPost, "/v1/sessions", `{"displayName":"\ud800"}`, http.StatusBadRequest, codes.InvalidArgument,
+			"request body is not valid JSON for this call"},
 		{"unknown session", http.MethodGet, "/v1/sessions/nope", "", http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
 		{"message to unknown session", http.MethodPost, "/v1/sessions/nope/messages", `{"text":"hi"}`, http.StatusNotFound, codes.NotFound, "not found"},
 		{"oversized message", http.MethodPost, "/v1/sessions/s1/messages", `{"text":"` + strings.Repeat("m", 40) + `"}`, http.StatusBadRequest, codes.InvalidArgument, "text: at most 16 bytes"},
