@@ -129,11 +129,11 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 	return g, nil
 }
 
-// register adds every configured service's routes through its gRPC client.
 // maxRequestNesting bounds the nesting of messages in a request body; each
 // level of a free-form JSON object counts twice (a Struct and a Value).
 const maxRequestNesting = 100
 
+// register adds every configured service's routes through its gRPC client.
 func (g *Gateway) register(ctx context.Context, c Conns) error {
 	var errs []error
 	add := func(name string, err error) {
