@@ -183,6 +183,9 @@ const MaxRecordBytes = 64 << 10
 type Record struct {
 	// ID is the message id: a record sent again under it is a duplicate.
 	ID, Tenant, Session, Correlation string
+	// User is whose work it records (the Archivalist keeps some categories
+	// private to their user).
+	User string
 	// Source is the agent that records it.
 	Source, Category, Title, Text string
 }
@@ -194,6 +197,7 @@ func StoreRequest(r Record) *messagev1.Envelope {
 		CorrelationId: r.Correlation,
 		TenantId:      r.Tenant,
 		SessionId:     r.Session,
+		UserId:        r.User,
 		Source:        r.Source,
 		Target:        AgentArchivalist,
 		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,

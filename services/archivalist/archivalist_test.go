@@ -384,3 +384,34 @@ func TestStoreInsertIsIdempotentPerMessage(t *testing.T) {
 	_, err = f.svc.store.insert(ctx, e, "msg-1")
 	require.NoError(t, err)
 }
+
+// Entries about one user's own work (their routing failures, their runs'
+// checkpoints and handoffs, their pipelines' findings) are theirs and the
+// tenant's admins'; the rest is the tenant's shared memory.
+func TestPrivateEntriesAreTheirUsers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	alice, bob := as("t1", "alice", identity.RoleMember), as("t1", "bob", identity.RoleMember)
+	private := f.create(t, alice, &archivalistv1.Entry{Category: "routing_failure", Title: "Routing failure",
+		Content: "original_request: where is the quokkapayroll export"})
+	f.create(t, alice, &archivalistv1.Entry{Category: "decision", Title: "Shared decision", Content: "quokkapayroll exports run nightly"})
+
+	titles := func(ctx context.Context) []string {
+		t.Helper()
+		resp, err := f.svc.SearchEntries(ctx, &archivalistv1.SearchEntriesRequest{Query: "quokkapayroll", CrossSession: true})
+		require.NoError(t, err)
+		return hitTitles(resp)
+	}
+	require.ElementsMatch(t, []string{"Routing failure", "Shared decision"}, titles(alice))
+	require.ElementsMatch(t, []string{"Routing failure", "Shared decision"}, titles(admin("t1")))
+	require.Equal(t, []string{"Shared decision"}, titles(bob))
+
+	_, err := f.svc.GetEntry(bob, &archivalistv1.GetEntryRequest{Name: private.GetName()})
+	requireCode(t, err, codes.NotFound)
+	_, err = f.svc.GetEntry(admin("t1"), &archivalistv1.GetEntryRequest{Name: private.GetName()})
+	require.NoError(t, err)
+	listed, err := f.svc.ListEntries(bob, &archivalistv1.ListEntriesRequest{})
+	require.NoError(t, err)
+	require.Len(t, listed.GetEntries(), 1)
+	require.Equal(t, "Shared decision", listed.GetEntries()[0].GetTitle())
+}

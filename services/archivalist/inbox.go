@@ -173,7 +173,7 @@ func (s *Service) answer(ctx context.Context, log *slog.Logger, env *messagev1.E
 	cross := crossSessionPattern.MatchString(text)
 	query := strings.Join(strings.Fields(crossSessionPattern.ReplaceAllString(text, " ")), " ")
 	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
-	q := searchQuery{Text: query, SessionID: env.GetSessionId(), Limit: s.cfg.InboxHits}
+	q := searchQuery{Text: query, SessionID: env.GetSessionId(), Limit: s.cfg.InboxHits, Viewer: ownViewer(env.GetUserId())}
 	if cross {
 		q.SessionID = ""
 	}

@@ -100,7 +100,7 @@ func (s *Service) GetEntry(ctx context.Context, req *archivalistv1.GetEntryReque
 	if !ok || !ids.Valid(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "name: want %s{uuid}, got %q", namePrefix, req.GetName())
 	}
-	e, err := s.store.get(ctx, who.TenantID, id)
+	e, err := s.store.get(ctx, who.TenantID, viewerOf(who), id)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -132,6 +132,7 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
 	}
 	entries, next, err := s.store.list(ctx, who.TenantID, listQuery{
+		Viewer:    viewerOf(who),
 		SessionID: req.GetSessionId(),
 		Category:  req.GetCategory(),
 		After:     after,
@@ -184,7 +185,8 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	if len(problems) > 0 {
 		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
 	}
-	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize)}
+	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
+		Viewer: viewerOf(who)}
 	if req.GetCrossSession() {
 		q.SessionID = ""
 	}
@@ -209,6 +211,23 @@ func (s *Service) search(ctx context.Context, tenant string, q searchQuery) ([]h
 	hits, err := s.store.search(ctx, tenant, q)
 	s.metrics.searchDuration.WithLabelValues(scope).Observe(time.Since(start).Seconds())
 	return hits, err
+}
+
+// viewerOf is whose private entries the caller reads: an admin everyone's
+// (""), anyone else their own.
+func viewerOf(who identity.Identity) string {
+	if who.Role == identity.RoleAdmin {
+		return ""
+	}
+	return ownViewer(who.UserID)
+}
+
+// ownViewer is a user as a viewer; no user matches no private entry.
+func ownViewer(user string) string {
+	if user == "" {
+		return " " // no user id holds a space
+	}
+	return user
 }
 
 // validateEntry reports every problem with a new entry, naming the fields.

@@ -46,6 +46,9 @@ type searchQuery struct {
 	SessionID string
 	Category  string
 	Limit     int
+	// Viewer is whose private entries are included (see PrivateCategories);
+	// "" includes everyone's (an admin).
+	Viewer string
 }
 
 // listQuery selects a page of entries, newest first.
@@ -54,6 +57,20 @@ type listQuery struct {
 	Category  string
 	After     *textsearch.Cursor
 	Limit     int
+	Viewer    string
+}
+
+// PrivateCategories are the entries stored about one user's own work: their
+// routing failures (with their messages), the checkpoints and handoffs of
+// their runs, their pipelines' findings. Only their user, and the tenant's
+// admins, read them; the rest is the tenant's shared memory.
+var PrivateCategories = []string{"routing_failure", "pipeline_handoff", "architect_workflow", "inspector_findings", "tester_summary"}
+
+// visibleTo is the SQL condition (over the entries alias e, the viewer in
+// parameter $n and the private categories in $n+1) that keeps a viewer's
+// own and the shared entries.
+func visibleTo(n int) string {
+	return fmt.Sprintf("($%d = '' OR e.user_id = $%d OR e.category <> ALL($%d::text[]))", n, n, n+1)
 }
 
 // store reads and writes entries; every method is scoped to one tenant.
@@ -101,8 +118,9 @@ func (s *store) insert(ctx context.Context, e entry, messageID string) (entry, e
 }
 
 // get returns one entry of the tenant.
-func (s *store) get(ctx context.Context, tenant, id string) (entry, error) {
-	row := s.db.QueryRow(ctx, `SELECT `+entryColumns+` FROM entries WHERE tenant_id = $1 AND id = $2::uuid`, tenant, id)
+func (s *store) get(ctx context.Context, tenant, viewer, id string) (entry, error) {
+	row := s.db.QueryRow(ctx, `SELECT `+entryColumns+` FROM entries e WHERE tenant_id = $1 AND id = $2::uuid AND `+visibleTo(3),
+		tenant, id, viewer, PrivateCategories)
 	e, err := scanEntry(row, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return entry{}, errNotFound
@@ -121,14 +139,15 @@ func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, 
 		afterTime, afterID = q.After.Created, q.After.ID
 	}
 	rows, err := s.db.Query(ctx, `
-		SELECT `+entryColumns+` FROM entries
+		SELECT `+entryColumns+` FROM entries e
 		WHERE tenant_id = $1
 		  AND ($2::uuid IS NULL OR session_id = $2::uuid)
 		  AND ($3 = '' OR category = $3)
 		  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::uuid))
+		  AND `+visibleTo(7)+`
 		ORDER BY created_at DESC, id DESC
 		LIMIT $6`,
-		tenant, nullable(q.SessionID), q.Category, afterTime, afterID, q.Limit+1)
+		tenant, nullable(q.SessionID), q.Category, afterTime, afterID, q.Limit+1, q.Viewer, PrivateCategories)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list entries: %w", err)
 	}
@@ -172,11 +191,12 @@ func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, ts
 			  AND e.search @@ q.query
 			  AND ($3::uuid IS NULL OR e.session_id = $3::uuid)
 			  AND ($4 = '' OR e.category = $4)
+			  AND `+visibleTo(7)+`
 			ORDER BY score DESC, e.created_at DESC, e.id DESC
 			LIMIT $5
 		) h
 		ORDER BY h.score DESC, h.created_at DESC, h.id DESC`,
-		tenant, text, nullable(q.SessionID), q.Category, q.Limit, textsearch.HeadlineOptions)
+		tenant, text, nullable(q.SessionID), q.Category, q.Limit, textsearch.HeadlineOptions, q.Viewer, PrivateCategories)
 	if err != nil {
 		return nil, fmt.Errorf("search entries: %w", err)
 	}

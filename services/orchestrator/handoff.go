@@ -86,7 +86,7 @@ func (s *Service) noteHandoff(eff *effects, nodeID string, attempt int32, res no
 	eff.event(EventNodeHandedOff, fmt.Sprintf("%s:%s:%d:handed_off", eff.runID, nodeID, attempt), text,
 		map[string]any{"run": runName(eff.runID), "node": nodeID, "attempt": attempt, "handoff_index": h.GetHandoffIndex(),
 			"reason": h.GetReason(), "context_usage": h.GetContextUsage(), "old_pipeline": worker.PipelineID(eff.runID, nodeID, attempt)})
-	eff.archive = append(eff.archive, archivalistRecord(eff.tenant, eff.session, eff.runID,
+	eff.archive = append(eff.archive, archivalistRecord(eff.tenant, eff.session, eff.user, eff.runID,
 		fmt.Sprintf("%s:%s:%d:handoff", eff.runID, nodeID, attempt), CategoryPipelineHandoff,
 		fmt.Sprintf("Pipeline handoff %d of %s/%s (%s)", h.GetHandoffIndex(), runName(eff.runID), nodeID, h.GetReason()),
 		worker.HandoffText(h)))

@@ -62,7 +62,9 @@ const (
 // carried out after the commit, so nothing is announced that did not happen.
 type effects struct {
 	tenant, runID, session string
-	steps                  []step
+	// user created the run: the Archivalist's records of it are theirs.
+	user  string
+	steps []step
 	// completed is the run's terminal state when this decision ended it.
 	completed string
 	durations []time.Duration
@@ -134,7 +136,7 @@ func (s *Service) withRun(ctx context.Context, tenant, runID string, skipLocked 
 		if err != nil {
 			return err
 		}
-		eff = &effects{tenant: tenant, runID: runID, session: run.SessionID}
+		eff = &effects{tenant: tenant, runID: runID, session: run.SessionID, user: run.UserID}
 		return fn(tx, run, eff)
 	})
 	if errors.Is(err, errNotFound) {
@@ -663,7 +665,7 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 		}
 	}
 	if eff.completed != "" {
-		if rec, err := workflowCheckpoint(ctx, s.db, eff.tenant, eff.session, eff.runID, eff.completed, eff.completedID); err != nil {
+		if rec, err := workflowCheckpoint(ctx, s.db, eff.tenant, eff.session, eff.user, eff.runID, eff.completed, eff.completedID); err != nil {
 			log.WarnContext(ctx, "build the workflow checkpoint", logx.Err(err))
 		} else {
 			eff.archive = append(eff.archive, rec)
@@ -923,7 +925,7 @@ func (s *Service) applyDirect(ctx context.Context, log *slog.Logger, tenant, run
 	if len(recorded) < len(reported) {
 		log.DebugContext(ctx, "ignoring results for nodes not awaiting them", slog.Int("ignored", len(reported)-len(recorded)))
 	}
-	eff := &effects{tenant: tenant, runID: runID, session: run.SessionID}
+	eff := &effects{tenant: tenant, runID: runID, session: run.SessionID, user: run.UserID}
 	onlySuccesses := note(recorded, eff)
 	var msgs []*dispatchMsg
 	if len(picked) > 0 {

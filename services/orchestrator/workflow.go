@@ -43,7 +43,7 @@ type workflowNode struct {
 // workflowCheckpoint builds the Archivalist record of a run that ended in
 // state; id is the completion's event id, which the record's id derives
 // from, so that a re-sent record is a duplicate.
-func workflowCheckpoint(ctx context.Context, q querier, tenant, session, runID, state, id string) (*messagev1.Envelope, error) {
+func workflowCheckpoint(ctx context.Context, q querier, tenant, session, user, runID, state, id string) (*messagev1.Envelope, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, layer, state, error, attempt, exit_code, user_skipped FROM nodes
 		WHERE tenant_id = $1 AND run_id = $2 ORDER BY layer, position`, tenant, runID)
 	if err != nil {
@@ -57,7 +57,7 @@ func workflowCheckpoint(ctx context.Context, q querier, tenant, session, runID, 
 	}); err != nil {
 		return nil, err
 	}
-	return archivalistRecord(tenant, session, runID, id+":workflow", CategoryArchitectWorkflow,
+	return archivalistRecord(tenant, session, user, runID, id+":workflow", CategoryArchitectWorkflow,
 		fmt.Sprintf("Workflow of %s (%s)", runName(runID), strings.ToLower(state)), workflowText(runID, state, nodes)), nil
 }
 
@@ -132,7 +132,7 @@ func workflowList(b *strings.Builder, title string, items []string) {
 }
 
 // archivalistRecord is a STORE_REQUEST for the Archivalist about a run.
-func archivalistRecord(tenant, session, runID, id, category, title, text string) *messagev1.Envelope {
-	return topology.StoreRequest(topology.Record{ID: id, Tenant: tenant, Session: session, Correlation: runName(runID),
+func archivalistRecord(tenant, session, user, runID, id, category, title, text string) *messagev1.Envelope {
+	return topology.StoreRequest(topology.Record{ID: id, Tenant: tenant, Session: session, User: user, Correlation: runName(runID),
 		Source: topology.AgentOrchestrator, Category: category, Title: title, Text: text})
 }

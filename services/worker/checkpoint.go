@@ -40,6 +40,7 @@ func (pr *pipelineRun) checkpoint(ctx context.Context, p *orchestratorv1.Pipelin
 		fmt.Fprintf(&b, "# %s\n\n- Pipeline: %s\n- Loops: %d of %d\n- Pipeline state: %s\n", title, id, p.GetLoops(), p.GetMaxLoops(), p.GetState())
 		write(&b)
 		return topology.StoreRequest(topology.Record{ID: id + ":" + category, Tenant: pr.env.GetTenantId(), Session: pr.env.GetSessionId(),
+			User:        pr.env.GetUserId(),
 			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), topology.MaxRecordBytes)})
 	}
 	var recs []*messagev1.Envelope
