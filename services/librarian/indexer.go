@@ -84,8 +84,7 @@ func gitOutputConfig(ctx context.Context, root string, config []string, args ...
 		// less the services' own settings.
 		full = append(slices.Clone(toolexec.SafeGitArgs), full...)
 		env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns), "GIT_OPTIONAL_LOCKS=0")
-	}
-	if args[0] == "clone" || args[0] == "pull" {
+	} else {
 		// A remote that stops sending is given up on, not waited for.
 		full = append([]string{"-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"}, full...)
 	}

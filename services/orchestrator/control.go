@@ -174,7 +174,7 @@ func (s *Service) controlRPC(ctx context.Context, name, nodeID string, act actio
 	}
 	s.log.InfoContext(ctx, "run "+act.String(), logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID,
 		slog.String("node", nodeID))
-	return s.loadRun(ctx, who.TenantID, id)
+	return s.loadRun(ctx, who.TenantID, "", id)
 }
 
 // CancelRun stops a run that has not finished: the run and its pending and
