@@ -92,10 +92,16 @@ func TestCommandsCannotReadTheExecutorsProcess(t *testing.T) {
 		for d := filepath.Dir(dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
 			require.NoError(t, os.Chmod(d, 0o755))
 		}
-		raw, err := os.ReadFile(bin)
-		require.NoError(t, err)
-		bin = filepath.Join(dir, "toolexec.test")
-		require.NoError(t, os.WriteFile(bin, raw, 0o755))
+		// A hard link when it can be: a copy written here could still be
+		// open for writing in a process another test is forking at that
+		// moment, and exec would fail with "text file busy".
+		copied := filepath.Join(dir, "toolexec.test")
+		if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm()&0o005 != 0o005 || os.Link(bin, copied) != nil {
+			raw, err := os.ReadFile(bin)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(copied, raw, 0o755))
+		}
+		bin = copied
 		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
 	cmd := exec.Command(bin, "-test.run=^TestCommandsCannotReadTheExecutorsProcess$", "-test.v")
