@@ -280,6 +280,7 @@ func TestHelmTemplate(t *testing.T) {
 						require.NotNil(t, np, "no NetworkPolicy for %s", name)
 						require.Equal(t, d.Spec.Selector.MatchLabels, np.Spec.PodSelector.MatchLabels)
 						require.NotEmpty(t, np.Spec.Ingress)
+						checkEgress(t, name, np)
 					}
 				})
 			}
@@ -588,6 +589,34 @@ func checkMigrationJob(t *testing.T, tc chartCase, r rendered) {
 	require.Equal(t, r.secrets[releaseName+"-sylk"].Data["postgres-dsn"], s.Data[ref.Key], "the Job migrates the services' database")
 }
 
+// checkEgress: the workers, whose pods run task commands, reach only DNS,
+// their peers and the internet without private or metadata addresses; the
+// other services' egress is not restricted.
+func checkEgress(t *testing.T, name string, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if name != "worker" {
+		require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
+		require.Empty(t, np.Spec.Egress)
+		return
+	}
+	require.Contains(t, np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+	require.Len(t, np.Spec.Egress, 3)
+	dns := np.Spec.Egress[0]
+	require.Empty(t, dns.To, "DNS to any resolver")
+	for _, p := range dns.Ports {
+		require.Equal(t, 53, p.Port.IntValue())
+	}
+	require.Len(t, np.Spec.Egress[1].To, 2, "the peers of the values")
+	var except []string
+	for _, peer := range np.Spec.Egress[2].To {
+		require.NotNil(t, peer.IPBlock)
+		except = append(except, peer.IPBlock.Except...)
+	}
+	for _, cidr := range []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "fe80::/10", "fc00::/7"} {
+		require.Contains(t, except, cidr, "tasks must not reach %s", cidr)
+	}
+}
+
 func TestHelmValues(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -642,6 +671,21 @@ func TestHelmValues(t *testing.T) {
 				require.NotContains(t, r.deployments, objectName("academic"))
 				require.NotContains(t, r.services, objectName("gateway"))
 				require.Len(t, r.deployments, len(services)-2)
+			},
+		},
+		{
+			name:    "worker egress without peers",
+			args:    []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.workerEgress.enabled=true"},
+			wantErr: "networkPolicy.workerEgress.peers must list the NATS and Redis",
+		},
+		{
+			name: "worker egress off",
+			args: []string{"--set", "networkPolicy.enabled=true"},
+			check: func(t *testing.T, r rendered) {
+				np := r.netpols[objectName("worker")]
+				require.NotNil(t, np)
+				require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
+				require.Empty(t, np.Spec.Egress)
 			},
 		},
 		{
