@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -22,6 +23,7 @@ import (
 	"sylk.dev/sylk/pkg/config"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/meshtls"
 	"sylk.dev/sylk/pkg/pgstore"
 )
 
@@ -198,6 +200,8 @@ func Healthcheck(ctx context.Context, service string, args []string, stderr io.W
 	grpcAddr := fs.String("grpc.listen-address", ":9090", "gRPC listen address of the service")
 	gwAddr := fs.String("gateway.listen-address", ":8080", "listen address of the gateway")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	var tlsCfg meshtls.Config
+	tlsCfg.RegisterFlags(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -218,7 +222,18 @@ func Healthcheck(ctx context.Context, service string, args []string, stderr io.W
 		}
 		return nil
 	}
-	cc, err := grpc.NewClient(local(*grpcAddr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if tlsCfg.Enabled() {
+		m, err := meshtls.Open(tlsCfg, nil)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		// The service's own certificate names its Service, not this
+		// host's loopback address: the chain is checked, not the name.
+		creds = credentials.NewTLS(m.ClientConfig(""))
+	}
+	cc, err := grpc.NewClient(local(*grpcAddr), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}

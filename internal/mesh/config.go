@@ -15,6 +15,7 @@ import (
 	"sylk.dev/sylk/pkg/llm/creds"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/meshtls"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
@@ -73,6 +74,8 @@ type Common struct {
 	Internal identity.KeyConfig
 	// Stores says whether stores without credentials are accepted.
 	Stores StoresConfig
+	// TLS secures gRPC between the services (meshtls).
+	TLS meshtls.Config
 }
 
 // RegisterFlags registers the shared flags.
@@ -90,12 +93,13 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	c.LLMGate.RegisterFlags(fs)
 	c.Internal.RegisterFlags(fs)
 	c.Stores.RegisterFlags(fs)
+	c.TLS.RegisterFlags(fs)
 }
 
 // Validate joins every problem.
 func (c Common) Validate() error {
 	var errs []error
-	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry, c.LLM, c.LLMCredentials, c.LLMGate, c.Internal} {
+	for _, v := range []interface{ Validate() error }{c.Log, c.Server, c.Postgres, c.Redis, c.NATS, c.Telemetry, c.LLM, c.LLMCredentials, c.LLMGate, c.Internal, c.TLS} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

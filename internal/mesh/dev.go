@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,6 +168,11 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	if err != nil {
 		return nil, err
 	}
+	srvTLS, dialTLS, closeTLS, err := meshTLS(cfg.Common, root)
+	if err != nil {
+		return nil, err
+	}
+	d.cleanup = append(d.cleanup, closeTLS)
 
 	// Bind every service's listener first, so each knows its peers' addresses.
 	type pending struct {
@@ -182,7 +188,8 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
 		scfg := cfg.Server
 		scfg.HTTPListenAddress = ""
-		srv, err := grpcserver.New(scfg, log, sreg, reg, consult.ServerOption(name, consultSink), grpcserver.WithSigner(signer))
+		srv, err := grpcserver.New(scfg, log, sreg, reg,
+			append(slices.Clone(srvTLS), consult.ServerOption(name, consultSink), grpcserver.WithSigner(signer))...)
 		if err != nil {
 			return nil, err
 		}
@@ -195,7 +202,7 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	d.ServiceAddrs = addrs
 	cfg.Peers = PeerConfig{Guide: addrs[Guide], Architect: addrs[Architect], Orchestrator: addrs[Orchestrator],
 		Librarian: addrs[Librarian], Archivalist: addrs[Archivalist], Academic: addrs[Academic]}
-	peers, conns, closePeers, err := dialPeers(cfg.Peers, signer)
+	peers, conns, closePeers, err := dialPeers(cfg.Peers, signer, dialTLS...)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/meshtls"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
@@ -47,7 +48,7 @@ import (
 // secretFiles are the files named in common that hold secrets (keys).
 func secretFiles(common Common) []string {
 	var out []string
-	for _, f := range []string{common.Internal.KeyFile, common.LLMCredentials.KeyFile,
+	for _, f := range []string{common.Internal.KeyFile, common.LLMCredentials.KeyFile, common.TLS.KeyFile,
 		common.LLM.Anthropic.APIKeyFile, common.LLM.OpenAI.APIKeyFile, common.LLM.Gemini.APIKeyFile} {
 		if f != "" {
 			out = append(out, f)
@@ -137,9 +138,24 @@ func MigrateAll(ctx context.Context, cfg pgstore.Config, schemaPrefix string, lo
 	return nil
 }
 
+// meshTLS opens the TLS material of common when it is configured, and
+// returns the option a service's server takes and the one its clients dial
+// with; without TLS, none (plaintext). done releases the material.
+func meshTLS(common Common, log *slog.Logger) (srv []grpcserver.Option, dial []grpc.DialOption, done func(), err error) {
+	if !common.TLS.Enabled() {
+		return nil, nil, func() {}, nil
+	}
+	m, err := meshtls.Open(common.TLS, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return []grpcserver.Option{grpcserver.WithCredentials(m.ServerCredentials())},
+		[]grpc.DialOption{grpc.WithTransportCredentials(m.ClientCredentials())}, m.Close, nil
+}
+
 // dialPeers connects lazily to every configured peer; calls carry the
 // caller's identity signed by signer.
-func dialPeers(p PeerConfig, signer *identity.Signer) (app.Peers, gateway.Conns, func(), error) {
+func dialPeers(p PeerConfig, signer *identity.Signer, opts ...grpc.DialOption) (app.Peers, gateway.Conns, func(), error) {
 	var conns []*grpc.ClientConn
 	closeAll := func() {
 		for _, c := range conns {
@@ -150,7 +166,7 @@ func dialPeers(p PeerConfig, signer *identity.Signer) (app.Peers, gateway.Conns,
 		if addr == "" {
 			return nil, nil
 		}
-		c, err := grpcclient.Dial(addr, signer)
+		c, err := grpcclient.Dial(addr, signer, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -235,9 +251,17 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	if err := checkStores(startCtx, common, name); err != nil {
 		return err
 	}
+	srvTLS, dialTLS, closeTLS, err := meshTLS(common, log)
+	if err != nil {
+		return err
+	}
+	defer closeTLS()
+	if !common.TLS.Enabled() {
+		log.Warn("gRPC between services is plaintext: set -tls.cert-file, -tls.key-file and -tls.ca-file for mutual TLS")
+	}
 
 	if name == Gateway {
-		return serveGateway(ctx, startCtx, common, sc.Gateway, log, reg, signer)
+		return serveGateway(ctx, startCtx, common, sc.Gateway, log, reg, signer, dialTLS)
 	}
 
 	deps := app.Deps{Log: log, Registerer: reg}
@@ -261,7 +285,7 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	}
 	defer bus.Close()
 	deps.Bus = bus
-	peers, _, closePeers, err := dialPeers(common.Peers, signer)
+	peers, _, closePeers, err := dialPeers(common.Peers, signer, dialTLS...)
 	if err != nil {
 		return err
 	}
@@ -281,7 +305,8 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	// Direct consultations to this service are checked against the
 	// permission matrix and logged to the Archivalist (spec A-40..A-42).
 	sink := consult.NewNATSSink(bus, topology.InboxSubject(bus, topology.AgentArchivalist), log, reg, consult.SinkConfig{})
-	srv, err := grpcserver.New(common.Server, log, reg, reg, consult.ServerOption(name, sink), grpcserver.WithSigner(signer))
+	srv, err := grpcserver.New(common.Server, log, reg, reg,
+		append(srvTLS, consult.ServerOption(name, sink), grpcserver.WithSigner(signer))...)
 	if err != nil {
 		return err
 	}
@@ -342,13 +367,13 @@ func runUnits(ctx context.Context, log *slog.Logger, units ...unit) error {
 	return err
 }
 
-func serveGateway(ctx, startCtx context.Context, common Common, cfg gateway.Config, log *slog.Logger, reg *prometheus.Registry, signer *identity.Signer) error {
+func serveGateway(ctx, startCtx context.Context, common Common, cfg gateway.Config, log *slog.Logger, reg *prometheus.Registry, signer *identity.Signer, dialTLS []grpc.DialOption) error {
 	pool, err := OpenSchema(startCtx, common.Postgres, common.SchemaPrefix, "auth")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	_, conns, closePeers, err := dialPeers(common.Peers, signer)
+	_, conns, closePeers, err := dialPeers(common.Peers, signer, dialTLS...)
 	if err != nil {
 		return err
 	}

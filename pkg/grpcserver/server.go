@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -79,6 +80,7 @@ type Option func(*options)
 
 type options struct {
 	signer *identity.Signer
+	creds  credentials.TransportCredentials
 	public []string
 	unary  []grpc.UnaryServerInterceptor
 	stream []grpc.StreamServerInterceptor
@@ -94,6 +96,11 @@ func WithPublicMethods(methods ...string) Option {
 // signer verifies (identity.Signer); without it any identity sent is taken.
 func WithSigner(signer *identity.Signer) Option {
 	return func(o *options) { o.signer = signer }
+}
+
+// WithCredentials serves over creds (TLS) instead of plaintext.
+func WithCredentials(creds credentials.TransportCredentials) Option {
+	return func(o *options) { o.creds = creds }
 }
 
 // WithInterceptors appends interceptors after the built-in chain.
@@ -143,6 +150,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+	}
+	if o.creds != nil {
+		sopts = append(sopts, grpc.Creds(o.creds))
 	}
 	if cfg.MaxConnectionAge > 0 {
 		// No grace limit: long-lived streams (session events) finish on their own.
