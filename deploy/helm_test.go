@@ -674,6 +674,40 @@ func TestHelmValues(t *testing.T) {
 			},
 		},
 		{
+			name:    "internal TLS without a Secret",
+			args:    []string{"--set", "internalTLS.enabled=true"},
+			wantErr: "internalTLS.enabled needs internalTLS.existingSecret",
+		},
+		{
+			name: "internal TLS",
+			args: []string{"--set", "internalTLS.enabled=true", "--set", "internalTLS.existingSecret=mesh-tls"},
+			check: func(t *testing.T, r rendered) {
+				for _, name := range services {
+					d := r.deployments[objectName(name)]
+					require.NotNil(t, d, name)
+					c := d.Spec.Template.Spec.Containers[0]
+					env := map[string]string{}
+					for _, e := range c.Env {
+						env[e.Name] = e.Value
+					}
+					require.Equal(t, "/etc/sylk/tls/tls.crt", env["SYLK_TLS_CERT_FILE"], name)
+					require.Equal(t, "/etc/sylk/tls/tls.key", env["SYLK_TLS_KEY_FILE"], name)
+					require.Equal(t, "/etc/sylk/tls/ca.crt", env["SYLK_TLS_CA_FILE"], name)
+					require.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+						return m.Name == "tls" && m.MountPath == "/etc/sylk/tls" && m.ReadOnly
+					}), "%s mounts the Secret", name)
+					require.True(t, slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+						return v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "mesh-tls"
+					}), "%s has the Secret as a volume", name)
+					for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+						require.Nil(t, p.GRPC, "%s: the kubelet's gRPC probe speaks no TLS", name)
+						require.NotNil(t, p.HTTPGet, name)
+						require.Equal(t, "/healthz", p.HTTPGet.Path, name)
+					}
+				}
+			},
+		},
+		{
 			name:    "worker egress without peers",
 			args:    []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.workerEgress.enabled=true"},
 			wantErr: "networkPolicy.workerEgress.peers must list the NATS and Redis",
