@@ -25,8 +25,8 @@ type Config struct {
 	MaxOutputBytes int
 	// WorkspaceRoot is where per-task workspaces are created.
 	WorkspaceRoot string
-	// CacheRoot holds each tenant's Go build and module caches, which its
-	// tasks share and no other tenant's tasks can read or write.
+	// CacheRoot holds each user's Go build and module caches, which their
+	// tasks share and no other user's tasks can read or write.
 	CacheRoot string
 	// ID names this worker in task results.
 	ID string
@@ -75,7 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "worker.concurrency", 2, "tasks of each role run at once")
 	fs.IntVar(&c.MaxOutputBytes, "worker.max-output-bytes", 1<<20, "cap on each of a task's stdout and stderr (head and tail are kept)")
 	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
-	fs.StringVar(&c.CacheRoot, "worker.cache-root", defaultCacheRoot(), "directory holding each tenant's Go build and module caches (out of other tenants' reach)")
+	fs.StringVar(&c.CacheRoot, "worker.cache-root", defaultCacheRoot(), "directory holding each user's Go build and module caches (out of other users' reach)")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
 	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")

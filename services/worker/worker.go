@@ -157,6 +157,15 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if log == nil {
 		log = logx.Discard()
 	}
+	// Caches shared by a whole tenant, before each user had their own,
+	// hold what any of its users' tasks may have planted.
+	if old, _ := filepath.Glob(filepath.Join(cfg.CacheRoot, "tenant-*")); len(old) > 0 {
+		for _, d := range old {
+			if err := os.RemoveAll(d); err != nil {
+				log.Warn("remove a tenant-wide cache", slog.String("dir", d), logx.Err(err))
+			}
+		}
+	}
 	reg := deps.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -245,8 +254,8 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	}
 	tools := cfg.Tools
 	tools.MaxOutputBytes = cfg.MaxOutputBytes
-	// No task reads another tenant's caches; each writes its own tenant's
-	// (tenantCaches).
+	// No task reads another user's caches; each writes its own user's
+	// (userCaches).
 	tools.ConfineHidden = append(slices.Clone(tools.ConfineHidden), cfg.CacheRoot)
 	var pool toolexec.SlotPool
 	if cfg.SlotsShared && rc != nil {
@@ -256,7 +265,7 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 }
 
 // goEnv keeps Go builds in tasks offline: no toolchain is downloaded. The
-// build and module caches are the tenant's (tenantCaches).
+// build and module caches are the user's (userCaches).
 func goEnv() map[string]string {
 	out := map[string]string{}
 	if os.Getenv("GOTOOLCHAIN") == "" {
@@ -265,17 +274,19 @@ func goEnv() map[string]string {
 	return out
 }
 
-// tenantCaches returns the Go build and module caches of tenant's tasks,
-// made when missing: directories of their own under -worker.cache-root, so
-// that no task can plant code in another tenant's builds nor read what
-// they compiled.
-func (s *Service) tenantCaches(tenant string) (gocache, gomodcache string, err error) {
-	sum := sha256.Sum256([]byte(tenant))
-	dir := filepath.Join(s.cfg.CacheRoot, "tenant-"+hex.EncodeToString(sum[:12]))
+// userCaches returns the Go build and module caches of the tasks of one
+// user of a tenant, made when missing: directories of their own under
+// -worker.cache-root, so that no task can plant code in another user's
+// builds (a build cache entry or an unpacked module is used as found) nor
+// read what they compiled. Users are kept apart, not only tenants, as their
+// sessions and runs are.
+func (s *Service) userCaches(tenant, user string) (gocache, gomodcache string, err error) {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + user))
+	dir := filepath.Join(s.cfg.CacheRoot, "user-"+hex.EncodeToString(sum[:12]))
 	gocache, gomodcache = filepath.Join(dir, "go-build"), filepath.Join(dir, "go-mod")
 	for _, d := range []string{gocache, gomodcache} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", "", fmt.Errorf("tenant cache: %w", err)
+			return "", "", fmt.Errorf("user cache: %w", err)
 		}
 	}
 	return gocache, gomodcache, nil
@@ -613,12 +624,12 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		vars[k] = v
 	}
 	var writable []string
-	if gocache, gomodcache, err := s.tenantCaches(env.GetTenantId()); err == nil {
+	if gocache, gomodcache, err := s.userCaches(env.GetTenantId(), env.GetUserId()); err == nil {
 		vars["GOCACHE"], vars["GOMODCACHE"] = gocache, gomodcache
 		writable = []string{gocache, gomodcache}
 	} else {
 		// Go then caches under the task's HOME, for this task only.
-		s.log.WarnContext(ctx, "create the tenant's tool caches", logx.Err(err))
+		s.log.WarnContext(ctx, "create the user's tool caches", logx.Err(err))
 	}
 	var wsp *workspace
 	if repo != "" {

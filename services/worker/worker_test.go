@@ -142,31 +142,39 @@ func TestTaskCannotReachOtherWorkspaces(t *testing.T) {
 	require.Zero(t, run("echo mine > own && cat own").GetExitCode())
 }
 
-// Each tenant's tasks get Go caches of their own, which another tenant's
-// tasks can neither read nor write.
-func TestTenantsHaveCachesOfTheirOwn(t *testing.T) {
+// Each user's tasks get Go caches of their own, which the tasks of another
+// user, of the same tenant or another, can neither read nor write; a
+// user's later tasks find what the earlier ones cached.
+func TestUsersHaveCachesOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 	cfg.CacheRoot = t.TempDir()
 	s := offlineService(t, cfg)
-	run := func(tenant, cmd string) *messagev1.TaskResult {
-		out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant,
+	run := func(tenant, user, cmd string) *messagev1.TaskResult {
+		out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant, UserId: user,
 			Priority: messagev1.Priority_PRIORITY_PIPELINE, Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch(cmd)}})
 		require.False(t, cancelled)
 		return out.msg
 	}
-	a := run("tenant-a", `echo compiled > "$GOCACHE/entry" && echo "$GOCACHE"`)
+	a := run("tenant-a", "alice", `echo compiled > "$GOCACHE/entry" && echo "$GOCACHE"`)
 	require.Zero(t, a.GetExitCode(), a.GetStderr())
 	aCache := strings.TrimSpace(a.GetStdout())
-	b := run("tenant-b", `echo "$GOCACHE"; echo "$GOMODCACHE" > "$GOCACHE/own"`)
-	require.Zero(t, b.GetExitCode(), b.GetStderr())
-	require.NotEqual(t, aCache, strings.TrimSpace(strings.Split(b.GetStdout(), "\n")[0]))
+	again := run("tenant-a", "alice", `cat "$GOCACHE/entry"`)
+	require.Equal(t, "compiled\n", again.GetStdout(), again.GetStderr())
+	others := []struct{ tenant, user string }{{"tenant-a", "bob"}, {"tenant-b", "alice"}}
+	for _, o := range others {
+		b := run(o.tenant, o.user, `echo "$GOCACHE"; echo "$GOMODCACHE" > "$GOCACHE/own"`)
+		require.Zero(t, b.GetExitCode(), b.GetStderr())
+		require.NotEqual(t, aCache, strings.TrimSpace(strings.Split(b.GetStdout(), "\n")[0]), "%s of %s", o.user, o.tenant)
+	}
 	if !s.exec.Confined() {
 		return
 	}
-	for _, cmd := range []string{"cat " + aCache + "/entry", "echo planted > " + aCache + "/entry", "ls " + aCache} {
-		r := run("tenant-b", cmd)
-		require.NotZero(t, r.GetExitCode(), "%s: %s", cmd, r.GetStdout())
+	for _, o := range others {
+		for _, cmd := range []string{"cat " + aCache + "/entry", "echo planted > " + aCache + "/entry", "ls " + aCache} {
+			r := run(o.tenant, o.user, cmd)
+			require.NotZero(t, r.GetExitCode(), "%s of %s: %s: %s", o.user, o.tenant, cmd, r.GetStdout())
+		}
 	}
 	got, err := os.ReadFile(filepath.Join(aCache, "entry"))
 	require.NoError(t, err)
