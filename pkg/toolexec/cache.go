@@ -24,8 +24,9 @@ import (
 // working directory by its contents: every file under it whose name
 // matches InvalidateOn, by relative path and contents. Editing, adding or
 // removing a matching file makes the next call run the tool again. Two
-// workspaces with the same files share outputs; paths naming the first
-// workspace are rewritten to name the second.
+// workspaces with the same files share outputs, within one
+// Invocation.CacheScope; paths naming the first workspace are rewritten to
+// name the second.
 type CachePolicy struct {
 	// TTL bounds how long an output is reused; 0 means the cache's TTL.
 	TTL time.Duration
@@ -233,6 +234,7 @@ func cacheKey(inv Invocation, dir, ws string, pol CachePolicy) (string, bool) {
 		h.Write(n[:])
 		io.WriteString(h, s)
 	}
+	field(inv.CacheScope)
 	field(inv.Tool)
 	rel, _ := filepath.Rel(ws, dir)
 	field(rel)

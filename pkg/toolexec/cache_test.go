@@ -234,4 +234,17 @@ func TestCacheSharesWorkspaces(t *testing.T) {
 	_, err := e.Execute(context.Background(), Invocation{Command: lint, WorkingDir: filepath.Join(three, "src"), Workspace: one})
 	require.ErrorIs(t, err, ErrOutsideWorkspace, "a workspace that does not hold the directory is refused")
 	require.Equal(t, 2, runs(t, count))
+
+	// Another scope (another user) is not served the first scope's output.
+	scoped := func(scope string) Result {
+		t.Helper()
+		res, err := e.Execute(context.Background(), Invocation{Command: lint, WorkingDir: filepath.Join(three, "src"), Workspace: three,
+			Env: map[string]string{"COUNT": count, "HOME": three, "TMPDIR": filepath.Join(three, ".tmp")}, CacheScope: scope})
+		require.NoError(t, err)
+		return res
+	}
+	require.False(t, scoped("tenant\x00alice").Cached)
+	require.True(t, scoped("tenant\x00alice").Cached)
+	require.False(t, scoped("tenant\x00bob").Cached)
+	require.Equal(t, 4, runs(t, count))
 }

@@ -46,9 +46,14 @@ type Invocation struct {
 	// its paths moved from one to the other. Empty means WorkingDir.
 	Workspace string
 	// Writable are directories a confined call may also write, besides
-	// its workspace and Config.ConfineWritable (a tenant's own tool
-	// caches, say). Each must exist.
+	// its workspace and Config.ConfineWritable (a user's own tool caches,
+	// say). Each must exist.
 	Writable []string
+	// CacheScope says who may be served this call's cached output: only
+	// calls with the same scope (a tenant's user, say) share outputs, so
+	// that one who could sway a tool's output (through its caches, say)
+	// cannot hand it to another.
+	CacheScope string
 }
 
 // KillResult says how a stopped process ended (spec C-27).

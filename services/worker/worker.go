@@ -667,8 +667,8 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
 		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
-			Writable: writable,
-			Class:    toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
+			Writable: writable, CacheScope: env.GetTenantId() + "\x00" + env.GetUserId(),
+			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
 	}
 	if meta[MetaSessionCheck] != "" {
 		return s.sessionCheck(ctx, wsp, dir, meta, runCmd, res)
