@@ -708,6 +708,35 @@ func TestHelmValues(t *testing.T) {
 			},
 		},
 		{
+			name: "stores TLS",
+			args: []string{"--set", "storesTLS.existingSecret=stores-ca", "--set", "storesTLS.clientCertificate=true"},
+			check: func(t *testing.T, r rendered) {
+				mounted := func(spec corev1.PodSpec) {
+					t.Helper()
+					require.True(t, slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+						return v.Name == "stores-tls" && v.Secret != nil && v.Secret.SecretName == "stores-ca"
+					}))
+					require.True(t, slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+						return m.Name == "stores-tls" && m.MountPath == "/etc/sylk/stores-tls" && m.ReadOnly
+					}))
+				}
+				for _, name := range services {
+					spec := r.deployments[objectName(name)].Spec.Template.Spec
+					mounted(spec)
+					env := map[string]string{}
+					for _, e := range spec.Containers[0].Env {
+						env[e.Name] = e.Value
+					}
+					for _, store := range []string{"NATS", "REDIS"} {
+						require.Equal(t, "/etc/sylk/stores-tls/ca.crt", env["SYLK_"+store+"_TLS_CA_FILE"], name)
+						require.Equal(t, "/etc/sylk/stores-tls/tls.crt", env["SYLK_"+store+"_TLS_CERT_FILE"], name)
+						require.Equal(t, "/etc/sylk/stores-tls/tls.key", env["SYLK_"+store+"_TLS_KEY_FILE"], name)
+					}
+				}
+				mounted(r.jobs[releaseName+"-sylk-migrate"].Spec.Template.Spec)
+			},
+		},
+		{
 			name:    "worker egress without peers",
 			args:    []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.workerEgress.enabled=true"},
 			wantErr: "networkPolicy.workerEgress.peers must list the NATS and Redis",

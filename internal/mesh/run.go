@@ -49,6 +49,7 @@ import (
 func secretFiles(common Common) []string {
 	var out []string
 	for _, f := range []string{common.Internal.KeyFile, common.LLMCredentials.KeyFile, common.TLS.KeyFile,
+		common.NATS.TLS.KeyFile, common.Redis.TLS.KeyFile,
 		common.LLM.Anthropic.APIKeyFile, common.LLM.OpenAI.APIKeyFile, common.LLM.Gemini.APIKeyFile} {
 		if f != "" {
 			out = append(out, f)

@@ -2,9 +2,11 @@ package mesh
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+
+	"sylk.dev/sylk/pkg/meshtls"
 )
 
 // Task commands reach whatever the worker's network reaches, the stores
@@ -45,10 +49,10 @@ func anonymousStores(ctx context.Context, common Common, name string) []string {
 	if name == Gateway {
 		return open
 	}
-	if redisAnonymous(ctx, common.Redis.URL) {
+	if redisAnonymous(ctx, common.Redis.URL, common.Redis.TLS) {
 		open = append(open, "Redis")
 	}
-	if natsAnonymous(common.NATS.URL) {
+	if natsAnonymous(common.NATS.URL, common.NATS.TLS) {
 		open = append(open, "NATS")
 	}
 	return open
@@ -112,14 +116,34 @@ func pgAnonymous(ctx context.Context, dsn string) bool {
 // its client has been authenticated: for a missing role or database.
 var pastAuthentication = map[string]bool{"InitializeSessionUserId": true, "InitPostgres": true}
 
-// redisAnonymous reports whether Redis answers a client without a user or
-// password.
-func redisAnonymous(ctx context.Context, raw string) bool {
+// anonymousTLS is the TLS configuration of a store's client without its
+// certificate, which is a credential: the configured authorities only.
+func anonymousTLS(t meshtls.StoreTLS, serverName string) *tls.Config {
+	if !t.Enabled() {
+		return nil
+	}
+	t.CertFile, t.KeyFile = "", ""
+	cfg, err := t.ClientConfig(serverName)
+	if err != nil {
+		return nil
+	}
+	return cfg
+}
+
+// redisAnonymous reports whether Redis answers a client without a user,
+// password or client certificate.
+func redisAnonymous(ctx context.Context, raw string, tlsFiles meshtls.StoreTLS) bool {
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return false
 	}
 	opts.Username, opts.Password = "", ""
+	if host, _, err := net.SplitHostPort(opts.Addr); err == nil && tlsFiles.Enabled() {
+		opts.TLSConfig = anonymousTLS(tlsFiles, host)
+	}
+	if opts.TLSConfig != nil {
+		opts.TLSConfig.Certificates = nil
+	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = anonymousCheckTimeout, anonymousCheckTimeout, anonymousCheckTimeout
 	opts.MaxRetries = -1
 	c := redis.NewClient(opts)
@@ -128,9 +152,10 @@ func redisAnonymous(ctx context.Context, raw string) bool {
 }
 
 // natsAnonymous reports whether NATS takes a client without the user,
-// password or token in the URL: any server of the list (each with or
-// without its scheme, as the client takes them), tried one by one.
-func natsAnonymous(raw string) bool {
+// password or token in the URL, nor a client certificate: any server of
+// the list (each with or without its scheme, as the client takes them),
+// tried one by one.
+func natsAnonymous(raw string, tlsFiles meshtls.StoreTLS) bool {
 	for _, p := range strings.Split(raw, ",") {
 		p = strings.TrimSpace(p)
 		if !strings.Contains(p, "://") {
@@ -141,7 +166,11 @@ func natsAnonymous(raw string) bool {
 			continue
 		}
 		u.User = nil
-		nc, err := nats.Connect(u.String(), nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check"))
+		opts := []nats.Option{nats.Timeout(anonymousCheckTimeout), nats.NoReconnect(), nats.Name("sylk-anonymous-check")}
+		if tc := anonymousTLS(tlsFiles, ""); tc != nil {
+			opts = append(opts, nats.Secure(tc))
+		}
+		nc, err := nats.Connect(u.String(), opts...)
 		if err == nil {
 			nc.Close()
 			return true

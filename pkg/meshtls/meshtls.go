@@ -247,3 +247,55 @@ func (c clientCreds) ClientHandshake(ctx context.Context, authority string, raw 
 func (c clientCreds) Clone() credentials.TransportCredentials {
 	return clientCreds{TransportCredentials: c.TransportCredentials.Clone(), m: c.m}
 }
+
+// StoreTLS names the files a client of a store (Redis, NATS) verifies the
+// store with, and those it presents to a store that asks for a client
+// certificate. They are read once, when the client is made.
+type StoreTLS struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// RegisterFlags registers -<prefix>.tls-ca-file, -<prefix>.tls-cert-file
+// and -<prefix>.tls-key-file for the store named store.
+func (s *StoreTLS) RegisterFlags(fs *flag.FlagSet, prefix, store string) {
+	fs.StringVar(&s.CAFile, prefix+".tls-ca-file", "", "PEM certificate authorities that signed "+store+"'s certificate (a private one); setting it or a client certificate connects over TLS")
+	fs.StringVar(&s.CertFile, prefix+".tls-cert-file", "", "PEM client certificate to present to "+store+", with -"+prefix+".tls-key-file")
+	fs.StringVar(&s.KeyFile, prefix+".tls-key-file", "", "PEM private key of -"+prefix+".tls-cert-file (hidden from task commands)")
+}
+
+// Enabled reports whether any file is set.
+func (s StoreTLS) Enabled() bool { return s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" }
+
+// Validate checks that a certificate comes with its key.
+func (s StoreTLS) Validate(prefix string) error {
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return fmt.Errorf("%s.tls-cert-file and %s.tls-key-file: set both or neither", prefix, prefix)
+	}
+	return nil
+}
+
+// ClientConfig reads the files into a TLS configuration for a store at
+// serverName (empty: the client sets it from the address). Without a CA
+// file the system's authorities verify the store.
+func (s StoreTLS) ClientConfig(serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if s.CAFile != "" {
+		raw, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(raw) {
+			return nil, fmt.Errorf("tls: %s holds no PEM certificate", s.CAFile)
+		}
+	}
+	if s.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			// Not err itself, which may quote the files.
+			return nil, fmt.Errorf("tls: %s and %s are not a certificate and its key", s.CertFile, s.KeyFile)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

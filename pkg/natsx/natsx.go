@@ -24,18 +24,24 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/meshtls"
 )
 
 // Config locates NATS.
 type Config struct {
 	URL    string
 	Prefix string
+	// TLS verifies a server whose certificate a private authority signed,
+	// and presents a client certificate; a tls:// URL alone verifies with
+	// the system's authorities.
+	TLS meshtls.StoreTLS
 }
 
-// RegisterFlags registers -nats.url and -nats.prefix.
+// RegisterFlags registers -nats.url, -nats.prefix and -nats.tls-*.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "nats.url", "nats://127.0.0.1:4222", "NATS server URL")
 	fs.StringVar(&c.Prefix, "nats.prefix", "sylk", "first token of every subject, and stream name prefix")
+	c.TLS.RegisterFlags(fs, "nats", "NATS")
 }
 
 var prefixPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
@@ -48,7 +54,7 @@ func (c Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("nats.url: must be set")
 	}
-	return nil
+	return c.TLS.Validate("nats")
 }
 
 // Bus is a NATS connection with JetStream.
@@ -81,17 +87,26 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*B
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(cfg.URL,
+	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", logx.Err(err))
 			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
-	)
+	}
+	if cfg.TLS.Enabled() {
+		// The server name is each server's host, as dialled.
+		tc, err := cfg.TLS.ClientConfig("")
+		if err != nil {
+			return nil, fmt.Errorf("nats: %w", err)
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(cfg.URL), err)
 	}

@@ -7,21 +7,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"sylk.dev/sylk/pkg/meshtls"
 )
 
 // Config locates Redis.
 type Config struct {
 	URL    string
 	Prefix string
+	// TLS verifies a server whose certificate a private authority signed,
+	// and presents a client certificate; a rediss:// URL alone verifies
+	// with the system's authorities.
+	TLS meshtls.StoreTLS
 }
 
-// RegisterFlags registers -redis.url and -redis.prefix.
+// RegisterFlags registers -redis.url, -redis.prefix and -redis.tls-*.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "redis.url", "redis://127.0.0.1:6379/0", "Redis URL")
 	fs.StringVar(&c.Prefix, "redis.prefix", "sylk", "prefix of every Redis key")
+	c.TLS.RegisterFlags(fs, "redis", "Redis")
 }
 
 // Validate checks the URL parses and the prefix is set.
@@ -33,7 +41,7 @@ func (c Config) Validate() error {
 	if c.Prefix == "" || strings.ContainsAny(c.Prefix, " \t\n*") {
 		errs = append(errs, errors.New("redis.prefix: must be non-empty without spaces or '*'"))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.TLS.Validate("redis"))...)
 }
 
 // Client is a Redis client whose keys share one prefix.
@@ -47,6 +55,15 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	opts, err := redis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	if cfg.TLS.Enabled() {
+		host, _, err := net.SplitHostPort(opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("redis address %s: %w", opts.Addr, err)
+		}
+		if opts.TLSConfig, err = cfg.TLS.ClientConfig(host); err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
 	}
 	c := redis.NewClient(opts)
 	if err := c.Ping(ctx).Err(); err != nil {
