@@ -529,8 +529,16 @@ func (s *Service) skipNode(ctx context.Context, who identity.Identity, runID, no
 }
 
 // escalate cancels a node that has not ended and asks the Architect for a
-// corrective plan (spec F-11 option 4).
+// corrective plan (spec F-11 option 4). A run without a session is refused
+// before anything changes: there is no Architect conversation to ask.
 func (s *Service) escalate(ctx context.Context, who identity.Identity, runID, nodeID string, n *taskNode, message string) error {
+	run, err := getRun(ctx, s.db, who.TenantID, runID)
+	if err != nil {
+		return s.internal(ctx, "load run", err)
+	}
+	if run.SessionID == "" {
+		return status.Errorf(codes.FailedPrecondition, "run %s has no session: there is no Architect conversation to escalate to", runName(runID))
+	}
 	if n.state == statePending || n.state == stateDispatched {
 		if _, err := s.control(ctx, who.TenantID, runID, nodeID, actCancel); err != nil {
 			var es *errState
@@ -538,13 +546,6 @@ func (s *Service) escalate(ctx context.Context, who identity.Identity, runID, no
 				return s.internal(ctx, "cancel node", err)
 			}
 		}
-	}
-	run, err := getRun(ctx, s.db, who.TenantID, runID)
-	if err != nil {
-		return s.internal(ctx, "load run", err)
-	}
-	if run.SessionID == "" {
-		return status.Errorf(codes.FailedPrecondition, "run %s has no session: there is no Architect conversation to escalate to", runName(runID))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Corrective plan needed: task %s of %s could not be completed", nodeID, runName(runID))

@@ -365,6 +365,24 @@ func TestEscalateAsksTheArchitect(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 }
 
+// Escalating a node of a run without a session is refused, and refused
+// before anything changes: the running node is not cancelled.
+func TestEscalateWithoutASessionLeavesTheNodeRunning(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("slow", "sleep 60"), cmd("after", "true", "slow"))})
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, nodesByID(run)["slow"].GetState())
+	_, err := h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "slow",
+		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_ESCALATE})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.Contains(t, status.Convert(err).Message(), "has no session")
+	got := h.get(t, ctx, run.GetName())
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_RUNNING, got.GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, nodesByID(got)["slow"].GetState())
+	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_PENDING, nodesByID(got)["after"].GetState())
+}
+
 // Re-running a failed node under fail_fast brings back the nodes fail_fast
 // cancelled because of it (its dependent and an independent node), while a
 // node the user cancelled stays cancelled.
