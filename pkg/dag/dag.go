@@ -205,6 +205,11 @@ func checkNode(i int, n *orchestratorv1.Node, index map[string]int) *Error {
 	default:
 		return errorf("node %q: role %q is invalid: want %s, %s or %s", id, n.GetRole(), RoleEngineer, RoleInspector, RoleTester)
 	}
+	if n.GetPipeline() && Role(n) != RoleEngineer {
+		// Only an engineer worker runs a pipeline: an inspector or tester
+		// would run the command alone and skip the checks asked for.
+		return errorf("node %q: a pipeline runs under role %s, not %q", id, RoleEngineer, n.GetRole())
+	}
 	for j, e := range n.GetEdits() {
 		p := path.Clean(e.GetPath())
 		switch {
