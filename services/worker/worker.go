@@ -872,17 +872,51 @@ func passWord(ok bool) string {
 }
 
 // fitPayload shrinks the outputs when the result would not fit in one NATS
-// message, splitting the room left between stdout and stderr.
+// message, splitting the room left between stdout and stderr. A command's
+// outputs are rendered again from what it printed; a pipeline's (its log
+// and an interrupted stage's output) are cut in the middle. Rendering can
+// make an output longer than its share (each byte that is not UTF-8 may
+// become a three-byte U+FFFD), so the share is halved until the result
+// fits: a result that does not fit is never published, and its task would
+// run again and again.
 func (s *Service) fitPayload(env *messagev1.Envelope, o taskOutcome) {
 	room := int(s.bus.Conn.MaxPayload()) - payloadSlack
-	if o.tool == nil || proto.Size(env) <= room {
+	if proto.Size(env) <= room {
 		return
 	}
 	r := o.msg
+	stdout, stderr := r.Stdout, r.Stderr
+	outCut, errCut := r.StdoutTruncated, r.StderrTruncated
 	r.Stdout, r.Stderr = "", ""
 	per := max((room-proto.Size(env))/2-128, 0)
-	r.Stdout, r.StdoutTruncated = o.tool.RenderStdout(per)
-	r.Stderr, r.StderrTruncated = o.tool.RenderStderr(per)
+	for {
+		if o.tool != nil {
+			r.Stdout, r.StdoutTruncated = o.tool.RenderStdout(per)
+			r.Stderr, r.StderrTruncated = o.tool.RenderStderr(per)
+		} else {
+			var cut bool
+			r.Stdout, cut = clipMiddle(stdout, per)
+			r.StdoutTruncated = outCut || cut
+			r.Stderr, cut = clipMiddle(stderr, per)
+			r.StderrTruncated = errCut || cut
+		}
+		if per == 0 || proto.Size(env) <= room {
+			return
+		}
+		per /= 2
+	}
+}
+
+// clipMiddle keeps the head and the tail of s within about limit bytes,
+// with a marker saying how much was dropped.
+func clipMiddle(s string, limit int) (string, bool) {
+	if len(s) <= limit {
+		return s, false
+	}
+	h := limit / 2
+	t := limit - h
+	return strings.ToValidUTF8(s[:h], "") + fmt.Sprintf("\n... [%d bytes truncated] ...\n", len(s)-limit) +
+		strings.ToValidUTF8(s[len(s)-t:], ""), true
 }
 
 // removeWorkspace deletes a workspace, first making directories writable

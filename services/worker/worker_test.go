@@ -455,6 +455,43 @@ func TestThroughTheBus(t *testing.T) {
 	requireOnlyEmptiedScratch(t, cfg.WorkspaceRoot)
 }
 
+// TestResultFitsTheBusWhateverTheOutput: outputs that grow when rendered
+// (bytes that are not UTF-8) and a pipeline's outputs (no command result to
+// render again) are cut until the result fits in one NATS message; a result
+// that does not fit is never published and its task runs again and again.
+func TestResultFitsTheBusWhateverTheOutput(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	svc := &Service{bus: bus}
+	payload := int(bus.Conn.MaxPayload())
+	envOf := func(r *messagev1.TaskResult) *messagev1.Envelope {
+		return &messagev1.Envelope{Id: "e1", Payload: &messagev1.Envelope_TaskResult{TaskResult: r}}
+	}
+
+	// Each invalid byte becomes a three-byte U+FFFD.
+	binary := strings.Repeat("\xffa", payload)
+	tool := &toolexec.Result{Stdout: binary, Stderr: binary}
+	res := &messagev1.TaskResult{NodeId: "bin"}
+	res.Stdout, res.StdoutTruncated = tool.RenderStdout(4 * payload)
+	res.Stderr, res.StderrTruncated = tool.RenderStderr(4 * payload)
+	env := envOf(res)
+	svc.fitPayload(env, taskOutcome{msg: res, tool: tool})
+	require.LessOrEqual(t, proto.Size(env), payload-payloadSlack)
+	require.True(t, res.GetStdoutTruncated() && res.GetStderrTruncated())
+	require.True(t, strings.HasPrefix(res.GetStdout(), "\uFFFDa"))
+	require.Greater(t, len(res.GetStdout()), payload/8, "the room left is still used")
+
+	// A pipeline's log and an interrupted stage's output.
+	res = &messagev1.TaskResult{NodeId: "pipe", Stdout: "loop 1: engineer\n" + strings.Repeat("o", payload), Stderr: strings.Repeat("e", payload) + "end"}
+	env = envOf(res)
+	svc.fitPayload(env, taskOutcome{msg: res})
+	require.LessOrEqual(t, proto.Size(env), payload-payloadSlack)
+	require.True(t, res.GetStdoutTruncated() && res.GetStderrTruncated())
+	require.True(t, strings.HasPrefix(res.GetStdout(), "loop 1: engineer\n"))
+	require.True(t, strings.HasSuffix(res.GetStderr(), "end"))
+	require.Contains(t, res.GetStdout(), "bytes truncated")
+}
+
 // TestSilentWorkersTaskIsReassigned: a worker that took a task and went
 // silent (no heartbeat, no ack: it died) loses it after AckWait, and a live
 // worker runs it.
