@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -157,6 +158,16 @@ func (c *taskControl) overrides() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.status.GetOverrides()...)
+}
+
+// noteOverride records an override the task was dispatched with (kept in
+// the node's spec: given before this attempt, or in the submitted DAG).
+func (c *taskControl) noteOverride(o string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.status.Overrides, o) {
+		c.status.Overrides = append(c.status.Overrides, o)
+	}
 }
 
 // apply carries out an action and says what it did.

@@ -386,6 +386,17 @@ func (s *Service) runPipeline(ctx context.Context, env *messagev1.Envelope, spec
 	run stageRunner, res *messagev1.TaskResult, report *orchestratorv1.TaskReport, out *taskOutcome) (*orchestratorv1.PipelineStatus, error) {
 	pr := &pipelineRun{s: s, env: env, task: env.GetTaskDispatch(), spec: spec, dir: dir, wsp: wsp, ctl: controlOf(ctx, true), res: res, report: report}
 	pr.ctl.markPipeline()
+	// Overrides given before this attempt are the user's as much as those
+	// given while it runs: they show in the status and the report.
+	if spec.GetIgnoreInspector() {
+		pr.ctl.noteOverride("ignore_inspector")
+	}
+	if spec.GetIgnoreTester() {
+		pr.ctl.noteOverride("ignore_tester")
+	}
+	if len(spec.GetGuidance()) > 0 {
+		pr.ctl.noteOverride("prompt")
+	}
 	if s.engineerReads(pr.task) {
 		pr.mem = &engineerMemory{window: s.engineerWindow()}
 	}

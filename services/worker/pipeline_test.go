@@ -135,6 +135,8 @@ func TestPipelineLoopsThenFailsWithTheUserOptions(t *testing.T) {
 			if tt.wantState == "completed" {
 				require.Equal(t, int32(0), out.msg.GetExitCode())
 				require.Equal(t, "not tested: ignore_tester", r.GetTested())
+				require.Equal(t, []string{"ignore_tester"}, p.GetOverrides())
+				require.Equal(t, "user overrides: ignore_tester", r.GetDeviations())
 				return
 			}
 			require.Equal(t, int32(2), p.GetLoops())
