@@ -387,6 +387,57 @@ func TestRequestTimeoutAndDeadLetters(t *testing.T) {
 	requireCode(t, err, codes.NotFound, "not found")
 }
 
+// A replayed request that times out again gives a second error event and
+// a second dead letter, and both say how long the request waited.
+func TestReplayedRequestTimesOutAgain(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "timeout twice")
+	reader := inboxReader(t, f.bus, "academic")
+	r := f.send(t, ctx, s, "What are the best practices for retry backoff? Point me to the docs.")
+	nextEnvelope(t, reader)
+	timeouts := func() []*guidev1.Event {
+		var out []*guidev1.Event
+		for _, e := range f.events(t, ctx, s, 0) {
+			if e.GetType() == eventTimeout {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+
+	later := time.Now().UTC().Add(DefaultRequestTimeout + time.Minute)
+	f.svc.now = func() time.Time { return later }
+	st, err := f.svc.reapOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, st.expired)
+	f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventTimeout })
+	dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
+	require.NoError(t, err)
+	require.Len(t, dl.GetDeadLetters(), 1)
+	_, err = f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: dl.GetDeadLetters()[0].GetName()})
+	require.NoError(t, err)
+	nextEnvelope(t, reader)
+
+	evenLater := later.Add(DefaultRequestTimeout + time.Minute)
+	f.svc.now = func() time.Time { return evenLater }
+	st, err = f.svc.reapOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, st.expired)
+	require.Eventually(t, func() bool { return len(timeouts()) == 2 }, 10*time.Second, 20*time.Millisecond)
+	for _, e := range timeouts() {
+		require.Equal(t, r.GetCorrelationId(), e.GetCorrelationId())
+		require.Contains(t, e.GetText(), "No answer from the academic within 2m0s.")
+	}
+	dl, err = f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
+	require.NoError(t, err)
+	require.Len(t, dl.GetDeadLetters(), 2)
+	for _, d := range dl.GetDeadLetters() {
+		require.Equal(t, "no answer from the academic within 2m0s", d.GetReason())
+	}
+}
+
 // Tier 1: a repeated request is routed from the cache; a knowledge answer
 // with confidence above 0.8 is cached by intent and subject (acceptance
 // behaviour 22) until an index run finishes.

@@ -146,7 +146,11 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, p := range expired {
-		waited := p.Deadline.Sub(p.CreateTime).Round(time.Second)
+		// Every deadline is set the request timeout ahead (on routing, a
+		// reroute or a replay) and moved on by the time a session spent
+		// suspended, so that is how long the request waited; its creation
+		// may be much older.
+		waited := s.cfg.RequestTimeout.Round(time.Second)
 		env := decodeEnvelope(p.Envelope)
 		if env != nil {
 			// The dead letter belongs to the request's tenant, whatever the
@@ -156,7 +160,9 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 		}
 		s.metrics.timeouts.WithLabelValues(p.Target).Inc()
 		_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: p.TenantID, Session: p.SessionID,
-			ID: p.CorrelationID + ".timeout", Type: eventTimeout, Source: authorGuide, CorrelationID: p.CorrelationID,
+			// A request replayed or rerouted may time out again under its
+			// correlation id: each deadline is an event of its own.
+			ID: fmt.Sprintf("%s.timeout.%d", p.CorrelationID, p.Deadline.UnixNano()), Type: eventTimeout, Source: authorGuide, CorrelationID: p.CorrelationID,
 			Text: fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited),
 			Data: map[string]any{"target": p.Target, "error": "DEADLINE_EXCEEDED", "waited_seconds": waited.Seconds()}})
 		if err != nil {
