@@ -49,10 +49,13 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 		var found bool
 		var err error
 		p, found, err = getPending(ctx, tx, tenant, ev.GetCorrelationId(), true)
-		if err != nil || !found || p.State != statePending || p.SessionID != ev.GetSessionId() {
+		// A request of a suspended session is frozen, not forgotten: an
+		// answer that arrives meanwhile answers it, or the resumed session
+		// would report it timed out.
+		if err != nil || !found || (p.State != statePending && p.State != stateFrozen) || p.SessionID != ev.GetSessionId() {
 			return err
 		}
-		if _, err := setPendingState(ctx, tx, tenant, p.CorrelationID, statePending, stateAnswered); err != nil {
+		if _, err := setPendingState(ctx, tx, tenant, p.CorrelationID, p.State, stateAnswered); err != nil {
 			return err
 		}
 		answered = true

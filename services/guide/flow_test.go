@@ -438,6 +438,32 @@ func TestReplayedRequestTimesOutAgain(t *testing.T) {
 	}
 }
 
+// An answer that arrives while its session is suspended answers the
+// request: the resumed session does not report it timed out.
+func TestAnswerWhileSuspended(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "answer while suspended")
+	reader := inboxReader(t, f.bus, "librarian")
+	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	require.Equal(t, "librarian", r.GetRoute().GetTarget())
+	env := nextEnvelope(t, reader)
+	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+
+	_, err = topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
+		Type: eventAnswered, Source: "librarian", CorrelationID: env.GetCorrelationId(), Text: "config.go:12"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.pendingState(t, r.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
+
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	// Only pending requests expire.
+	require.Equal(t, stateAnswered, f.pendingState(t, r.GetCorrelationId()))
+}
+
 // Tier 1: a repeated request is routed from the cache; a knowledge answer
 // with confidence above 0.8 is cached by intent and subject (acceptance
 // behaviour 22) until an index run finishes.
