@@ -3,6 +3,7 @@ package guide
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -268,9 +269,9 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 		return nil, invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
 	}
 	var raw []byte
-	var target string
-	err = s.db.QueryRow(ctx, `SELECT envelope, target FROM dead_letters WHERE `+deadLetterVisible+` AND id = $4`,
-		who.TenantID, who.UserID, who.Role == identity.RoleAdmin, id).Scan(&raw, &target)
+	var target, sessionID string
+	err = s.db.QueryRow(ctx, `SELECT envelope, target, session_id FROM dead_letters WHERE `+deadLetterVisible+` AND id = $4`,
+		who.TenantID, who.UserID, who.Role == identity.RoleAdmin, id).Scan(&raw, &target, &sessionID)
 	if err == pgx.ErrNoRows {
 		return nil, s.toStatus(ctx, "replay dead letter", &notFoundError{kind: "dead letter", name: req.GetName()})
 	}
@@ -286,16 +287,37 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 	env.Attempt++
 	env.CreatedAt = timestamppb.New(now)
 	env.Deadline = timestamppb.New(now.Add(s.cfg.RequestTimeout))
-	if target != topology.AgentGuide && ids.Valid(env.GetSessionId()) && env.GetCorrelationId() != "" {
+	// A replay sends its user's message again, so only into a session that
+	// takes messages. The session's row is held until the request is
+	// tracked again, so that a suspension after it freezes the request.
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if ids.Valid(sessionID) {
+			var state string
+			err := tx.QueryRow(ctx, `SELECT state FROM sessions WHERE tenant_id = $1 AND id = $2 FOR SHARE`,
+				who.TenantID, strings.ToLower(sessionID)).Scan(&state)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				// Refused because its session did not exist: nothing to check.
+			case err != nil:
+				return fmt.Errorf("load the dead letter's session: %w", err)
+			case state != stateActive:
+				return sendStateError(state)
+			}
+		}
+		if target == topology.AgentGuide || !ids.Valid(env.GetSessionId()) || env.GetCorrelationId() == "" {
+			return nil
+		}
 		again, err := proto.Marshal(env)
 		if err != nil {
-			return nil, s.toStatus(ctx, "replay dead letter", err)
+			return err
 		}
-		if _, err := s.db.Exec(ctx, `UPDATE pending_requests SET state = $3, envelope = $4, deadline = $5
+		_, err = tx.Exec(ctx, `UPDATE pending_requests SET state = $3, envelope = $4, deadline = $5
 			WHERE tenant_id = $1 AND correlation_id = $2`, who.TenantID, env.GetCorrelationId(), statePending, again,
-			now.Add(s.cfg.RequestTimeout)); err != nil {
-			return nil, s.toStatus(ctx, "replay dead letter", err)
-		}
+			now.Add(s.cfg.RequestTimeout))
+		return err
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, "replay dead letter", err)
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, target), env.GetId(), env); err != nil {
 		s.log.ErrorContext(ctx, "replay dead letter", logx.Err(err))

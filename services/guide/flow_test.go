@@ -464,6 +464,57 @@ func TestAnswerWhileSuspended(t *testing.T) {
 	require.Equal(t, stateAnswered, f.pendingState(t, r.GetCorrelationId()))
 }
 
+// A dead letter is replayed only into an active session: a replay sends
+// its user's message again, which a finished session no longer takes and a
+// suspended one takes only once resumed.
+func TestReplayDeadLetterNeedsActiveSession(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	reader := inboxReader(t, f.bus, "academic")
+	later := time.Now().UTC().Add(DefaultRequestTimeout + time.Minute)
+	routed := func(name string) (*guidev1.Session, *guidev1.SendMessageResponse) {
+		s := f.createSession(t, ctx, name)
+		r := f.send(t, ctx, s, "What are the best practices for retry backoff? Point me to the docs.")
+		nextEnvelope(t, reader)
+		return s, r
+	}
+	suspended, rs := routed("suspended")
+	completed, rc := routed("completed")
+	f.svc.now = func() time.Time { return later }
+	st, err := f.svc.reapOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, st.expired)
+	f.svc.now = time.Now
+
+	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: suspended.GetName()})
+	require.NoError(t, err)
+	_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: completed.GetName()})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		s    *guidev1.Session
+		r    *guidev1.SendMessageResponse
+		want string
+	}{{suspended, rs, "session is suspended; resume it first"}, {completed, rc, "session is completed"}} {
+		dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: c.s.GetId()})
+		require.NoError(t, err)
+		require.Len(t, dl.GetDeadLetters(), 1)
+		_, err = f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: dl.GetDeadLetters()[0].GetName()})
+		requireCode(t, err, codes.FailedPrecondition, c.want)
+		require.Equal(t, stateTimedOut, f.pendingState(t, c.r.GetCorrelationId()))
+	}
+	// Nothing was sent again; once resumed, the suspended session's dead
+	// letter is replayed.
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: suspended.GetName()})
+	require.NoError(t, err)
+	dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: suspended.GetId()})
+	require.NoError(t, err)
+	_, err = f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: dl.GetDeadLetters()[0].GetName()})
+	require.NoError(t, err)
+	require.Equal(t, rs.GetCorrelationId(), nextEnvelope(t, reader).GetCorrelationId())
+	require.Equal(t, statePending, f.pendingState(t, rs.GetCorrelationId()))
+}
+
 // Tier 1: a repeated request is routed from the cache; a knowledge answer
 // with confidence above 0.8 is cached by intent and subject (acceptance
 // behaviour 22) until an index run finishes.
