@@ -877,6 +877,45 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	requireCode(t, err, codes.FailedPrecondition, "replay is done")
 }
 
+// A step of an interactive replay that the session does not take leaves
+// the replay at that query: it is sent by the next step, not lost.
+func TestReplayStepNotTakenIsKept(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "rec")
+	lib := inboxReader(t, f.bus, "librarian")
+	rec, err := f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	queries := []string{"where is the function ParseConfig defined?", "where is the function LoadConfig defined?"}
+	for _, q := range queries {
+		f.send(t, ctx, s, q)
+		nextEnvelope(t, lib)
+	}
+	_, err = f.svc.StopRecording(ctx, &guidev1.StopRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	inter, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	name := inter.GetState().GetName()
+
+	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: name, Action: "continue"})
+	requireCode(t, err, codes.FailedPrecondition, "session is suspended")
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	for i, q := range queries {
+		step, err := f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: name, Action: "continue"})
+		require.NoError(t, err)
+		require.Equal(t, int32(i), step.GetResult().GetIndex())
+		require.Equal(t, q, step.GetResult().GetQuery())
+		require.Equal(t, int32(i+1), step.GetState().GetCurrentIndex())
+		require.Equal(t, q, nextEnvelope(t, lib).GetUserInput().GetText())
+	}
+	_, err = lib.Next(jetstreamWait(200 * time.Millisecond))
+	require.Error(t, err, "each query was sent once")
+}
+
 // Acceptance behaviours 1 and 18: the envelope to the architect carries
 // the structured intent (the request verbatim, its constraints), the
 // Guide's first chain entry and the session id.

@@ -269,7 +269,7 @@ func (s *Service) ReplayRecording(ctx context.Context, req *guidev1.ReplayRecord
 		state.CurrentIndex, state.Done = int32(len(rec.Queries)), true
 	case guidev1.ReplayMode_REPLAY_MODE_EXACT:
 		for _, q := range rec.Queries {
-			r, err := s.replaySend(ctx, target, q.GetIndex(), q.GetRawQuery(), "sent")
+			r, err := s.replaySend(ctx, target, q.GetIndex(), q.GetRawQuery(), "sent", "")
 			if err != nil {
 				return nil, err
 			}
@@ -318,9 +318,10 @@ func (s *Service) dryRun(ctx context.Context, who identity.Identity, q *guidev1.
 	return r, nil
 }
 
-// replaySend sends one query into the target session.
-func (s *Service) replaySend(ctx context.Context, target string, index int32, text, action string) (*guidev1.ReplayStepResult, error) {
-	resp, err := s.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessionName(target), Text: text})
+// replaySend sends one query into the target session, under requestID
+// when it is not empty.
+func (s *Service) replaySend(ctx context.Context, target string, index int32, text, action, requestID string) (*guidev1.ReplayStepResult, error) {
+	resp, err := s.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessionName(target), Text: text, RequestId: requestID})
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +353,7 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 	o := ownerOf(who)
 	sid, id := strings.ToLower(parts[1]), strings.ToLower(parts[3])
 	var recID string
-	var idx int32
+	var idx, next int32
 	var skipped []int32
 	var mods map[string]string
 	var done bool
@@ -360,7 +361,7 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 	var query *guidev1.RecordedQuery
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
-			WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 FOR UPDATE`, o.tenant, o.user, sid, id).
+			WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, o.tenant, o.user, sid, id).
 			Scan(&recID, &idx, &skipped, &mods, &done, &start)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &notFoundError{kind: "replay", name: req.GetName()}
@@ -382,49 +383,60 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 				return err
 			}
 		}
+		next = idx
 		switch action {
 		case "abort":
 			done = true
 		case "skip":
 			skipped = append(skipped, idx)
-			idx++
+			next++
 		case "modify":
 			mods[strconv.Itoa(int(idx))] = text
-			idx++
+			next++
 		default:
-			idx++
+			next++
 		}
-		if idx >= total {
+		if next >= total {
 			done = true
 		}
-		_, err = tx.Exec(ctx, `UPDATE replays SET current_index = $2, skipped = $3, modifications = $4, done = $5 WHERE id = $1`,
-			id, idx, skipped, mods, done)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, s.toStatus(ctx, "step replay", err)
 	}
+	// The query is sent before the replay moves past it, so that one the
+	// session did not take (suspended, or the bus down) is still the next
+	// one. Its request id makes a step retried after a failure, or taken
+	// twice at once, send it once.
+	var result *guidev1.ReplayStepResult
+	if query != nil {
+		requestID := fmt.Sprintf("replay/%s/%d", id, query.GetIndex())
+		switch action {
+		case "skip":
+			result = &guidev1.ReplayStepResult{Index: query.GetIndex(), Query: query.GetRawQuery(), Action: "skipped"}
+		case "modify":
+			if result, err = s.replaySend(ctx, sid, query.GetIndex(), text, "modified", requestID); err != nil {
+				return nil, err
+			}
+		default:
+			if result, err = s.replaySend(ctx, sid, query.GetIndex(), query.GetRawQuery(), "sent", requestID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
+		WHERE id = $1 AND current_index = $2 AND NOT done`, id, idx, next, skipped, mods, done)
+	if err != nil {
+		return nil, s.toStatus(ctx, "step replay", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, s.toStatus(ctx, "step replay", &conflictError{msg: "the replay moved on meanwhile; read it again"})
+	}
 	state := &guidev1.ReplayState{Name: req.GetName(), Recording: recordingName(sid, recID), Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE,
-		CurrentIndex: idx, SkippedIndices: skipped, Modifications: map[int32]string{}, Done: done, StartTime: timestamppb.New(start)}
+		CurrentIndex: next, SkippedIndices: skipped, Modifications: map[int32]string{}, Done: done, StartTime: timestamppb.New(start)}
 	for k, v := range mods {
 		n, _ := strconv.Atoi(k)
 		state.Modifications[int32(n)] = v
 	}
-	resp := &guidev1.StepReplayResponse{State: state}
-	if query == nil {
-		return resp, nil
-	}
-	switch action {
-	case "skip":
-		resp.Result = &guidev1.ReplayStepResult{Index: query.GetIndex(), Query: query.GetRawQuery(), Action: "skipped"}
-	case "modify":
-		if resp.Result, err = s.replaySend(ctx, sid, query.GetIndex(), text, "modified"); err != nil {
-			return nil, err
-		}
-	default:
-		if resp.Result, err = s.replaySend(ctx, sid, query.GetIndex(), query.GetRawQuery(), "sent"); err != nil {
-			return nil, err
-		}
-	}
-	return resp, nil
+	return &guidev1.StepReplayResponse{State: state, Result: result}, nil
 }
