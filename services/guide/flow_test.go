@@ -916,6 +916,35 @@ func TestReplayStepNotTakenIsKept(t *testing.T) {
 	require.Error(t, err, "each query was sent once")
 }
 
+// An interactive replay of a recording that is still recording, into its
+// own session, ends after the queries recorded when it started, though each
+// query it sends is recorded again.
+func TestReplayOfRecordingInProgressEnds(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "rec")
+	rec, err := f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	f.send(t, ctx, s, "/help")
+	f.send(t, ctx, s, "/status")
+	inter, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	var sent []string
+	for range 5 {
+		step, err := f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
+		if err != nil {
+			requireCode(t, err, codes.FailedPrecondition, "replay is done")
+			break
+		}
+		sent = append(sent, step.GetResult().GetQuery())
+	}
+	require.Equal(t, []string{"/help", "/status"}, sent)
+	got, err := f.svc.GetRecording(ctx, &guidev1.GetRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	require.Equal(t, int32(4), got.GetRecording().GetQueryCount(), "the replayed queries are recorded")
+}
+
 // Acceptance behaviours 1 and 18: the envelope to the architect carries
 // the structured intent (the request verbatim, its constraints), the
 // Guide's first chain entry and the session id.

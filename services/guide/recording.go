@@ -372,8 +372,12 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 		if done {
 			return &stateError{current: "finished", hint: "this replay is done; start another"}
 		}
+		// A replay covers the queries recorded when it started: replaying a
+		// recording that is still recording into its own session records
+		// each query again, and those must not be replayed in turn.
 		var total int32
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1`, recID).Scan(&total); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1 AND time <= $2`,
+			recID, start).Scan(&total); err != nil {
 			return err
 		}
 		if action != "abort" && idx < total {
