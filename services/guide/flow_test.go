@@ -808,6 +808,46 @@ func TestFailureFeedback(t *testing.T) {
 	requireCode(t, err, codes.InvalidArgument, "failure_signal")
 }
 
+// A dry run routes a recorded query as a replay would: past routing
+// failures lower its confidence there too, and a change the intent gate
+// would ask about is not routed.
+func TestDryRunCountsRoutingFailures(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{FailurePenalty: 0.2}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "dry run")
+	const q = "where is the retry policy documented"
+	rec, err := f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
+	require.NoError(t, err)
+	first := f.send(t, ctx, s, q)
+	require.Equal(t, "librarian", first.GetRoute().GetTarget())
+	vague := f.send(t, ctx, s, "fix it")
+	require.Empty(t, vague.GetRoute().GetTarget(), "the intent gate asks what to change")
+	_, err = f.svc.StopRecording(ctx, &guidev1.StopRecordingRequest{Name: rec.GetRecording().GetName()})
+	require.NoError(t, err)
+	for range 2 {
+		_, err = f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "librarian",
+			ShouldHaveBeen: "academic", FailureSignal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION})
+		require.NoError(t, err)
+	}
+
+	dry, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName(), Mode: guidev1.ReplayMode_REPLAY_MODE_DRY_RUN})
+	require.NoError(t, err)
+	exact, err := f.svc.ReplayRecording(ctx, &guidev1.ReplayRecordingRequest{Name: rec.GetRecording().GetName(), Mode: guidev1.ReplayMode_REPLAY_MODE_EXACT})
+	require.NoError(t, err)
+	require.Len(t, dry.GetResults(), 2)
+	require.Len(t, exact.GetResults(), 2)
+	for i, r := range exact.GetResults() {
+		want, got := r.GetRoute(), dry.GetResults()[i].GetRoute()
+		require.Empty(t, want.GetTarget(), "asked the user")
+		require.Equal(t, want.GetTarget(), got.GetTarget())
+		require.Equal(t, want.GetIntentType(), got.GetIntentType())
+		require.InDelta(t, want.GetConfidence(), got.GetConfidence(), 1e-9)
+		require.Equal(t, want.GetReason(), got.GetReason())
+	}
+	require.Contains(t, dry.GetResults()[0].GetRoute().GetReason(), "past misroute")
+}
+
 // Spec E-07: record a session's queries and replay them three ways, with
 // the messages stored each in its own transaction and in group commits.
 func TestRecordingReplay(t *testing.T) {

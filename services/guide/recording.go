@@ -296,23 +296,23 @@ func (s *Service) dryRun(ctx context.Context, who identity.Identity, q *guidev1.
 		r.Route = &guidev1.Route{Target: authorGuide, Tier: tierSlashCommand, Confidence: 1, IntentType: "COMMAND"}
 		return r, nil
 	}
-	cl, tier := Classification{}, tierClassifier
-	if c, ok := directSkill(text); ok && c.Confidence > s.cfg.SkillThreshold {
-		cl, tier = c, tierSkill
-	} else if c, ok := s.cache.route(ctx, who.TenantID, text); ok {
-		cl, tier = c, tierCache
-	} else {
-		var err error
-		if cl, err = s.classifier.Classify(ctx, text); err != nil {
-			return nil, s.toStatus(ctx, "dry run", err)
-		}
+	// As a message is routed, past routing failures included, so that the
+	// dry run shows the route a replay would take.
+	cl, tier, err := s.classifyText(ctx, who.TenantID, text)
+	if err != nil {
+		return nil, err
 	}
 	route := outcomeRoute{Tier: tier, Confidence: cl.Confidence, IntentType: cl.IntentType, Reason: cl.Reason,
 		KnowledgeIntent: cl.KnowledgeIntent, TimeScope: cl.TimeScope}
-	if cl.Target != "" && cl.Confidence >= s.cfg.RouteThreshold {
-		route.Target = cl.Target
-	} else {
+	switch check, _ := validateChange(cl, text); {
+	case cl.Target == "" || cl.Confidence < s.cfg.RouteThreshold:
 		route.IntentType = gateAmbiguous
+		route.KnowledgeIntent, route.TimeScope = "", ""
+	case check != "":
+		// The intent gate's step 2 would ask the user first.
+		route.Reason += "; " + check + " check failed"
+	default:
+		route.Target = cl.Target
 	}
 	r.Route = route.proto()
 	return r, nil

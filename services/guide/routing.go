@@ -95,28 +95,38 @@ func directSkill(text string) (Classification, bool) {
 // (tier 1), the classifier (tier 2), adjusted by past routing failures; a
 // confidence under the threshold becomes a question to the user.
 func (s *Service) decide(ctx context.Context, who identity.Identity, sess session, m *message) (routePlan, error) {
-	var cl Classification
-	tier := tierClassifier
-	if c, ok := directSkill(m.Text); ok && c.Confidence > s.cfg.SkillThreshold {
-		cl, tier = c, tierSkill
-	} else if c, ok := s.cache.route(ctx, who.TenantID, m.Text); ok {
-		cl, tier = c, tierCache
-	} else {
-		c, err := s.classifier.Classify(ctx, m.Text)
-		if err != nil {
-			s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
-			return routePlan{}, status.Error(codes.Unavailable, "message classifier unavailable; retry later")
-		}
-		cl = c
-		if cl.Target != "" {
-			if err := s.applyFailureFeedback(ctx, who.TenantID, m.Text, &cl); err != nil {
-				return routePlan{}, s.toStatus(ctx, "send message", err)
-			}
-		}
+	cl, tier, err := s.classifyText(ctx, who.TenantID, m.Text)
+	if err != nil {
+		return routePlan{}, err
+	}
+	if tier == tierClassifier {
 		s.cache.storeRoute(ctx, who.TenantID, m.Text, cl)
 	}
 	s.metrics.tiers.WithLabelValues(tier).Inc()
 	return s.planRoute(ctx, who, sess, m, cl, tier), nil
+}
+
+// classifyText classifies a text as routing does, and names the tier that
+// decided: a direct skill, the route cache, or the classifier, whose
+// confidence past routing failures lower. It stores nothing.
+func (s *Service) classifyText(ctx context.Context, tenant, text string) (Classification, string, error) {
+	if c, ok := directSkill(text); ok && c.Confidence > s.cfg.SkillThreshold {
+		return c, tierSkill, nil
+	}
+	if c, ok := s.cache.route(ctx, tenant, text); ok {
+		return c, tierCache, nil
+	}
+	cl, err := s.classifier.Classify(ctx, text)
+	if err != nil {
+		s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
+		return Classification{}, "", status.Error(codes.Unavailable, "message classifier unavailable; retry later")
+	}
+	if cl.Target != "" {
+		if err := s.applyFailureFeedback(ctx, tenant, text, &cl); err != nil {
+			return Classification{}, "", s.toStatus(ctx, "classify message", err)
+		}
+	}
+	return cl, tierClassifier, nil
 }
 
 // planRoute fills m's route from a classification.
