@@ -355,17 +355,17 @@ func (s *Service) tasksCommand(ctx context.Context, env *commandEnv) (commandRes
 	}
 	cctx, cancel := s.peerContext(ctx, env.owner)
 	defer cancel()
-	resp, err := s.orchestrator.ListRuns(cctx, &orchestratorv1.ListRunsRequest{SessionId: env.session.ID, PageSize: 20})
+	runs, err := s.sessionRuns(cctx, env.session.ID, 20)
 	if err != nil {
 		s.log.WarnContext(ctx, "list runs", logx.Err(err))
 		return commandResult{reply: "The orchestrator did not answer; try /tasks again shortly."}, nil
 	}
-	if len(resp.GetRuns()) == 0 {
+	if len(runs) == 0 {
 		return commandResult{reply: "This session has no runs."}, nil
 	}
 	var b strings.Builder
 	b.WriteString("Runs of this session, newest first:")
-	for _, r := range resp.GetRuns() {
+	for _, r := range runs {
 		fmt.Fprintf(&b, "\n%s  %s", r.GetName(), strings.TrimPrefix(r.GetState().String(), "RUN_STATE_"))
 		for _, n := range r.GetNodes() {
 			fmt.Fprintf(&b, "\n  - %s: %s", n.GetNodeId(), strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))

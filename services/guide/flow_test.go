@@ -14,12 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
@@ -269,6 +272,66 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		_, err = f.svc.GetSessionSnapshot(who, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
 		requireCode(t, err, codes.NotFound, "not found")
 	}
+}
+
+// fakeOrchestrator answers as the orchestrator does: a listed run carries
+// its state only, GetRun has its nodes.
+type fakeOrchestrator struct {
+	orchestratorv1.WorkflowServiceClient
+	runs []*orchestratorv1.Run
+}
+
+func (o fakeOrchestrator) ListRuns(context.Context, *orchestratorv1.ListRunsRequest, ...grpc.CallOption) (*orchestratorv1.ListRunsResponse, error) {
+	resp := &orchestratorv1.ListRunsResponse{}
+	for _, r := range o.runs {
+		resp.Runs = append(resp.Runs, &orchestratorv1.Run{Name: r.GetName(), State: r.GetState()})
+	}
+	return resp, nil
+}
+
+func (o fakeOrchestrator) GetRun(_ context.Context, req *orchestratorv1.GetRunRequest, _ ...grpc.CallOption) (*orchestratorv1.GetRunResponse, error) {
+	for _, r := range o.runs {
+		if r.GetName() == req.GetName() {
+			return &orchestratorv1.GetRunResponse{Run: r}, nil
+		}
+	}
+	return nil, status.Error(codes.NotFound, "no such run")
+}
+
+func (o fakeOrchestrator) PauseSessionRuns(context.Context, *orchestratorv1.PauseSessionRunsRequest, ...grpc.CallOption) (*orchestratorv1.PauseSessionRunsResponse, error) {
+	return &orchestratorv1.PauseSessionRunsResponse{}, nil
+}
+
+func (o fakeOrchestrator) ResumeSessionRuns(context.Context, *orchestratorv1.ResumeSessionRunsRequest, ...grpc.CallOption) (*orchestratorv1.ResumeSessionRunsResponse, error) {
+	return &orchestratorv1.ResumeSessionRunsResponse{}, nil
+}
+
+// A suspended session's snapshot holds the state of its runs' nodes (spec
+// A-17), and /tasks lists them.
+func TestSnapshotHoldsDAGState(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	f.svc.orchestrator = fakeOrchestrator{runs: []*orchestratorv1.Run{{Name: "runs/r1", State: orchestratorv1.RunState_RUN_STATE_RUNNING,
+		Nodes: []*orchestratorv1.NodeStatus{
+			{NodeId: "a", State: orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, Stdout: "built"},
+			{NodeId: "b", State: orchestratorv1.NodeState_NODE_STATE_PENDING},
+		}}}}
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "dag")
+	tasks := f.send(t, ctx, s, "/tasks")
+	require.Contains(t, tasks.GetReply(), "runs/r1  RUNNING\n  - a: SUCCEEDED\n  - b: PENDING")
+
+	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	snap, err := f.svc.GetSessionSnapshot(ctx, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Empty(t, snap.GetSnapshot().GetDagError())
+	require.Len(t, snap.GetSnapshot().GetDags(), 1)
+	d := snap.GetSnapshot().GetDags()[0]
+	require.Equal(t, "runs/r1", d.GetRun())
+	require.Equal(t, map[string]string{"a": "NODE_STATE_SUCCEEDED", "b": "NODE_STATE_PENDING"}, d.GetNodeStates())
+	require.Equal(t, map[string]string{"a": "built"}, d.GetCompletedResults())
+	require.Equal(t, []string{"b"}, d.GetPendingNodes())
 }
 
 // The reaper suspends idle sessions, fails old ones and expires requests,

@@ -108,13 +108,13 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx),
 		identity.Identity{TenantID: o.tenant, UserID: o.user, Role: identity.RoleMember}), s.cfg.PeerTimeout)
 	defer cancel()
-	resp, err := s.orchestrator.ListRuns(cctx, &orchestratorv1.ListRunsRequest{SessionId: sessionID, PageSize: 100})
+	runs, err := s.sessionRuns(cctx, sessionID, 100)
 	if err != nil {
 		s.log.WarnContext(ctx, "list runs for snapshot", slog.String(logx.KeySessionID, sessionID), logx.Err(err))
 		return dagState{err: "orchestrator unavailable: " + truncate(err.Error(), 200)}
 	}
 	var out dagState
-	for _, r := range resp.GetRuns() {
+	for _, r := range runs {
 		d := &guidev1.DagSnapshot{
 			Run:              r.GetName(),
 			State:            r.GetState().String(),
@@ -133,6 +133,24 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 		out.dags = append(out.dags, d)
 	}
 	return out
+}
+
+// sessionRuns returns a session's newest runs (at most limit) with their
+// nodes: a listed run carries only its state, so each is read in full.
+func (s *Service) sessionRuns(ctx context.Context, sessionID string, limit int32) ([]*orchestratorv1.Run, error) {
+	resp, err := s.orchestrator.ListRuns(ctx, &orchestratorv1.ListRunsRequest{SessionId: sessionID, PageSize: limit})
+	if err != nil {
+		return nil, err
+	}
+	runs := resp.GetRuns()
+	for i, r := range runs {
+		full, err := s.orchestrator.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: r.GetName()})
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", r.GetName(), err)
+		}
+		runs[i] = full.GetRun()
+	}
+	return runs, nil
 }
 
 // loadContext reads a session's context and its version.
