@@ -655,6 +655,34 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	nextEnvelope(t, reader)
 }
 
+// A reroute of a suspended session's request keeps the request frozen: it
+// does not time out while the session is suspended.
+func TestRerouteWhileSuspended(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "reroute while suspended")
+	lib := inboxReader(t, f.bus, "librarian")
+	acad := inboxReader(t, f.bus, "academic")
+	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	env := nextEnvelope(t, lib)
+	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: env.GetCorrelationId(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+		Source: "librarian", Target: "guide", Type: messagev1.MessageType_MESSAGE_TYPE_REROUTE_REQUEST,
+		StructuredIntent: env.GetStructuredIntent(), ConfidenceChain: env.GetConfidenceChain(),
+		Payload: &messagev1.Envelope_RerouteRequest{RerouteRequest: &messagev1.RerouteRequest{Source: "librarian",
+			Reason: "external knowledge", SuggestedTarget: "academic"}}})
+	require.Equal(t, r.GetCorrelationId(), nextEnvelope(t, acad).GetCorrelationId())
+	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+
+	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, statePending, f.pendingState(t, r.GetCorrelationId()))
+}
+
 // Acceptance behaviours 4, 5 and 23: a one-hop reroute goes to the
 // suggested target with its history; the third hop goes to the user with
 // every reason; each is an EXPLICIT_REDIRECT routing failure.

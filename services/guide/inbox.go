@@ -198,7 +198,12 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 		if err != nil {
 			return "", err
 		}
-		pending.Target, pending.Envelope, pending.State = to, raw, statePending
+		pending.Target, pending.Envelope = to, raw
+		// A suspended session's request stays frozen: its deadline runs
+		// again once the session is resumed.
+		if pending.State != stateFrozen {
+			pending.State = statePending
+		}
 		pending.Deadline = s.now().Add(s.cfg.RequestTimeout)
 		if err := insertPending(ctx, s.db, pending); err != nil {
 			return "", err
