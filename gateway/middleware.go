@@ -248,12 +248,15 @@ func (s *streamStartError) Write(b []byte) (int, error) {
 	}
 	s.failed = false
 	var chunk struct {
-		Error struct {
+		Error *struct {
 			Code    codes.Code `json:"code"`
 			Message string     `json:"message"`
 		} `json:"error"`
 	}
-	if err := json.Unmarshal(b, &chunk); err != nil {
+	if err := json.Unmarshal(b, &chunk); err != nil || chunk.Error == nil {
+		// Not the stream's framing: an error the mux's handler wrote in
+		// the JSON error form already (a query parameter that does not
+		// parse).
 		return s.ResponseWriter.Write(b)
 	}
 	out, _ := json.Marshal(newErrorBody(chunk.Error.Code, chunk.Error.Message)) // cannot fail: plain struct

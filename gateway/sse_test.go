@@ -82,6 +82,8 @@ func TestSSEErrors(t *testing.T) {
 		// Newline-delimited JSON fails before its first message in the
 		// same form.
 		{"unknown session, JSON lines", "/v1/sessions/nope/events:stream", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
+		{"bad after_sequence, JSON lines", "/v1/sessions/s1/events:stream?after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
+		{"bad afterSequence, JSON lines", "/v1/sessions/s1/events:stream?afterSequence=abc", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
