@@ -349,13 +349,16 @@ func (s *Service) peerContext(ctx context.Context, o owner) (context.Context, co
 		identity.Identity{TenantID: o.tenant, UserID: o.user, Role: identity.RoleMember}), s.cfg.PeerTimeout)
 }
 
+// maxTasksListed bounds the tasks /tasks lists per run.
+const maxTasksListed = 50
+
 func (s *Service) tasksCommand(ctx context.Context, env *commandEnv) (commandResult, error) {
 	if s.orchestrator == nil {
 		return commandResult{reply: "The orchestrator is not configured, so there are no tasks to show."}, nil
 	}
 	cctx, cancel := s.peerContext(ctx, env.owner)
 	defer cancel()
-	runs, err := s.sessionRuns(cctx, env.session.ID, 20)
+	runs, err := s.sessionRuns(cctx, env.session.ID, 20, true)
 	if err != nil {
 		s.log.WarnContext(ctx, "list runs", logx.Err(err))
 		return commandResult{reply: "The orchestrator did not answer; try /tasks again shortly."}, nil
@@ -367,7 +370,11 @@ func (s *Service) tasksCommand(ctx context.Context, env *commandEnv) (commandRes
 	b.WriteString("Runs of this session, newest first:")
 	for _, r := range runs {
 		fmt.Fprintf(&b, "\n%s  %s", r.GetName(), strings.TrimPrefix(r.GetState().String(), "RUN_STATE_"))
-		for _, n := range r.GetNodes() {
+		for i, n := range r.GetNodes() {
+			if i == maxTasksListed {
+				fmt.Fprintf(&b, "\n  ... and %d more (GET /v1/%s)", len(r.GetNodes())-i, r.GetName())
+				break
+			}
 			fmt.Fprintf(&b, "\n  - %s: %s", n.GetNodeId(), strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
 		}
 	}

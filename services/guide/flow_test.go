@@ -332,6 +332,49 @@ func TestSnapshotHoldsDAGState(t *testing.T) {
 	require.Equal(t, map[string]string{"a": "NODE_STATE_SUCCEEDED", "b": "NODE_STATE_PENDING"}, d.GetNodeStates())
 	require.Equal(t, map[string]string{"a": "built"}, d.GetCompletedResults())
 	require.Equal(t, []string{"b"}, d.GetPendingNodes())
+	require.False(t, d.GetTruncated())
+}
+
+// The snapshot and /tasks stay bounded: runs that ended are not read with
+// their nodes (but the newest for /tasks), /tasks lists 50 tasks a run, and
+// a snapshot keeps at most 1 MiB of results.
+func TestSnapshotAndTasksAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	var big []*orchestratorv1.NodeStatus
+	for i := range 2000 {
+		big = append(big, &orchestratorv1.NodeStatus{NodeId: fmt.Sprintf("n%04d", i), State: orchestratorv1.NodeState_NODE_STATE_SUCCEEDED,
+			Stdout: strings.Repeat("x", 2000)})
+	}
+	f.svc.orchestrator = fakeOrchestrator{runs: []*orchestratorv1.Run{
+		{Name: "runs/new", State: orchestratorv1.RunState_RUN_STATE_RUNNING, Nodes: big},
+		{Name: "runs/old", State: orchestratorv1.RunState_RUN_STATE_SUCCEEDED, Nodes: []*orchestratorv1.NodeStatus{
+			{NodeId: "done", State: orchestratorv1.NodeState_NODE_STATE_SUCCEEDED}}},
+	}}
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "big")
+	reply := f.send(t, ctx, s, "/tasks").GetReply()
+	require.Contains(t, reply, "  - n0049: SUCCEEDED\n  ... and 1950 more (GET /v1/runs/new)")
+	require.NotContains(t, reply, "n0050")
+	require.Contains(t, reply, "runs/old  SUCCEEDED")
+	require.NotContains(t, reply, "done:", "an older run that ended is not read in full")
+
+	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	snap, err := f.svc.GetSessionSnapshot(ctx, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	dags := snap.GetSnapshot().GetDags()
+	require.Len(t, dags, 2)
+	require.True(t, dags[0].GetTruncated())
+	require.Len(t, dags[0].GetNodeStates(), 2000)
+	total := 0
+	for _, r := range dags[0].GetCompletedResults() {
+		total += len(r)
+	}
+	require.LessOrEqual(t, total, maxSnapshotResultBytes)
+	require.Greater(t, len(dags[0].GetCompletedResults()), 1000, "results are kept up to the bound")
+	require.Empty(t, dags[1].GetNodeStates(), "a run that ended keeps its state only")
+	require.Equal(t, "RUN_STATE_SUCCEEDED", dags[1].GetState())
 }
 
 // The reaper suspends idle sessions, fails old ones and expires requests,

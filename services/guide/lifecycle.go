@@ -27,6 +27,13 @@ const (
 	minSessionDuration  = time.Second
 	maxSessionDuration  = 366 * 24 * time.Hour
 	maxResultBytes      = 1024
+	// A snapshot holds the node states of its runs up to maxSnapshotNodes
+	// in all, and their results up to maxSnapshotResultBytes; past them a
+	// run's DagSnapshot says it is truncated. Only runs that have not
+	// ended, maxFullRuns at most, are read with their nodes.
+	maxSnapshotNodes       = 20000
+	maxSnapshotResultBytes = 1 << 20
+	maxFullRuns            = 20
 )
 
 // sessionConfigFromProto validates a requested SessionConfig; unset fields
@@ -108,12 +115,13 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx),
 		identity.Identity{TenantID: o.tenant, UserID: o.user, Role: identity.RoleMember}), s.cfg.PeerTimeout)
 	defer cancel()
-	runs, err := s.sessionRuns(cctx, sessionID, 100)
+	runs, err := s.sessionRuns(cctx, sessionID, 100, false)
 	if err != nil {
 		s.log.WarnContext(ctx, "list runs for snapshot", slog.String(logx.KeySessionID, sessionID), logx.Err(err))
 		return dagState{err: "orchestrator unavailable: " + truncate(err.Error(), 200)}
 	}
 	var out dagState
+	nodes, results := 0, 0
 	for _, r := range runs {
 		d := &guidev1.DagSnapshot{
 			Run:              r.GetName(),
@@ -122,12 +130,23 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 			CompletedResults: map[string]string{},
 		}
 		for _, n := range r.GetNodes() {
+			if nodes == maxSnapshotNodes {
+				d.Truncated = true
+				break
+			}
+			nodes++
 			d.NodeStates[n.GetNodeId()] = n.GetState().String()
 			switch n.GetState() {
 			case orchestratorv1.NodeState_NODE_STATE_PENDING, orchestratorv1.NodeState_NODE_STATE_DISPATCHED:
 				d.PendingNodes = append(d.PendingNodes, n.GetNodeId())
 			case orchestratorv1.NodeState_NODE_STATE_SUCCEEDED:
-				d.CompletedResults[n.GetNodeId()] = truncate(n.GetStdout(), maxResultBytes)
+				if results+maxResultBytes > maxSnapshotResultBytes {
+					d.Truncated = true
+					continue
+				}
+				res := truncate(n.GetStdout(), maxResultBytes)
+				results += len(res)
+				d.CompletedResults[n.GetNodeId()] = res
 			}
 		}
 		out.dags = append(out.dags, d)
@@ -135,15 +154,31 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 	return out
 }
 
-// sessionRuns returns a session's newest runs (at most limit) with their
-// nodes: a listed run carries only its state, so each is read in full.
-func (s *Service) sessionRuns(ctx context.Context, sessionID string, limit int32) ([]*orchestratorv1.Run, error) {
+// runEnded reports whether a run is over.
+func runEnded(st orchestratorv1.RunState) bool {
+	switch st {
+	case orchestratorv1.RunState_RUN_STATE_SUCCEEDED, orchestratorv1.RunState_RUN_STATE_FAILED, orchestratorv1.RunState_RUN_STATE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+// sessionRuns returns a session's newest runs (at most limit). A listed run
+// carries only its state, so those that have not ended, and the newest
+// when newest is set, are read in full with their nodes; at most
+// maxFullRuns of them, as a run's answer may hold megabytes of output.
+func (s *Service) sessionRuns(ctx context.Context, sessionID string, limit int32, newest bool) ([]*orchestratorv1.Run, error) {
 	resp, err := s.orchestrator.ListRuns(ctx, &orchestratorv1.ListRunsRequest{SessionId: sessionID, PageSize: limit})
 	if err != nil {
 		return nil, err
 	}
 	runs := resp.GetRuns()
+	read := 0
 	for i, r := range runs {
+		if read == maxFullRuns || (runEnded(r.GetState()) && (!newest || i > 0)) {
+			continue
+		}
+		read++
 		full, err := s.orchestrator.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: r.GetName()})
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", r.GetName(), err)

@@ -741,8 +741,10 @@ type DagSnapshot struct {
 	NodeStates       map[string]string      `protobuf:"bytes,3,rep,name=node_states,json=nodeStates,proto3" json:"node_states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	PendingNodes     []string               `protobuf:"bytes,4,rep,name=pending_nodes,json=pendingNodes,proto3" json:"pending_nodes,omitempty"`
 	CompletedResults map[string]string      `protobuf:"bytes,5,rep,name=completed_results,json=completedResults,proto3" json:"completed_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Some node states or results were left out, to bound the snapshot.
+	Truncated     bool `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DagSnapshot) Reset() {
@@ -808,6 +810,13 @@ func (x *DagSnapshot) GetCompletedResults() map[string]string {
 		return x.CompletedResults
 	}
 	return nil
+}
+
+func (x *DagSnapshot) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // SessionSnapshot is what suspending a session froze (spec A-17).
@@ -2135,14 +2144,15 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12!\n" +
-	"\freroute_hops\x18\x05 \x01(\x05R\vrerouteHops\"\x8a\x03\n" +
+	"\freroute_hops\x18\x05 \x01(\x05R\vrerouteHops\"\xa8\x03\n" +
 	"\vDagSnapshot\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12K\n" +
 	"\vnode_states\x18\x03 \x03(\v2*.sylk.guide.v1.DagSnapshot.NodeStatesEntryR\n" +
 	"nodeStates\x12#\n" +
 	"\rpending_nodes\x18\x04 \x03(\tR\fpendingNodes\x12]\n" +
-	"\x11completed_results\x18\x05 \x03(\v20.sylk.guide.v1.DagSnapshot.CompletedResultsEntryR\x10completedResults\x1a=\n" +
+	"\x11completed_results\x18\x05 \x03(\v20.sylk.guide.v1.DagSnapshot.CompletedResultsEntryR\x10completedResults\x12\x1c\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x1a=\n" +
 	"\x0fNodeStatesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
