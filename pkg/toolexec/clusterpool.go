@@ -29,8 +29,8 @@ var (
 // them kept for user-interactive calls. Each held slot is a lease that
 // expires unless renewed: the holder renews it every ttl/3 until released,
 // so the slots of a worker that died come back within ttl. A call that finds
-// no free slot polls until one frees up; pipeline calls give up after their
-// timeout with ErrPoolTimeout. Unlike Pool, it does not preempt running
+// no free slot, or Redis unreachable, polls until one frees up; pipeline
+// calls give up after their timeout with ErrPoolTimeout. Unlike Pool, it does not preempt running
 // pipeline calls of other workers for a user call; user calls have the
 // reserve.
 type ClusterPool struct {
@@ -113,24 +113,37 @@ func (p *ClusterPool) Acquire(ctx context.Context, class Class, _ int, timeout t
 	}
 	wait := time.NewTicker(p.interval)
 	defer wait.Stop()
+	// Redis that does not answer is waited for like a slot that is not
+	// free: a task must not fail for a store that comes back, and one that
+	// does not come back in time goes back to the queue (ErrPoolTimeout).
+	var unreachable error
 	for {
 		got, err := clusterAcquire.Run(ctx, p.rc, []string{p.general, p.user},
 			time.Now().UnixMilli(), p.ttl.Milliseconds(), p.total, p.reserve, user, member).Int()
-		if err != nil {
-			return nil, fmt.Errorf("acquire a subprocess slot: %w", err)
-		}
-		if got == 1 {
+		if err == nil && got == 1 {
 			return p.hold(key, member), nil
+		}
+		unreachable = err
+		next := wait.C
+		if err != nil && ctx.Err() == nil {
+			next = time.After(unreachableBackoff)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		case <-deadline:
+			if unreachable != nil {
+				return nil, fmt.Errorf("%w: acquire a subprocess slot: %w", ErrPoolTimeout, unreachable)
+			}
 			return nil, ErrPoolTimeout
-		case <-wait.C:
+		case <-next:
 		}
 	}
 }
+
+// unreachableBackoff is how often Acquire asks a Redis that did not answer
+// again.
+const unreachableBackoff = 250 * time.Millisecond
 
 // hold renews a lease until it is released.
 func (p *ClusterPool) hold(key, member string) func() {

@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -160,4 +165,115 @@ rm "running.$1"`
 	st, err = execs[0].Slots().(*ClusterPool).Stats(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, st.InUse, "every slot came back")
+}
+
+// redisGate forwards connections to Redis while open; while shut it cuts
+// the connections it forwards and refuses new ones, reporting each refusal
+// on refused, as a Redis that went down would.
+type redisGate struct {
+	ln      net.Listener
+	target  string
+	refused chan struct{}
+	mu      sync.Mutex
+	shut    bool
+	conns   map[net.Conn]struct{}
+}
+
+func newRedisGate(t *testing.T, target string) *redisGate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := &redisGate{ln: ln, target: target, refused: make(chan struct{}, 1024), conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		g.setShut(true)
+	})
+	go g.serve()
+	return g
+}
+
+func (g *redisGate) serve() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return
+		}
+		g.mu.Lock()
+		if g.shut {
+			g.mu.Unlock()
+			_ = c.Close()
+			select {
+			case g.refused <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		up, err := net.Dial("tcp", g.target)
+		if err != nil {
+			g.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		g.conns[c], g.conns[up] = struct{}{}, struct{}{}
+		g.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// setShut shuts the gate (cutting every forwarded connection) or opens it.
+func (g *redisGate) setShut(shut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = shut
+	if shut {
+		for c := range g.conns {
+			_ = c.Close()
+		}
+		clear(g.conns)
+	}
+}
+
+// A Redis that went down is waited for like a slot that is not free: a
+// pipeline call that times out goes back to the queue (ErrPoolTimeout, not
+// a command that could not start), and one that is still waiting when Redis
+// is back takes its slot.
+func TestClusterPoolWaitsForRedis(t *testing.T) {
+	t.Parallel()
+	opts, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	gate := newRedisGate(t, opts.Addr)
+	opts.Addr = gate.ln.Addr().String()
+	ctx := context.Background()
+	prefix := "sylktest:" + testenv.ID()
+	u := url.URL{Scheme: "redis", Host: opts.Addr, Path: "/" + strconv.Itoa(opts.DB)}
+	if opts.Password != "" {
+		u.User = url.UserPassword(opts.Username, opts.Password)
+	}
+	rc, err := redisx.Open(ctx, redisx.Config{URL: u.String(), Prefix: prefix})
+	require.NoError(t, err)
+	defer rc.Close()
+	p := NewClusterPool(rc, "w", 1, 0, time.Second)
+
+	gate.setShut(true)
+	_, err = p.Acquire(ctx, ClassPipeline, 0, 50*time.Millisecond, nil)
+	require.ErrorIs(t, err, ErrPoolTimeout, "the task goes back to the queue")
+	require.ErrorContains(t, err, "acquire a subprocess slot", "the error names what it waited for")
+
+	got := make(chan error, 1)
+	go func() {
+		rel, err := p.Acquire(ctx, ClassPipeline, 0, time.Minute, nil)
+		if err == nil {
+			rel()
+		}
+		got <- err
+	}()
+	for range 2 { // the waiting call found Redis down
+		<-gate.refused
+	}
+	gate.setShut(false)
+	require.NoError(t, <-got, "the slot is taken once Redis is back")
+	st, err := p.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.InUse, "the slot was given back")
 }
