@@ -2,10 +2,14 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/fstest"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"sylk.dev/sylk/pkg/pgstore"
@@ -74,4 +78,46 @@ func TestConfigValidateHidesPassword(t *testing.T) {
 	err := pgstore.Config{DSN: "postgres://u:s3cret@host:notaport/db", MaxConns: 1}.Validate()
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cret")
+}
+
+// Unavailable tells a database that cannot be reached or dropped the
+// connection from a statement that failed.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, refused := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/sylk?sslmode=disable&connect_timeout=5")
+	require.Error(t, refused)
+
+	// A connection the server terminates, as when it is stopped.
+	conn, err := pgx.Connect(ctx, testenv.PostgresDSN())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	admin, err := pgx.Connect(ctx, testenv.PostgresDSN())
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	var terminated bool
+	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, conn.PgConn().PID()).Scan(&terminated))
+	require.True(t, terminated)
+	_, dropped := conn.Exec(ctx, `SELECT 1`)
+	require.Error(t, dropped)
+	_, failed := admin.Exec(ctx, `SELECT 1/0`)
+	require.Error(t, failed)
+
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused", refused, true},
+		{"connection terminated", fmt.Errorf("load session: %w", dropped), true},
+		{"connection exception", &pgconn.PgError{Code: "08006"}, true},
+		{"server starting", &pgconn.PgError{Code: "57P03"}, true},
+		{"statement failed", failed, false},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"other", errors.New("decode row"), false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, pgstore.Unavailable(tt.err), "%s: %v", tt.name, tt.err)
+	}
 }

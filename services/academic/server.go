@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +20,7 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
 
 	"sylk.dev/sylk/pkg/textsearch"
 )
@@ -214,7 +214,6 @@ func (s *Service) validateDocument(d document, content string) error {
 // toStatus maps a store error to a gRPC status; unexpected errors are logged
 // here and reach the caller as a generic Internal.
 func (s *Service) toStatus(ctx context.Context, err error) error {
-	var connErr *pgconn.ConnectError
 	switch {
 	case errors.Is(err, errNotFound):
 		return status.Error(codes.NotFound, "document not found")
@@ -222,7 +221,7 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
-	case errors.As(err, &connErr):
+	case pgstore.Unavailable(err):
 		s.log.ErrorContext(ctx, "document store unavailable", logx.Err(err))
 		return status.Error(codes.Unavailable, "document store unavailable")
 	}

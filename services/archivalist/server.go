@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,6 +18,7 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
 
 	"sylk.dev/sylk/pkg/textsearch"
 )
@@ -277,7 +277,6 @@ func allowedCategories() string {
 // toStatus maps a store error to a gRPC status; unexpected errors are logged
 // here and reach the caller as a generic Internal.
 func (s *Service) toStatus(ctx context.Context, err error) error {
-	var connErr *pgconn.ConnectError
 	switch {
 	case errors.Is(err, errNotFound):
 		return status.Error(codes.NotFound, "entry not found")
@@ -287,7 +286,7 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
-	case errors.As(err, &connErr):
+	case pgstore.Unavailable(err):
 		s.log.ErrorContext(ctx, "archive store unavailable", logx.Err(err))
 		return status.Error(codes.Unavailable, "archive store unavailable")
 	}

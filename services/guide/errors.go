@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
 )
 
 // notFoundError says a resource does not exist for the caller. Another
@@ -78,6 +79,9 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 		return status.Error(codes.Canceled, "request canceled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case pgstore.Unavailable(err):
+		s.log.ErrorContext(ctx, "session store unavailable", slog.String("op", op), logx.Err(err))
+		return status.Error(codes.Unavailable, "the session store is unavailable; retry later")
 	}
 	s.log.ErrorContext(ctx, "internal error", slog.String("op", op), logx.Err(err))
 	return status.Error(codes.Internal, "internal error")

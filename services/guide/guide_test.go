@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -567,6 +568,23 @@ func TestSendMessageErrors(t *testing.T) {
 			requireCode(t, err, tt.code, tt.message)
 		})
 	}
+}
+
+// A database that cannot be reached is UNAVAILABLE, which a client may
+// retry, not an internal error.
+func TestStoreDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	db, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/sylk?sslmode=disable&connect_timeout=5")
+	require.NoError(t, err)
+	defer db.Close()
+	svc, err := New(Config{}, app.Deps{Log: logx.Discard(), DB: db, Schema: "guide", Bus: testenv.NATS(t), Redis: testenv.Redis(t),
+		Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	ctx := as("t1", "u1")
+	_, err = svc.ListSessions(ctx, &guidev1.ListSessionsRequest{})
+	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
+	_, err = svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: "sessions/" + ids.New(), Text: "where is ParseConfig defined?"})
+	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
 }
 
 // A request whose envelope could not be published is stored; retrying it

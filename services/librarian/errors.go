@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pgstore"
 )
 
 // Domain errors, mapped to gRPC codes by toStatus.
@@ -39,16 +39,13 @@ func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	var (
-		pre     precondition
-		connErr *pgconn.ConnectError
-	)
+	var pre precondition
 	switch {
 	case errors.As(err, &pre):
 		return status.Error(codes.FailedPrecondition, pre.msg)
 	case errors.Is(err, errNotFound):
 		return status.Error(codes.NotFound, "repository not found")
-	case errors.As(err, &connErr):
+	case pgstore.Unavailable(err):
 		log.WarnContext(ctx, op+" failed: database unreachable", logx.Err(err))
 		return status.Error(codes.Unavailable, "database unavailable, retry later")
 	case errors.Is(err, context.Canceled):

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -524,8 +523,7 @@ func (s *Service) internal(ctx context.Context, op string, err error) error {
 		return status.Error(codes.Canceled, "request cancelled")
 	}
 	s.log.ErrorContext(ctx, op, logx.Err(err))
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+	if pgstore.Unavailable(err) {
 		return status.Error(codes.Unavailable, "the run store is unavailable; retry later")
 	}
 	return status.Error(codes.Internal, fmt.Sprintf("internal error during %s", op))
