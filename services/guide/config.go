@@ -39,6 +39,7 @@ const (
 	DefaultPreRouteTimeout     = 2 * time.Second
 	DefaultOutboxInterval      = 5 * time.Second
 	DefaultOutboxGrace         = 20 * time.Second
+	DefaultPublishTimeout      = 10 * time.Second
 )
 
 // Limits that are part of the API rather than deployment choices.
@@ -124,6 +125,11 @@ type Config struct {
 	// be, so that a request still publishing it is left alone.
 	OutboxInterval time.Duration
 	OutboxGrace    time.Duration
+	// PublishTimeout bounds the wait for the bus to acknowledge a message's
+	// publications: a bus that is down fails the request with Unavailable
+	// (the message stays stored, for a retry or the outbox) rather than
+	// holding it until the caller gives up.
+	PublishTimeout time.Duration
 	// LLMClassifier classifies messages with the configured model provider
 	// when there is one (not the offline local provider), through the LLM
 	// gate; the offline rules answer when it fails or is too slow.
@@ -165,6 +171,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LLMClassifierModel, "guide.llm-classifier-model", "fast", "model id or alias (default, fast, powerful) of the model classifier")
 	fs.DurationVar(&c.LLMClassifierTimeout, "guide.llm-classifier-timeout", DefaultLLMClassifierTimeout, "time the model classifier gets before the offline rules answer")
 	fs.DurationVar(&c.OutboxInterval, "guide.outbox-interval", DefaultOutboxInterval, "how often stored messages that did not reach the bus are published again")
+	fs.DurationVar(&c.PublishTimeout, "guide.publish-timeout", DefaultPublishTimeout, "time the bus gets to acknowledge a message's events and envelope before the request fails with UNAVAILABLE (the message stays stored and is published later)")
 	fs.DurationVar(&c.OutboxGrace, "guide.outbox-grace", DefaultOutboxGrace, "age a stored message must reach before it is published again (below the streams' 2-minute duplicate window)")
 	fs.BoolVar(&c.AsyncCommit, "guide.async-commit", false, "store messages without waiting for the disk (a database crash may lose the last moments of messages)")
 }
@@ -202,7 +209,7 @@ func (c Config) Validate() error {
 		"session-timeout": c.SessionTimeout, "session-auto-suspend-after": c.SessionAutoSuspendAfter,
 		"reaper-interval": c.ReaperInterval, "request-timeout": c.RequestTimeout, "peer-timeout": c.PeerTimeout,
 		"route-cache-ttl": c.RouteCacheTTL, "local-cache-ttl": c.LocalCacheTTL, "preroute-timeout": c.PreRouteTimeout, "llm-classifier-timeout": c.LLMClassifierTimeout,
-		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace} {
+		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace, "publish-timeout": c.PublishTimeout} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("guide.%s: must not be negative", name))
 		}
@@ -277,5 +284,6 @@ func (c Config) withDefaults() Config {
 	setDur(&c.PreRouteTimeout, DefaultPreRouteTimeout)
 	setDur(&c.OutboxInterval, DefaultOutboxInterval)
 	setDur(&c.OutboxGrace, DefaultOutboxGrace)
+	setDur(&c.PublishTimeout, DefaultPublishTimeout)
 	return c
 }

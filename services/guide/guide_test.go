@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -616,6 +617,42 @@ func TestRetryPublishesStoredEnvelope(t *testing.T) {
 	require.NoError(t, err)
 	_, err = reader.Next(jetstream.FetchMaxWait(300 * time.Millisecond))
 	require.Error(t, err, "a dispatched request's envelope lands once")
+}
+
+// A bus that takes a message's envelope but never acknowledges it (as one
+// that is down: the client holds the publication until it reconnects) fails
+// the request with Unavailable within the publish timeout, the message
+// stored, instead of holding it until the caller gives up.
+func TestUnacknowledgedPublishIsUnavailable(t *testing.T) {
+	t.Parallel()
+	db, schema := testenv.Postgres(t, "guide", migrations.FS("guide"))
+	bus := testenv.NATS(t)
+	svc, err := New(Config{PublishTimeout: 200 * time.Millisecond}, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus,
+		Redis: testenv.Redis(t), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	f := fixture{svc: svc, bus: bus}
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "silent bus")
+	bg := context.Background()
+	// The inbox subject answered by a subscriber that never acknowledges.
+	require.NoError(t, bus.JS.DeleteStream(bg, bus.Stream(topology.StreamAgents)))
+	sub, err := bus.Conn.Subscribe(topology.InboxSubject(bus, "librarian"), func(*nats.Msg) {})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, bus.Conn.Flush())
+
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?", RequestId: "silent-1"}
+	_, err = svc.SendMessage(cctx, req)
+	requireCode(t, err, codes.Unavailable, "is stored; retry with the same request_id")
+
+	require.NoError(t, sub.Unsubscribe())
+	require.NoError(t, topology.EnsureAgents(bg, bus))
+	reader := inboxReader(t, bus, "librarian")
+	resp, err := svc.SendMessage(ctx, req)
+	require.NoError(t, err, "the retry publishes the stored message")
+	require.Equal(t, resp.GetCorrelationId(), nextEnvelope(t, reader).GetCorrelationId())
 }
 
 // A message stored while the bus refused its envelope is published by the

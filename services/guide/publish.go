@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,7 +42,10 @@ func eventProto(e topology.Event) (*guidev1.Event, error) {
 // publishBatch publishes msgs in order without waiting for each
 // acknowledgement in turn: the publications are pipelined on the one
 // connection (the server stores them in the order sent) and the batch
-// returns once every one is acknowledged. Headers match natsx.Bus.Publish.
+// returns once every one is acknowledged, or fails when they are not all
+// acknowledged within Config.PublishTimeout (a bus that is down: the client
+// holds the publications until it reconnects). Headers match
+// natsx.Bus.Publish.
 func (s *Service) publishBatch(ctx context.Context, msgs []outbound) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, o := range msgs {
@@ -62,6 +66,8 @@ func (s *Service) publishBatch(ctx context.Context, msgs []outbound) error {
 		}
 		futures = append(futures, f)
 	}
+	acked := time.NewTimer(s.cfg.PublishTimeout)
+	defer acked.Stop()
 	for _, f := range futures {
 		select {
 		case <-f.Ok():
@@ -69,6 +75,8 @@ func (s *Service) publishBatch(ctx context.Context, msgs []outbound) error {
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-acked.C:
+			return fmt.Errorf("publish %s: no acknowledgement within %s", f.Msg().Subject, s.cfg.PublishTimeout)
 		}
 	}
 	return nil
