@@ -37,6 +37,10 @@ type Config struct {
 	// AckWait is how long a task may go without a progress heartbeat before
 	// JetStream hands it to another worker; heartbeats go out every AckWait/3.
 	AckWait time.Duration
+	// MaxDeliveries is the delivery of a task at which the worker reports it
+	// failed instead of running it: it came back to the queue every time
+	// before (no slot free in time, a worker stopping or dying).
+	MaxDeliveries int
 	// SlotsShared makes every worker of the cluster share one subprocess
 	// slot budget (-toolexec.slots, with its user reserve) through Redis
 	// when the worker has Redis; without Redis, or when false, each worker
@@ -78,6 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CacheRoot, "worker.cache-root", defaultCacheRoot(), "directory holding each user's Go build and module caches (out of other users' reach)")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
+	fs.IntVar(&c.MaxDeliveries, "worker.max-deliveries", 10, "delivery of a task at which it is reported failed instead of run: it came back to the queue each time before (no subprocess slot free within -toolexec.acquire-timeout, a worker stopping or dying)")
 	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")
 	fs.DurationVar(&c.SlotLease, "worker.slot-lease", 15*time.Second, "with -worker.slots-shared, how long the slots of a worker that died stay taken")
 	fs.StringVar(&c.EngineerModel, "worker.engineer-model", "default", "model id or alias (default, fast, powerful) the Engineer writes code with")
@@ -140,6 +145,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))
+	}
+	if c.MaxDeliveries < 2 || c.MaxDeliveries > 1000 {
+		errs = append(errs, errors.New("worker.max-deliveries: must be between 2 and 1000"))
 	}
 	if c.SlotLease < time.Second || c.SlotLease > 10*time.Minute {
 		errs = append(errs, errors.New("worker.slot-lease: must be between 1s and 10m"))

@@ -322,6 +322,9 @@ func (s *Service) run(ctx context.Context) error {
 			Durable:        "worker-" + role,
 			FilterSubjects: []string{topology.TaskSubject(s.bus, role)},
 			AckWait:        s.cfg.AckWait,
+			// One more than the worker takes: the last delivery is reported
+			// as failed (giveUp), never dropped by the server.
+			MaxDeliver: s.cfg.MaxDeliveries + 1,
 		})
 		if err != nil {
 			return err
@@ -401,6 +404,10 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	}
 	task := env.GetTaskDispatch()
 	log := s.log.With(logx.KeyTenantID, env.GetTenantId(), logx.KeyRunID, task.GetRunId(), logx.KeyNodeID, task.GetNodeId(), slog.Int("attempt", int(task.GetAttempt())), slog.String("role", role))
+	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered >= uint64(s.cfg.MaxDeliveries) {
+		s.giveUp(ctx, log, role, &env, msg, meta.NumDelivered)
+		return
+	}
 
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	go s.heartbeat(hbCtx, msg)
@@ -436,24 +443,7 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
-	out := &messagev1.Envelope{
-		Id:            ids.New(),
-		CorrelationId: env.GetCorrelationId(),
-		ParentId:      env.GetId(),
-		TenantId:      env.GetTenantId(),
-		SessionId:     env.GetSessionId(),
-		UserId:        env.GetUserId(),
-		Source:        role,
-		Target:        topology.AgentOrchestrator,
-		Type:          messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		CreatedAt:     timestamppb.Now(),
-		Attempt:       task.GetAttempt(),
-		Metadata:      result.meta,
-		Payload:       &messagev1.Envelope_TaskResult{TaskResult: result.msg},
-	}
-	if result.msg.GetExitCode() != 0 || result.msg.GetError() != "" {
-		out.Type = messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED
-	}
+	out := resultEnvelope(&env, role, result.msg, result.meta)
 	result.msg.ReceivedAt = received
 	s.fitPayload(out, result)
 	result.msg.ReportedAt = timestamppb.Now()
@@ -477,6 +467,54 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	s.metrics.tasks.WithLabelValues(role, outcome).Inc()
 	s.metrics.duration.WithLabelValues(role).Observe(result.msg.GetDuration().AsDuration().Seconds())
 	log.InfoContext(ctx, "task done", slog.String("outcome", outcome), slog.Int("exit_code", int(result.msg.GetExitCode())), slog.Duration(logx.KeyDuration, result.msg.GetDuration().AsDuration()))
+}
+
+// resultEnvelope is the envelope reporting r, the result of the dispatch
+// env, to the Orchestrator.
+func resultEnvelope(env *messagev1.Envelope, role string, r *messagev1.TaskResult, meta map[string]string) *messagev1.Envelope {
+	out := &messagev1.Envelope{
+		Id:            ids.New(),
+		CorrelationId: env.GetCorrelationId(),
+		ParentId:      env.GetId(),
+		TenantId:      env.GetTenantId(),
+		SessionId:     env.GetSessionId(),
+		UserId:        env.GetUserId(),
+		Source:        role,
+		Target:        topology.AgentOrchestrator,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
+		CreatedAt:     timestamppb.Now(),
+		Attempt:       env.GetTaskDispatch().GetAttempt(),
+		Metadata:      meta,
+		Payload:       &messagev1.Envelope_TaskResult{TaskResult: r},
+	}
+	if r.GetExitCode() != 0 || r.GetError() != "" {
+		out.Type = messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED
+	}
+	return out
+}
+
+// giveUp reports a dispatch delivered Config.MaxDeliveries times as failed
+// instead of running it again. It came back each time without a result: no
+// subprocess slot came free in time, a worker stopped, or one died while it
+// ran, perhaps because of it. Were it handed back once more, JetStream
+// would drop it and its node would stay dispatched with no word; run
+// again without a bound, a task that kills its worker would take the
+// workers down one after another.
+func (s *Service) giveUp(ctx context.Context, log *slog.Logger, role string, env *messagev1.Envelope, msg jetstream.Msg, n uint64) {
+	task := env.GetTaskDispatch()
+	r := &messagev1.TaskResult{RunId: task.GetRunId(), NodeId: task.GetNodeId(), Attempt: task.GetAttempt(), WorkerId: s.cfg.ID,
+		ExitCode: -1, ReceivedAt: timestamppb.Now(),
+		Error: fmt.Sprintf("the task came back to the queue %d times without a result: no subprocess slot came free in time, "+
+			"or a worker stopped or failed while it ran (the task may make its worker fail); it was not run again", n-1)}
+	r.ReportedAt = timestamppb.Now()
+	if err := s.publishResult(ctx, resultEnvelope(env, role, r, nil)); err != nil {
+		log.ErrorContext(ctx, "report a task given up; it stays in the queue", logx.Err(err))
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	_ = msg.Ack()
+	s.metrics.tasks.WithLabelValues(role, "given_up").Inc()
+	log.WarnContext(ctx, "task given up after its deliveries", slog.Uint64("deliveries", n))
 }
 
 // heartbeat tells JetStream the task is still being worked on.

@@ -545,3 +545,66 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	require.Equal(t, "done\n", got.GetStdout())
 	require.Equal(t, "w-test", got.GetWorkerId())
 }
+
+// A task that comes back to the queue every time (here: no subprocess slot
+// is ever free) is reported failed at its Config.MaxDeliveries-th delivery,
+// saying why, instead of being dropped by the server with its node left
+// dispatched, or handed back for ever.
+func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	cfg := testConfig(t)
+	cfg.Roles = []string{"tester"}
+	cfg.MaxDeliveries = 3
+	cfg.Tools.Slots = 1
+	cfg.Tools.UserReservePercent = 0
+	cfg.Tools.AcquireTimeout = 10 * time.Millisecond
+	ctx := context.Background()
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	held, err := svc.exec.Slots().Acquire(ctx, toolexec.ClassPipeline, 0, 0, nil)
+	require.NoError(t, err)
+	defer held()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	require.NoError(t, topology.EnsureTasks(ctx, bus))
+	env := &messagev1.Envelope{Id: "e1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
+		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "tester", Command: "echo ran"}}}
+	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:n1:1", env)
+	require.NoError(t, err)
+
+	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
+		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	require.NoError(t, err)
+	var got *messagev1.Envelope
+	require.Eventually(t, func() bool {
+		b, err := results.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return false
+		}
+		for msg := range b.Messages() {
+			got = &messagev1.Envelope{}
+			require.NoError(t, proto.Unmarshal(msg.Data(), got))
+			require.NoError(t, msg.Ack())
+		}
+		return got != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	r := got.GetTaskResult()
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED, got.GetType())
+	require.Equal(t, "n1", r.GetNodeId())
+	require.Equal(t, int32(-1), r.GetExitCode())
+	require.Contains(t, r.GetError(), "came back to the queue 2 times without a result")
+	require.Empty(t, r.GetStdout(), "it was not run")
+
+	cons, err := bus.JS.Consumer(ctx, bus.Stream(topology.StreamTasks), "worker-tester")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 10*time.Millisecond, "the dispatch is done with")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), info.Delivered.Consumer)
+}
