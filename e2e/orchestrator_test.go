@@ -488,4 +488,21 @@ func TestOrchestratorTaskActions(t *testing.T) {
 	require.Equal(t, "NODE_STATE_SKIPPED", nodes["flaky"]["state"])
 	require.Equal(t, "skipped by the user: done by hand", nodes["flaky"]["error"])
 	require.Equal(t, "NODE_STATE_SUCCEEDED", nodes["after-flaky"]["state"])
+
+	// A node cancelled after three lines of output keeps them, marked
+	// partial (spec C-32, acceptance 12); the node stays cancelled.
+	printed := filepath.Join(signals, "printed")
+	partial := c.createRun(map[string]any{"sessionId": sid, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "part", "command": "echo l1; echo l2; echo l3 >&2; touch " + printed + "; sleep 60"},
+	}}})
+	require.Eventually(t, func() bool { _, err := os.Stat(printed); return err == nil }, 60*time.Second, 50*time.Millisecond)
+	c.ok("POST", "/v1/"+partial+":cancel", map[string]any{"nodeId": "part"})
+	require.Eventually(t, func() bool {
+		n := nodeMap(c.ok("GET", "/v1/"+partial, nil)["run"].(map[string]any))["part"]
+		return n["outputPartial"] == true
+	}, 60*time.Second, 50*time.Millisecond, "the cancelled node's output arrives")
+	n := nodeMap(c.ok("GET", "/v1/"+partial, nil)["run"].(map[string]any))["part"]
+	require.Equal(t, "NODE_STATE_CANCELLED", n["state"])
+	require.Equal(t, "l1\nl2\n", n["stdout"])
+	require.Equal(t, "l3\n", n["stderr"])
 }

@@ -1093,6 +1093,9 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 		if s.handleSessionCheckResult(ctx, res) { // session.go (spec F-06)
 			continue
 		}
+		if s.handleCancelledResult(ctx, res) {
+			continue
+		}
 		k := key{res.env.GetTenantId(), res.r.GetRunId()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
@@ -1113,6 +1116,30 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 			s.log.WarnContext(ctx, "results will be redelivered", logx.KeyTenantID, k.tenant, logx.KeyRunID, k.run, logx.Err(err))
 		}
 	}
+}
+
+// handleCancelledResult keeps what a cancelled node's command printed
+// before it was stopped (spec C-32): the node stays CANCELLED, its output
+// marked partial. It reports whether res was such a result. Only the
+// attempt that was cancelled takes it, and only once.
+func (s *Service) handleCancelledResult(ctx context.Context, res *result) bool {
+	if res.env.GetMetadata()[worker.MetaCancelled] == "" {
+		return false
+	}
+	o := res.stored
+	_, err := s.db.Exec(ctx, `UPDATE nodes SET stdout = $5, stderr = $6, stdout_truncated = $7, stderr_truncated = $8,
+			exit_code = $9, duration_us = $10, worker_id = $11, output_partial = true
+		WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3 AND attempt = $4 AND state = 'CANCELLED' AND NOT output_partial`,
+		res.env.GetTenantId(), res.r.GetRunId(), res.r.GetNodeId(), res.r.GetAttempt(), o.Stdout, o.Stderr,
+		o.StdoutTruncated, o.StderrTruncated, o.ExitCode, o.Duration.Microseconds(), o.WorkerID)
+	if err != nil {
+		s.log.WarnContext(ctx, "a cancelled node's partial output will be redelivered", logx.KeyTenantID, res.env.GetTenantId(),
+			logx.KeyRunID, res.r.GetRunId(), logx.Err(err))
+		_ = res.msg.NakWithDelay(resultRedeliveryDelay)
+		return true
+	}
+	_ = res.msg.Ack()
+	return true
 }
 
 // maxStoredPatchBytes bounds a node's stored patch (the worker caps it

@@ -425,6 +425,7 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 			Paused:          n.Paused,
 			Patch:           n.Patch,
 			Handoffs:        n.Handoffs,
+			OutputPartial:   n.OutputPartial,
 		}
 		if n.Handoff != "" {
 			ns.Handoff, _ = decodeHandoff(n.Handoff)

@@ -262,13 +262,16 @@ type nodeRow struct {
 	// "", and Handoffs how many it had.
 	Handoff  string
 	Handoffs int32
+	// OutputPartial: the node was cancelled while its command ran, and its
+	// output is what the command printed until then.
+	OutputPartial bool
 }
 
 // listNodes returns a run's nodes in DAG order, with their outputs.
 func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, position, layer, role, depends_on, state, attempt, exit_code, stdout, stderr,
 			stdout_truncated, stderr_truncated, timed_out, duration_us, error, worker_id, start_time, end_time, not_before, paused,
-			patch, report, pipeline, coalesce(handoff, ''), handoffs
+			patch, report, pipeline, coalesce(handoff, ''), handoffs, output_partial
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY position`, tenant, runID)
 	if err != nil {
 		return nil, err
@@ -278,7 +281,7 @@ func listNodes(ctx context.Context, q querier, tenant, runID string) ([]nodeRow,
 		err := row.Scan(&n.NodeID, &n.Position, &n.Layer, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.ExitCode,
 			&n.Stdout, &n.Stderr, &n.StdoutTruncated, &n.StderrTruncated, &n.TimedOut, &n.DurationUS, &n.Error,
 			&n.WorkerID, &n.StartTime, &n.EndTime, &n.NotBefore, &n.Paused, &n.Patch, &n.Report, &n.Pipeline,
-			&n.Handoff, &n.Handoffs)
+			&n.Handoff, &n.Handoffs, &n.OutputPartial)
 		return n, err
 	})
 }
@@ -328,7 +331,7 @@ func setNodesState(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs
 // returns their attempt numbers.
 func markDispatched(ctx context.Context, tx pgx.Tx, tenant, runID string, nodeIDs []string) (map[string]int32, error) {
 	rows, err := tx.Query(ctx, `UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL, not_before = NULL,
-			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false,
+			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false, output_partial = false,
 			duration_us = 0, error = '', worker_id = '', worker_received_time = NULL, worker_reported_time = NULL
 		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY($3) AND state = 'PENDING'
 		RETURNING node_id, attempt`, tenant, runID, nodeIDs)
@@ -545,7 +548,7 @@ const dispatchReadySQL = `WITH ` + sessionRoomCTE + `,
 			ORDER BY c.priority DESC, c.layer, c.position
 			LIMIT (SELECT greatest(n, 0) FROM lim))
 		UPDATE nodes SET state = 'DISPATCHED', attempt = attempt + 1, start_time = now(), end_time = NULL, not_before = NULL,
-			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false,
+			exit_code = 0, stdout = '', stderr = '', stdout_truncated = false, stderr_truncated = false, timed_out = false, output_partial = false,
 			duration_us = 0, error = '', worker_id = '', worker_received_time = NULL, worker_reported_time = NULL
 		WHERE tenant_id = $1 AND run_id = $2 AND node_id = ANY (ARRAY(SELECT node_id FROM pick)) AND state = 'PENDING'
 		RETURNING node_id, role, depends_on, state, attempt, priority, not_before, paused, spec, layer, position`

@@ -428,6 +428,7 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 		stopHeartbeat()
 		log.InfoContext(ctx, "task cancelled by the orchestrator")
 		s.metrics.tasks.WithLabelValues(role, "cancelled").Inc()
+		s.reportCancelled(ctx, log, role, &env, result, received)
 		_ = msg.Term()
 		return
 	}
@@ -467,6 +468,27 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	s.metrics.tasks.WithLabelValues(role, outcome).Inc()
 	s.metrics.duration.WithLabelValues(role).Observe(result.msg.GetDuration().AsDuration().Seconds())
 	log.InfoContext(ctx, "task done", slog.String("outcome", outcome), slog.Int("exit_code", int(result.msg.GetExitCode())), slog.Duration(logx.KeyDuration, result.msg.GetDuration().AsDuration()))
+}
+
+// reportCancelled sends the Orchestrator what a cancelled task's command
+// printed before it was stopped, when it printed anything: the node stays
+// cancelled, its output marked partial (spec C-32). One attempt: the
+// output is a courtesy, and the cancel is already recorded.
+func (s *Service) reportCancelled(ctx context.Context, log *slog.Logger, role string, env *messagev1.Envelope, o taskOutcome, received *timestamppb.Timestamp) {
+	if o.msg == nil || o.msg.GetStdout() == "" && o.msg.GetStderr() == "" {
+		return
+	}
+	o.msg.ReceivedAt = received
+	out := resultEnvelope(env, role, o.msg, map[string]string{MetaCancelled: "1"})
+	s.fitPayload(out, o)
+	o.msg.ReportedAt = timestamppb.Now()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	r := o.msg
+	id := fmt.Sprintf("%s:%s:%d:cancelled", r.GetRunId(), r.GetNodeId(), r.GetAttempt())
+	if _, err := s.bus.Publish(pctx, topology.ResultSubject(s.bus), id, out); err != nil {
+		log.WarnContext(ctx, "report a cancelled task's partial output", logx.Err(err))
+	}
 }
 
 // resultEnvelope is the envelope reporting r, the result of the dispatch
@@ -585,6 +607,9 @@ const (
 	// pipeline's workspace starts from: dispatch, a git diff from the
 	// starting commit.
 	MetaStartPatch = "sylk.start_patch"
+	// MetaCancelled marks the result of a task the Orchestrator cancelled
+	// ("1"): what its command printed before it was stopped (spec C-32).
+	MetaCancelled = "sylk.cancelled"
 )
 
 // maxPatchBytes bounds a patch carried in a result.
@@ -752,6 +777,12 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 			interrupted := errors.Is(context.Cause(sctx), errInterrupted)
 			done()
 			switch {
+			case ctx.Err() != nil && err == nil:
+				// Cancelled: what it printed until then is kept (spec C-32).
+				fillResult(res, &r, limit)
+				res.Duration = durationpb.New(time.Since(start))
+				out.tool = &r
+				return out, true
 			case ctx.Err() != nil:
 				return taskOutcome{}, true
 			case interrupted:

@@ -2639,8 +2639,11 @@ type NodeStatus struct {
 	Patch    string          `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
 	Pipeline *PipelineStatus `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
 	// The node's last pipeline handoff (spec F-23), and how many it had.
-	Handoff       *PipelineHandoff `protobuf:"bytes,19,opt,name=handoff,proto3" json:"handoff,omitempty"`
-	Handoffs      int32            `protobuf:"varint,20,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
+	Handoff  *PipelineHandoff `protobuf:"bytes,19,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	Handoffs int32            `protobuf:"varint,20,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
+	// The node was cancelled while its command ran: stdout and stderr are
+	// what it printed until it was stopped (spec C-32).
+	OutputPartial bool `protobuf:"varint,21,opt,name=output_partial,json=outputPartial,proto3" json:"output_partial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2813,6 +2816,13 @@ func (x *NodeStatus) GetHandoffs() int32 {
 		return x.Handoffs
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetOutputPartial() bool {
+	if x != nil {
+		return x.OutputPartial
+	}
+	return false
 }
 
 type CreateRunRequest struct {
@@ -4364,7 +4374,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\vinteractive\x18\x11 \x01(\bR\vinteractive\x12:\n" +
 	"\acontext\x18\x12 \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12L\n" +
 	"\rsession_check\x18\x13 \x01(\v2\".sylk.orchestrator.v1.SessionCheckB\x03\xe0A\x03R\fsessionCheck\x12R\n" +
-	"\x0fpartial_failure\x18\x14 \x01(\v2$.sylk.orchestrator.v1.PartialFailureB\x03\xe0A\x03R\x0epartialFailure\"\xb6\x06\n" +
+	"\x0fpartial_failure\x18\x14 \x01(\v2$.sylk.orchestrator.v1.PartialFailureB\x03\xe0A\x03R\x0epartialFailure\"\xe2\x06\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -4388,7 +4398,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x05patch\x18\x11 \x01(\tR\x05patch\x12@\n" +
 	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\x12?\n" +
 	"\ahandoff\x18\x13 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffR\ahandoff\x12\x1a\n" +
-	"\bhandoffs\x18\x14 \x01(\x05R\bhandoffs\"\xb0\x03\n" +
+	"\bhandoffs\x18\x14 \x01(\x05R\bhandoffs\x12*\n" +
+	"\x0eoutput_partial\x18\x15 \x01(\bB\x03\xe0A\x03R\routputPartial\"\xb0\x03\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
