@@ -55,6 +55,19 @@ func TestOrchestratorExecution(t *testing.T) {
 		require.False(t, parseTime(t, n["t4"]["startTime"]).Before(parseTime(t, n["t2"]["endTime"])))
 		require.False(t, parseTime(t, n["t4"]["startTime"]).Before(parseTime(t, n["t3"]["endTime"])))
 
+		// A given execution order is kept as layers: a node of a later layer
+		// waits for the layers before it, even without depending on them.
+		run = c.waitRun(c.createRun(map[string]any{"maxConcurrency": 4, "dag": map[string]any{
+			"nodes": []any{
+				map[string]any{"id": "first", "command": "sleep 0.3"},
+				map[string]any{"id": "later", "command": "true"},
+			},
+			"executionOrder": []any{map[string]any{"nodeIds": []string{"first"}}, map[string]any{"nodeIds": []string{"later"}}},
+		}}))
+		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
+		n = nodeMap(run)
+		require.False(t, parseTime(t, n["later"]["startTime"]).Before(parseTime(t, n["first"]["endTime"])), "%v", n)
+
 		bad := c.do("POST", "/v1/runs", map[string]any{"dag": map[string]any{
 			"nodes":          []any{map[string]any{"id": "a", "command": "true"}, map[string]any{"id": "b", "command": "true", "dependsOn": []string{"a"}}},
 			"executionOrder": []any{map[string]any{"nodeIds": []string{"a", "b"}}},

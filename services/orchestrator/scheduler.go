@@ -209,7 +209,13 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 		}
 	}
 	pending, dispatched, succeeded := 0, 0, 0
+	// front is the first layer with a node that has not ended: a layered
+	// run dispatches no node of a later one (layerFrontSQL).
+	front := int32(math.MaxInt32)
 	for _, n := range nodes {
+		if run.Layered && (n.State == statePending || n.State == stateDispatched) {
+			front = min(front, n.Layer)
+		}
 		switch {
 		case n.State == statePending:
 			pending++
@@ -248,7 +254,7 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 	var ready []*schedNode
 	for i := range nodes {
 		n := &nodes[i]
-		if n.State != statePending || n.Paused || !allDeps(n.DependsOn, state, stateSucceeded) {
+		if n.State != statePending || n.Paused || n.Layer > front || !allDeps(n.DependsOn, state, stateSucceeded) {
 			continue
 		}
 		if n.NotBefore != nil && n.NotBefore.After(now) {

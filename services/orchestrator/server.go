@@ -139,6 +139,7 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
 		SessionMaxTasks:     req.GetSessionLimits().GetMaxConcurrentTasks(),
 		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
+		Layered:             len(req.GetDag().GetExecutionOrder()) > 0,
 	}
 	if r := req.GetRequestId(); r != "" {
 		run.RequestID, run.RequestHash = &r, digest

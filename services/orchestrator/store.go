@@ -69,22 +69,25 @@ type runRow struct {
 	// engineer nodes) running at once across the session's runs; 0: none.
 	SessionMaxTasks     int32
 	SessionMaxEngineers int32
+	// Layered: the DAG gave its execution order, which is kept as layers
+	// (layerFrontSQL).
+	Layered bool
 }
 
 const runColumns = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, result_patch, merge_conflicts, '', interactive, session_max_tasks, session_max_engineers`
+	repository, base_commit, result_patch, merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered`
 
 // runColumnsNoDag reads every column but the DAG and the large texts, for
 // listings and scheduling.
 const runColumnsNoDag = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, ''::bytea, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, '', merge_conflicts, '', interactive, session_max_tasks, session_max_engineers`
+	repository, base_commit, '', merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered`
 
 func scanRun(row pgx.Row) (*runRow, error) {
 	var r runRow
 	err := row.Scan(&r.TenantID, &r.ID, &r.UserID, &r.SessionID, &r.Plan, &r.RequestID, &r.State,
 		&r.MaxConcurrency, &r.DAG, &r.CreateTime, &r.StartTime, &r.EndTime, &r.FailFast, &r.LeaseOwner,
 		&r.Repository, &r.BaseCommit, &r.ResultPatch, &r.MergeConflicts, &r.DecisionLog, &r.Interactive,
-		&r.SessionMaxTasks, &r.SessionMaxEngineers)
+		&r.SessionMaxTasks, &r.SessionMaxEngineers, &r.Layered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -128,12 +131,13 @@ func runForRequest(ctx context.Context, q querier, tenant, user, requestID strin
 // insertRun stores a new run, leased to owner for ttl.
 func insertRun(ctx context.Context, tx pgx.Tx, r *runRow, ttl time.Duration) error {
 	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag,
-			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers, request_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17, $18)
+			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers, request_hash,
+			layered)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17, $18, $19)
 		RETURNING create_time`,
 		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG,
 		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive,
-		r.SessionMaxTasks, r.SessionMaxEngineers, r.RequestHash).Scan(&r.CreateTime)
+		r.SessionMaxTasks, r.SessionMaxEngineers, r.RequestHash, r.Layered).Scan(&r.CreateTime)
 }
 
 // newNode is a node row at creation.
@@ -200,7 +204,7 @@ func nodeSpecs(ctx context.Context, q querier, tenant, runID string, nodeIDs []s
 func readyNodes(ctx context.Context, q querier, tenant, runID string, limit int) ([]schedNode, error) {
 	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING' AND unmet_deps = 0
-			AND NOT paused AND (not_before IS NULL OR not_before <= now())
+			AND NOT paused AND (not_before IS NULL OR not_before <= now()) AND `+layerFrontSQL+`
 		ORDER BY priority DESC, layer, position LIMIT $3`, tenant, runID, limit)
 	if err != nil {
 		return nil, err
@@ -211,6 +215,14 @@ func readyNodes(ctx context.Context, q querier, tenant, runID string, limit int)
 		return n, err
 	})
 }
+
+// layerFrontSQL holds a node of a layered run back until every node of the
+// layers before its own ended (spec F-02: a layer runs once the one before
+// it is done). A run without a given execution order is not layered: its
+// nodes start as soon as their dependencies succeeded. $1 and $2 are the
+// run's tenant and id.
+const layerFrontSQL = `(NOT (SELECT layered FROM runs WHERE tenant_id = $1 AND id = $2)
+		OR layer <= (SELECT min(layer) FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state IN ('PENDING', 'DISPATCHED')))`
 
 // runCounts returns how many nodes are running and whether any node is
 // still pending or running.
@@ -299,6 +311,8 @@ type schedNode struct {
 	// UserReopened: a user ran this node or one upstream of it again, so
 	// fail_fast does not cancel it (listSchedNodes only).
 	UserReopened bool
+	// Layer is the node's layer (listSchedNodes only).
+	Layer int32
 	// UserSkipped: the user went on without this SKIPPED node, so it counts
 	// as met for its dependents (listSchedNodes only).
 	UserSkipped bool
@@ -309,14 +323,14 @@ type schedNode struct {
 // listSchedNodes returns a run's nodes in topological order (layer, then
 // DAG order), so that every node comes after its dependencies.
 func listSchedNodes(ctx context.Context, q querier, tenant, runID string) ([]schedNode, error) {
-	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused, user_reopened, user_skipped
+	rows, err := q.Query(ctx, `SELECT node_id, role, depends_on, state, attempt, priority, not_before, paused, user_reopened, user_skipped, layer
 		FROM nodes WHERE tenant_id = $1 AND run_id = $2 ORDER BY layer, position`, tenant, runID)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schedNode, error) {
 		var n schedNode
-		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused, &n.UserReopened, &n.UserSkipped)
+		err := row.Scan(&n.ID, &n.Role, &n.DependsOn, &n.State, &n.Attempt, &n.Priority, &n.NotBefore, &n.Paused, &n.UserReopened, &n.UserSkipped, &n.Layer)
 		return n, err
 	})
 }
@@ -538,7 +552,7 @@ const dispatchReadySQL = `WITH ` + sessionRoomCTE + `,
 			FROM nodes
 			WHERE tenant_id = $1 AND run_id = $2 AND state = 'PENDING' AND unmet_deps = 0
 				AND NOT paused AND (not_before IS NULL OR not_before <= now())
-				AND EXISTS (SELECT 1 FROM lim WHERE n > 0 AND (NOT halted OR user_reopened))
+				AND EXISTS (SELECT 1 FROM lim WHERE n > 0 AND (NOT halted OR user_reopened)) AND ` + layerFrontSQL + `
 			ORDER BY priority DESC, layer, position
 			-- Without an engineer limit, no more than can be dispatched.
 			LIMIT (SELECT CASE WHEN engineers < 2147483647 THEN NULL ELSE greatest(n, 0) END FROM lim)),
