@@ -151,11 +151,17 @@ func (s *Service) retryFromFailure(ctx context.Context, log *slog.Logger, tenant
 var tierGravity = []string{tierTransient, tierExternal, tierUserFixable, tierPermanent}
 
 // partialFailure is a failed run's choices with their default (spec B-37),
-// from its failed nodes' last attempts.
+// from its failed nodes' last attempts. A run that failed because its user
+// cancelled one of its nodes, and none failed, lists the cancelled nodes
+// and keeps the work by default, with no error tier: nothing went wrong.
 func partialFailure(nodes []nodeRow) *orchestratorv1.PartialFailure {
 	pf := &orchestratorv1.PartialFailure{}
 	worst := -1
+	var cancelled []string
 	for _, n := range nodes {
+		if n.State == stateCancelled {
+			cancelled = append(cancelled, n.NodeID)
+		}
 		if n.State != stateFailed {
 			continue
 		}
@@ -164,7 +170,14 @@ func partialFailure(nodes []nodeRow) *orchestratorv1.PartialFailure {
 		worst = max(worst, slices.Index(tierGravity, tier))
 	}
 	if worst < 0 {
-		return nil
+		if len(cancelled) == 0 {
+			return nil
+		}
+		pf.FailedNodes = cancelled
+		pf.DefaultAction = orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
+		pf.Reason = "no node failed: the run stopped because its user cancelled a node, so the work that succeeded is kept " +
+			"unless you roll it back"
+		return pf
 	}
 	pf.ErrorTier = tierGravity[worst]
 	switch pf.ErrorTier {
