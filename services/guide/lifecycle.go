@@ -327,7 +327,7 @@ func (s *Service) restoreSnapshot(ctx context.Context, tx pgx.Tx, sess session) 
 		sess.TenantID, sess.ID, statePending, stateFrozen, suspended.Seconds(), corrs); err != nil {
 		return fmt.Errorf("thaw pending requests: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE session_snapshots SET restore_time = $2 WHERE id = $1`, id, now); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE session_snapshots SET restore_time = $2 WHERE id = $1 AND tenant_id = $3`, id, now, sess.TenantID); err != nil {
 		return fmt.Errorf("mark snapshot restored: %w", err)
 	}
 	return nil

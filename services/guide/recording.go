@@ -429,7 +429,7 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 		}
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
-		WHERE id = $1 AND current_index = $2 AND NOT done`, id, idx, next, skipped, mods, done)
+		WHERE id = $1 AND current_index = $2 AND NOT done AND tenant_id = $7 AND user_id = $8`, id, idx, next, skipped, mods, done, o.tenant, o.user)
 	if err != nil {
 		return nil, s.toStatus(ctx, "step replay", err)
 	}
