@@ -690,6 +690,43 @@ func TestOutboxRelaysStoredMessages(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
+// A message stored while the bus was down for longer than the relay looks
+// back is not relayed (its request times out into a dead letter), and the
+// reaper deletes its outbox row once the request timeout is past too.
+func TestReaperPrunesTheOutbox(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "long outage")
+	bg := context.Background()
+	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
+	requireCode(t, err, codes.Unavailable, "event bus unavailable")
+	require.NoError(t, topology.EnsureAgents(bg, f.bus))
+	rows := func() int {
+		var n int
+		require.NoError(t, f.svc.db.QueryRow(bg, `SELECT count(*) FROM outbox`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, rows())
+
+	f.svc.now = func() time.Time { return time.Now().Add(outboxWindow + time.Second) }
+	n, err := f.svc.relayOnce(bg)
+	require.NoError(t, err)
+	require.Zero(t, n, "past the relay's window")
+	st, err := f.svc.reapOnce(bg)
+	require.NoError(t, err)
+	require.Zero(t, st.pruned, "the request has not timed out yet")
+	require.Equal(t, 1, rows())
+
+	f.svc.now = func() time.Time { return time.Now().Add(outboxWindow + f.svc.cfg.RequestTimeout + time.Second) }
+	st, err = f.svc.reapOnce(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.pruned)
+	require.Equal(t, 1, st.expired, "its request became a dead letter")
+	require.Zero(t, rows())
+}
+
 func TestSendMessageIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

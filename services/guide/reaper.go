@@ -37,7 +37,7 @@ func (s *Service) reap(ctx context.Context) error {
 
 // reapStats counts what a pass did.
 type reapStats struct {
-	suspended, failed, expired int
+	suspended, failed, expired, pruned int
 }
 
 // reapOnce runs one pass.
@@ -57,7 +57,28 @@ func (s *Service) reapOnce(ctx context.Context) (reapStats, error) {
 	if st.expired, err = s.expireRequests(ctx); err != nil {
 		return st, err
 	}
+	if st.pruned, err = s.pruneOutbox(ctx); err != nil {
+		return st, err
+	}
 	return st, nil
+}
+
+// pruneBatch bounds the outbox rows one pass deletes.
+const pruneBatch = 1000
+
+// pruneOutbox deletes the outbox rows the relay will never publish: older
+// than its window and than the request timeout, by which time the request
+// they stand for has timed out and waits as a dead letter. A bus down for
+// longer than the window (see outbox.go) would otherwise leave its rows for
+// good.
+func (s *Service) pruneOutbox(ctx context.Context) (int, error) {
+	cutoff := s.now().Add(-outboxWindow - s.cfg.RequestTimeout)
+	tag, err := s.db.Exec(ctx, `DELETE FROM outbox WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM outbox WHERE create_time < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`, cutoff, pruneBatch)
+	if err != nil {
+		return 0, fmt.Errorf("prune the outbox: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // reapSessions applies t to the sessions matching where, one transaction
