@@ -655,6 +655,20 @@ func TestUnacknowledgedPublishIsUnavailable(t *testing.T) {
 	require.Equal(t, resp.GetCorrelationId(), nextEnvelope(t, reader).GetCorrelationId())
 }
 
+// storedWhileBusDown stores a message in a new session while the bus
+// refuses its envelope (the agents' stream is gone), then brings the stream
+// back, and returns the session.
+func storedWhileBusDown(t *testing.T, f fixture, ctx context.Context) *guidev1.Session {
+	t.Helper()
+	s := f.createSession(t, ctx, "bus down")
+	bg := context.Background()
+	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
+	requireCode(t, err, codes.Unavailable, "event bus unavailable")
+	require.NoError(t, topology.EnsureAgents(bg, f.bus))
+	return s
+}
+
 // A message stored while the bus refused its envelope is published by the
 // outbox relay once it is older than the grace period, with the envelope it
 // was stored with; a relayed message is not relayed again.
@@ -662,12 +676,8 @@ func TestOutboxRelaysStoredMessages(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := as("t1", "u1")
-	s := f.createSession(t, ctx, "outbox")
+	s := storedWhileBusDown(t, f, ctx)
 	bg := context.Background()
-	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
-	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "event bus unavailable")
-	require.NoError(t, topology.EnsureAgents(bg, f.bus))
 	reader := inboxReader(t, f.bus, "librarian")
 
 	n, err := f.svc.relayOnce(bg)
@@ -696,13 +706,8 @@ func TestOutboxRelaysStoredMessages(t *testing.T) {
 func TestReaperPrunesTheOutbox(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	ctx := as("t1", "u1")
-	s := f.createSession(t, ctx, "long outage")
+	storedWhileBusDown(t, f, as("t1", "u1"))
 	bg := context.Background()
-	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
-	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "event bus unavailable")
-	require.NoError(t, topology.EnsureAgents(bg, f.bus))
 	rows := func() int {
 		var n int
 		require.NoError(t, f.svc.db.QueryRow(bg, `SELECT count(*) FROM outbox`).Scan(&n))
