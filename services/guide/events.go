@@ -118,7 +118,12 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		cfg.OptStartSeq = afterSeq + 1
 	}
 	stream := s.bus.Stream(topology.StreamEvents)
-	cons, err := s.bus.JS.OrderedConsumer(ctx, stream, cfg)
+	// A bus that does not answer fails the read within PublishTimeout
+	// (UNAVAILABLE) rather than holding the caller until it gives up: the
+	// start of every read, and the whole of a page.
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	cons, err := s.bus.JS.OrderedConsumer(bctx, stream, cfg)
 	if err != nil {
 		return s.eventsUnavailable(ctx, err)
 	}
@@ -143,8 +148,12 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		return s.eventsUnavailable(ctx, err)
 	}
 	defer it.Stop()
+	readCtx := ctx
+	if !follow {
+		readCtx = bctx
+	}
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(jetstream.NextContext(readCtx))
 		if err != nil {
 			if ctx.Err() != nil {
 				if follow {

@@ -962,3 +962,35 @@ func TestStreamEvents(t *testing.T) {
 	_, err = denied.Recv()
 	require.Equal(t, codes.NotFound, status.Code(err))
 }
+
+// With the bus down, a session's lifecycle change is still made and a read
+// of its events fails with UNAVAILABLE, each within PublishTimeout: neither
+// holds the caller until it gives up.
+func TestBusDownAnswersInTime(t *testing.T) {
+	t.Parallel()
+	db, schema := testenv.Postgres(t, "guide", migrations.FS("guide"))
+	ns, url, err := natsx.RunEmbedded(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(ns.Shutdown)
+	bus, err := natsx.Connect(context.Background(), natsx.Config{URL: url, Prefix: "busdown"}, logx.Discard(), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(bus.Conn.Close)
+	require.NoError(t, topology.EnsureEvents(context.Background(), bus))
+	svc, err := New(Config{PublishTimeout: 200 * time.Millisecond},
+		app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Redis: testenv.Redis(t), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	f := fixture{svc: svc, bus: bus}
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "before")
+	require.NotEmpty(t, f.events(t, ctx, s, 0))
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	// The caller's own deadline is far: only the bound can end the waits.
+	long, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	_, err = svc.SuspendSession(long, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err, "the change is committed; its event is left to the log")
+	_, err = svc.ListEvents(long, &guidev1.ListEventsRequest{Parent: s.GetName()})
+	requireCode(t, err, codes.Unavailable, "event stream unavailable")
+}

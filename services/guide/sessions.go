@@ -460,7 +460,9 @@ func (s *Service) publishRunsControl(ctx context.Context, sess session, action s
 		}
 		data["runs"] = names
 	}
-	if _, perr := topology.PublishEvent(ctx, s.bus, topology.Event{
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	if _, perr := topology.PublishEvent(pctx, s.bus, topology.Event{
 		Tenant:  sess.TenantID,
 		Session: sess.ID,
 		ID:      fmt.Sprintf("%s.runs.%s.%d", sess.ID, action, sess.UpdateTime.UnixNano()),
@@ -475,9 +477,12 @@ func (s *Service) publishRunsControl(ctx context.Context, sess session, action s
 
 // publishSessionEvent records a lifecycle change on the session's stream.
 // The change is already committed, so a bus failure is logged rather than
-// failing the call.
+// failing the call, and a bus that does not answer is waited for no longer
+// than PublishTimeout.
 func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ, text string) {
-	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	_, err := topology.PublishEvent(pctx, s.bus, topology.Event{
 		Tenant:  sess.TenantID,
 		Session: sess.ID,
 		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()),
