@@ -6,6 +6,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -51,7 +52,13 @@ const NoModelOutput = "No language model is configured: the local provider gener
 const (
 	fetchBackoff   = time.Second
 	publishTimeout = 30 * time.Second
-	publishRetries = 5
+	// reportFor is how long a finished task's result is offered to a bus
+	// that does not take it, before the task is handed back to the queue
+	// (and run again): long enough for a bus to come back, as a command's
+	// effects may not bear a second run.
+	reportFor = 15 * time.Minute
+	// maxReportBackoff bounds the wait between two offers.
+	maxReportBackoff = 5 * time.Second
 	// payloadSlack is room left in a NATS message for the envelope's
 	// headers and fields other than the outputs.
 	payloadSlack = 8 << 10
@@ -77,6 +84,13 @@ type Service struct {
 	modelLocal bool
 	// scratch hands out task directories (workspace.go).
 	scratch *scratchPool
+	// report bounds publishResult (reportFor, publishTimeout and
+	// maxReportBackoff, but in tests); retried, when set, is told of each
+	// offer that failed.
+	report struct {
+		within, each, backoff time.Duration
+		retried               func(attempt int)
+	}
 }
 
 // errCancelledByOrchestrator is the cause of a task stopped by a cancel
@@ -559,19 +573,25 @@ func (s *Service) heartbeat(ctx context.Context, msg jetstream.Msg) {
 func (s *Service) publishResult(ctx context.Context, env *messagev1.Envelope) error {
 	r := env.GetTaskResult()
 	msgID := fmt.Sprintf("%s:%s:%d:result", r.GetRunId(), r.GetNodeId(), r.GetAttempt())
-	backoff := 250 * time.Millisecond
-	var err error
-	for range publishRetries {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-		_, err = s.bus.Publish(pctx, topology.ResultSubject(s.bus), msgID, env)
+	within, each := cmp.Or(s.report.within, reportFor), cmp.Or(s.report.each, publishTimeout)
+	maxBackoff := cmp.Or(s.report.backoff, maxReportBackoff)
+	deadline := time.Now().Add(within)
+	backoff := min(250*time.Millisecond, maxBackoff)
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), each)
+		_, err := s.bus.Publish(pctx, topology.ResultSubject(s.bus), msgID, env)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		// The task's heartbeat goes on meanwhile, so it is not handed to
+		// another worker while its result waits for the bus.
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
+		if s.report.retried != nil {
+			s.report.retried(attempt)
+		}
 		wait(ctx, backoff)
-		backoff *= 2
+		backoff = min(2*backoff, maxBackoff)
 	}
-	return err
 }
 
 // taskOutcome is a TaskResult plus the tool result it was rendered from.

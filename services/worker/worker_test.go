@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -607,4 +609,49 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), info.Delivered.Consumer)
+}
+
+// A result is offered to a bus that is down until it comes back, for longer
+// than a few tries: the task is not handed back to the queue, and so not
+// run again, because of an outage the result outlives.
+func TestResultWaitsForTheBus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func(port int) *server.Server {
+		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+		require.NoError(t, err)
+		go ns.Start()
+		require.True(t, ns.ReadyForConnections(10*time.Second))
+		return ns
+	}
+	ns := start(-1)
+	port := ns.Addr().(*net.TCPAddr).Port
+	bus, err := natsx.Connect(context.Background(), natsx.Config{URL: ns.ClientURL(), Prefix: "busout"}, logx.Discard(), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(bus.Conn.Close)
+	require.NoError(t, topology.EnsureTasks(context.Background(), bus))
+
+	svc := &Service{bus: bus, log: logx.Discard()}
+	svc.report.within, svc.report.each, svc.report.backoff = time.Minute, 100*time.Millisecond, 10*time.Millisecond
+	restarted := make(chan *server.Server, 1)
+	svc.report.retried = func(attempt int) {
+		// Past the five tries a result used to get, the bus comes back.
+		if attempt == 8 {
+			restarted <- start(port)
+		}
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	env := &messagev1.Envelope{Id: "r1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
+		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{RunId: "run1", NodeId: "n1", Attempt: 1, Stdout: "done\n"}}}
+	require.NoError(t, svc.publishResult(context.Background(), env))
+	back := <-restarted
+	t.Cleanup(back.Shutdown)
+
+	results, err := bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
+		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	require.NoError(t, err)
+	info, err := results.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.NumPending, "one copy of the result, whatever the tries left in the client's buffer")
 }
