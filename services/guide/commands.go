@@ -489,7 +489,7 @@ func (s *Service) rerouteCommand(ctx context.Context, env *commandEnv, args []st
 	}
 	f := routingFailure{TenantID: env.owner.tenant, SessionID: env.session.ID, UserID: env.owner.user,
 		OriginalRequest: last.Original, ClassifiedAs: last.IntentType, RoutedTo: last.Target, ShouldHaveBeen: to,
-		Signal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION}
+		Signal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION}.decided(last)
 	stored, err := s.insertFailure(ctx, env.q, f)
 	if err != nil {
 		return commandResult{}, err

@@ -76,7 +76,7 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 	if cannotHelp(ev) {
 		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: tenant, UserID: p.UserID, SessionID: p.SessionID,
 			OriginalRequest: p.Original, ClassifiedAs: p.IntentType, RoutedTo: p.Target, ShouldHaveBeen: p.Target,
-			Signal: signalFromName("EMPTY_RESPONSE")})
+			Signal: signalFromName("EMPTY_RESPONSE")}.decided(p))
 		if err != nil {
 			s.log.WarnContext(ctx, "record empty response", logx.Err(err))
 		} else {

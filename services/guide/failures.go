@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
@@ -43,6 +44,34 @@ type routingFailure struct {
 	ShouldHaveBeen  string
 	Signal          guidev1.RoutingFailureSignal
 	CreateTime      time.Time
+	// RoutedConfidence and RoutedTime are the confidence and the time of
+	// the routing decision the failure corrects, when known (spec A-33:
+	// failure rate per confidence, time to correction).
+	RoutedConfidence *float64
+	RoutedTime       *time.Time
+}
+
+// decided fills in the routing decision f corrects from its pending
+// request: when it was routed, and with what confidence (the Guide's entry
+// of the envelope's confidence chain).
+func (f routingFailure) decided(p pendingRequest) routingFailure {
+	t := p.CreateTime
+	f.RoutedTime = &t
+	if env := decodeEnvelope(p.Envelope); env != nil {
+		f.RoutedConfidence = guideConfidence(env)
+	}
+	return f
+}
+
+// guideConfidence is the Guide's routing confidence in env's chain.
+func guideConfidence(env *messagev1.Envelope) *float64 {
+	for _, c := range env.GetConfidenceChain() {
+		if c.GetAgent() == authorGuide {
+			v := c.GetConfidence()
+			return &v
+		}
+	}
+	return nil
 }
 
 // signalName is the spec's name of a signal: "EXPLICIT_REDIRECT".
@@ -75,9 +104,9 @@ func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure
 	f.Pattern = requestPattern(f.OriginalRequest)
 	f.CreateTime = s.now()
 	_, err := q.Exec(ctx, `INSERT INTO routing_failures (id, tenant_id, session_id, original_request, pattern,
-		classified_as, routed_to, should_have_been, failure_signal, create_time, user_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
-		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime, f.UserID)
+		classified_as, routed_to, should_have_been, failure_signal, create_time, user_id, routed_confidence, routed_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
+		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime, f.UserID, f.RoutedConfidence, f.RoutedTime)
 	if err != nil {
 		return routingFailure{}, fmt.Errorf("insert routing failure: %w", err)
 	}
@@ -90,6 +119,12 @@ func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure
 func (s *Service) afterFailure(ctx context.Context, f routingFailure) {
 	s.failures.invalidate(f.TenantID) // again, now that it is committed
 	s.metrics.failures.WithLabelValues(signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen).Inc()
+	if f.RoutedConfidence != nil {
+		s.metrics.failedConfidence.WithLabelValues(bucketLabel(confidenceBucket(*f.RoutedConfidence))).Inc()
+	}
+	if f.RoutedTime != nil {
+		s.metrics.correction.Observe(f.CreateTime.Sub(*f.RoutedTime).Seconds())
+	}
 	s.cache.forgetRoute(ctx, f.TenantID, f.OriginalRequest)
 	s.log.InfoContext(ctx, "routing failure", slog.String("signal", signalName(f.Signal)),
 		slog.String("routed_to", f.RoutedTo), slog.String("should_have_been", f.ShouldHaveBeen))
@@ -264,6 +299,9 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 		a.Failures++
 	}
 	rows.Close()
+	if err := s.accuracyByConfidence(ctx, who.TenantID, resp); err != nil {
+		return nil, s.toStatus(ctx, "routing accuracy", err)
+	}
 	resp.Accuracy = accuracy(resp.Routed, resp.Failures)
 	for _, k := range order {
 		a := byIntent[k]
@@ -275,6 +313,64 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 	}
 	sortPairs(resp.Misroutes)
 	return resp, nil
+}
+
+// accuracyByConfidence adds the failure rate per tenth of confidence and
+// the time to correction (spec A-33) to resp.
+func (s *Service) accuracyByConfidence(ctx context.Context, tenant string, resp *guidev1.GetRoutingAccuracyResponse) error {
+	var routed, failed [10]int64
+	rows, err := s.db.Query(ctx, `SELECT confidence_bucket, sum(routed)::bigint FROM routing_counts
+		WHERE tenant_id = $1 AND confidence_bucket BETWEEN 0 AND 9 GROUP BY confidence_bucket`, tenant)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var b int16
+		var n int64
+		if err := rows.Scan(&b, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		routed[b] = n
+	}
+	rows.Close()
+	rows, err = s.db.Query(ctx, `SELECT least(greatest(floor(routed_confidence * 10), 0), 9)::int2, count(*) FROM routing_failures
+		WHERE tenant_id = $1 AND routed_confidence IS NOT NULL GROUP BY 1`, tenant)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var b int16
+		var n int64
+		if err := rows.Scan(&b, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		failed[b] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for b := range routed {
+		if routed[b] == 0 && failed[b] == 0 {
+			continue
+		}
+		resp.ByConfidence = append(resp.ByConfidence, &guidev1.ConfidenceAccuracy{MinConfidence: float64(b) / 10,
+			Routed: routed[b], Failures: failed[b], FailureRate: 1 - accuracy(routed[b], failed[b])})
+	}
+	var p50, mean *float64
+	err = s.db.QueryRow(ctx, `SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM create_time - routed_time)),
+			avg(extract(epoch FROM create_time - routed_time))::float8
+		FROM routing_failures WHERE tenant_id = $1 AND routed_time IS NOT NULL`, tenant).Scan(&resp.CorrectionsTimed, &p50, &mean)
+	if err != nil {
+		return err
+	}
+	if p50 != nil && mean != nil {
+		resp.TimeToCorrectionP50 = durationpb.New(time.Duration(*p50 * float64(time.Second)))
+		resp.TimeToCorrectionMean = durationpb.New(time.Duration(*mean * float64(time.Second)))
+	}
+	return nil
 }
 
 // accuracy is the share of routed messages that did not fail; 1 when

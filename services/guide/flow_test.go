@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -775,6 +776,25 @@ func TestReroutes(t *testing.T) {
 	require.Less(t, acc.GetAccuracy(), 1.0)
 	require.Equal(t, int64(1), acc.GetBySignal()["EXPLICIT_REDIRECT"])
 	require.Equal(t, "librarian", acc.GetMisroutes()[0].GetRoutedTo())
+	// Spec A-33: the failure keeps its decision's confidence and time, for
+	// the failure rate per confidence and the time to correction.
+	routedConf := env.GetConfidenceChain()[0].GetConfidence()
+	bucket := float64(confidenceBucket(routedConf)) / 10
+	var byConf *guidev1.ConfidenceAccuracy
+	for _, c := range acc.GetByConfidence() {
+		if c.GetMinConfidence() == bucket {
+			byConf = c
+		}
+	}
+	require.NotNil(t, byConf, "no bucket %.1f in %v", bucket, acc.GetByConfidence())
+	require.Equal(t, int64(1), byConf.GetRouted())
+	require.Equal(t, int64(1), byConf.GetFailures())
+	require.Equal(t, 1.0, byConf.GetFailureRate())
+	require.Equal(t, int64(1), acc.GetCorrectionsTimed())
+	require.Positive(t, acc.GetTimeToCorrectionP50().AsDuration())
+	require.Equal(t, acc.GetTimeToCorrectionP50().AsDuration(), acc.GetTimeToCorrectionMean().AsDuration())
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.failedConfidence.WithLabelValues(bucketLabel(confidenceBucket(routedConf)))))
+	require.Equal(t, uint64(1), histogramCount(t, f.svc.metrics.correction))
 
 	// Three hops: the user is asked, nobody else gets the request.
 	history := []*messagev1.RerouteHop{hop1,
@@ -1247,4 +1267,12 @@ func TestEmptyResponseSignal(t *testing.T) {
 	for _, fl := range list.GetFailures() {
 		require.NotContains(t, fl.GetOriginalRequest(), "rollout 0 ")
 	}
+}
+
+// histogramCount is how many observations h has.
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, h.Write(&m))
+	return m.GetHistogram().GetSampleCount()
 }

@@ -128,14 +128,14 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 	g := newGroupCommitter(f.db, false, outcomes)
 	insert := func(id int) commitFunc {
 		return func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error {
-			counts.add("t1", "PROBE")
+			counts.add(routeCountKey{"t1", "PROBE", 9})
 			_, err := tx.Exec(ctx, `INSERT INTO group_commit_probe (id) VALUES ($1)`, id)
 			return err
 		}
 	}
 	piped := func(id int) pipeFunc {
 		return func(_ context.Context, b *pgx.Batch, counts *routeCounts) error {
-			counts.add("t1", "PROBE")
+			counts.add(routeCountKey{"t1", "PROBE", 9})
 			b.Queue(`INSERT INTO group_commit_probe (id) VALUES ($1)`, id)
 			return nil
 		}

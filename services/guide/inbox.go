@@ -157,9 +157,13 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 		}
 	}
 	if to != "" && routable(to) {
-		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
+		f := routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 			OriginalRequest: original, ClassifiedAs: classified, RoutedTo: from, ShouldHaveBeen: to,
-			Signal: signalFromName("EXPLICIT_REDIRECT")})
+			Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(env)}
+		if found {
+			f = f.decided(pending)
+		}
+		f, err := s.insertFailure(ctx, s.db, f)
 		if err != nil {
 			return "", err
 		}
@@ -337,7 +341,7 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 		if n == s.cfg.ClarificationLoop+1 {
 			f, err := s.insertFailure(ctx, tx, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 				OriginalRequest: p.Original, ClassifiedAs: p.IntentType, RoutedTo: p.Target, ShouldHaveBeen: p.Target,
-				Signal: signalFromName("CLARIFICATION_LOOP")})
+				Signal: signalFromName("CLARIFICATION_LOOP")}.decided(p))
 			if err != nil {
 				return err
 			}
@@ -381,7 +385,7 @@ func (s *Service) handleTaskHelp(ctx context.Context, sess session, env *message
 			f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 				OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
 				ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: routedTo, ShouldHaveBeen: should,
-				Signal: signalFromName("TASK_HELP_ESCALATION")})
+				Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env)})
 			if err != nil {
 				return "", err
 			}

@@ -271,6 +271,10 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		target = "none"
 	}
 	s.metrics.messages.WithLabelValues(m.Route.Tier, target).Inc()
+	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
+		// As routing_counts counts them (routing.go).
+		s.metrics.decisions.WithLabelValues(bucketLabel(confidenceBucket(m.Route.Confidence))).Inc()
+	}
 	s.logRouteDecision(ctx, m)
 	if err := s.dispatch(ctx, who, m); err != nil {
 		return nil, err

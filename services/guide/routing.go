@@ -235,9 +235,10 @@ func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Ident
 		}
 	}
 	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
+		k := routeCountKey{who.TenantID, m.Route.IntentType, confidenceBucket(m.Route.Confidence)}
 		if counts != nil {
-			counts.add(who.TenantID, m.Route.IntentType)
-		} else if err := writeRouteCounts(ctx, q, map[routeCountKey]int64{{who.TenantID, m.Route.IntentType}: 1}, aloneShard()); err != nil {
+			counts.add(k)
+		} else if err := writeRouteCounts(ctx, q, map[routeCountKey]int64{k: 1}, aloneShard()); err != nil {
 			return err
 		}
 	}
@@ -250,18 +251,31 @@ func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Ident
 // on one row lock until each commit reaches the disk.
 const routingCountShards = 16
 
-// routeCountKey is one routing counter.
-type routeCountKey struct{ tenant, intent string }
+// routeCountKey is one routing counter: a tenant's decisions of one intent
+// type and one tenth of confidence.
+type routeCountKey struct {
+	tenant, intent string
+	bucket         int16
+}
+
+// confidenceBucket is the tenth a confidence falls in, 0 to 9 (spec A-33:
+// failure rate per confidence).
+func confidenceBucket(c float64) int16 {
+	return int16(min(max(int(c*10), 0), 9))
+}
+
+// bucketLabel names a tenth by its lower bound: "0.8".
+func bucketLabel(b int16) string { return fmt.Sprintf("%.1f", float64(b)/10) }
 
 // routeCounts gathers the routing decisions of a group commit, written
 // once per counter at its end.
 type routeCounts struct{ m map[routeCountKey]int64 }
 
-func (c *routeCounts) add(tenant, intent string) {
+func (c *routeCounts) add(k routeCountKey) {
 	if c.m == nil {
 		c.m = map[routeCountKey]int64{}
 	}
-	c.m[routeCountKey{tenant, intent}]++
+	c.m[k]++
 }
 
 // aloneShard is the counter shard of a transaction outside group commit.
@@ -273,12 +287,12 @@ func aloneShard() int {
 // writers lock rows in the same order.
 func writeRouteCounts(ctx context.Context, q querier, counts map[routeCountKey]int64, shard int) error {
 	keys := slices.SortedFunc(maps.Keys(counts), func(a, b routeCountKey) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent))
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent), cmp.Compare(a.bucket, b.bucket))
 	})
 	for _, k := range keys {
-		if _, err := q.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, shard, routed) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (tenant_id, intent_type, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
-			k.tenant, k.intent, shard, counts[k]); err != nil {
+		if _, err := q.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, confidence_bucket, shard, routed) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (tenant_id, intent_type, confidence_bucket, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
+			k.tenant, k.intent, k.bucket, shard, counts[k]); err != nil {
 			return fmt.Errorf("count routes: %w", err)
 		}
 	}

@@ -60,14 +60,19 @@ type metrics struct {
 	tiers       *prometheus.CounterVec
 	answerCache *prometheus.CounterVec
 	failures    *prometheus.CounterVec
-	inbox       *prometheus.CounterVec
-	reroutes    *prometheus.CounterVec
-	answered    *prometheus.CounterVec
-	latency     *prometheus.HistogramVec
-	timeouts    *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	replays     prometheus.Counter
-	grouped     *prometheus.CounterVec
+	// correction and failedConfidence describe the routing decisions
+	// failures corrected, where known (spec A-33).
+	correction       prometheus.Histogram
+	failedConfidence *prometheus.CounterVec
+	decisions        *prometheus.CounterVec
+	inbox            *prometheus.CounterVec
+	reroutes         *prometheus.CounterVec
+	answered         *prometheus.CounterVec
+	latency          *prometheus.HistogramVec
+	timeouts         *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	replays          prometheus.Counter
+	grouped          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -98,6 +103,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_guide_routing_failures_total",
 			Help: "Routing failures by signal and misroute pair (spec A-33).",
 		}, []string{"signal", "routed_to", "should_have_been"}),
+		correction: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sylk_guide_routing_time_to_correction_seconds",
+			Help:    "Time from a routing decision to the routing failure that corrected it (spec A-33).",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600},
+		}),
+		failedConfidence: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_routing_failures_by_confidence_total",
+			Help: "Routing failures by the tenth of confidence their decision had (\"0.8\" for 0.8 to 0.9); with sylk_guide_routing_decisions_by_confidence_total, the failure rate per confidence (spec A-33).",
+		}, []string{"confidence"}),
+		decisions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_guide_routing_decisions_by_confidence_total",
+			Help: "Routing decisions to an agent, by the tenth of their confidence.",
+		}, []string{"confidence"}),
 		inbox: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sylk_guide_inbox_messages_total",
 			Help: "Envelopes agents sent the Guide, by outcome.",

@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -1519,6 +1520,77 @@ func (x *IntentAccuracy) GetAccuracy() float64 {
 	return 0
 }
 
+// ConfidenceAccuracy is the failure rate of the routing decisions whose
+// confidence fell in one tenth (spec A-33).
+type ConfidenceAccuracy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenth's lower bound: 0.0, 0.1 ... 0.9.
+	MinConfidence float64 `protobuf:"fixed64,1,opt,name=min_confidence,json=minConfidence,proto3" json:"min_confidence,omitempty"`
+	Routed        int64   `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	Failures      int64   `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	FailureRate   float64 `protobuf:"fixed64,4,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfidenceAccuracy) Reset() {
+	*x = ConfidenceAccuracy{}
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfidenceAccuracy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfidenceAccuracy) ProtoMessage() {}
+
+func (x *ConfidenceAccuracy) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfidenceAccuracy.ProtoReflect.Descriptor instead.
+func (*ConfidenceAccuracy) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ConfidenceAccuracy) GetMinConfidence() float64 {
+	if x != nil {
+		return x.MinConfidence
+	}
+	return 0
+}
+
+func (x *ConfidenceAccuracy) GetRouted() int64 {
+	if x != nil {
+		return x.Routed
+	}
+	return 0
+}
+
+func (x *ConfidenceAccuracy) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *ConfidenceAccuracy) GetFailureRate() float64 {
+	if x != nil {
+		return x.FailureRate
+	}
+	return 0
+}
+
 type MisroutePair struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RoutedTo       string                 `protobuf:"bytes,1,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
@@ -1530,7 +1602,7 @@ type MisroutePair struct {
 
 func (x *MisroutePair) Reset() {
 	*x = MisroutePair{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1614,7 @@ func (x *MisroutePair) String() string {
 func (*MisroutePair) ProtoMessage() {}
 
 func (x *MisroutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1627,7 @@ func (x *MisroutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MisroutePair.ProtoReflect.Descriptor instead.
 func (*MisroutePair) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MisroutePair) GetRoutedTo() string {
@@ -1587,14 +1659,22 @@ type GetRoutingAccuracyResponse struct {
 	ByIntent  []*IntentAccuracy      `protobuf:"bytes,4,rep,name=by_intent,json=byIntent,proto3" json:"by_intent,omitempty"`
 	Misroutes []*MisroutePair        `protobuf:"bytes,5,rep,name=misroutes,proto3" json:"misroutes,omitempty"`
 	// Failures per signal name.
-	BySignal      map[string]int64 `protobuf:"bytes,6,rep,name=by_signal,json=bySignal,proto3" json:"by_signal,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BySignal map[string]int64 `protobuf:"bytes,6,rep,name=by_signal,json=bySignal,proto3" json:"by_signal,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Failure rate per tenth of routing confidence, over the decisions and
+	// failures whose confidence is known.
+	ByConfidence []*ConfidenceAccuracy `protobuf:"bytes,7,rep,name=by_confidence,json=byConfidence,proto3" json:"by_confidence,omitempty"`
+	// Time from a routing decision to the failure that corrected it, over
+	// the failures whose decision is known (corrections_timed of them).
+	TimeToCorrectionP50  *durationpb.Duration `protobuf:"bytes,8,opt,name=time_to_correction_p50,json=timeToCorrectionP50,proto3" json:"time_to_correction_p50,omitempty"`
+	TimeToCorrectionMean *durationpb.Duration `protobuf:"bytes,9,opt,name=time_to_correction_mean,json=timeToCorrectionMean,proto3" json:"time_to_correction_mean,omitempty"`
+	CorrectionsTimed     int64                `protobuf:"varint,10,opt,name=corrections_timed,json=correctionsTimed,proto3" json:"corrections_timed,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetRoutingAccuracyResponse) Reset() {
 	*x = GetRoutingAccuracyResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1686,7 @@ func (x *GetRoutingAccuracyResponse) String() string {
 func (*GetRoutingAccuracyResponse) ProtoMessage() {}
 
 func (x *GetRoutingAccuracyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1699,7 @@ func (x *GetRoutingAccuracyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingAccuracyResponse.ProtoReflect.Descriptor instead.
 func (*GetRoutingAccuracyResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRoutingAccuracyResponse) GetRouted() int64 {
@@ -1664,6 +1744,34 @@ func (x *GetRoutingAccuracyResponse) GetBySignal() map[string]int64 {
 	return nil
 }
 
+func (x *GetRoutingAccuracyResponse) GetByConfidence() []*ConfidenceAccuracy {
+	if x != nil {
+		return x.ByConfidence
+	}
+	return nil
+}
+
+func (x *GetRoutingAccuracyResponse) GetTimeToCorrectionP50() *durationpb.Duration {
+	if x != nil {
+		return x.TimeToCorrectionP50
+	}
+	return nil
+}
+
+func (x *GetRoutingAccuracyResponse) GetTimeToCorrectionMean() *durationpb.Duration {
+	if x != nil {
+		return x.TimeToCorrectionMean
+	}
+	return nil
+}
+
+func (x *GetRoutingAccuracyResponse) GetCorrectionsTimed() int64 {
+	if x != nil {
+		return x.CorrectionsTimed
+	}
+	return 0
+}
+
 type DeadLetter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "deadLetters/{id}".
@@ -1682,7 +1790,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1802,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1815,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeadLetter) GetName() string {
@@ -1784,7 +1892,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1904,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1917,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersRequest) GetSessionId() string {
@@ -1835,7 +1943,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1955,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1968,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1879,7 +1987,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1999,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2012,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetterRequest) GetName() string {
@@ -1923,7 +2031,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2043,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2056,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -1974,7 +2082,7 @@ type RecordedQuery struct {
 
 func (x *RecordedQuery) Reset() {
 	*x = RecordedQuery{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2094,7 @@ func (x *RecordedQuery) String() string {
 func (*RecordedQuery) ProtoMessage() {}
 
 func (x *RecordedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2107,7 @@ func (x *RecordedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordedQuery.ProtoReflect.Descriptor instead.
 func (*RecordedQuery) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecordedQuery) GetIndex() int32 {
@@ -2071,7 +2179,7 @@ type Recording struct {
 
 func (x *Recording) Reset() {
 	*x = Recording{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2191,7 @@ func (x *Recording) String() string {
 func (*Recording) ProtoMessage() {}
 
 func (x *Recording) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2204,7 @@ func (x *Recording) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recording.ProtoReflect.Descriptor instead.
 func (*Recording) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Recording) GetName() string {
@@ -2188,7 +2296,7 @@ type StartRecordingRequest struct {
 
 func (x *StartRecordingRequest) Reset() {
 	*x = StartRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2308,7 @@ func (x *StartRecordingRequest) String() string {
 func (*StartRecordingRequest) ProtoMessage() {}
 
 func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2321,7 @@ func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRecordingRequest.ProtoReflect.Descriptor instead.
 func (*StartRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StartRecordingRequest) GetParent() string {
@@ -2253,7 +2361,7 @@ type StartRecordingResponse struct {
 
 func (x *StartRecordingResponse) Reset() {
 	*x = StartRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2373,7 @@ func (x *StartRecordingResponse) String() string {
 func (*StartRecordingResponse) ProtoMessage() {}
 
 func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2386,7 @@ func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRecordingResponse.ProtoReflect.Descriptor instead.
 func (*StartRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StartRecordingResponse) GetRecording() *Recording {
@@ -2297,7 +2405,7 @@ type StopRecordingRequest struct {
 
 func (x *StopRecordingRequest) Reset() {
 	*x = StopRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2417,7 @@ func (x *StopRecordingRequest) String() string {
 func (*StopRecordingRequest) ProtoMessage() {}
 
 func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2430,7 @@ func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRecordingRequest.ProtoReflect.Descriptor instead.
 func (*StopRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StopRecordingRequest) GetName() string {
@@ -2341,7 +2449,7 @@ type StopRecordingResponse struct {
 
 func (x *StopRecordingResponse) Reset() {
 	*x = StopRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2461,7 @@ func (x *StopRecordingResponse) String() string {
 func (*StopRecordingResponse) ProtoMessage() {}
 
 func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2474,7 @@ func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRecordingResponse.ProtoReflect.Descriptor instead.
 func (*StopRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StopRecordingResponse) GetRecording() *Recording {
@@ -2385,7 +2493,7 @@ type ListRecordingsRequest struct {
 
 func (x *ListRecordingsRequest) Reset() {
 	*x = ListRecordingsRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2505,7 @@ func (x *ListRecordingsRequest) String() string {
 func (*ListRecordingsRequest) ProtoMessage() {}
 
 func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2518,7 @@ func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordingsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordingsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListRecordingsRequest) GetParent() string {
@@ -2429,7 +2537,7 @@ type ListRecordingsResponse struct {
 
 func (x *ListRecordingsResponse) Reset() {
 	*x = ListRecordingsResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2549,7 @@ func (x *ListRecordingsResponse) String() string {
 func (*ListRecordingsResponse) ProtoMessage() {}
 
 func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2562,7 @@ func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordingsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordingsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRecordingsResponse) GetRecordings() []*Recording {
@@ -2473,7 +2581,7 @@ type GetRecordingRequest struct {
 
 func (x *GetRecordingRequest) Reset() {
 	*x = GetRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2593,7 @@ func (x *GetRecordingRequest) String() string {
 func (*GetRecordingRequest) ProtoMessage() {}
 
 func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2606,7 @@ func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordingRequest.ProtoReflect.Descriptor instead.
 func (*GetRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRecordingRequest) GetName() string {
@@ -2517,7 +2625,7 @@ type GetRecordingResponse struct {
 
 func (x *GetRecordingResponse) Reset() {
 	*x = GetRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2637,7 @@ func (x *GetRecordingResponse) String() string {
 func (*GetRecordingResponse) ProtoMessage() {}
 
 func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2650,7 @@ func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordingResponse.ProtoReflect.Descriptor instead.
 func (*GetRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetRecordingResponse) GetRecording() *Recording {
@@ -2564,7 +2672,7 @@ type ReplayRecordingRequest struct {
 
 func (x *ReplayRecordingRequest) Reset() {
 	*x = ReplayRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2684,7 @@ func (x *ReplayRecordingRequest) String() string {
 func (*ReplayRecordingRequest) ProtoMessage() {}
 
 func (x *ReplayRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2697,7 @@ func (x *ReplayRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRecordingRequest.ProtoReflect.Descriptor instead.
 func (*ReplayRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplayRecordingRequest) GetName() string {
@@ -2628,7 +2736,7 @@ type ReplayStepResult struct {
 
 func (x *ReplayStepResult) Reset() {
 	*x = ReplayStepResult{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2748,7 @@ func (x *ReplayStepResult) String() string {
 func (*ReplayStepResult) ProtoMessage() {}
 
 func (x *ReplayStepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2761,7 @@ func (x *ReplayStepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayStepResult.ProtoReflect.Descriptor instead.
 func (*ReplayStepResult) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplayStepResult) GetIndex() int32 {
@@ -2708,7 +2816,7 @@ type ReplayState struct {
 
 func (x *ReplayState) Reset() {
 	*x = ReplayState{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2828,7 @@ func (x *ReplayState) String() string {
 func (*ReplayState) ProtoMessage() {}
 
 func (x *ReplayState) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2841,7 @@ func (x *ReplayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayState.ProtoReflect.Descriptor instead.
 func (*ReplayState) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplayState) GetName() string {
@@ -2802,7 +2910,7 @@ type ReplayRecordingResponse struct {
 
 func (x *ReplayRecordingResponse) Reset() {
 	*x = ReplayRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2922,7 @@ func (x *ReplayRecordingResponse) String() string {
 func (*ReplayRecordingResponse) ProtoMessage() {}
 
 func (x *ReplayRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2935,7 @@ func (x *ReplayRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRecordingResponse.ProtoReflect.Descriptor instead.
 func (*ReplayRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReplayRecordingResponse) GetState() *ReplayState {
@@ -2856,7 +2964,7 @@ type StepReplayRequest struct {
 
 func (x *StepReplayRequest) Reset() {
 	*x = StepReplayRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2976,7 @@ func (x *StepReplayRequest) String() string {
 func (*StepReplayRequest) ProtoMessage() {}
 
 func (x *StepReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2989,7 @@ func (x *StepReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReplayRequest.ProtoReflect.Descriptor instead.
 func (*StepReplayRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{42}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StepReplayRequest) GetName() string {
@@ -2915,7 +3023,7 @@ type StepReplayResponse struct {
 
 func (x *StepReplayResponse) Reset() {
 	*x = StepReplayResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3035,7 @@ func (x *StepReplayResponse) String() string {
 func (*StepReplayResponse) ProtoMessage() {}
 
 func (x *StepReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3048,7 @@ func (x *StepReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReplayResponse.ProtoReflect.Descriptor instead.
 func (*StepReplayResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{43}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StepReplayResponse) GetState() *ReplayState {
@@ -2961,7 +3069,7 @@ var File_sylk_guide_v1_guide_service_proto protoreflect.FileDescriptor
 
 const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"\n" +
-	"!sylk/guide/v1/guide_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n" +
+	"!sylk/guide/v1/guide_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -3071,18 +3179,28 @@ const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"intentType\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12\x1a\n" +
 	"\bfailures\x18\x03 \x01(\x03R\bfailures\x12\x1a\n" +
-	"\baccuracy\x18\x04 \x01(\x01R\baccuracy\"k\n" +
+	"\baccuracy\x18\x04 \x01(\x01R\baccuracy\"\x92\x01\n" +
+	"\x12ConfidenceAccuracy\x12%\n" +
+	"\x0emin_confidence\x18\x01 \x01(\x01R\rminConfidence\x12\x16\n" +
+	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x03R\bfailures\x12!\n" +
+	"\ffailure_rate\x18\x04 \x01(\x01R\vfailureRate\"k\n" +
 	"\fMisroutePair\x12\x1b\n" +
 	"\trouted_to\x18\x01 \x01(\tR\broutedTo\x12(\n" +
 	"\x10should_have_been\x18\x02 \x01(\tR\x0eshouldHaveBeen\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x03R\x05count\"\xf6\x02\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\x8d\x05\n" +
 	"\x1aGetRoutingAccuracyResponse\x12\x16\n" +
 	"\x06routed\x18\x01 \x01(\x03R\x06routed\x12\x1a\n" +
 	"\bfailures\x18\x02 \x01(\x03R\bfailures\x12\x1a\n" +
 	"\baccuracy\x18\x03 \x01(\x01R\baccuracy\x12:\n" +
 	"\tby_intent\x18\x04 \x03(\v2\x1d.sylk.guide.v1.IntentAccuracyR\bbyIntent\x129\n" +
 	"\tmisroutes\x18\x05 \x03(\v2\x1b.sylk.guide.v1.MisroutePairR\tmisroutes\x12T\n" +
-	"\tby_signal\x18\x06 \x03(\v27.sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntryR\bbySignal\x1a;\n" +
+	"\tby_signal\x18\x06 \x03(\v27.sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntryR\bbySignal\x12F\n" +
+	"\rby_confidence\x18\a \x03(\v2!.sylk.guide.v1.ConfidenceAccuracyR\fbyConfidence\x12N\n" +
+	"\x16time_to_correction_p50\x18\b \x01(\v2\x19.google.protobuf.DurationR\x13timeToCorrectionP50\x12P\n" +
+	"\x17time_to_correction_mean\x18\t \x01(\v2\x19.google.protobuf.DurationR\x14timeToCorrectionMean\x12+\n" +
+	"\x11corrections_timed\x18\n" +
+	" \x01(\x03R\x10correctionsTimed\x1a;\n" +
 	"\rBySignalEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xdf\x02\n" +
@@ -3234,7 +3352,7 @@ func file_sylk_guide_v1_guide_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_guide_v1_guide_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sylk_guide_v1_guide_service_proto_goTypes = []any{
 	(RoutingFailureSignal)(0),            // 0: sylk.guide.v1.RoutingFailureSignal
 	(ReplayMode)(0),                      // 1: sylk.guide.v1.ReplayMode
@@ -3259,111 +3377,116 @@ var file_sylk_guide_v1_guide_service_proto_goTypes = []any{
 	(*ListRoutingFailuresResponse)(nil),  // 20: sylk.guide.v1.ListRoutingFailuresResponse
 	(*GetRoutingAccuracyRequest)(nil),    // 21: sylk.guide.v1.GetRoutingAccuracyRequest
 	(*IntentAccuracy)(nil),               // 22: sylk.guide.v1.IntentAccuracy
-	(*MisroutePair)(nil),                 // 23: sylk.guide.v1.MisroutePair
-	(*GetRoutingAccuracyResponse)(nil),   // 24: sylk.guide.v1.GetRoutingAccuracyResponse
-	(*DeadLetter)(nil),                   // 25: sylk.guide.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),       // 26: sylk.guide.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),      // 27: sylk.guide.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),      // 28: sylk.guide.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),     // 29: sylk.guide.v1.ReplayDeadLetterResponse
-	(*RecordedQuery)(nil),                // 30: sylk.guide.v1.RecordedQuery
-	(*Recording)(nil),                    // 31: sylk.guide.v1.Recording
-	(*StartRecordingRequest)(nil),        // 32: sylk.guide.v1.StartRecordingRequest
-	(*StartRecordingResponse)(nil),       // 33: sylk.guide.v1.StartRecordingResponse
-	(*StopRecordingRequest)(nil),         // 34: sylk.guide.v1.StopRecordingRequest
-	(*StopRecordingResponse)(nil),        // 35: sylk.guide.v1.StopRecordingResponse
-	(*ListRecordingsRequest)(nil),        // 36: sylk.guide.v1.ListRecordingsRequest
-	(*ListRecordingsResponse)(nil),       // 37: sylk.guide.v1.ListRecordingsResponse
-	(*GetRecordingRequest)(nil),          // 38: sylk.guide.v1.GetRecordingRequest
-	(*GetRecordingResponse)(nil),         // 39: sylk.guide.v1.GetRecordingResponse
-	(*ReplayRecordingRequest)(nil),       // 40: sylk.guide.v1.ReplayRecordingRequest
-	(*ReplayStepResult)(nil),             // 41: sylk.guide.v1.ReplayStepResult
-	(*ReplayState)(nil),                  // 42: sylk.guide.v1.ReplayState
-	(*ReplayRecordingResponse)(nil),      // 43: sylk.guide.v1.ReplayRecordingResponse
-	(*StepReplayRequest)(nil),            // 44: sylk.guide.v1.StepReplayRequest
-	(*StepReplayResponse)(nil),           // 45: sylk.guide.v1.StepReplayResponse
-	nil,                                  // 46: sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
-	nil,                                  // 47: sylk.guide.v1.ReplayState.ModificationsEntry
-	(*timestamppb.Timestamp)(nil),        // 48: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),              // 49: google.protobuf.Struct
+	(*ConfidenceAccuracy)(nil),           // 23: sylk.guide.v1.ConfidenceAccuracy
+	(*MisroutePair)(nil),                 // 24: sylk.guide.v1.MisroutePair
+	(*GetRoutingAccuracyResponse)(nil),   // 25: sylk.guide.v1.GetRoutingAccuracyResponse
+	(*DeadLetter)(nil),                   // 26: sylk.guide.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),       // 27: sylk.guide.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),      // 28: sylk.guide.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),      // 29: sylk.guide.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),     // 30: sylk.guide.v1.ReplayDeadLetterResponse
+	(*RecordedQuery)(nil),                // 31: sylk.guide.v1.RecordedQuery
+	(*Recording)(nil),                    // 32: sylk.guide.v1.Recording
+	(*StartRecordingRequest)(nil),        // 33: sylk.guide.v1.StartRecordingRequest
+	(*StartRecordingResponse)(nil),       // 34: sylk.guide.v1.StartRecordingResponse
+	(*StopRecordingRequest)(nil),         // 35: sylk.guide.v1.StopRecordingRequest
+	(*StopRecordingResponse)(nil),        // 36: sylk.guide.v1.StopRecordingResponse
+	(*ListRecordingsRequest)(nil),        // 37: sylk.guide.v1.ListRecordingsRequest
+	(*ListRecordingsResponse)(nil),       // 38: sylk.guide.v1.ListRecordingsResponse
+	(*GetRecordingRequest)(nil),          // 39: sylk.guide.v1.GetRecordingRequest
+	(*GetRecordingResponse)(nil),         // 40: sylk.guide.v1.GetRecordingResponse
+	(*ReplayRecordingRequest)(nil),       // 41: sylk.guide.v1.ReplayRecordingRequest
+	(*ReplayStepResult)(nil),             // 42: sylk.guide.v1.ReplayStepResult
+	(*ReplayState)(nil),                  // 43: sylk.guide.v1.ReplayState
+	(*ReplayRecordingResponse)(nil),      // 44: sylk.guide.v1.ReplayRecordingResponse
+	(*StepReplayRequest)(nil),            // 45: sylk.guide.v1.StepReplayRequest
+	(*StepReplayResponse)(nil),           // 46: sylk.guide.v1.StepReplayResponse
+	nil,                                  // 47: sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	nil,                                  // 48: sylk.guide.v1.ReplayState.ModificationsEntry
+	(*timestamppb.Timestamp)(nil),        // 49: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 50: google.protobuf.Struct
+	(*durationpb.Duration)(nil),          // 51: google.protobuf.Duration
 }
 var file_sylk_guide_v1_guide_service_proto_depIdxs = []int32{
-	48, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	49, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: sylk.guide.v1.SendMessageResponse.message:type_name -> sylk.guide.v1.Message
 	3,  // 2: sylk.guide.v1.SendMessageResponse.route:type_name -> sylk.guide.v1.Route
 	2,  // 3: sylk.guide.v1.ListMessagesResponse.messages:type_name -> sylk.guide.v1.Message
-	48, // 4: sylk.guide.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	49, // 5: sylk.guide.v1.Event.data:type_name -> google.protobuf.Struct
+	49, // 4: sylk.guide.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	50, // 5: sylk.guide.v1.Event.data:type_name -> google.protobuf.Struct
 	8,  // 6: sylk.guide.v1.ListEventsResponse.events:type_name -> sylk.guide.v1.Event
 	8,  // 7: sylk.guide.v1.StreamEventsResponse.event:type_name -> sylk.guide.v1.Event
 	15, // 8: sylk.guide.v1.ListClarificationsResponse.clarifications:type_name -> sylk.guide.v1.Clarification
-	48, // 9: sylk.guide.v1.Clarification.create_time:type_name -> google.protobuf.Timestamp
+	49, // 9: sylk.guide.v1.Clarification.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 10: sylk.guide.v1.RoutingFailure.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
-	48, // 11: sylk.guide.v1.RoutingFailure.create_time:type_name -> google.protobuf.Timestamp
+	49, // 11: sylk.guide.v1.RoutingFailure.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 12: sylk.guide.v1.RecordRoutingFailureRequest.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
 	16, // 13: sylk.guide.v1.RecordRoutingFailureResponse.failure:type_name -> sylk.guide.v1.RoutingFailure
 	16, // 14: sylk.guide.v1.ListRoutingFailuresResponse.failures:type_name -> sylk.guide.v1.RoutingFailure
 	22, // 15: sylk.guide.v1.GetRoutingAccuracyResponse.by_intent:type_name -> sylk.guide.v1.IntentAccuracy
-	23, // 16: sylk.guide.v1.GetRoutingAccuracyResponse.misroutes:type_name -> sylk.guide.v1.MisroutePair
-	46, // 17: sylk.guide.v1.GetRoutingAccuracyResponse.by_signal:type_name -> sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
-	48, // 18: sylk.guide.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	48, // 19: sylk.guide.v1.DeadLetter.last_replay_time:type_name -> google.protobuf.Timestamp
-	25, // 20: sylk.guide.v1.ListDeadLettersResponse.dead_letters:type_name -> sylk.guide.v1.DeadLetter
-	25, // 21: sylk.guide.v1.ReplayDeadLetterResponse.dead_letter:type_name -> sylk.guide.v1.DeadLetter
-	48, // 22: sylk.guide.v1.RecordedQuery.time:type_name -> google.protobuf.Timestamp
-	48, // 23: sylk.guide.v1.Recording.create_time:type_name -> google.protobuf.Timestamp
-	48, // 24: sylk.guide.v1.Recording.stop_time:type_name -> google.protobuf.Timestamp
-	30, // 25: sylk.guide.v1.Recording.queries:type_name -> sylk.guide.v1.RecordedQuery
-	31, // 26: sylk.guide.v1.StartRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	31, // 27: sylk.guide.v1.StopRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	31, // 28: sylk.guide.v1.ListRecordingsResponse.recordings:type_name -> sylk.guide.v1.Recording
-	31, // 29: sylk.guide.v1.GetRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	1,  // 30: sylk.guide.v1.ReplayRecordingRequest.mode:type_name -> sylk.guide.v1.ReplayMode
-	3,  // 31: sylk.guide.v1.ReplayStepResult.route:type_name -> sylk.guide.v1.Route
-	1,  // 32: sylk.guide.v1.ReplayState.mode:type_name -> sylk.guide.v1.ReplayMode
-	47, // 33: sylk.guide.v1.ReplayState.modifications:type_name -> sylk.guide.v1.ReplayState.ModificationsEntry
-	48, // 34: sylk.guide.v1.ReplayState.start_time:type_name -> google.protobuf.Timestamp
-	42, // 35: sylk.guide.v1.ReplayRecordingResponse.state:type_name -> sylk.guide.v1.ReplayState
-	41, // 36: sylk.guide.v1.ReplayRecordingResponse.results:type_name -> sylk.guide.v1.ReplayStepResult
-	42, // 37: sylk.guide.v1.StepReplayResponse.state:type_name -> sylk.guide.v1.ReplayState
-	41, // 38: sylk.guide.v1.StepReplayResponse.result:type_name -> sylk.guide.v1.ReplayStepResult
-	4,  // 39: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
-	6,  // 40: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
-	9,  // 41: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
-	11, // 42: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
-	13, // 43: sylk.guide.v1.GuideService.ListClarifications:input_type -> sylk.guide.v1.ListClarificationsRequest
-	17, // 44: sylk.guide.v1.GuideService.RecordRoutingFailure:input_type -> sylk.guide.v1.RecordRoutingFailureRequest
-	19, // 45: sylk.guide.v1.GuideService.ListRoutingFailures:input_type -> sylk.guide.v1.ListRoutingFailuresRequest
-	21, // 46: sylk.guide.v1.GuideService.GetRoutingAccuracy:input_type -> sylk.guide.v1.GetRoutingAccuracyRequest
-	26, // 47: sylk.guide.v1.GuideService.ListDeadLetters:input_type -> sylk.guide.v1.ListDeadLettersRequest
-	28, // 48: sylk.guide.v1.GuideService.ReplayDeadLetter:input_type -> sylk.guide.v1.ReplayDeadLetterRequest
-	32, // 49: sylk.guide.v1.GuideService.StartRecording:input_type -> sylk.guide.v1.StartRecordingRequest
-	34, // 50: sylk.guide.v1.GuideService.StopRecording:input_type -> sylk.guide.v1.StopRecordingRequest
-	36, // 51: sylk.guide.v1.GuideService.ListRecordings:input_type -> sylk.guide.v1.ListRecordingsRequest
-	38, // 52: sylk.guide.v1.GuideService.GetRecording:input_type -> sylk.guide.v1.GetRecordingRequest
-	40, // 53: sylk.guide.v1.GuideService.ReplayRecording:input_type -> sylk.guide.v1.ReplayRecordingRequest
-	44, // 54: sylk.guide.v1.GuideService.StepReplay:input_type -> sylk.guide.v1.StepReplayRequest
-	5,  // 55: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
-	7,  // 56: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
-	10, // 57: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
-	12, // 58: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
-	14, // 59: sylk.guide.v1.GuideService.ListClarifications:output_type -> sylk.guide.v1.ListClarificationsResponse
-	18, // 60: sylk.guide.v1.GuideService.RecordRoutingFailure:output_type -> sylk.guide.v1.RecordRoutingFailureResponse
-	20, // 61: sylk.guide.v1.GuideService.ListRoutingFailures:output_type -> sylk.guide.v1.ListRoutingFailuresResponse
-	24, // 62: sylk.guide.v1.GuideService.GetRoutingAccuracy:output_type -> sylk.guide.v1.GetRoutingAccuracyResponse
-	27, // 63: sylk.guide.v1.GuideService.ListDeadLetters:output_type -> sylk.guide.v1.ListDeadLettersResponse
-	29, // 64: sylk.guide.v1.GuideService.ReplayDeadLetter:output_type -> sylk.guide.v1.ReplayDeadLetterResponse
-	33, // 65: sylk.guide.v1.GuideService.StartRecording:output_type -> sylk.guide.v1.StartRecordingResponse
-	35, // 66: sylk.guide.v1.GuideService.StopRecording:output_type -> sylk.guide.v1.StopRecordingResponse
-	37, // 67: sylk.guide.v1.GuideService.ListRecordings:output_type -> sylk.guide.v1.ListRecordingsResponse
-	39, // 68: sylk.guide.v1.GuideService.GetRecording:output_type -> sylk.guide.v1.GetRecordingResponse
-	43, // 69: sylk.guide.v1.GuideService.ReplayRecording:output_type -> sylk.guide.v1.ReplayRecordingResponse
-	45, // 70: sylk.guide.v1.GuideService.StepReplay:output_type -> sylk.guide.v1.StepReplayResponse
-	55, // [55:71] is the sub-list for method output_type
-	39, // [39:55] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	24, // 16: sylk.guide.v1.GetRoutingAccuracyResponse.misroutes:type_name -> sylk.guide.v1.MisroutePair
+	47, // 17: sylk.guide.v1.GetRoutingAccuracyResponse.by_signal:type_name -> sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	23, // 18: sylk.guide.v1.GetRoutingAccuracyResponse.by_confidence:type_name -> sylk.guide.v1.ConfidenceAccuracy
+	51, // 19: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_p50:type_name -> google.protobuf.Duration
+	51, // 20: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_mean:type_name -> google.protobuf.Duration
+	49, // 21: sylk.guide.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	49, // 22: sylk.guide.v1.DeadLetter.last_replay_time:type_name -> google.protobuf.Timestamp
+	26, // 23: sylk.guide.v1.ListDeadLettersResponse.dead_letters:type_name -> sylk.guide.v1.DeadLetter
+	26, // 24: sylk.guide.v1.ReplayDeadLetterResponse.dead_letter:type_name -> sylk.guide.v1.DeadLetter
+	49, // 25: sylk.guide.v1.RecordedQuery.time:type_name -> google.protobuf.Timestamp
+	49, // 26: sylk.guide.v1.Recording.create_time:type_name -> google.protobuf.Timestamp
+	49, // 27: sylk.guide.v1.Recording.stop_time:type_name -> google.protobuf.Timestamp
+	31, // 28: sylk.guide.v1.Recording.queries:type_name -> sylk.guide.v1.RecordedQuery
+	32, // 29: sylk.guide.v1.StartRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	32, // 30: sylk.guide.v1.StopRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	32, // 31: sylk.guide.v1.ListRecordingsResponse.recordings:type_name -> sylk.guide.v1.Recording
+	32, // 32: sylk.guide.v1.GetRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	1,  // 33: sylk.guide.v1.ReplayRecordingRequest.mode:type_name -> sylk.guide.v1.ReplayMode
+	3,  // 34: sylk.guide.v1.ReplayStepResult.route:type_name -> sylk.guide.v1.Route
+	1,  // 35: sylk.guide.v1.ReplayState.mode:type_name -> sylk.guide.v1.ReplayMode
+	48, // 36: sylk.guide.v1.ReplayState.modifications:type_name -> sylk.guide.v1.ReplayState.ModificationsEntry
+	49, // 37: sylk.guide.v1.ReplayState.start_time:type_name -> google.protobuf.Timestamp
+	43, // 38: sylk.guide.v1.ReplayRecordingResponse.state:type_name -> sylk.guide.v1.ReplayState
+	42, // 39: sylk.guide.v1.ReplayRecordingResponse.results:type_name -> sylk.guide.v1.ReplayStepResult
+	43, // 40: sylk.guide.v1.StepReplayResponse.state:type_name -> sylk.guide.v1.ReplayState
+	42, // 41: sylk.guide.v1.StepReplayResponse.result:type_name -> sylk.guide.v1.ReplayStepResult
+	4,  // 42: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
+	6,  // 43: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
+	9,  // 44: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
+	11, // 45: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
+	13, // 46: sylk.guide.v1.GuideService.ListClarifications:input_type -> sylk.guide.v1.ListClarificationsRequest
+	17, // 47: sylk.guide.v1.GuideService.RecordRoutingFailure:input_type -> sylk.guide.v1.RecordRoutingFailureRequest
+	19, // 48: sylk.guide.v1.GuideService.ListRoutingFailures:input_type -> sylk.guide.v1.ListRoutingFailuresRequest
+	21, // 49: sylk.guide.v1.GuideService.GetRoutingAccuracy:input_type -> sylk.guide.v1.GetRoutingAccuracyRequest
+	27, // 50: sylk.guide.v1.GuideService.ListDeadLetters:input_type -> sylk.guide.v1.ListDeadLettersRequest
+	29, // 51: sylk.guide.v1.GuideService.ReplayDeadLetter:input_type -> sylk.guide.v1.ReplayDeadLetterRequest
+	33, // 52: sylk.guide.v1.GuideService.StartRecording:input_type -> sylk.guide.v1.StartRecordingRequest
+	35, // 53: sylk.guide.v1.GuideService.StopRecording:input_type -> sylk.guide.v1.StopRecordingRequest
+	37, // 54: sylk.guide.v1.GuideService.ListRecordings:input_type -> sylk.guide.v1.ListRecordingsRequest
+	39, // 55: sylk.guide.v1.GuideService.GetRecording:input_type -> sylk.guide.v1.GetRecordingRequest
+	41, // 56: sylk.guide.v1.GuideService.ReplayRecording:input_type -> sylk.guide.v1.ReplayRecordingRequest
+	45, // 57: sylk.guide.v1.GuideService.StepReplay:input_type -> sylk.guide.v1.StepReplayRequest
+	5,  // 58: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
+	7,  // 59: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
+	10, // 60: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
+	12, // 61: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
+	14, // 62: sylk.guide.v1.GuideService.ListClarifications:output_type -> sylk.guide.v1.ListClarificationsResponse
+	18, // 63: sylk.guide.v1.GuideService.RecordRoutingFailure:output_type -> sylk.guide.v1.RecordRoutingFailureResponse
+	20, // 64: sylk.guide.v1.GuideService.ListRoutingFailures:output_type -> sylk.guide.v1.ListRoutingFailuresResponse
+	25, // 65: sylk.guide.v1.GuideService.GetRoutingAccuracy:output_type -> sylk.guide.v1.GetRoutingAccuracyResponse
+	28, // 66: sylk.guide.v1.GuideService.ListDeadLetters:output_type -> sylk.guide.v1.ListDeadLettersResponse
+	30, // 67: sylk.guide.v1.GuideService.ReplayDeadLetter:output_type -> sylk.guide.v1.ReplayDeadLetterResponse
+	34, // 68: sylk.guide.v1.GuideService.StartRecording:output_type -> sylk.guide.v1.StartRecordingResponse
+	36, // 69: sylk.guide.v1.GuideService.StopRecording:output_type -> sylk.guide.v1.StopRecordingResponse
+	38, // 70: sylk.guide.v1.GuideService.ListRecordings:output_type -> sylk.guide.v1.ListRecordingsResponse
+	40, // 71: sylk.guide.v1.GuideService.GetRecording:output_type -> sylk.guide.v1.GetRecordingResponse
+	44, // 72: sylk.guide.v1.GuideService.ReplayRecording:output_type -> sylk.guide.v1.ReplayRecordingResponse
+	46, // 73: sylk.guide.v1.GuideService.StepReplay:output_type -> sylk.guide.v1.StepReplayResponse
+	58, // [58:74] is the sub-list for method output_type
+	42, // [42:58] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_sylk_guide_v1_guide_service_proto_init() }
@@ -3377,7 +3500,7 @@ func file_sylk_guide_v1_guide_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_guide_v1_guide_service_proto_rawDesc), len(file_sylk_guide_v1_guide_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
