@@ -49,6 +49,11 @@ type routingFailure struct {
 	// failure rate per confidence, time to correction).
 	RoutedConfidence *float64
 	RoutedTime       *time.Time
+	// Key, when set, names what raised the failure (an agent's envelope):
+	// the same key again, from a redelivery, stores nothing more, and
+	// insertFailure says so in Repeat.
+	Key    string
+	Repeat bool
 }
 
 // decided fills in the routing decision f corrects from its pending
@@ -101,14 +106,21 @@ func (f routingFailure) proto() *guidev1.RoutingFailure {
 // does the rest once it has committed.
 func (s *Service) insertFailure(ctx context.Context, q querier, f routingFailure) (routingFailure, error) {
 	f.ID = "route_fail_" + ids.New()
+	if f.Key != "" {
+		f.ID = "route_fail_" + idFor(f.TenantID+"\x00"+f.Key+".routing_failure")
+	}
 	f.Pattern = requestPattern(f.OriginalRequest)
 	f.CreateTime = s.now()
-	_, err := q.Exec(ctx, `INSERT INTO routing_failures (id, tenant_id, session_id, original_request, pattern,
+	tag, err := q.Exec(ctx, `INSERT INTO routing_failures (id, tenant_id, session_id, original_request, pattern,
 		classified_as, routed_to, should_have_been, failure_signal, create_time, user_id, routed_confidence, routed_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO NOTHING`, f.ID, f.TenantID, f.SessionID, f.OriginalRequest, f.Pattern,
 		f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.CreateTime, f.UserID, f.RoutedConfidence, f.RoutedTime)
 	if err != nil {
 		return routingFailure{}, fmt.Errorf("insert routing failure: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		f.Repeat = true
+		return f, nil
 	}
 	s.failures.invalidate(f.TenantID)
 	return f, nil

@@ -1276,3 +1276,30 @@ func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 	require.NoError(t, h.Write(&m))
 	return m.GetHistogram().GetSampleCount()
 }
+
+// A reroute request handled twice (a redelivery after a failure later in
+// its handling) is one routing failure, not two (spec A-33's counts).
+func TestRedeliveredRerouteIsOneFailure(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "redelivered")
+	lib := inboxReader(t, f.bus, "librarian")
+	f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	env := nextEnvelope(t, lib)
+	decline := &messagev1.Envelope{Id: ids.New(), CorrelationId: env.GetCorrelationId(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+		Source: "librarian", Target: "guide", Type: messagev1.MessageType_MESSAGE_TYPE_REROUTE_REQUEST,
+		StructuredIntent: env.GetStructuredIntent(), ConfidenceChain: env.GetConfidenceChain(),
+		Payload: &messagev1.Envelope_RerouteRequest{RerouteRequest: &messagev1.RerouteRequest{Source: "librarian",
+			Reason: "this is a one-line edit", SuggestedTarget: "engineer"}}}
+	for range 2 {
+		_, err := f.svc.handleEnvelope(context.Background(), decline)
+		require.NoError(t, err)
+	}
+	failures, err := f.svc.ListRoutingFailures(ctx, &guidev1.ListRoutingFailuresRequest{RequestPattern: "ParseConfig function"})
+	require.NoError(t, err)
+	require.Len(t, failures.GetFailures(), 1)
+	acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), acc.GetBySignal()["EXPLICIT_REDIRECT"])
+}

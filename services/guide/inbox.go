@@ -159,7 +159,7 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 	if to != "" && routable(to) {
 		f := routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 			OriginalRequest: original, ClassifiedAs: classified, RoutedTo: from, ShouldHaveBeen: to,
-			Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(env)}
+			Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(env), Key: env.GetId()}
 		if found {
 			f = f.decided(pending)
 		}
@@ -167,7 +167,9 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 		if err != nil {
 			return "", err
 		}
-		s.afterFailure(ctx, f)
+		if !f.Repeat {
+			s.afterFailure(ctx, f)
+		}
 	}
 	if len(history) >= s.cfg.RerouteLimit || to == "" || !routable(to) {
 		return s.escalateReroute(ctx, sess, env, history, original, found)
@@ -385,11 +387,13 @@ func (s *Service) handleTaskHelp(ctx context.Context, sess session, env *message
 			f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 				OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
 				ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: routedTo, ShouldHaveBeen: should,
-				Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env)})
+				Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env), Key: env.GetId()})
 			if err != nil {
 				return "", err
 			}
-			s.afterFailure(ctx, f)
+			if !f.Repeat {
+				s.afterFailure(ctx, f)
+			}
 		}
 	}
 	text := env.GetAgentResponse().GetText()
