@@ -110,22 +110,23 @@ func (s *Service) mergeRun(ctx context.Context, log *slog.Logger, tenant, runID,
 		log.ErrorContext(ctx, "load patches", logx.Err(err))
 		return
 	}
-	s.mergeAndStore(ctx, log, tenant, runID, repo, base, ps)
+	_, _, _ = s.mergeAndStore(ctx, log, tenant, runID, repo, base, ps, stateSucceeded)
 }
 
 // mergeAndStore merges loaded node patches into the run's result patch and
 // returns the conflicts it stored.
-func (s *Service) mergeAndStore(ctx context.Context, log *slog.Logger, tenant, runID, repo, base string, ps [][2]string) []string {
+func (s *Service) mergeAndStore(ctx context.Context, log *slog.Logger, tenant, runID, repo, base string, ps [][2]string, states ...string) ([]string, bool, error) {
 	patch, conflicts, err := s.mergePatches(ctx, repo, base, ps)
 	if err != nil {
 		log.ErrorContext(ctx, "merge patches", logx.Err(err))
 		conflicts = []string{"merge failed: " + errors.Unwrap(err).Error()}
 	}
-	if err := storeMerge(ctx, s.db, tenant, runID, patch, conflicts); err != nil {
+	stored, err := storeMerge(ctx, s.db, tenant, runID, patch, conflicts, states...)
+	if err != nil {
 		log.ErrorContext(ctx, "store merged patch", logx.Err(err))
 	}
 	if len(conflicts) > 0 {
 		log.WarnContext(ctx, "patches conflict", slog.Any("nodes", conflicts))
 	}
-	return conflicts
+	return conflicts, stored, err
 }

@@ -63,10 +63,20 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	}
 	receipt := &orchestratorv1.SettleReceipt{Action: act, Note: settleNote}
 	keep := act == orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
+	// The patch is stored only while the run is still over: one a retry
+	// reopened meanwhile stores its own when it ends.
+	var stored bool
 	if keep && run.Repository != "" && len(ps) > 0 {
-		receipt.Conflicts = s.mergeAndStore(ctx, log, who.TenantID, id, run.Repository, run.BaseCommit, ps)
-	} else if err := storeMerge(ctx, s.db, who.TenantID, id, "", nil); err != nil {
-		return nil, s.internal(ctx, "discard result patch", err)
+		receipt.Conflicts, stored, err = s.mergeAndStore(ctx, log, who.TenantID, id, run.Repository, run.BaseCommit, ps, stateFailed, stateCancelled)
+	} else {
+		stored, err = storeMerge(ctx, s.db, who.TenantID, id, "", nil, stateFailed, stateCancelled)
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "store result patch", err)
+	}
+	if !stored {
+		return nil, status.Errorf(codes.Aborted, "run %s changed while it was being settled (a retry reopened it?): read it again, and settle it once it ends",
+			req.GetName())
 	}
 	r, err := s.loadRun(ctx, who.TenantID, "", id)
 	if err != nil {

@@ -740,12 +740,16 @@ func patches(ctx context.Context, q querier, tenant, runID string) ([][2]string,
 	})
 }
 
-func storeMerge(ctx context.Context, q querier, tenant, runID, patch string, conflicts []string) error {
+// storeMerge sets a run's result patch and conflicts while the run is in
+// one of states, and reports whether it was: a run that moved on meanwhile
+// (a retry reopened it, say) keeps the patch its new state will store.
+func storeMerge(ctx context.Context, q querier, tenant, runID, patch string, conflicts []string, states ...string) (bool, error) {
 	if conflicts == nil {
 		conflicts = []string{}
 	}
-	_, err := q.Exec(ctx, `UPDATE runs SET result_patch = $3, merge_conflicts = $4 WHERE tenant_id = $1 AND id = $2`, tenant, runID, patch, conflicts)
-	return err
+	tag, err := q.Exec(ctx, `UPDATE runs SET result_patch = $3, merge_conflicts = $4 WHERE tenant_id = $1 AND id = $2 AND state = ANY($5)`,
+		tenant, runID, patch, conflicts, states)
+	return tag.RowsAffected() == 1, err
 }
 
 // runningAttempt is a dispatched node attempt of a run this replica owns.
