@@ -331,37 +331,12 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 // the time to correction (spec A-33) to resp.
 func (s *Service) accuracyByConfidence(ctx context.Context, tenant string, resp *guidev1.GetRoutingAccuracyResponse) error {
 	var routed, failed [10]int64
-	rows, err := s.db.Query(ctx, `SELECT confidence_bucket, sum(routed)::bigint FROM routing_counts
-		WHERE tenant_id = $1 AND confidence_bucket BETWEEN 0 AND 9 GROUP BY confidence_bucket`, tenant)
-	if err != nil {
+	if err := s.countBuckets(ctx, &routed, `SELECT confidence_bucket, sum(routed)::bigint FROM routing_counts
+		WHERE tenant_id = $1 AND confidence_bucket BETWEEN 0 AND 9 GROUP BY confidence_bucket`, tenant); err != nil {
 		return err
 	}
-	for rows.Next() {
-		var b int16
-		var n int64
-		if err := rows.Scan(&b, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		routed[b] = n
-	}
-	rows.Close()
-	rows, err = s.db.Query(ctx, `SELECT least(greatest(floor(routed_confidence * 10), 0), 9)::int2, count(*) FROM routing_failures
-		WHERE tenant_id = $1 AND routed_confidence IS NOT NULL GROUP BY 1`, tenant)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var b int16
-		var n int64
-		if err := rows.Scan(&b, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		failed[b] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := s.countBuckets(ctx, &failed, `SELECT least(greatest(floor(routed_confidence * 10), 0), 9)::int2, count(*)
+		FROM routing_failures WHERE tenant_id = $1 AND routed_confidence IS NOT NULL GROUP BY 1`, tenant); err != nil {
 		return err
 	}
 	for b := range routed {
@@ -372,7 +347,7 @@ func (s *Service) accuracyByConfidence(ctx context.Context, tenant string, resp 
 			Routed: routed[b], Failures: failed[b], FailureRate: 1 - accuracy(routed[b], failed[b])})
 	}
 	var p50, mean *float64
-	err = s.db.QueryRow(ctx, `SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM create_time - routed_time)),
+	err := s.db.QueryRow(ctx, `SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM create_time - routed_time)),
 			avg(extract(epoch FROM create_time - routed_time))::float8
 		FROM routing_failures WHERE tenant_id = $1 AND routed_time IS NOT NULL`, tenant).Scan(&resp.CorrectionsTimed, &p50, &mean)
 	if err != nil {
@@ -383,6 +358,24 @@ func (s *Service) accuracyByConfidence(ctx context.Context, tenant string, resp 
 		resp.TimeToCorrectionMean = durationpb.New(time.Duration(*mean * float64(time.Second)))
 	}
 	return nil
+}
+
+// countBuckets reads (tenth, count) rows of query into counts.
+func (s *Service) countBuckets(ctx context.Context, counts *[10]int64, query string, args ...any) error {
+	rows, err := s.db.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b int16
+		var n int64
+		if err := rows.Scan(&b, &n); err != nil {
+			return err
+		}
+		counts[b] = n
+	}
+	return rows.Err()
 }
 
 // accuracy is the share of routed messages that did not fail; 1 when
