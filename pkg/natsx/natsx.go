@@ -146,7 +146,7 @@ func (b *Bus) Prefix() string { return b.prefix }
 // stream then exists, so the call is repeated, and this time updates it.
 func (b *Bus) EnsureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var err error
-	for range 5 {
+	for i := range 5 {
 		var s jetstream.Stream
 		s, err = b.JS.CreateOrUpdateStream(ctx, cfg)
 		if err == nil {
@@ -155,19 +155,26 @@ func (b *Bus) EnsureStream(ctx context.Context, cfg jetstream.StreamConfig) (jet
 		if !createRace(err) || ctx.Err() != nil {
 			break
 		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(i*10) * time.Millisecond):
+		}
 	}
 	return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 }
 
-// createRace reports whether err is what a concurrent create of the same
-// stream returns.
+// createRace reports whether err is what a create that raced another
+// change on the server returns: a concurrent create of the same stream, or
+// the server removing its account's stream directory as that account's
+// last stream was deleted (10049: "error creating store for stream").
 func createRace(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false
 	}
 	switch apiErr.ErrorCode {
-	case jetstream.JSErrCodeStreamNameInUse, 10065: // 10065: subjects overlap with an existing stream
+	case jetstream.JSErrCodeStreamNameInUse, 10065, // 10065: subjects overlap with an existing stream
+		10049: // the stream's store could not be made
 		return true
 	}
 	return false
