@@ -551,16 +551,9 @@ func TestAnswerWhileSuspended(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t, Config{}, true)
 	ctx := as("t1", "u1")
-	s := f.createSession(t, ctx, "answer while suspended")
-	reader := inboxReader(t, f.bus, "librarian")
-	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
-	require.Equal(t, "librarian", r.GetRoute().GetTarget())
-	env := nextEnvelope(t, reader)
-	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
-	require.NoError(t, err)
-	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+	s, r, env := f.routedThenSuspended(t, ctx, "answer while suspended")
 
-	_, err = topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
+	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
 		Type: eventAnswered, Source: "librarian", CorrelationID: env.GetCorrelationId(), Text: "config.go:12"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return f.pendingState(t, r.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
@@ -705,14 +698,8 @@ func TestRerouteWhileSuspended(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t, Config{}, true)
 	ctx := as("t1", "u1")
-	s := f.createSession(t, ctx, "reroute while suspended")
-	lib := inboxReader(t, f.bus, "librarian")
 	acad := inboxReader(t, f.bus, "academic")
-	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
-	env := nextEnvelope(t, lib)
-	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
-	require.NoError(t, err)
-	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+	s, r, env := f.routedThenSuspended(t, ctx, "reroute while suspended")
 
 	f.toGuide(t, &messagev1.Envelope{CorrelationId: env.GetCorrelationId(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
 		Source: "librarian", Target: "guide", Type: messagev1.MessageType_MESSAGE_TYPE_REROUTE_REQUEST,
@@ -722,9 +709,25 @@ func TestRerouteWhileSuspended(t *testing.T) {
 	require.Equal(t, r.GetCorrelationId(), nextEnvelope(t, acad).GetCorrelationId())
 	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
 
-	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	_, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, statePending, f.pendingState(t, r.GetCorrelationId()))
+}
+
+// routedThenSuspended sends a question the Guide routes to the Librarian,
+// takes the routed envelope from the Librarian's inbox, then suspends the
+// session, which freezes the request.
+func (f flowFixture) routedThenSuspended(t *testing.T, ctx context.Context, name string) (*guidev1.Session, *guidev1.SendMessageResponse, *messagev1.Envelope) {
+	t.Helper()
+	s := f.createSession(t, ctx, name)
+	lib := inboxReader(t, f.bus, "librarian")
+	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
+	require.Equal(t, "librarian", r.GetRoute().GetTarget())
+	env := nextEnvelope(t, lib)
+	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, stateFrozen, f.pendingState(t, r.GetCorrelationId()))
+	return s, r, env
 }
 
 // Acceptance behaviours 4, 5 and 23: a one-hop reroute goes to the
