@@ -146,3 +146,17 @@ func (s *lineStats) truncated(lines []string, size int64, maxSize, firstN, lastN
 	}
 	return t
 }
+
+// ClipMiddle keeps the head and the tail of s within about limit bytes,
+// around a marker saying how many bytes were dropped, and reports whether
+// it dropped any. Bytes that are not UTF-8 in what it keeps become invalid
+// ("" drops them, so that the result is no longer than the parts kept).
+func ClipMiddle(s string, limit int, invalid string) (string, bool) {
+	if len(s) <= limit {
+		return s, false
+	}
+	h := limit / 2
+	t := limit - h
+	return strings.ToValidUTF8(s[:h], invalid) + fmt.Sprintf("\n... [%d bytes truncated] ...\n", len(s)-limit) +
+		strings.ToValidUTF8(s[len(s)-t:], invalid), true
+}

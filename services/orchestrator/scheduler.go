@@ -26,6 +26,7 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/worker"
 )
@@ -605,12 +606,8 @@ func (s *Service) upstream(deps []string, outputs map[string]string) map[string]
 // truncateMiddle keeps the head and the tail of s within limit bytes, with a
 // marker saying how much was dropped.
 func truncateMiddle(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	h := limit / 2
-	t := limit - h
-	return strings.ToValidUTF8(s[:h]+fmt.Sprintf("\n... [%d bytes truncated] ...\n", len(s)-limit)+s[len(s)-t:], "\uFFFD")
+	out, _ := toolexec.ClipMiddle(s, limit, "\uFFFD")
+	return out
 }
 
 // carryOut publishes a committed decision's dispatches and events. A

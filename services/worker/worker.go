@@ -984,9 +984,9 @@ func (s *Service) fitPayload(env *messagev1.Envelope, o taskOutcome) {
 			r.Stderr, r.StderrTruncated = o.tool.RenderStderr(per)
 		} else {
 			var cut bool
-			r.Stdout, cut = clipMiddle(stdout, per)
+			r.Stdout, cut = toolexec.ClipMiddle(stdout, per, "")
 			r.StdoutTruncated = outCut || cut
-			r.Stderr, cut = clipMiddle(stderr, per)
+			r.Stderr, cut = toolexec.ClipMiddle(stderr, per, "")
 			r.StderrTruncated = errCut || cut
 		}
 		if per == 0 || proto.Size(env) <= room {
@@ -994,18 +994,6 @@ func (s *Service) fitPayload(env *messagev1.Envelope, o taskOutcome) {
 		}
 		per /= 2
 	}
-}
-
-// clipMiddle keeps the head and the tail of s within about limit bytes,
-// with a marker saying how much was dropped.
-func clipMiddle(s string, limit int) (string, bool) {
-	if len(s) <= limit {
-		return s, false
-	}
-	h := limit / 2
-	t := limit - h
-	return strings.ToValidUTF8(s[:h], "") + fmt.Sprintf("\n... [%d bytes truncated] ...\n", len(s)-limit) +
-		strings.ToValidUTF8(s[len(s)-t:], ""), true
 }
 
 // removeWorkspace deletes a workspace, first making directories writable
