@@ -65,6 +65,18 @@ type Config struct {
 	// CgroupAuto (below this process's own cgroup, when it may make one
 	// there), an absolute directory in a cgroup2 hierarchy, or "" for none.
 	Cgroup string
+	// Namespaces starts each confined command in user, mount, PID and IPC
+	// namespaces of its own (namespace.go): NamespacesAuto where this
+	// process may make them and the task init program is found,
+	// NamespacesOn (or fail to start), NamespacesOff.
+	Namespaces string
+	// TaskInit is the sylk-task-init program; "" looks for it beside this
+	// process's program, then on PATH.
+	TaskInit string
+	// Network is NetworkHost (commands share the service's network) or
+	// NetworkNone (a network namespace with only loopback; needs
+	// namespaces).
+	Network string
 }
 
 // Spec defaults.
@@ -121,6 +133,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*stringList)(&c.ConfineWritable), "toolexec.confine-writable", "comma-separated absolute directories confined commands may also write (shared tool caches)")
 	fs.Var((*stringList)(&c.ConfineHidden), "toolexec.confine-hidden", "comma-separated absolute directories confined commands may not read besides the workspace root (where repositories are kept, say)")
 	fs.StringVar(&c.Cgroup, "toolexec.cgroup", CgroupAuto, "where each command gets a cgroup (v2) of its own, so that what it leaves in it is killed when it ends: \"auto\" (below the service's own cgroup, when the service may make cgroups there), an absolute directory in a cgroup2 hierarchy that the service may write, or \"\" for none")
+	fs.StringVar(&c.Namespaces, "toolexec.namespaces", NamespacesAuto, "start each confined command in user, mount, PID and IPC namespaces of its own, through the sylk-task-init program: it sees no other task's directory, processes or shared memory, and whatever it leaves running is killed when it ends: \"auto\" (where the service may make them and the program is found), \"on\" (or fail to start) or \"off\"")
+	fs.StringVar(&c.TaskInit, "toolexec.task-init", "", "the sylk-task-init program (default: beside the service's own program, else on PATH)")
+	fs.StringVar(&c.Network, "toolexec.network", NetworkHost, "the network of commands: \"host\" (the service's) or \"none\" (only a loopback interface of their own; needs namespaces)")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
 
@@ -192,6 +207,20 @@ func (c Config) Validate() error {
 	}
 	if c.Cgroup != "" && c.Cgroup != CgroupAuto && !filepath.IsAbs(c.Cgroup) {
 		errs = append(errs, fmt.Errorf("toolexec.cgroup: %q must be \"auto\", an absolute path or empty", c.Cgroup))
+	}
+	switch c.Namespaces {
+	case NamespacesAuto, NamespacesOn, NamespacesOff:
+	default:
+		errs = append(errs, fmt.Errorf("toolexec.namespaces: %q must be \"auto\", \"on\" or \"off\"", c.Namespaces))
+	}
+	switch c.Network {
+	case NetworkHost:
+	case NetworkNone:
+		if c.Namespaces == NamespacesOff || !c.Confine {
+			errs = append(errs, errors.New("toolexec.network: \"none\" needs toolexec.namespaces and toolexec.confine"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("toolexec.network: %q must be \"host\" or \"none\"", c.Network))
 	}
 	for _, p := range c.ExtraSecretPatterns {
 		if _, err := filepath.Match(p, ""); err != nil {

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"sylk.dev/sylk/pkg/taskinit"
 )
 
 // Confinement (Landlock, Linux 5.13 and later). Every command an executor
@@ -339,6 +341,9 @@ type confinedPolicy struct {
 	workspace string
 	// extra are more directories this command may write (Invocation.Writable).
 	extra []string
+	// private asks for a ruleset of the command's own, which it may add
+	// rules to, not one shared with other commands.
+	private bool
 }
 
 // build makes the ruleset of p for the kernel's ABI, or takes a copy of
@@ -350,7 +355,7 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 	err := base.with(p, func(gen uint64, rules []baseRule) error {
 		// A call with writable directories of its own gets a ruleset of
 		// its own, neither taken from the cache nor kept in it.
-		reuse := len(p.extra) == 0
+		reuse := len(p.extra) == 0 && !p.private
 		if reuse {
 			if fd, ok := rulesets.get(p.workspace, gen); ok {
 				r = &ruleset{fd: fd}
@@ -495,7 +500,7 @@ func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := dropCapabilities(); err != nil {
+		if err := taskinit.DropCapabilities(); err != nil {
 			errc <- fmt.Errorf("confine: drop capabilities: %w", err)
 			return
 		}
@@ -513,50 +518,4 @@ func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
-}
-
-// Securebits (linux/securebits.h): a thread with an ID of 0 gets no
-// capabilities when it executes a program, nor when its IDs change, and
-// neither setting can be undone.
-const (
-	secbitNoRoot              = 1 << 0
-	secbitNoRootLocked        = 1 << 1
-	secbitNoSetuidFixup       = 1 << 2
-	secbitNoSetuidFixupLocked = 1 << 3
-)
-
-// dropCapabilities leaves the calling thread, and what it starts, without
-// any capability: a service that runs as root (in a container, say) would
-// otherwise pass every one of them to the commands, which could then
-// override file permissions, read non-dumpable processes or make device
-// files. An unprivileged thread has none to drop.
-func dropCapabilities() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return err
-	}
-	if data[0].Permitted == 0 && data[1].Permitted == 0 {
-		return nil
-	}
-	// While the thread has CAP_SETPCAP: the securebits, then the bounding
-	// set, which an ID of 0 would otherwise get back at exec.
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS,
-		secbitNoRoot|secbitNoRootLocked|secbitNoSetuidFixup|secbitNoSetuidFixupLocked, 0, 0, 0); err != nil {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	for c := 0; ; c++ {
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-		if errors.Is(err, unix.EINVAL) {
-			break // past the last capability
-		}
-		if err != nil {
-			return fmt.Errorf("bounding set: %w", err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("ambient set: %w", err)
-	}
-	data = [2]unix.CapUserData{}
-	return unix.Capset(&hdr, &data[0])
 }

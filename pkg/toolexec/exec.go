@@ -144,6 +144,10 @@ type Executor struct {
 	// noCgroup says why CgroupAuto found none.
 	cgroups  *cgroups
 	noCgroup error
+	// ns starts commands in namespaces of their own, nil without
+	// (Config.Namespaces); noNamespaces says why NamespacesAuto found none.
+	ns           *namespaces
+	noNamespaces error
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -197,6 +201,12 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 			return nil, err
 		}
 		e.noCgroup = err
+	}
+	if e.ns, err = newNamespaces(cfg); err != nil {
+		if !errors.As(err, new(errNamespacesUnavailable)) {
+			return nil, err
+		}
+		e.noNamespaces = err
 	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
@@ -556,10 +566,13 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	w := &watcher{start: time.Now(), stream: inv.StreamTo}
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
-	if e.Confined() {
-		err = startConfined(cmd, confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable,
-			workspace: ws, extra: inv.Writable})
-	} else {
+	policy := confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable, workspace: ws, extra: inv.Writable}
+	switch {
+	case e.ns != nil:
+		err = e.ns.start(cmd, policy, e.Confined())
+	case e.Confined():
+		err = startConfined(cmd, policy)
+	default:
 		err = cmd.Start()
 	}
 	closeAll(outW, errW)

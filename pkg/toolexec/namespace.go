@@ -1,0 +1,199 @@
+package toolexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"sylk.dev/sylk/pkg/taskinit"
+)
+
+// Namespaces (Config.Namespaces). Landlock decides what a confined command
+// may open, but a command still shares the service's user, /proc, /dev/shm
+// and process tree with every other task. In namespaces of its own (started
+// through the sylk-task-init program, package taskinit) a command:
+//   - cannot name another task's directory at all: the workspace roots and
+//     hidden directories are empty but for its own directory and the
+//     directories it may write, so it can no longer change the permissions
+//     of a sibling task's directory either;
+//   - sees only its own processes in /proc (no other command lines) and has
+//     a /dev/shm and System V IPC of its own;
+//   - ends with everything it started: when it exits, the kernel kills every
+//     process left in its PID namespace, whichever session or cgroup they
+//     moved to. That is what lets confined task directories be reused.
+//
+// With Config.Network "none" it also gets a network namespace with nothing
+// but its loopback interface.
+
+// Namespace settings.
+const (
+	NamespacesAuto = "auto"
+	NamespacesOn   = "on"
+	NamespacesOff  = "off"
+	NetworkHost    = "host"
+	NetworkNone    = "none"
+)
+
+// namespaces is how an executor starts commands in namespaces of their own.
+type namespaces struct {
+	init     string // the sylk-task-init program
+	loopback bool   // a network namespace with only loopback
+	// relay starts the program as it is, to make the namespaces itself:
+	// this process is not dumpable (protectProcess), so unless it is root,
+	// it cannot write the ID maps of a process it starts in a user
+	// namespace.
+	relay bool
+}
+
+// attr sets what starts the init program.
+func (ns *namespaces) attr(sys *syscall.SysProcAttr) {
+	if !ns.relay {
+		taskinit.Attr(sys, ns.loopback)
+	}
+}
+
+// newNamespaces finds the task init program and checks, by starting it,
+// that this process may make the namespaces. A nil result with a nil error
+// means the setting is off.
+func newNamespaces(cfg Config) (*namespaces, error) {
+	if cfg.Namespaces == NamespacesOff || !cfg.Confine {
+		return nil, nil
+	}
+	init, err := findTaskInit(cfg.TaskInit)
+	if err == nil {
+		ns := &namespaces{init: init, loopback: cfg.Network == NetworkNone}
+		if err = ns.probe(); err == nil {
+			return ns, nil
+		}
+		ns.relay = true
+		if err = ns.probe(); err == nil {
+			return ns, nil
+		}
+	}
+	err = fmt.Errorf("no namespaces for commands: %w", err)
+	if cfg.Namespaces == NamespacesOn || cfg.Network == NetworkNone {
+		return nil, err
+	}
+	return nil, errNamespacesUnavailable{err}
+}
+
+type errNamespacesUnavailable struct{ err error }
+
+func (e errNamespacesUnavailable) Error() string { return e.err.Error() }
+func (e errNamespacesUnavailable) Unwrap() error { return e.err }
+
+// findTaskInit is the program given, else the one beside this process's
+// own program, else the one on PATH.
+func findTaskInit(given string) (string, error) {
+	if given != "" {
+		if _, err := exec.LookPath(given); err != nil {
+			return "", fmt.Errorf("toolexec.task-init: %w", err)
+		}
+		return given, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), taskinit.Name)
+		if _, err := exec.LookPath(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(taskinit.Name)
+	if err != nil {
+		return "", fmt.Errorf("%s is neither beside this program nor on PATH (toolexec.task-init names it)", taskinit.Name)
+	}
+	return p, nil
+}
+
+// probe starts the init program on a directory of its own, which it must
+// find emptied but for the directory kept.
+func (ns *namespaces) probe() error {
+	root, err := os.MkdirTemp("", "sylk-ns-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	task, other := filepath.Join(root, "task"), filepath.Join(root, "other")
+	for _, d := range []string{task, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	args, err := taskinit.Args(ns.init, taskinit.Spec{Dir: task, Cover: []string{root}, Keep: []string{task},
+		Loopback: ns.loopback, Probe: true, Relay: ns.relay}, "", nil)
+	if err != nil {
+		return err
+	}
+	cmd := &exec.Cmd{Path: ns.init, Args: args[:2], Dir: task, SysProcAttr: &syscall.SysProcAttr{}}
+	ns.attr(cmd.SysProcAttr)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if len(out) > 0 {
+			return fmt.Errorf("%w: %s", err, clip(string(out), 500))
+		}
+		return err
+	}
+	return nil
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// start starts cmd through the init program under p: the command's view
+// covers p's hidden directories but for its workspace and writable ones, and
+// it runs restricted by p's Landlock ruleset when confined is true.
+func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) error {
+	spec := taskinit.Spec{Dir: cmd.Dir, Cover: p.hidden, Keep: append([]string{p.workspace}, p.shared...),
+		Loopback: ns.loopback, Relay: ns.relay}
+	spec.Keep = append(spec.Keep, p.extra...)
+	if confined {
+		p.private = true
+		r, err := p.build(LandlockABI())
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		spec.Rules = []taskinit.Rule{{Path: "/proc", Access: llRead & r.handled},
+			{Path: "/dev/shm", Access: llAll & r.handled}}
+		fd, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		f := os.NewFile(uintptr(fd), "landlock-ruleset")
+		defer f.Close()
+		cmd.ExtraFiles = []*os.File{f}
+		spec.Ruleset = true
+	}
+	args, err := taskinit.Args(ns.init, spec, cmd.Path, cmd.Args)
+	if err != nil {
+		return err
+	}
+	cmd.Path, cmd.Args = ns.init, args
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	ns.attr(cmd.SysProcAttr)
+	return cmd.Start()
+}
+
+// Namespaced reports whether each command runs in namespaces of its own
+// (Config.Namespaces), and, when not, why.
+func (e *Executor) Namespaced() (bool, error) {
+	if e.ns != nil {
+		return true, nil
+	}
+	if e.noNamespaces != nil {
+		return false, e.noNamespaces
+	}
+	if !e.cfg.Confine {
+		return false, errors.New("toolexec.confine is off")
+	}
+	return false, errors.New("toolexec.namespaces is off")
+}
