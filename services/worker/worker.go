@@ -201,6 +201,14 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 			}
 			return 0
 		})
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_namespaced",
+		Help: "1 when task commands run in namespaces of their own (toolexec.namespaces), 0 when they do not."},
+		func() float64 {
+			if ok, _ := ex.Namespaced(); ok {
+				return 1
+			}
+			return 0
+		})
 	return &Service{
 		cfg:     cfg,
 		log:     log.With(logx.KeyComponent, "worker"),
@@ -213,15 +221,17 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 }
 
 // scratchReuse is how many task directories are kept for later tasks: as
-// many as run at once while commands are not confined, none while they are.
-// A confined command's rights are to its directory itself, so a process it
-// left behind could otherwise read and write the next task's files in the
-// same directory. A cgroup per command does not change this: a command can
-// start a process in another cgroup (clone3 into any cgroup whose
-// cgroup.procs its user may write), so its cgroup being empty does not
-// prove that nothing it started is left.
+// many as run at once while commands are not confined or run in namespaces
+// of their own, none while they are confined without. A confined command's
+// rights are to its directory itself, so a process it left behind could
+// otherwise read and write the next task's files in the same directory. A
+// cgroup per command does not change this: a command can start a process
+// in another cgroup (clone3 into any cgroup whose cgroup.procs its user may
+// write), so its cgroup being empty does not prove that nothing it started
+// is left. A PID namespace does: when the command ends, the kernel kills
+// every process left in it, and none can leave it.
 func scratchReuse(cfg Config, ex *toolexec.Executor) int {
-	if ex.Confined() {
+	if ns, _ := ex.Namespaced(); ex.Confined() && !ns {
 		return 0
 	}
 	return cfg.Concurrency
@@ -366,6 +376,12 @@ func (s *Service) run(ctx context.Context) error {
 	} else {
 		s.log.InfoContext(ctx, "task commands share the worker's cgroup: the orphan sweep ends what they leave running",
 			logx.Err(why))
+	}
+	if ok, why := s.exec.Namespaced(); ok {
+		s.log.InfoContext(ctx, "task commands run in namespaces of their own: they see no other task's directory or processes, and what they leave running ends with them",
+			slog.String("toolexec.network", s.cfg.Tools.Network))
+	} else {
+		s.log.InfoContext(ctx, "task commands share the worker's namespaces", logx.Err(why))
 	}
 	if s.exec.Confined() {
 		s.log.InfoContext(ctx, "task commands confined", slog.Int("landlock_abi", toolexec.LandlockABI()))

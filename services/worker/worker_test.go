@@ -655,3 +655,44 @@ func TestResultWaitsForTheBus(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.NumPending, "one copy of the result, whatever the tries left in the client's buffer")
 }
+
+// In namespaces of their own, tasks cannot name each other's directories,
+// so cannot change their permissions, and what a task leaves running ends
+// with it; so task directories are reused even while commands are confined.
+func TestNamespacedTasks(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Tools.Namespaces = toolexec.NamespacesOn
+	cfg.Tools.TaskInit = testenv.TaskInit(t)
+	cfg.Tools.Cgroup = ""
+	s := offlineService(t, cfg)
+	require.Equal(t, cfg.Concurrency, scratchReuse(cfg, s.exec))
+	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
+	other := filepath.Join(cfg.WorkspaceRoot, "sylk-task-other")
+	require.NoError(t, os.Mkdir(other, 0o700))
+	run := func(cmd string) *messagev1.TaskResult {
+		t.Helper()
+		out, cancelled := s.runTask(context.Background(), "engineer", dispatch(cmd))
+		require.False(t, cancelled)
+		return out.msg
+	}
+	r := run("chmod 777 ../sylk-task-other")
+	require.NotZero(t, r.GetExitCode())
+	require.Contains(t, r.GetStderr(), "No such file")
+	fi, err := os.Stat(other)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+
+	marker := "sylk-left-" + testenv.ID()
+	first := run("pwd; setsid env -i sh -c 'exec -a " + marker + " sleep 300' </dev/null >/dev/null 2>&1 &")
+	require.Zero(t, first.GetExitCode(), first.GetStderr())
+	second := run("pwd; ls -A")
+	require.Zero(t, second.GetExitCode(), second.GetStderr())
+	require.Equal(t, first.GetStdout()+".tmp\n", second.GetStdout(), "the directory is reused, emptied")
+	procs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, p := range procs {
+		b, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		require.NotContains(t, string(b), marker, "process %s outlived its task", p.Name())
+	}
+}
