@@ -93,7 +93,8 @@ bench-orchestrator: ## A 10,000-node DAG: scheduling overhead per node and total
 
 .PHONY: dev
 dev: ## Run migrations and the whole mesh in one process (embedded NATS unless SYLK_NATS_URL is set)
-	$(GO) run ./cmd/sylk dev
+	$(GO) build -trimpath -o bin/ ./cmd/sylk ./cmd/sylk-task-init
+	bin/sylk dev
 
 .PHONY: migrate
 migrate: ## Apply every schema's migrations to SYLK_POSTGRES_DSN
