@@ -112,6 +112,10 @@ func Main() {
 	// Capabilities and the Landlock domain belong to a thread: everything
 	// below runs on this one, which also starts the command.
 	runtime.LockOSThread()
+	// First of all: until then, a SIGINT sent to the group (a cancel right
+	// after the start) would end this process, and with it the command,
+	// without the command's own chance to stop.
+	outliveSignals()
 	code, err := run(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
@@ -154,7 +158,6 @@ func run(args []string) (int, error) {
 	if spec.Probe {
 		return 0, probe(spec)
 	}
-	outliveSignals()
 	pid, err := syscall.ForkExec(args[1], args[2:], &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %s: %v\n", Name, args[1], err)
@@ -197,7 +200,6 @@ func relay(spec Spec, args []string) (int, error) {
 	}
 	sys := &syscall.SysProcAttr{}
 	Attr(sys, spec.Loopback)
-	outliveSignals()
 	pid, err := syscall.ForkExec(self, append([]string{self, string(b)}, args[1:]...),
 		&syscall.ProcAttr{Env: os.Environ(), Files: files, Sys: sys})
 	if err != nil {
