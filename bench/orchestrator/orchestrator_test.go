@@ -50,7 +50,21 @@ var (
 	// confine is whether the nodes' commands run confined (the default);
 	// SYLK_BENCH_CONFINE=0 runs them unconfined, for comparison.
 	confine = os.Getenv("SYLK_BENCH_CONFINE") != "0"
+	// namespaced runs them in namespaces of their own
+	// (SYLK_BENCH_NAMESPACES=1), as a worker beside sylk-task-init does;
+	// without, they share the test process's, as in any test binary.
+	namespaced = os.Getenv("SYLK_BENCH_NAMESPACES") == "1"
 )
+
+// tools are the executor settings of the worker and of the no-op baseline.
+func tools(b *testing.B, cfg toolexec.Config) toolexec.Config {
+	cfg.Slots = toolSlots
+	cfg.Confine = confine
+	if namespaced {
+		cfg.Namespaces, cfg.TaskInit = toolexec.NamespacesOn, testenv.TaskInit(b)
+	}
+	return cfg
+}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -89,10 +103,7 @@ func noopLatency(b *testing.B, total int) (single, perTaskParallel, cpu time.Dur
 	root := b.TempDir()
 	bd, err := toolexec.NewBoundary(root)
 	require.NoError(b, err)
-	cfg := toolexec.DefaultConfig()
-	cfg.Slots = toolSlots
-	cfg.Confine = confine
-	ex, err := toolexec.New(cfg, bd, nil)
+	ex, err := toolexec.New(tools(b, toolexec.DefaultConfig()), bd, nil)
 	require.NoError(b, err)
 	ctx := context.Background()
 	var lat []time.Duration
@@ -158,8 +169,7 @@ func runOnce(b *testing.B) {
 	wcfg.Roles = []string{"engineer"}
 	wcfg.Concurrency = concurrency
 	wcfg.WorkspaceRoot = b.TempDir()
-	wcfg.Tools.Slots = toolSlots
-	wcfg.Tools.Confine = confine
+	wcfg.Tools = tools(b, wcfg.Tools)
 	wsvc, err := worker.New(wcfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(b, err)
 	wg.Go(func() { _ = osvc.Run(ctx) })
@@ -230,7 +240,8 @@ func runOnce(b *testing.B) {
 	critical := time.Duration(depth) * single
 	throughput := time.Duration(nodes) * perTask
 	ideal := max(critical, throughput)
-	b.Logf("DAG: %d nodes (width %d, depth %d, 2 dependencies each), max_concurrency %d, %d CPUs, commands confined: %t", nodes, width, depth, concurrency, runtime.NumCPU(), confine)
+	b.Logf("DAG: %d nodes (width %d, depth %d, 2 dependencies each), max_concurrency %d, %d CPUs, commands confined: %t, in namespaces: %t",
+		nodes, width, depth, concurrency, runtime.NumCPU(), confine, namespaced)
 	b.Logf("no-op task (%q through toolexec, mean of the two): %s alone (p50); %s per task at %d at once", noop, single, perTask, concurrency)
 	b.Logf("ideal: %s (critical path %s, throughput bound %s)", ideal, critical, throughput)
 	b.Logf("total: %s (CreateRun %s), %.2fx ideal", total, created, float64(total)/float64(ideal))
