@@ -158,6 +158,12 @@ func run(args []string) (int, error) {
 	if spec.Probe {
 		return 0, probe(spec)
 	}
+	// The command may not trace this process nor read its memory: its
+	// other threads still hold capabilities in the namespaces and are not
+	// restricted (both belong to a thread), and they share its memory.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("make this process non-dumpable: %w", err)
+	}
 	pid, err := syscall.ForkExec(args[1], args[2:], &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %s: %v\n", Name, args[1], err)

@@ -62,6 +62,10 @@ func TestNamespacedCommand(t *testing.T) {
 	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the sibling's permissions are unchanged")
 	// Its own processes only: the init program is process 1.
 	require.Equal(t, "sylk-task-init\n", succeeds("cat /proc/1/comm"))
+	// ... which it can neither read nor trace: its other threads still
+	// hold the namespaces' capabilities.
+	require.NotZero(t, run("cat /proc/1/environ").ExitCode)
+	require.NotZero(t, run("head -c 1 /proc/1/mem").ExitCode)
 	procs := strings.Fields(succeeds("ls /proc | grep '^[0-9]' | tr '\\n' ' '"))
 	require.Less(t, len(procs), 6, "processes seen: %v", procs)
 	// /dev/shm of its own: what one command leaves there, the next one and
