@@ -714,6 +714,34 @@ func TestRerouteWhileSuspended(t *testing.T) {
 	require.Equal(t, statePending, f.pendingState(t, r.GetCorrelationId()))
 }
 
+// An agent's knowledge request for a suspended session starts frozen, so
+// it cannot time out during the suspension; the resume thaws it with the
+// requests of the snapshot, its deadline moved on by the time it was frozen.
+func TestAgentRequestWhileSuspended(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	arch := inboxReader(t, f.bus, "archivalist")
+	s, r, _ := f.routedThenSuspended(t, ctx, "agent request while suspended")
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "architect",
+		Type:    messagev1.MessageType_MESSAGE_TYPE_HISTORY_REQUEST,
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "earlier decisions on the cache"}}})
+	routed := nextEnvelope(t, arch)
+	require.Equal(t, stateFrozen, f.pendingState(t, routed.GetCorrelationId()))
+	deadline := func(corr string) (d time.Time) {
+		require.NoError(t, f.db.QueryRow(context.Background(), `SELECT deadline FROM pending_requests WHERE correlation_id = $1`, corr).Scan(&d))
+		return d
+	}
+	before := deadline(routed.GetCorrelationId())
+
+	_, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	require.NoError(t, err)
+	for _, corr := range []string{r.GetCorrelationId(), routed.GetCorrelationId()} {
+		require.Equal(t, statePending, f.pendingState(t, corr))
+	}
+	require.False(t, deadline(routed.GetCorrelationId()).Before(before), "the deadline moved on, not back")
+}
+
 // routedThenSuspended sends a question the Guide routes to the Librarian,
 // takes the routed envelope from the Librarian's inbox, then suspends the
 // session, which freezes the request.

@@ -552,9 +552,15 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 	if err != nil {
 		return "", err
 	}
+	// A request for a suspended session starts frozen, as its session's
+	// other requests are: its deadline runs once the session is resumed.
+	state := statePending
+	if sess.State == stateSuspended {
+		state = stateFrozen
+	}
 	if err := insertPending(ctx, s.db, pendingRequest{CorrelationID: corr, TenantID: sess.TenantID, UserID: sess.UserID,
 		SessionID: sess.ID, Target: to, IntentType: env.GetType().String(), Original: text, Envelope: raw,
-		Deadline: s.now().Add(s.cfg.RequestTimeout), CreateTime: s.now(), State: statePending}); err != nil {
+		Deadline: s.now().Add(s.cfg.RequestTimeout), CreateTime: s.now(), State: state}); err != nil {
 		return "", err
 	}
 	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID, ID: out.GetId() + ".routed",

@@ -295,7 +295,7 @@ func latestSnapshot(ctx context.Context, q querier, o owner, sessionID string) (
 
 // restoreSnapshot gives a resumed session back what its latest snapshot
 // froze: the context exactly as it was, and its pending requests, whose
-// deadlines move on by the time spent suspended.
+// deadlines move on by the time they spent frozen.
 func (s *Service) restoreSnapshot(ctx context.Context, tx pgx.Tx, sess session) error {
 	o := owner{tenant: sess.TenantID, user: sess.UserID}
 	snap, id, err := latestSnapshot(ctx, tx, o, sess.ID)
@@ -316,15 +316,14 @@ func (s *Service) restoreSnapshot(ctx context.Context, tx pgx.Tx, sess session) 
 	if err := storeContext(ctx, tx, o, sess.ID, c, snap.GetContextVersion()); err != nil {
 		return err
 	}
+	// Every frozen request of the session runs again: those the snapshot
+	// holds, and those agents sent while it was suspended, which started
+	// frozen. Each deadline moves on by the time the request was frozen.
 	now := s.now()
-	suspended := now.Sub(snap.GetCreateTime().AsTime())
-	corrs := make([]string, 0, len(snap.GetPendingRequests()))
-	for _, r := range snap.GetPendingRequests() {
-		corrs = append(corrs, r.GetCorrelationId())
-	}
-	if _, err := tx.Exec(ctx, `UPDATE pending_requests SET state = $3, deadline = deadline + make_interval(secs => $5)
-		WHERE tenant_id = $1 AND session_id = $2 AND state = $4 AND correlation_id = ANY($6)`,
-		sess.TenantID, sess.ID, statePending, stateFrozen, suspended.Seconds(), corrs); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE pending_requests SET state = $3,
+			deadline = deadline + ($5::timestamptz - GREATEST(create_time, $6::timestamptz))
+		WHERE tenant_id = $1 AND session_id = $2 AND state = $4`,
+		sess.TenantID, sess.ID, statePending, stateFrozen, now, snap.GetCreateTime().AsTime()); err != nil {
 		return fmt.Errorf("thaw pending requests: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE session_snapshots SET restore_time = $2 WHERE id = $1 AND tenant_id = $3`, id, now, sess.TenantID); err != nil {
