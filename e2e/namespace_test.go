@@ -45,11 +45,6 @@ func TestNamespacedTasks(t *testing.T) {
 	fi, err := os.Stat(other)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
-	procs, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	for _, p := range procs {
-		b, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		require.NotContains(t, string(b), marker, "process %s outlived its task", p.Name())
-	}
+	require.Empty(t, testenv.ProcessesWith(t, marker), "a process outlived its task")
 	require.EqualValues(t, 1, c.metric("sylk_worker_namespaced"))
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,4 +26,22 @@ func TaskInit(t testing.TB) string {
 		t.Fatalf("build sylk-task-init: %v\n%s", err, b)
 	}
 	return out
+}
+
+// ProcessesWith are the PIDs of the machine's processes whose command line
+// holds s: what a test's command left running under a marked name.
+func ProcessesWith(t testing.TB, s string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("list processes: %v", err)
+	}
+	var pids []string
+	for _, en := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, en.Name())
+		}
+	}
+	return pids
 }

@@ -89,22 +89,7 @@ func TestNamespacedLeftoversEnd(t *testing.T) {
 		WorkingDir: root, Workspace: root})
 	require.NoError(t, err)
 	require.Equal(t, "started\n", res.Stdout)
-	require.Empty(t, processesNamed(t, marker), "the left-behind process was killed with the command")
-}
-
-// processesNamed are the PIDs of processes whose command line holds s.
-func processesNamed(t *testing.T, s string) []string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	var pids []string
-	for _, en := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), s) {
-			pids = append(pids, en.Name())
-		}
-	}
-	return pids
+	require.Empty(t, testenv.ProcessesWith(t, marker), "the left-behind process was killed with the command")
 }
 
 // A stopped command goes through the whole kill sequence as without
