@@ -93,7 +93,7 @@ bench-orchestrator: ## A 10,000-node DAG: scheduling overhead per node and total
 
 .PHONY: dev
 dev: ## Run migrations and the whole mesh in one process (embedded NATS unless SYLK_NATS_URL is set)
-	$(GO) build -trimpath -o bin/ ./cmd/sylk ./cmd/sylk-task-init
+	$(GO) build -o bin/ ./cmd/sylk ./cmd/sylk-task-init
 	bin/sylk dev
 
 .PHONY: migrate
