@@ -6,8 +6,9 @@
 //     systems, and mounts back the command's own task directory and the
 //     directories it may write, so that no other task's directory can be
 //     named at all (not even to change its permissions);
-//   - gives the command a /dev/shm and a /proc of its own, so that it sees
-//     neither other tasks' shared memory nor their command lines;
+//   - gives the command a /dev/shm, a /dev/pts and a /proc of its own, so
+//     that it sees neither other tasks' shared memory, nor their
+//     pseudo-terminals, nor their command lines;
 //   - drops every capability, restricts itself with the Landlock ruleset the
 //     executor passed as descriptor 3, and starts the command;
 //   - waits for the command and exits with its status. As the namespace's
@@ -58,7 +59,7 @@ type Spec struct {
 	// Ruleset says that RulesetFD is a Landlock ruleset to restrict to.
 	Ruleset bool `json:"ruleset,omitempty"`
 	// Rules are added to the ruleset once the file systems are mounted: the
-	// new /proc and /dev/shm, which the ruleset cannot name beforehand (a
+	// new /proc, /dev/shm and /dev/pts, which the ruleset cannot name beforehand (a
 	// rule on the directory a file system is mounted on does not reach
 	// into it).
 	Rules []Rule `json:"rules,omitempty"`
@@ -285,6 +286,17 @@ func mountAll(spec Spec) error {
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 			return fmt.Errorf("/dev/shm: %w", err)
+		}
+	}
+	// The service's devpts instance holds every task's pseudo-terminals,
+	// all of the same user: a command could write to another's terminal
+	// (what that task's program reads as its output) or read what is typed
+	// to it. A new instance holds only the command's own; /dev/ptmx makes
+	// its terminals in the instance on the pts directory beside it.
+	if fi, err := os.Stat("/dev/pts"); err == nil && fi.IsDir() {
+		if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+			"newinstance,mode=0600,ptmxmode=0666"); err != nil {
+			return fmt.Errorf("/dev/pts: %w", err)
 		}
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {

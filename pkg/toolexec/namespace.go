@@ -22,7 +22,7 @@ import (
 //     directories it may write, so it can no longer change the permissions
 //     of a sibling task's directory either;
 //   - sees only its own processes in /proc (no other command lines) and has
-//     a /dev/shm and System V IPC of its own;
+//     a /dev/shm, pseudo-terminals and System V IPC of its own;
 //   - ends with everything it started: when it exits, the kernel kills every
 //     process left in its PID namespace, whichever session or cgroup they
 //     moved to. That is what lets confined task directories be reused.
@@ -161,7 +161,7 @@ func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) erro
 		}
 		defer r.close()
 		spec.Rules = []taskinit.Rule{{Path: "/proc", Access: llRead & r.handled},
-			{Path: "/dev/shm", Access: llAll & r.handled}}
+			{Path: "/dev/shm", Access: llAll & r.handled}, {Path: "/dev/pts", Access: llAll & r.handled}}
 		fd, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			return err

@@ -1,0 +1,90 @@
+package toolexec
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// EnvNSAttack names a built testdata/nsattack program, for runs as a user
+// who cannot build it.
+const EnvNSAttack = "SYLK_TEST_NSATTACK"
+
+// nsAttack builds testdata/nsattack, the attacker's program, into a
+// directory any user may read.
+func nsAttack(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(EnvNSAttack); p != "" {
+		return p
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	out := filepath.Join(dir, "nsattack")
+	if b, err := exec.Command("go", "build", "-o", out, "./testdata/nsattack").CombinedOutput(); err != nil {
+		t.Fatalf("build nsattack: %v\n%s", err, b)
+	}
+	return out
+}
+
+// nsRelay runs the test directly and through the relay.
+func nsRelay(t *testing.T, f func(t *testing.T, relay bool)) {
+	for _, relay := range []bool{false, true} {
+		name := "direct"
+		if relay {
+			name = "relay"
+		}
+		t.Run(name, func(t *testing.T) { f(t, relay) })
+	}
+}
+
+// A command cannot reach another task's pseudo-terminal: each command has
+// a devpts instance of its own, as it has a /dev/shm of its own.
+func TestNamespacedPseudoTerminals(t *testing.T) {
+	t.Parallel()
+	attack := nsAttack(t)
+	nsRelay(t, func(t *testing.T, relay bool) {
+		e, a, b, _ := confinedSetup(t, namespacedConfig(t))
+		e.ns.relay = e.ns.relay || relay
+		opened := make(chan string, 1)
+		stdinR, stdinW := io.Pipe()
+		t.Cleanup(func() { _ = stdinW.Close() })
+		victim := make(chan Result, 1)
+		go func() {
+			res, err := e.Execute(context.Background(), Invocation{Command: attack, Args: []string{"ptyvictim"},
+				WorkingDir: b, Workspace: b, Stdin: stdinR, StreamTo: func(stream, line string) {
+					if strings.HasPrefix(line, "pty ") {
+						opened <- line
+					}
+				}})
+			if err != nil {
+				res.Stderr += err.Error()
+			}
+			_ = stdinR.Close()
+			victim <- res
+		}()
+		var line string
+		select {
+		case line = <-opened:
+		case res := <-victim:
+			t.Fatalf("the victim did not open a terminal: %s%s", res.Stdout, res.Stderr)
+		}
+		t.Log(line)
+		res, err := e.Execute(context.Background(), Invocation{Command: attack, Args: []string{"ptyattack"},
+			WorkingDir: a, Workspace: a})
+		require.NoError(t, err)
+		require.Zero(t, res.ExitCode, res.Stderr)
+		t.Log(res.Stdout)
+		_, _ = stdinW.Write([]byte("\n"))
+		_ = stdinW.Close()
+		got := <-victim
+		require.Zero(t, got.ExitCode, got.Stderr)
+		require.NotContains(t, res.Stdout, "write /dev/pts/")
+		require.NotContains(t, got.Stdout, "forged", "another task wrote to the victim's terminal")
+	})
+}
