@@ -229,7 +229,9 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 // in another cgroup (clone3 into any cgroup whose cgroup.procs its user may
 // write), so its cgroup being empty does not prove that nothing it started
 // is left. A PID namespace does: when the command ends, the kernel kills
-// every process left in it, and none can leave it.
+// every process left in it, and none can leave it. (A descriptor of the
+// directory can still outlive it, in another task of the same user: the
+// pool keeps a directory for that user's tasks only.)
 func scratchReuse(cfg Config, ex *toolexec.Executor) int {
 	if ns, _ := ex.Namespaced(); ex.Confined() && !ns {
 		return 0
@@ -694,7 +696,9 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	if l := task.GetOutputLimitBytes(); l > 0 && l < int64(limit) {
 		limit = int(l)
 	}
-	ws, err := s.scratch.get()
+	// Directories are reused only among the tasks of one user (scratchPool).
+	scope := env.GetTenantId() + "\x00" + env.GetUserId()
+	ws, err := s.scratch.get(scope)
 	if err != nil {
 		s.log.ErrorContext(ctx, "create task workspace", logx.Err(err))
 		if ws != "" {
@@ -702,14 +706,14 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 		}
 		return fail("could not create the task workspace")
 	}
-	defer s.scratch.put(ws)
+	defer s.scratch.put(scope, ws)
 
 	dir := ws
 	vars := map[string]string{"HOME": ws, "TMPDIR": filepath.Join(ws, ".tmp")}
 	if up := task.GetUpstreamOutputs(); len(up) > 0 {
 		// Dependencies' outputs (spec F-04): one file per dependency.
 		updir := filepath.Join(ws, ".upstream")
-		if err := s.scratch.mkdir(updir); err != nil {
+		if err := s.scratch.mkdir(scope, updir); err != nil {
 			return fail("could not create the task workspace")
 		}
 		for id, out := range up {
@@ -766,7 +770,7 @@ func (s *Service) runTaskEnv(ctx context.Context, role string, env *messagev1.En
 	}
 	runCmd := func(ctx context.Context, command string) (toolexec.Result, error) {
 		return s.exec.Execute(ctx, toolexec.Invocation{Command: command, WorkingDir: dir, Workspace: ws, Env: vars,
-			Writable: writable, CacheScope: env.GetTenantId() + "\x00" + env.GetUserId(),
+			Writable: writable, CacheScope: scope,
 			Class: toolexec.ClassPipeline, Priority: int(env.GetPriority()), Timeout: timeout})
 	}
 	if meta[MetaSessionCheck] != "" {

@@ -808,14 +808,47 @@ func openDirRoot(dir string) (*os.Root, error) {
 // directory that cannot be emptied, or whose type or permissions the task
 // changed, is removed as before. Spare empty directories are kept as well,
 // for the dependencies' outputs (.upstream), and moved in by a rename.
+//
+// A directory is kept for later tasks of the same user (its scope) only.
+// Nothing a task started outlives it in namespaces of its own, but a
+// descriptor of its directory can: the task can pass it, through a socket
+// in the user's Go cache, to another task of the user that is still
+// running, which could then list, chmod or touch what a later task puts
+// in the same directory (Landlock governs opening, not these).
 type scratchPool struct {
 	root string
 	max  int
 
 	mu     sync.Mutex
-	free   []string // root/sylk-task-*, each holding only an empty .tmp
-	spare  []string // empty root/sylk-spare-* directories
+	free   []keptDir // root/sylk-task-*, each holding only an empty .tmp
+	spare  []keptDir // empty root/sylk-spare-* directories
 	closed bool
+}
+
+// keptDir is a directory kept for a later task of the user scope.
+type keptDir struct{ dir, scope string }
+
+// take removes from *list the directory kept last for scope, "" when none.
+func take(list *[]keptDir, scope string) string {
+	for i := len(*list) - 1; i >= 0; i-- {
+		if k := (*list)[i]; k.scope == scope {
+			*list = slices.Delete(*list, i, i+1)
+			return k.dir
+		}
+	}
+	return ""
+}
+
+// keep adds k to *list, which holds at most max: it returns the directory
+// dropped for it (the oldest, of whichever user), to be removed, or "".
+func keep(list *[]keptDir, k keptDir, max int) string {
+	*list = append(*list, k)
+	if len(*list) <= max {
+		return ""
+	}
+	old := (*list)[0].dir
+	*list = slices.Delete(*list, 0, 1)
+	return old
 }
 
 const (
@@ -827,17 +860,15 @@ func newScratchPool(root string, max int) *scratchPool {
 	return &scratchPool{root: root, max: max}
 }
 
-// get returns an empty task directory holding an empty .tmp, or "" and an
-// error.
-func (p *scratchPool) get() (string, error) {
+// get returns an empty task directory holding an empty .tmp, for a task of
+// the user scope, or "" and an error.
+func (p *scratchPool) get(scope string) (string, error) {
 	p.mu.Lock()
-	if n := len(p.free); n > 0 {
-		ws := p.free[n-1]
-		p.free = p.free[:n-1]
-		p.mu.Unlock()
+	ws := take(&p.free, scope)
+	p.mu.Unlock()
+	if ws != "" {
 		return ws, nil
 	}
-	p.mu.Unlock()
 	ws, err := os.MkdirTemp(p.root, "sylk-task-")
 	if err != nil {
 		return "", err
@@ -850,19 +881,15 @@ func (p *scratchPool) get() (string, error) {
 }
 
 // mkdir creates the directory dir (which must not exist) with mode 0700,
-// from a spare one when there is one.
-func (p *scratchPool) mkdir(dir string) error {
+// from a spare one of the user scope when there is one.
+func (p *scratchPool) mkdir(scope, dir string) error {
 	p.mu.Lock()
-	var sp string
-	if n := len(p.spare); n > 0 {
-		sp = p.spare[n-1]
-		p.spare = p.spare[:n-1]
-	}
+	sp := take(&p.spare, scope)
 	p.mu.Unlock()
 	if sp != "" {
 		// A rename replaces an empty directory: refuse as mkdir would.
 		if _, err := os.Lstat(dir); err == nil {
-			p.keepSpare(sp)
+			p.keepSpare(scope, sp)
 			return &os.PathError{Op: "mkdir", Path: dir, Err: os.ErrExist}
 		}
 		if err := os.Rename(sp, dir); err == nil {
@@ -873,9 +900,9 @@ func (p *scratchPool) mkdir(dir string) error {
 	return os.Mkdir(dir, 0o700)
 }
 
-// put takes back a task directory: emptied and kept when that is safe,
-// removed otherwise.
-func (p *scratchPool) put(ws string) {
+// put takes back the task directory of a task of the user scope: emptied
+// and kept for that user's tasks when that is safe, removed otherwise.
+func (p *scratchPool) put(scope, ws string) {
 	if ws == "" {
 		return
 	}
@@ -883,11 +910,14 @@ func (p *scratchPool) put(ws string) {
 		removeWorkspace(ws)
 		return
 	}
-	if p.reset(ws) {
+	if p.reset(scope, ws) {
 		p.mu.Lock()
-		if !p.closed && len(p.free) < p.max {
-			p.free = append(p.free, ws)
+		if !p.closed {
+			old := keep(&p.free, keptDir{ws, scope}, p.max)
 			p.mu.Unlock()
+			if old != "" {
+				removeWorkspace(old)
+			}
 			return
 		}
 		p.mu.Unlock()
@@ -898,7 +928,7 @@ func (p *scratchPool) put(ws string) {
 // reset empties ws down to an empty .tmp and reports whether it is fit for
 // another task: a real directory with mode 0700, holding only .tmp, also a
 // real, empty directory with mode 0700.
-func (p *scratchPool) reset(ws string) bool {
+func (p *scratchPool) reset(scope, ws string) bool {
 	if !privateDir(ws) {
 		return false
 	}
@@ -916,7 +946,7 @@ func (p *scratchPool) reset(ws string) bool {
 			if privateDir(full) && emptyDir(full) {
 				sp := filepath.Join(p.root, "sylk-spare-"+rand.Text())
 				if os.Rename(full, sp) == nil {
-					p.keepSpare(sp)
+					p.keepSpare(scope, sp)
 					changed = true
 					continue
 				}
@@ -952,11 +982,14 @@ func (p *scratchPool) reset(ws string) bool {
 	return err == nil && len(names) == 0
 }
 
-func (p *scratchPool) keepSpare(sp string) {
+func (p *scratchPool) keepSpare(scope, sp string) {
 	p.mu.Lock()
-	if !p.closed && len(p.spare) < p.max {
-		p.spare = append(p.spare, sp)
+	if !p.closed {
+		old := keep(&p.spare, keptDir{sp, scope}, p.max)
 		p.mu.Unlock()
+		if old != "" {
+			_ = os.RemoveAll(old)
+		}
 		return
 	}
 	p.mu.Unlock()
@@ -966,11 +999,11 @@ func (p *scratchPool) keepSpare(sp string) {
 // close removes the kept directories; later ones are removed when put back.
 func (p *scratchPool) close() {
 	p.mu.Lock()
-	dirs := slices.Concat(p.free, p.spare)
+	kept := slices.Concat(p.free, p.spare)
 	p.free, p.spare, p.closed = nil, nil, true
 	p.mu.Unlock()
-	for _, d := range dirs {
-		removeWorkspace(d)
+	for _, k := range kept {
+		removeWorkspace(k.dir)
 	}
 }
 

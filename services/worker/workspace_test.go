@@ -98,14 +98,14 @@ func TestScratchPoolKeepsAtMostItsSize(t *testing.T) {
 	p := newScratchPool(root, 2)
 	var dirs []string
 	for range 3 {
-		ws, err := p.get()
+		ws, err := p.get("")
 		require.NoError(t, err)
-		require.NoError(t, p.mkdir(filepath.Join(ws, scratchUpstream)))
-		require.ErrorIs(t, p.mkdir(filepath.Join(ws, scratchUpstream)), os.ErrExist)
+		require.NoError(t, p.mkdir("", filepath.Join(ws, scratchUpstream)))
+		require.ErrorIs(t, p.mkdir("", filepath.Join(ws, scratchUpstream)), os.ErrExist)
 		dirs = append(dirs, ws)
 	}
 	for _, ws := range dirs {
-		p.put(ws)
+		p.put("", ws)
 	}
 	entries, err := os.ReadDir(root)
 	require.NoError(t, err)
@@ -114,9 +114,9 @@ func TestScratchPoolKeepsAtMostItsSize(t *testing.T) {
 	entries, err = os.ReadDir(root)
 	require.NoError(t, err)
 	require.Empty(t, entries)
-	ws, err := p.get()
+	ws, err := p.get("")
 	require.NoError(t, err)
-	p.put(ws)
+	p.put("", ws)
 	_, err = os.Lstat(ws)
 	require.ErrorIs(t, err, os.ErrNotExist, "a closed pool keeps nothing")
 }

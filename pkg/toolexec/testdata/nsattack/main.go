@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,6 +45,10 @@ func fail(err error) {
 // directory named.
 func sendFD(sock string, dirs []string) error {
 	var fds []int
+	sock, err := shortSocket(sock)
+	if err != nil {
+		return err
+	}
 	for _, d := range dirs {
 		fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
@@ -69,6 +74,10 @@ func sendFD(sock string, dirs []string) error {
 // descriptors a client sends, waits for a line on the FIFO proceed, then
 // lists each directory received and tries to change its entries' modes.
 func recvFD(sock, ready, proceed string) error {
+	sock, err := shortSocket(sock)
+	if err != nil {
+		return err
+	}
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		return err
@@ -117,6 +126,23 @@ func recvFD(sock, ready, proceed string) error {
 		}
 	}
 	return nil
+}
+
+// shortSocket is a name for the socket sock that fits a socket address,
+// which holds 108 bytes at most: its base name, through a descriptor of its
+// directory (the working directory stays where it is).
+func shortSocket(sock string) (string, error) {
+	if len(sock) < 100 {
+		return sock, nil
+	}
+	fd, err := unix.Open(filepath.Dir(sock), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return "", err
+	}
+	if fd < 0 {
+		return "", errors.New("no descriptor")
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(sock)), nil
 }
 
 // ptyVictim opens a pseudo-terminal pair, says which, waits for a line on

@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/toolexec"
+)
+
+// nsAttack builds the attacker's program of the namespace tests.
+func nsAttack(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SYLK_TEST_NSATTACK"); p != "" {
+		return p
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	out := filepath.Join(dir, "nsattack")
+	if b, err := exec.Command("go", "build", "-o", out, "sylk.dev/sylk/pkg/toolexec/testdata/nsattack").CombinedOutput(); err != nil {
+		t.Fatalf("build nsattack: %v\n%s", err, b)
+	}
+	return out
+}
+
+// A task can hand a descriptor of its directory to another task of its
+// user that is still running (through a socket in their Go cache), and so
+// outlive its namespaces. A directory is therefore reused only for a later
+// task of the same user: another user's task never starts in a directory
+// that such a descriptor may still name.
+func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
+	t.Parallel()
+	attack := nsAttack(t)
+	cfg := testConfig(t)
+	cfg.CacheRoot = t.TempDir()
+	cfg.Tools.Namespaces = toolexec.NamespacesOn
+	cfg.Tools.TaskInit = testenv.TaskInit(t)
+	cfg.Tools.Cgroup = ""
+	s := offlineService(t, cfg)
+	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
+	t.Cleanup(s.scratch.close)
+	run := func(tenant, user, cmd string) *messagev1.TaskResult {
+		out, _ := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant, UserId: user,
+			Priority: messagev1.Priority_PRIORITY_PIPELINE, Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch(cmd)}})
+		return out.msg
+	}
+	gocache, _, err := s.userCaches("tenant-m", "mallory")
+	require.NoError(t, err)
+	ready, proceed := filepath.Join(gocache, "ready"), filepath.Join(gocache, "proceed")
+	hold := filepath.Join(t.TempDir(), "hold")
+	for _, f := range []string{ready, proceed, hold} {
+		require.NoError(t, syscall.Mkfifo(f, 0o600))
+	}
+
+	// Mallory's first task waits for a descriptor.
+	holder := make(chan *messagev1.TaskResult, 1)
+	go func() {
+		holder <- run("tenant-m", "mallory", `pwd; `+attack+` recvfd "$GOCACHE/s" "$GOCACHE/ready" "$GOCACHE/proceed"`)
+	}()
+	listening := make(chan struct{})
+	go func() {
+		_, _ = os.ReadFile(ready)
+		close(listening)
+	}()
+	select {
+	case <-listening:
+	case r := <-holder:
+		t.Fatalf("the holder ended early: %s%s", r.GetStdout(), r.GetStderr())
+	}
+	// Her second task sends it its directory and ends.
+	sender := run("tenant-m", "mallory", `pwd; `+attack+` sendfd "$GOCACHE/s" . .tmp`)
+	require.Zero(t, sender.GetExitCode(), sender.GetStderr())
+	// Victor's task writes his files and waits.
+	victim := make(chan *messagev1.TaskResult, 1)
+	go func() {
+		victim <- run("tenant-v", "victor", "pwd; echo s3cret > victor-secret; echo t > .tmp/victor-tmp; cat "+hold)
+	}()
+	w, err := os.OpenFile(hold, os.O_WRONLY, 0) // once Victor's files are there
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(proceed, []byte("go\n"), 0))
+	got := <-holder
+	require.NoError(t, w.Close())
+	v := <-victim
+	require.Zero(t, v.GetExitCode(), v.GetStderr())
+	t.Logf("sender in %s, victim in %s; holder:\n%s%s", sender.GetStdout(), v.GetStdout(), got.GetStdout(), got.GetStderr())
+	require.Zero(t, got.GetExitCode(), got.GetStderr())
+	require.NotContains(t, got.GetStdout(), "victor-", "a task of another user listed the victim's directory")
+	dirOf := func(r *messagev1.TaskResult) string { d, _, _ := strings.Cut(r.GetStdout(), "\n"); return d }
+	require.NotEqual(t, dirOf(sender), dirOf(v))
+	// Mallory's own later tasks still reuse her directories.
+	again := run("tenant-m", "mallory", "pwd")
+	require.Contains(t, []string{dirOf(sender), dirOf(got)}, dirOf(again))
+}
