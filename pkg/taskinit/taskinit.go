@@ -9,8 +9,9 @@
 //   - gives the command a /dev/shm, a /dev/pts and a /proc of its own, so
 //     that it sees neither other tasks' shared memory, nor their
 //     pseudo-terminals, nor their command lines;
-//   - drops every capability, restricts itself with the Landlock ruleset the
-//     executor passed as descriptor 3, and starts the command;
+//   - joins a session keyring of its own, drops every capability, restricts
+//     itself with the Landlock ruleset the executor passed as descriptor 3,
+//     and starts the command;
 //   - waits for the command and exits with its status. As the namespace's
 //     first process, its exit makes the kernel kill every process the
 //     command left behind, wherever they moved (a session, a process group
@@ -152,6 +153,14 @@ func run(args []string) (int, error) {
 	}
 	if err := os.Chdir(spec.Dir); err != nil {
 		return 0, err
+	}
+	// A session keyring of the command's own. The service's (its container
+	// runtime or systemd gives it one) would otherwise be every command's,
+	// which possess it: a key one task added there, or the service's own,
+	// would be another task's to read, and any task could clear it. Like
+	// capabilities, it belongs to this thread, which starts the command.
+	if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+		return 0, fmt.Errorf("session keyring: %w", errno)
 	}
 	if err := restrict(spec); err != nil {
 		return 0, err

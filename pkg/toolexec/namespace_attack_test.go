@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // EnvNSAttack names a built testdata/nsattack program, for runs as a user
@@ -86,5 +89,46 @@ func TestNamespacedPseudoTerminals(t *testing.T) {
 		require.Zero(t, got.ExitCode, got.Stderr)
 		require.NotContains(t, res.Stdout, "write /dev/pts/")
 		require.NotContains(t, got.Stdout, "forged", "another task wrote to the victim's terminal")
+	})
+}
+
+// A command has a session keyring of its own. The service has one from
+// its container runtime (runc) or systemd, which every command would
+// otherwise share: a key one task adds there (or the service's own) would
+// be another's to read, and any task could clear it.
+func TestNamespacedSessionKeyring(t *testing.T) {
+	t.Parallel()
+	attack := nsAttack(t)
+	if os.Getenv("SYLK_TOOLEXEC_KEYRING") != "" {
+		sessionKeyringChild(t, attack) // this is the child
+		return
+	}
+	// The test binary runs itself in a session keyring of its own, as a
+	// service is started.
+	cmd := exec.Command(attack, "keysession", os.Args[0], "-test.run=^TestNamespacedSessionKeyring$", "-test.v")
+	cmd.Env = append(os.Environ(), "SYLK_TOOLEXEC_KEYRING=1", EnvNSAttack+"="+attack, "SYLK_TEST_TASK_INIT="+testenv.TaskInit(t))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestNamespacedSessionKeyring")
+}
+
+func sessionKeyringChild(t *testing.T, attack string) {
+	_, err := unix.AddKey("user", "sylk-service-key", []byte("service secret"), unix.KEY_SPEC_SESSION_KEYRING)
+	require.NoError(t, err)
+	nsRelay(t, func(t *testing.T, relay bool) {
+		e, a, b, _ := confinedSetup(t, namespacedConfig(t))
+		e.ns.relay = e.ns.relay || relay
+		run := func(dir string, args ...string) Result {
+			res, err := e.Execute(context.Background(), Invocation{Command: attack, Args: args, WorkingDir: dir, Workspace: dir})
+			require.NoError(t, err)
+			return res
+		}
+		res := run(b, "keyadd", "sylk-victim-key", "victim secret")
+		require.Zero(t, res.ExitCode, res.Stderr)
+		for _, k := range []string{"sylk-victim-key", "sylk-service-key"} {
+			res := run(a, "keyread", k)
+			require.NotZero(t, res.ExitCode, "%s: %s", k, res.Stdout)
+			require.NotContains(t, res.Stdout, "secret")
+		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,12 @@ func main() {
 		err = ptyVictim()
 	case "ptyattack":
 		err = ptyAttack()
+	case "keysession":
+		err = keySession(args)
+	case "keyadd":
+		err = keyAdd(args[0], args[1])
+	case "keyread":
+		err = keyRead(args[0])
 	default:
 		err = fmt.Errorf("unknown mode %s", os.Args[1])
 	}
@@ -199,5 +206,40 @@ func ptyAttack() error {
 		fmt.Printf("write %s: %v\n", n, err)
 		unix.Close(fd)
 	}
+	return nil
+}
+
+// keySession runs a program in a session keyring of its own, as a service
+// has one from its container runtime or systemd.
+func keySession(argv []string) error {
+	if _, err := unix.KeyctlJoinSessionKeyring("sylk-test-service"); err != nil {
+		return err
+	}
+	return syscall.Exec(argv[0], argv, os.Environ())
+}
+
+// keyAdd adds a user key to the session keyring.
+func keyAdd(desc, data string) error {
+	id, err := unix.AddKey("user", desc, []byte(data), unix.KEY_SPEC_SESSION_KEYRING)
+	if err != nil {
+		return err
+	}
+	fmt.Println("added", id)
+	return nil
+}
+
+// keyRead prints the data of the user key desc found from the session
+// keyring.
+func keyRead(desc string) error {
+	id, err := unix.KeyctlSearch(unix.KEY_SPEC_SESSION_KEYRING, "user", desc, 0)
+	if err != nil {
+		return fmt.Errorf("search %s: %w", desc, err)
+	}
+	buf := make([]byte, 256)
+	n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, id, buf, 0)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", desc, err)
+	}
+	fmt.Printf("key %s: %s\n", desc, buf[:n])
 	return nil
 }
