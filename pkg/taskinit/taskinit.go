@@ -187,11 +187,19 @@ func run(args []string) (int, error) {
 
 // outliveSignals keeps this process alive through the signals sent to its
 // process group, which reach the command too: handled, not ignored, so that
-// the command does not inherit an ignored signal.
+// the command does not inherit an ignored signal. The command may signal
+// this process too (it is in the same Landlock domain): the signals that
+// the Go runtime turns into a crash when sent by kill (SIGABRT, SIGILL,
+// SIGTRAP, SIGSYS, SIGSTKFLT, and SIGSEGV, SIGBUS and SIGFPE) are handled
+// as well, so that it cannot end this process, and with it the namespace,
+// with a status of the runtime's and a dump of its goroutines. A fault of
+// its own still crashes it.
 func outliveSignals() {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM)
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
+		syscall.SIGABRT, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT,
+		syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE)
 	go func() {
 		for range sigs {
 		}

@@ -132,3 +132,19 @@ func sessionKeyringChild(t *testing.T, attack string) {
 		}
 	})
 }
+
+// The init program outlives whatever signal the command sends it (those
+// that would make the Go runtime crash included) and exits with the
+// command's status, not its own.
+func TestNamespacedInitOutlivesTheCommandsSignals(t *testing.T) {
+	t.Parallel()
+	nsRelay(t, func(t *testing.T, relay bool) {
+		e, a, _, _ := confinedSetup(t, namespacedConfig(t))
+		e.ns.relay = e.ns.relay || relay
+		for _, sig := range []string{"ABRT", "ILL", "TRAP", "SYS", "STKFLT", "SEGV", "BUS", "FPE", "QUIT", "HUP", "TSTP"} {
+			res := shell(t, e, a, "kill -"+sig+" 1 && echo sent; exit 3")
+			require.Equal(t, 3, res.ExitCode, "SIG%s: %s%s", sig, res.Stdout, res.Stderr)
+			require.NotContains(t, res.Stderr, "goroutine", sig)
+		}
+	})
+}
