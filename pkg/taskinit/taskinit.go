@@ -279,13 +279,33 @@ func mountAll(spec Spec) error {
 		}
 		trees[i] = fd
 	}
+	empty := -1 // an empty file to cover hidden files with, made once
+	defer func() {
+		if empty >= 0 {
+			_ = unix.Close(empty)
+		}
+	}()
 	for _, c := range cover {
 		fi, err := os.Stat(c)
-		if errors.Is(err, os.ErrNotExist) || (err == nil && !fi.IsDir()) {
+		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return err
+		}
+		if !fi.IsDir() {
+			// A hidden file (a key the service holds): Landlock keeps it
+			// from being read, not from having its permissions or times
+			// changed; an empty file over it leaves nothing to change.
+			if empty < 0 {
+				if empty, err = emptyFile(); err != nil {
+					return fmt.Errorf("cover %s: %w", c, err)
+				}
+			}
+			if err := coverFile(empty, c); err != nil {
+				return fmt.Errorf("cover %s: %w", c, err)
+			}
+			continue
 		}
 		if err := unix.Mount("tmpfs", c, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err != nil {
 			return fmt.Errorf("cover %s: %w", c, err)
@@ -320,6 +340,53 @@ func mountAll(spec Spec) error {
 		return fmt.Errorf("/proc: %w", err)
 	}
 	return nil
+}
+
+// emptyFile makes a tmpfs mounted nowhere and returns a mount of an empty
+// file on it, read-only, to be moved onto hidden files.
+func emptyFile() (int, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "size", "4k"); err != nil {
+		return -1, err
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, err
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(mnt)
+	f, err := unix.Openat(mnt, "empty", unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return -1, err
+	}
+	_ = unix.Close(f)
+	fd, err := unix.OpenTree(mnt, "empty", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	// Read-only, and so are the copies made of it: not even its own
+	// permissions can be changed.
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// coverFile mounts a copy of the empty file's mount on path.
+func coverFile(empty int, path string) error {
+	fd, err := unix.OpenTree(empty, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
 // outermost are the clean paths of ps, without those within another.

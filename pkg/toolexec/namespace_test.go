@@ -30,8 +30,11 @@ func namespacedConfig(t *testing.T) Config {
 func TestNamespacedCommand(t *testing.T) {
 	t.Parallel()
 	writable := t.TempDir()
+	key := filepath.Join(t.TempDir(), "service.key")
+	require.NoError(t, os.WriteFile(key, []byte("the service's key"), 0o600))
 	cfg := namespacedConfig(t)
 	cfg.ConfineWritable = []string{writable}
+	cfg.ConfineHidden = []string{key}
 	e, a, b, outside := confinedSetup(t, cfg)
 	ok, why := e.Namespaced()
 	require.True(t, ok, "%v", why)
@@ -60,6 +63,15 @@ func TestNamespacedCommand(t *testing.T) {
 	fi, err := os.Stat(b)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the sibling's permissions are unchanged")
+	// A hidden file can be neither read nor changed.
+	for _, script := range []string{"cat " + key, "chmod 666 " + key, "touch " + key, "echo x > " + key} {
+		res := run(script)
+		require.NotZero(t, res.ExitCode, script)
+		require.NotContains(t, res.Stdout, "the service's key")
+	}
+	fi, err = os.Stat(key)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	// Its own processes only: the init program is process 1.
 	require.Equal(t, "sylk-task-init\n", succeeds("cat /proc/1/comm"))
 	// ... which it can neither read nor trace: its other threads still
