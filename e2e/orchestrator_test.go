@@ -194,16 +194,16 @@ func TestOrchestratorExecution(t *testing.T) {
 		// A process out of the node's session and without its marker: in a
 		// cgroup per command it is killed when the command ends, otherwise
 		// by the orphan sweep once no command that ran beside it is live.
+		// It is found by a name of its own: in namespaces of their own,
+		// the PID a command prints is not the machine's.
+		marker := "sylk-e2e-bg-" + testenv.ID()
 		run := c.waitRun(c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{
-			map[string]any{"id": "bg", "command": "setsid env -i sleep 300 >/dev/null 2>&1 </dev/null & echo $!"},
+			map[string]any{"id": "bg", "command": "setsid env -i sh -c 'exec -a " + marker + " sleep 300' >/dev/null 2>&1 </dev/null & echo started"},
 		}}}))
 		require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"])
-		pid := strings.TrimSpace(nodeMap(run)["bg"]["stdout"].(string))
-		require.NotEmpty(t, pid)
-		require.Eventually(t, func() bool {
-			stat, err := os.ReadFile("/proc/" + pid + "/stat")
-			return err != nil || strings.Contains(string(stat), ") Z ")
-		}, 30*time.Second, 20*time.Millisecond, "process %s left running", pid)
+		require.Equal(t, "started\n", nodeMap(run)["bg"]["stdout"])
+		require.Eventually(t, func() bool { return len(testenv.ProcessesWith(t, marker)) == 0 },
+			30*time.Second, 20*time.Millisecond, "the node's process was left running")
 	})
 
 	t.Run("a run is only in one of the caller's own sessions", func(t *testing.T) {
