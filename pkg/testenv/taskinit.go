@@ -13,17 +13,30 @@ const EnvTaskInit = "SYLK_TEST_TASK_INIT"
 
 // TaskInit builds the sylk-task-init program into a directory of the test's
 // own and returns its path, for executors that start commands in namespaces
-// (toolexec.Config.TaskInit). The build cache makes all but the first build
-// a link. SYLK_TEST_TASK_INIT names a program built already instead.
+// (toolexec.Config.TaskInit). SYLK_TEST_TASK_INIT names a program built
+// already instead.
 func TaskInit(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv(EnvTaskInit); p != "" {
+	return Program(t, "sylk.dev/sylk/cmd/sylk-task-init", EnvTaskInit)
+}
+
+// Program builds the Go program of the package path into a directory of
+// the test's own that any user may read, and returns the program's path;
+// the environment variable env, when set, names a program built already
+// (for runs as a user who cannot build). The build cache makes all but the
+// first build a link.
+func Program(t testing.TB, path, env string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
-	out := filepath.Join(t.TempDir(), "sylk-task-init")
-	cmd := exec.Command("go", "build", "-o", out, "sylk.dev/sylk/cmd/sylk-task-init")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build sylk-task-init: %v\n%s", err, b)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("build %s: %v", path, err)
+	}
+	out := filepath.Join(dir, filepath.Base(path))
+	if b, err := exec.Command("go", "build", "-o", out, path).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", path, err, b)
 	}
 	return out
 }

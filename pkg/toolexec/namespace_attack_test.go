@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,17 +21,7 @@ const EnvNSAttack = "SYLK_TEST_NSATTACK"
 // nsAttack builds testdata/nsattack, the attacker's program, into a
 // directory any user may read.
 func nsAttack(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(EnvNSAttack); p != "" {
-		return p
-	}
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o755))
-	out := filepath.Join(dir, "nsattack")
-	if b, err := exec.Command("go", "build", "-o", out, "./testdata/nsattack").CombinedOutput(); err != nil {
-		t.Fatalf("build nsattack: %v\n%s", err, b)
-	}
-	return out
+	return testenv.Program(t, "sylk.dev/sylk/pkg/toolexec/testdata/nsattack", EnvNSAttack)
 }
 
 // nsRelay runs the test directly and through the relay.

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,17 +17,7 @@ import (
 
 // nsAttack builds the attacker's program of the namespace tests.
 func nsAttack(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SYLK_TEST_NSATTACK"); p != "" {
-		return p
-	}
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o755))
-	out := filepath.Join(dir, "nsattack")
-	if b, err := exec.Command("go", "build", "-o", out, "sylk.dev/sylk/pkg/toolexec/testdata/nsattack").CombinedOutput(); err != nil {
-		t.Fatalf("build nsattack: %v\n%s", err, b)
-	}
-	return out
+	return testenv.Program(t, "sylk.dev/sylk/pkg/toolexec/testdata/nsattack", "SYLK_TEST_NSATTACK")
 }
 
 // A task can hand a descriptor of its directory to another task of its
