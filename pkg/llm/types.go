@@ -53,7 +53,10 @@ type ToolCall struct {
 
 // Attribution says who a call is for; it is recorded with the usage.
 type Attribution struct {
-	TenantID   string
+	TenantID string
+	// UserID is the user the call is made for; a member's usage report
+	// holds only their own calls.
+	UserID     string
 	SessionID  string
 	PipelineID string
 	TaskID     string

@@ -58,7 +58,7 @@ func (p *gatePlanner) Draft(ctx context.Context, request string) (Draft, error) 
 		Messages:  []llm.Message{{Role: llm.RoleUser, Content: request}},
 		MaxTokens: 2048 + 5*llm.EstimateTokens(request),
 		Priority:  llm.PriorityPlanning,
-		Attribution: llm.Attribution{TenantID: who.TenantID, SessionID: session, AgentType: agentType,
+		Attribution: llm.Attribution{TenantID: who.TenantID, UserID: who.UserID, SessionID: session, AgentType: agentType,
 			AgentID: agentType},
 	})
 	if err != nil {

@@ -271,7 +271,7 @@ func (s *Service) ask(ctx context.Context, env *messagev1.Envelope, dir string, 
 		Model:    s.cfg.EngineerModel,
 		System:   engineerSystem,
 		Messages: msgs,
-		Attribution: llm.Attribution{TenantID: env.GetTenantId(), SessionID: env.GetSessionId(),
+		Attribution: llm.Attribution{TenantID: env.GetTenantId(), UserID: env.GetUserId(), SessionID: env.GetSessionId(),
 			PipelineID: task.GetRunId() + "/" + task.GetNodeId(), TaskID: task.GetNodeId(), AgentID: s.cfg.ID, AgentType: dagRoleEngineer},
 	})
 	if err != nil {

@@ -74,6 +74,11 @@ func (u *usageServer) GetUsageReport(ctx context.Context, req *llmv1.GetUsageRep
 		return nil, err
 	}
 	q := usage.Query{Tenant: who.TenantID, Period: req.GetPeriod(), SessionID: req.GetSessionId(), Provider: req.GetProvider(), AgentType: req.GetAgentType()}
+	// A member sees the calls made for them; an admin sees the tenant's
+	// (groupBy=user splits them by user).
+	if who.Role != identity.RoleAdmin {
+		q.UserID = who.UserID
+	}
 	for _, g := range req.GetGroupBy() {
 		// REST clients may send "provider,model" as one value.
 		for _, part := range strings.Split(g, ",") {

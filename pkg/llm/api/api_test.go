@@ -27,6 +27,12 @@ import (
 )
 
 func setup(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.ProviderServiceClient) {
+	u, p, _ := setupServer(t, withKey)
+	return u, p
+}
+
+// setupServer is setup, with the server itself (for its usage store).
+func setupServer(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.ProviderServiceClient, *api.Server) {
 	t.Helper()
 	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
 	var cfg llm.Config
@@ -58,13 +64,40 @@ func setup(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.Provider
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return llmv1.NewUsageServiceClient(conn), llmv1.NewProviderServiceClient(conn)
+	return llmv1.NewUsageServiceClient(conn), llmv1.NewProviderServiceClient(conn), s
 }
 
-func as(t *testing.T, role string) context.Context {
+func as(t *testing.T, role string) context.Context { return asUser(t, "u1", role) }
+
+func asUser(t *testing.T, user, role string) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	return identity.AppendOutgoing(ctx, identity.Identity{TenantID: "t1", UserID: "u1", Role: role})
+	return identity.AppendOutgoing(ctx, identity.Identity{TenantID: "t1", UserID: user, Role: role})
+}
+
+// A member's usage report holds the calls made for them; an admin's, the
+// tenant's, which groupBy=user splits by user.
+func TestUsageScope(t *testing.T) {
+	t.Parallel()
+	usage, _, s := setupServer(t, false)
+	for _, r := range []llm.UsageRecord{
+		{Attribution: llm.Attribution{TenantID: "t1", UserID: "u1", SessionID: "s1"}, Provider: "local", Model: "local", InputTokens: 10, Outcome: "ok"},
+		{Attribution: llm.Attribution{TenantID: "t1", UserID: "u2", SessionID: "s2"}, Provider: "local", Model: "local", InputTokens: 20, Outcome: "ok"},
+		{Attribution: llm.Attribution{TenantID: "t2", UserID: "u1", SessionID: "s3"}, Provider: "local", Model: "local", InputTokens: 40, Outcome: "ok"},
+	} {
+		require.NoError(t, s.Usage().Record(t.Context(), r))
+	}
+	own, err := usage.GetUsageReport(asUser(t, "u1", "member"), &llmv1.GetUsageReportRequest{GroupBy: []string{"session"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 10, own.GetTotal().GetInputTokens())
+	require.Len(t, own.GetRows(), 1)
+	require.Equal(t, "s1", own.GetRows()[0].GetGroup()["session"])
+
+	all, err := usage.GetUsageReport(asUser(t, "u1", "admin"), &llmv1.GetUsageReportRequest{GroupBy: []string{"user"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 30, all.GetTotal().GetInputTokens(), "the tenant's, not another tenant's")
+	require.Len(t, all.GetRows(), 2)
+	require.Equal(t, "u2", all.GetRows()[1].GetGroup()["user"])
 }
 
 func TestCodes(t *testing.T) {

@@ -30,10 +30,10 @@ func (s *Store) Record(ctx context.Context, r llm.UsageRecord) error {
 		at = time.Now()
 	}
 	_, err := s.db.Exec(ctx, `INSERT INTO usage_records (tenant_id, id, request_id, session_id, pipeline_id, task_id, agent_id, agent_type,
-		provider, model, input_tokens, output_tokens, cost_usd, latency_ms, outcome, error_tier, created_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
+		provider, model, input_tokens, output_tokens, cost_usd, latency_ms, outcome, error_tier, created_at, user_id)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)`,
 		r.TenantID, uuid.New(), r.RequestID, r.SessionID, r.PipelineID, r.TaskID, r.AgentID, r.AgentType,
-		r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.CostUSD, r.Latency.Milliseconds(), r.Outcome, r.ErrorTier, at)
+		r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.CostUSD, r.Latency.Milliseconds(), r.Outcome, r.ErrorTier, at, r.UserID)
 	if err != nil {
 		return fmt.Errorf("insert usage record: %w", err)
 	}
@@ -54,10 +54,10 @@ func (s *Store) RecordBatch(ctx context.Context, rs []llm.UsageRecord) error {
 			at = now
 		}
 		rows[i] = []any{r.TenantID, uuid.New(), r.RequestID, r.SessionID, r.PipelineID, r.TaskID, r.AgentID, r.AgentType,
-			r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.CostUSD, r.Latency.Milliseconds(), r.Outcome, r.ErrorTier, at}
+			r.Provider, r.Model, r.InputTokens, r.OutputTokens, r.CostUSD, r.Latency.Milliseconds(), r.Outcome, r.ErrorTier, at, r.UserID}
 	}
 	_, err := s.db.CopyFrom(ctx, pgx.Identifier{"usage_records"}, []string{"tenant_id", "id", "request_id", "session_id", "pipeline_id", "task_id",
-		"agent_id", "agent_type", "provider", "model", "input_tokens", "output_tokens", "cost_usd", "latency_ms", "outcome", "error_tier", "created_at"},
+		"agent_id", "agent_type", "provider", "model", "input_tokens", "output_tokens", "cost_usd", "latency_ms", "outcome", "error_tier", "created_at", "user_id"},
 		pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("insert %d usage records: %w", len(rs), err)
@@ -72,6 +72,7 @@ const (
 	ByAgent    = "agent"
 	BySession  = "session"
 	ByTask     = "task"
+	ByUser     = "user"
 	ByPeriod   = "period"
 )
 
@@ -81,6 +82,7 @@ var columns = map[string]string{
 	ByAgent:    "agent_type",
 	BySession:  "session_id",
 	ByTask:     "task_id",
+	ByUser:     "user_id",
 }
 
 // Periods for ByPeriod buckets.
@@ -100,6 +102,8 @@ type Query struct {
 	SessionID  string
 	Provider   string
 	AgentType  string
+	// UserID, when set, keeps the calls made for that user only.
+	UserID string
 	// Limit caps the rows (default 1000).
 	Limit int
 }
@@ -152,6 +156,9 @@ func (s *Store) Report(ctx context.Context, q Query) (Report, error) {
 	if q.AgentType != "" {
 		add("agent_type = $%d", q.AgentType)
 	}
+	if q.UserID != "" {
+		add("user_id = $%d", q.UserID)
+	}
 	var sel, names []string
 	seen := map[string]bool{}
 	for _, g := range q.GroupBy {
@@ -164,7 +171,7 @@ func (s *Store) Report(ctx context.Context, q Query) (Report, error) {
 		} else if c, ok := columns[g]; ok {
 			sel = append(sel, c)
 		} else {
-			return Report{}, fmt.Errorf("%w: group_by %q (want provider, model, agent, session, task or period)", ErrInvalid, g)
+			return Report{}, fmt.Errorf("%w: group_by %q (want provider, model, agent, session, task, user or period)", ErrInvalid, g)
 		}
 		names = append(names, g)
 	}

@@ -1,6 +1,7 @@
 package usage_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func TestRecordBatch(t *testing.T) {
 	s := usage.New(pool)
 	var recs []llm.UsageRecord
 	for i := range 300 {
-		recs = append(recs, llm.UsageRecord{Attribution: llm.Attribution{TenantID: "t1", SessionID: "s1", AgentType: "architect"},
+		recs = append(recs, llm.UsageRecord{Attribution: llm.Attribution{TenantID: "t1", UserID: fmt.Sprint("u", i%2), SessionID: "s1", AgentType: "architect"},
 			Provider: "local", Model: "local", InputTokens: i, OutputTokens: 1, Outcome: "ok"})
 	}
 	require.NoError(t, s.RecordBatch(ctx, recs))
@@ -75,4 +76,9 @@ func TestRecordBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(300), rep.Total.Requests)
 	require.Equal(t, int64(299*300/2), rep.Total.InputTokens)
+	rep, err = s.Report(ctx, usage.Query{Tenant: "t1", UserID: "u1", GroupBy: []string{usage.ByUser}})
+	require.NoError(t, err)
+	require.Equal(t, int64(150), rep.Total.Requests)
+	require.Equal(t, []usage.Row{{Group: map[string]string{"user": "u1"}, Requests: 150, InputTokens: 150 * 150,
+		OutputTokens: 150, AvgLatencyMs: 0}}, rep.Rows)
 }
