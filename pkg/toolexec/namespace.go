@@ -6,9 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"sylk.dev/sylk/pkg/taskinit"
 )
@@ -150,23 +149,18 @@ func clip(s string, n int) string {
 // covers p's hidden directories but for its workspace and writable ones, and
 // it runs restricted by p's Landlock ruleset when confined is true.
 func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) error {
-	spec := taskinit.Spec{Dir: cmd.Dir, Cover: p.hidden, Keep: append([]string{p.workspace}, p.shared...),
+	spec := taskinit.Spec{Dir: cmd.Dir, Cover: p.hidden, Keep: slices.Concat([]string{p.workspace}, p.shared, p.extra),
 		Loopback: ns.loopback, Relay: ns.relay}
-	spec.Keep = append(spec.Keep, p.extra...)
 	if confined {
 		p.private = true
 		r, err := p.build(LandlockABI())
 		if err != nil {
 			return err
 		}
-		defer r.close()
 		spec.Rules = []taskinit.Rule{{Path: "/proc", Access: llRead & r.handled},
 			{Path: "/dev/shm", Access: llAll & r.handled}, {Path: "/dev/pts", Access: llAll & r.handled}}
-		fd, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		f := os.NewFile(uintptr(fd), "landlock-ruleset")
+		// A private ruleset is this command's alone: the file owns it.
+		f := os.NewFile(uintptr(r.fd), "landlock-ruleset")
 		defer f.Close()
 		cmd.ExtraFiles = []*os.File{f}
 		spec.Ruleset = true
