@@ -187,7 +187,7 @@ func (s *Service) answer(ctx context.Context, log *slog.Logger, env *messagev1.E
 	var recent []entry
 	if len(hits) == 0 {
 		var err error
-		recent, _, err = s.store.list(ctx, env.GetTenantId(), listQuery{SessionID: q.SessionID, Limit: s.cfg.InboxHits})
+		recent, _, err = s.store.list(ctx, env.GetTenantId(), listQuery{SessionID: q.SessionID, Limit: s.cfg.InboxHits, Viewer: q.Viewer})
 		if err != nil {
 			return "", err
 		}

@@ -13,6 +13,7 @@ import (
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -200,4 +201,39 @@ func TestInboxStoresAgentResponses(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("stored")) == 2
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// An answer that finds no match lists the most recent entries: never another
+// user's private ones.
+func TestInboxRecentEntriesArePrivate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	session := ids.New()
+	alice := as("t1", "alice", identity.RoleMember)
+	private := f.create(t, alice, &archivalistv1.Entry{Category: "routing_failure", Title: "Routing failure",
+		Content: "original_request: alice's secret payroll question", SessionId: session})
+	shared := f.create(t, alice, &archivalistv1.Entry{Category: "decision", Title: "Shared decision", SessionId: session})
+	publish := runInbox(t, f)
+
+	recentIDs := func(ev *guidev1.Event) []string {
+		var out []string
+		for _, r := range ev.GetData().GetFields()["recent"].GetListValue().GetValues() {
+			out = append(out, r.GetStructValue().GetFields()["id"].GetStringValue())
+		}
+		return out
+	}
+	for _, text := range []string{"kubernetes", "kubernetes across sessions"} {
+		q := question("t1", session, text)
+		q.UserId = "bob"
+		publish(q)
+		ev := awaitAnswer(t, f, "t1", session, q.GetCorrelationId())
+		require.Equal(t, []string{shared.GetId()}, recentIDs(ev), text)
+		require.NotContains(t, ev.GetText(), "Routing failure", text)
+
+		q = question("t1", session, text)
+		q.UserId = "alice"
+		publish(q)
+		ev = awaitAnswer(t, f, "t1", session, q.GetCorrelationId())
+		require.ElementsMatch(t, []string{shared.GetId(), private.GetId()}, recentIDs(ev), text)
+	}
 }
