@@ -727,15 +727,29 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, state str
 		return resp, false, nil
 	}
 
+	// A half-open probe that ends without a verdict on the provider's
+	// health (preempted, cancelled, refused for the request itself, rate
+	// limited) hands the probe on, so that the next call probes at once
+	// rather than every call failing fast until the probe times out.
+	releaseProbe := func() {
+		if adm.closed {
+			return
+		}
+		if rerr := g.breakers.Release(bctx, state); rerr != nil {
+			g.log.WarnContext(ctx, "release breaker probe", logx.Err(rerr))
+		}
+	}
 	if ctx.Err() == nil && errors.Is(context.Cause(actx), ErrPreempted) {
 		rec.Outcome = "preempted"
 		g.record(rec)
+		releaseProbe()
 		return nil, true, nil
 	}
 	if ctx.Err() != nil {
 		rec.Outcome = "cancelled"
 		g.record(rec)
 		g.m.requests.WithLabelValues(name, "cancelled").Inc()
+		releaseProbe()
 		return resp, false, context.Cause(ctx)
 	}
 	tier := g.classifier.Classify(err)
@@ -751,6 +765,7 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, state str
 	}
 	switch tier {
 	case llm.TierRateLimit:
+		releaseProbe()
 		if _, _, lerr := g.limiter.OnRateLimit(bctx, state, llm.RetryAfterOf(err)); lerr != nil {
 			g.log.WarnContext(ctx, "rate limiter 429", logx.Err(lerr))
 		}
@@ -758,6 +773,8 @@ func (g *Gate) attempt(ctx context.Context, t *ticket, p llm.Provider, state str
 		if _, berr := g.breakers.Record(bctx, state, false); berr != nil {
 			g.log.WarnContext(ctx, "record breaker failure", logx.Err(berr))
 		}
+	default:
+		releaseProbe()
 	}
 	g.log.WarnContext(ctx, "model call failed", slog.String("provider", name), slog.String("tier", tier.String()), logx.Err(err))
 	return resp, false, &attemptError{err: err, tier: tier, retryable: !delivered}
