@@ -578,7 +578,9 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 		}
 	}
 	defer leaveUser()
-	scope := budget.Scope{Tenant: req.TenantID, Session: req.SessionID, Task: req.TaskID, Provider: p.Name(),
+	// The provider budget is the state's: a tenant's own key neither uses up
+	// nor is refused by the configured client's budget.
+	scope := budget.Scope{Tenant: req.TenantID, Session: req.SessionID, Task: req.TaskID, Provider: state,
 		SessionLimit: req.SessionBudget, TaskLimit: req.TaskBudget}
 	submitted := time.Now()
 	for n := 1; ; {
@@ -788,8 +790,8 @@ func (g *Gate) Queued() int {
 }
 
 // provider picks the tenant's own client when it stored a key for the
-// provider, else the configured one. state names the shared rate-limit and
-// breaker state the call reads and writes: the provider's for the
+// provider, else the configured one. state names the shared rate-limit,
+// breaker and provider budget state the call reads and writes: the provider's for the
 // configured client, the tenant's own for its client, so that the answers
 // of one tenant's key (or endpoint) never pause or trip the provider for
 // the others.
@@ -814,9 +816,9 @@ func (g *Gate) provider(ctx context.Context, req *llm.Request) (p llm.Provider, 
 	return p, name, nil
 }
 
-// TenantState names the rate-limit and breaker state of a tenant's own
-// client for a provider: a digest of the tenant, so that its id never
-// shapes a key.
+// TenantState names the rate-limit, breaker and provider budget state of a
+// tenant's own client for a provider: a digest of the tenant, so that its
+// id never shapes a key.
 func TenantState(provider, tenant string) string {
 	sum := sha256.Sum256([]byte(tenant))
 	return provider + "@tenant-" + hex.EncodeToString(sum[:8])

@@ -12,6 +12,7 @@ import (
 
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/breaker"
+	"sylk.dev/sylk/pkg/llm/budget"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/llm/internal/fake"
 	"sylk.dev/sylk/pkg/llm/provider/local"
@@ -158,4 +159,35 @@ func TestRefitOnContextOverflow(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, sizes, 2)
 	require.Less(t, sizes[1], sizes[0], "the second try is smaller")
+}
+
+// Calls through a tenant's own key are charged to that key's own provider
+// budget: they neither use up nor are refused by the configured client's,
+// which every other tenant's calls draw on.
+func TestTenantProviderBudgetIsTheTenants(t *testing.T) {
+	t.Parallel()
+	hs := fake.Server(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"long"}}],"usage":{"prompt_tokens":10,"completion_tokens":990,"total_tokens":1000}}`))
+	})
+	own := openai.New(llm.ProviderOptions{APIKey: "tenant-key", BaseURL: hs.URL + "/v1", HTTPClient: hs.Client(), Name: llm.Local})
+	reg, err := llm.NewRegistry(llm.Local, local.New())
+	require.NoError(t, err)
+	cfg := gate.DefaultConfig()
+	cfg.ProviderTokens = 500
+	g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: testenv.Redis(t), Tenants: tenantKeys{own}, MaxTokens: 64})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	ctx := t.Context()
+	r := req("hi", "engineer", false)
+	r.TenantID = "t-own"
+	_, err = g.Complete(ctx, r)
+	require.NoError(t, err)
+	_, err = g.Complete(ctx, r)
+	require.ErrorIs(t, err, budget.ErrProviderBudgetExceeded, "the tenant's key has used up its own provider budget")
+
+	r.TenantID = "t-other"
+	resp, err := g.Complete(ctx, r)
+	require.NoError(t, err, "the configured client's provider budget is untouched")
+	require.Contains(t, resp.Content, "local provider")
 }
