@@ -127,7 +127,7 @@ func remote(name string) bool {
 
 func (s *Server) describe(name string, stored *creds.Info) *llmv1.Provider {
 	pc := s.cfg.For(name)
-	p := &llmv1.Provider{Name: name, IsDefault: s.cfg.DefaultProvider() == name, Aliases: map[string]string(pc.Aliases(name)), BaseUrl: pc.BaseURL}
+	p := &llmv1.Provider{Name: name, IsDefault: s.cfg.DefaultProvider() == name, Aliases: map[string]string(pc.Aliases(name)), BaseUrl: publicURL(pc.BaseURL)}
 	switch {
 	case name == llm.Local:
 		p.Configured, p.CredentialSource = true, "offline"
@@ -135,7 +135,7 @@ func (s *Server) describe(name string, stored *creds.Info) *llmv1.Provider {
 		p.Configured, p.CredentialSource = true, "tenant"
 		p.CredentialsUpdateTime = timestamppb.New(stored.UpdatedAt)
 		if stored.BaseURL != "" {
-			p.BaseUrl = stored.BaseURL
+			p.BaseUrl = publicURL(stored.BaseURL)
 		}
 	case pc.Configured():
 		p.Configured, p.CredentialSource = true, "server"
@@ -147,6 +147,20 @@ func (s *Server) describe(name string, stored *creds.Info) *llmv1.Provider {
 			InputPricePerMillion: m.InputPricePerM, OutputPricePerMillion: m.OutputPricePerM})
 	}
 	return p
+}
+
+// publicURL is a base URL as callers may see it: without a user, password,
+// query or fragment, which may carry a credential.
+func publicURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }
 
 func (ps *providerServer) ListProviders(ctx context.Context, _ *llmv1.ListProvidersRequest) (*llmv1.ListProvidersResponse, error) {

@@ -34,13 +34,19 @@ func setup(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.Provider
 // setupServer is setup, with the server itself (for its usage store).
 func setupServer(t *testing.T, withKey bool) (llmv1.UsageServiceClient, llmv1.ProviderServiceClient, *api.Server) {
 	t.Helper()
+	return setupConfig(t, withKey, nil)
+}
+
+// setupConfig is setupServer with the flags args.
+func setupConfig(t *testing.T, withKey bool, args []string) (llmv1.UsageServiceClient, llmv1.ProviderServiceClient, *api.Server) {
+	t.Helper()
 	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
 	var cfg llm.Config
 	var cc creds.Config
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	cc.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
+	require.NoError(t, fs.Parse(args))
 	if withKey {
 		k := make([]byte, 32)
 		_, _ = rand.Read(k)
@@ -180,4 +186,20 @@ func TestStoreWithoutVerify(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "tenant", list.GetProviders()[2].GetCredentialSource())
 	require.True(t, list.GetProviders()[3].GetIsDefault(), "local is the default with nothing configured")
+}
+
+// A configured base URL is listed to every caller without what would let
+// them use it: its user and password, and its query.
+func TestListProvidersHidesBaseURLCredentials(t *testing.T) {
+	t.Parallel()
+	_, p, _ := setupConfig(t, false, []string{"-llm.openai.base-url", "https://proxy:s3cret@llm.example.com/v1?api-key=k3y"})
+	resp, err := p.ListProviders(as(t, identity.RoleViewer), &llmv1.ListProvidersRequest{})
+	require.NoError(t, err)
+	var got string
+	for _, pr := range resp.GetProviders() {
+		if pr.GetName() == llm.OpenAI {
+			got = pr.GetBaseUrl()
+		}
+	}
+	require.Equal(t, "https://llm.example.com/v1", got)
 }
