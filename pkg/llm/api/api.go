@@ -330,7 +330,10 @@ func (s *Server) verify(ctx context.Context, name string, sec creds.Secret) (boo
 	if err == nil {
 		return true, fmt.Sprintf("%s accepted the key", display[name])
 	}
-	msg := strings.ReplaceAll(err.Error(), sec.APIKey, "[redacted]")
+	msg := err.Error()
+	if sec.APIKey != "" {
+		msg = strings.ReplaceAll(msg, sec.APIKey, "[redacted]")
+	}
 	switch tier := llm.DefaultClassifier().Classify(err); {
 	case tier == llm.TierUserFixable:
 		return false, fmt.Sprintf("Invalid API key for %s (%s)", display[name], msg)

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"flag"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -202,4 +204,22 @@ func TestListProvidersHidesBaseURLCredentials(t *testing.T) {
 		}
 	}
 	require.Equal(t, "https://llm.example.com/v1", got)
+}
+
+// A keyless OpenAI-compatible server's failure is reported as it is: with
+// no key, there is nothing to redact.
+func TestVerifyKeylessServerSaysWhy(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"error":{"message":"models are off","type":"permission_error"}}`))
+	}))
+	t.Cleanup(hs.Close)
+	_, p, _ := setupConfig(t, false, []string{"-llm.openai.base-url", hs.URL + "/v1"})
+	resp, err := p.VerifyProvider(as(t, identity.RoleMember), &llmv1.VerifyProviderRequest{Provider: llm.OpenAI})
+	require.NoError(t, err)
+	require.False(t, resp.GetValid())
+	require.Contains(t, resp.GetMessage(), "HTTP 403")
+	require.NotContains(t, resp.GetMessage(), "[redacted]")
 }
