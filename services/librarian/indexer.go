@@ -453,6 +453,11 @@ func (w *walker) readPath(rel string) (sourceFile, string, bool) {
 		return sourceFile{}, "", true
 	}
 	p := filepath.Join(w.root, rel)
+	// A linked directory on the way is not entered, as in a full walk:
+	// it could lead out of the repository.
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err != nil || dir != filepath.Dir(p) {
+		return sourceFile{}, "", true
+	}
 	info, err := os.Lstat(p)
 	if err != nil {
 		return sourceFile{}, "", true

@@ -1,0 +1,34 @@
+package librarian
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+)
+
+// A directory replaced by a symlink leading out of the repository is not
+// followed by a delta: the changed paths under it are gone, not read
+// through the link.
+func TestDeltaDoesNotFollowLinkedDirectories(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false)
+	ctx := as(t, "t1")
+	root := gitRepo(t, map[string]string{"conf/leak.txt": "harmless\n", "main.go": "package main\n"})
+	repo := create(t, ctx, h.svc, root, true)
+
+	outside := t.TempDir()
+	writeFile(t, outside, "leak.txt", "outsideonlyword\n")
+	require.NoError(t, os.RemoveAll(filepath.Join(root, "conf")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "conf")))
+	commitAll(t, root, "conf is a link now")
+
+	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	require.NoError(t, err)
+	require.True(t, idx.GetDelta())
+	require.Empty(t, search(t, ctx, h.svc, "outsideonlyword"), "nothing outside the repository is indexed")
+	require.Equal(t, int64(1), idx.GetRepository().GetFileCount(), "conf/leak.txt left the index")
+}
