@@ -226,6 +226,10 @@ func TestGlobRegex(t *testing.T) {
 		{"server/**/*.go", "server/x/y/h.go", true},
 		{"server/**/*.go", "server/h.go", true},
 		{"**/handler.go", "a/handler.go", true},
+		{"café/*.md", "café/menu.md", true},
+		{"*.md", "docs/größe.md", true},
+		{"日本/?.go", "日本/a.go", true},
+		{"?.go", "é.go", true},
 	}
 	for _, tt := range tests {
 		re := regexpMust(t, globRegex(tt.glob))

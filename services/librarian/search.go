@@ -416,12 +416,15 @@ func globRegex(glob string) string {
 	if !strings.Contains(glob, "/") {
 		b.WriteString("(.*/)?")
 	}
-	for i := 0; i < len(glob); i++ {
-		c := glob[i]
+	// Runes, not bytes: a byte of a multi-byte character quoted alone
+	// would name another character.
+	runes := []rune(glob)
+	for i := 0; i < len(runes); i++ {
+		c := runes[i]
 		switch {
-		case c == '*' && i+1 < len(glob) && glob[i+1] == '*':
+		case c == '*' && i+1 < len(runes) && runes[i+1] == '*':
 			i++
-			if i+1 < len(glob) && glob[i+1] == '/' {
+			if i+1 < len(runes) && runes[i+1] == '/' {
 				i++
 				b.WriteString("(.*/)?")
 			} else {
