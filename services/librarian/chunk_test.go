@@ -235,6 +235,11 @@ func TestGlobRegex(t *testing.T) {
 		re := regexpMust(t, globRegex(tt.glob))
 		require.Equal(t, tt.match, re.MatchString(tt.path), tt.glob+" "+tt.path)
 	}
+	// Wildcards that repeat one another are written once.
+	require.Equal(t, `^(.*/)?[^/]*\.go$`, globRegex(strings.Repeat("**/", 1000)+"*.go"))
+	require.Equal(t, `^(.*/)?.*$`, globRegex(strings.Repeat("*", 1001)))
+	require.Equal(t, `^a/.*/b$`, globRegex("a/***/b"))
+	require.Equal(t, `^a/(.*/)?.*$`, globRegex("a/**/**/****"))
 }
 
 func regexpMust(t *testing.T, expr string) interface{ MatchString(string) bool } {

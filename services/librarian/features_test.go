@@ -500,6 +500,25 @@ func TestRegexTheIndexRejects(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 }
 
+// A path glob is bounded, and one that repeats its wildcards costs the
+// database no more than one that says them once.
+func TestPathGlobBounds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false)
+	ctx := as(t, "t1")
+	create(t, ctx, h.svc, gitRepo(t, map[string]string{"a/b/c.go": "package b\n\n// Hello greets.\nfunc Hello() {}\n"}), true)
+	for _, bad := range []string{strings.Repeat("a", maxPathLen+1), "a/\xff.go"} {
+		_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "Hello", PathGlob: bad})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := h.svc.SearchCode(c, &librarianv1.SearchCodeRequest{Query: "Hello", PathGlob: strings.Repeat("**/", 1300) + "*.go"})
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.GetHits())
+	require.Equal(t, "a/b/c.go", resp.GetHits()[0].GetPath())
+}
+
 // A member registers only remotes on public addresses (no password in the
 // URL); an admin, or every member with librarian.members-private-remotes,
 // may name an internal one. A remote that stops answering is given up on

@@ -102,6 +102,9 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 		}
 	}
 	glob := strings.TrimSpace(req.GetPathGlob())
+	if len(glob) > maxPathLen || !utf8.ValidString(glob) {
+		return nil, invalid("path_glob", "must be valid UTF-8 of at most %d bytes", maxPathLen)
+	}
 	if glob != "" {
 		if _, err := path.Match(strings.ReplaceAll(glob, "**", "*"), ""); err != nil {
 			return nil, invalid("path_glob", "is not a valid glob")
@@ -411,10 +414,21 @@ func globRegex(glob string) string {
 	if glob == "" {
 		return ""
 	}
+	// A wildcard right after one that already covers it adds nothing, and
+	// the database's regular expressions grow costly with every adjacent
+	// one: "**/**/" is "**/", and "**" or "*" after "**" or "*" is dropped.
+	const (
+		other = iota
+		anyDirs
+		anyPath
+		anyName
+	)
+	last := other
 	var b strings.Builder
 	b.WriteString("^")
 	if !strings.Contains(glob, "/") {
 		b.WriteString("(.*/)?")
+		last = anyDirs
 	}
 	// Runes, not bytes: a byte of a multi-byte character quoted alone
 	// would name another character.
@@ -426,16 +440,25 @@ func globRegex(glob string) string {
 			i++
 			if i+1 < len(runes) && runes[i+1] == '/' {
 				i++
-				b.WriteString("(.*/)?")
-			} else {
+				if last != anyDirs && last != anyPath {
+					b.WriteString("(.*/)?")
+					last = anyDirs
+				}
+			} else if last != anyPath {
 				b.WriteString(".*")
+				last = anyPath
 			}
 		case c == '*':
-			b.WriteString("[^/]*")
+			if last != anyPath && last != anyName {
+				b.WriteString("[^/]*")
+				last = anyName
+			}
 		case c == '?':
 			b.WriteString("[^/]")
+			last = other
 		default:
 			b.WriteString(regexp.QuoteMeta(string(c)))
+			last = other
 		}
 	}
 	b.WriteString("$")
