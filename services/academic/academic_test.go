@@ -219,7 +219,7 @@ func TestCreateDocumentValidation(t *testing.T) {
 		{"bad format", admin("t1"), &academicv1.Document{Title: "x", Content: "y", Format: "pdf"}, codes.InvalidArgument, []string{`document.format: "pdf" is not supported; allowed values: markdown, text`}},
 		{"nul", admin("t1"), &academicv1.Document{Title: "x", Content: "a\x00"}, codes.InvalidArgument, []string{"document.content: must be valid UTF-8"}},
 		{"too many sections", admin("t1"), &academicv1.Document{Title: "x", Content: strings.Repeat("# h\n", 50001)}, codes.InvalidArgument,
-			[]string{"document.content: splits into 50001 sections; at most 50000"}},
+			[]string{"document.content: splits into more than 50000 sections"}},
 		{"every problem", admin("t1"), &academicv1.Document{Format: "doc"}, codes.InvalidArgument, []string{"document.title", "document.content", "document.format"}},
 	}
 	for _, tt := range tests {

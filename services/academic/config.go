@@ -11,6 +11,9 @@ import (
 const (
 	// MaxTitleChars bounds a document title, in characters.
 	MaxTitleChars = 200
+	// MaxHeadingChars bounds each heading of a section's heading path, in
+	// characters; longer headings are cut.
+	MaxHeadingChars = 200
 	// MaxSourceChars bounds a document source (a URL or file name).
 	MaxSourceChars = 2048
 	// DefaultPageSize is used when a request leaves page_size at zero.

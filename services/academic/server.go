@@ -57,15 +57,16 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	start := time.Now()
+	// One section past the limit is enough to refuse the document.
 	var sections []section
 	if d.Format == FormatText {
-		sections = splitText(content, s.cfg.TextSectionLines, s.cfg.MaxSectionBytes)
+		sections = splitText(content, s.cfg.TextSectionLines, s.cfg.MaxSectionBytes, s.cfg.MaxSections+1)
 	} else {
-		sections = splitMarkdown(content, s.cfg.MaxSectionBytes)
+		sections = splitMarkdown(content, s.cfg.MaxSectionBytes, s.cfg.MaxSections+1)
 	}
 	if len(sections) > s.cfg.MaxSections {
-		return nil, status.Errorf(codes.InvalidArgument, "document.content: splits into %d sections; at most %d (academic.max-sections)",
-			len(sections), s.cfg.MaxSections)
+		return nil, status.Errorf(codes.InvalidArgument, "document.content: splits into more than %d sections (academic.max-sections)",
+			s.cfg.MaxSections)
 	}
 	sum := sha256.Sum256([]byte(content))
 	stored, err := s.store.insert(ctx, d, content, hex.EncodeToString(sum[:]), sections)

@@ -32,10 +32,15 @@ type section struct {
 // span is a section before trimming and size limits: body lines [from, to)
 // as indexes into the document's lines.
 type span struct {
-	heading     string
+	// path holds the headings above the span; they are joined only for
+	// the sections built from it.
+	path        []string
 	headingLine int // 1-based; 0 when the span has no heading line
 	from, to    int
 }
+
+// heading is the span's heading path, for example "Install > Linux".
+func (sp span) heading() string { return strings.Join(sp.path, headingSeparator) }
 
 // splitLines splits content into lines, accepting "\n" and "\r\n" endings.
 // A final line ending does not start another line.
@@ -51,10 +56,11 @@ func splitLines(content string) []string {
 func blank(line string) bool { return strings.TrimSpace(line) == "" }
 
 // splitMarkdown splits a markdown document at its ATX headings (# to ######).
-// Each section carries the path of headings above it; '#' lines inside fenced
-// code blocks are not headings. Sections larger than maxBytes are cut at line
-// boundaries into parts with the same heading path.
-func splitMarkdown(content string, maxBytes int) []section {
+// Each section carries the path of headings above it, each heading at most
+// MaxHeadingChars; '#' lines inside fenced code blocks are not headings.
+// Sections larger than maxBytes are cut at line boundaries into parts with
+// the same heading path. At most limit sections are returned.
+func splitMarkdown(content string, maxBytes, limit int) []section {
 	lines := splitLines(content)
 	type level struct {
 		depth int
@@ -86,24 +92,25 @@ func splitMarkdown(content string, maxBytes int) []section {
 		for len(path) > 0 && path[len(path)-1].depth >= depth {
 			path = path[:len(path)-1]
 		}
-		path = append(path, level{depth, text})
+		path = append(path, level{depth, truncateChars(text, MaxHeadingChars)})
 		var names []string
 		for _, l := range path {
 			if l.text != "" {
 				names = append(names, l.text)
 			}
 		}
-		cur = span{heading: strings.Join(names, headingSeparator), headingLine: i + 1, from: i + 1}
+		cur = span{path: names, headingLine: i + 1, from: i + 1}
 	}
 	cur.to = len(lines)
 	spans = append(spans, cur)
-	return build(lines, spans, maxBytes)
+	return build(lines, spans, maxBytes, limit)
 }
 
 // splitText splits plain text into blank-line separated paragraphs grouped
 // into sections of up to groupLines lines; a longer paragraph is cut every
-// groupLines lines. Sections larger than maxBytes are cut further.
-func splitText(content string, groupLines, maxBytes int) []section {
+// groupLines lines. Sections larger than maxBytes are cut further. At most
+// limit sections are returned.
+func splitText(content string, groupLines, maxBytes, limit int) []section {
 	lines := splitLines(content)
 	var spans []span
 	group := span{from: -1}
@@ -138,29 +145,34 @@ func splitText(content string, groupLines, maxBytes int) []section {
 		i = end
 	}
 	flush()
-	return build(lines, spans, maxBytes)
+	return build(lines, spans, maxBytes, limit)
 }
 
 // build trims blank lines off the spans, cuts those over maxBytes and makes
 // sections of them. Spans with a heading but no body are kept only when the
-// document has no section with a body at all.
-func build(lines []string, spans []span, maxBytes int) []section {
+// document has no section with a body at all. It stops at limit sections,
+// so that a document over the limit costs no more than one at it.
+func build(lines []string, spans []span, maxBytes, limit int) []section {
 	var out, headingOnly []section
 	for _, sp := range spans {
+		if len(out) >= limit {
+			break
+		}
 		from, to := trim(lines, sp.from, sp.to)
 		if from == to {
-			if sp.headingLine > 0 {
-				headingOnly = append(headingOnly, section{Heading: sp.heading, LineStart: sp.headingLine, LineEnd: sp.headingLine})
+			if sp.headingLine > 0 && len(headingOnly) < limit {
+				headingOnly = append(headingOnly, section{Heading: sp.heading(), LineStart: sp.headingLine, LineEnd: sp.headingLine})
 			}
 			continue
 		}
+		heading := sp.heading()
 		first := true
 		emit := func(a, b int) {
 			a, b = trim(lines, a, b)
-			if a == b {
+			if a == b || len(out) >= limit {
 				return
 			}
-			s := section{Heading: sp.heading, Body: strings.Join(lines[a:b], "\n"), LineStart: a + 1, LineEnd: b}
+			s := section{Heading: heading, Body: strings.Join(lines[a:b], "\n"), LineStart: a + 1, LineEnd: b}
 			if first && sp.headingLine > 0 {
 				s.LineStart = sp.headingLine
 			}

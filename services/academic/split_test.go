@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +37,7 @@ func TestSplitMarkdown(t *testing.T) {
 		"#hashtag is not a heading",          // 23
 		"",                                   // 24
 	}, "\r\n")
-	got := splitMarkdown(doc, 32<<10)
+	got := splitMarkdown(doc, 32<<10, 1000)
 	type want struct {
 		heading    string
 		start, end int
@@ -81,7 +82,7 @@ func TestSplitMarkdownCases(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := splitMarkdown(tt.doc, 32<<10)
+			got := splitMarkdown(tt.doc, 32<<10, 1000)
 			var headings []string
 			var lines [][2]int
 			for _, s := range got {
@@ -101,7 +102,7 @@ func TestSplitMarkdownCutsLargeSections(t *testing.T) {
 	for i := range 100 {
 		fmt.Fprintf(&b, "line %03d of the big section\n", i) // 28 bytes with the newline
 	}
-	got := splitMarkdown(b.String(), 280)
+	got := splitMarkdown(b.String(), 280, 1000)
 	require.Len(t, got, 10)
 	require.Equal(t, 1, got[0].LineStart, "the first part starts at the heading")
 	require.Equal(t, 11, got[0].LineEnd)
@@ -139,7 +140,7 @@ func TestSplitText(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := splitText(tt.doc, 40, 32<<10)
+			got := splitText(tt.doc, 40, 32<<10, 1000)
 			var lines [][2]int
 			for _, s := range got {
 				require.Empty(t, s.Heading)
@@ -148,6 +149,24 @@ func TestSplitText(t *testing.T) {
 			require.Equal(t, tt.lines, lines)
 		})
 	}
-	got := splitText("alpha\n\nbeta\n", 40, 32<<10)
+	got := splitText("alpha\n\nbeta\n", 40, 32<<10, 1000)
 	require.Equal(t, "alpha\n\nbeta", got[0].Body)
+}
+
+// A document's size bounds what splitting it holds: a long heading is cut
+// rather than repeated in every section below it, and no more sections
+// than the limit are built.
+func TestSplitMarkdownIsBounded(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 20000)
+	doc := "# " + long + "\n" + strings.Repeat("## b\nx\n", 5000)
+	got := splitMarkdown(doc, 32<<10, 10000)
+	require.Len(t, got, 5000)
+	for _, s := range got {
+		require.LessOrEqual(t, utf8.RuneCountInString(s.Heading), MaxHeadingChars+len(headingSeparator)+1)
+	}
+	require.True(t, strings.HasPrefix(got[0].Heading, strings.Repeat("é", MaxHeadingChars)+" > b"), got[0].Heading[:20])
+	require.Len(t, splitMarkdown(doc, 32<<10, 100), 100)
+	require.Len(t, splitMarkdown(strings.Repeat("# h\n", 5000), 32<<10, 100), 100, "heading-only sections too")
+	require.Len(t, splitText(strings.Repeat("p\n\n", 5000), 1, 32<<10, 100), 100)
 }
