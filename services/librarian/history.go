@@ -50,8 +50,8 @@ func (s *Service) GetHistory(ctx context.Context, req *librarianv1.GetHistoryReq
 		return nil, invalid("path", "set path or symbol")
 	case file != "" && symbol != "":
 		return nil, invalid("path", "set path or symbol, not both")
-	case symbol != "" && (len(symbol) > maxSymbolLen || !utf8.ValidString(symbol)):
-		return nil, invalid("symbol", "must be valid UTF-8 of at most %d bytes", maxSymbolLen)
+	case symbol != "" && (len(symbol) > maxSymbolLen || !plainText(symbol)):
+		return nil, invalid("symbol", "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
 	case symbol != "" && (start != 0 || end != 0):
 		return nil, invalid("line_start", "a symbol brings its own lines")
 	case file != "" && !validRelPath(file):

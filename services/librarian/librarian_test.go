@@ -433,6 +433,66 @@ func TestBadInputs(t *testing.T) {
 	})
 }
 
+// Text the database cannot hold (a NUL character) is refused as an
+// invalid argument wherever a request carries it, not failed on as an
+// internal error.
+func TestNULIsInvalid(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false)
+	ctx := as(t, "t1")
+	root := gitRepo(t, map[string]string{"a/b.go": "package a\n\nfunc Hello() {}\n"})
+	repo := create(t, ctx, h.svc, root, true)
+	name := repo.GetName()
+	regex := librarianv1.SearchMode_SEARCH_MODE_REGEX
+	calls := map[string]func() error{
+		"display name": func() error {
+			_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
+				Repository: &librarianv1.Repository{Path: filepath.Join(root, "a"), DisplayName: "a\x00"}})
+			return err
+		},
+		"regex query": func() error {
+			_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "a\x00", Mode: regex})
+			return err
+		},
+		"path glob": func() error {
+			_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "Hello", PathGlob: "a\x00"})
+			return err
+		},
+		"language": func() error {
+			_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "Hello", Language: "go\x00"})
+			return err
+		},
+		"symbol kind": func() error {
+			_, err := h.svc.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "Hello", SymbolKind: "function\x00"})
+			return err
+		},
+		"symbol": func() error {
+			_, err := h.svc.GetSymbol(ctx, &librarianv1.GetSymbolRequest{Repository: name, Symbol: "Hello\x00"})
+			return err
+		},
+		"file symbols kind": func() error {
+			_, err := h.svc.GetFileSymbols(ctx, &librarianv1.GetFileSymbolsRequest{Repository: name, Path: "a/b.go", Kind: "function\x00"})
+			return err
+		},
+		"dependents": func() error {
+			_, err := h.svc.GetDependents(ctx, &librarianv1.GetDependentsRequest{Repository: name, Symbol: "Hello\x00"})
+			return err
+		},
+		"similar symbols": func() error {
+			_, err := h.svc.FindSimilarSymbols(ctx, &librarianv1.FindSimilarSymbolsRequest{Repository: name, Symbol: "Hello\x00"})
+			return err
+		},
+		"history": func() error {
+			_, err := h.svc.GetHistory(ctx, &librarianv1.GetHistoryRequest{Repository: name, Symbol: "Hello\x00"})
+			return err
+		},
+	}
+	for what, call := range calls {
+		err := call()
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", what, err)
+	}
+}
+
 func TestIndexFailures(t *testing.T) {
 	t.Parallel()
 	t.Run("directory removed", func(t *testing.T) {

@@ -76,8 +76,8 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	switch {
 	case query == "":
 		return nil, invalid("query", "required")
-	case !utf8.ValidString(query):
-		return nil, invalid("query", "must be valid UTF-8")
+	case !plainText(query):
+		return nil, invalid("query", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(query) > s.cfg.MaxQueryChars:
 		return nil, invalid("query", "must be at most %d characters", s.cfg.MaxQueryChars)
 	}
@@ -102,8 +102,14 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 		}
 	}
 	glob := strings.TrimSpace(req.GetPathGlob())
-	if len(glob) > maxPathLen || !utf8.ValidString(glob) {
-		return nil, invalid("path_glob", "must be valid UTF-8 of at most %d bytes", maxPathLen)
+	if len(glob) > maxPathLen || !plainText(glob) {
+		return nil, invalid("path_glob", "must be valid UTF-8 without NUL of at most %d bytes", maxPathLen)
+	}
+	if !plainText(req.GetLanguage()) {
+		return nil, invalid("language", "must be valid UTF-8 without NUL")
+	}
+	if !plainText(req.GetSymbolKind()) {
+		return nil, invalid("symbol_kind", "must be valid UTF-8 without NUL")
 	}
 	if glob != "" {
 		if _, err := path.Match(strings.ReplaceAll(glob, "**", "*"), ""); err != nil {

@@ -70,8 +70,8 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
 	switch {
-	case !utf8.ValidString(display):
-		return nil, invalid("repository.display_name", "must be valid UTF-8")
+	case !plainText(display):
+		return nil, invalid("repository.display_name", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(display) > maxDisplayNameLen:
 		return nil, invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
 	case display == "" && url != "":
@@ -311,7 +311,7 @@ func (s *Service) checkRoot(tenant, p string) (string, string) {
 		return "", "required"
 	case len(p) > maxPathLen:
 		return "", fmt.Sprintf("must be at most %d bytes", maxPathLen)
-	case !utf8.ValidString(p) || strings.ContainsRune(p, 0):
+	case !plainText(p):
 		return "", "must be valid UTF-8 without NUL"
 	case !filepath.IsAbs(p):
 		return "", fmt.Sprintf("%q must be an absolute path", p)
@@ -421,6 +421,10 @@ func stateToProto(s string) librarianv1.IndexState {
 	}
 	return librarianv1.IndexState_INDEX_STATE_UNSPECIFIED
 }
+
+// plainText reports whether s is valid UTF-8 without NUL: text the
+// database can compare and store.
+func plainText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // truncateRunes shortens s to at most n runes, marking the cut.
 func truncateRunes(s string, n int) string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
@@ -33,8 +32,8 @@ func (s *Service) symbolTarget(ctx context.Context, tenant, repoName, symbol, fi
 	switch {
 	case strings.TrimSpace(symbol) == "":
 		return "", invalid(field, "required")
-	case len(symbol) > maxSymbolLen || !utf8.ValidString(symbol):
-		return "", invalid(field, "must be valid UTF-8 of at most %d bytes", maxSymbolLen)
+	case len(symbol) > maxSymbolLen || !plainText(symbol):
+		return "", invalid(field, "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
 	}
 	if _, err := s.store.getRepo(ctx, tenant, repoID); err != nil {
 		return "", toStatus(ctx, s.log, "look up repository", err)
@@ -120,6 +119,9 @@ func (s *Service) GetFileSymbols(ctx context.Context, req *librarianv1.GetFileSy
 	}
 	if p := req.GetPath(); p != "" && !validRelPath(p) {
 		return nil, invalid("path", "must be a clean relative path inside the repository")
+	}
+	if !plainText(req.GetKind()) {
+		return nil, invalid("kind", "must be valid UTF-8 without NUL")
 	}
 	repoID, err := s.symbolTarget(ctx, id.TenantID, req.GetRepository(), req.GetPath(), "path")
 	if err != nil {
