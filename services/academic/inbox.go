@@ -60,7 +60,8 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (string, 
 		log.WarnContext(ctx, "inbox message expired before handling")
 		return "expired", nil
 	}
-	query := strings.Join(strings.Fields(env.GetUserInput().GetText()), " ")
+	// A NUL (which the database cannot take) separates words like a space.
+	query := strings.Join(strings.Fields(strings.ReplaceAll(env.GetUserInput().GetText(), "\x00", " ")), " ")
 	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
 	var hits []hit
 	if textsearch.HasWords(query) {

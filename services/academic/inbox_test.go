@@ -97,3 +97,17 @@ func TestInboxAnswersQuestions(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("rejected")))
 }
+
+// A question holding a NUL character, which the guide lets through, is
+// answered like any other rather than failing every delivery.
+func TestInboxAnswersAQuestionWithNUL(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.create(t, admin("t1"), &academicv1.Document{Title: "Ops", Content: "# Tap\nThe tap of the house."})
+	require.NoError(t, topology.EnsureEvents(context.Background(), f.bus))
+	env := &messagev1.Envelope{Id: ids.New(), TenantId: "t1", SessionId: ids.New(),
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "tap\x00house"}}}
+	outcome, err := f.svc.answer(context.Background(), env)
+	require.NoError(t, err)
+	require.Equal(t, "answered", outcome)
+}
