@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -287,9 +288,26 @@ func (s *Service) walker(root string) *walker {
 	return w
 }
 
+// maxGoModBytes bounds how much of a go.mod is read for its module path.
+const maxGoModBytes = 1 << 20
+
 // goModulePath reads the module path from root's go.mod, "" without one.
+// Like any file, go.mod is read only when it is, or links to, a regular
+// file inside the repository (not /dev/zero, nor a file outside).
 func goModulePath(root string) string {
-	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	p, err := filepath.EvalSymlinks(filepath.Join(root, "go.mod"))
+	if err != nil || !within(root, p) {
+		return ""
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return ""
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxGoModBytes))
 	if err != nil {
 		return ""
 	}

@@ -32,3 +32,21 @@ func TestDeltaDoesNotFollowLinkedDirectories(t *testing.T) {
 	require.Empty(t, search(t, ctx, h.svc, "outsideonlyword"), "nothing outside the repository is indexed")
 	require.Equal(t, int64(1), idx.GetRepository().GetFileCount(), "conf/leak.txt left the index")
 }
+
+// go.mod is read only inside the repository: a link to a file outside (or
+// to a device that never ends) names no module.
+func TestGoModOutsideIsNotRead(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	writeFile(t, outside, "go.mod", "module outside.example/secret\n")
+	root := gitRepo(t, map[string]string{"a/a.go": "package a\n\nfunc Hello() {}\n"})
+	require.NoError(t, os.Symlink(filepath.Join(outside, "go.mod"), filepath.Join(root, "go.mod")))
+	require.Empty(t, goModulePath(root))
+	require.NoError(t, os.Remove(filepath.Join(root, "go.mod")))
+	require.NoError(t, os.Symlink(os.DevNull, filepath.Join(root, "go.mod")))
+	require.Empty(t, goModulePath(root))
+	require.NoError(t, os.Remove(filepath.Join(root, "go.mod")))
+	writeFile(t, root, "mod/go.mod", "module inside.example/m\n")
+	require.NoError(t, os.Symlink(filepath.Join(root, "mod", "go.mod"), filepath.Join(root, "go.mod")))
+	require.Equal(t, "inside.example/m", goModulePath(root))
+}
