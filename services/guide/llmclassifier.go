@@ -163,7 +163,7 @@ func (c *LLMClassifier) ask(ctx context.Context, text string) (Classification, e
 		Attribution: llm.Attribution{AgentID: authorGuide, AgentType: authorGuide, UserInvoked: true},
 	}
 	if who, ok := identity.FromContext(ctx); ok {
-		req.TenantID = who.TenantID
+		req.TenantID, req.UserID = who.TenantID, who.UserID
 	}
 	resp, err := c.llm.Complete(cctx, req)
 	if err != nil {

@@ -256,3 +256,42 @@ func TestSetLLMGate(t *testing.T) {
 	off.svc.SetLLMGate(newGate(llm.Config{Provider: llm.OpenAI, MaxTokens: 64, OpenAI: llm.ProviderConfig{BaseURL: url}}))
 	require.IsType(t, &keywordClassifier{}, off.svc.classifier, "-guide.llm-classifier=false")
 }
+
+// usageRecords keeps the usage records a gate stores.
+type usageRecords struct {
+	mu   sync.Mutex
+	recs []llm.UsageRecord
+}
+
+func (u *usageRecords) Record(_ context.Context, r llm.UsageRecord) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.recs = append(u.recs, r)
+	return nil
+}
+
+// The classifier's model call is recorded for the user whose message it
+// classifies, so that it is in that member's usage report.
+func TestLLMClassifierUsageCarriesTheUser(t *testing.T) {
+	t.Parallel()
+	var srv chatServer
+	url := srv.start(t, http.StatusOK, func(string) string {
+		return `{"intent_type":"EXPLORATORY","target":"librarian","confidence":0.9,"reason":"where code lives"}`
+	})
+	reg, err := provider.New(llm.Config{Provider: llm.OpenAI, MaxTokens: 512,
+		OpenAI: llm.ProviderConfig{BaseURL: url, APIKey: "test-key", Fast: "router-small"}})
+	require.NoError(t, err)
+	var usage usageRecords
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t), Usage: &usage})
+	require.NoError(t, err)
+	c := NewLLMClassifier(g, LLMClassifierConfig{Timeout: 5 * time.Second}, logx.Discard(), prometheus.NewRegistry())
+	_, err = c.Classify(as("acme", "alice"), "where is the retry policy?")
+	require.NoError(t, err)
+	g.Close() // stores the queued records
+
+	usage.mu.Lock()
+	defer usage.mu.Unlock()
+	require.Len(t, usage.recs, 1)
+	require.Equal(t, "acme", usage.recs[0].TenantID)
+	require.Equal(t, "alice", usage.recs[0].UserID)
+}
