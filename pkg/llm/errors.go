@@ -80,17 +80,27 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
+// MaxRetryAfter bounds the delay a Retry-After header may ask for: a day,
+// beyond which a figure is taken as that.
+const MaxRetryAfter = 24 * time.Hour
+
+// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date,
+// at most MaxRetryAfter.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
 	if n, err := strconv.ParseFloat(v, 64); err == nil && n > 0 {
+		// Compared as seconds: a figure too large for a Duration would
+		// wrap round to a negative one.
+		if n >= MaxRetryAfter.Seconds() {
+			return MaxRetryAfter
+		}
 		return time.Duration(n * float64(time.Second))
 	}
 	if t, err := time.Parse(time.RFC1123, v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

@@ -410,3 +410,16 @@ func TestConfigDefaultProvider(t *testing.T) {
 	require.ErrorContains(t, err, "no API key")
 	require.NotContains(t, fmt.Sprint(llm.Config{Anthropic: llm.ProviderConfig{APIKey: "sk-secret"}}.Validate()), "sk-secret")
 }
+
+// A Retry-After beyond a day, in seconds or as a date, is taken as a day:
+// a figure too large for a Duration does not wrap round to no wait.
+func TestParseRetryAfterBounded(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	require.Equal(t, 7*time.Second, llm.ParseRetryAfter("7", now))
+	require.Equal(t, 1500*time.Millisecond, llm.ParseRetryAfter("1.5", now))
+	require.Equal(t, llm.MaxRetryAfter, llm.ParseRetryAfter("1e300", now))
+	require.Equal(t, llm.MaxRetryAfter, llm.ParseRetryAfter("99999999999999", now))
+	require.Equal(t, llm.MaxRetryAfter, llm.ParseRetryAfter(now.AddDate(1, 0, 0).Format(time.RFC1123), now))
+	require.Equal(t, time.Hour, llm.ParseRetryAfter(now.Add(time.Hour).Format(time.RFC1123), now))
+	require.Zero(t, llm.ParseRetryAfter("-3", now))
+}
