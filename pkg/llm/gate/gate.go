@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -551,6 +552,11 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 	estimate := int64(req.TokenEstimate)
 	if estimate <= 0 {
 		estimate = int64(float64(llm.EstimateRequest(&req))*g.cfg.EstimateMargin+0.999) + int64(req.MaxTokens)
+		if estimate < 0 {
+			// An enormous MaxTokens wrapped the sum round: it is as much
+			// as a budget can hold, not nothing.
+			estimate = math.MaxInt64
+		}
 	}
 	prio := llm.PriorityOf(&req)
 	user := req.UserInvoked || prio >= llm.PriorityUserInteractive

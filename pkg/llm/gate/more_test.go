@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -190,4 +191,23 @@ func TestTenantProviderBudgetIsTheTenants(t *testing.T) {
 	resp, err := g.Complete(ctx, r)
 	require.NoError(t, err, "the configured client's provider budget is untouched")
 	require.Contains(t, resp.Content, "local provider")
+}
+
+// A request whose answer limit is enormous is refused by a tenant's budget
+// as the most it could cost, not admitted as costing nothing when the
+// estimate wraps round.
+func TestEnormousAnswerLimitIsOverBudget(t *testing.T) {
+	t.Parallel()
+	reg, err := llm.NewRegistry(llm.Local, local.New())
+	require.NoError(t, err)
+	cfg := gate.DefaultConfig()
+	cfg.TenantTokens = 1000
+	g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	r := req("hi", "engineer", false)
+	r.TenantID = "t-huge"
+	r.MaxTokens = math.MaxInt
+	_, err = g.Complete(t.Context(), r)
+	require.ErrorIs(t, err, budget.ErrTenantBudgetExceeded)
 }
