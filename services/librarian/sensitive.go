@@ -1,8 +1,6 @@
 package librarian
 
 import (
-	"bufio"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -137,19 +135,28 @@ func (r *ignoreRules) add(line string) {
 	r.rules = append(r.rules, rule)
 }
 
+// maxIgnoreBytes and maxIgnoreRules bound what a repository's ignore files
+// add: every path indexed or watched is matched against every rule.
+const (
+	maxIgnoreBytes = 1 << 20
+	maxIgnoreRules = 10_000
+)
+
 // loadGitignore adds the patterns of the root's .gitignore and
-// .git/info/exclude, when present.
+// .git/info/exclude, when present: read as go.mod is (readRepoFile), and
+// no more than maxIgnoreRules rules in all.
 func (r *ignoreRules) loadGitignore(root string) {
 	for _, p := range []string{".gitignore", filepath.Join(".git", "info", "exclude")} {
-		f, err := os.Open(filepath.Join(root, p))
-		if err != nil {
+		data, ok := readRepoFile(root, p, maxIgnoreBytes)
+		if !ok {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			r.add(sc.Text())
+		for line := range strings.Lines(string(data)) {
+			if len(r.rules) >= maxIgnoreRules {
+				return
+			}
+			r.add(strings.TrimRight(line, "\r\n"))
 		}
-		f.Close()
 	}
 }
 

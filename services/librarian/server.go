@@ -291,24 +291,31 @@ func (s *Service) walker(root string) *walker {
 // maxGoModBytes bounds how much of a go.mod is read for its module path.
 const maxGoModBytes = 1 << 20
 
-// goModulePath reads the module path from root's go.mod, "" without one.
-// Like any file, go.mod is read only when it is, or links to, a regular
-// file inside the repository (not /dev/zero, nor a file outside).
-func goModulePath(root string) string {
-	p, err := filepath.EvalSymlinks(filepath.Join(root, "go.mod"))
+// readRepoFile reads the file rel of the repository at root, at most limit
+// bytes of it, when it is, or links to, a regular file inside the
+// repository: not /dev/zero, nor a file outside.
+func readRepoFile(root, rel string, limit int64) ([]byte, bool) {
+	p, err := filepath.EvalSymlinks(filepath.Join(root, rel))
 	if err != nil || !within(root, p) {
-		return ""
+		return nil, false
 	}
 	f, err := os.Open(p)
 	if err != nil {
-		return ""
+		return nil, false
 	}
 	defer f.Close()
 	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
-		return ""
+		return nil, false
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxGoModBytes))
-	if err != nil {
+	data, err := io.ReadAll(io.LimitReader(f, limit))
+	return data, err == nil
+}
+
+// goModulePath reads the module path from root's go.mod, "" without one
+// (readRepoFile says which go.mod counts).
+func goModulePath(root string) string {
+	data, ok := readRepoFile(root, "go.mod", maxGoModBytes)
+	if !ok {
 		return ""
 	}
 	for _, l := range strings.Split(string(data), "\n") {

@@ -3,6 +3,7 @@ package librarian
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,4 +50,24 @@ func TestGoModOutsideIsNotRead(t *testing.T) {
 	writeFile(t, root, "mod/go.mod", "module inside.example/m\n")
 	require.NoError(t, os.Symlink(filepath.Join(root, "mod", "go.mod"), filepath.Join(root, "go.mod")))
 	require.Equal(t, "inside.example/m", goModulePath(root))
+}
+
+// The ignore files are read as go.mod is: a .gitignore linking outside the
+// repository adds no rule, and one of endless lines adds a bounded number.
+func TestGitignoreReadInsideAndBounded(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	writeFile(t, outside, "ignore", "secret.txt\n")
+	root := gitRepo(t, map[string]string{"secret.txt": "x\n"})
+	require.NoError(t, os.Symlink(filepath.Join(outside, "ignore"), filepath.Join(root, ".gitignore")))
+	var linked ignoreRules
+	linked.loadGitignore(root)
+	require.False(t, linked.match("secret.txt", false), "a rule from outside the repository")
+
+	require.NoError(t, os.Remove(filepath.Join(root, ".gitignore")))
+	writeFile(t, root, ".gitignore", strings.Repeat("*.tmp\r\n", 3*maxIgnoreRules))
+	var many ignoreRules
+	many.loadGitignore(root)
+	require.Len(t, many.rules, maxIgnoreRules)
+	require.True(t, many.match("a/b.tmp", false), "a line ending CR LF is read without the CR")
 }
