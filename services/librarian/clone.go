@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/publicnet"
 )
 
 // maxURLLen bounds a repository URL.
@@ -163,7 +163,7 @@ func publicRemote(ctx context.Context, u *url.URL) ([]string, error) {
 		return nil, status.Errorf(codes.FailedPrecondition, "repository.url: the host %q could not be resolved", host)
 	}
 	for _, a := range addrs {
-		if !publicAddr(a) {
+		if !publicnet.Addr(a) {
 			return nil, status.Errorf(codes.PermissionDenied,
 				"repository.url: %s is an address of the librarian's own networks; only admins may register such a remote (librarian.members-private-remotes)", a)
 		}
@@ -181,12 +181,4 @@ func publicRemote(ctx context.Context, u *url.URL) ([]string, error) {
 		addr = "[" + addr + "]"
 	}
 	return []string{"http.followRedirects=false", "http.curloptResolve=" + host + ":" + port + ":" + addr}, nil
-}
-
-// sharedAddrSpace is 100.64.0.0/10, the carrier-grade NAT range.
-var sharedAddrSpace = netip.MustParsePrefix("100.64.0.0/10")
-
-func publicAddr(a netip.Addr) bool {
-	a = a.Unmap()
-	return a.IsGlobalUnicast() && !a.IsPrivate() && !sharedAddrSpace.Contains(a)
 }
