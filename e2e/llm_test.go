@@ -80,7 +80,11 @@ func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Clien
 func TestLLMProvidersAndUsage(t *testing.T) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	c, prefix, rc := startLLMMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(key))
+	// The fake provider below listens on loopback, which a tenant's base URL
+	// may lead to only with -llm.credentials.private-base-urls
+	// (TestLLMTenantKeyPlanning shows the refusal without it).
+	c, prefix, rc := startLLMMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(key),
+		"-llm.credentials.private-base-urls")
 
 	// Nothing configured: the offline local provider is the default.
 	body := c.ok("GET", "/v1/providers", nil)
@@ -218,6 +222,14 @@ func TestLLMTenantKeyPlanning(t *testing.T) {
 		"-llm.openai.base-url", fake.URL+"/v1", "-llm.openai.api-key", "sk-server-key")
 	c.schemaPrefix = prefix
 	other := c.asUser("other", "carol")
+
+	// A tenant's base URL may not lead to the service's own networks: the
+	// server's configured one may.
+	r := c.do("PUT", "/v1/providers/openai/credentials", map[string]any{"apiKey": "sk-first-tenant-key", "baseUrl": "http://127.0.0.1:1/v1"})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	require.Contains(t, r.Raw, "own networks")
+	v := c.ok("POST", "/v1/providers/openai:verify", map[string]any{"apiKey": "sk-x", "baseUrl": "http://169.254.169.254/v1"})
+	require.Contains(t, v["message"], "own networks: 169.254.169.254")
 
 	set := c.ok("PUT", "/v1/providers/openai/credentials", map[string]any{"apiKey": "sk-first-tenant-key"})
 	require.Equal(t, "tenant", set["provider"].(map[string]any)["credentialSource"])

@@ -128,7 +128,7 @@ func newGate(ctx context.Context, common Common, deps app.Deps, pool *pgxpool.Po
 				o = llm.ProviderOptions{BaseURL: p.BaseURL, Aliases: p.Aliases(name), MaxTokens: common.LLM.MaxTokens}
 			}
 			return o
-		}, common.LLMCredentials.CacheTTL)
+		}, common.LLMCredentials)
 		if stop, err = tenants.Listen(ctx, pool.Config().ConnConfig, log); err != nil {
 			return nil, nil, err
 		}

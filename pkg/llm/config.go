@@ -193,8 +193,12 @@ type ProviderOptions struct {
 	APIKey  string
 	BaseURL string
 	Aliases Aliases
-	// HTTPClient, when set, carries every call (tests point it at a fake).
+	// HTTPClient, when set, carries every call (tests point it at a fake);
+	// Client says which carries them otherwise.
 	HTTPClient *http.Client
+	// PublicOnly limits the calls to public addresses: the base URL is a
+	// tenant's, who may not reach the service's own networks.
+	PublicOnly bool
 	// MaxTokens is the answer limit when a request sets none.
 	MaxTokens int
 	// Name overrides the provider name (an OpenAI-compatible server may be

@@ -143,7 +143,7 @@ func (c *Classifier) Classify(err error) Tier {
 		}
 	}
 	msg := err.Error()
-	if c.UserFixable.MatchString(msg) || errors.Is(err, ErrNoCredentials) {
+	if c.UserFixable.MatchString(msg) || errors.Is(err, ErrNoCredentials) || errors.Is(err, ErrPrivateAddress) {
 		return TierUserFixable
 	}
 	if errors.Is(err, context.Canceled) {

@@ -314,6 +314,8 @@ func (s *Server) verify(ctx context.Context, name string, sec creds.Secret) (boo
 	}
 	o.APIKey = sec.APIKey
 	if sec.BaseURL != "" {
+		// A base URL other than the configured one is a tenant's.
+		o.PublicOnly = sec.BaseURL != o.BaseURL && !s.cc.PrivateBaseURLs
 		o.BaseURL = sec.BaseURL
 	}
 	p, err := provider.Build(name, o)

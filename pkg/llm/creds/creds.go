@@ -38,6 +38,9 @@ type Config struct {
 	VerifyTimeout time.Duration
 	// CacheTTL is how long a tenant's provider client is reused.
 	CacheTTL time.Duration
+	// PrivateBaseURLs lets a tenant's stored base URL lead to the service's
+	// own networks (loopback, private, link-local addresses).
+	PrivateBaseURLs bool
 }
 
 // RegisterFlags registers -llm.credentials.*.
@@ -46,6 +49,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "llm.credentials.key-file", "", "file holding the credentials encryption key (a mounted Kubernetes Secret)")
 	fs.DurationVar(&c.VerifyTimeout, "llm.credentials.verify-timeout", 10*time.Second, "timeout of a provider key check")
 	fs.DurationVar(&c.CacheTTL, "llm.credentials.cache-ttl", 30*time.Second, "how long a tenant's provider client is reused before its key is re-read")
+	fs.BoolVar(&c.PrivateBaseURLs, "llm.credentials.private-base-urls", false, "let tenants' base URLs lead to this service's own networks (loopback, private and link-local addresses), where every tenant admin may reach them; without it such calls are refused")
 }
 
 // Validate checks the key decodes when given.
@@ -239,6 +243,8 @@ type Providers struct {
 	build Builder
 	base  func(provider string) llm.ProviderOptions
 	ttl   time.Duration
+	// private is Config.PrivateBaseURLs.
+	private bool
 
 	mu    sync.Mutex
 	cache map[string]cached
@@ -253,12 +259,14 @@ type cached struct {
 }
 
 // NewProviders returns a resolver; base gives each provider's configured
-// options (aliases, limits), onto which the tenant's key and URL go.
-func NewProviders(store *Store, build Builder, base func(provider string) llm.ProviderOptions, ttl time.Duration) *Providers {
+// options (aliases, limits), onto which the tenant's key and URL go. Of cfg
+// it takes CacheTTL and PrivateBaseURLs.
+func NewProviders(store *Store, build Builder, base func(provider string) llm.ProviderOptions, cfg Config) *Providers {
+	ttl := cfg.CacheTTL
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	return &Providers{store: store, build: build, base: base, ttl: ttl, cache: map[string]cached{}}
+	return &Providers{store: store, build: build, base: base, ttl: ttl, private: cfg.PrivateBaseURLs, cache: map[string]cached{}}
 }
 
 // Get returns tenant's own client for provider, or ok false when the tenant
@@ -281,7 +289,7 @@ func (p *Providers) Get(ctx context.Context, tenant, provider string) (llm.Provi
 		o := p.base(provider)
 		o.APIKey = sec.APIKey
 		if sec.BaseURL != "" {
-			o.BaseURL = sec.BaseURL
+			o.BaseURL, o.PublicOnly = sec.BaseURL, !p.private
 		}
 		if prov, err = p.build(provider, o); err != nil {
 			return nil, false, err

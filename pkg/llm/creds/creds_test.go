@@ -3,6 +3,8 @@ package creds_test
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -77,7 +79,7 @@ func TestNoKeyAndProviders(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Set(ctx, "t1", "openai", creds.Secret{APIKey: "k", BaseURL: "http://127.0.0.1:11434/v1"}, "u")
 	require.NoError(t, err)
-	ps := creds.NewProviders(s, provider.Build, func(string) llm.ProviderOptions { return llm.ProviderOptions{} }, 0)
+	ps := creds.NewProviders(s, provider.Build, func(string) llm.ProviderOptions { return llm.ProviderOptions{} }, creds.Config{})
 	p, ok, err := ps.Get(ctx, "t1", "openai")
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -85,6 +87,41 @@ func TestNoKeyAndProviders(t *testing.T) {
 	_, ok, err = ps.Get(ctx, "t1", "gemini")
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+// A tenant's client reaches its stored base URL only when that leads out
+// of the service's own networks, or with PrivateBaseURLs; the configured
+// base URL is the operator's, and reached wherever it leads.
+func TestTenantBaseURLMustBePublic(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testenv.Postgres(t, "llm", migrations.FS("llm"))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hello"}}]}`))
+	}))
+	t.Cleanup(hs.Close)
+	s, err := creds.New(creds.Config{Key: newKey()}, pool)
+	require.NoError(t, err)
+	_, err = s.Set(ctx, "t1", "openai", creds.Secret{APIKey: "k", BaseURL: hs.URL + "/v1"}, "u")
+	require.NoError(t, err)
+	_, err = s.Set(ctx, "t2", "openai", creds.Secret{APIKey: "k"}, "u")
+	require.NoError(t, err)
+	configured := func(string) llm.ProviderOptions { return llm.ProviderOptions{BaseURL: hs.URL + "/v1"} }
+	complete := func(ps *creds.Providers, tenant string) error {
+		p, ok, err := ps.Get(ctx, tenant, "openai")
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = p.Complete(ctx, &llm.Request{Model: "m", Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
+		return err
+	}
+
+	err = complete(creds.NewProviders(s, provider.Build, configured, creds.Config{}), "t1")
+	require.ErrorIs(t, err, llm.ErrPrivateAddress)
+	require.Equal(t, llm.TierUserFixable, llm.DefaultClassifier().Classify(err), "the tenant must fix its URL: no retry")
+	require.NoError(t, complete(creds.NewProviders(s, provider.Build, configured, creds.Config{}), "t2"),
+		"the tenant's key on the configured URL")
+	require.NoError(t, complete(creds.NewProviders(s, provider.Build, configured, creds.Config{PrivateBaseURLs: true}), "t1"))
 }
 
 // TestProvidersFollowChanges: resolvers in two processes (each with its own
@@ -103,7 +140,7 @@ func TestProvidersFollowChanges(t *testing.T) {
 	}
 	var procs []*creds.Providers
 	for range 2 {
-		ps := creds.NewProviders(s, build, func(string) llm.ProviderOptions { return llm.ProviderOptions{} }, time.Hour)
+		ps := creds.NewProviders(s, build, func(string) llm.ProviderOptions { return llm.ProviderOptions{} }, creds.Config{CacheTTL: time.Hour})
 		stop, err := ps.Listen(ctx, pool.Config().ConnConfig, nil)
 		require.NoError(t, err)
 		t.Cleanup(stop)

@@ -31,9 +31,7 @@ func New(o llm.ProviderOptions) *Provider {
 	if o.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(o.BaseURL))
 	}
-	if o.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(o.HTTPClient))
-	}
+	opts = append(opts, option.WithHTTPClient(o.Client()))
 	aliases := o.Aliases
 	if aliases == nil {
 		aliases = llm.DefaultAliases(llm.Anthropic)

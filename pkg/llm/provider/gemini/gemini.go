@@ -30,7 +30,7 @@ type Provider struct {
 
 // New builds the provider; the SDK client is created on first use.
 func New(o llm.ProviderOptions) *Provider {
-	cc := genai.ClientConfig{APIKey: o.APIKey, Backend: genai.BackendGeminiAPI, HTTPClient: o.HTTPClient}
+	cc := genai.ClientConfig{APIKey: o.APIKey, Backend: genai.BackendGeminiAPI, HTTPClient: o.Client()}
 	if o.BaseURL != "" {
 		cc.HTTPOptions.BaseURL = o.BaseURL
 	}

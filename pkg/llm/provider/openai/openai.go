@@ -44,10 +44,8 @@ func New(o llm.ProviderOptions) *Provider {
 	if key == "" {
 		key = "unused" // OpenAI-compatible servers commonly need none
 	}
-	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(key), option.WithBaseURL(base)}
-	if o.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(o.HTTPClient))
-	}
+	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(key), option.WithBaseURL(base),
+		option.WithHTTPClient(o.Client())}
 	name := o.Name
 	if name == "" {
 		name = llm.OpenAI
