@@ -198,6 +198,13 @@ func TestBadInput(t *testing.T) {
 		{"oversized message", http.MethodPost, "/v1/sessions/s1/messages", `{"text":"` + strings.Repeat("m", 40) + `"}`, http.StatusBadRequest, codes.InvalidArgument, "text: at most 16 bytes"},
 		{"unknown route", http.MethodGet, "/v1/nothing-here", "", http.StatusNotFound, codes.NotFound, "no route"},
 		{"wrong method", http.MethodDelete, "/v1/sessions", "", http.StatusMethodNotAllowed, codes.Unimplemented, "not allowed"},
+		{"invalid UTF-8 in the path", http.MethodGet, "/v1/sessions/%ff", "", http.StatusBadRequest, codes.InvalidArgument, "request path must be valid UTF-8"},
+		{"invalid UTF-8 in a query parameter", http.MethodGet, "/v1/sessions?pageToken=%ff%fe", "", http.StatusBadRequest, codes.InvalidArgument,
+			"query parameters must be valid UTF-8"},
+		{"invalid UTF-8 in a stream's session", http.MethodGet, "/v1/sessions/%c3/events:stream", "", http.StatusBadRequest, codes.InvalidArgument,
+			"request path must be valid UTF-8"},
+		{"invalid UTF-8 in a server-sent event stream's session", http.MethodGet, "/v1/sessions/%c3/events:stream?format=sse", "", http.StatusBadRequest,
+			codes.InvalidArgument, "request path must be valid UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,6 +202,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		writeCode(w, codes.PermissionDenied, fmt.Sprintf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path))
 		return
 	}
+	if msg := checkUTF8(r); msg != "" {
+		writeCode(w, codes.InvalidArgument, msg)
+		return
+	}
 	if !g.readBody(w, r) {
 		return
 	}
@@ -318,6 +324,25 @@ func extractKey(r *http.Request) (key, msg string) {
 		return v, ""
 	}
 	return "", "missing API key"
+}
+
+// checkUTF8 returns why the request's path or query parameters cannot be
+// passed on, or "" when they can: they become resource names and fields of
+// the services' requests, which are strings and must be valid UTF-8.
+func checkUTF8(r *http.Request) string {
+	if !utf8.ValidString(r.URL.Path) {
+		return "request path must be valid UTF-8 (percent-encoded bytes included)"
+	}
+	// A query that does not parse is the mux's to report.
+	q, _ := url.ParseQuery(r.URL.RawQuery)
+	for _, vs := range q {
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return "query parameters must be valid UTF-8 (percent-encoded bytes included)"
+			}
+		}
+	}
+	return ""
 }
 
 // readBody buffers the body up to the limit (413 beyond it) and checks that
