@@ -23,8 +23,9 @@ type Config struct {
 	// SSEKeepalive is the interval of keepalive comments on event streams.
 	SSEKeepalive time.Duration
 	// AuthCacheTTL is how long a resolved API key is trusted without asking
-	// the key store again: a revocation takes effect within it. 0 asks on
-	// every request.
+	// the key store again: a revocation takes effect within it, on open
+	// streams too. 0 asks on every request (and every SSEKeepalive on
+	// open streams).
 	AuthCacheTTL time.Duration
 
 	// BootstrapKey is an admin API key stored (hashed) at start when set. It

@@ -76,11 +76,16 @@ func writeCode(w http.ResponseWriter, c codes.Code, msg string) {
 	writeError(w, runtime.HTTPStatusFromCode(c), c, msg)
 }
 
-// publicStatus turns err into the status a client may see: statuses from
+// publicStatus turns err into the status a client may see (Unauthenticated
+// for a stream ended because its key was revoked): statuses from
 // the services pass through (they are masked there already), except that
 // transport failures of the gateway's own connections lose their details;
 // anything else becomes a generic Internal, its cause logged.
 func (g *Gateway) publicStatus(ctx context.Context, err error) *status.Status {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errKeyInvalid) {
+		// The stream was ended because its key was revoked.
+		return status.New(codes.Unauthenticated, errKeyInvalid.Error())
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		return status.New(codes.Canceled, "request canceled")

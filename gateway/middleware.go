@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -192,6 +193,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	if !ok {
 		return
 	}
+	key, _ := extractKey(r)
 	// The key never travels further (grpc-gateway would forward
 	// Authorization as metadata).
 	r.Header.Del("Authorization")
@@ -211,9 +213,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	}
 	var cancel context.CancelFunc
 	if strings.HasSuffix(r.URL.Path, ":stream") {
-		ctx, cancel = context.WithCancel(ctx)
+		var end context.CancelCauseFunc
+		ctx, end = context.WithCancelCause(ctx)
+		cancel = func() { end(nil) }
 		stop := context.AfterFunc(g.life, cancel)
 		defer stop()
+		go g.watchKey(ctx, end, key)
 	} else {
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.RequestTimeout)
 	}
@@ -305,6 +310,44 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity
 	}
 	writeCode(w, codes.Unauthenticated, "invalid API key")
 	return identity.Identity{}, false
+}
+
+// errKeyInvalid ends an open stream whose API key was revoked after the
+// stream started.
+var errKeyInvalid = errors.New("API key is no longer valid")
+
+// keyRecheck is how often an open stream's key is checked again: as often
+// as a new request would ask the key store, the auth cache TTL, or every
+// keepalive interval when nothing is cached.
+func (g *Gateway) keyRecheck() time.Duration {
+	if g.cfg.AuthCacheTTL > 0 {
+		return g.cfg.AuthCacheTTL
+	}
+	return g.cfg.SSEKeepalive
+}
+
+// watchKey checks key again every keyRecheck until ctx is done, and ends
+// the stream with errKeyInvalid once the key no longer authenticates: a
+// stream outlives the check its request passed. A key store that does not
+// answer leaves the stream open, as it does a cached key.
+func (g *Gateway) watchKey(ctx context.Context, end context.CancelCauseFunc, key string) {
+	tick := time.NewTicker(g.keyRecheck())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		id, res, _, err := g.auth.lookup(ctx, key)
+		if err != nil {
+			continue
+		}
+		if res != authOK || !id.Valid() {
+			end(errKeyInvalid)
+			return
+		}
+	}
 }
 
 // extractKey reads "Authorization: Bearer <key>" or "X-API-Key: <key>". An

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	"sylk.dev/sylk/pkg/logx"
@@ -150,12 +151,26 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 		w.WriteHeader(http.StatusOK)
 		return rc.Flush() == nil
 	}
+	// fail ends the stream with st: the JSON error form before the
+	// response started, an "error" event after.
+	fail := func(st *status.Status) {
+		if !started {
+			writeCode(w, st.Code(), st.Message())
+			return
+		}
+		b, _ := json.Marshal(newErrorBody(st.Code(), st.Message()))
+		_, _ = io.WriteString(w, "event: error\ndata: "+string(b)+"\n\n")
+		_ = rc.Flush()
+	}
 	keepalive := time.NewTicker(g.cfg.SSEKeepalive)
 	defer keepalive.Stop()
 	var buf bytes.Buffer
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errKeyInvalid) {
+				fail(g.publicStatus(ctx, ctx.Err()))
+			}
 			return
 		case <-opened:
 			opened = nil
@@ -182,13 +197,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 				if st.Code() == codes.Canceled && ctx.Err() != nil {
 					return
 				}
-				if !started {
-					writeCode(w, st.Code(), st.Message())
-					return
-				}
-				b, _ := json.Marshal(newErrorBody(st.Code(), st.Message()))
-				_, _ = io.WriteString(w, "event: error\ndata: "+string(b)+"\n\n")
-				_ = rc.Flush()
+				fail(st)
 				return
 			}
 			if it.event == nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -177,4 +178,70 @@ func TestNDJSONStream(t *testing.T) {
 	r = h.do(t, http.MethodGet, "/v1/sessions/nope/events:stream", "", bearer(h.member))
 	require.Equal(t, http.StatusNotFound, r.code)
 	require.JSONEq(t, `{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found"}`, r.body)
+}
+
+// TestStreamsEndWhenTheirKeyIsRevoked: an open stream's key is checked
+// again as a new request's would be, so a revocation ends the stream within
+// the auth cache TTL, in either format.
+func TestStreamsEndWhenTheirKeyIsRevoked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) {
+		c.AuthCacheTTL = 20 * time.Millisecond
+		c.SSEKeepalive = time.Hour
+	})
+	ctx := context.Background()
+	key, err := CreateAPIKey(ctx, h.db, "acme", "dave", identity.RoleMember, "to revoke")
+	require.NoError(t, err)
+
+	// The streams' requests end with the test at the latest, so that a
+	// stream left open fails the test rather than hangs it.
+	reqCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	get := func(path string) chan response {
+		out := make(chan response, 1)
+		go func() {
+			req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, h.url+path, nil)
+			if err != nil {
+				panic(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- response{}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			out <- response{code: resp.StatusCode, header: resp.Header, body: string(b)}
+		}()
+		return out
+	}
+	// Both streams are open (the fake Guide holds them) before the key is
+	// revoked.
+	sse := get("/v1/sessions/idle/events:stream?format=sse")
+	ndjson := get("/v1/sessions/idle/events:stream")
+	require.Eventually(t, func() bool { open, _ := h.fake.idle(); return open == 2 }, 5*time.Second, 5*time.Millisecond)
+
+	keys, err := ListAPIKeys(ctx, h.db, "acme")
+	require.NoError(t, err)
+	for _, k := range keys {
+		if k.UserID == "dave" {
+			require.NoError(t, RevokeAPIKey(ctx, h.db, "acme", k.ID))
+		}
+	}
+	wait := func(c chan response) response {
+		t.Helper()
+		select {
+		case r := <-c:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream of a revoked key is still open")
+			return response{}
+		}
+	}
+	r := wait(sse)
+	require.Equal(t, http.StatusOK, r.code, "the stream had started")
+	require.Equal(t, "event: error\ndata: {\"code\":16,\"status\":\"UNAUTHENTICATED\",\"message\":\"API key is no longer valid\"}\n\n", r.body)
+	requireError(t, wait(ndjson), http.StatusUnauthorized, codes.Unauthenticated, "API key is no longer valid")
+	require.Eventually(t, func() bool { _, closed := h.fake.idle(); return closed == 2 }, 5*time.Second, 5*time.Millisecond)
 }
