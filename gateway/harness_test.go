@@ -34,7 +34,9 @@ import (
 
 // fakeGuide is a small in-test Guide: sessions "sessions/s1" (three events,
 // then the stream ends), "sessions/idle" (no events, the stream stays open)
-// and "sessions/broken" (one event, then an error) exist. It records the metadata of every call.
+// "sessions/broken" (one event, then an error) and "sessions/flood" (large
+// events as fast as the stream takes them) exist. It records the metadata of
+// every call.
 type fakeGuide struct {
 	guidev1.UnimplementedSessionServiceServer
 	guidev1.UnimplementedGuideServiceServer
@@ -43,6 +45,8 @@ type fakeGuide struct {
 	calls       map[string][]metadata.MD
 	idleStreams int // open streams of sessions/idle
 	idleClosed  int // streams of sessions/idle that ended
+	floodOpen   int // open streams of sessions/flood
+	floodClosed int // streams of sessions/flood that ended
 }
 
 func newFakeGuide() *fakeGuide { return &fakeGuide{calls: map[string][]metadata.MD{}} }
@@ -66,7 +70,13 @@ func (f *fakeGuide) idle() (open, closed int) {
 	return f.idleStreams, f.idleClosed
 }
 
-var knownSessions = map[string]bool{"sessions/s1": true, "sessions/idle": true, "sessions/broken": true}
+func (f *fakeGuide) flood() (open, closed int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.floodOpen, f.floodClosed
+}
+
+var knownSessions = map[string]bool{"sessions/s1": true, "sessions/idle": true, "sessions/broken": true, "sessions/flood": true}
 
 func (f *fakeGuide) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
 	f.record(ctx, "CreateSession")
@@ -132,6 +142,23 @@ func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.S
 			return err
 		}
 		return status.Error(codes.FailedPrecondition, "session was completed")
+	}
+	if req.GetParent() == "sessions/flood" {
+		f.mu.Lock()
+		f.floodOpen++
+		f.mu.Unlock()
+		defer func() {
+			f.mu.Lock()
+			f.floodClosed++
+			f.mu.Unlock()
+		}()
+		text := strings.Repeat("x", 32<<10)
+		for seq := uint64(1); ; seq++ {
+			ev := &guidev1.Event{Sequence: seq, SessionId: "flood", Type: "message.answered", Source: "librarian", Text: text}
+			if err := stream.Send(&guidev1.StreamEventsResponse{Event: ev}); err != nil {
+				return err
+			}
+		}
 	}
 	if req.GetParent() == "sessions/idle" {
 		f.mu.Lock()

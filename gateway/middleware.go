@@ -123,11 +123,14 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-func (r *recorder) Flush() {
+func (r *recorder) Flush() { _ = r.FlushError() }
+
+// FlushError is Flush, reporting a failed write to the client.
+func (r *recorder) FlushError() error {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	_ = http.NewResponseController(r.ResponseWriter).Flush()
+	return http.NewResponseController(r.ResponseWriter).Flush()
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
@@ -219,6 +222,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		stop := context.AfterFunc(g.life, cancel)
 		defer stop()
 		go g.watchKey(ctx, end, key)
+		w = &stallGuard{ResponseWriter: w, timeout: 2 * g.cfg.SSEKeepalive}
+		defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Time{}) }()
 	} else {
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.RequestTimeout)
 	}
@@ -235,6 +240,33 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	}
 	g.mux.ServeHTTP(w, r)
 }
+
+// stallGuard bounds every write of a stream: a client that has taken
+// nothing for timeout (two keepalive intervals) has stopped reading, and
+// the failed write ends its stream instead of waiting for it forever.
+type stallGuard struct {
+	http.ResponseWriter
+	timeout time.Duration
+}
+
+func (s *stallGuard) arm() {
+	_ = http.NewResponseController(s.ResponseWriter).SetWriteDeadline(time.Now().Add(s.timeout))
+}
+
+func (s *stallGuard) Write(b []byte) (int, error) {
+	s.arm()
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *stallGuard) Flush() { _ = s.FlushError() }
+
+// FlushError is Flush, reporting a failed write to the client.
+func (s *stallGuard) FlushError() error {
+	s.arm()
+	return http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *stallGuard) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // streamStartError rewrites the error a newline-delimited JSON stream
 // writes before any message ({"error": {...}} with an error status) into

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -244,4 +245,26 @@ func TestStreamsEndWhenTheirKeyIsRevoked(t *testing.T) {
 	require.Equal(t, "event: error\ndata: {\"code\":16,\"status\":\"UNAUTHENTICATED\",\"message\":\"API key is no longer valid\"}\n\n", r.body)
 	requireError(t, wait(ndjson), http.StatusUnauthorized, codes.Unauthenticated, "API key is no longer valid")
 	require.Eventually(t, func() bool { _, closed := h.fake.idle(); return closed == 2 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// TestStalledClientsDoNotHoldStreams: a client that keeps its connection
+// but stops reading gets its stream ended once a write has waited two
+// keepalive intervals, in either format, rather than holding the stream
+// (and the service's) for as long as it likes.
+func TestStalledClientsDoNotHoldStreams(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.SSEKeepalive = 50 * time.Millisecond })
+	addr := strings.TrimPrefix(h.url, "http://")
+	for i, path := range []string{"/v1/sessions/flood/events:stream?format=sse", "/v1/sessions/flood/events:stream"} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+		_, err = io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: sylk\r\nAuthorization: Bearer "+h.member+"\r\n\r\n")
+		require.NoError(t, err)
+		// The client reads nothing: the stream fills the connection, then
+		// its writes wait.
+		require.Eventually(t, func() bool { open, closed := h.fake.flood(); return open == i+1 && closed == i+1 },
+			10*time.Second, 10*time.Millisecond, "the stream to a client that stopped reading is still open: %s", path)
+	}
 }
