@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"sylk.dev/sylk/pkg/tooldetect"
@@ -140,6 +141,29 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 	})
 }
 
+// openInside opens the file p inside the directory root for reading, its
+// links resolved: when they lead outside root it fails. The file is opened
+// through root, so that a directory on its way swapped for a link leading
+// out after the resolution (a race with a writer of the checkout) is
+// refused too. Non-blocking, so that a FIFO in a file's place cannot stall
+// the open; callers read only regular files.
+func openInside(root, p string) (*os.File, error) {
+	resolved, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(root, resolved)
+	if err != nil || !within(root, resolved) {
+		return nil, fmt.Errorf("%s leads outside the repository", p)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 // symlinkTarget resolves a symlink found in the tree. It reports false for
 // links that dangle, resolve outside the root, or point at anything but a
 // regular file (linked directories are not followed: their files are
@@ -161,9 +185,10 @@ func (w *walker) symlinkTarget(p string) (string, bool) {
 	return target, true
 }
 
-// read loads and chunks one file, or returns why it is skipped.
+// read loads and chunks one file, or returns why it is skipped. real was
+// found inside the root, but may lead out by now (openInside).
 func (w *walker) read(real, rel string) (sourceFile, string) {
-	fh, err := os.Open(real)
+	fh, err := openInside(w.root, real)
 	if err != nil {
 		return sourceFile{}, skipUnreadable
 	}

@@ -295,11 +295,7 @@ const maxGoModBytes = 1 << 20
 // bytes of it, when it is, or links to, a regular file inside the
 // repository: not /dev/zero, nor a file outside.
 func readRepoFile(root, rel string, limit int64) ([]byte, bool) {
-	p, err := filepath.EvalSymlinks(filepath.Join(root, rel))
-	if err != nil || !within(root, p) {
-		return nil, false
-	}
-	f, err := os.Open(p)
+	f, err := openInside(root, filepath.Join(root, rel))
 	if err != nil {
 		return nil, false
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,23 @@ func TestGitignoreReadInsideAndBounded(t *testing.T) {
 	many.loadGitignore(root)
 	require.Len(t, many.rules, maxIgnoreRules)
 	require.True(t, many.match("a/b.tmp", false), "a line ending CR LF is read without the CR")
+}
+
+// A file is read through the repository root: a directory on its way that
+// was swapped for a link leading out after the walk checked it (a race with
+// a writer of the checkout) yields nothing, and a FIFO in a file's place
+// does not stall the read.
+func TestReadStaysInsideTheRoot(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	writeFile(t, outside, "leak.txt", "outsideonlyword\n")
+	root := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "conf")))
+	w := &walker{root: root, maxFileBytes: 1 << 20, chunkLines: 50, maxChunkLines: 100}
+	_, reason := w.read(filepath.Join(root, "conf", "leak.txt"), "conf/leak.txt")
+	require.Equal(t, skipUnreadable, reason)
+
+	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "pipe.go"), 0o600))
+	_, reason = w.read(filepath.Join(root, "pipe.go"), "pipe.go")
+	require.Equal(t, skipUnreadable, reason)
 }
