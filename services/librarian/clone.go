@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -60,7 +62,7 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 	}
 	var pin []string
 	if s.publicOnly(id, raw) {
-		if pin, err = publicRemote(ctx, u); err != nil {
+		if pin, err = publicRemote(ctx, raw, u); err != nil {
 			return "", err
 		}
 	}
@@ -108,7 +110,7 @@ func (s *Service) fetchRepository(ctx context.Context, tenant string, r reposito
 		if err != nil {
 			return fmt.Errorf("its URL: %w", err)
 		}
-		if pin, err = publicRemote(ctx, u); err != nil {
+		if pin, err = publicRemote(ctx, r.URL, u); err != nil {
 			return errors.New(status.Convert(err).Message())
 		}
 	}
@@ -153,10 +155,9 @@ func tenantDir(tenant string) string {
 // of the librarian's own networks (loopback, private, link-local, shared,
 // unspecified or multicast): a member could otherwise have the librarian
 // reach the services and stores beside it, or a cloud's metadata address.
-// For http(s) it returns the clone's configuration that pins the host to
-// the address checked, so that a second lookup cannot answer differently,
-// and follows no redirect.
-func publicRemote(ctx context.Context, u *url.URL) ([]string, error) {
+// It returns the clone's configuration that pins the host to the address
+// checked (pinRemote), so that a second lookup cannot answer differently.
+func publicRemote(ctx context.Context, raw string, u *url.URL) ([]string, error) {
 	host := u.Hostname()
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
@@ -168,17 +169,64 @@ func publicRemote(ctx context.Context, u *url.URL) ([]string, error) {
 				"repository.url: %s is an address of the librarian's own networks; only admins may register such a remote (librarian.members-private-remotes)", a)
 		}
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
+	return pinRemote(raw, u, addrs[0])
+}
+
+// sshHostName is what an ssh or git remote's host may be to be pinned: a
+// DNS name, which the pin puts in ssh's command line.
+var sshHostName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// pinRemote is the clone's configuration that has git reach the remote raw
+// (parsed as u) at addr, the address checked, rather than look its host up
+// again. For http(s) the host is resolved to addr and no redirect is
+// followed. For ssh and git the URL's scheme and authority are rewritten to
+// the address (url.<pinned>.insteadOf); ssh still checks the host key of
+// the name (HostKeyAlias).
+func pinRemote(raw string, u *url.URL, addr netip.Addr) ([]string, error) {
+	addr = addr.Unmap()
+	host := addr.String()
+	if addr.Is6() {
+		host = "[" + host + "]"
+	}
+	switch u.Scheme {
+	case "http", "https":
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		// Redirects could lead anywhere: none are followed.
+		return []string{"http.followRedirects=false", "http.curloptResolve=" + u.Hostname() + ":" + port + ":" + host}, nil
+	case "ssh", "git":
+	default:
 		return nil, nil
 	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	name := u.Hostname()
+	if !sshHostName.MatchString(name) {
+		return nil, invalid("repository.url", "host %q is not a DNS name", name)
 	}
-	// Redirects could lead anywhere: none are followed.
-	addr := addrs[0].Unmap().String()
-	if addrs[0].Unmap().Is6() {
-		addr = "[" + addr + "]"
+	// The prefix is raw's own text up to the path, since insteadOf
+	// compares text: scheme://[user@]host[:port]/.
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, invalid("repository.url", "is not a URL")
 	}
-	return []string{"http.followRedirects=false", "http.curloptResolve=" + host + ":" + port + ":" + addr}, nil
+	authority, _, hasPath := strings.Cut(rest, "/")
+	user, _, hasUser := strings.Cut(authority, "@")
+	pinned := scheme + "://"
+	if hasUser {
+		pinned += user + "@"
+	}
+	pinned += host
+	if p := u.Port(); p != "" {
+		pinned += ":" + p
+	}
+	prefix := scheme + "://" + authority
+	if hasPath {
+		prefix, pinned = prefix+"/", pinned+"/"
+	}
+	pin := []string{"url." + pinned + ".insteadOf=" + prefix}
+	if u.Scheme == "ssh" {
+		pin = append(pin, "core.sshCommand=ssh -o HostKeyAlias="+name)
+	}
+	return pin, nil
 }

@@ -1,7 +1,10 @@
 package librarian
 
 import (
+	"net/netip"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -90,4 +93,37 @@ func TestReadStaysInsideTheRoot(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "pipe.go"), 0o600))
 	_, reason = w.read(filepath.Join(root, "pipe.go"), "pipe.go")
 	require.Equal(t, skipUnreadable, reason)
+}
+
+// A member's ssh or git remote is pinned to the address checked, as an
+// http(s) one is: git itself expands the URL to that address (ssh still
+// checks the name's host key), so a name that answers differently the
+// second time leads nowhere else. A host that is no DNS name is refused:
+// it would reach ssh's command line.
+func TestRemotePinnedToTheAddressChecked(t *testing.T) {
+	t.Parallel()
+	addr := netip.MustParseAddr("93.184.216.34")
+	for _, tt := range []struct{ raw, want, ssh string }{
+		{"git://example.com/org/repo.git", "git://93.184.216.34/org/repo.git", ""},
+		{"ssh://git@example.com:2222/org/repo.git", "ssh://git@93.184.216.34:2222/org/repo.git", "ssh -o HostKeyAlias=example.com"},
+		{"ssh://Example.COM/repo", "ssh://93.184.216.34/repo", "ssh -o HostKeyAlias=Example.COM"},
+	} {
+		u, err := url.Parse(tt.raw)
+		require.NoError(t, err)
+		pin, err := pinRemote(tt.raw, u, addr)
+		require.NoError(t, err)
+		args := []string{"-c", pin[0]}
+		if tt.ssh != "" {
+			require.Equal(t, "core.sshCommand="+tt.ssh, pin[1])
+		}
+		out, err := exec.Command("git", append(args, "ls-remote", "--get-url", tt.raw)...).Output()
+		require.NoError(t, err)
+		require.Equal(t, tt.want, strings.TrimSpace(string(out)), tt.raw)
+	}
+	pin, err := pinRemote("ssh://h/r", &url.URL{Scheme: "ssh", Host: "a;touch x"}, addr)
+	require.Error(t, err)
+	require.Nil(t, pin)
+	six, err := pinRemote("git://example.com/r", &url.URL{Scheme: "git", Host: "example.com"}, netip.MustParseAddr("2606:2800:220:1::1"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"url.git://[2606:2800:220:1::1]/.insteadOf=git://example.com/"}, six)
 }
