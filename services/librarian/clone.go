@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -169,7 +170,22 @@ func publicRemote(ctx context.Context, raw string, u *url.URL) ([]string, error)
 				"repository.url: %s is an address of the librarian's own networks; only admins may register such a remote (librarian.members-private-remotes)", a)
 		}
 	}
-	return pinRemote(raw, u, addrs[0])
+	return pinRemote(raw, u, addrs[0], sshCommand(ctx))
+}
+
+// sshCommand is the ssh command git would run for this service: the
+// GIT_SSH_COMMAND of its environment, else the core.sshCommand of its git
+// configuration, else ssh. A pin adds to it (gitOutputConfig then sets it
+// in place of GIT_SSH_COMMAND).
+func sshCommand(ctx context.Context) string {
+	if c := strings.TrimSpace(os.Getenv("GIT_SSH_COMMAND")); c != "" {
+		return c
+	}
+	out, err := exec.CommandContext(ctx, "git", "-C", "/", "config", "--get", "core.sshCommand").Output()
+	if c := strings.TrimSpace(string(out)); err == nil && c != "" {
+		return c
+	}
+	return "ssh"
 }
 
 // sshHostName is what an ssh or git remote's host may be to be pinned: a
@@ -180,9 +196,9 @@ var sshHostName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // (parsed as u) at addr, the address checked, rather than look its host up
 // again. For http(s) the host is resolved to addr and no redirect is
 // followed. For ssh and git the URL's scheme and authority are rewritten to
-// the address (url.<pinned>.insteadOf); ssh still checks the host key of
-// the name (HostKeyAlias).
-func pinRemote(raw string, u *url.URL, addr netip.Addr) ([]string, error) {
+// the address (url.<pinned>.insteadOf); ssh, run as ssh (the command git
+// would run), still checks the host key of the name (HostKeyAlias).
+func pinRemote(raw string, u *url.URL, addr netip.Addr, ssh string) ([]string, error) {
 	addr = addr.Unmap()
 	host := addr.String()
 	if addr.Is6() {
@@ -226,7 +242,7 @@ func pinRemote(raw string, u *url.URL, addr netip.Addr) ([]string, error) {
 	}
 	pin := []string{"url." + pinned + ".insteadOf=" + prefix}
 	if u.Scheme == "ssh" {
-		pin = append(pin, "core.sshCommand=ssh -o HostKeyAlias="+name)
+		pin = append(pin, "core.sshCommand="+ssh+" -o HostKeyAlias="+name)
 	}
 	return pin, nil
 }

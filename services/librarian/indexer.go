@@ -89,6 +89,11 @@ func gitOutputConfig(ctx context.Context, root string, config []string, args ...
 		full = append([]string{"-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"}, full...)
 	}
 	if len(config) > 0 {
+		if slices.ContainsFunc(config, func(kv string) bool { return strings.HasPrefix(kv, "core.sshCommand=") }) {
+			// A pin's ssh command adds to the environment's, which would
+			// otherwise win over it.
+			env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GIT_SSH_COMMAND=") })
+		}
 		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(config)))
 		for i, kv := range config {
 			k, v, _ := strings.Cut(kv, "=")

@@ -96,8 +96,8 @@ func TestReadStaysInsideTheRoot(t *testing.T) {
 }
 
 // A member's ssh or git remote is pinned to the address checked, as an
-// http(s) one is: git itself expands the URL to that address (ssh still
-// checks the name's host key), so a name that answers differently the
+// http(s) one is: git itself expands the URL to that address (ssh, with
+// the service's own options, still checks the name's host key), so a name that answers differently the
 // second time leads nowhere else. A host that is no DNS name is refused:
 // it would reach ssh's command line.
 func TestRemotePinnedToTheAddressChecked(t *testing.T) {
@@ -105,12 +105,12 @@ func TestRemotePinnedToTheAddressChecked(t *testing.T) {
 	addr := netip.MustParseAddr("93.184.216.34")
 	for _, tt := range []struct{ raw, want, ssh string }{
 		{"git://example.com/org/repo.git", "git://93.184.216.34/org/repo.git", ""},
-		{"ssh://git@example.com:2222/org/repo.git", "ssh://git@93.184.216.34:2222/org/repo.git", "ssh -o HostKeyAlias=example.com"},
-		{"ssh://Example.COM/repo", "ssh://93.184.216.34/repo", "ssh -o HostKeyAlias=Example.COM"},
+		{"ssh://git@example.com:2222/org/repo.git", "ssh://git@93.184.216.34:2222/org/repo.git", "ssh -i /keys/id -o HostKeyAlias=example.com"},
+		{"ssh://Example.COM/repo", "ssh://93.184.216.34/repo", "ssh -i /keys/id -o HostKeyAlias=Example.COM"},
 	} {
 		u, err := url.Parse(tt.raw)
 		require.NoError(t, err)
-		pin, err := pinRemote(tt.raw, u, addr)
+		pin, err := pinRemote(tt.raw, u, addr, "ssh -i /keys/id")
 		require.NoError(t, err)
 		args := []string{"-c", pin[0]}
 		if tt.ssh != "" {
@@ -120,10 +120,10 @@ func TestRemotePinnedToTheAddressChecked(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tt.want, strings.TrimSpace(string(out)), tt.raw)
 	}
-	pin, err := pinRemote("ssh://h/r", &url.URL{Scheme: "ssh", Host: "a;touch x"}, addr)
+	pin, err := pinRemote("ssh://h/r", &url.URL{Scheme: "ssh", Host: "a;touch x"}, addr, "ssh")
 	require.Error(t, err)
 	require.Nil(t, pin)
-	six, err := pinRemote("git://example.com/r", &url.URL{Scheme: "git", Host: "example.com"}, netip.MustParseAddr("2606:2800:220:1::1"))
+	six, err := pinRemote("git://example.com/r", &url.URL{Scheme: "git", Host: "example.com"}, netip.MustParseAddr("2606:2800:220:1::1"), "ssh")
 	require.NoError(t, err)
 	require.Equal(t, []string{"url.git://[2606:2800:220:1::1]/.insteadOf=git://example.com/"}, six)
 }
