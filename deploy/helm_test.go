@@ -17,6 +17,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -281,6 +283,7 @@ func TestHelmTemplate(t *testing.T) {
 						require.Equal(t, d.Spec.Selector.MatchLabels, np.Spec.PodSelector.MatchLabels)
 						require.NotEmpty(t, np.Spec.Ingress)
 						checkEgress(t, name, np)
+						checkGRPCIngress(t, r, name, np)
 					}
 				})
 			}
@@ -617,6 +620,42 @@ func checkEgress(t *testing.T, name string, np *networkingv1.NetworkPolicy) {
 	}
 }
 
+// checkGRPCIngress: a service's gRPC port admits the release's services
+// that call it, never the worker's pods (task commands run there, and the
+// worker calls no service) nor the migration Job's.
+func checkGRPCIngress(t *testing.T, r rendered, name string, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if name == "gateway" {
+		return
+	}
+	worker := r.deployments[objectName("worker")].Spec.Template.Labels
+	migrate := r.jobs[releaseName+"-sylk-migrate"].Spec.Template.Labels
+	gateway := r.deployments[objectName("gateway")].Spec.Template.Labels
+	found := false
+	for _, rule := range np.Spec.Ingress {
+		if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+			return p.Port != nil && (p.Port.String() == "grpc" || p.Port.IntValue() == grpcPort)
+		}) {
+			continue
+		}
+		found = true
+		require.NotEmpty(t, rule.From, "%s: gRPC from any source", name)
+		admitsGateway := false
+		for _, peer := range rule.From {
+			require.Nil(t, peer.IPBlock, "%s: gRPC from an address block", name)
+			require.Nil(t, peer.NamespaceSelector, "%s: gRPC from other namespaces", name)
+			require.NotNil(t, peer.PodSelector, name)
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			require.NoError(t, err)
+			require.False(t, sel.Matches(labels.Set(worker)), "%s: the worker's pods, where task commands run, reach its gRPC port", name)
+			require.False(t, sel.Matches(labels.Set(migrate)), "%s: the migration Job reaches its gRPC port", name)
+			admitsGateway = admitsGateway || sel.Matches(labels.Set(gateway))
+		}
+		require.True(t, admitsGateway, "%s: the gateway, which calls every service, must reach its gRPC port", name)
+	}
+	require.True(t, found, "%s: no ingress rule for gRPC", name)
+}
+
 func TestHelmValues(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -749,6 +788,9 @@ func TestHelmValues(t *testing.T) {
 				require.NotNil(t, np)
 				require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
 				require.Empty(t, np.Spec.Egress)
+				for _, name := range services {
+					checkGRPCIngress(t, r, name, r.netpols[objectName(name)])
+				}
 			},
 		},
 		{
