@@ -781,6 +781,11 @@ func TestHelmValues(t *testing.T) {
 			wantErr: "networkPolicy.workerEgress.peers must list the NATS and Redis",
 		},
 		{
+			name:    "worker egress without network policies",
+			args:    []string{"--set", "networkPolicy.workerEgress.enabled=true", "--set", "networkPolicy.workerEgress.peers[0].podSelector.matchLabels.app=nats"},
+			wantErr: "networkPolicy.workerEgress.enabled needs networkPolicy.enabled",
+		},
+		{
 			name: "worker egress off",
 			args: []string{"--set", "networkPolicy.enabled=true"},
 			check: func(t *testing.T, r rendered) {

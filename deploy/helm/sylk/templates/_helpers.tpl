@@ -203,6 +203,9 @@ Validation of values that would otherwise fail only at run time.
 {{- if and .Values.internalTLS.enabled (not .Values.internalTLS.existingSecret) }}
 {{- fail "internalTLS.enabled needs internalTLS.existingSecret: a Secret with tls.crt, tls.key and ca.crt" }}
 {{- end }}
+{{- if and .Values.networkPolicy.workerEgress.enabled (not .Values.networkPolicy.enabled) }}
+{{- fail "networkPolicy.workerEgress.enabled needs networkPolicy.enabled=true: without it no NetworkPolicy is rendered and task commands reach everything the worker's pods can" }}
+{{- end }}
 {{- if and .Values.architect.enabled (not .Values.orchestrator.enabled) }}
 {{- fail "the architect needs the orchestrator service: set orchestrator.enabled=true or architect.enabled=false" }}
 {{- end }}
