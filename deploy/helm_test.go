@@ -778,7 +778,7 @@ func TestHelmValues(t *testing.T) {
 		{
 			name:    "worker egress without peers",
 			args:    []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.workerEgress.enabled=true"},
-			wantErr: "networkPolicy.workerEgress.peers must list the NATS and Redis",
+			wantErr: "networkPolicy.workerEgress.peers must list the PostgreSQL, NATS and Redis",
 		},
 		{
 			name:    "worker egress without network policies",
