@@ -713,6 +713,16 @@ func TestHelmValues(t *testing.T) {
 			},
 		},
 		{
+			name:    "orchestrator without the guide",
+			args:    []string{"--set", "gateway.enabled=false", "--set", "guide.enabled=false"},
+			wantErr: "the orchestrator needs the guide service",
+		},
+		{
+			name:    "archivalist without the guide",
+			args:    []string{"--set", "gateway.enabled=false", "--set", "guide.enabled=false", "--set", "architect.enabled=false", "--set", "orchestrator.enabled=false"},
+			wantErr: "the archivalist needs the guide service",
+		},
+		{
 			name:    "internal TLS without a Secret",
 			args:    []string{"--set", "internalTLS.enabled=true"},
 			wantErr: "internalTLS.enabled needs internalTLS.existingSecret",

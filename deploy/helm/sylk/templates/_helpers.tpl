@@ -206,6 +206,16 @@ Validation of values that would otherwise fail only at run time.
 {{- if and .Values.networkPolicy.workerEgress.enabled (not .Values.networkPolicy.enabled) }}
 {{- fail "networkPolicy.workerEgress.enabled needs networkPolicy.enabled=true: without it no NetworkPolicy is rendered and task commands reach everything the worker's pods can" }}
 {{- end }}
+{{- /* The orchestrator, the architect and the archivalist check sessions
+through the Guide at the address the ConfigMap gives: without a guide
+Service every such call fails. */}}
+{{- if not .Values.guide.enabled }}
+{{- range $svc := list "orchestrator" "architect" "archivalist" }}
+{{- if (index $.Values $svc).enabled }}
+{{- fail (printf "the %s needs the guide service (it checks sessions through it): set guide.enabled=true or %s.enabled=false" $svc $svc) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.architect.enabled (not .Values.orchestrator.enabled) }}
 {{- fail "the architect needs the orchestrator service: set orchestrator.enabled=true or architect.enabled=false" }}
 {{- end }}
