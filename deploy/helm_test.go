@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -431,7 +432,7 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	c := pod.Containers[0]
 
 	require.Equal(t, tc.wantImagePrefix+"sylk-"+name+":"+tc.wantTag, c.Image)
-	require.Equal(t, []string{"/usr/local/bin/sylk-" + name}, c.Command)
+	require.Equal(t, podCommand(t, name), c.Command)
 	want := int32(1)
 	if n, ok := tc.wantReplicas[name]; ok {
 		want = n
@@ -493,6 +494,33 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	// A change to the chart's Secret or ConfigMap must roll the pods.
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/config"])
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"])
+}
+
+// podCommand is the command a service's container must run. A pod's command
+// replaces the image's ENTRYPOINT, init included. The librarian's image (the
+// Dockerfile's worker stage) runs git, whose helpers outlive a git killed on
+// a timeout, and the librarian reaps none of them: it keeps the stage's init
+// (tini) as process 1. The worker reaps what its commands leave behind
+// itself (it adopts them as a child subreaper), and runs as process 1: an
+// init in front of it would be a dumpable process of the same user as task
+// commands holding the container's whole environment, store credentials
+// included, in /proc/1/environ.
+func podCommand(t *testing.T, service string) []string {
+	t.Helper()
+	bin := "/usr/local/bin/sylk-" + service
+	if service != "librarian" {
+		return []string{bin}
+	}
+	m, _, _ := loadDockerfile(t)
+	i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == "worker" })
+	require.GreaterOrEqual(t, i, 0, "the Dockerfile's worker stage")
+	entry := m.stages[i].all("ENTRYPOINT")
+	require.Len(t, entry, 1)
+	var argv []string
+	require.NoError(t, json.Unmarshal([]byte(entry[0].args), &argv))
+	require.Greater(t, len(argv), 1, "the worker stage's ENTRYPOINT starts an init")
+	require.Equal(t, "/usr/local/bin/sylk-entrypoint", argv[len(argv)-1], "the ENTRYPOINT ends with the image's binary")
+	return append(slices.Clone(argv[:len(argv)-1]), bin)
 }
 
 // requireMountedEmptyDir checks that dir is the mount of an emptyDir in c.
