@@ -108,7 +108,7 @@ func TestComposeBuildsFromDockerfile(t *testing.T) {
 			}
 			requireCommandDir(t, root, bin)
 			if name == "worker" || name == "librarian" {
-				require.Equal(t, "worker", s.Build.Target, "%s runs programs (task commands, git): the stage that has them", name)
+				require.Equal(t, name, s.Build.Target, "%s runs programs (task commands, git): its own target has them", name)
 			} else {
 				require.Empty(t, s.Build.Target, "%s: the default (distroless) stage", name)
 			}

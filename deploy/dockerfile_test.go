@@ -163,30 +163,42 @@ func TestDockerfileStages(t *testing.T) {
 	}
 }
 
-func TestDockerfileWorkerStage(t *testing.T) {
+// The worker and the librarian run programs (task commands, git): their
+// targets are built on a Debian stage with a shell, as non-root. The
+// librarian runs under an init that reaps what git leaves behind; the
+// worker is process 1 itself (it adopts and reaps what its commands leave
+// behind), so that no dumpable process of the commands' user holds the
+// container's environment in /proc/1/environ.
+func TestDockerfileProgramStages(t *testing.T) {
 	t.Parallel()
 	m, _, _ := loadDockerfile(t)
-	var worker *stage
-	for i := range m.stages {
-		if m.stages[i].name == "worker" {
-			worker = &m.stages[i]
-		}
+	byName := func(name string) *stage {
+		i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == name })
+		require.GreaterOrEqual(t, i, 0, "a %s stage", name)
+		return &m.stages[i]
 	}
-	require.NotNil(t, worker, "a worker stage: task commands need /bin/sh")
-	require.True(t, strings.HasPrefix(m.expand(worker.base), "debian:"), "the worker stage has a shell: %s", worker.base)
-	users := worker.all("USER")
+	programs := byName("programs")
+	require.True(t, strings.HasPrefix(m.expand(programs.base), "debian:"), "the programs stage has a shell: %s", programs.base)
+	users := programs.all("USER")
 	require.Len(t, users, 1)
-	require.Equal(t, "65532:65532", users[0].args, "the worker runs as non-root")
-	copies := worker.all("COPY")
+	require.Equal(t, "65532:65532", users[0].args, "programs run as non-root")
+	copies := programs.all("COPY")
 	require.Len(t, copies, 1)
 	require.Contains(t, copies[0].flags, "--from=build")
-	// An init reaps the processes task commands leave behind.
-	entry := worker.all("ENTRYPOINT")
-	require.Len(t, entry, 1)
-	var argv []string
-	require.NoError(t, json.Unmarshal([]byte(entry[0].args), &argv))
-	require.Equal(t, []string{"/usr/bin/tini", "--", "/usr/local/bin/sylk-entrypoint"}, argv)
-	require.Contains(t, worker.all("RUN")[0].args, " tini", "the worker stage installs tini")
+	require.Contains(t, programs.all("RUN")[0].args, " tini", "the programs stage installs tini")
+	require.Empty(t, programs.all("ENTRYPOINT"))
+
+	entry := func(name string) []string {
+		s := byName(name)
+		require.Equal(t, "programs", s.base, "%s is built on the programs stage", name)
+		e := s.all("ENTRYPOINT")
+		require.Len(t, e, 1)
+		var argv []string
+		require.NoError(t, json.Unmarshal([]byte(e[0].args), &argv))
+		return argv
+	}
+	require.Equal(t, []string{"/usr/local/bin/sylk-entrypoint"}, entry("worker"), "the worker is process 1")
+	require.Equal(t, []string{"/usr/bin/tini", "--", "/usr/local/bin/sylk-entrypoint"}, entry("librarian"))
 	require.Equal(t, m.stages[len(m.stages)-1].name, "service", "the distroless stage stays the default (last) target")
 }
 

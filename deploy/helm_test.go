@@ -498,7 +498,7 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 
 // podCommand is the command a service's container must run. A pod's command
 // replaces the image's ENTRYPOINT, init included. The librarian's image (the
-// Dockerfile's worker stage) runs git, whose helpers outlive a git killed on
+// Dockerfile's librarian stage) runs git, whose helpers outlive a git killed on
 // a timeout, and the librarian reaps none of them: it keeps the stage's init
 // (tini) as process 1. The worker reaps what its commands leave behind
 // itself (it adopts them as a child subreaper), and runs as process 1: an
@@ -512,13 +512,13 @@ func podCommand(t *testing.T, service string) []string {
 		return []string{bin}
 	}
 	m, _, _ := loadDockerfile(t)
-	i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == "worker" })
-	require.GreaterOrEqual(t, i, 0, "the Dockerfile's worker stage")
+	i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == "librarian" })
+	require.GreaterOrEqual(t, i, 0, "the Dockerfile's librarian stage")
 	entry := m.stages[i].all("ENTRYPOINT")
 	require.Len(t, entry, 1)
 	var argv []string
 	require.NoError(t, json.Unmarshal([]byte(entry[0].args), &argv))
-	require.Greater(t, len(argv), 1, "the worker stage's ENTRYPOINT starts an init")
+	require.Greater(t, len(argv), 1, "the librarian stage's ENTRYPOINT starts an init")
 	require.Equal(t, "/usr/local/bin/sylk-entrypoint", argv[len(argv)-1], "the ENTRYPOINT ends with the image's binary")
 	return append(slices.Clone(argv[:len(argv)-1]), bin)
 }
