@@ -122,10 +122,11 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 			layerOf[id] = i
 		}
 	}
+	docs := newRunDocs(req.GetContext()) // taskcontext.go
 	nodes := make([]newNode, len(req.GetDag().GetNodes()))
 	for i, n := range req.GetDag().GetNodes() {
 		retry := dag.Retry(req.GetDag(), n)
-		spec, err := proto.Marshal(withTaskContext(req.GetContext(), n)) // taskcontext.go (spec H-03)
+		spec, err := proto.Marshal(withTaskContext(docs, n)) // taskcontext.go (spec H-03)
 		if err != nil {
 			return nil, s.internal(ctx, "encode node", err)
 		}

@@ -92,6 +92,9 @@ func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 		return errors.New("session_checks: needs repository")
 	}
 	rc := req.GetContext()
+	if err := checkContext(rc, req.GetDag().GetNodes()); err != nil { // taskcontext.go
+		return err
+	}
 	if n := len(rc.GetKeyConstraints()); n > maxIntentStatements {
 		return fmt.Errorf("context.key_constraints: %d entries exceed the limit of %d", n, maxIntentStatements)
 	}

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,6 +333,42 @@ func TestSessionCheckFailureRequestsAFixDAG(t *testing.T) {
 
 	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{SessionChecks: true, Dag: dagOf(cmd("a", "true"))})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "session checks need a repository")
+}
+
+// Every task's context is drawn from the same documents: citations are
+// looked up once per run, so a run whose tasks cite many steps of a long
+// plan is created at once, and documents or citations past the limits are
+// refused.
+func TestContextCitationsAreBounded(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	// A plan of 100,000 lines, and tasks that each cite 100 steps it does
+	// not have (each falling back through 7 parents).
+	plan := strings.Repeat("a\n", 100_000)
+	cite := "Plan " + strings.TrimSuffix(strings.Repeat("1.", 8), ".")
+	sources := []string{strings.TrimSuffix(strings.Repeat(cite+",", 100), ",")}
+	var nodes []*orchestratorv1.Node
+	for i := range 20 {
+		nodes = append(nodes, &orchestratorv1.Node{Id: fmt.Sprintf("n%d", i), Command: "true", Sources: sources})
+	}
+	start := time.Now()
+	h.create(t, ctx, &orchestratorv1.CreateRunRequest{Context: &orchestratorv1.RunContext{Plan: plan}, Dag: dagOf(nodes...)})
+	require.Less(t, time.Since(start), 10*time.Second, "citations looked up once per run")
+
+	var many []string
+	for i := range 1001 {
+		many = append(many, fmt.Sprintf("Design d%d", i))
+	}
+	for _, req := range []*orchestratorv1.CreateRunRequest{
+		{Context: &orchestratorv1.RunContext{Spec: strings.Repeat("x", 256<<10+1)}, Dag: dagOf(cmd("a", "true"))},
+		{Context: &orchestratorv1.RunContext{Design: "# d1"}, Dag: dagOf(&orchestratorv1.Node{Id: "a", Command: "true", Sources: many})},
+		{Context: &orchestratorv1.RunContext{Plan: "# 1"}, Dag: dagOf(&orchestratorv1.Node{Id: "a", Command: "true",
+			Sources: []string{"Plan " + strings.Repeat("1", 129)}})},
+	} {
+		_, err := h.svc.CreateRun(ctx, req)
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
 }
 
 func TestSectionExtraction(t *testing.T) {
