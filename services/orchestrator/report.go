@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -37,19 +38,20 @@ func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDec
 	resp := &orchestratorv1.ListDecisionsResponse{}
 	var node, section, report string
 	var attempt int32
-	log := decisionLogTitle
+	var log strings.Builder
+	log.WriteString(decisionLogTitle)
 	if _, err := pgx.ForEachRow(rows, []any{&node, &attempt, &section, &report}, func() error {
 		e := &orchestratorv1.DecisionEntry{NodeId: node, Attempt: attempt, Section: section}
 		if report != "" {
 			e.Report = &orchestratorv1.TaskReport{}
 			_ = protojson.Unmarshal([]byte(report), e.Report)
 		}
-		log += section
+		log.WriteString(section)
 		resp.Entries = append(resp.Entries, e)
 		return nil
 	}); err != nil {
 		return nil, s.internal(ctx, "read decision log", err)
 	}
-	resp.Log = log
+	resp.Log = log.String()
 	return resp, nil
 }
