@@ -65,6 +65,20 @@ type Bus struct {
 	log    *slog.Logger
 }
 
+// hideURL is err without the URL a parse error quotes, which may hold a
+// password or token: only what was wrong with it.
+func hideURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	var ee url.EscapeError
+	if errors.As(ue.Err, &ee) {
+		return errors.New("invalid URL: a bad percent-encoding")
+	}
+	return fmt.Errorf("invalid URL: %w", ue.Err)
+}
+
 // redactURL is a server URL (or comma-separated list) fit for messages:
 // any user, password or token in it replaced.
 func redactURL(raw string) string {
@@ -108,7 +122,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*B
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(cfg.URL), err)
+		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(cfg.URL), hideURL(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

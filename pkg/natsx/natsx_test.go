@@ -158,4 +158,10 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 		require.NotContains(t, err.Error(), "s3cr3t-token")
 		require.Contains(t, err.Error(), "127.0.0.1:1")
 	}
+	// Nor when the URL does not parse: the parse error would quote it.
+	for _, u := range []string{"nats://user:s3cr3t-token%zz@127.0.0.1:1", "nats://user:s3cr3t token@127.0.0.1:1"} {
+		_, err := natsx.Connect(t.Context(), natsx.Config{URL: u, Prefix: "x"}, logx.Discard(), "t")
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "s3cr3t")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -35,13 +36,28 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks the URL parses and the prefix is set.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := redis.ParseURL(c.URL); err != nil {
+	if _, err := parseURL(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("redis.url: %w", err))
 	}
 	if c.Prefix == "" || strings.ContainsAny(c.Prefix, " \t\n*") {
 		errs = append(errs, errors.New("redis.prefix: must be non-empty without spaces or '*'"))
 	}
 	return errors.Join(append(errs, c.TLS.Validate("redis"))...)
+}
+
+// parseURL is redis.ParseURL with errors that never quote the URL, which
+// may hold a password: only what was wrong with it.
+func parseURL(raw string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(raw)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		var ee url.EscapeError
+		if errors.As(ue.Err, &ee) {
+			return nil, errors.New("invalid URL: a bad percent-encoding")
+		}
+		return nil, fmt.Errorf("invalid URL: %w", ue.Err)
+	}
+	return opts, err
 }
 
 // Client is a Redis client whose keys share one prefix.
@@ -52,7 +68,7 @@ type Client struct {
 
 // Open connects and pings.
 func Open(ctx context.Context, cfg Config) (*Client, error) {
-	opts, err := redis.ParseURL(cfg.URL)
+	opts, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
