@@ -13,8 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // groupCommitter stores messages in group commits: writer goroutines each
@@ -94,7 +92,8 @@ func newGroupCommitter(db *pgxpool.Pool, async bool, outcomes *prometheus.Counte
 
 // do runs a request's writes in a group commit (queued by pipe), or in a
 // transaction of its own (by fn) when the writers are not running (before
-// Run) or its group failed. It returns fn's error or the commit's.
+// Run, or once Run has stopped them while the server still drains its
+// calls) or its group failed. It returns fn's error or the commit's.
 func (g *groupCommitter) do(ctx context.Context, key string, fn commitFunc, pipe pipeFunc) error {
 	if !g.started.Load() {
 		return g.alone(ctx, fn)
@@ -103,26 +102,31 @@ func (g *groupCommitter) do(ctx context.Context, key string, fn commitFunc, pipe
 	select {
 	case g.jobs <- j:
 	case <-g.stopped:
-		return errStopping
+		return g.alone(ctx, fn)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	// Once queued, the job's outcome is awaited even if the caller gives up,
 	// so that a message is never reported lost while it is being stored.
+	var err error
 	select {
-	case err := <-j.done:
-		return err
+	case err = <-j.done:
 	case <-g.stopped:
 		select {
-		case err := <-j.done:
-			return err
+		case err = <-j.done:
 		default:
-			return errStopping // never taken by a writer: nothing was stored
+			err = errNotTaken
 		}
 	}
+	if errors.Is(err, errNotTaken) {
+		return g.alone(ctx, fn)
+	}
+	return err
 }
 
-var errStopping = status.Error(codes.Unavailable, "the guide is stopping; the message was not stored, retry")
+// errNotTaken is the outcome of a job no writer took before the writers
+// stopped: nothing was stored, and the request is stored on its own.
+var errNotTaken = errors.New("the group commit writers stopped before taking the job")
 
 // start runs n writers until ctx is done.
 func (g *groupCommitter) start(ctx context.Context, n int) error {
@@ -156,8 +160,8 @@ func (g *groupCommitter) alone(ctx context.Context, fn commitFunc) error {
 	})
 }
 
-// run is one writer; it returns when ctx is done, after failing the jobs
-// still queued.
+// run is one writer; it returns when ctx is done, after handing the jobs
+// still queued back to their requests, which store them alone.
 func (g *groupCommitter) run(ctx context.Context, shard int) {
 	batch := make([]*commitJob, 0, g.maxBatch)
 	for {
@@ -167,7 +171,7 @@ func (g *groupCommitter) run(ctx context.Context, shard int) {
 			for {
 				select {
 				case j := <-g.jobs:
-					j.done <- errStopping
+					j.done <- errNotTaken
 				default:
 					return
 				}

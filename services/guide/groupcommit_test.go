@@ -179,3 +179,30 @@ func TestGroupCommitMemberFailure(t *testing.T) {
 	require.NoError(t, f.db.QueryRow(ctx, `SELECT routed FROM routing_counts WHERE tenant_id = 't1' AND intent_type = 'PROBE' AND shard = 1`).Scan(&routed))
 	require.EqualValues(t, 2, routed)
 }
+
+// TestGroupCommitAfterWritersStop stores a message sent once Run has
+// stopped the writers, as the server drains its calls on shutdown (and
+// serves through -shutdown-delay): it is stored alone, not refused.
+func TestGroupCommitAfterWritersStop(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	ctx := context.Background()
+	_, err := f.db.Exec(ctx, `CREATE TABLE group_commit_stop_probe (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outcomes"}, []string{"outcome"})
+	g := newGroupCommitter(f.db, false, outcomes)
+	wctx, stop := context.WithCancel(ctx)
+	stop()
+	require.NoError(t, g.start(wctx, 2))
+	err = g.do(ctx, "k", func(ctx context.Context, tx pgx.Tx, _ *routeCounts) error {
+		_, err := tx.Exec(ctx, `INSERT INTO group_commit_stop_probe (id) VALUES (1)`)
+		return err
+	}, func(_ context.Context, b *pgx.Batch, _ *routeCounts) error {
+		b.Queue(`INSERT INTO group_commit_stop_probe (id) VALUES (1)`)
+		return nil
+	})
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, f.db.QueryRow(ctx, `SELECT count(*) FROM group_commit_stop_probe`).Scan(&n))
+	require.Equal(t, 1, n)
+}
