@@ -48,7 +48,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, usage, strings.Join(append(Services, Gateway), ", "))
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
@@ -84,12 +84,31 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // ServiceMain runs a single-service binary: its flags, or "healthcheck".
 func ServiceMain(service string, args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return exitCode(Healthcheck(ctx, service, args[1:], os.Stderr), os.Stderr)
 	}
 	return exitCode(Serve(ctx, service, args, os.Stderr), os.Stderr)
+}
+
+// signalContext is done at the first SIGINT or SIGTERM, which begins a
+// graceful shutdown. The signals are then no longer caught, so a second one
+// ends the process at once instead of waiting for that shutdown (draining
+// open event streams can take -drain-timeout).
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-c:
+		case <-ctx.Done():
+		}
+		signal.Stop(c)
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 func exitCode(err error, stderr io.Writer) int {
