@@ -286,15 +286,28 @@ func Permanent(err error) error { return permanent{err} }
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
 // Consume provisions the durable consumer and runs handler for each message,
-// one at a time, until ctx is done. It returns nil when ctx ends.
+// one at a time, until ctx is done. It returns nil when ctx ends. Should the
+// consumer stop while ctx is live (removed on the server), it is provisioned
+// again and consuming goes on.
 func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) error {
-	cons, err := b.EnsureConsumer(ctx, spec)
-	if err != nil {
-		if ctx.Err() != nil { // stopped while provisioning: a clean stop
-			return nil
+	for {
+		cons, err := b.EnsureConsumer(ctx, spec)
+		if err != nil {
+			if ctx.Err() != nil { // stopped while provisioning: a clean stop
+				return nil
+			}
+			return err
 		}
-		return err
+		if err := b.consume(ctx, spec, cons, handler); err != nil || ctx.Err() != nil {
+			return err
+		}
+		b.log.WarnContext(ctx, "consumer stopped; provisioning it again", slog.String("durable", spec.Durable))
 	}
+}
+
+// consume runs handler for each message of cons until ctx is done or the
+// consumer stops.
+func (b *Bus) consume(ctx context.Context, spec ConsumerSpec, cons jetstream.Consumer, handler Handler) error {
 	nakDelay := spec.NakDelay
 	if nakDelay == 0 {
 		nakDelay = time.Second
