@@ -312,7 +312,10 @@ func (b *Bus) consume(ctx context.Context, spec ConsumerSpec, cons jetstream.Con
 	if nakDelay == 0 {
 		nakDelay = time.Second
 	}
-	it, err := cons.Messages()
+	// One message at a time, as the handler takes them: a message waiting
+	// in a local buffer would run out its ack wait there and be delivered
+	// again, counted towards MaxDeliver, though no handler had seen it.
+	it, err := cons.Messages(jetstream.PullMaxMessages(1))
 	if err != nil {
 		return fmt.Errorf("consume %s/%s: %w", spec.Stream, spec.Durable, err)
 	}

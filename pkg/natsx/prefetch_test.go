@@ -1,0 +1,80 @@
+package natsx_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/testenv"
+)
+
+// A message is not delivered while the handler works on the one before:
+// its ack timer would run out in a local buffer and the server would
+// deliver it again (and count the delivery towards MaxDeliver), though no
+// handler had seen it.
+func TestConsumeDoesNotExpireWaitingMessages(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream := bus.Stream("WORK")
+	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject("work", ">")},
+		Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	for _, id := range []string{"slow", "waiting"} {
+		_, err := bus.Publish(ctx, bus.Subject("work", "a"), id, &messagev1.Envelope{Id: id})
+		require.NoError(t, err)
+	}
+	const ackWait = time.Second
+	var mu sync.Mutex
+	handled := map[string]int{}
+	go func() {
+		_ = bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d", AckWait: ackWait},
+			func(ctx context.Context, msg jetstream.Msg) error {
+				var env messagev1.Envelope
+				if err := natsx.Unmarshal(msg, &env); err != nil {
+					return err
+				}
+				mu.Lock()
+				handled[env.Id]++
+				mu.Unlock()
+				if env.Id != "slow" {
+					return nil
+				}
+				// A long handler that keeps its own message in progress,
+				// for longer than the ack wait.
+				tick := time.NewTicker(ackWait / 5)
+				defer tick.Stop()
+				long := time.After(3 * ackWait)
+				for {
+					select {
+					case <-long:
+						return nil
+					case <-tick.C:
+						_ = msg.InProgress()
+					}
+				}
+			})
+	}()
+	var cons jetstream.Consumer
+	require.Eventually(t, func() bool {
+		cons, err = bus.JS.Consumer(ctx, stream, "d")
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Delivered.Stream == 2
+	}, 15*time.Second, 20*time.Millisecond)
+	ci, err := cons.Info(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	require.Equal(t, map[string]int{"slow": 1, "waiting": 1}, handled, "each message handled once")
+	mu.Unlock()
+	require.Equal(t, uint64(2), ci.Delivered.Consumer, "two deliveries for two messages")
+}
