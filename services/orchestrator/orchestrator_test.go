@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
@@ -757,4 +758,25 @@ func TestOverGRPC(t *testing.T) {
 		return got.GetRun().GetState() == orchestratorv1.RunState_RUN_STATE_SUCCEEDED &&
 			got.GetRun().GetNodes()[0].GetStdout() == "over the wire\n"
 	}, waitFor, 20*time.Millisecond)
+}
+
+// A report whose worker times are outside what the database can store is
+// applied without them: redelivered forever, it would hold up its run.
+func TestResultWithUnstorableTimesIsApplied(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "echo a"))})
+	require.Equal(t, "a", h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetNodeId())
+	env := &messagev1.Envelope{
+		Id: ids.New(), TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
+		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
+			RunId: run.GetId(), NodeId: "a", Attempt: 1, Stdout: "a\n", WorkerId: "test-worker",
+			ReceivedAt: &timestamppb.Timestamp{Seconds: 1 << 43}, ReportedAt: &timestamppb.Timestamp{Seconds: -1 << 43},
+		}},
+	}
+	_, err := h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), "far-times", env)
+	require.NoError(t, err)
+	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
+	require.Equal(t, "a\n", nodesByID(h.get(t, ctx, run.GetName()))["a"].GetStdout())
 }

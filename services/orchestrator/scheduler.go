@@ -712,9 +712,10 @@ type result struct {
 
 // decodeResult reads a worker report; a message that is not one is a
 // permanent error.
-// timeOf is t as a time, or nil when it is not set.
+// timeOf is t as a time, or nil when it is not set or not a valid time
+// (outside years 1 to 9999), which the database could not store.
 func timeOf(t *timestamppb.Timestamp) *time.Time {
-	if t == nil {
+	if !t.IsValid() {
 		return nil
 	}
 	v := t.AsTime()
