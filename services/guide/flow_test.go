@@ -1334,3 +1334,33 @@ func TestRedeliveredRerouteIsOneFailure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), acc.GetBySignal()["EXPLICIT_REDIRECT"])
 }
+
+// A response relayed to an agent reaches that agent's inbox, however the
+// agent's name is spelt; one for no agent that has an inbox is kept as a
+// dead letter, not left on a subject nobody reads.
+func TestRelayNeedsAnAgent(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "relay")
+	lib := inboxReader(t, f.bus, "librarian")
+	relay := func(target string) *messagev1.Envelope {
+		env := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+			Source: "archivalist", Target: target, Type: messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE,
+			Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "archivalist", Text: "see 2024"}}}
+		f.toGuide(t, env)
+		return env
+	}
+	sent := relay("Librarian")
+	msg, err := lib.Next(jetstreamWait(5 * time.Second))
+	require.NoError(t, err)
+	got := &messagev1.Envelope{}
+	require.NoError(t, proto.Unmarshal(msg.Data(), got))
+	require.True(t, proto.Equal(sent, got), "relayed unchanged")
+
+	relay("designer")
+	require.Eventually(t, func() bool {
+		dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
+		return err == nil && len(dl.GetDeadLetters()) == 1 && dl.GetDeadLetters()[0].GetTarget() == "designer"
+	}, 10*time.Second, 20*time.Millisecond)
+}

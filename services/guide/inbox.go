@@ -438,9 +438,15 @@ func (s *Service) relayResponse(ctx context.Context, sess session, env *messagev
 		}
 		return "relayed", nil
 	}
+	// Only an agent's inbox is read: a response for anything else would
+	// wait on the stream for good.
+	if !routable(to) {
+		s.deadLetter(ctx, env, fmt.Sprintf("no agent %q to relay the response to", truncate(to, 60)))
+		return "rejected", nil
+	}
 	// The envelope keeps its id; the de-duplication id differs from the one
 	// it had on its way into the Guide's inbox (the same stream).
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), "relay:"+env.GetId(), env); err != nil {
+	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, strings.ToLower(to)), "relay:"+env.GetId(), env); err != nil {
 		return "", err
 	}
 	return "relayed", nil
