@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ func (c *DevConfig) RegisterFlags(fs *flag.FlagSet) {
 	setDefault(fs, "http.listen-address", "127.0.0.1:0")
 	setDefault(fs, "gateway.listen-address", "127.0.0.1:8080")
 	setDefault(fs, "postgres.max-conns", "4")
-	fs.StringVar(&c.NATSDataDir, "nats.data-dir", filepath.Join(os.TempDir(), "sylk-dev-nats"), "JetStream directory of the embedded NATS server (used when -nats.url is empty)")
+	fs.StringVar(&c.NATSDataDir, "nats.data-dir", filepath.Join(os.TempDir(), "sylk-dev-nats-"+strconv.Itoa(os.Getuid())), "JetStream directory of the embedded NATS server (used when -nats.url is empty)")
 }
 
 // setDefault changes the default of a registered flag: its value and what
@@ -128,15 +129,17 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
+	// The embedded server's URL is printed with its token, for the user's
+	// own clients; a server given with credentials is printed without them.
+	d.NATSURL = natsx.RedactURL(cfg.NATS.URL)
 	if cfg.NATS.URL == "" {
 		ns, url, err := natsx.RunEmbedded(cfg.NATSDataDir)
 		if err != nil {
 			return nil, err
 		}
 		d.cleanup = append(d.cleanup, func() { shutdownNATS(ns) })
-		cfg.NATS.URL = url
+		cfg.NATS.URL, d.NATSURL = url, url
 	}
-	d.NATSURL = cfg.NATS.URL
 
 	reg := newRegistry()
 	rc, err := redisx.Open(startCtx, cfg.Redis)

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/url"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -13,7 +15,14 @@ import (
 // on a free loopback port, and returns its URL. Clients need the token the
 // URL holds, made for this run: the task commands on the same machine, which
 // do not get it, cannot publish to the bus. The caller shuts it down.
+//
+// dir holds the stored messages: it is made private (0700) when missing,
+// and refused when it is not a directory of this user's that no one else
+// may enter, as a directory another user made first in a shared /tmp.
 func RunEmbedded(dir string) (*server.Server, string, error) {
+	if err := privateDir(dir); err != nil {
+		return nil, "", fmt.Errorf("embedded nats: %w", err)
+	}
 	token := rand.Text()
 	opts := &server.Options{
 		Host:          "127.0.0.1",
@@ -40,4 +49,26 @@ func RunEmbedded(dir string) (*server.Server, string, error) {
 	}
 	u.User = url.User(token)
 	return s, u.String(), nil
+}
+
+// privateDir makes dir with mode 0700 when missing, and checks that it is
+// a directory (not a link to one) of this process's user, closed to others.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	switch {
+	case !info.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	case !ok || int(st.Uid) != os.Getuid():
+		return fmt.Errorf("%s belongs to another user: name a directory of your own (-nats.data-dir)", dir)
+	case info.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%s is open to other users (mode %v): chmod 700 it", dir, info.Mode().Perm())
+	}
+	return nil
 }

@@ -79,9 +79,9 @@ func hideURL(err error) error {
 	return fmt.Errorf("invalid URL: %w", ue.Err)
 }
 
-// redactURL is a server URL (or comma-separated list) fit for messages:
+// RedactURL is a server URL (or comma-separated list) fit for messages:
 // any user, password or token in it replaced.
-func redactURL(raw string) string {
+func RedactURL(raw string) string {
 	parts := strings.Split(raw, ",")
 	for i, p := range parts {
 		u, err := url.Parse(strings.TrimSpace(p))
@@ -122,7 +122,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*B
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(cfg.URL), hideURL(err))
+		return nil, fmt.Errorf("connect to nats %s: %w", RedactURL(cfg.URL), hideURL(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

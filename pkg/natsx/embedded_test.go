@@ -1,0 +1,31 @@
+package natsx
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The embedded server's directory is its user's alone: made 0700 when
+// missing, refused when others may enter it or when it is a link, as one
+// another user made first in a shared /tmp would be.
+func TestEmbeddedDirIsPrivate(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	fresh := filepath.Join(root, "fresh")
+	require.NoError(t, privateDir(fresh))
+	info, err := os.Stat(fresh)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
+
+	open := filepath.Join(root, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o755))
+	require.ErrorContains(t, privateDir(open), "open to other users")
+
+	link := filepath.Join(root, "link")
+	require.NoError(t, os.Symlink(fresh, link))
+	require.ErrorContains(t, privateDir(link), "not a directory")
+}
