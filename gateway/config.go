@@ -20,6 +20,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// DrainTimeout is how long in-flight requests get to finish on shutdown.
 	DrainTimeout time.Duration
+	// ShutdownDelay is how long the gateway goes on serving once shutdown
+	// begins, with /readyz answering 503, so that load balancers stop
+	// sending requests before it stops taking them (the services'
+	// -shutdown-delay; set by the process, not a flag of its own).
+	ShutdownDelay time.Duration
 	// SSEKeepalive is the interval of keepalive comments on event streams.
 	SSEKeepalive time.Duration
 	// AuthCacheTTL is how long a resolved API key is trusted without asking

@@ -66,6 +66,8 @@ type Gateway struct {
 	life     context.Context
 	stopLife context.CancelFunc
 	draining atomic.Bool
+	// after waits out the shutdown delay (time.After; tests end it).
+	after func(time.Duration) <-chan time.Time
 
 	mu sync.Mutex
 	ln net.Listener
@@ -95,6 +97,7 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		log:      log,
 		db:       db,
 		auth:     &authenticator{db: db, now: time.Now, ttl: cfg.AuthCacheTTL},
+		after:    time.After,
 		marshal:  protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		openapi:  doc,
 		metrics:  newMetrics(reg),
@@ -195,7 +198,8 @@ func (g *Gateway) Addr() string {
 	return g.ln.Addr().String()
 }
 
-// Run serves until ctx is done, then stops accepting requests, ends open
+// Run serves until ctx is done; then it answers /readyz 503 and goes on
+// serving for the shutdown delay, then stops accepting requests, ends open
 // event streams and gives in-flight requests the drain timeout to finish.
 func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.Listen(); err != nil {
@@ -224,6 +228,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	g.draining.Store(true)
+	if g.cfg.ShutdownDelay > 0 {
+		g.log.Info("shutting down", slog.Duration(logx.KeyDuration, g.cfg.ShutdownDelay))
+		select {
+		case <-g.after(g.cfg.ShutdownDelay):
+		case err := <-errc: // the server failed meanwhile
+			g.stopLife()
+			return fmt.Errorf("serve gateway: %w", err)
+		}
+	}
 	g.stopLife()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.DrainTimeout)
 	defer cancel()

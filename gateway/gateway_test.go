@@ -365,3 +365,38 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	require.Less(t, time.Since(start), 4*time.Second)
 	require.Eventually(t, func() bool { _, closed := h.fake.idle(); return closed == 1 }, 5*time.Second, 10*time.Millisecond)
 }
+
+// With a shutdown delay, the gateway answers /readyz 503 from the start of
+// the shutdown and goes on serving requests until the delay is over, so
+// that a load balancer stops sending before it stops taking them.
+func TestRunServesThroughTheShutdownDelay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.ShutdownDelay = time.Hour })
+	gw, err := New(h.gw.cfg, logx.Discard(), h.db, Conns{Guide: h.conn}, nil)
+	require.NoError(t, err)
+	release := make(chan time.Time)
+	gw.after = func(d time.Duration) <-chan time.Time {
+		require.Equal(t, time.Hour, d)
+		return release
+	}
+	require.NoError(t, gw.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	client := &harness{url: "http://" + gw.Addr()}
+	require.Equal(t, http.StatusOK, client.do(t, http.MethodGet, "/readyz", "").code)
+
+	cancel()
+	require.Eventually(t, func() bool {
+		return client.do(t, http.MethodGet, "/readyz", "").code == http.StatusServiceUnavailable
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusOK, client.do(t, http.MethodGet, "/v1/sessions", "", bearer(h.member)).code,
+		"requests are still served during the delay")
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned before the delay was over: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-done)
+}

@@ -379,6 +379,7 @@ func serveGateway(ctx, startCtx context.Context, common Common, cfg gateway.Conf
 		return err
 	}
 	defer closePeers()
+	cfg.ShutdownDelay = common.Server.ShutdownDelay
 	gw, err := gateway.New(cfg, log, pool, conns, reg)
 	if err != nil {
 		return err
