@@ -182,11 +182,13 @@ func (s *Service) watchLibrarian(ctx context.Context) error {
 }
 
 // deadLetter keeps an envelope that cannot be delivered, for listing and
-// replay; failures are logged, as the caller is already handling one.
-func (s *Service) deadLetter(ctx context.Context, env *messagev1.Envelope, reason string) {
+// replay. A failure is logged and returned: a caller that would drop the
+// envelope once it is kept must keep it instead (reject).
+func (s *Service) deadLetter(ctx context.Context, env *messagev1.Envelope, reason string) error {
 	raw, err := proto.Marshal(env)
 	if err != nil {
-		return
+		s.log.WarnContext(ctx, "encode dead letter", logx.Err(err))
+		return err
 	}
 	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte("dead:"+env.GetId()+":"+reason)).String()
 	_, err = s.db.Exec(ctx, `INSERT INTO dead_letters (id, tenant_id, session_id, target, correlation_id, reason,
@@ -195,10 +197,21 @@ func (s *Service) deadLetter(ctx context.Context, env *messagev1.Envelope, reaso
 		env.GetType().String(), raw, s.now())
 	if err != nil {
 		s.log.WarnContext(ctx, "store dead letter", logx.Err(err))
-		return
+		return err
 	}
 	s.metrics.deadLetters.WithLabelValues(env.GetTarget()).Inc()
 	s.log.WarnContext(ctx, "message dead-lettered", slog.String("reason", reason), slog.String(logx.KeyAgent, env.GetTarget()))
+	return nil
+}
+
+// reject dead-letters an envelope the inbox refuses, and acknowledges it
+// only once it is kept: when the dead letter cannot be stored, the error
+// has the envelope delivered again rather than lost.
+func (s *Service) reject(ctx context.Context, env *messagev1.Envelope, reason string) (string, error) {
+	if err := s.deadLetter(ctx, env, reason); err != nil {
+		return "", err
+	}
+	return "rejected", nil
 }
 
 func deadLetterName(id string) string { return "deadLetters/" + id }
@@ -383,7 +396,9 @@ func (s *Service) deadLetterSequence(ctx context.Context, a maxDeliveriesAdvisor
 	if env.GetTarget() == "" {
 		env.Target = strings.TrimPrefix(raw.Subject, s.bus.Subject("agent")+".")
 	}
-	s.deadLetter(ctx, env, fmt.Sprintf("not acknowledged by %s after %d deliveries", a.Consumer, a.Deliveries))
+	if s.deadLetter(ctx, env, fmt.Sprintf("not acknowledged by %s after %d deliveries", a.Consumer, a.Deliveries)) != nil {
+		return // kept on the stream, not lost
+	}
 	if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil {
 		s.log.WarnContext(ctx, "dead letter: remove from inbox", logx.Err(err))
 	}

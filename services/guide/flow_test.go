@@ -1364,3 +1364,28 @@ func TestRelayNeedsAnAgent(t *testing.T) {
 		return err == nil && len(dl.GetDeadLetters()) == 1 && dl.GetDeadLetters()[0].GetTarget() == "designer"
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// An envelope the inbox refuses is acknowledged only once its dead letter
+// is kept: while the dead letter cannot be stored, the envelope is handed
+// back for another delivery instead of being lost.
+func TestRefusedEnvelopeKeptUntilDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, false)
+	bctx := context.Background()
+	env := &messagev1.Envelope{Id: ids.New(), TenantId: "t1", SessionId: ids.New(), Source: "archivalist",
+		Type: messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE}
+	_, err := f.db.Exec(bctx, `ALTER TABLE dead_letters RENAME TO dead_letters_away`)
+	require.NoError(t, err)
+	outcome, err := f.svc.handleEnvelope(bctx, env)
+	require.Error(t, err, "the envelope goes back for another delivery")
+	require.Empty(t, outcome)
+
+	_, err = f.db.Exec(bctx, `ALTER TABLE dead_letters_away RENAME TO dead_letters`)
+	require.NoError(t, err)
+	outcome, err = f.svc.handleEnvelope(bctx, env)
+	require.NoError(t, err)
+	require.Equal(t, "rejected", outcome)
+	var n int
+	require.NoError(t, f.db.QueryRow(bctx, `SELECT count(*) FROM dead_letters WHERE tenant_id = 't1'`).Scan(&n))
+	require.Equal(t, 1, n)
+}

@@ -62,8 +62,7 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 	log := s.log.With(slog.String(logx.KeyCorrelationID, env.GetCorrelationId()), slog.String(logx.KeySessionID, env.GetSessionId()),
 		slog.String(logx.KeyAgent, env.GetSource()))
 	if env.GetTenantId() == "" || !ids.Valid(env.GetSessionId()) || env.GetId() == "" {
-		s.deadLetter(ctx, env, "envelope needs an id, a tenant and a session id")
-		return "rejected", nil
+		return s.reject(ctx, env, "envelope needs an id, a tenant and a session id")
 	}
 	// Session context checks (spec A-26): the session must exist in the
 	// envelope's tenant and be live; an agent of another session is refused.
@@ -71,19 +70,16 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 	var nf *notFoundError
 	if errors.As(err, &nf) {
 		log.WarnContext(ctx, "envelope for an unknown session refused")
-		s.deadLetter(ctx, env, "session not found in the envelope's tenant")
-		return "rejected", nil
+		return s.reject(ctx, env, "session not found in the envelope's tenant")
 	}
 	if err != nil {
 		return "", err
 	}
 	if sess.State == stateCompleted || sess.State == stateFailed {
-		s.deadLetter(ctx, env, "session is "+sess.State)
-		return "rejected", nil
+		return s.reject(ctx, env, "session is "+sess.State)
 	}
 	if env.GetUserId() != "" && env.GetUserId() != sess.UserID {
-		s.deadLetter(ctx, env, "envelope's user does not own the session")
-		return "rejected", nil
+		return s.reject(ctx, env, "envelope's user does not own the session")
 	}
 	switch {
 	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_REROUTE_REQUEST || env.GetRerouteRequest() != nil:
@@ -97,8 +93,7 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 	case requestTypes[env.GetType()] != "" || env.GetUserInput() != nil:
 		return s.routeAgentRequest(ctx, sess, env)
 	}
-	s.deadLetter(ctx, env, fmt.Sprintf("the guide does not handle %s", env.GetType()))
-	return "rejected", nil
+	return s.reject(ctx, env, fmt.Sprintf("the guide does not handle %s", env.GetType()))
 }
 
 // sessionForTenant loads a session by id within a tenant (any user).
@@ -316,8 +311,7 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 		asker = env.GetSource()
 	}
 	if asker == "" || cr.GetQuestion() == "" {
-		s.deadLetter(ctx, env, "clarification request needs a question and the agent asking")
-		return "rejected", nil
+		return s.reject(ctx, env, "clarification request needs a question and the agent asking")
 	}
 	corr := env.GetCorrelationId()
 	if corr == "" {
@@ -441,8 +435,7 @@ func (s *Service) relayResponse(ctx context.Context, sess session, env *messagev
 	// Only an agent's inbox is read: a response for anything else would
 	// wait on the stream for good.
 	if !routable(to) {
-		s.deadLetter(ctx, env, fmt.Sprintf("no agent %q to relay the response to", truncate(to, 60)))
-		return "rejected", nil
+		return s.reject(ctx, env, fmt.Sprintf("no agent %q to relay the response to", truncate(to, 60)))
 	}
 	// The envelope keeps its id; the de-duplication id differs from the one
 	// it had on its way into the Guide's inbox (the same stream).
@@ -502,8 +495,7 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 	text := firstNonEmpty(env.GetUserInput().GetText(), env.GetStructuredIntent().GetOriginalRequest())
 	from := env.GetSource()
 	if text == "" || from == "" {
-		s.deadLetter(ctx, env, "an agent request needs a text and the agent asking")
-		return "rejected", nil
+		return s.reject(ctx, env, "an agent request needs a text and the agent asking")
 	}
 	to := requestTypes[env.GetType()]
 	if t := strings.ToLower(env.GetTarget()); t != "" && t != authorGuide && routable(t) {
@@ -516,8 +508,7 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 			return "", err
 		}
 		if cl.Target == "" || cl.Confidence < s.cfg.RouteThreshold {
-			s.deadLetter(ctx, env, fmt.Sprintf("could not tell which agent owns the request (confidence %.2f)", cl.Confidence))
-			return "rejected", nil
+			return s.reject(ctx, env, fmt.Sprintf("could not tell which agent owns the request (confidence %.2f)", cl.Confidence))
 		}
 		to, conf, reason = cl.Target, cl.Confidence, cl.Reason
 	}
@@ -616,6 +607,6 @@ func (s *Service) answerRequester(ctx context.Context, p pendingRequest, ev *gui
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), resp.GetId(), resp); err != nil {
 		s.log.WarnContext(ctx, "send answer to the requesting agent", logx.Err(err))
-		s.deadLetter(ctx, resp, "could not deliver the answer: "+truncate(err.Error(), 200))
+		_ = s.deadLetter(ctx, resp, "could not deliver the answer: "+truncate(err.Error(), 200)) // logged
 	}
 }

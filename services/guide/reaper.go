@@ -177,7 +177,7 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 			// The dead letter belongs to the request's tenant, whatever the
 			// stored envelope says.
 			env.TenantId, env.SessionId = p.TenantID, p.SessionID
-			s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited))
+			_ = s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited)) // logged
 		}
 		s.metrics.timeouts.WithLabelValues(p.Target).Inc()
 		_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: p.TenantID, Session: p.SessionID,
