@@ -16,9 +16,9 @@ import (
 // URL holds, made for this run: the task commands on the same machine, which
 // do not get it, cannot publish to the bus. The caller shuts it down.
 //
-// dir holds the stored messages: it is made private (0700) when missing,
-// and refused when it is not a directory of this user's that no one else
-// may enter, as a directory another user made first in a shared /tmp.
+// dir holds the stored messages: it is made private (0700), and refused
+// when it is not a directory of this user's, as one another user made
+// first in a shared /tmp would be.
 func RunEmbedded(dir string) (*server.Server, string, error) {
 	if err := privateDir(dir); err != nil {
 		return nil, "", fmt.Errorf("embedded nats: %w", err)
@@ -51,8 +51,9 @@ func RunEmbedded(dir string) (*server.Server, string, error) {
 	return s, u.String(), nil
 }
 
-// privateDir makes dir with mode 0700 when missing, and checks that it is
-// a directory (not a link to one) of this process's user, closed to others.
+// privateDir makes dir with mode 0700 when missing, checks that it is a
+// directory (not a link to one) of this process's user, and closes it to
+// others.
 func privateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -68,7 +69,8 @@ func privateDir(dir string) error {
 	case !ok || int(st.Uid) != os.Getuid():
 		return fmt.Errorf("%s belongs to another user: name a directory of your own (-nats.data-dir)", dir)
 	case info.Mode().Perm()&0o077 != 0:
-		return fmt.Errorf("%s is open to other users (mode %v): chmod 700 it", dir, info.Mode().Perm())
+		// This user's own: closed to others before anything is stored.
+		return os.Chmod(dir, 0o700)
 	}
 	return nil
 }

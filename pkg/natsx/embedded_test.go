@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The embedded server's directory is its user's alone: made 0700 when
-// missing, refused when others may enter it or when it is a link, as one
-// another user made first in a shared /tmp would be.
+// The embedded server's directory is its user's alone: made or changed to
+// 0700, and refused when it is a link (or another user's, as one made first
+// in a shared /tmp would be).
 func TestEmbeddedDirIsPrivate(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -23,7 +23,10 @@ func TestEmbeddedDirIsPrivate(t *testing.T) {
 	open := filepath.Join(root, "open")
 	require.NoError(t, os.Mkdir(open, 0o700))
 	require.NoError(t, os.Chmod(open, 0o755))
-	require.ErrorContains(t, privateDir(open), "open to other users")
+	require.NoError(t, privateDir(open))
+	info, err = os.Stat(open)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm(), "closed to others")
 
 	link := filepath.Join(root, "link")
 	require.NoError(t, os.Symlink(fresh, link))
