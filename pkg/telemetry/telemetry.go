@@ -5,7 +5,12 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"math"
+	"net"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -27,8 +32,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SampleRatio, "otel.sample-ratio", 1, "fraction of new traces to sample")
 }
 
-// Validate accepts every endpoint; the exporter reports connection problems.
-func (c Config) Validate() error { return nil }
+// Validate checks the sample ratio (0 to 1) and that the endpoint is a
+// host:port, not a URL; the exporter reports connection problems.
+func (c Config) Validate() error {
+	var errs []error
+	if math.IsNaN(c.SampleRatio) || c.SampleRatio < 0 || c.SampleRatio > 1 {
+		errs = append(errs, fmt.Errorf("otel.sample-ratio: %v is not between 0 and 1", c.SampleRatio))
+	}
+	if c.Endpoint != "" {
+		if strings.Contains(c.Endpoint, "://") {
+			errs = append(errs, fmt.Errorf("otel.endpoint: %q: want host:port, without a scheme", c.Endpoint))
+		} else if _, port, err := net.SplitHostPort(c.Endpoint); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("otel.endpoint: %q: want host:port", c.Endpoint))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Setup installs the propagators and, with an endpoint, a batching exporter.
 // The returned function flushes and stops it.
