@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -333,7 +334,7 @@ func (b *Bus) consume(ctx context.Context, spec ConsumerSpec, cons jetstream.Con
 		}
 		mctx := ContextFrom(ctx, msg.Headers())
 		mctx, span := tracer.Start(mctx, "consume "+msg.Subject(), trace.WithSpanKind(trace.SpanKindConsumer))
-		herr := handler(mctx, msg)
+		herr := safely(mctx, handler, msg)
 		span.End()
 		switch {
 		case herr == nil:
@@ -348,6 +349,19 @@ func (b *Bus) consume(ctx context.Context, spec ConsumerSpec, cons jetstream.Con
 			_ = msg.NakWithDelay(nakDelay)
 		}
 	}
+}
+
+// safely runs handler on msg, turning a panic into an error: the message
+// is delivered again, up to MaxDeliver, like one whose handler failed,
+// rather than ending the process and coming back to end it again at every
+// start.
+func safely(ctx context.Context, handler Handler, msg jetstream.Msg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked on %s: %v\n%s", msg.Subject(), r, debug.Stack())
+		}
+	}()
+	return handler(ctx, msg)
 }
 
 // EnsureConsumer creates or updates the durable consumer of spec.

@@ -78,3 +78,47 @@ func TestConsumeDoesNotExpireWaitingMessages(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, uint64(2), ci.Delivered.Consumer, "two deliveries for two messages")
 }
+
+// A message whose handler panics is delivered again up to MaxDeliver, as
+// one whose handler failed, and the consumer goes on with the others: the
+// panic does not end the process.
+func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
+	t.Parallel()
+	bus := testenv.NATS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream := bus.Stream("PANIC")
+	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject("panic", ">")},
+		Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	for _, id := range []string{"boom", "fine"} {
+		_, err := bus.Publish(ctx, bus.Subject("panic", "a"), id, &messagev1.Envelope{Id: id})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	handled := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d", MaxDeliver: 2, NakDelay: time.Millisecond},
+			func(ctx context.Context, msg jetstream.Msg) error {
+				var env messagev1.Envelope
+				if err := natsx.Unmarshal(msg, &env); err != nil {
+					return err
+				}
+				mu.Lock()
+				handled[env.Id]++
+				mu.Unlock()
+				if env.Id == "boom" {
+					panic("a handler bug")
+				}
+				return nil
+			})
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled["fine"] == 1 && handled["boom"] == 2
+	}, 15*time.Second, 10*time.Millisecond, "the panicking message is delivered MaxDeliver times, the other once")
+	cancel()
+	require.NoError(t, <-done)
+}
