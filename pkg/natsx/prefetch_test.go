@@ -23,14 +23,7 @@ func TestConsumeDoesNotExpireWaitingMessages(t *testing.T) {
 	bus := testenv.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream := bus.Stream("WORK")
-	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject("work", ">")},
-		Retention: jetstream.WorkQueuePolicy})
-	require.NoError(t, err)
-	for _, id := range []string{"slow", "waiting"} {
-		_, err := bus.Publish(ctx, bus.Subject("work", "a"), id, &messagev1.Envelope{Id: id})
-		require.NoError(t, err)
-	}
+	stream := workQueue(t, bus, "WORK", "work", "slow", "waiting")
 	const ackWait = time.Second
 	var mu sync.Mutex
 	handled := map[string]int{}
@@ -63,6 +56,7 @@ func TestConsumeDoesNotExpireWaitingMessages(t *testing.T) {
 			})
 	}()
 	var cons jetstream.Consumer
+	var err error
 	require.Eventually(t, func() bool {
 		cons, err = bus.JS.Consumer(ctx, stream, "d")
 		return err == nil
@@ -87,14 +81,7 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	bus := testenv.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream := bus.Stream("PANIC")
-	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject("panic", ">")},
-		Retention: jetstream.WorkQueuePolicy})
-	require.NoError(t, err)
-	for _, id := range []string{"boom", "fine"} {
-		_, err := bus.Publish(ctx, bus.Subject("panic", "a"), id, &messagev1.Envelope{Id: id})
-		require.NoError(t, err)
-	}
+	stream := workQueue(t, bus, "PANIC", "panic", "boom", "fine")
 	var mu sync.Mutex
 	handled := map[string]int{}
 	done := make(chan error, 1)
@@ -121,4 +108,20 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	}, 15*time.Second, 10*time.Millisecond, "the panicking message is delivered MaxDeliver times, the other once")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// workQueue makes a work-queue stream of name on bus, for subjects
+// <subject>.>, and publishes an envelope of each id to <subject>.a.
+func workQueue(t *testing.T, bus *natsx.Bus, name, subject string, ids ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	stream := bus.Stream(name)
+	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject(subject, ">")},
+		Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, err := bus.Publish(ctx, bus.Subject(subject, "a"), id, &messagev1.Envelope{Id: id})
+		require.NoError(t, err)
+	}
+	return stream
 }

@@ -22,10 +22,7 @@ func TestConsumeSurvivesConsumerDeletion(t *testing.T) {
 	bus := testenv.NATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream := bus.Stream("WORK")
-	_, err := bus.EnsureStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{bus.Subject("work", ">")},
-		Retention: jetstream.WorkQueuePolicy})
-	require.NoError(t, err)
+	stream := workQueue(t, bus, "WORK", "work")
 
 	var handled atomic.Int32
 	done := make(chan error, 1)
@@ -33,7 +30,7 @@ func TestConsumeSurvivesConsumerDeletion(t *testing.T) {
 		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d"},
 			func(context.Context, jetstream.Msg) error { handled.Add(1); return nil })
 	}()
-	_, err = bus.Publish(ctx, bus.Subject("work", "a"), "first", &messagev1.Envelope{Id: "first"})
+	_, err := bus.Publish(ctx, bus.Subject("work", "a"), "first", &messagev1.Envelope{Id: "first"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return handled.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
 
