@@ -40,6 +40,10 @@ const (
 	DefaultOutboxInterval      = 5 * time.Second
 	DefaultOutboxGrace         = 20 * time.Second
 	DefaultPublishTimeout      = 10 * time.Second
+	// DefaultInboxTimeout keeps an inbox message's handling within its
+	// consumer's ack wait (30s), so that it is not delivered again while
+	// still being handled.
+	DefaultInboxTimeout = 20 * time.Second
 )
 
 // Limits that are part of the API rather than deployment choices.
@@ -130,6 +134,8 @@ type Config struct {
 	// (the message stays stored, for a retry or the outbox) rather than
 	// holding it until the caller gives up.
 	PublishTimeout time.Duration
+	// InboxTimeout bounds the handling of one envelope from an agent.
+	InboxTimeout time.Duration
 	// LLMClassifier classifies messages with the configured model provider
 	// when there is one (not the offline local provider), through the LLM
 	// gate; the offline rules answer when it fails or is too slow.
@@ -171,6 +177,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LLMClassifierModel, "guide.llm-classifier-model", "fast", "model id or alias (default, fast, powerful) of the model classifier")
 	fs.DurationVar(&c.LLMClassifierTimeout, "guide.llm-classifier-timeout", DefaultLLMClassifierTimeout, "time the model classifier gets before the offline rules answer")
 	fs.DurationVar(&c.OutboxInterval, "guide.outbox-interval", DefaultOutboxInterval, "how often stored messages that did not reach the bus are published again")
+	fs.DurationVar(&c.InboxTimeout, "guide.inbox-timeout", DefaultInboxTimeout, "time allowed to handle one envelope from an agent (below the inbox's 30s ack wait); one that runs out is delivered again")
 	fs.DurationVar(&c.PublishTimeout, "guide.publish-timeout", DefaultPublishTimeout, "time the bus gets to acknowledge a message's events and envelope before the request fails with UNAVAILABLE (the message stays stored and is published later)")
 	fs.DurationVar(&c.OutboxGrace, "guide.outbox-grace", DefaultOutboxGrace, "age a stored message must reach before it is published again (below the streams' 2-minute duplicate window)")
 	fs.BoolVar(&c.AsyncCommit, "guide.async-commit", false, "store messages without waiting for the disk (a database crash may lose the last moments of messages)")
@@ -209,7 +216,7 @@ func (c Config) Validate() error {
 		"session-timeout": c.SessionTimeout, "session-auto-suspend-after": c.SessionAutoSuspendAfter,
 		"reaper-interval": c.ReaperInterval, "request-timeout": c.RequestTimeout, "peer-timeout": c.PeerTimeout,
 		"route-cache-ttl": c.RouteCacheTTL, "local-cache-ttl": c.LocalCacheTTL, "preroute-timeout": c.PreRouteTimeout, "llm-classifier-timeout": c.LLMClassifierTimeout,
-		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace, "publish-timeout": c.PublishTimeout} {
+		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace, "publish-timeout": c.PublishTimeout, "inbox-timeout": c.InboxTimeout} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("guide.%s: must not be negative", name))
 		}
@@ -285,5 +292,6 @@ func (c Config) withDefaults() Config {
 	setDur(&c.OutboxInterval, DefaultOutboxInterval)
 	setDur(&c.OutboxGrace, DefaultOutboxGrace)
 	setDur(&c.PublishTimeout, DefaultPublishTimeout)
+	setDur(&c.InboxTimeout, DefaultInboxTimeout)
 	return c
 }

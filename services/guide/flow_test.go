@@ -1389,3 +1389,27 @@ func TestRefusedEnvelopeKeptUntilDeadLettered(t *testing.T) {
 	require.NoError(t, f.db.QueryRow(bctx, `SELECT count(*) FROM dead_letters WHERE tenant_id = 't1'`).Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// blockingClassifier answers only when its caller gives up.
+type blockingClassifier struct{}
+
+func (blockingClassifier) Classify(ctx context.Context, _ string) (Classification, error) {
+	<-ctx.Done()
+	return Classification{}, ctx.Err()
+}
+
+// An envelope from an agent is handled within -guide.inbox-timeout, below
+// the inbox's ack wait: handling that runs out fails (the envelope is
+// delivered again) instead of going on while the bus delivers it again.
+func TestInboxHandlingIsBounded(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{InboxTimeout: 50 * time.Millisecond}, false)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "bounded")
+	f.svc.SetClassifier(blockingClassifier{})
+	_, err := f.svc.handleEnvelope(context.Background(), &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(),
+		TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "architect",
+		Type:    messagev1.MessageType_MESSAGE_TYPE_CONSULT_REQUEST, // classified
+		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "which agent owns this?"}}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}

@@ -59,6 +59,10 @@ func (s *Service) handleInbox(ctx context.Context, msg jetstream.Msg) error {
 }
 
 func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (string, error) {
+	// Within the inbox's ack wait: an envelope still being handled past it
+	// would be delivered again meanwhile.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.InboxTimeout)
+	defer cancel()
 	log := s.log.With(slog.String(logx.KeyCorrelationID, env.GetCorrelationId()), slog.String(logx.KeySessionID, env.GetSessionId()),
 		slog.String(logx.KeyAgent, env.GetSource()))
 	if env.GetTenantId() == "" || !ids.Valid(env.GetSessionId()) || env.GetId() == "" {
