@@ -1,18 +1,36 @@
-// Package topology names the mesh's NATS subjects and JetStream streams in one
-// place. Every service provisions the streams it uses at start (creating or
-// updating them is idempotent).
+// Package topology is the one place where the mesh's NATS subjects,
+// JetStream streams and durable consumer names are built. No other package
+// joins subject tokens: services and the gateway call the functions here.
+//
+// Every subject starts with the bus prefix <p> ("sylk" by default, one per
+// test), and every stream name with the prefix in upper case.
+//
+//	Subject                                      Kind       Payload                    Who publishes -> who reads
+//	<p>.agent.<agent>                            AGENTS     sylk.message.v1.Envelope   Guide, agents -> that agent's inbox (durable <agent>)
+//	<p>.task.dispatch.<role>                     TASKS      sylk.task.v1.TaskDispatch  Orchestrator -> workers of <role> (durable worker-<role>)
+//	<p>.task.result                              TASKS      sylk.task.v1.TaskResult    workers -> Orchestrator (durable orchestrator-results)
+//	<p>.events.<tenant>.<session>.<origin>       EVENTS     sylk.event.v1.Event        Guide (origin guide), agents (origin agent) -> REST/SSE
+//	                                                                                    readers; the Guide's correlator reads origin agent
+//	                                                                                    (durable guide-correlator-agents)
+//	<p>.signal.task.cancel                       core       sylk.task.v1.TaskCancel    Orchestrator -> every worker (the one running it stops)
+//	<p>.signal.task.control                      core req.  sylk.orchestrator.v1.TaskControl -> TaskControlReply
+//	                                                                                    Orchestrator -> the worker running the task
+//	<p>.librarian.progress.<repository>          core       sylk.librarian.v1.IndexNotice  Librarian -> Guide (cache), watchers
+//	<p>.librarian.changes                        core       sylk.librarian.v1.IndexNotice  Librarian -> every Librarian replica (vectors)
+//	<p>.llm.signal.<type>                        core       sylk.llm.v1.Signal         every LLM gate -> every LLM gate (B-19);
+//	                                                                                    acknowledged on the request's reply inbox (SignalAck)
+//	<p>.llm.stream.<tenant>.<correlation>        core       sylk.llm.v1.StreamMessage  a streaming call -> its watchers, and
+//	                                                                                    StreamControl back
+//
+// Streams: <P>_AGENTS and <P>_TASKS are work queues (a message is gone once
+// acknowledged); <P>_EVENTS keeps every session's events for
+// EventsRetention, replayable from any sequence. All three drop a message
+// published twice under one Nats-Msg-Id within DuplicateWindow.
 package topology
 
 import (
-	"context"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/natsx"
 )
 
@@ -46,52 +64,46 @@ const (
 // EventsRetention is how long session events are kept.
 const EventsRetention = 30 * 24 * time.Hour
 
-// EnsureEvents provisions the session event stream: every event of every
-// session, kept for EventsRetention, replayable from any sequence.
-func EnsureEvents(ctx context.Context, b *natsx.Bus) error {
-	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
-		Name:       b.Stream(StreamEvents),
-		Subjects:   []string{b.Subject("events", ">")},
-		Retention:  jetstream.LimitsPolicy,
-		Storage:    jetstream.FileStorage,
-		MaxAge:     EventsRetention,
-		Duplicates: 2 * time.Minute,
-	})
-	return err
-}
+// DuplicateWindow is how long a stream remembers a message id.
+const DuplicateWindow = 2 * time.Minute
 
-// EnsureAgents provisions the agent inboxes: a work queue, one consumer per agent.
-func EnsureAgents(ctx context.Context, b *natsx.Bus) error {
-	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
-		Name:       b.Stream(StreamAgents),
-		Subjects:   []string{b.Subject("agent", ">")},
-		Retention:  jetstream.WorkQueuePolicy,
-		Storage:    jetstream.FileStorage,
-		Duplicates: 2 * time.Minute,
-	})
-	return err
-}
+// Durable consumer names.
+const (
+	DurableResults          = "orchestrator-results"
+	DurableCorrelatorAgents = "guide-correlator-agents"
+	// DurableCorrelatorLegacy is the correlator's consumer of every event,
+	// before events said their origin; the Guide removes it at start.
+	DurableCorrelatorLegacy = "guide-correlator"
+)
 
-// EnsureTasks provisions task dispatch (per role) and task results.
-func EnsureTasks(ctx context.Context, b *natsx.Bus) error {
-	_, err := b.EnsureStream(ctx, jetstream.StreamConfig{
-		Name:       b.Stream(StreamTasks),
-		Subjects:   []string{b.Subject("task", ">")},
-		Retention:  jetstream.WorkQueuePolicy,
-		Storage:    jetstream.FileStorage,
-		Duplicates: 2 * time.Minute,
-	})
-	return err
-}
+// DurableWorker is the durable consumer of a worker role's queue.
+func DurableWorker(role string) string { return "worker-" + role }
 
 // InboxSubject is an agent's inbox: "<p>.agent.<agent>".
 func InboxSubject(b *natsx.Bus, agent string) string { return b.Subject("agent", agent) }
+
+// AgentOfInbox is the agent whose inbox subject is subject ("" when it is
+// not an inbox).
+func AgentOfInbox(b *natsx.Bus, subject string) string {
+	prefix := b.Subject("agent") + "."
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return ""
+	}
+	return subject[len(prefix):]
+}
 
 // TaskSubject is where tasks for a worker role go: "<p>.task.dispatch.<role>".
 func TaskSubject(b *natsx.Bus, role string) string { return b.Subject("task", "dispatch", role) }
 
 // ResultSubject is where workers report results: "<p>.task.result".
 func ResultSubject(b *natsx.Bus) string { return b.Subject("task", "result") }
+
+// TaskCancelSubject is where the Orchestrator cancels a running task.
+func TaskCancelSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "cancel") }
+
+// TaskControlSubject is where the Orchestrator sends a running task the
+// user's actions (spec F-13), request-reply.
+func TaskControlSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "control") }
 
 // Event origins: the last token of an event's subject says whether the
 // Guide or an agent published it, so that a consumer of the agents' events
@@ -120,92 +132,36 @@ func SessionEvents(b *natsx.Bus, tenant, session string) string {
 // Guide).
 func AgentEvents(b *natsx.Bus) string { return b.Subject("events", "*", "*", OriginAgent) }
 
-// Event builds a session event.
-type Event struct {
-	Tenant, Session string
-	// ID de-duplicates the event on the stream; optional.
-	ID            string
-	Type          string
-	Source        string
-	CorrelationID string
-	Text          string
-	Data          map[string]any
-}
-
-// PublishEvent appends an event to the session's stream and returns its sequence.
-func PublishEvent(ctx context.Context, b *natsx.Bus, e Event) (uint64, error) {
-	var data *structpb.Struct
-	if e.Data != nil {
-		s, err := structpb.NewStruct(e.Data)
-		if err != nil {
-			return 0, err
+// TenantOfEventSubject reads the tenant token of an event subject ("" when
+// subject is not one).
+func TenantOfEventSubject(b *natsx.Bus, subject string) string {
+	prefix := b.Subject("events") + "."
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return ""
+	}
+	rest := subject[len(prefix):]
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '.' {
+			return rest[:i]
 		}
-		data = s
 	}
-	ev := &guidev1.Event{
-		SessionId:     e.Session,
-		Type:          e.Type,
-		Source:        e.Source,
-		CorrelationId: e.CorrelationID,
-		CreateTime:    timestamppb.Now(),
-		Text:          e.Text,
-		Data:          data,
-	}
-	ack, err := b.Publish(ctx, EventSubject(b, e.Tenant, e.Session, e.Source), e.ID, ev)
-	if err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
+	return ""
 }
 
-// ConsumeInbox provisions the agent inboxes and the session event stream,
-// then hands each message of agent's inbox to handler until ctx is done.
-// spec supplies the delivery settings (AckWait, MaxDeliver, NakDelay); its
-// stream, durable name and filter are set here.
-func ConsumeInbox(ctx context.Context, b *natsx.Bus, agent string, spec natsx.ConsumerSpec, handler natsx.Handler) error {
-	if err := EnsureAgents(ctx, b); err != nil {
-		return err
-	}
-	if err := EnsureEvents(ctx, b); err != nil {
-		return err
-	}
-	spec.Stream = b.Stream(StreamAgents)
-	spec.Durable = agent
-	spec.FilterSubjects = []string{InboxSubject(b, agent)}
-	return b.Consume(ctx, spec, handler)
+// IndexProgressSubject is where the Librarian reports a repository's index
+// run; "*" as repository matches every repository.
+func IndexProgressSubject(b *natsx.Bus, repository string) string {
+	return b.Subject("librarian", "progress", repository)
 }
 
-// MaxRecordBytes is the Archivalist's default bound on a record's content
-// (-archivalist.max-content-bytes): agents clip what they record to it.
-const MaxRecordBytes = 64 << 10
+// IndexChangesSubject tells every Librarian replica that an index changed.
+func IndexChangesSubject(b *natsx.Bus) string { return b.Subject("librarian", "changes") }
 
-// Record is an entry an agent stores in the Archivalist's history.
-type Record struct {
-	// ID is the message id: a record sent again under it is a duplicate.
-	ID, Tenant, Session, Correlation string
-	// User is whose work it records (the Archivalist keeps some categories
-	// private to their user).
-	User string
-	// Source is the agent that records it.
-	Source, Category, Title, Text string
-}
+// LLMSignalSubject is the subject of an LLM gate signal type; "*" matches
+// every type.
+func LLMSignalSubject(b *natsx.Bus, typ string) string { return b.Subject("llm", "signal", typ) }
 
-// StoreRequest is the envelope that asks the Archivalist to store r.
-func StoreRequest(r Record) *messagev1.Envelope {
-	return &messagev1.Envelope{
-		Id:            r.ID,
-		CorrelationId: r.Correlation,
-		TenantId:      r.Tenant,
-		SessionId:     r.Session,
-		UserId:        r.User,
-		Source:        r.Source,
-		Target:        AgentArchivalist,
-		Type:          messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		CreatedAt:     timestamppb.Now(),
-		Attempt:       1,
-		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata:      map[string]string{"category": r.Category, "title": r.Title},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: r.Source, Text: r.Text}},
-	}
+// LLMStreamSubject carries a streaming model call's chunks to watchers.
+func LLMStreamSubject(b *natsx.Bus, tenant, correlation string) string {
+	return b.Subject("llm", "stream", natsx.Token(tenant), natsx.Token(correlation))
 }

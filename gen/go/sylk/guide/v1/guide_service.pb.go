@@ -11,9 +11,9 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
-	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -594,111 +594,6 @@ func (x *ListMessagesResponse) GetNextPageToken() string {
 	return ""
 }
 
-// Event is one step on a session's event stream.
-type Event struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Position in the event stream; strictly increasing within a session (not
-	// contiguous: the stream is shared). Resume with after_sequence.
-	Sequence  uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// For example "message.received", "message.routed", "message.answered",
-	// "plan.awaiting_approval", "plan.approved", "run.node_completed".
-	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	Source        string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	Text          string                 `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
-	Data          *structpb.Struct       `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Event) Reset() {
-	*x = Event{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Event) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Event) ProtoMessage() {}
-
-func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Event.ProtoReflect.Descriptor instead.
-func (*Event) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *Event) GetSequence() uint64 {
-	if x != nil {
-		return x.Sequence
-	}
-	return 0
-}
-
-func (x *Event) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *Event) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *Event) GetSource() string {
-	if x != nil {
-		return x.Source
-	}
-	return ""
-}
-
-func (x *Event) GetCorrelationId() string {
-	if x != nil {
-		return x.CorrelationId
-	}
-	return ""
-}
-
-func (x *Event) GetCreateTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreateTime
-	}
-	return nil
-}
-
-func (x *Event) GetText() string {
-	if x != nil {
-		return x.Text
-	}
-	return ""
-}
-
-func (x *Event) GetData() *structpb.Struct {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
 type ListEventsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -711,7 +606,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +618,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +631,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListEventsRequest) GetParent() string {
@@ -762,14 +657,14 @@ func (x *ListEventsRequest) GetPageSize() int32 {
 
 type ListEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Events        []*v1.Event            `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +676,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,10 +689,10 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *ListEventsResponse) GetEvents() []*Event {
+func (x *ListEventsResponse) GetEvents() []*v1.Event {
 	if x != nil {
 		return x.Events
 	}
@@ -814,7 +709,7 @@ type StreamEventsRequest struct {
 
 func (x *StreamEventsRequest) Reset() {
 	*x = StreamEventsRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +721,7 @@ func (x *StreamEventsRequest) String() string {
 func (*StreamEventsRequest) ProtoMessage() {}
 
 func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +734,7 @@ func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamEventsRequest) GetParent() string {
@@ -858,14 +753,14 @@ func (x *StreamEventsRequest) GetAfterSequence() uint64 {
 
 type StreamEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	Event         *v1.Event              `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamEventsResponse) Reset() {
 	*x = StreamEventsResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +772,7 @@ func (x *StreamEventsResponse) String() string {
 func (*StreamEventsResponse) ProtoMessage() {}
 
 func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,10 +785,10 @@ func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *StreamEventsResponse) GetEvent() *Event {
+func (x *StreamEventsResponse) GetEvent() *v1.Event {
 	if x != nil {
 		return x.Event
 	}
@@ -909,7 +804,7 @@ type ListClarificationsRequest struct {
 
 func (x *ListClarificationsRequest) Reset() {
 	*x = ListClarificationsRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +816,7 @@ func (x *ListClarificationsRequest) String() string {
 func (*ListClarificationsRequest) ProtoMessage() {}
 
 func (x *ListClarificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +829,7 @@ func (x *ListClarificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClarificationsRequest.ProtoReflect.Descriptor instead.
 func (*ListClarificationsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListClarificationsRequest) GetParent() string {
@@ -953,7 +848,7 @@ type ListClarificationsResponse struct {
 
 func (x *ListClarificationsResponse) Reset() {
 	*x = ListClarificationsResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +860,7 @@ func (x *ListClarificationsResponse) String() string {
 func (*ListClarificationsResponse) ProtoMessage() {}
 
 func (x *ListClarificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +873,7 @@ func (x *ListClarificationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClarificationsResponse.ProtoReflect.Descriptor instead.
 func (*ListClarificationsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListClarificationsResponse) GetClarifications() []*Clarification {
@@ -1005,7 +900,7 @@ type Clarification struct {
 
 func (x *Clarification) Reset() {
 	*x = Clarification{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +912,7 @@ func (x *Clarification) String() string {
 func (*Clarification) ProtoMessage() {}
 
 func (x *Clarification) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +925,7 @@ func (x *Clarification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clarification.ProtoReflect.Descriptor instead.
 func (*Clarification) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Clarification) GetName() string {
@@ -1100,7 +995,7 @@ type RoutingFailure struct {
 
 func (x *RoutingFailure) Reset() {
 	*x = RoutingFailure{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1007,7 @@ func (x *RoutingFailure) String() string {
 func (*RoutingFailure) ProtoMessage() {}
 
 func (x *RoutingFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1020,7 @@ func (x *RoutingFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingFailure.ProtoReflect.Descriptor instead.
 func (*RoutingFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RoutingFailure) GetId() string {
@@ -1205,7 +1100,7 @@ type RecordRoutingFailureRequest struct {
 
 func (x *RecordRoutingFailureRequest) Reset() {
 	*x = RecordRoutingFailureRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1112,7 @@ func (x *RecordRoutingFailureRequest) String() string {
 func (*RecordRoutingFailureRequest) ProtoMessage() {}
 
 func (x *RecordRoutingFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1125,7 @@ func (x *RecordRoutingFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRoutingFailureRequest.ProtoReflect.Descriptor instead.
 func (*RecordRoutingFailureRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RecordRoutingFailureRequest) GetOriginalRequest() string {
@@ -1284,7 +1179,7 @@ type RecordRoutingFailureResponse struct {
 
 func (x *RecordRoutingFailureResponse) Reset() {
 	*x = RecordRoutingFailureResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1191,7 @@ func (x *RecordRoutingFailureResponse) String() string {
 func (*RecordRoutingFailureResponse) ProtoMessage() {}
 
 func (x *RecordRoutingFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1204,7 @@ func (x *RecordRoutingFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRoutingFailureResponse.ProtoReflect.Descriptor instead.
 func (*RecordRoutingFailureResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecordRoutingFailureResponse) GetFailure() *RoutingFailure {
@@ -1330,7 +1225,7 @@ type ListRoutingFailuresRequest struct {
 
 func (x *ListRoutingFailuresRequest) Reset() {
 	*x = ListRoutingFailuresRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1237,7 @@ func (x *ListRoutingFailuresRequest) String() string {
 func (*ListRoutingFailuresRequest) ProtoMessage() {}
 
 func (x *ListRoutingFailuresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1250,7 @@ func (x *ListRoutingFailuresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutingFailuresRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutingFailuresRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRoutingFailuresRequest) GetRequestPattern() string {
@@ -1381,7 +1276,7 @@ type ListRoutingFailuresResponse struct {
 
 func (x *ListRoutingFailuresResponse) Reset() {
 	*x = ListRoutingFailuresResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1288,7 @@ func (x *ListRoutingFailuresResponse) String() string {
 func (*ListRoutingFailuresResponse) ProtoMessage() {}
 
 func (x *ListRoutingFailuresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1301,7 @@ func (x *ListRoutingFailuresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutingFailuresResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutingFailuresResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRoutingFailuresResponse) GetFailures() []*RoutingFailure {
@@ -1424,7 +1319,7 @@ type GetRoutingAccuracyRequest struct {
 
 func (x *GetRoutingAccuracyRequest) Reset() {
 	*x = GetRoutingAccuracyRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1331,7 @@ func (x *GetRoutingAccuracyRequest) String() string {
 func (*GetRoutingAccuracyRequest) ProtoMessage() {}
 
 func (x *GetRoutingAccuracyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1344,7 @@ func (x *GetRoutingAccuracyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingAccuracyRequest.ProtoReflect.Descriptor instead.
 func (*GetRoutingAccuracyRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{18}
 }
 
 type IntentAccuracy struct {
@@ -1464,7 +1359,7 @@ type IntentAccuracy struct {
 
 func (x *IntentAccuracy) Reset() {
 	*x = IntentAccuracy{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1371,7 @@ func (x *IntentAccuracy) String() string {
 func (*IntentAccuracy) ProtoMessage() {}
 
 func (x *IntentAccuracy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1384,7 @@ func (x *IntentAccuracy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentAccuracy.ProtoReflect.Descriptor instead.
 func (*IntentAccuracy) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IntentAccuracy) GetIntentType() string {
@@ -1535,7 +1430,7 @@ type ConfidenceAccuracy struct {
 
 func (x *ConfidenceAccuracy) Reset() {
 	*x = ConfidenceAccuracy{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1442,7 @@ func (x *ConfidenceAccuracy) String() string {
 func (*ConfidenceAccuracy) ProtoMessage() {}
 
 func (x *ConfidenceAccuracy) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1455,7 @@ func (x *ConfidenceAccuracy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfidenceAccuracy.ProtoReflect.Descriptor instead.
 func (*ConfidenceAccuracy) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConfidenceAccuracy) GetMinConfidence() float64 {
@@ -1602,7 +1497,7 @@ type MisroutePair struct {
 
 func (x *MisroutePair) Reset() {
 	*x = MisroutePair{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1509,7 @@ func (x *MisroutePair) String() string {
 func (*MisroutePair) ProtoMessage() {}
 
 func (x *MisroutePair) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1522,7 @@ func (x *MisroutePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MisroutePair.ProtoReflect.Descriptor instead.
 func (*MisroutePair) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MisroutePair) GetRoutedTo() string {
@@ -1674,7 +1569,7 @@ type GetRoutingAccuracyResponse struct {
 
 func (x *GetRoutingAccuracyResponse) Reset() {
 	*x = GetRoutingAccuracyResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1581,7 @@ func (x *GetRoutingAccuracyResponse) String() string {
 func (*GetRoutingAccuracyResponse) ProtoMessage() {}
 
 func (x *GetRoutingAccuracyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1594,7 @@ func (x *GetRoutingAccuracyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingAccuracyResponse.ProtoReflect.Descriptor instead.
 func (*GetRoutingAccuracyResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRoutingAccuracyResponse) GetRouted() int64 {
@@ -1790,7 +1685,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1697,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1710,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetName() string {
@@ -1892,7 +1787,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1799,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +1812,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLettersRequest) GetSessionId() string {
@@ -1943,7 +1838,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +1850,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +1863,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1987,7 +1882,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +1894,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +1907,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayDeadLetterRequest) GetName() string {
@@ -2031,7 +1926,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +1938,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +1951,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -2082,7 +1977,7 @@ type RecordedQuery struct {
 
 func (x *RecordedQuery) Reset() {
 	*x = RecordedQuery{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +1989,7 @@ func (x *RecordedQuery) String() string {
 func (*RecordedQuery) ProtoMessage() {}
 
 func (x *RecordedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2002,7 @@ func (x *RecordedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordedQuery.ProtoReflect.Descriptor instead.
 func (*RecordedQuery) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordedQuery) GetIndex() int32 {
@@ -2179,7 +2074,7 @@ type Recording struct {
 
 func (x *Recording) Reset() {
 	*x = Recording{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2086,7 @@ func (x *Recording) String() string {
 func (*Recording) ProtoMessage() {}
 
 func (x *Recording) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2099,7 @@ func (x *Recording) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recording.ProtoReflect.Descriptor instead.
 func (*Recording) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Recording) GetName() string {
@@ -2296,7 +2191,7 @@ type StartRecordingRequest struct {
 
 func (x *StartRecordingRequest) Reset() {
 	*x = StartRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2203,7 @@ func (x *StartRecordingRequest) String() string {
 func (*StartRecordingRequest) ProtoMessage() {}
 
 func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2216,7 @@ func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRecordingRequest.ProtoReflect.Descriptor instead.
 func (*StartRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StartRecordingRequest) GetParent() string {
@@ -2361,7 +2256,7 @@ type StartRecordingResponse struct {
 
 func (x *StartRecordingResponse) Reset() {
 	*x = StartRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2268,7 @@ func (x *StartRecordingResponse) String() string {
 func (*StartRecordingResponse) ProtoMessage() {}
 
 func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2281,7 @@ func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRecordingResponse.ProtoReflect.Descriptor instead.
 func (*StartRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StartRecordingResponse) GetRecording() *Recording {
@@ -2405,7 +2300,7 @@ type StopRecordingRequest struct {
 
 func (x *StopRecordingRequest) Reset() {
 	*x = StopRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2312,7 @@ func (x *StopRecordingRequest) String() string {
 func (*StopRecordingRequest) ProtoMessage() {}
 
 func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2325,7 @@ func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRecordingRequest.ProtoReflect.Descriptor instead.
 func (*StopRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StopRecordingRequest) GetName() string {
@@ -2449,7 +2344,7 @@ type StopRecordingResponse struct {
 
 func (x *StopRecordingResponse) Reset() {
 	*x = StopRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2356,7 @@ func (x *StopRecordingResponse) String() string {
 func (*StopRecordingResponse) ProtoMessage() {}
 
 func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2369,7 @@ func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRecordingResponse.ProtoReflect.Descriptor instead.
 func (*StopRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StopRecordingResponse) GetRecording() *Recording {
@@ -2493,7 +2388,7 @@ type ListRecordingsRequest struct {
 
 func (x *ListRecordingsRequest) Reset() {
 	*x = ListRecordingsRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2400,7 @@ func (x *ListRecordingsRequest) String() string {
 func (*ListRecordingsRequest) ProtoMessage() {}
 
 func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2413,7 @@ func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordingsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordingsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRecordingsRequest) GetParent() string {
@@ -2537,7 +2432,7 @@ type ListRecordingsResponse struct {
 
 func (x *ListRecordingsResponse) Reset() {
 	*x = ListRecordingsResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2444,7 @@ func (x *ListRecordingsResponse) String() string {
 func (*ListRecordingsResponse) ProtoMessage() {}
 
 func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2457,7 @@ func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordingsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordingsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListRecordingsResponse) GetRecordings() []*Recording {
@@ -2581,7 +2476,7 @@ type GetRecordingRequest struct {
 
 func (x *GetRecordingRequest) Reset() {
 	*x = GetRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2488,7 @@ func (x *GetRecordingRequest) String() string {
 func (*GetRecordingRequest) ProtoMessage() {}
 
 func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2501,7 @@ func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordingRequest.ProtoReflect.Descriptor instead.
 func (*GetRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetRecordingRequest) GetName() string {
@@ -2625,7 +2520,7 @@ type GetRecordingResponse struct {
 
 func (x *GetRecordingResponse) Reset() {
 	*x = GetRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2532,7 @@ func (x *GetRecordingResponse) String() string {
 func (*GetRecordingResponse) ProtoMessage() {}
 
 func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2545,7 @@ func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordingResponse.ProtoReflect.Descriptor instead.
 func (*GetRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRecordingResponse) GetRecording() *Recording {
@@ -2672,7 +2567,7 @@ type ReplayRecordingRequest struct {
 
 func (x *ReplayRecordingRequest) Reset() {
 	*x = ReplayRecordingRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2579,7 @@ func (x *ReplayRecordingRequest) String() string {
 func (*ReplayRecordingRequest) ProtoMessage() {}
 
 func (x *ReplayRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2592,7 @@ func (x *ReplayRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRecordingRequest.ProtoReflect.Descriptor instead.
 func (*ReplayRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplayRecordingRequest) GetName() string {
@@ -2736,7 +2631,7 @@ type ReplayStepResult struct {
 
 func (x *ReplayStepResult) Reset() {
 	*x = ReplayStepResult{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2643,7 @@ func (x *ReplayStepResult) String() string {
 func (*ReplayStepResult) ProtoMessage() {}
 
 func (x *ReplayStepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2656,7 @@ func (x *ReplayStepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayStepResult.ProtoReflect.Descriptor instead.
 func (*ReplayStepResult) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplayStepResult) GetIndex() int32 {
@@ -2816,7 +2711,7 @@ type ReplayState struct {
 
 func (x *ReplayState) Reset() {
 	*x = ReplayState{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2723,7 @@ func (x *ReplayState) String() string {
 func (*ReplayState) ProtoMessage() {}
 
 func (x *ReplayState) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2736,7 @@ func (x *ReplayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayState.ProtoReflect.Descriptor instead.
 func (*ReplayState) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplayState) GetName() string {
@@ -2910,7 +2805,7 @@ type ReplayRecordingResponse struct {
 
 func (x *ReplayRecordingResponse) Reset() {
 	*x = ReplayRecordingResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +2817,7 @@ func (x *ReplayRecordingResponse) String() string {
 func (*ReplayRecordingResponse) ProtoMessage() {}
 
 func (x *ReplayRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +2830,7 @@ func (x *ReplayRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRecordingResponse.ProtoReflect.Descriptor instead.
 func (*ReplayRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{42}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplayRecordingResponse) GetState() *ReplayState {
@@ -2964,7 +2859,7 @@ type StepReplayRequest struct {
 
 func (x *StepReplayRequest) Reset() {
 	*x = StepReplayRequest{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +2871,7 @@ func (x *StepReplayRequest) String() string {
 func (*StepReplayRequest) ProtoMessage() {}
 
 func (x *StepReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +2884,7 @@ func (x *StepReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReplayRequest.ProtoReflect.Descriptor instead.
 func (*StepReplayRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{43}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StepReplayRequest) GetName() string {
@@ -3023,7 +2918,7 @@ type StepReplayResponse struct {
 
 func (x *StepReplayResponse) Reset() {
 	*x = StepReplayResponse{}
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[44]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +2930,7 @@ func (x *StepReplayResponse) String() string {
 func (*StepReplayResponse) ProtoMessage() {}
 
 func (x *StepReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[44]
+	mi := &file_sylk_guide_v1_guide_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +2943,7 @@ func (x *StepReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReplayResponse.ProtoReflect.Descriptor instead.
 func (*StepReplayResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{44}
+	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StepReplayResponse) GetState() *ReplayState {
@@ -3069,7 +2964,7 @@ var File_sylk_guide_v1_guide_service_proto protoreflect.FileDescriptor
 
 const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"\n" +
-	"!sylk/guide/v1/guide_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n" +
+	"!sylk/guide/v1/guide_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19sylk/event/v1/event.proto\"\xbd\x01\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -3110,29 +3005,18 @@ const file_sylk_guide_v1_guide_service_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
 	"\x14ListMessagesResponse\x122\n" +
 	"\bmessages\x18\x01 \x03(\v2\x16.sylk.guide.v1.MessageR\bmessages\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x02\n" +
-	"\x05Event\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\x12\x16\n" +
-	"\x06source\x18\x04 \x01(\tR\x06source\x12%\n" +
-	"\x0ecorrelation_id\x18\x05 \x01(\tR\rcorrelationId\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x12\n" +
-	"\x04text\x18\a \x01(\tR\x04text\x12+\n" +
-	"\x04data\x18\b \x01(\v2\x17.google.protobuf.StructR\x04data\"t\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"t\n" +
 	"\x11ListEventsRequest\x12\x1b\n" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"B\n" +
 	"\x12ListEventsResponse\x12,\n" +
-	"\x06events\x18\x01 \x03(\v2\x14.sylk.guide.v1.EventR\x06events\"Y\n" +
+	"\x06events\x18\x01 \x03(\v2\x14.sylk.event.v1.EventR\x06events\"Y\n" +
 	"\x13StreamEventsRequest\x12\x1b\n" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\"B\n" +
 	"\x14StreamEventsResponse\x12*\n" +
-	"\x05event\x18\x01 \x01(\v2\x14.sylk.guide.v1.EventR\x05event\"8\n" +
+	"\x05event\x18\x01 \x01(\v2\x14.sylk.event.v1.EventR\x05event\"8\n" +
 	"\x19ListClarificationsRequest\x12\x1b\n" +
 	"\x06parent\x18\x01 \x01(\tB\x03\xe0A\x02R\x06parent\"b\n" +
 	"\x1aListClarificationsResponse\x12D\n" +
@@ -3352,7 +3236,7 @@ func file_sylk_guide_v1_guide_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_guide_v1_guide_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_sylk_guide_v1_guide_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_sylk_guide_v1_guide_service_proto_goTypes = []any{
 	(RoutingFailureSignal)(0),            // 0: sylk.guide.v1.RoutingFailureSignal
 	(ReplayMode)(0),                      // 1: sylk.guide.v1.ReplayMode
@@ -3362,131 +3246,128 @@ var file_sylk_guide_v1_guide_service_proto_goTypes = []any{
 	(*SendMessageResponse)(nil),          // 5: sylk.guide.v1.SendMessageResponse
 	(*ListMessagesRequest)(nil),          // 6: sylk.guide.v1.ListMessagesRequest
 	(*ListMessagesResponse)(nil),         // 7: sylk.guide.v1.ListMessagesResponse
-	(*Event)(nil),                        // 8: sylk.guide.v1.Event
-	(*ListEventsRequest)(nil),            // 9: sylk.guide.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),           // 10: sylk.guide.v1.ListEventsResponse
-	(*StreamEventsRequest)(nil),          // 11: sylk.guide.v1.StreamEventsRequest
-	(*StreamEventsResponse)(nil),         // 12: sylk.guide.v1.StreamEventsResponse
-	(*ListClarificationsRequest)(nil),    // 13: sylk.guide.v1.ListClarificationsRequest
-	(*ListClarificationsResponse)(nil),   // 14: sylk.guide.v1.ListClarificationsResponse
-	(*Clarification)(nil),                // 15: sylk.guide.v1.Clarification
-	(*RoutingFailure)(nil),               // 16: sylk.guide.v1.RoutingFailure
-	(*RecordRoutingFailureRequest)(nil),  // 17: sylk.guide.v1.RecordRoutingFailureRequest
-	(*RecordRoutingFailureResponse)(nil), // 18: sylk.guide.v1.RecordRoutingFailureResponse
-	(*ListRoutingFailuresRequest)(nil),   // 19: sylk.guide.v1.ListRoutingFailuresRequest
-	(*ListRoutingFailuresResponse)(nil),  // 20: sylk.guide.v1.ListRoutingFailuresResponse
-	(*GetRoutingAccuracyRequest)(nil),    // 21: sylk.guide.v1.GetRoutingAccuracyRequest
-	(*IntentAccuracy)(nil),               // 22: sylk.guide.v1.IntentAccuracy
-	(*ConfidenceAccuracy)(nil),           // 23: sylk.guide.v1.ConfidenceAccuracy
-	(*MisroutePair)(nil),                 // 24: sylk.guide.v1.MisroutePair
-	(*GetRoutingAccuracyResponse)(nil),   // 25: sylk.guide.v1.GetRoutingAccuracyResponse
-	(*DeadLetter)(nil),                   // 26: sylk.guide.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),       // 27: sylk.guide.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),      // 28: sylk.guide.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),      // 29: sylk.guide.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),     // 30: sylk.guide.v1.ReplayDeadLetterResponse
-	(*RecordedQuery)(nil),                // 31: sylk.guide.v1.RecordedQuery
-	(*Recording)(nil),                    // 32: sylk.guide.v1.Recording
-	(*StartRecordingRequest)(nil),        // 33: sylk.guide.v1.StartRecordingRequest
-	(*StartRecordingResponse)(nil),       // 34: sylk.guide.v1.StartRecordingResponse
-	(*StopRecordingRequest)(nil),         // 35: sylk.guide.v1.StopRecordingRequest
-	(*StopRecordingResponse)(nil),        // 36: sylk.guide.v1.StopRecordingResponse
-	(*ListRecordingsRequest)(nil),        // 37: sylk.guide.v1.ListRecordingsRequest
-	(*ListRecordingsResponse)(nil),       // 38: sylk.guide.v1.ListRecordingsResponse
-	(*GetRecordingRequest)(nil),          // 39: sylk.guide.v1.GetRecordingRequest
-	(*GetRecordingResponse)(nil),         // 40: sylk.guide.v1.GetRecordingResponse
-	(*ReplayRecordingRequest)(nil),       // 41: sylk.guide.v1.ReplayRecordingRequest
-	(*ReplayStepResult)(nil),             // 42: sylk.guide.v1.ReplayStepResult
-	(*ReplayState)(nil),                  // 43: sylk.guide.v1.ReplayState
-	(*ReplayRecordingResponse)(nil),      // 44: sylk.guide.v1.ReplayRecordingResponse
-	(*StepReplayRequest)(nil),            // 45: sylk.guide.v1.StepReplayRequest
-	(*StepReplayResponse)(nil),           // 46: sylk.guide.v1.StepReplayResponse
-	nil,                                  // 47: sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
-	nil,                                  // 48: sylk.guide.v1.ReplayState.ModificationsEntry
-	(*timestamppb.Timestamp)(nil),        // 49: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),              // 50: google.protobuf.Struct
-	(*durationpb.Duration)(nil),          // 51: google.protobuf.Duration
+	(*ListEventsRequest)(nil),            // 8: sylk.guide.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),           // 9: sylk.guide.v1.ListEventsResponse
+	(*StreamEventsRequest)(nil),          // 10: sylk.guide.v1.StreamEventsRequest
+	(*StreamEventsResponse)(nil),         // 11: sylk.guide.v1.StreamEventsResponse
+	(*ListClarificationsRequest)(nil),    // 12: sylk.guide.v1.ListClarificationsRequest
+	(*ListClarificationsResponse)(nil),   // 13: sylk.guide.v1.ListClarificationsResponse
+	(*Clarification)(nil),                // 14: sylk.guide.v1.Clarification
+	(*RoutingFailure)(nil),               // 15: sylk.guide.v1.RoutingFailure
+	(*RecordRoutingFailureRequest)(nil),  // 16: sylk.guide.v1.RecordRoutingFailureRequest
+	(*RecordRoutingFailureResponse)(nil), // 17: sylk.guide.v1.RecordRoutingFailureResponse
+	(*ListRoutingFailuresRequest)(nil),   // 18: sylk.guide.v1.ListRoutingFailuresRequest
+	(*ListRoutingFailuresResponse)(nil),  // 19: sylk.guide.v1.ListRoutingFailuresResponse
+	(*GetRoutingAccuracyRequest)(nil),    // 20: sylk.guide.v1.GetRoutingAccuracyRequest
+	(*IntentAccuracy)(nil),               // 21: sylk.guide.v1.IntentAccuracy
+	(*ConfidenceAccuracy)(nil),           // 22: sylk.guide.v1.ConfidenceAccuracy
+	(*MisroutePair)(nil),                 // 23: sylk.guide.v1.MisroutePair
+	(*GetRoutingAccuracyResponse)(nil),   // 24: sylk.guide.v1.GetRoutingAccuracyResponse
+	(*DeadLetter)(nil),                   // 25: sylk.guide.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),       // 26: sylk.guide.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),      // 27: sylk.guide.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),      // 28: sylk.guide.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),     // 29: sylk.guide.v1.ReplayDeadLetterResponse
+	(*RecordedQuery)(nil),                // 30: sylk.guide.v1.RecordedQuery
+	(*Recording)(nil),                    // 31: sylk.guide.v1.Recording
+	(*StartRecordingRequest)(nil),        // 32: sylk.guide.v1.StartRecordingRequest
+	(*StartRecordingResponse)(nil),       // 33: sylk.guide.v1.StartRecordingResponse
+	(*StopRecordingRequest)(nil),         // 34: sylk.guide.v1.StopRecordingRequest
+	(*StopRecordingResponse)(nil),        // 35: sylk.guide.v1.StopRecordingResponse
+	(*ListRecordingsRequest)(nil),        // 36: sylk.guide.v1.ListRecordingsRequest
+	(*ListRecordingsResponse)(nil),       // 37: sylk.guide.v1.ListRecordingsResponse
+	(*GetRecordingRequest)(nil),          // 38: sylk.guide.v1.GetRecordingRequest
+	(*GetRecordingResponse)(nil),         // 39: sylk.guide.v1.GetRecordingResponse
+	(*ReplayRecordingRequest)(nil),       // 40: sylk.guide.v1.ReplayRecordingRequest
+	(*ReplayStepResult)(nil),             // 41: sylk.guide.v1.ReplayStepResult
+	(*ReplayState)(nil),                  // 42: sylk.guide.v1.ReplayState
+	(*ReplayRecordingResponse)(nil),      // 43: sylk.guide.v1.ReplayRecordingResponse
+	(*StepReplayRequest)(nil),            // 44: sylk.guide.v1.StepReplayRequest
+	(*StepReplayResponse)(nil),           // 45: sylk.guide.v1.StepReplayResponse
+	nil,                                  // 46: sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	nil,                                  // 47: sylk.guide.v1.ReplayState.ModificationsEntry
+	(*timestamppb.Timestamp)(nil),        // 48: google.protobuf.Timestamp
+	(*v1.Event)(nil),                     // 49: sylk.event.v1.Event
+	(*durationpb.Duration)(nil),          // 50: google.protobuf.Duration
 }
 var file_sylk_guide_v1_guide_service_proto_depIdxs = []int32{
-	49, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	48, // 0: sylk.guide.v1.Message.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: sylk.guide.v1.SendMessageResponse.message:type_name -> sylk.guide.v1.Message
 	3,  // 2: sylk.guide.v1.SendMessageResponse.route:type_name -> sylk.guide.v1.Route
 	2,  // 3: sylk.guide.v1.ListMessagesResponse.messages:type_name -> sylk.guide.v1.Message
-	49, // 4: sylk.guide.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	50, // 5: sylk.guide.v1.Event.data:type_name -> google.protobuf.Struct
-	8,  // 6: sylk.guide.v1.ListEventsResponse.events:type_name -> sylk.guide.v1.Event
-	8,  // 7: sylk.guide.v1.StreamEventsResponse.event:type_name -> sylk.guide.v1.Event
-	15, // 8: sylk.guide.v1.ListClarificationsResponse.clarifications:type_name -> sylk.guide.v1.Clarification
-	49, // 9: sylk.guide.v1.Clarification.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 10: sylk.guide.v1.RoutingFailure.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
-	49, // 11: sylk.guide.v1.RoutingFailure.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 12: sylk.guide.v1.RecordRoutingFailureRequest.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
-	16, // 13: sylk.guide.v1.RecordRoutingFailureResponse.failure:type_name -> sylk.guide.v1.RoutingFailure
-	16, // 14: sylk.guide.v1.ListRoutingFailuresResponse.failures:type_name -> sylk.guide.v1.RoutingFailure
-	22, // 15: sylk.guide.v1.GetRoutingAccuracyResponse.by_intent:type_name -> sylk.guide.v1.IntentAccuracy
-	24, // 16: sylk.guide.v1.GetRoutingAccuracyResponse.misroutes:type_name -> sylk.guide.v1.MisroutePair
-	47, // 17: sylk.guide.v1.GetRoutingAccuracyResponse.by_signal:type_name -> sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
-	23, // 18: sylk.guide.v1.GetRoutingAccuracyResponse.by_confidence:type_name -> sylk.guide.v1.ConfidenceAccuracy
-	51, // 19: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_p50:type_name -> google.protobuf.Duration
-	51, // 20: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_mean:type_name -> google.protobuf.Duration
-	49, // 21: sylk.guide.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	49, // 22: sylk.guide.v1.DeadLetter.last_replay_time:type_name -> google.protobuf.Timestamp
-	26, // 23: sylk.guide.v1.ListDeadLettersResponse.dead_letters:type_name -> sylk.guide.v1.DeadLetter
-	26, // 24: sylk.guide.v1.ReplayDeadLetterResponse.dead_letter:type_name -> sylk.guide.v1.DeadLetter
-	49, // 25: sylk.guide.v1.RecordedQuery.time:type_name -> google.protobuf.Timestamp
-	49, // 26: sylk.guide.v1.Recording.create_time:type_name -> google.protobuf.Timestamp
-	49, // 27: sylk.guide.v1.Recording.stop_time:type_name -> google.protobuf.Timestamp
-	31, // 28: sylk.guide.v1.Recording.queries:type_name -> sylk.guide.v1.RecordedQuery
-	32, // 29: sylk.guide.v1.StartRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	32, // 30: sylk.guide.v1.StopRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	32, // 31: sylk.guide.v1.ListRecordingsResponse.recordings:type_name -> sylk.guide.v1.Recording
-	32, // 32: sylk.guide.v1.GetRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
-	1,  // 33: sylk.guide.v1.ReplayRecordingRequest.mode:type_name -> sylk.guide.v1.ReplayMode
-	3,  // 34: sylk.guide.v1.ReplayStepResult.route:type_name -> sylk.guide.v1.Route
-	1,  // 35: sylk.guide.v1.ReplayState.mode:type_name -> sylk.guide.v1.ReplayMode
-	48, // 36: sylk.guide.v1.ReplayState.modifications:type_name -> sylk.guide.v1.ReplayState.ModificationsEntry
-	49, // 37: sylk.guide.v1.ReplayState.start_time:type_name -> google.protobuf.Timestamp
-	43, // 38: sylk.guide.v1.ReplayRecordingResponse.state:type_name -> sylk.guide.v1.ReplayState
-	42, // 39: sylk.guide.v1.ReplayRecordingResponse.results:type_name -> sylk.guide.v1.ReplayStepResult
-	43, // 40: sylk.guide.v1.StepReplayResponse.state:type_name -> sylk.guide.v1.ReplayState
-	42, // 41: sylk.guide.v1.StepReplayResponse.result:type_name -> sylk.guide.v1.ReplayStepResult
-	4,  // 42: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
-	6,  // 43: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
-	9,  // 44: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
-	11, // 45: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
-	13, // 46: sylk.guide.v1.GuideService.ListClarifications:input_type -> sylk.guide.v1.ListClarificationsRequest
-	17, // 47: sylk.guide.v1.GuideService.RecordRoutingFailure:input_type -> sylk.guide.v1.RecordRoutingFailureRequest
-	19, // 48: sylk.guide.v1.GuideService.ListRoutingFailures:input_type -> sylk.guide.v1.ListRoutingFailuresRequest
-	21, // 49: sylk.guide.v1.GuideService.GetRoutingAccuracy:input_type -> sylk.guide.v1.GetRoutingAccuracyRequest
-	27, // 50: sylk.guide.v1.GuideService.ListDeadLetters:input_type -> sylk.guide.v1.ListDeadLettersRequest
-	29, // 51: sylk.guide.v1.GuideService.ReplayDeadLetter:input_type -> sylk.guide.v1.ReplayDeadLetterRequest
-	33, // 52: sylk.guide.v1.GuideService.StartRecording:input_type -> sylk.guide.v1.StartRecordingRequest
-	35, // 53: sylk.guide.v1.GuideService.StopRecording:input_type -> sylk.guide.v1.StopRecordingRequest
-	37, // 54: sylk.guide.v1.GuideService.ListRecordings:input_type -> sylk.guide.v1.ListRecordingsRequest
-	39, // 55: sylk.guide.v1.GuideService.GetRecording:input_type -> sylk.guide.v1.GetRecordingRequest
-	41, // 56: sylk.guide.v1.GuideService.ReplayRecording:input_type -> sylk.guide.v1.ReplayRecordingRequest
-	45, // 57: sylk.guide.v1.GuideService.StepReplay:input_type -> sylk.guide.v1.StepReplayRequest
-	5,  // 58: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
-	7,  // 59: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
-	10, // 60: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
-	12, // 61: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
-	14, // 62: sylk.guide.v1.GuideService.ListClarifications:output_type -> sylk.guide.v1.ListClarificationsResponse
-	18, // 63: sylk.guide.v1.GuideService.RecordRoutingFailure:output_type -> sylk.guide.v1.RecordRoutingFailureResponse
-	20, // 64: sylk.guide.v1.GuideService.ListRoutingFailures:output_type -> sylk.guide.v1.ListRoutingFailuresResponse
-	25, // 65: sylk.guide.v1.GuideService.GetRoutingAccuracy:output_type -> sylk.guide.v1.GetRoutingAccuracyResponse
-	28, // 66: sylk.guide.v1.GuideService.ListDeadLetters:output_type -> sylk.guide.v1.ListDeadLettersResponse
-	30, // 67: sylk.guide.v1.GuideService.ReplayDeadLetter:output_type -> sylk.guide.v1.ReplayDeadLetterResponse
-	34, // 68: sylk.guide.v1.GuideService.StartRecording:output_type -> sylk.guide.v1.StartRecordingResponse
-	36, // 69: sylk.guide.v1.GuideService.StopRecording:output_type -> sylk.guide.v1.StopRecordingResponse
-	38, // 70: sylk.guide.v1.GuideService.ListRecordings:output_type -> sylk.guide.v1.ListRecordingsResponse
-	40, // 71: sylk.guide.v1.GuideService.GetRecording:output_type -> sylk.guide.v1.GetRecordingResponse
-	44, // 72: sylk.guide.v1.GuideService.ReplayRecording:output_type -> sylk.guide.v1.ReplayRecordingResponse
-	46, // 73: sylk.guide.v1.GuideService.StepReplay:output_type -> sylk.guide.v1.StepReplayResponse
-	58, // [58:74] is the sub-list for method output_type
-	42, // [42:58] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	49, // 4: sylk.guide.v1.ListEventsResponse.events:type_name -> sylk.event.v1.Event
+	49, // 5: sylk.guide.v1.StreamEventsResponse.event:type_name -> sylk.event.v1.Event
+	14, // 6: sylk.guide.v1.ListClarificationsResponse.clarifications:type_name -> sylk.guide.v1.Clarification
+	48, // 7: sylk.guide.v1.Clarification.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 8: sylk.guide.v1.RoutingFailure.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
+	48, // 9: sylk.guide.v1.RoutingFailure.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 10: sylk.guide.v1.RecordRoutingFailureRequest.failure_signal:type_name -> sylk.guide.v1.RoutingFailureSignal
+	15, // 11: sylk.guide.v1.RecordRoutingFailureResponse.failure:type_name -> sylk.guide.v1.RoutingFailure
+	15, // 12: sylk.guide.v1.ListRoutingFailuresResponse.failures:type_name -> sylk.guide.v1.RoutingFailure
+	21, // 13: sylk.guide.v1.GetRoutingAccuracyResponse.by_intent:type_name -> sylk.guide.v1.IntentAccuracy
+	23, // 14: sylk.guide.v1.GetRoutingAccuracyResponse.misroutes:type_name -> sylk.guide.v1.MisroutePair
+	46, // 15: sylk.guide.v1.GetRoutingAccuracyResponse.by_signal:type_name -> sylk.guide.v1.GetRoutingAccuracyResponse.BySignalEntry
+	22, // 16: sylk.guide.v1.GetRoutingAccuracyResponse.by_confidence:type_name -> sylk.guide.v1.ConfidenceAccuracy
+	50, // 17: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_p50:type_name -> google.protobuf.Duration
+	50, // 18: sylk.guide.v1.GetRoutingAccuracyResponse.time_to_correction_mean:type_name -> google.protobuf.Duration
+	48, // 19: sylk.guide.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	48, // 20: sylk.guide.v1.DeadLetter.last_replay_time:type_name -> google.protobuf.Timestamp
+	25, // 21: sylk.guide.v1.ListDeadLettersResponse.dead_letters:type_name -> sylk.guide.v1.DeadLetter
+	25, // 22: sylk.guide.v1.ReplayDeadLetterResponse.dead_letter:type_name -> sylk.guide.v1.DeadLetter
+	48, // 23: sylk.guide.v1.RecordedQuery.time:type_name -> google.protobuf.Timestamp
+	48, // 24: sylk.guide.v1.Recording.create_time:type_name -> google.protobuf.Timestamp
+	48, // 25: sylk.guide.v1.Recording.stop_time:type_name -> google.protobuf.Timestamp
+	30, // 26: sylk.guide.v1.Recording.queries:type_name -> sylk.guide.v1.RecordedQuery
+	31, // 27: sylk.guide.v1.StartRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	31, // 28: sylk.guide.v1.StopRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	31, // 29: sylk.guide.v1.ListRecordingsResponse.recordings:type_name -> sylk.guide.v1.Recording
+	31, // 30: sylk.guide.v1.GetRecordingResponse.recording:type_name -> sylk.guide.v1.Recording
+	1,  // 31: sylk.guide.v1.ReplayRecordingRequest.mode:type_name -> sylk.guide.v1.ReplayMode
+	3,  // 32: sylk.guide.v1.ReplayStepResult.route:type_name -> sylk.guide.v1.Route
+	1,  // 33: sylk.guide.v1.ReplayState.mode:type_name -> sylk.guide.v1.ReplayMode
+	47, // 34: sylk.guide.v1.ReplayState.modifications:type_name -> sylk.guide.v1.ReplayState.ModificationsEntry
+	48, // 35: sylk.guide.v1.ReplayState.start_time:type_name -> google.protobuf.Timestamp
+	42, // 36: sylk.guide.v1.ReplayRecordingResponse.state:type_name -> sylk.guide.v1.ReplayState
+	41, // 37: sylk.guide.v1.ReplayRecordingResponse.results:type_name -> sylk.guide.v1.ReplayStepResult
+	42, // 38: sylk.guide.v1.StepReplayResponse.state:type_name -> sylk.guide.v1.ReplayState
+	41, // 39: sylk.guide.v1.StepReplayResponse.result:type_name -> sylk.guide.v1.ReplayStepResult
+	4,  // 40: sylk.guide.v1.GuideService.SendMessage:input_type -> sylk.guide.v1.SendMessageRequest
+	6,  // 41: sylk.guide.v1.GuideService.ListMessages:input_type -> sylk.guide.v1.ListMessagesRequest
+	8,  // 42: sylk.guide.v1.GuideService.ListEvents:input_type -> sylk.guide.v1.ListEventsRequest
+	10, // 43: sylk.guide.v1.GuideService.StreamEvents:input_type -> sylk.guide.v1.StreamEventsRequest
+	12, // 44: sylk.guide.v1.GuideService.ListClarifications:input_type -> sylk.guide.v1.ListClarificationsRequest
+	16, // 45: sylk.guide.v1.GuideService.RecordRoutingFailure:input_type -> sylk.guide.v1.RecordRoutingFailureRequest
+	18, // 46: sylk.guide.v1.GuideService.ListRoutingFailures:input_type -> sylk.guide.v1.ListRoutingFailuresRequest
+	20, // 47: sylk.guide.v1.GuideService.GetRoutingAccuracy:input_type -> sylk.guide.v1.GetRoutingAccuracyRequest
+	26, // 48: sylk.guide.v1.GuideService.ListDeadLetters:input_type -> sylk.guide.v1.ListDeadLettersRequest
+	28, // 49: sylk.guide.v1.GuideService.ReplayDeadLetter:input_type -> sylk.guide.v1.ReplayDeadLetterRequest
+	32, // 50: sylk.guide.v1.GuideService.StartRecording:input_type -> sylk.guide.v1.StartRecordingRequest
+	34, // 51: sylk.guide.v1.GuideService.StopRecording:input_type -> sylk.guide.v1.StopRecordingRequest
+	36, // 52: sylk.guide.v1.GuideService.ListRecordings:input_type -> sylk.guide.v1.ListRecordingsRequest
+	38, // 53: sylk.guide.v1.GuideService.GetRecording:input_type -> sylk.guide.v1.GetRecordingRequest
+	40, // 54: sylk.guide.v1.GuideService.ReplayRecording:input_type -> sylk.guide.v1.ReplayRecordingRequest
+	44, // 55: sylk.guide.v1.GuideService.StepReplay:input_type -> sylk.guide.v1.StepReplayRequest
+	5,  // 56: sylk.guide.v1.GuideService.SendMessage:output_type -> sylk.guide.v1.SendMessageResponse
+	7,  // 57: sylk.guide.v1.GuideService.ListMessages:output_type -> sylk.guide.v1.ListMessagesResponse
+	9,  // 58: sylk.guide.v1.GuideService.ListEvents:output_type -> sylk.guide.v1.ListEventsResponse
+	11, // 59: sylk.guide.v1.GuideService.StreamEvents:output_type -> sylk.guide.v1.StreamEventsResponse
+	13, // 60: sylk.guide.v1.GuideService.ListClarifications:output_type -> sylk.guide.v1.ListClarificationsResponse
+	17, // 61: sylk.guide.v1.GuideService.RecordRoutingFailure:output_type -> sylk.guide.v1.RecordRoutingFailureResponse
+	19, // 62: sylk.guide.v1.GuideService.ListRoutingFailures:output_type -> sylk.guide.v1.ListRoutingFailuresResponse
+	24, // 63: sylk.guide.v1.GuideService.GetRoutingAccuracy:output_type -> sylk.guide.v1.GetRoutingAccuracyResponse
+	27, // 64: sylk.guide.v1.GuideService.ListDeadLetters:output_type -> sylk.guide.v1.ListDeadLettersResponse
+	29, // 65: sylk.guide.v1.GuideService.ReplayDeadLetter:output_type -> sylk.guide.v1.ReplayDeadLetterResponse
+	33, // 66: sylk.guide.v1.GuideService.StartRecording:output_type -> sylk.guide.v1.StartRecordingResponse
+	35, // 67: sylk.guide.v1.GuideService.StopRecording:output_type -> sylk.guide.v1.StopRecordingResponse
+	37, // 68: sylk.guide.v1.GuideService.ListRecordings:output_type -> sylk.guide.v1.ListRecordingsResponse
+	39, // 69: sylk.guide.v1.GuideService.GetRecording:output_type -> sylk.guide.v1.GetRecordingResponse
+	43, // 70: sylk.guide.v1.GuideService.ReplayRecording:output_type -> sylk.guide.v1.ReplayRecordingResponse
+	45, // 71: sylk.guide.v1.GuideService.StepReplay:output_type -> sylk.guide.v1.StepReplayResponse
+	56, // [56:72] is the sub-list for method output_type
+	40, // [40:56] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_sylk_guide_v1_guide_service_proto_init() }
@@ -3500,7 +3381,7 @@ func file_sylk_guide_v1_guide_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_guide_v1_guide_service_proto_rawDesc), len(file_sylk_guide_v1_guide_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,6 +12,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -2365,11 +2366,86 @@ func (x *HistoryCommit) GetSubject() string {
 	return ""
 }
 
+// IndexNotice is what the Librarian says on the bus of a repository's
+// index (not an API message): its progress while a run goes on, and a
+// change every replica applies to its vectors.
+type IndexNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant that owns the repository.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// "repositories/<id>".
+	Repository string `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The repository was deleted: replicas drop its vectors.
+	Deleted bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Set on progress notices.
+	Progress      *v1.IndexingProgress `protobuf:"bytes,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexNotice) Reset() {
+	*x = IndexNotice{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexNotice) ProtoMessage() {}
+
+func (x *IndexNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexNotice.ProtoReflect.Descriptor instead.
+func (*IndexNotice) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *IndexNotice) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *IndexNotice) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *IndexNotice) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *IndexNotice) GetProgress() *v1.IndexingProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 var File_sylk_librarian_v1_librarian_service_proto protoreflect.FileDescriptor
 
 const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\n" +
-	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x03\n" +
+	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19sylk/event/v1/event.proto\"\xe0\x03\n" +
 	"\n" +
 	"Repository\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
@@ -2580,7 +2656,14 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12;\n" +
 	"\vauthor_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"authorTime\x12\x18\n" +
-	"\asubject\x18\x04 \x01(\tR\asubject*\x8b\x01\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\"\xa1\x01\n" +
+	"\vIndexNotice\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12;\n" +
+	"\bprogress\x18\x04 \x01(\v2\x1f.sylk.event.v1.IndexingProgressR\bprogress*\x8b\x01\n" +
 	"\n" +
 	"SearchMode\x12\x1b\n" +
 	"\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -2625,7 +2708,7 @@ func file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
 	(SearchMode)(0),                    // 0: sylk.librarian.v1.SearchMode
 	(IndexState)(0),                    // 1: sylk.librarian.v1.IndexState
@@ -2660,12 +2743,14 @@ var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
 	(*GetHistoryRequest)(nil),          // 30: sylk.librarian.v1.GetHistoryRequest
 	(*GetHistoryResponse)(nil),         // 31: sylk.librarian.v1.GetHistoryResponse
 	(*HistoryCommit)(nil),              // 32: sylk.librarian.v1.HistoryCommit
-	(*timestamppb.Timestamp)(nil),      // 33: google.protobuf.Timestamp
+	(*IndexNotice)(nil),                // 33: sylk.librarian.v1.IndexNotice
+	(*timestamppb.Timestamp)(nil),      // 34: google.protobuf.Timestamp
+	(*v1.IndexingProgress)(nil),        // 35: sylk.event.v1.IndexingProgress
 }
 var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	1,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
-	33, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
-	33, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
+	34, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
+	34, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
@@ -2685,36 +2770,37 @@ var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	28, // 19: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
 	28, // 20: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
 	32, // 21: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
-	33, // 22: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
-	3,  // 23: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
-	5,  // 24: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
-	7,  // 25: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
-	9,  // 26: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
-	11, // 27: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
-	19, // 28: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
-	21, // 29: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
-	23, // 30: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
-	25, // 31: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
-	27, // 32: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
-	30, // 33: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
-	13, // 34: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
-	4,  // 35: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
-	6,  // 36: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
-	8,  // 37: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
-	10, // 38: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
-	12, // 39: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
-	20, // 40: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
-	22, // 41: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
-	24, // 42: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
-	26, // 43: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
-	29, // 44: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
-	31, // 45: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
-	15, // 46: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	34, // 22: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
+	35, // 23: sylk.librarian.v1.IndexNotice.progress:type_name -> sylk.event.v1.IndexingProgress
+	3,  // 24: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
+	5,  // 25: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
+	7,  // 26: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
+	9,  // 27: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
+	11, // 28: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
+	19, // 29: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
+	21, // 30: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
+	23, // 31: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
+	25, // 32: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
+	27, // 33: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
+	30, // 34: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
+	13, // 35: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
+	4,  // 36: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
+	6,  // 37: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
+	8,  // 38: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
+	10, // 39: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
+	12, // 40: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
+	20, // 41: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
+	22, // 42: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
+	24, // 43: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
+	26, // 44: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
+	29, // 45: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
+	31, // 46: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
+	15, // 47: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_sylk_librarian_v1_librarian_service_proto_init() }
@@ -2728,7 +2814,7 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_librarian_v1_librarian_service_proto_rawDesc), len(file_sylk_librarian_v1_librarian_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

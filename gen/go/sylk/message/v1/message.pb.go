@@ -494,6 +494,62 @@ func (CriterionSource) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
 }
 
+// HitKind says what a hit points at.
+type HitKind int32
+
+const (
+	HitKind_HIT_KIND_UNSPECIFIED HitKind = 0
+	// Code of a registered repository (Librarian).
+	HitKind_HIT_KIND_CODE HitKind = 1
+	// A history entry (Archivalist).
+	HitKind_HIT_KIND_ENTRY HitKind = 2
+	// A section of an ingested document (Academic).
+	HitKind_HIT_KIND_DOCUMENT HitKind = 3
+)
+
+// Enum value maps for HitKind.
+var (
+	HitKind_name = map[int32]string{
+		0: "HIT_KIND_UNSPECIFIED",
+		1: "HIT_KIND_CODE",
+		2: "HIT_KIND_ENTRY",
+		3: "HIT_KIND_DOCUMENT",
+	}
+	HitKind_value = map[string]int32{
+		"HIT_KIND_UNSPECIFIED": 0,
+		"HIT_KIND_CODE":        1,
+		"HIT_KIND_ENTRY":       2,
+		"HIT_KIND_DOCUMENT":    3,
+	}
+)
+
+func (x HitKind) Enum() *HitKind {
+	p := new(HitKind)
+	*p = x
+	return p
+}
+
+func (x HitKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HitKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_message_v1_message_proto_enumTypes[5].Descriptor()
+}
+
+func (HitKind) Type() protoreflect.EnumType {
+	return &file_sylk_message_v1_message_proto_enumTypes[5]
+}
+
+func (x HitKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HitKind.Descriptor instead.
+func (HitKind) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
+}
+
 type SignalType int32
 
 const (
@@ -542,11 +598,11 @@ func (x SignalType) String() string {
 }
 
 func (SignalType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sylk_message_v1_message_proto_enumTypes[5].Descriptor()
+	return file_sylk_message_v1_message_proto_enumTypes[6].Descriptor()
 }
 
 func (SignalType) Type() protoreflect.EnumType {
-	return &file_sylk_message_v1_message_proto_enumTypes[5]
+	return &file_sylk_message_v1_message_proto_enumTypes[6]
 }
 
 func (x SignalType) Number() protoreflect.EnumNumber {
@@ -555,7 +611,7 @@ func (x SignalType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SignalType.Descriptor instead.
 func (SignalType) EnumDescriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{6}
 }
 
 // Envelope is the unit every agent exchanges over NATS (spec A-01). It carries
@@ -587,16 +643,22 @@ type Envelope struct {
 	RerouteHistory   []*RerouteHop          `protobuf:"bytes,20,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
 	Error            string                 `protobuf:"bytes,21,opt,name=error,proto3" json:"error,omitempty"`
 	ProcessedAt      *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=processed_at,json=processedAt,proto3" json:"processed_at,omitempty"`
+	// Set by the Guide on a request it routes for another agent (spec
+	// A-25): who asked, so that the answer goes back to them.
+	RoutedRequest *RoutedRequest `protobuf:"bytes,23,opt,name=routed_request,json=routedRequest,proto3" json:"routed_request,omitempty"`
+	// What the Guide learned before routing a change to the Architect (spec
+	// A-06 step 3, E-11).
+	PreRoute *PreRouteContext `protobuf:"bytes,24,opt,name=pre_route,json=preRoute,proto3" json:"pre_route,omitempty"`
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*Envelope_UserInput
-	//	*Envelope_AgentResponse
+	//	*Envelope_AgentAnswer
 	//	*Envelope_RerouteRequest
 	//	*Envelope_ClarificationRequest
 	//	*Envelope_ClarificationResponse
-	//	*Envelope_TaskDispatch
-	//	*Envelope_TaskResult
 	//	*Envelope_Signal
+	//	*Envelope_StoreRequest
+	//	*Envelope_TaskHelp
 	Payload       isEnvelope_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -786,6 +848,20 @@ func (x *Envelope) GetProcessedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Envelope) GetRoutedRequest() *RoutedRequest {
+	if x != nil {
+		return x.RoutedRequest
+	}
+	return nil
+}
+
+func (x *Envelope) GetPreRoute() *PreRouteContext {
+	if x != nil {
+		return x.PreRoute
+	}
+	return nil
+}
+
 func (x *Envelope) GetPayload() isEnvelope_Payload {
 	if x != nil {
 		return x.Payload
@@ -802,10 +878,10 @@ func (x *Envelope) GetUserInput() *UserInput {
 	return nil
 }
 
-func (x *Envelope) GetAgentResponse() *AgentResponse {
+func (x *Envelope) GetAgentAnswer() *AgentAnswer {
 	if x != nil {
-		if x, ok := x.Payload.(*Envelope_AgentResponse); ok {
-			return x.AgentResponse
+		if x, ok := x.Payload.(*Envelope_AgentAnswer); ok {
+			return x.AgentAnswer
 		}
 	}
 	return nil
@@ -838,28 +914,28 @@ func (x *Envelope) GetClarificationResponse() *ClarificationResponse {
 	return nil
 }
 
-func (x *Envelope) GetTaskDispatch() *TaskDispatch {
-	if x != nil {
-		if x, ok := x.Payload.(*Envelope_TaskDispatch); ok {
-			return x.TaskDispatch
-		}
-	}
-	return nil
-}
-
-func (x *Envelope) GetTaskResult() *TaskResult {
-	if x != nil {
-		if x, ok := x.Payload.(*Envelope_TaskResult); ok {
-			return x.TaskResult
-		}
-	}
-	return nil
-}
-
 func (x *Envelope) GetSignal() *Signal {
 	if x != nil {
 		if x, ok := x.Payload.(*Envelope_Signal); ok {
 			return x.Signal
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetStoreRequest() *StoreRequest {
+	if x != nil {
+		if x, ok := x.Payload.(*Envelope_StoreRequest); ok {
+			return x.StoreRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetTaskHelp() *TaskHelp {
+	if x != nil {
+		if x, ok := x.Payload.(*Envelope_TaskHelp); ok {
+			return x.TaskHelp
 		}
 	}
 	return nil
@@ -873,8 +949,8 @@ type Envelope_UserInput struct {
 	UserInput *UserInput `protobuf:"bytes,30,opt,name=user_input,json=userInput,proto3,oneof"`
 }
 
-type Envelope_AgentResponse struct {
-	AgentResponse *AgentResponse `protobuf:"bytes,31,opt,name=agent_response,json=agentResponse,proto3,oneof"`
+type Envelope_AgentAnswer struct {
+	AgentAnswer *AgentAnswer `protobuf:"bytes,31,opt,name=agent_answer,json=agentAnswer,proto3,oneof"`
 }
 
 type Envelope_RerouteRequest struct {
@@ -889,21 +965,21 @@ type Envelope_ClarificationResponse struct {
 	ClarificationResponse *ClarificationResponse `protobuf:"bytes,34,opt,name=clarification_response,json=clarificationResponse,proto3,oneof"`
 }
 
-type Envelope_TaskDispatch struct {
-	TaskDispatch *TaskDispatch `protobuf:"bytes,35,opt,name=task_dispatch,json=taskDispatch,proto3,oneof"`
-}
-
-type Envelope_TaskResult struct {
-	TaskResult *TaskResult `protobuf:"bytes,36,opt,name=task_result,json=taskResult,proto3,oneof"`
-}
-
 type Envelope_Signal struct {
 	Signal *Signal `protobuf:"bytes,37,opt,name=signal,proto3,oneof"`
 }
 
+type Envelope_StoreRequest struct {
+	StoreRequest *StoreRequest `protobuf:"bytes,38,opt,name=store_request,json=storeRequest,proto3,oneof"`
+}
+
+type Envelope_TaskHelp struct {
+	TaskHelp *TaskHelp `protobuf:"bytes,39,opt,name=task_help,json=taskHelp,proto3,oneof"`
+}
+
 func (*Envelope_UserInput) isEnvelope_Payload() {}
 
-func (*Envelope_AgentResponse) isEnvelope_Payload() {}
+func (*Envelope_AgentAnswer) isEnvelope_Payload() {}
 
 func (*Envelope_RerouteRequest) isEnvelope_Payload() {}
 
@@ -911,11 +987,133 @@ func (*Envelope_ClarificationRequest) isEnvelope_Payload() {}
 
 func (*Envelope_ClarificationResponse) isEnvelope_Payload() {}
 
-func (*Envelope_TaskDispatch) isEnvelope_Payload() {}
-
-func (*Envelope_TaskResult) isEnvelope_Payload() {}
-
 func (*Envelope_Signal) isEnvelope_Payload() {}
+
+func (*Envelope_StoreRequest) isEnvelope_Payload() {}
+
+func (*Envelope_TaskHelp) isEnvelope_Payload() {}
+
+// RoutedRequest is an agent's request the Guide routed to another agent.
+type RoutedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that asked.
+	RequestedBy string `protobuf:"bytes,1,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The type of the asking envelope (its answer has the matching
+	// response type).
+	RequestType MessageType `protobuf:"varint,2,opt,name=request_type,json=requestType,proto3,enum=sylk.message.v1.MessageType" json:"request_type,omitempty"`
+	// The asking agent's own correlation id, which its answer carries.
+	RequestCorrelation string `protobuf:"bytes,3,opt,name=request_correlation,json=requestCorrelation,proto3" json:"request_correlation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RoutedRequest) Reset() {
+	*x = RoutedRequest{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutedRequest) ProtoMessage() {}
+
+func (x *RoutedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutedRequest.ProtoReflect.Descriptor instead.
+func (*RoutedRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RoutedRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *RoutedRequest) GetRequestType() MessageType {
+	if x != nil {
+		return x.RequestType
+	}
+	return MessageType_MESSAGE_TYPE_UNSPECIFIED
+}
+
+func (x *RoutedRequest) GetRequestCorrelation() string {
+	if x != nil {
+		return x.RequestCorrelation
+	}
+	return ""
+}
+
+// PreRouteContext is the Guide's consultation before routing a change
+// (spec A-06 step 3): each part is a short text, "unavailable: <why>" when
+// its agent could not be asked.
+type PreRouteContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the Librarian found of the area the request touches.
+	CodebaseHealth string `protobuf:"bytes,1,opt,name=codebase_health,json=codebaseHealth,proto3" json:"codebase_health,omitempty"`
+	// Similar failures the Archivalist holds.
+	FailurePatterns string `protobuf:"bytes,2,opt,name=failure_patterns,json=failurePatterns,proto3" json:"failure_patterns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PreRouteContext) Reset() {
+	*x = PreRouteContext{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreRouteContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreRouteContext) ProtoMessage() {}
+
+func (x *PreRouteContext) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreRouteContext.ProtoReflect.Descriptor instead.
+func (*PreRouteContext) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PreRouteContext) GetCodebaseHealth() string {
+	if x != nil {
+		return x.CodebaseHealth
+	}
+	return ""
+}
+
+func (x *PreRouteContext) GetFailurePatterns() string {
+	if x != nil {
+		return x.FailurePatterns
+	}
+	return ""
+}
 
 // StructuredIntent is extracted once by the Guide at intake (spec A-03).
 type StructuredIntent struct {
@@ -931,7 +1129,7 @@ type StructuredIntent struct {
 
 func (x *StructuredIntent) Reset() {
 	*x = StructuredIntent{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[1]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1141,7 @@ func (x *StructuredIntent) String() string {
 func (*StructuredIntent) ProtoMessage() {}
 
 func (x *StructuredIntent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[1]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1154,7 @@ func (x *StructuredIntent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredIntent.ProtoReflect.Descriptor instead.
 func (*StructuredIntent) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{1}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StructuredIntent) GetOriginalRequest() string {
@@ -1006,7 +1204,7 @@ type DomainExpectation struct {
 
 func (x *DomainExpectation) Reset() {
 	*x = DomainExpectation{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1216,7 @@ func (x *DomainExpectation) String() string {
 func (*DomainExpectation) ProtoMessage() {}
 
 func (x *DomainExpectation) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[2]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1229,7 @@ func (x *DomainExpectation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainExpectation.ProtoReflect.Descriptor instead.
 func (*DomainExpectation) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{2}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DomainExpectation) GetExpectation() string {
@@ -1071,7 +1269,7 @@ type SuccessCriterion struct {
 
 func (x *SuccessCriterion) Reset() {
 	*x = SuccessCriterion{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1281,7 @@ func (x *SuccessCriterion) String() string {
 func (*SuccessCriterion) ProtoMessage() {}
 
 func (x *SuccessCriterion) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[3]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1294,7 @@ func (x *SuccessCriterion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuccessCriterion.ProtoReflect.Descriptor instead.
 func (*SuccessCriterion) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{3}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SuccessCriterion) GetCriterion() string {
@@ -1146,7 +1344,7 @@ type ConfidenceEntry struct {
 
 func (x *ConfidenceEntry) Reset() {
 	*x = ConfidenceEntry{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1356,7 @@ func (x *ConfidenceEntry) String() string {
 func (*ConfidenceEntry) ProtoMessage() {}
 
 func (x *ConfidenceEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[4]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1369,7 @@ func (x *ConfidenceEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfidenceEntry.ProtoReflect.Descriptor instead.
 func (*ConfidenceEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{4}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfidenceEntry) GetAgent() string {
@@ -1207,7 +1405,7 @@ type RerouteHop struct {
 
 func (x *RerouteHop) Reset() {
 	*x = RerouteHop{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1417,7 @@ func (x *RerouteHop) String() string {
 func (*RerouteHop) ProtoMessage() {}
 
 func (x *RerouteHop) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[5]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1430,7 @@ func (x *RerouteHop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerouteHop.ProtoReflect.Descriptor instead.
 func (*RerouteHop) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RerouteHop) GetFrom() string {
@@ -1265,7 +1463,7 @@ type UserInput struct {
 
 func (x *UserInput) Reset() {
 	*x = UserInput{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1475,7 @@ func (x *UserInput) String() string {
 func (*UserInput) ProtoMessage() {}
 
 func (x *UserInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[6]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1488,7 @@ func (x *UserInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInput.ProtoReflect.Descriptor instead.
 func (*UserInput) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{6}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UserInput) GetText() string {
@@ -1300,32 +1498,67 @@ func (x *UserInput) GetText() string {
 	return ""
 }
 
-// AgentResponse is an agent's answer to a routed request.
-type AgentResponse struct {
+// AgentAnswer is an agent's answer to a request: what the session stream
+// shows as a message.answered event and what an agent sends the Guide to
+// relay to the agent that asked.
+type AgentAnswer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Agent string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	Text  string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	// Structured hits, when the answer is a search.
-	Hits          []*Hit `protobuf:"bytes,3,rep,name=hits,proto3" json:"hits,omitempty"`
+	// The agent that answers.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The answer for a person.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// What a search found, best first.
+	Hits []*Hit `protobuf:"bytes,3,rep,name=hits,proto3" json:"hits,omitempty"`
+	// The sources the text rests on (a subset of hits, or other sources).
+	Citations []*Citation `protobuf:"bytes,4,rep,name=citations,proto3" json:"citations,omitempty"`
+	// The agent could not help with the request: it is not its domain, or it
+	// holds nothing about it (spec A-33 EMPTY_RESPONSE). An answer that
+	// searched and found nothing, and says so, is not cannot_help.
+	CannotHelp       bool   `protobuf:"varint,5,opt,name=cannot_help,json=cannotHelp,proto3" json:"cannot_help,omitempty"`
+	CannotHelpReason string `protobuf:"bytes,6,opt,name=cannot_help_reason,json=cannotHelpReason,proto3" json:"cannot_help_reason,omitempty"`
+	// The agent that may help instead, when the answering one knows.
+	SuggestedTarget string `protobuf:"bytes,7,opt,name=suggested_target,json=suggestedTarget,proto3" json:"suggested_target,omitempty"`
+	// This agent's confidence in its answer (spec A-04).
+	Confidence *ConfidenceEntry `protobuf:"bytes,8,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// The chain's cumulative confidence, its band and the action the band
+	// suggests ("proceed", "verify", "ask"): set by the Guide when it relays.
+	CumulativeConfidence float64 `protobuf:"fixed64,9,opt,name=cumulative_confidence,json=cumulativeConfidence,proto3" json:"cumulative_confidence,omitempty"`
+	ConfidenceBand       string  `protobuf:"bytes,10,opt,name=confidence_band,json=confidenceBand,proto3" json:"confidence_band,omitempty"`
+	SuggestedAction      string  `protobuf:"bytes,11,opt,name=suggested_action,json=suggestedAction,proto3" json:"suggested_action,omitempty"`
+	// The query the agent searched with.
+	Query string `protobuf:"bytes,12,opt,name=query,proto3" json:"query,omitempty"`
+	// For the Archivalist: whether every session of the tenant was searched,
+	// and the newest entries it shows when nothing matched.
+	CrossSession bool   `protobuf:"varint,13,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
+	Recent       []*Hit `protobuf:"bytes,14,rep,name=recent,proto3" json:"recent,omitempty"`
+	// The model that wrote text ("provider/model"); empty when no model did:
+	// the text is then assembled from the hits, and says so.
+	Model string `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`
+	// For the Guide's own replies: the reply's message name and the user's
+	// message it answers.
+	Message   string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
+	InReplyTo string `protobuf:"bytes,17,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
+	// Set when the answer came from the Guide's route cache.
+	Cached        bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *AgentResponse) Reset() {
-	*x = AgentResponse{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
+func (x *AgentAnswer) Reset() {
+	*x = AgentAnswer{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *AgentResponse) String() string {
+func (x *AgentAnswer) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*AgentResponse) ProtoMessage() {}
+func (*AgentAnswer) ProtoMessage() {}
 
-func (x *AgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[7]
+func (x *AgentAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,49 +1569,167 @@ func (x *AgentResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use AgentResponse.ProtoReflect.Descriptor instead.
-func (*AgentResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{7}
+// Deprecated: Use AgentAnswer.ProtoReflect.Descriptor instead.
+func (*AgentAnswer) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *AgentResponse) GetAgent() string {
+func (x *AgentAnswer) GetAgent() string {
 	if x != nil {
 		return x.Agent
 	}
 	return ""
 }
 
-func (x *AgentResponse) GetText() string {
+func (x *AgentAnswer) GetText() string {
 	if x != nil {
 		return x.Text
 	}
 	return ""
 }
 
-func (x *AgentResponse) GetHits() []*Hit {
+func (x *AgentAnswer) GetHits() []*Hit {
 	if x != nil {
 		return x.Hits
 	}
 	return nil
 }
 
+func (x *AgentAnswer) GetCitations() []*Citation {
+	if x != nil {
+		return x.Citations
+	}
+	return nil
+}
+
+func (x *AgentAnswer) GetCannotHelp() bool {
+	if x != nil {
+		return x.CannotHelp
+	}
+	return false
+}
+
+func (x *AgentAnswer) GetCannotHelpReason() string {
+	if x != nil {
+		return x.CannotHelpReason
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetSuggestedTarget() string {
+	if x != nil {
+		return x.SuggestedTarget
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetConfidence() *ConfidenceEntry {
+	if x != nil {
+		return x.Confidence
+	}
+	return nil
+}
+
+func (x *AgentAnswer) GetCumulativeConfidence() float64 {
+	if x != nil {
+		return x.CumulativeConfidence
+	}
+	return 0
+}
+
+func (x *AgentAnswer) GetConfidenceBand() string {
+	if x != nil {
+		return x.ConfidenceBand
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetSuggestedAction() string {
+	if x != nil {
+		return x.SuggestedAction
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetCrossSession() bool {
+	if x != nil {
+		return x.CrossSession
+	}
+	return false
+}
+
+func (x *AgentAnswer) GetRecent() []*Hit {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
+}
+
+func (x *AgentAnswer) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetInReplyTo() string {
+	if x != nil {
+		return x.InReplyTo
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
+}
+
 // Hit is one ranked search result from a knowledge agent.
 type Hit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Title         string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart     int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd       int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet       string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
-	Score         float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
-	Id            string                 `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Title     string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd   int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Snippet   string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	Score     float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	Id        string                 `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	Kind      HitKind                `protobuf:"varint,8,opt,name=kind,proto3,enum=sylk.message.v1.HitKind" json:"kind,omitempty"`
+	// The resource the hit belongs to: "repositories/<id>",
+	// "entries/<id>" or "documents/<id>".
+	Name string `protobuf:"bytes,9,opt,name=name,proto3" json:"name,omitempty"`
+	// The hit's repository ("repositories/<id>") for code.
+	Repository string `protobuf:"bytes,10,opt,name=repository,proto3" json:"repository,omitempty"`
+	// An entry's category, or a document section's heading.
+	Category string `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
+	Heading  string `protobuf:"bytes,12,opt,name=heading,proto3" json:"heading,omitempty"`
+	// The session an entry was recorded in.
+	SessionId string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The symbol the code hit defines, when it defines one.
+	Symbol        string `protobuf:"bytes,14,opt,name=symbol,proto3" json:"symbol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hit) Reset() {
 	*x = Hit{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1741,7 @@ func (x *Hit) String() string {
 func (*Hit) ProtoMessage() {}
 
 func (x *Hit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[8]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1754,7 @@ func (x *Hit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hit.ProtoReflect.Descriptor instead.
 func (*Hit) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{8}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Hit) GetTitle() string {
@@ -1455,6 +1806,275 @@ func (x *Hit) GetId() string {
 	return ""
 }
 
+func (x *Hit) GetKind() HitKind {
+	if x != nil {
+		return x.Kind
+	}
+	return HitKind_HIT_KIND_UNSPECIFIED
+}
+
+func (x *Hit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Hit) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Hit) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *Hit) GetHeading() string {
+	if x != nil {
+		return x.Heading
+	}
+	return ""
+}
+
+func (x *Hit) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Hit) GetSymbol() string {
+	if x != nil {
+		return x.Symbol
+	}
+	return ""
+}
+
+// Citation is a source an answer's text rests on.
+type Citation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cited resource ("repositories/<id>", "entries/<id>",
+	// "documents/<id>") or an external URL.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart     int32  `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd       int32  `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Citation) Reset() {
+	*x = Citation{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Citation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Citation) ProtoMessage() {}
+
+func (x *Citation) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Citation.ProtoReflect.Descriptor instead.
+func (*Citation) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Citation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Citation) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Citation) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Citation) GetLineStart() int32 {
+	if x != nil {
+		return x.LineStart
+	}
+	return 0
+}
+
+func (x *Citation) GetLineEnd() int32 {
+	if x != nil {
+		return x.LineEnd
+	}
+	return 0
+}
+
+// StoreRequest asks the Archivalist to store an entry in the history.
+type StoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that records it.
+	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Category      string `protobuf:"bytes,2,opt,name=category,proto3" json:"category,omitempty"`
+	Title         string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	Content       string `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreRequest) Reset() {
+	*x = StoreRequest{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreRequest) ProtoMessage() {}
+
+func (x *StoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreRequest.ProtoReflect.Descriptor instead.
+func (*StoreRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StoreRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *StoreRequest) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *StoreRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *StoreRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// TaskHelp is a task's request for the user's help (spec A-33 TASK_HELP,
+// E-14).
+type TaskHelp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// The issue the task ran into, as the asking agent names it.
+	ContextSourceIssue string `protobuf:"bytes,2,opt,name=context_source_issue,json=contextSourceIssue,proto3" json:"context_source_issue,omitempty"`
+	RunId              string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	NodeId             string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *TaskHelp) Reset() {
+	*x = TaskHelp{}
+	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskHelp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskHelp) ProtoMessage() {}
+
+func (x *TaskHelp) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskHelp.ProtoReflect.Descriptor instead.
+func (*TaskHelp) Descriptor() ([]byte, []int) {
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TaskHelp) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *TaskHelp) GetContextSourceIssue() string {
+	if x != nil {
+		return x.ContextSourceIssue
+	}
+	return ""
+}
+
+func (x *TaskHelp) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TaskHelp) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type RerouteRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Source          string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
@@ -1466,7 +2086,7 @@ type RerouteRequest struct {
 
 func (x *RerouteRequest) Reset() {
 	*x = RerouteRequest{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +2098,7 @@ func (x *RerouteRequest) String() string {
 func (*RerouteRequest) ProtoMessage() {}
 
 func (x *RerouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[9]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +2111,7 @@ func (x *RerouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerouteRequest.ProtoReflect.Descriptor instead.
 func (*RerouteRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{9}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RerouteRequest) GetSource() string {
@@ -1527,7 +2147,7 @@ type ClarificationRequest struct {
 
 func (x *ClarificationRequest) Reset() {
 	*x = ClarificationRequest{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +2159,7 @@ func (x *ClarificationRequest) String() string {
 func (*ClarificationRequest) ProtoMessage() {}
 
 func (x *ClarificationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[10]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +2172,7 @@ func (x *ClarificationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationRequest.ProtoReflect.Descriptor instead.
 func (*ClarificationRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{10}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClarificationRequest) GetQuestion() string {
@@ -1592,7 +2212,7 @@ type ClarificationResponse struct {
 
 func (x *ClarificationResponse) Reset() {
 	*x = ClarificationResponse{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +2224,7 @@ func (x *ClarificationResponse) String() string {
 func (*ClarificationResponse) ProtoMessage() {}
 
 func (x *ClarificationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[11]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +2237,7 @@ func (x *ClarificationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationResponse.ProtoReflect.Descriptor instead.
 func (*ClarificationResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{11}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClarificationResponse) GetAnswer() string {
@@ -1625,267 +2245,6 @@ func (x *ClarificationResponse) GetAnswer() string {
 		return x.Answer
 	}
 	return ""
-}
-
-// TaskDispatch asks a worker to run one DAG node.
-type TaskDispatch struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	RunId            string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId           string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt          int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Role             string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
-	Command          string                 `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
-	Prompt           string                 `protobuf:"bytes,6,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	Timeout          *durationpb.Duration   `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	OutputLimitBytes int64                  `protobuf:"varint,8,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
-	UpstreamOutputs  map[string]string      `protobuf:"bytes,9,rep,name=upstream_outputs,json=upstreamOutputs,proto3" json:"upstream_outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
-}
-
-func (x *TaskDispatch) Reset() {
-	*x = TaskDispatch{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TaskDispatch) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TaskDispatch) ProtoMessage() {}
-
-func (x *TaskDispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TaskDispatch.ProtoReflect.Descriptor instead.
-func (*TaskDispatch) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *TaskDispatch) GetRunId() string {
-	if x != nil {
-		return x.RunId
-	}
-	return ""
-}
-
-func (x *TaskDispatch) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-func (x *TaskDispatch) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
-func (x *TaskDispatch) GetRole() string {
-	if x != nil {
-		return x.Role
-	}
-	return ""
-}
-
-func (x *TaskDispatch) GetCommand() string {
-	if x != nil {
-		return x.Command
-	}
-	return ""
-}
-
-func (x *TaskDispatch) GetPrompt() string {
-	if x != nil {
-		return x.Prompt
-	}
-	return ""
-}
-
-func (x *TaskDispatch) GetTimeout() *durationpb.Duration {
-	if x != nil {
-		return x.Timeout
-	}
-	return nil
-}
-
-func (x *TaskDispatch) GetOutputLimitBytes() int64 {
-	if x != nil {
-		return x.OutputLimitBytes
-	}
-	return 0
-}
-
-func (x *TaskDispatch) GetUpstreamOutputs() map[string]string {
-	if x != nil {
-		return x.UpstreamOutputs
-	}
-	return nil
-}
-
-// TaskResult is what a worker reports for one attempt of a node.
-type TaskResult struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	RunId           string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId          string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt         int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	ExitCode        int32                  `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Stdout          string                 `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr          string                 `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	StdoutTruncated bool                   `protobuf:"varint,7,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
-	StderrTruncated bool                   `protobuf:"varint,8,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
-	Duration        *durationpb.Duration   `protobuf:"bytes,9,opt,name=duration,proto3" json:"duration,omitempty"`
-	TimedOut        bool                   `protobuf:"varint,10,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	Error           string                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	WorkerId        string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	// When the worker received the dispatch and when it reported the result,
-	// by the worker's clock: the Orchestrator keeps them to tell its own
-	// scheduling time from the time spent on the way and in the worker.
-	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
-	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TaskResult) Reset() {
-	*x = TaskResult{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TaskResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TaskResult) ProtoMessage() {}
-
-func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
-func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *TaskResult) GetRunId() string {
-	if x != nil {
-		return x.RunId
-	}
-	return ""
-}
-
-func (x *TaskResult) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-func (x *TaskResult) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
-func (x *TaskResult) GetExitCode() int32 {
-	if x != nil {
-		return x.ExitCode
-	}
-	return 0
-}
-
-func (x *TaskResult) GetStdout() string {
-	if x != nil {
-		return x.Stdout
-	}
-	return ""
-}
-
-func (x *TaskResult) GetStderr() string {
-	if x != nil {
-		return x.Stderr
-	}
-	return ""
-}
-
-func (x *TaskResult) GetStdoutTruncated() bool {
-	if x != nil {
-		return x.StdoutTruncated
-	}
-	return false
-}
-
-func (x *TaskResult) GetStderrTruncated() bool {
-	if x != nil {
-		return x.StderrTruncated
-	}
-	return false
-}
-
-func (x *TaskResult) GetDuration() *durationpb.Duration {
-	if x != nil {
-		return x.Duration
-	}
-	return nil
-}
-
-func (x *TaskResult) GetTimedOut() bool {
-	if x != nil {
-		return x.TimedOut
-	}
-	return false
-}
-
-func (x *TaskResult) GetError() string {
-	if x != nil {
-		return x.Error
-	}
-	return ""
-}
-
-func (x *TaskResult) GetWorkerId() string {
-	if x != nil {
-		return x.WorkerId
-	}
-	return ""
-}
-
-func (x *TaskResult) GetReceivedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ReceivedAt
-	}
-	return nil
-}
-
-func (x *TaskResult) GetReportedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ReportedAt
-	}
-	return nil
 }
 
 // Signal is a control signal (spec B-19).
@@ -1901,7 +2260,7 @@ type Signal struct {
 
 func (x *Signal) Reset() {
 	*x = Signal{}
-	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2272,7 @@ func (x *Signal) String() string {
 func (*Signal) ProtoMessage() {}
 
 func (x *Signal) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_message_v1_message_proto_msgTypes[14]
+	mi := &file_sylk_message_v1_message_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2285,7 @@ func (x *Signal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signal.ProtoReflect.Descriptor instead.
 func (*Signal) Descriptor() ([]byte, []int) {
-	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{14}
+	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Signal) GetType() SignalType {
@@ -1961,7 +2320,7 @@ var File_sylk_message_v1_message_proto protoreflect.FileDescriptor
 
 const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsylk/message/v1/message.proto\x12\x0fsylk.message.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\f\n" +
+	"\x1dsylk/message/v1/message.proto\x12\x0fsylk.message.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x0e\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0ecorrelation_id\x18\x02 \x01(\tR\rcorrelationId\x12\x1b\n" +
@@ -1987,21 +2346,29 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x10confidence_chain\x18\x13 \x03(\v2 .sylk.message.v1.ConfidenceEntryR\x0fconfidenceChain\x12D\n" +
 	"\x0freroute_history\x18\x14 \x03(\v2\x1b.sylk.message.v1.RerouteHopR\x0ererouteHistory\x12\x14\n" +
 	"\x05error\x18\x15 \x01(\tR\x05error\x12=\n" +
-	"\fprocessed_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessedAt\x12;\n" +
+	"\fprocessed_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessedAt\x12E\n" +
+	"\x0erouted_request\x18\x17 \x01(\v2\x1e.sylk.message.v1.RoutedRequestR\rroutedRequest\x12=\n" +
+	"\tpre_route\x18\x18 \x01(\v2 .sylk.message.v1.PreRouteContextR\bpreRoute\x12;\n" +
 	"\n" +
-	"user_input\x18\x1e \x01(\v2\x1a.sylk.message.v1.UserInputH\x00R\tuserInput\x12G\n" +
-	"\x0eagent_response\x18\x1f \x01(\v2\x1e.sylk.message.v1.AgentResponseH\x00R\ragentResponse\x12J\n" +
+	"user_input\x18\x1e \x01(\v2\x1a.sylk.message.v1.UserInputH\x00R\tuserInput\x12A\n" +
+	"\fagent_answer\x18\x1f \x01(\v2\x1c.sylk.message.v1.AgentAnswerH\x00R\vagentAnswer\x12J\n" +
 	"\x0freroute_request\x18  \x01(\v2\x1f.sylk.message.v1.RerouteRequestH\x00R\x0ererouteRequest\x12\\\n" +
 	"\x15clarification_request\x18! \x01(\v2%.sylk.message.v1.ClarificationRequestH\x00R\x14clarificationRequest\x12_\n" +
-	"\x16clarification_response\x18\" \x01(\v2&.sylk.message.v1.ClarificationResponseH\x00R\x15clarificationResponse\x12D\n" +
-	"\rtask_dispatch\x18# \x01(\v2\x1d.sylk.message.v1.TaskDispatchH\x00R\ftaskDispatch\x12>\n" +
-	"\vtask_result\x18$ \x01(\v2\x1b.sylk.message.v1.TaskResultH\x00R\n" +
-	"taskResult\x121\n" +
-	"\x06signal\x18% \x01(\v2\x17.sylk.message.v1.SignalH\x00R\x06signal\x1a;\n" +
+	"\x16clarification_response\x18\" \x01(\v2&.sylk.message.v1.ClarificationResponseH\x00R\x15clarificationResponse\x121\n" +
+	"\x06signal\x18% \x01(\v2\x17.sylk.message.v1.SignalH\x00R\x06signal\x12D\n" +
+	"\rstore_request\x18& \x01(\v2\x1d.sylk.message.v1.StoreRequestH\x00R\fstoreRequest\x128\n" +
+	"\ttask_help\x18' \x01(\v2\x19.sylk.message.v1.TaskHelpH\x00R\btaskHelp\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
-	"\apayload\"\xcc\x01\n" +
+	"\apayloadJ\x04\b#\x10$J\x04\b$\x10%R\rtask_dispatchR\vtask_result\"\xa4\x01\n" +
+	"\rRoutedRequest\x12!\n" +
+	"\frequested_by\x18\x01 \x01(\tR\vrequestedBy\x12?\n" +
+	"\frequest_type\x18\x02 \x01(\x0e2\x1c.sylk.message.v1.MessageTypeR\vrequestType\x12/\n" +
+	"\x13request_correlation\x18\x03 \x01(\tR\x12requestCorrelation\"e\n" +
+	"\x0fPreRouteContext\x12'\n" +
+	"\x0fcodebase_health\x18\x01 \x01(\tR\x0ecodebaseHealth\x12)\n" +
+	"\x10failure_patterns\x18\x02 \x01(\tR\x0ffailurePatterns\"\xcc\x01\n" +
 	"\x10StructuredIntent\x12)\n" +
 	"\x10original_request\x18\x01 \x01(\tR\x0foriginalRequest\x12'\n" +
 	"\x0fkey_constraints\x18\x02 \x03(\tR\x0ekeyConstraints\x12)\n" +
@@ -2031,11 +2398,30 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\"\x1f\n" +
 	"\tUserInput\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"c\n" +
-	"\rAgentResponse\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\xb0\x05\n" +
+	"\vAgentAnswer\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12(\n" +
-	"\x04hits\x18\x03 \x03(\v2\x14.sylk.message.v1.HitR\x04hits\"\xa9\x01\n" +
+	"\x04hits\x18\x03 \x03(\v2\x14.sylk.message.v1.HitR\x04hits\x127\n" +
+	"\tcitations\x18\x04 \x03(\v2\x19.sylk.message.v1.CitationR\tcitations\x12\x1f\n" +
+	"\vcannot_help\x18\x05 \x01(\bR\n" +
+	"cannotHelp\x12,\n" +
+	"\x12cannot_help_reason\x18\x06 \x01(\tR\x10cannotHelpReason\x12)\n" +
+	"\x10suggested_target\x18\a \x01(\tR\x0fsuggestedTarget\x12@\n" +
+	"\n" +
+	"confidence\x18\b \x01(\v2 .sylk.message.v1.ConfidenceEntryR\n" +
+	"confidence\x123\n" +
+	"\x15cumulative_confidence\x18\t \x01(\x01R\x14cumulativeConfidence\x12'\n" +
+	"\x0fconfidence_band\x18\n" +
+	" \x01(\tR\x0econfidenceBand\x12)\n" +
+	"\x10suggested_action\x18\v \x01(\tR\x0fsuggestedAction\x12\x14\n" +
+	"\x05query\x18\f \x01(\tR\x05query\x12#\n" +
+	"\rcross_session\x18\r \x01(\bR\fcrossSession\x12,\n" +
+	"\x06recent\x18\x0e \x03(\v2\x14.sylk.message.v1.HitR\x06recent\x12\x14\n" +
+	"\x05model\x18\x0f \x01(\tR\x05model\x12\x18\n" +
+	"\amessage\x18\x10 \x01(\tR\amessage\x12\x1e\n" +
+	"\vin_reply_to\x18\x11 \x01(\tR\tinReplyTo\x12\x16\n" +
+	"\x06cached\x18\x12 \x01(\bR\x06cached\"\xf8\x02\n" +
 	"\x03Hit\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
@@ -2044,7 +2430,35 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\bline_end\x18\x04 \x01(\x05R\alineEnd\x12\x18\n" +
 	"\asnippet\x18\x05 \x01(\tR\asnippet\x12\x14\n" +
 	"\x05score\x18\x06 \x01(\x01R\x05score\x12\x0e\n" +
-	"\x02id\x18\a \x01(\tR\x02id\"k\n" +
+	"\x02id\x18\a \x01(\tR\x02id\x12,\n" +
+	"\x04kind\x18\b \x01(\x0e2\x18.sylk.message.v1.HitKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\t \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"repository\x18\n" +
+	" \x01(\tR\n" +
+	"repository\x12\x1a\n" +
+	"\bcategory\x18\v \x01(\tR\bcategory\x12\x18\n" +
+	"\aheading\x18\f \x01(\tR\aheading\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\r \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06symbol\x18\x0e \x01(\tR\x06symbol\"\x82\x01\n" +
+	"\bCitation\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"line_start\x18\x04 \x01(\x05R\tlineStart\x12\x19\n" +
+	"\bline_end\x18\x05 \x01(\x05R\alineEnd\"r\n" +
+	"\fStoreRequest\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1a\n" +
+	"\bcategory\x18\x02 \x01(\tR\bcategory\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\tR\acontent\"\x80\x01\n" +
+	"\bTaskHelp\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x120\n" +
+	"\x14context_source_issue\x18\x02 \x01(\tR\x12contextSourceIssue\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"k\n" +
 	"\x0eRerouteRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
@@ -2055,39 +2469,7 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\acontext\x18\x03 \x01(\tR\acontext\x12)\n" +
 	"\x10requesting_agent\x18\x04 \x01(\tR\x0frequestingAgent\"/\n" +
 	"\x15ClarificationResponse\x12\x16\n" +
-	"\x06answer\x18\x01 \x01(\tR\x06answer\"\xa4\x03\n" +
-	"\fTaskDispatch\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x12\n" +
-	"\x04role\x18\x04 \x01(\tR\x04role\x12\x18\n" +
-	"\acommand\x18\x05 \x01(\tR\acommand\x12\x16\n" +
-	"\x06prompt\x18\x06 \x01(\tR\x06prompt\x123\n" +
-	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x12output_limit_bytes\x18\b \x01(\x03R\x10outputLimitBytes\x12]\n" +
-	"\x10upstream_outputs\x18\t \x03(\v22.sylk.message.v1.TaskDispatch.UpstreamOutputsEntryR\x0fupstreamOutputs\x1aB\n" +
-	"\x14UpstreamOutputsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x03\n" +
-	"\n" +
-	"TaskResult\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06stdout\x18\x05 \x01(\tR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x06 \x01(\tR\x06stderr\x12)\n" +
-	"\x10stdout_truncated\x18\a \x01(\bR\x0fstdoutTruncated\x12)\n" +
-	"\x10stderr_truncated\x18\b \x01(\bR\x0fstderrTruncated\x125\n" +
-	"\bduration\x18\t \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1b\n" +
-	"\ttimed_out\x18\n" +
-	" \x01(\bR\btimedOut\x12\x14\n" +
-	"\x05error\x18\v \x01(\tR\x05error\x12\x1b\n" +
-	"\tworker_id\x18\f \x01(\tR\bworkerId\x12;\n" +
-	"\vreceived_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\x12;\n" +
-	"\vreported_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportedAt\"\x91\x01\n" +
+	"\x06answer\x18\x01 \x01(\tR\x06answer\"\x91\x01\n" +
 	"\x06Signal\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.sylk.message.v1.SignalTypeR\x04type\x12\x1b\n" +
 	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x16\n" +
@@ -2182,7 +2564,12 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x0fCriterionSource\x12 \n" +
 	"\x1cCRITERION_SOURCE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CRITERION_SOURCE_EXPLICIT\x10\x01\x12\x1d\n" +
-	"\x19CRITERION_SOURCE_INFERRED\x10\x02*\xfc\x01\n" +
+	"\x19CRITERION_SOURCE_INFERRED\x10\x02*a\n" +
+	"\aHitKind\x12\x18\n" +
+	"\x14HIT_KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rHIT_KIND_CODE\x10\x01\x12\x12\n" +
+	"\x0eHIT_KIND_ENTRY\x10\x02\x12\x15\n" +
+	"\x11HIT_KIND_DOCUMENT\x10\x03*\xfc\x01\n" +
 	"\n" +
 	"SignalType\x12\x1b\n" +
 	"\x17SIGNAL_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -2206,70 +2593,75 @@ func file_sylk_message_v1_message_proto_rawDescGZIP() []byte {
 	return file_sylk_message_v1_message_proto_rawDescData
 }
 
-var file_sylk_message_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sylk_message_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_sylk_message_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_sylk_message_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_sylk_message_v1_message_proto_goTypes = []any{
 	(MessageType)(0),              // 0: sylk.message.v1.MessageType
 	(MessageStatus)(0),            // 1: sylk.message.v1.MessageStatus
 	(Priority)(0),                 // 2: sylk.message.v1.Priority
 	(ExpectationPriority)(0),      // 3: sylk.message.v1.ExpectationPriority
 	(CriterionSource)(0),          // 4: sylk.message.v1.CriterionSource
-	(SignalType)(0),               // 5: sylk.message.v1.SignalType
-	(*Envelope)(nil),              // 6: sylk.message.v1.Envelope
-	(*StructuredIntent)(nil),      // 7: sylk.message.v1.StructuredIntent
-	(*DomainExpectation)(nil),     // 8: sylk.message.v1.DomainExpectation
-	(*SuccessCriterion)(nil),      // 9: sylk.message.v1.SuccessCriterion
-	(*ConfidenceEntry)(nil),       // 10: sylk.message.v1.ConfidenceEntry
-	(*RerouteHop)(nil),            // 11: sylk.message.v1.RerouteHop
-	(*UserInput)(nil),             // 12: sylk.message.v1.UserInput
-	(*AgentResponse)(nil),         // 13: sylk.message.v1.AgentResponse
-	(*Hit)(nil),                   // 14: sylk.message.v1.Hit
-	(*RerouteRequest)(nil),        // 15: sylk.message.v1.RerouteRequest
-	(*ClarificationRequest)(nil),  // 16: sylk.message.v1.ClarificationRequest
-	(*ClarificationResponse)(nil), // 17: sylk.message.v1.ClarificationResponse
-	(*TaskDispatch)(nil),          // 18: sylk.message.v1.TaskDispatch
-	(*TaskResult)(nil),            // 19: sylk.message.v1.TaskResult
-	(*Signal)(nil),                // 20: sylk.message.v1.Signal
-	nil,                           // 21: sylk.message.v1.Envelope.MetadataEntry
-	nil,                           // 22: sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(HitKind)(0),                  // 5: sylk.message.v1.HitKind
+	(SignalType)(0),               // 6: sylk.message.v1.SignalType
+	(*Envelope)(nil),              // 7: sylk.message.v1.Envelope
+	(*RoutedRequest)(nil),         // 8: sylk.message.v1.RoutedRequest
+	(*PreRouteContext)(nil),       // 9: sylk.message.v1.PreRouteContext
+	(*StructuredIntent)(nil),      // 10: sylk.message.v1.StructuredIntent
+	(*DomainExpectation)(nil),     // 11: sylk.message.v1.DomainExpectation
+	(*SuccessCriterion)(nil),      // 12: sylk.message.v1.SuccessCriterion
+	(*ConfidenceEntry)(nil),       // 13: sylk.message.v1.ConfidenceEntry
+	(*RerouteHop)(nil),            // 14: sylk.message.v1.RerouteHop
+	(*UserInput)(nil),             // 15: sylk.message.v1.UserInput
+	(*AgentAnswer)(nil),           // 16: sylk.message.v1.AgentAnswer
+	(*Hit)(nil),                   // 17: sylk.message.v1.Hit
+	(*Citation)(nil),              // 18: sylk.message.v1.Citation
+	(*StoreRequest)(nil),          // 19: sylk.message.v1.StoreRequest
+	(*TaskHelp)(nil),              // 20: sylk.message.v1.TaskHelp
+	(*RerouteRequest)(nil),        // 21: sylk.message.v1.RerouteRequest
+	(*ClarificationRequest)(nil),  // 22: sylk.message.v1.ClarificationRequest
+	(*ClarificationResponse)(nil), // 23: sylk.message.v1.ClarificationResponse
+	(*Signal)(nil),                // 24: sylk.message.v1.Signal
+	nil,                           // 25: sylk.message.v1.Envelope.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_sylk_message_v1_message_proto_depIdxs = []int32{
 	0,  // 0: sylk.message.v1.Envelope.type:type_name -> sylk.message.v1.MessageType
-	23, // 1: sylk.message.v1.Envelope.created_at:type_name -> google.protobuf.Timestamp
-	23, // 2: sylk.message.v1.Envelope.deadline:type_name -> google.protobuf.Timestamp
-	24, // 3: sylk.message.v1.Envelope.ttl:type_name -> google.protobuf.Duration
+	26, // 1: sylk.message.v1.Envelope.created_at:type_name -> google.protobuf.Timestamp
+	26, // 2: sylk.message.v1.Envelope.deadline:type_name -> google.protobuf.Timestamp
+	27, // 3: sylk.message.v1.Envelope.ttl:type_name -> google.protobuf.Duration
 	1,  // 4: sylk.message.v1.Envelope.status:type_name -> sylk.message.v1.MessageStatus
 	2,  // 5: sylk.message.v1.Envelope.priority:type_name -> sylk.message.v1.Priority
-	21, // 6: sylk.message.v1.Envelope.metadata:type_name -> sylk.message.v1.Envelope.MetadataEntry
-	7,  // 7: sylk.message.v1.Envelope.structured_intent:type_name -> sylk.message.v1.StructuredIntent
-	10, // 8: sylk.message.v1.Envelope.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
-	11, // 9: sylk.message.v1.Envelope.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	23, // 10: sylk.message.v1.Envelope.processed_at:type_name -> google.protobuf.Timestamp
-	12, // 11: sylk.message.v1.Envelope.user_input:type_name -> sylk.message.v1.UserInput
-	13, // 12: sylk.message.v1.Envelope.agent_response:type_name -> sylk.message.v1.AgentResponse
-	15, // 13: sylk.message.v1.Envelope.reroute_request:type_name -> sylk.message.v1.RerouteRequest
-	16, // 14: sylk.message.v1.Envelope.clarification_request:type_name -> sylk.message.v1.ClarificationRequest
-	17, // 15: sylk.message.v1.Envelope.clarification_response:type_name -> sylk.message.v1.ClarificationResponse
-	18, // 16: sylk.message.v1.Envelope.task_dispatch:type_name -> sylk.message.v1.TaskDispatch
-	19, // 17: sylk.message.v1.Envelope.task_result:type_name -> sylk.message.v1.TaskResult
-	20, // 18: sylk.message.v1.Envelope.signal:type_name -> sylk.message.v1.Signal
-	3,  // 19: sylk.message.v1.DomainExpectation.priority:type_name -> sylk.message.v1.ExpectationPriority
-	4,  // 20: sylk.message.v1.SuccessCriterion.source:type_name -> sylk.message.v1.CriterionSource
-	3,  // 21: sylk.message.v1.SuccessCriterion.priority:type_name -> sylk.message.v1.ExpectationPriority
-	14, // 22: sylk.message.v1.AgentResponse.hits:type_name -> sylk.message.v1.Hit
-	24, // 23: sylk.message.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
-	22, // 24: sylk.message.v1.TaskDispatch.upstream_outputs:type_name -> sylk.message.v1.TaskDispatch.UpstreamOutputsEntry
-	24, // 25: sylk.message.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	23, // 26: sylk.message.v1.TaskResult.received_at:type_name -> google.protobuf.Timestamp
-	23, // 27: sylk.message.v1.TaskResult.reported_at:type_name -> google.protobuf.Timestamp
-	5,  // 28: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	25, // 6: sylk.message.v1.Envelope.metadata:type_name -> sylk.message.v1.Envelope.MetadataEntry
+	10, // 7: sylk.message.v1.Envelope.structured_intent:type_name -> sylk.message.v1.StructuredIntent
+	13, // 8: sylk.message.v1.Envelope.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
+	14, // 9: sylk.message.v1.Envelope.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	26, // 10: sylk.message.v1.Envelope.processed_at:type_name -> google.protobuf.Timestamp
+	8,  // 11: sylk.message.v1.Envelope.routed_request:type_name -> sylk.message.v1.RoutedRequest
+	9,  // 12: sylk.message.v1.Envelope.pre_route:type_name -> sylk.message.v1.PreRouteContext
+	15, // 13: sylk.message.v1.Envelope.user_input:type_name -> sylk.message.v1.UserInput
+	16, // 14: sylk.message.v1.Envelope.agent_answer:type_name -> sylk.message.v1.AgentAnswer
+	21, // 15: sylk.message.v1.Envelope.reroute_request:type_name -> sylk.message.v1.RerouteRequest
+	22, // 16: sylk.message.v1.Envelope.clarification_request:type_name -> sylk.message.v1.ClarificationRequest
+	23, // 17: sylk.message.v1.Envelope.clarification_response:type_name -> sylk.message.v1.ClarificationResponse
+	24, // 18: sylk.message.v1.Envelope.signal:type_name -> sylk.message.v1.Signal
+	19, // 19: sylk.message.v1.Envelope.store_request:type_name -> sylk.message.v1.StoreRequest
+	20, // 20: sylk.message.v1.Envelope.task_help:type_name -> sylk.message.v1.TaskHelp
+	0,  // 21: sylk.message.v1.RoutedRequest.request_type:type_name -> sylk.message.v1.MessageType
+	3,  // 22: sylk.message.v1.DomainExpectation.priority:type_name -> sylk.message.v1.ExpectationPriority
+	4,  // 23: sylk.message.v1.SuccessCriterion.source:type_name -> sylk.message.v1.CriterionSource
+	3,  // 24: sylk.message.v1.SuccessCriterion.priority:type_name -> sylk.message.v1.ExpectationPriority
+	17, // 25: sylk.message.v1.AgentAnswer.hits:type_name -> sylk.message.v1.Hit
+	18, // 26: sylk.message.v1.AgentAnswer.citations:type_name -> sylk.message.v1.Citation
+	13, // 27: sylk.message.v1.AgentAnswer.confidence:type_name -> sylk.message.v1.ConfidenceEntry
+	17, // 28: sylk.message.v1.AgentAnswer.recent:type_name -> sylk.message.v1.Hit
+	5,  // 29: sylk.message.v1.Hit.kind:type_name -> sylk.message.v1.HitKind
+	6,  // 30: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sylk_message_v1_message_proto_init() }
@@ -2279,21 +2671,21 @@ func file_sylk_message_v1_message_proto_init() {
 	}
 	file_sylk_message_v1_message_proto_msgTypes[0].OneofWrappers = []any{
 		(*Envelope_UserInput)(nil),
-		(*Envelope_AgentResponse)(nil),
+		(*Envelope_AgentAnswer)(nil),
 		(*Envelope_RerouteRequest)(nil),
 		(*Envelope_ClarificationRequest)(nil),
 		(*Envelope_ClarificationResponse)(nil),
-		(*Envelope_TaskDispatch)(nil),
-		(*Envelope_TaskResult)(nil),
 		(*Envelope_Signal)(nil),
+		(*Envelope_StoreRequest)(nil),
+		(*Envelope_TaskHelp)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_message_v1_message_proto_rawDesc), len(file_sylk_message_v1_message_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   17,
+			NumEnums:      7,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
