@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/breaker"
 	"sylk.dev/sylk/pkg/llm/budget"
@@ -44,8 +45,10 @@ var (
 	// ErrPreempted is the cancellation cause of a pipeline call preempted by
 	// a user request; the gate re-queues the call, callers never see it.
 	ErrPreempted = errors.New("llm gate: preempted by a user request")
-	// ErrCircuitOpen is returned while a provider's breaker is open.
-	ErrCircuitOpen = fmt.Errorf("llm gate: %w", breaker.ErrOpen)
+	// ErrCircuitOpen is returned while a provider's breaker is open: an
+	// apierr Unavailable (MODEL_PROVIDER_UNAVAILABLE) naming the provider,
+	// which a client sees as it is. It wraps breaker.ErrOpen.
+	ErrCircuitOpen = apierr.Unavailable("MODEL_PROVIDER_UNAVAILABLE", "llm gate: %v", breaker.ErrOpen).Wrap(breaker.ErrOpen)
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("llm gate: closed")
 )
@@ -898,7 +901,7 @@ func (g *Gate) precheck(ctx context.Context, name string, scope budget.Scope, es
 		if !allowed {
 			g.leases.Settle(res, 0)
 			g.m.requests.WithLabelValues(name, "refused").Inc()
-			return admission{}, fmt.Errorf("%w: %s", ErrCircuitOpen, name)
+			return admission{}, ErrCircuitOpen.Withf("llm gate: %v: %s", breaker.ErrOpen, name).With("provider", name)
 		}
 		return admission{res: res, closed: st == breaker.Closed}, nil
 	}

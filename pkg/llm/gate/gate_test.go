@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/budget"
 	"sylk.dev/sylk/pkg/llm/gate"
@@ -434,6 +435,7 @@ func TestBreakerOpensOnDegradingProvider(t *testing.T) {
 	require.EqualValues(t, 5, calls.Load(), "the fifth consecutive failure opens the breaker")
 	_, err = g.Complete(ctx, req("z", "engineer", false))
 	require.ErrorIs(t, err, gate.ErrCircuitOpen)
+	require.Equal(t, "MODEL_PROVIDER_UNAVAILABLE", apierr.Reason(err), "a client sees it as Unavailable")
 	require.EqualValues(t, 5, calls.Load(), "an open breaker fails fast")
 }
 
