@@ -178,17 +178,18 @@ func TestAuthentication(t *testing.T) {
 		name    string
 		headers []string
 		code    int
+		reason  string
 		msg     string
 	}{
-		{"no key", nil, http.StatusUnauthorized, "missing API key"},
-		{"empty bearer", []string{"Authorization: Bearer "}, http.StatusUnauthorized, "missing API key"},
-		{"wrong key", []string{bearer("sylk_" + strings.Repeat("x", 40))}, http.StatusUnauthorized, "invalid API key"},
-		{"malformed key", []string{bearer("hunter2")}, http.StatusUnauthorized, "invalid API key"},
-		{"revoked key", []string{bearer(revoked)}, http.StatusUnauthorized, "invalid API key"},
-		{"basic scheme", []string{"Authorization: Basic YWxpY2U6cHc="}, http.StatusUnauthorized, "unsupported authorization scheme"},
-		{"bearer", []string{bearer(h.member)}, http.StatusOK, ""},
-		{"lower-case bearer", []string{"Authorization: bearer " + h.member}, http.StatusOK, ""},
-		{"x-api-key", []string{"X-API-Key: " + h.member}, http.StatusOK, ""},
+		{"no key", nil, http.StatusUnauthorized, ReasonAPIKeyMissing, "missing API key"},
+		{"empty bearer", []string{"Authorization: Bearer "}, http.StatusUnauthorized, ReasonAPIKeyMissing, "missing API key"},
+		{"wrong key", []string{bearer("sylk_" + strings.Repeat("x", 40))}, http.StatusUnauthorized, ReasonAPIKeyInvalid, "invalid API key"},
+		{"malformed key", []string{bearer("hunter2")}, http.StatusUnauthorized, ReasonAPIKeyInvalid, "invalid API key"},
+		{"revoked key", []string{bearer(revoked)}, http.StatusUnauthorized, ReasonAPIKeyInvalid, "invalid API key"},
+		{"basic scheme", []string{"Authorization: Basic YWxpY2U6cHc="}, http.StatusUnauthorized, ReasonAuthSchemeUnsupported, "unsupported authorization scheme"},
+		{"bearer", []string{bearer(h.member)}, http.StatusOK, "", ""},
+		{"lower-case bearer", []string{"Authorization: bearer " + h.member}, http.StatusOK, "", ""},
+		{"x-api-key", []string{"X-API-Key: " + h.member}, http.StatusOK, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,7 +199,7 @@ func TestAuthentication(t *testing.T) {
 				require.Equal(t, http.StatusOK, r.code, r.body)
 				return
 			}
-			requireError(t, r, tt.code, codes.Unauthenticated, tt.msg)
+			requireError(t, r, tt.code, codes.Unauthenticated, tt.reason, tt.msg)
 			require.Equal(t, `Bearer realm="sylk"`, r.header.Get("WWW-Authenticate"))
 		})
 	}
@@ -208,7 +209,7 @@ func TestUnauthenticatedRequestsNeverReachServices(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	r := h.do(t, http.MethodPost, "/v1/sessions", `{"displayName":"x"}`)
-	requireError(t, r, http.StatusUnauthorized, codes.Unauthenticated, "missing API key")
+	requireError(t, r, http.StatusUnauthorized, codes.Unauthenticated, ReasonAPIKeyMissing, "missing API key")
 	require.Empty(t, h.fake.callsOf("CreateSession"))
 	require.Equal(t, 1.0, h.counter(t, "sylk_gateway_auth_failures_total", map[string]string{"reason": "missing"}))
 }
@@ -274,6 +275,6 @@ func TestAuthCache(t *testing.T) {
 	require.NoError(t, err)
 	for range 2 {
 		r := h.do(t, http.MethodGet, "/v1/sessions", "", bearer(h.viewer))
-		requireError(t, r, http.StatusUnauthorized, codes.Unauthenticated, "invalid API key")
+		requireError(t, r, http.StatusUnauthorized, codes.Unauthenticated, ReasonAPIKeyInvalid, "invalid API key")
 	}
 }

@@ -20,9 +20,10 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -297,15 +298,12 @@ type jsonMarshaler struct {
 // StreamContentType names the content type of streamed responses.
 func (*jsonMarshaler) StreamContentType(any) string { return "application/x-ndjson" }
 
-// Marshal renders a stream's error line as {"error": {code, status,
-// message}}, the gateway's error form; everything else is protojson.
+// Marshal renders a stream's error line as {"error": {...}} holding the
+// gateway's JSON error form; everything else is protojson.
 func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 	if chunk, ok := v.(map[string]proto.Message); ok && len(chunk) == 1 {
-		if st, ok := chunk["error"].(interface {
-			GetCode() int32
-			GetMessage() string
-		}); ok {
-			return json.Marshal(map[string]errorBody{"error": newErrorBody(codes.Code(st.GetCode()), st.GetMessage())})
+		if st, ok := chunk["error"].(*spb.Status); ok {
+			return json.Marshal(map[string]errorBody{"error": newErrorBody(status.FromProto(st))})
 		}
 	}
 	return m.JSONPb.Marshal(v)

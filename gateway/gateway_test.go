@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 )
@@ -160,7 +161,8 @@ func TestRoles(t *testing.T) {
 				return
 			}
 			if tt.code == http.StatusForbidden {
-				requireError(t, r, http.StatusForbidden, codes.PermissionDenied, "may only read")
+				b := requireError(t, r, http.StatusForbidden, codes.PermissionDenied, ReasonRoleReadOnly, "may only read")
+				require.Equal(t, identity.RoleViewer, b.Metadata["role"])
 				return
 			}
 			require.Equal(t, tt.code, r.code, r.body)
@@ -184,35 +186,50 @@ func TestBadInput(t *testing.T) {
 		name, method, path, body string
 		httpStatus               int
 		code                     codes.Code
-		msg                      string
+		reason, msg              string
 	}{
-		{"body too large", http.MethodPost, "/v1/sessions", big, http.StatusRequestEntityTooLarge, codes.InvalidArgument, "exceeds the limit of 2048 bytes"},
-		{"malformed JSON", http.MethodPost, "/v1/sessions", `{"displayName":`, http.StatusBadRequest, codes.InvalidArgument, "malformed JSON body"},
-		{"trailing garbage", http.MethodPost, "/v1/sessions", `{"displayName":"x"} {`, http.StatusBadRequest, codes.InvalidArgument, "malformed JSON body"},
-		{"unknown field", http.MethodPost, "/v1/sessions", `{"displayName":"x","colour":"red"}`, http.StatusBadRequest, codes.InvalidArgument, `unknown field "colour"`},
-		{"wrong type", http.MethodPost, "/v1/sessions", `{"displayName":5}`, http.StatusBadRequest, codes.InvalidArgument, "displayName"},
-		{"lone surrogate", http.MethodPost, "/v1/sessions", `{"displayName":"\ud800"}`, http.StatusBadRequest, codes.InvalidArgument,
+		{"body too large", http.MethodPost, "/v1/sessions", big, http.StatusRequestEntityTooLarge, codes.InvalidArgument, ReasonBodyTooLarge, "exceeds the limit of 2048 bytes"},
+		{"malformed JSON", http.MethodPost, "/v1/sessions", `{"displayName":`, http.StatusBadRequest, codes.InvalidArgument, ReasonMalformedBody, "malformed JSON body"},
+		{"trailing garbage", http.MethodPost, "/v1/sessions", `{"displayName":"x"} {`, http.StatusBadRequest, codes.InvalidArgument, ReasonMalformedBody, "malformed JSON body"},
+		{"unknown field", http.MethodPost, "/v1/sessions", `{"displayName":"x","colour":"red"}`, http.StatusBadRequest, codes.InvalidArgument, "INVALID_ARGUMENT", `unknown field "colour"`},
+		{"wrong type", http.MethodPost, "/v1/sessions", `{"displayName":5}`, http.StatusBadRequest, codes.InvalidArgument, "INVALID_ARGUMENT", "displayName"},
+		{"lone surrogate", http.MethodPost, "/v1/sessions", `{"displayName":"\ud800"}`, http.StatusBadRequest, codes.InvalidArgument, "INVALID_ARGUMENT",
 			"request body is not valid JSON for this call"},
-		{"unknown session", http.MethodGet, "/v1/sessions/nope", "", http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
-		{"message to unknown session", http.MethodPost, "/v1/sessions/nope/messages", `{"text":"hi"}`, http.StatusNotFound, codes.NotFound, "not found"},
-		{"oversized message", http.MethodPost, "/v1/sessions/s1/messages", `{"text":"` + strings.Repeat("m", 40) + `"}`, http.StatusBadRequest, codes.InvalidArgument, "text: at most 16 bytes"},
-		{"unknown route", http.MethodGet, "/v1/nothing-here", "", http.StatusNotFound, codes.NotFound, "no route"},
-		{"wrong method", http.MethodDelete, "/v1/sessions", "", http.StatusMethodNotAllowed, codes.Unimplemented, "not allowed"},
-		{"invalid UTF-8 in the path", http.MethodGet, "/v1/sessions/%ff", "", http.StatusBadRequest, codes.InvalidArgument, "request path must be valid UTF-8"},
-		{"invalid UTF-8 in a query parameter", http.MethodGet, "/v1/sessions?pageToken=%ff%fe", "", http.StatusBadRequest, codes.InvalidArgument,
+		{"unknown session", http.MethodGet, "/v1/sessions/nope", "", http.StatusNotFound, codes.NotFound, "SESSION_NOT_FOUND", "session sessions/nope not found"},
+		{"message to unknown session", http.MethodPost, "/v1/sessions/nope/messages", `{"text":"hi"}`, http.StatusNotFound, codes.NotFound, "SESSION_NOT_FOUND", "not found"},
+		{"oversized message", http.MethodPost, "/v1/sessions/s1/messages", `{"text":"` + strings.Repeat("m", 40) + `"}`, http.StatusBadRequest, codes.InvalidArgument,
+			apierr.ReasonInvalidField, "text: at most 16 bytes"},
+		{"unknown route", http.MethodGet, "/v1/nothing-here", "", http.StatusNotFound, codes.NotFound, ReasonRouteNotFound, "no route"},
+		{"wrong method", http.MethodDelete, "/v1/sessions", "", http.StatusMethodNotAllowed, codes.Unimplemented, ReasonMethodNotAllowed, "not allowed"},
+		{"invalid UTF-8 in the path", http.MethodGet, "/v1/sessions/%ff", "", http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidUTF8, "request path must be valid UTF-8"},
+		{"invalid UTF-8 in a query parameter", http.MethodGet, "/v1/sessions?pageToken=%ff%fe", "", http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidUTF8,
 			"query parameters must be valid UTF-8"},
-		{"invalid UTF-8 in a stream's session", http.MethodGet, "/v1/sessions/%c3/events:stream", "", http.StatusBadRequest, codes.InvalidArgument,
+		{"invalid UTF-8 in a stream's session", http.MethodGet, "/v1/sessions/%c3/events:stream", "", http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidUTF8,
 			"request path must be valid UTF-8"},
 		{"invalid UTF-8 in a server-sent event stream's session", http.MethodGet, "/v1/sessions/%c3/events:stream?format=sse", "", http.StatusBadRequest,
-			codes.InvalidArgument, "request path must be valid UTF-8"},
+			codes.InvalidArgument, ReasonInvalidUTF8, "request path must be valid UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := h.do(t, tt.method, tt.path, tt.body, bearer(h.member))
-			requireError(t, r, tt.httpStatus, tt.code, tt.msg)
+			requireError(t, r, tt.httpStatus, tt.code, tt.reason, tt.msg)
 		})
 	}
+	t.Run("a field at fault is named", func(t *testing.T) {
+		t.Parallel()
+		r := h.do(t, http.MethodPost, "/v1/sessions/s1/messages", `{"text":"`+strings.Repeat("m", 40)+`"}`, bearer(h.member))
+		b := requireError(t, r, http.StatusBadRequest, codes.InvalidArgument, apierr.ReasonInvalidField, "text: at most 16 bytes")
+		require.Equal(t, map[string]string{"field": "text"}, b.Metadata)
+		br := errorDetail(t, b, "google.rpc.BadRequest")
+		require.Equal(t, []any{map[string]any{"field": "text", "description": "at most 16 bytes"}}, br["fieldViolations"])
+	})
+	t.Run("the body limit is told", func(t *testing.T) {
+		t.Parallel()
+		b := requireError(t, h.do(t, http.MethodPost, "/v1/sessions", big, bearer(h.member)), http.StatusRequestEntityTooLarge,
+			codes.InvalidArgument, ReasonBodyTooLarge, "exceeds")
+		require.Equal(t, "2048", b.Metadata["limit_bytes"])
+	})
 	t.Run("rejected bodies never reach the service", func(t *testing.T) {
 		t.Parallel()
 		r := h.do(t, http.MethodPost, "/v1/sessions", `{"displayName":`, bearer(h.admin))
@@ -272,7 +289,7 @@ func TestPublicEndpoints(t *testing.T) {
 	require.Contains(t, doc.SecurityDefinitions, "ApiKey")
 
 	r = h.do(t, http.MethodPost, "/healthz", "")
-	requireError(t, r, http.StatusMethodNotAllowed, codes.Unimplemented, "not allowed")
+	requireError(t, r, http.StatusMethodNotAllowed, codes.Unimplemented, ReasonMethodNotAllowed, "not allowed")
 }
 
 func TestMetricsUseRoutePatterns(t *testing.T) {
@@ -304,7 +321,7 @@ func TestPublicStatusMasksTransportErrors(t *testing.T) {
 		{"service status passes", status.Error(codes.FailedPrecondition, "session is completed"), codes.FailedPrecondition, "session is completed"},
 		{"dial failure masked", status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 10.0.0.7:9090: connect: connection refused\""), codes.Unavailable, "service unavailable, try again later"},
 		{"service unavailable passes", status.Error(codes.Unavailable, "librarian is reindexing"), codes.Unavailable, "librarian is reindexing"},
-		{"plain error masked", errors.New("pq: password authentication failed"), codes.Internal, "internal error"},
+		{"plain error masked", errors.New("pq: password authentication failed"), codes.Internal, "request failed: internal error"},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "deadline exceeded"},
 	}
 	for _, tt := range tests {
@@ -313,6 +330,7 @@ func TestPublicStatusMasksTransportErrors(t *testing.T) {
 			st := g.publicStatus(context.Background(), tt.err)
 			require.Equal(t, tt.code, st.Code())
 			require.Equal(t, tt.msg, st.Message())
+			require.NotNil(t, apierr.Info(st), "every status has an ErrorInfo")
 		})
 	}
 }
@@ -327,7 +345,8 @@ func TestUnavailableBackend(t *testing.T) {
 	require.NoError(t, err)
 	srv := newTestServer(t, gw)
 	r := (&harness{url: srv}).do(t, http.MethodGet, "/v1/sessions", "", bearer(h.member))
-	requireError(t, r, http.StatusServiceUnavailable, codes.Unavailable, "service unavailable")
+	b := requireError(t, r, http.StatusServiceUnavailable, codes.Unavailable, apierr.ReasonPeerUnavailable, "service unavailable")
+	require.Equal(t, "1s", errorDetail(t, b, "google.rpc.RetryInfo")["retryDelay"])
 }
 
 func TestRunServesAndShutsDown(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +21,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
@@ -33,10 +36,10 @@ import (
 )
 
 // fakeGuide is a small in-test Guide: sessions "sessions/s1" (three events,
-// then the stream ends), "sessions/idle" (no events, the stream stays open)
-// "sessions/broken" (one event, then an error) and "sessions/flood" (large
-// events as fast as the stream takes them) exist. It records the metadata of
-// every call.
+// then the stream ends), "sessions/all" (an event of every type),
+// "sessions/idle" (no events, the stream stays open) "sessions/broken" (one
+// event, then an error) and "sessions/flood" (large events as fast as the
+// stream takes them) exist. It records the metadata of every call.
 type fakeGuide struct {
 	guidev1.UnimplementedSessionServiceServer
 	guidev1.UnimplementedGuideServiceServer
@@ -76,7 +79,10 @@ func (f *fakeGuide) flood() (open, closed int) {
 	return f.floodOpen, f.floodClosed
 }
 
-var knownSessions = map[string]bool{"sessions/s1": true, "sessions/idle": true, "sessions/broken": true, "sessions/flood": true}
+var knownSessions = map[string]bool{"sessions/s1": true, "sessions/all": true, "sessions/idle": true, "sessions/broken": true, "sessions/flood": true}
+
+// errSessionCompleted is the fake's refusal to go on streaming a session.
+var errSessionCompleted = apierr.FailedPrecondition("SESSION_COMPLETED", "session was completed")
 
 func (f *fakeGuide) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
 	f.record(ctx, "CreateSession")
@@ -93,7 +99,7 @@ func (f *fakeGuide) CreateSession(ctx context.Context, req *guidev1.CreateSessio
 func (f *fakeGuide) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
 	f.record(ctx, "GetSession")
 	if !knownSessions[req.GetName()] {
-		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetName())
+		return nil, apierr.NotFound("session", req.GetName())
 	}
 	return &guidev1.GetSessionResponse{Session: &guidev1.Session{Name: req.GetName()}}, nil
 }
@@ -106,33 +112,52 @@ func (f *fakeGuide) ListSessions(ctx context.Context, _ *guidev1.ListSessionsReq
 func (f *fakeGuide) SendMessage(ctx context.Context, req *guidev1.SendMessageRequest) (*guidev1.SendMessageResponse, error) {
 	f.record(ctx, "SendMessage")
 	if !knownSessions[req.GetParent()] {
-		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetParent())
+		return nil, apierr.NotFound("session", req.GetParent())
 	}
 	if len(req.GetText()) > 16 {
-		return nil, status.Error(codes.InvalidArgument, "text: at most 16 bytes")
+		return nil, apierr.Invalid("text", "at most 16 bytes")
 	}
 	return &guidev1.SendMessageResponse{Reply: "ok"}, nil
 }
 
-var fakeEvents = []*guidev1.Event{
-	{Sequence: 1, SessionId: "s1", Type: "message.received", Source: "guide", Text: "hello\nworld"},
-	{Sequence: 5, SessionId: "s1", Type: "message.routed", Source: "guide", Data: mustStruct(map[string]any{"target": "librarian"})},
-	{Sequence: 9, SessionId: "s1", Type: "message.answered", Source: "librarian", CreateTime: timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))},
+var fakeEvents = []*eventv1.Event{
+	{Sequence: 1, SessionId: "s1", Type: eventv1.EventType_EVENT_TYPE_MESSAGE_RECEIVED, Source: "guide", Text: "hello\nworld",
+		Payload: &eventv1.Event_MessageReceived{MessageReceived: &eventv1.MessageReceived{Message: "sessions/s1/messages/m1", Author: "user"}}},
+	{Sequence: 5, SessionId: "s1", Type: eventv1.EventType_EVENT_TYPE_MESSAGE_ROUTED, Source: "guide",
+		Payload: &eventv1.Event_MessageRouted{MessageRouted: &eventv1.MessageRouted{Target: "librarian", Tier: "classifier"}}},
+	{Sequence: 9, SessionId: "s1", Type: eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, Source: "librarian",
+		CreateTime: timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Payload: &eventv1.Event_MessageAnswered{MessageAnswered: &messagev1.AgentAnswer{Agent: "librarian", Text: "found it",
+			Hits: []*messagev1.Hit{{Title: "a.go", Path: "a.go", LineStart: 3, Kind: messagev1.HitKind_HIT_KIND_CODE}}}}},
 }
 
-func mustStruct(m map[string]any) *structpb.Struct {
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		panic(err)
+// eventsOf are the events of session parent, in order.
+func eventsOf(parent string) []*eventv1.Event {
+	if parent == "sessions/all" {
+		return everyEvent()
 	}
-	return s
+	return fakeEvents
+}
+
+func (f *fakeGuide) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest) (*guidev1.ListEventsResponse, error) {
+	f.record(ctx, "ListEvents")
+	if !knownSessions[req.GetParent()] {
+		return nil, apierr.NotFound("session", req.GetParent())
+	}
+	resp := &guidev1.ListEventsResponse{}
+	for _, ev := range eventsOf(req.GetParent()) {
+		if ev.GetSequence() > req.GetAfterSequence() {
+			resp.Events = append(resp.Events, ev)
+		}
+	}
+	return resp, nil
 }
 
 func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.ServerStreamingServer[guidev1.StreamEventsResponse]) error {
 	ctx := stream.Context()
 	f.record(ctx, "StreamEvents")
 	if !knownSessions[req.GetParent()] {
-		return status.Errorf(codes.NotFound, "session %s not found", req.GetParent())
+		return apierr.NotFound("session", req.GetParent())
 	}
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
@@ -141,7 +166,7 @@ func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.S
 		if err := stream.Send(&guidev1.StreamEventsResponse{Event: fakeEvents[0]}); err != nil {
 			return err
 		}
-		return status.Error(codes.FailedPrecondition, "session was completed")
+		return errSessionCompleted
 	}
 	if req.GetParent() == "sessions/flood" {
 		f.mu.Lock()
@@ -154,7 +179,8 @@ func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.S
 		}()
 		text := strings.Repeat("x", 32<<10)
 		for seq := uint64(1); ; seq++ {
-			ev := &guidev1.Event{Sequence: seq, SessionId: "flood", Type: "message.answered", Source: "librarian", Text: text}
+			ev := &eventv1.Event{Sequence: seq, SessionId: "flood", Type: eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, Source: "librarian", Text: text,
+				Payload: &eventv1.Event_MessageAnswered{MessageAnswered: &messagev1.AgentAnswer{Agent: "librarian", Text: text}}}
 			if err := stream.Send(&guidev1.StreamEventsResponse{Event: ev}); err != nil {
 				return err
 			}
@@ -170,7 +196,7 @@ func (f *fakeGuide) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.S
 		f.mu.Unlock()
 		return ctx.Err()
 	}
-	for _, ev := range fakeEvents {
+	for _, ev := range eventsOf(req.GetParent()) {
 		if ev.GetSequence() <= req.GetAfterSequence() {
 			continue
 		}
@@ -285,18 +311,49 @@ func (h *harness) do(t *testing.T, method, path, body string, headers ...string)
 
 func bearer(key string) string { return "Authorization: Bearer " + key }
 
-// requireError checks the JSON error form.
-func requireError(t *testing.T, r response, httpStatus int, c codes.Code, msgContains string) {
+// requireError checks a response in the JSON error form and returns its
+// body.
+func requireError(t *testing.T, r response, httpStatus int, c codes.Code, reason, msgContains string) errorBody {
 	t.Helper()
 	require.Equal(t, httpStatus, r.code, r.body)
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
-	var body map[string]any
-	require.NoError(t, json.Unmarshal([]byte(r.body), &body), r.body)
-	require.Len(t, body, 3, "error body has exactly code, status and message: %s", r.body)
-	require.Equal(t, float64(c), body["code"])
-	require.Equal(t, codeName(c), body["status"])
-	msg, _ := body["message"].(string)
-	require.Contains(t, msg, msgContains)
+	return requireErrorBody(t, r.body, c, reason, msgContains)
+}
+
+// requireErrorBody checks one JSON error body: exactly its seven fields,
+// the code and its name, the ErrorInfo's reason and domain, also among the
+// details as google.rpc.Status renders them, and the message.
+func requireErrorBody(t *testing.T, body string, c codes.Code, reason, msgContains string) errorBody {
+	t.Helper()
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &fields), body)
+	require.ElementsMatch(t, []string{"code", "status", "message", "reason", "domain", "metadata", "details"}, slices.Collect(maps.Keys(fields)), body)
+	var b errorBody
+	require.NoError(t, json.Unmarshal([]byte(body), &b))
+	require.Equal(t, int(c), b.Code, body)
+	require.Equal(t, apierr.CodeName(c), b.Status)
+	require.Equal(t, reason, b.Reason, body)
+	require.Equal(t, apierr.Domain, b.Domain)
+	require.Contains(t, b.Message, msgContains)
+	info := errorDetail(t, b, "google.rpc.ErrorInfo")
+	require.Equal(t, reason, info["reason"])
+	require.Equal(t, apierr.Domain, info["domain"])
+	return b
+}
+
+// errorDetail is the detail of type name ("google.rpc.ErrorInfo") of b, as
+// JSON.
+func errorDetail(t *testing.T, b errorBody, name string) map[string]any {
+	t.Helper()
+	for _, d := range b.Details {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(d, &m))
+		if m["@type"] == "type.googleapis.com/"+name {
+			return m
+		}
+	}
+	t.Fatalf("no %s among the details of %+v", name, b)
+	return nil
 }
 
 func (h *harness) counter(t *testing.T, name string, labels map[string]string) float64 {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,8 +18,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"google.golang.org/grpc/codes"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -168,7 +166,7 @@ func (g *Gateway) chain() http.Handler {
 			if p != nil && p != http.ErrAbortHandler {
 				g.log.ErrorContext(r.Context(), "panic in gateway handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 				if rec.status == 0 {
-					writeCode(rec, codes.Internal, "internal error")
+					writeError(rec, errInternal)
 				}
 			}
 			g.observe(r, rec, info, rid, start)
@@ -204,11 +202,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	info.id = id
 	ctx := identity.NewContext(r.Context(), id)
 	if !readOnly(r) && id.Role != identity.RoleAdmin && id.Role != identity.RoleMember {
-		writeCode(w, codes.PermissionDenied, fmt.Sprintf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path))
+		writeError(w, errReadOnly.Withf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path).
+			With("role", id.Role))
 		return
 	}
-	if msg := checkUTF8(r); msg != "" {
-		writeCode(w, codes.InvalidArgument, msg)
+	if err := checkUTF8(r); err != nil {
+		writeError(w, err)
 		return
 	}
 	if !g.readBody(w, r) {
@@ -291,10 +290,7 @@ func (s *streamStartError) Write(b []byte) (int, error) {
 	}
 	s.failed = false
 	var chunk struct {
-		Error *struct {
-			Code    codes.Code `json:"code"`
-			Message string     `json:"message"`
-		} `json:"error"`
+		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(b, &chunk); err != nil || chunk.Error == nil {
 		// Not the stream's framing: an error the mux's handler wrote in
@@ -302,8 +298,9 @@ func (s *streamStartError) Write(b []byte) (int, error) {
 		// parse).
 		return s.ResponseWriter.Write(b)
 	}
-	out, _ := json.Marshal(newErrorBody(chunk.Error.Code, chunk.Error.Message)) // cannot fail: plain struct
-	if _, err := s.ResponseWriter.Write(out); err != nil {
+	// The stream's error line holds the JSON error form (jsonMarshaler);
+	// the line's delimiter follows in a write of its own.
+	if _, err := s.ResponseWriter.Write(chunk.Error); err != nil {
 		return 0, err
 	}
 	return len(b), nil
@@ -316,17 +313,17 @@ func (s *streamStartError) Unwrap() http.ResponseWriter { return s.ResponseWrite
 // authenticate resolves the request's API key or writes a 401 (or a 503
 // when the key store is down).
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity.Identity, bool) {
-	key, msg := extractKey(r)
-	if key == "" {
+	key, keyErr := extractKey(r)
+	if keyErr != nil {
 		g.metrics.authFailures.WithLabelValues("missing").Inc()
-		writeCode(w, codes.Unauthenticated, msg)
+		writeError(w, keyErr)
 		return identity.Identity{}, false
 	}
 	id, res, touchErr, err := g.auth.lookup(r.Context(), key)
 	if err != nil {
 		g.metrics.authFailures.WithLabelValues("error").Inc()
 		g.log.ErrorContext(r.Context(), "API key lookup failed", logx.Err(err))
-		writeCode(w, codes.Unavailable, "authentication is unavailable, try again later")
+		writeError(w, errAuthUnavailable)
 		return identity.Identity{}, false
 	}
 	if touchErr != nil {
@@ -340,13 +337,9 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity
 	default:
 		return id, true
 	}
-	writeCode(w, codes.Unauthenticated, "invalid API key")
+	writeError(w, errKeyInvalid)
 	return identity.Identity{}, false
 }
-
-// errKeyInvalid ends an open stream whose API key was revoked after the
-// stream started.
-var errKeyInvalid = errors.New("API key is no longer valid")
 
 // keyRecheck is how often an open stream's key is checked again: as often
 // as a new request would ask the key store, the auth cache TTL, or every
@@ -359,7 +352,7 @@ func (g *Gateway) keyRecheck() time.Duration {
 }
 
 // watchKey checks key again every keyRecheck until ctx is done, and ends
-// the stream with errKeyInvalid once the key no longer authenticates: a
+// the stream with errKeyRevoked once the key no longer authenticates: a
 // stream outlives the check its request passed. A key store that does not
 // answer leaves the stream open, as it does a cached key.
 func (g *Gateway) watchKey(ctx context.Context, end context.CancelCauseFunc, key string) {
@@ -376,48 +369,48 @@ func (g *Gateway) watchKey(ctx context.Context, end context.CancelCauseFunc, key
 			continue
 		}
 		if res != authOK || !id.Valid() {
-			end(errKeyInvalid)
+			end(errKeyRevoked)
 			return
 		}
 	}
 }
 
-// extractKey reads "Authorization: Bearer <key>" or "X-API-Key: <key>". An
-// empty key comes with the message to send.
-func extractKey(r *http.Request) (key, msg string) {
+// extractKey reads "Authorization: Bearer <key>" or "X-API-Key: <key>", or
+// returns the error to send.
+func extractKey(r *http.Request) (string, *apierr.Error) {
 	if v := strings.TrimSpace(r.Header.Get("Authorization")); v != "" {
 		scheme, token, _ := strings.Cut(v, " ")
 		if !strings.EqualFold(scheme, "Bearer") {
-			return "", "unsupported authorization scheme: use \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
+			return "", errSchemeUnsupported
 		}
 		if token = strings.TrimSpace(token); token != "" {
-			return token, ""
+			return token, nil
 		}
-		return "", "missing API key"
+		return "", errKeyMissing
 	}
 	if v := strings.TrimSpace(r.Header.Get(headerAPIKey)); v != "" {
-		return v, ""
+		return v, nil
 	}
-	return "", "missing API key"
+	return "", errKeyMissing
 }
 
 // checkUTF8 returns why the request's path or query parameters cannot be
-// passed on, or "" when they can: they become resource names and fields of
+// passed on, or nil when they can: they become resource names and fields of
 // the services' requests, which are strings and must be valid UTF-8.
-func checkUTF8(r *http.Request) string {
+func checkUTF8(r *http.Request) *apierr.Error {
 	if !utf8.ValidString(r.URL.Path) {
-		return "request path must be valid UTF-8 (percent-encoded bytes included)"
+		return errInvalidUTF8.Withf("request path must be valid UTF-8 (percent-encoded bytes included)")
 	}
 	// A query that does not parse is the mux's to report.
 	q, _ := url.ParseQuery(r.URL.RawQuery)
 	for _, vs := range q {
 		for _, v := range vs {
 			if !utf8.ValidString(v) {
-				return "query parameters must be valid UTF-8 (percent-encoded bytes included)"
+				return errInvalidUTF8.Withf("query parameters must be valid UTF-8 (percent-encoded bytes included)")
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // readBody buffers the body up to the limit (413 beyond it) and checks that
@@ -425,9 +418,10 @@ func checkUTF8(r *http.Request) string {
 // never reaches a service.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
 	max := g.cfg.MaxBodyBytes
-	tooLarge := fmt.Sprintf("request body exceeds the limit of %d bytes", max)
+	tooLarge := errBodyTooLarge.Withf("request body exceeds the limit of %d bytes", max).
+		With("limit_bytes", strconv.FormatInt(max, 10)).GRPCStatus()
 	if r.ContentLength > max {
-		writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
 		return false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -436,17 +430,17 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	_ = r.Body.Close()
 	if err != nil {
-		writeCode(w, codes.InvalidArgument, "could not read the request body")
+		writeError(w, errMalformedBody.Withf("could not read the request body"))
 		return false
 	}
 	if int64(len(body)) > max {
-		writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
 		return false
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		var raw json.RawMessage
 		if err := json.Unmarshal(body, &raw); err != nil {
-			writeCode(w, codes.InvalidArgument, "malformed JSON body: "+err.Error())
+			writeError(w, errMalformedBody.Withf("malformed JSON body: %v", err))
 			return false
 		}
 	}
@@ -459,7 +453,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
 func (g *Gateway) servePublic(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		writeStatus(w, http.StatusMethodNotAllowed, methodNotAllowed(r).GRPCStatus())
 		return
 	}
 	switch r.URL.Path {
@@ -467,14 +461,14 @@ func (g *Gateway) servePublic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	case pathReadyz:
 		if g.draining.Load() {
-			writeCode(w, codes.Unavailable, "shutting down")
+			writeError(w, errShuttingDown)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := g.db.Ping(ctx); err != nil {
 			g.log.WarnContext(ctx, "readiness: auth database unreachable", logx.Err(err))
-			writeCode(w, codes.Unavailable, "auth database unavailable")
+			writeError(w, errAuthUnavailable.Withf("auth database unavailable"))
 			return
 		}
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))

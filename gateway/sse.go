@@ -12,10 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/logx"
 )
 
@@ -56,10 +59,13 @@ func acceptsEventStream(r *http.Request) bool {
 
 // afterSequence reads the resume point: the Last-Event-ID header (sent by
 // reconnecting clients) wins over the after_sequence query parameter.
-func afterSequence(r *http.Request) (uint64, string, bool) {
+func afterSequence(r *http.Request) (uint64, *apierr.Error) {
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
-		return n, "Last-Event-ID: must be an event sequence number", err == nil
+		if err != nil {
+			return 0, apierr.Invalid("Last-Event-ID", "must be an event sequence number")
+		}
+		return n, nil
 	}
 	q := r.URL.Query()
 	v := q.Get("after_sequence")
@@ -67,14 +73,17 @@ func afterSequence(r *http.Request) (uint64, string, bool) {
 		v = q.Get("afterSequence")
 	}
 	if v == "" {
-		return 0, "", true
+		return 0, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	return n, "after_sequence: must be an unsigned integer", err == nil
+	if err != nil {
+		return 0, apierr.Invalid("after_sequence", "must be an unsigned integer")
+	}
+	return n, nil
 }
 
 type streamItem struct {
-	event *guidev1.Event
+	event *eventv1.Event
 	err   error
 }
 
@@ -88,12 +97,12 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 		info.route = routeStream
 	}
 	if g.guide == nil {
-		writeCode(w, codes.Unavailable, "the guide service is not configured")
+		writeError(w, errGuideNotConfigured)
 		return
 	}
-	after, msg, ok := afterSequence(r)
-	if !ok {
-		writeCode(w, codes.InvalidArgument, msg)
+	after, aerr := afterSequence(r)
+	if aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -104,7 +113,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 	stream, err := g.guide.StreamEvents(g.outgoingContext(ctx, r), &guidev1.StreamEventsRequest{Parent: parent, AfterSequence: after})
 	if err != nil {
 		st := g.publicStatus(ctx, err)
-		writeCode(w, st.Code(), st.Message())
+		writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 		return
 	}
 	// One goroutine owns the stream: it waits for the response headers
@@ -155,11 +164,10 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 	// response started, an "error" event after.
 	fail := func(st *status.Status) {
 		if !started {
-			writeCode(w, st.Code(), st.Message())
+			writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 			return
 		}
-		b, _ := json.Marshal(newErrorBody(st.Code(), st.Message()))
-		_, _ = io.WriteString(w, "event: error\ndata: "+string(b)+"\n\n")
+		_, _ = io.WriteString(w, "event: error\ndata: "+string(marshalError(st))+"\n\n")
 		_ = rc.Flush()
 	}
 	keepalive := time.NewTicker(g.cfg.SSEKeepalive)
@@ -168,7 +176,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 	for {
 		select {
 		case <-ctx.Done():
-			if errors.Is(context.Cause(ctx), errKeyInvalid) {
+			if errors.Is(context.Cause(ctx), errKeyRevoked) {
 				fail(g.publicStatus(ctx, ctx.Err()))
 			}
 			return
@@ -218,8 +226,10 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 	}
 }
 
-// writeEvent formats one event as a server-sent event block.
-func (g *Gateway) writeEvent(buf *bytes.Buffer, ev *guidev1.Event) error {
+// writeEvent formats one event as a server-sent event block: its sequence
+// as the id, its type's name ("EVENT_TYPE_MESSAGE_ANSWERED") as the event,
+// and the event as protojson, the form REST sends, as the data.
+func (g *Gateway) writeEvent(buf *bytes.Buffer, ev *eventv1.Event) error {
 	data, err := g.marshal.Marshal(ev)
 	if err != nil {
 		return err
@@ -227,9 +237,9 @@ func (g *Gateway) writeEvent(buf *bytes.Buffer, ev *guidev1.Event) error {
 	buf.WriteString("id: ")
 	buf.WriteString(strconv.FormatUint(ev.GetSequence(), 10))
 	buf.WriteString("\n")
-	if t := sseField(ev.GetType()); t != "" {
+	if t := ev.GetType(); t != eventv1.EventType_EVENT_TYPE_UNSPECIFIED {
 		buf.WriteString("event: ")
-		buf.WriteString(t)
+		buf.WriteString(t.String())
 		buf.WriteString("\n")
 	}
 	buf.WriteString("data: ")
@@ -241,14 +251,4 @@ func (g *Gateway) writeEvent(buf *bytes.Buffer, ev *guidev1.Event) error {
 	buf.Write(compact.Bytes())
 	buf.WriteString("\n\n")
 	return nil
-}
-
-// sseField drops line breaks, which would end an SSE field early.
-func sseField(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return -1
-		}
-		return r
-	}, s)
 }

@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 )
 
 const (
-	sse1 = "id: 1\nevent: message.received\ndata: {\"sequence\":\"1\",\"sessionId\":\"s1\",\"type\":\"message.received\",\"source\":\"guide\",\"text\":\"hello\\nworld\"}\n\n"
-	sse5 = "id: 5\nevent: message.routed\ndata: {\"sequence\":\"5\",\"sessionId\":\"s1\",\"type\":\"message.routed\",\"source\":\"guide\",\"data\":{\"target\":\"librarian\"}}\n\n"
-	sse9 = "id: 9\nevent: message.answered\ndata: {\"sequence\":\"9\",\"sessionId\":\"s1\",\"type\":\"message.answered\",\"source\":\"librarian\",\"createTime\":\"2025-01-02T03:04:05Z\"}\n\n"
+	sse1 = "id: 1\nevent: EVENT_TYPE_MESSAGE_RECEIVED\ndata: {\"sequence\":\"1\",\"sessionId\":\"s1\",\"type\":\"EVENT_TYPE_MESSAGE_RECEIVED\",\"source\":\"guide\",\"text\":\"hello\\nworld\",\"messageReceived\":{\"message\":\"sessions/s1/messages/m1\",\"author\":\"user\"}}\n\n"
+	sse5 = "id: 5\nevent: EVENT_TYPE_MESSAGE_ROUTED\ndata: {\"sequence\":\"5\",\"sessionId\":\"s1\",\"type\":\"EVENT_TYPE_MESSAGE_ROUTED\",\"source\":\"guide\",\"messageRouted\":{\"target\":\"librarian\",\"tier\":\"classifier\"}}\n\n"
+	sse9 = "id: 9\nevent: EVENT_TYPE_MESSAGE_ANSWERED\ndata: {\"sequence\":\"9\",\"sessionId\":\"s1\",\"type\":\"EVENT_TYPE_MESSAGE_ANSWERED\",\"source\":\"librarian\",\"createTime\":\"2025-01-02T03:04:05Z\",\"messageAnswered\":{\"agent\":\"librarian\",\"text\":\"found it\",\"hits\":[{\"title\":\"a.go\",\"path\":\"a.go\",\"lineStart\":3,\"kind\":\"HIT_KIND_CODE\"}]}}\n\n"
 )
 
 func TestSSE(t *testing.T) {
@@ -75,25 +76,32 @@ func TestSSEErrors(t *testing.T) {
 		headers    []string
 		httpStatus int
 		code       codes.Code
+		reason     string
 		msg        string
 	}{
-		{"unknown session", "/v1/sessions/nope/events:stream?format=sse", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
-		{"bad Last-Event-ID", "/v1/sessions/s1/events:stream?format=sse", []string{bearer(h.member), "Last-Event-ID: abc"}, http.StatusBadRequest, codes.InvalidArgument, "Last-Event-ID"},
-		{"bad after_sequence", "/v1/sessions/s1/events:stream?format=sse&after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
-		{"no key", "/v1/sessions/s1/events:stream?format=sse", nil, http.StatusUnauthorized, codes.Unauthenticated, "missing API key"},
+		{"unknown session", "/v1/sessions/nope/events:stream?format=sse", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "SESSION_NOT_FOUND", "session sessions/nope not found"},
+		{"bad Last-Event-ID", "/v1/sessions/s1/events:stream?format=sse", []string{bearer(h.member), "Last-Event-ID: abc"}, http.StatusBadRequest, codes.InvalidArgument, apierr.ReasonInvalidField, "Last-Event-ID"},
+		{"bad after_sequence", "/v1/sessions/s1/events:stream?format=sse&after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, apierr.ReasonInvalidField, "after_sequence"},
+		{"no key", "/v1/sessions/s1/events:stream?format=sse", nil, http.StatusUnauthorized, codes.Unauthenticated, ReasonAPIKeyMissing, "missing API key"},
 		// Newline-delimited JSON fails before its first message in the
 		// same form.
-		{"unknown session, JSON lines", "/v1/sessions/nope/events:stream", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "session sessions/nope not found"},
-		{"bad after_sequence, JSON lines", "/v1/sessions/s1/events:stream?after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
-		{"bad afterSequence, JSON lines", "/v1/sessions/s1/events:stream?afterSequence=abc", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "after_sequence"},
+		{"unknown session, JSON lines", "/v1/sessions/nope/events:stream", []string{bearer(h.member)}, http.StatusNotFound, codes.NotFound, "SESSION_NOT_FOUND", "session sessions/nope not found"},
+		{"bad after_sequence, JSON lines", "/v1/sessions/s1/events:stream?after_sequence=-1", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "INVALID_ARGUMENT", "after_sequence"},
+		{"bad afterSequence, JSON lines", "/v1/sessions/s1/events:stream?afterSequence=abc", []string{bearer(h.member)}, http.StatusBadRequest, codes.InvalidArgument, "INVALID_ARGUMENT", "after_sequence"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			requireError(t, h.do(t, http.MethodGet, tt.path, "", tt.headers...), tt.httpStatus, tt.code, tt.msg)
+			requireError(t, h.do(t, http.MethodGet, tt.path, "", tt.headers...), tt.httpStatus, tt.code, tt.reason, tt.msg)
 		})
 	}
 }
+
+// completed is the fake Guide's error for sessions/broken in the JSON error
+// form, on one line.
+const completed = `{"code":9,"status":"FAILED_PRECONDITION","message":"session was completed","reason":"SESSION_COMPLETED",` +
+	`"domain":"sylk.dev","metadata":{},"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"SESSION_COMPLETED",` +
+	`"domain":"sylk.dev"}]}`
 
 func TestSSEErrorAfterFirstEvent(t *testing.T) {
 	t.Parallel()
@@ -101,7 +109,7 @@ func TestSSEErrorAfterFirstEvent(t *testing.T) {
 	r := h.do(t, http.MethodGet, "/v1/sessions/broken/events:stream?format=sse", "", bearer(h.member))
 	require.Equal(t, http.StatusOK, r.code)
 	want := sse1 +
-		"event: error\ndata: {\"code\":9,\"status\":\"FAILED_PRECONDITION\",\"message\":\"session was completed\"}\n\n"
+		"event: error\ndata: " + completed + "\n\n"
 	require.Equal(t, want, r.body)
 
 	// The same in newline-delimited JSON: a result line, then an error line.
@@ -110,7 +118,7 @@ func TestSSEErrorAfterFirstEvent(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.body), "\n")
 	require.Len(t, lines, 2, r.body)
 	require.Contains(t, lines[0], `"result":`)
-	require.JSONEq(t, `{"error":{"code":9,"status":"FAILED_PRECONDITION","message":"session was completed"}}`, lines[1])
+	require.JSONEq(t, `{"error":`+completed+`}`, lines[1])
 }
 
 func TestSSEKeepaliveAndDisconnect(t *testing.T) {
@@ -178,7 +186,9 @@ func TestNDJSONStream(t *testing.T) {
 	// (TestSSEErrorAfterFirstEvent).
 	r = h.do(t, http.MethodGet, "/v1/sessions/nope/events:stream", "", bearer(h.member))
 	require.Equal(t, http.StatusNotFound, r.code)
-	require.JSONEq(t, `{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found"}`, r.body)
+	require.JSONEq(t, `{"code":5,"status":"NOT_FOUND","message":"session sessions/nope not found","reason":"SESSION_NOT_FOUND",`+
+		`"domain":"sylk.dev","metadata":{"resource":"sessions/nope"},"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo",`+
+		`"reason":"SESSION_NOT_FOUND","domain":"sylk.dev","metadata":{"resource":"sessions/nope"}}]}`, r.body)
 }
 
 // TestStreamsEndWhenTheirKeyIsRevoked: an open stream's key is checked
@@ -242,8 +252,10 @@ func TestStreamsEndWhenTheirKeyIsRevoked(t *testing.T) {
 	}
 	r := wait(sse)
 	require.Equal(t, http.StatusOK, r.code, "the stream had started")
-	require.Equal(t, "event: error\ndata: {\"code\":16,\"status\":\"UNAUTHENTICATED\",\"message\":\"API key is no longer valid\"}\n\n", r.body)
-	requireError(t, wait(ndjson), http.StatusUnauthorized, codes.Unauthenticated, "API key is no longer valid")
+	data, ok := strings.CutPrefix(r.body, "event: error\ndata: ")
+	require.True(t, ok, r.body)
+	requireErrorBody(t, strings.TrimSuffix(data, "\n\n"), codes.Unauthenticated, ReasonAPIKeyInvalid, "API key is no longer valid")
+	requireError(t, wait(ndjson), http.StatusUnauthorized, codes.Unauthenticated, ReasonAPIKeyInvalid, "API key is no longer valid")
 	require.Eventually(t, func() bool { _, closed := h.fake.idle(); return closed == 2 }, 5*time.Second, 5*time.Millisecond)
 }
 

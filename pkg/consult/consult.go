@@ -21,12 +21,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -178,9 +178,15 @@ func StreamServerInterceptor(target string, sink Sink) grpc.StreamServerIntercep
 	}
 }
 
+// ReasonConsultationDenied is the PermissionDenied reason of a
+// consultation the matrix does not allow; the metadata's "from" and "to"
+// name the agents.
+const ReasonConsultationDenied = "CONSULTATION_DENIED"
+
 func denied(from, to string) error {
-	return status.Errorf(codes.PermissionDenied,
-		"the %s may not consult the %s directly (consultation permission matrix); send the request through the guide", from, to)
+	return apierr.New(codes.PermissionDenied, ReasonConsultationDenied,
+		"the %s may not consult the %s directly (consultation permission matrix); send the request through the guide", from, to).
+		With("from", from).With("to", to)
 }
 
 func newLog(ctx context.Context, from, to, method string, req any) Log {

@@ -19,6 +19,7 @@ import (
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -144,6 +145,7 @@ func TestInterceptor(t *testing.T) {
 	_, err = academic.SearchEntries(caller(Inspector), &archivalistv1.SearchEntriesRequest{Query: "x"})
 	require.Equal(t, codes.PermissionDenied, status.Code(err))
 	require.Contains(t, status.Convert(err).Message(), "through the guide")
+	require.Equal(t, ReasonConsultationDenied, apierr.Reason(err))
 	require.Len(t, sink.all(), 1, "a denied call is not logged")
 
 	// A call that names no agent is not a consultation.

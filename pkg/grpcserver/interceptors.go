@@ -2,9 +2,9 @@ package grpcserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 )
@@ -42,12 +43,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
+// errPanic is what a caller gets for a handler that panicked.
+var errPanic = apierr.New(codes.Internal, apierr.ReasonInternal, "internal error")
+
 func recoveryUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ctx, "panic in handler", slog.String(logx.KeyMethod, info.FullMethod), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-				err = status.Error(codes.Internal, "internal error")
+				err = errPanic.GRPCStatus().Err()
 			}
 		}()
 		return handler(ctx, req)
@@ -59,7 +63,7 @@ func recoveryStream(log *slog.Logger) grpc.StreamServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ss.Context(), "panic in handler", slog.String(logx.KeyMethod, info.FullMethod), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-				err = status.Error(codes.Internal, "internal error")
+				err = errPanic.GRPCStatus().Err()
 			}
 		}()
 		return handler(srv, ss)
@@ -103,35 +107,25 @@ func observe(ctx context.Context, log *slog.Logger, m *metrics, method string, s
 	log.Log(ctx, lvl, "rpc", slog.String(logx.KeyMethod, method), slog.String(logx.KeyCode, code.String()), slog.Duration(logx.KeyDuration, d))
 }
 
-// mask turns errors that are not gRPC statuses into a generic Internal, and
-// context errors into their codes; the cause is logged, never returned.
-func mask(ctx context.Context, log *slog.Logger, method string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	}
-	log.ErrorContext(ctx, "internal error", slog.String(logx.KeyMethod, method), logx.Err(err))
-	return status.Error(codes.Internal, "internal error")
+// publicError passes every error that leaves the server through apierr.Status:
+// an apierr error becomes its status, a status gets an ErrorInfo when it
+// has none, a context's end its code, and anything else a generic Internal
+// whose cause is logged here, never sent. op in its log and message is the
+// method's name.
+func publicError(ctx context.Context, log *slog.Logger, fullMethod string, err error) error {
+	return apierr.Status(ctx, log, path.Base(fullMethod), err)
 }
 
-func maskUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+func publicUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
-		return resp, mask(ctx, log, info.FullMethod, err)
+		return resp, publicError(ctx, log, info.FullMethod, err)
 	}
 }
 
-func maskStream(log *slog.Logger) grpc.StreamServerInterceptor {
+func publicStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return mask(ss.Context(), log, info.FullMethod, handler(srv, ss))
+		return publicError(ss.Context(), log, info.FullMethod, handler(srv, ss))
 	}
 }
 
@@ -159,10 +153,14 @@ func incomingIdentity(ctx context.Context, log *slog.Logger, signer *identity.Si
 		}
 		log.WarnContext(ctx, "refused a call whose caller identity no service signed",
 			slog.String(logx.KeyMethod, method), slog.String("peer", from), logx.Err(err))
-		return identity.Identity{}, false, status.Error(codes.Unauthenticated, err.Error())
+		return identity.Identity{}, false, apierr.New(codes.Unauthenticated, identity.ReasonIdentityUnsigned, "%s", err.Error())
 	}
 	return id, true, nil
 }
+
+// errNoCaller refuses a call to a method that is not public without a
+// caller identity.
+var errNoCaller = identity.ErrNoIdentity.Withf("missing or invalid caller identity")
 
 func identityUnary(log *slog.Logger, public []string, signer *identity.Signer) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -173,7 +171,7 @@ func identityUnary(log *slog.Logger, public []string, signer *identity.Signer) g
 		if ok {
 			ctx = identity.NewContext(ctx, id)
 		} else if !isPublic(public, info.FullMethod) {
-			return nil, status.Error(codes.Unauthenticated, "missing or invalid caller identity")
+			return nil, errNoCaller
 		}
 		return handler(ctx, req)
 	}
@@ -195,7 +193,7 @@ func identityStream(log *slog.Logger, public []string, signer *identity.Signer) 
 		if ok {
 			ss = ctxStream{ss, identity.NewContext(ss.Context(), id)}
 		} else if !isPublic(public, info.FullMethod) {
-			return status.Error(codes.Unauthenticated, "missing or invalid caller identity")
+			return errNoCaller
 		}
 		return handler(srv, ss)
 	}
@@ -216,7 +214,7 @@ func validateUnary() grpc.UnaryServerInterceptor {
 				if _, isStatus := status.FromError(err); isStatus {
 					return nil, err
 				}
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return nil, apierr.New(codes.InvalidArgument, apierr.CodeName(codes.InvalidArgument), "%s", err.Error())
 			}
 		}
 		return handler(ctx, req)
@@ -294,7 +292,7 @@ func joinField(name, below string) string {
 func checkText(req any) error {
 	if m, ok := req.(proto.Message); ok {
 		if f := nulField(m.ProtoReflect()); f != "" {
-			return status.Errorf(codes.InvalidArgument, "%s: must not contain NUL", f)
+			return apierr.Invalid(f, "must not contain NUL")
 		}
 	}
 	return nil

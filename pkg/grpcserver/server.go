@@ -123,10 +123,16 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 	m := newMetrics(reg)
 	public := append([]string{"/grpc.health.v1.Health/", "/grpc.reflection."}, o.public...)
 	// Interceptor order, outermost first:
-	//  1. recovery: a panic anywhere below becomes Internal and never kills the process;
-	//  2. metrics and logging: see the final code and duration of every call;
-	//  3. error masking: errors that are not gRPC statuses become a generic Internal,
-	//     their cause logged, so internals never reach callers;
+	//  1. recovery: a panic anywhere below becomes Internal (with its
+	//     ErrorInfo) and never kills the process;
+	//  2. metrics and logging: see the final code and duration of every
+	//     call, the code being the one the caller gets (3 is inside);
+	//  3. public errors: every error leaving the server passes through
+	//     apierr.Status, so that it carries an ErrorInfo with a stable
+	//     reason and an error that is not a status becomes a generic
+	//     Internal, its cause logged, never sent. It sits outside every
+	//     interceptor that can end a call (4, 5 and those a service adds),
+	//     so their errors get the same treatment as the handlers';
 	//  4. identity: reject calls without a caller, except public methods,
 	//     and calls whose caller no service of the deployment signed;
 	//  5. validation: no string in a request may hold NUL, and requests with a
@@ -134,14 +140,14 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 	unary := append([]grpc.UnaryServerInterceptor{
 		recoveryUnary(log),
 		observeUnary(log, m),
-		maskUnary(log),
+		publicUnary(log),
 		identityUnary(log, public, o.signer),
 		validateUnary(),
 	}, o.unary...)
 	stream := append([]grpc.StreamServerInterceptor{
 		recoveryStream(log),
 		observeStream(log, m),
-		maskStream(log),
+		publicStream(log),
 		identityStream(log, public, o.signer),
 		validateStream(),
 	}, o.stream...)

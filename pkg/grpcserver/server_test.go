@@ -3,6 +3,7 @@ package grpcserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
@@ -43,6 +45,11 @@ func (p *probe) register(s *grpc.Server) {
 				}
 				return in(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/sylk.test.Probe/Call"}, h)
 			},
+		}},
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Watch",
+			ServerStreams: true,
+			Handler:       func(_ any, ss grpc.ServerStream) error { return p.fn(ss.Context()) },
 		}},
 	}, p)
 }
@@ -84,6 +91,32 @@ func call(ctx context.Context, cc *grpc.ClientConn) error {
 	return cc.Invoke(ctx, "/sylk.test.Probe/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
 }
 
+// watch opens the probe's stream and returns how it ended.
+func watch(ctx context.Context, cc *grpc.ClientConn) error {
+	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/sylk.test.Probe/Watch")
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(&healthpb.HealthCheckRequest{}); err != nil {
+		return err
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	return s.RecvMsg(&healthpb.HealthCheckResponse{})
+}
+
+// requireInfo checks err's code and its ErrorInfo reason and domain.
+func requireInfo(t *testing.T, err error, code codes.Code, reason string) {
+	t.Helper()
+	st := status.Convert(err)
+	require.Equal(t, code, st.Code(), err)
+	info := apierr.Info(st)
+	require.NotNil(t, info, "no ErrorInfo: %v", err)
+	require.Equal(t, reason, info.GetReason())
+	require.Equal(t, apierr.Domain, info.GetDomain())
+}
+
 func TestInterceptors(t *testing.T) {
 	t.Parallel()
 	var seen identity.Identity
@@ -95,7 +128,7 @@ func TestInterceptors(t *testing.T) {
 	ctx := context.Background()
 
 	// No identity: Unauthenticated; health is public.
-	require.Equal(t, codes.Unauthenticated, status.Code(call(ctx, cc)))
+	requireInfo(t, call(ctx, cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.Status)
@@ -105,17 +138,33 @@ func TestInterceptors(t *testing.T) {
 	require.NoError(t, call(identity.NewContext(ctx, id), cc))
 	require.Equal(t, id, seen)
 
-	// Internal errors are masked, statuses pass through, panics are recovered.
-	p.fn = func(context.Context) error { return errors.New("db password is hunter2") }
-	err = call(identity.NewContext(ctx, id), cc)
-	require.Equal(t, codes.Internal, status.Code(err))
-	require.NotContains(t, err.Error(), "hunter2")
-	p.fn = func(context.Context) error { return status.Error(codes.NotFound, "no such session") }
-	require.Equal(t, codes.NotFound, status.Code(call(identity.NewContext(ctx, id), cc)))
-	p.fn = func(context.Context) error { panic("boom") }
-	require.Equal(t, codes.Internal, status.Code(call(identity.NewContext(ctx, id), cc)))
+	// Every error carries an ErrorInfo, on calls and on streams: internal
+	// errors are masked, statuses pass through (with the code's name as
+	// their reason when they have none), apierr errors keep theirs, panics
+	// are recovered.
+	for name, rpc := range map[string]func(context.Context, *grpc.ClientConn) error{"unary": call, "stream": watch} {
+		ctx := identity.NewContext(ctx, id)
+		p.fn = func(context.Context) error { return errors.New("db password is hunter2") }
+		err = rpc(ctx, cc)
+		requireInfo(t, err, codes.Internal, apierr.ReasonInternal)
+		require.NotContains(t, err.Error(), "hunter2", name)
+		p.fn = func(context.Context) error { return status.Error(codes.NotFound, "no such session") }
+		requireInfo(t, rpc(ctx, cc), codes.NotFound, "NOT_FOUND")
+		p.fn = func(context.Context) error { return fmt.Errorf("load: %w", apierr.NotFound("session", "sessions/x")) }
+		err = rpc(ctx, cc)
+		requireInfo(t, err, codes.NotFound, "SESSION_NOT_FOUND")
+		require.Equal(t, "session sessions/x not found", status.Convert(err).Message(), name)
+		p.fn = func(context.Context) error { return context.DeadlineExceeded }
+		requireInfo(t, rpc(ctx, cc), codes.DeadlineExceeded, apierr.ReasonDeadlineExceeded)
+		p.fn = func(context.Context) error { panic("boom") }
+		requireInfo(t, rpc(ctx, cc), codes.Internal, apierr.ReasonInternal)
+		requireInfo(t, rpc(context.Background(), cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
+	}
 
-	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, reg, "/sylk.test.Probe/Call", "NotFound")))
+	// Metrics count the code the caller got (a panic, recovered outside
+	// them, is not counted).
+	require.Equal(t, 2.0, testutil.ToFloat64(mustCounter(t, reg, "/sylk.test.Probe/Call", "NotFound")))
+	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, reg, "/sylk.test.Probe/Watch", "Internal")))
 
 	r, err := http.Get("http://" + httpAddr + "/healthz")
 	require.NoError(t, err)
@@ -215,7 +264,7 @@ func TestSignedIdentity(t *testing.T) {
 			identity.MDSignature, signer.Sign(root, "/sylk.test.Probe/Other"))},
 	} {
 		err := call(c.ctx, c.cc)
-		require.Equal(t, codes.Unauthenticated, status.Code(err), name)
+		requireInfo(t, err, codes.Unauthenticated, identity.ReasonIdentityUnsigned)
 		require.ErrorContains(t, err, "not signed by a service of this deployment", name)
 	}
 

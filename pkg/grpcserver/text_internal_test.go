@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 )
 
 func TestCheckTextRefusesNUL(t *testing.T) {
@@ -27,6 +28,7 @@ func TestCheckTextRefusesNUL(t *testing.T) {
 		err := checkText(tc.req)
 		require.Equal(t, codes.InvalidArgument, status.Code(err), tc.path)
 		require.Equal(t, tc.path+": must not contain NUL", status.Convert(err).Message())
+		require.Equal(t, tc.path, apierr.Info(status.Convert(err)).GetMetadata()["field"])
 	}
 	clean, err := structpb.NewStruct(map[string]any{"ok": "fine", "n": 1.0})
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 )
@@ -36,10 +37,15 @@ func New(conn grpc.ClientConnInterface, timeout time.Duration, log *slog.Logger)
 	return &Reader{client: guidev1.NewSessionServiceClient(conn), timeout: timeout, log: log}
 }
 
+// ReasonSessionEnded is the FailedPrecondition reason of Open for a
+// session that is completed or failed; the metadata's "state" says which.
+const ReasonSessionEnded = "SESSION_ENDED"
+
 // Get reads session id as who, so that another user's or tenant's session
-// is not found. It returns gRPC status errors: NotFound, the Guide's own
-// InvalidArgument, PermissionDenied or Unauthenticated (prefixed "guide: "),
-// and Unavailable naming what when the Guide does not answer in time.
+// is not found. It returns apierr errors: NotFound (SESSION_NOT_FOUND), the
+// Guide's own InvalidArgument, PermissionDenied or Unauthenticated
+// (prefixed "guide: ", their details kept), and Unavailable
+// (PEER_UNAVAILABLE) naming what when the Guide does not answer in time.
 // A nil Reader returns nil and no error.
 func (r *Reader) Get(ctx context.Context, who identity.Identity, id, what string) (*guidev1.Session, error) {
 	if r == nil {
@@ -52,22 +58,24 @@ func (r *Reader) Get(ctx context.Context, who identity.Identity, id, what string
 		if st, ok := status.FromError(err); ok {
 			switch st.Code() {
 			case codes.NotFound:
-				return nil, status.Errorf(codes.NotFound, "session sessions/%s not found", id)
+				return nil, apierr.NotFound("session", "sessions/"+id)
 			case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
 				pb := st.Proto()
 				pb.Message = "guide: " + pb.GetMessage()
-				return nil, status.FromProto(pb).Err()
+				return nil, apierr.WithInfo(status.FromProto(pb)).Err()
 			}
 		}
 		r.log.WarnContext(ctx, "read session", slog.String("session", id), logx.Err(err))
-		return nil, status.Errorf(codes.Unavailable, "could not read %s; retry", what)
+		e := apierr.Unavailable(apierr.ReasonPeerUnavailable, "could not read %s; retry", what)
+		e.RetryAfter = time.Second
+		return nil, e
 	}
 	return resp.GetSession(), nil
 }
 
-// Open reads session id as who and refuses, with FailedPrecondition, a
-// session that is over (completed or failed); to do names the refused
-// action ("plan in it"). A nil Reader checks nothing.
+// Open reads session id as who and refuses, with FailedPrecondition
+// (SESSION_ENDED), a session that is over (completed or failed); to do
+// names the refused action ("plan in it"). A nil Reader checks nothing.
 func (r *Reader) Open(ctx context.Context, who identity.Identity, id, toDo string) error {
 	sess, err := r.Get(ctx, who, id, "the session")
 	if err != nil || sess == nil {
@@ -75,8 +83,9 @@ func (r *Reader) Open(ctx context.Context, who identity.Identity, id, toDo strin
 	}
 	switch st := sess.GetState(); st {
 	case guidev1.SessionState_SESSION_STATE_COMPLETED, guidev1.SessionState_SESSION_STATE_FAILED:
-		return status.Errorf(codes.FailedPrecondition, "session sessions/%s is %s; cannot %s", id,
-			strings.ToLower(strings.TrimPrefix(st.String(), "SESSION_STATE_")), toDo)
+		state := strings.ToLower(strings.TrimPrefix(st.String(), "SESSION_STATE_"))
+		return apierr.FailedPrecondition(ReasonSessionEnded, "session sessions/%s is %s; cannot %s", id, state, toDo).
+			With("session", "sessions/"+id).With("state", state)
 	}
 	return nil
 }

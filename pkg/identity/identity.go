@@ -10,7 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+
+	"sylk.dev/sylk/pkg/apierr"
 )
 
 // Metadata keys.
@@ -28,6 +29,19 @@ const (
 	// RoleService marks a call one service makes on its own behalf.
 	RoleService = "service"
 )
+
+// Reasons of the Unauthenticated errors a call without a usable caller
+// identity gets.
+const (
+	// ReasonIdentityMissing: the call names no caller, or not a valid one.
+	ReasonIdentityMissing = "CALLER_IDENTITY_MISSING"
+	// ReasonIdentityUnsigned: the call names a caller no service of the
+	// deployment signed.
+	ReasonIdentityUnsigned = "CALLER_IDENTITY_UNSIGNED"
+)
+
+// ErrNoIdentity is returned for a call without a valid caller identity.
+var ErrNoIdentity = apierr.New(codes.Unauthenticated, ReasonIdentityMissing, "no caller identity")
 
 // Identity is who is calling.
 type Identity struct {
@@ -57,11 +71,11 @@ func FromContext(ctx context.Context) (Identity, bool) {
 	return id, ok
 }
 
-// Require returns the identity in ctx or an Unauthenticated status.
+// Require returns the identity in ctx or ErrNoIdentity.
 func Require(ctx context.Context) (Identity, error) {
 	id, ok := FromContext(ctx)
 	if !ok || !id.Valid() {
-		return Identity{}, status.Error(codes.Unauthenticated, "no caller identity")
+		return Identity{}, ErrNoIdentity
 	}
 	return id, nil
 }

@@ -19,8 +19,9 @@
 //	<p>.librarian.changes                        core       sylk.librarian.v1.IndexNotice  Librarian -> every Librarian replica (vectors)
 //	<p>.llm.signal.<type>                        core       sylk.llm.v1.Signal         every LLM gate -> every LLM gate (B-19);
 //	                                                                                    acknowledged on the request's reply inbox (SignalAck)
-//	<p>.llm.stream.<tenant>.<correlation>        core       sylk.llm.v1.StreamMessage  a streaming call -> its watchers, and
-//	                                                                                    StreamControl back
+//	<p>.llm.stream.<tenant>.<correlation>        core       sylk.llm.v1.StreamMessage  a streaming call -> its watchers
+//	<p>.llm.stream.<tenant>.<correlation>.control
+//	                                             core       sylk.llm.v1.StreamControl  a watcher -> the streaming call (cancel it)
 //
 // Streams: <P>_AGENTS and <P>_TASKS are work queues (a message is gone once
 // acknowledged); <P>_EVENTS keeps every session's events for
@@ -164,4 +165,10 @@ func LLMSignalSubject(b *natsx.Bus, typ string) string { return b.Subject("llm",
 // LLMStreamSubject carries a streaming model call's chunks to watchers.
 func LLMStreamSubject(b *natsx.Bus, tenant, correlation string) string {
 	return b.Subject("llm", "stream", natsx.Token(tenant), natsx.Token(correlation))
+}
+
+// LLMStreamControlSubject carries StreamControl messages to a streaming
+// model call.
+func LLMStreamControlSubject(b *natsx.Bus, tenant, correlation string) string {
+	return b.Subject("llm", "stream", natsx.Token(tenant), natsx.Token(correlation), "control")
 }

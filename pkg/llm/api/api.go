@@ -15,16 +15,24 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/creds"
 	"sylk.dev/sylk/pkg/llm/provider"
 	"sylk.dev/sylk/pkg/llm/usage"
 	"sylk.dev/sylk/pkg/logx"
+)
+
+// Errors of the provider API; each call tells its own message.
+var (
+	// errAdminOnly refuses a call only admins may make.
+	errAdminOnly = apierr.New(codes.PermissionDenied, "ADMIN_ROLE_REQUIRED", "only admins may do this")
+	// errKeyRejected: the provider did not accept the key to store.
+	errKeyRejected = apierr.FailedPrecondition("PROVIDER_KEY_REJECTED", "the provider did not accept the key")
 )
 
 // Server implements both services.
@@ -94,11 +102,11 @@ func (u *usageServer) GetUsageReport(ctx context.Context, req *llmv1.GetUsageRep
 		q.End = req.GetEndTime().AsTime()
 	}
 	if !q.Start.IsZero() && !q.End.IsZero() && q.End.Before(q.Start) {
-		return nil, status.Error(codes.InvalidArgument, "end_time: must not be before start_time")
+		return nil, apierr.Invalid("end_time", "must not be before start_time")
 	}
 	rep, err := u.s.usage.Report(ctx, q)
 	if err != nil {
-		return nil, u.s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, u.s.log, "usage report", err)
 	}
 	resp := &llmv1.GetUsageReportResponse{Total: row(rep.Total), Currency: "USD"}
 	for _, r := range rep.Rows {
@@ -170,7 +178,7 @@ func (ps *providerServer) ListProviders(ctx context.Context, _ *llmv1.ListProvid
 	}
 	infos, err := ps.s.creds.List(ctx, who.TenantID)
 	if err != nil {
-		return nil, ps.s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, ps.s.log, "list providers", err)
 	}
 	stored := map[string]*creds.Info{}
 	for i := range infos {
@@ -185,7 +193,7 @@ func (ps *providerServer) ListProviders(ctx context.Context, _ *llmv1.ListProvid
 
 func checkProvider(name string) error {
 	if !remote(name) {
-		return status.Errorf(codes.InvalidArgument, "provider %q: want anthropic, openai or gemini", name)
+		return apierr.Invalid("provider", "want anthropic, openai or gemini, not %q", name)
 	}
 	return nil
 }
@@ -199,9 +207,9 @@ func checkBaseURL(raw string) error {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https":
-		return status.Error(codes.InvalidArgument, "base_url: want an absolute http or https URL, such as https://host/v1")
+		return apierr.Invalid("base_url", "want an absolute http or https URL, such as https://host/v1")
 	case u.User != nil:
-		return status.Error(codes.InvalidArgument, "base_url: must not carry credentials (use api_key)")
+		return apierr.Invalid("base_url", "must not carry credentials (use api_key)")
 	}
 	return nil
 }
@@ -212,31 +220,31 @@ func (ps *providerServer) SetProviderCredentials(ctx context.Context, req *llmv1
 		return nil, err
 	}
 	if who.Role != identity.RoleAdmin {
-		return nil, status.Error(codes.PermissionDenied, "only admins can set provider credentials")
+		return nil, errAdminOnly.Withf("only admins can set provider credentials")
 	}
 	if err := checkProvider(req.GetProvider()); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(req.GetApiKey()) == "" {
-		return nil, status.Error(codes.InvalidArgument, "api_key is required")
+		return nil, apierr.Invalid("api_key", "is required")
 	}
 	if req.GetBaseUrl() != "" && req.GetProvider() != llm.OpenAI && req.GetProvider() != llm.Anthropic && req.GetProvider() != llm.Gemini {
-		return nil, status.Error(codes.InvalidArgument, "base_url is not supported for this provider")
+		return nil, apierr.Invalid("base_url", "is not supported for this provider")
 	}
 	if err := checkBaseURL(req.GetBaseUrl()); err != nil {
 		return nil, err
 	}
 	if !ps.s.creds.CanStore() {
-		return nil, status.Error(codes.FailedPrecondition, "storing provider keys needs an encryption key: set llm.credentials.key-file (a Secret) on the archivalist")
+		return nil, creds.ErrNoKey.Withf("storing provider keys needs an encryption key: set llm.credentials.key-file (a Secret) on the archivalist")
 	}
 	if !req.GetSkipVerify() {
 		if ok, msg := ps.s.verify(ctx, req.GetProvider(), creds.Secret{APIKey: req.GetApiKey(), BaseURL: req.GetBaseUrl()}); !ok {
-			return nil, status.Error(codes.FailedPrecondition, msg)
+			return nil, errKeyRejected.Withf("%s", msg).With("provider", req.GetProvider())
 		}
 	}
 	info, err := ps.s.creds.Set(ctx, who.TenantID, req.GetProvider(), creds.Secret{APIKey: strings.TrimSpace(req.GetApiKey()), BaseURL: req.GetBaseUrl()}, who.UserID)
 	if err != nil {
-		return nil, ps.s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, ps.s.log, "store provider credentials", err)
 	}
 	ps.s.log.InfoContext(ctx, "provider credentials stored", slog.String("provider", req.GetProvider()), slog.String("tenant_id", who.TenantID), slog.String("user_id", who.UserID))
 	return &llmv1.SetProviderCredentialsResponse{Provider: ps.s.describe(req.GetProvider(), &info)}, nil
@@ -248,17 +256,17 @@ func (ps *providerServer) DeleteProviderCredentials(ctx context.Context, req *ll
 		return nil, err
 	}
 	if who.Role != identity.RoleAdmin {
-		return nil, status.Error(codes.PermissionDenied, "only admins can delete provider credentials")
+		return nil, errAdminOnly.Withf("only admins can delete provider credentials")
 	}
 	if err := checkProvider(req.GetProvider()); err != nil {
 		return nil, err
 	}
 	ok, err := ps.s.creds.Delete(ctx, who.TenantID, req.GetProvider())
 	if err != nil {
-		return nil, ps.s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, ps.s.log, "delete provider credentials", err)
 	}
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no stored credentials for %s", req.GetProvider())
+		return nil, apierr.NotFound("provider credentials", req.GetProvider()).Withf("no stored credentials for %s", req.GetProvider())
 	}
 	return &llmv1.DeleteProviderCredentialsResponse{}, nil
 }
@@ -280,20 +288,20 @@ func (ps *providerServer) VerifyProvider(ctx context.Context, req *llmv1.VerifyP
 	// The server calls the URL it is given: only those who may store one
 	// may have it called.
 	if req.GetBaseUrl() != "" && who.Role != identity.RoleAdmin {
-		return nil, status.Error(codes.PermissionDenied, "only admins can verify a key against a base_url of their choice")
+		return nil, errAdminOnly.Withf("only admins can verify a key against a base_url of their choice")
 	}
 	sec := creds.Secret{APIKey: strings.TrimSpace(req.GetApiKey()), BaseURL: req.GetBaseUrl()}
 	if sec.APIKey == "" {
 		stored, ok, err := ps.s.creds.Get(ctx, who.TenantID, req.GetProvider())
 		switch {
 		case err != nil:
-			return nil, ps.s.toStatus(ctx, err)
+			return nil, apierr.Status(ctx, ps.s.log, "read provider credentials", err)
 		case ok:
 			sec = stored
 		default:
 			o, err := ps.s.cfg.OptionsFor(req.GetProvider())
 			if err != nil {
-				return nil, ps.s.toStatus(ctx, err)
+				return nil, apierr.Status(ctx, ps.s.log, "verify provider", err)
 			}
 			sec = creds.Secret{APIKey: o.APIKey, BaseURL: o.BaseURL}
 		}
@@ -344,19 +352,4 @@ func (s *Server) verify(ctx context.Context, name string, sec creds.Secret) (boo
 	default:
 		return false, fmt.Sprintf("could not verify the key with %s: %s", display[name], msg)
 	}
-}
-
-func (s *Server) toStatus(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, usage.ErrInvalid):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, creds.ErrNoKey), errors.Is(err, creds.ErrWrongKey):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	}
-	s.log.ErrorContext(ctx, "llm api", logx.Err(err))
-	return status.Error(codes.Internal, "internal error")
 }

@@ -21,6 +21,7 @@ import (
 
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/api"
@@ -112,60 +113,63 @@ func TestCodes(t *testing.T) {
 	t.Parallel()
 	usage, providers := setup(t, false)
 	tests := []struct {
-		name string
-		call func() error
-		code codes.Code
+		name   string
+		call   func() error
+		code   codes.Code
+		reason string
 	}{
-		{"no identity", func() error { _, err := usage.GetUsageReport(t.Context(), &llmv1.GetUsageReportRequest{}); return err }, codes.Unauthenticated},
+		{"no identity", func() error { _, err := usage.GetUsageReport(t.Context(), &llmv1.GetUsageReportRequest{}); return err }, codes.Unauthenticated, "CALLER_IDENTITY_MISSING"},
 		{"bad group", func() error {
 			_, err := usage.GetUsageReport(as(t, "viewer"), &llmv1.GetUsageReportRequest{GroupBy: []string{"colour"}})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"window ends before it starts", func() error {
 			_, err := usage.GetUsageReport(as(t, "viewer"), &llmv1.GetUsageReportRequest{
 				StartTime: timestamppb.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), EndTime: timestamppb.New(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"member cannot set keys", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "member"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x"})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, "ADMIN_ROLE_REQUIRED"},
 		{"unknown provider", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "nope", ApiKey: "x"})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"empty key", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai"})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"no encryption key", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", SkipVerify: true})
 			return err
-		}, codes.FailedPrecondition},
+		}, codes.FailedPrecondition, "CREDENTIALS_KEY_MISSING"},
 		{"base url of another scheme", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", BaseUrl: "gopher://x", SkipVerify: true})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"base url with credentials", func() error {
 			_, err := providers.SetProviderCredentials(as(t, "admin"), &llmv1.SetProviderCredentialsRequest{Provider: "openai", ApiKey: "x", BaseUrl: "https://u:p@host/v1", SkipVerify: true})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"verify a relative base url", func() error {
 			_, err := providers.VerifyProvider(as(t, "admin"), &llmv1.VerifyProviderRequest{Provider: "openai", ApiKey: "x", BaseUrl: "/v1"})
 			return err
-		}, codes.InvalidArgument},
+		}, codes.InvalidArgument, "INVALID_FIELD"},
 		{"member verifies against a base url", func() error {
 			_, err := providers.VerifyProvider(as(t, "member"), &llmv1.VerifyProviderRequest{Provider: "openai", ApiKey: "x", BaseUrl: "http://127.0.0.1:5432"})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, "ADMIN_ROLE_REQUIRED"},
 		{"nothing to delete", func() error {
 			_, err := providers.DeleteProviderCredentials(as(t, "admin"), &llmv1.DeleteProviderCredentialsRequest{Provider: "gemini"})
 			return err
-		}, codes.NotFound},
+		}, codes.NotFound, "PROVIDER_CREDENTIALS_NOT_FOUND"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.code, status.Code(tt.call()))
+			err := tt.call()
+			require.Equal(t, tt.code, status.Code(err))
+			require.Equal(t, tt.reason, apierr.Reason(err))
 		})
 	}
 	v, err := providers.VerifyProvider(as(t, "member"), &llmv1.VerifyProviderRequest{Provider: "anthropic"})

@@ -12,14 +12,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/redisx"
 )
 
-// ErrBudgetExceeded is wrapped by every scope's error.
-var ErrBudgetExceeded = errors.New("token budget exceeded")
+// ReasonBudgetExceeded is the ResourceExhausted reason of a call refused
+// for its token budget; the error's metadata "scope" names the scope, and
+// a scope that renews each period (global, tenant, provider) says when to
+// retry.
+const ReasonBudgetExceeded = "TOKEN_BUDGET_EXCEEDED"
 
-// Scope errors, checked in this order (B-16).
+// ErrBudgetExceeded matches (errors.Is) every scope's refusal. A refusal is
+// an apierr error (ResourceExhausted) that a client sees as it is.
+var ErrBudgetExceeded = apierr.New(codes.ResourceExhausted, ReasonBudgetExceeded, "token budget exceeded")
+
+// Scope errors, checked in this order (B-16); a refusal wraps its scope's.
 var (
 	ErrGlobalBudgetExceeded   = fmt.Errorf("global %w", ErrBudgetExceeded)
 	ErrTenantBudgetExceeded   = fmt.Errorf("tenant %w", ErrBudgetExceeded)
@@ -28,7 +37,12 @@ var (
 	ErrProviderBudgetExceeded = fmt.Errorf("provider %w", ErrBudgetExceeded)
 )
 
-var scopeErrs = []error{ErrGlobalBudgetExceeded, ErrTenantBudgetExceeded, ErrSessionBudgetExceeded, ErrTaskBudgetExceeded, ErrProviderBudgetExceeded}
+var (
+	scopeErrs  = []error{ErrGlobalBudgetExceeded, ErrTenantBudgetExceeded, ErrSessionBudgetExceeded, ErrTaskBudgetExceeded, ErrProviderBudgetExceeded}
+	scopeNames = []string{"global", "tenant", "session", "task", "provider"}
+	// periodic marks the scopes whose limit applies per Period.
+	periodic = []bool{true, true, false, false, true}
+)
 
 // Limits are token limits; zero or negative is unlimited. Global, tenant and
 // provider limits apply per Period; session and task limits to their lifetime.
@@ -151,10 +165,22 @@ func (b *Budgets) reserved(keys []string, limits []int64, estimate int64, c *red
 		return nil, fmt.Errorf("reserve budget: %w", err)
 	}
 	if res[0] != 0 {
-		i := res[0] - 1
-		return nil, fmt.Errorf("%w: %d used + %d estimated > %d", scopeErrs[i], res[1], estimate, limits[i])
+		return nil, b.exceeded(int(res[0]-1), fmt.Sprintf("%d used + %d estimated > %d", res[1], estimate, limits[res[0]-1]))
 	}
 	return &Reservation{keys: keys, Estimate: estimate}, nil
+}
+
+// exceeded is the refusal of scope i, detail saying by how much: the
+// scope's error as an apierr error naming the scope, with when its period
+// renews for a periodic scope.
+func (b *Budgets) exceeded(i int, detail string) error {
+	e := ErrBudgetExceeded.Withf("%v: %s", scopeErrs[i], detail).With("scope", scopeNames[i]).Wrap(scopeErrs[i])
+	if periodic[i] {
+		period := b.limits.Period.Milliseconds()
+		now := b.now().UnixMilli()
+		e.RetryAfter = time.Duration(period-now%period) * time.Millisecond
+	}
+	return e
 }
 
 // Load loads the scripts into Redis so that pipelined calls can use them.

@@ -4,10 +4,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm/budget"
+	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -61,6 +67,40 @@ func TestSettleAdjusts(t *testing.T) {
 	require.Equal(t, int64(200), used[4])
 	_, err = b.Reserve(ctx, s, 801)
 	require.ErrorIs(t, err, budget.ErrProviderBudgetExceeded)
+}
+
+// A refusal reaches a client as ResourceExhausted naming its scope; a
+// scope that renews each period says when to retry, a lifetime one not.
+func TestRefusalIsResourceExhausted(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := budget.New(testenv.Redis(t), budget.Limits{Tenant: 10, Session: 100, Period: time.Hour})
+	_, err := b.Reserve(ctx, budget.Scope{Tenant: "t", Session: "s"}, 11)
+	st := status.Convert(apierr.Status(ctx, logx.Discard(), "call", err))
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	require.Equal(t, "tenant token budget exceeded: 0 used + 11 estimated > 10", st.Message())
+	info := apierr.Info(st)
+	require.Equal(t, budget.ReasonBudgetExceeded, info.GetReason())
+	require.Equal(t, "tenant", info.GetMetadata()["scope"])
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	require.NotNil(t, retry)
+	require.Positive(t, retry.GetRetryDelay().AsDuration())
+	require.LessOrEqual(t, retry.GetRetryDelay().AsDuration(), time.Hour)
+
+	_, err = b.Reserve(ctx, budget.Scope{Session: "s"}, 101)
+	require.ErrorIs(t, err, budget.ErrSessionBudgetExceeded)
+	require.NotErrorIs(t, err, budget.ErrTenantBudgetExceeded)
+	st = status.Convert(apierr.Status(ctx, logx.Discard(), "call", err))
+	require.Equal(t, "session", apierr.Info(st).GetMetadata()["scope"])
+	for _, d := range st.Details() {
+		_, isRetry := d.(*errdetails.RetryInfo)
+		require.False(t, isRetry, "retrying will not renew a session's budget")
+	}
 }
 
 // Two replicas reserving concurrently never hold more than the limit.

@@ -180,7 +180,7 @@ func (l *Leases) Reserve(ctx context.Context, s Scope, estimate int64) (*LeaseRe
 			}
 			if res[0] != 0 {
 				i := idx[res[0]-1]
-				return nil, fmt.Errorf("%w: %d used or leased + %d estimated > %d", scopeErrs[i], res[1], estimate, limits[i])
+				return nil, l.b.exceeded(i, fmt.Sprintf("%d used or leased + %d estimated > %d", res[1], estimate, limits[i]))
 			}
 			l.mu.Lock()
 			for j, k := range akeys {

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 )
 
@@ -77,12 +78,14 @@ func decodeKey(s string) ([]byte, error) {
 	return b, nil
 }
 
-// Errors.
+// Errors, which a client sees as they are (FailedPrecondition: the
+// server's configuration must change).
 var (
 	// ErrNoKey means no encryption key is configured, so keys cannot be stored.
-	ErrNoKey = errors.New("no credentials encryption key configured (llm.credentials.key or llm.credentials.key-file)")
+	ErrNoKey = apierr.FailedPrecondition("CREDENTIALS_KEY_MISSING",
+		"no credentials encryption key configured (llm.credentials.key or llm.credentials.key-file)")
 	// ErrWrongKey means a stored key was encrypted under another key.
-	ErrWrongKey = errors.New("stored credential was encrypted with a different key")
+	ErrWrongKey = apierr.FailedPrecondition("CREDENTIALS_KEY_MISMATCH", "stored credential was encrypted with a different key")
 )
 
 // Store keeps encrypted keys in the llm schema.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/fanout"
 	"sylk.dev/sylk/pkg/llm/gate"
@@ -33,25 +34,29 @@ func TestStreamFanOutAndControlCancel(t *testing.T) {
 
 	// Every chunk of a generation is published, in order, under its correlation id.
 	var mu sync.Mutex
-	var got []fanout.Message
-	sub, err := fanout.Subscribe(bus, "t1", "gen-1", func(m fanout.Message) { mu.Lock(); got = append(got, m); mu.Unlock() })
+	var got []*llmv1.StreamMessage
+	sub, err := fanout.Subscribe(bus, "t1", "gen-1", func(m *llmv1.StreamMessage) { mu.Lock(); got = append(got, m); mu.Unlock() })
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	r := req("plan the work", "architect", false)
-	r.ID = "gen-1"
+	r.ID, r.AgentID = "gen-1", "architect-1"
 	acc := llm.NewAccumulator(llm.Local, local.Model)
 	require.NoError(t, g.Stream(t.Context(), r, acc.Handler(nil)))
 	want := acc.Response().ChunkCount
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == want }, 5*time.Second, 10*time.Millisecond)
 	mu.Lock()
 	for i, m := range got {
-		require.Equal(t, "gen-1", m.CorrelationID)
-		require.Equal(t, "t1", m.TenantID)
-		require.Equal(t, "stream", m.Type)
-		require.Equal(t, i, m.Chunk.Index)
-		require.Equal(t, string(m.Chunk.Type), m.Metadata["chunk_type"])
+		require.Equal(t, "gen-1", m.GetCorrelationId())
+		require.Equal(t, "t1", m.GetTenantId())
+		require.Equal(t, llm.Local, m.GetSource())
+		require.Equal(t, "architect-1", m.GetAgentId())
+		require.NotEmpty(t, m.GetModel())
+		require.EqualValues(t, i, m.GetChunk().GetIndex())
+		require.NotEqual(t, llmv1.ChunkType_CHUNK_TYPE_UNSPECIFIED, m.GetChunk().GetType())
 	}
-	require.Equal(t, llm.ChunkEnd, got[len(got)-1].Chunk.Type)
+	require.Equal(t, llmv1.ChunkType_CHUNK_TYPE_START, got[0].GetChunk().GetType())
+	require.Equal(t, llmv1.ChunkType_CHUNK_TYPE_END, got[len(got)-1].GetChunk().GetType())
+	require.NotNil(t, got[len(got)-1].GetChunk().GetUsage())
 	mu.Unlock()
 
 	// A control message stops a running generation; the partial answer stays.

@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/breaker"
 	"sylk.dev/sylk/pkg/llm/budget"
@@ -44,8 +46,10 @@ var (
 	// ErrPreempted is the cancellation cause of a pipeline call preempted by
 	// a user request; the gate re-queues the call, callers never see it.
 	ErrPreempted = errors.New("llm gate: preempted by a user request")
-	// ErrCircuitOpen is returned while a provider's breaker is open.
-	ErrCircuitOpen = fmt.Errorf("llm gate: %w", breaker.ErrOpen)
+	// ErrCircuitOpen is returned while a provider's breaker is open: an
+	// apierr Unavailable (MODEL_PROVIDER_UNAVAILABLE) naming the provider,
+	// which a client sees as it is. It wraps breaker.ErrOpen.
+	ErrCircuitOpen = apierr.Unavailable("MODEL_PROVIDER_UNAVAILABLE", "llm gate: %v", breaker.ErrOpen).Wrap(breaker.ErrOpen)
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("llm gate: closed")
 )
@@ -95,7 +99,7 @@ type Deps struct {
 	// OnAcks, when set, is told who acknowledged each PauseAll and ResumeAll
 	// this replica sent (err wraps signal.ErrAckTimeout when some live
 	// replica did not); missing acks are also logged.
-	OnAcks func(s signal.Signal, res signal.AckResult, err error)
+	OnAcks func(s *llmv1.Signal, res signal.AckResult, err error)
 }
 
 type metrics struct {
@@ -160,7 +164,7 @@ type Gate struct {
 	unsub      func()
 	rawSig     signal.Publisher
 	replicaID  string
-	onAcks     func(signal.Signal, signal.AckResult, error)
+	onAcks     func(*llmv1.Signal, signal.AckResult, error)
 	syncStop   chan struct{}
 	syncWG     sync.WaitGroup
 
@@ -235,7 +239,8 @@ func New(cfg Config, d Deps) (*Gate, error) {
 	}
 	g.breakers = breaker.New(d.Redis, func(res string) breaker.Settings { return bs(res) }, breaker.WithClock(g.now),
 		breaker.WithOnChange(func(ctx context.Context, c breaker.Change) {
-			g.publish(ctx, signal.Signal{Type: signal.CircuitStateChange, Provider: c.Resource, Reason: c.From.String() + " -> " + c.To.String()})
+			g.publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_CIRCUIT_STATE_CHANGE, Provider: c.Resource,
+				Reason: c.From.String() + " -> " + c.To.String()})
 		}))
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -366,9 +371,9 @@ func (g *Gate) record(r llm.UsageRecord) {
 	}
 }
 
-func (g *Gate) publish(ctx context.Context, s signal.Signal) {
+func (g *Gate) publish(ctx context.Context, s *llmv1.Signal) {
 	if err := g.sig.Publish(ctx, s); err != nil {
-		g.log.WarnContext(ctx, "publish llm signal", slog.String("signal", string(s.Type)), logx.Err(err))
+		g.log.WarnContext(ctx, "publish llm signal", slog.String("signal", s.GetType().String()), logx.Err(err))
 	}
 }
 
@@ -601,8 +606,8 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 		}
 		if preempted {
 			g.m.preempted.Inc()
-			g.publish(ctx, signal.Signal{Type: signal.RequestPreempted, TargetID: req.SessionID, Provider: p.Name(),
-				Data: map[string]string{"request_id": req.ID}, Reason: "preempted by a user request; re-queued"})
+			g.publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_REQUEST_PREEMPTED, SessionId: req.SessionID, RequestId: req.ID,
+				Provider: p.Name(), Reason: "preempted by a user request; re-queued"})
 			continue
 		}
 		if err == nil {
@@ -898,7 +903,7 @@ func (g *Gate) precheck(ctx context.Context, name string, scope budget.Scope, es
 		if !allowed {
 			g.leases.Settle(res, 0)
 			g.m.requests.WithLabelValues(name, "refused").Inc()
-			return admission{}, fmt.Errorf("%w: %s", ErrCircuitOpen, name)
+			return admission{}, ErrCircuitOpen.Withf("llm gate: %v: %s", breaker.ErrOpen, name).With("provider", name)
 		}
 		return admission{res: res, closed: st == breaker.Closed}, nil
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/budget"
 	"sylk.dev/sylk/pkg/llm/gate"
@@ -158,7 +160,7 @@ func TestUserPreemptsLowestPipelineCall(t *testing.T) {
 	bus := testenv.NATS(t)
 	sig := signal.NewNATS(bus)
 	var preempted atomic.Int32
-	sub, err := sig.Subscribe(func(s signal.Signal) { preempted.Add(1) }, signal.RequestPreempted)
+	sub, err := sig.Subscribe(func(s *llmv1.Signal) { preempted.Add(1) }, llmv1.SignalType_SIGNAL_TYPE_REQUEST_PREEMPTED)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	rec := &records{}
@@ -239,11 +241,11 @@ func TestRateLimitSharedByTwoGates(t *testing.T) {
 	rdb := testenv.Redis(t)
 	sig := signal.NewNATS(testenv.NATS(t))
 	var pauses, resumes atomic.Int32
-	sub, err := sig.Subscribe(func(s signal.Signal) {
-		switch s.Type {
-		case signal.PauseAll:
+	sub, err := sig.Subscribe(func(s *llmv1.Signal) {
+		switch s.GetType() {
+		case llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL:
 			pauses.Add(1)
-		case signal.ResumeAll:
+		case llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL:
 			resumes.Add(1)
 		}
 	})
@@ -297,7 +299,7 @@ func TestPauseAndResumeAckedByBothReplicas(t *testing.T) {
 	rdb := testenv.Redis(t)
 	sig := signal.NewNATS(testenv.NATS(t))
 	type acked struct {
-		s   signal.Signal
+		s   *llmv1.Signal
 		res signal.AckResult
 		err error
 	}
@@ -308,7 +310,7 @@ func TestPauseAndResumeAckedByBothReplicas(t *testing.T) {
 		reg, err := llm.NewRegistry(llm.OpenAI, openai.New(llm.ProviderOptions{APIKey: "k", BaseURL: fake.Server(t, srv.serve).URL + "/v1"}))
 		require.NoError(t, err)
 		g, err := gate.New(cfg, gate.Deps{Providers: reg, Redis: rdb, Signals: sig, ReplicaID: id,
-			OnAcks: func(s signal.Signal, res signal.AckResult, err error) { got <- acked{s, res, err} }})
+			OnAcks: func(s *llmv1.Signal, res signal.AckResult, err error) { got <- acked{s, res, err} }})
 		require.NoError(t, err)
 		t.Cleanup(g.Close)
 		return g
@@ -321,15 +323,20 @@ func TestPauseAndResumeAckedByBothReplicas(t *testing.T) {
 
 	_, err = g1.Complete(t.Context(), req("first", "engineer", false))
 	require.NoError(t, err, "retried after the backoff")
-	for _, want := range []signal.Type{signal.PauseAll, signal.ResumeAll} {
+	for _, want := range []llmv1.SignalType{llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL, llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL} {
 		select {
 		case a := <-got:
-			require.Equal(t, want, a.s.Type)
+			require.Equal(t, want, a.s.GetType())
 			require.NoError(t, a.err)
 			require.Empty(t, a.res.Missing)
 			var ids []string
 			for _, ack := range a.res.Acks {
-				ids = append(ids, ack.SubscriberID)
+				ids = append(ids, ack.GetSubscriberId())
+				wantState := llmv1.SignalAckState_SIGNAL_ACK_STATE_PAUSED
+				if want == llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL {
+					wantState = llmv1.SignalAckState_SIGNAL_ACK_STATE_RESUMED
+				}
+				require.Equal(t, wantState, ack.GetState())
 			}
 			require.ElementsMatch(t, []string{"replica-1", "replica-2"}, ids)
 		case <-time.After(10 * time.Second):
@@ -346,10 +353,10 @@ func TestSoftLimitWarnsOnceAcrossReplicas(t *testing.T) {
 	sig := signal.NewNATS(testenv.NATS(t))
 	var warnings atomic.Int32
 	var level atomic.Int32
-	sub, err := sig.Subscribe(func(s signal.Signal) {
+	sub, err := sig.Subscribe(func(s *llmv1.Signal) {
 		warnings.Add(1)
-		level.Store(int32(s.Level))
-	}, signal.QuotaWarning)
+		level.Store(int32(s.GetLevel()))
+	}, llmv1.SignalType_SIGNAL_TYPE_QUOTA_WARNING)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	cfg := gate.DefaultConfig()
@@ -434,6 +441,7 @@ func TestBreakerOpensOnDegradingProvider(t *testing.T) {
 	require.EqualValues(t, 5, calls.Load(), "the fifth consecutive failure opens the breaker")
 	_, err = g.Complete(ctx, req("z", "engineer", false))
 	require.ErrorIs(t, err, gate.ErrCircuitOpen)
+	require.Equal(t, "MODEL_PROVIDER_UNAVAILABLE", apierr.Reason(err), "a client sees it as Unavailable")
 	require.EqualValues(t, 5, calls.Load(), "an open breaker fails fast")
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/llm/breaker"
 	"sylk.dev/sylk/pkg/llm/signal"
 	"sylk.dev/sylk/pkg/logx"
@@ -19,7 +21,7 @@ import (
 
 // The gate keeps a local view of each provider's shared rate-limit and
 // breaker state so that a call checks Redis only when the view says the
-// provider may not be fine. Signals (PauseAll, CircuitStateChange) and this
+// provider may not be fine. Signals (PAUSE_ALL, CIRCUIT_STATE_CHANGE) and this
 // replica's own 429s and failures only make the view more cautious; only a
 // Redis read (the periodic refresh or a slow-path check) makes it trust the
 // provider again, and a read that started before a cautious update is
@@ -27,7 +29,7 @@ import (
 
 // subscriber is implemented by signal.NATS.
 type subscriber interface {
-	Subscribe(fn func(signal.Signal), types ...signal.Type) (*nats.Subscription, error)
+	Subscribe(fn func(*llmv1.Signal), types ...llmv1.SignalType) (*nats.Subscription, error)
 }
 
 type pview struct {
@@ -143,40 +145,41 @@ func (v *view) giveBack(b batch) {
 
 // ackSubscriber and broadcaster are implemented by signal.NATS.
 type ackSubscriber interface {
-	SubscribeAcked(id string, fn func(signal.Signal) string, types ...signal.Type) (*nats.Subscription, error)
+	SubscribeAcked(id string, fn func(*llmv1.Signal) llmv1.SignalAckState, types ...llmv1.SignalType) (*nats.Subscription, error)
 }
 
 type broadcaster interface {
-	Broadcast(ctx context.Context, s signal.Signal, expect []string, timeout time.Duration) (signal.AckResult, error)
+	Broadcast(ctx context.Context, s *llmv1.Signal, expect []string, timeout time.Duration) (signal.AckResult, error)
 }
 
 // subscribe makes PauseAll and breaker changes from any replica stop the
 // fast path at once, and acknowledges PauseAll and ResumeAll (B-20).
 func (g *Gate) subscribe() error {
-	handle := func(s signal.Signal) string {
-		switch s.Type {
-		case signal.PauseAll, signal.CircuitStateChange:
-			if s.Provider != "" {
-				g.view.caution(s.Provider)
+	handle := func(s *llmv1.Signal) llmv1.SignalAckState {
+		switch s.GetType() {
+		case llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL, llmv1.SignalType_SIGNAL_TYPE_CIRCUIT_STATE_CHANGE:
+			if s.GetProvider() != "" {
+				g.view.caution(s.GetProvider())
 			}
-			if s.Type == signal.PauseAll {
-				return "paused"
+			if s.GetType() == llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL {
+				return llmv1.SignalAckState_SIGNAL_ACK_STATE_PAUSED
 			}
-			return "checking"
-		case signal.ResumeAll:
+			return llmv1.SignalAckState_SIGNAL_ACK_STATE_CHECKING
+		case llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL:
 			// The next Redis read confirms it before the fast path resumes.
-			return "resumed"
+			return llmv1.SignalAckState_SIGNAL_ACK_STATE_RESUMED
 		}
-		return "ignored"
+		return llmv1.SignalAckState_SIGNAL_ACK_STATE_IGNORED
 	}
-	types := []signal.Type{signal.PauseAll, signal.ResumeAll, signal.CircuitStateChange}
+	types := []llmv1.SignalType{llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL, llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL,
+		llmv1.SignalType_SIGNAL_TYPE_CIRCUIT_STATE_CHANGE}
 	var sub *nats.Subscription
 	var err error
 	switch s := g.rawSig.(type) {
 	case ackSubscriber:
 		sub, err = s.SubscribeAcked(g.replicaID, handle, types...)
 	case subscriber:
-		sub, err = s.Subscribe(func(s signal.Signal) { handle(s) }, types...)
+		sub, err = s.Subscribe(func(s *llmv1.Signal) { handle(s) }, types...)
 	default:
 		return nil
 	}
@@ -194,12 +197,13 @@ type acking struct {
 	b broadcaster
 }
 
-func (a acking) Publish(ctx context.Context, s signal.Signal) error {
-	if s.Type != signal.PauseAll && s.Type != signal.ResumeAll {
+func (a acking) Publish(ctx context.Context, s *llmv1.Signal) error {
+	if t := s.GetType(); t != llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL && t != llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL {
 		return a.g.rawSig.Publish(ctx, s)
 	}
-	if s.ID == "" {
-		s.ID = uuid.NewString()
+	if s.GetId() == "" {
+		s = proto.CloneOf(s)
+		s.Id = uuid.NewString()
 	}
 	g := a.g
 	g.bg.Add(1)
@@ -213,8 +217,8 @@ func (a acking) Publish(ctx context.Context, s signal.Signal) error {
 		}
 		res, err := a.b.Broadcast(bctx, s, expect, g.cfg.SignalAckTimeout)
 		if err != nil {
-			g.log.Warn("llm signal not acknowledged by every replica", slog.String("signal", string(s.Type)),
-				slog.String("provider", s.Provider), slog.Any("missing", res.Missing), logx.Err(err))
+			g.log.Warn("llm signal not acknowledged by every replica", slog.String("signal", s.GetType().String()),
+				slog.String("provider", s.GetProvider()), slog.Any("missing", res.Missing), logx.Err(err))
 		}
 		if g.onAcks != nil {
 			g.onAcks(s, res, err)

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/llm/signal"
 	"sylk.dev/sylk/pkg/redisx"
 )
@@ -271,8 +273,8 @@ func (l *Limiter) OnRateLimit(ctx context.Context, provider string, retryAfter t
 	}
 	resumeAt := time.UnixMilli(res[2])
 	if res[0] == 1 {
-		err = l.pub.Publish(ctx, signal.Signal{Type: signal.PauseAll, Provider: provider, ResumeAt: resumeAt, Attempt: int(res[1]),
-			Reason: "provider rate limit (429)"})
+		err = l.pub.Publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL, Provider: provider,
+			ResumeTime: timestamppb.New(resumeAt), Attempt: int32(res[1]), Reason: "provider rate limit (429)"})
 	}
 	return resumeAt, int(res[1]), err
 }
@@ -294,7 +296,8 @@ func (l *Limiter) proceeded(ctx context.Context, provider string, res []int64) (
 	}
 	var err error
 	if res[1] == 1 {
-		err = l.pub.Publish(ctx, signal.Signal{Type: signal.ResumeAll, Provider: provider, Attempt: int(res[2]), Reason: "rate-limit backoff over"})
+		err = l.pub.Publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL, Provider: provider, Attempt: int32(res[2]),
+			Reason: "rate-limit backoff over"})
 	}
 	return true, 0, err
 }
@@ -328,7 +331,7 @@ func (l *Limiter) OnSuccess(ctx context.Context, provider string) error {
 
 func (l *Limiter) succeeded(ctx context.Context, provider string, res []int64) error {
 	if res[0] == 1 {
-		return l.pub.Publish(ctx, signal.Signal{Type: signal.ResumeAll, Provider: provider, Reason: "provider answered"})
+		return l.pub.Publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL, Provider: provider, Reason: "provider answered"})
 	}
 	return nil
 }
@@ -336,7 +339,8 @@ func (l *Limiter) succeeded(ctx context.Context, provider string, res []int64) e
 // Usage is the soft-limit status after recording a call (C-11).
 type Usage struct {
 	Requests, Tokens int64
-	// Level: 0 ok, 1 warning, 2 critical (at or over the soft limit).
+	// Level: 0 ok, 1 warning, 2 critical (at or over the soft limit), as
+	// llmv1.QuotaLevel numbers them.
 	Level       int
 	PeriodStart time.Time
 }
@@ -365,7 +369,7 @@ func (l *Limiter) used(ctx context.Context, provider string, res []int64) (Usage
 	u := Usage{Level: int(res[0]), Requests: res[2], Tokens: res[3], PeriodStart: time.UnixMilli(res[4])}
 	var err error
 	if res[1] == 1 {
-		err = l.pub.Publish(ctx, signal.Signal{Type: signal.QuotaWarning, Provider: provider, Level: u.Level,
+		err = l.pub.Publish(ctx, &llmv1.Signal{Type: llmv1.SignalType_SIGNAL_TYPE_QUOTA_WARNING, Provider: provider, Level: llmv1.QuotaLevel(u.Level),
 			Reason: fmt.Sprintf("soft limit: %d requests, %d tokens this period", u.Requests, u.Tokens)})
 	}
 	return u, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/llm/ratelimit"
 	"sylk.dev/sylk/pkg/llm/signal"
 	"sylk.dev/sylk/pkg/testenv"
@@ -21,16 +22,16 @@ func (c *clock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 type recorder struct {
 	mu  sync.Mutex
-	got []signal.Signal
+	got []*llmv1.Signal
 }
 
-func (r *recorder) add(s signal.Signal) { r.mu.Lock(); r.got = append(r.got, s); r.mu.Unlock() }
-func (r *recorder) of(t signal.Type) []signal.Signal {
+func (r *recorder) add(s *llmv1.Signal) { r.mu.Lock(); r.got = append(r.got, s); r.mu.Unlock() }
+func (r *recorder) of(t llmv1.SignalType) []*llmv1.Signal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []signal.Signal
+	var out []*llmv1.Signal
 	for _, s := range r.got {
-		if s.Type == t {
+		if s.GetType() == t {
 			out = append(out, s)
 		}
 	}
@@ -80,11 +81,11 @@ func TestFirst429PausesEveryReplica(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "limits are per provider")
 
-	require.Eventually(t, func() bool { return len(rec.of(signal.PauseAll)) == 1 }, 5*time.Second, 10*time.Millisecond)
-	p := rec.of(signal.PauseAll)[0]
-	require.Equal(t, "anthropic", p.Provider)
-	require.Equal(t, 1, p.Attempt)
-	require.Equal(t, resumeAt.UnixMilli(), p.ResumeAt.UnixMilli())
+	require.Eventually(t, func() bool { return len(rec.of(llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL)) == 1 }, 5*time.Second, 10*time.Millisecond)
+	p := rec.of(llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL)[0]
+	require.Equal(t, "anthropic", p.GetProvider())
+	require.EqualValues(t, 1, p.GetAttempt())
+	require.Equal(t, resumeAt.UnixMilli(), p.GetResumeTime().AsTime().UnixMilli())
 
 	// Recovery: after the backoff exactly one replica resumes, once.
 	c.advance(time.Second)
@@ -93,7 +94,7 @@ func TestFirst429PausesEveryReplica(t *testing.T) {
 	okB, _, err := b.CanProceed(ctx, "anthropic")
 	require.NoError(t, err)
 	require.True(t, okA && okB)
-	require.Eventually(t, func() bool { return len(rec.of(signal.ResumeAll)) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(rec.of(llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL)) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// The next 429 (no 2xx in between) doubles: 2s.
 	resumeAt, attempt, err = b.OnRateLimit(ctx, "anthropic", 0)
@@ -108,7 +109,9 @@ func TestFirst429PausesEveryReplica(t *testing.T) {
 	_, attempt, err = a.OnRateLimit(ctx, "anthropic", 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, attempt)
-	require.Eventually(t, func() bool { return len(rec.of(signal.ResumeAll)) == 2 && len(rec.of(signal.PauseAll)) == 3 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(rec.of(llmv1.SignalType_SIGNAL_TYPE_RESUME_ALL)) == 2 && len(rec.of(llmv1.SignalType_SIGNAL_TYPE_PAUSE_ALL)) == 3
+	}, 5*time.Second, 10*time.Millisecond)
 }
 
 func TestRetryAfterWinsAndCap(t *testing.T) {
@@ -162,8 +165,8 @@ func TestSoftLimitWarnsOnce(t *testing.T) {
 	st, err := a.State(ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, ratelimit.Warning, st.State)
-	require.Eventually(t, func() bool { return len(rec.of(signal.QuotaWarning)) == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, 1, rec.of(signal.QuotaWarning)[0].Level)
+	require.Eventually(t, func() bool { return len(rec.of(llmv1.SignalType_SIGNAL_TYPE_QUOTA_WARNING)) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, llmv1.QuotaLevel_QUOTA_LEVEL_WARNING, rec.of(llmv1.SignalType_SIGNAL_TYPE_QUOTA_WARNING)[0].GetLevel())
 
 	c.advance(time.Hour)
 	u, err := a.RecordUsage(ctx, "p", 1)

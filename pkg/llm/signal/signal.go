@@ -1,6 +1,7 @@
 // Package signal carries the LLM layer's cluster-wide control signals over
-// core NATS (B-19): PauseAll and ResumeAll when a provider rate-limits,
-// QuotaWarning at soft limits, CircuitStateChange, and RequestPreempted.
+// core NATS (B-19) as sylk.llm.v1.Signal messages: PAUSE_ALL and
+// RESUME_ALL when a provider rate-limits, QUOTA_WARNING at soft limits,
+// CIRCUIT_STATE_CHANGE, and REQUEST_PREEMPTED.
 // Each signal is published once, by the replica whose Redis transition
 // caused it; Broadcast collects acknowledgements (B-20) and sends a signal
 // once more, with the same id, only when an expected receiver did not ack.
@@ -8,56 +9,33 @@ package signal
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/topology"
 )
-
-// Type is a signal kind.
-type Type string
-
-// Signal kinds.
-const (
-	PauseAll           Type = "pause_all"
-	ResumeAll          Type = "resume_all"
-	QuotaWarning       Type = "quota_warning"
-	CircuitStateChange Type = "circuit_state_change"
-	RequestPreempted   Type = "request_preempted"
-)
-
-// Signal is one control message (B-19 SignalMessage with PausePayload).
-type Signal struct {
-	ID       string    `json:"id"`
-	Type     Type      `json:"type"`
-	Provider string    `json:"provider,omitempty"`
-	TargetID string    `json:"target_id,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	ResumeAt time.Time `json:"resume_at,omitzero"`
-	Attempt  int       `json:"attempt,omitempty"`
-	// Level is the quota warning level: 1 warning, 2 critical.
-	Level  int               `json:"level,omitempty"`
-	Data   map[string]string `json:"data,omitempty"`
-	SentAt time.Time         `json:"sent_at"`
-}
 
 // Publisher sends signals.
 type Publisher interface {
-	Publish(ctx context.Context, s Signal) error
+	Publish(ctx context.Context, s *llmv1.Signal) error
 }
 
 // Discard drops every signal.
 type Discard struct{}
 
 // Publish does nothing.
-func (Discard) Publish(context.Context, Signal) error { return nil }
+func (Discard) Publish(context.Context, *llmv1.Signal) error { return nil }
 
 // NATS publishes on core NATS subjects <prefix>.llm.signal.<type>.
 type NATS struct{ bus *natsx.Bus }
@@ -65,61 +43,69 @@ type NATS struct{ bus *natsx.Bus }
 // NewNATS returns a publisher and subscriber on bus.
 func NewNATS(bus *natsx.Bus) *NATS { return &NATS{bus: bus} }
 
-// Subject is the subject of signal type t; "*" matches every type.
-func (n *NATS) Subject(t Type) string { return n.bus.Subject("llm", "signal", string(t)) }
+// subject is the subject of signal type t: its name in lower case without
+// the prefix ("pause_all").
+func (n *NATS) subject(t llmv1.SignalType) string {
+	return topology.LLMSignalSubject(n.bus, strings.ToLower(strings.TrimPrefix(t.String(), "SIGNAL_TYPE_")))
+}
 
-// Publish sends s, filling its id and time.
-func (n *NATS) Publish(_ context.Context, s Signal) error {
-	if s.ID == "" {
-		s.ID = uuid.NewString()
+// every is the subject matching every signal type.
+func (n *NATS) every() string { return topology.LLMSignalSubject(n.bus, "*") }
+
+// stamped is s with its id and send time set: s itself when it has both,
+// else a copy, so that the caller's message is never changed.
+func stamped(s *llmv1.Signal) *llmv1.Signal {
+	if s.GetId() != "" && s.GetSendTime() != nil {
+		return s
 	}
-	if s.SentAt.IsZero() {
-		s.SentAt = time.Now().UTC()
+	s = proto.CloneOf(s)
+	if s.Id == "" {
+		s.Id = uuid.NewString()
 	}
-	b, err := json.Marshal(s)
+	if s.SendTime == nil {
+		s.SendTime = timestamppb.Now()
+	}
+	return s
+}
+
+// Publish sends s, filling its id and time when unset.
+func (n *NATS) Publish(_ context.Context, s *llmv1.Signal) error {
+	s = stamped(s)
+	b, err := proto.Marshal(s)
 	if err != nil {
 		return err
 	}
-	if err := n.bus.Conn.Publish(n.Subject(s.Type), b); err != nil {
-		return fmt.Errorf("publish signal %s: %w", s.Type, err)
+	if err := n.bus.Conn.Publish(n.subject(s.GetType()), b); err != nil {
+		return fmt.Errorf("publish signal %s: %w", s.GetType(), err)
 	}
 	return nil
 }
 
+// receive decodes a signal of one of want (any when want is empty); a
+// message that is not one is dropped.
+func receive(m *nats.Msg, want []llmv1.SignalType) (*llmv1.Signal, bool) {
+	s := &llmv1.Signal{}
+	if proto.Unmarshal(m.Data, s) != nil {
+		return nil, false
+	}
+	return s, len(want) == 0 || slices.Contains(want, s.GetType())
+}
+
 // Subscribe calls fn for every signal of the given types (all when none).
 // The caller unsubscribes.
-func (n *NATS) Subscribe(fn func(Signal), types ...Type) (*nats.Subscription, error) {
-	want := map[Type]bool{}
-	for _, t := range types {
-		want[t] = true
-	}
-	sub, err := n.bus.Conn.Subscribe(n.Subject("*"), func(m *nats.Msg) {
-		var s Signal
-		if json.Unmarshal(m.Data, &s) != nil {
-			return
-		}
-		if len(want) == 0 || want[s.Type] {
+func (n *NATS) Subscribe(fn func(*llmv1.Signal), types ...llmv1.SignalType) (*nats.Subscription, error) {
+	sub, err := n.bus.Conn.Subscribe(n.every(), func(m *nats.Msg) {
+		if s, ok := receive(m, types); ok {
 			fn(s)
 		}
 	})
 	return n.flushed(sub, err)
 }
 
-// Ack is a receiver's acknowledgement of a signal (B-20 SignalAck).
-type Ack struct {
-	SignalID string `json:"signal_id"`
-	// SubscriberID names the receiver (a gate's replica id).
-	SubscriberID string    `json:"subscriber_id"`
-	AgentID      string    `json:"agent_id,omitempty"`
-	ReceivedAt   time.Time `json:"received_at"`
-	// State is what the receiver did ("paused", "resumed", ...).
-	State string `json:"state,omitempty"`
-}
-
 // AckResult is who acknowledged a broadcast within its timeout.
 type AckResult struct {
 	SignalID string
-	Acks     []Ack
+	Acks     []*llmv1.SignalAck
 	// Missing are the expected subscribers that did not ack, sorted.
 	Missing []string
 }
@@ -139,29 +125,25 @@ const DefaultAckTimeout = 5 * time.Second
 // ("signal ack timeout: 1/2 responded, non-responsive: [b]") when some
 // never ack; the result always lists who did. With nothing expected it only
 // publishes.
-func (n *NATS) Broadcast(ctx context.Context, s Signal, expect []string, timeout time.Duration) (AckResult, error) {
+func (n *NATS) Broadcast(ctx context.Context, s *llmv1.Signal, expect []string, timeout time.Duration) (AckResult, error) {
 	if timeout <= 0 {
 		timeout = DefaultAckTimeout
 	}
-	if s.ID == "" {
-		s.ID = uuid.NewString()
-	}
-	if s.SentAt.IsZero() {
-		s.SentAt = time.Now().UTC()
-	}
-	res := AckResult{SignalID: s.ID}
-	b, err := json.Marshal(s)
+	s = stamped(s)
+	res := AckResult{SignalID: s.GetId()}
+	b, err := proto.Marshal(s)
 	if err != nil {
 		return res, err
 	}
+	subject := n.subject(s.GetType())
 	if len(expect) == 0 {
-		return res, n.bus.Conn.Publish(n.Subject(s.Type), b)
+		return res, n.bus.Conn.Publish(subject, b)
 	}
 	inbox := n.bus.Conn.NewRespInbox()
 	acks := make(chan *nats.Msg, 100)
 	sub, err := n.bus.Conn.ChanSubscribe(inbox, acks)
 	if err != nil {
-		return res, fmt.Errorf("signal %s: ack inbox: %w", s.Type, err)
+		return res, fmt.Errorf("signal %s: ack inbox: %w", s.GetType(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	pending := map[string]bool{}
@@ -169,8 +151,8 @@ func (n *NATS) Broadcast(ctx context.Context, s Signal, expect []string, timeout
 		pending[id] = true
 	}
 	for try := 0; try < 2 && len(pending) > 0; try++ {
-		if err := n.bus.Conn.PublishMsg(&nats.Msg{Subject: n.Subject(s.Type), Reply: inbox, Data: b}); err != nil {
-			return res, fmt.Errorf("publish signal %s: %w", s.Type, err)
+		if err := n.bus.Conn.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Data: b}); err != nil {
+			return res, fmt.Errorf("publish signal %s: %w", s.GetType(), err)
 		}
 		t := time.NewTimer(timeout)
 	wait:
@@ -183,11 +165,11 @@ func (n *NATS) Broadcast(ctx context.Context, s Signal, expect []string, timeout
 			case <-t.C:
 				break wait
 			case m := <-acks:
-				var a Ack
-				if json.Unmarshal(m.Data, &a) != nil || a.SignalID != s.ID || !pending[a.SubscriberID] {
+				a := &llmv1.SignalAck{}
+				if proto.Unmarshal(m.Data, a) != nil || a.GetSignalId() != s.GetId() || !pending[a.GetSubscriberId()] {
 					continue
 				}
-				delete(pending, a.SubscriberID)
+				delete(pending, a.GetSubscriberId())
 				res.Acks = append(res.Acks, a)
 			}
 		}
@@ -212,23 +194,16 @@ func missing(pending map[string]bool) []string {
 // SubscribeAcked is Subscribe for a receiver named id that acknowledges
 // every signal sent by Broadcast with the state fn returns. A signal sent
 // again (same id) is acknowledged again without calling fn twice.
-func (n *NATS) SubscribeAcked(id string, fn func(Signal) string, types ...Type) (*nats.Subscription, error) {
-	want := map[Type]bool{}
-	for _, t := range types {
-		want[t] = true
-	}
+func (n *NATS) SubscribeAcked(id string, fn func(*llmv1.Signal) llmv1.SignalAckState, types ...llmv1.SignalType) (*nats.Subscription, error) {
 	var mu sync.Mutex
-	seen := map[string]string{} // signal id -> state
-	sub, err := n.bus.Conn.Subscribe(n.Subject("*"), func(m *nats.Msg) {
-		var s Signal
-		if json.Unmarshal(m.Data, &s) != nil {
-			return
-		}
-		if len(want) > 0 && !want[s.Type] {
+	seen := map[string]llmv1.SignalAckState{} // signal id -> state
+	sub, err := n.bus.Conn.Subscribe(n.every(), func(m *nats.Msg) {
+		s, ok := receive(m, types)
+		if !ok {
 			return
 		}
 		mu.Lock()
-		state, dup := seen[s.ID]
+		state, dup := seen[s.GetId()]
 		mu.Unlock()
 		if !dup {
 			state = fn(s)
@@ -236,13 +211,13 @@ func (n *NATS) SubscribeAcked(id string, fn func(Signal) string, types ...Type) 
 			if len(seen) >= 1024 {
 				clear(seen)
 			}
-			seen[s.ID] = state
+			seen[s.GetId()] = state
 			mu.Unlock()
 		}
 		if m.Reply == "" {
 			return
 		}
-		b, err := json.Marshal(Ack{SignalID: s.ID, SubscriberID: id, ReceivedAt: time.Now().UTC(), State: state})
+		b, err := proto.Marshal(&llmv1.SignalAck{SignalId: s.GetId(), SubscriberId: id, ReceiveTime: timestamppb.Now(), State: state})
 		if err == nil {
 			_ = m.Respond(b)
 		}

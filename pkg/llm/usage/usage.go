@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/llm"
 )
 
@@ -88,7 +89,7 @@ var columns = map[string]string{
 // Periods for ByPeriod buckets.
 var periods = map[string]bool{"hour": true, "day": true, "week": true, "month": true}
 
-// ErrInvalid reports a bad query.
+// ErrInvalid is wrapped by the apierr.Invalid error of a bad query.
 var ErrInvalid = errors.New("invalid usage query")
 
 // Query selects and groups records of one tenant.
@@ -130,7 +131,7 @@ func (s *Store) Report(ctx context.Context, q Query) (Report, error) {
 		q.Period = "day"
 	}
 	if !periods[q.Period] {
-		return Report{}, fmt.Errorf("%w: period %q (want hour, day, week or month)", ErrInvalid, q.Period)
+		return Report{}, apierr.Invalid("period", "want hour, day, week or month, not %q", q.Period).Wrap(ErrInvalid)
 	}
 	if q.Limit <= 0 || q.Limit > 10_000 {
 		q.Limit = 1000
@@ -171,7 +172,7 @@ func (s *Store) Report(ctx context.Context, q Query) (Report, error) {
 		} else if c, ok := columns[g]; ok {
 			sel = append(sel, c)
 		} else {
-			return Report{}, fmt.Errorf("%w: group_by %q (want provider, model, agent, session, task, user or period)", ErrInvalid, g)
+			return Report{}, apierr.Invalid("group_by", "want provider, model, agent, session, task, user or period, not %q", g).Wrap(ErrInvalid)
 		}
 		names = append(names, g)
 	}

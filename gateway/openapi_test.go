@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+)
+
+// swagger is the part of /openapi.json these tests read.
+type swagger struct {
+	Paths       map[string]map[string]map[string]any `json:"paths"`
+	Definitions map[string]map[string]any            `json:"definitions"`
+}
+
+func (h *harness) openAPI(t *testing.T) swagger {
+	t.Helper()
+	r := h.do(t, http.MethodGet, "/openapi.json", "")
+	require.Equal(t, http.StatusOK, r.code)
+	require.NotContains(t, r.body, "rpcStatus", "google.rpc.Status is never sent")
+	var doc swagger
+	require.NoError(t, json.Unmarshal([]byte(r.body), &doc))
+	return doc
+}
+
+// conform checks v (decoded JSON) against schema, a Swagger 2.0 schema
+// object of doc; at names where v is. A property an object schema does not
+// list is refused unless additionalProperties allows it.
+func conform(t *testing.T, doc swagger, schema map[string]any, v any, at string) {
+	t.Helper()
+	if ref, ok := schema["$ref"].(string); ok {
+		def, ok := doc.Definitions[strings.TrimPrefix(ref, "#/definitions/")]
+		require.True(t, ok, "%s: %s is not defined", at, ref)
+		schema = def
+	}
+	switch schema["type"] {
+	case "object":
+		obj, ok := v.(map[string]any)
+		require.True(t, ok, "%s: want an object, got %v", at, v)
+		props, _ := schema["properties"].(map[string]any)
+		required, _ := schema["required"].([]any)
+		for _, r := range required {
+			require.Contains(t, obj, r, "%s: required", at)
+		}
+		for k, fv := range obj {
+			if ps, ok := props[k].(map[string]any); ok {
+				conform(t, doc, ps, fv, at+"."+k)
+				continue
+			}
+			switch ap := schema["additionalProperties"].(type) {
+			case map[string]any:
+				conform(t, doc, ap, fv, at+"."+k)
+			default:
+				require.Equal(t, true, ap, "%s: %q is not documented", at, k)
+			}
+		}
+	case "array":
+		items, ok := v.([]any)
+		require.True(t, ok, "%s: want an array, got %v", at, v)
+		for _, it := range items {
+			conform(t, doc, schema["items"].(map[string]any), it, at+"[]")
+		}
+	case "string":
+		s, ok := v.(string)
+		require.True(t, ok, "%s: want a string, got %v", at, v)
+		if enum, ok := schema["enum"].([]any); ok {
+			require.Contains(t, enum, s, "%s", at)
+		}
+	case "integer":
+		n, ok := v.(float64)
+		require.True(t, ok && n == float64(int64(n)), "%s: want an integer, got %v", at, v)
+	default:
+		t.Fatalf("%s: schema type %v is not checked here", at, schema["type"])
+	}
+}
+
+// TestOpenAPIDocumentsTheErrorsSent: every operation's default response is
+// the Error schema, and real error bodies of every kind (the gateway's own,
+// the services', with field violations and retry delays, of calls and of
+// both stream forms) have exactly the properties it documents; so does the
+// README's example, which is what the gateway sends for it.
+func TestOpenAPIDocumentsTheErrorsSent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.MaxBodyBytes = 1024 })
+	doc := h.openAPI(t)
+	errRef := map[string]any{"$ref": "#/definitions/" + errorDefinition}
+	ops := 0
+	for path, methods := range doc.Paths {
+		for method, op := range methods {
+			ops++
+			responses := op["responses"].(map[string]any)
+			def := responses["default"].(map[string]any)
+			require.Equal(t, errRef, def["schema"], "%s %s", method, path)
+		}
+	}
+	require.Greater(t, ops, 50)
+
+	var bodies []string
+	add := func(r response) { bodies = append(bodies, r.body) }
+	add(h.do(t, http.MethodGet, "/v1/sessions", ""))
+	add(h.do(t, http.MethodGet, "/v1/sessions", "", bearer("sylk_"+strings.Repeat("x", 40))))
+	add(h.do(t, http.MethodGet, "/v1/sessions", "", "Authorization: Basic eDp5"))
+	add(h.do(t, http.MethodPost, "/v1/sessions", `{}`, bearer(h.viewer)))
+	add(h.do(t, http.MethodGet, "/v1/nothing-here", "", bearer(h.member)))
+	add(h.do(t, http.MethodDelete, "/v1/sessions", "", bearer(h.member)))
+	add(h.do(t, http.MethodPost, "/healthz", ""))
+	add(h.do(t, http.MethodPost, "/v1/sessions", `{"displayName":"`+strings.Repeat("x", 2000)+`"}`, bearer(h.member)))
+	add(h.do(t, http.MethodPost, "/v1/sessions", `{"displayName":`, bearer(h.member)))
+	add(h.do(t, http.MethodPost, "/v1/sessions", `{"colour":"red"}`, bearer(h.member)))
+	add(h.do(t, http.MethodGet, "/v1/sessions/%ff", "", bearer(h.member)))
+	add(h.do(t, http.MethodGet, "/v1/sessions/nope", "", bearer(h.member)))
+	add(h.do(t, http.MethodPost, "/v1/sessions/s1/messages", `{"text":"more than sixteen bytes"}`, bearer(h.member)))
+	add(h.do(t, http.MethodGet, "/v1/sessions/nope/events:stream", "", bearer(h.member)))
+	add(h.do(t, http.MethodGet, "/v1/sessions/s1/events:stream?format=sse", "", bearer(h.member), "Last-Event-ID: x"))
+	ndjson := h.do(t, http.MethodGet, "/v1/sessions/broken/events:stream", "", bearer(h.member))
+	var last struct {
+		Error json.RawMessage `json:"error"`
+	}
+	lines := strings.Split(strings.TrimSpace(ndjson.body), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+	bodies = append(bodies, string(last.Error))
+	sse := h.do(t, http.MethodGet, "/v1/sessions/broken/events:stream?format=sse", "", bearer(h.member))
+	_, data, ok := strings.Cut(sse.body, "event: error\ndata: ")
+	require.True(t, ok, sse.body)
+	bodies = append(bodies, strings.TrimSpace(data))
+	conn, err := grpcDialClosedPort(t)
+	require.NoError(t, err)
+	down, err := New(h.gw.cfg, nil, h.db, Conns{Guide: conn}, nil)
+	require.NoError(t, err)
+	add((&harness{url: newTestServer(t, down)}).do(t, http.MethodGet, "/v1/sessions", "", bearer(h.member)))
+
+	details := map[string]bool{}
+	for _, body := range bodies {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(body), &v), body)
+		require.NotNil(t, v["code"], "an error body: %s", body)
+		conform(t, doc, doc.Definitions[errorDefinition], v, "Error")
+		for _, d := range v["details"].([]any) {
+			typ, _ := d.(map[string]any)["@type"].(string)
+			require.NotEmpty(t, typ, body)
+			details[typ] = true
+		}
+	}
+	for _, typ := range []string{"ErrorInfo", "BadRequest", "RetryInfo"} {
+		require.True(t, details["type.googleapis.com/google.rpc."+typ], "some body had a %s", typ)
+	}
+
+	// The README's example is an Error, and the one sent for it.
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)```json\n(\\{[^`]*\"reason\"[^`]*\\})\n```").FindSubmatch(readme)
+	require.NotNil(t, m, "README has an error example")
+	var example map[string]any
+	require.NoError(t, json.Unmarshal(m[1], &example))
+	conform(t, doc, doc.Definitions[errorDefinition], example, "README")
+	require.JSONEq(t, string(m[1]), h.do(t, http.MethodGet, "/v1/sessions/x", "", bearer(h.member)).body)
+}
+
+// TestOpenAPIDescribesTypedEvents: the event page and stream refer to the
+// typed Event, whose type is the EventType enum and which has every
+// payload of the proto.
+func TestOpenAPIDescribesTypedEvents(t *testing.T) {
+	t.Parallel()
+	doc := newHarness(t, nil).openAPI(t)
+	ref := func(schema any) string {
+		t.Helper()
+		s, _ := schema.(map[string]any)["$ref"].(string)
+		require.NotEmpty(t, s, "%v refers to a definition", schema)
+		return strings.TrimPrefix(s, "#/definitions/")
+	}
+	prop := func(def, name string) any {
+		t.Helper()
+		p, ok := doc.Definitions[def]["properties"].(map[string]any)[name]
+		require.True(t, ok, "%s has %s", def, name)
+		return p
+	}
+
+	page := doc.Paths["/v1/{parent}/events"]["get"]["responses"].(map[string]any)["200"].(map[string]any)
+	items := prop(ref(page["schema"]), "events").(map[string]any)["items"]
+	require.Equal(t, "v1Event", ref(items))
+
+	stream := doc.Paths["/v1/{parent}/events:stream"]["get"]
+	require.Equal(t, []any{"application/x-ndjson", "text/event-stream"}, stream["produces"])
+	require.Contains(t, stream["description"], "EVENT_TYPE_MESSAGE_ANSWERED")
+	line := stream["responses"].(map[string]any)["200"].(map[string]any)["schema"].(map[string]any)
+	result := line["properties"].(map[string]any)
+	require.Equal(t, "v1Event", ref(prop(ref(result["result"]), "event")))
+	require.Equal(t, errorDefinition, ref(result["error"]))
+
+	require.Equal(t, "v1EventType", ref(prop("v1Event", "type")))
+	var names []any
+	values := eventv1.EventType(0).Descriptor().Values()
+	for i := range values.Len() {
+		names = append(names, string(values.Get(i).Name()))
+	}
+	require.Equal(t, names, doc.Definitions["v1EventType"]["enum"])
+	payloads := (&eventv1.Event{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
+	for i := range payloads.Len() {
+		ref(prop("v1Event", payloads.Get(i).JSONName()))
+	}
+}
