@@ -199,6 +199,9 @@ type Event struct {
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The event for a person, in a sentence or a few.
 	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
+	// The payload of the type. Fields 40 to 59 are kept for the Engineer's
+	// tool calls and the Inspector's review findings.
+	//
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*Event_MessageReceived
