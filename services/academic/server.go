@@ -198,14 +198,11 @@ func (s *Service) validateDocument(d document, content string) error {
 	if utf8.RuneCountInString(d.Source) > MaxSourceChars {
 		problem("source", "at most %d characters", MaxSourceChars)
 	}
-	for field, v := range map[string]string{"title": d.Title, "content": content, "source": d.Source} {
-		if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
-			problem(field, "must be valid UTF-8 without NUL characters")
+	for _, f := range [...]struct{ name, value string }{{"content", content}, {"source", d.Source}, {"title", d.Title}} {
+		if strings.ContainsRune(f.value, 0) || !utf8.ValidString(f.value) {
+			problem(f.name, "must be valid UTF-8 without NUL characters")
 		}
 	}
-	slices.SortFunc(problems, func(a, b apierr.FieldViolation) int {
-		return strings.Compare(a.Field+": "+a.Description, b.Field+": "+b.Description)
-	})
 	return apierr.InvalidFields(problems...)
 }
 
