@@ -16,9 +16,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/toolexec"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // errIndexBusy means another index of the repository holds its lock.
@@ -39,18 +42,6 @@ type indexResult struct {
 	head         string
 	elapsed      time.Duration
 	repo         repository
-}
-
-// progress is one progress report of an index run.
-type progress struct {
-	// Tenant owns the repository: the Guide retires that tenant's cached
-	// answers when an index is done.
-	Tenant     string  `json:"tenant"`
-	Repository string  `json:"repository"`
-	FilesDone  int     `json:"files_done"`
-	FilesTotal int     `json:"files_total"`
-	Rate       float64 `json:"files_per_second"`
-	Done       bool    `json:"done"`
 }
 
 // gitHead returns the commit checked out at root, or "" when root is not a
@@ -539,8 +530,12 @@ func (s *Service) progressReporter(ctx context.Context, tenant, repoID string, s
 		if secs > 0 {
 			rate = float64(done) / secs
 		}
-		s.publishJSON(ctx, s.bus.Subject("librarian", "progress", repoID), progress{
-			Tenant: tenant, Repository: repositoryPrefix + repoID, FilesDone: done, FilesTotal: max(total, done), Rate: rate, Done: final,
+		// The tenant lets the Guide retire that tenant's cached answers
+		// when an index is done.
+		s.publishNotice(ctx, topology.IndexProgressSubject(s.bus, repoID), &librarianv1.IndexNotice{
+			TenantId: tenant, Repository: repositoryPrefix + repoID,
+			Progress: &eventv1.IndexingProgress{Repository: repositoryPrefix + repoID, FilesDone: int64(done),
+				FilesTotal: int64(max(total, done)), FilesPerSecond: rate, Done: final},
 		})
 	}
 }

@@ -3,18 +3,21 @@ package librarian
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/logx"
 	rank "sylk.dev/sylk/pkg/search"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // vectorStore is this replica's in-memory HNSW per repository, loaded
@@ -272,16 +275,6 @@ func (v *vectorStore) search(tenant string, repoIDs []string, q []float32, k int
 	return out
 }
 
-// changeEvent tells every replica that a repository's index changed.
-type changeEvent struct {
-	Tenant     string `json:"tenant"`
-	Repository string `json:"repository"`
-	Deleted    bool   `json:"deleted,omitempty"`
-}
-
-// changesSubject is where change events go.
-func (s *Service) changesSubject() string { return s.bus.Subject("librarian", "changes") }
-
 // backgroundSyncChunks is how many rewritten chunks make the vector
 // update of an index run in the background: the index answers as soon as
 // its rows are committed (lexical search sees them at once) and semantic
@@ -293,7 +286,7 @@ const backgroundSyncChunks = 5000
 // background for large ones (WaitVectors waits for those).
 func (s *Service) announceChange(ctx context.Context, tenant, repoID string, changedChunks int64) {
 	if s.bus != nil {
-		s.publishJSON(ctx, s.changesSubject(), changeEvent{Tenant: tenant, Repository: repoID})
+		s.publishNotice(ctx, topology.IndexChangesSubject(s.bus), &librarianv1.IndexNotice{TenantId: tenant, Repository: repositoryPrefix + repoID})
 	}
 	s.invalidateCache(ctx, tenant, repoID)
 	syncNow := func(ctx context.Context) {
@@ -323,20 +316,24 @@ func (s *Service) announceChange(ctx context.Context, tenant, repoID string, cha
 // done (tests and benchmarks use it to wait for semantic search).
 func (s *Service) WaitVectors() { s.background.Wait() }
 
-// followChanges keeps the vectors current from change events until ctx
-// is done.
+// followChanges keeps the vectors current from the index notices of
+// every replica until ctx is done.
 func (s *Service) followChanges(ctx context.Context) (*nats.Subscription, error) {
-	return s.bus.Conn.Subscribe(s.changesSubject(), func(m *nats.Msg) {
-		var ev changeEvent
-		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Tenant == "" || ev.Repository == "" {
+	return s.bus.Conn.Subscribe(topology.IndexChangesSubject(s.bus), func(m *nats.Msg) {
+		var n librarianv1.IndexNotice
+		if err := proto.Unmarshal(m.Data, &n); err != nil {
 			return
 		}
-		if ev.Deleted {
-			s.vectors.drop(ev.Tenant, ev.Repository)
+		repoID, ok := strings.CutPrefix(n.GetRepository(), repositoryPrefix)
+		if !ok || repoID == "" || n.GetTenantId() == "" {
 			return
 		}
-		if err := s.vectors.sync(ctx, ev.Tenant, ev.Repository); err != nil {
-			s.log.WarnContext(ctx, "sync vectors from change event", logx.Err(err))
+		if n.GetDeleted() {
+			s.vectors.drop(n.GetTenantId(), repoID)
+			return
+		}
+		if err := s.vectors.sync(ctx, n.GetTenantId(), repoID); err != nil {
+			s.log.WarnContext(ctx, "sync vectors from an index notice", logx.Err(err))
 		}
 	})
 }
