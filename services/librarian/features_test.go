@@ -21,6 +21,7 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -173,6 +174,7 @@ func TestDeltaIndex(t *testing.T) {
 		require.True(t, ok)
 		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Full: true})
 		require.Equal(t, codes.Aborted, status.Code(err))
+		require.Equal(t, reasonIndexRunning, apierr.Reason(err))
 	})
 
 	t.Run("symbols and edges", func(t *testing.T) {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 )
 
@@ -47,51 +47,51 @@ func (s *Service) GetHistory(ctx context.Context, req *librarianv1.GetHistoryReq
 	start, end := int(req.GetLineStart()), int(req.GetLineEnd())
 	switch {
 	case file == "" && symbol == "":
-		return nil, invalid("path", "set path or symbol")
+		return nil, apierr.Invalid("path", "set path or symbol")
 	case file != "" && symbol != "":
-		return nil, invalid("path", "set path or symbol, not both")
+		return nil, apierr.Invalid("path", "set path or symbol, not both")
 	case symbol != "" && (len(symbol) > maxSymbolLen || !plainText(symbol)):
-		return nil, invalid("symbol", "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
+		return nil, apierr.Invalid("symbol", "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
 	case symbol != "" && (start != 0 || end != 0):
-		return nil, invalid("line_start", "a symbol brings its own lines")
+		return nil, apierr.Invalid("line_start", "a symbol brings its own lines")
 	case file != "" && !validRelPath(file):
-		return nil, invalid("path", "must be a clean relative path inside the repository")
+		return nil, apierr.Invalid("path", "must be a clean relative path inside the repository")
 	case start < 0 || end < 0 || (start == 0) != (end == 0) || end < start:
-		return nil, invalid("line_start", "set both line_start and line_end (1-based, line_end >= line_start), or neither")
+		return nil, apierr.Invalid("line_start", "set both line_start and line_end (1-based, line_end >= line_start), or neither")
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get history", err)
+		return nil, apierr.Status(ctx, s.log, "get history", err)
 	}
 	if symbol != "" {
 		err := s.store.db.QueryRow(ctx, `SELECT path, line_start, line_end FROM symbols
 			WHERE tenant_id = $1 AND repository_id = $2 AND (id = $3 OR name = $3)
 			ORDER BY (id = $3) DESC, path, line_start LIMIT 1`, id.TenantID, uuidParam(repoID), symbol).Scan(&file, &start, &end)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, status.Errorf(codes.NotFound, "symbol %q not found", truncateRunes(symbol, 100))
+			return nil, apierr.NotFound("symbol", strconv.Quote(truncateRunes(symbol, 100)))
 		}
 		if err != nil {
-			return nil, toStatus(ctx, s.log, "get history", err)
+			return nil, apierr.Status(ctx, s.log, "get history", err)
 		}
 	} else {
 		var one int
 		err := s.store.db.QueryRow(ctx, `SELECT 1 FROM files WHERE tenant_id = $1 AND repository_id = $2 AND path = $3`,
 			id.TenantID, uuidParam(repoID), file).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, status.Errorf(codes.NotFound, "file %q is not in the index", truncateRunes(file, 200))
+			return nil, apierr.NotFound("file", strconv.Quote(truncateRunes(file, 200))).Withf("file %q is not in the index", truncateRunes(file, 200))
 		}
 		if err != nil {
-			return nil, toStatus(ctx, s.log, "get history", err)
+			return nil, apierr.Status(ctx, s.log, "get history", err)
 		}
 	}
 	root, problem := s.checkRoot(id.TenantID, r.Path)
 	if problem != "" {
-		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
+		return nil, unreadable("repository path: %s", problem)
 	}
 	gctx, cancel := context.WithTimeout(ctx, historyTimeout)
 	defer cancel()
 	if gitHead(gctx, root) == "" {
-		return nil, status.Error(codes.FailedPrecondition, "the repository is not a git work tree with commits")
+		return nil, errNotAWorkTree
 	}
 	args := []string{"log", "--no-color", "--max-count=" + strconv.Itoa(size+1), "--format=%x1e%H%x1f%an%x1f%at%x1f%s"}
 	if start > 0 {
@@ -102,10 +102,10 @@ func (s *Service) GetHistory(ctx context.Context, req *librarianv1.GetHistoryReq
 	out, err := gitOutput(gctx, root, args...)
 	if err != nil {
 		if gctx.Err() != nil {
-			return nil, status.Error(codes.DeadlineExceeded, "reading the history took too long")
+			return nil, apierr.New(codes.DeadlineExceeded, apierr.ReasonDeadlineExceeded, "reading the history took too long")
 		}
 		// A range beyond the committed file, or a file never committed.
-		return nil, status.Errorf(codes.FailedPrecondition, "no history for %s lines %d-%d in the last commit", file, start, end)
+		return nil, apierr.FailedPrecondition(reasonNoHistory, "no history for %s lines %d-%d in the last commit", file, start, end)
 	}
 	commits := parseHistory(string(out))
 	resp := &librarianv1.GetHistoryResponse{Path: file, LineStart: int32(start), LineEnd: int32(end)}

@@ -24,9 +24,6 @@ import (
 	"sylk.dev/sylk/pkg/topology"
 )
 
-// errIndexBusy means another index of the repository holds its lock.
-var errIndexBusy = preconditionf("another index of this repository is running; retry when it is done")
-
 // indexResult describes one index run.
 type indexResult struct {
 	stats        indexStats

@@ -11,10 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	rank "sylk.dev/sylk/pkg/search"
 )
@@ -75,11 +73,11 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	query := strings.TrimSpace(req.GetQuery())
 	switch {
 	case query == "":
-		return nil, invalid("query", "required")
+		return nil, apierr.Invalid("query", "required")
 	case !plainText(query):
-		return nil, invalid("query", "must be valid UTF-8 without NUL")
+		return nil, apierr.Invalid("query", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(query) > s.cfg.MaxQueryChars:
-		return nil, invalid("query", "must be at most %d characters", s.cfg.MaxQueryChars)
+		return nil, apierr.Invalid("query", "must be at most %d characters", s.cfg.MaxQueryChars)
 	}
 	size, err := pageSize(req.GetPageSize(), s.cfg.DefaultPageSize, s.cfg.MaxPageSize)
 	if err != nil {
@@ -88,36 +86,36 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	budget := int(req.GetTokenBudget())
 	switch {
 	case budget < 0:
-		return nil, invalid("token_budget", "must not be negative")
+		return nil, apierr.Invalid("token_budget", "must not be negative")
 	case budget == 0 || budget > s.cfg.SearchTokenBudget:
 		budget = s.cfg.SearchTokenBudget
 	}
 	mode := req.GetMode()
 	if _, ok := librarianv1.SearchMode_name[int32(mode)]; !ok {
-		return nil, invalid("mode", "unknown mode %d", mode)
+		return nil, apierr.Invalid("mode", "unknown mode %d", mode)
 	}
 	if mode == librarianv1.SearchMode_SEARCH_MODE_REGEX {
 		if _, err := regexp.Compile(query); err != nil {
-			return nil, invalid("query", "is not a valid regular expression: %v", err)
+			return nil, apierr.Invalid("query", "is not a valid regular expression: %v", err)
 		}
 	}
 	glob := strings.TrimSpace(req.GetPathGlob())
 	if len(glob) > maxPathLen || !plainText(glob) {
-		return nil, invalid("path_glob", "must be valid UTF-8 without NUL of at most %d bytes", maxPathLen)
+		return nil, apierr.Invalid("path_glob", "must be valid UTF-8 without NUL of at most %d bytes", maxPathLen)
 	}
 	if !plainText(req.GetLanguage()) {
-		return nil, invalid("language", "must be valid UTF-8 without NUL")
+		return nil, apierr.Invalid("language", "must be valid UTF-8 without NUL")
 	}
 	if !plainText(req.GetSymbolKind()) {
-		return nil, invalid("symbol_kind", "must be valid UTF-8 without NUL")
+		return nil, apierr.Invalid("symbol_kind", "must be valid UTF-8 without NUL")
 	}
 	if glob != "" {
 		if _, err := path.Match(strings.ReplaceAll(glob, "**", "*"), ""); err != nil {
-			return nil, invalid("path_glob", "is not a valid glob")
+			return nil, apierr.Invalid("path_glob", "is not a valid glob")
 		}
 	}
 	if len(req.GetRepositories()) > maxSearchRepos {
-		return nil, invalid("repositories", "at most %d repositories", maxSearchRepos)
+		return nil, apierr.Invalid("repositories", "at most %d repositories", maxSearchRepos)
 	}
 	var repos []string
 	seen := map[string]bool{}
@@ -134,37 +132,37 @@ func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeReq
 	if len(repos) > 0 {
 		found, err := s.store.existingRepos(ctx, id.TenantID, repos)
 		if err != nil {
-			return nil, toStatus(ctx, s.log, "search code", err)
+			return nil, apierr.Status(ctx, s.log, "search code", err)
 		}
 		for _, rid := range repos {
 			if !found[rid] {
-				return nil, status.Errorf(codes.NotFound, "repositories: %s%s not found", repositoryPrefix, rid)
+				return nil, repositoryNotFound(rid)
 			}
 		}
 	}
 	intent := intent(strings.ToLower(strings.TrimSpace(req.GetIntent())))
 	if _, ok := intentTTLs[intent]; intent != "" && !ok {
-		return nil, invalid("intent", "must be one of locate, pattern, explain, general")
+		return nil, apierr.Invalid("intent", "must be one of locate, pattern, explain, general")
 	}
 	sr := searchRequest{query: query, mode: mode, repos: repos, limit: size, pathGlob: glob,
 		language: strings.ToLower(strings.TrimSpace(req.GetLanguage())), kind: strings.ToLower(strings.TrimSpace(req.GetSymbolKind())), budget: budget,
 		intent: intent}
 	res, err := s.cachedSearch(ctx, id.TenantID, sr, "rpc")
 	if errors.Is(err, errNoTerms) {
-		return nil, invalid("query", "contains no searchable words")
+		return nil, apierr.Invalid("query", "contains no searchable words")
 	}
 	if errors.Is(err, errBadRegex) {
-		return nil, invalid("query", "uses regular expression syntax the index does not support")
+		return nil, apierr.Invalid("query", "uses regular expression syntax the index does not support")
 	}
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "search code", err)
+		return nil, apierr.Status(ctx, s.log, "search code", err)
 	}
 	resp := &librarianv1.SearchCodeResponse{Hits: make([]*librarianv1.CodeHit, 0, len(res.hits)), Status: "ok",
 		Tokens: int32(res.tokens), Truncated: res.truncated}
 	if mode != librarianv1.SearchMode_SEARCH_MODE_REGEX && len(repos) > 0 {
 		also, err := s.alsoExistsIn(ctx, id.TenantID, repos, parseQuery(query))
 		if err != nil {
-			return nil, toStatus(ctx, s.log, "search code", err)
+			return nil, apierr.Status(ctx, s.log, "search code", err)
 		}
 		for _, r := range also {
 			resp.AlsoExistsIn = append(resp.AlsoExistsIn, repositoryPrefix+r)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -45,14 +45,14 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	in := req.GetRepository()
 	if in == nil {
-		return nil, invalid("repository", "required")
+		return nil, apierr.Invalid("repository", "required")
 	}
 	newID := ids.New()
 	var root, url string
 	var public bool
 	if u := strings.TrimSpace(in.GetUrl()); u != "" {
 		if in.GetPath() != "" {
-			return nil, invalid("repository", "set path or url, not both")
+			return nil, apierr.Invalid("repository", "set path or url, not both")
 		}
 		cloned, err := s.cloneRepository(ctx, id, newID, u)
 		if err != nil {
@@ -66,15 +66,15 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		var problem string
 		root, problem = s.checkRoot(id.TenantID, in.GetPath())
 		if problem != "" {
-			return nil, invalid("repository.path", "%s", problem)
+			return nil, apierr.Invalid("repository.path", "%s", problem)
 		}
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
 	switch {
 	case !plainText(display):
-		return nil, invalid("repository.display_name", "must be valid UTF-8 without NUL")
+		return nil, apierr.Invalid("repository.display_name", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(display) > maxDisplayNameLen:
-		return nil, invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
+		return nil, apierr.Invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
 	case display == "" && url != "":
 		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(url, "/")), ".git")
 	case display == "":
@@ -92,13 +92,13 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 		if existing, lookupErr := s.store.repoIDByPath(ctx, id.TenantID, root); lookupErr == nil {
 			msg += " as " + repositoryPrefix + existing
 		}
-		return nil, status.Error(codes.AlreadyExists, msg)
+		return nil, errDuplicatePath.Withf("%s", msg)
 	}
 	if err != nil {
 		if url != "" {
 			_ = os.RemoveAll(root)
 		}
-		return nil, toStatus(ctx, s.log, "create repository", err)
+		return nil, apierr.Status(ctx, s.log, "create repository", err)
 	}
 	if req.GetIndex() {
 		res, err := s.runIndex(ctx, id.TenantID, out, root, true)
@@ -112,7 +112,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 			if url != "" {
 				_ = os.RemoveAll(root)
 			}
-			return nil, toStatus(ctx, s.log, "create repository", err)
+			return nil, apierr.Status(ctx, s.log, "create repository", err)
 		}
 		out = res.repo
 		s.recordIndex(res.stats)
@@ -139,7 +139,7 @@ func (s *Service) GetRepository(ctx context.Context, req *librarianv1.GetReposit
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get repository", err)
+		return nil, apierr.Status(ctx, s.log, "get repository", err)
 	}
 	return &librarianv1.GetRepositoryResponse{Repository: toProto(r)}, nil
 }
@@ -158,13 +158,13 @@ func (s *Service) ListRepositories(ctx context.Context, req *librarianv1.ListRep
 	if tok := req.GetPageToken(); tok != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || !ids.Valid(string(raw)) {
-			return nil, invalid("page_token", "is not a token from a previous response")
+			return nil, apierr.Invalid("page_token", "is not a token from a previous response")
 		}
 		after = string(raw)
 	}
 	rows, err := s.store.listRepos(ctx, id.TenantID, after, size+1)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "list repositories", err)
+		return nil, apierr.Status(ctx, s.log, "list repositories", err)
 	}
 	resp := &librarianv1.ListRepositoriesResponse{}
 	if len(rows) > size {
@@ -191,12 +191,12 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	if r.URL != "" {
 		if err := s.fetchRepository(ctx, id.TenantID, r); err != nil {
 			s.failIndex(ctx, id.TenantID, repoID, "fetching "+r.URL+" failed")
-			return nil, status.Errorf(codes.FailedPrecondition, "fetch %s: %v", r.URL, err)
+			return nil, apierr.FailedPrecondition(reasonCloneFailed, "fetch %s: %v", r.URL, err)
 		}
 	}
 	root, problem := s.checkRoot(id.TenantID, r.Path)
@@ -205,18 +205,18 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	}
 	if problem != "" {
 		s.failIndex(ctx, id.TenantID, repoID, problem)
-		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
+		return nil, unreadable("repository path: %s", problem)
 	}
 	if err := s.store.setState(ctx, id.TenantID, repoID, stateIndexing, ""); err != nil {
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	res, err := s.runIndex(ctx, id.TenantID, r, root, req.GetFull())
 	if errors.Is(err, errIndexBusy) {
-		return nil, status.Error(codes.Aborted, errIndexBusy.Error())
+		return nil, errIndexBusy
 	}
 	if err != nil {
 		s.failIndex(ctx, id.TenantID, repoID, indexErrorMessage(err))
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	out, stats := res.repo, res.stats
 	s.recordIndex(stats)
@@ -246,21 +246,6 @@ func (s *Service) failIndex(ctx context.Context, tenant, repoID, msg string) {
 	if err := s.store.setState(c, tenant, repoID, stateFailed, msg); err != nil {
 		s.log.ErrorContext(ctx, "record index failure", slog.String("repository", repoID), logx.Err(err))
 	}
-}
-
-// indexErrorMessage is what index_error says about err: the message of a
-// precondition, a word for cancellation, nothing internal.
-func indexErrorMessage(err error) string {
-	var pre precondition
-	switch {
-	case errors.As(err, &pre):
-		return pre.msg
-	case errors.Is(err, context.Canceled):
-		return "indexing was canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "indexing ran out of time"
-	}
-	return "internal error while indexing"
 }
 
 func (s *Service) recordIndex(st indexStats) {
@@ -378,7 +363,7 @@ func (s *Service) checkRoot(tenant, p string) (string, string) {
 // may too.
 func (s *Service) mayReadHost(id identity.Identity, field string) error {
 	if len(s.cfg.AllowedRoots) == 0 && id.Role != identity.RoleAdmin {
-		return status.Errorf(codes.PermissionDenied,
+		return apierr.New(codes.PermissionDenied, reasonAdminOnly,
 			"%s: without librarian.allowed-roots only admins may register a directory of the server; register a git URL, or ask an admin", field)
 	}
 	return nil
@@ -392,7 +377,7 @@ func requireWriter(ctx context.Context) (identity.Identity, error) {
 		return id, err
 	}
 	if id.Role == identity.RoleViewer {
-		return id, status.Error(codes.PermissionDenied, "viewers cannot register or index repositories")
+		return id, errViewer
 	}
 	return id, nil
 }
@@ -400,11 +385,11 @@ func requireWriter(ctx context.Context) (identity.Identity, error) {
 // parseName returns the id of a "repositories/{id}" name.
 func parseName(name, field string) (string, error) {
 	if name == "" {
-		return "", invalid(field, "required")
+		return "", apierr.Invalid(field, "required")
 	}
 	id, ok := strings.CutPrefix(name, repositoryPrefix)
 	if !ok || !ids.Valid(id) {
-		return "", invalid(field, "%q is not a repository name (want %s{uuid})", truncateRunes(name, 100), repositoryPrefix)
+		return "", apierr.Invalid(field, "%q is not a repository name (want %s{uuid})", truncateRunes(name, 100), repositoryPrefix)
 	}
 	return strings.ToLower(id), nil
 }
@@ -461,7 +446,7 @@ func truncateRunes(s string, n int) string {
 func pageSize(n int32, def, limit int) (int, error) {
 	switch {
 	case n < 0:
-		return 0, invalid("page_size", "must not be negative")
+		return 0, apierr.Invalid("page_size", "must not be negative")
 	case n == 0:
 		return def, nil
 	}
