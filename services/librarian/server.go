@@ -47,84 +47,109 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	if in == nil {
 		return nil, apierr.Invalid("repository", "required")
 	}
-	newID := ids.New()
-	var root, url string
-	var public bool
+	repo, err := s.newRepository(ctx, id, in)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.register(ctx, id.TenantID, repo)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetIndex() {
+		if out, err = s.indexRegistered(ctx, id.TenantID, out); err != nil {
+			return nil, apierr.Status(ctx, s.log, "create repository", err)
+		}
+	}
+	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
+		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
+	return &librarianv1.CreateRepositoryResponse{Repository: toProto(out)}, nil
+}
+
+// newRepository is the repository in asks for: a clone of its URL, or its
+// directory of the server, with its display name.
+func (s *Service) newRepository(ctx context.Context, id identity.Identity, in *librarianv1.Repository) (repository, error) {
+	repo := repository{ID: ids.New()}
 	if u := strings.TrimSpace(in.GetUrl()); u != "" {
 		if in.GetPath() != "" {
-			return nil, apierr.Invalid("repository", "set path or url, not both")
+			return repo, apierr.Invalid("repository", "set path or url, not both")
 		}
-		cloned, err := s.cloneRepository(ctx, id, newID, u)
+		cloned, err := s.cloneRepository(ctx, id, repo.ID, u)
 		if err != nil {
-			return nil, err
+			return repo, err
 		}
-		root, url, public = cloned, u, s.publicOnly(id, u)
+		repo.Path, repo.URL, repo.PublicRemote = cloned, u, s.publicOnly(id, u)
 	} else {
 		if err := s.mayReadHost(id, "repository.path"); err != nil {
-			return nil, err
+			return repo, err
 		}
 		var problem string
-		root, problem = s.checkRoot(id.TenantID, in.GetPath())
+		repo.Path, problem = s.checkRoot(id.TenantID, in.GetPath())
 		if problem != "" {
-			return nil, apierr.Invalid("repository.path", "%s", problem)
+			return repo, apierr.Invalid("repository.path", "%s", problem)
 		}
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
 	switch {
 	case !plainText(display):
-		return nil, apierr.Invalid("repository.display_name", "must be valid UTF-8 without NUL")
+		return repo, apierr.Invalid("repository.display_name", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(display) > maxDisplayNameLen:
-		return nil, apierr.Invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
-	case display == "" && url != "":
-		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(url, "/")), ".git")
+		return repo, apierr.Invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
+	case display == "" && repo.URL != "":
+		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(repo.URL, "/")), ".git")
 	case display == "":
-		display = filepath.Base(root)
+		display = filepath.Base(repo.Path)
 	}
-	repo := repository{ID: newID, DisplayName: display, Path: root, URL: url, PublicRemote: public}
+	repo.DisplayName = display
+	return repo, nil
+}
+
+// register stores a new repository of the tenant; a clone made for it is
+// removed when it cannot be stored.
+func (s *Service) register(ctx context.Context, tenant string, repo repository) (repository, error) {
 	var out repository
-	err = pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
 		var err error
-		out, err = insertRepo(ctx, tx, id.TenantID, repo)
+		out, err = insertRepo(ctx, tx, tenant, repo)
 		return err
 	})
 	if errors.Is(err, errDuplicatePath) {
-		msg := fmt.Sprintf("repository.path %q is already registered", root)
-		if existing, lookupErr := s.store.repoIDByPath(ctx, id.TenantID, root); lookupErr == nil {
+		msg := fmt.Sprintf("repository.path %q is already registered", repo.Path)
+		if existing, lookupErr := s.store.repoIDByPath(ctx, tenant, repo.Path); lookupErr == nil {
 			msg += " as " + repositoryPrefix + existing
 		}
-		return nil, errDuplicatePath.Withf("%s", msg)
+		return out, errDuplicatePath.Withf("%s", msg)
 	}
 	if err != nil {
-		if url != "" {
-			_ = os.RemoveAll(root)
+		if repo.URL != "" {
+			_ = os.RemoveAll(repo.Path)
 		}
-		return nil, apierr.Status(ctx, s.log, "create repository", err)
+		return out, apierr.Status(ctx, s.log, "create repository", err)
 	}
-	if req.GetIndex() {
-		res, err := s.runIndex(ctx, id.TenantID, out, root, true)
-		if err != nil {
-			// Nothing stays registered when the first index fails.
-			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
-			if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, id.TenantID, uuidParam(out.ID)); delErr != nil {
-				s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
-			}
-			cancel()
-			if url != "" {
-				_ = os.RemoveAll(root)
-			}
-			return nil, apierr.Status(ctx, s.log, "create repository", err)
+	return out, nil
+}
+
+// indexRegistered runs the first index of a repository just registered.
+// Nothing stays registered (nor cloned) when it fails.
+func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repository) (repository, error) {
+	res, err := s.runIndex(ctx, tenant, repo, repo.Path, true)
+	if err != nil {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+		if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, tenant, uuidParam(repo.ID)); delErr != nil {
+			s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
 		}
-		out = res.repo
-		s.recordIndex(res.stats)
-		s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, id.TenantID),
-			slog.String("repository", out.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
-			slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
-		s.announceChange(ctx, id.TenantID, out.ID, res.chunksEmbed+res.chunksReused)
-		s.kickWatcher()
+		cancel()
+		if repo.URL != "" {
+			_ = os.RemoveAll(repo.Path)
+		}
+		return repo, err
 	}
-	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
-		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
-	return &librarianv1.CreateRepositoryResponse{Repository: toProto(out)}, nil
+	s.recordIndex(res.stats)
+	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, tenant),
+		slog.String("repository", res.repo.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
+		slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
+	s.announceChange(ctx, tenant, res.repo.ID, res.chunksEmbed+res.chunksReused)
+	s.kickWatcher()
+	return res.repo, nil
 }
 
 // GetRepository returns one of the tenant's repositories.
