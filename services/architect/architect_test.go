@@ -19,10 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/grpcclient"
@@ -180,7 +181,7 @@ func requireCode(t *testing.T, err error, code codes.Code, contains string) {
 }
 
 // events reads every event of a session from the EVENTS stream.
-func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*guidev1.Event {
+func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*eventv1.Event {
 	t.Helper()
 	ctx := context.Background()
 	cons, err := bus.JS.OrderedConsumer(ctx, bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
@@ -188,14 +189,14 @@ func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*guidev1.E
 	})
 	require.NoError(t, err)
 	pending := cons.CachedInfo().NumPending
-	var out []*guidev1.Event
+	var out []*eventv1.Event
 	if pending == 0 {
 		return out
 	}
 	batch, err := cons.Fetch(int(pending), jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)
 	for msg := range batch.Messages() {
-		ev := &guidev1.Event{}
+		ev := &eventv1.Event{}
 		require.NoError(t, proto.Unmarshal(msg.Data(), ev))
 		out = append(out, ev)
 	}
@@ -268,10 +269,12 @@ func TestCreatePlanDrafts(t *testing.T) {
 
 	evs := events(t, f.bus, "t1", strings.TrimPrefix(parent, "sessions/"))
 	require.Len(t, evs, 1)
-	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL, evs[0].GetType())
 	require.Equal(t, "architect", evs[0].GetSource())
-	require.Equal(t, p.GetName(), evs[0].GetData().GetFields()["plan"].GetStringValue())
-	require.Equal(t, 3.0, evs[0].GetData().GetFields()["nodes"].GetNumberValue())
+	require.Equal(t, p.GetName(), evs[0].GetPlan().GetPlan())
+	require.EqualValues(t, 3, evs[0].GetPlan().GetNodes())
+	require.EqualValues(t, 1, evs[0].GetPlan().GetVersion())
+	require.Equal(t, "local", evs[0].GetPlan().GetPlanner())
 	require.Equal(t, "Plan ready for approval: Add a /version endpoint to the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
 }
 
@@ -399,6 +402,7 @@ func TestPlanIsolation(t *testing.T) {
 	for _, ctx := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
 		_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
 		requireCode(t, err, codes.NotFound, "plan "+name+" not found")
+		require.Equal(t, "PLAN_NOT_FOUND", apierr.Reason(err))
 		_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
 		requireCode(t, err, codes.NotFound, "not found")
 		_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
@@ -499,6 +503,7 @@ func TestApprovePlan(t *testing.T) {
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot approve")
+	require.Equal(t, reasonPlanDecided, apierr.Reason(err))
 	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: p.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot reject")
 	calls, _ = f.orch.recorded()
@@ -510,9 +515,9 @@ func TestApprovePlan(t *testing.T) {
 
 	evs := events(t, f.bus, "t1", p.GetSessionId())
 	require.Len(t, evs, 2)
-	require.Equal(t, "plan.approved", evs[1].GetType())
-	require.Equal(t, p.GetName(), evs[1].GetData().GetFields()["plan"].GetStringValue())
-	require.Equal(t, approved.GetRun().GetName(), evs[1].GetData().GetFields()["run"].GetStringValue())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_APPROVED, evs[1].GetType())
+	require.Equal(t, p.GetName(), evs[1].GetPlan().GetPlan())
+	require.Equal(t, approved.GetRun().GetName(), evs[1].GetPlan().GetRun())
 	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.decided.WithLabelValues("approved")))
 }
 
@@ -536,8 +541,8 @@ func TestRejectPlan(t *testing.T) {
 	require.Empty(t, calls)
 
 	evs := events(t, f.bus, "t1", created.GetPlan().GetSessionId())
-	require.Equal(t, "plan.rejected", evs[len(evs)-1].GetType())
-	require.Equal(t, "too broad", evs[len(evs)-1].GetData().GetFields()["reason"].GetStringValue())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_REJECTED, evs[len(evs)-1].GetType())
+	require.Equal(t, "too broad", evs[len(evs)-1].GetPlan().GetReason())
 }
 
 func TestListPlans(t *testing.T) {
@@ -614,12 +619,12 @@ func TestInboxDraftsPlans(t *testing.T) {
 	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, p.GetState())
 	require.Len(t, p.GetDag().GetNodes(), 3)
 
-	var evs []*guidev1.Event
+	var evs []*eventv1.Event
 	require.Eventually(t, func() bool {
 		evs = events(t, f.bus, "t1", sessionID)
 		return len(evs) == 1
 	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL, evs[0].GetType())
 	require.Equal(t, env.GetCorrelationId(), evs[0].GetCorrelationId())
 	require.Equal(t, "Plan ready for approval: Implement rate limiting for the gateway (3 tasks). Success criteria: 0 stated; "+
 		"what api/rate-limiting implies is not included (no academic configured). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
@@ -632,26 +637,30 @@ func TestInboxDraftsPlans(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.GetPlans(), 1)
 
-	// A request too large to plan is answered, not drafted.
+	// A request too large to plan is refused with an error event, not
+	// drafted.
 	big := inboxEnvelope(ids.New(), strings.Repeat("add ", 5000))
 	_, err = f.bus.Publish(ctx, inbox, big.GetId(), big)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return inboxCount("refused") == 1 }, 10*time.Second, 20*time.Millisecond)
 	// The refusal is counted before it is published.
-	var answered []*guidev1.Event
+	var answered []*eventv1.Event
 	require.Eventually(t, func() bool {
 		answered = events(t, f.bus, "t1", big.GetSessionId())
 		return len(answered) == 1
 	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, "message.answered", answered[0].GetType())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_ERROR, answered[0].GetType())
 	require.Equal(t, "architect", answered[0].GetSource())
+	require.Equal(t, big.GetCorrelationId(), answered[0].GetCorrelationId())
 	require.Contains(t, answered[0].GetText(), "over the limit of 16384")
+	require.Equal(t, "INVALID_FIELD", answered[0].GetError().GetReason())
+	require.Equal(t, answered[0].GetText(), answered[0].GetError().GetMessage())
 
 	// Envelopes without an owner are dropped.
 	orphan := inboxEnvelope(ids.New(), "add a thing")
 	orphan.TenantId = ""
 	_, err = f.bus.Publish(ctx, inbox, orphan.GetId(), orphan)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return inboxCount("dropped") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return inboxCount("rejected") == 1 }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1.0, inboxCount("drafted"))
 }

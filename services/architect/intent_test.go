@@ -1,7 +1,6 @@
 package architect
 
 import (
-	"flag"
 	"testing"
 	"time"
 
@@ -15,24 +14,11 @@ import (
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
-	"sylk.dev/sylk/services/academic"
 )
 
-// startAcademic serves a real academic over gRPC and returns its address.
-func startAcademic(t *testing.T) string {
-	t.Helper()
-	db, schema := testenv.Postgres(t, "academic", migrations.FS("academic"))
-	var cfg academic.Config
-	fs := flag.NewFlagSet("academic", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	svc, err := academic.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	return serve(t, svc.Register)
-}
-
 // architectWithAcademic is an architect whose academic peer is at addr,
-// with a fake orchestrator.
+// with a fake orchestrator. (The Architect with a real Academic is tested
+// in e2e/architect_test.go.)
 func architectWithAcademic(t *testing.T, addr string) (*Service, *fakeOrchestrator) {
 	t.Helper()
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
@@ -65,59 +51,7 @@ func criteriaOf(p *architectv1.Plan) []criterionRow {
 	return out
 }
 
-const (
-	explicit    = messagev1.CriterionSource_CRITERION_SOURCE_EXPLICIT
-	inferred    = messagev1.CriterionSource_CRITERION_SOURCE_INFERRED
-	required    = messagev1.ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED
-	recommended = messagev1.ExpectationPriority_EXPECTATION_PRIORITY_RECOMMENDED
-	optional    = messagev1.ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL
-)
-
-// The architect asks the academic what the feature domain implies and
-// merges it into the user's criteria (spec; acceptance
-// behaviours 7 and 8).
-func TestPlanIntentIsEnrichedByTheAcademic(t *testing.T) {
-	t.Parallel()
-	svc, orch := architectWithAcademic(t, startAcademic(t))
-	ctx := as("t1", "u1")
-
-	resp, err := svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "Add a logout button to the header",
-		KeyConstraints: []string{"skip confirmation"}, SuccessCriteria: []string{"the session is terminated on the server", "  "}})
-	require.NoError(t, err)
-	p := resp.GetPlan()
-	require.Equal(t, "authentication/logout", p.GetIntent().GetFeatureDomain())
-	require.Equal(t, "enriched", p.GetIntent().GetInference())
-	require.Equal(t, []string{"skip confirmation"}, p.GetIntent().GetKeyConstraints())
-	require.Equal(t, []criterionRow{
-		{"the session is terminated on the server", explicit, 0},
-		{"redirect to login", inferred, required},
-		{"log out of all devices", inferred, optional},
-	}, criteriaOf(p), "no confirmation (ruled out), no second session criterion (already stated)")
-	require.Equal(t, "academic:authentication/logout", p.GetIntent().GetSuccessCriteria()[1].GetInferredFrom())
-
-	got, err := svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: p.GetName()})
-	require.NoError(t, err)
-	require.Equal(t, criteriaOf(p), criteriaOf(got.GetPlan()), "the intent is stored with the plan")
-
-	// The approved plan's run carries the intent to its tasks (spec A-12).
-	_, err = svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
-	require.NoError(t, err)
-	calls, _ := orch.recorded()
-	require.Len(t, calls, 1)
-	require.Equal(t, []string{"skip confirmation"}, calls[0].GetContext().GetKeyConstraints())
-	require.Len(t, calls[0].GetContext().GetSuccessCriteria(), 3)
-
-	resp, err = svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "let users log out"})
-	require.NoError(t, err)
-	require.Contains(t, criteriaOf(resp.GetPlan()), criterionRow{"session termination", inferred, required})
-	require.Contains(t, criteriaOf(resp.GetPlan()), criterionRow{"confirmation if unsaved", inferred, recommended})
-
-	resp, err = svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "fix the typo in the README",
-		SuccessCriteria: []string{"README reads correctly"}})
-	require.NoError(t, err)
-	require.Equal(t, "domain_unknown", resp.GetPlan().GetIntent().GetInference())
-	require.Equal(t, []criterionRow{{"README reads correctly", explicit, 0}}, criteriaOf(resp.GetPlan()))
-}
+const explicit = messagev1.CriterionSource_CRITERION_SOURCE_EXPLICIT
 
 // Without an academic answering, the plan is still drafted, with the
 // user's own criteria and the reason.
