@@ -20,8 +20,6 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -58,34 +56,12 @@ func (r *runRecorder) recorded() []*orchestratorv1.CreateRunRequest {
 	return append([]*orchestratorv1.CreateRunRequest(nil), r.calls...)
 }
 
-// servePeer serves what register adds on a localhost listener, with the
-// mesh's interceptors, until the test ends, and returns a connection to it.
-func servePeer(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
-		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		stop()
-		require.NoError(t, <-done)
-	})
-	return conn
-}
-
 // newArchitect is an Architect with peers and a recording orchestrator.
 func newArchitect(t *testing.T, cfg architect.Config, peers app.Peers) (*architect.Service, *runRecorder) {
 	t.Helper()
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
 	runs := &runRecorder{}
-	peers.Orchestrator = servePeer(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, runs) })
+	peers.Orchestrator = testenv.ServeGRPC(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, runs) })
 	svc, err := architect.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t),
 		Registerer: prometheus.NewRegistry(), Peers: peers})
 	require.NoError(t, err)
@@ -131,7 +107,7 @@ func TestArchitectIntentIsEnrichedByTheAcademic(t *testing.T) {
 	require.NoError(t, fs.Parse(nil))
 	acad, err := academic.New(acfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	svc, runs := newArchitect(t, architect.Config{AcademicTimeout: 2 * time.Second}, app.Peers{Academic: servePeer(t, acad.Register)})
+	svc, runs := newArchitect(t, architect.Config{AcademicTimeout: 2 * time.Second}, app.Peers{Academic: testenv.ServeGRPC(t, acad.Register)})
 	ctx := member("t1", "u1")
 	const (
 		explicit    = messagev1.CriterionSource_CRITERION_SOURCE_EXPLICIT
@@ -188,7 +164,7 @@ func TestArchitectApprovalPassesSessionLimits(t *testing.T) {
 	g, err := guide.New(guide.Config{}, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t),
 		Redis: testenv.Redis(t), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	guideConn := servePeer(t, g.Register)
+	guideConn := testenv.ServeGRPC(t, g.Register)
 	sessions := guidev1.NewSessionServiceClient(guideConn)
 	svc, runs := newArchitect(t, architect.Config{}, app.Peers{Guide: guideConn})
 	ctx := member("t1", "u1")

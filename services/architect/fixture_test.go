@@ -20,8 +20,6 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -108,29 +106,10 @@ func (f *fakeOrchestrator) recorded() ([]*orchestratorv1.CreateRunRequest, []ide
 
 // startOrchestrator serves a fake WorkflowService on a real listener, with
 // the mesh's interceptors (so a missing caller identity is refused).
-func startOrchestrator(t *testing.T) (*fakeOrchestrator, string) {
+func startOrchestrator(t *testing.T) (*fakeOrchestrator, *grpc.ClientConn) {
 	t.Helper()
 	fake := &fakeOrchestrator{runs: map[string]*orchestratorv1.Run{}}
-	return fake, serve(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, fake) })
-}
-
-// serve runs a gRPC server with what register adds until the test ends, and
-// returns its address.
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
-		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	return srv.GRPCAddr()
+	return fake, testenv.ServeGRPC(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, fake) })
 }
 
 type fixture struct {
@@ -141,19 +120,22 @@ type fixture struct {
 
 func newFixture(t *testing.T, withOrchestrator bool) fixture {
 	t.Helper()
+	return newFixtureWith(t, Config{}, app.Peers{}, withOrchestrator)
+}
+
+// newFixtureWith is an Architect with cfg and peers and, when asked, a
+// fake orchestrator.
+func newFixtureWith(t *testing.T, cfg Config, peers app.Peers, withOrchestrator bool) fixture {
+	t.Helper()
 	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
 	bus := testenv.NATS(t)
-	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}
 	var f fixture
 	if withOrchestrator {
-		var addr string
-		f.orch, addr = startOrchestrator(t)
-		conn, err := grpcclient.Dial(addr, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close() })
-		deps.Peers.Orchestrator = conn
+		var conn *grpc.ClientConn
+		f.orch, conn = startOrchestrator(t)
+		peers.Orchestrator = conn
 	}
-	svc, err := New(Config{}, deps)
+	svc, err := New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry(), Peers: peers})
 	require.NoError(t, err)
 	f.svc, f.bus = svc, bus
 	return f

@@ -4,16 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
-	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/testenv"
 )
 
 // architectWithAcademic is an architect whose academic peer is at addr,
@@ -21,20 +17,11 @@ import (
 // in e2e/architect_test.go.)
 func architectWithAcademic(t *testing.T, addr string) (*Service, *fakeOrchestrator) {
 	t.Helper()
-	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
 	conn, err := grpcclient.Dial(addr, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t), Registerer: prometheus.NewRegistry()}
-	deps.Peers.Academic = conn
-	orch, orchAddr := startOrchestrator(t)
-	oconn, err := grpcclient.Dial(orchAddr, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = oconn.Close() })
-	deps.Peers.Orchestrator = oconn
-	svc, err := New(Config{AcademicTimeout: 2 * time.Second}, deps)
-	require.NoError(t, err)
-	return svc, orch
+	f := newFixtureWith(t, Config{AcademicTimeout: 2 * time.Second}, app.Peers{Academic: conn}, true)
+	return f.svc, f.orch
 }
 
 type criterionRow struct {
