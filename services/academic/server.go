@@ -133,13 +133,8 @@ func (s *Service) SearchDocuments(ctx context.Context, req *academicv1.SearchDoc
 	}
 	var problems []apierr.FieldViolation
 	query := strings.TrimSpace(req.GetQuery())
-	switch {
-	case query == "":
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: "required"})
-	case len(query) > s.cfg.MaxQueryBytes:
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: fmt.Sprintf("at most %d bytes", s.cfg.MaxQueryBytes)})
-	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: "must be valid UTF-8 without NUL characters"})
+	if p := textsearch.QueryProblem(query, s.cfg.MaxQueryBytes); p != "" {
+		problems = append(problems, apierr.FieldViolation{Field: "query", Description: p})
 	}
 	if req.GetPageSize() < 0 {
 		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})

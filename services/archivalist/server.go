@@ -179,13 +179,8 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 // checkSearch reports every problem of a search request, naming the fields.
 func (s *Service) checkSearch(req *archivalistv1.SearchEntriesRequest, query, sid string) error {
 	var problems []apierr.FieldViolation
-	switch {
-	case query == "":
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: "required"})
-	case len(query) > s.cfg.MaxQueryBytes:
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: fmt.Sprintf("at most %d bytes", s.cfg.MaxQueryBytes)})
-	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
-		problems = append(problems, apierr.FieldViolation{Field: "query", Description: "must be valid UTF-8 without NUL characters"})
+	if p := textsearch.QueryProblem(query, s.cfg.MaxQueryBytes); p != "" {
+		problems = append(problems, apierr.FieldViolation{Field: "query", Description: p})
 	}
 	switch {
 	case sid == "" && !req.GetCrossSession():
