@@ -49,7 +49,7 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	repo, err := s.newRepository(ctx, id, in)
 	if err != nil {
-		return nil, err
+		return nil, apierr.Status(ctx, s.log, "create repository", err)
 	}
 	out, err := s.register(ctx, id.TenantID, repo)
 	if err != nil {
