@@ -120,8 +120,8 @@ func Question(env *messagev1.Envelope) (string, error) {
 }
 
 // Run consumes cfg.Agent's inbox, handing each envelope to h, until ctx is
-// done. It provisions the agent inboxes and the session event stream
-// first.
+// done (then it returns nil). It provisions the agent inboxes and the
+// session event stream first.
 func Run(ctx context.Context, bus *natsx.Bus, cfg Config, h Handler) error {
 	in, err := newInbox(bus, cfg, h)
 	if err != nil {
@@ -129,7 +129,11 @@ func Run(ctx context.Context, bus *natsx.Bus, cfg Config, h Handler) error {
 	}
 	spec := natsx.ConsumerSpec{AckWait: in.cfg.AckWait, MaxDeliver: in.cfg.MaxDeliver, NakDelay: cfg.NakDelay}
 	in.log.InfoContext(ctx, "inbox consumer starting", slog.String("subject", topology.InboxSubject(bus, cfg.Agent)))
-	return topology.ConsumeInbox(ctx, bus, cfg.Agent, spec, in.handle)
+	err = topology.ConsumeInbox(ctx, bus, cfg.Agent, spec, in.handle)
+	if ctx.Err() != nil {
+		return nil // stopped, perhaps while provisioning: a clean stop
+	}
+	return err
 }
 
 // inbox is one agent's running inbox.
