@@ -98,7 +98,8 @@ type rejection struct{ error }
 
 func (r rejection) Unwrap() error { return natsx.Permanent(r.error) }
 
-// Reject is the error of a handler that cannot handle env, now or later.
+// Reject is the error of a handler that cannot handle its envelope, now
+// or later: the envelope is counted rejected and dropped.
 func Reject(format string, args ...any) error {
 	return rejection{fmt.Errorf(format, args...)}
 }
