@@ -156,6 +156,22 @@ func Invalid(field, format string, args ...any) *Error {
 		Metadata: map[string]string{"field": field}, Fields: []FieldViolation{{Field: field, Description: desc}}}
 }
 
+// InvalidFields is an InvalidArgument naming every field at fault, for a
+// request with several problems; its message is each "<field>:
+// <description>", joined by "; ". Without fields it is nil, so that a
+// handler can collect its problems and return InvalidFields(problems...).
+func InvalidFields(fields ...FieldViolation) error {
+	if len(fields) == 0 {
+		return nil
+	}
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = f.Field + ": " + f.Description
+	}
+	return &Error{Code: codes.InvalidArgument, Reason: ReasonInvalidField, Message: strings.Join(parts, "; "),
+		Metadata: map[string]string{"field": fields[0].Field}, Fields: fields}
+}
+
 // NotFound says a resource of kind ("session", "plan") does not exist for
 // the caller; another tenant's or user's is reported the same way. Its
 // reason is "<KIND>_NOT_FOUND" and its metadata names the resource.

@@ -80,3 +80,21 @@ func TestWithInfoKeepsAnExistingOne(t *testing.T) {
 	require.Equal(t, "VERSION_MISMATCH", Info(WithInfo(st)).GetReason())
 	require.Equal(t, codes.OK, WithInfo(status.New(codes.OK, "")).Code())
 }
+
+func TestInvalidFieldsNamesEveryField(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, InvalidFields())
+	var err *Error
+	require.ErrorAs(t, InvalidFields(FieldViolation{"query", "required"}, FieldViolation{"page_size", "must not be negative"}), &err)
+	require.Equal(t, "query: required; page_size: must not be negative", err.Error())
+	require.Equal(t, codes.InvalidArgument, err.Code)
+	require.Equal(t, ReasonInvalidField, Reason(err))
+	require.Equal(t, "query", err.Metadata["field"])
+	var br *errdetails.BadRequest
+	for _, d := range err.GRPCStatus().Details() {
+		if b, ok := d.(*errdetails.BadRequest); ok {
+			br = b
+		}
+	}
+	require.Len(t, br.GetFieldViolations(), 2)
+}

@@ -326,15 +326,14 @@ func Envelope(l Log) *messagev1.Envelope {
 		Status:    messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
 		Attempt:   1,
 		Priority:  messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata: map[string]string{
-			"category":   CategoryConsultation,
-			"title":      fmt.Sprintf("%s consulted %s", l.From, l.To),
-			"consult.to": l.To,
-			"method":     l.Method,
-		},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: l.From,
-			Text:  fmt.Sprintf("%s -> %s: %s", l.From, l.To, l.Summary),
+		// Annotations for a reader of the bus; the Archivalist reads the
+		// payload.
+		Metadata: map[string]string{"consult.to": l.To, "method": l.Method},
+		Payload: &messagev1.Envelope_StoreRequest{StoreRequest: &messagev1.StoreRequest{
+			Source:   l.From,
+			Category: CategoryConsultation,
+			Title:    fmt.Sprintf("%s consulted %s", l.From, l.To),
+			Content:  fmt.Sprintf("%s -> %s: %s", l.From, l.To, l.Summary),
 		}},
 	}
 }

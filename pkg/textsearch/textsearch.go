@@ -22,6 +22,21 @@ const HeadlineOptions = `StartSel="«", StopSel="»", MinWords=15, MaxWords=40, 
 
 var wordPattern = regexp.MustCompile(`[\p{L}\p{N}]+`)
 
+// QueryProblem says what is wrong with a search query (trimmed) of at
+// most maxBytes: missing, too long, or not UTF-8 without NUL; "" when
+// nothing is.
+func QueryProblem(query string, maxBytes int) string {
+	switch {
+	case query == "":
+		return "required"
+	case len(query) > maxBytes:
+		return "at most " + strconv.Itoa(maxBytes) + " bytes"
+	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
+		return "must be valid UTF-8 without NUL characters"
+	}
+	return ""
+}
+
 // OrQuery turns free text into a to_tsquery expression matching any of its
 // words, or "" when the text has fewer than two words (then it would find
 // nothing the all-words query did not).

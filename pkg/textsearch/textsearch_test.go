@@ -38,3 +38,16 @@ func TestQueriesAndSnippets(t *testing.T) {
 	require.Equal(t, 100, PageSize(500, 10, 100))
 	require.Equal(t, 7, PageSize(7, 10, 100))
 }
+
+func TestQueryProblem(t *testing.T) {
+	t.Parallel()
+	for query, want := range map[string]string{
+		"":           "required",
+		"deadlock":   "",
+		"0123456789": "at most 8 bytes",
+		"a\x00b":     "must be valid UTF-8 without NUL characters",
+		"a\xffb":     "must be valid UTF-8 without NUL characters",
+	} {
+		require.Equal(t, want, QueryProblem(query, 8), "%q", query)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
@@ -211,7 +212,7 @@ func TestCreateDocumentValidation(t *testing.T) {
 	}{
 		{"no identity", context.Background(), &academicv1.Document{Title: "x", Content: "y"}, codes.Unauthenticated, nil},
 		{"viewer", as("t1", identity.RoleViewer), &academicv1.Document{Title: "x", Content: "y"}, codes.PermissionDenied, nil},
-		{"no document", admin("t1"), nil, codes.InvalidArgument, []string{"document is required"}},
+		{"no document", admin("t1"), nil, codes.InvalidArgument, []string{"document: required"}},
 		{"no title", admin("t1"), &academicv1.Document{Content: "y"}, codes.InvalidArgument, []string{"document.title: required"}},
 		{"long title", admin("t1"), &academicv1.Document{Title: strings.Repeat("t", 201), Content: "y"}, codes.InvalidArgument, []string{"document.title: at most 200"}},
 		{"no content", admin("t1"), &academicv1.Document{Title: "x", Content: " \n "}, codes.InvalidArgument, []string{"document.content: required"}},
@@ -247,6 +248,9 @@ func TestCreateDocumentValidation(t *testing.T) {
 	}
 	_, err := f.svc.GetDocument(admin("t1"), &academicv1.GetDocumentRequest{Name: "documents/" + ids.New()})
 	requireCode(t, err, codes.NotFound)
+	require.Equal(t, "DOCUMENT_NOT_FOUND", apierr.Reason(err))
+	_, err = f.svc.GetDocument(admin("t1"), &academicv1.GetDocumentRequest{Name: "documents/1"})
+	require.Equal(t, apierr.ReasonInvalidField, apierr.Reason(err))
 }
 
 func TestInsertIsAtomic(t *testing.T) {

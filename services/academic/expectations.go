@@ -2,13 +2,12 @@ package academic
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/intent"
 )
@@ -65,22 +64,27 @@ func (s *Service) GetDomainExpectations(ctx context.Context, req *academicv1.Get
 func validateExpectationsRequest(req *academicv1.GetDomainExpectationsRequest) error {
 	switch {
 	case strings.TrimSpace(req.GetFeatureDomain()) == "" && strings.TrimSpace(req.GetRequest()) == "":
-		return status.Error(codes.InvalidArgument, "feature_domain or request is required")
+		return errNoExpectationsSubject
 	case len(req.GetFeatureDomain()) > maxDomainBytes:
-		return status.Errorf(codes.InvalidArgument, "feature_domain: over %d bytes", maxDomainBytes)
+		return apierr.Invalid("feature_domain", "over %d bytes", maxDomainBytes)
 	case len(req.GetRequest()) > maxExpectationRequestBytes:
-		return status.Errorf(codes.InvalidArgument, "request: %d bytes exceeds the limit of %d bytes", len(req.GetRequest()), maxExpectationRequestBytes)
+		return apierr.Invalid("request", "%d bytes exceeds the limit of %d bytes", len(req.GetRequest()), maxExpectationRequestBytes)
 	case len(req.GetExistingConstraints()) > maxConstraints:
-		return status.Errorf(codes.InvalidArgument, "existing_constraints: %d exceeds the limit of %d", len(req.GetExistingConstraints()), maxConstraints)
+		return apierr.Invalid("existing_constraints", "%d exceeds the limit of %d", len(req.GetExistingConstraints()), maxConstraints)
 	}
 	for i, c := range req.GetExistingConstraints() {
 		if len(c) > maxConstraintBytes {
-			return status.Errorf(codes.InvalidArgument, "existing_constraints[%d]: over %d bytes", i, maxConstraintBytes)
+			return apierr.Invalid(fmt.Sprintf("existing_constraints[%d]", i), "over %d bytes", maxConstraintBytes)
 		}
 	}
-	for _, v := range append([]string{req.GetFeatureDomain(), req.GetRequest()}, req.GetExistingConstraints()...) {
+	for field, v := range map[string]string{"feature_domain": req.GetFeatureDomain(), "request": req.GetRequest()} {
 		if !utf8.ValidString(v) {
-			return status.Error(codes.InvalidArgument, "every field must be valid UTF-8")
+			return apierr.Invalid(field, "must be valid UTF-8")
+		}
+	}
+	for i, c := range req.GetExistingConstraints() {
+		if !utf8.ValidString(c) {
+			return apierr.Invalid(fmt.Sprintf("existing_constraints[%d]", i), "must be valid UTF-8")
 		}
 	}
 	return nil

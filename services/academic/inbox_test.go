@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/topology"
@@ -35,7 +35,7 @@ func TestInboxAnswersQuestions(t *testing.T) {
 	stream, err := f.bus.JS.Stream(ctx, f.bus.Stream(topology.StreamEvents))
 	require.NoError(t, err)
 
-	ask := func(session, text string) *guidev1.Event {
+	ask := func(session, text string) *eventv1.Event {
 		t.Helper()
 		env := &messagev1.Envelope{
 			Id:            ids.New(),
@@ -49,7 +49,7 @@ func TestInboxAnswersQuestions(t *testing.T) {
 		}
 		_, err := f.bus.Publish(ctx, topology.InboxSubject(f.bus, topology.AgentAcademic), env.GetId(), env)
 		require.NoError(t, err)
-		var ev guidev1.Event
+		var ev eventv1.Event
 		require.Eventually(t, func() bool {
 			m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, "t1", session, topology.AgentAcademic))
 			if err != nil {
@@ -68,27 +68,34 @@ func TestInboxAnswersQuestions(t *testing.T) {
 
 	session := ids.New()
 	ev := ask(session, "How do I use the tap on macOS?")
-	require.Equal(t, EventAnswered, ev.GetType())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, ev.GetType())
 	require.Equal(t, topology.AgentAcademic, ev.GetSource())
 	require.Contains(t, ev.GetText(), "Operations guide › Sylk operations guide > Install > macOS (lines 16-18)")
-	fields := ev.GetData().GetFields()
-	require.Equal(t, "academic", fields["agent"].GetStringValue())
-	hits := fields["hits"].GetListValue().GetValues()
+	answer := ev.GetMessageAnswered()
+	require.Equal(t, "academic", answer.GetAgent())
+	require.Equal(t, ev.GetText(), answer.GetText())
+	require.Equal(t, "How do I use the tap on macOS?", answer.GetQuery())
+	require.False(t, answer.GetCannotHelp())
+	require.Empty(t, answer.GetModel(), "no model writes the answer")
+	hits := answer.GetHits()
 	require.NotEmpty(t, hits)
-	top := hits[0].GetStructValue().GetFields()
-	require.Equal(t, doc.GetName(), top["document"].GetStringValue())
-	require.Equal(t, "Operations guide", top["document_title"].GetStringValue())
-	require.Equal(t, "Sylk operations guide > Install > macOS", top["heading"].GetStringValue())
-	require.Equal(t, 16.0, top["line_start"].GetNumberValue())
-	require.Equal(t, 18.0, top["line_end"].GetNumberValue())
-	require.Contains(t, top["snippet"].GetStringValue(), "«tap»")
-	require.Positive(t, top["score"].GetNumberValue())
+	top := hits[0]
+	require.Equal(t, messagev1.HitKind_HIT_KIND_DOCUMENT, top.GetKind())
+	require.Equal(t, doc.GetName(), top.GetName())
+	require.Equal(t, "Operations guide", top.GetTitle())
+	require.Equal(t, "Sylk operations guide > Install > macOS", top.GetHeading())
+	require.EqualValues(t, 16, top.GetLineStart())
+	require.EqualValues(t, 18, top.GetLineEnd())
+	require.Contains(t, top.GetSnippet(), "«tap»")
+	require.Positive(t, top.GetScore())
 	for _, h := range hits {
-		require.Equal(t, doc.GetName(), h.GetStructValue().GetFields()["document"].GetStringValue(), "hits stay within the tenant")
+		require.Equal(t, doc.GetName(), h.GetName(), "hits stay within the tenant")
 	}
 
+	// A search that finds nothing says so: it is an answer, not cannot_help.
 	ev = ask(session, "kubernetes helm")
-	require.Empty(t, ev.GetData().GetFields()["hits"].GetListValue().GetValues())
+	require.Empty(t, ev.GetMessageAnswered().GetHits())
+	require.False(t, ev.GetMessageAnswered().GetCannotHelp())
 	require.Contains(t, ev.GetText(), "No section of the ingested documents matches")
 
 	// The answer is published before the outcome is counted.
@@ -107,7 +114,8 @@ func TestInboxAnswersAQuestionWithNUL(t *testing.T) {
 	require.NoError(t, topology.EnsureEvents(context.Background(), f.bus))
 	env := &messagev1.Envelope{Id: ids.New(), TenantId: "t1", SessionId: ids.New(),
 		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "tap\x00house"}}}
-	outcome, err := f.svc.answer(context.Background(), env)
+	res, err := f.svc.answer(context.Background(), env)
 	require.NoError(t, err)
-	require.Equal(t, "answered", outcome)
+	require.Len(t, res.Answer.GetHits(), 1)
+	require.Equal(t, "tap house", res.Answer.GetQuery())
 }

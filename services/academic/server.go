@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,16 +11,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/pgstore"
-
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -35,11 +31,11 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 		return nil, err
 	}
 	if who.Role == identity.RoleViewer {
-		return nil, status.Error(codes.PermissionDenied, "viewers cannot create documents")
+		return nil, errViewer
 	}
 	in := req.GetDocument()
 	if in == nil {
-		return nil, status.Error(codes.InvalidArgument, "document is required")
+		return nil, errNoDocument
 	}
 	d := document{
 		TenantID: who.TenantID,
@@ -54,7 +50,7 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 	}
 	content := in.GetContent()
 	if err := s.validateDocument(d, content); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	start := time.Now()
 	// One section past the limit is enough to refuse the document.
@@ -65,13 +61,12 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 		sections = splitMarkdown(content, s.cfg.MaxSectionBytes, s.cfg.MaxSections+1)
 	}
 	if len(sections) > s.cfg.MaxSections {
-		return nil, status.Errorf(codes.InvalidArgument, "document.content: splits into more than %d sections (academic.max-sections)",
-			s.cfg.MaxSections)
+		return nil, apierr.Invalid("document.content", "splits into more than %d sections (academic.max-sections)", s.cfg.MaxSections)
 	}
 	sum := sha256.Sum256([]byte(content))
 	stored, err := s.store.insert(ctx, d, content, hex.EncodeToString(sum[:]), sections)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "create document", err)
 	}
 	s.metrics.ingested.WithLabelValues(stored.Format).Inc()
 	s.metrics.sections.Add(float64(stored.SectionCount))
@@ -89,11 +84,11 @@ func (s *Service) GetDocument(ctx context.Context, req *academicv1.GetDocumentRe
 	}
 	id, ok := strings.CutPrefix(req.GetName(), namePrefix)
 	if !ok || !ids.Valid(id) {
-		return nil, status.Errorf(codes.InvalidArgument, "name: want %s{uuid}, got %q", namePrefix, req.GetName())
+		return nil, apierr.Invalid("name", "want %s{uuid}, got %q", namePrefix, req.GetName())
 	}
 	d, err := s.store.get(ctx, who.TenantID, id)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "get document", err)
 	}
 	return &academicv1.GetDocumentResponse{Document: toProto(d)}, nil
 }
@@ -104,20 +99,20 @@ func (s *Service) ListDocuments(ctx context.Context, req *academicv1.ListDocumen
 	if err != nil {
 		return nil, err
 	}
-	var problems []string
+	var problems []apierr.FieldViolation
 	if req.GetPageSize() < 0 {
-		problems = append(problems, "page_size: must not be negative")
+		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})
 	}
 	after, err := textsearch.ParseToken(req.GetPageToken())
 	if err != nil {
-		problems = append(problems, "page_token: invalid")
+		problems = append(problems, apierr.FieldViolation{Field: "page_token", Description: "invalid"})
 	}
-	if len(problems) > 0 {
-		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	if err := apierr.InvalidFields(problems...); err != nil {
+		return nil, err
 	}
 	docs, next, err := s.store.list(ctx, who.TenantID, after, textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize))
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "list documents", err)
 	}
 	resp := &academicv1.ListDocumentsResponse{Documents: make([]*academicv1.Document, 0, len(docs))}
 	for _, d := range docs {
@@ -136,25 +131,20 @@ func (s *Service) SearchDocuments(ctx context.Context, req *academicv1.SearchDoc
 	if err != nil {
 		return nil, err
 	}
-	var problems []string
+	var problems []apierr.FieldViolation
 	query := strings.TrimSpace(req.GetQuery())
-	switch {
-	case query == "":
-		problems = append(problems, "query: required")
-	case len(query) > s.cfg.MaxQueryBytes:
-		problems = append(problems, fmt.Sprintf("query: at most %d bytes", s.cfg.MaxQueryBytes))
-	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
-		problems = append(problems, "query: must be valid UTF-8 without NUL characters")
+	if p := textsearch.QueryProblem(query, s.cfg.MaxQueryBytes); p != "" {
+		problems = append(problems, apierr.FieldViolation{Field: "query", Description: p})
 	}
 	if req.GetPageSize() < 0 {
-		problems = append(problems, "page_size: must not be negative")
+		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})
 	}
-	if len(problems) > 0 {
-		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	if err := apierr.InvalidFields(problems...); err != nil {
+		return nil, err
 	}
 	hits, err := s.search(ctx, who.TenantID, query, textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize))
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "search documents", err)
 	}
 	resp := &academicv1.SearchDocumentsResponse{Hits: make([]*academicv1.SectionHit, 0, len(hits))}
 	for _, h := range hits {
@@ -181,53 +171,34 @@ func (s *Service) search(ctx context.Context, tenant, query string, limit int) (
 
 // validateDocument reports every problem with a new document, naming the fields.
 func (s *Service) validateDocument(d document, content string) error {
-	var problems []string
+	var problems []apierr.FieldViolation
+	problem := func(field, format string, args ...any) {
+		problems = append(problems, apierr.FieldViolation{Field: "document." + field, Description: fmt.Sprintf(format, args...)})
+	}
 	switch {
 	case d.Title == "":
-		problems = append(problems, "document.title: required")
+		problem("title", "required")
 	case utf8.RuneCountInString(d.Title) > MaxTitleChars:
-		problems = append(problems, fmt.Sprintf("document.title: at most %d characters", MaxTitleChars))
+		problem("title", "at most %d characters", MaxTitleChars)
 	}
 	switch {
 	case strings.TrimSpace(content) == "":
-		problems = append(problems, "document.content: required")
+		problem("content", "required")
 	case len(content) > s.cfg.MaxDocumentBytes:
-		problems = append(problems, fmt.Sprintf("document.content: at most %d bytes", s.cfg.MaxDocumentBytes))
+		problem("content", "at most %d bytes", s.cfg.MaxDocumentBytes)
 	}
 	if !slices.Contains(Formats, d.Format) {
-		problems = append(problems, fmt.Sprintf("document.format: %q is not supported; allowed values: %s", d.Format, strings.Join(Formats, ", ")))
+		problem("format", "%q is not supported; allowed values: %s", d.Format, strings.Join(Formats, ", "))
 	}
 	if utf8.RuneCountInString(d.Source) > MaxSourceChars {
-		problems = append(problems, fmt.Sprintf("document.source: at most %d characters", MaxSourceChars))
+		problem("source", "at most %d characters", MaxSourceChars)
 	}
-	for field, v := range map[string]string{"title": d.Title, "content": content, "source": d.Source} {
-		if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
-			problems = append(problems, "document."+field+": must be valid UTF-8 without NUL characters")
+	for _, f := range [...]struct{ name, value string }{{"content", content}, {"source", d.Source}, {"title", d.Title}} {
+		if strings.ContainsRune(f.value, 0) || !utf8.ValidString(f.value) {
+			problem(f.name, "must be valid UTF-8 without NUL characters")
 		}
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	slices.Sort(problems)
-	return errors.New(strings.Join(problems, "; "))
-}
-
-// toStatus maps a store error to a gRPC status; unexpected errors are logged
-// here and reach the caller as a generic Internal.
-func (s *Service) toStatus(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, errNotFound):
-		return status.Error(codes.NotFound, "document not found")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case pgstore.Unavailable(err):
-		s.log.ErrorContext(ctx, "document store unavailable", logx.Err(err))
-		return status.Error(codes.Unavailable, "document store unavailable")
-	}
-	s.log.ErrorContext(ctx, "document store error", logx.Err(err))
-	return status.Error(codes.Internal, "internal error")
+	return apierr.InvalidFields(problems...)
 }
 
 func toProto(d document) *academicv1.Document {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -17,6 +16,7 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -101,9 +101,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("academic: a NATS bus is required to run the inbox")
 	}
-	s.log.InfoContext(ctx, "inbox consumer starting")
-	spec := natsx.ConsumerSpec{AckWait: s.cfg.InboxTimeout + 10*time.Second}
-	if err := topology.ConsumeInbox(ctx, s.bus, topology.AgentAcademic, spec, s.handleInbox); err != nil {
+	cfg := inbox.Config{Agent: topology.AgentAcademic, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log}
+	if err := inbox.Run(ctx, s.bus, cfg, s.answer); err != nil {
 		return fmt.Errorf("academic: %w", err)
 	}
 	return nil

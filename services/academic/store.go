@@ -12,9 +12,6 @@ import (
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
-// errNotFound: no such document in the tenant.
-var errNotFound = errors.New("document not found")
-
 // document is a stored document, without its content.
 type document struct {
 	TenantID     string
@@ -94,7 +91,7 @@ func (s *store) get(ctx context.Context, tenant, id string) (document, error) {
 	row := s.db.QueryRow(ctx, `SELECT `+documentColumns+` FROM documents WHERE tenant_id = $1 AND id = $2::uuid`, tenant, id)
 	d, err := scanDocument(row, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return document{}, errNotFound
+		return document{}, documentNotFound(id)
 	}
 	if err != nil {
 		return document{}, fmt.Errorf("get document %s: %w", id, err)

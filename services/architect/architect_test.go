@@ -2,208 +2,22 @@ package architect
 
 import (
 	"context"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
-	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/dag"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
-	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/testenv"
-	"sylk.dev/sylk/pkg/topology"
 )
-
-// fakeOrchestrator records CreateRun calls. It answers a retried request id
-// with the same run, like the real one, and fails with fail when set.
-type fakeOrchestrator struct {
-	orchestratorv1.UnimplementedWorkflowServiceServer
-	mu    sync.Mutex
-	calls []*orchestratorv1.CreateRunRequest
-	who   []identity.Identity
-	runs  map[string]*orchestratorv1.Run
-	fail  error
-	// entered, when set, is closed as CreateRun is entered, which then waits
-	// for release.
-	entered, release chan struct{}
-}
-
-func (f *fakeOrchestrator) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
-	f.mu.Lock()
-	entered, release := f.entered, f.release
-	f.entered = nil
-	f.mu.Unlock()
-	if entered != nil {
-		close(entered)
-		<-release
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, proto.Clone(req).(*orchestratorv1.CreateRunRequest))
-	who, _ := identity.FromContext(ctx)
-	f.who = append(f.who, who)
-	if f.fail != nil {
-		return nil, f.fail
-	}
-	if run, ok := f.runs[req.GetRequestId()]; ok {
-		return &orchestratorv1.CreateRunResponse{Run: run}, nil
-	}
-	id := ids.New()
-	run := &orchestratorv1.Run{
-		Name: "runs/" + id, Id: id, SessionId: req.GetSessionId(), Plan: req.GetPlan(),
-		State: orchestratorv1.RunState_RUN_STATE_PENDING, MaxConcurrency: req.GetMaxConcurrency(),
-		Dag: req.GetDag(), CreateTime: timestamppb.Now(),
-	}
-	f.runs[req.GetRequestId()] = run
-	return &orchestratorv1.CreateRunResponse{Run: run}, nil
-}
-
-// CancelRun cancels a run it created, as the real one does.
-func (f *fakeOrchestrator) CancelRun(_ context.Context, req *orchestratorv1.CancelRunRequest) (*orchestratorv1.CancelRunResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, run := range f.runs {
-		if run.GetName() == req.GetName() {
-			run.State = orchestratorv1.RunState_RUN_STATE_CANCELLED
-			return &orchestratorv1.CancelRunResponse{Run: proto.Clone(run).(*orchestratorv1.Run)}, nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
-}
-
-// hold makes the next CreateRun wait for release once it closed entered.
-func (f *fakeOrchestrator) hold(entered, release chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.entered, f.release = entered, release
-}
-
-func (f *fakeOrchestrator) setFail(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fail = err
-}
-
-func (f *fakeOrchestrator) recorded() ([]*orchestratorv1.CreateRunRequest, []identity.Identity) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]*orchestratorv1.CreateRunRequest(nil), f.calls...), append([]identity.Identity(nil), f.who...)
-}
-
-// startOrchestrator serves a fake WorkflowService on a real listener, with
-// the mesh's interceptors (so a missing caller identity is refused).
-func startOrchestrator(t *testing.T) (*fakeOrchestrator, string) {
-	t.Helper()
-	fake := &fakeOrchestrator{runs: map[string]*orchestratorv1.Run{}}
-	return fake, serve(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, fake) })
-}
-
-// serve runs a gRPC server with what register adds until the test ends, and
-// returns its address.
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
-		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	return srv.GRPCAddr()
-}
-
-type fixture struct {
-	svc  *Service
-	bus  *natsx.Bus
-	orch *fakeOrchestrator
-}
-
-func newFixture(t *testing.T, withOrchestrator bool) fixture {
-	t.Helper()
-	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
-	bus := testenv.NATS(t)
-	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}
-	var f fixture
-	if withOrchestrator {
-		var addr string
-		f.orch, addr = startOrchestrator(t)
-		conn, err := grpcclient.Dial(addr, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close() })
-		deps.Peers.Orchestrator = conn
-	}
-	svc, err := New(Config{}, deps)
-	require.NoError(t, err)
-	f.svc, f.bus = svc, bus
-	return f
-}
-
-func as(tenant, user string) context.Context {
-	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: user, Role: identity.RoleMember})
-}
-
-func newSession() string { return "sessions/" + ids.New() }
-
-func requireCode(t *testing.T, err error, code codes.Code, contains string) {
-	t.Helper()
-	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status: %v", err)
-	require.Equal(t, code, st.Code(), st.Message())
-	require.Contains(t, st.Message(), contains)
-}
-
-// events reads every event of a session from the EVENTS stream.
-func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*guidev1.Event {
-	t.Helper()
-	ctx := context.Background()
-	cons, err := bus.JS.OrderedConsumer(ctx, bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.SessionEvents(bus, tenant, sessionID)},
-	})
-	require.NoError(t, err)
-	pending := cons.CachedInfo().NumPending
-	var out []*guidev1.Event
-	if pending == 0 {
-		return out
-	}
-	batch, err := cons.Fetch(int(pending), jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	for msg := range batch.Messages() {
-		ev := &guidev1.Event{}
-		require.NoError(t, proto.Unmarshal(msg.Data(), ev))
-		out = append(out, ev)
-	}
-	require.NoError(t, batch.Error())
-	return out
-}
-
-var nodeID = regexp.MustCompile(`^[a-z0-9-]+$`)
 
 func TestLocalPlanner(t *testing.T) {
 	t.Parallel()
@@ -268,10 +82,12 @@ func TestCreatePlanDrafts(t *testing.T) {
 
 	evs := events(t, f.bus, "t1", strings.TrimPrefix(parent, "sessions/"))
 	require.Len(t, evs, 1)
-	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL, evs[0].GetType())
 	require.Equal(t, "architect", evs[0].GetSource())
-	require.Equal(t, p.GetName(), evs[0].GetData().GetFields()["plan"].GetStringValue())
-	require.Equal(t, 3.0, evs[0].GetData().GetFields()["nodes"].GetNumberValue())
+	require.Equal(t, p.GetName(), evs[0].GetPlan().GetPlan())
+	require.EqualValues(t, 3, evs[0].GetPlan().GetNodes())
+	require.EqualValues(t, 1, evs[0].GetPlan().GetVersion())
+	require.Equal(t, "local", evs[0].GetPlan().GetPlanner())
 	require.Equal(t, "Plan ready for approval: Add a /version endpoint to the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
 }
 
@@ -399,6 +215,7 @@ func TestPlanIsolation(t *testing.T) {
 	for _, ctx := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
 		_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
 		requireCode(t, err, codes.NotFound, "plan "+name+" not found")
+		require.Equal(t, "PLAN_NOT_FOUND", apierr.Reason(err))
 		_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
 		requireCode(t, err, codes.NotFound, "not found")
 		_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
@@ -499,6 +316,7 @@ func TestApprovePlan(t *testing.T) {
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot approve")
+	require.Equal(t, reasonPlanDecided, apierr.Reason(err))
 	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: p.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot reject")
 	calls, _ = f.orch.recorded()
@@ -510,9 +328,9 @@ func TestApprovePlan(t *testing.T) {
 
 	evs := events(t, f.bus, "t1", p.GetSessionId())
 	require.Len(t, evs, 2)
-	require.Equal(t, "plan.approved", evs[1].GetType())
-	require.Equal(t, p.GetName(), evs[1].GetData().GetFields()["plan"].GetStringValue())
-	require.Equal(t, approved.GetRun().GetName(), evs[1].GetData().GetFields()["run"].GetStringValue())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_APPROVED, evs[1].GetType())
+	require.Equal(t, p.GetName(), evs[1].GetPlan().GetPlan())
+	require.Equal(t, approved.GetRun().GetName(), evs[1].GetPlan().GetRun())
 	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.decided.WithLabelValues("approved")))
 }
 
@@ -536,8 +354,8 @@ func TestRejectPlan(t *testing.T) {
 	require.Empty(t, calls)
 
 	evs := events(t, f.bus, "t1", created.GetPlan().GetSessionId())
-	require.Equal(t, "plan.rejected", evs[len(evs)-1].GetType())
-	require.Equal(t, "too broad", evs[len(evs)-1].GetData().GetFields()["reason"].GetStringValue())
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_REJECTED, evs[len(evs)-1].GetType())
+	require.Equal(t, "too broad", evs[len(evs)-1].GetPlan().GetReason())
 }
 
 func TestListPlans(t *testing.T) {
@@ -568,90 +386,4 @@ func TestListPlans(t *testing.T) {
 	}
 	require.Empty(t, token)
 	require.Equal(t, want, got, "newest first, each plan once")
-}
-
-func inboxEnvelope(sessionID, text string) *messagev1.Envelope {
-	return &messagev1.Envelope{
-		Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", UserId: "u1", SessionId: sessionID,
-		Source: "guide", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt: timestamppb.Now(), Priority: messagev1.Priority_PRIORITY_USER,
-		StructuredIntent: &messagev1.StructuredIntent{OriginalRequest: text, IntentType: "CREATE"},
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
-	}
-}
-
-func TestInboxDraftsPlans(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, false)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	ctx := as("t1", "u1")
-	inbox := topology.InboxSubject(f.bus, topology.AgentArchitect)
-	inboxCount := func(result string) float64 {
-		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues(result))
-	}
-
-	sessionID := ids.New()
-	env := inboxEnvelope(sessionID, "Implement rate limiting for the gateway")
-	_, err := f.bus.Publish(ctx, inbox, env.GetId(), env)
-	require.NoError(t, err)
-
-	var plans []*architectv1.Plan
-	require.Eventually(t, func() bool {
-		resp, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: "sessions/" + sessionID})
-		require.NoError(t, err)
-		plans = resp.GetPlans()
-		return len(plans) == 1
-	}, 10*time.Second, 20*time.Millisecond)
-	p := plans[0]
-	require.Equal(t, "Implement rate limiting for the gateway", p.GetRequest())
-	require.Equal(t, "local", p.GetPlanner())
-	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, p.GetState())
-	require.Len(t, p.GetDag().GetNodes(), 3)
-
-	var evs []*guidev1.Event
-	require.Eventually(t, func() bool {
-		evs = events(t, f.bus, "t1", sessionID)
-		return len(evs) == 1
-	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, "plan.awaiting_approval", evs[0].GetType())
-	require.Equal(t, env.GetCorrelationId(), evs[0].GetCorrelationId())
-	require.Equal(t, "Plan ready for approval: Implement rate limiting for the gateway (3 tasks). Success criteria: 0 stated; "+
-		"what api/rate-limiting implies is not included (no academic configured). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
-
-	// The same envelope delivered again (a new stream message) finds the plan.
-	_, err = f.bus.Publish(ctx, inbox, "", env)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return inboxCount("duplicate") == 1 }, 10*time.Second, 20*time.Millisecond)
-	resp, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: "sessions/" + sessionID})
-	require.NoError(t, err)
-	require.Len(t, resp.GetPlans(), 1)
-
-	// A request too large to plan is answered, not drafted.
-	big := inboxEnvelope(ids.New(), strings.Repeat("add ", 5000))
-	_, err = f.bus.Publish(ctx, inbox, big.GetId(), big)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return inboxCount("refused") == 1 }, 10*time.Second, 20*time.Millisecond)
-	// The refusal is counted before it is published.
-	var answered []*guidev1.Event
-	require.Eventually(t, func() bool {
-		answered = events(t, f.bus, "t1", big.GetSessionId())
-		return len(answered) == 1
-	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, "message.answered", answered[0].GetType())
-	require.Equal(t, "architect", answered[0].GetSource())
-	require.Contains(t, answered[0].GetText(), "over the limit of 16384")
-
-	// Envelopes without an owner are dropped.
-	orphan := inboxEnvelope(ids.New(), "add a thing")
-	orphan.TenantId = ""
-	_, err = f.bus.Publish(ctx, inbox, orphan.GetId(), orphan)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return inboxCount("dropped") == 1 }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, 1.0, inboxCount("drafted"))
 }

@@ -15,6 +15,9 @@ const (
 	DefaultGuideTimeout        = 5 * time.Second
 	DefaultAcademicTimeout     = 3 * time.Second
 	DefaultProvisionTimeout    = 10 * time.Second
+	// DefaultInboxTimeout keeps a routed request's handling within the
+	// inbox's 30s ack wait, so that it is not delivered again meanwhile.
+	DefaultInboxTimeout = 20 * time.Second
 )
 
 const (
@@ -39,6 +42,9 @@ type Config struct {
 	AcademicTimeout time.Duration
 	// ProvisionTimeout bounds provisioning the NATS streams.
 	ProvisionTimeout time.Duration
+	// InboxTimeout bounds drafting and announcing a plan from one routed
+	// request; one that runs out is delivered again.
+	InboxTimeout time.Duration
 }
 
 // RegisterFlags registers the -architect.* flags.
@@ -49,6 +55,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GuideTimeout, "architect.guide-timeout", DefaultGuideTimeout, "time allowed for reading a session's limits from the guide when a plan is approved")
 	fs.DurationVar(&c.AcademicTimeout, "architect.academic-timeout", DefaultAcademicTimeout, "time allowed for asking the academic what a plan's feature domain implies")
 	fs.DurationVar(&c.ProvisionTimeout, "architect.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
+	fs.DurationVar(&c.InboxTimeout, "architect.inbox-timeout", DefaultInboxTimeout, "time allowed to draft a plan from one routed request")
 }
 
 // Validate reports every invalid setting. Zero values are valid: they take
@@ -73,6 +80,9 @@ func (c Config) Validate() error {
 	if c.ProvisionTimeout < 0 {
 		errs = append(errs, errors.New("architect.provision-timeout: must not be negative"))
 	}
+	if c.InboxTimeout < 0 {
+		errs = append(errs, errors.New("architect.inbox-timeout: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -94,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProvisionTimeout == 0 {
 		c.ProvisionTimeout = DefaultProvisionTimeout
+	}
+	if c.InboxTimeout == 0 {
+		c.InboxTimeout = DefaultInboxTimeout
 	}
 	return c
 }

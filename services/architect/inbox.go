@@ -6,90 +6,92 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
-	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
+)
+
+// Inbox outcomes of the Architect's own (pkg/inbox counts the others).
+const (
+	outcomeDrafted   = "drafted"
+	outcomeDuplicate = "duplicate"
+	outcomeRefused   = "refused"
 )
 
 // handleInbox turns a user request routed by the Guide into a plan awaiting
 // approval, acting for the envelope's tenant and user. A redelivered
 // envelope finds the plan drafted the first time and only announces it
 // again; malformed envelopes are dropped.
-func (s *Service) handleInbox(ctx context.Context, msg jetstream.Msg) error {
-	env := &messagev1.Envelope{}
-	if err := natsx.Unmarshal(msg, env); err != nil {
-		s.metrics.inbox.WithLabelValues("dropped").Inc()
-		return err
-	}
+func (s *Service) handleInbox(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
 	if env.GetType() != messagev1.MessageType_MESSAGE_TYPE_USER_INPUT {
-		s.metrics.inbox.WithLabelValues("dropped").Inc()
-		return natsx.Permanent(fmt.Errorf("envelope %s: unsupported type %s", env.GetId(), env.GetType()))
+		return inbox.Result{}, inbox.Reject("envelope %s: unsupported type %s", env.GetId(), env.GetType())
 	}
 	who := identity.Identity{TenantID: env.GetTenantId(), UserID: env.GetUserId(), Role: identity.RoleService}
-	if !who.Valid() || !ids.Valid(env.GetSessionId()) || env.GetId() == "" {
-		s.metrics.inbox.WithLabelValues("dropped").Inc()
-		return natsx.Permanent(fmt.Errorf("envelope %q: needs an id, a tenant, a user and a session id", env.GetId()))
+	if !who.Valid() || env.GetId() == "" {
+		return inbox.Result{}, inbox.Reject("envelope %q: needs an id, a tenant and a user", env.GetId())
+	}
+	text, err := inbox.Question(env)
+	if err != nil {
+		return inbox.Result{}, err
 	}
 	ctx = identity.NewContext(ctx, who)
 	sessionID := strings.ToLower(env.GetSessionId())
-	log := s.log.With(slog.String(logx.KeySessionID, sessionID), slog.String(logx.KeyCorrelationID, env.GetCorrelationId()))
-
-	text := env.GetUserInput().GetText()
-	if strings.TrimSpace(text) == "" {
-		text = env.GetStructuredIntent().GetOriginalRequest()
-	}
 	request, err := s.checkRequest(text)
 	if err != nil {
-		s.metrics.inbox.WithLabelValues("refused").Inc()
-		return s.refuse(ctx, env, sessionID, len(strings.TrimSpace(text)))
+		return s.refuse(ctx, env, sessionID, len(strings.TrimSpace(text)), err)
 	}
 	sourceID := env.GetId()
 	si := env.GetStructuredIntent()
 	stated := statedIntent{intentType: si.GetIntentType(), constraints: clipStatements(si.GetKeyConstraints()), criteria: clipStatements(si.GetSuccessCriteria())}
 	p, created, err := s.create(ctx, who, sessionID, request, stated, nil, &sourceID, env.GetCorrelationId())
 	if err != nil {
-		s.metrics.inbox.WithLabelValues("retry").Inc()
-		return fmt.Errorf("draft plan for envelope %s: %w", env.GetId(), err)
+		return inbox.Result{}, fmt.Errorf("draft plan for envelope %s: %w", env.GetId(), err)
 	}
+	outcome := outcomeDuplicate
 	if created {
+		outcome = outcomeDrafted
 		s.metrics.created.WithLabelValues(p.Planner, "inbox").Inc()
-		s.metrics.inbox.WithLabelValues("drafted").Inc()
-		log.InfoContext(ctx, "plan drafted", slog.String("plan", p.name()), slog.Int("nodes", len(p.DAG.GetNodes())))
-	} else {
-		s.metrics.inbox.WithLabelValues("duplicate").Inc()
+		s.log.InfoContext(ctx, "plan drafted", slog.String("plan", p.name()), slog.Int("nodes", len(p.DAG.GetNodes())),
+			slog.String(logx.KeySessionID, sessionID), slog.String(logx.KeyCorrelationID, env.GetCorrelationId()))
 	}
 	if err := s.announce(ctx, p); err != nil {
 		// Redelivery finds the stored plan and announces it again.
-		return fmt.Errorf("announce plan %s: %w", p.name(), err)
+		return inbox.Result{}, fmt.Errorf("announce plan %s: %w", p.name(), err)
 	}
-	return nil
+	return inbox.Result{Outcome: outcome}, nil
 }
 
-// refuse answers a routed request that cannot become a plan, so the user
-// learns why instead of waiting.
-func (s *Service) refuse(ctx context.Context, env *messagev1.Envelope, sessionID string, size int) error {
+// refuse tells the session why a routed request cannot become a plan (it
+// is empty or too large), so the user learns why instead of waiting. The
+// refusal is an error event, not an answer: the request reached the
+// right agent, which is no routing failure (an answer flagged cannot_help
+// would be one), and the event carries the reason the API gives the same
+// request.
+func (s *Service) refuse(ctx context.Context, env *messagev1.Envelope, sessionID string, size int, why error) (inbox.Result, error) {
 	text := "I could not draft a plan: the request is empty."
 	if size > 0 {
 		text = fmt.Sprintf("I could not draft a plan: the request is %d bytes, over the limit of %d; shorten it and send it again.",
 			size, s.cfg.MaxRequestBytes)
 	}
-	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
-		Tenant:        env.GetTenantId(),
-		Session:       sessionID,
-		ID:            env.GetId() + ".refused",
-		Type:          "message.answered",
+	correlation := env.GetCorrelationId()
+	if correlation == "" {
+		correlation = env.GetId()
+	}
+	_, err := topology.PublishEvent(ctx, s.bus, env.GetTenantId(), env.GetId()+".refused", &eventv1.Event{
+		SessionId:     sessionID,
+		Type:          eventv1.EventType_EVENT_TYPE_ERROR,
 		Source:        topology.AgentArchitect,
-		CorrelationID: env.GetCorrelationId(),
+		CorrelationId: correlation,
 		Text:          text,
-		Data:          map[string]any{"agent": topology.AgentArchitect, "refused": true},
+		Payload: &eventv1.Event_Error{Error: &eventv1.ErrorEvent{
+			Reason: apierr.Reason(why), Message: text, CorrelationId: correlation}},
 	})
 	if err != nil {
-		return fmt.Errorf("answer envelope %s: %w", env.GetId(), err)
+		return inbox.Result{}, fmt.Errorf("answer envelope %s: %w", env.GetId(), err)
 	}
-	return nil
+	return inbox.Result{Outcome: outcomeRefused}, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/intent"
 	"sylk.dev/sylk/pkg/logx"
@@ -101,16 +102,16 @@ func (e academicError) Error() string {
 // ones and checks their number and size.
 func checkStatements(field string, in []string) ([]string, error) {
 	if len(in) > maxStatements {
-		return nil, invalid(field, "%d entries exceed the limit of %d", len(in), maxStatements)
+		return nil, apierr.Invalid(field, "%d entries exceed the limit of %d", len(in), maxStatements)
 	}
 	var out []string
 	for i, v := range in {
 		v = strings.TrimSpace(v)
 		switch {
 		case len(v) > maxStatementBytes:
-			return nil, invalid(field, "entry %d: %d bytes exceeds the limit of %d bytes", i, len(v), maxStatementBytes)
+			return nil, apierr.Invalid(field, "entry %d: %d bytes exceeds the limit of %d bytes", i, len(v), maxStatementBytes)
 		case !utf8.ValidString(v):
-			return nil, invalid(field, "entry %d: must be valid UTF-8", i)
+			return nil, apierr.Invalid(field, "entry %d: must be valid UTF-8", i)
 		case v != "":
 			out = append(out, v)
 		}

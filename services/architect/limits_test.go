@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,65 +13,9 @@ import (
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
-	"sylk.dev/sylk/pkg/identity"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
-	"sylk.dev/sylk/services/guide"
 )
-
-// serveGRPC serves what register adds on a real localhost listener, with the
-// mesh's interceptors, and returns a client connection to it.
-func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20},
-		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		stop()
-		require.NoError(t, <-done)
-	})
-	return conn
-}
-
-// newLimitsFixture is an Architect with a fake orchestrator and, as its
-// Guide peer, whatever guideConn serves.
-func newLimitsFixture(t *testing.T, cfg Config, guideConn grpc.ClientConnInterface) fixture {
-	t.Helper()
-	db, schema := testenv.Postgres(t, "architect", migrations.FS("architect"))
-	bus := testenv.NATS(t)
-	orch, addr := startOrchestrator(t)
-	orchConn, err := grpcclient.Dial(addr, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = orchConn.Close() })
-	deps := app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Registerer: prometheus.NewRegistry()}
-	deps.Peers.Orchestrator = orchConn
-	deps.Peers.Guide = guideConn
-	svc, err := New(cfg, deps)
-	require.NoError(t, err)
-	return fixture{svc: svc, bus: bus, orch: orch}
-}
-
-// startGuide serves the real Guide service over gRPC.
-func startGuide(t *testing.T) *grpc.ClientConn {
-	t.Helper()
-	db, schema := testenv.Postgres(t, "guide", migrations.FS("guide"))
-	g, err := guide.New(guide.Config{}, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: testenv.NATS(t),
-		Redis: testenv.Redis(t), Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	return serveGRPC(t, g.Register)
-}
 
 // silentGuide is a Guide that, once silent, never answers GetSession
 // before the caller gives up; before, every session exists and is active.
@@ -89,70 +32,14 @@ func (g silentGuide) GetSession(ctx context.Context, req *guidev1.GetSessionRequ
 	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
-func TestApprovePassesSessionLimits(t *testing.T) {
-	t.Parallel()
-	guideConn := startGuide(t)
-	sessions := guidev1.NewSessionServiceClient(guideConn)
-	f := newLimitsFixture(t, Config{}, guideConn)
-	ctx := as("t1", "u1")
-	outgoing := func(ctx context.Context) context.Context {
-		who, err := identity.Require(ctx)
-		require.NoError(t, err)
-		return identity.AppendOutgoing(ctx, who)
-	}
-
-	limited, err := sessions.CreateSession(outgoing(ctx), &guidev1.CreateSessionRequest{Session: &guidev1.Session{
-		DisplayName: "limited", Config: &guidev1.SessionConfig{MaxConcurrentTasks: 1, MaxEngineers: 1}}})
-	require.NoError(t, err)
-	plain, err := sessions.CreateSession(outgoing(ctx), &guidev1.CreateSessionRequest{Session: &guidev1.Session{DisplayName: "plain"}})
-	require.NoError(t, err)
-
-	approve := func(ctx context.Context, parent string) (*architectv1.ApprovePlanResponse, error) {
-		t.Helper()
-		created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "add a /version endpoint"})
-		require.NoError(t, err)
-		return f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: created.GetPlan().GetName()})
-	}
-
-	// The session's own limits reach the orchestrator.
-	_, err = approve(ctx, limited.GetSession().GetName())
-	require.NoError(t, err)
-	// A session created without a config has the Guide's defaults.
-	_, err = approve(ctx, plain.GetSession().GetName())
-	require.NoError(t, err)
-	calls, _ := f.orch.recorded()
-	require.Len(t, calls, 2)
-	require.Equal(t, limited.GetSession().GetId(), calls[0].GetSessionId())
-	require.Equal(t, int32(1), calls[0].GetSessionLimits().GetMaxConcurrentTasks())
-	require.Equal(t, int32(1), calls[0].GetSessionLimits().GetMaxEngineers())
-	require.Equal(t, int32(guide.DefaultSessionMaxConcurrentTasks), calls[1].GetSessionLimits().GetMaxConcurrentTasks())
-	require.Equal(t, int32(guide.DefaultSessionMaxEngineers), calls[1].GetSessionLimits().GetMaxEngineers())
-
-	// The session is read as the caller: in another tenant's session, or
-	// one that does not exist, no plan is made, and none is listed.
-	for _, tc := range []struct {
-		ctx    context.Context
-		parent string
-	}{{as("t2", "u1"), limited.GetSession().GetName()}, {ctx, newSession()}} {
-		_, err = f.svc.CreatePlan(tc.ctx, &architectv1.CreatePlanRequest{Parent: tc.parent, Request: "add a /version endpoint"})
-		requireCode(t, err, codes.NotFound, "not found")
-		_, err = f.svc.ListPlans(tc.ctx, &architectv1.ListPlansRequest{Parent: tc.parent})
-		requireCode(t, err, codes.NotFound, "not found")
-	}
-	// Nor in a session that is over.
-	_, err = sessions.CompleteSession(outgoing(ctx), &guidev1.CompleteSessionRequest{Name: plain.GetSession().GetName()})
-	require.NoError(t, err)
-	_, err = f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: plain.GetSession().GetName(), Request: "add a /version endpoint"})
-	requireCode(t, err, codes.FailedPrecondition, "is completed; cannot plan in it")
-	calls, _ = f.orch.recorded()
-	require.Len(t, calls, 2)
-}
+// An approval passing the limits of a session of the real Guide is tested
+// in e2e/architect_test.go.
 
 func TestApproveFailsWhenGuideSilent(t *testing.T) {
 	t.Parallel()
 	var silent atomic.Bool
-	conn := serveGRPC(t, func(g *grpc.Server) { guidev1.RegisterSessionServiceServer(g, silentGuide{silent: &silent}) })
-	f := newLimitsFixture(t, Config{GuideTimeout: 100 * time.Millisecond}, conn)
+	conn := testenv.ServeGRPC(t, func(g *grpc.Server) { guidev1.RegisterSessionServiceServer(g, silentGuide{silent: &silent}) })
+	f := newFixtureWith(t, Config{GuideTimeout: 100 * time.Millisecond}, app.Peers{Guide: conn}, true)
 	ctx := as("t1", "u1")
 	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
 	require.NoError(t, err)

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
-	"sylk.dev/sylk/pkg/llm/budget"
 	"sylk.dev/sylk/pkg/llm/gate"
 )
 
@@ -66,7 +62,7 @@ func (p *gatePlanner) Draft(ctx context.Context, request string) (Draft, error) 
 	}
 	d, title, err := parsePlan(resp.Content)
 	if err != nil {
-		return Draft{}, status.Errorf(codes.Unavailable, "the model's plan could not be used: %v", err)
+		return Draft{}, unusablePlan(err)
 	}
 	if title == "" {
 		title = request
@@ -76,21 +72,6 @@ func (p *gatePlanner) Draft(ctx context.Context, request string) (Draft, error) 
 		planner = plannerLocal
 	}
 	return Draft{Title: titleOf(title), DAG: d, Planner: planner}, nil
-}
-
-// modelError maps a gate error to the status the caller sees.
-func modelError(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, budget.ErrBudgetExceeded):
-		return status.Errorf(codes.ResourceExhausted, "planning: %v", err)
-	case errors.Is(err, gate.ErrCircuitOpen):
-		return status.Errorf(codes.Unavailable, "planning: %v", err)
-	case errors.Is(err, llm.ErrUnknownProvider):
-		return status.Errorf(codes.FailedPrecondition, "planning: %v", err)
-	}
-	return status.Errorf(codes.Unavailable, "planning: model call failed: %v", err)
 }
 
 type jsonPlan struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/pgstore"
 )
@@ -15,11 +16,11 @@ func planName(sessionID, id string) string { return "sessions/" + sessionID + "/
 // parseParent returns the session id in "sessions/{uuid}".
 func parseParent(name string) (string, error) {
 	if name == "" {
-		return "", invalid("parent", "required")
+		return "", apierr.Invalid("parent", "required")
 	}
 	id, ok := strings.CutPrefix(name, "sessions/")
 	if !ok || !ids.Valid(id) {
-		return "", invalid("parent", "want sessions/{uuid}, got %q", clip(name, 100))
+		return "", apierr.Invalid("parent", "want sessions/{uuid}, got %q", clip(name, 100))
 	}
 	return strings.ToLower(id), nil
 }
@@ -28,11 +29,11 @@ func parseParent(name string) (string, error) {
 // "sessions/{uuid}/plans/{uuid}".
 func parsePlanName(name string) (sessionID, planID string, err error) {
 	if name == "" {
-		return "", "", invalid("name", "required")
+		return "", "", apierr.Invalid("name", "required")
 	}
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "plans" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
-		return "", "", invalid("name", "want sessions/{uuid}/plans/{uuid}, got %q", clip(name, 120))
+		return "", "", apierr.Invalid("name", "want sessions/{uuid}/plans/{uuid}, got %q", clip(name, 120))
 	}
 	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
 }
@@ -40,7 +41,7 @@ func parsePlanName(name string) (sessionID, planID string, err error) {
 func pageSize(requested int32) (int, error) {
 	switch {
 	case requested < 0:
-		return 0, invalid("page_size", "must not be negative, got %d", requested)
+		return 0, apierr.Invalid("page_size", "must not be negative, got %d", requested)
 	case requested == 0:
 		return defaultPlanPageSize, nil
 	case requested > maxPlanPageSize:
@@ -62,13 +63,13 @@ func encodeCursor(c planCursor) string {
 func decodeCursor(token string) (*planCursor, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
-		return nil, invalid("page_token", "not a token this service issued")
+		return nil, apierr.Invalid("page_token", "not a token this service issued")
 	}
 	us, id, ok := strings.Cut(string(raw), ".")
 	micros, perr := strconv.ParseInt(us, 10, 64)
 	t, inRange := pgstore.TokenTime(micros)
 	if !ok || perr != nil || !inRange || !ids.Valid(id) {
-		return nil, invalid("page_token", "not a token this service issued")
+		return nil, apierr.Invalid("page_token", "not a token this service issued")
 	}
 	return &planCursor{CreateTime: t, ID: id}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,20 +16,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
-)
-
-// Event types the Architect publishes on the session stream.
-const (
-	eventAwaitingApproval = "plan.awaiting_approval"
-	eventApproved         = "plan.approved"
-	eventRejected         = "plan.rejected"
 )
 
 var stateToProto = map[string]architectv1.PlanState{
@@ -98,7 +90,7 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 	}
 	p, _, err := s.create(ctx, who, sessionID, request, statedIntent{constraints: constraints, criteria: criteria}, explicit, nil, "")
 	if err != nil {
-		return nil, s.toStatus(ctx, "create plan", err)
+		return nil, apierr.Status(ctx, s.log, "create plan", err)
 	}
 	s.metrics.created.WithLabelValues(p.Planner, "api").Inc()
 	if err := s.announce(ctx, p); err != nil {
@@ -113,11 +105,11 @@ func (s *Service) checkRequest(raw string) (string, error) {
 	request := strings.TrimSpace(raw)
 	switch {
 	case request == "":
-		return "", invalid("request", "required")
+		return "", apierr.Invalid("request", "required")
 	case len(request) > s.cfg.MaxRequestBytes:
-		return "", invalid("request", "%d bytes exceeds the limit of %d bytes", len(request), s.cfg.MaxRequestBytes)
+		return "", apierr.Invalid("request", "%d bytes exceeds the limit of %d bytes", len(request), s.cfg.MaxRequestBytes)
 	case !utf8.ValidString(request):
-		return "", invalid("request", "must be valid UTF-8")
+		return "", apierr.Invalid("request", "must be valid UTF-8")
 	}
 	return request, nil
 }
@@ -140,7 +132,7 @@ func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, 
 	if _, err := dag.Validate(d); err != nil {
 		var de *dag.Error
 		if planner == plannerUser && errors.As(err, &de) {
-			return plan{}, false, status.Error(codes.InvalidArgument, de.Error())
+			return plan{}, false, apierr.New(codes.InvalidArgument, reasonInvalidDAG, "%s", de.Error()).With("field", "dag")
 		}
 		return plan{}, false, fmt.Errorf("planner %s drafted an invalid DAG: %w", planner, err)
 	}
@@ -173,43 +165,6 @@ func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, 
 	return p, true, nil
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// announce publishes plan.awaiting_approval for p. Its de-duplication id is
-// derived from the plan and version, so announcing twice is harmless.
-func (s *Service) announce(ctx context.Context, p plan) error {
-	n := len(p.DAG.GetNodes())
-	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
-		Tenant:        p.TenantID,
-		Session:       p.SessionID,
-		ID:            p.ID + "." + eventAwaitingApproval + ".v" + strconv.Itoa(int(p.Version)),
-		Type:          eventAwaitingApproval,
-		Source:        topology.AgentArchitect,
-		CorrelationID: p.CorrelationID,
-		Text: fmt.Sprintf("Plan ready for approval: %s (%d %s).%s Approve with POST /v1/%s:approve",
-			p.Title, n, plural(n, "task", "tasks"), criteriaSummary(p.Intent), p.name()),
-		Data: map[string]any{"plan": p.name(), "nodes": n, "title": p.Title, "version": int(p.Version), "planner": p.Planner,
-			"feature_domain": p.Intent.GetFeatureDomain(), "inferred_criteria": anySlice(inferredCriteria(p.Intent))},
-	})
-	return err
-}
-
-// inferredCriteria lists the criteria the plan's feature domain added.
-func inferredCriteria(pi *architectv1.PlanIntent) []string {
-	out := []string{}
-	for _, c := range pi.GetSuccessCriteria() {
-		if c.GetSource() == messagev1.CriterionSource_CRITERION_SOURCE_INFERRED {
-			out = append(out, c.GetCriterion())
-		}
-	}
-	return out
-}
-
 // runContext carries a plan's intent to its run, whose tasks check their
 // corrections against it (spec A-12); nil when the plan has none.
 func runContext(pi *architectv1.PlanIntent) *orchestratorv1.RunContext {
@@ -217,32 +172,6 @@ func runContext(pi *architectv1.PlanIntent) *orchestratorv1.RunContext {
 		return nil
 	}
 	return &orchestratorv1.RunContext{KeyConstraints: pi.GetKeyConstraints(), SuccessCriteria: pi.GetSuccessCriteria()}
-}
-
-// anySlice is vs as an event's data can hold it.
-func anySlice(vs []string) []any {
-	out := make([]any, len(vs))
-	for i, v := range vs {
-		out[i] = v
-	}
-	return out
-}
-
-// criteriaSummary says, in a sentence, which criteria the plan was drafted
-// against and where the inferred ones came from.
-func criteriaSummary(pi *architectv1.PlanIntent) string {
-	inferred := inferredCriteria(pi)
-	stated := len(pi.GetSuccessCriteria()) - len(inferred)
-	switch {
-	case len(inferred) > 0:
-		return fmt.Sprintf(" Success criteria: %d stated, %d expected of %s (%s).", stated, len(inferred), pi.GetFeatureDomain(), strings.Join(inferred, "; "))
-	case strings.HasPrefix(pi.GetInference(), inferenceUnavailable):
-		return fmt.Sprintf(" Success criteria: %d stated; what %s implies is not included (%s).", stated, pi.GetFeatureDomain(),
-			strings.TrimPrefix(pi.GetInference(), inferenceUnavailable))
-	case stated > 0:
-		return fmt.Sprintf(" Success criteria: %d stated.", stated)
-	}
-	return ""
 }
 
 // GetPlan returns one of the caller's plans.
@@ -257,7 +186,7 @@ func (s *Service) GetPlan(ctx context.Context, req *architectv1.GetPlanRequest) 
 	}
 	p, err := getPlan(ctx, s.db, ownerOf(who), sessionID, id)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get plan", err)
+		return nil, apierr.Status(ctx, s.log, "get plan", err)
 	}
 	return &architectv1.GetPlanResponse{Plan: p.proto()}, nil
 }
@@ -287,7 +216,7 @@ func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansReque
 	}
 	rows, err := listPlans(ctx, s.db, ownerOf(who), sessionID, after, size+1)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list plans", err)
+		return nil, apierr.Status(ctx, s.log, "list plans", err)
 	}
 	resp := &architectv1.ListPlansResponse{}
 	if len(rows) > size {
@@ -318,11 +247,11 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 		return nil, err
 	}
 	if req.GetMaxConcurrency() < 0 {
-		return nil, invalid("max_concurrency", "must not be negative, got %d", req.GetMaxConcurrency())
+		return nil, apierr.Invalid("max_concurrency", "must not be negative, got %d", req.GetMaxConcurrency())
 	}
 	o := ownerOf(who)
 	if s.orchestrator == nil {
-		return nil, status.Error(codes.Unavailable, "orchestrator not configured; cannot start the plan")
+		return nil, errNoOrchestrator
 	}
 	var (
 		p   plan
@@ -337,43 +266,14 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 			return err
 		}
 		if p.State != stateAwaitingApproval {
-			return &stateError{current: stateWords(p.State), action: "approve"}
+			return planDecided(p.State, "approve")
 		}
 		limits, err := s.sessionLimits(ctx, who, p)
 		if err != nil {
 			return err
 		}
-		cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
-		defer cancel()
-		// The plan id is the run's request id. An approval whose decision
-		// failed to store cancelled the run it started; the plan is still
-		// awaiting approval, so its next approval starts a new run, under
-		// a request id naming the cancelled one (the same on every retry).
-		requestID := p.ID
-		for range maxApprovalRuns {
-			start := time.Now()
-			resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
-				SessionId:      sessionID,
-				Dag:            p.DAG,
-				MaxConcurrency: req.GetMaxConcurrency(),
-				Plan:           p.name(),
-				RequestId:      requestID,
-				SessionLimits:  limits,
-				Context:        runContext(p.Intent),
-			})
-			s.metrics.orchestrator.Observe(time.Since(start).Seconds())
-			if err != nil {
-				return s.orchestratorError(ctx, p, err)
-			}
-			run = resp.GetRun()
-			if run.GetState() != orchestratorv1.RunState_RUN_STATE_CANCELLED {
-				break
-			}
-			requestID = p.ID + "/after/" + run.GetId()
-		}
-		if run.GetState() == orchestratorv1.RunState_RUN_STATE_CANCELLED {
-			run = nil // nothing to cancel
-			return status.Errorf(codes.Aborted, "the last %d runs started for %s were cancelled before its approval was stored; retry later", maxApprovalRuns, p.name())
+		if run, err = s.startRun(ctx, who, p, limits, req.GetMaxConcurrency()); err != nil {
+			return err
 		}
 		now := s.now()
 		p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
@@ -384,13 +284,47 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 			// The run started but the approval was not stored.
 			s.cancelRun(ctx, who, run)
 		}
-		return nil, s.toStatus(ctx, "approve plan", err)
+		return nil, apierr.Status(ctx, s.log, "approve plan", err)
 	}
 	s.metrics.decided.WithLabelValues(p.State).Inc()
 	s.log.InfoContext(ctx, "plan approved", slog.String("plan", p.name()), slog.String(logx.KeyRunID, run.GetId()))
-	s.publishDecision(ctx, p, eventApproved, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run),
-		map[string]any{"plan": p.name(), "run": p.Run})
+	s.publishDecision(ctx, p, eventv1.EventType_EVENT_TYPE_PLAN_APPROVED, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run))
 	return &architectv1.ApprovePlanResponse{Plan: p.proto(), Run: run}, nil
+}
+
+// startRun submits p's DAG to the orchestrator, as who, and returns the
+// run it started. The plan id is the run's request id. An approval whose
+// decision failed to store cancelled the run it started; the plan is still
+// awaiting approval, so its next approval starts a new run, under a
+// request id naming the cancelled one (the same on every retry).
+func (s *Service) startRun(ctx context.Context, who identity.Identity, p plan, limits *orchestratorv1.SessionLimits,
+	maxConcurrency int32) (*orchestratorv1.Run, error) {
+	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
+	defer cancel()
+	requestID := p.ID
+	for range maxApprovalRuns {
+		start := time.Now()
+		resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
+			SessionId:      p.SessionID,
+			Dag:            p.DAG,
+			MaxConcurrency: maxConcurrency,
+			Plan:           p.name(),
+			RequestId:      requestID,
+			SessionLimits:  limits,
+			Context:        runContext(p.Intent),
+		})
+		s.metrics.orchestrator.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return nil, s.orchestratorError(ctx, p, err)
+		}
+		run := resp.GetRun()
+		if run.GetState() != orchestratorv1.RunState_RUN_STATE_CANCELLED {
+			return run, nil
+		}
+		requestID = p.ID + "/after/" + run.GetId()
+	}
+	return nil, apierr.New(codes.Aborted, reasonRunsCancelled,
+		"the last %d runs started for %s were cancelled before its approval was stored; retry later", maxApprovalRuns, p.name())
 }
 
 // sessionLimits reads the plan's session from the Guide, as the caller, and
@@ -400,29 +334,13 @@ func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanR
 func (s *Service) sessionLimits(ctx context.Context, who identity.Identity, p plan) (*orchestratorv1.SessionLimits, error) {
 	sess, err := s.sessions.Get(ctx, who, p.SessionID, "the session's limits")
 	if status.Code(err) == codes.NotFound {
-		return nil, status.Errorf(codes.FailedPrecondition, "session sessions/%s not found; cannot approve its plan", p.SessionID)
+		return nil, apierr.FailedPrecondition(reasonSessionGone, "session sessions/%s not found; cannot approve its plan", p.SessionID)
 	}
 	if err != nil || sess == nil {
 		return nil, err
 	}
 	c := sess.GetConfig()
 	return &orchestratorv1.SessionLimits{MaxConcurrentTasks: c.GetMaxConcurrentTasks(), MaxEngineers: c.GetMaxEngineers()}, nil
-}
-
-// orchestratorError passes the orchestrator's status code through (an
-// invalid DAG stays InvalidArgument), naming where it came from.
-func (s *Service) orchestratorError(ctx context.Context, p plan, err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		s.log.ErrorContext(ctx, "submit plan", slog.String("plan", p.name()), logx.Err(err))
-		return status.Error(codes.Unavailable, "orchestrator unavailable; retry the approval")
-	}
-	if st.Code() == codes.Unavailable || st.Code() == codes.Internal || st.Code() == codes.Unknown {
-		s.log.WarnContext(ctx, "submit plan", slog.String("plan", p.name()), slog.String(logx.KeyCode, st.Code().String()), logx.Err(err))
-	}
-	pb := st.Proto()
-	pb.Message = "orchestrator: " + pb.GetMessage()
-	return status.FromProto(pb).Err()
 }
 
 // RejectPlan marks an awaiting plan rejected, with an optional reason.
@@ -437,15 +355,15 @@ func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanReq
 	}
 	reason := strings.TrimSpace(req.GetReason())
 	if len(reason) > s.cfg.MaxReasonBytes {
-		return nil, invalid("reason", "%d bytes exceeds the limit of %d bytes", len(reason), s.cfg.MaxReasonBytes)
+		return nil, apierr.Invalid("reason", "%d bytes exceeds the limit of %d bytes", len(reason), s.cfg.MaxReasonBytes)
 	}
 	o := ownerOf(who)
 	p, err := getPlan(ctx, s.db, o, sessionID, id)
 	if err != nil {
-		return nil, s.toStatus(ctx, "reject plan", err)
+		return nil, apierr.Status(ctx, s.log, "reject plan", err)
 	}
 	if p.State != stateAwaitingApproval {
-		return nil, s.toStatus(ctx, "reject plan", &stateError{current: stateWords(p.State), action: "reject"})
+		return nil, planDecided(p.State, "reject")
 	}
 	now := s.now()
 	p.State, p.RejectReason, p.UpdateTime, p.RejectTime = stateRejected, reason, now, &now
@@ -456,7 +374,7 @@ func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanReq
 	if reason != "" {
 		text += " (" + reason + ")"
 	}
-	s.publishDecision(ctx, p, eventRejected, text, map[string]any{"plan": p.name(), "reason": reason})
+	s.publishDecision(ctx, p, eventv1.EventType_EVENT_TYPE_PLAN_REJECTED, text)
 	return &architectv1.RejectPlanResponse{Plan: p.proto()}, nil
 }
 
@@ -464,7 +382,7 @@ func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanReq
 // reports its new state.
 func (s *Service) decide(ctx context.Context, o owner, p plan, verb string) error {
 	if err := s.decideIn(ctx, s.db, o, p, verb); err != nil {
-		return s.toStatus(ctx, verb+" plan", err)
+		return apierr.Status(ctx, s.log, verb+" plan", err)
 	}
 	s.metrics.decided.WithLabelValues(p.State).Inc()
 	return nil
@@ -481,7 +399,7 @@ func (s *Service) decideIn(ctx context.Context, q querier, o owner, p plan, verb
 		if err != nil {
 			return err
 		}
-		return &stateError{current: stateWords(cur.State), action: verb}
+		return planDecided(cur.State, verb)
 	}
 	return nil
 }
@@ -493,23 +411,5 @@ func (s *Service) cancelRun(ctx context.Context, who identity.Identity, run *orc
 	defer cancel()
 	if _, err := s.orchestrator.CancelRun(cctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()}); err != nil {
 		s.log.ErrorContext(ctx, "cancel a run whose approval was not stored", slog.String(logx.KeyRunID, run.GetId()), logx.Err(err))
-	}
-}
-
-// publishDecision records an approval or rejection on the session stream.
-// The decision is committed already, so a bus failure is only logged.
-func (s *Service) publishDecision(ctx context.Context, p plan, typ, text string, data map[string]any) {
-	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
-		Tenant:        p.TenantID,
-		Session:       p.SessionID,
-		ID:            p.ID + "." + typ,
-		Type:          typ,
-		Source:        topology.AgentArchitect,
-		CorrelationID: p.CorrelationID,
-		Text:          text,
-		Data:          data,
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "publish plan event", slog.String("type", typ), slog.String("plan", p.name()), logx.Err(err))
 	}
 }

@@ -21,6 +21,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/guidesession"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -67,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"decision"}),
 		inbox: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sylk_architect_inbox_messages_total",
-			Help: "Inbox messages handled, by result (drafted, duplicate, refused, dropped, retry).",
+			Help: "Inbox messages handled, by result (drafted, duplicate, refused, expired, rejected, failed).",
 		}, []string{"result"}),
 		orchestrator: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sylk_architect_orchestrator_request_duration_seconds",
@@ -158,9 +159,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	return s.bus.Consume(ctx, natsx.ConsumerSpec{
-		Stream:         s.bus.Stream(topology.StreamAgents),
-		Durable:        topology.AgentArchitect,
-		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentArchitect)},
-	}, s.handleInbox)
+	return inbox.Run(ctx, s.bus, inbox.Config{Agent: topology.AgentArchitect, Timeout: s.cfg.InboxTimeout,
+		Outcomes: s.metrics.inbox, Log: s.log}, s.handleInbox)
 }

@@ -136,7 +136,7 @@ func loadPlan(ctx context.Context, q querier, o owner, sessionID, id, lock strin
 		WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.session_id = $3 AND p.id = $4`+lock,
 		o.tenant, o.user, sessionID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return plan{}, &notFoundError{name: planName(sessionID, id)}
+		return plan{}, planNotFound(planName(sessionID, id))
 	}
 	if err != nil {
 		return plan{}, fmt.Errorf("load plan %s: %w", id, err)

@@ -16,6 +16,7 @@ import (
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -134,7 +135,7 @@ func TestCreateEntryValidation(t *testing.T) {
 	}{
 		{"no identity", context.Background(), &archivalistv1.Entry{Category: "note", Title: "x"}, codes.Unauthenticated, nil},
 		{"viewer", as("t1", "v", identity.RoleViewer), &archivalistv1.Entry{Category: "note", Title: "x"}, codes.PermissionDenied, nil},
-		{"no entry", admin("t1"), nil, codes.InvalidArgument, []string{"entry is required"}},
+		{"no entry", admin("t1"), nil, codes.InvalidArgument, []string{"entry: required"}},
 		{"no category", admin("t1"), &archivalistv1.Entry{Title: "x"}, codes.InvalidArgument,
 			[]string{"entry.category: required", "decision, failure, outcome, pattern, note, routing_failure, consultation, message, pipeline_handoff, architect_workflow, inspector_findings, tester_summary"}},
 		{"unknown category", admin("t1"), &archivalistv1.Entry{Category: "gossip", Title: "x"}, codes.InvalidArgument,
@@ -220,7 +221,7 @@ func TestSearchSessionScoping(t *testing.T) {
 		search(&archivalistv1.SearchEntriesRequest{Query: "deadlock", CrossSession: true, Category: "pattern"}))
 
 	_, err := f.svc.SearchEntries(ctx, &archivalistv1.SearchEntriesRequest{Query: "deadlock"})
-	requireCode(t, err, codes.InvalidArgument, "session_id is required unless cross_session is set")
+	requireCode(t, err, codes.InvalidArgument, "session_id: required unless cross_session is set")
 
 	// Another tenant sees none of it, even across sessions.
 	resp, err := f.svc.SearchEntries(admin("t2"), &archivalistv1.SearchEntriesRequest{Query: "deadlock", CrossSession: true})
@@ -281,7 +282,7 @@ func TestSearchValidation(t *testing.T) {
 	}{
 		{"no query", &archivalistv1.SearchEntriesRequest{SessionId: ids.New()}, "query: required"},
 		{"long query", &archivalistv1.SearchEntriesRequest{Query: strings.Repeat("a", 1025), CrossSession: true}, "query: at most 1024 bytes"},
-		{"no session", &archivalistv1.SearchEntriesRequest{Query: "x"}, "session_id is required unless cross_session is set"},
+		{"no session", &archivalistv1.SearchEntriesRequest{Query: "x"}, "session_id: required unless cross_session is set"},
 		{"bad session", &archivalistv1.SearchEntriesRequest{Query: "x", SessionId: "abc"}, "session_id: must be a UUID"},
 		{"bad category", &archivalistv1.SearchEntriesRequest{Query: "x", CrossSession: true, Category: "gossip"}, "allowed values"},
 		{"negative page size", &archivalistv1.SearchEntriesRequest{Query: "x", CrossSession: true, PageSize: -1}, "page_size"},
@@ -408,6 +409,7 @@ func TestPrivateEntriesAreTheirUsers(t *testing.T) {
 
 	_, err := f.svc.GetEntry(bob, &archivalistv1.GetEntryRequest{Name: private.GetName()})
 	requireCode(t, err, codes.NotFound)
+	require.Equal(t, "ENTRY_NOT_FOUND", apierr.Reason(err), "another user's private entry is reported as missing")
 	_, err = f.svc.GetEntry(admin("t1"), &archivalistv1.GetEntryRequest{Name: private.GetName()})
 	require.NoError(t, err)
 	listed, err := f.svc.ListEntries(bob, &archivalistv1.ListEntriesRequest{})

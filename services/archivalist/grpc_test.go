@@ -55,7 +55,7 @@ func TestGRPCRoundTrip(t *testing.T) {
 	require.True(t, proto.Equal(created.GetEntry(), found.GetHits()[0].GetEntry()))
 
 	_, err = client.SearchEntries(call, &archivalistv1.SearchEntriesRequest{Query: "gateway"})
-	requireCode(t, err, codes.InvalidArgument, "session_id is required unless cross_session is set")
+	requireCode(t, err, codes.InvalidArgument, "session_id: required unless cross_session is set")
 	_, err = client.GetEntry(call, &archivalistv1.GetEntryRequest{Name: "entries/" + ids.New()})
 	requireCode(t, err, codes.NotFound)
 }

@@ -7,17 +7,12 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"time"
 	"unicode/utf8"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/topology"
-
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -35,83 +30,69 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-// Event types and the metadata keys of store requests.
+// defaultStoreCategory is used when a store request names no category.
+const defaultStoreCategory = "note"
+
+// Inbox outcomes of the archivalist's own (pkg/inbox counts the others).
 const (
-	EventAnswered    = "message.answered"
-	MetadataCategory = "category"
-	MetadataTitle    = "title"
-	// defaultStoreCategory is used when a store request names no category.
-	defaultStoreCategory = "note"
+	outcomeStored    = "stored"
+	outcomeDuplicate = "duplicate"
 )
 
-// handleInbox answers one routed message: a question is searched and
-// answered on the session's event stream; a store request is recorded.
-func (s *Service) handleInbox(ctx context.Context, msg jetstream.Msg) error {
-	var env messagev1.Envelope
-	if err := natsx.Unmarshal(msg, &env); err != nil {
-		s.metrics.inbox.WithLabelValues("rejected").Inc()
-		return err
+// handleInbox handles one routed message: a store request is recorded; a
+// question is searched and answered on the session's event stream.
+func (s *Service) handleInbox(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
+	if req := env.GetStoreRequest(); req != nil {
+		return s.record(ctx, env, req)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.InboxTimeout)
-	defer cancel()
-	outcome, err := s.dispatch(ctx, &env)
-	if err != nil && outcome == "" {
-		outcome = "failed"
+	if env.GetType() == messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST {
+		return inbox.Result{}, inbox.Reject("store request %s carries no store_request", env.GetId())
 	}
-	s.metrics.inbox.WithLabelValues(outcome).Inc()
-	return err
+	return s.answer(ctx, env)
 }
 
-// reject drops a message that redelivery cannot fix.
-func reject(format string, args ...any) (string, error) {
-	return "rejected", natsx.Permanent(fmt.Errorf(format, args...))
+// record records a store request as an entry. The message id makes it
+// idempotent, so a redelivered request is stored once.
+func (s *Service) record(ctx context.Context, env *messagev1.Envelope, req *messagev1.StoreRequest) (inbox.Result, error) {
+	e := s.storedEntry(env, req)
+	if err := s.validateEntry(e); err != nil {
+		return inbox.Result{}, inbox.Reject("store request %s: %w", env.GetId(), err)
+	}
+	stored, err := s.store.insert(ctx, e, env.GetId())
+	if errors.Is(err, errDuplicate) {
+		return inbox.Result{Outcome: outcomeDuplicate}, nil
+	}
+	if err != nil {
+		return inbox.Result{}, err
+	}
+	s.metrics.created.WithLabelValues(stored.Category).Inc()
+	s.log.InfoContext(ctx, "entry stored from message", slog.String("entry", stored.ID), slog.String("category", stored.Category),
+		slog.String(logx.KeyTenantID, stored.TenantID), slog.String("message_id", env.GetId()))
+	return inbox.Result{Outcome: outcomeStored}, nil
 }
 
-func (s *Service) dispatch(ctx context.Context, env *messagev1.Envelope) (string, error) {
-	log := s.log.With(slog.String("message_id", env.GetId()), slog.String(logx.KeyCorrelationID, env.GetCorrelationId()),
-		slog.String(logx.KeyTenantID, env.GetTenantId()), slog.String(logx.KeySessionID, env.GetSessionId()))
-	if env.GetTenantId() == "" {
-		return reject("message %s has no tenant", env.GetId())
-	}
-	if d := env.GetDeadline(); d != nil && d.IsValid() && time.Now().After(d.AsTime()) {
-		log.WarnContext(ctx, "inbox message expired before handling")
-		return "expired", nil
-	}
-	switch {
-	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST:
-		ar := env.GetAgentResponse()
-		if ar == nil {
-			return reject("store request %s carries no agent_response", env.GetId())
-		}
-		return s.storeResponse(ctx, log, env, ar)
-	case env.GetUserInput() != nil:
-		return s.answer(ctx, log, env)
-	}
-	return reject("message %s: unsupported type %s", env.GetId(), env.GetType())
-}
-
-// storeResponse records an agent's response as an entry. The message id
-// makes it idempotent, so a redelivered request is stored once.
-func (s *Service) storeResponse(ctx context.Context, log *slog.Logger, env *messagev1.Envelope, ar *messagev1.AgentResponse) (string, error) {
-	md := env.GetMetadata()
-	category := strings.TrimSpace(md[MetadataCategory])
+// storedEntry is the entry a store request asks for: its category (else
+// a note), its title (else the content's first line), its content clipped
+// to the configured bound, recorded by its source (else the envelope's).
+func (s *Service) storedEntry(env *messagev1.Envelope, req *messagev1.StoreRequest) entry {
+	category := strings.TrimSpace(req.GetCategory())
 	if category == "" {
 		category = defaultStoreCategory
 	}
-	source := strings.TrimSpace(ar.GetAgent())
+	source := strings.TrimSpace(req.GetSource())
 	if source == "" {
 		source = strings.TrimSpace(env.GetSource())
 	}
 	source = truncateChars(source, MaxSourceChars)
-	content := responseContent(ar)
-	title := strings.TrimSpace(md[MetadataTitle])
+	content := strings.TrimSpace(req.GetContent())
+	title := strings.TrimSpace(req.GetTitle())
 	if title == "" {
 		title = firstLine(content)
 	}
 	if title == "" {
-		title = source + " response"
+		title = source + " record"
 	}
-	e := entry{
+	return entry{
 		TenantID:  env.GetTenantId(),
 		ID:        ids.New(),
 		Category:  category,
@@ -121,55 +102,15 @@ func (s *Service) storeResponse(ctx context.Context, log *slog.Logger, env *mess
 		UserID:    env.GetUserId(),
 		Source:    source,
 	}
-	if err := s.validateEntry(e); err != nil {
-		return reject("store request %s: %w", env.GetId(), err)
-	}
-	stored, err := s.store.insert(ctx, e, env.GetId())
-	if errors.Is(err, errDuplicate) {
-		return "duplicate", nil
-	}
+}
+
+// answer searches the archive for a routed question; when nothing matches,
+// the answer lists the newest entries instead.
+func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
+	text, err := inbox.Question(env)
 	if err != nil {
-		return "", err
+		return inbox.Result{}, err
 	}
-	s.metrics.created.WithLabelValues(stored.Category).Inc()
-	log.InfoContext(ctx, "entry stored from message", slog.String("entry", stored.ID), slog.String("category", stored.Category))
-	return "stored", nil
-}
-
-// responseContent is the response text followed by its hits, one a line.
-func responseContent(ar *messagev1.AgentResponse) string {
-	var b strings.Builder
-	b.WriteString(strings.TrimSpace(ar.GetText()))
-	for i, h := range ar.GetHits() {
-		if i == 0 {
-			b.WriteString("\n\n")
-		} else {
-			b.WriteString("\n")
-		}
-		b.WriteString("- ")
-		b.WriteString(h.GetTitle())
-		if p := h.GetPath(); p != "" {
-			fmt.Fprintf(&b, " (%s", p)
-			if h.GetLineStart() > 0 {
-				fmt.Fprintf(&b, ":%d-%d", h.GetLineStart(), h.GetLineEnd())
-			}
-			b.WriteString(")")
-		}
-		if sn := h.GetSnippet(); sn != "" {
-			b.WriteString(": ")
-			b.WriteString(sn)
-		}
-	}
-	return strings.TrimSpace(b.String())
-}
-
-// answer searches the archive for a routed question and publishes the
-// answer on the session's event stream.
-func (s *Service) answer(ctx context.Context, log *slog.Logger, env *messagev1.Envelope) (string, error) {
-	if !ids.Valid(env.GetSessionId()) {
-		return reject("message %s: session_id %q is not a UUID", env.GetId(), env.GetSessionId())
-	}
-	text := env.GetUserInput().GetText()
 	cross := crossSessionPattern.MatchString(text)
 	query := strings.Join(strings.Fields(crossSessionPattern.ReplaceAllString(text, " ")), " ")
 	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
@@ -179,38 +120,24 @@ func (s *Service) answer(ctx context.Context, log *slog.Logger, env *messagev1.E
 	}
 	var hits []hit
 	if textsearch.HasWords(query) {
-		var err error
 		if hits, err = s.search(ctx, env.GetTenantId(), q); err != nil {
-			return "", err
+			return inbox.Result{}, err
 		}
 	}
 	var recent []entry
 	if len(hits) == 0 {
-		var err error
 		recent, _, err = s.store.list(ctx, env.GetTenantId(), listQuery{SessionID: q.SessionID, Limit: s.cfg.InboxHits, Viewer: q.Viewer})
 		if err != nil {
-			return "", err
+			return inbox.Result{}, err
 		}
 	}
-	corr := env.GetCorrelationId()
-	if corr == "" {
-		corr = env.GetId()
-	}
-	_, err := topology.PublishEvent(ctx, s.bus, topology.Event{
-		Tenant:        env.GetTenantId(),
-		Session:       env.GetSessionId(),
-		ID:            env.GetId() + ":answer",
-		Type:          EventAnswered,
-		Source:        topology.AgentArchivalist,
-		CorrelationID: corr,
-		Text:          answerText(query, cross, hits, recent),
-		Data:          answerData(query, cross, hits, recent),
-	})
-	if err != nil {
-		return "", fmt.Errorf("publish answer: %w", err)
-	}
-	log.InfoContext(ctx, "question answered", slog.Int("hits", len(hits)), slog.Bool("cross_session", cross))
-	return "answered", nil
+	return inbox.Result{Answer: &messagev1.AgentAnswer{
+		Text:         answerText(query, cross, hits, recent),
+		Query:        query,
+		CrossSession: cross,
+		Hits:         answerHits(hits),
+		Recent:       recentHits(recent),
+	}}, nil
 }
 
 func answerText(query string, cross bool, hits []hit, recent []entry) string {
@@ -248,40 +175,39 @@ func titles(es []entry) string {
 	return strings.Join(parts, "; ") + "."
 }
 
-func answerData(query string, cross bool, hits []hit, recent []entry) map[string]any {
-	hs := make([]any, 0, len(hits))
+// entryHit is e as an answer's hit.
+func entryHit(e entry) *messagev1.Hit {
+	return &messagev1.Hit{
+		Kind:      messagev1.HitKind_HIT_KIND_ENTRY,
+		Id:        e.ID,
+		Name:      namePrefix + e.ID,
+		Title:     e.Title,
+		Category:  e.Category,
+		SessionId: e.SessionID,
+	}
+}
+
+// answerHits are the entries found, with their snippets and scores.
+func answerHits(hits []hit) []*messagev1.Hit {
+	out := make([]*messagev1.Hit, 0, len(hits))
 	for _, h := range hits {
-		hs = append(hs, map[string]any{
-			"id":         h.ID,
-			"name":       namePrefix + h.ID,
-			"title":      h.Title,
-			"category":   h.Category,
-			"snippet":    h.Snippet,
-			"score":      h.Score,
-			"session_id": h.SessionID,
-		})
+		eh := entryHit(h.entry)
+		eh.Snippet, eh.Score = h.Snippet, h.Score
+		out = append(out, eh)
 	}
-	data := map[string]any{
-		"agent":         topology.AgentArchivalist,
-		"query":         query,
-		"cross_session": cross,
-		"hits":          hs,
+	return out
+}
+
+// recentHits are the newest entries shown when nothing matched, each with
+// the start of its content.
+func recentHits(recent []entry) []*messagev1.Hit {
+	out := make([]*messagev1.Hit, 0, len(recent))
+	for _, e := range recent {
+		eh := entryHit(e)
+		eh.Snippet = textsearch.CleanSnippet(e.Content, SnippetChars)
+		out = append(out, eh)
 	}
-	if len(recent) > 0 {
-		rs := make([]any, 0, len(recent))
-		for _, e := range recent {
-			rs = append(rs, map[string]any{
-				"id":         e.ID,
-				"name":       namePrefix + e.ID,
-				"title":      e.Title,
-				"category":   e.Category,
-				"snippet":    textsearch.CleanSnippet(e.Content, SnippetChars),
-				"session_id": e.SessionID,
-			})
-		}
-		data["recent"] = rs
-	}
-	return data
+	return out
 }
 
 func firstLine(s string) string {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -40,12 +40,12 @@ func runInbox(t *testing.T, f fixture) func(env *messagev1.Envelope) {
 }
 
 // awaitAnswer waits for the answer event correlated with corr on a session.
-func awaitAnswer(t *testing.T, f fixture, tenant, session, corr string) *guidev1.Event {
+func awaitAnswer(t *testing.T, f fixture, tenant, session, corr string) *eventv1.Event {
 	t.Helper()
 	ctx := context.Background()
 	stream, err := f.bus.JS.Stream(ctx, f.bus.Stream(topology.StreamEvents))
 	require.NoError(t, err)
-	var ev guidev1.Event
+	var ev eventv1.Event
 	require.Eventually(t, func() bool {
 		m, err := stream.GetLastMsgForSubject(ctx, topology.EventSubject(f.bus, tenant, session, topology.AgentArchivalist))
 		if err != nil {
@@ -72,10 +72,10 @@ func question(tenant, session, text string) *messagev1.Envelope {
 	}
 }
 
-func hitIDs(ev *guidev1.Event) []string {
+func idsOf(hits []*messagev1.Hit) []string {
 	var out []string
-	for _, h := range ev.GetData().GetFields()["hits"].GetListValue().GetValues() {
-		out = append(out, h.GetStructValue().GetFields()["id"].GetStringValue())
+	for _, h := range hits {
+		out = append(out, h.GetId())
 	}
 	return out
 }
@@ -107,23 +107,27 @@ func TestInboxAnswersQuestions(t *testing.T) {
 		q := question("t1", tt.session, tt.text)
 		publish(q)
 		ev := awaitAnswer(t, f, "t1", tt.session, q.GetCorrelationId())
-		require.Equal(t, EventAnswered, ev.GetType(), tt.name)
+		require.Equal(t, eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, ev.GetType(), tt.name)
 		require.Equal(t, topology.AgentArchivalist, ev.GetSource(), tt.name)
 		require.NotEmpty(t, ev.GetText(), tt.name)
-		fields := ev.GetData().GetFields()
-		require.Equal(t, "archivalist", fields["agent"].GetStringValue(), tt.name)
-		require.Equal(t, tt.cross, fields["cross_session"].GetBoolValue(), tt.name)
-		require.ElementsMatch(t, tt.want, hitIDs(ev), tt.name)
+		answer := ev.GetMessageAnswered()
+		require.Equal(t, "archivalist", answer.GetAgent(), tt.name)
+		require.Equal(t, tt.cross, answer.GetCrossSession(), tt.name)
+		require.False(t, answer.GetCannotHelp(), "%s: a search that found nothing is an answer", tt.name)
+		require.ElementsMatch(t, tt.want, idsOf(answer.GetHits()), tt.name)
 		if len(tt.want) > 0 {
-			hit := fields["hits"].GetListValue().GetValues()[0].GetStructValue().GetFields()
-			for _, k := range []string{"id", "title", "category", "snippet", "session_id"} {
-				require.NotEmpty(t, hit[k].GetStringValue(), "%s: hit field %s", tt.name, k)
+			hit := answer.GetHits()[0]
+			require.Equal(t, messagev1.HitKind_HIT_KIND_ENTRY, hit.GetKind(), tt.name)
+			require.Equal(t, "entries/"+hit.GetId(), hit.GetName(), tt.name)
+			for k, v := range map[string]string{"id": hit.GetId(), "title": hit.GetTitle(), "category": hit.GetCategory(),
+				"snippet": hit.GetSnippet(), "session_id": hit.GetSessionId()} {
+				require.NotEmpty(t, v, "%s: hit field %s", tt.name, k)
 			}
-			require.Positive(t, hit["score"].GetNumberValue(), tt.name)
+			require.Positive(t, hit.GetScore(), tt.name)
 			require.Contains(t, ev.GetText(), "Found", tt.name)
 		} else {
 			require.Contains(t, ev.GetText(), "No archived entries in this session match", tt.name)
-			require.NotEmpty(t, fields["recent"].GetListValue().GetValues(), "the answer lists recent entries")
+			require.NotEmpty(t, answer.GetRecent(), "the answer lists recent entries")
 		}
 	}
 	// The answer is published before the outcome is counted.
@@ -132,7 +136,7 @@ func TestInboxAnswersQuestions(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
-func TestInboxStoresAgentResponses(t *testing.T) {
+func TestInboxStoresRecords(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, true)
 	publish := runInbox(t, f)
@@ -142,28 +146,20 @@ func TestInboxStoresAgentResponses(t *testing.T) {
 	publish(&messagev1.Envelope{Id: ids.New(), Type: messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
 		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "no tenant"}}})
 
-	store := &messagev1.Envelope{
-		Id:        ids.New(),
-		TenantId:  "t1",
-		SessionId: session,
-		UserId:    "u1",
-		Source:    "librarian",
-		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		Metadata:  map[string]string{MetadataCategory: "consultation"},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: "librarian",
-			Text:  "The router lives in services/guide.\nIt reads the route cache first.",
-			Hits:  []*messagev1.Hit{{Title: "router", Path: "services/guide/route.go", LineStart: 10, LineEnd: 40}},
-		}},
-	}
+	// A store request without its payload is dropped too.
+	publish(&messagev1.Envelope{Id: ids.New(), TenantId: "t1", SessionId: session, Type: messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST})
+
+	store := topology.StoreRequest(topology.Record{ID: ids.New(), Tenant: "t1", Session: session, User: "u1",
+		Source: "librarian", Category: "consultation",
+		Text: "The router lives in services/guide.\nIt reads the route cache first: services/guide/route.go:10-40"})
 	publish(store)
-	plain := &messagev1.Envelope{
-		Id:        ids.New(),
-		TenantId:  "t1",
-		SessionId: session,
-		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		Payload:   &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "tester", Text: "All tests passed."}},
-	}
+	// Delivered again (a new stream message): stored once.
+	_, err := f.bus.Publish(context.Background(), topology.InboxSubject(f.bus, topology.AgentArchivalist), "", store)
+	require.NoError(t, err)
+	// Without a category, title or source of its own, a request is a note
+	// titled by its first line and recorded by the envelope's source.
+	plain := topology.StoreRequest(topology.Record{ID: ids.New(), Tenant: "t1", Session: session, Text: "All tests passed."})
+	plain.Source = "tester"
 	publish(plain)
 
 	ctx := admin("t1")
@@ -187,6 +183,7 @@ func TestInboxStoresAgentResponses(t *testing.T) {
 	note := byCategory["note"]
 	require.NotNil(t, note, "the default category is note")
 	require.Equal(t, "tester", note.GetSource())
+	require.Equal(t, "All tests passed.", note.GetTitle())
 
 	// Store requests are not answered: the session has no events.
 	stream, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamEvents))
@@ -196,10 +193,11 @@ func TestInboxStoresAgentResponses(t *testing.T) {
 	require.Empty(t, info.State.Subjects)
 
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("rejected")) == 1
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("rejected")) == 2
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("stored")) == 2
+		return testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("stored")) == 2 &&
+			testutil.ToFloat64(f.svc.metrics.inbox.WithLabelValues("duplicate")) == 1
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
@@ -215,13 +213,7 @@ func TestInboxRecentEntriesArePrivate(t *testing.T) {
 	shared := f.create(t, alice, &archivalistv1.Entry{Category: "decision", Title: "Shared decision", SessionId: session})
 	publish := runInbox(t, f)
 
-	recentIDs := func(ev *guidev1.Event) []string {
-		var out []string
-		for _, r := range ev.GetData().GetFields()["recent"].GetListValue().GetValues() {
-			out = append(out, r.GetStructValue().GetFields()["id"].GetStringValue())
-		}
-		return out
-	}
+	recentIDs := func(ev *eventv1.Event) []string { return idsOf(ev.GetMessageAnswered().GetRecent()) }
 	for _, text := range []string{"kubernetes", "kubernetes across sessions"} {
 		q := question("t1", session, text)
 		q.UserId = "bob"

@@ -2,7 +2,6 @@ package archivalist
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,16 +9,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/pgstore"
-
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -51,11 +47,11 @@ func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntr
 		return nil, err
 	}
 	if who.Role == identity.RoleViewer {
-		return nil, status.Error(codes.PermissionDenied, "viewers cannot create entries")
+		return nil, errViewer
 	}
 	in := req.GetEntry()
 	if in == nil {
-		return nil, status.Error(codes.InvalidArgument, "entry is required")
+		return nil, errNoEntry
 	}
 	e := entry{
 		TenantID:  who.TenantID,
@@ -71,7 +67,7 @@ func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntr
 		e.Source = DefaultSource
 	}
 	if err := s.validateEntry(e); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	if e.SessionID != "" {
 		// Sessions belong to users: an entry is recorded in one of the
@@ -82,7 +78,7 @@ func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntr
 	}
 	stored, err := s.store.insert(ctx, e, "")
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "create entry", err)
 	}
 	s.metrics.created.WithLabelValues(stored.Category).Inc()
 	s.log.InfoContext(ctx, "entry created", slog.String("entry", stored.ID), slog.String("category", stored.Category),
@@ -98,11 +94,11 @@ func (s *Service) GetEntry(ctx context.Context, req *archivalistv1.GetEntryReque
 	}
 	id, ok := strings.CutPrefix(req.GetName(), namePrefix)
 	if !ok || !ids.Valid(id) {
-		return nil, status.Errorf(codes.InvalidArgument, "name: want %s{uuid}, got %q", namePrefix, req.GetName())
+		return nil, apierr.Invalid("name", "want %s{uuid}, got %q", namePrefix, req.GetName())
 	}
 	e, err := s.store.get(ctx, who.TenantID, viewerOf(who), id)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "get entry", err)
 	}
 	return &archivalistv1.GetEntryResponse{Entry: toProto(e)}, nil
 }
@@ -114,22 +110,22 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 	if err != nil {
 		return nil, err
 	}
-	var problems []string
+	var problems []apierr.FieldViolation
 	if req.GetPageSize() < 0 {
-		problems = append(problems, "page_size: must not be negative")
+		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})
 	}
 	if sid := req.GetSessionId(); sid != "" && !ids.Valid(sid) {
-		problems = append(problems, "session_id: must be a UUID")
+		problems = append(problems, apierr.FieldViolation{Field: "session_id", Description: "must be a UUID"})
 	}
 	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
-		problems = append(problems, categoryProblem(c))
+		problems = append(problems, categoryProblem("category", c))
 	}
 	after, err := textsearch.ParseToken(req.GetPageToken())
 	if err != nil {
-		problems = append(problems, "page_token: invalid")
+		problems = append(problems, apierr.FieldViolation{Field: "page_token", Description: "invalid"})
 	}
-	if len(problems) > 0 {
-		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	if err := apierr.InvalidFields(problems...); err != nil {
+		return nil, err
 	}
 	entries, next, err := s.store.list(ctx, who.TenantID, listQuery{
 		Viewer:    viewerOf(who),
@@ -139,7 +135,7 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 		Limit:     textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "list entries", err)
 	}
 	resp := &archivalistv1.ListEntriesResponse{Entries: make([]*archivalistv1.Entry, 0, len(entries))}
 	for _, e := range entries {
@@ -159,31 +155,10 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	if err != nil {
 		return nil, err
 	}
-	var problems []string
 	query := strings.TrimSpace(req.GetQuery())
-	switch {
-	case query == "":
-		problems = append(problems, "query: required")
-	case len(query) > s.cfg.MaxQueryBytes:
-		problems = append(problems, fmt.Sprintf("query: at most %d bytes", s.cfg.MaxQueryBytes))
-	case strings.ContainsRune(query, 0) || !utf8.ValidString(query):
-		problems = append(problems, "query: must be valid UTF-8 without NUL characters")
-	}
 	sid := strings.TrimSpace(req.GetSessionId())
-	switch {
-	case sid == "" && !req.GetCrossSession():
-		problems = append(problems, "session_id is required unless cross_session is set")
-	case sid != "" && !ids.Valid(sid):
-		problems = append(problems, "session_id: must be a UUID")
-	}
-	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
-		problems = append(problems, categoryProblem(c))
-	}
-	if req.GetPageSize() < 0 {
-		problems = append(problems, "page_size: must not be negative")
-	}
-	if len(problems) > 0 {
-		return nil, status.Error(codes.InvalidArgument, strings.Join(problems, "; "))
+	if err := s.checkSearch(req, query, sid); err != nil {
+		return nil, err
 	}
 	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
 		Viewer: viewerOf(who)}
@@ -192,13 +167,34 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	}
 	hits, err := s.search(ctx, who.TenantID, q)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, apierr.Status(ctx, s.log, "search entries", err)
 	}
 	resp := &archivalistv1.SearchEntriesResponse{Hits: make([]*archivalistv1.EntryHit, 0, len(hits))}
 	for _, h := range hits {
 		resp.Hits = append(resp.Hits, &archivalistv1.EntryHit{Entry: toProto(h.entry), Score: h.Score, Snippet: h.Snippet})
 	}
 	return resp, nil
+}
+
+// checkSearch reports every problem of a search request, naming the fields.
+func (s *Service) checkSearch(req *archivalistv1.SearchEntriesRequest, query, sid string) error {
+	var problems []apierr.FieldViolation
+	if p := textsearch.QueryProblem(query, s.cfg.MaxQueryBytes); p != "" {
+		problems = append(problems, apierr.FieldViolation{Field: "query", Description: p})
+	}
+	switch {
+	case sid == "" && !req.GetCrossSession():
+		problems = append(problems, apierr.FieldViolation{Field: "session_id", Description: "required unless cross_session is set"})
+	case sid != "" && !ids.Valid(sid):
+		problems = append(problems, apierr.FieldViolation{Field: "session_id", Description: "must be a UUID"})
+	}
+	if c := req.GetCategory(); c != "" && !slices.Contains(Categories, c) {
+		problems = append(problems, categoryProblem("category", c))
+	}
+	if req.GetPageSize() < 0 {
+		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})
+	}
+	return apierr.InvalidFields(problems...)
 }
 
 // search runs a search and records its duration.
@@ -232,66 +228,46 @@ func ownViewer(user string) string {
 
 // validateEntry reports every problem with a new entry, naming the fields.
 func (s *Service) validateEntry(e entry) error {
-	var problems []string
+	var problems []apierr.FieldViolation
+	problem := func(field, format string, args ...any) {
+		problems = append(problems, apierr.FieldViolation{Field: "entry." + field, Description: fmt.Sprintf(format, args...)})
+	}
 	switch {
 	case e.Category == "":
-		problems = append(problems, "entry.category: required; "+allowedCategories())
+		problem("category", "required; %s", allowedCategories())
 	case !slices.Contains(Categories, e.Category):
-		problems = append(problems, "entry."+categoryProblem(e.Category))
+		problems = append(problems, categoryProblem("entry.category", e.Category))
 	}
 	switch {
 	case e.Title == "":
-		problems = append(problems, "entry.title: required")
+		problem("title", "required")
 	case utf8.RuneCountInString(e.Title) > MaxTitleChars:
-		problems = append(problems, fmt.Sprintf("entry.title: at most %d characters", MaxTitleChars))
+		problem("title", "at most %d characters", MaxTitleChars)
 	}
 	if len(e.Content) > s.cfg.MaxContentBytes {
-		problems = append(problems, fmt.Sprintf("entry.content: at most %d bytes", s.cfg.MaxContentBytes))
+		problem("content", "at most %d bytes", s.cfg.MaxContentBytes)
 	}
 	if e.SessionID != "" && !ids.Valid(e.SessionID) {
-		problems = append(problems, "entry.session_id: must be a UUID")
+		problem("session_id", "must be a UUID")
 	}
 	if utf8.RuneCountInString(e.Source) > MaxSourceChars {
-		problems = append(problems, fmt.Sprintf("entry.source: at most %d characters", MaxSourceChars))
+		problem("source", "at most %d characters", MaxSourceChars)
 	}
-	for field, v := range map[string]string{"title": e.Title, "content": e.Content, "source": e.Source} {
-		if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
-			problems = append(problems, "entry."+field+": must be valid UTF-8 without NUL characters")
+	for _, f := range [...]struct{ name, value string }{{"content", e.Content}, {"source", e.Source}, {"title", e.Title}} {
+		if strings.ContainsRune(f.value, 0) || !utf8.ValidString(f.value) {
+			problem(f.name, "must be valid UTF-8 without NUL characters")
 		}
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	slices.Sort(problems)
-	return errors.New(strings.Join(problems, "; "))
+	return apierr.InvalidFields(problems...)
 }
 
-func categoryProblem(c string) string {
-	return fmt.Sprintf("category: %q is not allowed; %s", c, allowedCategories())
+// categoryProblem says category c of field is not one of Categories.
+func categoryProblem(field, c string) apierr.FieldViolation {
+	return apierr.FieldViolation{Field: field, Description: fmt.Sprintf("%q is not allowed; %s", c, allowedCategories())}
 }
 
 func allowedCategories() string {
 	return "allowed values: " + strings.Join(Categories, ", ")
-}
-
-// toStatus maps a store error to a gRPC status; unexpected errors are logged
-// here and reach the caller as a generic Internal.
-func (s *Service) toStatus(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, errNotFound):
-		return status.Error(codes.NotFound, "entry not found")
-	case errors.Is(err, errDuplicate):
-		return status.Error(codes.AlreadyExists, "entry already exists")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case pgstore.Unavailable(err):
-		s.log.ErrorContext(ctx, "archive store unavailable", logx.Err(err))
-		return status.Error(codes.Unavailable, "archive store unavailable")
-	}
-	s.log.ErrorContext(ctx, "archive store error", logx.Err(err))
-	return status.Error(codes.Internal, "internal error")
 }
 
 func toProto(e entry) *archivalistv1.Entry {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -18,6 +17,7 @@ import (
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/guidesession"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
@@ -110,9 +110,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("archivalist: a NATS bus is required to run the inbox")
 	}
-	s.log.InfoContext(ctx, "inbox consumer starting")
-	spec := natsx.ConsumerSpec{AckWait: s.cfg.InboxTimeout + 10*time.Second}
-	if err := topology.ConsumeInbox(ctx, s.bus, topology.AgentArchivalist, spec, s.handleInbox); err != nil {
+	cfg := inbox.Config{Agent: topology.AgentArchivalist, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log}
+	if err := inbox.Run(ctx, s.bus, cfg, s.handleInbox); err != nil {
 		return fmt.Errorf("archivalist: %w", err)
 	}
 	return nil

@@ -12,13 +12,6 @@ import (
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
-var (
-	// errNotFound: no such entry in the tenant.
-	errNotFound = errors.New("entry not found")
-	// errDuplicate: the bus message was stored already.
-	errDuplicate = errors.New("entry already stored")
-)
-
 // entry is a stored chronicle entry.
 type entry struct {
 	TenantID  string
@@ -123,7 +116,7 @@ func (s *store) get(ctx context.Context, tenant, viewer, id string) (entry, erro
 		tenant, id, viewer, PrivateCategories)
 	e, err := scanEntry(row, tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return entry{}, errNotFound
+		return entry{}, entryNotFound(id)
 	}
 	if err != nil {
 		return entry{}, fmt.Errorf("get entry %s: %w", id, err)

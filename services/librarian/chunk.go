@@ -121,11 +121,55 @@ func goUnits(rel, src string, nLines int, pkgPath string) (fileUnits, bool) {
 	if err != nil {
 		return fileUnits{}, false
 	}
-	line := func(p token.Pos) int { return fset.Position(p).Line }
-	var u fileUnits
-	imports := map[string]string{}
-	headerEnd := line(f.Name.End())
-	for _, imp := range f.Imports {
+	g := &goFile{fset: fset, f: f, src: src, rel: rel, pkgPath: pkgPath, imports: map[string]string{}}
+	g.header()
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			g.funcDecl(d)
+		case *ast.GenDecl:
+			if d.Tok != token.IMPORT {
+				g.genDecl(d)
+			}
+		}
+	}
+	g.u.edges = append(g.u.edges, goTypeEdges(f, rel, pkgPath, g.imports, g.line)...)
+	g.u.spans = coverGaps(g.u.spans, nLines)
+	return g.u, true
+}
+
+// goFile is a parsed Go file whose units are being collected.
+type goFile struct {
+	fset              *token.FileSet
+	f                 *ast.File
+	src, rel, pkgPath string
+	// imports maps an import's name in the file to its path.
+	imports map[string]string
+	u       fileUnits
+}
+
+func (g *goFile) line(p token.Pos) int { return g.fset.Position(p).Line }
+
+func (g *goFile) qualify(parts ...string) string {
+	return g.pkgPath + "." + strings.Join(parts, ".")
+}
+
+func (g *goFile) addSymbol(name, kind, recv string, start, end int, sig, doc string) {
+	parts := []string{name}
+	if recv != "" {
+		parts = []string{recv, name}
+	}
+	g.u.symbols = append(g.u.symbols, symbolRow{
+		id: g.qualify(parts...), name: name, kind: kind, path: g.rel, pkg: g.pkgPath,
+		signature: sig, doc: strings.TrimSpace(doc), lineStart: start, lineEnd: end,
+	})
+}
+
+// header records the file's imports (and their edges) and its header
+// span: the package clause through the last import declaration.
+func (g *goFile) header() {
+	headerEnd := g.line(g.f.Name.End())
+	for _, imp := range g.f.Imports {
 		p, err := strconv.Unquote(imp.Path.Value)
 		if err != nil || !utf8.ValidString(p) || strings.ContainsRune(p, 0) {
 			continue
@@ -134,109 +178,100 @@ func goUnits(rel, src string, nLines int, pkgPath string) (fileUnits, bool) {
 		if imp.Name != nil {
 			name = imp.Name.Name
 		}
-		imports[name] = p
-		u.edges = append(u.edges, edgeRow{source: "file:" + rel, target: p, kind: "imports", path: rel, line: line(imp.Pos())})
+		g.imports[name] = p
+		g.u.edges = append(g.u.edges, edgeRow{source: "file:" + g.rel, target: p, kind: "imports", path: g.rel, line: g.line(imp.Pos())})
 	}
-	for _, d := range f.Decls {
-		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.IMPORT {
-			headerEnd = max(headerEnd, line(g.End()))
+	for _, d := range g.f.Decls {
+		if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.IMPORT {
+			headerEnd = max(headerEnd, g.line(gd.End()))
 		}
 	}
-	u.spans = append(u.spans, span{start: 1, end: headerEnd, symbol: f.Name.Name, kind: kindImports})
-	qualify := func(parts ...string) string {
-		return pkgPath + "." + strings.Join(parts, ".")
+	g.u.spans = append(g.u.spans, span{start: 1, end: headerEnd, symbol: g.f.Name.Name, kind: kindImports})
+}
+
+// funcDecl records a function or method: its symbol, its span and the
+// calls of its body.
+func (g *goFile) funcDecl(d *ast.FuncDecl) {
+	start := g.line(d.Pos())
+	if d.Doc != nil {
+		start = g.line(d.Doc.Pos())
 	}
-	addSymbol := func(name, kind, recv string, start, end int, sig, doc string) {
-		parts := []string{name}
-		if recv != "" {
-			parts = []string{recv, name}
-		}
-		u.symbols = append(u.symbols, symbolRow{
-			id: qualify(parts...), name: name, kind: kind, path: rel, pkg: pkgPath,
-			signature: sig, doc: strings.TrimSpace(doc), lineStart: start, lineEnd: end,
-		})
+	end := g.line(d.End())
+	kind, recv, symbol := kindFunction, "", d.Name.Name
+	if d.Recv != nil && len(d.Recv.List) > 0 {
+		kind, recv = kindMethod, receiverName(d.Recv.List[0].Type)
+		symbol = recv + "." + d.Name.Name
 	}
-	for _, d := range f.Decls {
-		start := line(d.Pos())
-		switch d := d.(type) {
-		case *ast.FuncDecl:
-			if d.Doc != nil {
-				start = line(d.Doc.Pos())
+	sigEnd := d.End()
+	if d.Body != nil {
+		sigEnd = d.Body.Lbrace
+	}
+	sig := strings.TrimSpace(g.src[g.fset.Position(d.Pos()).Offset:g.fset.Position(sigEnd).Offset])
+	g.addSymbol(d.Name.Name, kind, recv, start, end, sig, d.Doc.Text())
+	g.u.spans = append(g.u.spans, span{start: start, end: end, symbol: symbol, kind: kind, names: []string{d.Name.Name}})
+	if d.Body != nil {
+		source := g.qualify(strings.Split(symbol, ".")...)
+		g.u.edges = append(g.u.edges, callEdges(d.Body, source, g.rel, g.pkgPath, g.imports, g.line)...)
+	}
+}
+
+// genDecl records a type, const or var declaration: one span for the
+// declaration (one per type of a parenthesised group of types) and a
+// symbol per name.
+func (g *goFile) genDecl(d *ast.GenDecl) {
+	if d.Tok == token.TYPE && d.Lparen.IsValid() {
+		g.typeGroup(d)
+		return
+	}
+	start := g.line(d.Pos())
+	if d.Doc != nil {
+		start = g.line(d.Doc.Pos())
+	}
+	end := g.line(d.End())
+	kind := map[token.Token]string{token.TYPE: kindType, token.CONST: kindConst, token.VAR: kindVar}[d.Tok]
+	var names []string
+	for _, s := range d.Specs {
+		switch s := s.(type) {
+		case *ast.TypeSpec:
+			names = append(names, s.Name.Name)
+			g.addSymbol(s.Name.Name, kindType, "", start, end, "type "+s.Name.Name, d.Doc.Text())
+		case *ast.ValueSpec:
+			doc := s.Doc
+			if doc == nil {
+				doc = d.Doc
 			}
-			end := line(d.End())
-			kind, recv, symbol := kindFunction, "", d.Name.Name
-			if d.Recv != nil && len(d.Recv.List) > 0 {
-				kind, recv = kindMethod, receiverName(d.Recv.List[0].Type)
-				symbol = recv + "." + d.Name.Name
-			}
-			sigEnd := d.End()
-			if d.Body != nil {
-				sigEnd = d.Body.Lbrace
-			}
-			sig := strings.TrimSpace(src[fset.Position(d.Pos()).Offset:fset.Position(sigEnd).Offset])
-			addSymbol(d.Name.Name, kind, recv, start, end, sig, d.Doc.Text())
-			u.spans = append(u.spans, span{start: start, end: end, symbol: symbol, kind: kind, names: []string{d.Name.Name}})
-			if d.Body != nil {
-				source := qualify(strings.Split(symbol, ".")...)
-				u.edges = append(u.edges, callEdges(d.Body, source, rel, pkgPath, imports, line)...)
-			}
-		case *ast.GenDecl:
-			if d.Tok == token.IMPORT {
-				continue
-			}
-			if d.Doc != nil {
-				start = line(d.Doc.Pos())
-			}
-			end := line(d.End())
-			kind := map[token.Token]string{token.TYPE: kindType, token.CONST: kindConst, token.VAR: kindVar}[d.Tok]
-			// A parenthesised group of types is split per type: each is a
-			// unit of its own.
-			if d.Tok == token.TYPE && d.Lparen.IsValid() {
-				for _, s := range d.Specs {
-					ts := s.(*ast.TypeSpec)
-					ss, se := line(ts.Pos()), line(ts.End())
-					doc := ts.Doc
-					if doc == nil {
-						doc = ts.Comment
-					}
-					if ts.Doc != nil {
-						ss = line(ts.Doc.Pos())
-					}
-					addSymbol(ts.Name.Name, kindType, "", ss, se, "type "+ts.Name.Name, doc.Text())
-					u.spans = append(u.spans, span{start: ss, end: se, symbol: ts.Name.Name, kind: kindType, names: []string{ts.Name.Name}})
+			for _, n := range s.Names {
+				if n.Name == "_" {
+					continue
 				}
-				continue
+				names = append(names, n.Name)
+				g.addSymbol(n.Name, kind, "", g.line(s.Pos()), g.line(s.End()), d.Tok.String()+" "+n.Name, doc.Text())
 			}
-			var names []string
-			for _, s := range d.Specs {
-				switch s := s.(type) {
-				case *ast.TypeSpec:
-					names = append(names, s.Name.Name)
-					addSymbol(s.Name.Name, kindType, "", start, end, "type "+s.Name.Name, d.Doc.Text())
-				case *ast.ValueSpec:
-					doc := s.Doc
-					if doc == nil {
-						doc = d.Doc
-					}
-					for _, n := range s.Names {
-						if n.Name == "_" {
-							continue
-						}
-						names = append(names, n.Name)
-						addSymbol(n.Name, kind, "", line(s.Pos()), line(s.End()), d.Tok.String()+" "+n.Name, doc.Text())
-					}
-				}
-			}
-			symbol := ""
-			if len(names) > 0 {
-				symbol = names[0]
-			}
-			u.spans = append(u.spans, span{start: start, end: end, symbol: symbol, kind: kind, names: names})
 		}
 	}
-	u.edges = append(u.edges, goTypeEdges(f, rel, pkgPath, imports, line)...)
-	u.spans = coverGaps(u.spans, nLines)
-	return u, true
+	symbol := ""
+	if len(names) > 0 {
+		symbol = names[0]
+	}
+	g.u.spans = append(g.u.spans, span{start: start, end: end, symbol: symbol, kind: kind, names: names})
+}
+
+// typeGroup records a parenthesised group of types, each a unit of its
+// own.
+func (g *goFile) typeGroup(d *ast.GenDecl) {
+	for _, s := range d.Specs {
+		ts := s.(*ast.TypeSpec)
+		ss, se := g.line(ts.Pos()), g.line(ts.End())
+		doc := ts.Doc
+		if doc == nil {
+			doc = ts.Comment
+		}
+		if ts.Doc != nil {
+			ss = g.line(ts.Doc.Pos())
+		}
+		g.addSymbol(ts.Name.Name, kindType, "", ss, se, "type "+ts.Name.Name, doc.Text())
+		g.u.spans = append(g.u.spans, span{start: ss, end: se, symbol: ts.Name.Name, kind: kindType, names: []string{ts.Name.Name}})
+	}
 }
 
 // receiverName is the type name of a method receiver, without pointer or

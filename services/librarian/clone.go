@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/publicnet"
 )
@@ -37,29 +38,29 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		}
 	}
 	if s.cfg.DataDir == "" {
-		return "", status.Error(codes.FailedPrecondition, "repository.url: registering by URL needs librarian.data-dir")
+		return "", errNoDataDir
 	}
 	if len(raw) > maxURLLen || strings.ContainsAny(raw, "\x00\n\r") || strings.HasPrefix(raw, "-") {
-		return "", invalid("repository.url", "is not a git URL")
+		return "", apierr.Invalid("repository.url", "is not a git URL")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", invalid("repository.url", "is not a URL")
+		return "", apierr.Invalid("repository.url", "is not a URL")
 	}
 	switch u.Scheme {
 	case "file":
 		if _, problem := s.checkRoot(id.TenantID, u.Path); problem != "" {
-			return "", invalid("repository.url", "%s", problem)
+			return "", apierr.Invalid("repository.url", "%s", problem)
 		}
 	case "https", "http", "ssh", "git":
 		if u.Host == "" {
-			return "", invalid("repository.url", "has no host")
+			return "", apierr.Invalid("repository.url", "has no host")
 		}
 		if _, hasPassword := u.User.Password(); hasPassword {
-			return "", invalid("repository.url", "carries a password; give the librarian's git its credentials instead")
+			return "", apierr.Invalid("repository.url", "carries a password; give the librarian's git its credentials instead")
 		}
 	default:
-		return "", invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
+		return "", apierr.Invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
 	}
 	var pin []string
 	if s.publicOnly(id, raw) {
@@ -69,7 +70,7 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 	}
 	dest := filepath.Join(s.cfg.DataDir, tenantDir(id.TenantID), repoID)
 	if err := gitClone(ctx, raw, dest, pin...); err != nil {
-		return "", status.Error(codes.FailedPrecondition, "repository.url: "+err.Error())
+		return "", apierr.FailedPrecondition(reasonCloneFailed, "repository.url: %v", err)
 	}
 	resolved, err := filepath.EvalSymlinks(dest)
 	if err != nil {
@@ -162,11 +163,11 @@ func publicRemote(ctx context.Context, raw string, u *url.URL) ([]string, error)
 	host := u.Hostname()
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "repository.url: the host %q could not be resolved", host)
+		return nil, apierr.FailedPrecondition(reasonRemoteUnresolved, "repository.url: the host %q could not be resolved", host)
 	}
 	for _, a := range addrs {
 		if !publicnet.Addr(a) {
-			return nil, status.Errorf(codes.PermissionDenied,
+			return nil, apierr.New(codes.PermissionDenied, reasonAdminOnly,
 				"repository.url: %s is an address of the librarian's own networks; only admins may register such a remote (librarian.members-private-remotes)", a)
 		}
 	}
@@ -218,13 +219,13 @@ func pinRemote(raw string, u *url.URL, addr netip.Addr, ssh string) ([]string, e
 	}
 	name := u.Hostname()
 	if !sshHostName.MatchString(name) {
-		return nil, invalid("repository.url", "host %q is not a DNS name", name)
+		return nil, apierr.Invalid("repository.url", "host %q is not a DNS name", name)
 	}
 	// The prefix is raw's own text up to the path, since insteadOf
 	// compares text: scheme://[user@]host[:port]/.
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, invalid("repository.url", "is not a URL")
+		return nil, apierr.Invalid("repository.url", "is not a URL")
 	}
 	authority, _, hasPath := strings.Cut(rest, "/")
 	user, _, hasUser := strings.Cut(authority, "@")

@@ -65,102 +65,8 @@ func otherUnits(lang, rel string, lines []string, spans []span) ([]symbolRow, []
 		return nil, nil
 	}
 	module := moduleOf(fam, rel, lines)
-	fileSrc := "file:" + rel
-	var edges []edgeRow
-	// names the file imports: local name -> qualified target.
-	imported := map[string]string{}
-	addImport := func(target string, line int) {
-		if target != "" {
-			edges = append(edges, edgeRow{source: fileSrc, target: target, kind: "imports", path: rel, line: line})
-		}
-	}
-	for i, l := range lines {
-		n := i + 1
-		if !maybeImport(fam, l) {
-			continue
-		}
-		switch fam {
-		case "python":
-			if m := pyFromImport.FindStringSubmatch(l); m != nil {
-				mod := resolvePyModule(module, rel, m[1])
-				addImport(mod, n)
-				names := m[2]
-				if strings.HasPrefix(strings.TrimSpace(names), "(") {
-					// A parenthesised list may go on over the next lines.
-					for k := i + 1; k < len(lines) && k < i+200 && !strings.Contains(names, ")"); k++ {
-						names += "," + stripCode(fam, lines[k])
-					}
-					if end := strings.Index(names, ")"); end >= 0 {
-						names = names[:end]
-					}
-				}
-				for _, name := range splitNames(strings.Trim(names, "() \\")) {
-					orig, local := asName(name)
-					if orig != "*" && orig != "" {
-						imported[local] = mod + "." + orig
-					}
-				}
-			} else if m := pyImport.FindStringSubmatch(l); m != nil {
-				for _, name := range splitNames(m[1]) {
-					orig, local := asName(name)
-					addImport(orig, n)
-					imported[local] = orig
-				}
-			}
-		case "javascript":
-			if m := jsImportFrom.FindStringSubmatch(l); m != nil {
-				target := resolveJSModule(rel, m[2])
-				addImport(target, n)
-				jsBindings(m[1], target, imported)
-			} else if m := jsFromTail.FindStringSubmatch(l); m != nil {
-				// The end of a multi-line import or export clause.
-				addImport(resolveJSModule(rel, m[1]), n)
-			} else if m := jsImportBare.FindStringSubmatch(l); m != nil {
-				addImport(resolveJSModule(rel, m[1]), n)
-			} else if m := jsConstReq.FindStringSubmatch(l); m != nil {
-				target := resolveJSModule(rel, m[2])
-				addImport(target, n)
-				jsBindings(m[1], target, imported)
-			} else {
-				for _, m := range jsRequire.FindAllStringSubmatch(l, -1) {
-					addImport(resolveJSModule(rel, m[1]), n)
-				}
-			}
-		case "java":
-			if m := javaImport.FindStringSubmatch(l); m != nil {
-				addImport(m[2], n)
-				if !strings.HasSuffix(m[2], ".*") {
-					imported[m[2][strings.LastIndex(m[2], ".")+1:]] = m[2]
-				}
-			}
-		case "rust":
-			if m := rustUse.FindStringSubmatch(l); m != nil {
-				base := strings.TrimSuffix(m[1], "::")
-				if m[2] == "" {
-					addImport(base, n)
-					imported[base[strings.LastIndex(base, ":")+1:]] = base
-				} else {
-					for _, name := range splitNames(m[2]) {
-						orig, local := asName(name)
-						if orig == "self" {
-							addImport(base, n)
-							continue
-						}
-						addImport(base+"::"+orig, n)
-						imported[local] = base + "::" + orig
-					}
-				}
-			} else if m := rustMod.FindStringSubmatch(l); m != nil {
-				addImport(path.Join(path.Dir(rel), m[1]), n)
-			} else if m := rustCrate.FindStringSubmatch(l); m != nil {
-				addImport(m[1], n)
-			}
-		case "c":
-			if m := cInclude.FindStringSubmatch(l); m != nil {
-				addImport(m[1], n)
-			}
-		}
-	}
+	sc := &importScan{fam: fam, rel: rel, module: module, lines: lines, imported: map[string]string{}}
+	sc.scan()
 	syms := definitions(fam, rel, module, languagePatterns(lang), lines, spans)
 	local := map[string]string{}
 	for _, s := range syms {
@@ -173,13 +79,139 @@ func otherUnits(lang, rel string, lines []string, spans []span) ([]symbolRow, []
 			local[key] = s.id
 		}
 	}
+	edges := sc.edges
 	for _, s := range syms {
 		if s.kind == kindClass || s.kind == kindType {
 			continue
 		}
-		edges = append(edges, callsIn(fam, rel, lines, s, local, imported)...)
+		edges = append(edges, callsIn(fam, rel, lines, s, local, sc.imported)...)
 	}
 	return syms, edges
+}
+
+// importScan reads the import statements of a non-Go file.
+type importScan struct {
+	fam, rel, module string
+	lines            []string
+	// edges are the file's import edges.
+	edges []edgeRow
+	// imported maps the names the file imports to qualified targets.
+	imported map[string]string
+}
+
+// scan reads every line that may hold an import statement.
+func (sc *importScan) scan() {
+	for i, l := range sc.lines {
+		n := i + 1
+		if !maybeImport(sc.fam, l) {
+			continue
+		}
+		switch sc.fam {
+		case "python":
+			sc.python(i, l)
+		case "javascript":
+			sc.javascript(l, n)
+		case "java":
+			if m := javaImport.FindStringSubmatch(l); m != nil {
+				sc.add(m[2], n)
+				if !strings.HasSuffix(m[2], ".*") {
+					sc.imported[m[2][strings.LastIndex(m[2], ".")+1:]] = m[2]
+				}
+			}
+		case "rust":
+			sc.rust(l, n)
+		case "c":
+			if m := cInclude.FindStringSubmatch(l); m != nil {
+				sc.add(m[1], n)
+			}
+		}
+	}
+}
+
+// add records an import of target at line.
+func (sc *importScan) add(target string, line int) {
+	if target != "" {
+		sc.edges = append(sc.edges, edgeRow{source: "file:" + sc.rel, target: target, kind: "imports", path: sc.rel, line: line})
+	}
+}
+
+// python reads "from m import a, b" (whose parenthesised list may go on
+// over the next lines) and "import m as n" at line index i.
+func (sc *importScan) python(i int, l string) {
+	n := i + 1
+	if m := pyFromImport.FindStringSubmatch(l); m != nil {
+		mod := resolvePyModule(sc.module, sc.rel, m[1])
+		sc.add(mod, n)
+		names := m[2]
+		if strings.HasPrefix(strings.TrimSpace(names), "(") {
+			for k := i + 1; k < len(sc.lines) && k < i+200 && !strings.Contains(names, ")"); k++ {
+				names += "," + stripCode(sc.fam, sc.lines[k])
+			}
+			if end := strings.Index(names, ")"); end >= 0 {
+				names = names[:end]
+			}
+		}
+		for _, name := range splitNames(strings.Trim(names, "() \\")) {
+			orig, local := asName(name)
+			if orig != "*" && orig != "" {
+				sc.imported[local] = mod + "." + orig
+			}
+		}
+	} else if m := pyImport.FindStringSubmatch(l); m != nil {
+		for _, name := range splitNames(m[1]) {
+			orig, local := asName(name)
+			sc.add(orig, n)
+			sc.imported[local] = orig
+		}
+	}
+}
+
+// javascript reads import and export clauses, bare imports and requires.
+func (sc *importScan) javascript(l string, n int) {
+	if m := jsImportFrom.FindStringSubmatch(l); m != nil {
+		target := resolveJSModule(sc.rel, m[2])
+		sc.add(target, n)
+		jsBindings(m[1], target, sc.imported)
+	} else if m := jsFromTail.FindStringSubmatch(l); m != nil {
+		// The end of a multi-line import or export clause.
+		sc.add(resolveJSModule(sc.rel, m[1]), n)
+	} else if m := jsImportBare.FindStringSubmatch(l); m != nil {
+		sc.add(resolveJSModule(sc.rel, m[1]), n)
+	} else if m := jsConstReq.FindStringSubmatch(l); m != nil {
+		target := resolveJSModule(sc.rel, m[2])
+		sc.add(target, n)
+		jsBindings(m[1], target, sc.imported)
+	} else {
+		for _, m := range jsRequire.FindAllStringSubmatch(l, -1) {
+			sc.add(resolveJSModule(sc.rel, m[1]), n)
+		}
+	}
+}
+
+// rust reads use declarations (with their braced lists), mod
+// declarations and extern crates.
+func (sc *importScan) rust(l string, n int) {
+	if m := rustUse.FindStringSubmatch(l); m != nil {
+		base := strings.TrimSuffix(m[1], "::")
+		if m[2] == "" {
+			sc.add(base, n)
+			sc.imported[base[strings.LastIndex(base, ":")+1:]] = base
+			return
+		}
+		for _, name := range splitNames(m[2]) {
+			orig, local := asName(name)
+			if orig == "self" {
+				sc.add(base, n)
+				continue
+			}
+			sc.add(base+"::"+orig, n)
+			sc.imported[local] = base + "::" + orig
+		}
+	} else if m := rustMod.FindStringSubmatch(l); m != nil {
+		sc.add(path.Join(path.Dir(sc.rel), m[1]), n)
+	} else if m := rustCrate.FindStringSubmatch(l); m != nil {
+		sc.add(m[1], n)
+	}
 }
 
 // maybeImport is a cheap test that a line may hold an import statement.

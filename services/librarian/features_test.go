@@ -2,7 +2,6 @@ package librarian
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -23,11 +21,13 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // gitRepo writes files into a fresh git work tree and commits them.
@@ -95,15 +95,7 @@ func TestDeltaIndex(t *testing.T) {
 		".gitignore":    "*.tmp\n",
 		"notes.tmp":     "ignoredbygitignore\n",
 	})
-	events := make(chan progress, 100)
-	sub, err := h.bus.Conn.Subscribe(h.bus.Subject("librarian", "progress", "*"), func(m *nats.Msg) {
-		var p progress
-		if json.Unmarshal(m.Data, &p) == nil {
-			events <- p
-		}
-	})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
+	events := indexNotices(t, h, topology.IndexProgressSubject(h.bus, "*"))
 
 	repo := create(t, ctx, h.svc, root, true)
 	require.NotEmpty(t, repo.GetLastCommit())
@@ -112,9 +104,10 @@ func TestDeltaIndex(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for {
 			select {
-			case p := <-events:
-				if p.Done {
-					return p.FilesDone == 5 && p.FilesTotal == 5 && p.Repository == repo.GetName()
+			case n := <-events:
+				if p := n.GetProgress(); p.GetDone() {
+					return p.GetFilesDone() == 5 && p.GetFilesTotal() == 5 && p.GetRepository() == repo.GetName() &&
+						n.GetRepository() == repo.GetName() && n.GetTenantId() == "t1"
 				}
 			default:
 				return false
@@ -181,6 +174,7 @@ func TestDeltaIndex(t *testing.T) {
 		require.True(t, ok)
 		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Full: true})
 		require.Equal(t, codes.Aborted, status.Code(err))
+		require.Equal(t, reasonIndexRunning, apierr.Reason(err))
 	})
 
 	t.Run("symbols and edges", func(t *testing.T) {

@@ -44,90 +44,119 @@ var goTypeNames = map[string]bool{
 // "<package path>.<Name>": same-package names and names reached through
 // the file's imports; the caller keeps only those of the repository.
 func goTypeEdges(f *ast.File, rel, pkgPath string, imports map[string]string, line func(token.Pos) int) []edgeRow {
-	var out []edgeRow
-	seen := map[[3]string]bool{}
-	add := func(source, target, kind string, pos token.Pos) bool {
-		k := [3]string{source, target, kind}
-		if target == "" || seen[k] {
-			return false
-		}
-		seen[k] = true
-		out = append(out, edgeRow{source: source, target: target, kind: kind, path: rel, line: line(pos)})
-		return true
-	}
+	te := &typeEdges{rel: rel, pkgPath: pkgPath, imports: imports, line: line, seen: map[[3]string]bool{}}
 	for _, d := range f.Decls {
 		switch d := d.(type) {
 		case *ast.FuncDecl:
-			params := typeParamNames(d.Type.TypeParams)
-			source := pkgPath + "." + d.Name.Name
-			if d.Recv != nil && len(d.Recv.List) > 0 {
-				recv := receiverName(d.Recv.List[0].Type)
-				if recv == "?" {
-					continue
-				}
-				source = pkgPath + "." + recv + "." + d.Name.Name
-				if add(pkgPath+"."+recv, source, edgeHasMethod, d.Name.Pos()) {
-					out[len(out)-1].arity = funcArity(d.Type)
-				}
-				params = receiverTypeParams(d.Recv.List[0].Type, params)
-			}
-			for _, fld := range fieldList(d.Type.Params) {
-				for _, t := range typeRefs(fld.Type, pkgPath, imports, params) {
-					add(source, t, edgeReceives, fld.Pos())
-				}
-			}
-			for _, fld := range fieldList(d.Type.Results) {
-				for _, t := range typeRefs(fld.Type, pkgPath, imports, params) {
-					add(source, t, edgeReturns, fld.Pos())
-				}
-			}
+			te.funcDecl(d)
 		case *ast.GenDecl:
 			if d.Tok != token.TYPE {
 				continue
 			}
 			for _, s := range d.Specs {
 				ts := s.(*ast.TypeSpec)
-				source := pkgPath + "." + ts.Name.Name
-				params := typeParamNames(ts.TypeParams)
 				switch t := ts.Type.(type) {
 				case *ast.StructType:
-					for _, fld := range fieldList(t.Fields) {
-						kind := edgeHasField
-						if len(fld.Names) == 0 {
-							kind = edgeEmbeds
-						}
-						for _, target := range typeRefs(fld.Type, pkgPath, imports, params) {
-							add(source, target, kind, fld.Pos())
-							if kind == edgeEmbeds {
-								break // the embedded type, not its type arguments
-							}
-						}
-					}
+					te.structType(ts, t)
 				case *ast.InterfaceType:
-					for _, fld := range fieldList(t.Methods) {
-						if len(fld.Names) > 0 {
-							ft, _ := fld.Type.(*ast.FuncType)
-							for _, n := range fld.Names {
-								if add(source, source+"."+n.Name, edgeHasMethod, n.Pos()) {
-									out[len(out)-1].arity = funcArity(ft)
-								}
-							}
-							continue
-						}
-						// An embedded interface or a type-set term.
-						switch fld.Type.(type) {
-						case *ast.BinaryExpr, *ast.UnaryExpr: // ~T, A | B
-							continue
-						}
-						if refs := typeRefs(fld.Type, pkgPath, imports, params); len(refs) > 0 {
-							add(source, refs[0], edgeEmbeds, fld.Pos())
-						}
-					}
+					te.interfaceType(ts, t)
 				}
 			}
 		}
 	}
-	return out
+	return te.out
+}
+
+// typeEdges collects the type relations of a Go file, each once.
+type typeEdges struct {
+	rel, pkgPath string
+	imports      map[string]string
+	line         func(token.Pos) int
+	seen         map[[3]string]bool
+	out          []edgeRow
+}
+
+// add records an edge not recorded yet, with arity (of a has_method
+// edge) when given.
+func (te *typeEdges) add(source, target, kind string, pos token.Pos, arity ...string) {
+	k := [3]string{source, target, kind}
+	if target == "" || te.seen[k] {
+		return
+	}
+	te.seen[k] = true
+	e := edgeRow{source: source, target: target, kind: kind, path: te.rel, line: te.line(pos)}
+	if len(arity) > 0 {
+		e.arity = arity[0]
+	}
+	te.out = append(te.out, e)
+}
+
+// funcDecl records a method's has_method edge and a function's or
+// method's receives and returns edges.
+func (te *typeEdges) funcDecl(d *ast.FuncDecl) {
+	params := typeParamNames(d.Type.TypeParams)
+	source := te.pkgPath + "." + d.Name.Name
+	if d.Recv != nil && len(d.Recv.List) > 0 {
+		recv := receiverName(d.Recv.List[0].Type)
+		if recv == "?" {
+			return
+		}
+		source = te.pkgPath + "." + recv + "." + d.Name.Name
+		te.add(te.pkgPath+"."+recv, source, edgeHasMethod, d.Name.Pos(), funcArity(d.Type))
+		params = receiverTypeParams(d.Recv.List[0].Type, params)
+	}
+	for _, fld := range fieldList(d.Type.Params) {
+		for _, t := range typeRefs(fld.Type, te.pkgPath, te.imports, params) {
+			te.add(source, t, edgeReceives, fld.Pos())
+		}
+	}
+	for _, fld := range fieldList(d.Type.Results) {
+		for _, t := range typeRefs(fld.Type, te.pkgPath, te.imports, params) {
+			te.add(source, t, edgeReturns, fld.Pos())
+		}
+	}
+}
+
+// structType records a struct's has_field and embeds edges.
+func (te *typeEdges) structType(ts *ast.TypeSpec, t *ast.StructType) {
+	source := te.pkgPath + "." + ts.Name.Name
+	params := typeParamNames(ts.TypeParams)
+	for _, fld := range fieldList(t.Fields) {
+		kind := edgeHasField
+		if len(fld.Names) == 0 {
+			kind = edgeEmbeds
+		}
+		for _, target := range typeRefs(fld.Type, te.pkgPath, te.imports, params) {
+			te.add(source, target, kind, fld.Pos())
+			if kind == edgeEmbeds {
+				break // the embedded type, not its type arguments
+			}
+		}
+	}
+}
+
+// interfaceType records an interface's has_method edges and the
+// interfaces it embeds.
+func (te *typeEdges) interfaceType(ts *ast.TypeSpec, t *ast.InterfaceType) {
+	source := te.pkgPath + "." + ts.Name.Name
+	params := typeParamNames(ts.TypeParams)
+	for _, fld := range fieldList(t.Methods) {
+		if len(fld.Names) > 0 {
+			ft, _ := fld.Type.(*ast.FuncType)
+			for _, n := range fld.Names {
+				te.add(source, source+"."+n.Name, edgeHasMethod, n.Pos(), funcArity(ft))
+			}
+			continue
+		}
+		// An embedded interface or a type-set term.
+		switch fld.Type.(type) {
+		case *ast.BinaryExpr, *ast.UnaryExpr: // ~T, A | B
+			continue
+		}
+		if refs := typeRefs(fld.Type, te.pkgPath, te.imports, params); len(refs) > 0 {
+			te.add(source, refs[0], edgeEmbeds, fld.Pos())
+		}
+	}
 }
 
 // funcArity is "<parameters>:<results>" of a function type.

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/tooldetect"
 )
 
@@ -88,7 +89,7 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 		}
 		if err != nil {
 			if p == w.root {
-				return preconditionf("repository directory cannot be read")
+				return unreadable("repository directory cannot be read")
 			}
 			// An unreadable directory or entry is left out, not fatal.
 			if d != nil && d.IsDir() {
@@ -134,7 +135,7 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 			return nil
 		}
 		if w.indexed >= w.maxFiles {
-			return preconditionf("repository has more than %d indexable files (librarian.max-files)", w.maxFiles)
+			return apierr.FailedPrecondition(reasonRepositoryTooLarge, "repository has more than %d indexable files (librarian.max-files)", w.maxFiles)
 		}
 		w.indexed++
 		return fn(f)

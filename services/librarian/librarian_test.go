@@ -19,6 +19,7 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
@@ -301,6 +302,7 @@ func TestTenantIsolation(t *testing.T) {
 	require.Empty(t, list.GetRepositories())
 	_, err = h.svc.GetRepository(b, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})
 	require.Equal(t, codes.NotFound, status.Code(err))
+	require.Equal(t, "REPOSITORY_NOT_FOUND", apierr.Reason(err), "another tenant's repository is reported as missing")
 	_, err = h.svc.IndexRepository(b, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
 	require.Equal(t, codes.NotFound, status.Code(err))
 	require.Empty(t, search(t, b, h.svc, "parseHTTPRequest"))

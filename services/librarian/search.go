@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
-	"sylk.dev/sylk/pkg/identity"
 	rank "sylk.dev/sylk/pkg/search"
 )
 
@@ -61,141 +56,6 @@ type searchResult struct {
 	hits      []hit
 	tokens    int
 	truncated bool
-}
-
-// noMatchesHint is what a search that found nothing suggests (G-14).
-const noMatchesHint = "No code matches this query. Consider searching history or academic."
-
-// SearchCode ranks the tenant's indexed chunks against a query.
-func (s *Service) SearchCode(ctx context.Context, req *librarianv1.SearchCodeRequest) (*librarianv1.SearchCodeResponse, error) {
-	id, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	query := strings.TrimSpace(req.GetQuery())
-	switch {
-	case query == "":
-		return nil, invalid("query", "required")
-	case !plainText(query):
-		return nil, invalid("query", "must be valid UTF-8 without NUL")
-	case utf8.RuneCountInString(query) > s.cfg.MaxQueryChars:
-		return nil, invalid("query", "must be at most %d characters", s.cfg.MaxQueryChars)
-	}
-	size, err := pageSize(req.GetPageSize(), s.cfg.DefaultPageSize, s.cfg.MaxPageSize)
-	if err != nil {
-		return nil, err
-	}
-	budget := int(req.GetTokenBudget())
-	switch {
-	case budget < 0:
-		return nil, invalid("token_budget", "must not be negative")
-	case budget == 0 || budget > s.cfg.SearchTokenBudget:
-		budget = s.cfg.SearchTokenBudget
-	}
-	mode := req.GetMode()
-	if _, ok := librarianv1.SearchMode_name[int32(mode)]; !ok {
-		return nil, invalid("mode", "unknown mode %d", mode)
-	}
-	if mode == librarianv1.SearchMode_SEARCH_MODE_REGEX {
-		if _, err := regexp.Compile(query); err != nil {
-			return nil, invalid("query", "is not a valid regular expression: %v", err)
-		}
-	}
-	glob := strings.TrimSpace(req.GetPathGlob())
-	if len(glob) > maxPathLen || !plainText(glob) {
-		return nil, invalid("path_glob", "must be valid UTF-8 without NUL of at most %d bytes", maxPathLen)
-	}
-	if !plainText(req.GetLanguage()) {
-		return nil, invalid("language", "must be valid UTF-8 without NUL")
-	}
-	if !plainText(req.GetSymbolKind()) {
-		return nil, invalid("symbol_kind", "must be valid UTF-8 without NUL")
-	}
-	if glob != "" {
-		if _, err := path.Match(strings.ReplaceAll(glob, "**", "*"), ""); err != nil {
-			return nil, invalid("path_glob", "is not a valid glob")
-		}
-	}
-	if len(req.GetRepositories()) > maxSearchRepos {
-		return nil, invalid("repositories", "at most %d repositories", maxSearchRepos)
-	}
-	var repos []string
-	seen := map[string]bool{}
-	for _, name := range req.GetRepositories() {
-		rid, err := parseName(name, "repositories")
-		if err != nil {
-			return nil, err
-		}
-		if !seen[rid] {
-			seen[rid] = true
-			repos = append(repos, rid)
-		}
-	}
-	if len(repos) > 0 {
-		found, err := s.store.existingRepos(ctx, id.TenantID, repos)
-		if err != nil {
-			return nil, toStatus(ctx, s.log, "search code", err)
-		}
-		for _, rid := range repos {
-			if !found[rid] {
-				return nil, status.Errorf(codes.NotFound, "repositories: %s%s not found", repositoryPrefix, rid)
-			}
-		}
-	}
-	intent := intent(strings.ToLower(strings.TrimSpace(req.GetIntent())))
-	if _, ok := intentTTLs[intent]; intent != "" && !ok {
-		return nil, invalid("intent", "must be one of locate, pattern, explain, general")
-	}
-	sr := searchRequest{query: query, mode: mode, repos: repos, limit: size, pathGlob: glob,
-		language: strings.ToLower(strings.TrimSpace(req.GetLanguage())), kind: strings.ToLower(strings.TrimSpace(req.GetSymbolKind())), budget: budget,
-		intent: intent}
-	res, err := s.cachedSearch(ctx, id.TenantID, sr, "rpc")
-	if errors.Is(err, errNoTerms) {
-		return nil, invalid("query", "contains no searchable words")
-	}
-	if errors.Is(err, errBadRegex) {
-		return nil, invalid("query", "uses regular expression syntax the index does not support")
-	}
-	if err != nil {
-		return nil, toStatus(ctx, s.log, "search code", err)
-	}
-	resp := &librarianv1.SearchCodeResponse{Hits: make([]*librarianv1.CodeHit, 0, len(res.hits)), Status: "ok",
-		Tokens: int32(res.tokens), Truncated: res.truncated}
-	if mode != librarianv1.SearchMode_SEARCH_MODE_REGEX && len(repos) > 0 {
-		also, err := s.alsoExistsIn(ctx, id.TenantID, repos, parseQuery(query))
-		if err != nil {
-			return nil, toStatus(ctx, s.log, "search code", err)
-		}
-		for _, r := range also {
-			resp.AlsoExistsIn = append(resp.AlsoExistsIn, repositoryPrefix+r)
-		}
-		if len(also) > 0 {
-			resp.Suggestions = append(resp.Suggestions, "Related content in: "+strings.Join(resp.AlsoExistsIn, ", "))
-		}
-	}
-	if len(res.hits) == 0 {
-		resp.Status, resp.Hint = "no_matches", noMatchesHint
-		if glob != "" || sr.language != "" || sr.kind != "" {
-			resp.Hint += " Loosen the path_glob, language or symbol_kind filters."
-		}
-		if len(resp.AlsoExistsIn) > 0 {
-			resp.Hint += " Its words appear in " + strings.Join(resp.AlsoExistsIn, ", ") + "."
-		}
-	}
-	for _, h := range res.hits {
-		resp.Hits = append(resp.Hits, &librarianv1.CodeHit{
-			Repository: repositoryPrefix + h.repoID,
-			Path:       h.path,
-			LineStart:  int32(h.lineStart),
-			LineEnd:    int32(h.lineEnd),
-			Snippet:    h.snippet,
-			Score:      h.score,
-			Symbol:     h.symbol,
-			SymbolKind: h.kind,
-			Language:   h.language,
-		})
-	}
-	return resp, nil
 }
 
 // search answers a plain query in hybrid mode with the default budget
@@ -534,70 +394,4 @@ func bestSnippet(content string, firstLine int, pq parsedQuery) (string, int, in
 		last = i
 	}
 	return b.String(), firstLine + from, firstLine + last
-}
-
-// intent is what a query is after (F-24); it sets how long an answer stays
-// in the intent cache.
-type intent string
-
-const (
-	intentLocate  intent = "locate"
-	intentPattern intent = "pattern"
-	intentExplain intent = "explain"
-	intentGeneral intent = "general"
-)
-
-// intentTTLs are the cache lifetimes of F-24. A locate answer (where is X
-// defined?) has none there: it lives until a re-index of a searched
-// repository deletes it. It still gets a day, so that answers made
-// unreachable otherwise (a repository added to the tenant changes the key
-// of tenant-wide searches) do not stay in Redis for ever. The general
-// lifetime is -librarian.cache-ttl.
-var intentTTLs = map[intent]time.Duration{
-	intentLocate:  24 * time.Hour,
-	intentPattern: 60 * time.Minute,
-	intentExplain: 30 * time.Minute,
-	intentGeneral: 15 * time.Minute,
-}
-
-// Words that mark a pattern or explanation question.
-var (
-	patternWords = map[string]bool{"pattern": true, "patterns": true, "example": true, "examples": true,
-		"idiom": true, "idioms": true, "convention": true, "conventions": true, "usage": true, "usages": true, "typically": true}
-	explainWords = map[string]bool{"explain": true, "explains": true, "why": true, "how": true, "understand": true,
-		"works": true, "purpose": true, "meaning": true}
-)
-
-// classifyIntent names a query's intent when the caller did not: a query
-// that names something locates it, one asking for examples or conventions
-// looks for a pattern, one asking how or why wants an explanation, and the
-// rest is general.
-func classifyIntent(query string) intent {
-	var pattern, explain bool
-	words(strings.ToLower(query), func(w string) {
-		pattern = pattern || patternWords[w]
-		explain = explain || explainWords[w]
-	})
-	switch {
-	case pattern:
-		return intentPattern
-	case explain:
-		return intentExplain
-	case parseQuery(query).navigational():
-		return intentLocate
-	}
-	return intentGeneral
-}
-
-// cacheTTL is how long an answer to sr stays cached (a re-index of a
-// searched repository deletes it earlier).
-func (s *Service) cacheTTL(sr searchRequest) time.Duration {
-	in := sr.intent
-	if in == "" {
-		in = classifyIntent(sr.query)
-	}
-	if in == intentGeneral {
-		return s.cfg.CacheTTL
-	}
-	return intentTTLs[in]
 }

@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -45,86 +45,111 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	in := req.GetRepository()
 	if in == nil {
-		return nil, invalid("repository", "required")
+		return nil, apierr.Invalid("repository", "required")
 	}
-	newID := ids.New()
-	var root, url string
-	var public bool
+	repo, err := s.newRepository(ctx, id, in)
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "create repository", err)
+	}
+	out, err := s.register(ctx, id.TenantID, repo)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetIndex() {
+		if out, err = s.indexRegistered(ctx, id.TenantID, out); err != nil {
+			return nil, apierr.Status(ctx, s.log, "create repository", err)
+		}
+	}
+	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
+		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
+	return &librarianv1.CreateRepositoryResponse{Repository: toProto(out)}, nil
+}
+
+// newRepository is the repository in asks for: a clone of its URL, or its
+// directory of the server, with its display name.
+func (s *Service) newRepository(ctx context.Context, id identity.Identity, in *librarianv1.Repository) (repository, error) {
+	repo := repository{ID: ids.New()}
 	if u := strings.TrimSpace(in.GetUrl()); u != "" {
 		if in.GetPath() != "" {
-			return nil, invalid("repository", "set path or url, not both")
+			return repo, apierr.Invalid("repository", "set path or url, not both")
 		}
-		cloned, err := s.cloneRepository(ctx, id, newID, u)
+		cloned, err := s.cloneRepository(ctx, id, repo.ID, u)
 		if err != nil {
-			return nil, err
+			return repo, err
 		}
-		root, url, public = cloned, u, s.publicOnly(id, u)
+		repo.Path, repo.URL, repo.PublicRemote = cloned, u, s.publicOnly(id, u)
 	} else {
 		if err := s.mayReadHost(id, "repository.path"); err != nil {
-			return nil, err
+			return repo, err
 		}
 		var problem string
-		root, problem = s.checkRoot(id.TenantID, in.GetPath())
+		repo.Path, problem = s.checkRoot(id.TenantID, in.GetPath())
 		if problem != "" {
-			return nil, invalid("repository.path", "%s", problem)
+			return repo, apierr.Invalid("repository.path", "%s", problem)
 		}
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
 	switch {
 	case !plainText(display):
-		return nil, invalid("repository.display_name", "must be valid UTF-8 without NUL")
+		return repo, apierr.Invalid("repository.display_name", "must be valid UTF-8 without NUL")
 	case utf8.RuneCountInString(display) > maxDisplayNameLen:
-		return nil, invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
-	case display == "" && url != "":
-		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(url, "/")), ".git")
+		return repo, apierr.Invalid("repository.display_name", "must be at most %d characters", maxDisplayNameLen)
+	case display == "" && repo.URL != "":
+		display = strings.TrimSuffix(path.Base(strings.TrimSuffix(repo.URL, "/")), ".git")
 	case display == "":
-		display = filepath.Base(root)
+		display = filepath.Base(repo.Path)
 	}
-	repo := repository{ID: newID, DisplayName: display, Path: root, URL: url, PublicRemote: public}
+	repo.DisplayName = display
+	return repo, nil
+}
+
+// register stores a new repository of the tenant; a clone made for it is
+// removed when it cannot be stored.
+func (s *Service) register(ctx context.Context, tenant string, repo repository) (repository, error) {
 	var out repository
-	err = pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
 		var err error
-		out, err = insertRepo(ctx, tx, id.TenantID, repo)
+		out, err = insertRepo(ctx, tx, tenant, repo)
 		return err
 	})
 	if errors.Is(err, errDuplicatePath) {
-		msg := fmt.Sprintf("repository.path %q is already registered", root)
-		if existing, lookupErr := s.store.repoIDByPath(ctx, id.TenantID, root); lookupErr == nil {
+		msg := fmt.Sprintf("repository.path %q is already registered", repo.Path)
+		if existing, lookupErr := s.store.repoIDByPath(ctx, tenant, repo.Path); lookupErr == nil {
 			msg += " as " + repositoryPrefix + existing
 		}
-		return nil, status.Error(codes.AlreadyExists, msg)
+		return out, errDuplicatePath.Withf("%s", msg)
 	}
 	if err != nil {
-		if url != "" {
-			_ = os.RemoveAll(root)
+		if repo.URL != "" {
+			_ = os.RemoveAll(repo.Path)
 		}
-		return nil, toStatus(ctx, s.log, "create repository", err)
+		return out, apierr.Status(ctx, s.log, "create repository", err)
 	}
-	if req.GetIndex() {
-		res, err := s.runIndex(ctx, id.TenantID, out, root, true)
-		if err != nil {
-			// Nothing stays registered when the first index fails.
-			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
-			if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, id.TenantID, uuidParam(out.ID)); delErr != nil {
-				s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
-			}
-			cancel()
-			if url != "" {
-				_ = os.RemoveAll(root)
-			}
-			return nil, toStatus(ctx, s.log, "create repository", err)
+	return out, nil
+}
+
+// indexRegistered runs the first index of a repository just registered.
+// Nothing stays registered (nor cloned) when it fails.
+func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repository) (repository, error) {
+	res, err := s.runIndex(ctx, tenant, repo, repo.Path, true)
+	if err != nil {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+		if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, tenant, uuidParam(repo.ID)); delErr != nil {
+			s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
 		}
-		out = res.repo
-		s.recordIndex(res.stats)
-		s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, id.TenantID),
-			slog.String("repository", out.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
-			slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
-		s.announceChange(ctx, id.TenantID, out.ID, res.chunksEmbed+res.chunksReused)
-		s.kickWatcher()
+		cancel()
+		if repo.URL != "" {
+			_ = os.RemoveAll(repo.Path)
+		}
+		return repo, err
 	}
-	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
-		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
-	return &librarianv1.CreateRepositoryResponse{Repository: toProto(out)}, nil
+	s.recordIndex(res.stats)
+	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, tenant),
+		slog.String("repository", res.repo.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
+		slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
+	s.announceChange(ctx, tenant, res.repo.ID, res.chunksEmbed+res.chunksReused)
+	s.kickWatcher()
+	return res.repo, nil
 }
 
 // GetRepository returns one of the tenant's repositories.
@@ -139,7 +164,7 @@ func (s *Service) GetRepository(ctx context.Context, req *librarianv1.GetReposit
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get repository", err)
+		return nil, apierr.Status(ctx, s.log, "get repository", err)
 	}
 	return &librarianv1.GetRepositoryResponse{Repository: toProto(r)}, nil
 }
@@ -158,13 +183,13 @@ func (s *Service) ListRepositories(ctx context.Context, req *librarianv1.ListRep
 	if tok := req.GetPageToken(); tok != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || !ids.Valid(string(raw)) {
-			return nil, invalid("page_token", "is not a token from a previous response")
+			return nil, apierr.Invalid("page_token", "is not a token from a previous response")
 		}
 		after = string(raw)
 	}
 	rows, err := s.store.listRepos(ctx, id.TenantID, after, size+1)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "list repositories", err)
+		return nil, apierr.Status(ctx, s.log, "list repositories", err)
 	}
 	resp := &librarianv1.ListRepositoriesResponse{}
 	if len(rows) > size {
@@ -191,12 +216,12 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	if r.URL != "" {
 		if err := s.fetchRepository(ctx, id.TenantID, r); err != nil {
 			s.failIndex(ctx, id.TenantID, repoID, "fetching "+r.URL+" failed")
-			return nil, status.Errorf(codes.FailedPrecondition, "fetch %s: %v", r.URL, err)
+			return nil, apierr.FailedPrecondition(reasonCloneFailed, "fetch %s: %v", r.URL, err)
 		}
 	}
 	root, problem := s.checkRoot(id.TenantID, r.Path)
@@ -205,18 +230,18 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	}
 	if problem != "" {
 		s.failIndex(ctx, id.TenantID, repoID, problem)
-		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
+		return nil, unreadable("repository path: %s", problem)
 	}
 	if err := s.store.setState(ctx, id.TenantID, repoID, stateIndexing, ""); err != nil {
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	res, err := s.runIndex(ctx, id.TenantID, r, root, req.GetFull())
 	if errors.Is(err, errIndexBusy) {
-		return nil, status.Error(codes.Aborted, errIndexBusy.Error())
+		return nil, errIndexBusy
 	}
 	if err != nil {
 		s.failIndex(ctx, id.TenantID, repoID, indexErrorMessage(err))
-		return nil, toStatus(ctx, s.log, "index repository", err)
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	out, stats := res.repo, res.stats
 	s.recordIndex(stats)
@@ -246,21 +271,6 @@ func (s *Service) failIndex(ctx context.Context, tenant, repoID, msg string) {
 	if err := s.store.setState(c, tenant, repoID, stateFailed, msg); err != nil {
 		s.log.ErrorContext(ctx, "record index failure", slog.String("repository", repoID), logx.Err(err))
 	}
-}
-
-// indexErrorMessage is what index_error says about err: the message of a
-// precondition, a word for cancellation, nothing internal.
-func indexErrorMessage(err error) string {
-	var pre precondition
-	switch {
-	case errors.As(err, &pre):
-		return pre.msg
-	case errors.Is(err, context.Canceled):
-		return "indexing was canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "indexing ran out of time"
-	}
-	return "internal error while indexing"
 }
 
 func (s *Service) recordIndex(st indexStats) {
@@ -378,7 +388,7 @@ func (s *Service) checkRoot(tenant, p string) (string, string) {
 // may too.
 func (s *Service) mayReadHost(id identity.Identity, field string) error {
 	if len(s.cfg.AllowedRoots) == 0 && id.Role != identity.RoleAdmin {
-		return status.Errorf(codes.PermissionDenied,
+		return apierr.New(codes.PermissionDenied, reasonAdminOnly,
 			"%s: without librarian.allowed-roots only admins may register a directory of the server; register a git URL, or ask an admin", field)
 	}
 	return nil
@@ -392,7 +402,7 @@ func requireWriter(ctx context.Context) (identity.Identity, error) {
 		return id, err
 	}
 	if id.Role == identity.RoleViewer {
-		return id, status.Error(codes.PermissionDenied, "viewers cannot register or index repositories")
+		return id, errViewer
 	}
 	return id, nil
 }
@@ -400,11 +410,11 @@ func requireWriter(ctx context.Context) (identity.Identity, error) {
 // parseName returns the id of a "repositories/{id}" name.
 func parseName(name, field string) (string, error) {
 	if name == "" {
-		return "", invalid(field, "required")
+		return "", apierr.Invalid(field, "required")
 	}
 	id, ok := strings.CutPrefix(name, repositoryPrefix)
 	if !ok || !ids.Valid(id) {
-		return "", invalid(field, "%q is not a repository name (want %s{uuid})", truncateRunes(name, 100), repositoryPrefix)
+		return "", apierr.Invalid(field, "%q is not a repository name (want %s{uuid})", truncateRunes(name, 100), repositoryPrefix)
 	}
 	return strings.ToLower(id), nil
 }
@@ -461,7 +471,7 @@ func truncateRunes(s string, n int) string {
 func pageSize(n int32, def, limit int) (int, error) {
 	switch {
 	case n < 0:
-		return 0, invalid("page_size", "must not be negative")
+		return 0, apierr.Invalid("page_size", "must not be negative")
 	case n == 0:
 		return def, nil
 	}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/identity"
 )
@@ -43,14 +43,14 @@ func (s *Service) FindSimilarSymbols(ctx context.Context, req *librarianv1.FindS
 	}
 	src, vec, err := s.store.symbolChunk(ctx, id.TenantID, repoID, req.GetSymbol(), s.embedder.Name())
 	if errors.Is(err, errNoSymbolChunk) {
-		return nil, status.Errorf(codes.NotFound, "symbol: %q is not indexed in %s%s", req.GetSymbol(), repositoryPrefix, repoID)
+		return nil, apierr.NotFound("symbol", strconv.Quote(req.GetSymbol())).Withf("symbol: %q is not indexed in %s%s", req.GetSymbol(), repositoryPrefix, repoID)
 	}
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "find similar symbols", err)
+		return nil, apierr.Status(ctx, s.log, "find similar symbols", err)
 	}
 	repos, err := s.store.tenantRepos(ctx, id.TenantID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "find similar symbols", err)
+		return nil, apierr.Status(ctx, s.log, "find similar symbols", err)
 	}
 	// Ask for more neighbours than wanted: the symbol itself, chunks that
 	// define nothing and, with same_kind_only, other kinds are left out.
@@ -66,7 +66,7 @@ func (s *Service) FindSimilarSymbols(ctx context.Context, req *librarianv1.FindS
 	}
 	cands, err := s.store.chunksByID(ctx, id.TenantID, near, f)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "find similar symbols", err)
+		return nil, apierr.Status(ctx, s.log, "find similar symbols", err)
 	}
 	resp := &librarianv1.FindSimilarSymbolsResponse{Source: similarSymbol(src, 1)}
 	seen := map[string]bool{src.repoID + "/" + src.symbol: true}
@@ -124,7 +124,7 @@ func (s store) symbolChunk(ctx context.Context, tenant, repoID, symbol, model st
 		return candidate{}, nil, fmt.Errorf("resolve symbol: %w", err)
 	}
 	if chunkModel != model {
-		return candidate{}, nil, status.Errorf(codes.FailedPrecondition,
+		return candidate{}, nil, apierr.FailedPrecondition(reasonEmbeddingStale,
 			"symbol: the chunk of %q was embedded by another model; index the repository again", symbol)
 	}
 	vec, err := embed.Decode(emb)

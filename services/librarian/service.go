@@ -6,7 +6,6 @@ package librarian
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,10 +19,10 @@ import (
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/embed"
+	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // Service implements librarianv1.LibrarianServiceServer and the librarian's
@@ -122,18 +121,15 @@ func newEmbedder(cfg Config) (embed.Embedder, error) {
 	return embed.NewHashing(cfg.EmbedDims)
 }
 
-// publishJSON publishes v on a core NATS subject; failures are logged, as
-// these events are advisory.
-func (s *Service) publishJSON(ctx context.Context, subject string, v any) {
+// publishNotice tells whoever listens on subject (the Guide, the other
+// replicas) what happened to an index; failures are logged, as notices
+// are advisory.
+func (s *Service) publishNotice(ctx context.Context, subject string, n *librarianv1.IndexNotice) {
 	if s.bus == nil {
 		return
 	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return
-	}
-	if err := s.bus.Conn.Publish(subject, data); err != nil {
-		s.log.WarnContext(ctx, "publish event", slog.String("subject", subject), logx.Err(err))
+	if err := s.bus.PublishCore(ctx, subject, n); err != nil {
+		s.log.WarnContext(ctx, "publish index notice", slog.String("subject", subject), logx.Err(err))
 	}
 }
 
@@ -147,20 +143,6 @@ func (s *Service) Register(g *grpc.Server) {
 func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("librarian: a NATS bus is required to run the inbox")
-	}
-	if err := topology.EnsureAgents(ctx, s.bus); err != nil {
-		return fmt.Errorf("librarian: %w", err)
-	}
-	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
-		return fmt.Errorf("librarian: %w", err)
-	}
-	spec := natsx.ConsumerSpec{
-		Stream:         s.bus.Stream(topology.StreamAgents),
-		Durable:        topology.AgentLibrarian,
-		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentLibrarian)},
-		AckWait:        s.cfg.InboxTimeout + s.cfg.InboxTimeout/2,
-		MaxDeliver:     inboxMaxDeliver,
-		NakDelay:       s.cfg.InboxRetryDelay,
 	}
 	sub, err := s.followChanges(ctx)
 	if err != nil {
@@ -184,8 +166,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.log.InfoContext(ctx, "inbox consumer starting", slog.String("subject", spec.FilterSubjects[0]))
-	if err := s.bus.Consume(ctx, spec, s.handleInbox); err != nil {
+	if err := inbox.Run(ctx, s.bus, s.inboxConfig(), s.answer); err != nil {
 		return fmt.Errorf("librarian: %w", err)
 	}
 	return nil

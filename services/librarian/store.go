@@ -94,7 +94,7 @@ func (s store) repoIDByPath(ctx context.Context, tenant, path string) (string, e
 	var id string
 	err := s.db.QueryRow(ctx, `SELECT id::text FROM repositories WHERE tenant_id = $1 AND path = $2`, tenant, path).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", errNotFound
+		return "", repositoryNotFound(path)
 	}
 	if err != nil {
 		return "", fmt.Errorf("look up repository by path: %w", err)
@@ -102,12 +102,13 @@ func (s store) repoIDByPath(ctx context.Context, tenant, path string) (string, e
 	return id, nil
 }
 
-// getRepo returns the tenant's repository id, or errNotFound.
+// getRepo returns the tenant's repository id (repositoryNotFound when it
+// has none).
 func (s store) getRepo(ctx context.Context, tenant, id string) (repository, error) {
 	r, err := scanRepo(s.db.QueryRow(ctx, `SELECT `+repoColumns+` FROM repositories WHERE tenant_id = $1 AND id = $2`,
 		tenant, uuidParam(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return repository{}, errNotFound
+		return repository{}, repositoryNotFound(id)
 	}
 	if err != nil {
 		return repository{}, fmt.Errorf("get repository %s: %w", id, err)

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 )
 
@@ -31,12 +31,12 @@ func (s *Service) symbolTarget(ctx context.Context, tenant, repoName, symbol, fi
 	}
 	switch {
 	case strings.TrimSpace(symbol) == "":
-		return "", invalid(field, "required")
+		return "", apierr.Invalid(field, "required")
 	case len(symbol) > maxSymbolLen || !plainText(symbol):
-		return "", invalid(field, "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
+		return "", apierr.Invalid(field, "must be valid UTF-8 without NUL of at most %d bytes", maxSymbolLen)
 	}
 	if _, err := s.store.getRepo(ctx, tenant, repoID); err != nil {
-		return "", toStatus(ctx, s.log, "look up repository", err)
+		return "", apierr.Status(ctx, s.log, "look up repository", err)
 	}
 	return repoID, nil
 }
@@ -57,20 +57,20 @@ func (s *Service) GetSymbol(ctx context.Context, req *librarianv1.GetSymbolReque
 		WHERE tenant_id = $1 AND repository_id = $2 AND (id = $3 OR name = $3)
 		ORDER BY (id = $3) DESC, path, line_start LIMIT 1`, id.TenantID, uuidParam(repoID), req.GetSymbol())
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get symbol", err)
+		return nil, apierr.Status(ctx, s.log, "get symbol", err)
 	}
 	syms, err := pgx.CollectRows(rows, scanSymbol)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get symbol", err)
+		return nil, apierr.Status(ctx, s.log, "get symbol", err)
 	}
 	if len(syms) == 0 {
-		return nil, status.Errorf(codes.NotFound, "symbol %q not found", truncateRunes(req.GetSymbol(), 100))
+		return nil, apierr.NotFound("symbol", strconv.Quote(truncateRunes(req.GetSymbol(), 100)))
 	}
 	sym := syms[0]
 	if req.GetIncludeSource() {
 		src, err := s.symbolSource(ctx, id.TenantID, repoID, sym)
 		if err != nil {
-			return nil, toStatus(ctx, s.log, "get symbol", err)
+			return nil, apierr.Status(ctx, s.log, "get symbol", err)
 		}
 		sym.Source = src
 	}
@@ -118,10 +118,10 @@ func (s *Service) GetFileSymbols(ctx context.Context, req *librarianv1.GetFileSy
 		return nil, err
 	}
 	if p := req.GetPath(); p != "" && !validRelPath(p) {
-		return nil, invalid("path", "must be a clean relative path inside the repository")
+		return nil, apierr.Invalid("path", "must be a clean relative path inside the repository")
 	}
 	if !plainText(req.GetKind()) {
-		return nil, invalid("kind", "must be valid UTF-8 without NUL")
+		return nil, apierr.Invalid("kind", "must be valid UTF-8 without NUL")
 	}
 	repoID, err := s.symbolTarget(ctx, id.TenantID, req.GetRepository(), req.GetPath(), "path")
 	if err != nil {
@@ -131,11 +131,11 @@ func (s *Service) GetFileSymbols(ctx context.Context, req *librarianv1.GetFileSy
 		WHERE tenant_id = $1 AND repository_id = $2 AND path = $3 AND ($4 = '' OR kind = $4)
 		ORDER BY line_start, id LIMIT $5`, id.TenantID, uuidParam(repoID), req.GetPath(), req.GetKind(), maxSymbolResult)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get file symbols", err)
+		return nil, apierr.Status(ctx, s.log, "get file symbols", err)
 	}
 	syms, err := pgx.CollectRows(rows, scanSymbol)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "get file symbols", err)
+		return nil, apierr.Status(ctx, s.log, "get file symbols", err)
 	}
 	return &librarianv1.GetFileSymbolsResponse{Symbols: syms}, nil
 }
@@ -165,7 +165,7 @@ func (s *Service) edges(ctx context.Context, repoName, symbol, kind, column stri
 		return nil, err
 	}
 	if !edgeKindOK(kind) {
-		return nil, invalid("edge_kind", "must be one of %s, or empty", strings.Join(edgeKinds, ", "))
+		return nil, apierr.Invalid("edge_kind", "must be one of %s, or empty", strings.Join(edgeKinds, ", "))
 	}
 	repoID, err := s.symbolTarget(ctx, id.TenantID, repoName, symbol, "symbol")
 	if err != nil {
@@ -179,7 +179,7 @@ func (s *Service) edges(ctx context.Context, repoName, symbol, kind, column stri
 		err := s.store.db.QueryRow(ctx, `SELECT kind FROM symbols WHERE tenant_id = $1 AND repository_id = $2 AND id = $3 LIMIT 1`,
 			id.TenantID, uuidParam(repoID), symbol).Scan(&kindOf)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, toStatus(ctx, s.log, "list edges", err)
+			return nil, apierr.Status(ctx, s.log, "list edges", err)
 		}
 		if kindOf == kindMethod {
 			targets = append(targets, "*."+symbol[strings.LastIndex(symbol, ".")+1:])
@@ -189,7 +189,7 @@ func (s *Service) edges(ctx context.Context, repoName, symbol, kind, column stri
 		WHERE tenant_id = $1 AND repository_id = $2 AND `+column+` = ANY($3) AND ($4 = '' OR kind = $4)
 		ORDER BY path, line, target LIMIT $5`, id.TenantID, uuidParam(repoID), targets, kind, maxSymbolResult)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "list edges", err)
+		return nil, apierr.Status(ctx, s.log, "list edges", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*librarianv1.Edge, error) {
 		e := &librarianv1.Edge{}
@@ -197,7 +197,7 @@ func (s *Service) edges(ctx context.Context, repoName, symbol, kind, column stri
 		return e, err
 	})
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "list edges", err)
+		return nil, apierr.Status(ctx, s.log, "list edges", err)
 	}
 	return out, nil
 }

@@ -8,11 +8,10 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/tooldetect"
@@ -144,11 +143,11 @@ func (s *Service) DiscoverTools(ctx context.Context, req *librarianv1.DiscoverTo
 	}
 	r, err := s.store.getRepo(ctx, id.TenantID, repoID)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, "discover tools", err)
+		return nil, apierr.Status(ctx, s.log, "discover tools", err)
 	}
 	root, problem := s.checkRoot(id.TenantID, r.Path)
 	if problem != "" {
-		return nil, status.Error(codes.FailedPrecondition, "repository path: "+problem)
+		return nil, unreadable("repository path: %s", problem)
 	}
 	facts, fp := tooldetect.ReadFacts(root)
 	if !req.GetRefresh() {

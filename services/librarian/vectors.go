@@ -3,18 +3,21 @@ package librarian
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/logx"
 	rank "sylk.dev/sylk/pkg/search"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // vectorStore is this replica's in-memory HNSW per repository, loaded
@@ -71,24 +74,9 @@ func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
 	rv := v.get(tenant, repoID, true)
 	rv.sync.Lock()
 	defer rv.sync.Unlock()
-	rows, err := v.st.db.Query(ctx, `SELECT id, content_hash FROM chunks
-		WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`, tenant, uuidParam(repoID), v.model)
+	current, err := v.chunkHashes(ctx, tenant, repoID)
 	if err != nil {
-		return fmt.Errorf("list chunk hashes: %w", err)
-	}
-	current := map[string][]byte{}
-	for rows.Next() {
-		var id string
-		var h []byte
-		if err := rows.Scan(&id, &h); err != nil {
-			rows.Close()
-			return fmt.Errorf("list chunk hashes: %w", err)
-		}
-		current[id] = h
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list chunk hashes: %w", err)
+		return err
 	}
 	var removed, wanted []string
 	for id := range rv.hashes {
@@ -102,40 +90,75 @@ func (v *vectorStore) sync(ctx context.Context, tenant, repoID string) error {
 		}
 	}
 	if len(wanted) > 0 && len(wanted) >= len(current)/4 {
-		v.filters.markStale(tenant, repoID)
-		// The term filter is rebuilt from the same rows meanwhile.
-		filterDone := make(chan error, 1)
-		go func() { filterDone <- v.rebuildFilter(ctx, tenant, repoID) }()
-		// Many vectors: build a new graph from one pass over the
-		// repository's rows while searches keep using the old one, then
-		// swap.
-		fresh, err := rank.NewIndex(v.hnsw)
-		if err != nil {
-			return err
-		}
-		hashes := make(map[string][]byte, len(current))
-		allKeys, allVecs := make([]string, 0, len(current)), make([][]float32, 0, len(current))
-		err = v.scan(ctx, `SELECT id, content_hash, embedding FROM chunks
-			WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`,
-			[]any{tenant, uuidParam(repoID), v.model}, nil, func(keys []string, vecs [][]float32, hs [][]byte) error {
-				allKeys, allVecs = append(allKeys, keys...), append(allVecs, vecs...)
-				for i, id := range keys {
-					hashes[id] = hs[i]
-				}
-				return nil
-			})
-		if err == nil {
-			// One batch: every worker stays busy until the graph is built.
-			err = fresh.Add(allKeys, allVecs)
-		}
-		if err != nil {
-			<-filterDone
-			return err
-		}
-		rv.idx.Store(fresh)
-		rv.hashes = hashes
-		return <-filterDone
+		return v.rebuild(ctx, tenant, repoID, rv, len(current))
 	}
+	return v.update(ctx, tenant, repoID, rv, removed, wanted)
+}
+
+// chunkHashes are the content hashes of the repository's chunks embedded
+// by this store's model, by chunk id.
+func (v *vectorStore) chunkHashes(ctx context.Context, tenant, repoID string) (map[string][]byte, error) {
+	rows, err := v.st.db.Query(ctx, `SELECT id, content_hash FROM chunks
+		WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`, tenant, uuidParam(repoID), v.model)
+	if err != nil {
+		return nil, fmt.Errorf("list chunk hashes: %w", err)
+	}
+	current := map[string][]byte{}
+	for rows.Next() {
+		var id string
+		var h []byte
+		if err := rows.Scan(&id, &h); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list chunk hashes: %w", err)
+		}
+		current[id] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list chunk hashes: %w", err)
+	}
+	return current, nil
+}
+
+// rebuild builds a new graph of the repository (of about size vectors)
+// from one pass over its rows while searches keep using the old one, then
+// swaps; its term filter is rebuilt from the same rows meanwhile.
+func (v *vectorStore) rebuild(ctx context.Context, tenant, repoID string, rv *repoVectors, size int) error {
+	v.filters.markStale(tenant, repoID)
+	filterDone := make(chan error, 1)
+	go func() { filterDone <- v.rebuildFilter(ctx, tenant, repoID) }()
+	fresh, err := rank.NewIndex(v.hnsw)
+	if err != nil {
+		<-filterDone
+		return err
+	}
+	hashes := make(map[string][]byte, size)
+	allKeys, allVecs := make([]string, 0, size), make([][]float32, 0, size)
+	err = v.scan(ctx, `SELECT id, content_hash, embedding FROM chunks
+		WHERE tenant_id = $1 AND repository_id = $2 AND model = $3`,
+		[]any{tenant, uuidParam(repoID), v.model}, nil, func(keys []string, vecs [][]float32, hs [][]byte) error {
+			allKeys, allVecs = append(allKeys, keys...), append(allVecs, vecs...)
+			for i, id := range keys {
+				hashes[id] = hs[i]
+			}
+			return nil
+		})
+	if err == nil {
+		// One batch: every worker stays busy until the graph is built.
+		err = fresh.Add(allKeys, allVecs)
+	}
+	if err != nil {
+		<-filterDone
+		return err
+	}
+	rv.idx.Store(fresh)
+	rv.hashes = hashes
+	return <-filterDone
+}
+
+// update removes the removed chunks from the repository's graph and adds
+// the wanted ones, in batches, and their terms to its filter.
+func (v *vectorStore) update(ctx context.Context, tenant, repoID string, rv *repoVectors, removed, wanted []string) error {
 	idx := rv.idx.Load()
 	if len(removed) > 0 {
 		idx.Delete(removed...)
@@ -272,16 +295,6 @@ func (v *vectorStore) search(tenant string, repoIDs []string, q []float32, k int
 	return out
 }
 
-// changeEvent tells every replica that a repository's index changed.
-type changeEvent struct {
-	Tenant     string `json:"tenant"`
-	Repository string `json:"repository"`
-	Deleted    bool   `json:"deleted,omitempty"`
-}
-
-// changesSubject is where change events go.
-func (s *Service) changesSubject() string { return s.bus.Subject("librarian", "changes") }
-
 // backgroundSyncChunks is how many rewritten chunks make the vector
 // update of an index run in the background: the index answers as soon as
 // its rows are committed (lexical search sees them at once) and semantic
@@ -293,7 +306,7 @@ const backgroundSyncChunks = 5000
 // background for large ones (WaitVectors waits for those).
 func (s *Service) announceChange(ctx context.Context, tenant, repoID string, changedChunks int64) {
 	if s.bus != nil {
-		s.publishJSON(ctx, s.changesSubject(), changeEvent{Tenant: tenant, Repository: repoID})
+		s.publishNotice(ctx, topology.IndexChangesSubject(s.bus), &librarianv1.IndexNotice{TenantId: tenant, Repository: repositoryPrefix + repoID})
 	}
 	s.invalidateCache(ctx, tenant, repoID)
 	syncNow := func(ctx context.Context) {
@@ -323,20 +336,24 @@ func (s *Service) announceChange(ctx context.Context, tenant, repoID string, cha
 // done (tests and benchmarks use it to wait for semantic search).
 func (s *Service) WaitVectors() { s.background.Wait() }
 
-// followChanges keeps the vectors current from change events until ctx
-// is done.
+// followChanges keeps the vectors current from the index notices of
+// every replica until ctx is done.
 func (s *Service) followChanges(ctx context.Context) (*nats.Subscription, error) {
-	return s.bus.Conn.Subscribe(s.changesSubject(), func(m *nats.Msg) {
-		var ev changeEvent
-		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Tenant == "" || ev.Repository == "" {
+	return s.bus.Conn.Subscribe(topology.IndexChangesSubject(s.bus), func(m *nats.Msg) {
+		var n librarianv1.IndexNotice
+		if err := proto.Unmarshal(m.Data, &n); err != nil {
 			return
 		}
-		if ev.Deleted {
-			s.vectors.drop(ev.Tenant, ev.Repository)
+		repoID, ok := strings.CutPrefix(n.GetRepository(), repositoryPrefix)
+		if !ok || repoID == "" || n.GetTenantId() == "" {
 			return
 		}
-		if err := s.vectors.sync(ctx, ev.Tenant, ev.Repository); err != nil {
-			s.log.WarnContext(ctx, "sync vectors from change event", logx.Err(err))
+		if n.GetDeleted() {
+			s.vectors.drop(n.GetTenantId(), repoID)
+			return
+		}
+		if err := s.vectors.sync(ctx, n.GetTenantId(), repoID); err != nil {
+			s.log.WarnContext(ctx, "sync vectors from an index notice", logx.Err(err))
 		}
 	})
 }

@@ -2,18 +2,17 @@ package librarian
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // findsSymbol reports whether a lexical search for name has a hit defining
@@ -66,15 +65,7 @@ func TestWatcherIndexesChanges(t *testing.T) {
 	repo := create(t, ctx, h.svc, root, true)
 	writeFile(t, root, "shop/early.go", "package shop\n\n// EarlyBird was written before the watch.\nfunc EarlyBird() {}\n")
 
-	events := make(chan progress, 100)
-	sub, err := h.bus.Conn.Subscribe(h.bus.Subject("librarian", "progress", repo.GetId()), func(m *nats.Msg) {
-		var p progress
-		if json.Unmarshal(m.Data, &p) == nil {
-			events <- p
-		}
-	})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
+	events := indexNotices(t, h, topology.IndexProgressSubject(h.bus, repo.GetId()))
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -93,8 +84,8 @@ func TestWatcherIndexesChanges(t *testing.T) {
 		writeFile(t, root, "shop/discount.go", "package shop\n\n// ApplyDiscount takes a percentage off a price.\nfunc ApplyDiscount(p, pct float64) float64 { return p * (1 - pct/100) }\n")
 		poll("new symbol found", func() bool { return findsSymbol(t, ctx, h.svc, "ApplyDiscount", "shop/discount.go") })
 		select {
-		case p := <-events:
-			require.Equal(t, "repositories/"+repo.GetId(), p.Repository)
+		case n := <-events:
+			require.Equal(t, "repositories/"+repo.GetId(), n.GetProgress().GetRepository())
 		case <-time.After(10 * time.Second):
 			t.Fatal("no progress event for a watched change")
 		}
