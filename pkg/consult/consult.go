@@ -320,15 +320,16 @@ func Envelope(l Log) *messagev1.Envelope {
 		Status:    messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
 		Attempt:   1,
 		Priority:  messagev1.Priority_PRIORITY_KNOWLEDGE,
+		// Annotations only: the entry itself is the store request.
 		Metadata: map[string]string{
-			"category":   CategoryConsultation,
-			"title":      fmt.Sprintf("%s consulted %s", l.From, l.To),
 			"consult.to": l.To,
 			"method":     l.Method,
 		},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: l.From,
-			Text:  fmt.Sprintf("%s -> %s: %s", l.From, l.To, l.Summary),
+		Payload: &messagev1.Envelope_StoreRequest{StoreRequest: &messagev1.StoreRequest{
+			Source:   l.From,
+			Category: CategoryConsultation,
+			Title:    fmt.Sprintf("%s consulted %s", l.From, l.To),
+			Content:  fmt.Sprintf("%s -> %s: %s", l.From, l.To, l.Summary),
 		}},
 	}
 }

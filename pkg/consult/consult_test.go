@@ -170,7 +170,7 @@ func TestNATSSink(t *testing.T) {
 	env := &messagev1.Envelope{}
 	require.NoError(t, proto.Unmarshal(msg.Data(), env))
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, env.GetType())
-	require.Equal(t, CategoryConsultation, env.GetMetadata()["category"])
+	require.Equal(t, CategoryConsultation, env.GetStoreRequest().GetCategory())
 	require.Equal(t, "t1", env.GetTenantId())
-	require.Equal(t, "designer -> engineer: "+strings.Repeat("q", 100)+"...", env.GetAgentResponse().GetText())
+	require.Equal(t, "designer -> engineer: "+strings.Repeat("q", 100)+"...", env.GetStoreRequest().GetContent())
 }
