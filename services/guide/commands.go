@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
@@ -232,7 +233,7 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 		}
 		return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
 			func(ctx context.Context) {
-				s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+				s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
 			})
 	case "switch":
 		id, ok := target()

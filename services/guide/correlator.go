@@ -18,7 +18,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -33,14 +35,15 @@ import (
 
 // handleEvent handles one session event.
 func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
-	ev := &guidev1.Event{}
+	ev := &eventv1.Event{}
 	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 		return nil // not an event; nothing to correlate
 	}
-	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" || ev.GetType() == eventClarification {
+	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" ||
+		ev.GetType() == eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED {
 		return nil
 	}
-	tenant := tenantOfSubject(s.bus, msg.Subject())
+	tenant := topology.TenantOfEventSubject(s.bus, msg.Subject())
 	if tenant == "" {
 		return nil
 	}
@@ -84,7 +87,7 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 		}
 		return nil
 	}
-	if ev.GetType() == eventAnswered && !emptyAnswer(ev) {
+	if ev.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED && !emptyAnswer(ev) {
 		// An answer that found nothing is an answer (the request went to
 		// the right agent), but it is not kept: the next index run or entry
 		// may change it.
@@ -99,78 +102,52 @@ func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 // so (the archivalist with no history on a subject, the academic with no
 // document on it) is an answer from the agent that owns the request, not a
 // misroute.
-func cannotHelp(ev *guidev1.Event) bool {
-	if ev.GetType() != eventAnswered {
+func cannotHelp(ev *eventv1.Event) bool {
+	a := ev.GetMessageAnswered()
+	if a == nil {
 		return false
 	}
-	if ev.GetData().GetFields()["cannot_help"].GetBoolValue() {
-		return true
-	}
-	return emptyAnswer(ev) && strings.TrimSpace(ev.GetText()) == ""
+	return a.GetCannotHelp() || (!holdsResults(a) && strings.TrimSpace(a.GetText()) == "")
 }
 
-// emptyAnswer reports an answer with no content: no hits, no recent
-// entries and no text.
-func emptyAnswer(ev *guidev1.Event) bool {
-	if ev.GetType() != eventAnswered {
+// emptyAnswer reports an answer with no content: a search (its query set)
+// that found nothing, whatever its text says, or an answer with neither
+// results nor text.
+func emptyAnswer(ev *eventv1.Event) bool {
+	a := ev.GetMessageAnswered()
+	if a == nil {
 		return false
 	}
-	f := ev.GetData().GetFields()
-	if h := f["hits"]; h != nil {
-		if len(h.GetListValue().GetValues()) > 0 {
-			return false
-		}
-		if r := f["recent"]; r != nil && len(r.GetListValue().GetValues()) > 0 {
-			return false
-		}
-		return true
-	}
-	return strings.TrimSpace(ev.GetText()) == ""
+	return !holdsResults(a) && (a.GetQuery() != "" || strings.TrimSpace(a.GetText()) == "")
 }
 
-func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingRequest, ev *guidev1.Event) {
+// holdsResults reports an answer with hits, recent entries or citations.
+func holdsResults(a *messagev1.AgentAnswer) bool {
+	return len(a.GetHits()) > 0 || len(a.GetRecent()) > 0 || len(a.GetCitations()) > 0
+}
+
+// cacheAnswer keeps the answer to a cacheable request (its cache key was
+// stored with it) for the next one alike.
+func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingRequest, ev *eventv1.Event) {
 	var key string
 	var ttlMS int64
 	if err := s.db.QueryRow(ctx, `SELECT cache_key, cache_ttl_ms FROM pending_requests WHERE correlation_id = $1 AND tenant_id = $2`,
 		p.CorrelationID, tenant).Scan(&key, &ttlMS); err != nil || key == "" {
 		return
 	}
-	var data map[string]any
-	if d := ev.GetData(); d != nil {
-		raw, err := d.MarshalJSON()
-		if err == nil {
-			_ = json.Unmarshal(raw, &data)
-		}
-	}
-	s.cache.storeAnswer(ctx, tenant, p.SessionID, key, time.Duration(ttlMS)*time.Millisecond,
-		cachedAnswer{Agent: p.Target, Text: ev.GetText(), Data: data})
-}
-
-// tenantOfSubject reads the tenant token of
-// "<p>.events.<tenant>.<session>.<origin>".
-func tenantOfSubject(b interface{ Subject(...string) string }, subject string) string {
-	prefix := b.Subject("events") + "."
-	rest, ok := strings.CutPrefix(subject, prefix)
-	if !ok {
-		return ""
-	}
-	tenant, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return ""
-	}
-	return tenant
+	a := proto.CloneOf(ev.GetMessageAnswered())
+	a.Agent = p.Target
+	s.cache.storeAnswer(ctx, tenant, p.SessionID, key, time.Duration(ttlMS)*time.Millisecond, a)
 }
 
 // watchLibrarian retires a tenant's cached librarian answers whenever one
-// of its index runs finishes: files changed (spec A-35).
+// of its index runs finishes, or one of its repositories is deleted: files
+// changed (spec A-35).
 func (s *Service) watchLibrarian(ctx context.Context) error {
-	sub, err := s.bus.Conn.Subscribe(s.bus.Subject("librarian", "progress", "*"), func(m *nats.Msg) {
-		var p struct {
-			Tenant string `json:"tenant"`
-			Done   bool   `json:"done"`
-		}
-		if json.Unmarshal(m.Data, &p) == nil && p.Done {
-			s.cache.invalidateLibrarian(ctx, p.Tenant)
+	sub, err := s.bus.Conn.Subscribe(topology.IndexProgressSubject(s.bus, "*"), func(m *nats.Msg) {
+		n := &librarianv1.IndexNotice{}
+		if proto.Unmarshal(m.Data, n) == nil && (n.GetProgress().GetDone() || n.GetDeleted()) {
+			s.cache.invalidateLibrarian(ctx, n.GetTenantId())
 		}
 	})
 	if err != nil {
@@ -360,9 +337,7 @@ type maxDeliveriesAdvisory struct {
 // letters, and removes them from the inbox. Replicas share the advisories
 // through a queue group.
 func (s *Service) watchUndeliverable(ctx context.Context) error {
-	stream := s.bus.Stream(topology.StreamAgents)
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + ".*"
-	sub, err := s.bus.Conn.QueueSubscribe(subject, "guide-dead-letters", func(m *nats.Msg) {
+	sub, err := s.bus.Conn.QueueSubscribe(topology.InboxMaxDeliveries(s.bus), topology.QueueDeadLetters, func(m *nats.Msg) {
 		var a maxDeliveriesAdvisory
 		if json.Unmarshal(m.Data, &a) != nil || a.StreamSeq == 0 {
 			return
@@ -394,7 +369,7 @@ func (s *Service) deadLetterSequence(ctx context.Context, a maxDeliveriesAdvisor
 		return
 	}
 	if env.GetTarget() == "" {
-		env.Target = strings.TrimPrefix(raw.Subject, s.bus.Subject("agent")+".")
+		env.Target = topology.AgentOfInbox(s.bus, raw.Subject)
 	}
 	if s.deadLetter(ctx, env, fmt.Sprintf("not acknowledged by %s after %d deliveries", a.Consumer, a.Deliveries)) != nil {
 		return // kept on the stream, not lost

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -46,7 +47,7 @@ func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest
 		return nil, s.toStatus(ctx, "list events", err)
 	}
 	resp := &guidev1.ListEventsResponse{}
-	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *guidev1.Event) bool {
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *eventv1.Event) bool {
 		resp.Events = append(resp.Events, e)
 		return len(resp.Events) < size
 	})
@@ -80,7 +81,7 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 		return s.toStatus(ctx, "stream events", err)
 	}
 	var sendErr error
-	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *guidev1.Event) bool {
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *eventv1.Event) bool {
 		sendErr = stream.Send(&guidev1.StreamEventsResponse{Event: e})
 		return sendErr == nil
 	})
@@ -106,7 +107,7 @@ func checkAfterSequence(seq uint64) error {
 // ordered consumer, starting after afterSeq, and hands each to yield until
 // yield returns false. Without follow it stops at the last stored event;
 // with follow it waits for new events until ctx is done.
-func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*guidev1.Event) bool) error {
+func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*eventv1.Event) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{topology.SessionEvents(s.bus, tenant, sessionID)},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -117,7 +118,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = afterSeq + 1
 	}
-	stream := s.bus.Stream(topology.StreamEvents)
+	stream := topology.EventsStream(s.bus)
 	// A bus that does not answer fails the read within PublishTimeout
 	// (UNAVAILABLE) rather than holding the caller until it gives up: the
 	// start of every read, and the whole of a page.
@@ -167,7 +168,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		if err != nil {
 			return s.eventsUnavailable(ctx, err)
 		}
-		ev := &guidev1.Event{}
+		ev := &eventv1.Event{}
 		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 			s.log.WarnContext(ctx, "skip undecodable event", slog.Uint64("sequence", meta.Sequence.Stream), logx.Err(err))
 		} else {

@@ -143,24 +143,10 @@ func (s *Service) afterFailure(ctx context.Context, f routingFailure) {
 	content := fmt.Sprintf("id: %s\noriginal_request: %s\nclassified_as: %s\nrouted_to: %s\nshould_have_been: %s\nfailure_signal: %s\npattern_extracted: %s\ntimestamp: %s",
 		f.ID, f.OriginalRequest, f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.Pattern,
 		f.CreateTime.Format(time.RFC3339Nano))
-	env := &messagev1.Envelope{
-		Id:        ids.New(),
-		TenantId:  f.TenantID,
-		SessionId: f.SessionID,
-		UserId:    f.UserID,
-		Source:    authorGuide,
-		Target:    topology.AgentArchivalist,
-		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		CreatedAt: timestamppb.New(f.CreateTime),
-		Status:    messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:   1,
-		Priority:  messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata: map[string]string{
-			"category": CategoryRoutingFailure,
-			"title":    truncateRunes(fmt.Sprintf("Routing failure (%s): %s -> %s", signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen), 200),
-		},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: authorGuide, Text: content}},
-	}
+	env := topology.StoreRequest(topology.Record{ID: ids.New(), Tenant: f.TenantID, Session: f.SessionID, User: f.UserID,
+		Source: authorGuide, Category: CategoryRoutingFailure, Text: content,
+		Title: truncateRunes(fmt.Sprintf("Routing failure (%s): %s -> %s", signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen), 200)})
+	env.CreatedAt = timestamppb.New(f.CreateTime)
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
 		s.log.WarnContext(ctx, "send routing failure to the archivalist", logx.Err(err))
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -29,11 +29,6 @@ import (
 
 // contextReroute marks the Guide's question after too many reroutes.
 const contextReroute = "reroute"
-
-// Metadata keys agents set on their envelopes.
-const (
-	metadataContextSourceIssue = "context_source_issue"
-)
 
 func decodeEnvelope(raw []byte) *messagev1.Envelope {
 	env := &messagev1.Envelope{}
@@ -90,10 +85,10 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 		return s.handleReroute(ctx, sess, env)
 	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST || env.GetClarificationRequest() != nil:
 		return s.handleAgentClarification(ctx, sess, env)
-	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_TASK_HELP:
+	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_TASK_HELP || env.GetTaskHelp() != nil:
 		return s.handleTaskHelp(ctx, sess, env)
-	case env.GetAgentResponse() != nil:
-		return s.relayResponse(ctx, sess, env)
+	case env.GetAgentAnswer() != nil:
+		return s.relayAnswer(ctx, sess, env)
 	case requestTypes[env.GetType()] != "" || env.GetUserInput() != nil:
 		return s.routeAgentRequest(ctx, sess, env)
 	}
@@ -214,17 +209,14 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 			return "", err
 		}
 	}
-	reasons := make([]any, 0, len(history))
-	for _, h := range history {
-		reasons = append(reasons, map[string]any{"from": h.GetFrom(), "reason": h.GetReason(), "to": h.GetTo()})
-	}
-	data := map[string]any{"from": from, "to": to, "reason": rr.GetReason(), "hops": float64(len(history)), "history": reasons}
+	rerouted := &eventv1.MessageRerouted{From: from, To: to, Reason: rr.GetReason(), History: history}
 	if len(history) == s.cfg.RerouteLimit-1 {
-		data["warning"] = fmt.Sprintf("this request has been rerouted %d times; one more and you will be asked", len(history))
+		rerouted.Warning = fmt.Sprintf("this request has been rerouted %d times; one more and you will be asked", len(history))
 	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: next.GetParentId() + ".rerouted", Type: eventRerouted, Source: authorGuide, CorrelationID: env.GetCorrelationId(),
-		Text: fmt.Sprintf("The %s declined (%s); rerouted to the %s", from, truncate(rr.GetReason(), 200), to), Data: data}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_REROUTED, sess.ID, env.GetCorrelationId(),
+		fmt.Sprintf("The %s declined (%s); rerouted to the %s", from, truncate(rr.GetReason(), 200), to))
+	ev.Payload = &eventv1.Event_MessageRerouted{MessageRerouted: rerouted}
+	if err := s.publishEvent(ctx, sess.TenantID, next.GetParentId()+".rerouted", ev); err != nil {
 		return "", err
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), next.GetId(), next); err != nil {
@@ -287,18 +279,11 @@ func (s *Service) escalateReroute(ctx context.Context, sess session, env *messag
 	if err != nil {
 		return "", err
 	}
-	hops := make([]any, 0, len(history))
-	for _, h := range history {
-		hops = append(hops, map[string]any{"from": h.GetFrom(), "reason": h.GetReason(), "to": h.GetTo()})
-	}
-	opts := make([]any, len(options))
-	for i, o := range options {
-		opts[i] = o
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".escalated", Type: eventClarification, Source: authorGuide, CorrelationID: env.GetCorrelationId(),
-		Text: b.String(), Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": authorGuide,
-			"options": opts, "reroute_history": hops, "original_request": original, "reason": "reroute_limit"}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED, sess.ID, env.GetCorrelationId(), b.String())
+	ev.Payload = &eventv1.Event_ClarificationRequested{ClarificationRequested: &eventv1.ClarificationRequested{
+		Clarification: clarificationName(sess.ID, c.ID), RequestingAgent: authorGuide, Options: options,
+		RerouteHistory: history, OriginalRequest: original, Reason: "reroute_limit"}}
+	if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".escalated", ev); err != nil {
 		return "", err
 	}
 	s.metrics.reroutes.WithLabelValues("escalated").Inc()
@@ -355,14 +340,12 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 	if loop != nil {
 		s.afterFailure(ctx, *loop)
 	}
-	opts := make([]any, len(c.Options))
-	for i, o := range c.Options {
-		opts[i] = o
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".clarification", Type: eventClarification, Source: asker, CorrelationID: corr, Text: c.Question,
-		Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": asker, "options": opts,
-			"context": c.Context}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED, sess.ID, corr, c.Question)
+	ev.Source = asker
+	ev.Payload = &eventv1.Event_ClarificationRequested{ClarificationRequested: &eventv1.ClarificationRequested{
+		Clarification: clarificationName(sess.ID, c.ID), RequestingAgent: asker, Options: c.Options, Context: c.Context,
+		Reason: "agent_question"}}
+	if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".clarification", ev); err != nil {
 		return "", err
 	}
 	return "clarification", nil
@@ -371,45 +354,39 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 // handleTaskHelp records a help escalation caused by the wrong context
 // source as a routing failure (spec A-33, L2550) and shows it to the user.
 func (s *Service) handleTaskHelp(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	md := env.GetMetadata()
-	if issue := md[metadataContextSourceIssue]; issue != "" {
-		routedTo := md["routed_to"]
-		if !routable(routedTo) {
-			routedTo = env.GetSource()
+	help := proto.CloneOf(env.GetTaskHelp())
+	if help == nil {
+		help = &messagev1.TaskHelp{}
+	}
+	if issue := help.GetContextSourceIssue(); issue != "" && routable(env.GetSource()) {
+		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
+			OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
+			ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: env.GetSource(), ShouldHaveBeen: env.GetSource(),
+			Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env), Key: env.GetId()})
+		if err != nil {
+			return "", err
 		}
-		should := md["should_have_been"]
-		if !routable(should) {
-			should = routedTo
-		}
-		if routable(routedTo) {
-			f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
-				OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
-				ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: routedTo, ShouldHaveBeen: should,
-				Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env), Key: env.GetId()})
-			if err != nil {
-				return "", err
-			}
-			if !f.Repeat {
-				s.afterFailure(ctx, f)
-			}
+		if !f.Repeat {
+			s.afterFailure(ctx, f)
 		}
 	}
-	text := env.GetAgentResponse().GetText()
-	if text == "" {
-		text = fmt.Sprintf("The %s asks for help.", env.GetSource())
+	if help.Text == "" {
+		help.Text = fmt.Sprintf("The %s asks for help.", env.GetSource())
 	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".help", Type: "task.help", Source: env.GetSource(), CorrelationID: env.GetCorrelationId(), Text: text,
-		Data: map[string]any{"context_source_issue": md[metadataContextSourceIssue]}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_TASK_HELP, sess.ID, env.GetCorrelationId(), help.GetText())
+	ev.Source = env.GetSource()
+	ev.Payload = &eventv1.Event_TaskHelp{TaskHelp: help}
+	if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".help", ev); err != nil {
 		return "", err
 	}
 	return "help", nil
 }
 
-// relayResponse delivers a response to the agent that asked, matched by
+// relayAnswer delivers an answer to the agent that asked, matched by
 // correlation id, unchanged: the Guide adds no confidence entry (spec A-25).
-// A response for the user lands on the session's event stream.
-func (s *Service) relayResponse(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
+// An answer for the user lands on the session's event stream, with the
+// chain's cumulative confidence, its band and the suggested action.
+func (s *Service) relayAnswer(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
 	to := env.GetTarget()
 	if to == "" || to == authorGuide {
 		if p, found, err := getPending(ctx, s.db, sess.TenantID, env.GetCorrelationId(), false); err != nil {
@@ -421,25 +398,22 @@ func (s *Service) relayResponse(ctx context.Context, sess session, env *messagev
 		}
 	}
 	if to == "" || to == authorGuide || to == authorUser {
-		ar := env.GetAgentResponse()
-		hits := make([]any, 0, len(ar.GetHits()))
-		for _, h := range ar.GetHits() {
-			hits = append(hits, map[string]any{"title": h.GetTitle(), "path": h.GetPath(), "snippet": h.GetSnippet(), "score": h.GetScore()})
-		}
-		cum := CumulativeConfidence(env.GetConfidenceChain())
-		band, action := ConfidenceBand(cum)
-		if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-			ID: env.GetId() + ".relayed", Type: eventAnswered, Source: firstNonEmpty(ar.GetAgent(), env.GetSource()),
-			CorrelationID: env.GetCorrelationId(), Text: ar.GetText(),
-			Data: map[string]any{"hits": hits, "cumulative_confidence": cum, "confidence_band": band, "suggested_action": action}}); err != nil {
+		a := proto.CloneOf(env.GetAgentAnswer())
+		a.Agent = firstNonEmpty(a.GetAgent(), env.GetSource())
+		a.CumulativeConfidence = CumulativeConfidence(env.GetConfidenceChain())
+		a.ConfidenceBand, a.SuggestedAction = ConfidenceBand(a.CumulativeConfidence)
+		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, sess.ID, env.GetCorrelationId(), a.GetText())
+		ev.Source = a.Agent
+		ev.Payload = &eventv1.Event_MessageAnswered{MessageAnswered: a}
+		if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".relayed", ev); err != nil {
 			return "", err
 		}
 		return "relayed", nil
 	}
-	// Only an agent's inbox is read: a response for anything else would
+	// Only an agent's inbox is read: an answer for anything else would
 	// wait on the stream for good.
 	if !routable(to) {
-		return s.reject(ctx, env, fmt.Sprintf("no agent %q to relay the response to", truncate(to, 60)))
+		return s.reject(ctx, env, fmt.Sprintf("no agent %q to relay the answer to", truncate(to, 60)))
 	}
 	// The envelope keeps its id; the de-duplication id differs from the one
 	// it had on its way into the Guide's inbox (the same stream).
@@ -485,13 +459,6 @@ var responseTypes = map[messagev1.MessageType]messagev1.MessageType{
 	messagev1.MessageType_MESSAGE_TYPE_CONSULT_REQUEST:  messagev1.MessageType_MESSAGE_TYPE_CONSULT_RESPONSE,
 }
 
-// Metadata keys of a request routed for an agent.
-const (
-	metadataRequestedBy        = "requested_by"
-	metadataRequestType        = "request_type"
-	metadataRequestCorrelation = "request_correlation"
-)
-
 // routeAgentRequest routes an agent's knowledge request or ambiguous
 // consultation to the agent that owns it and tracks it, so that the answer
 // goes back to the agent that asked (spec ).
@@ -520,30 +487,25 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 	// collide with a user request the asking agent is working on; the
 	// answer goes back with the agent's own.
 	corr := idFor(env.GetId() + ".correlation")
-	md := map[string]string{}
-	for k, v := range env.GetMetadata() {
-		md[k] = v
-	}
-	md[metadataRequestedBy] = from
-	md[metadataRequestType] = env.GetType().String()
-	md[metadataRequestCorrelation] = firstNonEmpty(env.GetCorrelationId(), env.GetId())
 	out := &messagev1.Envelope{
-		Id:               idFor(env.GetId() + ".route"),
-		CorrelationId:    corr,
-		ParentId:         env.GetId(),
-		TenantId:         sess.TenantID,
-		SessionId:        sess.ID,
-		UserId:           sess.UserID,
-		Source:           from,
-		Target:           to,
-		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt:        timestamppb.New(s.now()),
-		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
-		Status:           messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:          1,
-		MaxAttempts:      1,
-		Priority:         env.GetPriority(),
-		Metadata:         md,
+		Id:            idFor(env.GetId() + ".route"),
+		CorrelationId: corr,
+		ParentId:      env.GetId(),
+		TenantId:      sess.TenantID,
+		SessionId:     sess.ID,
+		UserId:        sess.UserID,
+		Source:        from,
+		Target:        to,
+		Type:          messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		CreatedAt:     timestamppb.New(s.now()),
+		Deadline:      timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
+		Status:        messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
+		Attempt:       1,
+		MaxAttempts:   1,
+		Priority:      env.GetPriority(),
+		Metadata:      env.GetMetadata(),
+		RoutedRequest: &messagev1.RoutedRequest{RequestedBy: from, RequestType: env.GetType(),
+			RequestCorrelation: firstNonEmpty(env.GetCorrelationId(), env.GetId())},
 		StructuredIntent: env.GetStructuredIntent(),
 		ConfidenceChain:  env.GetConfidenceChain(),
 		RerouteHistory:   env.GetRerouteHistory(),
@@ -564,10 +526,10 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 		Deadline: s.now().Add(s.cfg.RequestTimeout), CreateTime: s.now(), State: state}); err != nil {
 		return "", err
 	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID, ID: out.GetId() + ".routed",
-		Type: eventRouted, Source: authorGuide, CorrelationID: corr,
-		Text: fmt.Sprintf("Routed the %s's request to the %s", from, to),
-		Data: map[string]any{"target": to, "requested_by": from, "confidence": conf, "reason": reason, "tier": tierClassifier}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ROUTED, sess.ID, corr, fmt.Sprintf("Routed the %s's request to the %s", from, to))
+	ev.Payload = &eventv1.Event_MessageRouted{MessageRouted: &eventv1.MessageRouted{Target: to, RequestedBy: from,
+		Confidence: conf, Reason: reason, Tier: tierClassifier}}
+	if err := s.publishEvent(ctx, sess.TenantID, out.GetId()+".routed", ev); err != nil {
 		return "", err
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), out.GetId(), out); err != nil {
@@ -577,39 +539,41 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 }
 
 // answerRequester sends an answer to the agent whose request the Guide
-// routed, as the response type of its request, with the correlation id.
-func (s *Service) answerRequester(ctx context.Context, p pendingRequest, ev *guidev1.Event) {
+// routed, as the response type of its request, with the asking agent's
+// correlation id.
+func (s *Service) answerRequester(ctx context.Context, p pendingRequest, ev *eventv1.Event) {
 	prev := decodeEnvelope(p.Envelope)
-	if prev == nil {
+	rr := prev.GetRoutedRequest()
+	if rr.GetRequestedBy() == "" {
 		return
 	}
-	to := prev.GetMetadata()[metadataRequestedBy]
-	if to == "" {
-		return
-	}
-	typ := responseTypes[messagev1.MessageType(messagev1.MessageType_value[prev.GetMetadata()[metadataRequestType]])]
-	if typ == messagev1.MessageType_MESSAGE_TYPE_UNSPECIFIED {
+	typ, ok := responseTypes[rr.GetRequestType()]
+	if !ok {
 		typ = messagev1.MessageType_MESSAGE_TYPE_CONSULT_RESPONSE
 	}
+	a := proto.CloneOf(ev.GetMessageAnswered())
+	if a == nil {
+		a = &messagev1.AgentAnswer{Text: ev.GetText()}
+	}
+	a.Agent = firstNonEmpty(a.GetAgent(), ev.GetSource(), p.Target)
 	resp := &messagev1.Envelope{
 		Id:              idFor(p.CorrelationID + ".response"),
-		CorrelationId:   firstNonEmpty(prev.GetMetadata()[metadataRequestCorrelation], p.CorrelationID),
+		CorrelationId:   firstNonEmpty(rr.GetRequestCorrelation(), p.CorrelationID),
 		ParentId:        prev.GetId(),
 		TenantId:        p.TenantID,
 		SessionId:       p.SessionID,
 		UserId:          p.UserID,
 		Source:          firstNonEmpty(ev.GetSource(), p.Target),
-		Target:          to,
+		Target:          rr.GetRequestedBy(),
 		Type:            typ,
 		CreatedAt:       timestamppb.New(s.now()),
 		Status:          messagev1.MessageStatus_MESSAGE_STATUS_COMPLETED,
 		Attempt:         1,
 		Priority:        prev.GetPriority(),
 		ConfidenceChain: prev.GetConfidenceChain(),
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: firstNonEmpty(ev.GetSource(), p.Target), Text: ev.GetText()}},
+		Payload:         &messagev1.Envelope_AgentAnswer{AgentAnswer: a},
 	}
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), resp.GetId(), resp); err != nil {
+	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, resp.GetTarget()), resp.GetId(), resp); err != nil {
 		s.log.WarnContext(ctx, "send answer to the requesting agent", logx.Err(err))
 		_ = s.deadLetter(ctx, resp, "could not deliver the answer: "+truncate(err.Error(), 200)) // logged
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
@@ -31,18 +32,6 @@ const (
 	tierCache         = "cache"
 	tierClassifier    = "classifier"
 	tierClarification = "clarification"
-)
-
-// Event types the Guide publishes for a message.
-const (
-	eventReceived      = "message.received"
-	eventRouted        = "message.routed"
-	eventAnswered      = "message.answered"
-	eventClarification = "clarification.requested"
-	eventClarified     = "clarification.answered"
-	eventRerouted      = "message.rerouted"
-	eventTimeout       = "message.timeout"
-	eventUndeliverable = "message.undeliverable"
 )
 
 // agentPurposes describe the routable agents when the Guide asks the user
@@ -368,68 +357,16 @@ func (s *Service) replay(ctx context.Context, who identity.Identity, m message) 
 // when it was routed, then marks it dispatched. Every publication carries a
 // de-duplication id derived from the message, so a retry never duplicates.
 func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message) error {
-	name := messageName(m.SessionID, m.ID)
-	events := []topology.Event{{
-		ID:   m.ID + ".received",
-		Type: eventReceived,
-		Text: m.Text,
-		Data: map[string]any{"message": name, "author": authorUser},
-	}}
-	routed := m.Envelope != nil
-	switch {
-	case m.Route.Tier == tierSlashCommand && !routed:
-		events = append(events, topology.Event{
-			ID:   m.ID + ".answered",
-			Type: eventAnswered,
-			Text: m.Reply,
-			Data: map[string]any{"message": messageName(m.SessionID, deref(m.ReplyID)), "author": authorGuide, "in_reply_to": name},
-		})
-	case m.Route.Target == "":
-		options := make([]any, len(m.Options))
-		for i, o := range m.Options {
-			options[i] = o
-		}
-		data := map[string]any{"options": options, "confidence": m.Route.Confidence, "message": messageName(m.SessionID, deref(m.ReplyID)),
-			"in_reply_to": name, "requesting_agent": authorGuide}
-		if m.ClarificationID != "" {
-			data["clarification"] = clarificationName(m.SessionID, m.ClarificationID)
-		}
-		events = append(events, topology.Event{
-			ID:   m.ID + ".clarification",
-			Type: eventClarification,
-			Text: m.Reply,
-			Data: data,
-		})
-	default:
-		events = append(events, topology.Event{
-			ID:   m.ID + ".routed",
-			Type: eventRouted,
-			Text: fmt.Sprintf("Routed to the %s (%s, confidence %.2f)", m.Route.Target, m.Route.IntentType, m.Route.Confidence),
-			Data: m.Route.eventData(name),
-		})
-		if m.Route.Cached {
-			events = append(events, topology.Event{
-				ID:     m.ID + ".cached",
-				Type:   eventAnswered,
-				Source: m.Route.Target,
-				Text:   m.Reply,
-				Data:   m.CachedData,
-			})
-		}
-	}
+	events := outcomeEvents(m)
 	batch := make([]outbound, 0, len(events)+1)
 	for _, e := range events {
-		e.Tenant, e.Session, e.CorrelationID = who.TenantID, m.SessionID, m.CorrelationID
-		if e.Source == "" {
-			e.Source = authorGuide
-		}
-		ev, err := eventProto(e)
+		o, err := s.eventOut(who.TenantID, e.id, e.ev)
 		if err != nil {
 			return s.busDown(ctx, m, err)
 		}
-		batch = append(batch, outbound{subject: topology.EventSubject(s.bus, e.Tenant, e.Session, e.Source), id: e.ID, msg: ev})
+		batch = append(batch, o)
 	}
-	if routed {
+	if m.Envelope != nil {
 		env := &messagev1.Envelope{}
 		if err := proto.Unmarshal(m.Envelope, env); err != nil {
 			return s.busDown(ctx, m, fmt.Errorf("stored envelope: %w", err))
@@ -444,6 +381,56 @@ func (s *Service) dispatch(ctx context.Context, who identity.Identity, m message
 	// is deleted later, in a batch.
 	s.marks.add(who.TenantID, m.ID)
 	return nil
+}
+
+// idEvent is an event and its de-duplication id.
+type idEvent struct {
+	id string
+	ev *eventv1.Event
+}
+
+// outcomeEvents are the events of a handled message, in order: it was
+// received, then answered by the Guide (a command), turned into a question
+// for the user, or routed (and answered from the cache).
+func outcomeEvents(m message) []idEvent {
+	name := messageName(m.SessionID, m.ID)
+	received := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_RECEIVED, m.SessionID, m.CorrelationID, m.Text)
+	received.Payload = &eventv1.Event_MessageReceived{MessageReceived: &eventv1.MessageReceived{Message: name, Author: authorUser}}
+	out := []idEvent{{m.ID + ".received", received}}
+	switch {
+	case m.Route.Tier == tierSlashCommand && m.Envelope == nil:
+		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, m.SessionID, m.CorrelationID, m.Reply)
+		ev.Payload = &eventv1.Event_MessageAnswered{MessageAnswered: &messagev1.AgentAnswer{Agent: authorGuide, Text: m.Reply,
+			Message: messageName(m.SessionID, deref(m.ReplyID)), InReplyTo: name}}
+		return append(out, idEvent{m.ID + ".answered", ev})
+	case m.Route.Target == "":
+		q := &eventv1.ClarificationRequested{RequestingAgent: authorGuide, Options: m.Options, Confidence: m.Route.Confidence,
+			Message: messageName(m.SessionID, deref(m.ReplyID)), InReplyTo: name, Reason: m.ClarifyReason}
+		if m.ClarificationID != "" {
+			q.Clarification = clarificationName(m.SessionID, m.ClarificationID)
+		}
+		ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED, m.SessionID, m.CorrelationID, m.Reply)
+		ev.Payload = &eventv1.Event_ClarificationRequested{ClarificationRequested: q}
+		return append(out, idEvent{m.ID + ".clarification", ev})
+	}
+	routed := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ROUTED, m.SessionID, m.CorrelationID,
+		fmt.Sprintf("Routed to the %s (%s, confidence %.2f)", m.Route.Target, m.Route.IntentType, m.Route.Confidence))
+	routed.Payload = &eventv1.Event_MessageRouted{MessageRouted: m.Route.routed(name)}
+	out = append(out, idEvent{m.ID + ".routed", routed})
+	if m.Route.Cached {
+		a := m.CachedAnswer
+		if a == nil {
+			// Replayed from the store, which keeps the reply only.
+			a = &messagev1.AgentAnswer{Agent: m.Route.Target, Text: m.Reply}
+		}
+		a = proto.CloneOf(a)
+		a.Cached = true
+		cached := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, m.SessionID, m.CorrelationID, m.Reply)
+		cached.Source = m.Route.Target
+		cached.Payload = &eventv1.Event_MessageAnswered{MessageAnswered: a}
+		out = append(out, idEvent{m.ID + ".cached", cached})
+	}
+	return out
 }
 
 func (s *Service) busDown(ctx context.Context, m message, err error) error {
@@ -478,6 +465,8 @@ func (s *Service) sealEnvelope(who identity.Identity, m *message) error {
 // structured intent, extracted once here, and the confidence chain the
 // Guide starts (spec ).
 func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope {
+	// Annotations for tracing and people reading the envelope; no agent
+	// reads them (what an agent acts on is typed).
 	md := map[string]string{"message": messageName(m.SessionID, m.ID)}
 	if m.Route.KnowledgeIntent != "" {
 		md["routing.knowledge_intent"] = m.Route.KnowledgeIntent
@@ -487,9 +476,6 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 	}
 	if m.Route.Tier == tierSlashCommand {
 		md["command"] = strings.TrimPrefix(commandName(m.Text), "/")
-	}
-	for k, v := range m.Enrichment {
-		md[k] = v
 	}
 	text := m.Text
 	if m.RouteText != "" {
@@ -532,6 +518,7 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 		MaxAttempts:   1,
 		Priority:      messagev1.Priority_PRIORITY_USER,
 		Metadata:      md,
+		PreRoute:      m.PreRoute,
 		StructuredIntent: &messagev1.StructuredIntent{
 			OriginalRequest: text,
 			IntentType:      m.Route.IntentType,

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // The reaper enforces the session limits in the background: it suspends
@@ -180,13 +182,13 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 			_ = s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited)) // logged
 		}
 		s.metrics.timeouts.WithLabelValues(p.Target).Inc()
-		_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: p.TenantID, Session: p.SessionID,
-			// A request replayed or rerouted may time out again under its
-			// correlation id: each deadline is an event of its own.
-			ID: fmt.Sprintf("%s.timeout.%d", p.CorrelationID, p.Deadline.UnixNano()), Type: eventTimeout, Source: authorGuide, CorrelationID: p.CorrelationID,
-			Text: fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited),
-			Data: map[string]any{"target": p.Target, "error": "DEADLINE_EXCEEDED", "waited_seconds": waited.Seconds()}})
-		if err != nil {
+		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT, p.SessionID, p.CorrelationID,
+			fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited))
+		ev.Payload = &eventv1.Event_MessageUnanswered{MessageUnanswered: &eventv1.MessageUnanswered{
+			Target: p.Target, Reason: apierr.ReasonDeadlineExceeded, Waited: durationpb.New(waited)}}
+		// A request replayed or rerouted may time out again under its
+		// correlation id: each deadline is an event of its own.
+		if err := s.publishEvent(ctx, p.TenantID, fmt.Sprintf("%s.timeout.%d", p.CorrelationID, p.Deadline.UnixNano()), ev); err != nil {
 			s.log.WarnContext(ctx, "publish timeout event", slog.String(logx.KeyCorrelationID, p.CorrelationID), logx.Err(err))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
@@ -49,22 +50,10 @@ func (r outcomeRoute) proto() *guidev1.Route {
 	}
 }
 
-func (r outcomeRoute) eventData(message string) map[string]any {
-	d := map[string]any{
-		"target":      r.Target,
-		"confidence":  r.Confidence,
-		"tier":        r.Tier,
-		"intent_type": r.IntentType,
-		"message":     message,
-		"cached":      r.Cached,
-	}
-	if r.KnowledgeIntent != "" {
-		d["knowledge_intent"] = r.KnowledgeIntent
-	}
-	if r.TimeScope != "" {
-		d["time_scope"] = r.TimeScope
-	}
-	return d
+// routed is the route as a message_routed event tells it.
+func (r outcomeRoute) routed(message string) *eventv1.MessageRouted {
+	return &eventv1.MessageRouted{Message: message, Target: r.Target, Tier: r.Tier, Confidence: r.Confidence,
+		IntentType: r.IntentType, Reason: r.Reason, Cached: r.Cached, KnowledgeIntent: r.KnowledgeIntent, TimeScope: r.TimeScope}
 }
 
 // Direct skills (spec A-28): "show me X" and "what is X" for a code
@@ -139,7 +128,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 		m.Route.IntentType = gateAmbiguous
 		m.Route.KnowledgeIntent, m.Route.TimeScope = "", ""
 		question, options := clarification(cl)
-		return s.askUser(who, sess, m, question, options, "routing")
+		return s.askUser(who, sess, m, question, options, contextRouting)
 	}
 	// Step 2 of the intent gate (spec A-30): a change the architect would
 	// have to guess about is asked about first.
@@ -155,14 +144,8 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	if a, ok := s.cache.answer(ctx, key); ok {
 		m.Route.Cached = true
 		m.Route.Tier = tierCache
-		m.Reply = a.Text
-		data := map[string]any{}
-		for k, v := range a.Data {
-			data[k] = v
-		}
-		data["cached"] = true
-		data["agent"] = a.Agent
-		m.CachedData = data
+		m.Reply = a.GetText()
+		m.CachedAnswer = a
 		s.metrics.answerCache.WithLabelValues(cl.Target, "hit").Inc()
 		return routePlan{}
 	}
@@ -171,7 +154,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	}
 	// Step 3 (spec A-30): a change goes to the architect with what the
 	// librarian and the archivalist know about its area.
-	m.Enrichment = s.preRoute(ctx, cl, routeText(*m))
+	m.PreRoute = s.preRoute(ctx, cl, routeText(*m))
 	return routePlan{pending: true, cacheKey: key, cacheTTL: ttl}
 }
 
@@ -184,6 +167,10 @@ func routeText(m message) string {
 	return m.Text
 }
 
+// contextRouting is the context of the Guide's question when it cannot
+// tell where a message goes.
+const contextRouting = "routing"
+
 // askUser makes m a question to the user instead of a route.
 func (s *Service) askUser(who identity.Identity, sess session, m *message, question string, options []string, context string) routePlan {
 	m.Route.Target = ""
@@ -194,6 +181,10 @@ func (s *Service) askUser(who identity.Identity, sess session, m *message, quest
 		CorrelationID: m.CorrelationID, RequestingAgent: authorGuide, Question: m.Reply, Options: m.Options,
 		Context: context, Original: routeText(*m), CreateTime: m.CreateTime}
 	m.ClarificationID = c.ID
+	m.ClarifyReason = context
+	if context == contextRouting {
+		m.ClarifyReason = "low_confidence"
+	}
 	return routePlan{clarification: c}
 }
 
@@ -526,11 +517,10 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 			}
 		}
 		after = append(after, func(ctx context.Context) {
-			_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: who.TenantID, Session: sess.ID,
-				ID: m.ID + ".clarified", Type: eventClarified, Source: authorGuide, CorrelationID: m.CorrelationID, Text: text,
-				Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": c.RequestingAgent,
-					"target": m.Route.Target}})
-			if err != nil {
+			ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_ANSWERED, sess.ID, m.CorrelationID, text)
+			ev.Payload = &eventv1.Event_ClarificationAnswered{ClarificationAnswered: &eventv1.ClarificationAnswered{
+				Clarification: clarificationName(sess.ID, c.ID), RequestingAgent: c.RequestingAgent, Target: m.Route.Target}}
+			if err := s.publishEvent(ctx, who.TenantID, m.ID+".clarified", ev); err != nil {
 				s.log.WarnContext(ctx, "publish clarification answer", logx.Err(err))
 			}
 		})

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // transition is one edge set of the session state machine: from any of
@@ -27,7 +27,7 @@ type transition struct {
 	verb  string
 	from  []string
 	to    string
-	event string
+	event eventv1.EventType
 }
 
 // The session state machine (spec A-16):
@@ -40,11 +40,11 @@ type transition struct {
 //
 // completed and failed are final.
 var (
-	activateTransition = transition{verb: "activate", from: []string{stateCreated}, to: stateActive, event: "session.activated"}
-	suspendTransition  = transition{verb: "suspend", from: []string{stateActive}, to: stateSuspended, event: "session.suspended"}
-	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended}, to: stateActive, event: "session.resumed"}
-	completeTransition = transition{verb: "complete", from: []string{stateActive, stateSuspended}, to: stateCompleted, event: "session.completed"}
-	failTransition     = transition{verb: "fail", from: []string{stateCreated, stateActive, stateSuspended}, to: stateFailed, event: "session.failed"}
+	activateTransition = transition{verb: "activate", from: []string{stateCreated}, to: stateActive, event: eventv1.EventType_EVENT_TYPE_SESSION_ACTIVATED}
+	suspendTransition  = transition{verb: "suspend", from: []string{stateActive}, to: stateSuspended, event: eventv1.EventType_EVENT_TYPE_SESSION_SUSPENDED}
+	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended}, to: stateActive, event: eventv1.EventType_EVENT_TYPE_SESSION_RESUMED}
+	completeTransition = transition{verb: "complete", from: []string{stateActive, stateSuspended}, to: stateCompleted, event: eventv1.EventType_EVENT_TYPE_SESSION_COMPLETED}
+	failTransition     = transition{verb: "fail", from: []string{stateCreated, stateActive, stateSuspended}, to: stateFailed, event: eventv1.EventType_EVENT_TYPE_SESSION_FAILED}
 )
 
 // apply moves s along t at time at, recording the transition with its
@@ -180,7 +180,7 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	}
 	s.metrics.transitions.WithLabelValues(sess.State).Inc()
 	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
-	s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+	s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
 	return &guidev1.CreateSessionResponse{Session: sess.proto()}, nil
 }
 
@@ -446,31 +446,24 @@ func (s *Service) controlRuns(ctx context.Context, sess session, action string) 
 	}
 }
 
-// publishRunsControl tells the session what happened to its runs.
+// publishRunsControl tells the session what happened to its runs: which
+// were paused or resumed, or why they could not be.
 func (s *Service) publishRunsControl(ctx context.Context, sess session, action string, runs []string, err error) {
-	data := map[string]any{"session": sessionName(sess.ID), "action": action}
-	text := fmt.Sprintf("%s %d run(s) of the session", map[string]string{"pause": "Paused", "resume": "Resumed"}[action], len(runs))
+	typ := eventv1.EventType_EVENT_TYPE_SESSION_RUNS_PAUSED
+	verb := "Paused"
+	if action == "resume" {
+		typ, verb = eventv1.EventType_EVENT_TYPE_SESSION_RUNS_RESUMED, "Resumed"
+	}
+	ev := newEvent(typ, sess.ID, "", fmt.Sprintf("%s %d run(s) of the session", verb, len(runs)))
+	ev.Payload = &eventv1.Event_SessionRuns{SessionRuns: &eventv1.SessionRunsEvent{Runs: runs}}
 	if err != nil {
-		text = fmt.Sprintf("Could not %s the session's runs: %s", action, status.Convert(err).Message())
-		data["error"] = status.Convert(err).Message()
-	} else {
-		names := make([]any, len(runs))
-		for i, r := range runs {
-			names[i] = r
-		}
-		data["runs"] = names
+		msg := status.Convert(err).Message()
+		ev = newEvent(eventv1.EventType_EVENT_TYPE_ERROR, sess.ID, "", fmt.Sprintf("Could not %s the session's runs: %s", action, msg))
+		ev.Payload = &eventv1.Event_Error{Error: &eventv1.ErrorEvent{Reason: "RUNS_NOT_" + strings.ToUpper(action) + "D", Message: msg}}
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	if _, perr := topology.PublishEvent(pctx, s.bus, topology.Event{
-		Tenant:  sess.TenantID,
-		Session: sess.ID,
-		ID:      fmt.Sprintf("%s.runs.%s.%d", sess.ID, action, sess.UpdateTime.UnixNano()),
-		Type:    "session.runs_" + action + "d",
-		Source:  authorGuide,
-		Text:    text,
-		Data:    data,
-	}); perr != nil {
+	if perr := s.publishEvent(pctx, sess.TenantID, fmt.Sprintf("%s.runs.%s.%d", sess.ID, action, sess.UpdateTime.UnixNano()), ev); perr != nil {
 		s.log.WarnContext(ctx, "publish runs control event", slog.String(logx.KeySessionID, sess.ID), logx.Err(perr))
 	}
 }
@@ -479,20 +472,17 @@ func (s *Service) publishRunsControl(ctx context.Context, sess session, action s
 // The change is already committed, so a bus failure is logged rather than
 // failing the call, and a bus that does not answer is waited for no longer
 // than PublishTimeout.
-func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ, text string) {
+func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ eventv1.EventType, text string) {
+	cause := ""
+	if n := len(sess.Transitions); n > 0 {
+		cause = sess.Transitions[n-1].Reason
+	}
+	ev := newEvent(typ, sess.ID, "", text)
+	ev.Payload = &eventv1.Event_Session{Session: &eventv1.SessionEvent{Session: sessionName(sess.ID), State: sess.State, Cause: cause}}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	_, err := topology.PublishEvent(pctx, s.bus, topology.Event{
-		Tenant:  sess.TenantID,
-		Session: sess.ID,
-		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()),
-		Type:    typ,
-		Source:  authorGuide,
-		Text:    text,
-		Data:    map[string]any{"session": sessionName(sess.ID), "state": sess.State},
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "publish session event", slog.String("type", typ),
+	if err := s.publishEvent(pctx, sess.TenantID, fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()), ev); err != nil {
+		s.log.WarnContext(ctx, "publish session event", slog.String("type", typ.String()),
 			slog.String(logx.KeySessionID, sess.ID), logx.Err(err))
 	}
 }

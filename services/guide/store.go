@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 )
 
 // querier is what both the pool and a transaction offer.
@@ -123,10 +125,11 @@ type message struct {
 	Criteria        []string
 	RouteText       string // the text routed, when not Text (commands)
 	ClarificationID string
-	CachedData      map[string]any
-	AnswerTo        *clarificationRow // the agent's question this answers
-	Enrichment      map[string]string // pre-routing consultation (spec A-30), envelope metadata
-	Recording       bool              // the session is being recorded
+	ClarifyReason   string                     // why the user is asked ("low_confidence", "validation:scope")
+	CachedAnswer    *messagev1.AgentAnswer     // the answer the route cache holds
+	AnswerTo        *clarificationRow          // the agent's question this answers
+	PreRoute        *messagev1.PreRouteContext // pre-routing consultation (spec A-30)
+	Recording       bool                       // the session is being recorded
 }
 
 // outcomeRoute is how a user message was handled.
