@@ -264,16 +264,16 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 			dags = s.dagState(ctx, env.owner, id)
 		}
 		cur, err := getSession(ctx, env.q, env.owner, id, true)
-		if err != nil {
-			return commandResult{reply: err.Error()}, nil
+		if err == nil {
+			cur, err = s.applyLocked(ctx, env.q, cur, t, "", "command", dags)
 		}
-		next, err := s.applyLocked(ctx, env.q, cur, t, "", "command", dags)
-		if se, ok := err.(*stateError); ok {
-			return commandResult{reply: se.Error()}, nil
+		if reply, ok := commandReply(err); ok {
+			return commandResult{reply: reply}, nil
 		}
 		if err != nil {
 			return commandResult{}, err
 		}
+		next := cur
 		return commandResult{
 			reply: fmt.Sprintf("Session %s is %s.", sessionName(id), next.State),
 			after: []func(context.Context){func(ctx context.Context) { s.afterTransition(ctx, next, t, "") }},
@@ -285,13 +285,10 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 // switchCommand switches inside the message's transaction.
 func (s *Service) switchCommand(ctx context.Context, env *commandEnv, id, reply string, first func(context.Context)) (commandResult, error) {
 	target, suspended, err := s.switchTo(ctx, env.owner, id, env.q)
+	if reply, ok := commandReply(err); ok {
+		return commandResult{reply: reply}, nil
+	}
 	if err != nil {
-		if se, ok := err.(*stateError); ok {
-			return commandResult{reply: se.Error()}, nil
-		}
-		if nf, ok := err.(*notFoundError); ok {
-			return commandResult{reply: nf.Error()}, nil
-		}
 		return commandResult{}, err
 	}
 	var t *transition

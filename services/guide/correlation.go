@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 )
 
 // States of a pending request.
@@ -213,7 +214,7 @@ func takeClarification(ctx context.Context, q querier, o owner, sessionID, id, a
 		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL
 		RETURNING `+clarificationColumns, o.tenant, o.user, sessionID, id, answer, at))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return clarificationRow{}, &notFoundError{kind: "pending clarification", name: clarificationName(sessionID, id)}
+		return clarificationRow{}, apierr.NotFound("pending clarification", clarificationName(sessionID, id))
 	}
 	if err != nil {
 		return clarificationRow{}, fmt.Errorf("answer clarification %s: %w", id, err)
@@ -226,7 +227,7 @@ func openClarification(ctx context.Context, q querier, o owner, sessionID, id st
 	c, err := scanClarification(q.QueryRow(ctx, `SELECT `+clarificationColumns+` FROM clarifications
 		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL`, o.tenant, o.user, sessionID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return clarificationRow{}, &notFoundError{kind: "pending clarification", name: clarificationName(sessionID, id)}
+		return clarificationRow{}, apierr.NotFound("pending clarification", clarificationName(sessionID, id))
 	}
 	if err != nil {
 		return clarificationRow{}, fmt.Errorf("read clarification %s: %w", id, err)
@@ -242,7 +243,7 @@ func (s *Service) ListClarifications(ctx context.Context, req *guidev1.ListClari
 	}
 	rows, err := pendingClarifications(ctx, s.db, sess.TenantID, sess.ID)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list clarifications", err)
+		return nil, apierr.Status(ctx, s.log, "list clarifications", err)
 	}
 	resp := &guidev1.ListClarificationsResponse{}
 	for _, c := range rows {

@@ -13,8 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -22,6 +20,7 @@ import (
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -212,25 +211,25 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *guidev1.ListDeadLett
 	}
 	sid := req.GetSessionId()
 	if sid != "" && !ids.Valid(sid) {
-		return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
+		return nil, apierr.Invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, session_id, target, correlation_id, reason, message_type, create_time,
 		replay_count, last_replay_time FROM dead_letters WHERE `+deadLetterVisible+` AND ($4 = '' OR session_id = $4)
 		ORDER BY create_time DESC, id LIMIT $5`, who.TenantID, who.UserID, who.Role == identity.RoleAdmin, strings.ToLower(sid), size)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list dead letters", err)
+		return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 	}
 	defer rows.Close()
 	resp := &guidev1.ListDeadLettersResponse{}
 	for rows.Next() {
 		d, err := scanDeadLetter(rows)
 		if err != nil {
-			return nil, s.toStatus(ctx, "list dead letters", err)
+			return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 		}
 		resp.DeadLetters = append(resp.DeadLetters, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.toStatus(ctx, "list dead letters", err)
+		return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 	}
 	return resp, nil
 }
@@ -256,21 +255,22 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 	}
 	id, ok := strings.CutPrefix(req.GetName(), "deadLetters/")
 	if !ok || !ids.Valid(id) {
-		return nil, invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
+		return nil, apierr.Invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
 	}
 	var raw []byte
 	var target, sessionID string
 	err = s.db.QueryRow(ctx, `SELECT envelope, target, session_id FROM dead_letters WHERE `+deadLetterVisible+` AND id = $4`,
 		who.TenantID, who.UserID, who.Role == identity.RoleAdmin, id).Scan(&raw, &target, &sessionID)
 	if err == pgx.ErrNoRows {
-		return nil, s.toStatus(ctx, "replay dead letter", &notFoundError{kind: "dead letter", name: req.GetName()})
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", apierr.NotFound("dead letter", req.GetName()))
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	env := decodeEnvelope(raw)
 	if env == nil || !routable(target) && target != topology.AgentGuide {
-		return nil, status.Errorf(codes.FailedPrecondition, "dead letter %s has no agent to deliver to", req.GetName())
+		return nil, apierr.Status(ctx, s.log, "replay dead letter",
+			apierr.FailedPrecondition(reasonDeadLetterUndeliverable, "dead letter %s has no agent to deliver to", req.GetName()))
 	}
 	now := s.now()
 	env.Id = ids.New()
@@ -307,17 +307,18 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 		return err
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, target), env.GetId(), env); err != nil {
 		s.log.ErrorContext(ctx, "replay dead letter", logx.Err(err))
-		return nil, status.Error(codes.Unavailable, "event bus unavailable; retry later")
+		return nil, apierr.Status(ctx, s.log, "replay dead letter",
+			apierr.Unavailable(apierr.ReasonBusUnavailable, "event bus unavailable; retry later"))
 	}
 	d, err := scanDeadLetter(s.db.QueryRow(ctx, `UPDATE dead_letters SET replay_count = replay_count + 1, last_replay_time = $3
 		WHERE tenant_id = $1 AND id = $2 RETURNING id, session_id, target, correlation_id, reason, message_type, create_time,
 		replay_count, last_replay_time`, who.TenantID, id, now))
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	s.metrics.replays.Inc()
 	return &guidev1.ReplayDeadLetterResponse{DeadLetter: d}, nil

@@ -9,13 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
@@ -44,7 +43,7 @@ func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest
 		return nil, err
 	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
-		return nil, s.toStatus(ctx, "list events", err)
+		return nil, apierr.Status(ctx, s.log, "list events", err)
 	}
 	resp := &guidev1.ListEventsResponse{}
 	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *eventv1.Event) bool {
@@ -73,12 +72,12 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 		return err
 	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
-		return s.toStatus(ctx, "stream events", err)
+		return apierr.Status(ctx, s.log, "stream events", err)
 	}
 	// Send the headers now, so clients (and the gateway's server-sent events)
 	// see the stream open before the first event arrives.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
-		return s.toStatus(ctx, "stream events", err)
+		return apierr.Status(ctx, s.log, "stream events", err)
 	}
 	var sendErr error
 	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *eventv1.Event) bool {
@@ -89,7 +88,7 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 		return err
 	}
 	if sendErr != nil && ctx.Err() == nil {
-		return s.toStatus(ctx, "stream events", sendErr)
+		return apierr.Status(ctx, s.log, "stream events", sendErr)
 	}
 	return nil
 }
@@ -99,7 +98,7 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 // would overflow).
 func checkAfterSequence(seq uint64) error {
 	if seq > math.MaxInt64 {
-		return invalid("after_sequence", "must be at most %d", int64(math.MaxInt64))
+		return apierr.Invalid("after_sequence", "must be at most %d", int64(math.MaxInt64))
 	}
 	return nil
 }
@@ -160,7 +159,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 				if follow {
 					return nil
 				}
-				return s.toStatus(ctx, "read events", ctx.Err())
+				return apierr.Status(ctx, s.log, "read events", ctx.Err())
 			}
 			return s.eventsUnavailable(ctx, err)
 		}
@@ -185,8 +184,8 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 
 func (s *Service) eventsUnavailable(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return s.toStatus(ctx, "read events", ctx.Err())
+		return apierr.Status(ctx, s.log, "read events", ctx.Err())
 	}
 	s.log.ErrorContext(ctx, "read events", logx.Err(err))
-	return status.Error(codes.Unavailable, "event stream unavailable; retry later")
+	return apierr.Status(ctx, s.log, "read events", apierr.Unavailable(apierr.ReasonBusUnavailable, "event stream unavailable; retry later"))
 }

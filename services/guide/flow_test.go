@@ -124,6 +124,7 @@ func TestSessionStateMachine(t *testing.T) {
 
 	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "session is created; cannot suspend (allowed only from active)")
+	requireReason(t, err, reasonTransitionNotAllowed)
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
 	requireCode(t, err, codes.FailedPrecondition, "session is created")
 
@@ -237,6 +238,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.Equal(t, int64(1), up.GetVersion())
 	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
 	requireCode(t, err, codes.Aborted, "context version is 1, not 0")
+	requireReason(t, err, reasonContextVersionMismatch)
 
 	ask := f.send(t, ctx, s, "hello there")
 	require.Empty(t, ask.GetRoute().GetTarget())
@@ -898,6 +900,7 @@ func TestClarificationAndRelay(t *testing.T) {
 	require.Equal(t, corr, got.GetCorrelationId())
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "again", InReplyTo: name})
 	requireCode(t, err, codes.NotFound, "pending clarification")
+	requireReason(t, err, "PENDING_CLARIFICATION_NOT_FOUND")
 
 	relayed := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
 		Source: "librarian", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE,
@@ -1070,6 +1073,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.True(t, strings.HasPrefix(rec.GetRecording().GetId(), "rec_"))
 	_, err = f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "stop the current recording first")
+	requireReason(t, err, reasonRecordingInProgress)
 	f.send(t, ctx, s, "where is the function ParseConfig defined?")
 	nextEnvelope(t, lib)
 	f.send(t, ctx, s, "/status")
@@ -1116,6 +1120,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.Equal(t, []int32{1}, step.GetState().GetSkippedIndices())
 	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
 	requireCode(t, err, codes.FailedPrecondition, "replay is done")
+	requireReason(t, err, reasonReplayFinished)
 }
 
 // A step of an interactive replay that the session does not take leaves

@@ -24,6 +24,7 @@ import (
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
@@ -95,6 +96,9 @@ func typeName(e *eventv1.Event) string {
 	return strings.ToLower(strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_"))
 }
 
+// requireCode checks err's code and message, and that it carries an
+// ErrorInfo (but for a missing identity, whose ErrorInfo the server's
+// interceptor adds).
 func requireCode(t *testing.T, err error, code codes.Code, contains string) {
 	t.Helper()
 	require.Error(t, err)
@@ -102,6 +106,15 @@ func requireCode(t *testing.T, err error, code codes.Code, contains string) {
 	require.True(t, ok, "not a status: %v", err)
 	require.Equal(t, code, st.Code(), st.Message())
 	require.Contains(t, st.Message(), contains)
+	if code != codes.Unauthenticated {
+		require.NotNil(t, apierr.Info(st), "no ErrorInfo: %v", err)
+	}
+}
+
+// requireReason checks err's ErrorInfo reason.
+func requireReason(t *testing.T, err error, reason string) {
+	t.Helper()
+	require.Equal(t, reason, apierr.Reason(err), "%v", err)
 }
 
 func TestSessionLifecycle(t *testing.T) {
@@ -312,6 +325,7 @@ func TestSessionIsolation(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
 			requireCode(t, err, codes.NotFound, "session "+s.GetName()+" not found")
+			requireReason(t, err, "SESSION_NOT_FOUND")
 			_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 			requireCode(t, err, codes.NotFound, "not found")
 			_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName()})
@@ -559,20 +573,23 @@ func TestSendMessageErrors(t *testing.T) {
 	tests := []struct {
 		name, parent, text string
 		code               codes.Code
-		message            string
+		message, reason    string
 	}{
-		{"oversize", active.GetName(), strings.Repeat("x", DefaultMaxMessageBytes+1), codes.InvalidArgument, "text: 32769 bytes exceeds the limit of 32768 bytes"},
-		{"empty", active.GetName(), "   \n ", codes.InvalidArgument, "text: required"},
-		{"bad parent", "sessions/abc", "hi", codes.InvalidArgument, "parent: want sessions/{uuid}"},
-		{"unknown session", "sessions/" + ids.New(), "hi", codes.NotFound, "not found"},
-		{"suspended", suspended.GetName(), "hi", codes.FailedPrecondition, "session is suspended; resume it first"},
-		{"completed", completed.GetName(), "hi", codes.FailedPrecondition, "session is completed; cannot send messages to it"},
+		{"oversize", active.GetName(), strings.Repeat("x", DefaultMaxMessageBytes+1), codes.InvalidArgument,
+			"text: 32769 bytes exceeds the limit of 32768 bytes", apierr.ReasonInvalidField},
+		{"empty", active.GetName(), "   \n ", codes.InvalidArgument, "text: required", apierr.ReasonInvalidField},
+		{"bad parent", "sessions/abc", "hi", codes.InvalidArgument, "parent: want sessions/{uuid}", apierr.ReasonInvalidField},
+		{"unknown session", "sessions/" + ids.New(), "hi", codes.NotFound, "not found", "SESSION_NOT_FOUND"},
+		{"suspended", suspended.GetName(), "hi", codes.FailedPrecondition, "session is suspended; resume it first", reasonSessionNotActive},
+		{"completed", completed.GetName(), "hi", codes.FailedPrecondition, "session is completed; cannot send messages to it",
+			reasonSessionNotActive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: tt.parent, Text: tt.text})
 			requireCode(t, err, tt.code, tt.message)
+			requireReason(t, err, tt.reason)
 		})
 	}
 }
@@ -589,9 +606,11 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	ctx := as("t1", "u1")
 	_, err = svc.ListSessions(ctx, &guidev1.ListSessionsRequest{})
-	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
+	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
+	requireReason(t, err, apierr.ReasonStoreUnavailable)
 	_, err = svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: "sessions/" + ids.New(), Text: "where is ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
+	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
+	requireReason(t, err, apierr.ReasonStoreUnavailable)
 }
 
 // A request whose envelope could not be published is stored; retrying it
@@ -770,6 +789,7 @@ func TestSendMessageIdempotent(t *testing.T) {
 	// first message while the new text is dropped.
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Something else", RequestId: "req-1"})
 	requireCode(t, err, codes.AlreadyExists, again.GetMessage().GetName())
+	requireReason(t, err, reasonRequestIDReused)
 
 	env := nextEnvelope(t, reader)
 	require.Equal(t, again.GetCorrelationId(), env.GetCorrelationId())

@@ -66,8 +66,7 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 	// Session context checks (spec A-26): the session must exist in the
 	// envelope's tenant and be live; an agent of another session is refused.
 	sess, err := sessionForTenant(ctx, s.db, env.GetTenantId(), strings.ToLower(env.GetSessionId()))
-	var nf *notFoundError
-	if errors.As(err, &nf) {
+	if errors.Is(err, errSessionNotFound) {
 		log.WarnContext(ctx, "envelope for an unknown session refused")
 		return s.reject(ctx, env, "session not found in the envelope's tenant")
 	}
@@ -99,7 +98,7 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 func sessionForTenant(ctx context.Context, q querier, tenant, id string) (session, error) {
 	sess, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE tenant_id = $1 AND id = $2`, tenant, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return session{}, &notFoundError{kind: "session", name: sessionName(id)}
+		return session{}, sessionNotFound(id)
 	}
 	if err != nil {
 		return session{}, fmt.Errorf("load session %s: %w", id, err)

@@ -15,6 +15,7 @@ import (
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -51,13 +52,13 @@ func (s *Service) sessionConfigFromProto(p *guidev1.SessionConfig) (sessionConfi
 	}
 	switch n := p.GetMaxConcurrentTasks(); {
 	case n < 0 || n > maxSessionTasks:
-		return c, invalid("session.config.max_concurrent_tasks", "must be within [0, %d], got %d", maxSessionTasks, n)
+		return c, apierr.Invalid("session.config.max_concurrent_tasks", "must be within [0, %d], got %d", maxSessionTasks, n)
 	case n > 0:
 		c.MaxConcurrentTasks = n
 	}
 	switch n := p.GetMaxEngineers(); {
 	case n < 0 || n > maxSessionEngineers:
-		return c, invalid("session.config.max_engineers", "must be within [0, %d], got %d", maxSessionEngineers, n)
+		return c, apierr.Invalid("session.config.max_engineers", "must be within [0, %d], got %d", maxSessionEngineers, n)
 	case n > 0:
 		c.MaxEngineers = n
 	}
@@ -74,14 +75,14 @@ func (s *Service) sessionConfigFromProto(p *guidev1.SessionConfig) (sessionConfi
 			continue
 		}
 		if err := d.in.CheckValid(); err != nil {
-			return c, invalid("session.config."+d.field, "%v", err)
+			return c, apierr.Invalid("session.config."+d.field, "%v", err)
 		}
 		v := d.in.AsDuration()
 		if v == 0 {
 			continue
 		}
 		if v < minSessionDuration || v > maxSessionDuration {
-			return c, invalid("session.config."+d.field, "must be between %s and %s (a year), got %s", minSessionDuration, maxSessionDuration, v)
+			return c, apierr.Invalid("session.config."+d.field, "must be between %s and %s (a year), got %s", minSessionDuration, maxSessionDuration, v)
 		}
 		*d.out = v
 	}
@@ -195,7 +196,7 @@ func loadContext(ctx context.Context, q querier, o owner, id string) (*guidev1.S
 	err := q.QueryRow(ctx, `SELECT context, context_version FROM sessions WHERE tenant_id = $1 AND user_id = $2 AND id = $3`,
 		o.tenant, o.user, id).Scan(&raw, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, &notFoundError{kind: "session", name: sessionName(id)}
+		return nil, 0, sessionNotFound(id)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("load context of %s: %w", id, err)
@@ -269,6 +270,9 @@ func (s *Service) takeSnapshot(ctx context.Context, tx pgx.Tx, sess session, dag
 	return nil
 }
 
+// errNoSnapshot matches a session that has no snapshot.
+var errNoSnapshot = apierr.NotFound("snapshot", "")
+
 // latestSnapshot returns the newest snapshot of a session and its id.
 func latestSnapshot(ctx context.Context, q querier, o owner, sessionID string) (*guidev1.SessionSnapshot, string, error) {
 	var raw []byte
@@ -278,7 +282,7 @@ func latestSnapshot(ctx context.Context, q querier, o owner, sessionID string) (
 		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 ORDER BY create_time DESC LIMIT 1`,
 		o.tenant, o.user, sessionID).Scan(&id, &raw, &restored)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, "", &notFoundError{kind: "snapshot of session", name: sessionName(sessionID)}
+		return nil, "", errNoSnapshot.Withf("snapshot of session %s not found", sessionName(sessionID)).With("resource", sessionName(sessionID))
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("load snapshot of %s: %w", sessionID, err)
@@ -299,8 +303,7 @@ func latestSnapshot(ctx context.Context, q querier, o owner, sessionID string) (
 func (s *Service) restoreSnapshot(ctx context.Context, tx pgx.Tx, sess session) error {
 	o := owner{tenant: sess.TenantID, user: sess.UserID}
 	snap, id, err := latestSnapshot(ctx, tx, o, sess.ID)
-	var nf *notFoundError
-	if errors.As(err, &nf) {
+	if errors.Is(err, errNoSnapshot) {
 		return nil
 	}
 	if err != nil {
@@ -356,7 +359,7 @@ func (s *Service) SwitchSession(ctx context.Context, req *guidev1.SwitchSessionR
 	}
 	target, suspended, err := s.switchTo(ctx, ownerOf(who), id, nil)
 	if err != nil {
-		return nil, s.toStatus(ctx, "switch session", err)
+		return nil, apierr.Status(ctx, s.log, "switch session", err)
 	}
 	resp := &guidev1.SwitchSessionResponse{Session: target.proto()}
 	for _, x := range suspended {
@@ -415,7 +418,7 @@ func (s *Service) switchTo(ctx context.Context, o owner, id string, tx pgx.Tx) (
 			}
 		}
 		if !found {
-			return &notFoundError{kind: "session", name: sessionName(id)}
+			return sessionNotFound(id)
 		}
 		switch target.State {
 		case stateSuspended:
@@ -426,7 +429,7 @@ func (s *Service) switchTo(ctx context.Context, o owner, id string, tx pgx.Tx) (
 			targetT = &t
 		case stateActive:
 		default:
-			return &stateError{current: target.State, action: "switch to it", allowed: []string{stateCreated, stateActive, stateSuspended}}
+			return stateError(reasonTransitionNotAllowed, target.State, "switch to it", stateCreated, stateActive, stateSuspended)
 		}
 		for _, x := range locked {
 			if x.ID == id || x.State != stateActive {
@@ -479,7 +482,7 @@ func (s *Service) GetActiveSession(ctx context.Context, _ *guidev1.GetActiveSess
 	}
 	sess, err := activeSession(ctx, s.db, ownerOf(who))
 	if err != nil {
-		return nil, s.toStatus(ctx, "get active session", err)
+		return nil, apierr.Status(ctx, s.log, "get active session", err)
 	}
 	return &guidev1.GetActiveSessionResponse{Session: sess.proto()}, nil
 }
@@ -489,7 +492,7 @@ func activeSession(ctx context.Context, q querier, o owner) (session, error) {
 		WHERE tenant_id = $1 AND user_id = $2 AND state = 'active'
 		ORDER BY activate_time DESC NULLS LAST, id DESC LIMIT 1`, o.tenant, o.user))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return session{}, &notFoundError{kind: "active session", name: "of the caller"}
+		return session{}, apierr.NotFound("active session", "of the caller")
 	}
 	if err != nil {
 		return session{}, fmt.Errorf("load active session: %w", err)
@@ -509,7 +512,7 @@ func (s *Service) GetSessionContext(ctx context.Context, req *guidev1.GetSession
 	}
 	c, v, err := loadContext(ctx, s.db, ownerOf(who), id)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get session context", err)
+		return nil, apierr.Status(ctx, s.log, "get session context", err)
 	}
 	return &guidev1.GetSessionContextResponse{Context: c, Version: v}, nil
 }
@@ -529,17 +532,17 @@ func (s *Service) UpdateSessionContext(ctx context.Context, req *guidev1.UpdateS
 		return nil, err
 	}
 	if req.GetContext() == nil {
-		return nil, invalid("context", "required")
+		return nil, apierr.Invalid("context", "required")
 	}
 	if d := structDepth(req.GetContext().GetExtra()); d > maxExtraDepth {
-		return nil, invalid("context.extra", "nested %d levels deep; at most %d", d, maxExtraDepth)
+		return nil, apierr.Invalid("context.extra", "nested %d levels deep; at most %d", d, maxExtraDepth)
 	}
 	raw, err := protojson.Marshal(req.GetContext())
 	if err != nil {
-		return nil, invalid("context", "%v", err)
+		return nil, apierr.Invalid("context", "%v", err)
 	}
 	if len(raw) > maxContextBytes {
-		return nil, invalid("context", "%d bytes exceeds the limit of %d bytes", len(raw), maxContextBytes)
+		return nil, apierr.Invalid("context", "%d bytes exceeds the limit of %d bytes", len(raw), maxContextBytes)
 	}
 	o := ownerOf(who)
 	var version int64
@@ -549,20 +552,20 @@ func (s *Service) UpdateSessionContext(ctx context.Context, req *guidev1.UpdateS
 			return err
 		}
 		if cur.State != stateActive && cur.State != stateCreated {
-			return &stateError{current: cur.State, action: "update its context", allowed: []string{stateCreated, stateActive}}
+			return stateError(reasonSessionNotOpen, cur.State, "update its context", stateCreated, stateActive)
 		}
 		_, v, err := loadContext(ctx, tx, o, id)
 		if err != nil {
 			return err
 		}
 		if req.GetVersion() != v {
-			return &conflictError{msg: fmt.Sprintf("context version is %d, not %d; read it again", v, req.GetVersion())}
+			return conflict(reasonContextVersionMismatch, "context version is %d, not %d; read it again", v, req.GetVersion())
 		}
 		version = v + 1
 		return storeContext(ctx, tx, o, id, req.GetContext(), version)
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, "update session context", err)
+		return nil, apierr.Status(ctx, s.log, "update session context", err)
 	}
 	return &guidev1.UpdateSessionContextResponse{Context: req.GetContext(), Version: version}, nil
 }
@@ -579,7 +582,7 @@ func (s *Service) GetSessionSnapshot(ctx context.Context, req *guidev1.GetSessio
 	}
 	snap, _, err := latestSnapshot(ctx, s.db, ownerOf(who), id)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get session snapshot", err)
+		return nil, apierr.Status(ctx, s.log, "get session snapshot", err)
 	}
 	return &guidev1.GetSessionSnapshotResponse{Snapshot: snap}, nil
 }

@@ -12,13 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -77,17 +77,17 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 	text := strings.TrimSpace(req.GetText())
 	if text == "" {
-		return nil, invalid("text", "required")
+		return nil, apierr.Invalid("text", "required")
 	}
 	if len(text) > s.cfg.MaxMessageBytes {
-		return nil, invalid("text", "%d bytes exceeds the limit of %d bytes", len(text), s.cfg.MaxMessageBytes)
+		return nil, apierr.Invalid("text", "%d bytes exceeds the limit of %d bytes", len(text), s.cfg.MaxMessageBytes)
 	}
 	if !utf8.ValidString(text) {
-		return nil, invalid("text", "must be valid UTF-8")
+		return nil, apierr.Invalid("text", "must be valid UTF-8")
 	}
 	requestID := req.GetRequestId()
 	if utf8.RuneCountInString(requestID) > maxRequestIDChars {
-		return nil, invalid("request_id", "longer than %d characters", maxRequestIDChars)
+		return nil, apierr.Invalid("request_id", "longer than %d characters", maxRequestIDChars)
 	}
 	o := ownerOf(who)
 	slash := isSlashCommand(text)
@@ -104,19 +104,19 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		sess, err = s.activeSession(ctx, o, sid)
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, "send message", err)
+		return nil, apierr.Status(ctx, s.log, "send message", err)
 	}
 	if requestID != "" {
 		stored, ok, err := messageByRequest(ctx, s.db, o, sid, requestID)
 		if err != nil {
-			return nil, s.toStatus(ctx, "send message", err)
+			return nil, apierr.Status(ctx, s.log, "send message", err)
 		}
 		if ok {
 			return s.replayRequest(ctx, who, stored, requestID, text)
 		}
 	}
 	if sess.State != stateActive {
-		return nil, s.toStatus(ctx, "send message", sendStateError(sess.State))
+		return nil, apierr.Status(ctx, s.log, "send message", sendStateError(sess.State))
 	}
 
 	if req.GetInReplyTo() != "" {
@@ -222,7 +222,7 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	switch {
 	case !slash:
 		if err := s.sealEnvelope(who, &m); err != nil {
-			return nil, s.toStatus(ctx, "send message", err)
+			return nil, apierr.Status(ctx, s.log, "send message", err)
 		}
 		// Stored in a group commit with other messages, its writes
 		// pipelined with theirs.
@@ -241,12 +241,12 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 		// The same request id was stored concurrently: answer with its outcome.
 		stored, ok, err := messageByRequest(ctx, s.db, o, sid, requestID)
 		if err != nil || !ok {
-			return nil, s.toStatus(ctx, "send message", fmt.Errorf("reload duplicate request: %w (found %v)", err, ok))
+			return nil, apierr.Status(ctx, s.log, "send message", fmt.Errorf("reload duplicate request: %w (found %v)", err, ok))
 		}
 		return s.replayRequest(ctx, who, stored, requestID, text)
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, "send message", err)
+		return nil, apierr.Status(ctx, s.log, "send message", err)
 	}
 	if !slash || pure != nil {
 		// The transaction found the session active and left it so: trust
@@ -289,14 +289,6 @@ func (s *Service) replyMessage(m message) message {
 // pureCommands are the slash commands whose reply needs nothing but the
 // command: they are stored in group commits like routed messages.
 var pureCommands = map[string]func() string{"/help": helpText}
-
-// sendStateError explains why a session takes no messages.
-func sendStateError(state string) error {
-	if state == stateSuspended {
-		return &stateError{current: state, hint: "resume it first"}
-	}
-	return &stateError{current: state, action: "send messages to it"}
-}
 
 // clarification builds the question asked when routing is ambiguous and the
 // agents offered as answers: the plausible ones, or all when fewer than two
@@ -342,7 +334,7 @@ func (s *Service) replay(ctx context.Context, who identity.Identity, m message) 
 	if m.Undispatched && m.Envelope == nil {
 		// Stored before envelopes were: rebuilt from the stored route.
 		if err := s.sealEnvelope(who, &m); err != nil {
-			return nil, s.toStatus(ctx, "send message", err)
+			return nil, apierr.Status(ctx, s.log, "send message", err)
 		}
 	}
 	if m.Undispatched {
@@ -437,13 +429,13 @@ func (s *Service) busDown(ctx context.Context, m message, err error) error {
 	s.log.ErrorContext(ctx, "publish message outcome", slog.String(logx.KeySessionID, m.SessionID),
 		slog.String(logx.KeyCorrelationID, m.CorrelationID), logx.Err(err))
 	if ctx.Err() != nil {
-		return s.toStatus(ctx, "send message", ctx.Err())
+		return apierr.Status(ctx, s.log, "send message", ctx.Err())
 	}
 	msg := fmt.Sprintf("event bus unavailable; message %s is stored", messageName(m.SessionID, m.ID))
 	if m.RequestID != nil {
 		msg += "; retry with the same request_id to finish routing it"
 	}
-	return status.Error(codes.Unavailable, msg)
+	return apierr.Status(ctx, s.log, "send message", apierr.Unavailable(apierr.ReasonBusUnavailable, "%s", msg))
 }
 
 // sealEnvelope builds a routed message's envelope once, to be stored with
@@ -566,11 +558,11 @@ func (s *Service) ListMessages(ctx context.Context, req *guidev1.ListMessagesReq
 	}
 	o := ownerOf(who)
 	if _, err := getSession(ctx, s.db, o, sid, false); err != nil {
-		return nil, s.toStatus(ctx, "list messages", err)
+		return nil, apierr.Status(ctx, s.log, "list messages", err)
 	}
 	rows, err := listMessages(ctx, s.db, o, sid, after, size+1)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list messages", err)
+		return nil, apierr.Status(ctx, s.log, "list messages", err)
 	}
 	resp := &guidev1.ListMessagesResponse{}
 	if len(rows) > size {
@@ -589,7 +581,9 @@ func (s *Service) ListMessages(ctx context.Context, req *guidev1.ListMessagesReq
 // that a new message sent under a reused id is not silently dropped.
 func (s *Service) replayRequest(ctx context.Context, who identity.Identity, stored message, requestID, text string) (*guidev1.SendMessageResponse, error) {
 	if stored.Text != text {
-		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was used for another message (%s); use a new id", requestID, messageName(stored.SessionID, stored.ID))
+		name := messageName(stored.SessionID, stored.ID)
+		return nil, apierr.Status(ctx, s.log, "send message", apierr.New(codes.AlreadyExists, reasonRequestIDReused,
+			"request_id %q was used for another message (%s); use a new id", requestID, name).With("resource", name))
 	}
 	return s.replay(ctx, who, stored)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/pgstore"
 )
@@ -22,11 +23,11 @@ func messageName(sessionID, id string) string {
 // status naming field.
 func parseSessionName(field, name string) (string, error) {
 	if name == "" {
-		return "", invalid(field, "required")
+		return "", apierr.Invalid(field, "required")
 	}
 	id, ok := strings.CutPrefix(name, sessionsCollection)
 	if !ok || !ids.Valid(id) {
-		return "", invalid(field, "want sessions/{uuid}, got %q", truncate(name, 100))
+		return "", apierr.Invalid(field, "want sessions/{uuid}, got %q", truncate(name, 100))
 	}
 	return strings.ToLower(id), nil
 }
@@ -35,7 +36,7 @@ func parseSessionName(field, name string) (string, error) {
 func pageSize(requested int32, def, max int) (int, error) {
 	switch {
 	case requested < 0:
-		return 0, invalid("page_size", "must not be negative, got %d", requested)
+		return 0, apierr.Invalid("page_size", "must not be negative, got %d", requested)
 	case requested == 0:
 		return def, nil
 	case int(requested) > max:
@@ -53,13 +54,13 @@ func encodeCursor(t time.Time, id string) string {
 func decodeCursor(token string) (time.Time, string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
-		return time.Time{}, "", invalid("page_token", "not a token this service issued")
+		return time.Time{}, "", apierr.Invalid("page_token", "not a token this service issued")
 	}
 	us, id, ok := strings.Cut(string(raw), ".")
 	micros, perr := strconv.ParseInt(us, 10, 64)
 	t, inRange := pgstore.TokenTime(micros)
 	if !ok || perr != nil || !inRange || !ids.Valid(id) {
-		return time.Time{}, "", invalid("page_token", "not a token this service issued")
+		return time.Time{}, "", apierr.Invalid("page_token", "not a token this service issued")
 	}
 	return t, id, nil
 }

@@ -15,13 +15,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -108,11 +107,11 @@ func (s *Service) classifyText(ctx context.Context, tenant, text string) (Classi
 	cl, err := s.classifier.Classify(ctx, text)
 	if err != nil {
 		s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
-		return Classification{}, "", status.Error(codes.Unavailable, "message classifier unavailable; retry later")
+		return Classification{}, "", apierr.Unavailable(reasonClassifierUnavailable, "message classifier unavailable; retry later")
 	}
 	if cl.Target != "" {
 		if err := s.applyFailureFeedback(ctx, tenant, text, &cl); err != nil {
-			return Classification{}, "", s.toStatus(ctx, "classify message", err)
+			return Classification{}, "", apierr.Status(ctx, s.log, "classify message", err)
 		}
 	}
 	return cl, tierClassifier, nil
@@ -417,7 +416,7 @@ func (s *Service) ownSession(ctx context.Context, name string) (session, error) 
 	}
 	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
 	if err != nil {
-		return session{}, s.toStatus(ctx, "load session", err)
+		return session{}, apierr.Status(ctx, s.log, "load session", err)
 	}
 	return sess, nil
 }
@@ -427,7 +426,7 @@ func (s *Service) ownSession(ctx context.Context, name string) (session, error) 
 func parseClarificationName(field, name string) (string, string, error) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "clarifications" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
-		return "", "", invalid(field, "want sessions/{uuid}/clarifications/{uuid}, got %q", truncate(name, 120))
+		return "", "", apierr.Invalid(field, "want sessions/{uuid}/clarifications/{uuid}, got %q", truncate(name, 120))
 	}
 	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
 }
@@ -442,7 +441,7 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 		return nil, err
 	}
 	if sid != sess.ID {
-		return nil, invalid("in_reply_to", "names a clarification of another session")
+		return nil, apierr.Invalid("in_reply_to", "names a clarification of another session")
 	}
 	o := ownerOf(who)
 	m := message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now()}
@@ -455,7 +454,7 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 	// takes the clarification, and fails if another answer took it first.
 	open, err := openClarification(ctx, s.db, o, sess.ID, cid)
 	if err != nil {
-		return nil, s.toStatus(ctx, "answer clarification", err)
+		return nil, apierr.Status(ctx, s.log, "answer clarification", err)
 	}
 	var (
 		plan           routePlan
@@ -527,7 +526,7 @@ func (s *Service) answerClarification(ctx context.Context, who identity.Identity
 		return nil
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, "answer clarification", err)
+		return nil, apierr.Status(ctx, s.log, "answer clarification", err)
 	}
 	if err := s.dispatch(ctx, who, m); err != nil {
 		return nil, err

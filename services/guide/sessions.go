@@ -16,6 +16,7 @@ import (
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -48,10 +49,10 @@ var (
 )
 
 // apply moves s along t at time at, recording the transition with its
-// reason, or returns a stateError naming the current and allowed states.
+// reason, or fails naming the current and allowed states.
 func (t transition) apply(s *session, at time.Time, reason string) error {
 	if !slices.Contains(t.from, s.State) {
-		return &stateError{current: s.State, action: t.verb, allowed: t.from}
+		return stateError(reasonTransitionNotAllowed, s.State, t.verb, t.from...)
 	}
 	s.Transitions = append(s.Transitions, transitionRecord{From: s.State, To: t.to, Time: at, Reason: reason})
 	s.State = t.to
@@ -141,10 +142,10 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	in := req.GetSession()
 	displayName := strings.TrimSpace(in.GetDisplayName())
 	if n := utf8.RuneCountInString(displayName); n > s.cfg.MaxDisplayNameChars {
-		return nil, invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
+		return nil, apierr.Invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
 	}
 	if !utf8.ValidString(displayName) {
-		return nil, invalid("session.display_name", "must be valid UTF-8")
+		return nil, apierr.Invalid("session.display_name", "must be valid UTF-8")
 	}
 	if err := s.validateMetadata(in.GetMetadata()); err != nil {
 		return nil, err
@@ -169,14 +170,14 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	}
 	if !req.GetStartInactive() {
 		if err := activateTransition.apply(&sess, now, "create"); err != nil {
-			return nil, s.toStatus(ctx, "create session", err)
+			return nil, apierr.Status(ctx, s.log, "create session", err)
 		}
 	}
 	if sess.Metadata == nil {
 		sess.Metadata = map[string]string{}
 	}
 	if err := createSession(ctx, s.db, sess); err != nil {
-		return nil, s.toStatus(ctx, "create session", err)
+		return nil, apierr.Status(ctx, s.log, "create session", err)
 	}
 	s.metrics.transitions.WithLabelValues(sess.State).Inc()
 	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
@@ -186,18 +187,18 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 
 func (s *Service) validateMetadata(md map[string]string) error {
 	if len(md) > s.cfg.MaxMetadataEntries {
-		return invalid("session.metadata", "%d entries exceeds the limit of %d", len(md), s.cfg.MaxMetadataEntries)
+		return apierr.Invalid("session.metadata", "%d entries exceeds the limit of %d", len(md), s.cfg.MaxMetadataEntries)
 	}
 	for k, v := range md {
 		switch {
 		case k == "":
-			return invalid("session.metadata", "keys must not be empty")
+			return apierr.Invalid("session.metadata", "keys must not be empty")
 		case utf8.RuneCountInString(k) > maxMetadataKeyChars:
-			return invalid("session.metadata", "key %q is longer than %d characters", truncate(k, 40), maxMetadataKeyChars)
+			return apierr.Invalid("session.metadata", "key %q is longer than %d characters", truncate(k, 40), maxMetadataKeyChars)
 		case len(v) > maxMetadataValueBytes:
-			return invalid("session.metadata", "value of %q is %d bytes, over the limit of %d", truncate(k, 40), len(v), maxMetadataValueBytes)
+			return apierr.Invalid("session.metadata", "value of %q is %d bytes, over the limit of %d", truncate(k, 40), len(v), maxMetadataValueBytes)
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			return invalid("session.metadata", "keys and values must be valid UTF-8")
+			return apierr.Invalid("session.metadata", "keys and values must be valid UTF-8")
 		}
 	}
 	return nil
@@ -215,7 +216,7 @@ func (s *Service) GetSession(ctx context.Context, req *guidev1.GetSessionRequest
 	}
 	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get session", err)
+		return nil, apierr.Status(ctx, s.log, "get session", err)
 	}
 	return &guidev1.GetSessionResponse{Session: sess.proto()}, nil
 }
@@ -234,7 +235,7 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 	if req.GetState() != guidev1.SessionState_SESSION_STATE_UNSPECIFIED {
 		st, ok := stateFromProto(req.GetState())
 		if !ok {
-			return nil, invalid("state", "unknown session state %d", req.GetState())
+			return nil, apierr.Invalid("state", "unknown session state %d", req.GetState())
 		}
 		state = st
 	}
@@ -248,7 +249,7 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 	}
 	rows, err := listSessions(ctx, s.db, ownerOf(who), state, after, size+1)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list sessions", err)
+		return nil, apierr.Status(ctx, s.log, "list sessions", err)
 	}
 	resp := &guidev1.ListSessionsResponse{}
 	if len(rows) > size {
@@ -294,10 +295,10 @@ func (s *Service) ResumeSession(ctx context.Context, req *guidev1.ResumeSessionR
 func (s *Service) CompleteSession(ctx context.Context, req *guidev1.CompleteSessionRequest) (*guidev1.CompleteSessionResponse, error) {
 	summary := strings.TrimSpace(req.GetSummary())
 	if len(summary) > s.cfg.MaxSummaryBytes {
-		return nil, invalid("summary", "%d bytes exceeds the limit of %d bytes", len(summary), s.cfg.MaxSummaryBytes)
+		return nil, apierr.Invalid("summary", "%d bytes exceeds the limit of %d bytes", len(summary), s.cfg.MaxSummaryBytes)
 	}
 	if !utf8.ValidString(summary) {
-		return nil, invalid("summary", "must be valid UTF-8")
+		return nil, apierr.Invalid("summary", "must be valid UTF-8")
 	}
 	sess, err := s.transitionByName(ctx, req.GetName(), completeTransition, summary, "user")
 	if err != nil {
@@ -310,11 +311,11 @@ func (s *Service) CompleteSession(ctx context.Context, req *guidev1.CompleteSess
 // It is not part of the API: the Guide calls it on an unrecoverable error.
 func (s *Service) FailSession(ctx context.Context, who identity.Identity, sessionID, reason string) (*guidev1.Session, error) {
 	if !ids.Valid(sessionID) {
-		return nil, invalid("session_id", "want a UUID, got %q", truncate(sessionID, 100))
+		return nil, apierr.Invalid("session_id", "want a UUID, got %q", truncate(sessionID, 100))
 	}
 	sess, err := s.transition(ctx, ownerOf(who), strings.ToLower(sessionID), failTransition, reason, "error")
 	if err != nil {
-		return nil, s.toStatus(ctx, "fail session", err)
+		return nil, apierr.Status(ctx, s.log, "fail session", err)
 	}
 	return sess.proto(), nil
 }
@@ -330,7 +331,7 @@ func (s *Service) transitionByName(ctx context.Context, name string, t transitio
 	}
 	sess, err := s.transition(ctx, ownerOf(who), id, t, note, cause)
 	if err != nil {
-		return session{}, s.toStatus(ctx, t.verb+" session", err)
+		return session{}, apierr.Status(ctx, s.log, t.verb+" session", err)
 	}
 	return sess, nil
 }

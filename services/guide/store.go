@@ -183,7 +183,7 @@ func getSession(ctx context.Context, q querier, o owner, id string, forUpdate bo
 	}
 	s, err := scanSession(q.QueryRow(ctx, sql, o.tenant, o.user, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return session{}, &notFoundError{kind: "session", name: sessionName(id)}
+		return session{}, sessionNotFound(id)
 	}
 	if err != nil {
 		return session{}, fmt.Errorf("load session %s: %w", id, err)
