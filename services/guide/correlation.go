@@ -62,20 +62,25 @@ func (p pendingRequest) proto() *guidev1.PendingRequest {
 	return out
 }
 
-func insertPending(ctx context.Context, q querier, p pendingRequest) error {
-	// A request sent again updates its own row; an id held by another
-	// session or tenant fails the statement (on the server, so that a group
-	// commit's member fails too; fail_check, migration guide/0008).
-	_, err := q.Exec(ctx, `INSERT INTO pending_requests (`+pendingColumns+`)
+// insertPending is the write that tracks p. A request sent again updates
+// its own row; an id held by another session or tenant fails the statement
+// (on the server, so that a group commit's member fails too; fail_check,
+// migration guide/0008).
+func insertPending(p pendingRequest) stmt {
+	return stmt{sql: `INSERT INTO pending_requests (` + pendingColumns + `)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (correlation_id) DO UPDATE SET target = EXCLUDED.target, envelope = EXCLUDED.envelope,
 			deadline = EXCLUDED.deadline, state = EXCLUDED.state,
 			tenant_id = CASE WHEN pending_requests.tenant_id = EXCLUDED.tenant_id AND pending_requests.session_id = EXCLUDED.session_id
 				THEN pending_requests.tenant_id
 				WHEN fail_check('correlation id ' || EXCLUDED.correlation_id || ' belongs to another session') THEN NULL END`,
-		p.CorrelationID, p.TenantID, p.UserID, p.SessionID, p.MessageID, p.Target, p.IntentType, p.Original,
-		p.Envelope, p.Deadline, p.Clarifications, p.CreateTime, p.State)
-	if err != nil {
+		args: []any{p.CorrelationID, p.TenantID, p.UserID, p.SessionID, p.MessageID, p.Target, p.IntentType, p.Original,
+			p.Envelope, p.Deadline, p.Clarifications, p.CreateTime, p.State}}
+}
+
+// trackPending runs insertPending on q now.
+func trackPending(ctx context.Context, q querier, p pendingRequest) error {
+	if _, err := insertPending(p).exec(ctx, q); err != nil {
 		return fmt.Errorf("insert pending request %s: %w", p.CorrelationID, err)
 	}
 	return nil
@@ -178,13 +183,19 @@ func (c clarificationRow) proto() *guidev1.Clarification {
 	}
 }
 
-func insertClarification(ctx context.Context, q querier, c clarificationRow) error {
-	_, err := q.Exec(ctx, `INSERT INTO clarifications (id, tenant_id, user_id, session_id, correlation_id,
+// insertClarification is the write that stores the question c; asked
+// again (a redelivery), it stores nothing more.
+func insertClarification(c clarificationRow) stmt {
+	return stmt{sql: `INSERT INTO clarifications (id, tenant_id, user_id, session_id, correlation_id,
 		requesting_agent, question, options, context, original, create_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING`,
-		c.ID, c.TenantID, c.UserID, c.SessionID, c.CorrelationID, c.RequestingAgent, c.Question, nonNil(c.Options),
-		c.Context, c.Original, c.CreateTime)
-	if err != nil {
+		args: []any{c.ID, c.TenantID, c.UserID, c.SessionID, c.CorrelationID, c.RequestingAgent, c.Question, nonNil(c.Options),
+			c.Context, c.Original, c.CreateTime}}
+}
+
+// askQuestion runs insertClarification on q now.
+func askQuestion(ctx context.Context, q querier, c clarificationRow) error {
+	if _, err := insertClarification(c).exec(ctx, q); err != nil {
 		return fmt.Errorf("insert clarification: %w", err)
 	}
 	return nil

@@ -204,7 +204,7 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 			pending.State = statePending
 		}
 		pending.Deadline = s.now().Add(s.cfg.RequestTimeout)
-		if err := insertPending(ctx, s.db, pending); err != nil {
+		if err := trackPending(ctx, s.db, pending); err != nil {
 			return "", err
 		}
 	}
@@ -265,7 +265,7 @@ func (s *Service) escalateReroute(ctx context.Context, sess session, env *messag
 		CorrelationID: env.GetCorrelationId(), RequestingAgent: authorGuide, Question: b.String(), Options: options,
 		Context: contextReroute, Original: original, CreateTime: s.now()}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertClarification(ctx, tx, c); err != nil {
+		if err := askQuestion(ctx, tx, c); err != nil {
 			return err
 		}
 		if found {
@@ -311,7 +311,7 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 		Context: cr.GetContext(), Original: env.GetStructuredIntent().GetOriginalRequest(), CreateTime: s.now()}
 	var loop *routingFailure
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertClarification(ctx, tx, c); err != nil {
+		if err := askQuestion(ctx, tx, c); err != nil {
 			return err
 		}
 		p, found, err := getPending(ctx, tx, sess.TenantID, corr, true)
@@ -520,7 +520,7 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 	if sess.State == stateSuspended {
 		state = stateFrozen
 	}
-	if err := insertPending(ctx, s.db, pendingRequest{CorrelationID: corr, TenantID: sess.TenantID, UserID: sess.UserID,
+	if err := trackPending(ctx, s.db, pendingRequest{CorrelationID: corr, TenantID: sess.TenantID, UserID: sess.UserID,
 		SessionID: sess.ID, Target: to, IntentType: env.GetType().String(), Original: text, Envelope: raw,
 		Deadline: s.now().Add(s.cfg.RequestTimeout), CreateTime: s.now(), State: state}); err != nil {
 		return "", err

@@ -2,15 +2,11 @@ package guide
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"time"
-	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,7 +16,6 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
-	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -63,217 +58,6 @@ func (m message) response() *guidev1.SendMessageResponse {
 	}
 }
 
-// SendMessage stores a user message, then answers it (slash commands), asks
-// the user to clarify (low confidence) or routes it to an agent's inbox,
-// publishing each step on the session's event stream.
-func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageRequest) (*guidev1.SendMessageResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sid, err := parseSessionName("parent", req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	text := strings.TrimSpace(req.GetText())
-	if text == "" {
-		return nil, apierr.Invalid("text", "required")
-	}
-	if len(text) > s.cfg.MaxMessageBytes {
-		return nil, apierr.Invalid("text", "%d bytes exceeds the limit of %d bytes", len(text), s.cfg.MaxMessageBytes)
-	}
-	if !utf8.ValidString(text) {
-		return nil, apierr.Invalid("text", "must be valid UTF-8")
-	}
-	requestID := req.GetRequestId()
-	if utf8.RuneCountInString(requestID) > maxRequestIDChars {
-		return nil, apierr.Invalid("request_id", "longer than %d characters", maxRequestIDChars)
-	}
-	o := ownerOf(who)
-	slash := isSlashCommand(text)
-	var pure func() string
-	if slash {
-		pure = pureCommands[commandName(text)]
-	}
-	var sess session
-	if (slash && pure == nil) || req.GetInReplyTo() != "" {
-		sess, err = getSession(ctx, s.db, o, sid, false)
-	} else {
-		// Routing and the pure commands need the session's id and state
-		// only; the transaction below re-checks that it is active.
-		sess, err = s.activeSession(ctx, o, sid)
-	}
-	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "send message", err)
-	}
-	if requestID != "" {
-		stored, ok, err := messageByRequest(ctx, s.db, o, sid, requestID)
-		if err != nil {
-			return nil, apierr.Status(ctx, s.log, "send message", err)
-		}
-		if ok {
-			return s.replayRequest(ctx, who, stored, requestID, text)
-		}
-	}
-	if sess.State != stateActive {
-		return nil, apierr.Status(ctx, s.log, "send message", sendStateError(sess.State))
-	}
-
-	if req.GetInReplyTo() != "" {
-		return s.answerClarification(ctx, who, sess, text, req.GetInReplyTo(), requestID)
-	}
-
-	start := time.Now()
-	m := message{
-		ID:            ids.New(),
-		SessionID:     sid,
-		Author:        authorUser,
-		Text:          text,
-		CorrelationID: ids.New(),
-		CreateTime:    s.now(),
-	}
-	if requestID != "" {
-		m.RequestID = &requestID
-	}
-	var plan routePlan
-	if slash {
-		m.Route = outcomeRoute{
-			Target:     authorGuide,
-			Tier:       tierSlashCommand,
-			Confidence: 1,
-			IntentType: "COMMAND",
-			Reason:     "slash command " + truncate(commandName(text), 64),
-		}
-	} else {
-		var err error
-		if plan, err = s.decide(ctx, who, sess, &m); err != nil {
-			return nil, err
-		}
-	}
-
-	var after []func(context.Context)
-	store := func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error {
-		after = nil
-		active, recording, err := touchActiveSession(ctx, tx, o, sid, m.CreateTime)
-		if err != nil {
-			return err
-		}
-		if !active {
-			cur, err := getSession(ctx, tx, o, sid, false)
-			if err != nil {
-				return err
-			}
-			return sendStateError(cur.State)
-		}
-		m.Recording = recording
-		if slash {
-			// The command runs first, so that the message is stored once,
-			// with its reply.
-			res, err := s.runCommand(ctx, &commandEnv{q: tx, owner: o, who: who, session: sess, msg: &m}, text)
-			if err != nil {
-				return err
-			}
-			after = res.after
-			replyID := ids.New()
-			m.Reply, m.ReplyID = res.reply, &replyID
-			if res.route != nil {
-				m.Route = *res.route
-				m.EnvelopeID = res.envelopeID
-				m.IntentSubject = res.subject
-				m.RouteText = res.text
-				plan = res.plan
-			}
-		}
-		if err := s.sealEnvelope(who, &m); err != nil {
-			return err
-		}
-		if err := insertMessage(ctx, tx, o, m); err != nil {
-			return err
-		}
-		if err := s.persistPlan(ctx, tx, who, m, plan, counts); err != nil {
-			return err
-		}
-		if m.Recording {
-			if err := s.recordQuery(ctx, tx, who, m); err != nil {
-				return err
-			}
-		}
-		if m.ReplyID == nil {
-			return nil
-		}
-		return insertMessage(ctx, tx, o, s.replyMessage(m))
-	}
-	// pipe queues a message's writes on its group's batch (one round trip
-	// for the group); each fails its statement where store would return an
-	// error, so that the group is rolled back and the message runs alone.
-	pipe := func(ctx context.Context, b *pgx.Batch, counts *routeCounts) error {
-		b.Queue(touchSessionCheckedSQL, o.tenant, o.user, sid, m.CreateTime)
-		b.Queue(insertCheckedSQL(m), insertMessageArgs(o, m)...)
-		if err := s.persistPlan(ctx, pipeQuerier{b}, who, m, plan, counts); err != nil {
-			return err
-		}
-		if m.ReplyID != nil {
-			b.Queue(insertMessageSQL, insertMessageArgs(o, s.replyMessage(m))...)
-		}
-		// Whether the session is being recorded is not known before the
-		// batch runs: the statement records the query only if it is.
-		return s.recordQuery(ctx, pipeQuerier{b}, who, m)
-	}
-	switch {
-	case !slash:
-		if err := s.sealEnvelope(who, &m); err != nil {
-			return nil, apierr.Status(ctx, s.log, "send message", err)
-		}
-		// Stored in a group commit with other messages, its writes
-		// pipelined with theirs.
-		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
-	case pure != nil:
-		// Answered from the Guide's own state: the reply is made first, and
-		// the message and its reply are pipelined with the group's writes.
-		replyID := ids.New()
-		m.Reply, m.ReplyID = pure(), &replyID
-		err = s.writes.do(ctx, o.tenant+"/"+sid, store, pipe)
-	default:
-		// Commands that call other services keep a transaction of their own.
-		err = s.writes.alone(ctx, store)
-	}
-	if errors.Is(err, errDuplicateRequest) {
-		// The same request id was stored concurrently: answer with its outcome.
-		stored, ok, err := messageByRequest(ctx, s.db, o, sid, requestID)
-		if err != nil || !ok {
-			return nil, apierr.Status(ctx, s.log, "send message", fmt.Errorf("reload duplicate request: %w (found %v)", err, ok))
-		}
-		return s.replayRequest(ctx, who, stored, requestID, text)
-	}
-	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "send message", err)
-	}
-	if !slash || pure != nil {
-		// The transaction found the session active and left it so: trust
-		// that for another TTL, so that a session in use is not loaded
-		// again every TTL.
-		s.sessions.put(o, sess, time.Now())
-	}
-	s.metrics.routing.Observe(time.Since(start).Seconds())
-	target := m.Route.Target
-	if target == "" {
-		target = "none"
-	}
-	s.metrics.messages.WithLabelValues(m.Route.Tier, target).Inc()
-	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
-		// As routing_counts counts them (routing.go).
-		s.metrics.decisions.WithLabelValues(bucketLabel(confidenceBucket(m.Route.Confidence))).Inc()
-	}
-	s.logRouteDecision(ctx, m)
-	if err := s.dispatch(ctx, who, m); err != nil {
-		return nil, err
-	}
-	for _, f := range after {
-		f(ctx)
-	}
-	return m.response(), nil
-}
-
 // replyMessage is the Guide's reply to m, stored with it.
 func (s *Service) replyMessage(m message) message {
 	return message{
@@ -285,10 +69,6 @@ func (s *Service) replyMessage(m message) message {
 		CreateTime:    s.now(),
 	}
 }
-
-// pureCommands are the slash commands whose reply needs nothing but the
-// command: they are stored in group commits like routed messages.
-var pureCommands = map[string]func() string{"/help": helpText}
 
 // clarification builds the question asked when routing is ambiguous and the
 // agents offered as answers: the plausible ones, or all when fewer than two

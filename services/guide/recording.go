@@ -58,21 +58,17 @@ func parseRecordingName(name string) (string, string, error) {
 	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
 }
 
-// recordQuery appends a user message to the session's active recording,
-// if it has one with room left: one statement, so that a group commit can
-// send it with the message whether or not the session is being recorded.
-func (s *Service) recordQuery(ctx context.Context, q querier, who identity.Identity, m message) error {
-	_, err := q.Exec(ctx, `INSERT INTO recorded_queries (recording_id, idx, time, raw_query, classified_intent,
+// recordQuery is the write that appends a user message to the session's
+// active recording, if it has one with room left: one statement, so that
+// it runs with the message whether or not the session is being recorded.
+func (s *Service) recordQuery(who identity.Identity, m message) stmt {
+	return stmt{sql: `INSERT INTO recorded_queries (recording_id, idx, time, raw_query, classified_intent,
 		routed_to, response, success, correlation_id)
 		SELECT r.id, n.n, $3, $4, $5, $6, $7, $8, $9 FROM recordings r,
 			LATERAL (SELECT count(*) AS n FROM recorded_queries q WHERE q.recording_id = r.id) n
 		WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.stop_time IS NULL AND n.n < $10`,
-		who.TenantID, m.SessionID, m.CreateTime, m.Text, m.Route.IntentType, m.Route.Target,
-		truncate(m.Reply, 4<<10), m.Route.Target != "", m.CorrelationID, s.cfg.MaxRecordingQueries)
-	if err != nil {
-		return fmt.Errorf("record query: %w", err)
-	}
-	return nil
+		args: []any{who.TenantID, m.SessionID, m.CreateTime, m.Text, m.Route.IntentType, m.Route.Target,
+			truncate(m.Reply, 4<<10), m.Route.Target != "", m.CorrelationID, s.cfg.MaxRecordingQueries}}
 }
 
 // StartRecording starts recording a session's queries.

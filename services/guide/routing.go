@@ -1,11 +1,9 @@
 package guide
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -13,9 +11,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/proto"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
@@ -187,54 +182,6 @@ func (s *Service) askUser(who identity.Identity, sess session, m *message, quest
 	return routePlan{clarification: c}
 }
 
-// persistPlan stores, in the message's transaction, the pending request or
-// the clarification of plan and counts the routing decision. Its writes
-// ignore the command tags, so q may be a pipeline (pipeQuerier). The caller
-// records the query when the session is being recorded.
-func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Identity, m message, plan routePlan, counts *routeCounts) error {
-	if plan.clarification != nil {
-		if err := insertClarification(ctx, q, *plan.clarification); err != nil {
-			return err
-		}
-	}
-	if plan.pending {
-		raw := m.Envelope
-		if raw == nil {
-			var err error
-			if raw, err = proto.Marshal(s.envelope(who, m)); err != nil {
-				return fmt.Errorf("encode envelope: %w", err)
-			}
-		}
-		text := m.Text
-		if m.RouteText != "" {
-			text = m.RouteText
-		}
-		mid := m.ID
-		if err := insertPending(ctx, q, pendingRequest{
-			CorrelationID: m.CorrelationID, TenantID: who.TenantID, UserID: who.UserID, SessionID: m.SessionID,
-			MessageID: &mid, Target: m.Route.Target, IntentType: m.Route.IntentType, Original: text, Envelope: raw,
-			Deadline: m.CreateTime.Add(s.cfg.RequestTimeout), CreateTime: m.CreateTime, State: statePending,
-		}); err != nil {
-			return err
-		}
-		if plan.cacheKey != "" {
-			if _, err := q.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1 AND tenant_id = $4`,
-				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds(), who.TenantID); err != nil {
-				return fmt.Errorf("record cache key: %w", err)
-			}
-		}
-	}
-	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
-		k := routeCountKey{who.TenantID, m.Route.IntentType, confidenceBucket(m.Route.Confidence)}
-		if counts != nil {
-			counts.add(k)
-		} else if err := writeRouteCounts(ctx, q, map[routeCountKey]int64{k: 1}, aloneShard()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // routingCountShards is how many rows each (tenant, intent type) counter
 // is spread over: group commit writer i adds to shard i, other transactions
 // to a random one of the rest, so that concurrent transactions do not queue
@@ -271,22 +218,6 @@ func (c *routeCounts) add(k routeCountKey) {
 // aloneShard is the counter shard of a transaction outside group commit.
 func aloneShard() int {
 	return defaultCommitWriters + rand.IntN(routingCountShards-defaultCommitWriters)
-}
-
-// writeRouteCounts adds counts to shard, in key order so that concurrent
-// writers lock rows in the same order.
-func writeRouteCounts(ctx context.Context, q querier, counts map[routeCountKey]int64, shard int) error {
-	keys := slices.SortedFunc(maps.Keys(counts), func(a, b routeCountKey) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent), cmp.Compare(a.bucket, b.bucket))
-	})
-	for _, k := range keys {
-		if _, err := q.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, confidence_bucket, shard, routed) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (tenant_id, intent_type, confidence_bucket, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
-			k.tenant, k.intent, k.bucket, shard, counts[k]); err != nil {
-			return fmt.Errorf("count routes: %w", err)
-		}
-	}
-	return nil
 }
 
 // requestPattern is what a request is remembered by for routing failures:
@@ -419,173 +350,6 @@ func (s *Service) ownSession(ctx context.Context, name string) (session, error) 
 		return session{}, apierr.Status(ctx, s.log, "load session", err)
 	}
 	return sess, nil
-}
-
-// parseClarificationName returns the session and clarification ids of
-// "sessions/{s}/clarifications/{c}".
-func parseClarificationName(field, name string) (string, string, error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "clarifications" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
-		return "", "", apierr.Invalid(field, "want sessions/{uuid}/clarifications/{uuid}, got %q", truncate(name, 120))
-	}
-	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
-}
-
-// answerClarification takes the user's answer to a pending question. The
-// answer to an agent's question goes back to that agent (spec A-07); the
-// answer to the Guide's own routing question routes the original request
-// to the agent chosen, or classifies it again with the added detail.
-func (s *Service) answerClarification(ctx context.Context, who identity.Identity, sess session, text, inReplyTo, requestID string) (*guidev1.SendMessageResponse, error) {
-	sid, cid, err := parseClarificationName("in_reply_to", inReplyTo)
-	if err != nil {
-		return nil, err
-	}
-	if sid != sess.ID {
-		return nil, apierr.Invalid("in_reply_to", "names a clarification of another session")
-	}
-	o := ownerOf(who)
-	m := message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now()}
-	if requestID != "" {
-		m.RequestID = &requestID
-	}
-	// The answer to the Guide's own question is classified, and a change
-	// checked with the knowledge agents, before the transaction opens, so
-	// that no connection is held while they answer. The transaction then
-	// takes the clarification, and fails if another answer took it first.
-	open, err := openClarification(ctx, s.db, o, sess.ID, cid)
-	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "answer clarification", err)
-	}
-	var (
-		plan           routePlan
-		closeEscalated bool
-		routedAnswer   message
-	)
-	if open.RequestingAgent == authorGuide {
-		routedAnswer = m
-		plan, closeEscalated = s.routeAnswer(ctx, who, sess, &routedAnswer, open)
-	}
-	var after []func(context.Context)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		active, recording, err := touchActiveSession(ctx, tx, o, sess.ID, m.CreateTime)
-		if err != nil {
-			return err
-		}
-		if !active {
-			return sendStateError(sess.State)
-		}
-		c, err := takeClarification(ctx, tx, o, sess.ID, cid, text, m.CreateTime)
-		if err != nil {
-			return err
-		}
-		if c.RequestingAgent != authorGuide {
-			m.Recording = recording
-			m.CorrelationID = c.CorrelationID
-			envelopeID := ids.New()
-			m.EnvelopeID = &envelopeID
-			m.Route = outcomeRoute{Target: c.RequestingAgent, Tier: tierClarification, Confidence: 1,
-				IntentType: "CLARIFICATION_RESPONSE", Reason: "answer to the " + c.RequestingAgent + "'s question"}
-			m.AnswerTo = &c
-		} else {
-			m = routedAnswer
-			m.Recording = recording
-			if closeEscalated {
-				if _, err := setPendingState(ctx, tx, who.TenantID, c.CorrelationID, stateEscalated, stateClosed); err != nil {
-					s.log.WarnContext(ctx, "close escalated request", logx.Err(err))
-				}
-			}
-		}
-		if err := s.sealEnvelope(who, &m); err != nil {
-			return err
-		}
-		if err := insertMessage(ctx, tx, o, m); err != nil {
-			return err
-		}
-		if err := s.persistPlan(ctx, tx, who, m, plan, nil); err != nil {
-			return err
-		}
-		if m.Recording {
-			if err := s.recordQuery(ctx, tx, who, m); err != nil {
-				return err
-			}
-		}
-		if m.ReplyID != nil {
-			if err := insertMessage(ctx, tx, o, message{ID: *m.ReplyID, SessionID: sess.ID, Author: authorGuide,
-				Text: m.Reply, CorrelationID: m.CorrelationID, CreateTime: s.now()}); err != nil {
-				return err
-			}
-		}
-		after = append(after, func(ctx context.Context) {
-			ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_ANSWERED, sess.ID, m.CorrelationID, text)
-			ev.Payload = &eventv1.Event_ClarificationAnswered{ClarificationAnswered: &eventv1.ClarificationAnswered{
-				Clarification: clarificationName(sess.ID, c.ID), RequestingAgent: c.RequestingAgent, Target: m.Route.Target}}
-			if err := s.publishEvent(ctx, who.TenantID, m.ID+".clarified", ev); err != nil {
-				s.log.WarnContext(ctx, "publish clarification answer", logx.Err(err))
-			}
-		})
-		return nil
-	})
-	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "answer clarification", err)
-	}
-	if err := s.dispatch(ctx, who, m); err != nil {
-		return nil, err
-	}
-	for _, f := range after {
-		f(ctx)
-	}
-	return m.response(), nil
-}
-
-// routeAnswer handles the answer to the Guide's own question: an agent
-// named in the options routes the original request there; otherwise the
-// original request and the answer are classified together. closeEscalated
-// says that the answer settles an escalated reroute, whose pending request
-// the caller closes in its transaction.
-func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess session, m *message, c clarificationRow) (plan routePlan, closeEscalated bool) {
-	lower := strings.ToLower(m.Text)
-	chosen := ""
-	for _, opt := range slices.Concat(c.Options, routableAgents) {
-		if containsPhrase(lower, opt) {
-			chosen = opt
-			break
-		}
-	}
-	m.RouteText = c.Original
-	if chosen != "" {
-		cl, err := s.classifier.Classify(ctx, c.Original)
-		if err != nil {
-			cl = Classification{}
-		}
-		if cl.Target != chosen {
-			cl.KnowledgeIntent, cl.TimeScope = "", ""
-			switch chosen {
-			case topology.AgentLibrarian:
-				cl.KnowledgeIntent = librarianIntent(strings.ToLower(c.Original))
-			case topology.AgentArchivalist:
-				cl.KnowledgeIntent = archivalistIntent(strings.ToLower(c.Original))
-				cl.TimeScope, _ = timeScope(strings.ToLower(c.Original))
-			}
-			if cl.IntentType == "" || cl.IntentType == gateAmbiguous {
-				cl.IntentType = gateExploratory
-				if chosen == topology.AgentArchitect {
-					cl.IntentType = gateExplicit
-				}
-			}
-		}
-		cl.Target, cl.Confidence = chosen, 1
-		cl.Reason = "the user chose the " + chosen
-		m.CorrelationID = ids.New()
-		return s.planRoute(ctx, who, sess, m, cl, tierClarification), c.Context == contextReroute
-	}
-	combined := c.Original + " " + m.Text
-	cl, err := s.classifier.Classify(ctx, combined)
-	if err != nil {
-		cl = Classification{}
-	}
-	m.RouteText = combined
-	m.CorrelationID = ids.New()
-	return s.planRoute(ctx, who, sess, m, cl, tierClarification), false
 }
 
 // logRouteDecision logs a decision at debug level.
