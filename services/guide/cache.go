@@ -6,14 +6,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/redisx"
@@ -280,4 +284,22 @@ func (c *routeCache) invalidateSession(ctx context.Context, tenant, sessionID st
 	if err := c.rc.Del(ctx, append(keys, idx)...).Err(); err != nil {
 		c.log.WarnContext(ctx, "answer cache invalidate", logx.Err(err))
 	}
+}
+
+// watchLibrarian retires a tenant's cached librarian answers whenever one
+// of its index runs finishes, or one of its repositories is deleted: files
+// changed (spec A-35).
+func (s *Service) watchLibrarian(ctx context.Context) error {
+	sub, err := s.bus.Conn.Subscribe(topology.IndexProgressSubject(s.bus, "*"), func(m *nats.Msg) {
+		n := &librarianv1.IndexNotice{}
+		if proto.Unmarshal(m.Data, n) == nil && (n.GetProgress().GetDone() || n.GetDeleted()) {
+			s.cache.invalidateLibrarian(ctx, n.GetTenantId())
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to librarian progress: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
@@ -17,8 +18,6 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Slash commands (routing tier 0, spec A-28): the Guide runs them itself,

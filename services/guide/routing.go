@@ -4,22 +4,27 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
+)
+
+// Routing tiers, as reported in Route.tier.
+const (
+	tierSlashCommand  = "slash_command"
+	tierSkill         = "skill"
+	tierCache         = "cache"
+	tierClassifier    = "classifier"
+	tierClarification = "clarification"
 )
 
 // routePlan is what SendMessage stores with a message besides the message:
@@ -182,179 +187,52 @@ func (s *Service) askUser(who identity.Identity, sess session, m *message, quest
 	return routePlan{clarification: c}
 }
 
-// routingCountShards is how many rows each (tenant, intent type) counter
-// is spread over: group commit writer i adds to shard i, other transactions
-// to a random one of the rest, so that concurrent transactions do not queue
-// on one row lock until each commit reaches the disk.
-const routingCountShards = 16
-
-// routeCountKey is one routing counter: a tenant's decisions of one intent
-// type and one tenth of confidence.
-type routeCountKey struct {
-	tenant, intent string
-	bucket         int16
-}
-
-// confidenceBucket is the tenth a confidence falls in, 0 to 9 (spec A-33:
-// failure rate per confidence).
-func confidenceBucket(c float64) int16 {
-	return int16(min(max(int(c*10), 0), 9))
-}
-
-// bucketLabel names a tenth by its lower bound: "0.8".
-func bucketLabel(b int16) string { return fmt.Sprintf("%.1f", float64(b)/10) }
-
-// routeCounts gathers the routing decisions of a group commit, written
-// once per counter at its end.
-type routeCounts struct{ m map[routeCountKey]int64 }
-
-func (c *routeCounts) add(k routeCountKey) {
-	if c.m == nil {
-		c.m = map[routeCountKey]int64{}
-	}
-	c.m[k]++
-}
-
-// aloneShard is the counter shard of a transaction outside group commit.
-func aloneShard() int {
-	return defaultCommitWriters + rand.IntN(routingCountShards-defaultCommitWriters)
-}
-
-// requestPattern is what a request is remembered by for routing failures:
-// its content words, sorted.
-func requestPattern(text string) string {
-	var words []string
-	for _, w := range wordPattern.FindAllString(strings.ToLower(text), -1) {
-		if stopWords[w] || slices.Contains(words, w) {
-			continue
-		}
-		words = append(words, w)
-	}
-	sort.Strings(words)
-	return strings.Join(words, " ")
-}
-
-// applyFailureFeedback lowers a classification's confidence by the
-// penalty for each recorded routing failure of the same request pattern
-// to the same agent (spec A-31, A-33), and offers the agent the failures
-// said it should have been.
-func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string, cl *Classification) error {
-	pattern := requestPattern(text)
-	counts, ok, err := s.failures.lookup(ctx, s.db, tenant, pattern, cl.Target)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		if counts, err = queryFailures(ctx, s.db, tenant, pattern, cl.Target); err != nil {
-			return err
-		}
-	}
-	total := 0
-	var better []string
-	for _, c := range counts {
-		total += c.n
-		better = append(better, c.agent)
-	}
-	if total == 0 {
-		return nil
-	}
-	penalty := math.Min(0.5, float64(total)*s.cfg.FailurePenalty)
-	cl.Confidence = math.Max(0, math.Round((cl.Confidence-penalty)*1000)/1000)
-	cl.Reason += fmt.Sprintf("; lowered by %.2f for %d past misroute(s)", penalty, total)
-	cands := slices.Clone(better)
-	for _, c := range cl.Candidates {
-		if !slices.Contains(cands, c) {
-			cands = append(cands, c)
-		}
-	}
-	cl.Candidates = cands
-	return nil
-}
-
-// queryFailures counts the failures of a pattern routed to an agent by the
-// agent it should have been, most frequent first.
-func queryFailures(ctx context.Context, q querier, tenant, pattern, routedTo string) ([]failureCount, error) {
-	rows, err := q.Query(ctx, `SELECT should_have_been, count(*) FROM routing_failures
-		WHERE tenant_id = $1 AND pattern = $2 AND routed_to = $3 GROUP BY should_have_been ORDER BY count(*) DESC, should_have_been`,
-		tenant, pattern, routedTo)
-	if err != nil {
-		return nil, fmt.Errorf("look up routing failures: %w", err)
-	}
-	defer rows.Close()
-	var out []failureCount
-	for rows.Next() {
-		var c failureCount
-		if err := rows.Scan(&c.agent, &c.n); err != nil {
-			return nil, fmt.Errorf("look up routing failures: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("look up routing failures: %w", err)
-	}
-	return out, nil
-}
-
-// CumulativeConfidence is the product of a confidence chain (spec A-05).
-func CumulativeConfidence(chain []*messagev1.ConfidenceEntry) float64 {
-	if len(chain) == 0 {
-		return 0
-	}
-	p := 1.0
-	for _, e := range chain {
-		p *= e.GetConfidence()
-	}
-	return p
-}
-
-// ConfidenceBand names a cumulative confidence (spec A-05) and the
-// suggested action; the requesting agent decides.
-func ConfidenceBand(c float64) (band, action string) {
-	switch {
-	case c >= 0.9:
-		band = "high"
-	case c >= 0.7:
-		band = "good"
-	case c >= 0.5:
-		band = "moderate"
-	case c >= 0.3:
-		band = "low"
-	default:
-		band = "very_low"
-	}
-	switch {
-	case c >= 0.65:
-		action = "proceed"
-	case c >= 0.5:
-		action = "query_more_agents"
-	case c >= 0.35:
-		action = "consider_escalating"
-	default:
-		action = "escalate"
-	}
-	return band, action
-}
-
-// ownSession loads one of the caller's sessions by name.
-func (s *Service) ownSession(ctx context.Context, name string) (session, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return session{}, err
-	}
-	id, err := parseSessionName("parent", name)
-	if err != nil {
-		return session{}, err
-	}
-	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
-	if err != nil {
-		return session{}, apierr.Status(ctx, s.log, "load session", err)
-	}
-	return sess, nil
-}
-
 // logRouteDecision logs a decision at debug level.
 func (s *Service) logRouteDecision(ctx context.Context, m message) {
 	s.log.DebugContext(ctx, "message handled", slog.String(logx.KeySessionID, m.SessionID),
 		slog.String(logx.KeyCorrelationID, m.CorrelationID), slog.String("tier", m.Route.Tier),
 		slog.String(logx.KeyAgent, m.Route.Target), slog.Float64("confidence", m.Route.Confidence))
+}
+
+// agentPurposes describe the routable agents when the Guide asks the user
+// to choose, in the order they are offered.
+var agentPurposes = []struct{ agent, purpose string }{
+	{topology.AgentLibrarian, "search this codebase"},
+	{topology.AgentArchivalist, "recall what was done or decided before"},
+	{topology.AgentAcademic, "look up external knowledge (documentation, best practices, research)"},
+	{topology.AgentArchitect, "plan a change to the code"},
+}
+
+// clarification builds the question asked when routing is ambiguous and the
+// agents offered as answers: the plausible ones, or all when fewer than two
+// matched.
+func clarification(c Classification) (string, []string) {
+	options := slices.Clone(c.Candidates)
+	if len(options) > 3 {
+		options = options[:3]
+	}
+	if len(options) < 2 {
+		for _, p := range agentPurposes {
+			if !slices.Contains(options, p.agent) {
+				options = append(options, p.agent)
+			}
+		}
+	}
+	parts := make([]string, 0, len(options))
+	for _, o := range options {
+		for _, p := range agentPurposes {
+			if p.agent == o {
+				parts = append(parts, fmt.Sprintf("%s (%s)", p.purpose, p.agent))
+			}
+		}
+	}
+	var list string
+	switch len(parts) {
+	case 0:
+	case 1:
+		list = parts[0]
+	default:
+		list = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+	}
+	return fmt.Sprintf("I am not sure who should handle this. Do you want to %s? Reply with more detail.", list), options
 }

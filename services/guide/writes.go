@@ -1,12 +1,9 @@
 package guide
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -190,19 +187,4 @@ func (s *Service) pendingWrites(who identity.Identity, m message, plan routePlan
 			m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds(), who.TenantID)
 	}
 	return w, nil
-}
-
-// routeCountWrites add counts to shard, in key order so that concurrent
-// writers lock rows in the same order.
-func routeCountWrites(counts map[routeCountKey]int64, shard int) stmts {
-	keys := slices.SortedFunc(maps.Keys(counts), func(a, b routeCountKey) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent), cmp.Compare(a.bucket, b.bucket))
-	})
-	var w stmts
-	for _, k := range keys {
-		w.add(`INSERT INTO routing_counts (tenant_id, intent_type, confidence_bucket, shard, routed) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (tenant_id, intent_type, confidence_bucket, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
-			k.tenant, k.intent, k.bucket, shard, counts[k])
-	}
-	return w
 }
