@@ -329,6 +329,43 @@ func (s *Service) replaySend(ctx context.Context, target string, index int32, te
 // it, modify sends the given text instead, skip passes over it, abort ends
 // the replay.
 func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest) (*guidev1.StepReplayResponse, error) {
+	st, err := readReplayStep(ctx, req)
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	if err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return st.load(ctx, tx) }); err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	// The query is sent before the replay moves past it, so that one the
+	// session did not take (suspended, or the bus down) is still the next
+	// one.
+	result, err := s.sendStep(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.save(ctx, s.db); err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	return &guidev1.StepReplayResponse{State: st.state(), Result: result}, nil
+}
+
+// replayStep is one step of an interactive replay: the replay as read,
+// the query it is at, and the replay as it will be after the step.
+type replayStep struct {
+	name, action, text string
+	owner              owner
+	sessionID, id      string
+	recordingID        string
+	index, next        int32
+	skipped            []int32
+	mods               map[string]string
+	done               bool
+	start              time.Time
+	query              *guidev1.RecordedQuery
+}
+
+// readReplayStep checks a StepReplay request.
+func readReplayStep(ctx context.Context, req *guidev1.StepReplayRequest) (*replayStep, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
@@ -347,97 +384,97 @@ func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest
 	if action == "modify" && text == "" {
 		return nil, apierr.Invalid("text", "required to modify a query")
 	}
-	o := ownerOf(who)
-	sid, id := strings.ToLower(parts[1]), strings.ToLower(parts[3])
-	var recID string
-	var idx, next int32
-	var skipped []int32
-	var mods map[string]string
-	var done bool
-	var start time.Time
-	var query *guidev1.RecordedQuery
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
-			WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, o.tenant, o.user, sid, id).
-			Scan(&recID, &idx, &skipped, &mods, &done, &start)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return apierr.NotFound("replay", req.GetName())
-		}
-		if err != nil {
+	return &replayStep{name: req.GetName(), action: action, text: text, owner: ownerOf(who),
+		sessionID: strings.ToLower(parts[1]), id: strings.ToLower(parts[3])}, nil
+}
+
+// load reads the replay and the query it is at, and works out where the
+// step leaves it.
+func (st *replayStep) load(ctx context.Context, tx pgx.Tx) error {
+	err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, st.owner.tenant, st.owner.user, st.sessionID, st.id).
+		Scan(&st.recordingID, &st.index, &st.skipped, &st.mods, &st.done, &st.start)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apierr.NotFound("replay", st.name)
+	}
+	if err != nil {
+		return err
+	}
+	if st.done {
+		return apierr.FailedPrecondition(reasonReplayFinished, "this replay is done; start another")
+	}
+	// A replay covers the queries recorded when it started: replaying a
+	// recording that is still recording into its own session records each
+	// query again, and those must not be replayed in turn.
+	var total int32
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1 AND time <= $2`,
+		st.recordingID, st.start).Scan(&total); err != nil {
+		return err
+	}
+	if st.action != "abort" && st.index < total {
+		st.query = &guidev1.RecordedQuery{}
+		if err := tx.QueryRow(ctx, `SELECT idx, raw_query FROM recorded_queries WHERE recording_id = $1 AND idx = $2`,
+			st.recordingID, st.index).Scan(&st.query.Index, &st.query.RawQuery); err != nil {
 			return err
 		}
-		if done {
-			return apierr.FailedPrecondition(reasonReplayFinished, "this replay is done; start another")
-		}
-		// A replay covers the queries recorded when it started: replaying a
-		// recording that is still recording into its own session records
-		// each query again, and those must not be replayed in turn.
-		var total int32
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1 AND time <= $2`,
-			recID, start).Scan(&total); err != nil {
-			return err
-		}
-		if action != "abort" && idx < total {
-			query = &guidev1.RecordedQuery{}
-			if err := tx.QueryRow(ctx, `SELECT idx, raw_query FROM recorded_queries WHERE recording_id = $1 AND idx = $2`, recID, idx).
-				Scan(&query.Index, &query.RawQuery); err != nil {
-				return err
-			}
-		}
-		next = idx
-		switch action {
-		case "abort":
-			done = true
-		case "skip":
-			skipped = append(skipped, idx)
-			next++
-		case "modify":
-			mods[strconv.Itoa(int(idx))] = text
-			next++
-		default:
-			next++
-		}
-		if next >= total {
-			done = true
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "step replay", err)
 	}
-	// The query is sent before the replay moves past it, so that one the
-	// session did not take (suspended, or the bus down) is still the next
-	// one. Its request id makes a step retried after a failure, or taken
-	// twice at once, send it once.
-	var result *guidev1.ReplayStepResult
-	if query != nil {
-		requestID := fmt.Sprintf("replay/%s/%d", id, query.GetIndex())
-		switch action {
-		case "skip":
-			result = &guidev1.ReplayStepResult{Index: query.GetIndex(), Query: query.GetRawQuery(), Action: "skipped"}
-		case "modify":
-			if result, err = s.replaySend(ctx, sid, query.GetIndex(), text, "modified", requestID); err != nil {
-				return nil, err
-			}
-		default:
-			if result, err = s.replaySend(ctx, sid, query.GetIndex(), query.GetRawQuery(), "sent", requestID); err != nil {
-				return nil, err
-			}
-		}
+	st.next = st.index
+	switch st.action {
+	case "abort":
+		st.done = true
+	case "skip":
+		st.skipped = append(st.skipped, st.index)
+		st.next++
+	case "modify":
+		st.mods[strconv.Itoa(int(st.index))] = st.text
+		st.next++
+	default:
+		st.next++
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
-		WHERE id = $1 AND current_index = $2 AND NOT done AND tenant_id = $7 AND user_id = $8`, id, idx, next, skipped, mods, done, o.tenant, o.user)
+	st.done = st.done || st.next >= total
+	return nil
+}
+
+// sendStep sends the step's query (or its modified text) into the session.
+// Its request id makes a step retried after a failure, or taken twice at
+// once, send it once.
+func (s *Service) sendStep(ctx context.Context, st *replayStep) (*guidev1.ReplayStepResult, error) {
+	q := st.query
+	if q == nil {
+		return nil, nil
+	}
+	requestID := fmt.Sprintf("replay/%s/%d", st.id, q.GetIndex())
+	switch st.action {
+	case "skip":
+		return &guidev1.ReplayStepResult{Index: q.GetIndex(), Query: q.GetRawQuery(), Action: "skipped"}, nil
+	case "modify":
+		return s.replaySend(ctx, st.sessionID, q.GetIndex(), st.text, "modified", requestID)
+	}
+	return s.replaySend(ctx, st.sessionID, q.GetIndex(), q.GetRawQuery(), "sent", requestID)
+}
+
+// save moves the replay on, unless another step moved it first.
+func (st *replayStep) save(ctx context.Context, q querier) error {
+	tag, err := q.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
+		WHERE id = $1 AND current_index = $2 AND NOT done AND tenant_id = $7 AND user_id = $8`,
+		st.id, st.index, st.next, st.skipped, st.mods, st.done, st.owner.tenant, st.owner.user)
 	if err != nil {
-		return nil, apierr.Status(ctx, s.log, "step replay", err)
+		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return nil, apierr.Status(ctx, s.log, "step replay", conflict(reasonReplayMovedOn, "the replay moved on meanwhile; read it again"))
+		return conflict(reasonReplayMovedOn, "the replay moved on meanwhile; read it again")
 	}
-	state := &guidev1.ReplayState{Name: req.GetName(), Recording: recordingName(sid, recID), Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE,
-		CurrentIndex: next, SkippedIndices: skipped, Modifications: map[int32]string{}, Done: done, StartTime: timestamppb.New(start)}
-	for k, v := range mods {
+	return nil
+}
+
+// state is the replay after the step.
+func (st *replayStep) state() *guidev1.ReplayState {
+	out := &guidev1.ReplayState{Name: st.name, Recording: recordingName(st.sessionID, st.recordingID),
+		Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE, CurrentIndex: st.next, SkippedIndices: st.skipped,
+		Modifications: map[int32]string{}, Done: st.done, StartTime: timestamppb.New(st.start)}
+	for k, v := range st.mods {
 		n, _ := strconv.Atoi(k)
-		state.Modifications[int32(n)] = v
+		out.Modifications[int32(n)] = v
 	}
-	return &guidev1.StepReplayResponse{State: state, Result: result}, nil
+	return out
 }

@@ -23,72 +23,116 @@ const contextReroute = "reroute"
 // reroute history is short, and asks the user once it reaches the limit,
 // listing each hop's reason (spec, E-03).
 func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	rr := env.GetRerouteRequest()
-	from := rr.GetSource()
-	if from == "" {
-		from = env.GetSource()
-	}
-	history := slices.Clone(env.GetRerouteHistory())
-	if n := len(history); n == 0 || history[n-1].GetFrom() != from {
-		// The declining agent did not append its hop; the Guide does.
-		history = append(history, &messagev1.RerouteHop{From: from, Reason: rr.GetReason(), To: rr.GetSuggestedTarget()})
-	}
-	original := env.GetStructuredIntent().GetOriginalRequest()
-	var pending pendingRequest
-	var found bool
-	var err error
-	if corr := env.GetCorrelationId(); corr != "" {
-		if pending, found, err = getPending(ctx, s.db, sess.TenantID, corr, false); err != nil {
-			return "", err
-		}
-	}
-	if original == "" && found {
-		original = pending.Original
+	r, err := s.readReroute(ctx, sess, env)
+	if err != nil {
+		return "", err
 	}
 	// A reroute is an explicit redirect: a routing failure (spec A-33).
-	to := strings.ToLower(rr.GetSuggestedTarget())
-	var classified string
-	if found {
-		classified = pending.IntentType
+	if err := s.recordRedirect(ctx, r); err != nil {
+		return "", err
 	}
-	if to == "" || !routable(to) {
-		cl, err := s.classifier.Classify(ctx, original)
-		if err == nil {
+	if len(r.history) >= s.cfg.RerouteLimit || !routable(r.to) {
+		return s.escalateReroute(ctx, sess, env, r.history, r.original, r.found)
+	}
+	next, err := s.forward(ctx, r)
+	if err != nil {
+		return "", err
+	}
+	if err := s.publishRerouted(ctx, r); err != nil {
+		return "", err
+	}
+	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, r.to), next.GetId(), next); err != nil {
+		return "", err
+	}
+	s.metrics.reroutes.WithLabelValues("followed").Inc()
+	return "rerouted", nil
+}
+
+// reroute is an agent's decline of a request: who declined, where the
+// request goes next ("" when no agent is left), its hops so far, and the
+// pending request it declines, when the Guide tracks it.
+type reroute struct {
+	sess     session
+	env      *messagev1.Envelope
+	from, to string
+	history  []*messagev1.RerouteHop
+	original string
+	pending  pendingRequest
+	found    bool
+}
+
+// readReroute reads a decline: its hop (appended when the agent did not),
+// the request it declines and where it goes next: the suggested target,
+// else the first candidate of the classifier not yet visited.
+func (s *Service) readReroute(ctx context.Context, sess session, env *messagev1.Envelope) (reroute, error) {
+	rr := env.GetRerouteRequest()
+	r := reroute{sess: sess, env: env, from: firstNonEmpty(rr.GetSource(), env.GetSource()),
+		to: strings.ToLower(rr.GetSuggestedTarget()), history: slices.Clone(env.GetRerouteHistory()),
+		original: env.GetStructuredIntent().GetOriginalRequest()}
+	if n := len(r.history); n == 0 || r.history[n-1].GetFrom() != r.from {
+		// The declining agent did not append its hop; the Guide does.
+		r.history = append(r.history, &messagev1.RerouteHop{From: r.from, Reason: rr.GetReason(), To: rr.GetSuggestedTarget()})
+	}
+	if corr := env.GetCorrelationId(); corr != "" {
+		var err error
+		if r.pending, r.found, err = getPending(ctx, s.db, sess.TenantID, corr, false); err != nil {
+			return reroute{}, err
+		}
+	}
+	if r.original == "" && r.found {
+		r.original = r.pending.Original
+	}
+	if !routable(r.to) {
+		r.to = ""
+		if cl, err := s.classifier.Classify(ctx, r.original); err == nil {
 			for _, c := range cl.Candidates {
-				if !visited(history, c) {
-					to = c
+				if !visited(r.history, c) {
+					r.to = c
 					break
 				}
 			}
 		}
 	}
-	if to != "" && routable(to) {
-		f := routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
-			OriginalRequest: original, ClassifiedAs: classified, RoutedTo: from, ShouldHaveBeen: to,
-			Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(env), Key: env.GetId()}
-		if found {
-			f = f.decided(pending)
-		}
-		f, err := s.insertFailure(ctx, s.db, f)
-		if err != nil {
-			return "", err
-		}
-		if !f.Repeat {
-			s.afterFailure(ctx, f)
-		}
+	return r, nil
+}
+
+// recordRedirect stores the decline as a routing failure, when it names
+// an agent the request should have gone to.
+func (s *Service) recordRedirect(ctx context.Context, r reroute) error {
+	if !routable(r.to) {
+		return nil
 	}
-	if len(history) >= s.cfg.RerouteLimit || to == "" || !routable(to) {
-		return s.escalateReroute(ctx, sess, env, history, original, found)
+	f := routingFailure{TenantID: r.sess.TenantID, UserID: r.sess.UserID, SessionID: r.sess.ID,
+		OriginalRequest: r.original, RoutedTo: r.from, ShouldHaveBeen: r.to,
+		Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(r.env), Key: r.env.GetId()}
+	if r.found {
+		f.ClassifiedAs = r.pending.IntentType
+		f = f.decided(r.pending)
 	}
+	f, err := s.insertFailure(ctx, s.db, f)
+	if err != nil {
+		return err
+	}
+	if !f.Repeat {
+		s.afterFailure(ctx, f)
+	}
+	return nil
+}
+
+// forward is the request as it goes to its next agent, with the intent and
+// confidence chain unchanged and the hops so far; a tracked request now
+// waits for that agent's answer, its deadline anew.
+func (s *Service) forward(ctx context.Context, r reroute) (*messagev1.Envelope, error) {
+	env := r.env
 	next := &messagev1.Envelope{
 		Id:               idFor(env.GetId() + ".reroute"),
 		CorrelationId:    env.GetCorrelationId(),
 		ParentId:         env.GetId(),
-		TenantId:         sess.TenantID,
-		SessionId:        sess.ID,
-		UserId:           sess.UserID,
+		TenantId:         r.sess.TenantID,
+		SessionId:        r.sess.ID,
+		UserId:           r.sess.UserID,
 		Source:           authorGuide,
-		Target:           to,
+		Target:           r.to,
 		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
 		CreatedAt:        timestamppb.New(s.now()),
 		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
@@ -99,43 +143,42 @@ func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev
 		Metadata:         env.GetMetadata(),
 		StructuredIntent: env.GetStructuredIntent(),
 		ConfidenceChain:  env.GetConfidenceChain(),
-		RerouteHistory:   history,
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: original}},
+		RerouteHistory:   r.history,
+		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: r.original}},
 	}
-	if found {
-		if prev := decodeEnvelope(pending.Envelope); prev != nil && prev.GetUserInput() != nil {
-			next.Payload = &messagev1.Envelope_UserInput{UserInput: prev.GetUserInput()}
-		}
-		raw, err := proto.Marshal(next)
-		if err != nil {
-			return "", err
-		}
-		pending.Target, pending.Envelope = to, raw
-		// A suspended session's request stays frozen: its deadline runs
-		// again once the session is resumed.
-		if pending.State != stateFrozen {
-			pending.State = statePending
-		}
-		pending.Deadline = s.now().Add(s.cfg.RequestTimeout)
-		if err := trackPending(ctx, s.db, pending); err != nil {
-			return "", err
-		}
+	if !r.found {
+		return next, nil
 	}
-	rerouted := &eventv1.MessageRerouted{From: from, To: to, Reason: rr.GetReason(), History: history}
-	if len(history) == s.cfg.RerouteLimit-1 {
-		rerouted.Warning = fmt.Sprintf("this request has been rerouted %d times; one more and you will be asked", len(history))
+	if prev := decodeEnvelope(r.pending.Envelope); prev != nil && prev.GetUserInput() != nil {
+		next.Payload = &messagev1.Envelope_UserInput{UserInput: prev.GetUserInput()}
 	}
-	ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_REROUTED, sess.ID, env.GetCorrelationId(),
-		fmt.Sprintf("The %s declined (%s); rerouted to the %s", from, truncate(rr.GetReason(), 200), to))
+	raw, err := proto.Marshal(next)
+	if err != nil {
+		return nil, err
+	}
+	p := r.pending
+	p.Target, p.Envelope = r.to, raw
+	// A suspended session's request stays frozen: its deadline runs again
+	// once the session is resumed.
+	if p.State != stateFrozen {
+		p.State = statePending
+	}
+	p.Deadline = s.now().Add(s.cfg.RequestTimeout)
+	return next, trackPending(ctx, s.db, p)
+}
+
+// publishRerouted tells the session where the request went, warning when
+// one more decline will ask the user.
+func (s *Service) publishRerouted(ctx context.Context, r reroute) error {
+	reason := r.env.GetRerouteRequest().GetReason()
+	rerouted := &eventv1.MessageRerouted{From: r.from, To: r.to, Reason: reason, History: r.history}
+	if len(r.history) == s.cfg.RerouteLimit-1 {
+		rerouted.Warning = fmt.Sprintf("this request has been rerouted %d times; one more and you will be asked", len(r.history))
+	}
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_REROUTED, r.sess.ID, r.env.GetCorrelationId(),
+		fmt.Sprintf("The %s declined (%s); rerouted to the %s", r.from, truncate(reason, 200), r.to))
 	ev.Payload = &eventv1.Event_MessageRerouted{MessageRerouted: rerouted}
-	if err := s.publishEvent(ctx, sess.TenantID, next.GetParentId()+".rerouted", ev); err != nil {
-		return "", err
-	}
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), next.GetId(), next); err != nil {
-		return "", err
-	}
-	s.metrics.reroutes.WithLabelValues("followed").Inc()
-	return "rerouted", nil
+	return s.publishEvent(ctx, r.sess.TenantID, r.env.GetId()+".rerouted", ev)
 }
 
 func visited(history []*messagev1.RerouteHop, agent string) bool {
