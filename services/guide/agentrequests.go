@@ -106,30 +106,10 @@ func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *mess
 	// collide with a user request the asking agent is working on; the
 	// answer goes back with the agent's own.
 	corr := idFor(env.GetId() + ".correlation")
-	out := &messagev1.Envelope{
-		Id:            idFor(env.GetId() + ".route"),
-		CorrelationId: corr,
-		ParentId:      env.GetId(),
-		TenantId:      sess.TenantID,
-		SessionId:     sess.ID,
-		UserId:        sess.UserID,
-		Source:        from,
-		Target:        to,
-		Type:          messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt:     timestamppb.New(s.now()),
-		Deadline:      timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
-		Status:        messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:       1,
-		MaxAttempts:   1,
-		Priority:      env.GetPriority(),
-		Metadata:      env.GetMetadata(),
-		RoutedRequest: &messagev1.RoutedRequest{RequestedBy: from, RequestType: env.GetType(),
-			RequestCorrelation: firstNonEmpty(env.GetCorrelationId(), env.GetId())},
-		StructuredIntent: env.GetStructuredIntent(),
-		ConfidenceChain:  env.GetConfidenceChain(),
-		RerouteHistory:   env.GetRerouteHistory(),
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
-	}
+	out := s.onward(sess, env, env.GetId()+".route", corr, to, text)
+	out.Source = from
+	out.RoutedRequest = &messagev1.RoutedRequest{RequestedBy: from, RequestType: env.GetType(),
+		RequestCorrelation: firstNonEmpty(env.GetCorrelationId(), env.GetId())}
 	raw, err := proto.Marshal(out)
 	if err != nil {
 		return "", err

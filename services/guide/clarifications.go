@@ -91,16 +91,11 @@ func pendingClarifications(ctx context.Context, q querier, tenant, sessionID str
 	if err != nil {
 		return nil, fmt.Errorf("list clarifications: %w", err)
 	}
-	defer rows.Close()
-	var out []clarificationRow
-	for rows.Next() {
-		c, err := scanClarification(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list clarifications: %w", err)
-		}
-		out = append(out, c)
+	out, err := pgx.CollectRows(rows, scanWith(scanClarification))
+	if err != nil {
+		return nil, fmt.Errorf("list clarifications: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // takeClarification marks a pending clarification answered and returns it.

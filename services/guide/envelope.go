@@ -100,6 +100,34 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 	}
 }
 
+// onward is an agent's request env as the Guide sends it on to agent to,
+// under an id derived from id: the same intent, confidence chain, hops,
+// priority and annotations, the text to do, and a deadline of its own.
+func (s *Service) onward(sess session, env *messagev1.Envelope, id, correlation, to, text string) *messagev1.Envelope {
+	return &messagev1.Envelope{
+		Id:               idFor(id),
+		CorrelationId:    correlation,
+		ParentId:         env.GetId(),
+		TenantId:         sess.TenantID,
+		SessionId:        sess.ID,
+		UserId:           sess.UserID,
+		Source:           authorGuide,
+		Target:           to,
+		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
+		CreatedAt:        timestamppb.New(s.now()),
+		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
+		Status:           messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
+		Attempt:          1,
+		MaxAttempts:      1,
+		Priority:         env.GetPriority(),
+		Metadata:         env.GetMetadata(),
+		StructuredIntent: env.GetStructuredIntent(),
+		ConfidenceChain:  env.GetConfidenceChain(),
+		RerouteHistory:   env.GetRerouteHistory(),
+		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
+	}
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""

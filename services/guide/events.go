@@ -27,11 +27,7 @@ const readerIdleTimeout = time.Minute
 // ListEvents returns a session's events with a sequence above
 // after_sequence, in order.
 func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest) (*guidev1.ListEventsResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sid, err := parseSessionName("parent", req.GetParent())
+	who, sid, err := callerSession(ctx, "parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +89,6 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 	return nil
 }
 
-// readEvents reads the session's events from the EVENTS stream with an
 // checkAfterSequence refuses a sequence no stream reaches (the next one
 // would overflow).
 func checkAfterSequence(seq uint64) error {
@@ -103,6 +98,7 @@ func checkAfterSequence(seq uint64) error {
 	return nil
 }
 
+// readEvents reads the session's events from the EVENTS stream with an
 // ordered consumer, starting after afterSeq, and hands each to yield until
 // yield returns false. Without follow it stops at the last stored event;
 // with follow it waits for new events until ctx is done.

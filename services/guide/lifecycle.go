@@ -128,11 +128,7 @@ func (s *Service) FailSession(ctx context.Context, who identity.Identity, sessio
 }
 
 func (s *Service) transitionByName(ctx context.Context, name string, t transition, note, cause string) (session, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return session{}, err
-	}
-	id, err := parseSessionName("name", name)
+	who, id, err := callerSession(ctx, "name", name)
 	if err != nil {
 		return session{}, err
 	}

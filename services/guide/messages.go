@@ -7,7 +7,6 @@ import (
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	"sylk.dev/sylk/pkg/apierr"
-	"sylk.dev/sylk/pkg/identity"
 )
 
 func (m message) proto() *guidev1.Message {
@@ -44,11 +43,7 @@ func (s *Service) replyMessage(m message) message {
 
 // ListMessages returns a session's messages, oldest first.
 func (s *Service) ListMessages(ctx context.Context, req *guidev1.ListMessagesRequest) (*guidev1.ListMessagesResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sid, err := parseSessionName("parent", req.GetParent())
+	who, sid, err := callerSession(ctx, "parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}

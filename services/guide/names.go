@@ -1,12 +1,14 @@
 package guide
 
 import (
+	"context"
 	"encoding/base64"
 	"strconv"
 	"strings"
 	"time"
 
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/pgstore"
 )
@@ -30,6 +32,17 @@ func parseSessionName(field, name string) (string, error) {
 		return "", apierr.Invalid(field, "want sessions/{uuid}, got %q", truncate(name, 100))
 	}
 	return strings.ToLower(id), nil
+}
+
+// callerSession is the caller and the id of the session name names
+// (field, for the error).
+func callerSession(ctx context.Context, field, name string) (identity.Identity, string, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return identity.Identity{}, "", err
+	}
+	id, err := parseSessionName(field, name)
+	return who, id, err
 }
 
 // pageSize applies the default and the maximum to a requested page size.

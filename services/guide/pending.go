@@ -107,16 +107,11 @@ func pendingRequests(ctx context.Context, q querier, tenant, sessionID, state st
 	if err != nil {
 		return nil, fmt.Errorf("list pending requests: %w", err)
 	}
-	defer rows.Close()
-	var out []pendingRequest
-	for rows.Next() {
-		p, err := scanPending(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list pending requests: %w", err)
-		}
-		out = append(out, p)
+	out, err := pgx.CollectRows(rows, scanWith(scanPending))
+	if err != nil {
+		return nil, fmt.Errorf("list pending requests: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func setPendingState(ctx context.Context, q querier, tenant, correlationID, from, to string) (bool, error) {

@@ -93,17 +93,8 @@ func (s *Service) reapSessions(ctx context.Context, t transition, where string, 
 		if err != nil {
 			return fmt.Errorf("select sessions to %s: %w", t.verb, err)
 		}
-		var due []session
-		for rows.Next() {
-			x, err := scanSession(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, x)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		due, err := pgx.CollectRows(rows, scanWith(scanSession))
+		if err != nil {
 			return err
 		}
 		for _, x := range due {
@@ -146,16 +137,7 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("select expired requests: %w", err)
 		}
-		for rows.Next() {
-			p, err := scanPending(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if expired, err = pgx.CollectRows(rows, scanWith(scanPending)); err != nil {
 			return err
 		}
 		for _, p := range expired {

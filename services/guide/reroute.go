@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
@@ -123,29 +122,8 @@ func (s *Service) recordRedirect(ctx context.Context, r reroute) error {
 // confidence chain unchanged and the hops so far; a tracked request now
 // waits for that agent's answer, its deadline anew.
 func (s *Service) forward(ctx context.Context, r reroute) (*messagev1.Envelope, error) {
-	env := r.env
-	next := &messagev1.Envelope{
-		Id:               idFor(env.GetId() + ".reroute"),
-		CorrelationId:    env.GetCorrelationId(),
-		ParentId:         env.GetId(),
-		TenantId:         r.sess.TenantID,
-		SessionId:        r.sess.ID,
-		UserId:           r.sess.UserID,
-		Source:           authorGuide,
-		Target:           r.to,
-		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt:        timestamppb.New(s.now()),
-		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
-		Status:           messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:          1,
-		MaxAttempts:      1,
-		Priority:         env.GetPriority(),
-		Metadata:         env.GetMetadata(),
-		StructuredIntent: env.GetStructuredIntent(),
-		ConfidenceChain:  env.GetConfidenceChain(),
-		RerouteHistory:   r.history,
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: r.original}},
-	}
+	next := s.onward(r.sess, r.env, r.env.GetId()+".reroute", r.env.GetCorrelationId(), r.to, r.original)
+	next.RerouteHistory = r.history
 	if !r.found {
 		return next, nil
 	}

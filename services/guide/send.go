@@ -84,11 +84,7 @@ var pureCommands = map[string]func() string{"/help": helpText}
 
 // readSend checks a SendMessage request; maxBytes bounds its text.
 func readSend(ctx context.Context, req *guidev1.SendMessageRequest, maxBytes int) (sendRequest, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return sendRequest{}, err
-	}
-	sid, err := parseSessionName("parent", req.GetParent())
+	who, sid, err := callerSession(ctx, "parent", req.GetParent())
 	if err != nil {
 		return sendRequest{}, err
 	}

@@ -11,7 +11,6 @@ import (
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	"sylk.dev/sylk/pkg/apierr"
-	"sylk.dev/sylk/pkg/identity"
 )
 
 // A session's context is its private working state, versioned: an update
@@ -52,11 +51,7 @@ func storeContext(ctx context.Context, q querier, o owner, id string, c *guidev1
 
 // GetSessionContext returns a session's private context.
 func (s *Service) GetSessionContext(ctx context.Context, req *guidev1.GetSessionContextRequest) (*guidev1.GetSessionContextResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +68,7 @@ const maxContextBytes = 256 << 10
 // UpdateSessionContext replaces a live session's context when the version
 // matches. A suspended session's context is frozen in its snapshot.
 func (s *Service) UpdateSessionContext(ctx context.Context, req *guidev1.UpdateSessionContextRequest) (*guidev1.UpdateSessionContextResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}

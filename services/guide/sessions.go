@@ -153,11 +153,7 @@ func (s *Service) validateMetadata(md map[string]string) error {
 
 // GetSession returns one of the caller's sessions.
 func (s *Service) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -212,11 +208,7 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 
 // ownSession loads one of the caller's sessions by name.
 func (s *Service) ownSession(ctx context.Context, name string) (session, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return session{}, err
-	}
-	id, err := parseSessionName("parent", name)
+	who, id, err := callerSession(ctx, "parent", name)
 	if err != nil {
 		return session{}, err
 	}

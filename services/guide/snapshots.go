@@ -249,11 +249,7 @@ func closePending(ctx context.Context, tx pgx.Tx, tenant, sessionID string) erro
 
 // GetSessionSnapshot returns the latest snapshot of a session.
 func (s *Service) GetSessionSnapshot(ctx context.Context, req *guidev1.GetSessionSnapshotRequest) (*guidev1.GetSessionSnapshotResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}

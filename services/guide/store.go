@@ -19,6 +19,11 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// scanWith reads each row of pgx.CollectRows with scan.
+func scanWith[T any](scan func(pgx.Row) (T, error)) pgx.RowToFunc[T] {
+	return func(row pgx.CollectableRow) (T, error) { return scan(row) }
+}
+
 // owner scopes every query: a tenant and one of its users.
 type owner struct {
 	tenant, user string
@@ -212,16 +217,8 @@ func listSessions(ctx context.Context, q querier, o owner, state string, after *
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
-	defer rows.Close()
-	var out []session
-	for rows.Next() {
-		s, err := scanSession(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sessions: %w", err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scanWith(scanSession))
+	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return out, nil
@@ -274,16 +271,8 @@ func listMessages(ctx context.Context, q querier, o owner, sessionID string, aft
 	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
-	defer rows.Close()
-	var out []message
-	for rows.Next() {
-		m, err := scanMessage(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list messages: %w", err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scanWith(scanMessage))
+	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
 	return out, nil

@@ -17,11 +17,7 @@ import (
 // snapshot, and activates the named one (resuming or activating it), in
 // one transaction.
 func (s *Service) SwitchSession(ctx context.Context, req *guidev1.SwitchSessionRequest) (*guidev1.SwitchSessionResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +131,7 @@ func lockForSwitch(ctx context.Context, tx pgx.Tx, o owner, id string) ([]sessio
 	if err != nil {
 		return nil, fmt.Errorf("lock sessions: %w", err)
 	}
-	locked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (session, error) { return scanSession(row) })
+	locked, err := pgx.CollectRows(rows, scanWith(scanSession))
 	if err != nil {
 		return nil, fmt.Errorf("lock sessions: %w", err)
 	}
