@@ -301,11 +301,6 @@ func countMessages(ctx context.Context, q querier, o owner, sessionID string) (m
 	return out, nil
 }
 
-// beginner starts transactions.
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 func nonNilTransitions(t []transitionRecord) []transitionRecord {
 	if t == nil {
 		return []transitionRecord{}
