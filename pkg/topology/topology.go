@@ -22,6 +22,10 @@
 //	<p>.llm.stream.<tenant>.<correlation>        core       sylk.llm.v1.StreamMessage  a streaming call -> its watchers
 //	<p>.llm.stream.<tenant>.<correlation>.control
 //	                                             core       sylk.llm.v1.StreamControl  a watcher -> the streaming call (cancel it)
+//	$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<P>_AGENTS.*
+//	                                             core       JetStream advisory (JSON)  the server -> the Guide (queue group
+//	                                                                                    guide-dead-letters): an inbox message its
+//	                                                                                    agent never acknowledged becomes a dead letter
 //
 // Streams: <P>_AGENTS and <P>_TASKS are work queues (a message is gone once
 // acknowledged); <P>_EVENTS keeps every session's events for
@@ -76,6 +80,22 @@ const (
 	// before events said their origin; the Guide removes it at start.
 	DurableCorrelatorLegacy = "guide-correlator"
 )
+
+// QueueDeadLetters is the queue group in which Guide replicas share the
+// inbox max-deliveries advisories.
+const QueueDeadLetters = "guide-dead-letters"
+
+// EventsStream is the name of the session event stream: "<P>_EVENTS".
+func EventsStream(b *natsx.Bus) string { return b.Stream(StreamEvents) }
+
+// AgentsStream is the name of the agent inbox stream: "<P>_AGENTS".
+func AgentsStream(b *natsx.Bus) string { return b.Stream(StreamAgents) }
+
+// InboxMaxDeliveries is the subject of the server's advisories that an
+// inbox consumer gave up on a message (every agent's inbox).
+func InboxMaxDeliveries(b *natsx.Bus) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + AgentsStream(b) + ".*"
+}
 
 // DurableWorker is the durable consumer of a worker role's queue.
 func DurableWorker(role string) string { return "worker-" + role }

@@ -6,13 +6,19 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/topology"
@@ -221,39 +227,36 @@ func (c *routeCache) invalidateLibrarian(ctx context.Context, tenant string) {
 	}
 }
 
-// cachedAnswer is an agent's answer as the Guide keeps it.
-type cachedAnswer struct {
-	Agent string         `json:"agent"`
-	Text  string         `json:"text"`
-	Data  map[string]any `json:"data,omitempty"`
-}
-
-func (c *routeCache) answer(ctx context.Context, key string) (cachedAnswer, bool) {
+// answer is the agent's answer cached under key. An entry that does not
+// decode (written by an older Guide) is a miss.
+func (c *routeCache) answer(ctx context.Context, key string) (*messagev1.AgentAnswer, bool) {
 	if !c.enabled() || key == "" {
-		return cachedAnswer{}, false
+		return nil, false
 	}
 	raw, err := c.rc.Get(ctx, key).Bytes()
 	if err != nil {
-		return cachedAnswer{}, false
+		return nil, false
 	}
-	var a cachedAnswer
-	if json.Unmarshal(raw, &a) != nil {
-		return cachedAnswer{}, false
+	a := &messagev1.AgentAnswer{}
+	if protojson.Unmarshal(raw, a) != nil {
+		return nil, false
 	}
 	return a, true
 }
 
-func (c *routeCache) storeAnswer(ctx context.Context, tenant, sessionID, key string, ttl time.Duration, a cachedAnswer) {
+// storeAnswer caches a's answer under key for ttl; a history answer is
+// indexed by its session, which drops it when it ends.
+func (c *routeCache) storeAnswer(ctx context.Context, tenant, sessionID, key string, ttl time.Duration, a *messagev1.AgentAnswer) {
 	if !c.enabled() || key == "" || ttl <= 0 {
 		return
 	}
-	raw, err := json.Marshal(a)
+	raw, err := protojson.Marshal(a)
 	if err != nil {
 		return
 	}
 	pipe := c.rc.TxPipeline()
 	pipe.Set(ctx, key, raw, ttl)
-	if a.Agent == topology.AgentArchivalist {
+	if a.GetAgent() == topology.AgentArchivalist {
 		idx := c.sessionIndexKey(tenant, sessionID)
 		pipe.SAdd(ctx, idx, key)
 		pipe.Expire(ctx, idx, time.Hour)
@@ -281,4 +284,22 @@ func (c *routeCache) invalidateSession(ctx context.Context, tenant, sessionID st
 	if err := c.rc.Del(ctx, append(keys, idx)...).Err(); err != nil {
 		c.log.WarnContext(ctx, "answer cache invalidate", logx.Err(err))
 	}
+}
+
+// watchLibrarian retires a tenant's cached librarian answers whenever one
+// of its index runs finishes, or one of its repositories is deleted: files
+// changed (spec A-35).
+func (s *Service) watchLibrarian(ctx context.Context) error {
+	sub, err := s.bus.Conn.Subscribe(topology.IndexProgressSubject(s.bus, "*"), func(m *nats.Msg) {
+		n := &librarianv1.IndexNotice{}
+		if proto.Unmarshal(m.Data, n) == nil && (n.GetProgress().GetDone() || n.GetDeleted()) {
+			s.cache.invalidateLibrarian(ctx, n.GetTenantId())
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to librarian progress: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return nil
 }

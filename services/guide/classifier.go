@@ -222,51 +222,10 @@ type match struct {
 
 // Classify scores every domain and picks the best.
 func (c *keywordClassifier) Classify(_ context.Context, text string) (Classification, error) {
-	raw := wordPattern.FindAllString(text, -1)
-	words := make([]string, len(raw))
-	for i, w := range raw {
-		words[i] = strings.ToLower(w)
-	}
-	lead := 0
-	for lead < len(words) && politeOpeners[words[lead]] {
-		lead++
-	}
-	var identifiers []string
-	for _, w := range raw {
-		if isIdentifier(w) && !slices.Contains(identifiers, w) {
-			identifiers = append(identifiers, w)
-		}
-	}
-	matched := map[int]bool{} // word positions used by a rule
-	var results []match
-	for _, d := range c.domains {
-		m := match{agent: d.agent, intent: d.intent, first: math.MaxInt}
-		for _, r := range d.rules {
-			for _, pos := range c.find(words, r.phrase) {
-				m.score += r.weight
-				m.words = append(m.words, strings.Join(words[pos:pos+len(r.phrase)], " "))
-				for i := pos; i < pos+len(r.phrase); i++ {
-					matched[i] = true
-				}
-				if r.intent != "" && pos < m.first {
-					m.first, m.intent = pos, r.intent
-				}
-				if pos == lead && d.leadingVerbBonus > 0 {
-					m.score += d.leadingVerbBonus
-					m.words = append(m.words, "(imperative)")
-				}
-			}
-		}
-		if d.identifierWeight > 0 && len(identifiers) > 0 {
-			n := min(len(identifiers), 2)
-			m.score += float64(n) * d.identifierWeight
-			m.words = append(m.words, identifiers[:n]...)
-		}
-		results = append(results, m)
-	}
-	sort.SliceStable(results, func(i, j int) bool { return results[i].score > results[j].score })
+	tok := tokenize(text)
+	results, matched := c.score(tok)
 	best := results[0]
-	out := Classification{Subject: subject(raw, words, identifiers, matched)}
+	out := Classification{Subject: subject(tok.raw, tok.words, tok.identifiers, matched)}
 	for _, r := range results {
 		if r.score > 0 {
 			out.Candidates = append(out.Candidates, r.agent)
@@ -288,10 +247,76 @@ func (c *keywordClassifier) Classify(_ context.Context, text string) (Classifica
 		out.Reason += fmt.Sprintf("; %s scored %g", results[1].agent, second)
 	}
 	out.Reason += ")"
+	refine(&out, text, tok, matched)
+	return out, nil
+}
+
+// tokens are a text's words as classification reads them.
+type tokens struct {
+	raw, words  []string // as written, and lower case
+	lead        int      // position of the first word after polite openers
+	identifiers []string // code identifiers, each once
+}
+
+func tokenize(text string) tokens {
+	t := tokens{raw: wordPattern.FindAllString(text, -1)}
+	t.words = make([]string, len(t.raw))
+	for i, w := range t.raw {
+		t.words[i] = strings.ToLower(w)
+	}
+	for t.lead < len(t.words) && politeOpeners[t.words[t.lead]] {
+		t.lead++
+	}
+	for _, w := range t.raw {
+		if isIdentifier(w) && !slices.Contains(t.identifiers, w) {
+			t.identifiers = append(t.identifiers, w)
+		}
+	}
+	return t
+}
+
+// score matches every domain's rules, best first, and says which word
+// positions a rule used.
+func (c *keywordClassifier) score(t tokens) ([]match, map[int]bool) {
+	matched := map[int]bool{}
+	var results []match
+	for _, d := range c.domains {
+		m := match{agent: d.agent, intent: d.intent, first: math.MaxInt}
+		for _, r := range d.rules {
+			for _, pos := range c.find(t.words, r.phrase) {
+				m.score += r.weight
+				m.words = append(m.words, strings.Join(t.words[pos:pos+len(r.phrase)], " "))
+				for i := pos; i < pos+len(r.phrase); i++ {
+					matched[i] = true
+				}
+				if r.intent != "" && pos < m.first {
+					m.first, m.intent = pos, r.intent
+				}
+				if pos == t.lead && d.leadingVerbBonus > 0 {
+					m.score += d.leadingVerbBonus
+					m.words = append(m.words, "(imperative)")
+				}
+			}
+		}
+		if d.identifierWeight > 0 && len(t.identifiers) > 0 {
+			n := min(len(t.identifiers), 2)
+			m.score += float64(n) * d.identifierWeight
+			m.words = append(m.words, t.identifiers[:n]...)
+		}
+		results = append(results, m)
+	}
+	sort.SliceStable(results, func(i, j int) bool { return results[i].score > results[j].score })
+	return results, matched
+}
+
+// refine sets what the target's own routing reads: the intent gate's type
+// (a trivial change goes to the engineer), the knowledge intent and the
+// time scope.
+func refine(out *Classification, text string, t tokens, matched map[int]bool) {
 	lower := strings.ToLower(text)
 	switch out.Target {
 	case topology.AgentArchitect:
-		out.IntentType = gateType(lower, identifiers)
+		out.IntentType = gateType(lower, t.identifiers)
 		if out.IntentType == gateTrivial {
 			out.Target = agentEngineer
 			out.Reason += "; trivial change, fast path to the engineer"
@@ -304,11 +329,10 @@ func (c *keywordClassifier) Classify(_ context.Context, text string) (Classifica
 		out.KnowledgeIntent = archivalistIntent(lower)
 		var scopeWords []string
 		out.TimeScope, scopeWords = timeScope(lower)
-		out.Subject = subjectWithout(raw, words, identifiers, matched, scopeWords)
+		out.Subject = subjectWithout(t.raw, t.words, t.identifiers, matched, scopeWords)
 	default:
 		out.IntentType = gateExploratory
 	}
-	return out, nil
 }
 
 // Trigger tables of the intent gate (spec A-29).

@@ -7,17 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Slash commands (routing tier 0, spec A-28): the Guide runs them itself,
@@ -232,7 +232,7 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 		}
 		return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
 			func(ctx context.Context) {
-				s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+				s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
 			})
 	case "switch":
 		id, ok := target()
@@ -263,16 +263,16 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 			dags = s.dagState(ctx, env.owner, id)
 		}
 		cur, err := getSession(ctx, env.q, env.owner, id, true)
-		if err != nil {
-			return commandResult{reply: err.Error()}, nil
+		if err == nil {
+			cur, err = s.applyLocked(ctx, env.q, cur, t, "", "command", dags)
 		}
-		next, err := s.applyLocked(ctx, env.q, cur, t, "", "command", dags)
-		if se, ok := err.(*stateError); ok {
-			return commandResult{reply: se.Error()}, nil
+		if reply, ok := commandReply(err); ok {
+			return commandResult{reply: reply}, nil
 		}
 		if err != nil {
 			return commandResult{}, err
 		}
+		next := cur
 		return commandResult{
 			reply: fmt.Sprintf("Session %s is %s.", sessionName(id), next.State),
 			after: []func(context.Context){func(ctx context.Context) { s.afterTransition(ctx, next, t, "") }},
@@ -284,13 +284,10 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 // switchCommand switches inside the message's transaction.
 func (s *Service) switchCommand(ctx context.Context, env *commandEnv, id, reply string, first func(context.Context)) (commandResult, error) {
 	target, suspended, err := s.switchTo(ctx, env.owner, id, env.q)
+	if reply, ok := commandReply(err); ok {
+		return commandResult{reply: reply}, nil
+	}
 	if err != nil {
-		if se, ok := err.(*stateError); ok {
-			return commandResult{reply: se.Error()}, nil
-		}
-		if nf, ok := err.(*notFoundError); ok {
-			return commandResult{reply: nf.Error()}, nil
-		}
 		return commandResult{}, err
 	}
 	var t *transition

@@ -1,88 +1,100 @@
 package guide
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/pgstore"
+	"sylk.dev/sylk/pkg/apierr"
 )
 
-// notFoundError says a resource does not exist for the caller. Another
-// tenant's or user's resource is reported the same way, so that callers
+// The Guide's errors. Each is an apierr.Error: a gRPC code and a stable
+// reason (ErrorInfo) a client may branch on, with a message told for the
+// case. Domain code returns them (or wraps them); every handler passes
+// what it returns through apierr.Status, the one mapper, which also turns
+// an unreachable database into UNAVAILABLE and anything unexpected into a
+// logged INTERNAL.
+
+// Reasons of the Guide's errors, besides apierr's shared ones and the
+// <KIND>_NOT_FOUND of apierr.NotFound (SESSION_NOT_FOUND,
+// PENDING_CLARIFICATION_NOT_FOUND, DEAD_LETTER_NOT_FOUND, ...).
+const (
+	// reasonSessionNotActive: the call needs an active session (sending a
+	// message, replaying into it); a suspended one is resumed first.
+	reasonSessionNotActive = "SESSION_NOT_ACTIVE"
+	// reasonTransitionNotAllowed: the session's state does not allow the
+	// lifecycle step asked (activate, suspend, resume, complete, fail,
+	// switch to it); the metadata's "state" is the state it is in.
+	reasonTransitionNotAllowed = "SESSION_TRANSITION_NOT_ALLOWED"
+	// reasonSessionNotOpen: a suspended or finished session's context and
+	// recordings do not change.
+	reasonSessionNotOpen = "SESSION_NOT_OPEN"
+	// reasonRecordingInProgress: the session is being recorded already.
+	reasonRecordingInProgress = "RECORDING_IN_PROGRESS"
+	// reasonReplayFinished: the replay stepped past its last query.
+	reasonReplayFinished = "REPLAY_FINISHED"
+	// reasonContextVersionMismatch: the context changed since it was read
+	// (ABORTED: read it again).
+	reasonContextVersionMismatch = "CONTEXT_VERSION_MISMATCH"
+	// reasonReplayMovedOn: another step of the replay was taken meanwhile
+	// (ABORTED: read it again).
+	reasonReplayMovedOn = "REPLAY_MOVED_ON"
+	// reasonRequestIDReused: a request id names another message.
+	reasonRequestIDReused = "REQUEST_ID_REUSED"
+	// reasonClassifierUnavailable: the message classifier does not answer.
+	reasonClassifierUnavailable = "CLASSIFIER_UNAVAILABLE"
+	// reasonDeadLetterUndeliverable: a dead letter names no agent to
+	// deliver it to.
+	reasonDeadLetterUndeliverable = "DEAD_LETTER_UNDELIVERABLE"
+)
+
+// errSessionNotFound matches every SESSION_NOT_FOUND (errors.Is compares
+// the code and reason).
+var errSessionNotFound = apierr.NotFound("session", "")
+
+// sessionNotFound says session id does not exist for the caller. Another
+// tenant's or user's session is reported the same way, so that callers
 // cannot probe for it.
-type notFoundError struct {
-	kind, name string
-}
+func sessionNotFound(id string) error { return apierr.NotFound("session", sessionName(id)) }
 
-func (e *notFoundError) Error() string { return fmt.Sprintf("%s %s not found", e.kind, e.name) }
-
-// stateError says a session is in the wrong state for what was asked.
-type stateError struct {
-	current string   // state name, lower case
-	action  string   // "suspend", "resume", "complete", "send messages to", ...
-	hint    string   // optional advice
-	allowed []string // states the action is allowed from
-}
-
-func (e *stateError) Error() string {
-	if e.hint != "" {
-		return fmt.Sprintf("session is %s; %s", e.current, e.hint)
+// stateError says a session in state current cannot do action, naming the
+// states it could from: "session is created; cannot suspend (allowed only
+// from active)".
+func stateError(reason, current, action string, allowed ...string) *apierr.Error {
+	msg := fmt.Sprintf("session is %s; cannot %s", current, action)
+	if len(allowed) > 0 {
+		msg += fmt.Sprintf(" (allowed only from %s)", strings.Join(allowed, " or "))
 	}
-	msg := fmt.Sprintf("session is %s; cannot %s", e.current, e.action)
-	if len(e.allowed) > 0 {
-		msg += fmt.Sprintf(" (allowed only from %s)", strings.Join(e.allowed, " or "))
-	}
-	return msg
+	return apierr.FailedPrecondition(reason, "%s", msg).With("state", current)
 }
 
-// conflictError says an optimistic version did not match.
-type conflictError struct{ msg string }
+// sendStateError explains why a session takes no messages.
+func sendStateError(state string) error {
+	if state == stateSuspended {
+		return apierr.FailedPrecondition(reasonSessionNotActive, "session is %s; resume it first", state).With("state", state)
+	}
+	return stateError(reasonSessionNotActive, state, "send messages to it")
+}
 
-func (e *conflictError) Error() string { return e.msg }
+// conflict says what was read changed before the write (ABORTED: read it
+// again).
+func conflict(reason, format string, args ...any) error {
+	return apierr.New(codes.Aborted, reason, format, args...)
+}
 
 // errDuplicateRequest says a message with the same request id was stored
-// concurrently; the caller replays the stored one.
+// concurrently; the caller replays the stored one. Clients never see it.
 var errDuplicateRequest = errors.New("duplicate request id")
 
-// invalid returns an InvalidArgument status naming the field.
-func invalid(field, format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
-}
-
-// toStatus maps a domain error to the gRPC status callers see. Errors that
-// are statuses already pass through unchanged; unexpected errors are logged
-// here, once, and reach the caller as a generic Internal.
-func (s *Service) toStatus(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
+// commandReply is the message of err when a slash command answers with it
+// (a session in the wrong state, one that does not exist) rather than
+// failing.
+func commandReply(err error) (string, bool) {
+	var e *apierr.Error
+	if errors.As(err, &e) && (e.Code == codes.FailedPrecondition || e.Code == codes.NotFound) {
+		return e.Message, true
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	var nf *notFoundError
-	var se *stateError
-	switch {
-	case errors.As(err, &nf):
-		return status.Error(codes.NotFound, nf.Error())
-	case errors.As(err, &se):
-		return status.Error(codes.FailedPrecondition, se.Error())
-	case errors.As(err, new(*conflictError)):
-		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case pgstore.Unavailable(err):
-		s.log.ErrorContext(ctx, "session store unavailable", slog.String("op", op), logx.Err(err))
-		return status.Error(codes.Unavailable, "the session store is unavailable; retry later")
-	}
-	s.log.ErrorContext(ctx, "internal error", slog.String("op", op), logx.Err(err))
-	return status.Error(codes.Internal, "internal error")
+	return "", false
 }

@@ -9,12 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
@@ -27,11 +27,7 @@ const readerIdleTimeout = time.Minute
 // ListEvents returns a session's events with a sequence above
 // after_sequence, in order.
 func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest) (*guidev1.ListEventsResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sid, err := parseSessionName("parent", req.GetParent())
+	who, sid, err := callerSession(ctx, "parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}
@@ -43,10 +39,10 @@ func (s *Service) ListEvents(ctx context.Context, req *guidev1.ListEventsRequest
 		return nil, err
 	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
-		return nil, s.toStatus(ctx, "list events", err)
+		return nil, apierr.Status(ctx, s.log, "list events", err)
 	}
 	resp := &guidev1.ListEventsResponse{}
-	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *guidev1.Event) bool {
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), false, func(e *eventv1.Event) bool {
 		resp.Events = append(resp.Events, e)
 		return len(resp.Events) < size
 	})
@@ -72,15 +68,15 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 		return err
 	}
 	if _, err := getSession(ctx, s.db, ownerOf(who), sid, false); err != nil {
-		return s.toStatus(ctx, "stream events", err)
+		return apierr.Status(ctx, s.log, "stream events", err)
 	}
 	// Send the headers now, so clients (and the gateway's server-sent events)
 	// see the stream open before the first event arrives.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
-		return s.toStatus(ctx, "stream events", err)
+		return apierr.Status(ctx, s.log, "stream events", err)
 	}
 	var sendErr error
-	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *guidev1.Event) bool {
+	err = s.readEvents(ctx, who.TenantID, sid, req.GetAfterSequence(), true, func(e *eventv1.Event) bool {
 		sendErr = stream.Send(&guidev1.StreamEventsResponse{Event: e})
 		return sendErr == nil
 	})
@@ -88,25 +84,25 @@ func (s *Service) StreamEvents(req *guidev1.StreamEventsRequest, stream grpc.Ser
 		return err
 	}
 	if sendErr != nil && ctx.Err() == nil {
-		return s.toStatus(ctx, "stream events", sendErr)
+		return apierr.Status(ctx, s.log, "stream events", sendErr)
+	}
+	return nil
+}
+
+// checkAfterSequence refuses a sequence no stream reaches (the next one
+// would overflow).
+func checkAfterSequence(seq uint64) error {
+	if seq > math.MaxInt64 {
+		return apierr.Invalid("after_sequence", "must be at most %d", int64(math.MaxInt64))
 	}
 	return nil
 }
 
 // readEvents reads the session's events from the EVENTS stream with an
-// checkAfterSequence refuses a sequence no stream reaches (the next one
-// would overflow).
-func checkAfterSequence(seq uint64) error {
-	if seq > math.MaxInt64 {
-		return invalid("after_sequence", "must be at most %d", int64(math.MaxInt64))
-	}
-	return nil
-}
-
 // ordered consumer, starting after afterSeq, and hands each to yield until
 // yield returns false. Without follow it stops at the last stored event;
 // with follow it waits for new events until ctx is done.
-func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*guidev1.Event) bool) error {
+func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afterSeq uint64, follow bool, yield func(*eventv1.Event) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{topology.SessionEvents(s.bus, tenant, sessionID)},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -117,7 +113,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = afterSeq + 1
 	}
-	stream := s.bus.Stream(topology.StreamEvents)
+	stream := topology.EventsStream(s.bus)
 	// A bus that does not answer fails the read within PublishTimeout
 	// (UNAVAILABLE) rather than holding the caller until it gives up: the
 	// start of every read, and the whole of a page.
@@ -159,7 +155,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 				if follow {
 					return nil
 				}
-				return s.toStatus(ctx, "read events", ctx.Err())
+				return apierr.Status(ctx, s.log, "read events", ctx.Err())
 			}
 			return s.eventsUnavailable(ctx, err)
 		}
@@ -167,7 +163,7 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 		if err != nil {
 			return s.eventsUnavailable(ctx, err)
 		}
-		ev := &guidev1.Event{}
+		ev := &eventv1.Event{}
 		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 			s.log.WarnContext(ctx, "skip undecodable event", slog.Uint64("sequence", meta.Sequence.Stream), logx.Err(err))
 		} else {
@@ -184,8 +180,8 @@ func (s *Service) readEvents(ctx context.Context, tenant, sessionID string, afte
 
 func (s *Service) eventsUnavailable(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return s.toStatus(ctx, "read events", ctx.Err())
+		return apierr.Status(ctx, s.log, "read events", ctx.Err())
 	}
 	s.log.ErrorContext(ctx, "read events", logx.Err(err))
-	return status.Error(codes.Unavailable, "event stream unavailable; retry later")
+	return apierr.Status(ctx, s.log, "read events", apierr.Unavailable(apierr.ReasonBusUnavailable, "event stream unavailable; retry later"))
 }

@@ -13,6 +13,7 @@ import (
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -143,24 +144,10 @@ func (s *Service) afterFailure(ctx context.Context, f routingFailure) {
 	content := fmt.Sprintf("id: %s\noriginal_request: %s\nclassified_as: %s\nrouted_to: %s\nshould_have_been: %s\nfailure_signal: %s\npattern_extracted: %s\ntimestamp: %s",
 		f.ID, f.OriginalRequest, f.ClassifiedAs, f.RoutedTo, f.ShouldHaveBeen, signalName(f.Signal), f.Pattern,
 		f.CreateTime.Format(time.RFC3339Nano))
-	env := &messagev1.Envelope{
-		Id:        ids.New(),
-		TenantId:  f.TenantID,
-		SessionId: f.SessionID,
-		UserId:    f.UserID,
-		Source:    authorGuide,
-		Target:    topology.AgentArchivalist,
-		Type:      messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST,
-		CreatedAt: timestamppb.New(f.CreateTime),
-		Status:    messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:   1,
-		Priority:  messagev1.Priority_PRIORITY_KNOWLEDGE,
-		Metadata: map[string]string{
-			"category": CategoryRoutingFailure,
-			"title":    truncateRunes(fmt.Sprintf("Routing failure (%s): %s -> %s", signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen), 200),
-		},
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: authorGuide, Text: content}},
-	}
+	env := topology.StoreRequest(topology.Record{ID: ids.New(), Tenant: f.TenantID, Session: f.SessionID, User: f.UserID,
+		Source: authorGuide, Category: CategoryRoutingFailure, Text: content,
+		Title: truncateRunes(fmt.Sprintf("Routing failure (%s): %s -> %s", signalName(f.Signal), f.RoutedTo, f.ShouldHaveBeen), 200)})
+	env.CreatedAt = timestamppb.New(f.CreateTime)
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
 		s.log.WarnContext(ctx, "send routing failure to the archivalist", logx.Err(err))
 	}
@@ -184,32 +171,32 @@ func (s *Service) RecordRoutingFailure(ctx context.Context, req *guidev1.RecordR
 		ShouldHaveBeen: strings.ToLower(strings.TrimSpace(req.GetShouldHaveBeen())), Signal: req.GetFailureSignal()}
 	switch {
 	case f.OriginalRequest == "":
-		return nil, invalid("original_request", "required")
+		return nil, apierr.Invalid("original_request", "required")
 	case len(f.OriginalRequest) > maxFailureRequestBytes:
-		return nil, invalid("original_request", "%d bytes exceeds the limit of %d bytes", len(f.OriginalRequest), maxFailureRequestBytes)
+		return nil, apierr.Invalid("original_request", "%d bytes exceeds the limit of %d bytes", len(f.OriginalRequest), maxFailureRequestBytes)
 	case !utf8.ValidString(f.OriginalRequest) || !utf8.ValidString(f.ClassifiedAs):
-		return nil, invalid("original_request", "must be valid UTF-8")
+		return nil, apierr.Invalid("original_request", "must be valid UTF-8")
 	case !routable(f.RoutedTo):
-		return nil, invalid("routed_to", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.RoutedTo, 40))
+		return nil, apierr.Invalid("routed_to", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.RoutedTo, 40))
 	case !routable(f.ShouldHaveBeen):
-		return nil, invalid("should_have_been", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.ShouldHaveBeen, 40))
+		return nil, apierr.Invalid("should_have_been", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.ShouldHaveBeen, 40))
 	case f.Signal == guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED || signalName(f.Signal) == f.Signal.String():
-		return nil, invalid("failure_signal", "required: one of EXPLICIT_REDIRECT, USER_CORRECTION, TASK_HELP_ESCALATION, CLARIFICATION_LOOP, EMPTY_RESPONSE")
+		return nil, apierr.Invalid("failure_signal", "required: one of EXPLICIT_REDIRECT, USER_CORRECTION, TASK_HELP_ESCALATION, CLARIFICATION_LOOP, EMPTY_RESPONSE")
 	case len(f.ClassifiedAs) > 64:
-		return nil, invalid("classified_as", "longer than 64 bytes")
+		return nil, apierr.Invalid("classified_as", "longer than 64 bytes")
 	}
 	if sid := req.GetSessionId(); sid != "" {
 		if !ids.Valid(sid) {
-			return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
+			return nil, apierr.Invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
 		}
 		if _, err := getSession(ctx, s.db, ownerOf(who), strings.ToLower(sid), false); err != nil {
-			return nil, s.toStatus(ctx, "record routing failure", err)
+			return nil, apierr.Status(ctx, s.log, "record routing failure", err)
 		}
 		f.SessionID = strings.ToLower(sid)
 	}
 	stored, err := s.insertFailure(ctx, s.db, f)
 	if err != nil {
-		return nil, s.toStatus(ctx, "record routing failure", err)
+		return nil, apierr.Status(ctx, s.log, "record routing failure", err)
 	}
 	s.afterFailure(ctx, stored)
 	return &guidev1.RecordRoutingFailureResponse{Failure: stored.proto()}, nil
@@ -224,7 +211,7 @@ func (s *Service) ListRoutingFailures(ctx context.Context, req *guidev1.ListRout
 	}
 	limit, err := pageSize(req.GetLimit(), defaultFailureLimit, maxFailureLimit)
 	if err != nil {
-		return nil, invalid("limit", "must not be negative")
+		return nil, apierr.Invalid("limit", "must not be negative")
 	}
 	words := strings.Fields(requestPattern(req.GetRequestPattern()))
 	// A failure holds its user's message: a member sees their own, an
@@ -239,7 +226,7 @@ func (s *Service) ListRoutingFailures(ctx context.Context, req *guidev1.ListRout
 			AND ($4 = '' OR user_id = $4)
 		ORDER BY create_time DESC, id LIMIT $3`, who.TenantID, words, limit, owner)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list routing failures", fmt.Errorf("list routing failures: %w", err))
+		return nil, apierr.Status(ctx, s.log, "list routing failures", fmt.Errorf("list routing failures: %w", err))
 	}
 	defer rows.Close()
 	resp := &guidev1.ListRoutingFailuresResponse{}
@@ -248,13 +235,13 @@ func (s *Service) ListRoutingFailures(ctx context.Context, req *guidev1.ListRout
 		var signal string
 		if err := rows.Scan(&f.ID, &f.SessionID, &f.OriginalRequest, &f.Pattern, &f.ClassifiedAs, &f.RoutedTo,
 			&f.ShouldHaveBeen, &signal, &f.CreateTime); err != nil {
-			return nil, s.toStatus(ctx, "list routing failures", err)
+			return nil, apierr.Status(ctx, s.log, "list routing failures", err)
 		}
 		f.Signal = signalFromName(signal)
 		resp.Failures = append(resp.Failures, f.proto())
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.toStatus(ctx, "list routing failures", err)
+		return nil, apierr.Status(ctx, s.log, "list routing failures", err)
 	}
 	return resp, nil
 }
@@ -272,13 +259,13 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 	rows, err := s.db.Query(ctx, `SELECT intent_type, sum(routed)::bigint FROM routing_counts WHERE tenant_id = $1
 		GROUP BY intent_type ORDER BY intent_type`, who.TenantID)
 	if err != nil {
-		return nil, s.toStatus(ctx, "routing accuracy", err)
+		return nil, apierr.Status(ctx, s.log, "routing accuracy", err)
 	}
 	for rows.Next() {
 		a := &guidev1.IntentAccuracy{}
 		if err := rows.Scan(&a.IntentType, &a.Routed); err != nil {
 			rows.Close()
-			return nil, s.toStatus(ctx, "routing accuracy", err)
+			return nil, apierr.Status(ctx, s.log, "routing accuracy", err)
 		}
 		byIntent[a.IntentType] = a
 		order = append(order, a.IntentType)
@@ -287,14 +274,14 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 	rows.Close()
 	rows, err = s.db.Query(ctx, `SELECT classified_as, routed_to, should_have_been, failure_signal FROM routing_failures WHERE tenant_id = $1`, who.TenantID)
 	if err != nil {
-		return nil, s.toStatus(ctx, "routing accuracy", err)
+		return nil, apierr.Status(ctx, s.log, "routing accuracy", err)
 	}
 	pairs := map[[2]string]int64{}
 	for rows.Next() {
 		var intent, from, to, signal string
 		if err := rows.Scan(&intent, &from, &to, &signal); err != nil {
 			rows.Close()
-			return nil, s.toStatus(ctx, "routing accuracy", err)
+			return nil, apierr.Status(ctx, s.log, "routing accuracy", err)
 		}
 		resp.Failures++
 		resp.BySignal[signal]++
@@ -312,7 +299,7 @@ func (s *Service) GetRoutingAccuracy(ctx context.Context, _ *guidev1.GetRoutingA
 	}
 	rows.Close()
 	if err := s.accuracyByConfidence(ctx, who.TenantID, resp); err != nil {
-		return nil, s.toStatus(ctx, "routing accuracy", err)
+		return nil, apierr.Status(ctx, s.log, "routing accuracy", err)
 	}
 	resp.Accuracy = accuracy(resp.Routed, resp.Failures)
 	for _, k := range order {

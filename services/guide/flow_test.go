@@ -2,7 +2,6 @@ package guide
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,7 +20,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
@@ -73,9 +74,9 @@ func (f flowFixture) toGuide(t *testing.T, env *messagev1.Envelope) {
 	require.NoError(t, err)
 }
 
-func (f flowFixture) waitEvent(t *testing.T, ctx context.Context, s *guidev1.Session, match func(*guidev1.Event) bool) *guidev1.Event {
+func (f flowFixture) waitEvent(t *testing.T, ctx context.Context, s *guidev1.Session, match func(*eventv1.Event) bool) *eventv1.Event {
 	t.Helper()
-	var found *guidev1.Event
+	var found *eventv1.Event
 	require.Eventually(t, func() bool {
 		for _, e := range f.events(t, ctx, s, 0) {
 			if match(e) {
@@ -86,6 +87,16 @@ func (f flowFixture) waitEvent(t *testing.T, ctx context.Context, s *guidev1.Ses
 		return false
 	}, 10*time.Second, 20*time.Millisecond)
 	return found
+}
+
+// answer publishes an agent's answer to a routed request (correlation id
+// corr) on the session's event stream, as the agent would.
+func (f flowFixture) answer(t *testing.T, s *guidev1.Session, id, agent, corr string, a *messagev1.AgentAnswer) {
+	t.Helper()
+	ev := &eventv1.Event{SessionId: s.GetId(), Type: eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, Source: agent,
+		CorrelationId: corr, Text: a.GetText(), Payload: &eventv1.Event_MessageAnswered{MessageAnswered: a}}
+	_, err := topology.PublishEvent(context.Background(), f.bus, s.GetTenantId(), id, ev)
+	require.NoError(t, err)
 }
 
 func (f flowFixture) pendingState(t *testing.T, corr string) string {
@@ -113,6 +124,7 @@ func TestSessionStateMachine(t *testing.T) {
 
 	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "session is created; cannot suspend (allowed only from active)")
+	requireReason(t, err, reasonTransitionNotAllowed)
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
 	requireCode(t, err, codes.FailedPrecondition, "session is created")
 
@@ -226,6 +238,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.Equal(t, int64(1), up.GetVersion())
 	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
 	requireCode(t, err, codes.Aborted, "context version is 1, not 0")
+	requireReason(t, err, reasonContextVersionMismatch)
 
 	ask := f.send(t, ctx, s, "hello there")
 	require.Empty(t, ask.GetRoute().GetTarget())
@@ -458,9 +471,12 @@ func TestRequestTimeoutAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, st.expired)
 	require.Equal(t, stateTimedOut, f.pendingState(t, r.GetCorrelationId()))
-	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventTimeout })
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool { return e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT })
 	require.Equal(t, r.GetCorrelationId(), ev.GetCorrelationId())
 	require.Contains(t, ev.GetText(), "No answer from the academic")
+	require.Equal(t, "academic", ev.GetMessageUnanswered().GetTarget())
+	require.Equal(t, "DEADLINE_EXCEEDED", ev.GetMessageUnanswered().GetReason())
+	require.Equal(t, DefaultRequestTimeout, ev.GetMessageUnanswered().GetWaited().AsDuration())
 
 	dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
 	require.NoError(t, err)
@@ -504,10 +520,10 @@ func TestReplayedRequestTimesOutAgain(t *testing.T) {
 	reader := inboxReader(t, f.bus, "academic")
 	r := f.send(t, ctx, s, "What are the best practices for retry backoff? Point me to the docs.")
 	nextEnvelope(t, reader)
-	timeouts := func() []*guidev1.Event {
-		var out []*guidev1.Event
+	timeouts := func() []*eventv1.Event {
+		var out []*eventv1.Event
 		for _, e := range f.events(t, ctx, s, 0) {
-			if e.GetType() == eventTimeout {
+			if e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT {
 				out = append(out, e)
 			}
 		}
@@ -519,7 +535,7 @@ func TestReplayedRequestTimesOutAgain(t *testing.T) {
 	st, err := f.svc.reapOnce(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 1, st.expired)
-	f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventTimeout })
+	f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool { return e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT })
 	dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
 	require.NoError(t, err)
 	require.Len(t, dl.GetDeadLetters(), 1)
@@ -553,12 +569,10 @@ func TestAnswerWhileSuspended(t *testing.T) {
 	ctx := as("t1", "u1")
 	s, r, env := f.routedThenSuspended(t, ctx, "answer while suspended")
 
-	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
-		Type: eventAnswered, Source: "librarian", CorrelationID: env.GetCorrelationId(), Text: "config.go:12"})
-	require.NoError(t, err)
+	f.answer(t, s, env.GetId()+":answer", "librarian", env.GetCorrelationId(), &messagev1.AgentAnswer{Text: "config.go:12"})
 	require.Eventually(t, func() bool { return f.pendingState(t, r.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
 
-	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+	_, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	// Only pending requests expire.
 	require.Equal(t, stateAnswered, f.pendingState(t, r.GetCorrelationId()))
@@ -634,10 +648,8 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	require.Equal(t, "auth_middleware", env.GetStructuredIntent().GetSubject())
 
 	// The librarian answers on the event stream.
-	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
-		Type: eventAnswered, Source: "librarian", CorrelationID: env.GetCorrelationId(), Text: "auth/middleware.go",
-		Data: map[string]any{"hits": []any{map[string]any{"path": "auth/middleware.go"}}}})
-	require.NoError(t, err)
+	f.answer(t, s, env.GetId()+":answer", "librarian", env.GetCorrelationId(), &messagev1.AgentAnswer{Text: "auth/middleware.go",
+		Query: "auth middleware", Hits: []*messagev1.Hit{{Path: "auth/middleware.go"}}})
 	require.Eventually(t, func() bool { return f.pendingState(t, first.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
 	// The answer is cached once the request is marked answered.
 	require.Eventually(t, func() bool {
@@ -655,11 +667,13 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	require.True(t, second.GetRoute().GetCached())
 	require.Equal(t, "librarian", second.GetRoute().GetTarget())
 	require.Equal(t, "auth/middleware.go", second.GetReply())
-	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool {
-		return e.GetType() == eventAnswered && e.GetCorrelationId() == second.GetCorrelationId()
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool {
+		return e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED && e.GetCorrelationId() == second.GetCorrelationId()
 	})
 	require.Equal(t, "librarian", ev.GetSource())
-	require.True(t, ev.GetData().GetFields()["cached"].GetBoolValue())
+	require.True(t, ev.GetMessageAnswered().GetCached())
+	require.Equal(t, "librarian", ev.GetMessageAnswered().GetAgent())
+	require.Equal(t, "auth/middleware.go", ev.GetMessageAnswered().GetHits()[0].GetPath(), "the cached answer keeps its hits")
 
 	// Confidence at or under 0.8: no lookup.
 	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.8,
@@ -673,13 +687,14 @@ func TestRouteAndAnswerCache(t *testing.T) {
 		return ok
 	}
 	// Another tenant's finished index run leaves this tenant's answers.
-	raw, _ := json.Marshal(map[string]any{"done": true, "tenant": "t2"})
-	require.NoError(t, f.bus.Conn.Publish(f.bus.Subject("librarian", "progress", "r2"), raw))
+	done := func(tenant string) *librarianv1.IndexNotice {
+		return &librarianv1.IndexNotice{TenantId: tenant, Repository: "repositories/r", Progress: &eventv1.IndexingProgress{Done: true}}
+	}
+	require.NoError(t, f.bus.PublishCore(context.Background(), topology.IndexProgressSubject(f.bus, "r2"), done("t2")))
 	require.Eventually(t, func() bool { return f.svc.cache.generation(context.Background(), "t2") == "0.1" }, 10*time.Second, 20*time.Millisecond)
 	require.True(t, cachedNow())
 	// The tenant's own finished index run retires its librarian answers.
-	raw, _ = json.Marshal(map[string]any{"done": true, "tenant": "t1"})
-	require.NoError(t, f.bus.Conn.Publish(f.bus.Subject("librarian", "progress", "r1"), raw))
+	require.NoError(t, f.bus.PublishCore(context.Background(), topology.IndexProgressSubject(f.bus, "r1"), done("t1")))
 	require.Eventually(t, func() bool {
 		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
 			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
@@ -789,13 +804,13 @@ func TestReroutes(t *testing.T) {
 	require.True(t, proto.Equal(env.GetStructuredIntent(), got.GetStructuredIntent()), "the intent travels unchanged")
 	require.Len(t, got.GetConfidenceChain(), 1)
 	require.Equal(t, env.GetUserInput().GetText(), got.GetUserInput().GetText())
-	f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventRerouted })
+	f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool { return e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_REROUTED })
 
 	// The redirect is a routing failure, sent to the Archivalist too.
 	store := nextEnvelope(t, arch)
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, store.GetType())
-	require.Equal(t, CategoryRoutingFailure, store.GetMetadata()["category"])
-	require.Contains(t, store.GetAgentResponse().GetText(), "failure_signal: EXPLICIT_REDIRECT")
+	require.Equal(t, CategoryRoutingFailure, store.GetStoreRequest().GetCategory())
+	require.Contains(t, store.GetStoreRequest().GetContent(), "failure_signal: EXPLICIT_REDIRECT")
 	failures, err := f.svc.ListRoutingFailures(ctx, &guidev1.ListRoutingFailuresRequest{RequestPattern: "ParseConfig function"})
 	require.NoError(t, err)
 	require.Len(t, failures.GetFailures(), 1)
@@ -832,8 +847,8 @@ func TestReroutes(t *testing.T) {
 		{From: "engineer", Reason: "needs a design first", To: "architect"},
 		{From: "architect", Reason: "this is a code lookup", To: "librarian"}}
 	decline("architect", "this is a code lookup", "librarian", history)
-	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool {
-		return e.GetType() == eventClarification && e.GetData().GetFields()["reason"].GetStringValue() == "reroute_limit"
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool {
+		return e.GetType() == eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED && e.GetClarificationRequested().GetReason() == "reroute_limit"
 	})
 	for _, h := range history {
 		require.Contains(t, ev.GetText(), h.GetReason())
@@ -844,7 +859,8 @@ func TestReroutes(t *testing.T) {
 	require.Error(t, err, "no agent delivery at the reroute limit")
 
 	// The user picks the academic: the original request goes there.
-	clar := ev.GetData().GetFields()["clarification"].GetStringValue()
+	require.Len(t, ev.GetClarificationRequested().GetRerouteHistory(), len(history))
+	clar := ev.GetClarificationRequested().GetClarification()
 	ans, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "the academic please", InReplyTo: clar})
 	require.NoError(t, err)
 	require.Equal(t, "academic", ans.GetRoute().GetTarget())
@@ -867,7 +883,9 @@ func TestClarificationAndRelay(t *testing.T) {
 		Type: messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST,
 		Payload: &messagev1.Envelope_ClarificationRequest{ClarificationRequest: &messagev1.ClarificationRequest{
 			Question: "Run the slow integration tests too?", Options: []string{"yes", "no"}, RequestingAgent: "tester"}}})
-	ev := f.waitEvent(t, ctx, s, func(e *guidev1.Event) bool { return e.GetType() == eventClarification })
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool {
+		return e.GetType() == eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED
+	})
 	require.Equal(t, "tester", ev.GetSource())
 	list, err := f.svc.ListClarifications(ctx, &guidev1.ListClarificationsRequest{Parent: s.GetName()})
 	require.NoError(t, err)
@@ -882,11 +900,12 @@ func TestClarificationAndRelay(t *testing.T) {
 	require.Equal(t, corr, got.GetCorrelationId())
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "again", InReplyTo: name})
 	requireCode(t, err, codes.NotFound, "pending clarification")
+	requireReason(t, err, "PENDING_CLARIFICATION_NOT_FOUND")
 
 	relayed := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
 		Source: "librarian", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE,
 		ConfidenceChain: []*messagev1.ConfidenceEntry{{Agent: "guide", Confidence: 0.95}, {Agent: "librarian", Confidence: 0.88}},
-		Payload:         &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "librarian", Text: "found it"}}}
+		Payload:         &messagev1.Envelope_AgentAnswer{AgentAnswer: &messagev1.AgentAnswer{Agent: "librarian", Text: "found it"}}}
 	f.toGuide(t, relayed)
 	msg, err := arch.Next(jetstreamWait(5 * time.Second))
 	require.NoError(t, err)
@@ -897,7 +916,7 @@ func TestClarificationAndRelay(t *testing.T) {
 	// An agent of another tenant's session is refused (a dead letter of
 	// that tenant, outside its users' sessions: its admins see it).
 	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t2", SessionId: s.GetId(), Source: "librarian", Target: "architect",
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Text: "leak"}}})
+		Payload: &messagev1.Envelope_AgentAnswer{AgentAnswer: &messagev1.AgentAnswer{Text: "leak"}}})
 	require.Eventually(t, func() bool {
 		dl, err := f.svc.ListDeadLetters(asAdmin("t2", "admin"), &guidev1.ListDeadLettersRequest{})
 		return err == nil && len(dl.GetDeadLetters()) == 1
@@ -1054,6 +1073,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.True(t, strings.HasPrefix(rec.GetRecording().GetId(), "rec_"))
 	_, err = f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
 	requireCode(t, err, codes.FailedPrecondition, "stop the current recording first")
+	requireReason(t, err, reasonRecordingInProgress)
 	f.send(t, ctx, s, "where is the function ParseConfig defined?")
 	nextEnvelope(t, lib)
 	f.send(t, ctx, s, "/status")
@@ -1100,6 +1120,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.Equal(t, []int32{1}, step.GetState().GetSkippedIndices())
 	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
 	requireCode(t, err, codes.FailedPrecondition, "replay is done")
+	requireReason(t, err, reasonReplayFinished)
 }
 
 // A step of an interactive replay that the session does not take leaves
@@ -1198,7 +1219,7 @@ func TestUndeliverableToDeadLetters(t *testing.T) {
 	f := newFlowFixture(t, Config{}, true)
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "dlq")
-	cons, err := f.bus.JS.CreateOrUpdateConsumer(context.Background(), f.bus.Stream(topology.StreamAgents), jetstream.ConsumerConfig{
+	cons, err := f.bus.JS.CreateOrUpdateConsumer(context.Background(), topology.AgentsStream(f.bus), jetstream.ConsumerConfig{
 		Durable: "flaky-academic", FilterSubject: topology.InboxSubject(f.bus, "academic"), AckPolicy: jetstream.AckExplicitPolicy,
 		MaxDeliver: 1, AckWait: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -1235,16 +1256,18 @@ func TestAgentRequestThroughGuide(t *testing.T) {
 		Payload: &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: "similar failures of the cache rollout"}}})
 	routed := nextEnvelope(t, arch)
 	require.Equal(t, "similar failures of the cache rollout", routed.GetUserInput().GetText())
-	require.Equal(t, "architect", routed.GetMetadata()["requested_by"])
+	require.Equal(t, "architect", routed.GetRoutedRequest().GetRequestedBy())
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_HISTORY_REQUEST, routed.GetRoutedRequest().GetRequestType())
+	require.Equal(t, corr, routed.GetRoutedRequest().GetRequestCorrelation())
 	require.NotEqual(t, corr, routed.GetCorrelationId())
-	_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: routed.GetId() + ":answer",
-		Type: eventAnswered, Source: "archivalist", CorrelationID: routed.GetCorrelationId(), Text: "The rollout failed twice on memory.",
-		Data: map[string]any{"hits": []any{map[string]any{"title": "rollout"}}}})
-	require.NoError(t, err)
+	f.answer(t, s, routed.GetId()+":answer", "archivalist", routed.GetCorrelationId(), &messagev1.AgentAnswer{
+		Text: "The rollout failed twice on memory.", Hits: []*messagev1.Hit{{Title: "rollout"}}})
 	back := nextEnvelope(t, architect)
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE, back.GetType())
 	require.Equal(t, corr, back.GetCorrelationId())
-	require.Equal(t, "The rollout failed twice on memory.", back.GetAgentResponse().GetText())
+	require.Equal(t, "The rollout failed twice on memory.", back.GetAgentAnswer().GetText())
+	require.Equal(t, "rollout", back.GetAgentAnswer().GetHits()[0].GetTitle(), "the answer goes back whole")
+	require.Equal(t, "archivalist", back.GetAgentAnswer().GetAgent())
 	require.Equal(t, "archivalist", back.GetSource())
 }
 
@@ -1260,13 +1283,13 @@ func TestEmptyResponseSignal(t *testing.T) {
 	arch := inboxReader(t, f.bus, "archivalist")
 	tests := []struct {
 		name    string
-		text    string
-		data    map[string]any
+		answer  *messagev1.AgentAnswer
 		failure bool
 	}{
-		{"no history found", "Nothing is recorded about the cache rollout.", map[string]any{"hits": []any{}}, false},
-		{"agent cannot help", "I cannot help with this.", map[string]any{"hits": []any{}, "cannot_help": true}, true},
-		{"nothing at all", "", map[string]any{"hits": []any{}}, true},
+		{"no history found", &messagev1.AgentAnswer{Text: "Nothing is recorded about the cache rollout.", Query: "cache rollout"}, false},
+		{"agent cannot help", &messagev1.AgentAnswer{Text: "I cannot help with this.", Query: "cache rollout", CannotHelp: true,
+			CannotHelpReason: "not my domain"}, true},
+		{"nothing at all", &messagev1.AgentAnswer{Query: "cache rollout"}, true},
 	}
 	failures := 0
 	for i, tt := range tests {
@@ -1276,9 +1299,7 @@ func TestEmptyResponseSignal(t *testing.T) {
 		for env.GetType() != messagev1.MessageType_MESSAGE_TYPE_USER_INPUT {
 			env = nextEnvelope(t, arch) // a routing failure sent to the archivalist
 		}
-		_, err := topology.PublishEvent(context.Background(), f.bus, topology.Event{Tenant: "t1", Session: s.GetId(), ID: env.GetId() + ":answer",
-			Type: eventAnswered, Source: "archivalist", CorrelationID: env.GetCorrelationId(), Text: tt.text, Data: tt.data})
-		require.NoError(t, err)
+		f.answer(t, s, env.GetId()+":answer", "archivalist", env.GetCorrelationId(), tt.answer)
 		require.Eventually(t, func() bool { return f.pendingState(t, env.GetCorrelationId()) == stateAnswered }, 10*time.Second, 20*time.Millisecond)
 		if tt.failure {
 			failures++
@@ -1347,7 +1368,7 @@ func TestRelayNeedsAnAgent(t *testing.T) {
 	relay := func(target string) *messagev1.Envelope {
 		env := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
 			Source: "archivalist", Target: target, Type: messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE,
-			Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{Agent: "archivalist", Text: "see 2024"}}}
+			Payload: &messagev1.Envelope_AgentAnswer{AgentAnswer: &messagev1.AgentAnswer{Agent: "archivalist", Text: "see 2024"}}}
 		f.toGuide(t, env)
 		return env
 	}
@@ -1363,6 +1384,50 @@ func TestRelayNeedsAnAgent(t *testing.T) {
 		dl, err := f.svc.ListDeadLetters(ctx, &guidev1.ListDeadLettersRequest{SessionId: s.GetId()})
 		return err == nil && len(dl.GetDeadLetters()) == 1 && dl.GetDeadLetters()[0].GetTarget() == "designer"
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// An answer for the user lands on the session's stream whole, with the
+// chain's cumulative confidence, its band and the suggested action (spec
+//
+func TestRelayAnswerToUser(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "relay to user")
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
+		Source: "librarian", Target: "user",
+		ConfidenceChain: []*messagev1.ConfidenceEntry{{Agent: "guide", Confidence: 0.9}, {Agent: "librarian", Confidence: 0.8}},
+		Payload: &messagev1.Envelope_AgentAnswer{AgentAnswer: &messagev1.AgentAnswer{Text: "config.go:12",
+			Hits: []*messagev1.Hit{{Path: "config.go", LineStart: 12}}}}})
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool { return e.GetType() == eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED })
+	a := ev.GetMessageAnswered()
+	require.Equal(t, "librarian", ev.GetSource())
+	require.Equal(t, "librarian", a.GetAgent())
+	require.Equal(t, "config.go:12", a.GetText())
+	require.Equal(t, "config.go", a.GetHits()[0].GetPath())
+	require.InDelta(t, 0.72, a.GetCumulativeConfidence(), 1e-9)
+	require.Equal(t, "good", a.GetConfidenceBand())
+	require.Equal(t, "proceed", a.GetSuggestedAction())
+}
+
+// A task's call for help reaches the user; one caused by the wrong context
+// source is a routing failure (spec A-33 TASK_HELP_ESCALATION).
+func TestTaskHelp(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t, Config{}, true)
+	ctx := as("t1", "u1")
+	s := f.createSession(t, ctx, "help")
+	help := &messagev1.TaskHelp{Text: "The tests need a database I cannot reach.", ContextSourceIssue: "the librarian had no schema",
+		RunId: "runs/r1", NodeId: "n1"}
+	f.toGuide(t, &messagev1.Envelope{CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "engineer",
+		Type: messagev1.MessageType_MESSAGE_TYPE_TASK_HELP, Payload: &messagev1.Envelope_TaskHelp{TaskHelp: help}})
+	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool { return e.GetType() == eventv1.EventType_EVENT_TYPE_TASK_HELP })
+	require.Equal(t, "engineer", ev.GetSource())
+	require.Equal(t, help.GetText(), ev.GetText())
+	require.True(t, proto.Equal(help, ev.GetTaskHelp()))
+	acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), acc.GetBySignal()["TASK_HELP_ESCALATION"])
 }
 
 // An envelope the inbox refuses is acknowledged only once its dead letter

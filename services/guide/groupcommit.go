@@ -45,9 +45,10 @@ type groupCommitter struct {
 // every result from the transaction it is given and report why it fails.
 type commitFunc func(ctx context.Context, tx pgx.Tx, counts *routeCounts) error
 
-// pipeFunc queues a request's writes on its group's batch. The batch's
-// results are not read: a write that must not happen (to a session that is
-// not active, a request id stored before) must fail its statement.
+// pipeFunc queues a request's writes on its group's batch: the statements
+// its commitFunc runs (writes.go). The batch's results are not read: a
+// write that must not happen (to a session that is not active, a request
+// id stored before) must fail its statement.
 type pipeFunc func(ctx context.Context, b *pgx.Batch, counts *routeCounts) error
 
 type commitJob struct {
@@ -57,27 +58,6 @@ type commitJob struct {
 	pipe pipeFunc
 	done chan error
 }
-
-// pipeQuerier queues writes on a batch; only Exec is offered, and its
-// command tag is empty.
-type pipeQuerier struct{ b *pgx.Batch }
-
-var errNotPipelined = errors.New("query not available in a pipeline")
-
-func (p pipeQuerier) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	p.b.Queue(sql, args...)
-	return pgconn.CommandTag{}, nil
-}
-
-func (p pipeQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errNotPipelined
-}
-
-func (p pipeQuerier) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{} }
-
-type errRow struct{}
-
-func (errRow) Scan(...any) error { return errNotPipelined }
 
 // Group commit limits.
 const (
@@ -156,7 +136,7 @@ func (g *groupCommitter) alone(ctx context.Context, fn commitFunc) error {
 		if err := fn(ctx, tx, &counts); err != nil {
 			return err
 		}
-		return writeRouteCounts(ctx, tx, counts.m, aloneShard())
+		return routeCountWrites(counts.m, aloneShard()).send(ctx, tx)
 	})
 }
 
@@ -239,9 +219,7 @@ func (g *groupCommitter) pipelined(ctx context.Context, live []*commitJob, shard
 			return err
 		}
 	}
-	if err := writeRouteCounts(ctx, pipeQuerier{b}, counts.m, shard); err != nil {
-		return err
-	}
+	routeCountWrites(counts.m, shard).queue(b)
 	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return fmt.Errorf("transaction ended with %s", tag)

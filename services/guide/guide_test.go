@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
@@ -74,21 +76,29 @@ func (f fixture) send(t *testing.T, ctx context.Context, sess *guidev1.Session, 
 	return resp
 }
 
-func (f fixture) events(t *testing.T, ctx context.Context, sess *guidev1.Session, after uint64) []*guidev1.Event {
+func (f fixture) events(t *testing.T, ctx context.Context, sess *guidev1.Session, after uint64) []*eventv1.Event {
 	t.Helper()
 	resp, err := f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: sess.GetName(), AfterSequence: after})
 	require.NoError(t, err)
 	return resp.GetEvents()
 }
 
-func eventTypes(evs []*guidev1.Event) []string {
+// eventTypes names the types of evs in short: "message_received".
+func eventTypes(evs []*eventv1.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
-		out[i] = e.GetType()
+		out[i] = typeName(e)
 	}
 	return out
 }
 
+func typeName(e *eventv1.Event) string {
+	return strings.ToLower(strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_"))
+}
+
+// requireCode checks err's code and message, and that it carries an
+// ErrorInfo (but for a missing identity, whose ErrorInfo the server's
+// interceptor adds).
 func requireCode(t *testing.T, err error, code codes.Code, contains string) {
 	t.Helper()
 	require.Error(t, err)
@@ -96,6 +106,15 @@ func requireCode(t *testing.T, err error, code codes.Code, contains string) {
 	require.True(t, ok, "not a status: %v", err)
 	require.Equal(t, code, st.Code(), st.Message())
 	require.Contains(t, st.Message(), contains)
+	if code != codes.Unauthenticated {
+		require.NotNil(t, apierr.Info(st), "no ErrorInfo: %v", err)
+	}
+}
+
+// requireReason checks err's ErrorInfo reason.
+func requireReason(t *testing.T, err error, reason string) {
+	t.Helper()
+	require.Equal(t, reason, apierr.Reason(err), "%v", err)
 }
 
 func TestSessionLifecycle(t *testing.T) {
@@ -134,7 +153,7 @@ func TestSessionLifecycle(t *testing.T) {
 	require.NotNil(t, done.GetSession().GetCompleteTime())
 
 	evs := f.events(t, ctx, created, 0)
-	require.Equal(t, []string{"session.created", "session.suspended", "session.resumed", "session.completed"}, eventTypes(evs))
+	require.Equal(t, []string{"session_created", "session_suspended", "session_resumed", "session_completed"}, eventTypes(evs))
 	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.transitions.WithLabelValues("completed")))
 }
 
@@ -306,6 +325,7 @@ func TestSessionIsolation(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
 			requireCode(t, err, codes.NotFound, "session "+s.GetName()+" not found")
+			requireReason(t, err, "SESSION_NOT_FOUND")
 			_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 			requireCode(t, err, codes.NotFound, "not found")
 			_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName()})
@@ -395,11 +415,13 @@ func TestSlashCommands(t *testing.T) {
 	}
 
 	evs := f.events(t, ctx, s, 0)
-	require.Equal(t, "session.created", evs[0].GetType())
+	require.Equal(t, "session_created", typeName(evs[0]))
 	for i := 1; i < len(evs); i += 2 {
-		require.Equal(t, "message.received", evs[i].GetType())
-		require.Equal(t, "user", evs[i].GetData().GetFields()["author"].GetStringValue())
-		require.Equal(t, "message.answered", evs[i+1].GetType())
+		require.Equal(t, "message_received", typeName(evs[i]))
+		require.Equal(t, "user", evs[i].GetMessageReceived().GetAuthor())
+		require.Equal(t, "message_answered", typeName(evs[i+1]))
+		require.Equal(t, "guide", evs[i+1].GetMessageAnswered().GetAgent())
+		require.Equal(t, evs[i].GetMessageReceived().GetMessage(), evs[i+1].GetMessageAnswered().GetInReplyTo())
 		require.Equal(t, "guide", evs[i+1].GetSource())
 		require.Equal(t, evs[i].GetCorrelationId(), evs[i+1].GetCorrelationId())
 	}
@@ -419,7 +441,7 @@ func TestSlashCommands(t *testing.T) {
 // inboxReader reads the envelopes routed to one agent.
 func inboxReader(t *testing.T, bus *natsx.Bus, agent string) jetstream.Consumer {
 	t.Helper()
-	cons, err := bus.JS.CreateOrUpdateConsumer(context.Background(), bus.Stream(topology.StreamAgents), jetstream.ConsumerConfig{
+	cons, err := bus.JS.CreateOrUpdateConsumer(context.Background(), topology.AgentsStream(bus), jetstream.ConsumerConfig{
 		Durable:       "test-" + agent,
 		FilterSubject: topology.InboxSubject(bus, agent),
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -490,14 +512,15 @@ func TestRouting(t *testing.T) {
 		require.NotEmpty(t, env.GetConfidenceChain()[0].GetReason())
 
 		evs := f.events(t, ctx, s, 0)
-		require.Equal(t, []string{"session.created", "message.received", "message.routed"}, eventTypes(evs))
+		require.Equal(t, []string{"session_created", "message_received", "message_routed"}, eventTypes(evs))
 		require.Equal(t, tt.text, evs[1].GetText())
-		require.Equal(t, resp.GetMessage().GetName(), evs[1].GetData().GetFields()["message"].GetStringValue())
-		data := evs[2].GetData().GetFields()
-		require.Equal(t, tt.agent, data["target"].GetStringValue())
-		require.Equal(t, "classifier", data["tier"].GetStringValue())
-		require.Equal(t, tt.intent, data["intent_type"].GetStringValue())
-		require.Equal(t, route.GetConfidence(), data["confidence"].GetNumberValue())
+		require.Equal(t, resp.GetMessage().GetName(), evs[1].GetMessageReceived().GetMessage())
+		routed := evs[2].GetMessageRouted()
+		require.Equal(t, tt.agent, routed.GetTarget())
+		require.Equal(t, "classifier", routed.GetTier())
+		require.Equal(t, tt.intent, routed.GetIntentType())
+		require.Equal(t, route.GetConfidence(), routed.GetConfidence())
+		require.Equal(t, resp.GetMessage().GetName(), routed.GetMessage())
 		require.Equal(t, resp.GetCorrelationId(), evs[2].GetCorrelationId())
 	}
 	require.Equal(t, 2.0, testutil.ToFloat64(f.svc.metrics.messages.WithLabelValues("classifier", "architect")))
@@ -524,15 +547,12 @@ func TestClarification(t *testing.T) {
 		require.Contains(t, resp.GetReply(), "?")
 
 		evs := f.events(t, ctx, s, 0)
-		require.Equal(t, []string{"session.created", "message.received", "clarification.requested"}, eventTypes(evs))
+		require.Equal(t, []string{"session_created", "message_received", "clarification_requested"}, eventTypes(evs))
 		require.Equal(t, resp.GetReply(), evs[2].GetText())
-		var options []string
-		for _, v := range evs[2].GetData().GetFields()["options"].GetListValue().GetValues() {
-			options = append(options, v.GetStringValue())
-		}
-		require.ElementsMatch(t, tt.options, options)
+		require.ElementsMatch(t, tt.options, evs[2].GetClarificationRequested().GetOptions())
+		require.Equal(t, "low_confidence", evs[2].GetClarificationRequested().GetReason())
 	}
-	info, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamAgents))
+	info, err := f.bus.JS.Stream(context.Background(), topology.AgentsStream(f.bus))
 	require.NoError(t, err)
 	require.Zero(t, info.CachedInfo().State.Msgs, "nothing is routed when the Guide asks")
 	require.Equal(t, 2.0, testutil.ToFloat64(f.svc.metrics.messages.WithLabelValues("classifier", "none")))
@@ -553,20 +573,23 @@ func TestSendMessageErrors(t *testing.T) {
 	tests := []struct {
 		name, parent, text string
 		code               codes.Code
-		message            string
+		message, reason    string
 	}{
-		{"oversize", active.GetName(), strings.Repeat("x", DefaultMaxMessageBytes+1), codes.InvalidArgument, "text: 32769 bytes exceeds the limit of 32768 bytes"},
-		{"empty", active.GetName(), "   \n ", codes.InvalidArgument, "text: required"},
-		{"bad parent", "sessions/abc", "hi", codes.InvalidArgument, "parent: want sessions/{uuid}"},
-		{"unknown session", "sessions/" + ids.New(), "hi", codes.NotFound, "not found"},
-		{"suspended", suspended.GetName(), "hi", codes.FailedPrecondition, "session is suspended; resume it first"},
-		{"completed", completed.GetName(), "hi", codes.FailedPrecondition, "session is completed; cannot send messages to it"},
+		{"oversize", active.GetName(), strings.Repeat("x", DefaultMaxMessageBytes+1), codes.InvalidArgument,
+			"text: 32769 bytes exceeds the limit of 32768 bytes", apierr.ReasonInvalidField},
+		{"empty", active.GetName(), "   \n ", codes.InvalidArgument, "text: required", apierr.ReasonInvalidField},
+		{"bad parent", "sessions/abc", "hi", codes.InvalidArgument, "parent: want sessions/{uuid}", apierr.ReasonInvalidField},
+		{"unknown session", "sessions/" + ids.New(), "hi", codes.NotFound, "not found", "SESSION_NOT_FOUND"},
+		{"suspended", suspended.GetName(), "hi", codes.FailedPrecondition, "session is suspended; resume it first", reasonSessionNotActive},
+		{"completed", completed.GetName(), "hi", codes.FailedPrecondition, "session is completed; cannot send messages to it",
+			reasonSessionNotActive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: tt.parent, Text: tt.text})
 			requireCode(t, err, tt.code, tt.message)
+			requireReason(t, err, tt.reason)
 		})
 	}
 }
@@ -583,9 +606,11 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	ctx := as("t1", "u1")
 	_, err = svc.ListSessions(ctx, &guidev1.ListSessionsRequest{})
-	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
+	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
+	requireReason(t, err, apierr.ReasonStoreUnavailable)
 	_, err = svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: "sessions/" + ids.New(), Text: "where is ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "the session store is unavailable; retry later")
+	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
+	requireReason(t, err, apierr.ReasonStoreUnavailable)
 }
 
 // A request whose envelope could not be published is stored; retrying it
@@ -597,7 +622,7 @@ func TestRetryPublishesStoredEnvelope(t *testing.T) {
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "retry")
 	bg := context.Background()
-	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	require.NoError(t, f.bus.JS.DeleteStream(bg, topology.AgentsStream(f.bus)))
 	req := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?", RequestId: "lost-1"}
 	_, err := f.svc.SendMessage(ctx, req)
 	requireCode(t, err, codes.Unavailable, "retry with the same request_id")
@@ -635,7 +660,7 @@ func TestUnacknowledgedPublishIsUnavailable(t *testing.T) {
 	s := f.createSession(t, ctx, "silent bus")
 	bg := context.Background()
 	// The inbox subject answered by a subscriber that never acknowledges.
-	require.NoError(t, bus.JS.DeleteStream(bg, bus.Stream(topology.StreamAgents)))
+	require.NoError(t, bus.JS.DeleteStream(bg, topology.AgentsStream(bus)))
 	sub, err := bus.Conn.Subscribe(topology.InboxSubject(bus, "librarian"), func(*nats.Msg) {})
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe() }()
@@ -662,7 +687,7 @@ func storedWhileBusDown(t *testing.T, f fixture, ctx context.Context) *guidev1.S
 	t.Helper()
 	s := f.createSession(t, ctx, "bus down")
 	bg := context.Background()
-	require.NoError(t, f.bus.JS.DeleteStream(bg, f.bus.Stream(topology.StreamAgents)))
+	require.NoError(t, f.bus.JS.DeleteStream(bg, topology.AgentsStream(f.bus)))
 	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
 	requireCode(t, err, codes.Unavailable, "event bus unavailable")
 	require.NoError(t, topology.EnsureAgents(bg, f.bus))
@@ -689,7 +714,7 @@ func TestOutboxRelaysStoredMessages(t *testing.T) {
 	require.Equal(t, 1, n)
 	env := nextEnvelope(t, reader)
 	require.Equal(t, "LOCATE", env.GetMetadata()["routing.knowledge_intent"])
-	require.Equal(t, []string{"session.created", "message.received", "message.routed"}, eventTypes(f.events(t, ctx, s, 0)))
+	require.Equal(t, []string{"session_created", "message_received", "message_routed"}, eventTypes(f.events(t, ctx, s, 0)))
 
 	// The outbox row is deleted in the background; once it is, nothing is
 	// left to relay.
@@ -764,17 +789,18 @@ func TestSendMessageIdempotent(t *testing.T) {
 	// first message while the new text is dropped.
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Something else", RequestId: "req-1"})
 	requireCode(t, err, codes.AlreadyExists, again.GetMessage().GetName())
+	requireReason(t, err, reasonRequestIDReused)
 
 	env := nextEnvelope(t, reader)
 	require.Equal(t, again.GetCorrelationId(), env.GetCorrelationId())
-	info, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamAgents))
+	info, err := f.bus.JS.Stream(context.Background(), topology.AgentsStream(f.bus))
 	require.NoError(t, err)
 	require.Zero(t, info.CachedInfo().State.Msgs, "the envelope was published once")
 
 	msgs, err := f.svc.ListMessages(ctx, &guidev1.ListMessagesRequest{Parent: s.GetName()})
 	require.NoError(t, err)
 	require.Len(t, msgs.GetMessages(), 1)
-	require.Equal(t, []string{"session.created", "message.received", "message.routed"}, eventTypes(f.events(t, ctx, s, 0)))
+	require.Equal(t, []string{"session_created", "message_received", "message_routed"}, eventTypes(f.events(t, ctx, s, 0)))
 	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.messages.WithLabelValues("classifier", "architect")))
 
 	// A suspended session still answers a retry with the stored outcome,
@@ -825,10 +851,10 @@ func TestListEvents(t *testing.T) {
 
 	all := f.events(t, ctx, s, 0)
 	require.Equal(t, []string{
-		"session.created",
-		"message.received", "message.answered",
-		"message.received", "message.answered",
-		"message.received", "message.answered",
+		"session_created",
+		"message_received", "message_answered",
+		"message_received", "message_answered",
+		"message_received", "message_answered",
 	}, eventTypes(all))
 	for i, e := range all {
 		require.Equal(t, s.GetId(), e.GetSessionId())
@@ -856,7 +882,7 @@ func TestListEvents(t *testing.T) {
 	requireCode(t, err, codes.InvalidArgument, "after_sequence")
 
 	// Readers remove their ephemeral consumers.
-	stream, err := f.bus.JS.Stream(context.Background(), f.bus.Stream(topology.StreamEvents))
+	stream, err := f.bus.JS.Stream(context.Background(), topology.EventsStream(f.bus))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := stream.Info(context.Background())
@@ -928,18 +954,18 @@ func TestStreamEvents(t *testing.T) {
 	require.NoError(t, err)
 	first, err := stream.Recv()
 	require.NoError(t, err)
-	require.Equal(t, "session.created", first.GetEvent().GetType())
+	require.Equal(t, "session_created", typeName(first.GetEvent()))
 
 	// Published after the stream started: the stream follows it.
 	sent, err := guide.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sess.GetName(), Text: "/help"})
 	require.NoError(t, err)
-	var got []*guidev1.Event
+	var got []*eventv1.Event
 	for len(got) < 2 {
 		resp, err := stream.Recv()
 		require.NoError(t, err)
 		got = append(got, resp.GetEvent())
 	}
-	require.Equal(t, []string{"message.received", "message.answered"}, eventTypes(got))
+	require.Equal(t, []string{"message_received", "message_answered"}, eventTypes(got))
 	require.Equal(t, sent.GetCorrelationId(), got[1].GetCorrelationId())
 	require.Greater(t, got[0].GetSequence(), first.GetEvent().GetSequence())
 	cancel()

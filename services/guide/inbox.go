@@ -5,35 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // The Guide's own inbox takes what agents send it: reroute requests
-// (spec A-08, A-09, E-03), clarification requests for the user (A-07),
-// task help escalations (A-33) and responses to relay to the agent that
-// asked (A-25).
-
-// contextReroute marks the Guide's question after too many reroutes.
-const contextReroute = "reroute"
-
-// Metadata keys agents set on their envelopes.
-const (
-	metadataContextSourceIssue = "context_source_issue"
-)
+// (spec A-08, A-09, E-03; reroute.go), clarification requests for the user
+// (A-07), task help escalations (A-33), answers to relay and requests to
+// route for an agent (A-25, A-32; agentrequests.go).
 
 func decodeEnvelope(raw []byte) *messagev1.Envelope {
 	env := &messagev1.Envelope{}
@@ -71,8 +60,7 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 	// Session context checks (spec A-26): the session must exist in the
 	// envelope's tenant and be live; an agent of another session is refused.
 	sess, err := sessionForTenant(ctx, s.db, env.GetTenantId(), strings.ToLower(env.GetSessionId()))
-	var nf *notFoundError
-	if errors.As(err, &nf) {
+	if errors.Is(err, errSessionNotFound) {
 		log.WarnContext(ctx, "envelope for an unknown session refused")
 		return s.reject(ctx, env, "session not found in the envelope's tenant")
 	}
@@ -90,10 +78,10 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 		return s.handleReroute(ctx, sess, env)
 	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST || env.GetClarificationRequest() != nil:
 		return s.handleAgentClarification(ctx, sess, env)
-	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_TASK_HELP:
+	case env.GetType() == messagev1.MessageType_MESSAGE_TYPE_TASK_HELP || env.GetTaskHelp() != nil:
 		return s.handleTaskHelp(ctx, sess, env)
-	case env.GetAgentResponse() != nil:
-		return s.relayResponse(ctx, sess, env)
+	case env.GetAgentAnswer() != nil:
+		return s.relayAnswer(ctx, sess, env)
 	case requestTypes[env.GetType()] != "" || env.GetUserInput() != nil:
 		return s.routeAgentRequest(ctx, sess, env)
 	}
@@ -104,205 +92,12 @@ func (s *Service) handleEnvelope(ctx context.Context, env *messagev1.Envelope) (
 func sessionForTenant(ctx context.Context, q querier, tenant, id string) (session, error) {
 	sess, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE tenant_id = $1 AND id = $2`, tenant, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return session{}, &notFoundError{kind: "session", name: sessionName(id)}
+		return session{}, sessionNotFound(id)
 	}
 	if err != nil {
 		return session{}, fmt.Errorf("load session %s: %w", id, err)
 	}
 	return sess, nil
-}
-
-// handleReroute follows a declining agent's suggested target while the
-// reroute history is short, and asks the user once it reaches the limit,
-// listing each hop's reason (spec A-08, A-09, E-03).
-func (s *Service) handleReroute(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	rr := env.GetRerouteRequest()
-	from := rr.GetSource()
-	if from == "" {
-		from = env.GetSource()
-	}
-	history := slices.Clone(env.GetRerouteHistory())
-	if n := len(history); n == 0 || history[n-1].GetFrom() != from {
-		// The declining agent did not append its hop; the Guide does.
-		history = append(history, &messagev1.RerouteHop{From: from, Reason: rr.GetReason(), To: rr.GetSuggestedTarget()})
-	}
-	original := env.GetStructuredIntent().GetOriginalRequest()
-	var pending pendingRequest
-	var found bool
-	var err error
-	if corr := env.GetCorrelationId(); corr != "" {
-		if pending, found, err = getPending(ctx, s.db, sess.TenantID, corr, false); err != nil {
-			return "", err
-		}
-	}
-	if original == "" && found {
-		original = pending.Original
-	}
-	// A reroute is an explicit redirect: a routing failure (spec A-33).
-	to := strings.ToLower(rr.GetSuggestedTarget())
-	var classified string
-	if found {
-		classified = pending.IntentType
-	}
-	if to == "" || !routable(to) {
-		cl, err := s.classifier.Classify(ctx, original)
-		if err == nil {
-			for _, c := range cl.Candidates {
-				if !visited(history, c) {
-					to = c
-					break
-				}
-			}
-		}
-	}
-	if to != "" && routable(to) {
-		f := routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
-			OriginalRequest: original, ClassifiedAs: classified, RoutedTo: from, ShouldHaveBeen: to,
-			Signal: signalFromName("EXPLICIT_REDIRECT"), RoutedConfidence: guideConfidence(env), Key: env.GetId()}
-		if found {
-			f = f.decided(pending)
-		}
-		f, err := s.insertFailure(ctx, s.db, f)
-		if err != nil {
-			return "", err
-		}
-		if !f.Repeat {
-			s.afterFailure(ctx, f)
-		}
-	}
-	if len(history) >= s.cfg.RerouteLimit || to == "" || !routable(to) {
-		return s.escalateReroute(ctx, sess, env, history, original, found)
-	}
-	next := &messagev1.Envelope{
-		Id:               idFor(env.GetId() + ".reroute"),
-		CorrelationId:    env.GetCorrelationId(),
-		ParentId:         env.GetId(),
-		TenantId:         sess.TenantID,
-		SessionId:        sess.ID,
-		UserId:           sess.UserID,
-		Source:           authorGuide,
-		Target:           to,
-		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt:        timestamppb.New(s.now()),
-		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
-		Status:           messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:          1,
-		MaxAttempts:      1,
-		Priority:         env.GetPriority(),
-		Metadata:         env.GetMetadata(),
-		StructuredIntent: env.GetStructuredIntent(),
-		ConfidenceChain:  env.GetConfidenceChain(),
-		RerouteHistory:   history,
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: original}},
-	}
-	if found {
-		if prev := decodeEnvelope(pending.Envelope); prev != nil && prev.GetUserInput() != nil {
-			next.Payload = &messagev1.Envelope_UserInput{UserInput: prev.GetUserInput()}
-		}
-		raw, err := proto.Marshal(next)
-		if err != nil {
-			return "", err
-		}
-		pending.Target, pending.Envelope = to, raw
-		// A suspended session's request stays frozen: its deadline runs
-		// again once the session is resumed.
-		if pending.State != stateFrozen {
-			pending.State = statePending
-		}
-		pending.Deadline = s.now().Add(s.cfg.RequestTimeout)
-		if err := insertPending(ctx, s.db, pending); err != nil {
-			return "", err
-		}
-	}
-	reasons := make([]any, 0, len(history))
-	for _, h := range history {
-		reasons = append(reasons, map[string]any{"from": h.GetFrom(), "reason": h.GetReason(), "to": h.GetTo()})
-	}
-	data := map[string]any{"from": from, "to": to, "reason": rr.GetReason(), "hops": float64(len(history)), "history": reasons}
-	if len(history) == s.cfg.RerouteLimit-1 {
-		data["warning"] = fmt.Sprintf("this request has been rerouted %d times; one more and you will be asked", len(history))
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: next.GetParentId() + ".rerouted", Type: eventRerouted, Source: authorGuide, CorrelationID: env.GetCorrelationId(),
-		Text: fmt.Sprintf("The %s declined (%s); rerouted to the %s", from, truncate(rr.GetReason(), 200), to), Data: data}); err != nil {
-		return "", err
-	}
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), next.GetId(), next); err != nil {
-		return "", err
-	}
-	s.metrics.reroutes.WithLabelValues("followed").Inc()
-	return "rerouted", nil
-}
-
-func visited(history []*messagev1.RerouteHop, agent string) bool {
-	for _, h := range history {
-		if h.GetFrom() == agent {
-			return true
-		}
-	}
-	return false
-}
-
-// escalateReroute asks the user where a request bouncing between agents
-// should go, naming each agent and its reason and the original request.
-func (s *Service) escalateReroute(ctx context.Context, sess session, env *messagev1.Envelope, history []*messagev1.RerouteHop, original string, found bool) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Your request was passed between agents %d times without an answer:\n", len(history))
-	var options []string
-	for i, h := range history {
-		fmt.Fprintf(&b, "  %d. the %s declined: %s", i+1, h.GetFrom(), h.GetReason())
-		if h.GetTo() != "" {
-			fmt.Fprintf(&b, " (suggested the %s)", h.GetTo())
-		}
-		b.WriteString("\n")
-		for _, a := range []string{h.GetTo(), h.GetFrom()} {
-			if a != "" && routable(a) && !slices.Contains(options, a) {
-				options = append(options, a)
-			}
-		}
-	}
-	fmt.Fprintf(&b, "Original request: %q\n", truncate(original, 500))
-	letters := "ABCDEFGH"
-	b.WriteString("Which agent should handle it?")
-	for i, o := range options {
-		if i < len(letters) {
-			fmt.Fprintf(&b, " %c) the %s", letters[i], o)
-		}
-	}
-	b.WriteString(" Or rephrase the request.")
-	c := clarificationRow{ID: ids.New(), TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
-		CorrelationID: env.GetCorrelationId(), RequestingAgent: authorGuide, Question: b.String(), Options: options,
-		Context: contextReroute, Original: original, CreateTime: s.now()}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertClarification(ctx, tx, c); err != nil {
-			return err
-		}
-		if found {
-			if _, err := setPendingState(ctx, tx, sess.TenantID, env.GetCorrelationId(), statePending, stateEscalated); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	hops := make([]any, 0, len(history))
-	for _, h := range history {
-		hops = append(hops, map[string]any{"from": h.GetFrom(), "reason": h.GetReason(), "to": h.GetTo()})
-	}
-	opts := make([]any, len(options))
-	for i, o := range options {
-		opts[i] = o
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".escalated", Type: eventClarification, Source: authorGuide, CorrelationID: env.GetCorrelationId(),
-		Text: b.String(), Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": authorGuide,
-			"options": opts, "reroute_history": hops, "original_request": original, "reason": "reroute_limit"}}); err != nil {
-		return "", err
-	}
-	s.metrics.reroutes.WithLabelValues("escalated").Inc()
-	return "escalated", nil
 }
 
 // handleAgentClarification delivers an agent's question to the user and
@@ -327,7 +122,7 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 		Context: cr.GetContext(), Original: env.GetStructuredIntent().GetOriginalRequest(), CreateTime: s.now()}
 	var loop *routingFailure
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertClarification(ctx, tx, c); err != nil {
+		if err := askQuestion(ctx, tx, c); err != nil {
 			return err
 		}
 		p, found, err := getPending(ctx, tx, sess.TenantID, corr, true)
@@ -355,14 +150,12 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 	if loop != nil {
 		s.afterFailure(ctx, *loop)
 	}
-	opts := make([]any, len(c.Options))
-	for i, o := range c.Options {
-		opts[i] = o
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".clarification", Type: eventClarification, Source: asker, CorrelationID: corr, Text: c.Question,
-		Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": asker, "options": opts,
-			"context": c.Context}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED, sess.ID, corr, c.Question)
+	ev.Source = asker
+	ev.Payload = &eventv1.Event_ClarificationRequested{ClarificationRequested: &eventv1.ClarificationRequested{
+		Clarification: clarificationName(sess.ID, c.ID), RequestingAgent: asker, Options: c.Options, Context: c.Context,
+		Reason: "agent_question"}}
+	if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".clarification", ev); err != nil {
 		return "", err
 	}
 	return "clarification", nil
@@ -371,82 +164,32 @@ func (s *Service) handleAgentClarification(ctx context.Context, sess session, en
 // handleTaskHelp records a help escalation caused by the wrong context
 // source as a routing failure (spec A-33, L2550) and shows it to the user.
 func (s *Service) handleTaskHelp(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	md := env.GetMetadata()
-	if issue := md[metadataContextSourceIssue]; issue != "" {
-		routedTo := md["routed_to"]
-		if !routable(routedTo) {
-			routedTo = env.GetSource()
+	help := proto.CloneOf(env.GetTaskHelp())
+	if help == nil {
+		help = &messagev1.TaskHelp{}
+	}
+	if issue := help.GetContextSourceIssue(); issue != "" && routable(env.GetSource()) {
+		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
+			OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
+			ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: env.GetSource(), ShouldHaveBeen: env.GetSource(),
+			Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env), Key: env.GetId()})
+		if err != nil {
+			return "", err
 		}
-		should := md["should_have_been"]
-		if !routable(should) {
-			should = routedTo
-		}
-		if routable(routedTo) {
-			f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
-				OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
-				ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: routedTo, ShouldHaveBeen: should,
-				Signal: signalFromName("TASK_HELP_ESCALATION"), RoutedConfidence: guideConfidence(env), Key: env.GetId()})
-			if err != nil {
-				return "", err
-			}
-			if !f.Repeat {
-				s.afterFailure(ctx, f)
-			}
+		if !f.Repeat {
+			s.afterFailure(ctx, f)
 		}
 	}
-	text := env.GetAgentResponse().GetText()
-	if text == "" {
-		text = fmt.Sprintf("The %s asks for help.", env.GetSource())
+	if help.Text == "" {
+		help.Text = fmt.Sprintf("The %s asks for help.", env.GetSource())
 	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-		ID: env.GetId() + ".help", Type: "task.help", Source: env.GetSource(), CorrelationID: env.GetCorrelationId(), Text: text,
-		Data: map[string]any{"context_source_issue": md[metadataContextSourceIssue]}}); err != nil {
+	ev := newEvent(eventv1.EventType_EVENT_TYPE_TASK_HELP, sess.ID, env.GetCorrelationId(), help.GetText())
+	ev.Source = env.GetSource()
+	ev.Payload = &eventv1.Event_TaskHelp{TaskHelp: help}
+	if err := s.publishEvent(ctx, sess.TenantID, env.GetId()+".help", ev); err != nil {
 		return "", err
 	}
 	return "help", nil
-}
-
-// relayResponse delivers a response to the agent that asked, matched by
-// correlation id, unchanged: the Guide adds no confidence entry (spec A-25).
-// A response for the user lands on the session's event stream.
-func (s *Service) relayResponse(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	to := env.GetTarget()
-	if to == "" || to == authorGuide {
-		if p, found, err := getPending(ctx, s.db, sess.TenantID, env.GetCorrelationId(), false); err != nil {
-			return "", err
-		} else if found {
-			if prev := decodeEnvelope(p.Envelope); prev != nil {
-				to = prev.GetSource()
-			}
-		}
-	}
-	if to == "" || to == authorGuide || to == authorUser {
-		ar := env.GetAgentResponse()
-		hits := make([]any, 0, len(ar.GetHits()))
-		for _, h := range ar.GetHits() {
-			hits = append(hits, map[string]any{"title": h.GetTitle(), "path": h.GetPath(), "snippet": h.GetSnippet(), "score": h.GetScore()})
-		}
-		cum := CumulativeConfidence(env.GetConfidenceChain())
-		band, action := ConfidenceBand(cum)
-		if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID,
-			ID: env.GetId() + ".relayed", Type: eventAnswered, Source: firstNonEmpty(ar.GetAgent(), env.GetSource()),
-			CorrelationID: env.GetCorrelationId(), Text: ar.GetText(),
-			Data: map[string]any{"hits": hits, "cumulative_confidence": cum, "confidence_band": band, "suggested_action": action}}); err != nil {
-			return "", err
-		}
-		return "relayed", nil
-	}
-	// Only an agent's inbox is read: a response for anything else would
-	// wait on the stream for good.
-	if !routable(to) {
-		return s.reject(ctx, env, fmt.Sprintf("no agent %q to relay the response to", truncate(to, 60)))
-	}
-	// The envelope keeps its id; the de-duplication id differs from the one
-	// it had on its way into the Guide's inbox (the same stream).
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, strings.ToLower(to)), "relay:"+env.GetId(), env); err != nil {
-		return "", err
-	}
-	return "relayed", nil
 }
 
 func firstNonEmpty(v ...string) string {
@@ -465,152 +208,4 @@ func idFor(s string) string {
 		return strings.ToLower(s)
 	}
 	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(s)).String()
-}
-
-// requestTypes map the knowledge requests agents send through the Guide
-// (spec A-32, E-06) to the agent that owns them; "" for a consultation,
-// which is classified.
-var requestTypes = map[messagev1.MessageType]string{
-	messagev1.MessageType_MESSAGE_TYPE_CONTEXT_REQUEST:  topology.AgentLibrarian,
-	messagev1.MessageType_MESSAGE_TYPE_HISTORY_REQUEST:  topology.AgentArchivalist,
-	messagev1.MessageType_MESSAGE_TYPE_RESEARCH_REQUEST: topology.AgentAcademic,
-	messagev1.MessageType_MESSAGE_TYPE_CONSULT_REQUEST:  "classify",
-}
-
-// responseTypes are the answers to requestTypes.
-var responseTypes = map[messagev1.MessageType]messagev1.MessageType{
-	messagev1.MessageType_MESSAGE_TYPE_CONTEXT_REQUEST:  messagev1.MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE,
-	messagev1.MessageType_MESSAGE_TYPE_HISTORY_REQUEST:  messagev1.MessageType_MESSAGE_TYPE_HISTORY_RESPONSE,
-	messagev1.MessageType_MESSAGE_TYPE_RESEARCH_REQUEST: messagev1.MessageType_MESSAGE_TYPE_RESEARCH_RESPONSE,
-	messagev1.MessageType_MESSAGE_TYPE_CONSULT_REQUEST:  messagev1.MessageType_MESSAGE_TYPE_CONSULT_RESPONSE,
-}
-
-// Metadata keys of a request routed for an agent.
-const (
-	metadataRequestedBy        = "requested_by"
-	metadataRequestType        = "request_type"
-	metadataRequestCorrelation = "request_correlation"
-)
-
-// routeAgentRequest routes an agent's knowledge request or ambiguous
-// consultation to the agent that owns it and tracks it, so that the answer
-// goes back to the agent that asked (spec A-25, A-32).
-func (s *Service) routeAgentRequest(ctx context.Context, sess session, env *messagev1.Envelope) (string, error) {
-	text := firstNonEmpty(env.GetUserInput().GetText(), env.GetStructuredIntent().GetOriginalRequest())
-	from := env.GetSource()
-	if text == "" || from == "" {
-		return s.reject(ctx, env, "an agent request needs a text and the agent asking")
-	}
-	to := requestTypes[env.GetType()]
-	if t := strings.ToLower(env.GetTarget()); t != "" && t != authorGuide && routable(t) {
-		to = t
-	}
-	conf, reason := 1.0, "request type "+env.GetType().String()
-	if to == "" || to == "classify" {
-		cl, err := s.classifier.Classify(ctx, text)
-		if err != nil {
-			return "", err
-		}
-		if cl.Target == "" || cl.Confidence < s.cfg.RouteThreshold {
-			return s.reject(ctx, env, fmt.Sprintf("could not tell which agent owns the request (confidence %.2f)", cl.Confidence))
-		}
-		to, conf, reason = cl.Target, cl.Confidence, cl.Reason
-	}
-	// The routed request gets its own correlation id, so that it cannot
-	// collide with a user request the asking agent is working on; the
-	// answer goes back with the agent's own.
-	corr := idFor(env.GetId() + ".correlation")
-	md := map[string]string{}
-	for k, v := range env.GetMetadata() {
-		md[k] = v
-	}
-	md[metadataRequestedBy] = from
-	md[metadataRequestType] = env.GetType().String()
-	md[metadataRequestCorrelation] = firstNonEmpty(env.GetCorrelationId(), env.GetId())
-	out := &messagev1.Envelope{
-		Id:               idFor(env.GetId() + ".route"),
-		CorrelationId:    corr,
-		ParentId:         env.GetId(),
-		TenantId:         sess.TenantID,
-		SessionId:        sess.ID,
-		UserId:           sess.UserID,
-		Source:           from,
-		Target:           to,
-		Type:             messagev1.MessageType_MESSAGE_TYPE_USER_INPUT,
-		CreatedAt:        timestamppb.New(s.now()),
-		Deadline:         timestamppb.New(s.now().Add(s.cfg.RequestTimeout)),
-		Status:           messagev1.MessageStatus_MESSAGE_STATUS_PENDING,
-		Attempt:          1,
-		MaxAttempts:      1,
-		Priority:         env.GetPriority(),
-		Metadata:         md,
-		StructuredIntent: env.GetStructuredIntent(),
-		ConfidenceChain:  env.GetConfidenceChain(),
-		RerouteHistory:   env.GetRerouteHistory(),
-		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
-	}
-	raw, err := proto.Marshal(out)
-	if err != nil {
-		return "", err
-	}
-	// A request for a suspended session starts frozen, as its session's
-	// other requests are: its deadline runs once the session is resumed.
-	state := statePending
-	if sess.State == stateSuspended {
-		state = stateFrozen
-	}
-	if err := insertPending(ctx, s.db, pendingRequest{CorrelationID: corr, TenantID: sess.TenantID, UserID: sess.UserID,
-		SessionID: sess.ID, Target: to, IntentType: env.GetType().String(), Original: text, Envelope: raw,
-		Deadline: s.now().Add(s.cfg.RequestTimeout), CreateTime: s.now(), State: state}); err != nil {
-		return "", err
-	}
-	if _, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: sess.TenantID, Session: sess.ID, ID: out.GetId() + ".routed",
-		Type: eventRouted, Source: authorGuide, CorrelationID: corr,
-		Text: fmt.Sprintf("Routed the %s's request to the %s", from, to),
-		Data: map[string]any{"target": to, "requested_by": from, "confidence": conf, "reason": reason, "tier": tierClassifier}}); err != nil {
-		return "", err
-	}
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), out.GetId(), out); err != nil {
-		return "", err
-	}
-	return "routed", nil
-}
-
-// answerRequester sends an answer to the agent whose request the Guide
-// routed, as the response type of its request, with the correlation id.
-func (s *Service) answerRequester(ctx context.Context, p pendingRequest, ev *guidev1.Event) {
-	prev := decodeEnvelope(p.Envelope)
-	if prev == nil {
-		return
-	}
-	to := prev.GetMetadata()[metadataRequestedBy]
-	if to == "" {
-		return
-	}
-	typ := responseTypes[messagev1.MessageType(messagev1.MessageType_value[prev.GetMetadata()[metadataRequestType]])]
-	if typ == messagev1.MessageType_MESSAGE_TYPE_UNSPECIFIED {
-		typ = messagev1.MessageType_MESSAGE_TYPE_CONSULT_RESPONSE
-	}
-	resp := &messagev1.Envelope{
-		Id:              idFor(p.CorrelationID + ".response"),
-		CorrelationId:   firstNonEmpty(prev.GetMetadata()[metadataRequestCorrelation], p.CorrelationID),
-		ParentId:        prev.GetId(),
-		TenantId:        p.TenantID,
-		SessionId:       p.SessionID,
-		UserId:          p.UserID,
-		Source:          firstNonEmpty(ev.GetSource(), p.Target),
-		Target:          to,
-		Type:            typ,
-		CreatedAt:       timestamppb.New(s.now()),
-		Status:          messagev1.MessageStatus_MESSAGE_STATUS_COMPLETED,
-		Attempt:         1,
-		Priority:        prev.GetPriority(),
-		ConfidenceChain: prev.GetConfidenceChain(),
-		Payload: &messagev1.Envelope_AgentResponse{AgentResponse: &messagev1.AgentResponse{
-			Agent: firstNonEmpty(ev.GetSource(), p.Target), Text: ev.GetText()}},
-	}
-	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, to), resp.GetId(), resp); err != nil {
-		s.log.WarnContext(ctx, "send answer to the requesting agent", logx.Err(err))
-		_ = s.deadLetter(ctx, resp, "could not deliver the answer: "+truncate(err.Error(), 200)) // logged
-	}
 }

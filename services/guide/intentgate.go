@@ -13,6 +13,7 @@ import (
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
@@ -28,7 +29,7 @@ import (
 //
 // Step 3 consults the librarian (codebase health of the target area) and
 // the archivalist (similar failures recorded before) and attaches both
-// answers to the routed envelope's metadata.
+// answers to the routed envelope (its pre_route).
 
 // Step 2 checks, as named in the clarification's context.
 const (
@@ -79,12 +80,6 @@ func hasIdentifier(text string) bool {
 	return false
 }
 
-// Metadata keys of the step 3 consultation on a routed envelope.
-const (
-	metaCodebaseHealth  = "context.codebase_health"
-	metaFailurePatterns = "context.failure_patterns"
-)
-
 // maxConsultHits bounds each consultation's answer.
 const maxConsultHits = 5
 
@@ -92,7 +87,7 @@ const maxConsultHits = 5
 // librarian and the archivalist at once, each within Config.PreRouteTimeout,
 // and returns what to attach to the envelope. A consultation that fails is
 // attached as unavailable, with the reason; routing goes on.
-func (s *Service) preRoute(ctx context.Context, cl Classification, text string) map[string]string {
+func (s *Service) preRoute(ctx context.Context, cl Classification, text string) *messagev1.PreRouteContext {
 	if cl.Target != topology.AgentArchitect {
 		return nil
 	}
@@ -108,22 +103,16 @@ func (s *Service) preRoute(ctx context.Context, cl Classification, text string) 
 	ctx = consult.WithCaller(ctx, topology.AgentGuide)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.PreRouteTimeout)
 	defer cancel()
-	out := map[string]string{}
-	var mu sync.Mutex
+	out := &messagev1.PreRouteContext{}
 	var wg sync.WaitGroup
-	set := func(k, v string) {
-		mu.Lock()
-		out[k] = truncate(v, 2000)
-		mu.Unlock()
-	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		set(metaCodebaseHealth, s.codebaseHealth(cctx, area))
+		out.CodebaseHealth = truncate(s.codebaseHealth(cctx, area), 2000)
 	}()
 	go func() {
 		defer wg.Done()
-		set(metaFailurePatterns, s.failurePatterns(cctx, area))
+		out.FailurePatterns = truncate(s.failurePatterns(cctx, area), 2000)
 	}()
 	wg.Wait()
 	return out

@@ -83,8 +83,8 @@ func TestIntentGateSteps(t *testing.T) {
 	require.Equal(t, "architect", resp.GetRoute().GetTarget())
 	env := nextEnvelope(t, architect)
 	require.Equal(t, "refactor everything only the retry loop in ParseConfig", env.GetStructuredIntent().GetOriginalRequest())
-	require.Equal(t, "2 places in the code: config/parse.go:10-40 ParseConfig; config/retry.go:5-9", env.GetMetadata()[metaCodebaseHealth])
-	require.Equal(t, "1 similar failures recorded: Retry loop spun forever on EOF", env.GetMetadata()[metaFailurePatterns])
+	require.Equal(t, "2 places in the code: config/parse.go:10-40 ParseConfig; config/retry.go:5-9", env.GetPreRoute().GetCodebaseHealth())
+	require.Equal(t, "1 similar failures recorded: Retry loop spun forever on EOF", env.GetPreRoute().GetFailurePatterns())
 	lib.mu.Lock()
 	require.Equal(t, "guide", lib.caller, "the guide consults as itself")
 	lib.mu.Unlock()
@@ -98,8 +98,8 @@ func TestIntentGateSteps(t *testing.T) {
 	resp = f.send(t, ctx, sess, "Refactor the scheduler loop")
 	require.Equal(t, "architect", resp.GetRoute().GetTarget())
 	env = nextEnvelope(t, architect)
-	require.Contains(t, env.GetMetadata()[metaFailurePatterns], "unavailable: ")
-	require.NotEmpty(t, env.GetMetadata()[metaCodebaseHealth])
+	require.Contains(t, env.GetPreRoute().GetFailurePatterns(), "unavailable: ")
+	require.NotEmpty(t, env.GetPreRoute().GetCodebaseHealth())
 }
 
 type fakeLibrarian struct {

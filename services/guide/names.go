@@ -1,11 +1,14 @@
 package guide
 
 import (
+	"context"
 	"encoding/base64"
 	"strconv"
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/pgstore"
 )
@@ -22,20 +25,31 @@ func messageName(sessionID, id string) string {
 // status naming field.
 func parseSessionName(field, name string) (string, error) {
 	if name == "" {
-		return "", invalid(field, "required")
+		return "", apierr.Invalid(field, "required")
 	}
 	id, ok := strings.CutPrefix(name, sessionsCollection)
 	if !ok || !ids.Valid(id) {
-		return "", invalid(field, "want sessions/{uuid}, got %q", truncate(name, 100))
+		return "", apierr.Invalid(field, "want sessions/{uuid}, got %q", truncate(name, 100))
 	}
 	return strings.ToLower(id), nil
+}
+
+// callerSession is the caller and the id of the session name names
+// (field, for the error).
+func callerSession(ctx context.Context, field, name string) (identity.Identity, string, error) {
+	who, err := identity.Require(ctx)
+	if err != nil {
+		return identity.Identity{}, "", err
+	}
+	id, err := parseSessionName(field, name)
+	return who, id, err
 }
 
 // pageSize applies the default and the maximum to a requested page size.
 func pageSize(requested int32, def, max int) (int, error) {
 	switch {
 	case requested < 0:
-		return 0, invalid("page_size", "must not be negative, got %d", requested)
+		return 0, apierr.Invalid("page_size", "must not be negative, got %d", requested)
 	case requested == 0:
 		return def, nil
 	case int(requested) > max:
@@ -53,13 +67,13 @@ func encodeCursor(t time.Time, id string) string {
 func decodeCursor(token string) (time.Time, string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
-		return time.Time{}, "", invalid("page_token", "not a token this service issued")
+		return time.Time{}, "", apierr.Invalid("page_token", "not a token this service issued")
 	}
 	us, id, ok := strings.Cut(string(raw), ".")
 	micros, perr := strconv.ParseInt(us, 10, 64)
 	t, inRange := pgstore.TokenTime(micros)
 	if !ok || perr != nil || !inRange || !ids.Valid(id) {
-		return time.Time{}, "", invalid("page_token", "not a token this service issued")
+		return time.Time{}, "", apierr.Invalid("page_token", "not a token this service issued")
 	}
 	return t, id, nil
 }

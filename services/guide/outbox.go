@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -84,4 +86,93 @@ func (s *Service) relayOnce(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// dispatchMarks deletes the outbox rows of messages whose publications are
+// all on the bus, in batches. The row spares a retried request (same
+// request id), and the outbox relay (outbox.go), from republishing
+// publications the streams would drop as duplicates, so it is deleted after
+// the request has been answered, many messages to one statement, without
+// waiting for the disk; a row left behind costs a duplicate the streams drop.
+type dispatchMarks struct {
+	mu      sync.Mutex
+	pending map[string][]string // tenant -> message ids
+	n       int
+}
+
+// maxPendingMarks bounds the outbox rows waiting for deletion; beyond it
+// the oldest are dropped (the outbox relay or a retry then republishes
+// duplicates, which the streams drop).
+const maxPendingMarks = 100000
+
+func newDispatchMarks() *dispatchMarks {
+	return &dispatchMarks{pending: map[string][]string{}}
+}
+
+func (d *dispatchMarks) add(tenant, id string) {
+	d.mu.Lock()
+	if d.n >= maxPendingMarks {
+		clear(d.pending)
+		d.n = 0
+	}
+	d.pending[tenant] = append(d.pending[tenant], id)
+	d.n++
+	d.mu.Unlock()
+}
+
+func (d *dispatchMarks) take() map[string][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == 0 {
+		return nil
+	}
+	out := d.pending
+	d.pending, d.n = map[string][]string{}, 0
+	return out
+}
+
+// marksInterval is how often the outbox rows are deleted: a batch a tenth
+// of a second costs one round trip however many messages it holds.
+const marksInterval = 100 * time.Millisecond
+
+// run deletes the outbox rows every marksInterval until ctx is done, then
+// deletes what is left.
+func (d *dispatchMarks) run(ctx context.Context, db *pgxpool.Pool, log *slog.Logger, now func() time.Time) error {
+	t := time.NewTicker(marksInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			d.flush(fctx, db, log, now())
+			cancel()
+			return nil
+		case <-t.C:
+			d.flush(ctx, db, log, now())
+		}
+	}
+}
+
+// flush deletes the pending outbox rows in one round trip: a transaction
+// that does not wait for the disk, every tenant's rows at once.
+func (d *dispatchMarks) flush(ctx context.Context, db *pgxpool.Pool, log *slog.Logger, at time.Time) {
+	batch := d.take()
+	if batch == nil {
+		return
+	}
+	var tenants, ids []string
+	for tenant, list := range batch {
+		for _, id := range list {
+			tenants, ids = append(tenants, tenant), append(ids, id)
+		}
+	}
+	var b pgx.Batch
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit TO OFF`)
+	b.Queue(`DELETE FROM outbox o USING unnest($1::text[], $2::uuid[]) AS u(tenant_id, id)
+		WHERE o.message_id = u.id AND o.tenant_id = u.tenant_id`, tenants, ids)
+	b.Queue(`COMMIT`)
+	if err := db.SendBatch(ctx, &b).Close(); err != nil && ctx.Err() == nil {
+		log.WarnContext(ctx, "clear dispatched messages from the outbox", slog.Int("messages", len(ids)), logx.Err(err))
+	}
 }

@@ -20,16 +20,16 @@ func TestPendingRequestIDsStayWithTheirSession(t *testing.T) {
 	now := time.Now()
 	p := pendingRequest{CorrelationID: "corr-1", TenantID: "t1", UserID: "u1", SessionID: one.GetId(),
 		Target: "librarian", Original: "where is x", Envelope: []byte("e"), Deadline: now.Add(time.Minute), CreateTime: now, State: statePending}
-	require.NoError(t, insertPending(ctx, f.db, p))
+	require.NoError(t, trackPending(ctx, f.db, p))
 	p.Target = "archivalist"
-	require.NoError(t, insertPending(ctx, f.db, p), "the same session's request again")
+	require.NoError(t, trackPending(ctx, f.db, p), "the same session's request again")
 
 	planted := p
 	planted.TenantID, planted.UserID, planted.SessionID, planted.Target = "t2", "u2", other.GetId(), "engineer"
-	err := insertPending(ctx, f.db, planted)
+	err := trackPending(ctx, f.db, planted)
 	require.ErrorContains(t, err, "belongs to another session")
 	var b pgx.Batch
-	require.NoError(t, insertPending(ctx, pipeQuerier{&b}, planted))
+	stmts{insertPending(planted)}.queue(&b)
 	require.ErrorContains(t, f.db.SendBatch(ctx, &b).Close(), "belongs to another session")
 
 	got, found, err := getPending(ctx, f.db, "t1", "corr-1", false)

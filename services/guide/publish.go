@@ -11,10 +11,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -25,18 +23,26 @@ type outbound struct {
 	msg         proto.Message
 }
 
-// eventProto builds the session event topology.PublishEvent would publish.
-func eventProto(e topology.Event) (*guidev1.Event, error) {
-	var data *structpb.Struct
-	if e.Data != nil {
-		d, err := structpb.NewStruct(e.Data)
-		if err != nil {
-			return nil, fmt.Errorf("event %s data: %w", e.Type, err)
-		}
-		data = d
+// newEvent is an event the Guide publishes about a session; the caller sets
+// its payload (and its source, when it relays an agent's).
+func newEvent(typ eventv1.EventType, sessionID, correlationID, text string) *eventv1.Event {
+	return &eventv1.Event{Type: typ, SessionId: sessionID, Source: authorGuide, CorrelationId: correlationID, Text: text}
+}
+
+// eventOut is ev, checked and stamped as topology.PublishEvent would, as a
+// publication of a batch under de-duplication id id.
+func (s *Service) eventOut(tenant, id string, ev *eventv1.Event) (outbound, error) {
+	if err := topology.PrepareEvent(ev); err != nil {
+		return outbound{}, err
 	}
-	return &guidev1.Event{SessionId: e.Session, Type: e.Type, Source: e.Source, CorrelationId: e.CorrelationID,
-		CreateTime: timestamppb.Now(), Text: e.Text, Data: data}, nil
+	return outbound{subject: topology.EventSubject(s.bus, tenant, ev.GetSessionId(), ev.GetSource()), id: id, msg: ev}, nil
+}
+
+// publishEvent appends ev to its session's stream under de-duplication id
+// id.
+func (s *Service) publishEvent(ctx context.Context, tenant, id string, ev *eventv1.Event) error {
+	_, err := topology.PublishEvent(ctx, s.bus, tenant, id, ev)
+	return err
 }
 
 // publishBatch publishes msgs in order without waiting for each

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // The reaper enforces the session limits in the background: it suspends
@@ -91,17 +93,8 @@ func (s *Service) reapSessions(ctx context.Context, t transition, where string, 
 		if err != nil {
 			return fmt.Errorf("select sessions to %s: %w", t.verb, err)
 		}
-		var due []session
-		for rows.Next() {
-			x, err := scanSession(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, x)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		due, err := pgx.CollectRows(rows, scanWith(scanSession))
+		if err != nil {
 			return err
 		}
 		for _, x := range due {
@@ -144,16 +137,7 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("select expired requests: %w", err)
 		}
-		for rows.Next() {
-			p, err := scanPending(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if expired, err = pgx.CollectRows(rows, scanWith(scanPending)); err != nil {
 			return err
 		}
 		for _, p := range expired {
@@ -180,13 +164,13 @@ func (s *Service) expireRequests(ctx context.Context) (int, error) {
 			_ = s.deadLetter(ctx, env, fmt.Sprintf("no answer from the %s within %s", p.Target, waited)) // logged
 		}
 		s.metrics.timeouts.WithLabelValues(p.Target).Inc()
-		_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: p.TenantID, Session: p.SessionID,
-			// A request replayed or rerouted may time out again under its
-			// correlation id: each deadline is an event of its own.
-			ID: fmt.Sprintf("%s.timeout.%d", p.CorrelationID, p.Deadline.UnixNano()), Type: eventTimeout, Source: authorGuide, CorrelationID: p.CorrelationID,
-			Text: fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited),
-			Data: map[string]any{"target": p.Target, "error": "DEADLINE_EXCEEDED", "waited_seconds": waited.Seconds()}})
-		if err != nil {
+		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT, p.SessionID, p.CorrelationID,
+			fmt.Sprintf("No answer from the %s within %s. The request is kept as a dead letter and can be replayed.", p.Target, waited))
+		ev.Payload = &eventv1.Event_MessageUnanswered{MessageUnanswered: &eventv1.MessageUnanswered{
+			Target: p.Target, Reason: apierr.ReasonDeadlineExceeded, Waited: durationpb.New(waited)}}
+		// A request replayed or rerouted may time out again under its
+		// correlation id: each deadline is an event of its own.
+		if err := s.publishEvent(ctx, p.TenantID, fmt.Sprintf("%s.timeout.%d", p.CorrelationID, p.Deadline.UnixNano()), ev); err != nil {
 			s.log.WarnContext(ctx, "publish timeout event", slog.String(logx.KeyCorrelationID, p.CorrelationID), logx.Err(err))
 		}
 	}

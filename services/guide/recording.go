@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 )
@@ -52,26 +53,22 @@ func parseRecordingName(name string) (string, string, error) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "recordings" || !ids.Valid(parts[1]) ||
 		!strings.HasPrefix(parts[3], recordingPrefix) || !ids.Valid(strings.TrimPrefix(parts[3], recordingPrefix)) {
-		return "", "", invalid("name", "want sessions/{uuid}/recordings/rec_{uuid}, got %q", truncate(name, 120))
+		return "", "", apierr.Invalid("name", "want sessions/{uuid}/recordings/rec_{uuid}, got %q", truncate(name, 120))
 	}
 	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
 }
 
-// recordQuery appends a user message to the session's active recording,
-// if it has one with room left: one statement, so that a group commit can
-// send it with the message whether or not the session is being recorded.
-func (s *Service) recordQuery(ctx context.Context, q querier, who identity.Identity, m message) error {
-	_, err := q.Exec(ctx, `INSERT INTO recorded_queries (recording_id, idx, time, raw_query, classified_intent,
+// recordQuery is the write that appends a user message to the session's
+// active recording, if it has one with room left: one statement, so that
+// it runs with the message whether or not the session is being recorded.
+func (s *Service) recordQuery(who identity.Identity, m message) stmt {
+	return stmt{sql: `INSERT INTO recorded_queries (recording_id, idx, time, raw_query, classified_intent,
 		routed_to, response, success, correlation_id)
 		SELECT r.id, n.n, $3, $4, $5, $6, $7, $8, $9 FROM recordings r,
 			LATERAL (SELECT count(*) AS n FROM recorded_queries q WHERE q.recording_id = r.id) n
 		WHERE r.tenant_id = $1 AND r.session_id = $2 AND r.stop_time IS NULL AND n.n < $10`,
-		who.TenantID, m.SessionID, m.CreateTime, m.Text, m.Route.IntentType, m.Route.Target,
-		truncate(m.Reply, 4<<10), m.Route.Target != "", m.CorrelationID, s.cfg.MaxRecordingQueries)
-	if err != nil {
-		return fmt.Errorf("record query: %w", err)
-	}
-	return nil
+		args: []any{who.TenantID, m.SessionID, m.CreateTime, m.Text, m.Route.IntentType, m.Route.Target,
+			truncate(m.Reply, 4<<10), m.Route.Target != "", m.CorrelationID, s.cfg.MaxRecordingQueries}}
 }
 
 // StartRecording starts recording a session's queries.
@@ -84,21 +81,21 @@ func (s *Service) StartRecording(ctx context.Context, req *guidev1.StartRecordin
 	desc := strings.TrimSpace(req.GetDescription())
 	switch {
 	case utf8.RuneCountInString(name) > s.cfg.MaxDisplayNameChars:
-		return nil, invalid("display_name", "longer than %d characters", s.cfg.MaxDisplayNameChars)
+		return nil, apierr.Invalid("display_name", "longer than %d characters", s.cfg.MaxDisplayNameChars)
 	case utf8.RuneCountInString(desc) > maxDescription:
-		return nil, invalid("description", "longer than %d characters", maxDescription)
+		return nil, apierr.Invalid("description", "longer than %d characters", maxDescription)
 	case len(req.GetTags()) > maxRecordingTags:
-		return nil, invalid("tags", "at most %d", maxRecordingTags)
+		return nil, apierr.Invalid("tags", "at most %d", maxRecordingTags)
 	case !utf8.ValidString(name) || !utf8.ValidString(desc):
-		return nil, invalid("display_name", "must be valid UTF-8")
+		return nil, apierr.Invalid("display_name", "must be valid UTF-8")
 	}
 	for _, t := range req.GetTags() {
 		if t == "" || len(t) > maxRecordingTagLen || !utf8.ValidString(t) {
-			return nil, invalid("tags", "each tag must be 1 to %d bytes of UTF-8", maxRecordingTagLen)
+			return nil, apierr.Invalid("tags", "each tag must be 1 to %d bytes of UTF-8", maxRecordingTagLen)
 		}
 	}
 	if sess.State != stateActive && sess.State != stateCreated {
-		return nil, s.toStatus(ctx, "start recording", &stateError{current: sess.State, action: "start recording", allowed: []string{stateCreated, stateActive}})
+		return nil, apierr.Status(ctx, s.log, "start recording", stateError(reasonSessionNotOpen, sess.State, "start recording", stateCreated, stateActive))
 	}
 	r := recordingRow{ID: recordingPrefix + ids.New(), SessionID: sess.ID, DisplayName: name, Description: desc,
 		Tags: nonNil(req.GetTags()), CreateTime: s.now()}
@@ -109,14 +106,14 @@ func (s *Service) StartRecording(ctx context.Context, req *guidev1.StartRecordin
 			return err
 		}
 		if active > 0 {
-			return &stateError{current: "being recorded", hint: "stop the current recording first"}
+			return apierr.FailedPrecondition(reasonRecordingInProgress, "session is being recorded; stop the current recording first")
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO recordings (id, tenant_id, user_id, session_id, display_name, description, tags, create_time)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.ID, sess.TenantID, sess.UserID, sess.ID, r.DisplayName, r.Description, r.Tags, r.CreateTime)
 		return err
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, "start recording", err)
+		return nil, apierr.Status(ctx, s.log, "start recording", err)
 	}
 	return &guidev1.StartRecordingResponse{Recording: r.proto()}, nil
 }
@@ -127,7 +124,7 @@ func (s *Service) loadRecording(ctx context.Context, q querier, o owner, session
 		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, o.tenant, o.user, sessionID, id).
 		Scan(&r.ID, &r.SessionID, &r.DisplayName, &r.Description, &r.Tags, &r.CreateTime, &r.StopTime)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, &notFoundError{kind: "recording", name: recordingName(sessionID, id)}
+		return r, apierr.NotFound("recording", recordingName(sessionID, id))
 	}
 	if err != nil {
 		return r, fmt.Errorf("load recording: %w", err)
@@ -164,11 +161,11 @@ func (s *Service) StopRecording(ctx context.Context, req *guidev1.StopRecordingR
 	o := ownerOf(who)
 	if _, err := s.db.Exec(ctx, `UPDATE recordings SET stop_time = $5 WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3
 		AND id = $4 AND stop_time IS NULL`, o.tenant, o.user, sid, rid, s.now()); err != nil {
-		return nil, s.toStatus(ctx, "stop recording", err)
+		return nil, apierr.Status(ctx, s.log, "stop recording", err)
 	}
 	r, err := s.loadRecording(ctx, s.db, o, sid, rid)
 	if err != nil {
-		return nil, s.toStatus(ctx, "stop recording", err)
+		return nil, apierr.Status(ctx, s.log, "stop recording", err)
 	}
 	return &guidev1.StopRecordingResponse{Recording: r.proto()}, nil
 }
@@ -185,7 +182,7 @@ func (s *Service) GetRecording(ctx context.Context, req *guidev1.GetRecordingReq
 	}
 	r, err := s.loadRecording(ctx, s.db, ownerOf(who), sid, rid)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get recording", err)
+		return nil, apierr.Status(ctx, s.log, "get recording", err)
 	}
 	return &guidev1.GetRecordingResponse{Recording: r.proto()}, nil
 }
@@ -200,19 +197,19 @@ func (s *Service) ListRecordings(ctx context.Context, req *guidev1.ListRecording
 		(SELECT count(*) FROM recorded_queries q WHERE q.recording_id = r.id)
 		FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $2 ORDER BY r.create_time, r.id`, sess.TenantID, sess.ID)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list recordings", err)
+		return nil, apierr.Status(ctx, s.log, "list recordings", err)
 	}
 	defer rows.Close()
 	resp := &guidev1.ListRecordingsResponse{}
 	for rows.Next() {
 		var r recordingRow
 		if err := rows.Scan(&r.ID, &r.SessionID, &r.DisplayName, &r.Description, &r.Tags, &r.CreateTime, &r.StopTime, &r.Count); err != nil {
-			return nil, s.toStatus(ctx, "list recordings", err)
+			return nil, apierr.Status(ctx, s.log, "list recordings", err)
 		}
 		resp.Recordings = append(resp.Recordings, r.proto())
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.toStatus(ctx, "list recordings", err)
+		return nil, apierr.Status(ctx, s.log, "list recordings", err)
 	}
 	return resp, nil
 }
@@ -234,12 +231,12 @@ func (s *Service) ReplayRecording(ctx context.Context, req *guidev1.ReplayRecord
 		mode = guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE
 	}
 	if _, ok := guidev1.ReplayMode_name[int32(mode)]; !ok {
-		return nil, invalid("mode", "unknown replay mode %d", mode)
+		return nil, apierr.Invalid("mode", "unknown replay mode %d", mode)
 	}
 	o := ownerOf(who)
 	rec, err := s.loadRecording(ctx, s.db, o, sid, rid)
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay recording", err)
+		return nil, apierr.Status(ctx, s.log, "replay recording", err)
 	}
 	target := sid
 	if ts := req.GetTargetSession(); ts != "" {
@@ -249,10 +246,10 @@ func (s *Service) ReplayRecording(ctx context.Context, req *guidev1.ReplayRecord
 	}
 	tsess, err := getSession(ctx, s.db, o, target, false)
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay recording", err)
+		return nil, apierr.Status(ctx, s.log, "replay recording", err)
 	}
 	if mode != guidev1.ReplayMode_REPLAY_MODE_DRY_RUN && tsess.State != stateActive {
-		return nil, s.toStatus(ctx, "replay recording", &stateError{current: tsess.State, action: "replay into it", allowed: []string{stateActive}})
+		return nil, apierr.Status(ctx, s.log, "replay recording", stateError(reasonSessionNotActive, tsess.State, "replay into it", stateActive))
 	}
 	now := s.now()
 	state := &guidev1.ReplayState{Recording: req.GetName(), Mode: mode, StartTime: timestamppb.New(now), Modifications: map[int32]string{}}
@@ -280,7 +277,7 @@ func (s *Service) ReplayRecording(ctx context.Context, req *guidev1.ReplayRecord
 		id := ids.New()
 		if _, err := s.db.Exec(ctx, `INSERT INTO replays (id, tenant_id, user_id, session_id, recording_id, mode, start_time, done)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, o.tenant, o.user, target, rid, "interactive", now, len(rec.Queries) == 0); err != nil {
-			return nil, s.toStatus(ctx, "replay recording", err)
+			return nil, apierr.Status(ctx, s.log, "replay recording", err)
 		}
 		state.Name = sessionsCollection + target + "/replays/" + id
 		state.Done = len(rec.Queries) == 0
@@ -332,115 +329,152 @@ func (s *Service) replaySend(ctx context.Context, target string, index int32, te
 // it, modify sends the given text instead, skip passes over it, abort ends
 // the replay.
 func (s *Service) StepReplay(ctx context.Context, req *guidev1.StepReplayRequest) (*guidev1.StepReplayResponse, error) {
+	st, err := readReplayStep(ctx, req)
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	if err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return st.load(ctx, tx) }); err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	// The query is sent before the replay moves past it, so that one the
+	// session did not take (suspended, or the bus down) is still the next
+	// one.
+	result, err := s.sendStep(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.save(ctx, s.db); err != nil {
+		return nil, apierr.Status(ctx, s.log, "step replay", err)
+	}
+	return &guidev1.StepReplayResponse{State: st.state(), Result: result}, nil
+}
+
+// replayStep is one step of an interactive replay: the replay as read,
+// the query it is at, and the replay as it will be after the step.
+type replayStep struct {
+	name, action, text string
+	owner              owner
+	sessionID, id      string
+	recordingID        string
+	index, next        int32
+	skipped            []int32
+	mods               map[string]string
+	done               bool
+	start              time.Time
+	query              *guidev1.RecordedQuery
+}
+
+// readReplayStep checks a StepReplay request.
+func readReplayStep(ctx context.Context, req *guidev1.StepReplayRequest) (*replayStep, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
 	}
 	parts := strings.Split(req.GetName(), "/")
 	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "replays" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
-		return nil, invalid("name", "want sessions/{uuid}/replays/{uuid}, got %q", truncate(req.GetName(), 120))
+		return nil, apierr.Invalid("name", "want sessions/{uuid}/replays/{uuid}, got %q", truncate(req.GetName(), 120))
 	}
 	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
 	switch action {
 	case "continue", "skip", "modify", "abort":
 	default:
-		return nil, invalid("action", "want continue, skip, modify or abort, got %q", truncate(action, 20))
+		return nil, apierr.Invalid("action", "want continue, skip, modify or abort, got %q", truncate(action, 20))
 	}
 	text := strings.TrimSpace(req.GetText())
 	if action == "modify" && text == "" {
-		return nil, invalid("text", "required to modify a query")
+		return nil, apierr.Invalid("text", "required to modify a query")
 	}
-	o := ownerOf(who)
-	sid, id := strings.ToLower(parts[1]), strings.ToLower(parts[3])
-	var recID string
-	var idx, next int32
-	var skipped []int32
-	var mods map[string]string
-	var done bool
-	var start time.Time
-	var query *guidev1.RecordedQuery
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
-			WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, o.tenant, o.user, sid, id).
-			Scan(&recID, &idx, &skipped, &mods, &done, &start)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &notFoundError{kind: "replay", name: req.GetName()}
-		}
-		if err != nil {
+	return &replayStep{name: req.GetName(), action: action, text: text, owner: ownerOf(who),
+		sessionID: strings.ToLower(parts[1]), id: strings.ToLower(parts[3])}, nil
+}
+
+// load reads the replay and the query it is at, and works out where the
+// step leaves it.
+func (st *replayStep) load(ctx context.Context, tx pgx.Tx) error {
+	err := tx.QueryRow(ctx, `SELECT recording_id, current_index, skipped, modifications, done, start_time FROM replays
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4`, st.owner.tenant, st.owner.user, st.sessionID, st.id).
+		Scan(&st.recordingID, &st.index, &st.skipped, &st.mods, &st.done, &st.start)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apierr.NotFound("replay", st.name)
+	}
+	if err != nil {
+		return err
+	}
+	if st.done {
+		return apierr.FailedPrecondition(reasonReplayFinished, "this replay is done; start another")
+	}
+	// A replay covers the queries recorded when it started: replaying a
+	// recording that is still recording into its own session records each
+	// query again, and those must not be replayed in turn.
+	var total int32
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1 AND time <= $2`,
+		st.recordingID, st.start).Scan(&total); err != nil {
+		return err
+	}
+	if st.action != "abort" && st.index < total {
+		st.query = &guidev1.RecordedQuery{}
+		if err := tx.QueryRow(ctx, `SELECT idx, raw_query FROM recorded_queries WHERE recording_id = $1 AND idx = $2`,
+			st.recordingID, st.index).Scan(&st.query.Index, &st.query.RawQuery); err != nil {
 			return err
 		}
-		if done {
-			return &stateError{current: "finished", hint: "this replay is done; start another"}
-		}
-		// A replay covers the queries recorded when it started: replaying a
-		// recording that is still recording into its own session records
-		// each query again, and those must not be replayed in turn.
-		var total int32
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM recorded_queries WHERE recording_id = $1 AND time <= $2`,
-			recID, start).Scan(&total); err != nil {
-			return err
-		}
-		if action != "abort" && idx < total {
-			query = &guidev1.RecordedQuery{}
-			if err := tx.QueryRow(ctx, `SELECT idx, raw_query FROM recorded_queries WHERE recording_id = $1 AND idx = $2`, recID, idx).
-				Scan(&query.Index, &query.RawQuery); err != nil {
-				return err
-			}
-		}
-		next = idx
-		switch action {
-		case "abort":
-			done = true
-		case "skip":
-			skipped = append(skipped, idx)
-			next++
-		case "modify":
-			mods[strconv.Itoa(int(idx))] = text
-			next++
-		default:
-			next++
-		}
-		if next >= total {
-			done = true
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, s.toStatus(ctx, "step replay", err)
 	}
-	// The query is sent before the replay moves past it, so that one the
-	// session did not take (suspended, or the bus down) is still the next
-	// one. Its request id makes a step retried after a failure, or taken
-	// twice at once, send it once.
-	var result *guidev1.ReplayStepResult
-	if query != nil {
-		requestID := fmt.Sprintf("replay/%s/%d", id, query.GetIndex())
-		switch action {
-		case "skip":
-			result = &guidev1.ReplayStepResult{Index: query.GetIndex(), Query: query.GetRawQuery(), Action: "skipped"}
-		case "modify":
-			if result, err = s.replaySend(ctx, sid, query.GetIndex(), text, "modified", requestID); err != nil {
-				return nil, err
-			}
-		default:
-			if result, err = s.replaySend(ctx, sid, query.GetIndex(), query.GetRawQuery(), "sent", requestID); err != nil {
-				return nil, err
-			}
-		}
+	st.next = st.index
+	switch st.action {
+	case "abort":
+		st.done = true
+	case "skip":
+		st.skipped = append(st.skipped, st.index)
+		st.next++
+	case "modify":
+		st.mods[strconv.Itoa(int(st.index))] = st.text
+		st.next++
+	default:
+		st.next++
 	}
-	tag, err := s.db.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
-		WHERE id = $1 AND current_index = $2 AND NOT done AND tenant_id = $7 AND user_id = $8`, id, idx, next, skipped, mods, done, o.tenant, o.user)
+	st.done = st.done || st.next >= total
+	return nil
+}
+
+// sendStep sends the step's query (or its modified text) into the session.
+// Its request id makes a step retried after a failure, or taken twice at
+// once, send it once.
+func (s *Service) sendStep(ctx context.Context, st *replayStep) (*guidev1.ReplayStepResult, error) {
+	q := st.query
+	if q == nil {
+		return nil, nil
+	}
+	requestID := fmt.Sprintf("replay/%s/%d", st.id, q.GetIndex())
+	switch st.action {
+	case "skip":
+		return &guidev1.ReplayStepResult{Index: q.GetIndex(), Query: q.GetRawQuery(), Action: "skipped"}, nil
+	case "modify":
+		return s.replaySend(ctx, st.sessionID, q.GetIndex(), st.text, "modified", requestID)
+	}
+	return s.replaySend(ctx, st.sessionID, q.GetIndex(), q.GetRawQuery(), "sent", requestID)
+}
+
+// save moves the replay on, unless another step moved it first.
+func (st *replayStep) save(ctx context.Context, q querier) error {
+	tag, err := q.Exec(ctx, `UPDATE replays SET current_index = $3, skipped = $4, modifications = $5, done = $6
+		WHERE id = $1 AND current_index = $2 AND NOT done AND tenant_id = $7 AND user_id = $8`,
+		st.id, st.index, st.next, st.skipped, st.mods, st.done, st.owner.tenant, st.owner.user)
 	if err != nil {
-		return nil, s.toStatus(ctx, "step replay", err)
+		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return nil, s.toStatus(ctx, "step replay", &conflictError{msg: "the replay moved on meanwhile; read it again"})
+		return conflict(reasonReplayMovedOn, "the replay moved on meanwhile; read it again")
 	}
-	state := &guidev1.ReplayState{Name: req.GetName(), Recording: recordingName(sid, recID), Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE,
-		CurrentIndex: next, SkippedIndices: skipped, Modifications: map[int32]string{}, Done: done, StartTime: timestamppb.New(start)}
-	for k, v := range mods {
+	return nil
+}
+
+// state is the replay after the step.
+func (st *replayStep) state() *guidev1.ReplayState {
+	out := &guidev1.ReplayState{Name: st.name, Recording: recordingName(st.sessionID, st.recordingID),
+		Mode: guidev1.ReplayMode_REPLAY_MODE_INTERACTIVE, CurrentIndex: st.next, SkippedIndices: st.skipped,
+		Modifications: map[int32]string{}, Done: st.done, StartTime: timestamppb.New(st.start)}
+	for k, v := range st.mods {
 		n, _ := strconv.Atoi(k)
-		state.Modifications[int32(n)] = v
+		out.Modifications[int32(n)] = v
 	}
-	return &guidev1.StepReplayResponse{State: state, Result: result}, nil
+	return out
 }

@@ -1,30 +1,30 @@
 package guide
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math"
-	"math/rand/v2"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
+)
+
+// Routing tiers, as reported in Route.tier.
+const (
+	tierSlashCommand  = "slash_command"
+	tierSkill         = "skill"
+	tierCache         = "cache"
+	tierClassifier    = "classifier"
+	tierClarification = "clarification"
 )
 
 // routePlan is what SendMessage stores with a message besides the message:
@@ -49,22 +49,10 @@ func (r outcomeRoute) proto() *guidev1.Route {
 	}
 }
 
-func (r outcomeRoute) eventData(message string) map[string]any {
-	d := map[string]any{
-		"target":      r.Target,
-		"confidence":  r.Confidence,
-		"tier":        r.Tier,
-		"intent_type": r.IntentType,
-		"message":     message,
-		"cached":      r.Cached,
-	}
-	if r.KnowledgeIntent != "" {
-		d["knowledge_intent"] = r.KnowledgeIntent
-	}
-	if r.TimeScope != "" {
-		d["time_scope"] = r.TimeScope
-	}
-	return d
+// routed is the route as a message_routed event tells it.
+func (r outcomeRoute) routed(message string) *eventv1.MessageRouted {
+	return &eventv1.MessageRouted{Message: message, Target: r.Target, Tier: r.Tier, Confidence: r.Confidence,
+		IntentType: r.IntentType, Reason: r.Reason, Cached: r.Cached, KnowledgeIntent: r.KnowledgeIntent, TimeScope: r.TimeScope}
 }
 
 // Direct skills (spec A-28): "show me X" and "what is X" for a code
@@ -119,11 +107,11 @@ func (s *Service) classifyText(ctx context.Context, tenant, text string) (Classi
 	cl, err := s.classifier.Classify(ctx, text)
 	if err != nil {
 		s.log.ErrorContext(ctx, "classifier failed", logx.Err(err))
-		return Classification{}, "", status.Error(codes.Unavailable, "message classifier unavailable; retry later")
+		return Classification{}, "", apierr.Unavailable(reasonClassifierUnavailable, "message classifier unavailable; retry later")
 	}
 	if cl.Target != "" {
 		if err := s.applyFailureFeedback(ctx, tenant, text, &cl); err != nil {
-			return Classification{}, "", s.toStatus(ctx, "classify message", err)
+			return Classification{}, "", apierr.Status(ctx, s.log, "classify message", err)
 		}
 	}
 	return cl, tierClassifier, nil
@@ -139,7 +127,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 		m.Route.IntentType = gateAmbiguous
 		m.Route.KnowledgeIntent, m.Route.TimeScope = "", ""
 		question, options := clarification(cl)
-		return s.askUser(who, sess, m, question, options, "routing")
+		return s.askUser(who, sess, m, question, options, contextRouting)
 	}
 	// Step 2 of the intent gate (spec A-30): a change the architect would
 	// have to guess about is asked about first.
@@ -155,14 +143,8 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	if a, ok := s.cache.answer(ctx, key); ok {
 		m.Route.Cached = true
 		m.Route.Tier = tierCache
-		m.Reply = a.Text
-		data := map[string]any{}
-		for k, v := range a.Data {
-			data[k] = v
-		}
-		data["cached"] = true
-		data["agent"] = a.Agent
-		m.CachedData = data
+		m.Reply = a.GetText()
+		m.CachedAnswer = a
 		s.metrics.answerCache.WithLabelValues(cl.Target, "hit").Inc()
 		return routePlan{}
 	}
@@ -171,7 +153,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	}
 	// Step 3 (spec A-30): a change goes to the architect with what the
 	// librarian and the archivalist know about its area.
-	m.Enrichment = s.preRoute(ctx, cl, routeText(*m))
+	m.PreRoute = s.preRoute(ctx, cl, routeText(*m))
 	return routePlan{pending: true, cacheKey: key, cacheTTL: ttl}
 }
 
@@ -184,6 +166,10 @@ func routeText(m message) string {
 	return m.Text
 }
 
+// contextRouting is the context of the Guide's question when it cannot
+// tell where a message goes.
+const contextRouting = "routing"
+
 // askUser makes m a question to the user instead of a route.
 func (s *Service) askUser(who identity.Identity, sess session, m *message, question string, options []string, context string) routePlan {
 	m.Route.Target = ""
@@ -194,409 +180,11 @@ func (s *Service) askUser(who identity.Identity, sess session, m *message, quest
 		CorrelationID: m.CorrelationID, RequestingAgent: authorGuide, Question: m.Reply, Options: m.Options,
 		Context: context, Original: routeText(*m), CreateTime: m.CreateTime}
 	m.ClarificationID = c.ID
+	m.ClarifyReason = context
+	if context == contextRouting {
+		m.ClarifyReason = "low_confidence"
+	}
 	return routePlan{clarification: c}
-}
-
-// persistPlan stores, in the message's transaction, the pending request or
-// the clarification of plan and counts the routing decision. Its writes
-// ignore the command tags, so q may be a pipeline (pipeQuerier). The caller
-// records the query when the session is being recorded.
-func (s *Service) persistPlan(ctx context.Context, q querier, who identity.Identity, m message, plan routePlan, counts *routeCounts) error {
-	if plan.clarification != nil {
-		if err := insertClarification(ctx, q, *plan.clarification); err != nil {
-			return err
-		}
-	}
-	if plan.pending {
-		raw := m.Envelope
-		if raw == nil {
-			var err error
-			if raw, err = proto.Marshal(s.envelope(who, m)); err != nil {
-				return fmt.Errorf("encode envelope: %w", err)
-			}
-		}
-		text := m.Text
-		if m.RouteText != "" {
-			text = m.RouteText
-		}
-		mid := m.ID
-		if err := insertPending(ctx, q, pendingRequest{
-			CorrelationID: m.CorrelationID, TenantID: who.TenantID, UserID: who.UserID, SessionID: m.SessionID,
-			MessageID: &mid, Target: m.Route.Target, IntentType: m.Route.IntentType, Original: text, Envelope: raw,
-			Deadline: m.CreateTime.Add(s.cfg.RequestTimeout), CreateTime: m.CreateTime, State: statePending,
-		}); err != nil {
-			return err
-		}
-		if plan.cacheKey != "" {
-			if _, err := q.Exec(ctx, `UPDATE pending_requests SET cache_key = $2, cache_ttl_ms = $3 WHERE correlation_id = $1 AND tenant_id = $4`,
-				m.CorrelationID, plan.cacheKey, plan.cacheTTL.Milliseconds(), who.TenantID); err != nil {
-				return fmt.Errorf("record cache key: %w", err)
-			}
-		}
-	}
-	if m.Route.Target != "" && m.Route.Target != authorGuide && m.Route.IntentType != "" && m.AnswerTo == nil {
-		k := routeCountKey{who.TenantID, m.Route.IntentType, confidenceBucket(m.Route.Confidence)}
-		if counts != nil {
-			counts.add(k)
-		} else if err := writeRouteCounts(ctx, q, map[routeCountKey]int64{k: 1}, aloneShard()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// routingCountShards is how many rows each (tenant, intent type) counter
-// is spread over: group commit writer i adds to shard i, other transactions
-// to a random one of the rest, so that concurrent transactions do not queue
-// on one row lock until each commit reaches the disk.
-const routingCountShards = 16
-
-// routeCountKey is one routing counter: a tenant's decisions of one intent
-// type and one tenth of confidence.
-type routeCountKey struct {
-	tenant, intent string
-	bucket         int16
-}
-
-// confidenceBucket is the tenth a confidence falls in, 0 to 9 (spec A-33:
-// failure rate per confidence).
-func confidenceBucket(c float64) int16 {
-	return int16(min(max(int(c*10), 0), 9))
-}
-
-// bucketLabel names a tenth by its lower bound: "0.8".
-func bucketLabel(b int16) string { return fmt.Sprintf("%.1f", float64(b)/10) }
-
-// routeCounts gathers the routing decisions of a group commit, written
-// once per counter at its end.
-type routeCounts struct{ m map[routeCountKey]int64 }
-
-func (c *routeCounts) add(k routeCountKey) {
-	if c.m == nil {
-		c.m = map[routeCountKey]int64{}
-	}
-	c.m[k]++
-}
-
-// aloneShard is the counter shard of a transaction outside group commit.
-func aloneShard() int {
-	return defaultCommitWriters + rand.IntN(routingCountShards-defaultCommitWriters)
-}
-
-// writeRouteCounts adds counts to shard, in key order so that concurrent
-// writers lock rows in the same order.
-func writeRouteCounts(ctx context.Context, q querier, counts map[routeCountKey]int64, shard int) error {
-	keys := slices.SortedFunc(maps.Keys(counts), func(a, b routeCountKey) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.intent, b.intent), cmp.Compare(a.bucket, b.bucket))
-	})
-	for _, k := range keys {
-		if _, err := q.Exec(ctx, `INSERT INTO routing_counts (tenant_id, intent_type, confidence_bucket, shard, routed) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (tenant_id, intent_type, confidence_bucket, shard) DO UPDATE SET routed = routing_counts.routed + EXCLUDED.routed`,
-			k.tenant, k.intent, k.bucket, shard, counts[k]); err != nil {
-			return fmt.Errorf("count routes: %w", err)
-		}
-	}
-	return nil
-}
-
-// requestPattern is what a request is remembered by for routing failures:
-// its content words, sorted.
-func requestPattern(text string) string {
-	var words []string
-	for _, w := range wordPattern.FindAllString(strings.ToLower(text), -1) {
-		if stopWords[w] || slices.Contains(words, w) {
-			continue
-		}
-		words = append(words, w)
-	}
-	sort.Strings(words)
-	return strings.Join(words, " ")
-}
-
-// applyFailureFeedback lowers a classification's confidence by the
-// penalty for each recorded routing failure of the same request pattern
-// to the same agent (spec A-31, A-33), and offers the agent the failures
-// said it should have been.
-func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string, cl *Classification) error {
-	pattern := requestPattern(text)
-	counts, ok, err := s.failures.lookup(ctx, s.db, tenant, pattern, cl.Target)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		if counts, err = queryFailures(ctx, s.db, tenant, pattern, cl.Target); err != nil {
-			return err
-		}
-	}
-	total := 0
-	var better []string
-	for _, c := range counts {
-		total += c.n
-		better = append(better, c.agent)
-	}
-	if total == 0 {
-		return nil
-	}
-	penalty := math.Min(0.5, float64(total)*s.cfg.FailurePenalty)
-	cl.Confidence = math.Max(0, math.Round((cl.Confidence-penalty)*1000)/1000)
-	cl.Reason += fmt.Sprintf("; lowered by %.2f for %d past misroute(s)", penalty, total)
-	cands := slices.Clone(better)
-	for _, c := range cl.Candidates {
-		if !slices.Contains(cands, c) {
-			cands = append(cands, c)
-		}
-	}
-	cl.Candidates = cands
-	return nil
-}
-
-// queryFailures counts the failures of a pattern routed to an agent by the
-// agent it should have been, most frequent first.
-func queryFailures(ctx context.Context, q querier, tenant, pattern, routedTo string) ([]failureCount, error) {
-	rows, err := q.Query(ctx, `SELECT should_have_been, count(*) FROM routing_failures
-		WHERE tenant_id = $1 AND pattern = $2 AND routed_to = $3 GROUP BY should_have_been ORDER BY count(*) DESC, should_have_been`,
-		tenant, pattern, routedTo)
-	if err != nil {
-		return nil, fmt.Errorf("look up routing failures: %w", err)
-	}
-	defer rows.Close()
-	var out []failureCount
-	for rows.Next() {
-		var c failureCount
-		if err := rows.Scan(&c.agent, &c.n); err != nil {
-			return nil, fmt.Errorf("look up routing failures: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("look up routing failures: %w", err)
-	}
-	return out, nil
-}
-
-// CumulativeConfidence is the product of a confidence chain (spec A-05).
-func CumulativeConfidence(chain []*messagev1.ConfidenceEntry) float64 {
-	if len(chain) == 0 {
-		return 0
-	}
-	p := 1.0
-	for _, e := range chain {
-		p *= e.GetConfidence()
-	}
-	return p
-}
-
-// ConfidenceBand names a cumulative confidence (spec A-05) and the
-// suggested action; the requesting agent decides.
-func ConfidenceBand(c float64) (band, action string) {
-	switch {
-	case c >= 0.9:
-		band = "high"
-	case c >= 0.7:
-		band = "good"
-	case c >= 0.5:
-		band = "moderate"
-	case c >= 0.3:
-		band = "low"
-	default:
-		band = "very_low"
-	}
-	switch {
-	case c >= 0.65:
-		action = "proceed"
-	case c >= 0.5:
-		action = "query_more_agents"
-	case c >= 0.35:
-		action = "consider_escalating"
-	default:
-		action = "escalate"
-	}
-	return band, action
-}
-
-// ownSession loads one of the caller's sessions by name.
-func (s *Service) ownSession(ctx context.Context, name string) (session, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return session{}, err
-	}
-	id, err := parseSessionName("parent", name)
-	if err != nil {
-		return session{}, err
-	}
-	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
-	if err != nil {
-		return session{}, s.toStatus(ctx, "load session", err)
-	}
-	return sess, nil
-}
-
-// parseClarificationName returns the session and clarification ids of
-// "sessions/{s}/clarifications/{c}".
-func parseClarificationName(field, name string) (string, string, error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 4 || parts[0] != "sessions" || parts[2] != "clarifications" || !ids.Valid(parts[1]) || !ids.Valid(parts[3]) {
-		return "", "", invalid(field, "want sessions/{uuid}/clarifications/{uuid}, got %q", truncate(name, 120))
-	}
-	return strings.ToLower(parts[1]), strings.ToLower(parts[3]), nil
-}
-
-// answerClarification takes the user's answer to a pending question. The
-// answer to an agent's question goes back to that agent (spec A-07); the
-// answer to the Guide's own routing question routes the original request
-// to the agent chosen, or classifies it again with the added detail.
-func (s *Service) answerClarification(ctx context.Context, who identity.Identity, sess session, text, inReplyTo, requestID string) (*guidev1.SendMessageResponse, error) {
-	sid, cid, err := parseClarificationName("in_reply_to", inReplyTo)
-	if err != nil {
-		return nil, err
-	}
-	if sid != sess.ID {
-		return nil, invalid("in_reply_to", "names a clarification of another session")
-	}
-	o := ownerOf(who)
-	m := message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now()}
-	if requestID != "" {
-		m.RequestID = &requestID
-	}
-	// The answer to the Guide's own question is classified, and a change
-	// checked with the knowledge agents, before the transaction opens, so
-	// that no connection is held while they answer. The transaction then
-	// takes the clarification, and fails if another answer took it first.
-	open, err := openClarification(ctx, s.db, o, sess.ID, cid)
-	if err != nil {
-		return nil, s.toStatus(ctx, "answer clarification", err)
-	}
-	var (
-		plan           routePlan
-		closeEscalated bool
-		routedAnswer   message
-	)
-	if open.RequestingAgent == authorGuide {
-		routedAnswer = m
-		plan, closeEscalated = s.routeAnswer(ctx, who, sess, &routedAnswer, open)
-	}
-	var after []func(context.Context)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		active, recording, err := touchActiveSession(ctx, tx, o, sess.ID, m.CreateTime)
-		if err != nil {
-			return err
-		}
-		if !active {
-			return sendStateError(sess.State)
-		}
-		c, err := takeClarification(ctx, tx, o, sess.ID, cid, text, m.CreateTime)
-		if err != nil {
-			return err
-		}
-		if c.RequestingAgent != authorGuide {
-			m.Recording = recording
-			m.CorrelationID = c.CorrelationID
-			envelopeID := ids.New()
-			m.EnvelopeID = &envelopeID
-			m.Route = outcomeRoute{Target: c.RequestingAgent, Tier: tierClarification, Confidence: 1,
-				IntentType: "CLARIFICATION_RESPONSE", Reason: "answer to the " + c.RequestingAgent + "'s question"}
-			m.AnswerTo = &c
-		} else {
-			m = routedAnswer
-			m.Recording = recording
-			if closeEscalated {
-				if _, err := setPendingState(ctx, tx, who.TenantID, c.CorrelationID, stateEscalated, stateClosed); err != nil {
-					s.log.WarnContext(ctx, "close escalated request", logx.Err(err))
-				}
-			}
-		}
-		if err := s.sealEnvelope(who, &m); err != nil {
-			return err
-		}
-		if err := insertMessage(ctx, tx, o, m); err != nil {
-			return err
-		}
-		if err := s.persistPlan(ctx, tx, who, m, plan, nil); err != nil {
-			return err
-		}
-		if m.Recording {
-			if err := s.recordQuery(ctx, tx, who, m); err != nil {
-				return err
-			}
-		}
-		if m.ReplyID != nil {
-			if err := insertMessage(ctx, tx, o, message{ID: *m.ReplyID, SessionID: sess.ID, Author: authorGuide,
-				Text: m.Reply, CorrelationID: m.CorrelationID, CreateTime: s.now()}); err != nil {
-				return err
-			}
-		}
-		after = append(after, func(ctx context.Context) {
-			_, err := topology.PublishEvent(ctx, s.bus, topology.Event{Tenant: who.TenantID, Session: sess.ID,
-				ID: m.ID + ".clarified", Type: eventClarified, Source: authorGuide, CorrelationID: m.CorrelationID, Text: text,
-				Data: map[string]any{"clarification": clarificationName(sess.ID, c.ID), "requesting_agent": c.RequestingAgent,
-					"target": m.Route.Target}})
-			if err != nil {
-				s.log.WarnContext(ctx, "publish clarification answer", logx.Err(err))
-			}
-		})
-		return nil
-	})
-	if err != nil {
-		return nil, s.toStatus(ctx, "answer clarification", err)
-	}
-	if err := s.dispatch(ctx, who, m); err != nil {
-		return nil, err
-	}
-	for _, f := range after {
-		f(ctx)
-	}
-	return m.response(), nil
-}
-
-// routeAnswer handles the answer to the Guide's own question: an agent
-// named in the options routes the original request there; otherwise the
-// original request and the answer are classified together. closeEscalated
-// says that the answer settles an escalated reroute, whose pending request
-// the caller closes in its transaction.
-func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess session, m *message, c clarificationRow) (plan routePlan, closeEscalated bool) {
-	lower := strings.ToLower(m.Text)
-	chosen := ""
-	for _, opt := range slices.Concat(c.Options, routableAgents) {
-		if containsPhrase(lower, opt) {
-			chosen = opt
-			break
-		}
-	}
-	m.RouteText = c.Original
-	if chosen != "" {
-		cl, err := s.classifier.Classify(ctx, c.Original)
-		if err != nil {
-			cl = Classification{}
-		}
-		if cl.Target != chosen {
-			cl.KnowledgeIntent, cl.TimeScope = "", ""
-			switch chosen {
-			case topology.AgentLibrarian:
-				cl.KnowledgeIntent = librarianIntent(strings.ToLower(c.Original))
-			case topology.AgentArchivalist:
-				cl.KnowledgeIntent = archivalistIntent(strings.ToLower(c.Original))
-				cl.TimeScope, _ = timeScope(strings.ToLower(c.Original))
-			}
-			if cl.IntentType == "" || cl.IntentType == gateAmbiguous {
-				cl.IntentType = gateExploratory
-				if chosen == topology.AgentArchitect {
-					cl.IntentType = gateExplicit
-				}
-			}
-		}
-		cl.Target, cl.Confidence = chosen, 1
-		cl.Reason = "the user chose the " + chosen
-		m.CorrelationID = ids.New()
-		return s.planRoute(ctx, who, sess, m, cl, tierClarification), c.Context == contextReroute
-	}
-	combined := c.Original + " " + m.Text
-	cl, err := s.classifier.Classify(ctx, combined)
-	if err != nil {
-		cl = Classification{}
-	}
-	m.RouteText = combined
-	m.CorrelationID = ids.New()
-	return s.planRoute(ctx, who, sess, m, cl, tierClarification), false
 }
 
 // logRouteDecision logs a decision at debug level.
@@ -604,4 +192,47 @@ func (s *Service) logRouteDecision(ctx context.Context, m message) {
 	s.log.DebugContext(ctx, "message handled", slog.String(logx.KeySessionID, m.SessionID),
 		slog.String(logx.KeyCorrelationID, m.CorrelationID), slog.String("tier", m.Route.Tier),
 		slog.String(logx.KeyAgent, m.Route.Target), slog.Float64("confidence", m.Route.Confidence))
+}
+
+// agentPurposes describe the routable agents when the Guide asks the user
+// to choose, in the order they are offered.
+var agentPurposes = []struct{ agent, purpose string }{
+	{topology.AgentLibrarian, "search this codebase"},
+	{topology.AgentArchivalist, "recall what was done or decided before"},
+	{topology.AgentAcademic, "look up external knowledge (documentation, best practices, research)"},
+	{topology.AgentArchitect, "plan a change to the code"},
+}
+
+// clarification builds the question asked when routing is ambiguous and the
+// agents offered as answers: the plausible ones, or all when fewer than two
+// matched.
+func clarification(c Classification) (string, []string) {
+	options := slices.Clone(c.Candidates)
+	if len(options) > 3 {
+		options = options[:3]
+	}
+	if len(options) < 2 {
+		for _, p := range agentPurposes {
+			if !slices.Contains(options, p.agent) {
+				options = append(options, p.agent)
+			}
+		}
+	}
+	parts := make([]string, 0, len(options))
+	for _, o := range options {
+		for _, p := range agentPurposes {
+			if p.agent == o {
+				parts = append(parts, fmt.Sprintf("%s (%s)", p.purpose, p.agent))
+			}
+		}
+	}
+	var list string
+	switch len(parts) {
+	case 0:
+	case 1:
+		list = parts[0]
+	default:
+		list = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+	}
+	return fmt.Sprintf("I am not sure who should handle this. Do you want to %s? Reply with more detail.", list), options
 }

@@ -270,27 +270,18 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return s.bus.Consume(gctx, natsx.ConsumerSpec{
-			Stream:         s.bus.Stream(topology.StreamAgents),
-			Durable:        "guide",
-			FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentGuide)},
-		}, s.handleInbox)
+		return s.bus.Consume(gctx, topology.InboxConsumer(s.bus, topology.AgentGuide, natsx.ConsumerSpec{}), s.handleInbox)
 	})
 	// The correlator's consumer of every event, before events said their
 	// origin, is replaced by one of the agents' events only.
-	if err := s.bus.JS.DeleteConsumer(ctx, s.bus.Stream(topology.StreamEvents), "guide-correlator"); err != nil &&
+	if err := s.bus.JS.DeleteConsumer(ctx, topology.EventsStream(s.bus), topology.DurableCorrelatorLegacy); err != nil &&
 		!errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.WarnContext(ctx, "remove the former correlator consumer", logx.Err(err))
 	}
 	// The correlator takes the agents' events only: the Guide's own never
 	// answer a request, and would double what the bus delivers here.
 	g.Go(func() error {
-		return s.bus.Consume(gctx, natsx.ConsumerSpec{
-			Stream:         s.bus.Stream(topology.StreamEvents),
-			Durable:        "guide-correlator-agents",
-			FilterSubjects: []string{topology.AgentEvents(s.bus)},
-			MaxAckPending:  1024,
-		}, s.handleEvent)
+		return s.bus.Consume(gctx, topology.AgentEventsConsumer(s.bus, natsx.ConsumerSpec{MaxAckPending: 1024}), s.handleEvent)
 	})
 	g.Go(func() error { return s.reap(gctx) })
 	g.Go(func() error { return s.relay(gctx) }) // outbox.go

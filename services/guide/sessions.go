@@ -4,71 +4,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
-
-// transition is one edge set of the session state machine: from any of
-// from, verb leads to state to.
-type transition struct {
-	verb  string
-	from  []string
-	to    string
-	event string
-}
-
-// The session state machine (spec A-16):
-//
-//	created   -activate-> active
-//	active    -suspend->  suspended  (snapshot taken)
-//	suspended -resume->   active     (snapshot restored)
-//	active, suspended -complete-> completed
-//	created, active, suspended -fail-> failed
-//
-// completed and failed are final.
-var (
-	activateTransition = transition{verb: "activate", from: []string{stateCreated}, to: stateActive, event: "session.activated"}
-	suspendTransition  = transition{verb: "suspend", from: []string{stateActive}, to: stateSuspended, event: "session.suspended"}
-	resumeTransition   = transition{verb: "resume", from: []string{stateSuspended}, to: stateActive, event: "session.resumed"}
-	completeTransition = transition{verb: "complete", from: []string{stateActive, stateSuspended}, to: stateCompleted, event: "session.completed"}
-	failTransition     = transition{verb: "fail", from: []string{stateCreated, stateActive, stateSuspended}, to: stateFailed, event: "session.failed"}
-)
-
-// apply moves s along t at time at, recording the transition with its
-// reason, or returns a stateError naming the current and allowed states.
-func (t transition) apply(s *session, at time.Time, reason string) error {
-	if !slices.Contains(t.from, s.State) {
-		return &stateError{current: s.State, action: t.verb, allowed: t.from}
-	}
-	s.Transitions = append(s.Transitions, transitionRecord{From: s.State, To: t.to, Time: at, Reason: reason})
-	s.State = t.to
-	s.UpdateTime = at
-	switch t.to {
-	case stateActive:
-		s.ActivateTime = &at
-		s.LastActiveTime = at
-	case stateSuspended:
-		s.SuspendTime = &at
-	case stateCompleted:
-		s.CompleteTime = &at
-	case stateFailed:
-		s.FailTime = &at
-	}
-	return nil
-}
 
 var stateToProto = map[string]guidev1.SessionState{
 	stateCreated:   guidev1.SessionState_SESSION_STATE_CREATED,
@@ -141,10 +89,10 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	in := req.GetSession()
 	displayName := strings.TrimSpace(in.GetDisplayName())
 	if n := utf8.RuneCountInString(displayName); n > s.cfg.MaxDisplayNameChars {
-		return nil, invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
+		return nil, apierr.Invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
 	}
 	if !utf8.ValidString(displayName) {
-		return nil, invalid("session.display_name", "must be valid UTF-8")
+		return nil, apierr.Invalid("session.display_name", "must be valid UTF-8")
 	}
 	if err := s.validateMetadata(in.GetMetadata()); err != nil {
 		return nil, err
@@ -169,35 +117,35 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	}
 	if !req.GetStartInactive() {
 		if err := activateTransition.apply(&sess, now, "create"); err != nil {
-			return nil, s.toStatus(ctx, "create session", err)
+			return nil, apierr.Status(ctx, s.log, "create session", err)
 		}
 	}
 	if sess.Metadata == nil {
 		sess.Metadata = map[string]string{}
 	}
 	if err := createSession(ctx, s.db, sess); err != nil {
-		return nil, s.toStatus(ctx, "create session", err)
+		return nil, apierr.Status(ctx, s.log, "create session", err)
 	}
 	s.metrics.transitions.WithLabelValues(sess.State).Inc()
 	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
-	s.publishSessionEvent(ctx, sess, "session.created", fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+	s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
 	return &guidev1.CreateSessionResponse{Session: sess.proto()}, nil
 }
 
 func (s *Service) validateMetadata(md map[string]string) error {
 	if len(md) > s.cfg.MaxMetadataEntries {
-		return invalid("session.metadata", "%d entries exceeds the limit of %d", len(md), s.cfg.MaxMetadataEntries)
+		return apierr.Invalid("session.metadata", "%d entries exceeds the limit of %d", len(md), s.cfg.MaxMetadataEntries)
 	}
 	for k, v := range md {
 		switch {
 		case k == "":
-			return invalid("session.metadata", "keys must not be empty")
+			return apierr.Invalid("session.metadata", "keys must not be empty")
 		case utf8.RuneCountInString(k) > maxMetadataKeyChars:
-			return invalid("session.metadata", "key %q is longer than %d characters", truncate(k, 40), maxMetadataKeyChars)
+			return apierr.Invalid("session.metadata", "key %q is longer than %d characters", truncate(k, 40), maxMetadataKeyChars)
 		case len(v) > maxMetadataValueBytes:
-			return invalid("session.metadata", "value of %q is %d bytes, over the limit of %d", truncate(k, 40), len(v), maxMetadataValueBytes)
+			return apierr.Invalid("session.metadata", "value of %q is %d bytes, over the limit of %d", truncate(k, 40), len(v), maxMetadataValueBytes)
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			return invalid("session.metadata", "keys and values must be valid UTF-8")
+			return apierr.Invalid("session.metadata", "keys and values must be valid UTF-8")
 		}
 	}
 	return nil
@@ -205,17 +153,13 @@ func (s *Service) validateMetadata(md map[string]string) error {
 
 // GetSession returns one of the caller's sessions.
 func (s *Service) GetSession(ctx context.Context, req *guidev1.GetSessionRequest) (*guidev1.GetSessionResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseSessionName("name", req.GetName())
+	who, id, err := callerSession(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
 	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
 	if err != nil {
-		return nil, s.toStatus(ctx, "get session", err)
+		return nil, apierr.Status(ctx, s.log, "get session", err)
 	}
 	return &guidev1.GetSessionResponse{Session: sess.proto()}, nil
 }
@@ -234,7 +178,7 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 	if req.GetState() != guidev1.SessionState_SESSION_STATE_UNSPECIFIED {
 		st, ok := stateFromProto(req.GetState())
 		if !ok {
-			return nil, invalid("state", "unknown session state %d", req.GetState())
+			return nil, apierr.Invalid("state", "unknown session state %d", req.GetState())
 		}
 		state = st
 	}
@@ -248,7 +192,7 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 	}
 	rows, err := listSessions(ctx, s.db, ownerOf(who), state, after, size+1)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list sessions", err)
+		return nil, apierr.Status(ctx, s.log, "list sessions", err)
 	}
 	resp := &guidev1.ListSessionsResponse{}
 	if len(rows) > size {
@@ -262,237 +206,15 @@ func (s *Service) ListSessions(ctx context.Context, req *guidev1.ListSessionsReq
 	return resp, nil
 }
 
-// SuspendSession moves an active session to SUSPENDED.
-func (s *Service) SuspendSession(ctx context.Context, req *guidev1.SuspendSessionRequest) (*guidev1.SuspendSessionResponse, error) {
-	sess, err := s.transitionByName(ctx, req.GetName(), suspendTransition, "", "user")
-	if err != nil {
-		return nil, err
-	}
-	return &guidev1.SuspendSessionResponse{Session: sess.proto()}, nil
-}
-
-// ActivateSession moves a created session to ACTIVE.
-func (s *Service) ActivateSession(ctx context.Context, req *guidev1.ActivateSessionRequest) (*guidev1.ActivateSessionResponse, error) {
-	sess, err := s.transitionByName(ctx, req.GetName(), activateTransition, "", "user")
-	if err != nil {
-		return nil, err
-	}
-	return &guidev1.ActivateSessionResponse{Session: sess.proto()}, nil
-}
-
-// ResumeSession moves a suspended session to ACTIVE, restoring its snapshot.
-func (s *Service) ResumeSession(ctx context.Context, req *guidev1.ResumeSessionRequest) (*guidev1.ResumeSessionResponse, error) {
-	sess, err := s.transitionByName(ctx, req.GetName(), resumeTransition, "", "user")
-	if err != nil {
-		return nil, err
-	}
-	return &guidev1.ResumeSessionResponse{Session: sess.proto()}, nil
-}
-
-// CompleteSession moves an active or suspended session to COMPLETED with a
-// summary.
-func (s *Service) CompleteSession(ctx context.Context, req *guidev1.CompleteSessionRequest) (*guidev1.CompleteSessionResponse, error) {
-	summary := strings.TrimSpace(req.GetSummary())
-	if len(summary) > s.cfg.MaxSummaryBytes {
-		return nil, invalid("summary", "%d bytes exceeds the limit of %d bytes", len(summary), s.cfg.MaxSummaryBytes)
-	}
-	if !utf8.ValidString(summary) {
-		return nil, invalid("summary", "must be valid UTF-8")
-	}
-	sess, err := s.transitionByName(ctx, req.GetName(), completeTransition, summary, "user")
-	if err != nil {
-		return nil, err
-	}
-	return &guidev1.CompleteSessionResponse{Session: sess.proto()}, nil
-}
-
-// FailSession moves a session that is not finished to FAILED, recording why.
-// It is not part of the API: the Guide calls it on an unrecoverable error.
-func (s *Service) FailSession(ctx context.Context, who identity.Identity, sessionID, reason string) (*guidev1.Session, error) {
-	if !ids.Valid(sessionID) {
-		return nil, invalid("session_id", "want a UUID, got %q", truncate(sessionID, 100))
-	}
-	sess, err := s.transition(ctx, ownerOf(who), strings.ToLower(sessionID), failTransition, reason, "error")
-	if err != nil {
-		return nil, s.toStatus(ctx, "fail session", err)
-	}
-	return sess.proto(), nil
-}
-
-func (s *Service) transitionByName(ctx context.Context, name string, t transition, note, cause string) (session, error) {
-	who, err := identity.Require(ctx)
+// ownSession loads one of the caller's sessions by name.
+func (s *Service) ownSession(ctx context.Context, name string) (session, error) {
+	who, id, err := callerSession(ctx, "parent", name)
 	if err != nil {
 		return session{}, err
 	}
-	id, err := parseSessionName("name", name)
+	sess, err := getSession(ctx, s.db, ownerOf(who), id, false)
 	if err != nil {
-		return session{}, err
-	}
-	sess, err := s.transition(ctx, ownerOf(who), id, t, note, cause)
-	if err != nil {
-		return session{}, s.toStatus(ctx, t.verb+" session", err)
+		return session{}, apierr.Status(ctx, s.log, "load session", err)
 	}
 	return sess, nil
-}
-
-// transition applies t to a session in one transaction, then publishes the
-// matching session event. note is the summary (complete) or the failure
-// reason (fail); cause is recorded with the transition. Suspending takes a
-// snapshot; resuming restores the latest one.
-func (s *Service) transition(ctx context.Context, o owner, id string, t transition, note, cause string) (session, error) {
-	var dags dagState
-	if t.to == stateSuspended {
-		dags = s.dagState(ctx, o, id)
-	}
-	var sess session
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		cur, err := getSession(ctx, tx, o, id, true)
-		if err != nil {
-			return err
-		}
-		sess, err = s.applyLocked(ctx, tx, cur, t, note, cause, dags)
-		return err
-	})
-	if err != nil {
-		return session{}, err
-	}
-	s.afterTransition(ctx, sess, t, note)
-	return sess, nil
-}
-
-// applyLocked applies t to cur, whose row the transaction has locked.
-func (s *Service) applyLocked(ctx context.Context, tx pgx.Tx, cur session, t transition, note, cause string, dags dagState) (session, error) {
-	now := s.now()
-	if err := t.apply(&cur, now, cause); err != nil {
-		return session{}, err
-	}
-	switch t.to {
-	case stateCompleted:
-		cur.Summary = note
-	case stateFailed:
-		cur.FailureReason = note
-	}
-	if err := updateSessionState(ctx, tx, cur); err != nil {
-		return session{}, err
-	}
-	s.sessions.forget(cur.TenantID, cur.ID)
-	switch {
-	case t.to == stateSuspended:
-		if err := s.takeSnapshot(ctx, tx, cur, dags); err != nil {
-			return session{}, err
-		}
-	case t.verb == resumeTransition.verb:
-		if err := s.restoreSnapshot(ctx, tx, cur); err != nil {
-			return session{}, err
-		}
-	case t.to == stateCompleted || t.to == stateFailed:
-		if err := closePending(ctx, tx, cur.TenantID, cur.ID); err != nil {
-			return session{}, err
-		}
-	}
-	return cur, nil
-}
-
-// afterTransition records a committed transition: metrics, log, event, and
-// the cache invalidation a finished session needs.
-func (s *Service) afterTransition(ctx context.Context, sess session, t transition, note string) {
-	s.sessions.forget(sess.TenantID, sess.ID)
-	s.metrics.transitions.WithLabelValues(t.to).Inc()
-	s.log.InfoContext(ctx, "session "+t.to, slog.String(logx.KeyTenantID, sess.TenantID), slog.String(logx.KeySessionID, sess.ID))
-	text := fmt.Sprintf("Session %s is %s", sessionName(sess.ID), t.to)
-	if t.to == stateCompleted && note != "" {
-		text += ": " + note
-	}
-	s.publishSessionEvent(ctx, sess, t.event, text)
-	if t.to == stateCompleted || t.to == stateFailed {
-		s.cache.invalidateSession(ctx, sess.TenantID, sess.ID)
-	}
-	switch {
-	case t.to == stateSuspended:
-		s.controlRuns(ctx, sess, "pause")
-	case t.verb == resumeTransition.verb:
-		s.controlRuns(ctx, sess, "resume")
-	}
-}
-
-// controlRuns pauses or resumes the session's runs in the orchestrator, so a
-// suspended session does no work. The transition is already committed, so a
-// failure is logged and published rather than failing the call.
-func (s *Service) controlRuns(ctx context.Context, sess session, action string) {
-	if s.orchestrator == nil {
-		return
-	}
-	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx),
-		identity.Identity{TenantID: sess.TenantID, UserID: sess.UserID, Role: identity.RoleMember}), s.cfg.PeerTimeout)
-	defer cancel()
-	var runs []string
-	var err error
-	if action == "pause" {
-		var resp *orchestratorv1.PauseSessionRunsResponse
-		resp, err = s.orchestrator.PauseSessionRuns(cctx, &orchestratorv1.PauseSessionRunsRequest{Session: sessionName(sess.ID)})
-		runs = resp.GetRuns()
-	} else {
-		var resp *orchestratorv1.ResumeSessionRunsResponse
-		resp, err = s.orchestrator.ResumeSessionRuns(cctx, &orchestratorv1.ResumeSessionRunsRequest{Session: sessionName(sess.ID)})
-		runs = resp.GetRuns()
-	}
-	if err != nil {
-		s.log.WarnContext(ctx, action+" session runs", slog.String(logx.KeySessionID, sess.ID), logx.Err(err))
-		s.publishRunsControl(ctx, sess, action, nil, err)
-		return
-	}
-	if len(runs) > 0 {
-		s.publishRunsControl(ctx, sess, action, runs, nil)
-	}
-}
-
-// publishRunsControl tells the session what happened to its runs.
-func (s *Service) publishRunsControl(ctx context.Context, sess session, action string, runs []string, err error) {
-	data := map[string]any{"session": sessionName(sess.ID), "action": action}
-	text := fmt.Sprintf("%s %d run(s) of the session", map[string]string{"pause": "Paused", "resume": "Resumed"}[action], len(runs))
-	if err != nil {
-		text = fmt.Sprintf("Could not %s the session's runs: %s", action, status.Convert(err).Message())
-		data["error"] = status.Convert(err).Message()
-	} else {
-		names := make([]any, len(runs))
-		for i, r := range runs {
-			names[i] = r
-		}
-		data["runs"] = names
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
-	defer cancel()
-	if _, perr := topology.PublishEvent(pctx, s.bus, topology.Event{
-		Tenant:  sess.TenantID,
-		Session: sess.ID,
-		ID:      fmt.Sprintf("%s.runs.%s.%d", sess.ID, action, sess.UpdateTime.UnixNano()),
-		Type:    "session.runs_" + action + "d",
-		Source:  authorGuide,
-		Text:    text,
-		Data:    data,
-	}); perr != nil {
-		s.log.WarnContext(ctx, "publish runs control event", slog.String(logx.KeySessionID, sess.ID), logx.Err(perr))
-	}
-}
-
-// publishSessionEvent records a lifecycle change on the session's stream.
-// The change is already committed, so a bus failure is logged rather than
-// failing the call, and a bus that does not answer is waited for no longer
-// than PublishTimeout.
-func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ, text string) {
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
-	defer cancel()
-	_, err := topology.PublishEvent(pctx, s.bus, topology.Event{
-		Tenant:  sess.TenantID,
-		Session: sess.ID,
-		ID:      fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()),
-		Type:    typ,
-		Source:  authorGuide,
-		Text:    text,
-		Data:    map[string]any{"session": sessionName(sess.ID), "state": sess.State},
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "publish session event", slog.String("type", typ),
-			slog.String(logx.KeySessionID, sess.ID), logx.Err(err))
-	}
 }

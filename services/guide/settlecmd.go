@@ -41,41 +41,16 @@ func (s *Service) settleCommand(ctx context.Context, env *commandEnv, args []str
 	if s.orchestrator == nil {
 		return commandResult{reply: "The orchestrator is not configured, so there are no runs to settle."}, nil
 	}
-	var run, choice string
-	for _, a := range args {
-		w := strings.ToLower(a)
-		if _, ok := settleActions[w]; ok || w == "default" {
-			if choice != "" {
-				return commandResult{reply: "one choice at a time; usage: " + settleUsage}, nil
-			}
-			choice = w
-			continue
-		}
-		if run != "" {
-			return commandResult{reply: "usage: " + settleUsage}, nil
-		}
-		run = a
+	run, choice, usage := settleArgs(args)
+	if usage != "" {
+		return commandResult{reply: usage}, nil
 	}
 	cctx, cancel := s.peerContext(ctx, env.owner)
 	defer cancel()
-	answer := func(err error, what string) (commandResult, error) {
-		switch status.Code(err) {
-		case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied:
-			return commandResult{reply: "/settle: " + status.Convert(err).Message()}, nil
-		}
-		s.log.WarnContext(ctx, what, logx.Err(err))
-		return commandResult{reply: "The orchestrator did not answer; try /settle again shortly."}, nil
-	}
 	if run == "" {
-		resp, err := s.orchestrator.ListRuns(cctx, &orchestratorv1.ListRunsRequest{SessionId: env.session.ID, PageSize: 20})
-		if err != nil {
-			return answer(err, "list runs")
-		}
-		for _, x := range resp.GetRuns() {
-			if st := x.GetState(); st == orchestratorv1.RunState_RUN_STATE_FAILED || st == orchestratorv1.RunState_RUN_STATE_CANCELLED {
-				run = x.GetName()
-				break
-			}
+		var err error
+		if run, err = s.settleableRun(cctx, env.session.ID); err != nil {
+			return s.settleFailed(ctx, err, "list runs")
 		}
 		if run == "" {
 			return commandResult{reply: "This session has no failed or cancelled run to settle."}, nil
@@ -86,7 +61,7 @@ func (s *Service) settleCommand(ctx context.Context, env *commandEnv, args []str
 	}
 	got, err := s.orchestrator.GetRun(cctx, &orchestratorv1.GetRunRequest{Name: run})
 	if err != nil {
-		return answer(err, "get run")
+		return s.settleFailed(ctx, err, "get run")
 	}
 	r := got.GetRun()
 	pf := r.GetPartialFailure()
@@ -106,19 +81,68 @@ func (s *Service) settleCommand(ctx context.Context, env *commandEnv, args []str
 	}
 	resp, err := s.orchestrator.SettleRun(cctx, &orchestratorv1.SettleRunRequest{Name: r.GetName(), Action: act})
 	if err != nil {
-		return answer(err, "settle run")
+		return s.settleFailed(ctx, err, "settle run")
 	}
-	rc := resp.GetReceipt()
+	return commandResult{reply: settledReply(r, act, resp.GetReceipt())}, nil
+}
+
+// settleArgs reads "/settle [run] [choice]": usage is the reply to
+// arguments that are neither.
+func settleArgs(args []string) (run, choice, usage string) {
+	for _, a := range args {
+		w := strings.ToLower(a)
+		if _, ok := settleActions[w]; ok || w == "default" {
+			if choice != "" {
+				return "", "", "one choice at a time; usage: " + settleUsage
+			}
+			choice = w
+			continue
+		}
+		if run != "" {
+			return "", "", "usage: " + settleUsage
+		}
+		run = a
+	}
+	return run, choice, ""
+}
+
+// settleableRun is the session's newest failed or cancelled run, "" when
+// it has none.
+func (s *Service) settleableRun(ctx context.Context, sessionID string) (string, error) {
+	resp, err := s.orchestrator.ListRuns(ctx, &orchestratorv1.ListRunsRequest{SessionId: sessionID, PageSize: 20})
+	if err != nil {
+		return "", err
+	}
+	for _, x := range resp.GetRuns() {
+		if st := x.GetState(); st == orchestratorv1.RunState_RUN_STATE_FAILED || st == orchestratorv1.RunState_RUN_STATE_CANCELLED {
+			return x.GetName(), nil
+		}
+	}
+	return "", nil
+}
+
+// settleFailed replies with the orchestrator's refusal, or says it did not
+// answer.
+func (s *Service) settleFailed(ctx context.Context, err error, what string) (commandResult, error) {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied:
+		return commandResult{reply: "/settle: " + status.Convert(err).Message()}, nil
+	}
+	s.log.WarnContext(ctx, what, logx.Err(err))
+	return commandResult{reply: "The orchestrator did not answer; try /settle again shortly."}, nil
+}
+
+// settledReply tells what settling r with act did.
+func settledReply(r *orchestratorv1.Run, act orchestratorv1.SettleAction, rc *orchestratorv1.SettleReceipt) string {
 	if act == orchestratorv1.SettleAction_SETTLE_ACTION_RETRY {
-		return commandResult{reply: fmt.Sprintf("%s settled (retry): %s run again; watch it with /tasks",
-			r.GetName(), strings.Join(rc.GetRetriedNodes(), ", "))}, nil
+		return fmt.Sprintf("%s settled (retry): %s run again; watch it with /tasks", r.GetName(), strings.Join(rc.GetRetriedNodes(), ", "))
 	}
 	reply := fmt.Sprintf("%s settled (%s): %d node(s) kept, %d discarded, %d unfinished; the result patch changes %d file(s)",
 		r.GetName(), settleName(act), len(rc.GetKeptNodes()), len(rc.GetDiscardedNodes()), len(rc.GetUnfinishedNodes()), rc.GetFilesChanged())
 	if len(rc.GetConflicts()) > 0 {
 		reply += "\nnot merged (conflicts): " + strings.Join(rc.GetConflicts(), ", ")
 	}
-	return commandResult{reply: reply + "\n" + rc.GetNote()}, nil
+	return reply + "\n" + rc.GetNote()
 }
 
 func stateWord(r *orchestratorv1.Run) string {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 )
 
 // querier is what both the pool and a transaction offer.
@@ -15,6 +17,11 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// scanWith reads each row of pgx.CollectRows with scan.
+func scanWith[T any](scan func(pgx.Row) (T, error)) pgx.RowToFunc[T] {
+	return func(row pgx.CollectableRow) (T, error) { return scan(row) }
 }
 
 // owner scopes every query: a tenant and one of its users.
@@ -123,10 +130,10 @@ type message struct {
 	Criteria        []string
 	RouteText       string // the text routed, when not Text (commands)
 	ClarificationID string
-	CachedData      map[string]any
-	AnswerTo        *clarificationRow // the agent's question this answers
-	Enrichment      map[string]string // pre-routing consultation (spec A-30), envelope metadata
-	Recording       bool              // the session is being recorded
+	ClarifyReason   string                     // why the user is asked ("low_confidence", "validation:scope")
+	CachedAnswer    *messagev1.AgentAnswer     // the answer the route cache holds
+	AnswerTo        *clarificationRow          // the agent's question this answers
+	PreRoute        *messagev1.PreRouteContext // pre-routing consultation (spec A-30)
 }
 
 // outcomeRoute is how a user message was handled.
@@ -180,7 +187,7 @@ func getSession(ctx context.Context, q querier, o owner, id string, forUpdate bo
 	}
 	s, err := scanSession(q.QueryRow(ctx, sql, o.tenant, o.user, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return session{}, &notFoundError{kind: "session", name: sessionName(id)}
+		return session{}, sessionNotFound(id)
 	}
 	if err != nil {
 		return session{}, fmt.Errorf("load session %s: %w", id, err)
@@ -210,16 +217,8 @@ func listSessions(ctx context.Context, q querier, o owner, state string, after *
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
-	defer rows.Close()
-	var out []session
-	for rows.Next() {
-		s, err := scanSession(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sessions: %w", err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scanWith(scanSession))
+	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return out, nil
@@ -235,99 +234,6 @@ func updateSessionState(ctx context.Context, q querier, s session) error {
 		s.FailTime, s.Summary, s.FailureReason, nonNilTransitions(s.Transitions), s.LastActiveTime)
 	if err != nil {
 		return fmt.Errorf("update session %s: %w", s.ID, err)
-	}
-	return nil
-}
-
-const touchSessionSQL = `UPDATE sessions SET last_active_time = $4
-	WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active'
-	RETURNING EXISTS (SELECT 1 FROM recordings r WHERE r.tenant_id = $1 AND r.session_id = $3 AND r.stop_time IS NULL)`
-
-// touchSessionCheckedSQL is touchSessionSQL for a group commit sent in one
-// round trip: a session that is not active fails the statement, and the
-// group's transaction with it, on the server (migration 0008).
-const touchSessionCheckedSQL = `WITH touched AS (UPDATE sessions SET last_active_time = $4
-	WHERE tenant_id = $1 AND user_id = $2 AND id = $3 AND state = 'active' RETURNING id)
-	SELECT CASE WHEN EXISTS (SELECT 1 FROM touched) THEN true ELSE fail_check('session ' || $3 || ' is not active') END`
-
-// touchActiveSession records activity on an active session and reports
-// whether the session was active and whether it is being recorded.
-func touchActiveSession(ctx context.Context, q querier, o owner, id string, at time.Time) (bool, bool, error) {
-	var recording bool
-	err := q.QueryRow(ctx, touchSessionSQL, o.tenant, o.user, id, at).Scan(&recording)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, fmt.Errorf("touch session %s: %w", id, err)
-	}
-	return true, recording, nil
-}
-
-// insertMessageCheckedSQL stores a message; a request id already stored in
-// the session fails it (a unique violation).
-const insertMessageCheckedSQL = `INSERT INTO messages (id, tenant_id, user_id, session_id, author, text,
-	correlation_id, request_id, create_time, route_target, route_tier, route_confidence,
-	route_intent_type, route_reason, intent_subject, reply, reply_id, options, envelope_id, envelope)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
-
-// insertMessageSQL stores a message, or nothing when its request id is
-// already stored in the session.
-const insertMessageSQL = insertMessageCheckedSQL + `
-	ON CONFLICT (session_id, request_id) WHERE request_id IS NOT NULL DO NOTHING`
-
-// withOutbox makes a statement that stores a user message store its outbox
-// row (the outbox relay's) too.
-func withOutbox(insert string) string {
-	return `WITH stored AS (` + insert + ` RETURNING id, tenant_id, create_time)
-	INSERT INTO outbox (message_id, tenant_id, create_time) SELECT id, tenant_id, create_time FROM stored`
-}
-
-var (
-	insertUserMessageSQL        = withOutbox(insertMessageSQL)
-	insertUserMessageCheckedSQL = withOutbox(insertMessageCheckedSQL)
-)
-
-// insertSQL is the statement that stores m: it affects no row when m's
-// request id is already stored. insertCheckedSQL fails instead.
-func insertSQL(m message) string {
-	if m.Author == authorUser {
-		return insertUserMessageSQL
-	}
-	return insertMessageSQL
-}
-
-func insertCheckedSQL(m message) string {
-	if m.Author == authorUser {
-		return insertUserMessageCheckedSQL
-	}
-	return insertMessageCheckedSQL
-}
-
-func insertMessageArgs(o owner, m message) []any {
-	return []any{m.ID, o.tenant, o.user, m.SessionID, m.Author, m.Text, m.CorrelationID, m.RequestID, m.CreateTime,
-		m.Route.Target, m.Route.Tier, m.Route.Confidence, m.Route.IntentType, m.Route.Reason, m.IntentSubject,
-		storedReply(m), m.ReplyID, nonNil(m.Options), m.EnvelopeID, m.Envelope}
-}
-
-// storedReply is what the reply column holds: nothing when the reply is a
-// message of its own, which messageColumns read it from.
-func storedReply(m message) string {
-	if m.ReplyID != nil {
-		return ""
-	}
-	return m.Reply
-}
-
-// insertMessage stores m. It reports errDuplicateRequest when a message with
-// the same request id exists in the session.
-func insertMessage(ctx context.Context, q querier, o owner, m message) error {
-	tag, err := q.Exec(ctx, insertSQL(m), insertMessageArgs(o, m)...)
-	if err != nil {
-		return fmt.Errorf("insert message %s: %w", m.ID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errDuplicateRequest
 	}
 	return nil
 }
@@ -365,16 +271,8 @@ func listMessages(ctx context.Context, q querier, o owner, sessionID string, aft
 	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
-	defer rows.Close()
-	var out []message
-	for rows.Next() {
-		m, err := scanMessage(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list messages: %w", err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scanWith(scanMessage))
+	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
 	return out, nil
@@ -401,11 +299,6 @@ func countMessages(ctx context.Context, q querier, o owner, sessionID string) (m
 		return nil, fmt.Errorf("count messages: %w", err)
 	}
 	return out, nil
-}
-
-// beginner starts transactions.
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 func nonNilTransitions(t []transitionRecord) []transitionRecord {

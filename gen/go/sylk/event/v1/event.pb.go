@@ -74,6 +74,13 @@ const (
 	EventType_EVENT_TYPE_SESSION_RUNS_PAUSED    EventType = 40
 	EventType_EVENT_TYPE_SESSION_RUNS_RESUMED   EventType = 41
 	EventType_EVENT_TYPE_SESSION_RUNS_CANCELLED EventType = 42
+	// session: the session was created, or moved to another state.
+	EventType_EVENT_TYPE_SESSION_CREATED   EventType = 43
+	EventType_EVENT_TYPE_SESSION_ACTIVATED EventType = 44
+	EventType_EVENT_TYPE_SESSION_SUSPENDED EventType = 45
+	EventType_EVENT_TYPE_SESSION_RESUMED   EventType = 46
+	EventType_EVENT_TYPE_SESSION_COMPLETED EventType = 47
+	EventType_EVENT_TYPE_SESSION_FAILED    EventType = 48
 	// task_help: a task asks the user for help.
 	EventType_EVENT_TYPE_TASK_HELP EventType = 50
 	// indexing: a repository's index run moved on.
@@ -114,6 +121,12 @@ var (
 		40: "EVENT_TYPE_SESSION_RUNS_PAUSED",
 		41: "EVENT_TYPE_SESSION_RUNS_RESUMED",
 		42: "EVENT_TYPE_SESSION_RUNS_CANCELLED",
+		43: "EVENT_TYPE_SESSION_CREATED",
+		44: "EVENT_TYPE_SESSION_ACTIVATED",
+		45: "EVENT_TYPE_SESSION_SUSPENDED",
+		46: "EVENT_TYPE_SESSION_RESUMED",
+		47: "EVENT_TYPE_SESSION_COMPLETED",
+		48: "EVENT_TYPE_SESSION_FAILED",
 		50: "EVENT_TYPE_TASK_HELP",
 		60: "EVENT_TYPE_INDEXING_PROGRESS",
 		70: "EVENT_TYPE_ERROR",
@@ -148,6 +161,12 @@ var (
 		"EVENT_TYPE_SESSION_RUNS_PAUSED":     40,
 		"EVENT_TYPE_SESSION_RUNS_RESUMED":    41,
 		"EVENT_TYPE_SESSION_RUNS_CANCELLED":  42,
+		"EVENT_TYPE_SESSION_CREATED":         43,
+		"EVENT_TYPE_SESSION_ACTIVATED":       44,
+		"EVENT_TYPE_SESSION_SUSPENDED":       45,
+		"EVENT_TYPE_SESSION_RESUMED":         46,
+		"EVENT_TYPE_SESSION_COMPLETED":       47,
+		"EVENT_TYPE_SESSION_FAILED":          48,
 		"EVENT_TYPE_TASK_HELP":               50,
 		"EVENT_TYPE_INDEXING_PROGRESS":       60,
 		"EVENT_TYPE_ERROR":                   70,
@@ -218,6 +237,7 @@ type Event struct {
 	//	*Event_TaskHelp
 	//	*Event_Indexing
 	//	*Event_Error
+	//	*Event_Session
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -435,6 +455,15 @@ func (x *Event) GetError() *ErrorEvent {
 	return nil
 }
 
+func (x *Event) GetSession() *SessionEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Session); ok {
+			return x.Session
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -498,6 +527,10 @@ type Event_Error struct {
 	Error *ErrorEvent `protobuf:"bytes,33,opt,name=error,proto3,oneof"`
 }
 
+type Event_Session struct {
+	Session *SessionEvent `protobuf:"bytes,34,opt,name=session,proto3,oneof"`
+}
+
 func (*Event_MessageReceived) isEvent_Payload() {}
 
 func (*Event_MessageRouted) isEvent_Payload() {}
@@ -525,6 +558,8 @@ func (*Event_TaskHelp) isEvent_Payload() {}
 func (*Event_Indexing) isEvent_Payload() {}
 
 func (*Event_Error) isEvent_Payload() {}
+
+func (*Event_Session) isEvent_Payload() {}
 
 // MessageReceived is a user's message as stored.
 type MessageReceived struct {
@@ -1456,6 +1491,71 @@ func (x *SessionRunsEvent) GetRuns() []string {
 	return nil
 }
 
+// SessionEvent is a session's lifecycle step.
+type SessionEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sessions/<s>".
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The state it is in now: "created", "active", "suspended", "completed",
+	// "failed".
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// What moved it: "user", "switch", "command", "idle", "timeout", "error".
+	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEvent) Reset() {
+	*x = SessionEvent{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEvent) ProtoMessage() {}
+
+func (x *SessionEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
+func (*SessionEvent) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SessionEvent) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SessionEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SessionEvent) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 // IndexingProgress is how far a repository's index run is.
 type IndexingProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1473,7 +1573,7 @@ type IndexingProgress struct {
 
 func (x *IndexingProgress) Reset() {
 	*x = IndexingProgress{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1585,7 @@ func (x *IndexingProgress) String() string {
 func (*IndexingProgress) ProtoMessage() {}
 
 func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1598,7 @@ func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexingProgress.ProtoReflect.Descriptor instead.
 func (*IndexingProgress) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IndexingProgress) GetRepository() string {
@@ -1556,7 +1656,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1668,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1681,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ErrorEvent) GetReason() string {
@@ -1609,7 +1709,8 @@ var File_sylk_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xd6\t\n" +
+	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x8f\n" +
+	"\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1d\n" +
 	"\n" +
@@ -1633,7 +1734,8 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\fsession_runs\x18\x1e \x01(\v2\x1f.sylk.event.v1.SessionRunsEventH\x00R\vsessionRuns\x128\n" +
 	"\ttask_help\x18\x1f \x01(\v2\x19.sylk.message.v1.TaskHelpH\x00R\btaskHelp\x12=\n" +
 	"\bindexing\x18  \x01(\v2\x1f.sylk.event.v1.IndexingProgressH\x00R\bindexing\x121\n" +
-	"\x05error\x18! \x01(\v2\x19.sylk.event.v1.ErrorEventH\x00R\x05errorB\t\n" +
+	"\x05error\x18! \x01(\v2\x19.sylk.event.v1.ErrorEventH\x00R\x05error\x127\n" +
+	"\asession\x18\" \x01(\v2\x1b.sylk.event.v1.SessionEventH\x00R\asessionB\t\n" +
 	"\apayloadJ\x04\b\b\x10\tR\x04data\"C\n" +
 	"\x0fMessageReceived\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x16\n" +
@@ -1720,7 +1822,11 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\rcontext_usage\x18\r \x01(\x01R\fcontextUsage\x12!\n" +
 	"\fold_pipeline\x18\x0e \x01(\tR\voldPipeline\"&\n" +
 	"\x10SessionRunsEvent\x12\x12\n" +
-	"\x04runs\x18\x01 \x03(\tR\x04runs\"\xc6\x01\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"T\n" +
+	"\fSessionEvent\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xc6\x01\n" +
 	"\x10IndexingProgress\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -1736,7 +1842,7 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"ErrorEvent\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12%\n" +
-	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\x8a\b\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xcf\t\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bEVENT_TYPE_MESSAGE_RECEIVED\x10\x01\x12\x1d\n" +
@@ -1767,7 +1873,13 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x1aEVENT_TYPE_NODE_HANDED_OFF\x10$\x12\"\n" +
 	"\x1eEVENT_TYPE_SESSION_RUNS_PAUSED\x10(\x12#\n" +
 	"\x1fEVENT_TYPE_SESSION_RUNS_RESUMED\x10)\x12%\n" +
-	"!EVENT_TYPE_SESSION_RUNS_CANCELLED\x10*\x12\x18\n" +
+	"!EVENT_TYPE_SESSION_RUNS_CANCELLED\x10*\x12\x1e\n" +
+	"\x1aEVENT_TYPE_SESSION_CREATED\x10+\x12 \n" +
+	"\x1cEVENT_TYPE_SESSION_ACTIVATED\x10,\x12 \n" +
+	"\x1cEVENT_TYPE_SESSION_SUSPENDED\x10-\x12\x1e\n" +
+	"\x1aEVENT_TYPE_SESSION_RESUMED\x10.\x12 \n" +
+	"\x1cEVENT_TYPE_SESSION_COMPLETED\x10/\x12\x1d\n" +
+	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x18\n" +
 	"\x14EVENT_TYPE_TASK_HELP\x102\x12 \n" +
 	"\x1cEVENT_TYPE_INDEXING_PROGRESS\x10<\x12\x14\n" +
 	"\x10EVENT_TYPE_ERROR\x10FB,Z*sylk.dev/sylk/gen/go/sylk/event/v1;eventv1b\x06proto3"
@@ -1785,7 +1897,7 @@ func file_sylk_event_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sylk_event_v1_event_proto_goTypes = []any{
 	(EventType)(0),                 // 0: sylk.event.v1.EventType
 	(*Event)(nil),                  // 1: sylk.event.v1.Event
@@ -1799,22 +1911,23 @@ var file_sylk_event_v1_event_proto_goTypes = []any{
 	(*RunEvent)(nil),               // 9: sylk.event.v1.RunEvent
 	(*NodeEvent)(nil),              // 10: sylk.event.v1.NodeEvent
 	(*SessionRunsEvent)(nil),       // 11: sylk.event.v1.SessionRunsEvent
-	(*IndexingProgress)(nil),       // 12: sylk.event.v1.IndexingProgress
-	(*ErrorEvent)(nil),             // 13: sylk.event.v1.ErrorEvent
-	(*timestamppb.Timestamp)(nil),  // 14: google.protobuf.Timestamp
-	(*v1.AgentAnswer)(nil),         // 15: sylk.message.v1.AgentAnswer
-	(*v1.TaskHelp)(nil),            // 16: sylk.message.v1.TaskHelp
-	(*v1.RerouteHop)(nil),          // 17: sylk.message.v1.RerouteHop
-	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
-	(v11.RunState)(0),              // 19: sylk.orchestrator.v1.RunState
-	(v11.NodeState)(0),             // 20: sylk.orchestrator.v1.NodeState
+	(*SessionEvent)(nil),           // 12: sylk.event.v1.SessionEvent
+	(*IndexingProgress)(nil),       // 13: sylk.event.v1.IndexingProgress
+	(*ErrorEvent)(nil),             // 14: sylk.event.v1.ErrorEvent
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*v1.AgentAnswer)(nil),         // 16: sylk.message.v1.AgentAnswer
+	(*v1.TaskHelp)(nil),            // 17: sylk.message.v1.TaskHelp
+	(*v1.RerouteHop)(nil),          // 18: sylk.message.v1.RerouteHop
+	(*durationpb.Duration)(nil),    // 19: google.protobuf.Duration
+	(v11.RunState)(0),              // 20: sylk.orchestrator.v1.RunState
+	(v11.NodeState)(0),             // 21: sylk.orchestrator.v1.NodeState
 }
 var file_sylk_event_v1_event_proto_depIdxs = []int32{
 	0,  // 0: sylk.event.v1.Event.type:type_name -> sylk.event.v1.EventType
-	14, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	15, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
 	3,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
-	15, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
+	16, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
 	4,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
 	5,  // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
 	6,  // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
@@ -1823,20 +1936,21 @@ var file_sylk_event_v1_event_proto_depIdxs = []int32{
 	9,  // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
 	10, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
 	11, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
-	16, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
-	12, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
-	13, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
-	17, // 16: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
-	18, // 17: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
-	17, // 18: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	19, // 19: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
-	20, // 20: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
-	14, // 21: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	17, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
+	13, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
+	14, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
+	12, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
+	18, // 17: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
+	19, // 18: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
+	18, // 19: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	20, // 20: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
+	21, // 21: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
+	15, // 22: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_sylk_event_v1_event_proto_init() }
@@ -1859,6 +1973,7 @@ func file_sylk_event_v1_event_proto_init() {
 		(*Event_TaskHelp)(nil),
 		(*Event_Indexing)(nil),
 		(*Event_Error)(nil),
+		(*Event_Session)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1866,7 +1981,7 @@ func file_sylk_event_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_event_v1_event_proto_rawDesc), len(file_sylk_event_v1_event_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

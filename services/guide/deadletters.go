@@ -12,174 +12,21 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
 
-// The correlator follows the session event stream: an agent's event with
-// the correlation id of a pending request answers it. It caches knowledge
-// answers (tier 1), notices empty answers (a routing failure signal) and
-// completes recorded queries.
-
-// handleEvent handles one session event.
-func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
-	ev := &guidev1.Event{}
-	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
-		return nil // not an event; nothing to correlate
-	}
-	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" || ev.GetType() == eventClarification {
-		return nil
-	}
-	tenant := tenantOfSubject(s.bus, msg.Subject())
-	if tenant == "" {
-		return nil
-	}
-	var p pendingRequest
-	var answered bool
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		var found bool
-		var err error
-		p, found, err = getPending(ctx, tx, tenant, ev.GetCorrelationId(), true)
-		// A request of a suspended session is frozen, not forgotten: an
-		// answer that arrives meanwhile answers it, or the resumed session
-		// would report it timed out.
-		if err != nil || !found || (p.State != statePending && p.State != stateFrozen) || p.SessionID != ev.GetSessionId() {
-			return err
-		}
-		if _, err := setPendingState(ctx, tx, tenant, p.CorrelationID, p.State, stateAnswered); err != nil {
-			return err
-		}
-		answered = true
-		// Through the request's own session's recordings: a correlation id
-		// is unique per tenant only.
-		_, err = tx.Exec(ctx, `UPDATE recorded_queries q SET response = $2, success = $3 FROM recordings r
-			WHERE r.tenant_id = $4 AND r.session_id = $5 AND q.recording_id = r.id AND q.correlation_id = $1`,
-			p.CorrelationID, truncate(ev.GetText(), 4<<10), !emptyAnswer(ev), tenant, p.SessionID)
-		return err
-	})
-	if err != nil || !answered {
-		return err
-	}
-	s.metrics.answered.WithLabelValues(p.Target).Inc()
-	s.metrics.latency.WithLabelValues(p.Target).Observe(time.Since(p.CreateTime).Seconds())
-	s.answerRequester(ctx, p, ev)
-	if cannotHelp(ev) {
-		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: tenant, UserID: p.UserID, SessionID: p.SessionID,
-			OriginalRequest: p.Original, ClassifiedAs: p.IntentType, RoutedTo: p.Target, ShouldHaveBeen: p.Target,
-			Signal: signalFromName("EMPTY_RESPONSE")}.decided(p))
-		if err != nil {
-			s.log.WarnContext(ctx, "record empty response", logx.Err(err))
-		} else {
-			s.afterFailure(ctx, f)
-		}
-		return nil
-	}
-	if ev.GetType() == eventAnswered && !emptyAnswer(ev) {
-		// An answer that found nothing is an answer (the request went to
-		// the right agent), but it is not kept: the next index run or entry
-		// may change it.
-		s.cacheAnswer(ctx, tenant, p, ev)
-	}
-	return nil
-}
-
-// cannotHelp reports an answer in which the routed agent could not help
-// with the request (spec A-33 EMPTY_RESPONSE): one flagged cannot_help, or
-// one with neither text nor results. A search that found nothing and says
-// so (the archivalist with no history on a subject, the academic with no
-// document on it) is an answer from the agent that owns the request, not a
-// misroute.
-func cannotHelp(ev *guidev1.Event) bool {
-	if ev.GetType() != eventAnswered {
-		return false
-	}
-	if ev.GetData().GetFields()["cannot_help"].GetBoolValue() {
-		return true
-	}
-	return emptyAnswer(ev) && strings.TrimSpace(ev.GetText()) == ""
-}
-
-// emptyAnswer reports an answer with no content: no hits, no recent
-// entries and no text.
-func emptyAnswer(ev *guidev1.Event) bool {
-	if ev.GetType() != eventAnswered {
-		return false
-	}
-	f := ev.GetData().GetFields()
-	if h := f["hits"]; h != nil {
-		if len(h.GetListValue().GetValues()) > 0 {
-			return false
-		}
-		if r := f["recent"]; r != nil && len(r.GetListValue().GetValues()) > 0 {
-			return false
-		}
-		return true
-	}
-	return strings.TrimSpace(ev.GetText()) == ""
-}
-
-func (s *Service) cacheAnswer(ctx context.Context, tenant string, p pendingRequest, ev *guidev1.Event) {
-	var key string
-	var ttlMS int64
-	if err := s.db.QueryRow(ctx, `SELECT cache_key, cache_ttl_ms FROM pending_requests WHERE correlation_id = $1 AND tenant_id = $2`,
-		p.CorrelationID, tenant).Scan(&key, &ttlMS); err != nil || key == "" {
-		return
-	}
-	var data map[string]any
-	if d := ev.GetData(); d != nil {
-		raw, err := d.MarshalJSON()
-		if err == nil {
-			_ = json.Unmarshal(raw, &data)
-		}
-	}
-	s.cache.storeAnswer(ctx, tenant, p.SessionID, key, time.Duration(ttlMS)*time.Millisecond,
-		cachedAnswer{Agent: p.Target, Text: ev.GetText(), Data: data})
-}
-
-// tenantOfSubject reads the tenant token of
-// "<p>.events.<tenant>.<session>.<origin>".
-func tenantOfSubject(b interface{ Subject(...string) string }, subject string) string {
-	prefix := b.Subject("events") + "."
-	rest, ok := strings.CutPrefix(subject, prefix)
-	if !ok {
-		return ""
-	}
-	tenant, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return ""
-	}
-	return tenant
-}
-
-// watchLibrarian retires a tenant's cached librarian answers whenever one
-// of its index runs finishes: files changed (spec A-35).
-func (s *Service) watchLibrarian(ctx context.Context) error {
-	sub, err := s.bus.Conn.Subscribe(s.bus.Subject("librarian", "progress", "*"), func(m *nats.Msg) {
-		var p struct {
-			Tenant string `json:"tenant"`
-			Done   bool   `json:"done"`
-		}
-		if json.Unmarshal(m.Data, &p) == nil && p.Done {
-			s.cache.invalidateLibrarian(ctx, p.Tenant)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("subscribe to librarian progress: %w", err)
-	}
-	<-ctx.Done()
-	_ = sub.Unsubscribe()
-	return nil
-}
+// Dead letters are envelopes that could not be delivered or answered: ones
+// the inbox refuses, requests that timed out, inbox messages no agent
+// acknowledged. They are kept for listing and replay.
 
 // deadLetter keeps an envelope that cannot be delivered, for listing and
 // replay. A failure is logged and returned: a caller that would drop the
@@ -235,25 +82,25 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *guidev1.ListDeadLett
 	}
 	sid := req.GetSessionId()
 	if sid != "" && !ids.Valid(sid) {
-		return nil, invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
+		return nil, apierr.Invalid("session_id", "want a UUID, got %q", truncate(sid, 60))
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, session_id, target, correlation_id, reason, message_type, create_time,
 		replay_count, last_replay_time FROM dead_letters WHERE `+deadLetterVisible+` AND ($4 = '' OR session_id = $4)
 		ORDER BY create_time DESC, id LIMIT $5`, who.TenantID, who.UserID, who.Role == identity.RoleAdmin, strings.ToLower(sid), size)
 	if err != nil {
-		return nil, s.toStatus(ctx, "list dead letters", err)
+		return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 	}
 	defer rows.Close()
 	resp := &guidev1.ListDeadLettersResponse{}
 	for rows.Next() {
 		d, err := scanDeadLetter(rows)
 		if err != nil {
-			return nil, s.toStatus(ctx, "list dead letters", err)
+			return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 		}
 		resp.DeadLetters = append(resp.DeadLetters, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.toStatus(ctx, "list dead letters", err)
+		return nil, apierr.Status(ctx, s.log, "list dead letters", err)
 	}
 	return resp, nil
 }
@@ -279,21 +126,22 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 	}
 	id, ok := strings.CutPrefix(req.GetName(), "deadLetters/")
 	if !ok || !ids.Valid(id) {
-		return nil, invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
+		return nil, apierr.Invalid("name", "want deadLetters/{uuid}, got %q", truncate(req.GetName(), 100))
 	}
 	var raw []byte
 	var target, sessionID string
 	err = s.db.QueryRow(ctx, `SELECT envelope, target, session_id FROM dead_letters WHERE `+deadLetterVisible+` AND id = $4`,
 		who.TenantID, who.UserID, who.Role == identity.RoleAdmin, id).Scan(&raw, &target, &sessionID)
 	if err == pgx.ErrNoRows {
-		return nil, s.toStatus(ctx, "replay dead letter", &notFoundError{kind: "dead letter", name: req.GetName()})
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", apierr.NotFound("dead letter", req.GetName()))
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	env := decodeEnvelope(raw)
 	if env == nil || !routable(target) && target != topology.AgentGuide {
-		return nil, status.Errorf(codes.FailedPrecondition, "dead letter %s has no agent to deliver to", req.GetName())
+		return nil, apierr.Status(ctx, s.log, "replay dead letter",
+			apierr.FailedPrecondition(reasonDeadLetterUndeliverable, "dead letter %s has no agent to deliver to", req.GetName()))
 	}
 	now := s.now()
 	env.Id = ids.New()
@@ -330,17 +178,18 @@ func (s *Service) ReplayDeadLetter(ctx context.Context, req *guidev1.ReplayDeadL
 		return err
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, target), env.GetId(), env); err != nil {
 		s.log.ErrorContext(ctx, "replay dead letter", logx.Err(err))
-		return nil, status.Error(codes.Unavailable, "event bus unavailable; retry later")
+		return nil, apierr.Status(ctx, s.log, "replay dead letter",
+			apierr.Unavailable(apierr.ReasonBusUnavailable, "event bus unavailable; retry later"))
 	}
 	d, err := scanDeadLetter(s.db.QueryRow(ctx, `UPDATE dead_letters SET replay_count = replay_count + 1, last_replay_time = $3
 		WHERE tenant_id = $1 AND id = $2 RETURNING id, session_id, target, correlation_id, reason, message_type, create_time,
 		replay_count, last_replay_time`, who.TenantID, id, now))
 	if err != nil {
-		return nil, s.toStatus(ctx, "replay dead letter", err)
+		return nil, apierr.Status(ctx, s.log, "replay dead letter", err)
 	}
 	s.metrics.replays.Inc()
 	return &guidev1.ReplayDeadLetterResponse{DeadLetter: d}, nil
@@ -360,9 +209,7 @@ type maxDeliveriesAdvisory struct {
 // letters, and removes them from the inbox. Replicas share the advisories
 // through a queue group.
 func (s *Service) watchUndeliverable(ctx context.Context) error {
-	stream := s.bus.Stream(topology.StreamAgents)
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + ".*"
-	sub, err := s.bus.Conn.QueueSubscribe(subject, "guide-dead-letters", func(m *nats.Msg) {
+	sub, err := s.bus.Conn.QueueSubscribe(topology.InboxMaxDeliveries(s.bus), topology.QueueDeadLetters, func(m *nats.Msg) {
 		var a maxDeliveriesAdvisory
 		if json.Unmarshal(m.Data, &a) != nil || a.StreamSeq == 0 {
 			return
@@ -394,7 +241,7 @@ func (s *Service) deadLetterSequence(ctx context.Context, a maxDeliveriesAdvisor
 		return
 	}
 	if env.GetTarget() == "" {
-		env.Target = strings.TrimPrefix(raw.Subject, s.bus.Subject("agent")+".")
+		env.Target = topology.AgentOfInbox(s.bus, raw.Subject)
 	}
 	if s.deadLetter(ctx, env, fmt.Sprintf("not acknowledged by %s after %d deliveries", a.Consumer, a.Deliveries)) != nil {
 		return // kept on the stream, not lost
