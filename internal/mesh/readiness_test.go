@@ -15,6 +15,7 @@ import (
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // plain is a service that does not say when it has started.
@@ -41,14 +42,8 @@ func runFake(t *testing.T, svc app.Service) (grpcAddr, metricsAddr string) {
 	u.svc = svc
 	metrics, err := p.listenMetrics("127.0.0.1:0")
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, logx.Discard(), metrics, p.reg, []*unit{u}) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		p.close()
-	})
+	t.Cleanup(p.close)
+	testenv.Start(t, func(ctx context.Context) error { return run(ctx, logx.Discard(), metrics, p.reg, []*unit{u}) })
 	return u.srv.GRPCAddr(), metrics.Addr().String()
 }
 
