@@ -136,18 +136,26 @@ func base(importPath string) string {
 	return p
 }
 
+// The rules, as a violation names them.
+const (
+	RuleGen            = "generated code imports none of our other packages"
+	RulePkg            = "a package under pkg/ imports no service and not the gateway"
+	RuleServiceGateway = "a service does not import the gateway"
+	RuleService        = "a service imports no other service (a test that needs one belongs in e2e/)"
+)
+
 // forbidden returns the rule that keeps from (a path within the module)
 // from importing to, or "" when it may.
 func forbidden(from, to string) string {
 	switch {
 	case under(from, "gen") && !under(to, "gen"):
-		return "generated code imports none of our other packages"
+		return RuleGen
 	case under(from, "pkg") && (under(to, "services") || under(to, "gateway")):
-		return "a package under pkg/ imports no service and not the gateway"
+		return RulePkg
 	case under(from, "services") && under(to, "gateway"):
-		return "a service does not import the gateway"
+		return RuleServiceGateway
 	case under(from, "services") && under(to, "services") && service(from) != service(to):
-		return "a service imports no other service (a test that needs one belongs in e2e/)"
+		return RuleService
 	}
 	return ""
 }

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 
-	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/config"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
@@ -20,13 +19,6 @@ import (
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
-	"sylk.dev/sylk/services/academic"
-	"sylk.dev/sylk/services/architect"
-	"sylk.dev/sylk/services/archivalist"
-	"sylk.dev/sylk/services/guide"
-	"sylk.dev/sylk/services/librarian"
-	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
 
 // Version is set at build time with -ldflags "-X sylk.dev/sylk/internal/mesh.Version=...".
@@ -126,36 +118,6 @@ func (p PeerConfig) required(m *module) error {
 	for _, n := range m.needs {
 		if p[n] == "" {
 			errs = append(errs, fmt.Errorf("%s needs -peer.%s (env %s)", m.name, n, config.EnvName("peer."+n)))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// ServiceConfigs holds every module's own configuration.
-type ServiceConfigs struct {
-	Guide        guide.Config
-	Architect    architect.Config
-	Orchestrator orchestrator.Config
-	Worker       worker.Config
-	Librarian    librarian.Config
-	Archivalist  archivalist.Config
-	Academic     academic.Config
-	Gateway      gateway.Config
-}
-
-// RegisterFlags registers the flags of ms.
-func (s *ServiceConfigs) RegisterFlags(fs *flag.FlagSet, ms ...*module) {
-	for _, m := range ms {
-		m.config(s).RegisterFlags(fs)
-	}
-}
-
-// Validate checks the configurations of ms.
-func (s *ServiceConfigs) Validate(ms ...*module) error {
-	var errs []error
-	for _, m := range ms {
-		if err := m.config(s).Validate(); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -134,6 +135,36 @@ var modules = []module{
 		needs:  []string{Guide, Architect, Orchestrator, Librarian, Archivalist, Academic},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Gateway },
 	},
+}
+
+// ServiceConfigs holds every module's own configuration.
+type ServiceConfigs struct {
+	Guide        guide.Config
+	Architect    architect.Config
+	Orchestrator orchestrator.Config
+	Worker       worker.Config
+	Librarian    librarian.Config
+	Archivalist  archivalist.Config
+	Academic     academic.Config
+	Gateway      gateway.Config
+}
+
+// RegisterFlags registers the flags of ms.
+func (s *ServiceConfigs) RegisterFlags(fs *flag.FlagSet, ms ...*module) {
+	for _, m := range ms {
+		m.config(s).RegisterFlags(fs)
+	}
+}
+
+// Validate checks the configurations of ms.
+func (s *ServiceConfigs) Validate(ms ...*module) error {
+	var errs []error
+	for _, m := range ms {
+		if err := m.config(s).Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // authSchema holds the gateway's users and API keys.
