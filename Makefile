@@ -22,32 +22,74 @@ TEST_FLAGS ?= -race -count=1 -shuffle=on -timeout 15m
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
+# Each tool is a file in .tools/bin: a target that needs one depends on it,
+# so it is installed the first time it is needed (`make tools` installs all).
+BUF       := $(TOOLS_BIN)/buf
+HELM      := $(TOOLS_BIN)/helm
+GENERATORS = $(BUF) $(addprefix $(TOOLS_BIN)/,protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2)
+GO_INSTALL = mkdir -p $(TOOLS_BIN) && GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install
+
 .PHONY: tools
-tools: ## Install the pinned code generators and helm into .tools/bin
-	@mkdir -p $(TOOLS_BIN)
-	@test -x $(TOOLS_BIN)/buf || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
-	@test -x $(TOOLS_BIN)/protoc-gen-go || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	@test -x $(TOOLS_BIN)/protoc-gen-go-grpc || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-	@test -x $(TOOLS_BIN)/protoc-gen-grpc-gateway || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
-	@test -x $(TOOLS_BIN)/protoc-gen-openapiv2 || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
-	@test -x $(TOOLS_BIN)/helm || GOBIN=$(TOOLS_BIN) GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+tools: $(GENERATORS) $(HELM) ## Install the pinned code generators and helm into .tools/bin
+
+$(BUF):
+	$(GO_INSTALL) github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS_BIN)/protoc-gen-go:
+	$(GO_INSTALL) google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(TOOLS_BIN)/protoc-gen-go-grpc:
+	$(GO_INSTALL) google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLS_BIN)/protoc-gen-grpc-gateway:
+	$(GO_INSTALL) github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
+$(TOOLS_BIN)/protoc-gen-openapiv2:
+	$(GO_INSTALL) github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+$(HELM):
+	$(GO_INSTALL) helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: proto
-proto: ## Regenerate Go, gateway and OpenAPI code from proto/
+proto: $(GENERATORS) ## Regenerate Go, gateway and OpenAPI code from proto/
 	buf lint
 	rm -rf gen/go && find gen/openapi -name '*.json' -delete
 	buf generate
 
 .PHONY: proto-lint
-proto-lint: ## Lint the protos
+proto-lint: $(BUF) ## Lint the protos
 	buf lint
 
 .PHONY: proto-check
-proto-check: ## Fail when the committed generated code is not what buf generates
+proto-check: $(GENERATORS) ## Fail when the committed generated code is not what buf generates
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
 	  buf generate --template buf.gen.yaml -o $$tmp && \
 	  diff -r $$tmp/gen/go gen/go && diff $$tmp/gen/openapi/sylk.swagger.json gen/openapi/sylk.swagger.json && \
 	  echo "generated code is current"
+
+# The commit proto-breaking compares the protos with; empty skips the check
+# (for a change that breaks them on purpose, before v1 is frozen).
+BREAKING_AGAINST ?= HEAD~1
+
+# proto-breaking compares with the protos as they were in BREAKING_AGAINST,
+# taken out of git into a directory, so that it needs only that commit: a
+# shallow clone without it fetches one more commit of history, and a
+# repository whose first commit this is, or whose earlier commit has no
+# protos, has nothing to compare with. The vendored third-party protos are
+# not checked (buf.yaml ignores their module; --exclude-imports keeps them
+# out as imports of ours).
+.PHONY: proto-breaking
+proto-breaking: $(BUF) ## Fail when a proto change breaks compatibility with BREAKING_AGAINST (default HEAD~1)
+	@set -e; against='$(BREAKING_AGAINST)'; \
+	if [ -z "$$against" ]; then echo "proto-breaking: skipped (BREAKING_AGAINST is empty)"; exit 0; fi; \
+	if ! git rev-parse -q --verify "$$against^{commit}" >/dev/null && [ "$$(git rev-parse --is-shallow-repository)" = true ]; then \
+	  git fetch -q --deepen=1 origin "$$(git rev-parse HEAD)" 2>/dev/null || git fetch -q --deepen=1 || true; \
+	fi; \
+	if ! commit=$$(git rev-parse -q --verify "$$against^{commit}"); then \
+	  if [ "$$against" = HEAD~1 ] && [ "$$(git rev-parse --is-shallow-repository)" = false ]; then \
+	    echo "proto-breaking: HEAD is the first commit; nothing to compare with"; exit 0; fi; \
+	  echo "proto-breaking: commit $$against is not in this clone and could not be fetched (clone with --depth=2 or more, or set BREAKING_AGAINST)" >&2; exit 1; \
+	fi; \
+	if ! git cat-file -e "$$commit:buf.yaml" 2>/dev/null; then echo "proto-breaking: $$against has no protos; nothing to compare with"; exit 0; fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git archive "$$commit" buf.yaml proto | tar -x -C "$$tmp"; \
+	buf breaking --exclude-imports --against "$$tmp"; \
+	echo "protos compatible with $$against ($$(git rev-parse --short "$$commit"))"
 
 .PHONY: build
 build: ## Build every binary into bin/
@@ -58,15 +100,17 @@ fmt: ## Format the Go code
 	gofmt -w $$(git ls-files '*.go' | grep -v '^gen/')
 
 .PHONY: lint
-lint: ## gofmt check and go vet over every module
+lint: ## gofmt check, go vet over every module, and the import rules (internal/archtest)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PACKAGES)
+	$(GO) test -count=1 ./internal/archtest/
 
 .PHONY: check
-check: proto-lint proto-check lint ## Every static check CI runs
+check: proto-lint proto-check proto-breaking lint ## Every static check CI runs
 
+# The deploy tests render the Helm chart with helm.
 .PHONY: test
-test: ## Unit, integration and e2e tests against the local Postgres, Redis and NATS (with -race)
+test: $(HELM) ## Unit, integration and e2e tests against the local Postgres, Redis and NATS (with -race)
 	$(GO) test $(TEST_FLAGS) $(PACKAGES)
 
 .PHONY: test-e2e
@@ -101,7 +145,7 @@ migrate: ## Apply every schema's migrations to SYLK_POSTGRES_DSN
 	$(GO) run ./cmd/sylk migrate
 
 .PHONY: helm-lint
-helm-lint: ## Lint and render the Helm chart
+helm-lint: $(HELM) ## Lint and render the Helm chart
 	helm lint deploy/helm/sylk
 	helm template sylk deploy/helm/sylk > /dev/null
 

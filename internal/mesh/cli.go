@@ -45,7 +45,7 @@ Run "sylk COMMAND -h" for a command's flags.
 // Main runs the sylk command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintf(stderr, usage, strings.Join(append(Services, Gateway), ", "))
+		fmt.Fprintf(stderr, usage, strings.Join(moduleNames(), ", "))
 		return 2
 	}
 	ctx, stop := signalContext()
@@ -56,7 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runDev(ctx, rest, stdout, stderr)
 	case "serve":
 		if len(rest) == 0 {
-			err = errors.New("serve: name a service: " + strings.Join(append(Services, Gateway), ", "))
+			err = errors.New("serve: name a service: " + strings.Join(moduleNames(), ", "))
 			break
 		}
 		err = Serve(ctx, rest[0], rest[1:], stderr)
@@ -73,10 +73,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "version":
 		fmt.Fprintln(stdout, Version)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintf(stdout, usage, strings.Join(append(Services, Gateway), ", "))
+		fmt.Fprintf(stdout, usage, strings.Join(moduleNames(), ", "))
 	default:
 		fmt.Fprintf(stderr, "sylk: unknown command %q\n\n", cmd)
-		fmt.Fprintf(stderr, usage, strings.Join(append(Services, Gateway), ", "))
+		fmt.Fprintf(stderr, usage, strings.Join(moduleNames(), ", "))
 		return 2
 	}
 	return exitCode(err, stderr)
@@ -207,12 +207,14 @@ func runCreateAPIKey(ctx context.Context, args []string, stdout, stderr io.Write
 	return nil
 }
 
-// Healthcheck asks a service on this host whether it is serving: grpc.health.v1
-// for the gRPC services, /healthz for the gateway. It reads the listen address
-// flags (and their SYLK_* variables) to find the port.
+// Healthcheck asks a module on this host whether it is serving: its
+// grpc.health.v1 for a gRPC service (SERVING once it has started), /healthz
+// for the gateway. It reads the listen address flags (and their SYLK_*
+// variables) to find the port.
 func Healthcheck(ctx context.Context, service string, args []string, stderr io.Writer) error {
-	if !IsService(service) {
-		return fmt.Errorf("unknown service %q", service)
+	m, err := lookup(service)
+	if err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -226,21 +228,31 @@ func Healthcheck(ctx context.Context, service string, args []string, stderr io.W
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if service == Gateway {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+local(*gwAddr)+"/healthz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("gateway: %s", resp.Status)
-		}
-		return nil
+	if m.rest {
+		return checkREST(ctx, m.name, local(*gwAddr))
 	}
+	return checkGRPC(ctx, m.name, local(*grpcAddr), tlsCfg)
+}
+
+// checkREST asks addr's /healthz.
+func checkREST(ctx context.Context, name, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", name, resp.Status)
+	}
+	return nil
+}
+
+// checkGRPC asks addr's grpc.health.v1, over TLS when tlsCfg has it.
+func checkGRPC(ctx context.Context, name, addr string, tlsCfg meshtls.Config) error {
 	creds := insecure.NewCredentials()
 	if tlsCfg.Enabled() {
 		m, err := meshtls.Open(tlsCfg, nil)
@@ -252,17 +264,17 @@ func Healthcheck(ctx context.Context, service string, args []string, stderr io.W
 		// host's loopback address: the chain is checked, not the name.
 		creds = credentials.NewTLS(m.ClientConfig(""))
 	}
-	cc, err := grpc.NewClient(local(*grpcAddr), grpc.WithTransportCredentials(creds))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
-		return fmt.Errorf("%s: %w", service, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("%s: %s", service, resp.GetStatus())
+		return fmt.Errorf("%s: %s", name, resp.GetStatus())
 	}
 	return nil
 }

@@ -6,9 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 
-	"sylk.dev/sylk/gateway"
+	"sylk.dev/sylk/pkg/config"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
@@ -20,38 +19,10 @@ import (
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/telemetry"
-	"sylk.dev/sylk/services/academic"
-	"sylk.dev/sylk/services/architect"
-	"sylk.dev/sylk/services/archivalist"
-	"sylk.dev/sylk/services/guide"
-	"sylk.dev/sylk/services/librarian"
-	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
 
 // Version is set at build time with -ldflags "-X sylk.dev/sylk/internal/mesh.Version=...".
 var Version = "dev"
-
-// Service names.
-const (
-	Guide        = "guide"
-	Architect    = "architect"
-	Orchestrator = "orchestrator"
-	Worker       = "worker"
-	Librarian    = "librarian"
-	Archivalist  = "archivalist"
-	Academic     = "academic"
-	Gateway      = "gateway"
-)
-
-// Services lists every gRPC service in start order (dependencies first).
-var Services = []string{Librarian, Archivalist, Academic, Orchestrator, Worker, Architect, Guide}
-
-// Schemas lists the Postgres schemas, one per service that keeps state, plus auth.
-var Schemas = []string{Guide, Architect, Orchestrator, Librarian, Archivalist, Academic, "auth", LLMSchema}
-
-// IsService reports whether name is a service that `serve` can run.
-func IsService(name string) bool { return name == Gateway || slices.Contains(Services, name) }
 
 // Common is the configuration every service process shares.
 type Common struct {
@@ -110,114 +81,43 @@ func (c Common) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Schema is the schema name of service under prefix.
-func Schema(prefix, service string) string { return prefix + service }
+// Schema is the name of schema under prefix.
+func Schema(prefix, schema string) string { return prefix + schema }
 
-// PeerConfig holds the addresses of the other services.
-type PeerConfig struct {
-	Guide, Architect, Orchestrator, Librarian, Archivalist, Academic string
-}
+// PeerConfig holds the gRPC addresses of the other modules, by name.
+type PeerConfig map[string]string
 
-// RegisterFlags registers -peer.<service>.
+// RegisterFlags registers -peer.<module> for every module others call.
 func (p *PeerConfig) RegisterFlags(fs *flag.FlagSet) {
-	for _, x := range []struct {
-		dst  *string
-		name string
-	}{{&p.Guide, Guide}, {&p.Architect, Architect}, {&p.Orchestrator, Orchestrator}, {&p.Librarian, Librarian}, {&p.Archivalist, Archivalist}, {&p.Academic, Academic}} {
-		fs.StringVar(x.dst, "peer."+x.name, "", "gRPC address (host:port) of the "+x.name+" service")
+	if *p == nil {
+		*p = PeerConfig{}
+	}
+	for _, m := range modules {
+		if m.client != nil {
+			fs.Var(peerFlag{*p, m.name}, "peer."+m.name, "gRPC address (host:port) of the "+m.name+" service")
+		}
 	}
 }
 
-// required returns an error naming each peer address service needs but lacks.
-func (p PeerConfig) required(service string) error {
-	need := map[string][]string{
-		// Both check sessions through the Guide: that a run is in the
-		// caller's own open session, and the session's limits.
-		Architect:    {Orchestrator, Guide},
-		Orchestrator: {Guide},
-		Gateway:      {Guide, Architect, Orchestrator, Librarian, Archivalist, Academic},
-	}[service]
-	addr := map[string]string{Guide: p.Guide, Architect: p.Architect, Orchestrator: p.Orchestrator, Librarian: p.Librarian, Archivalist: p.Archivalist, Academic: p.Academic}
+// peerFlag is the -peer.<name> flag.
+type peerFlag struct {
+	p    PeerConfig
+	name string
+}
+
+func (f peerFlag) String() string { return f.p[f.name] }
+
+func (f peerFlag) Set(v string) error {
+	f.p[f.name] = v
+	return nil
+}
+
+// required returns an error naming each peer address m needs but lacks.
+func (p PeerConfig) required(m *module) error {
 	var errs []error
-	for _, n := range need {
-		if addr[n] == "" {
-			errs = append(errs, fmt.Errorf("%s needs -peer.%s (env SYLK_PEER_%s)", service, n, upper(n)))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			b[i] = c - 32
-		}
-	}
-	return string(b)
-}
-
-// ServiceConfigs holds every service's own configuration.
-type ServiceConfigs struct {
-	Guide        guide.Config
-	Architect    architect.Config
-	Orchestrator orchestrator.Config
-	Worker       worker.Config
-	Librarian    librarian.Config
-	Archivalist  archivalist.Config
-	Academic     academic.Config
-	Gateway      gateway.Config
-}
-
-// RegisterFlags registers the flags of the named services.
-func (s *ServiceConfigs) RegisterFlags(fs *flag.FlagSet, names ...string) {
-	for _, n := range names {
-		switch n {
-		case Guide:
-			s.Guide.RegisterFlags(fs)
-		case Architect:
-			s.Architect.RegisterFlags(fs)
-		case Orchestrator:
-			s.Orchestrator.RegisterFlags(fs)
-		case Worker:
-			s.Worker.RegisterFlags(fs)
-		case Librarian:
-			s.Librarian.RegisterFlags(fs)
-		case Archivalist:
-			s.Archivalist.RegisterFlags(fs)
-		case Academic:
-			s.Academic.RegisterFlags(fs)
-		case Gateway:
-			s.Gateway.RegisterFlags(fs)
-		}
-	}
-}
-
-// Validate checks the named services' configurations.
-func (s ServiceConfigs) Validate(names ...string) error {
-	var errs []error
-	for _, n := range names {
-		var err error
-		switch n {
-		case Guide:
-			err = s.Guide.Validate()
-		case Architect:
-			err = s.Architect.Validate()
-		case Orchestrator:
-			err = s.Orchestrator.Validate()
-		case Worker:
-			err = s.Worker.Validate()
-		case Librarian:
-			err = s.Librarian.Validate()
-		case Archivalist:
-			err = s.Archivalist.Validate()
-		case Academic:
-			err = s.Academic.Validate()
-		case Gateway:
-			err = s.Gateway.Validate()
-		}
-		if err != nil {
-			errs = append(errs, err)
+	for _, n := range m.needs {
+		if p[n] == "" {
+			errs = append(errs, fmt.Errorf("%s needs -peer.%s (env %s)", m.name, n, config.EnvName("peer."+n)))
 		}
 	}
 	return errors.Join(errs...)

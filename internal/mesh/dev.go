@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -12,25 +13,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"sylk.dev/sylk/gateway"
-	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/consult"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/redisx"
-	"sylk.dev/sylk/pkg/telemetry"
-	"sylk.dev/sylk/pkg/toolexec"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // DevConfig configures the whole mesh in one process.
@@ -48,7 +40,7 @@ type DevConfig struct {
 // listen on free loopback ports and NATS is embedded unless -nats.url is set.
 func (c *DevConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.RegisterFlags(fs)
-	c.Services.RegisterFlags(fs, append([]string{Gateway}, Services...)...)
+	c.Services.RegisterFlags(fs, allModules()...)
 	setDefault(fs, "nats.url", "")
 	setDefault(fs, "grpc.listen-address", "127.0.0.1:0")
 	setDefault(fs, "http.listen-address", "127.0.0.1:0")
@@ -74,7 +66,7 @@ func (c DevConfig) Validate() error {
 	if common.NATS.URL == "" {
 		common.NATS.URL = "embedded"
 	}
-	return errors.Join(common.Validate(), c.Services.Validate(append([]string{Gateway}, Services...)...))
+	return errors.Join(common.Validate(), c.Services.Validate(allModules()...))
 }
 
 // Dev is a running mesh.
@@ -90,201 +82,197 @@ type Dev struct {
 	// ServiceAddrs is each service's gRPC address, by service name.
 	ServiceAddrs map[string]string
 	done         chan error
-	cleanup      []func()
+	release      func()
 }
 
 // Wait blocks until the mesh stops and returns why.
 func (d *Dev) Wait() error {
 	err := <-d.done
-	for i := len(d.cleanup) - 1; i >= 0; i-- {
-		d.cleanup[i]()
-	}
+	d.release()
 	return err
 }
 
-// StartDev starts every service and the gateway in this process. They stop
-// when ctx is done; call Wait to release everything.
+// devStartTimeout bounds the start of the whole mesh.
+const devStartTimeout = 2 * time.Minute
+
+// StartDev starts every module in this process and returns once each has
+// started. They stop when ctx is done; call Wait to release everything.
 func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dev{done: make(chan error, 1)}
+	p := newProcess(cfg.Common, &cfg.Services, logOut, logx.New(logOut, cfg.Log, "dev", Version), "sylk-dev-")
 	defer func() {
 		if err != nil {
-			for i := len(d.cleanup) - 1; i >= 0; i-- {
-				d.cleanup[i]()
-			}
+			p.close()
 		}
 	}()
-	root := logx.New(logOut, cfg.Log, "dev", Version)
-	// As in Serve: programs the mesh runs must not read it through /proc.
-	if err := toolexec.ProtectProcess(); err != nil {
-		return nil, err
-	}
-	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry, "sylk-dev", Version)
-	if err != nil {
-		return nil, err
-	}
-	d.cleanup = append(d.cleanup, func() { _ = shutdownTracing(context.Background()) })
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	d := &Dev{done: make(chan error, 1), release: p.close}
+	startCtx, cancel := context.WithTimeout(ctx, devStartTimeout)
 	defer cancel()
-
-	// The embedded server's URL is printed with its token, for the user's
-	// own clients; a server given with credentials is printed without them.
-	d.NATSURL = natsx.RedactURL(cfg.NATS.URL)
-	if cfg.NATS.URL == "" {
-		ns, url, err := natsx.RunEmbedded(cfg.NATSDataDir)
-		if err != nil {
-			return nil, err
-		}
-		d.cleanup = append(d.cleanup, func() { shutdownNATS(ns) })
-		cfg.NATS.URL, d.NATSURL = url, url
+	if err := d.startNATS(p, cfg.NATSDataDir); err != nil {
+		return nil, err
 	}
-
-	reg := newRegistry()
-	rc, err := redisx.Open(startCtx, cfg.Redis)
+	useRunKey(&p.common)
+	if err := p.prepare(ctx, "sylk-dev"); err != nil {
+		return nil, err
+	}
+	p.warnAnonymousStores(startCtx)
+	if err := p.openShared(startCtx); err != nil {
+		return nil, err
+	}
+	units, err := p.startServices(startCtx)
 	if err != nil {
 		return nil, err
 	}
-	d.cleanup = append(d.cleanup, func() { _ = rc.Close() })
-
-	// Direct consultations between services are checked against the
-	// permission matrix and logged to the Archivalist (spec A-40..A-42).
-	consultBus, err := natsx.Connect(startCtx, cfg.NATS, root, "sylk-dev-consult")
+	d.ServiceAddrs = serviceAddrs(units)
+	gw, err := d.startGateway(startCtx, p, cfg.AdminKey)
 	if err != nil {
 		return nil, err
 	}
-	d.cleanup = append(d.cleanup, consultBus.Close)
-	consultSink := consult.NewNATSSink(consultBus, topology.InboxSubject(consultBus, topology.AgentArchivalist), root, reg, consult.SinkConfig{})
-
-	if open := anonymousStores(startCtx, cfg.Common, Guide); len(open) > 0 && !cfg.Stores.AllowAnonymous {
-		root.Warn("stores accept clients without credentials: task commands can reach them (fine on your own machine; not for a shared one)",
-			slog.String("stores", strings.Join(open, ", ")))
-	}
-
-	// The services sign the caller identities they pass to each other, under
-	// the configured key or, by default, one made for this run.
-	if !cfg.Internal.Configured() && !cfg.Internal.AllowUnsigned {
-		cfg.Internal.Key = newKey()
-	}
-	signer, err := internalSigner(cfg.Common, root)
+	metrics, err := p.listenMetrics(cmp.Or(cfg.Server.HTTPListenAddress, "127.0.0.1:0"))
 	if err != nil {
 		return nil, err
 	}
-	srvTLS, dialTLS, closeTLS, err := meshTLS(cfg.Common, root)
-	if err != nil {
+	d.MetricsURL = "http://" + metrics.Addr().String() + "/metrics"
+	if err := d.serve(ctx, startCtx, p, units, metrics, gw); err != nil {
 		return nil, err
 	}
-	d.cleanup = append(d.cleanup, closeTLS)
-
-	// Bind every service's listener first, so each knows its peers' addresses.
-	type pending struct {
-		name string
-		srv  *grpcserver.Server
-		log  *slog.Logger
-		reg  prometheus.Registerer
-	}
-	var ps []pending
-	addrs := map[string]string{}
-	for _, name := range Services {
-		log := logx.New(logOut, cfg.Log, name, Version)
-		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
-		scfg := cfg.Server
-		scfg.HTTPListenAddress = ""
-		srv, err := grpcserver.New(scfg, log, sreg, reg,
-			append(slices.Clone(srvTLS), consult.ServerOption(name, consultSink), grpcserver.WithSigner(signer))...)
-		if err != nil {
-			return nil, err
-		}
-		if err := srv.Listen(); err != nil {
-			return nil, err
-		}
-		addrs[name] = srv.GRPCAddr()
-		ps = append(ps, pending{name, srv, log, sreg})
-	}
-	d.ServiceAddrs = addrs
-	cfg.Peers = PeerConfig{Guide: addrs[Guide], Architect: addrs[Architect], Orchestrator: addrs[Orchestrator],
-		Librarian: addrs[Librarian], Archivalist: addrs[Archivalist], Academic: addrs[Academic]}
-	peers, conns, closePeers, err := dialPeers(cfg.Peers, signer, dialTLS...)
-	if err != nil {
-		return nil, err
-	}
-	d.cleanup = append(d.cleanup, closePeers)
-
-	hideSecretFiles(&cfg.Services, cfg.Common)
-	var units []unit
-	for _, p := range ps {
-		deps := app.Deps{Log: p.log, Registerer: p.reg, Redis: rc, Peers: peers}
-		if hasSchema(p.name) {
-			pool, err := OpenSchema(startCtx, cfg.Postgres, cfg.SchemaPrefix, p.name)
-			if err != nil {
-				return nil, err
-			}
-			d.cleanup = append(d.cleanup, pool.Close)
-			deps.DB, deps.Schema = pool, Schema(cfg.SchemaPrefix, p.name)
-		}
-		bus, err := natsx.Connect(startCtx, cfg.NATS, p.log, "sylk-dev-"+p.name)
-		if err != nil {
-			return nil, err
-		}
-		d.cleanup = append(d.cleanup, bus.Close)
-		deps.Bus = bus
-		svc, err := newService(p.name, &cfg.Services, deps)
-		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", p.name, err)
-		}
-		closeLLM, err := attachLLM(startCtx, p.name, svc, cfg.Common, deps, p.log)
-		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", p.name, err)
-		}
-		d.cleanup = append(d.cleanup, closeLLM)
-		svc.Register(p.srv.GRPC())
-		units = append(units, unit{name: p.name, srv: p.srv, svc: svc})
-	}
-
-	authPool, err := OpenSchema(startCtx, cfg.Postgres, cfg.SchemaPrefix, "auth")
-	if err != nil {
-		return nil, err
-	}
-	d.cleanup = append(d.cleanup, authPool.Close)
-	key := cfg.AdminKey
-	if key == "" {
-		key = newKey()
-	}
-	gw, tenant, user := cfg.Services.Gateway, cfg.Services.Gateway.BootstrapTenant, cfg.Services.Gateway.BootstrapUser
-	if err := gateway.EnsureBootstrapKey(startCtx, authPool, tenant, user, key); err != nil {
-		return nil, err
-	}
-	d.AdminKey = key
-	gwLog := logx.New(logOut, cfg.Log, Gateway, Version)
-	g, err := gateway.New(gw, gwLog, authPool, conns, prometheus.WrapRegistererWith(prometheus.Labels{"service": Gateway}, reg))
-	if err != nil {
-		return nil, err
-	}
-	if err := g.Listen(); err != nil {
-		return nil, err
-	}
-	d.GatewayURL = "http://" + g.Addr()
-	maddr := cfg.Server.HTTPListenAddress
-	if maddr == "" {
-		maddr = "127.0.0.1:0"
-	}
-	metricsLn, err := net.Listen("tcp", maddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen metrics %s: %w", maddr, err)
-	}
-	d.cleanup = append(d.cleanup, func() { _ = metricsLn.Close() })
-	d.MetricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
-
-	go func() {
-		eg, ectx := errgroup.WithContext(ctx)
-		eg.Go(func() error { return runUnits(ectx, root, units...) })
-		eg.Go(func() error { return g.Run(ectx) })
-		eg.Go(func() error { return serveMetrics(ectx, metricsLn, reg) })
-		d.done <- eg.Wait()
-	}()
 	return d, nil
 }
+
+// startNATS runs the embedded NATS server unless a server is configured.
+// Its URL is kept with its token, for the user's own clients; a
+// configured server's is kept without credentials.
+func (d *Dev) startNATS(p *process, dataDir string) error {
+	d.NATSURL = natsx.RedactURL(p.common.NATS.URL)
+	if p.common.NATS.URL != "" {
+		return nil
+	}
+	ns, url, err := natsx.RunEmbedded(dataDir)
+	if err != nil {
+		return err
+	}
+	p.onClose(func() { shutdownNATS(ns) })
+	p.common.NATS.URL, d.NATSURL = url, url
+	return nil
+}
+
+// useRunKey makes the services sign the caller identities they pass to
+// each other under a key made for this run, unless one is configured (or
+// unsigned identities are allowed).
+func useRunKey(common *Common) {
+	if !common.Internal.Configured() && !common.Internal.AllowUnsigned {
+		common.Internal.Key = newKey()
+	}
+}
+
+// warnAnonymousStores says when the stores take clients without
+// credentials: fine on one's own machine, where serve would refuse them.
+func (p *process) warnAnonymousStores(ctx context.Context) {
+	if open := anonymousStores(ctx, p.common, false); len(open) > 0 && !p.common.Stores.AllowAnonymous {
+		p.log.Warn("stores accept clients without credentials: task commands can reach them (fine on your own machine; not for a shared one)",
+			slog.String("stores", strings.Join(open, ", ")))
+	}
+}
+
+// openShared opens what the services share in dev: Redis, and a NATS
+// connection of its own for the consultations' log.
+func (p *process) openShared(ctx context.Context) error {
+	if err := p.openRedis(ctx); err != nil {
+		return err
+	}
+	bus, err := p.connectBus(ctx, "consult", p.log)
+	if err != nil {
+		return err
+	}
+	p.openSink(bus)
+	return nil
+}
+
+// startServices runs the start-up sequence of every service (see unit):
+// each connects and binds, then, knowing every address, each is built.
+// Each logs as itself and labels its metrics with its name.
+func (p *process) startServices(ctx context.Context) ([]*unit, error) {
+	var units []*unit
+	for _, m := range services() {
+		u := newUnit(m, logx.New(p.logOut, p.common.Log, m.name, Version), serviceRegisterer(p.reg, m.name))
+		if err := p.connect(ctx, u); err != nil {
+			return nil, err
+		}
+		if err := p.bind(u); err != nil {
+			return nil, err
+		}
+		units = append(units, u)
+	}
+	addrs := PeerConfig(serviceAddrs(units))
+	conns, err := p.dial(addrs, moduleNames())
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range units {
+		peers, _ := clients(u.mod, conns)
+		if err := p.build(ctx, u, peers); err != nil {
+			return nil, err
+		}
+	}
+	return units, nil
+}
+
+func serviceRegisterer(reg prometheus.Registerer, name string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, reg)
+}
+
+// serviceAddrs are the units' gRPC addresses, by module name.
+func serviceAddrs(units []*unit) map[string]string {
+	addrs := map[string]string{}
+	for _, u := range units {
+		addrs[u.mod.name] = u.srv.GRPCAddr()
+	}
+	return addrs
+}
+
+// startGateway readies the gateway on the services' addresses, with key
+// (or a new one) as the bootstrap admin's. It serves once every service
+// has started (serve).
+func (d *Dev) startGateway(ctx context.Context, p *process, key string) (*gateway.Gateway, error) {
+	m, err := lookup(Gateway)
+	if err != nil {
+		return nil, err
+	}
+	d.AdminKey = cmp.Or(key, newKey())
+	gw, err := p.startGateway(ctx, m, d.ServiceAddrs, logx.New(p.logOut, p.common.Log, m.name, Version),
+		serviceRegisterer(p.reg, m.name), d.AdminKey)
+	if err != nil {
+		return nil, err
+	}
+	d.GatewayURL = "http://" + gw.Addr()
+	return gw, nil
+}
+
+// serve runs the mesh in the background until ctx is done, and waits
+// until every service has started (the REST API opens then), the mesh
+// stopped, or startCtx is done.
+func (d *Dev) serve(ctx, startCtx context.Context, p *process, units []*unit, metrics net.Listener, gw *gateway.Gateway) error {
+	runCtx, stop := context.WithCancel(ctx)
+	go func() {
+		defer stop()
+		d.done <- run(runCtx, p.log, metrics, p.reg, units, gw.Run)
+	}()
+	for _, u := range units {
+		select {
+		case <-u.started:
+		case err := <-d.done:
+			return fmt.Errorf("%s did not start: %w", u.mod.name, cmp.Or(err, context.Cause(ctx), errStoppedStarting))
+		case <-startCtx.Done():
+			stop()
+			return errors.Join(fmt.Errorf("%s did not start: %w", u.mod.name, context.Cause(startCtx)), <-d.done)
+		}
+	}
+	return nil
+}
+
+var errStoppedStarting = errors.New("the mesh stopped while starting")
 
 func shutdownNATS(s *server.Server) {
 	s.Shutdown()

@@ -79,10 +79,31 @@ func TestServeNeedsInternalKey(t *testing.T) {
 // The services that check sessions through the Guide need its address.
 func TestPeersRequired(t *testing.T) {
 	t.Parallel()
-	require.ErrorContains(t, PeerConfig{}.required(Orchestrator), "orchestrator needs -peer.guide")
-	err := PeerConfig{}.required(Architect)
+	require.ErrorContains(t, PeerConfig{}.required(mustLookup(t, Orchestrator)), "orchestrator needs -peer.guide (env SYLK_PEER_GUIDE)")
+	err := PeerConfig{}.required(mustLookup(t, Architect))
 	require.ErrorContains(t, err, "architect needs -peer.orchestrator")
 	require.ErrorContains(t, err, "architect needs -peer.guide")
-	require.NoError(t, PeerConfig{Guide: "guide:9090"}.required(Orchestrator))
-	require.NoError(t, PeerConfig{}.required(Librarian))
+	require.NoError(t, PeerConfig{Guide: "guide:9090"}.required(mustLookup(t, Orchestrator)))
+	require.NoError(t, PeerConfig{}.required(mustLookup(t, Librarian)))
+}
+
+// The peer flags and their variables fill PeerConfig by module name.
+func TestPeerFlags(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var p PeerConfig
+	p.RegisterFlags(fs)
+	require.NoError(t, config.ParseWithLookup(fs, []string{"-peer.guide", "g:1"}, func(k string) (string, bool) {
+		return map[string]string{"SYLK_PEER_ACADEMIC": "a:2"}[k], k == "SYLK_PEER_ACADEMIC"
+	}))
+	require.Equal(t, PeerConfig{Guide: "g:1", Academic: "a:2"}, p)
+	require.Nil(t, fs.Lookup("peer."+Worker), "no one calls the worker")
+	require.Equal(t, "", fs.Lookup("peer."+Librarian).DefValue)
+}
+
+func mustLookup(t *testing.T, name string) *module {
+	t.Helper()
+	m, err := lookup(name)
+	require.NoError(t, err)
+	return m
 }

@@ -2,9 +2,11 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/llm"
@@ -14,14 +16,12 @@ import (
 	"sylk.dev/sylk/pkg/llm/provider"
 	"sylk.dev/sylk/pkg/llm/signal"
 	llmusage "sylk.dev/sylk/pkg/llm/usage"
-	"sylk.dev/sylk/services/archivalist"
 )
 
 // LLMSchema holds usage records and stored provider credentials (pkg/llm).
 const LLMSchema = "llm"
 
-// llmGated is a service whose model calls go through an LLM gate (the
-// Architect's planner; any service can opt in by implementing it).
+// llmGated is a service whose model calls go through an LLM gate.
 type llmGated interface {
 	SetLLMGate(g *gate.Gate)
 }
@@ -33,11 +33,42 @@ type llmOptional interface {
 	NeedsLLMGate(defaultProvider string) bool
 }
 
-// needsGate reports whether svc gets a gate.
-func needsGate(svc app.Service, common Common) (bool, error) {
-	if _, ok := svc.(llmGated); !ok {
-		return false, nil
+// llmServing is a service that serves the LLM usage and provider APIs.
+type llmServing interface {
+	SetLLM(api interface{ Register(*grpc.Server) })
+}
+
+// attachLLM gives svc what its module takes from pkg/llm (see the module
+// table): the usage and provider APIs on a pool of the llm schema, or a
+// gate (configured providers, or `local`; shared state in Redis, signals
+// on NATS, usage records in the llm schema). The returned function closes
+// what it opened.
+func attachLLM(ctx context.Context, m *module, svc app.Service, common Common, deps app.Deps, log *slog.Logger) (func(), error) {
+	switch m.llm {
+	case llmAPI:
+		s, ok := svc.(llmServing)
+		if !ok {
+			return nil, fmt.Errorf("%s serves the LLM APIs in the module table but has no SetLLM", m.name)
+		}
+		return attachAPI(ctx, s, common, log)
+	case llmGate:
+		s, ok := svc.(llmGated)
+		if !ok {
+			return nil, fmt.Errorf("%s takes an LLM gate in the module table but has no SetLLMGate", m.name)
+		}
+		need, err := needsGate(svc, common)
+		if err != nil {
+			return nil, err
+		}
+		if need {
+			return attachGate(ctx, s, common, deps, log)
+		}
 	}
+	return func() {}, nil
+}
+
+// needsGate reports whether svc, which takes a gate, has a use for one.
+func needsGate(svc app.Service, common Common) (bool, error) {
 	o, ok := svc.(llmOptional)
 	if !ok {
 		return true, nil
@@ -49,52 +80,34 @@ func needsGate(svc app.Service, common Common) (bool, error) {
 	return o.NeedsLLMGate(reg.Default().Name()), nil
 }
 
-// attachLLM gives the archivalist, which owns usage and audit records, the
-// LLM usage and provider APIs on a pool of the llm schema, and every service
-// that makes model calls its gate (configured providers, or `local`; shared
-// state in Redis, signals on NATS, usage records in the llm schema). The
-// returned function closes what it opened.
-func attachLLM(ctx context.Context, name string, svc app.Service, common Common, deps app.Deps, log *slog.Logger) (func(), error) {
-	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	if a, ok := svc.(*archivalist.Service); ok && name == Archivalist {
-		pool, err := OpenSchema(ctx, common.Postgres, common.SchemaPrefix, LLMSchema)
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, pool.Close)
-		api, err := llmapi.New(common.LLM, common.LLMCredentials, pool, log)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		a.SetLLM(api)
-	}
-	need, err := needsGate(svc, common)
+// attachAPI gives s the usage and provider APIs on a pool of the llm schema.
+func attachAPI(ctx context.Context, s llmServing, common Common, log *slog.Logger) (func(), error) {
+	pool, err := OpenSchema(ctx, common.Postgres, common.SchemaPrefix, LLMSchema)
 	if err != nil {
-		closeAll()
 		return nil, err
 	}
-	if s, ok := svc.(llmGated); ok && need {
-		pool, err := OpenSchema(ctx, common.Postgres, common.SchemaPrefix, LLMSchema)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		closers = append(closers, pool.Close)
-		g, closeGate, err := newGate(ctx, common, deps, pool, log)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		closers = append(closers, closeGate)
-		s.SetLLMGate(g)
+	api, err := llmapi.New(common.LLM, common.LLMCredentials, pool, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
 	}
-	return closeAll, nil
+	s.SetLLM(api)
+	return pool.Close, nil
+}
+
+// attachGate gives s a gate on a pool of the llm schema.
+func attachGate(ctx context.Context, s llmGated, common Common, deps app.Deps, log *slog.Logger) (func(), error) {
+	pool, err := OpenSchema(ctx, common.Postgres, common.SchemaPrefix, LLMSchema)
+	if err != nil {
+		return nil, err
+	}
+	g, closeGate, err := newGate(ctx, common, deps, pool, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.SetLLMGate(g)
+	return func() { closeGate(); pool.Close() }, nil
 }
 
 // newGate builds a service's gate on a pool of the llm schema: configured

@@ -93,7 +93,7 @@ func TestGateUsesTenantKeys(t *testing.T) {
 	logs := &strings.Builder{}
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	closeLLM, err := attachLLM(ctx, Architect, svc, common, app.Deps{
+	closeLLM, err := attachLLM(ctx, mustLookup(t, Architect), svc, common, app.Deps{
 		Redis: testenv.Redis(t), Bus: testenv.NATS(t), Registerer: prometheus.NewRegistry(), Log: log}, log)
 	require.NoError(t, err)
 	t.Cleanup(closeLLM)

@@ -39,14 +39,15 @@ func (c *StoresConfig) RegisterFlags(fs *flag.FlagSet) {
 // anonymousCheckTimeout bounds each attempt to connect without credentials.
 const anonymousCheckTimeout = 3 * time.Second
 
-// anonymousStores names the stores, of those name uses, that take a client
-// without the credentials in the configuration.
-func anonymousStores(ctx context.Context, common Common, name string) []string {
+// anonymousStores names the stores that take a client without the
+// credentials in the configuration: PostgreSQL, and unless onlyPostgres
+// (the gateway's case) Redis and NATS.
+func anonymousStores(ctx context.Context, common Common, onlyPostgres bool) []string {
 	var open []string
 	if pgAnonymous(ctx, common.Postgres.DSN) {
 		open = append(open, "PostgreSQL")
 	}
-	if name == Gateway {
+	if onlyPostgres {
 		return open
 	}
 	if redisAnonymous(ctx, common.Redis.URL, common.Redis.TLS) {
@@ -58,13 +59,13 @@ func anonymousStores(ctx context.Context, common Common, name string) []string {
 	return open
 }
 
-// checkStores returns an error naming the stores name uses that take
-// clients without credentials, unless those are allowed.
-func checkStores(ctx context.Context, common Common, name string) error {
+// checkStores returns an error naming the stores m uses that take clients
+// without credentials, unless those are allowed.
+func checkStores(ctx context.Context, common Common, m *module) error {
 	if common.Stores.AllowAnonymous {
 		return nil
 	}
-	if open := anonymousStores(ctx, common, name); len(open) > 0 {
+	if open := anonymousStores(ctx, common, m.rest); len(open) > 0 {
 		return fmt.Errorf("%s accept clients without credentials: task commands, which reach what the worker reaches, "+
 			"could read and change every tenant's data there; require credentials (deploy/README.md), "+
 			"or pass -stores.allow-anonymous where no task command can reach them", strings.Join(open, ", "))

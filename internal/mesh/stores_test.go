@@ -35,13 +35,13 @@ func TestAnonymousStores(t *testing.T) {
 	common.Postgres.DSN = testenv.PostgresDSN()
 	common.Redis.URL = testenv.RedisURL()
 	common.NATS.URL = testenv.NATSURL()
-	require.Equal(t, []string{"PostgreSQL", "Redis", "NATS"}, anonymousStores(t.Context(), common, Guide))
-	require.Equal(t, []string{"PostgreSQL"}, anonymousStores(t.Context(), common, Gateway), "the gateway uses only PostgreSQL")
-	err := checkStores(t.Context(), common, Worker)
+	require.Equal(t, []string{"PostgreSQL", "Redis", "NATS"}, anonymousStores(t.Context(), common, false))
+	require.Equal(t, []string{"PostgreSQL"}, anonymousStores(t.Context(), common, mustLookup(t, Gateway).rest), "the gateway uses only PostgreSQL")
+	err := checkStores(t.Context(), common, mustLookup(t, Worker))
 	require.ErrorContains(t, err, "PostgreSQL, Redis, NATS accept clients without credentials")
 	require.ErrorContains(t, err, "-stores.allow-anonymous")
 	common.Stores.AllowAnonymous = true
-	require.NoError(t, checkStores(t.Context(), common, Worker))
+	require.NoError(t, checkStores(t.Context(), common, mustLookup(t, Worker)))
 
 	// A server that wants the token in its URL is not open, nor is one
 	// that cannot be reached.

@@ -6,6 +6,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,34 @@ type Service interface {
 	// returns once ctx is done and that work has stopped.
 	Run(ctx context.Context) error
 }
+
+// Starter is a Service that says when it has started: its Run has
+// provisioned its streams and consumers and loaded its state. The process
+// running it reports it ready (grpc.health.v1 SERVING) only from then on. A
+// Service that is not a Starter counts as started once its Run is entered.
+type Starter interface {
+	Service
+	// Started is closed once Run has started.
+	Started() <-chan struct{}
+}
+
+// StartSignal makes a Service that embeds it a Starter: its Run calls
+// MarkStarted once it has started. The zero value is ready to use.
+type StartSignal struct {
+	init, done sync.Once
+	ch         chan struct{}
+}
+
+func (s *StartSignal) c() chan struct{} {
+	s.init.Do(func() { s.ch = make(chan struct{}) })
+	return s.ch
+}
+
+// Started is closed by the first MarkStarted.
+func (s *StartSignal) Started() <-chan struct{} { return s.c() }
+
+// MarkStarted says the service has started; later calls do nothing.
+func (s *StartSignal) MarkStarted() { s.done.Do(func() { close(s.c()) }) }
 
 // Deps are the shared resources a service is built from.
 type Deps struct {
