@@ -143,7 +143,7 @@ func TestGuideRouting(t *testing.T) {
 	require.Equal(t, "LOCATE", route["knowledgeIntent"])
 	corr := first["correlationId"].(string)
 	c.waitEvent(name, func(e map[string]any) bool {
-		return e["type"] == "message.answered" && e["source"] == "librarian" && e["correlationId"] == corr
+		return e["type"] == "EVENT_TYPE_MESSAGE_ANSWERED" && e["source"] == "librarian" && e["correlationId"] == corr
 	})
 	var second map[string]any
 	require.Eventually(t, func() bool {

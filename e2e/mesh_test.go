@@ -21,8 +21,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"sylk.dev/sylk/gateway"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	"sylk.dev/sylk/internal/mesh"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -30,6 +32,7 @@ import (
 	"sylk.dev/sylk/pkg/pgstore"
 	"sylk.dev/sylk/pkg/redisx"
 	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // client talks to the gateway.
@@ -214,16 +217,36 @@ func dropSchemas(t *testing.T, prefix string) {
 	}
 }
 
-// events returns the session's events after seq.
+// events returns the session's events after seq. Each must decode into
+// the typed event, strictly (no field the message does not have), and carry
+// the payload its type names.
 func (c *client) events(session string, after uint64) []map[string]any {
 	c.t.Helper()
 	body := c.ok("GET", fmt.Sprintf("/v1/%s/events?afterSequence=%d&pageSize=1000", session, after), nil)
 	raw, _ := body["events"].([]any)
 	out := make([]map[string]any, 0, len(raw))
 	for _, e := range raw {
+		typedEvent(c.t, e)
 		out = append(out, e.(map[string]any))
 	}
 	return out
+}
+
+// typedEvent decodes an event as REST renders it into the typed message.
+func typedEvent(t testing.TB, e any) *eventv1.Event {
+	t.Helper()
+	b, err := json.Marshal(e)
+	require.NoError(t, err)
+	ev := &eventv1.Event{}
+	require.NoError(t, protojson.Unmarshal(b, ev), "event %s", b)
+	require.NoError(t, topology.CheckEvent(ev), "event %s", b)
+	return ev
+}
+
+// payload is the payload field of an event as REST renders it.
+func payload(e map[string]any, field string) map[string]any {
+	p, _ := e[field].(map[string]any)
+	return p
 }
 
 func seqOf(e map[string]any) uint64 {
@@ -278,10 +301,10 @@ func TestMeshEndToEnd(t *testing.T) {
 	require.Equal(t, "librarian", q["route"].(map[string]any)["target"])
 	corr := q["correlationId"].(string)
 	answer := c.waitEvent(name, func(e map[string]any) bool {
-		return e["type"] == "message.answered" && e["source"] == "librarian" && e["correlationId"] == corr
+		return e["type"] == "EVENT_TYPE_MESSAGE_ANSWERED" && e["source"] == "librarian" && e["correlationId"] == corr
 	})
 	require.Contains(t, answer["text"], "billing/invoice.go")
-	hits := answer["data"].(map[string]any)["hits"].([]any)
+	hits := payload(answer, "messageAnswered")["hits"].([]any)
 	require.NotEmpty(t, hits)
 	require.Equal(t, "billing/invoice.go", hits[0].(map[string]any)["path"])
 
@@ -325,7 +348,7 @@ func TestMeshEndToEnd(t *testing.T) {
 
 	// The session's events arrive in order.
 	c.waitEvent(name, func(e map[string]any) bool {
-		return e["type"] == "run.completed"
+		return e["type"] == "EVENT_TYPE_RUN_COMPLETED"
 	})
 	evs := c.events(name, 0)
 	var last uint64
@@ -339,12 +362,12 @@ func TestMeshEndToEnd(t *testing.T) {
 			pos[key] = i
 		}
 	}
-	require.Less(t, pos["message.received/"+corr], pos["message.routed/"+corr])
-	require.Less(t, pos["message.routed/"+corr], pos["message.answered/"+corr])
+	require.Less(t, pos["EVENT_TYPE_MESSAGE_RECEIVED/"+corr], pos["EVENT_TYPE_MESSAGE_ROUTED/"+corr])
+	require.Less(t, pos["EVENT_TYPE_MESSAGE_ROUTED/"+corr], pos["EVENT_TYPE_MESSAGE_ANSWERED/"+corr])
 	var completed []string
 	for _, e := range evs {
-		if e["type"] == "run.node_completed" {
-			if d, ok := e["data"].(map[string]any); ok && d["run"] == run["name"] {
+		if e["type"] == "EVENT_TYPE_NODE_COMPLETED" {
+			if d := payload(e, "node"); d != nil && d["run"] == run["name"] {
 				completed = append(completed, fmt.Sprint(d["node"]))
 			}
 		}

@@ -24,8 +24,8 @@ func TestSuspendPausesSessionRuns(t *testing.T) {
 	runName := run["name"].(string)
 
 	c.ok("POST", "/v1/"+name+":suspend", map[string]any{})
-	paused := c.waitEvent(name, func(e map[string]any) bool { return e["type"] == "session.runs_paused" })
-	require.Contains(t, paused["data"].(map[string]any)["runs"], runName)
+	paused := c.waitEvent(name, func(e map[string]any) bool { return e["type"] == "EVENT_TYPE_SESSION_RUNS_PAUSED" })
+	require.Contains(t, payload(paused, "sessionRuns")["runs"], runName)
 
 	// a finishes, but b is not dispatched while the session is suspended.
 	var nodes map[string]string
@@ -41,7 +41,7 @@ func TestSuspendPausesSessionRuns(t *testing.T) {
 	require.Equal(t, "NODE_STATE_PENDING", nodes["b"], "nothing new starts in a suspended session")
 
 	c.ok("POST", "/v1/"+name+":resume", map[string]any{})
-	c.waitEvent(name, func(e map[string]any) bool { return e["type"] == "session.runs_resumed" })
+	c.waitEvent(name, func(e map[string]any) bool { return e["type"] == "EVENT_TYPE_SESSION_RUNS_RESUMED" })
 	done := c.waitRun(runName)
 	require.Equal(t, "RUN_STATE_SUCCEEDED", done["state"])
 }
