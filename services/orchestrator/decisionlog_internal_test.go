@@ -4,28 +4,29 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 )
 
-// A malformed report still gives a decision-log entry (spec H-01, AC-21):
-// what can be read of it, and a note that it was malformed.
-func TestDecisionSectionOfAMalformedReport(t *testing.T) {
+// A task's decision-log entry (spec H-07) says what its report says, and
+// "none" for what it left out; a task without a report still gets one.
+func TestDecisionSection(t *testing.T) {
 	t.Parallel()
-	ok := decisionSection("n1", 1, stateSucceeded, nodeResult{Report: `{"implemented":"the parser","filesChanged":["a.go"]}`}, "")
+	ok := decisionSection("n1", 1, stateSucceeded, &orchestratorv1.TaskReport{Implemented: "the parser", FilesChanged: []string{"a.go"},
+		Briefing: "attempt 1"}, 3)
+	require.Contains(t, ok, "## Task n1 (attempt 1): succeeded\n")
 	require.Contains(t, ok, "- Implemented: the parser\n")
 	require.Contains(t, ok, "- Files changed: a.go\n")
-	require.NotContains(t, ok, "malformed")
+	require.Contains(t, ok, "- Tested: none\n")
+	require.Contains(t, ok, "- Git calls: 3\n")
+	require.Contains(t, ok, "- Briefing: attempt 1\n")
 
-	partial := decisionSection("n1", 2, stateFailed, nodeResult{Report: `{"implemented":"half of it","tested":7,"concerns":"slow"}`}, "")
+	partial := decisionSection("n1", 2, stateFailed, &orchestratorv1.TaskReport{Implemented: "half of it", Concerns: "slow"}, 0)
 	require.Contains(t, partial, "## Task n1 (attempt 2): failed\n")
-	require.Contains(t, partial, "- Implemented: half of it\n")
 	require.Contains(t, partial, "- Concerns: slow\n")
-	require.Contains(t, partial, "- Tested: none\n")
-	require.Contains(t, partial, "- Report: malformed, partial entry (")
+	require.NotContains(t, partial, "Git calls")
 
-	garbage := decisionSection("n1", 3, stateFailed, nodeResult{Report: "not json"}, "")
-	require.Contains(t, garbage, "- Implemented: none\n")
-	require.Contains(t, garbage, "- Report: malformed, partial entry (")
-
-	none := decisionSection("n1", 4, stateSucceeded, nodeResult{}, "")
-	require.NotContains(t, none, "malformed", "no report is not a malformed one")
+	none := decisionSection("n1", 4, stateSucceeded, nil, 0)
+	require.Contains(t, none, "- Implemented: none\n")
+	require.Contains(t, none, "- Files changed: none\n")
 }

@@ -79,22 +79,3 @@ func TestRepositoryRunMergesPatchesAndDetectsConflicts(t *testing.T) {
 	_, err = h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Repository: "relative", Dag: dagOf(cmd("a", "true"))})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 }
-
-func TestPipelineNodeThroughTheOrchestrator(t *testing.T) {
-	t.Parallel()
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 1)
-	ctx := userCtx("t1")
-	repo := newRepo(t)
-	node := edit("p", "notes.txt", "changed\n")
-	node.Pipeline = true
-	node.MaxLoops = 2
-	node.Command = "test -e never-there"
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(node)})
-	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
-	p := nodesByID(got)["p"].GetPipeline()
-	require.Equal(t, "failed", p.GetState())
-	require.Equal(t, int32(2), p.GetLoops())
-	require.Len(t, p.GetOptions(), 4)
-	require.Contains(t, p.GetFeedback()[0], "engineer command failed (exit 1)")
-}
