@@ -7,7 +7,6 @@ import (
 
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
@@ -15,10 +14,6 @@ import (
 	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
-
-// dispatchNodeField is the number of TaskDispatch.node (checked against
-// the descriptor by a test).
-const dispatchNodeField protowire.Number = 8
 
 // dispatchInputs is what the dispatches of a decision carry besides the
 // nodes themselves.
@@ -49,17 +44,13 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 		d := s.newDispatch(run, n.ID, n.Role, attempt, msgID)
 		d.Timeout = spec.GetTimeout()
 		d.UpstreamOutputs = s.upstream(n.DependsOn, in.outputs)
-		// The stored row holds the node's encoded form already, but for a
-		// briefed retry or a handed-off pipeline.
-		encoded := n.Spec
 		b := retryBriefing(spec, attempt, in.prior[n.ID])
 		h, handedOff := in.handed[n.ID]
 		if b != nil || handedOff {
 			spec = proto.Clone(spec).(*orchestratorv1.Node)
 			spec.RetryBriefing, spec.Handoff = b, h.handoff
-			encoded = nil
 		}
-		setNode(d, spec, encoded)
+		d.Node = spec
 		if run.Repository != "" {
 			d.StartPatch = h.patch
 		}
@@ -88,18 +79,6 @@ func (s *Service) newDispatch(run *runRow, node, role string, attempt int32, msg
 		d.Repository, d.BaseCommit = run.Repository, run.BaseCommit
 	}
 	return d
-}
-
-// setNode sets d's node: the stored encoding as it is when there is one
-// (appended as field node, a valid encoding of the typed field, so that a
-// spec the row holds is not marshalled a second time), else spec.
-func setNode(d *taskv1.TaskDispatch, spec *orchestratorv1.Node, encoded []byte) {
-	if encoded == nil {
-		d.Node = spec
-		return
-	}
-	b := protowire.AppendTag(make([]byte, 0, len(encoded)+8), dispatchNodeField, protowire.BytesType)
-	d.ProtoReflect().SetUnknown(protowire.AppendBytes(b, encoded))
 }
 
 // dispatchInputs loads what the dispatches of nodes carry: their specs,
