@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
 )

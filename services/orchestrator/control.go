@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
-
 	"github.com/jackc/pgx/v5"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"time"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
-	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/topology"

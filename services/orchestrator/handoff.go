@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-
 	"google.golang.org/protobuf/encoding/protojson"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"

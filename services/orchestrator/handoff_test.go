@@ -6,17 +6,16 @@ import (
 	"testing"
 	"time"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
-	"sylk.dev/sylk/pkg/pipeline"
-
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
 )

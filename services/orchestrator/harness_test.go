@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/migrations"

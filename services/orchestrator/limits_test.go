@@ -3,13 +3,12 @@ package orchestrator_test
 import (
 	"testing"
 
-	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
-
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
 )
 

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
+
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"

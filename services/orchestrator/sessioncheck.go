@@ -7,13 +7,12 @@ import (
 	"log/slog"
 	"strings"
 
-	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
-
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/pipeline"

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"

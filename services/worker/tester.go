@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 )
 
