@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/proto"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
@@ -45,12 +44,7 @@ func (s *Service) reopenNode(ctx context.Context, tenant, runID, nodeID string, 
 		if run.State == stateCancelled {
 			return errRunCancelled.Withf("run %s was cancelled", runName(runID))
 		}
-		spec, err := loadSpec(ctx, tx, tenant, runID, nodeID, raw)
-		if err != nil {
-			return err
-		}
-		mutate(spec)
-		b, err := proto.Marshal(spec)
+		b, err := changedSpec(ctx, tx, tenant, runID, nodeID, raw, mutate) // taskaction.go
 		if err != nil {
 			return err
 		}

@@ -1,9 +1,6 @@
 package orchestrator_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +14,7 @@ import (
 
 func newRepo(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("line one\nline two\n"), 0o644))
-	for _, args := range [][]string{{"init", "--quiet"}, {"add", "-A"}, {"commit", "--quiet", "-m", "init"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	return dir
+	return repoWith(t, map[string]string{"notes.txt": "line one\nline two\n"})
 }
 
 func edit(id, path, content string, deps ...string) *orchestratorv1.Node {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,9 +17,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/testenv"
@@ -31,16 +28,10 @@ import (
 // newReplica starts an Orchestrator replica with cfg on db and bus.
 func newReplica(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, cfg orchestrator.Config) (*harness, context.CancelFunc) {
 	t.Helper()
-	cfg.ResyncInterval = 200 * time.Millisecond
-	reg := prometheus.NewRegistry()
-	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
-	require.NoError(t, err)
-	stop := start(t, svc.Run)
-	require.Eventually(t, func() bool {
-		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
-		return err == nil
-	}, waitFor, 10*time.Millisecond)
-	return &harness{svc: svc, reg: reg, db: db, bus: bus}, stop
+	return newOrchestratorWith(t, db, bus, func(c *orchestrator.Config) {
+		*c = cfg
+		c.ResyncInterval = 200 * time.Millisecond
+	})
 }
 
 // finishRun runs a one-node repository run to success, answering its task

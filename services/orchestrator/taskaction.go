@@ -365,6 +365,17 @@ func loadSpec(ctx context.Context, q querier, tenant, runID, nodeID string, raw 
 	return nil, fmt.Errorf("node %s is missing from the dag", nodeID)
 }
 
+// changedSpec is a node's spec (stored as raw, or in the run's DAG) with
+// mutate applied, encoded to be stored.
+func changedSpec(ctx context.Context, q querier, tenant, runID, nodeID string, raw []byte, mutate func(*orchestratorv1.Node)) ([]byte, error) {
+	spec, err := loadSpec(ctx, q, tenant, runID, nodeID, raw)
+	if err != nil {
+		return nil, err
+	}
+	mutate(spec)
+	return proto.Marshal(spec)
+}
+
 // updateSpec changes a node's stored spec under the run's lock.
 func (s *Service) updateSpec(ctx context.Context, tenant, runID, nodeID string, mutate func(*orchestratorv1.Node)) error {
 	_, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
@@ -372,12 +383,7 @@ func (s *Service) updateSpec(ctx context.Context, tenant, runID, nodeID string, 
 		if err := tx.QueryRow(ctx, `SELECT spec FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3`, tenant, runID, nodeID).Scan(&raw); err != nil {
 			return err
 		}
-		spec, err := loadSpec(ctx, tx, tenant, runID, nodeID, raw)
-		if err != nil {
-			return err
-		}
-		mutate(spec)
-		b, err := proto.Marshal(spec)
+		b, err := changedSpec(ctx, tx, tenant, runID, nodeID, raw, mutate)
 		if err != nil {
 			return err
 		}
