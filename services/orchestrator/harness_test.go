@@ -330,8 +330,7 @@ func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
 	// The inboxes' stream may not exist yet: the orchestrator provisions it
 	// when it first sends there.
 	require.NoError(t, topology.EnsureAgents(context.Background(), h.bus))
-	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
-		Durable: agent + "-test", FilterSubjects: []string{topology.InboxSubject(h.bus, agent)}})
+	inbox, err := h.bus.EnsureConsumer(context.Background(), topology.InboxConsumer(h.bus, agent, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	var got *messagev1.Envelope
 	testenv.Consume(t, inbox, 10, waitFor, func(env *messagev1.Envelope) { got = env }, func() bool { return got != nil })

@@ -32,8 +32,7 @@ func TestPipelineStageCheckpoints(t *testing.T) {
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, "failed", p.GetState())
 
-	inbox, err := s.bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: s.bus.Stream(topology.StreamAgents), Durable: "archivalist-test",
-		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentArchivalist)}})
+	inbox, err := s.bus.EnsureConsumer(ctx, topology.InboxConsumer(s.bus, topology.AgentArchivalist, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	records := map[string]*messagev1.Envelope{}
 	testenv.Consume(t, inbox, 10, 10*time.Second, func(e *messagev1.Envelope) { records[e.GetStoreRequest().GetCategory()] = e },

@@ -419,7 +419,7 @@ func TestThroughTheBus(t *testing.T) {
 	send("prompt", "")
 	send("huge", "head -c 3000000 /dev/zero | tr '\\0' a; head -c 3000000 /dev/zero | tr '\\0' b >&2")
 
-	cons, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	cons, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	got := map[string]*taskv1.TaskResult{}
 	require.Eventually(t, func() bool {
@@ -507,8 +507,7 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	cfg.AckWait = time.Second
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
-	spec := natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "worker-inspector",
-		FilterSubjects: []string{topology.TaskSubject(bus, "inspector")}, AckWait: cfg.AckWait}
+	spec := topology.TaskConsumer(bus, "inspector", natsx.ConsumerSpec{AckWait: cfg.AckWait})
 	silent, err := bus.EnsureConsumer(ctx, spec)
 	require.NoError(t, err)
 	d := &taskv1.TaskDispatch{TenantId: "t1", RunId: "r1", NodeId: "n1", Attempt: 1, Role: "inspector", Node: &orchestratorv1.Node{Id: "n1", Command: "echo done"}}
@@ -529,7 +528,7 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	go func() { done <- svc.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
-	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	var got *taskv1.TaskResult
 	require.Eventually(t, func() bool {
@@ -576,8 +575,7 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:n1:1", d)
 	require.NoError(t, err)
 
-	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
-		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	var r *taskv1.TaskResult
 	require.Eventually(t, func() bool {
@@ -598,7 +596,7 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	require.Contains(t, r.GetError(), "came back to the queue 2 times without a result")
 	require.Empty(t, r.GetStdout(), "it was not run")
 
-	cons, err := bus.JS.Consumer(ctx, bus.Stream(topology.StreamTasks), "worker-tester")
+	cons, err := bus.JS.Consumer(ctx, bus.Stream(topology.StreamTasks), topology.DurableWorker("tester"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := cons.Info(ctx)
@@ -645,8 +643,7 @@ func TestResultWaitsForTheBus(t *testing.T) {
 	back := <-restarted
 	t.Cleanup(back.Shutdown)
 
-	results, err := bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
-		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(context.Background(), topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	info, err := results.Info(context.Background())
 	require.NoError(t, err)
