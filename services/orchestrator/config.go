@@ -45,7 +45,7 @@ type Config struct {
 	// the rest are shared fairly between sessions.
 	UserReservePercent int
 	// SessionCheckTimeout is how long a session check may stay pending after
-	// its run ended before it is given up as an error (session.go).
+	// its run ended before it is given up as an error (sessioncheck.go).
 	SessionCheckTimeout time.Duration
 	// GuideTimeout bounds reading from the Guide that a run's session is
 	// the caller's (when a Guide peer is configured); 0 means 5s.

@@ -2,17 +2,16 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
@@ -31,74 +30,75 @@ func (a action) String() string {
 	return [...]string{"cancel", "pause", "resume"}[a]
 }
 
-// errState is a control action that does not apply to the run's state.
-type errState struct{ msg string }
-
-func (e *errState) Error() string { return e.msg }
-
 // control applies an action to a run, or to one node of it, under the
 // run's lock.
 func (s *Service) control(ctx context.Context, tenant, runID, nodeID string, act action) (bool, error) {
 	return s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
 		if terminalRun(run.State) {
-			return &errState{fmt.Sprintf("run %s already ended: %s", runName(run.ID), run.State)}
+			return errRunEnded.Withf("run %s already ended: %s", runName(run.ID), run.State)
 		}
 		if nodeID != "" {
 			return s.controlNode(ctx, tx, run, nodeID, act, eff)
 		}
 		switch act {
 		case actCancel:
-			rows, err := tx.Query(ctx, `WITH old AS (
-					SELECT node_id, state FROM nodes
-					WHERE tenant_id = $1 AND run_id = $2 AND state IN ('PENDING', 'DISPATCHED'))
-				UPDATE nodes n SET state = 'CANCELLED', end_time = now() FROM old
-				WHERE n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = old.node_id
-				RETURNING n.node_id, n.attempt, old.state = 'DISPATCHED'`, run.TenantID, run.ID)
-			if err != nil {
-				return err
-			}
-			var node string
-			var attempt int32
-			var running bool
-			if _, err := pgx.ForEachRow(rows, []any{&node, &attempt, &running}, func() error {
-				if running {
-					eff.cancels = append(eff.cancels, cancelTask{node: node, attempt: attempt})
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			if err := finishRun(ctx, tx, run.TenantID, run.ID, stateCancelled); err != nil {
-				return err
-			}
-			eff.completed, eff.completedID = stateCancelled, run.ID+":completed"
-			eff.event(EventRunCompleted, eff.completedID, "run "+runName(run.ID)+" cancelled",
-				map[string]any{"run": runName(run.ID), "state": stateCancelled})
-			return nil
+			return cancelRun(ctx, tx, run, eff)
 		case actPause:
 			if run.State == statePaused {
-				return &errState{fmt.Sprintf("run %s is already paused", runName(run.ID))}
+				return errRunPaused.Withf("run %s is already paused", runName(run.ID))
 			}
 			if _, err := tx.Exec(ctx, `UPDATE runs SET state = 'PAUSED' WHERE tenant_id = $1 AND id = $2`, run.TenantID, run.ID); err != nil {
 				return err
 			}
-			eff.event(EventRunPaused, fmt.Sprintf("%s:paused:%s", run.ID, ids.New()), "run "+runName(run.ID)+" paused",
-				map[string]any{"run": runName(run.ID)})
+			eff.event(fmt.Sprintf("%s:paused:%s", run.ID, ids.New()), runEvent(eventv1.EventType_EVENT_TYPE_RUN_PAUSED, run.ID,
+				"run "+runName(run.ID)+" paused", &eventv1.RunEvent{State: orchestratorv1.RunState_RUN_STATE_PAUSED}))
 			return nil
 		default:
 			if run.State != statePaused {
-				return &errState{fmt.Sprintf("run %s is not paused", runName(run.ID))}
+				return errRunNotPaused.Withf("run %s is not paused", runName(run.ID))
 			}
 			if _, err := tx.Exec(ctx, `UPDATE runs SET state = 'RUNNING', start_time = coalesce(start_time, now())
 				WHERE tenant_id = $1 AND id = $2`, run.TenantID, run.ID); err != nil {
 				return err
 			}
 			run.State = stateRunning
-			eff.event(EventRunResumed, fmt.Sprintf("%s:resumed:%s", run.ID, ids.New()), "run "+runName(run.ID)+" resumed",
-				map[string]any{"run": runName(run.ID)})
+			eff.event(fmt.Sprintf("%s:resumed:%s", run.ID, ids.New()), runEvent(eventv1.EventType_EVENT_TYPE_RUN_RESUMED, run.ID,
+				"run "+runName(run.ID)+" resumed", &eventv1.RunEvent{State: orchestratorv1.RunState_RUN_STATE_RUNNING}))
 			return s.advance(ctx, tx, run, eff)
 		}
 	})
+}
+
+// cancelRun cancels a run and its pending and running nodes; the workers
+// running its nodes are told to stop them.
+func cancelRun(ctx context.Context, tx pgx.Tx, run *runRow, eff *effects) error {
+	rows, err := tx.Query(ctx, `WITH old AS (
+			SELECT node_id, state FROM nodes
+			WHERE tenant_id = $1 AND run_id = $2 AND state IN ('PENDING', 'DISPATCHED'))
+		UPDATE nodes n SET state = 'CANCELLED', end_time = now() FROM old
+		WHERE n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = old.node_id
+		RETURNING n.node_id, n.attempt, old.state = 'DISPATCHED'`, run.TenantID, run.ID)
+	if err != nil {
+		return err
+	}
+	var node string
+	var attempt int32
+	var running bool
+	if _, err := pgx.ForEachRow(rows, []any{&node, &attempt, &running}, func() error {
+		if running {
+			eff.cancels = append(eff.cancels, cancelTask{node: node, attempt: attempt})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := finishRun(ctx, tx, run.TenantID, run.ID, stateCancelled); err != nil {
+		return err
+	}
+	eff.completed, eff.completedID = stateCancelled, run.ID+":completed"
+	eff.event(eff.completedID, runEvent(eventv1.EventType_EVENT_TYPE_RUN_COMPLETED, run.ID, "run "+runName(run.ID)+" cancelled",
+		&eventv1.RunEvent{State: orchestratorv1.RunState_RUN_STATE_CANCELLED}))
+	return nil
 }
 
 func (s *Service) controlNode(ctx context.Context, tx pgx.Tx, run *runRow, nodeID string, act action, eff *effects) error {
@@ -107,14 +107,14 @@ func (s *Service) controlNode(ctx context.Context, tx pgx.Tx, run *runRow, nodeI
 	var paused bool
 	err := tx.QueryRow(ctx, `SELECT state, attempt, paused FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3`,
 		run.TenantID, run.ID, nodeID).Scan(&st, &attempt, &paused)
-	if err == pgx.ErrNoRows {
-		return &errNodeNotFound{node: nodeID}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nodeNotFound(runName(run.ID), nodeID)
 	}
 	if err != nil {
 		return err
 	}
 	if st != statePending && st != stateDispatched {
-		return &errState{fmt.Sprintf("node %s already ended: %s", nodeID, st)}
+		return errNodeEnded.Withf("node %s already ended: %s", nodeID, st)
 	}
 	switch act {
 	case actCancel:
@@ -125,11 +125,14 @@ func (s *Service) controlNode(ctx context.Context, tx pgx.Tx, run *runRow, nodeI
 		if st == stateDispatched {
 			eff.cancels = append(eff.cancels, cancelTask{node: nodeID, attempt: attempt})
 		}
-		eff.event(EventNodeCompleted, fmt.Sprintf("%s:%s:%d:cancelled", run.ID, nodeID, attempt), "node "+nodeID+" cancelled",
-			map[string]any{"run": runName(run.ID), "node": nodeID, "state": stateCancelled, "exit_code": 0})
+		eff.event(fmt.Sprintf("%s:%s:%d:cancelled", run.ID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED, run.ID,
+			"node "+nodeID+" cancelled", &eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: orchestratorv1.NodeState_NODE_STATE_CANCELLED}))
 	case actPause, actResume:
-		if (act == actPause) == paused {
-			return &errState{fmt.Sprintf("node %s is already %sd", nodeID, act)}
+		if act == actPause && paused {
+			return errNodePaused.Withf("node %s is already paused", nodeID)
+		}
+		if act == actResume && !paused {
+			return errNodeNotPaused.Withf("node %s is already resumed", nodeID)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE nodes SET paused = $4 WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3`,
 			run.TenantID, run.ID, nodeID, act == actPause); err != nil {
@@ -139,12 +142,9 @@ func (s *Service) controlNode(ctx context.Context, tx pgx.Tx, run *runRow, nodeI
 	return s.advance(ctx, tx, run, eff)
 }
 
-type errNodeNotFound struct{ node string }
-
-func (e *errNodeNotFound) Error() string { return "node " + e.node + " not found" }
-
 // controlRPC is the shared body of CancelRun, PauseRun and ResumeRun.
-func (s *Service) controlRPC(ctx context.Context, name, nodeID string, act action) (*orchestratorv1.Run, error) {
+func (s *Service) controlRPC(ctx context.Context, name, nodeID string, act action) (_ *orchestratorv1.Run, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, act.String()+" run", err) }()
 	who, err := s.writer(ctx)
 	if err != nil {
 		return nil, err
@@ -154,23 +154,17 @@ func (s *Service) controlRPC(ctx context.Context, name, nodeID string, act actio
 		return nil, err
 	}
 	if len(nodeID) > 64 {
-		return nil, status.Error(codes.InvalidArgument, "node_id: at most 64 characters")
+		return nil, apierr.Invalid("node_id", "at most 64 characters")
 	}
 	if err := s.checkRun(ctx, who, id); err != nil {
 		return nil, err
 	}
 	found, err := s.control(ctx, who.TenantID, id, nodeID, act)
 	if err != nil {
-		if e, ok := err.(*errState); ok {
-			return nil, status.Error(codes.FailedPrecondition, e.msg)
-		}
-		if e, ok := err.(*errNodeNotFound); ok {
-			return nil, status.Errorf(codes.NotFound, "run %s has no node %q", name, e.node)
-		}
-		return nil, s.internal(ctx, act.String()+" run", err)
+		return nil, err
 	}
 	if !found {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", name)
+		return nil, runNotFound(name)
 	}
 	s.log.InfoContext(ctx, "run "+act.String(), logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID,
 		slog.String("node", nodeID))
@@ -209,13 +203,14 @@ func (s *Service) ResumeRun(ctx context.Context, req *orchestratorv1.ResumeRunRe
 
 // sessionControl applies act to every unfinished run of a session and
 // returns the names of the runs it changed.
-func (s *Service) sessionControl(ctx context.Context, session string, act action) ([]string, error) {
+func (s *Service) sessionControl(ctx context.Context, session string, act action) (_ []string, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, act.String()+" session runs", err) }()
 	who, err := s.writer(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if session == "" {
-		return nil, status.Error(codes.InvalidArgument, "session: is required")
+		return nil, apierr.Invalid("session", "is required")
 	}
 	sid, err := parseSessionID("session", session)
 	if err != nil {
@@ -223,16 +218,16 @@ func (s *Service) sessionControl(ctx context.Context, session string, act action
 	}
 	runs, err := sessionRuns(ctx, s.db, who.TenantID, runOwner(who), sid)
 	if err != nil {
-		return nil, s.internal(ctx, "list session runs", err)
+		return nil, fmt.Errorf("list session runs: %w", err)
 	}
 	var changed []string
 	for _, id := range runs {
 		_, err := s.control(ctx, who.TenantID, id, "", act)
-		if _, skip := err.(*errState); skip {
+		if refused(err) {
 			continue
 		}
 		if err != nil {
-			return changed, s.internal(ctx, act.String()+" session runs", err)
+			return changed, err
 		}
 		changed = append(changed, runName(id))
 	}
@@ -266,35 +261,11 @@ func (s *Service) CancelSessionRuns(ctx context.Context, req *orchestratorv1.Can
 	return &orchestratorv1.CancelSessionRunsResponse{Runs: runs}, nil
 }
 
-// CancelTarget is a cancel signal's target_id for one attempt.
-func CancelTarget(runID, nodeID string, attempt int32) string {
-	return fmt.Sprintf("%s/%s/%d", runID, nodeID, attempt)
-}
-
-// ParseCancelTarget splits a CancelTarget.
-func ParseCancelTarget(t string) (runID, nodeID string, attempt int32, ok bool) {
-	parts := strings.Split(t, "/")
-	if len(parts) != 3 {
-		return "", "", 0, false
-	}
-	var a int32
-	if _, err := fmt.Sscanf(parts[2], "%d", &a); err != nil {
-		return "", "", 0, false
-	}
-	return parts[0], parts[1], a, true
-}
-
 // signalCancel tells the workers to stop a running attempt (best effort:
 // a worker that misses it finishes the attempt, whose result is ignored).
 func (s *Service) signalCancel(ctx context.Context, log *slog.Logger, tenant, runID string, c cancelTask) {
-	env := &messagev1.Envelope{
-		Id: ids.New(), CorrelationId: runID, TenantId: tenant, Source: topology.AgentOrchestrator,
-		Type: messagev1.MessageType_MESSAGE_TYPE_SIGNAL, CreatedAt: timestamppb.Now(),
-		Payload: &messagev1.Envelope_Signal{Signal: &messagev1.Signal{
-			Type: messagev1.SignalType_SIGNAL_TYPE_CANCEL_TASK, TargetId: CancelTarget(runID, c.node, c.attempt), Reason: "cancelled by the user",
-		}},
-	}
-	if err := s.bus.PublishCore(ctx, CancelSubject(s.bus), env); err != nil {
+	msg := &taskv1.TaskCancel{TenantId: tenant, RunId: runID, NodeId: c.node, Attempt: c.attempt, Reason: "cancelled by the user"}
+	if err := s.bus.PublishCore(ctx, topology.TaskCancelSubject(s.bus), msg); err != nil {
 		log.WarnContext(ctx, "publish cancel signal", logx.KeyNodeID, c.node, logx.Err(err))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/toolexec"
 )
@@ -43,23 +44,18 @@ func (s *Service) git(ctx context.Context, dir string, args ...string) (string, 
 	return string(out), nil
 }
 
-// errRepository is a repository a run cannot use.
-type errRepository struct{ msg string }
-
-func (e *errRepository) Error() string { return e.msg }
-
 // resolveBase checks that repo is a git repository with a commit and
 // returns its HEAD: the run's starting commit.
 func (s *Service) resolveBase(ctx context.Context, repo string) (string, error) {
 	if !filepath.IsAbs(repo) {
-		return "", &errRepository{"repository: must be an absolute path"}
+		return "", apierr.Invalid("repository", "must be an absolute path")
 	}
 	if fi, err := os.Stat(repo); err != nil || !fi.IsDir() {
-		return "", &errRepository{"repository: not a directory the orchestrator can read"}
+		return "", apierr.Invalid("repository", "not a directory the orchestrator can read")
 	}
 	out, err := s.git(ctx, repo, "rev-parse", "--verify", "HEAD^{commit}")
 	if err != nil {
-		return "", &errRepository{"repository: not a git repository with a commit"}
+		return "", apierr.Invalid("repository", "not a git repository with a commit")
 	}
 	return strings.TrimSpace(out), nil
 }

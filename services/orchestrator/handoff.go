@@ -7,11 +7,12 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/topology"
-	"sylk.dev/sylk/services/worker"
 )
 
 // Pipeline handoffs (spec F-23). An Engineer whose conversation reached its
@@ -24,10 +25,6 @@ import (
 // bound; each handoff's index counts it, and the user stops it as any task
 // (/task <node> interrupt, cancel). The Architect is not asked: a handoff
 // carries on the same task, so the workflow has nothing to adjust.
-
-// EventNodeHandedOff announces a closed pipeline and the fresh one that
-// carries on.
-const EventNodeHandedOff = "run.node_handed_off"
 
 // CategoryPipelineHandoff is the Archivalist category of handoffs.
 const CategoryPipelineHandoff = "pipeline_handoff"
@@ -74,22 +71,18 @@ func decodeHandoff(raw string) (*orchestratorv1.PipelineHandoff, error) {
 
 // noteHandoff adds the event and the Archivalist record of an applied
 // handoff to a decision's effects.
-func (s *Service) noteHandoff(eff *effects, nodeID string, attempt int32, res nodeResult) {
+func (s *Service) noteHandoff(eff *effects, nodeID string, attempt int32, h *orchestratorv1.PipelineHandoff) {
 	s.metrics.handoffs.Inc()
-	h, err := decodeHandoff(res.Handoff)
-	if err != nil {
-		// The node carries on all the same; the record says what it can.
-		h = &orchestratorv1.PipelineHandoff{Reason: "unreadable handoff"}
-	}
+	old := pipeline.ID(eff.runID, nodeID, attempt)
 	text := fmt.Sprintf("node %s: pipeline %s handed off (%s, handoff %d); a fresh pipeline carries on", nodeID,
-		worker.PipelineID(eff.runID, nodeID, attempt), h.GetReason(), h.GetHandoffIndex())
-	eff.event(EventNodeHandedOff, fmt.Sprintf("%s:%s:%d:handed_off", eff.runID, nodeID, attempt), text,
-		map[string]any{"run": runName(eff.runID), "node": nodeID, "attempt": attempt, "handoff_index": h.GetHandoffIndex(),
-			"reason": h.GetReason(), "context_usage": h.GetContextUsage(), "old_pipeline": worker.PipelineID(eff.runID, nodeID, attempt)})
+		old, h.GetReason(), h.GetHandoffIndex())
+	eff.event(fmt.Sprintf("%s:%s:%d:handed_off", eff.runID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_HANDED_OFF, eff.runID, text,
+		&eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: orchestratorv1.NodeState_NODE_STATE_PENDING, HandoffIndex: h.GetHandoffIndex(),
+			Reason: h.GetReason(), ContextUsage: h.GetContextUsage(), OldPipeline: old}))
 	eff.archive = append(eff.archive, archivalistRecord(eff.tenant, eff.session, eff.user, eff.runID,
 		fmt.Sprintf("%s:%s:%d:handoff", eff.runID, nodeID, attempt), CategoryPipelineHandoff,
 		fmt.Sprintf("Pipeline handoff %d of %s/%s (%s)", h.GetHandoffIndex(), runName(eff.runID), nodeID, h.GetReason()),
-		worker.HandoffText(h)))
+		pipeline.HandoffText(h)))
 }
 
 // archive sends records (pipeline handoffs, workflow checkpoints) to the
@@ -105,17 +98,13 @@ func (s *Service) archive(ctx context.Context, log *slog.Logger, envs []*message
 	}
 	for _, env := range envs {
 		if _, err := s.bus.Publish(ctx, topology.InboxSubject(s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
-			log.WarnContext(ctx, "send a record to the archivalist", slog.String("category", env.GetMetadata()["category"]), logx.Err(err))
+			log.WarnContext(ctx, "send a record to the archivalist", slog.String("category", env.GetStoreRequest().GetCategory()), logx.Err(err))
 		}
 	}
 }
 
 // handoffOverLimit says whether a reported handoff goes beyond
 // -orchestrator.max-handoffs.
-func (s *Service) handoffOverLimit(raw string) bool {
-	if s.cfg.MaxHandoffs <= 0 {
-		return false
-	}
-	h, err := decodeHandoff(raw)
-	return err == nil && int(h.GetHandoffIndex()) > s.cfg.MaxHandoffs
+func (s *Service) handoffOverLimit(h *orchestratorv1.PipelineHandoff) bool {
+	return s.cfg.MaxHandoffs > 0 && int(h.GetHandoffIndex()) > s.cfg.MaxHandoffs
 }

@@ -7,32 +7,25 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
 
 // sendHandoff reports an attempt that handed its pipeline off, as a worker
 // does.
 func (h *harness) sendHandoff(t *testing.T, tenant, runID, node string, attempt int32, patch string, ho *orchestratorv1.PipelineHandoff) {
 	t.Helper()
-	raw, err := protojson.Marshal(ho)
-	require.NoError(t, err)
-	env := &messagev1.Envelope{
-		Id: ids.New(), TenantId: tenant, Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		Metadata: map[string]string{worker.MetaHandoff: string(raw), worker.MetaPatch: patch},
-		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
-			RunId: runID, NodeId: node, Attempt: attempt, Duration: durationpb.New(time.Second), WorkerId: "test-worker"}},
-	}
-	_, err = h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), worker.PipelineID(runID, node, attempt), env)
-	require.NoError(t, err)
+	h.publishResult(t, pipeline.ID(runID, node, attempt), &taskv1.TaskResult{TenantId: tenant, RunId: runID, NodeId: node, Attempt: attempt,
+		Duration: durationpb.New(time.Second), WorkerId: "test-worker", Handoff: ho, Patch: patch})
 }
 
 // Spec F-23: a handed-off pipeline is closed and the node runs again at
@@ -47,9 +40,9 @@ func TestHandoffStartsAFreshPipeline(t *testing.T) {
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo,
 		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster", Retry: &orchestratorv1.RetryPolicy{Max: 0}})})
 	runID := strings.TrimPrefix(run.GetName(), "runs/")
-	require.Equal(t, int32(1), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+	require.Equal(t, int32(1), h.tasks(t, "engineer", 1)[0].GetAttempt())
 
-	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: worker.PipelineID(runID, "p", 1), RunId: runID, NodeId: "p",
+	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: pipeline.ID(runID, "p", 1), RunId: runID, NodeId: "p",
 		Reason: "engineer_context_95%", HandoffIndex: 1, ContextUsage: 0.96, ContextWindowTokens: 8192,
 		Engineer: &orchestratorv1.EngineerHandoff{Accomplished: []string{"loop 1: wrote calc.py: cached add"}, FilesChanged: []string{"calc.py"}},
 		Tester:   &orchestratorv1.TesterHandoff{FailureDescs: []string{"test_add failed"}}}
@@ -57,36 +50,41 @@ func TestHandoffStartsAFreshPipeline(t *testing.T) {
 	h.sendHandoff(t, "t1", runID, "p", 1, patch, ho)
 
 	second := h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, int32(2), second.GetTaskDispatch().GetAttempt())
-	spec := specOf(t, second)
+	require.Equal(t, int32(2), second.GetAttempt())
+	spec := second.GetNode()
 	require.True(t, proto.Equal(ho, spec.GetHandoff()), "the fresh pipeline gets the state: %v", spec.GetHandoff())
 	require.Nil(t, spec.GetRetryBriefing(), "a handoff is not a failure to brief on")
-	require.Equal(t, patch, second.GetMetadata()[worker.MetaStartPatch])
+	require.Equal(t, patch, second.GetStartPatch())
+	require.Equal(t, repo, second.GetRepository())
+	require.Equal(t, run.GetBaseCommit(), second.GetBaseCommit())
 
 	n := nodesByID(h.get(t, ctx, run.GetName()))["p"]
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, n.GetState())
 	require.Equal(t, int32(1), n.GetHandoffs())
 	require.Equal(t, "engineer_context_95%", n.GetHandoff().GetReason())
-	eventTypes(t, h, "t1", session, orchestrator.EventNodeHandedOff)
+	ev := h.event(t, "t1", session, eventv1.EventType_EVENT_TYPE_NODE_HANDED_OFF)
+	require.Equal(t, int32(1), ev.GetNode().GetHandoffIndex())
+	require.Equal(t, "engineer_context_95%", ev.GetNode().GetReason())
+	require.Equal(t, pipeline.ID(runID, "p", 1), ev.GetNode().GetOldPipeline())
 
 	// The Archivalist is sent the handoff under pipeline_handoff.
 	stored := inboxMessage(t, h, topology.AgentArchivalist)
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, stored.GetType())
-	require.Equal(t, orchestrator.CategoryPipelineHandoff, stored.GetMetadata()["category"])
+	require.Equal(t, orchestrator.CategoryPipelineHandoff, stored.GetStoreRequest().GetCategory())
 	require.Equal(t, session, stored.GetSessionId())
-	text := stored.GetAgentResponse().GetText()
+	text := stored.GetStoreRequest().GetContent()
 	require.Contains(t, text, "# Pipeline handoff 1")
 	require.Contains(t, text, "loop 1: wrote calc.py: cached add")
 	require.Contains(t, text, "Context used: 96% of 8192 tokens")
 
 	// The chain goes on: a second handoff is number 2 of the same node.
 	ho2 := proto.Clone(ho).(*orchestratorv1.PipelineHandoff)
-	ho2.OldPipelineId, ho2.HandoffIndex = worker.PipelineID(runID, "p", 2), 2
+	ho2.OldPipelineId, ho2.HandoffIndex = pipeline.ID(runID, "p", 2), 2
 	h.sendHandoff(t, "t1", runID, "p", 2, patch+"more\n", ho2)
 	third := h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, int32(3), third.GetTaskDispatch().GetAttempt())
-	require.Equal(t, int32(2), specOf(t, third).GetHandoff().GetHandoffIndex())
-	require.Equal(t, patch+"more\n", third.GetMetadata()[worker.MetaStartPatch])
+	require.Equal(t, int32(3), third.GetAttempt())
+	require.Equal(t, int32(2), third.GetNode().GetHandoff().GetHandoffIndex())
+	require.Equal(t, patch+"more\n", third.GetStartPatch())
 
 	// With no retries, the third pipeline's failure fails the node: two
 	// handoffs did not count as retries, and no more are made up.
@@ -108,7 +106,7 @@ func TestHandoffChainLimit(t *testing.T) {
 	runID := strings.TrimPrefix(run.GetName(), "runs/")
 	h.tasks(t, "engineer", 1)
 	h.sendHandoff(t, "t1", runID, "p", 1, "", &orchestratorv1.PipelineHandoff{Reason: "user_request", HandoffIndex: 1})
-	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetAttempt())
 	h.sendHandoff(t, "t1", runID, "p", 2, "", &orchestratorv1.PipelineHandoff{Reason: "user_request", HandoffIndex: 2})
 	n := nodesByID(h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED))["p"]
 	require.Equal(t, int32(1), n.GetHandoffs())
@@ -127,15 +125,15 @@ func TestHandoffSurvivesARestart(t *testing.T) {
 		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster"})})
 	runID := strings.TrimPrefix(run.GetName(), "runs/")
 	h.tasks(t, "engineer", 1)
-	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: worker.PipelineID(runID, "p", 1), Reason: "user_request", HandoffIndex: 1}
+	ho := &orchestratorv1.PipelineHandoff{OldPipelineId: pipeline.ID(runID, "p", 1), Reason: "user_request", HandoffIndex: 1}
 	h.sendHandoff(t, "t1", runID, "p", 1, "diff --git a/calc.py b/calc.py\n", ho)
-	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetAttempt())
+	require.Equal(t, int32(2), h.tasks(t, "engineer", 1)[0].GetAttempt())
 	stop()
 	require.NoError(t, h.bus.JS.DeleteStream(context.Background(), h.bus.Stream(topology.StreamTasks)))
 
 	h2, _ := newOrchestrator(t, h.db, h.bus)
 	again := h2.tasks(t, "engineer", 1)[0]
-	require.Equal(t, int32(2), again.GetTaskDispatch().GetAttempt(), "the fresh pipeline's dispatch is re-sent as it was")
-	require.True(t, proto.Equal(ho, specOf(t, again).GetHandoff()))
-	require.Equal(t, "diff --git a/calc.py b/calc.py\n", again.GetMetadata()[worker.MetaStartPatch])
+	require.Equal(t, int32(2), again.GetAttempt(), "the fresh pipeline's dispatch is re-sent as it was")
+	require.True(t, proto.Equal(ho, again.GetNode().GetHandoff()))
+	require.Equal(t, "diff --git a/calc.py b/calc.py\n", again.GetStartPatch())
 }

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
 )
 
@@ -17,10 +17,10 @@ func withRole(n *orchestratorv1.Node, role string) *orchestratorv1.Node {
 	return n
 }
 
-func nodeIDs(envs []*messagev1.Envelope) []string {
+func nodeIDs(envs []*taskv1.TaskDispatch) []string {
 	out := make([]string, len(envs))
 	for i, e := range envs {
-		out[i] = e.GetTaskDispatch().GetNodeId()
+		out[i] = e.GetNodeId()
 	}
 	return out
 }

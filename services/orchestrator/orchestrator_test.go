@@ -2,19 +2,14 @@ package orchestrator_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,218 +17,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
-	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
-
-const waitFor = 30 * time.Second
-
-type harness struct {
-	svc *orchestrator.Service
-	reg *prometheus.Registry
-	db  *pgxpool.Pool
-	bus *natsx.Bus
-	// signals is a directory the test's task commands may write (they are
-	// confined to their workspaces otherwise): flags, pid files.
-	signals string
-}
-
-func userCtx(tenant string) context.Context {
-	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: "u1", Role: identity.RoleAdmin})
-}
-
-// start runs svc until the test ends.
-func start(t *testing.T, run func(context.Context) error) context.CancelFunc {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	var stopped bool
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		require.NoError(t, <-done)
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// newOrchestrator starts an Orchestrator on its own schema and, unless bus
-// is given, its own bus prefix.
-func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, context.CancelFunc) {
-	t.Helper()
-	return newOrchestratorWith(t, db, bus, nil)
-}
-
-// newOrchestratorWith is newOrchestrator with configure applied to the
-// test configuration.
-func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configure func(*orchestrator.Config)) (*harness, context.CancelFunc) {
-	t.Helper()
-	if db == nil {
-		db, _ = testenv.Postgres(t, "orchestrator", migrations.FS("orchestrator"))
-	}
-	if bus == nil {
-		bus = testenv.NATS(t)
-	}
-	cfg := orchestrator.DefaultConfig()
-	cfg.ResyncInterval = 200 * time.Millisecond
-	if configure != nil {
-		configure(&cfg)
-	}
-	reg := prometheus.NewRegistry()
-	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
-	require.NoError(t, err)
-	stop := start(t, svc.Run)
-	// Run provisions the streams; wait until they exist.
-	require.Eventually(t, func() bool {
-		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
-		return err == nil
-	}, waitFor, 10*time.Millisecond)
-	return &harness{svc: svc, reg: reg, db: db, bus: bus, signals: t.TempDir()}, stop
-}
-
-func (h *harness) startWorker(t *testing.T, concurrency int) {
-	t.Helper()
-	cfg := worker.DefaultConfig()
-	cfg.WorkspaceRoot = t.TempDir()
-	cfg.Concurrency = concurrency
-	cfg.ID = "w1"
-	if h.signals != "" {
-		cfg.Tools.ConfineWritable = []string{h.signals}
-	}
-	w, err := worker.New(cfg, app.Deps{Log: logx.Discard(), Bus: h.bus, Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	start(t, w.Run)
-}
-
-func (h *harness) create(t *testing.T, ctx context.Context, req *orchestratorv1.CreateRunRequest) *orchestratorv1.Run {
-	t.Helper()
-	resp, err := h.svc.CreateRun(ctx, req)
-	require.NoError(t, err)
-	return resp.GetRun()
-}
-
-func (h *harness) get(t *testing.T, ctx context.Context, name string) *orchestratorv1.Run {
-	t.Helper()
-	resp, err := h.svc.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: name})
-	require.NoError(t, err)
-	return resp.GetRun()
-}
-
-func (h *harness) waitState(t *testing.T, ctx context.Context, name string, want orchestratorv1.RunState) *orchestratorv1.Run {
-	t.Helper()
-	var run *orchestratorv1.Run
-	require.Eventually(t, func() bool {
-		run = h.get(t, ctx, name)
-		return run.GetState() == want
-	}, waitFor, 20*time.Millisecond, "run %s never reached %s", name, want)
-	return run
-}
-
-func nodesByID(run *orchestratorv1.Run) map[string]*orchestratorv1.NodeStatus {
-	out := map[string]*orchestratorv1.NodeStatus{}
-	for _, n := range run.GetNodes() {
-		out[n.GetNodeId()] = n
-	}
-	return out
-}
-
-func cmd(id, command string, deps ...string) *orchestratorv1.Node {
-	return &orchestratorv1.Node{Id: id, Command: command, DependsOn: deps}
-}
-
-func dagOf(nodes ...*orchestratorv1.Node) *orchestratorv1.Dag {
-	return &orchestratorv1.Dag{Nodes: nodes}
-}
-
-// tasks fetches dispatches as a worker of role would, acknowledging them.
-func (h *harness) tasks(t *testing.T, role string, n int) []*messagev1.Envelope {
-	t.Helper()
-	cons, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{
-		Stream: h.bus.Stream(topology.StreamTasks), Durable: "worker-" + role,
-		FilterSubjects: []string{topology.TaskSubject(h.bus, role)},
-	})
-	require.NoError(t, err)
-	var out []*messagev1.Envelope
-	require.Eventually(t, func() bool {
-		batch, err := cons.FetchNoWait(n - len(out))
-		require.NoError(t, err)
-		for msg := range batch.Messages() {
-			var env messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
-			d := env.GetTaskDispatch()
-			require.Equal(t, fmt.Sprintf("%s:%s:%d", d.GetRunId(), d.GetNodeId(), d.GetAttempt()), msg.Headers().Get(jetstream.MsgIDHeader))
-			out = append(out, &env)
-			require.NoError(t, msg.Ack())
-		}
-		return len(out) >= n
-	}, waitFor, 20*time.Millisecond)
-	return out
-}
-
-// noMoreTasks checks that no dispatch for role is waiting.
-func (h *harness) noMoreTasks(t *testing.T, role string) {
-	t.Helper()
-	info, err := h.bus.JS.Consumer(context.Background(), h.bus.Stream(topology.StreamTasks), "worker-"+role)
-	require.NoError(t, err)
-	ci, err := info.Info(context.Background())
-	require.NoError(t, err)
-	require.Zero(t, ci.NumPending)
-}
-
-func (h *harness) sendResult(t *testing.T, tenant, runID, node string, attempt, exit int32, stdout, msgID string) {
-	t.Helper()
-	env := &messagev1.Envelope{
-		Id: ids.New(), TenantId: tenant, Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
-			RunId: runID, NodeId: node, Attempt: attempt, ExitCode: exit, Stdout: stdout,
-			Duration: durationpb.New(150 * time.Millisecond), WorkerId: "test-worker",
-		}},
-	}
-	_, err := h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), msgID, env)
-	require.NoError(t, err)
-}
-
-// resultsDrained waits until the Orchestrator acknowledged every result.
-func (h *harness) resultsDrained(t *testing.T, delivered uint64) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		c, err := h.bus.JS.Consumer(context.Background(), h.bus.Stream(topology.StreamTasks), "orchestrator-results")
-		if err != nil {
-			return false
-		}
-		ci, err := c.Info(context.Background())
-		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Consumer >= delivered
-	}, waitFor, 20*time.Millisecond)
-}
-
-// events reads a session's event stream.
-func (h *harness) events(t *testing.T, tenant, session string, n int) []*guidev1.Event {
-	t.Helper()
-	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)},
-	})
-	require.NoError(t, err)
-	var out []*guidev1.Event
-	testenv.Consume(t, cons, 100, waitFor, func(ev *guidev1.Event) { out = append(out, ev) }, func() bool { return len(out) >= n })
-	return out
-}
 
 func TestDiamondRunsDependenciesFirst(t *testing.T) {
 	t.Parallel()
@@ -268,7 +63,7 @@ func TestDiamondRunsDependenciesFirst(t *testing.T) {
 	}
 	require.Equal(t, "A\n", n["a"].GetStdout())
 	require.Equal(t, "warn\n", n["a"].GetStderr())
-	require.Equal(t, worker.NoModelOutput, n["b"].GetStdout())
+	require.Equal(t, fakeNoModel, n["b"].GetStdout())
 	require.Equal(t, "C\n", n["c"].GetStdout())
 	cStart := n["c"].GetStartTime().AsTime()
 	require.False(t, cStart.Before(n["a"].GetEndTime().AsTime()), "c started before a ended")
@@ -276,15 +71,22 @@ func TestDiamondRunsDependenciesFirst(t *testing.T) {
 
 	waitMetric(t, h.reg, "sylk_orchestrator_nodes_dispatched_total", "", 3.0)
 	evs := h.events(t, "t1", session, 8)
-	var types []string
+	var types []eventv1.EventType
 	for _, e := range evs {
 		types = append(types, e.GetType())
 		require.Equal(t, "orchestrator", e.GetSource())
+		require.Equal(t, session, e.GetSessionId())
+		require.NoError(t, topology.CheckEvent(e), "every event carries the payload its type says")
+		if e.GetNode() != nil {
+			require.Equal(t, run.GetName(), e.GetNode().GetRun())
+		} else {
+			require.Equal(t, run.GetName(), e.GetRun().GetRun())
+		}
 	}
-	require.Equal(t, "run.started", types[0])
-	require.Equal(t, "run.completed", types[len(types)-1])
-	require.Equal(t, "SUCCEEDED", evs[len(evs)-1].GetData().GetFields()["state"].GetStringValue())
-	count := func(typ string) int {
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_RUN_STARTED, types[0])
+	require.Equal(t, eventv1.EventType_EVENT_TYPE_RUN_COMPLETED, types[len(types)-1])
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_SUCCEEDED, evs[len(evs)-1].GetRun().GetState())
+	count := func(typ eventv1.EventType) int {
 		c := 0
 		for _, ty := range types {
 			if ty == typ {
@@ -293,15 +95,20 @@ func TestDiamondRunsDependenciesFirst(t *testing.T) {
 		}
 		return c
 	}
-	require.Equal(t, 3, count("run.node_dispatched"))
-	require.Equal(t, 3, count("run.node_completed"))
+	require.Equal(t, 3, count(eventv1.EventType_EVENT_TYPE_NODE_DISPATCHED))
+	require.Equal(t, 3, count(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED))
 	// c's dispatch comes after both a and b completed.
-	cDispatched := slices.IndexFunc(evs, func(e *guidev1.Event) bool {
-		return e.GetType() == "run.node_dispatched" && e.GetData().GetFields()["node"].GetStringValue() == "c"
+	cDispatched := slices.IndexFunc(evs, func(e *eventv1.Event) bool {
+		return e.GetType() == eventv1.EventType_EVENT_TYPE_NODE_DISPATCHED && e.GetNode().GetNode() == "c"
 	})
+	bDispatched := slices.IndexFunc(evs, func(e *eventv1.Event) bool {
+		return e.GetType() == eventv1.EventType_EVENT_TYPE_NODE_DISPATCHED && e.GetNode().GetNode() == "b"
+	})
+	require.Equal(t, "inspector", evs[bDispatched].GetNode().GetRole())
+	require.Equal(t, int32(1), evs[bDispatched].GetNode().GetAttempt())
 	completed := 0
 	for _, e := range evs[:cDispatched] {
-		if e.GetType() == "run.node_completed" {
+		if e.GetType() == eventv1.EventType_EVENT_TYPE_NODE_COMPLETED {
 			completed++
 		}
 	}
@@ -336,10 +143,10 @@ func TestMaxConcurrencyBoundsDispatches(t *testing.T) {
 	})
 	got := h.tasks(t, "engineer", 2)
 	h.noMoreTasks(t, "engineer")
-	require.Equal(t, []string{"n1", "n2"}, []string{got[0].GetTaskDispatch().GetNodeId(), got[1].GetTaskDispatch().GetNodeId()})
+	require.Equal(t, []string{"n1", "n2"}, []string{got[0].GetNodeId(), got[1].GetNodeId()})
 	h.sendResult(t, "t1", run.GetId(), "n1", 1, 0, "", "r-n1")
 	got = h.tasks(t, "engineer", 1)
-	require.Equal(t, "n3", got[0].GetTaskDispatch().GetNodeId())
+	require.Equal(t, "n3", got[0].GetNodeId())
 	h.resultsDrained(t, 1)
 	h.noMoreTasks(t, "engineer")
 }
@@ -379,54 +186,6 @@ func TestTimeoutFailsTheNode(t *testing.T) {
 	n := run.GetNodes()[0]
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n.GetState())
 	require.Contains(t, n.GetError(), "timed out")
-}
-
-// waitMetric waits for a metric to reach want: the scheduler updates its
-// metrics after the transaction whose effects the test has already seen.
-func waitMetric(t *testing.T, reg *prometheus.Registry, name, state string, want float64) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, err := metricValue(reg, name, state)
-		require.NoError(c, err)
-		assert.Equal(c, want, got, "%s{state=%q}", name, state)
-	}, waitFor, 5*time.Millisecond)
-}
-
-// metric reads a counter's value, or a histogram's observation count; state
-// selects the "state" label when not empty.
-func metric(t *testing.T, reg *prometheus.Registry, name, state string) float64 {
-	t.Helper()
-	v, err := metricValue(reg, name, state)
-	require.NoError(t, err)
-	return v
-}
-
-func metricValue(reg *prometheus.Registry, name, state string) (float64, error) {
-	families, err := reg.Gather()
-	if err != nil {
-		return 0, err
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if state != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "state" && l.GetValue() == state }) {
-				continue
-			}
-			if h := m.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount()), nil
-			}
-			return m.GetCounter().GetValue(), nil
-		}
-	}
-	return 0, nil
-}
-
-func countRows(t *testing.T, db *pgxpool.Pool) (runs, nodes int) {
-	t.Helper()
-	require.NoError(t, db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM nodes)`).Scan(&runs, &nodes))
-	return runs, nodes
 }
 
 func TestCreateRunRejectsInvalidRequests(t *testing.T) {
@@ -471,6 +230,10 @@ func TestCreateRunRejectsInvalidRequests(t *testing.T) {
 			_, err := h.svc.CreateRun(tt.ctx, tt.req)
 			require.Equal(t, tt.code, status.Code(err), "%v", err)
 			require.Contains(t, status.Convert(err).Message(), tt.msg)
+			require.NotEmpty(t, apierr.Reason(err), "every error carries its reason")
+			if tt.code == codes.InvalidArgument {
+				require.Equal(t, apierr.ReasonInvalidField, apierr.Reason(err))
+			}
 		})
 	}
 	runs, nodes := countRows(t, h.db)
@@ -495,6 +258,7 @@ func TestCreateRunIsIdempotentPerRequestID(t *testing.T) {
 	// with the first run.
 	_, err := h.svc.CreateRun(userCtx("t1"), &orchestratorv1.CreateRunRequest{RequestId: "req-1", Dag: dagOf(cmd("a", "echo other"))})
 	require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)
+	require.Equal(t, orchestrator.ReasonRequestIDReused, apierr.Reason(err))
 	require.Contains(t, status.Convert(err).Message(), first.GetName())
 	// Concurrent retries race on the unique index; all get the same run.
 	concurrent := &orchestratorv1.CreateRunRequest{RequestId: "req-2", Dag: dagOf(cmd("a", "true"), cmd("b", "true", "a"))}
@@ -529,10 +293,10 @@ func TestDuplicateResultIsAppliedOnce(t *testing.T) {
 	ctx := userCtx("t1")
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "echo a"), cmd("b", "echo b", "a"))})
 	a := h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, "a", a.GetTaskDispatch().GetNodeId())
-	require.Equal(t, int32(1), a.GetTaskDispatch().GetAttempt())
-	require.Equal(t, "echo a", a.GetTaskDispatch().GetCommand())
-	require.Equal(t, int64(orchestrator.DefaultConfig().OutputLimitBytes), a.GetTaskDispatch().GetOutputLimitBytes())
+	require.Equal(t, "a", a.GetNodeId())
+	require.Equal(t, int32(1), a.GetAttempt())
+	require.Equal(t, "echo a", a.GetNode().GetCommand())
+	require.Equal(t, int64(orchestrator.DefaultConfig().OutputLimitBytes), a.GetOutputLimitBytes())
 
 	// The same result twice under different message ids (as a redelivery
 	// after the de-duplication window would be), then a stale attempt.
@@ -542,8 +306,8 @@ func TestDuplicateResultIsAppliedOnce(t *testing.T) {
 	h.resultsDrained(t, 3)
 
 	b := h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, "b", b.GetTaskDispatch().GetNodeId())
-	require.Equal(t, map[string]string{"a": "first\n"}, b.GetTaskDispatch().GetUpstreamOutputs())
+	require.Equal(t, "b", b.GetNodeId())
+	require.Equal(t, map[string]string{"a": "first\n"}, b.GetUpstreamOutputs())
 	h.noMoreTasks(t, "engineer")
 	n := nodesByID(h.get(t, ctx, run.GetName()))
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["a"].GetState())
@@ -572,7 +336,7 @@ func TestCancelRun(t *testing.T) {
 
 	// The running node's worker is told to stop it.
 	signals := make(chan *nats.Msg, 4)
-	sub, err := h.bus.Conn.ChanSubscribe(orchestrator.CancelSubject(h.bus), signals)
+	sub, err := h.bus.Conn.ChanSubscribe(topology.TaskCancelSubject(h.bus), signals)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, h.bus.Conn.Flush())
@@ -585,11 +349,12 @@ func TestCancelRun(t *testing.T) {
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
 	select {
 	case m := <-signals:
-		var env messagev1.Envelope
-		require.NoError(t, proto.Unmarshal(m.Data, &env))
-		require.Equal(t, messagev1.SignalType_SIGNAL_TYPE_CANCEL_TASK, env.GetSignal().GetType())
-		require.Equal(t, orchestrator.CancelTarget(run.GetId(), "a", 1), env.GetSignal().GetTargetId())
-		require.Equal(t, "t1", env.GetTenantId())
+		var c taskv1.TaskCancel
+		require.NoError(t, proto.Unmarshal(m.Data, &c))
+		require.Equal(t, "t1", c.GetTenantId())
+		require.Equal(t, run.GetId(), c.GetRunId())
+		require.Equal(t, "a", c.GetNodeId())
+		require.Equal(t, int32(1), c.GetAttempt())
 	case <-time.After(waitFor):
 		t.Fatal("no cancel signal")
 	}
@@ -607,12 +372,13 @@ func TestCancelRun(t *testing.T) {
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
 	h.noMoreTasks(t, "engineer")
 	evs := h.events(t, "t1", session, 3)
-	var types []string
+	var types []eventv1.EventType
 	for _, e := range evs {
 		types = append(types, e.GetType())
 	}
-	require.Equal(t, []string{"run.started", "run.node_dispatched", "run.completed"}, types)
-	require.Equal(t, "CANCELLED", evs[2].GetData().GetFields()["state"].GetStringValue())
+	require.Equal(t, []eventv1.EventType{eventv1.EventType_EVENT_TYPE_RUN_STARTED, eventv1.EventType_EVENT_TYPE_NODE_DISPATCHED,
+		eventv1.EventType_EVENT_TYPE_RUN_COMPLETED}, types)
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_CANCELLED, evs[2].GetRun().GetState())
 	waitMetric(t, h.reg, "sylk_orchestrator_runs_total", "CANCELLED", 1.0)
 }
 
@@ -696,9 +462,9 @@ func TestRecoveryAfterRestart(t *testing.T) {
 
 	h2, _ := newOrchestrator(t, h.db, h.bus)
 	got := h2.tasks(t, "engineer", 2)
-	byRun := map[string]*messagev1.TaskDispatch{}
+	byRun := map[string]*taskv1.TaskDispatch{}
 	for _, e := range got {
-		byRun[e.GetTaskDispatch().GetRunId()] = e.GetTaskDispatch()
+		byRun[e.GetRunId()] = e
 	}
 	require.Equal(t, "a", byRun[inFlight.GetId()].GetNodeId())
 	require.Equal(t, int32(1), byRun[inFlight.GetId()].GetAttempt(), "the in-flight dispatch is re-sent as it was")
@@ -707,7 +473,7 @@ func TestRecoveryAfterRestart(t *testing.T) {
 	require.Equal(t, orchestratorv1.RunState_RUN_STATE_RUNNING, h2.get(t, ctx, stalled.GetName()).GetState())
 
 	h2.sendResult(t, "t1", inFlight.GetId(), "a", 1, 0, "", "rec-a")
-	require.Equal(t, "b", h2.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetNodeId())
+	require.Equal(t, "b", h2.tasks(t, "engineer", 1)[0].GetNodeId())
 }
 
 func TestUpstreamOutputsAreCapped(t *testing.T) {
@@ -718,7 +484,7 @@ func TestUpstreamOutputsAreCapped(t *testing.T) {
 	h.tasks(t, "engineer", 1)
 	out := strings.Repeat("x", 40<<10) + "END"
 	h.sendResult(t, "t1", run.GetId(), "big", 1, 0, out, "big-1")
-	next := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	next := h.tasks(t, "engineer", 1)[0]
 	up := next.GetUpstreamOutputs()["big"]
 	require.Less(t, len(up), 17<<10)
 	require.True(t, strings.HasSuffix(up, "xEND"))
@@ -767,16 +533,9 @@ func TestResultWithUnstorableTimesIsApplied(t *testing.T) {
 	h, _ := newOrchestrator(t, nil, nil)
 	ctx := userCtx("t1")
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "echo a"))})
-	require.Equal(t, "a", h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetNodeId())
-	env := &messagev1.Envelope{
-		Id: ids.New(), TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
-			RunId: run.GetId(), NodeId: "a", Attempt: 1, Stdout: "a\n", WorkerId: "test-worker",
-			ReceivedAt: &timestamppb.Timestamp{Seconds: 1 << 43}, ReportedAt: &timestamppb.Timestamp{Seconds: -1 << 43},
-		}},
-	}
-	_, err := h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), "far-times", env)
-	require.NoError(t, err)
+	require.Equal(t, "a", h.tasks(t, "engineer", 1)[0].GetNodeId())
+	h.publishResult(t, "far-times", &taskv1.TaskResult{TenantId: "t1", RunId: run.GetId(), NodeId: "a", Attempt: 1, Stdout: "a\n",
+		WorkerId: "test-worker", ReceivedTime: &timestamppb.Timestamp{Seconds: 1 << 43}, ReportedTime: &timestamppb.Timestamp{Seconds: -1 << 43}})
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	require.Equal(t, "a\n", nodesByID(h.get(t, ctx, run.GetName()))["a"].GetStdout())
 }

@@ -1,9 +1,6 @@
 package orchestrator_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +14,7 @@ import (
 
 func newRepo(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("line one\nline two\n"), 0o644))
-	for _, args := range [][]string{{"init", "--quiet"}, {"add", "-A"}, {"commit", "--quiet", "-m", "init"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	return dir
+	return repoWith(t, map[string]string{"notes.txt": "line one\nline two\n"})
 }
 
 func edit(id, path, content string, deps ...string) *orchestratorv1.Node {
@@ -78,23 +66,4 @@ func TestRepositoryRunMergesPatchesAndDetectsConflicts(t *testing.T) {
 	require.Contains(t, status.Convert(err).Message(), "not a git repository")
 	_, err = h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Repository: "relative", Dag: dagOf(cmd("a", "true"))})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
-}
-
-func TestPipelineNodeThroughTheOrchestrator(t *testing.T) {
-	t.Parallel()
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 1)
-	ctx := userCtx("t1")
-	repo := newRepo(t)
-	node := edit("p", "notes.txt", "changed\n")
-	node.Pipeline = true
-	node.MaxLoops = 2
-	node.Command = "test -e never-there"
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(node)})
-	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
-	p := nodesByID(got)["p"].GetPipeline()
-	require.Equal(t, "failed", p.GetState())
-	require.Equal(t, int32(2), p.GetLoops())
-	require.Len(t, p.GetOptions(), 4)
-	require.Contains(t, p.GetFeedback()[0], "engineer command failed (exit 1)")
 }

@@ -14,14 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -40,7 +39,8 @@ const maxSessionLimit = 10000
 
 // CreateRun validates the DAG, persists the run and its nodes, and starts
 // dispatching. A retry with the same request_id returns the first run.
-func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
+func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRequest) (_ *orchestratorv1.CreateRunResponse, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, "create run", err) }()
 	who, err := s.writer(ctx)
 	if err != nil {
 		return nil, err
@@ -49,46 +49,15 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 	if err != nil {
 		return nil, err
 	}
-	if p := req.GetPlan(); p != "" {
-		if !planPattern.MatchString(p) {
-			return nil, status.Error(codes.InvalidArgument, `plan: want "sessions/{session}/plans/{plan}"`)
-		}
-		// A plan is made in a session; its run is in the same one.
-		if planSession := strings.Split(p, "/")[1]; !strings.EqualFold(planSession, session) {
-			return nil, status.Errorf(codes.InvalidArgument, "plan: %s is in session %s, but session_id is %q", p, planSession, session)
-		}
-	}
-	if r := req.GetRequestId(); r != "" && !requestIDPattern.MatchString(r) {
-		return nil, status.Error(codes.InvalidArgument, "request_id: want 1-128 printable ASCII characters without spaces")
-	}
-	maxConc := req.GetMaxConcurrency()
-	if maxConc == 0 {
-		maxConc = int32(s.cfg.DefaultMaxConcurrency)
-	}
-	if maxConc < 1 || int(maxConc) > s.cfg.MaxConcurrencyLimit {
-		return nil, status.Errorf(codes.InvalidArgument, "max_concurrency: must be between 1 and %d (0 means %d)", s.cfg.MaxConcurrencyLimit, s.cfg.DefaultMaxConcurrency)
-	}
-	if lim := req.GetSessionLimits(); lim != nil {
-		if lim.GetMaxConcurrentTasks() < 0 || lim.GetMaxConcurrentTasks() > maxSessionLimit ||
-			lim.GetMaxEngineers() < 0 || lim.GetMaxEngineers() > maxSessionLimit {
-			return nil, status.Errorf(codes.InvalidArgument, "session_limits: max_concurrent_tasks and max_engineers must be between 0 and %d", maxSessionLimit)
-		}
-		if session == "" && (lim.GetMaxConcurrentTasks() > 0 || lim.GetMaxEngineers() > 0) {
-			return nil, status.Error(codes.InvalidArgument, "session_limits: need session_id")
-		}
-	}
-	if req.GetDag() == nil {
-		return nil, status.Error(codes.InvalidArgument, "dag: is required")
-	}
-	if n := proto.Size(req.GetDag()); n > s.cfg.MaxDagBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "dag: %d bytes exceed the limit of %d", n, s.cfg.MaxDagBytes)
+	if err := s.validateRun(req, session); err != nil {
+		return nil, err
 	}
 	layers, err := dag.Validate(req.GetDag())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, invalidRequest(err)
 	}
-	if err := validateRunOptions(req); err != nil { // session.go
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	if err := validateRunOptions(req); err != nil { // runoptions.go
+		return nil, invalidRequest(err)
 	}
 	if session != "" {
 		// Sessions belong to users: a run's events and limits go to its
@@ -97,25 +66,111 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 			return nil, err
 		}
 	}
-	var base string
-	if repo := req.GetRepository(); repo != "" {
-		if base, err = s.resolveBase(ctx, repo); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+	run, err := s.newRun(ctx, who, session, req)
+	if err != nil {
+		return nil, err
+	}
+	if r := req.GetRequestId(); r != "" {
+		if resp, err := s.retried(ctx, who, r, run.RequestHash); resp != nil || err != nil {
+			return resp, err
 		}
 	}
-	var digest []byte
-	if r := req.GetRequestId(); r != "" {
-		if digest, err = requestDigest(req); err != nil {
-			return nil, s.internal(ctx, "digest request", err)
+	nodes, err := newNodes(req, layers)
+	if err != nil {
+		return nil, err
+	}
+	if resp, err := s.storeRun(ctx, who, run, nodes, req); resp != nil || err != nil {
+		return resp, err
+	}
+	s.log.InfoContext(ctx, "run created", logx.KeyTenantID, run.TenantID, logx.KeyRunID, run.ID,
+		logx.KeySessionID, session, "nodes", len(nodes), "max_concurrency", run.MaxConcurrency)
+	// The run is stored: start it. Should this fail, the resync loop starts it.
+	// It goes on even if the caller goes away, so that effects follow commits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
+	defer cancel()
+	if _, err := s.withRun(sctx, run.TenantID, run.ID, false, func(tx pgx.Tx, r *runRow, eff *effects) error {
+		return s.advance(sctx, tx, r, eff)
+	}); err != nil {
+		s.log.WarnContext(ctx, "start run; the resync loop will retry", logx.KeyRunID, run.ID, logx.Err(err))
+	}
+	return s.createResponse(ctx, run.TenantID, run.ID)
+}
+
+// validateRun checks a CreateRun's fields but its DAG's nodes and options.
+func (s *Service) validateRun(req *orchestratorv1.CreateRunRequest, session string) error {
+	if p := req.GetPlan(); p != "" {
+		if !planPattern.MatchString(p) {
+			return apierr.Invalid("plan", `want "sessions/{session}/plans/{plan}"`)
 		}
-		if resp, err := s.retried(ctx, who, r, digest); resp != nil || err != nil {
-			return resp, err
+		// A plan is made in a session; its run is in the same one.
+		if planSession := strings.Split(p, "/")[1]; !strings.EqualFold(planSession, session) {
+			return apierr.Invalid("plan", "%s is in session %s, but session_id is %q", p, planSession, session)
+		}
+	}
+	if r := req.GetRequestId(); r != "" && !requestIDPattern.MatchString(r) {
+		return apierr.Invalid("request_id", "want 1-128 printable ASCII characters without spaces")
+	}
+	if c := req.GetMaxConcurrency(); c < 0 || int(c) > s.cfg.MaxConcurrencyLimit {
+		return apierr.Invalid("max_concurrency", "must be between 1 and %d (0 means %d)", s.cfg.MaxConcurrencyLimit, s.cfg.DefaultMaxConcurrency)
+	}
+	if lim := req.GetSessionLimits(); lim != nil {
+		if lim.GetMaxConcurrentTasks() < 0 || lim.GetMaxConcurrentTasks() > maxSessionLimit ||
+			lim.GetMaxEngineers() < 0 || lim.GetMaxEngineers() > maxSessionLimit {
+			return apierr.Invalid("session_limits", "max_concurrent_tasks and max_engineers must be between 0 and %d", maxSessionLimit)
+		}
+		if session == "" && (lim.GetMaxConcurrentTasks() > 0 || lim.GetMaxEngineers() > 0) {
+			return apierr.Invalid("session_limits", "need session_id")
+		}
+	}
+	if req.GetDag() == nil {
+		return apierr.Invalid("dag", "is required")
+	}
+	if n := proto.Size(req.GetDag()); n > s.cfg.MaxDagBytes {
+		return apierr.Invalid("dag", "%d bytes exceed the limit of %d", n, s.cfg.MaxDagBytes)
+	}
+	return nil
+}
+
+// newRun is the row of a run CreateRun is about to store: its repository's
+// starting commit resolved, its request digested when it has an id.
+func (s *Service) newRun(ctx context.Context, who identity.Identity, session string, req *orchestratorv1.CreateRunRequest) (*runRow, error) {
+	var base string
+	if repo := req.GetRepository(); repo != "" {
+		var err error
+		if base, err = s.resolveBase(ctx, repo); err != nil {
+			return nil, err
 		}
 	}
 	blob, err := proto.Marshal(req.GetDag())
 	if err != nil {
-		return nil, s.internal(ctx, "encode dag", err)
+		return nil, fmt.Errorf("encode dag: %w", err)
 	}
+	maxConc := req.GetMaxConcurrency()
+	if maxConc == 0 {
+		maxConc = int32(s.cfg.DefaultMaxConcurrency)
+	}
+	run := &runRow{
+		TenantID: who.TenantID, ID: ids.New(), UserID: who.UserID, SessionID: session, Plan: req.GetPlan(),
+		State: statePending, MaxConcurrency: maxConc, DAG: blob,
+		FailFast: req.GetDag().GetPolicy().GetFailFast(), LeaseOwner: s.cfg.ReplicaID,
+		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
+		SessionMaxTasks:     req.GetSessionLimits().GetMaxConcurrentTasks(),
+		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
+		Layered:             len(req.GetDag().GetExecutionOrder()) > 0,
+	}
+	if r := req.GetRequestId(); r != "" {
+		digest, err := requestDigest(req)
+		if err != nil {
+			return nil, fmt.Errorf("digest request: %w", err)
+		}
+		run.RequestID, run.RequestHash = &r, digest
+	}
+	return run, nil
+}
+
+// newNodes is the node rows of a new run: each node's layer, role, retry
+// policy and submitted form with its task context (spec H-03).
+func newNodes(req *orchestratorv1.CreateRunRequest, layers [][]string) ([]newNode, error) {
 	layerOf := make(map[string]int, len(req.GetDag().GetNodes()))
 	for i, l := range layers {
 		for _, id := range l {
@@ -128,42 +183,37 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 		retry := dag.Retry(req.GetDag(), n)
 		spec, err := proto.Marshal(withTaskContext(docs, n)) // taskcontext.go (spec H-03)
 		if err != nil {
-			return nil, s.internal(ctx, "encode node", err)
+			return nil, fmt.Errorf("encode node: %w", err)
 		}
 		nodes[i] = newNode{ID: n.GetId(), Position: i, Layer: layerOf[n.GetId()], Role: dag.Role(n), DependsOn: n.GetDependsOn(),
 			Priority: n.GetPriority(), MaxRetries: retry.GetMax(), BackoffMS: retry.GetBackoff().AsDuration().Milliseconds(), Spec: spec}
 	}
-	run := &runRow{
-		TenantID: who.TenantID, ID: ids.New(), UserID: who.UserID, SessionID: session, Plan: req.GetPlan(),
-		State: statePending, MaxConcurrency: maxConc, DAG: blob,
-		FailFast: req.GetDag().GetPolicy().GetFailFast(), LeaseOwner: s.cfg.ReplicaID,
-		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
-		SessionMaxTasks:     req.GetSessionLimits().GetMaxConcurrentTasks(),
-		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
-		Layered:             len(req.GetDag().GetExecutionOrder()) > 0,
-	}
-	if r := req.GetRequestId(); r != "" {
-		run.RequestID, run.RequestHash = &r, digest
-	}
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	return nodes, nil
+}
+
+// storeRun stores a new run with its nodes and options. A concurrent retry
+// with the same request id that stored its run first wins: its run is the
+// answer (resp set).
+func (s *Service) storeRun(ctx context.Context, who identity.Identity, run *runRow, nodes []newNode,
+	req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := insertRun(ctx, tx, run, s.cfg.LeaseTTL); err != nil {
 			return err
 		}
 		if err := insertNodes(ctx, tx, run.TenantID, run.ID, nodes); err != nil {
 			return err
 		}
-		return saveRunOptions(ctx, tx, run.TenantID, run.ID, req) // session.go
+		return saveRunOptions(ctx, tx, run.TenantID, run.ID, req) // runoptions.go
 	})
 	if err != nil && run.RequestID != nil && pgstore.IsUniqueViolation(err) {
-		// A concurrent retry with the same request id won the race.
-		resp, rerr := s.retried(ctx, who, *run.RequestID, digest)
+		resp, rerr := s.retried(ctx, who, *run.RequestID, run.RequestHash)
 		if resp == nil && rerr == nil {
-			rerr = s.internal(ctx, "look up request id", errNotFound)
+			rerr = fmt.Errorf("look up request id: %w", errNotFound)
 		}
 		return resp, rerr
 	}
 	if err != nil {
-		return nil, s.internal(ctx, "create run", err)
+		return nil, fmt.Errorf("create run: %w", err)
 	}
 	if len(nodes) >= analyzeThreshold {
 		// A large run changes the tables' shape: plan its queries on fresh
@@ -177,18 +227,7 @@ func (s *Service) CreateRun(ctx context.Context, req *orchestratorv1.CreateRunRe
 			}
 		}()
 	}
-	s.log.InfoContext(ctx, "run created", logx.KeyTenantID, run.TenantID, logx.KeyRunID, run.ID,
-		logx.KeySessionID, session, "nodes", len(nodes), "max_concurrency", maxConc)
-	// The run is stored: start it. Should this fail, the resync loop starts it.
-	// It goes on even if the caller goes away, so that effects follow commits.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), effectsTimeout)
-	defer cancel()
-	if _, err := s.withRun(sctx, run.TenantID, run.ID, false, func(tx pgx.Tx, r *runRow, eff *effects) error {
-		return s.advance(sctx, tx, r, eff)
-	}); err != nil {
-		s.log.WarnContext(ctx, "start run; the resync loop will retry", logx.KeyRunID, run.ID, logx.Err(err))
-	}
-	return s.createResponse(ctx, run.TenantID, run.ID)
+	return nil, nil
 }
 
 func (s *Service) createResponse(ctx context.Context, tenant, id string) (*orchestratorv1.CreateRunResponse, error) {
@@ -200,7 +239,8 @@ func (s *Service) createResponse(ctx context.Context, tenant, id string) (*orche
 }
 
 // GetRun returns a run with the status of each node, in DAG order.
-func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest) (*orchestratorv1.GetRunResponse, error) {
+func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest) (_ *orchestratorv1.GetRunResponse, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, "get run", err) }()
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
@@ -219,7 +259,8 @@ func (s *Service) GetRun(ctx context.Context, req *orchestratorv1.GetRunRequest)
 // ListRuns pages through the caller's runs (an admin's: the tenant's),
 // newest first. Listed runs carry neither the DAG nor node statuses: GetRun
 // has them.
-func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequest) (*orchestratorv1.ListRunsResponse, error) {
+func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequest) (_ *orchestratorv1.ListRunsResponse, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, "list runs", err) }()
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
@@ -227,7 +268,7 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0:
-		return nil, status.Error(codes.InvalidArgument, "page_size: must not be negative")
+		return nil, apierr.Invalid("page_size", "must not be negative")
 	case size == 0:
 		size = s.cfg.DefaultPageSize
 	case size > s.cfg.MaxPageSize:
@@ -240,12 +281,12 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	var cursor *pageCursor
 	if t := req.GetPageToken(); t != "" {
 		if cursor, err = decodeCursor(t); err != nil {
-			return nil, status.Error(codes.InvalidArgument, "page_token: is invalid")
+			return nil, apierr.Invalid("page_token", "is invalid")
 		}
 	}
 	rows, err := listRuns(ctx, s.db, who.TenantID, runOwner(who), session, cursor, size+1)
 	if err != nil {
-		return nil, s.internal(ctx, "list runs", err)
+		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	resp := &orchestratorv1.ListRunsResponse{}
 	if len(rows) > size {
@@ -279,10 +320,10 @@ func (s *Service) checkRun(ctx context.Context, who identity.Identity, id string
 	err := s.db.QueryRow(ctx, `SELECT 1 FROM runs WHERE tenant_id = $1 AND id = $2 AND ($3 = '' OR user_id = $3)`,
 		who.TenantID, id, runOwner(who)).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return status.Errorf(codes.NotFound, "run %s not found", runName(id))
+		return runNotFound(runName(id))
 	}
 	if err != nil {
-		return s.internal(ctx, "load run", err)
+		return fmt.Errorf("load run: %w", err)
 	}
 	return nil
 }
@@ -294,7 +335,7 @@ func (s *Service) writer(ctx context.Context) (identity.Identity, error) {
 		return who, err
 	}
 	if who.Role == identity.RoleViewer {
-		return who, status.Error(codes.PermissionDenied, "viewers cannot create or cancel runs")
+		return who, errViewer
 	}
 	return who, nil
 }
@@ -322,18 +363,18 @@ func (s *Service) loadRun(ctx context.Context, tenant, owner, id string) (*orche
 		return err
 	})
 	if errors.Is(err, errNotFound) {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", runName(id))
+		return nil, runNotFound(runName(id))
 	}
 	if err != nil {
-		return nil, s.internal(ctx, "load run", err)
+		return nil, fmt.Errorf("load run: %w", err)
 	}
 	var d orchestratorv1.Dag
 	if err := proto.Unmarshal(run.DAG, &d); err != nil {
-		return nil, s.internal(ctx, "decode dag", err)
+		return nil, fmt.Errorf("decode dag: %w", err)
 	}
 	out := runProto(run, &d, nodes)
-	if err := s.addRunExtras(ctx, tenant, out); err != nil { // session.go
-		return nil, s.internal(ctx, "load run", err)
+	if err := s.addRunExtras(ctx, tenant, out); err != nil { // runoptions.go
+		return nil, fmt.Errorf("load run: %w", err)
 	}
 	return out, nil
 }
@@ -468,10 +509,10 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 func parseRunName(name string) (string, error) {
 	id, ok := strings.CutPrefix(name, "runs/")
 	if name == "" {
-		return "", status.Error(codes.InvalidArgument, "name: is required")
+		return "", apierr.Invalid("name", "is required")
 	}
 	if !ok || !ids.Valid(id) {
-		return "", status.Errorf(codes.InvalidArgument, `name: want "runs/{uuid}", got %q`, truncateForError(name))
+		return "", apierr.Invalid("name", `want "runs/{uuid}", got %q`, truncateForError(name))
 	}
 	return strings.ToLower(id), nil
 }
@@ -485,7 +526,7 @@ func parseSessionID(field, v string) (string, error) {
 	}
 	id := strings.TrimPrefix(v, "sessions/")
 	if !ids.Valid(id) {
-		return "", status.Errorf(codes.InvalidArgument, `%s: want a session id (a UUID) or "sessions/{id}", got %q`, field, truncateForError(v))
+		return "", apierr.Invalid(field, `want a session id (a UUID) or "sessions/{id}", got %q`, truncateForError(v))
 	}
 	return strings.ToLower(id), nil
 }
@@ -515,23 +556,6 @@ func decodeCursor(tok string) (*pageCursor, error) {
 	return &pageCursor{CreateTime: t, ID: id}, nil
 }
 
-// internal logs err and returns a status that does not leak it: the
-// caller's own deadline or cancellation, Unavailable when the database
-// cannot be reached, Internal otherwise.
-func (s *Service) internal(ctx context.Context, op string, err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	}
-	s.log.ErrorContext(ctx, op, logx.Err(err))
-	if pgstore.Unavailable(err) {
-		return status.Error(codes.Unavailable, "the run store is unavailable; retry later")
-	}
-	return status.Error(codes.Internal, fmt.Sprintf("internal error during %s", op))
-}
-
 // retried answers a CreateRun whose request id the caller used before: the
 // run it created, or AlreadyExists when the id came with another request.
 // Both are nil when the id is new.
@@ -541,9 +565,9 @@ func (s *Service) retried(ctx context.Context, who identity.Identity, requestID 
 	case errors.Is(err, errNotFound):
 		return nil, nil
 	case err != nil:
-		return nil, s.internal(ctx, "look up request id", err)
+		return nil, fmt.Errorf("look up request id: %w", err)
 	case stored != nil && !bytes.Equal(stored, digest):
-		return nil, status.Errorf(codes.AlreadyExists, "request_id %q was used for another request (run runs/%s); use a new id", requestID, id)
+		return nil, errRequestIDReused.Withf("request_id %q was used for another request (run runs/%s); use a new id", requestID, id)
 	}
 	return s.createResponse(ctx, who.TenantID, id)
 }

@@ -73,11 +73,18 @@ func (s *Service) runCtx() context.Context {
 	return ctx
 }
 
-// CancelSubject is the core NATS subject on which the Orchestrator tells
-// workers to stop a running attempt: "<p>.signal.task.cancel", carrying an
-// Envelope with a Signal of type CANCEL_TASK whose target_id is
-// "<run>/<node>/<attempt>".
-func CancelSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "cancel") }
+// Internal limits and timings.
+const (
+	// effectsTimeout bounds publishing a committed decision's effects.
+	effectsTimeout      = 30 * time.Second
+	maxStoredErrorBytes = 4 << 10
+	// resyncBatch is how many unfinished runs one resync pass visits.
+	resyncBatch           = 1000
+	resultRedeliveryDelay = 2 * time.Second
+	// maxWoken bounds the waiting runs re-examined after slots freed up.
+	maxWoken            = 256
+	unlimitedDeliveries = -1
+)
 
 // New builds the Orchestrator; it needs deps.DB (migrated) and deps.Bus.
 func New(cfg Config, deps app.Deps) (*Service, error) {

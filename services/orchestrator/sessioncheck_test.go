@@ -2,41 +2,36 @@ package orchestrator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/migrations"
-	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
 
 // newReplica starts an Orchestrator replica with cfg on db and bus.
 func newReplica(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, cfg orchestrator.Config) (*harness, context.CancelFunc) {
 	t.Helper()
-	cfg.ResyncInterval = 200 * time.Millisecond
-	reg := prometheus.NewRegistry()
-	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
-	require.NoError(t, err)
-	stop := start(t, svc.Run)
-	require.Eventually(t, func() bool {
-		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))
-		return err == nil
-	}, waitFor, 10*time.Millisecond)
-	return &harness{svc: svc, reg: reg, db: db, bus: bus}, stop
+	return newOrchestratorWith(t, db, bus, func(c *orchestrator.Config) {
+		*c = cfg
+		c.ResyncInterval = 200 * time.Millisecond
+	})
 }
 
 // finishRun runs a one-node repository run to success, answering its task
@@ -45,7 +40,7 @@ func finishRun(t *testing.T, h *harness, ctx context.Context, session, repo stri
 	t.Helper()
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, SessionChecks: checks,
 		Dag: dagOf(cmd("a", "true"))})
-	task := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	task := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, run.GetId(), task.GetRunId())
 	h.sendResult(t, "t1", run.GetId(), "a", task.GetAttempt(), 0, "ok", ids.New())
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
@@ -58,7 +53,7 @@ func sessionCheckEvents(t *testing.T, h *harness, session string, match func(tex
 	evs := h.events(t, "t1", session, 1)
 	require.Eventually(t, func() bool {
 		for _, ev := range evs {
-			if ev.GetType() == orchestrator.EventSessionCheck && match(ev.GetText()) {
+			if ev.GetType() == eventv1.EventType_EVENT_TYPE_RUN_SESSION_CHECK && match(ev.GetText()) {
 				return true
 			}
 		}
@@ -79,37 +74,72 @@ func TestSessionCheckTimesOut(t *testing.T) {
 	ctx := userCtx("t1")
 	session := ids.New()
 	run := finishRun(t, h, ctx, session, repoWith(t, map[string]string{"a.txt": "a\n"}), true)
-	d := h.tasks(t, "tester", 1)[0].GetTaskDispatch() // taken, never answered
+	d := h.tasks(t, "tester", 1)[0] // taken, never answered
 	require.Equal(t, orchestrator.SessionCheckNode, d.GetNodeId())
 	var chk *orchestratorv1.SessionCheck
 	require.Eventually(t, func() bool {
 		chk = h.get(t, ctx, run.GetName()).GetSessionCheck()
-		return chk.GetState() != worker.CheckPending
+		return chk.GetState() != pipeline.CheckPending
 	}, waitFor, 20*time.Millisecond)
-	require.Equal(t, worker.CheckError, chk.GetState())
+	require.Equal(t, pipeline.CheckError, chk.GetState())
 	require.Contains(t, chk.GetDetail(), "timed out: no tester worker reported")
 	require.False(t, chk.GetFixRequested(), "a timeout asks the Architect for nothing")
 	sessionCheckEvents(t, h, session, func(text string) bool { return strings.Contains(text, "timed out") })
 
 	// A late report changes nothing.
-	late, err := protojson.Marshal(&orchestratorv1.SessionCheck{State: worker.CheckPassed})
-	require.NoError(t, err)
-	sendCheckResult(t, h, run.GetId(), d.GetAttempt(), string(late))
+	sendCheckResult(t, h, run.GetId(), d.GetAttempt(), &orchestratorv1.SessionCheck{State: pipeline.CheckPassed})
 	h.resultsDrained(t, 2)
-	require.Equal(t, worker.CheckError, h.get(t, ctx, run.GetName()).GetSessionCheck().GetState())
+	require.Equal(t, pipeline.CheckError, h.get(t, ctx, run.GetName()).GetSessionCheck().GetState())
 }
 
 // sendCheckResult reports a session check as a tester worker would.
-func sendCheckResult(t *testing.T, h *harness, runID string, attempt int32, chk string) {
+func sendCheckResult(t *testing.T, h *harness, runID string, attempt int32, chk *orchestratorv1.SessionCheck) {
 	t.Helper()
-	env := &messagev1.Envelope{
-		Id: ids.New(), TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		Metadata: map[string]string{worker.MetaSessionCheck: chk},
-		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{
-			RunId: runID, NodeId: orchestrator.SessionCheckNode, Attempt: attempt, WorkerId: "test-tester"}},
-	}
-	_, err := h.bus.Publish(context.Background(), topology.ResultSubject(h.bus), ids.New(), env)
-	require.NoError(t, err)
+	h.publishResult(t, ids.New(), &taskv1.TaskResult{TenantId: "t1", RunId: runID, NodeId: orchestrator.SessionCheckNode, Attempt: attempt,
+		WorkerId: "test-tester", SessionCheck: chk,
+		Fence: &taskv1.TaskFence{AttemptId: fmt.Sprintf("%s:%s:%d", runID, orchestrator.SessionCheckNode, attempt)}})
+}
+
+// A failed session check asks the Architect for a fix DAG, as a plan
+// request of the run's session and user, and says so on the session.
+func TestFailedSessionCheckAsksTheArchitect(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	ctx := userCtx("t1")
+	session := ids.New()
+	repo := repoWith(t, map[string]string{"calc.py": calcPy, "test_calc.py": testCalcPy})
+	run := finishRun(t, h, ctx, session, repo, true)
+	d := h.tasks(t, "tester", 1)[0]
+	require.Equal(t, orchestrator.SessionCheckNode, d.GetNodeId())
+	require.NotNil(t, d.GetSessionCheck(), "a session check says so")
+	require.Equal(t, repo, d.GetRepository())
+	require.Equal(t, run.GetBaseCommit(), d.GetBaseCommit())
+	require.Equal(t, session, d.GetSessionId())
+
+	sendCheckResult(t, h, run.GetId(), d.GetAttempt(), &orchestratorv1.SessionCheck{State: pipeline.CheckFailed, InspectorPassed: true,
+		Detail: "session tests: 1 failed", TestResult: &orchestratorv1.TestResult{FrameworkId: "python-unittest", Failed: 1,
+			Failures: []*orchestratorv1.TestFailure{{TestName: "test_calc.T.test_add", Message: "plus is not add"}}}})
+	var chk *orchestratorv1.SessionCheck
+	require.Eventually(t, func() bool {
+		chk = h.get(t, ctx, run.GetName()).GetSessionCheck()
+		return chk.GetState() == pipeline.CheckFailed
+	}, waitFor, 20*time.Millisecond, "session check: %v", chk)
+	require.True(t, chk.GetFixRequested())
+
+	checked := h.event(t, "t1", session, eventv1.EventType_EVENT_TYPE_RUN_SESSION_CHECK)
+	require.Equal(t, run.GetName(), checked.GetRun().GetRun())
+	fix := h.event(t, "t1", session, eventv1.EventType_EVENT_TYPE_RUN_FIX_REQUESTED)
+	require.True(t, fix.GetRun().GetFixRequested())
+	req := inboxMessage(t, h, topology.AgentArchitect)
+	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_USER_INPUT, req.GetType())
+	require.Equal(t, session, req.GetSessionId())
+	require.Equal(t, "u1", req.GetUserId())
+	require.Equal(t, run.GetName(), req.GetCorrelationId(), "the request names its run")
+	require.Contains(t, req.GetUserInput().GetText(), "Fix DAG request")
+	require.Contains(t, req.GetUserInput().GetText(), "test_calc")
+
+	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{SessionChecks: true, Dag: dagOf(cmd("a", "true"))})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "session checks need a repository")
 }
 
 // A replica that stopped after its run succeeded leaves one run's session
@@ -142,10 +172,10 @@ func TestSessionChecksOfAStoppedReplicaAreTakenOver(t *testing.T) {
 	b, _ := newReplica(t, db, bus, cfgB)
 	got := map[string]int32{}
 	for _, env := range b.tasks(t, "tester", 2) {
-		d := env.GetTaskDispatch()
+		d := env
 		require.Equal(t, orchestrator.SessionCheckNode, d.GetNodeId())
-		require.Equal(t, "1", env.GetMetadata()[worker.MetaSessionCheck])
-		require.Equal(t, repo, env.GetMetadata()[worker.MetaRepository])
+		require.NotNil(t, env.GetSessionCheck())
+		require.Equal(t, repo, env.GetRepository())
 		got[d.GetRunId()] = d.GetAttempt()
 	}
 	require.Contains(t, got, undispatched.GetId())
@@ -157,14 +187,13 @@ func TestSessionChecksOfAStoppedReplicaAreTakenOver(t *testing.T) {
 	}
 	sessionCheckEvents(t, b, session, func(text string) bool { return strings.Contains(text, "dispatched again") })
 
-	passed, err := protojson.Marshal(&orchestratorv1.SessionCheck{State: worker.CheckPassed, InspectorPassed: true, TesterPassed: true})
-	require.NoError(t, err)
+	passed := &orchestratorv1.SessionCheck{State: pipeline.CheckPassed, InspectorPassed: true, TesterPassed: true}
 	for id, attempt := range got {
-		sendCheckResult(t, b, id, attempt, string(passed))
+		sendCheckResult(t, b, id, attempt, passed)
 	}
 	for _, run := range []*orchestratorv1.Run{undispatched, pending} {
 		require.Eventually(t, func() bool {
-			return b.get(t, ctx, run.GetName()).GetSessionCheck().GetState() == worker.CheckPassed
+			return b.get(t, ctx, run.GetName()).GetSessionCheck().GetState() == pipeline.CheckPassed
 		}, waitFor, 20*time.Millisecond, "session check of %s", run.GetName())
 	}
 	// Nothing awaits a check any more: the leases are no longer renewed.

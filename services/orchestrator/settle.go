@@ -8,18 +8,12 @@ import (
 	"slices"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
-
-// EventRunSettled is published on the run's session when a user settles
-// its partial work.
-const EventRunSettled = "run.settled"
 
 // settleNote is what every receipt says of what it cannot list.
 const settleNote = "Agents work in their own workspaces: they never change the repository itself, never push, " +
@@ -27,7 +21,8 @@ const settleNote = "Agents work in their own workspaces: they never change the r
 
 // SettleRun keeps or discards the partial work of a failed or cancelled run
 // (spec B-37, B-39) and returns a receipt of what its result now holds.
-func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRequest) (*orchestratorv1.SettleRunResponse, error) {
+func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRequest) (_ *orchestratorv1.SettleRunResponse, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, "settle run", err) }()
 	who, err := s.writer(ctx)
 	if err != nil {
 		return nil, err
@@ -40,17 +35,17 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	switch act {
 	case orchestratorv1.SettleAction_SETTLE_ACTION_KEEP, orchestratorv1.SettleAction_SETTLE_ACTION_ROLLBACK, orchestratorv1.SettleAction_SETTLE_ACTION_RETRY:
 	default:
-		return nil, status.Error(codes.InvalidArgument, "action: want SETTLE_ACTION_KEEP, SETTLE_ACTION_ROLLBACK or SETTLE_ACTION_RETRY")
+		return nil, apierr.Invalid("action", "want SETTLE_ACTION_KEEP, SETTLE_ACTION_ROLLBACK or SETTLE_ACTION_RETRY")
 	}
 	run, err := getRun(ctx, s.db, who.TenantID, id)
 	if errors.Is(err, errNotFound) || err == nil && !owns(runOwner(who), run) {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
+		return nil, runNotFound(req.GetName())
 	}
 	if err != nil {
-		return nil, s.internal(ctx, "load run", err)
+		return nil, fmt.Errorf("load run: %w", err)
 	}
 	if run.State != stateFailed && run.State != stateCancelled {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is %s: only a FAILED or CANCELLED run has partial work to settle",
+		return nil, errRunNotSettleable.Withf("run %s is %s: only a FAILED or CANCELLED run has partial work to settle",
 			req.GetName(), run.State)
 	}
 	log := s.log.With(logx.KeyTenantID, who.TenantID, logx.KeyRunID, id, logx.KeyUserID, who.UserID)
@@ -59,7 +54,7 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	}
 	ps, err := patches(ctx, s.db, who.TenantID, id)
 	if err != nil {
-		return nil, s.internal(ctx, "load patches", err)
+		return nil, fmt.Errorf("load patches: %w", err)
 	}
 	receipt := &orchestratorv1.SettleReceipt{Action: act, Note: settleNote}
 	keep := act == orchestratorv1.SettleAction_SETTLE_ACTION_KEEP
@@ -72,10 +67,10 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		stored, err = storeMerge(ctx, s.db, who.TenantID, id, "", nil, stateFailed, stateCancelled)
 	}
 	if err != nil {
-		return nil, s.internal(ctx, "store result patch", err)
+		return nil, fmt.Errorf("store result patch: %w", err)
 	}
 	if !stored {
-		return nil, status.Errorf(codes.Aborted, "run %s changed while it was being settled (a retry reopened it?): read it again, and settle it once it ends",
+		return nil, errRunChanged.Withf("run %s changed while it was being settled (a retry reopened it?): read it again, and settle it once it ends",
 			req.GetName())
 	}
 	r, err := s.loadRun(ctx, who.TenantID, "", id)
@@ -110,23 +105,20 @@ func (s *Service) announceSettled(ctx context.Context, log *slog.Logger, tenant 
 	if run.SessionID == "" {
 		return
 	}
-	s.publishEvent(ctx, log, topology.Event{
-		Tenant: tenant, Session: run.SessionID, ID: fmt.Sprintf("%s:settled:%s:%s", run.ID, verb, ids.New()),
-		Type: EventRunSettled, Source: topology.AgentOrchestrator, CorrelationID: runName(run.ID),
-		Text: fmt.Sprintf("run %s settled (%s): %s", runName(run.ID), verb, what),
-		Data: map[string]any{"run": runName(run.ID), "action": verb, "files_changed": int(receipt.FilesChanged)},
-	})
+	s.publishEvent(ctx, log, tenant, run.SessionID, fmt.Sprintf("%s:settled:%s:%s", run.ID, verb, ids.New()),
+		runEvent(eventv1.EventType_EVENT_TYPE_RUN_SETTLED, run.ID, fmt.Sprintf("run %s settled (%s): %s", runName(run.ID), verb, what),
+			&eventv1.RunEvent{Action: verb, FilesChanged: receipt.GetFilesChanged()}))
 }
 
 // retryFromFailure runs a failed run's failed nodes again (spec B-37: retry
 // from failure); each is briefed on its earlier attempts (B-38).
 func (s *Service) retryFromFailure(ctx context.Context, log *slog.Logger, tenant string, run *runRow) (*orchestratorv1.SettleRunResponse, error) {
 	if run.State != stateFailed {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s was cancelled: there is no failure to retry from", runName(run.ID))
+		return nil, errRunNotSettleable.Withf("run %s was cancelled: there is no failure to retry from", runName(run.ID))
 	}
 	nodes, err := listNodes(ctx, s.db, tenant, run.ID)
 	if err != nil {
-		return nil, s.internal(ctx, "load nodes", err)
+		return nil, fmt.Errorf("load nodes: %w", err)
 	}
 	receipt := &orchestratorv1.SettleReceipt{Action: orchestratorv1.SettleAction_SETTLE_ACTION_RETRY, Note: settleNote}
 	for _, n := range nodes {
@@ -146,7 +138,7 @@ func (s *Service) retryFromFailure(ctx context.Context, log *slog.Logger, tenant
 		receipt.RetriedNodes = append(receipt.RetriedNodes, n.NodeID)
 	}
 	if len(receipt.RetriedNodes) == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s has no failed node to retry", runName(run.ID))
+		return nil, errNodeNotFailed.Withf("run %s has no failed node to retry", runName(run.ID))
 	}
 	r, err := s.loadRun(ctx, tenant, "", run.ID)
 	if err != nil {

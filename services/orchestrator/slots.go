@@ -3,11 +3,14 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/redisx"
 )
 
@@ -186,4 +189,73 @@ func (l *slotLimiter) next(ctx context.Context, n int) ([]runKey, error) {
 		}
 	}
 	return out, nil
+}
+
+// settleSlots gives back a decision's global slots, wakes the runs that
+// were waiting for them, and records this run when it is waiting itself.
+func (s *Service) settleSlots(ctx context.Context, log *slog.Logger, eff *effects) {
+	if s.slots == nil {
+		return
+	}
+	if len(eff.release) > 0 {
+		if err := s.slots.release(ctx, eff.tenant, eff.session, eff.release); err != nil {
+			log.WarnContext(ctx, "release dispatch slots", logx.Err(err))
+		}
+		// Every waiting run gets a look, most urgent first: one that is over
+		// its share gets nothing, so it cannot starve the others of the
+		// freed slots.
+		if keys, err := s.slots.next(ctx, maxWoken); err != nil {
+			log.WarnContext(ctx, "read waiting runs", logx.Err(err))
+		} else if len(keys) > 0 {
+			go s.advanceRuns(keys)
+		}
+	}
+	switch {
+	case eff.waiting:
+		if err := s.slots.wait(ctx, eff.tenant, eff.runID, eff.waitPrio, eff.created); err != nil {
+			log.WarnContext(ctx, "record waiting run", logx.Err(err))
+		}
+	case eff.satisfied || eff.completed != "":
+		if err := s.slots.satisfied(ctx, eff.tenant, eff.runID); err != nil {
+			log.WarnContext(ctx, "clear waiting run", logx.Err(err))
+		}
+	}
+}
+
+// advanceRuns moves on runs that were waiting for global slots.
+func (s *Service) advanceRuns(keys []runKey) {
+	ctx := s.runCtx()
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := s.withRun(ctx, k.Tenant, k.ID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
+			return s.advance(ctx, tx, run, eff)
+		}); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "advance a waiting run", logx.KeyRunID, k.ID, logx.Err(err))
+		}
+	}
+}
+
+// renewSlots keeps the global slots of this replica's running attempts.
+func (s *Service) renewSlots(ctx context.Context) {
+	if s.slots == nil {
+		return
+	}
+	running, err := ownedRunning(ctx, s.db, s.cfg.ReplicaID)
+	if err != nil {
+		s.log.WarnContext(ctx, "list running attempts", logx.Err(err))
+		return
+	}
+	type sess struct{ tenant, session string }
+	by := map[sess][]string{}
+	for _, a := range running {
+		k := sess{a.Tenant, a.Session}
+		by[k] = append(by[k], slotMember(a.Tenant, a.RunID, a.Node, a.Attempt))
+	}
+	for k, ms := range by {
+		if err := s.slots.renew(ctx, k.tenant, k.session, ms); err != nil {
+			s.log.WarnContext(ctx, "renew dispatch slots", logx.Err(err))
+		}
+	}
 }

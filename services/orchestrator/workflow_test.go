@@ -37,11 +37,11 @@ func TestWorkflowCheckpointWhenARunEnds(t *testing.T) {
 
 	rec := inboxMessage(t, h, topology.AgentArchivalist)
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, rec.GetType())
-	require.Equal(t, orchestrator.CategoryArchitectWorkflow, rec.GetMetadata()["category"])
-	require.Equal(t, "Workflow of "+run.GetName()+" (failed)", rec.GetMetadata()["title"])
+	require.Equal(t, orchestrator.CategoryArchitectWorkflow, rec.GetStoreRequest().GetCategory())
+	require.Equal(t, "Workflow of "+run.GetName()+" (failed)", rec.GetStoreRequest().GetTitle())
 	require.Equal(t, session, rec.GetSessionId())
 	require.Equal(t, "t1", rec.GetTenantId())
-	text := rec.GetAgentResponse().GetText()
+	text := rec.GetStoreRequest().GetContent()
 	for _, want := range []string{
 		"# Workflow of " + run.GetName() + ": failed",
 		"- ID: " + run.GetName(), "- Total nodes: 4", "- Completed nodes: 2", "- Current layer: 1 of 2",

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 )
 
 // The Engineer of a retried task reads what happened before (spec B-38).
@@ -15,12 +15,12 @@ func TestEngineerPromptCarriesTheRetryBriefing(t *testing.T) {
 	b := &orchestratorv1.RetryBriefing{AttemptNumber: 2, FailureAnalysis: "Attempt 1 exited with 2: parse error.",
 		SuggestedApproach: "Change the approach.", AvoidPatterns: []string{"what led to: parse error"},
 		PriorAttempts: []*orchestratorv1.AttemptSummary{{Attempt: 1, State: "FAILED", ExitCode: 2, ErrorTier: "permanent", Error: "parse error"}}}
-	task := &messagev1.TaskDispatch{NodeId: "n", Prompt: "fix the parser"}
-	p := engineerPrompt(task, &orchestratorv1.Node{RetryBriefing: b}, t.TempDir(), nil)
+	task := &taskv1.TaskDispatch{NodeId: "n"}
+	p := engineerPrompt(task, &orchestratorv1.Node{Prompt: "fix the parser", RetryBriefing: b}, t.TempDir(), nil)
 	require.Contains(t, p, "## This is attempt 2: what happened before\n\nAttempt 1 exited with 2: parse error.\n\nSuggested approach: Change the approach.\n")
 	require.Contains(t, p, "- attempt 1: failed, exit 2, permanent: parse error\n")
 	require.Contains(t, p, "Avoid:\n- what led to: parse error\n")
-	require.NotContains(t, engineerPrompt(task, &orchestratorv1.Node{}, t.TempDir(), nil), "This is attempt")
+	require.NotContains(t, engineerPrompt(task, &orchestratorv1.Node{Prompt: "fix the parser"}, t.TempDir(), nil), "This is attempt")
 	require.Equal(t, "attempt 2 after 1 prior: Attempt 1 exited with 2: parse error. Change the approach.", briefingLine(b))
 	require.Empty(t, briefingLine(nil))
 }

@@ -9,6 +9,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/textsearch"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -34,20 +35,19 @@ func (pr *pipelineRun) checkpoint(ctx context.Context, p *orchestratorv1.Pipelin
 	if pr.s.bus == nil {
 		return // a worker without a bus runs tasks directly (tests)
 	}
-	id := PipelineID(pr.task.GetRunId(), pr.task.GetNodeId(), pr.task.GetAttempt())
+	id := pipeline.ID(pr.d.GetRunId(), pr.d.GetNodeId(), pr.d.GetAttempt())
 	record := func(source, category, title string, write func(*strings.Builder)) *messagev1.Envelope {
 		var b strings.Builder
 		fmt.Fprintf(&b, "# %s\n\n- Pipeline: %s\n- Loops: %d of %d\n- Pipeline state: %s\n", title, id, p.GetLoops(), p.GetMaxLoops(), p.GetState())
 		write(&b)
-		return topology.StoreRequest(topology.Record{ID: id + ":" + category, Tenant: pr.env.GetTenantId(), Session: pr.env.GetSessionId(),
-			User:        pr.env.GetUserId(),
-			Correlation: "runs/" + pr.task.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), topology.MaxRecordBytes)})
+		return topology.StoreRequest(topology.Record{ID: id + ":" + category, Tenant: pr.d.GetTenantId(), Session: pr.d.GetSessionId(),
+			User: pr.d.GetUserId(), Correlation: "runs/" + pr.d.GetRunId(), Source: source, Category: category, Title: title, Text: textsearch.Clip(b.String(), topology.MaxRecordBytes)})
 	}
 	var recs []*messagev1.Envelope
 	if len(pr.findings) > 0 {
 		in := pr.inspectorState()
 		recs = append(recs, record(topology.RoleInspector, CategoryInspectorFindings, fmt.Sprintf("Inspector findings of %s: %s", id, in.GetValidationState()),
-			func(b *strings.Builder) { inspectorText(b, in) }))
+			func(b *strings.Builder) { pipeline.InspectorText(b, in) }))
 	}
 	if p.GetLastTestResult() != nil {
 		var changed []string
@@ -56,12 +56,12 @@ func (pr *pipelineRun) checkpoint(ctx context.Context, p *orchestratorv1.Pipelin
 		}
 		t := pr.testerState(p, changed)
 		recs = append(recs, record(topology.RoleTester, CategoryTesterSummary, fmt.Sprintf("Tester summary of %s: %s", id, passWord(p.GetTesterPassed())),
-			func(b *strings.Builder) { testerText(b, t) }))
+			func(b *strings.Builder) { pipeline.TesterText(b, t) }))
 	}
 	for _, env := range recs {
 		if _, err := pr.s.bus.Publish(ctx, topology.InboxSubject(pr.s.bus, topology.AgentArchivalist), env.GetId(), env); err != nil {
-			pr.s.log.WarnContext(ctx, "send a stage checkpoint to the archivalist", slog.String("category", env.GetMetadata()["category"]),
-				logx.KeyRunID, pr.task.GetRunId(), logx.KeyNodeID, pr.task.GetNodeId(), logx.Err(err))
+			pr.s.log.WarnContext(ctx, "send a stage checkpoint to the archivalist", slog.String("category", env.GetStoreRequest().GetCategory()),
+				logx.KeyRunID, pr.d.GetRunId(), logx.KeyNodeID, pr.d.GetNodeId(), logx.Err(err))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -27,30 +28,29 @@ func TestPipelineStageCheckpoints(t *testing.T) {
 		Path: "calc.go", Content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"}}}
 	env := repoTask(t, repo, base, node)
 	env.TenantId, env.SessionId = "t1", "s1"
-	out, _ := s.runTaskEnv(ctx, "engineer", env)
+	out, _ := s.runTask(ctx, "engineer", env)
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, "failed", p.GetState())
 
-	inbox, err := s.bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: s.bus.Stream(topology.StreamAgents), Durable: "archivalist-test",
-		FilterSubjects: []string{topology.InboxSubject(s.bus, topology.AgentArchivalist)}})
+	inbox, err := s.bus.EnsureConsumer(ctx, topology.InboxConsumer(s.bus, topology.AgentArchivalist, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	records := map[string]*messagev1.Envelope{}
-	testenv.Consume(t, inbox, 10, 10*time.Second, func(e *messagev1.Envelope) { records[e.GetMetadata()["category"]] = e },
+	testenv.Consume(t, inbox, 10, 10*time.Second, func(e *messagev1.Envelope) { records[e.GetStoreRequest().GetCategory()] = e },
 		func() bool { return len(records) == 2 })
 
-	id := PipelineID("r1", "sub", 1)
+	id := pipeline.ID("r1", "sub", 1)
 	in := records[CategoryInspectorFindings]
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_STORE_REQUEST, in.GetType())
 	require.Equal(t, "t1", in.GetTenantId())
 	require.Equal(t, "s1", in.GetSessionId())
 	require.Equal(t, id+":"+CategoryInspectorFindings, in.GetId())
-	require.Equal(t, "Inspector findings of "+id+": passed", in.GetMetadata()["title"])
-	require.Contains(t, in.GetAgentResponse().GetText(), "- Loops: 1 of 1\n- Pipeline state: failed\n\nValidation: passed\n")
-	require.Contains(t, in.GetAgentResponse().GetText(), "Checks performed:\n- ")
+	require.Equal(t, "Inspector findings of "+id+": passed", in.GetStoreRequest().GetTitle())
+	require.Contains(t, in.GetStoreRequest().GetContent(), "- Loops: 1 of 1\n- Pipeline state: failed\n\nValidation: passed\n")
+	require.Contains(t, in.GetStoreRequest().GetContent(), "Checks performed:\n- ")
 
 	ts := records[CategoryTesterSummary]
-	require.Equal(t, "Tester summary of "+id+": failed", ts.GetMetadata()["title"])
-	text := ts.GetAgentResponse().GetText()
+	require.Equal(t, "Tester summary of "+id+": failed", ts.GetStoreRequest().GetTitle())
+	text := ts.GetStoreRequest().GetContent()
 	require.Contains(t, text, "Last run: go-test, 0 passed, 1 failed, 0 skipped")
 	require.Contains(t, text, "Failures:\n- test TestAdd failed (calc_test.go:7): Add(1, 2) != 3")
 }

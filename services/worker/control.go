@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/natsx"
 )
 
 // User actions on a running task (spec F-13): the Orchestrator sends a
@@ -21,21 +19,12 @@ import (
 // and answers with the task's live status. Workers not running the task stay
 // silent, so the one that runs it answers.
 
-// ControlSubject is where the Orchestrator sends TaskControl requests.
-func ControlSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "control") }
-
 // Stages of a task, as reported by query.
 const (
 	stageEngineer  = "engineer"
 	stageInspector = "inspector"
 	stageTester    = "tester"
 	stageCommand   = "command"
-)
-
-// Causes a stage's context is cancelled with.
-var (
-	errInterrupted  = errors.New("interrupted by the user")
-	errStageIgnored = errors.New("stage ignored by the user")
 )
 
 // taskControl is the live, user-controllable state of one running task.
@@ -198,7 +187,7 @@ func (c *taskControl) apply(action orchestratorv1.TaskActionType, message string
 		return "the Engineer reads the guidance when the pipeline loops back to it", nil
 	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF:
 		if !c.pipeline {
-			return "", errors.New("handoff applies to a pipeline node only")
+			return "", errNotAPipeline
 		}
 		c.handoff = true
 		note("handoff")
@@ -226,7 +215,7 @@ func (c *taskControl) apply(action orchestratorv1.TaskActionType, message string
 		}
 		return "the " + target + " stage will be skipped", nil
 	}
-	return "", fmt.Errorf("action %s does not apply to a running task", action)
+	return "", errActionNotApplicable.Withf("action %s does not apply to a running task", action)
 }
 
 func orDash(s string) string {
@@ -242,7 +231,7 @@ func (s *Service) onControl(m *nats.Msg) {
 	if err := proto.Unmarshal(m.Data, &req); err != nil {
 		return
 	}
-	v, ok := s.controls.Load(req.GetTenantId() + "|" + cancelTarget(req.GetRunId(), req.GetNodeId(), req.GetAttempt()))
+	v, ok := s.controls.Load(runningKey(req.GetTenantId(), req.GetRunId(), req.GetNodeId(), req.GetAttempt()))
 	if !ok {
 		return
 	}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"io"
@@ -17,10 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/llm/provider"
@@ -42,10 +40,10 @@ func readyFile(t *testing.T) (file, dir string) {
 }
 
 // runAsync runs a task with a control and returns its outcome later.
-func runAsync(s *Service, ctl *taskControl, role string, env *messagev1.Envelope) <-chan taskOutcome {
+func runAsync(s *Service, ctl *taskControl, role string, env *taskv1.TaskDispatch) <-chan taskOutcome {
 	ch := make(chan taskOutcome, 1)
 	go func() {
-		out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), role, env)
+		out, cancelled := s.runTask(withControl(context.Background(), ctl), role, env)
 		if cancelled {
 			out = taskOutcome{}
 		}
@@ -60,8 +58,7 @@ func TestInterruptStopsTheCommandKeepingPartialOutput(t *testing.T) {
 	cfg.Tools.ConfineWritable = []string{readyDir}
 	s := offlineService(t, cfg)
 	ctl := newTaskControl(false)
-	env := &messagev1.Envelope{Priority: messagev1.Priority_PRIORITY_PIPELINE,
-		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch("echo partial-line; touch " + ready + "; sleep 60")}}
+	env := dispatch("echo partial-line; touch " + ready + "; sleep 60")
 	done := runAsync(s, ctl, "engineer", env)
 	waitFile(t, ready)
 
@@ -140,7 +137,7 @@ func TestIgnoreTesterWhileTheTesterRuns(t *testing.T) {
 	require.Equal(t, []string{"ignore_tester"}, p.GetOverrides())
 	require.Contains(t, r.GetTested(), "ignored by the user")
 	require.Contains(t, r.GetDeviations(), "ignore_tester")
-	require.Contains(t, out.meta[MetaPatch], "return b + a", "the pipeline went on to commit")
+	require.Contains(t, out.msg.GetPatch(), "return b + a", "the pipeline went on to commit")
 }
 
 func TestInterruptDuringTheTesterFailsThePipeline(t *testing.T) {
@@ -174,7 +171,7 @@ func TestPythonTesterParsesUnittestFailures(t *testing.T) {
 		"test_calc.py": "import unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n\n    def test_ok(self):\n        self.assertTrue(True)\n\n    @unittest.skip('later')\n    def test_later(self):\n        pass\n",
 	})
 	s := pipelineService(t)
-	out, cancelled := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1}))
+	out, cancelled := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1}))
 	require.False(t, cancelled)
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, pipeFailed, p.GetState())
@@ -195,7 +192,7 @@ func TestPythonInspectorReportsSyntaxErrors(t *testing.T) {
 	needPython(t)
 	repo, base := pyRepo(t, map[string]string{"calc.py": "def add(a, b):\n    return a + b\n"})
 	s := pipelineService(t)
-	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1,
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "py", Pipeline: true, MaxLoops: 1,
 		Edits: []*orchestratorv1.FileEdit{{Path: "calc.py", Content: "def add(a, b)\n    return a + b\n"}}}))
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, pipeFailed, p.GetState())
@@ -215,7 +212,7 @@ func TestNodeTesterParsesTAP(t *testing.T) {
 			"test('adds', () => { assert.strictEqual(add(1, 2), 3); });\ntest('truth', () => { assert.ok(true); });\n",
 	})
 	s := pipelineService(t)
-	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "js", Pipeline: true, MaxLoops: 1}))
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "js", Pipeline: true, MaxLoops: 1}))
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, pipeFailed, p.GetState(), p.GetFeedback())
 	tr := p.GetLastTestResult()
@@ -320,15 +317,14 @@ func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
 	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",
 		DoneWhen: "TestAdd passes", TaskContext: "## Plan\n\n### Step 1A.1: fix Add", Guidance: []string{"keep the signature"}}
 	env := repoTask(t, repo, base, node)
-	env.GetTaskDispatch().Prompt = node.GetPrompt()
 	env.TenantId, env.SessionId = "t1", "s1"
 	// Guidance given while the task runs (/task fix-add prompt ...).
 	ctl := newTaskControl(false)
-	ctl.engineerReads = s.engineerReads(env.GetTaskDispatch())
+	ctl.engineerReads = s.engineerReads(env.GetNode())
 	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, "Focus on overflow first")
 	require.NoError(t, err)
 	require.Contains(t, detail, "the Engineer reads the guidance")
-	out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), "engineer", env)
+	out, cancelled := s.runTask(withControl(context.Background(), ctl), "engineer", env)
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
 	p, r := pipelineOf(t, out)
@@ -336,7 +332,7 @@ func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
 	require.Equal(t, int32(2), p.GetLoops(), "the first edit failed the tests, the second passed")
 	require.Contains(t, r.GetImplemented(), "the model wrote calc.go: fixed Add")
 	require.Equal(t, "kept the signature", r.GetDecisions())
-	require.Contains(t, out.meta[MetaPatch], "return a + b")
+	require.Contains(t, out.msg.GetPatch(), "return a + b")
 	require.NotContains(t, r.GetImplemented(), "no code was generated")
 
 	require.Len(t, fake.prompts, 2)
@@ -353,15 +349,11 @@ func TestEngineerEditsThroughTheModelAndActsOnFeedback(t *testing.T) {
 func TestEngineerWithoutAModelSaysNothingWasGenerated(t *testing.T) {
 	s := offlineService(t, testConfig(t))
 	spec := &orchestratorv1.Node{Id: "n1", Prompt: "write a parser"}
-	b, err := proto.Marshal(spec)
-	require.NoError(t, err)
-	out, _ := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{
-		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b)},
-		Payload:  &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r", NodeId: "n1", Attempt: 1, Prompt: "write a parser"}}})
+	out, _ := s.runTask(context.Background(), "engineer", &taskv1.TaskDispatch{RunId: "r", NodeId: "n1", Attempt: 1, Node: spec})
 	require.Equal(t, NoModelOutput, out.msg.GetStdout())
 
 	ctl := newTaskControl(false)
-	ctl.engineerReads = s.engineerReads(&messagev1.TaskDispatch{Prompt: "write a parser"})
+	ctl.engineerReads = s.engineerReads(spec)
 	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, "use a table")
 	require.NoError(t, err)
 	require.Contains(t, detail, "no language model is configured", "guidance nobody reads is reported as such")
@@ -403,11 +395,7 @@ func TestEngineerWithTheLocalProviderGeneratesNothing(t *testing.T) {
 	s := offlineService(t, testConfig(t))
 	s.SetLLMGate(g)
 	spec := &orchestratorv1.Node{Id: "n1", Prompt: "plan and write a parser"}
-	b, err := proto.Marshal(spec)
-	require.NoError(t, err)
-	out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: "t1",
-		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b)},
-		Payload:  &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r", NodeId: "n1", Attempt: 1, Prompt: spec.GetPrompt()}}})
+	out, cancelled := s.runTask(context.Background(), "engineer", &taskv1.TaskDispatch{TenantId: "t1", RunId: "r", NodeId: "n1", Attempt: 1, Node: spec})
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
 	require.Equal(t, NoModelOutput, out.msg.GetStdout())

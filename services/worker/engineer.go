@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -11,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
 )
@@ -37,8 +36,8 @@ func (s *Service) SetLLMGate(g *gate.Gate) {
 
 // engineerReads says whether a language model acts on a task's prompt (and
 // on the user's guidance for it).
-func (s *Service) engineerReads(task *messagev1.TaskDispatch) bool {
-	return s.model != nil && !s.modelLocal && task.GetPrompt() != ""
+func (s *Service) engineerReads(spec *orchestratorv1.Node) bool {
+	return s.model != nil && !s.modelLocal && spec.GetPrompt() != ""
 }
 
 // Limits of what the Engineer shows the model.
@@ -69,9 +68,6 @@ type modelAnswer struct {
 	Deviations string      `json:"deviations"`
 	Concerns   string      `json:"concerns"`
 }
-
-// errNoEdits is a model answer without usable edits.
-var errNoEdits = errors.New("the model's answer holds no edits")
 
 // parseModelAnswer finds the JSON object in a model's answer (bare or in a
 // fenced block).
@@ -162,20 +158,20 @@ func reportField(text string, names ...string) string {
 // engineerPrompt assembles what the model sees: the task, its done
 // criteria, its selective context, the upstream outputs, the repository's
 // files (small ones in full) and the feedback of earlier loops.
-func engineerPrompt(task *messagev1.TaskDispatch, spec *orchestratorv1.Node, dir string, feedback []string) string {
+func engineerPrompt(d *taskv1.TaskDispatch, spec *orchestratorv1.Node, dir string, feedback []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Task %s", task.GetNodeId())
+	fmt.Fprintf(&b, "# Task %s", d.GetNodeId())
 	if spec.GetName() != "" {
 		b.WriteString(": " + spec.GetName())
 	}
-	b.WriteString("\n\n" + task.GetPrompt() + "\n")
+	b.WriteString("\n\n" + spec.GetPrompt() + "\n")
 	if spec.GetDoneWhen() != "" {
 		b.WriteString("\n## Done when\n\n" + spec.GetDoneWhen() + "\n")
 	}
 	if spec.GetTaskContext() != "" {
 		b.WriteString("\n## Context\n\n" + spec.GetTaskContext() + "\n")
 	}
-	if up := task.GetUpstreamOutputs(); len(up) > 0 {
+	if up := d.GetUpstreamOutputs(); len(up) > 0 {
 		keys := make([]string, 0, len(up))
 		for k := range up {
 			keys = append(keys, k)
@@ -253,26 +249,24 @@ func isText(b []byte) bool {
 // generate asks the model for edits and writes them. It returns the files
 // written and the model's notes. It returns (nil, nil, nil) when no model is
 // configured.
-func (s *Service) generate(ctx context.Context, env *messagev1.Envelope, spec *orchestratorv1.Node, dir string, feedback []string) ([]string, *modelAnswer, error) {
-	task := env.GetTaskDispatch()
-	if s.model == nil || task.GetPrompt() == "" {
+func (s *Service) generate(ctx context.Context, d *taskv1.TaskDispatch, spec *orchestratorv1.Node, dir string, feedback []string) ([]string, *modelAnswer, error) {
+	if s.model == nil || spec.GetPrompt() == "" {
 		return nil, nil, nil
 	}
-	written, a, _, err := s.ask(ctx, env, dir, []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(task, spec, dir, feedback)}})
+	written, a, _, err := s.ask(ctx, d, dir, []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(d, spec, dir, feedback)}})
 	return written, a, err
 }
 
 // ask sends the Engineer's conversation to the model and writes the edits
 // of its answer. content is the model's answer ("" when none came, or when
 // the offline provider answered, which writes no code).
-func (s *Service) ask(ctx context.Context, env *messagev1.Envelope, dir string, msgs []llm.Message) (written []string, a *modelAnswer, content string, err error) {
-	task := env.GetTaskDispatch()
+func (s *Service) ask(ctx context.Context, d *taskv1.TaskDispatch, dir string, msgs []llm.Message) (written []string, a *modelAnswer, content string, err error) {
 	resp, err := s.model.Complete(ctx, &llm.Request{
 		Model:    s.cfg.EngineerModel,
 		System:   engineerSystem,
 		Messages: msgs,
-		Attribution: llm.Attribution{TenantID: env.GetTenantId(), UserID: env.GetUserId(), SessionID: env.GetSessionId(),
-			PipelineID: task.GetRunId() + "/" + task.GetNodeId(), TaskID: task.GetNodeId(), AgentID: s.cfg.ID, AgentType: dagRoleEngineer},
+		Attribution: llm.Attribution{TenantID: d.GetTenantId(), UserID: d.GetUserId(), SessionID: d.GetSessionId(),
+			PipelineID: d.GetRunId() + "/" + d.GetNodeId(), TaskID: d.GetNodeId(), AgentID: s.cfg.ID, AgentType: dagRoleEngineer},
 	})
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("the model call failed: %w", err)

@@ -14,6 +14,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -72,7 +73,7 @@ func (s *Service) engineerWindow() int {
 func (m *engineerMemory) next(pr *pipelineRun, feedback []string) (msg llm.Message, seen int) {
 	spec := pr.guided()
 	if len(m.turns) == 0 {
-		return llm.Message{Role: llm.RoleUser, Content: engineerPrompt(pr.task, spec, pr.dir, feedback)}, len(spec.GetGuidance())
+		return llm.Message{Role: llm.RoleUser, Content: engineerPrompt(pr.d, spec, pr.dir, feedback)}, len(spec.GetGuidance())
 	}
 	var b strings.Builder
 	b.WriteString("## Feedback on your previous attempt (fix all of it)\n\n")
@@ -102,10 +103,10 @@ func (m *engineerMemory) usage(msg llm.Message) float64 {
 // when a language model writes the code, else the offline path.
 func (pr *pipelineRun) engineer(ctx context.Context, feedback []string) ([]string, *modelAnswer, error) {
 	if pr.mem == nil {
-		return pr.s.generate(ctx, pr.env, pr.guided(), pr.dir, feedback)
+		return pr.s.generate(ctx, pr.d, pr.guided(), pr.dir, feedback)
 	}
 	msg, seen := pr.mem.next(pr, feedback)
-	written, a, content, err := pr.s.ask(ctx, pr.env, pr.dir, append(slices.Clone(pr.mem.turns), msg))
+	written, a, content, err := pr.s.ask(ctx, pr.d, pr.dir, append(slices.Clone(pr.mem.turns), msg))
 	if content != "" {
 		pr.mem.turns = append(pr.mem.turns, msg, llm.Message{Role: llm.RoleAssistant, Content: content})
 		pr.mem.guidance = seen
@@ -158,9 +159,9 @@ func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineSta
 	if pr.wsp != nil {
 		changed, _ = pr.wsp.changedFiles(ctx)
 	}
-	original := pr.task.GetPrompt()
+	original := pr.spec.GetPrompt()
 	if original == "" {
-		original = pr.task.GetCommand()
+		original = pr.spec.GetCommand()
 	}
 	remaining := slices.Clone(feedback)
 	if d := pr.spec.GetDoneWhen(); d != "" {
@@ -180,10 +181,10 @@ func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineSta
 	}
 	in, t := pr.inspectorState(), pr.testerState(p, changed)
 	h := &orchestratorv1.PipelineHandoff{
-		OldPipelineId:       PipelineID(pr.task.GetRunId(), pr.task.GetNodeId(), pr.task.GetAttempt()),
-		SessionId:           pr.env.GetSessionId(),
-		RunId:               pr.task.GetRunId(),
-		NodeId:              pr.task.GetNodeId(),
+		OldPipelineId:       pipeline.ID(pr.d.GetRunId(), pr.d.GetNodeId(), pr.d.GetAttempt()),
+		SessionId:           pr.d.GetSessionId(),
+		RunId:               pr.d.GetRunId(),
+		NodeId:              pr.d.GetNodeId(),
 		Reason:              reason,
 		HandoffIndex:        prev.GetHandoffIndex() + 1,
 		ContextUsage:        usage,
@@ -310,12 +311,6 @@ func isSource(f string) bool {
 	return false
 }
 
-// PipelineID names one pipeline of a node, that is one attempt:
-// "<run>/<node>#<attempt>".
-func PipelineID(runID, nodeID string, attempt int32) string {
-	return fmt.Sprintf("%s/%s#%d", runID, nodeID, attempt)
-}
-
 // handoffSection tells the Engineer of a fresh pipeline what the one before
 // it did.
 func handoffSection(h *orchestratorv1.PipelineHandoff) string {
@@ -324,59 +319,5 @@ func handoffSection(h *orchestratorv1.PipelineHandoff) string {
 	}
 	return "\n## You carry on from an earlier pipeline of this task\n\n" +
 		"The files below already hold its changes. Do not redo what it accomplished; finish what remains.\n\n" +
-		strings.Replace(strings.ReplaceAll(HandoffText(h), "\n## ", "\n#### "), "# Pipeline handoff", "### Pipeline handoff", 1)
-}
-
-// HandoffText renders a handoff as markdown, for the Archivalist and for
-// the Engineer that carries on.
-func HandoffText(h *orchestratorv1.PipelineHandoff) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Pipeline handoff %d\n\n", h.GetHandoffIndex())
-	fmt.Fprintf(&b, "- Old pipeline: %s\n- Reason: %s\n", h.GetOldPipelineId(), h.GetReason())
-	if h.GetContextWindowTokens() > 0 {
-		fmt.Fprintf(&b, "- Context used: %.0f%% of %d tokens\n", 100*h.GetContextUsage(), h.GetContextWindowTokens())
-	}
-	e := h.GetEngineer()
-	b.WriteString("\n## Engineer\n")
-	if e.GetOriginalPrompt() != "" {
-		b.WriteString("\nOriginal request: " + e.GetOriginalPrompt() + "\n")
-	}
-	mdList(&b, "Accomplished", e.GetAccomplished())
-	mdList(&b, "Files changed", e.GetFilesChanged())
-	mdList(&b, "Remaining", e.GetRemaining())
-	mdList(&b, "Context notes", e.GetContextNotes())
-	b.WriteString("\n## Inspector\n")
-	inspectorText(&b, h.GetInspector())
-	b.WriteString("\n## Tester\n")
-	testerText(&b, h.GetTester())
-	return b.String()
-}
-
-// inspectorText renders the Inspector's state.
-func inspectorText(b *strings.Builder, in *orchestratorv1.InspectorHandoff) {
-	fmt.Fprintf(b, "\nValidation: %s\n", orDash(in.GetValidationState()))
-	mdList(b, "Checks performed", in.GetChecksPerformed())
-	mdList(b, "Fixes completed", in.GetFixesCompleted())
-	mdList(b, "Fixes remaining", in.GetFixesRemaining())
-}
-
-// testerText renders the Tester's state.
-func testerText(b *strings.Builder, t *orchestratorv1.TesterHandoff) {
-	if r := t.GetTestResults(); r != nil {
-		fmt.Fprintf(b, "\nLast run: %s, %d passed, %d failed, %d skipped\n", r.GetFrameworkId(), r.GetPassed(), r.GetFailed(), r.GetSkipped())
-	}
-	mdList(b, "Tests created", t.GetTestsCreated())
-	mdList(b, "Failures", t.GetFailureDescs())
-	mdList(b, "Coverage needed", t.GetCoverageNeeded())
-}
-
-// mdList renders a titled list; an empty one is left out.
-func mdList(b *strings.Builder, title string, items []string) {
-	if len(items) == 0 {
-		return
-	}
-	fmt.Fprintf(b, "\n%s:\n", title)
-	for _, x := range items {
-		b.WriteString("- " + x + "\n")
-	}
+		strings.Replace(strings.ReplaceAll(pipeline.HandoffText(h), "\n## ", "\n#### "), "# Pipeline handoff", "### Pipeline handoff", 1)
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/llm"
@@ -15,11 +14,8 @@ import (
 
 func handoffOf(t *testing.T, out taskOutcome) *orchestratorv1.PipelineHandoff {
 	t.Helper()
-	raw := out.meta[MetaHandoff]
-	require.NotEmpty(t, raw, "the result carries no handoff")
-	var h orchestratorv1.PipelineHandoff
-	require.NoError(t, protojson.Unmarshal([]byte(raw), &h))
-	return &h
+	require.NotNil(t, out.msg.GetHandoff(), "the result carries no handoff")
+	return out.msg.GetHandoff()
 }
 
 // Spec F-21/F-23: the Engineer keeps one conversation across its loops and,
@@ -30,13 +26,12 @@ func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
 	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",
 		DoneWhen: "TestAdd passes", Guidance: []string{"keep the signature"}}
 	env := repoTask(t, repo, base, node)
-	env.GetTaskDispatch().Prompt = node.GetPrompt()
 	env.TenantId, env.SessionId = "t1", "s1"
 
 	// The window is twice the first turn; the model's first answer (a
 	// wrong fix with a long explanation) takes the conversation past 95%.
 	first := llm.EstimateRequest(&llm.Request{System: engineerSystem,
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(env.GetTaskDispatch(), node, repo, nil)}}})
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(env, node, repo, nil)}}})
 	window := 2 * first
 	fake := &fakeOpenAI{answers: []string{
 		modelEdits("multiplied instead; "+strings.Repeat("reasoning ", window/2), map[string]string{
@@ -46,7 +41,7 @@ func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
 	s.cfg.EngineerContextTokens = window
 	s.SetModel(openAIGate(t, fake))
 
-	out, cancelled := s.runTaskEnv(context.Background(), "engineer", env)
+	out, cancelled := s.runTask(context.Background(), "engineer", env)
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
 	p, r := pipelineOf(t, out)
@@ -55,7 +50,7 @@ func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
 	require.Len(t, fake.prompts, 1)
 	require.Contains(t, out.msg.GetStdout(), "handing the pipeline's state to a fresh pipeline (handoff 1)")
 	require.Contains(t, r.GetImplemented(), "handed off to a fresh pipeline after 1 loop(s) (engineer_context_95%)")
-	require.Contains(t, out.meta[MetaPatch], "return a * b", "the old pipeline's files go along")
+	require.Contains(t, out.msg.GetPatch(), "return a * b", "the old pipeline's files go along")
 
 	h := handoffOf(t, out)
 	require.Equal(t, "r1/fix-add#1", h.GetOldPipelineId())
@@ -92,9 +87,9 @@ func TestPipelineCarriesOnFromAHandoff(t *testing.T) {
 		s := pipelineService(t)
 		node := &orchestratorv1.Node{Id: "w", Edits: []*orchestratorv1.FileEdit{{Path: "calc.go",
 			Content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}}}
-		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
-		require.Contains(t, out.meta[MetaPatch], "a * b")
-		return out.meta[MetaPatch]
+		out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
+		require.Contains(t, out.msg.GetPatch(), "a * b")
+		return out.msg.GetPatch()
 	}()
 	h := &orchestratorv1.PipelineHandoff{OldPipelineId: "r1/fix-add#1", Reason: "engineer_context_95%", HandoffIndex: 1,
 		ContextUsage: 0.97, ContextWindowTokens: 8192,
@@ -106,21 +101,21 @@ func TestPipelineCarriesOnFromAHandoff(t *testing.T) {
 	node := &orchestratorv1.Node{Id: "fix-add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.", Handoff: h,
 		Edits: []*orchestratorv1.FileEdit{{Path: "calc.go", Content: "package calc\n\n// the node's own edit, applied by the first pipeline\n"}}}
 	env := repoTask(t, repo, base, node)
-	env.GetTaskDispatch().Prompt, env.GetTaskDispatch().Attempt = node.GetPrompt(), 2
-	env.Metadata[MetaStartPatch] = startPatch
+	env.Attempt = 2
+	env.StartPatch = startPatch
 	fake := &fakeOpenAI{answers: []string{
 		modelEdits("summed", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
 	}}
 	s := pipelineService(t)
 	s.SetModel(openAIGate(t, fake))
 
-	out, cancelled := s.runTaskEnv(context.Background(), "engineer", env)
+	out, cancelled := s.runTask(context.Background(), "engineer", env)
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, pipeCompleted, p.GetState())
 	require.Contains(t, out.msg.GetStdout(), "carrying on from r1/fix-add#1 (handoff 1: engineer_context_95%)")
-	require.Empty(t, out.meta[MetaHandoff])
+	require.Nil(t, out.msg.GetHandoff())
 	require.Len(t, fake.prompts, 1)
 	prompt := fake.prompts[0]
 	require.Contains(t, prompt, "You carry on from an earlier pipeline of this task")
@@ -128,8 +123,8 @@ func TestPipelineCarriesOnFromAHandoff(t *testing.T) {
 	require.Contains(t, prompt, "calc.go: not gofmt-formatted")
 	require.Contains(t, prompt, "return a * b", "the repository files hold the old pipeline's changes")
 	require.NotContains(t, prompt, "the node's own edit", "the node's edits are not applied again")
-	require.Contains(t, out.meta[MetaPatch], "+func Add(a, b int) int { return a + b }")
-	require.Contains(t, out.meta[MetaPatch], "-func Add(a, b int) int { return a - b }")
+	require.Contains(t, out.msg.GetPatch(), "+func Add(a, b int) int { return a + b }")
+	require.Contains(t, out.msg.GetPatch(), "-func Add(a, b int) int { return a - b }")
 }
 
 // Without a language model the user can still ask for a handoff: it
@@ -141,7 +136,7 @@ func TestUserAsksForAHandoff(t *testing.T) {
 	detail, err := ctl.apply(orchestratorv1.TaskActionType_TASK_ACTION_TYPE_HANDOFF, "")
 	require.NoError(t, err)
 	require.Contains(t, detail, "at the Engineer's next turn")
-	out, cancelled := s.runTaskEnv(withControl(context.Background(), ctl), "engineer",
+	out, cancelled := s.runTask(withControl(context.Background(), ctl), "engineer",
 		repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Pipeline: true, Edits: []*orchestratorv1.FileEdit{{Path: "README.md", Content: "calc\n"}}}))
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())

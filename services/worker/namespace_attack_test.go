@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/toolexec"
 )
@@ -36,9 +36,10 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	s := offlineService(t, cfg)
 	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
 	t.Cleanup(s.scratch.close)
-	run := func(tenant, user, cmd string) *messagev1.TaskResult {
-		out, _ := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant, UserId: user,
-			Priority: messagev1.Priority_PRIORITY_PIPELINE, Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch(cmd)}})
+	run := func(tenant, user, cmd string) *taskv1.TaskResult {
+		d := dispatch(cmd)
+		d.TenantId, d.UserId = tenant, user
+		out, _ := s.runTask(context.Background(), "engineer", d)
 		return out.msg
 	}
 	gocache, _, err := s.userCaches("tenant-m", "mallory")
@@ -50,7 +51,7 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	}
 
 	// Mallory's first task waits for a descriptor.
-	holder := make(chan *messagev1.TaskResult, 1)
+	holder := make(chan *taskv1.TaskResult, 1)
 	go func() {
 		holder <- run("tenant-m", "mallory", `pwd; `+attack+` recvfd "$GOCACHE/s" "$GOCACHE/ready" "$GOCACHE/proceed"`)
 	}()
@@ -68,7 +69,7 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	sender := run("tenant-m", "mallory", `pwd; `+attack+` sendfd "$GOCACHE/s" . .tmp`)
 	require.Zero(t, sender.GetExitCode(), sender.GetStderr())
 	// Victor's task writes his files and waits.
-	victim := make(chan *messagev1.TaskResult, 1)
+	victim := make(chan *taskv1.TaskResult, 1)
 	go func() {
 		victim <- run("tenant-v", "victor", "pwd; echo s3cret > victor-secret; echo t > .tmp/victor-tmp; cat "+hold)
 	}()
@@ -82,7 +83,7 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	t.Logf("sender in %s, victim in %s; holder:\n%s%s", sender.GetStdout(), v.GetStdout(), got.GetStdout(), got.GetStderr())
 	require.Zero(t, got.GetExitCode(), got.GetStderr())
 	require.NotContains(t, got.GetStdout(), "victor-", "a task of another user listed the victim's directory")
-	dirOf := func(r *messagev1.TaskResult) string { d, _, _ := strings.Cut(r.GetStdout(), "\n"); return d }
+	dirOf := func(r *taskv1.TaskResult) string { d, _, _ := strings.Cut(r.GetStdout(), "\n"); return d }
 	require.NotEqual(t, dirOf(sender), dirOf(v))
 	// Mallory's own later tasks still reuse her directories.
 	again := run("tenant-m", "mallory", "pwd")

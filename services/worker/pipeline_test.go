@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/base64"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,11 +11,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/toolexec"
 )
@@ -48,27 +46,20 @@ func gitRepo(t *testing.T) (string, string) {
 	return dir, git("rev-parse", "HEAD")
 }
 
-func repoTask(t *testing.T, repo, base string, node *orchestratorv1.Node) *messagev1.Envelope {
+func repoTask(t *testing.T, repo, base string, node *orchestratorv1.Node) *taskv1.TaskDispatch {
 	t.Helper()
-	b, err := proto.Marshal(node)
-	require.NoError(t, err)
-	return &messagev1.Envelope{
-		Priority: messagev1.Priority_PRIORITY_PIPELINE,
-		Metadata: map[string]string{MetaNodeSpec: base64.StdEncoding.EncodeToString(b), MetaRepository: repo, MetaBaseCommit: base},
-		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{
-			RunId: "r1", NodeId: node.GetId(), Attempt: 1, Role: "engineer", Command: node.GetCommand()}},
-	}
+	return &taskv1.TaskDispatch{RunId: "r1", NodeId: node.GetId(), Attempt: 1, Role: "engineer", Node: node,
+		Repository: repo, BaseCommit: base, Priority: messagev1.Priority_PRIORITY_PIPELINE}
 }
 
 func pipelineOf(t *testing.T, out taskOutcome) (*orchestratorv1.PipelineStatus, *orchestratorv1.TaskReport) {
 	t.Helper()
-	var p orchestratorv1.PipelineStatus
-	if raw := out.meta[MetaPipeline]; raw != "" {
-		require.NoError(t, protojson.Unmarshal([]byte(raw), &p))
+	p := out.msg.GetPipeline()
+	if p == nil {
+		p = &orchestratorv1.PipelineStatus{}
 	}
-	var r orchestratorv1.TaskReport
-	require.NoError(t, protojson.Unmarshal([]byte(out.meta[MetaReport]), &r))
-	return &p, &r
+	require.NotNil(t, out.msg.GetReport(), "the result carries no report")
+	return p, out.msg.GetReport()
 }
 
 func pipelineService(t *testing.T, writable ...string) *Service {
@@ -87,7 +78,7 @@ func TestPipelineCompletesAndYieldsAPatch(t *testing.T) {
 	s := pipelineService(t)
 	node := &orchestratorv1.Node{Id: "mul", Name: "add Mul", Pipeline: true, Edits: []*orchestratorv1.FileEdit{{
 		Path: "mul.go", Content: "package calc\n\n// Mul multiplies.\nfunc Mul(a, b int) int { return a * b }\n"}}}
-	out, cancelled := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, cancelled := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.False(t, cancelled)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s; stdout %s", out.msg.GetError(), out.msg.GetStdout())
 	p, r := pipelineOf(t, out)
@@ -100,8 +91,8 @@ func TestPipelineCompletesAndYieldsAPatch(t *testing.T) {
 	require.Equal(t, []string{"mul.go"}, r.GetFilesChanged())
 	require.Equal(t, "go-test: 1 passed, 0 failed, 0 skipped", r.GetTested())
 	require.Contains(t, r.GetImplemented(), "no code was generated")
-	require.Contains(t, out.meta[MetaPatch], "+func Mul(a, b int) int { return a * b }")
-	require.Contains(t, out.meta[MetaGitAudit], "worker: git commit")
+	require.Contains(t, out.msg.GetPatch(), "+func Mul(a, b int) int { return a * b }")
+	require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "worker: git commit")
 	// The repository itself is untouched.
 	_, err := os.Stat(filepath.Join(repo, "mul.go"))
 	require.True(t, os.IsNotExist(err))
@@ -129,7 +120,7 @@ func TestPipelineLoopsThenFailsWithTheUserOptions(t *testing.T) {
 			s := pipelineService(t)
 			node := &orchestratorv1.Node{Id: "n", Pipeline: true, MaxLoops: 2, IgnoreTester: tt.ignoreTester,
 				Edits: []*orchestratorv1.FileEdit{{Path: tt.path, Content: tt.content}}}
-			out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+			out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 			p, r := pipelineOf(t, out)
 			require.Equal(t, tt.wantState, p.GetState(), "stdout %s", out.msg.GetStdout())
 			if tt.wantState == "completed" {
@@ -145,7 +136,7 @@ func TestPipelineLoopsThenFailsWithTheUserOptions(t *testing.T) {
 			require.Equal(t, FailureOptions("n"), p.GetOptions())
 			require.Equal(t, int32(1), out.msg.GetExitCode())
 			require.Contains(t, out.msg.GetError(), "pipeline failed after 2 loops")
-			require.Empty(t, out.meta[MetaPatch], "a failed task commits nothing")
+			require.Empty(t, out.msg.GetPatch(), "a failed task commits nothing")
 		})
 	}
 }
@@ -188,26 +179,26 @@ func TestGitGuardRefusesPushMergeAndHardReset(t *testing.T) {
 		{"git -c user.name=a -c user.email=a@a.invalid rebase -q --exec 'exec git reset -q --hard HEAD' --root", "git reset --hard is not allowed"},
 	} {
 		node := &orchestratorv1.Node{Id: "g", Command: c.cmd}
-		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+		out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 		require.Equal(t, int32(1), out.msg.GetExitCode(), c.cmd)
 		require.Contains(t, out.msg.GetStderr(), c.want, c.cmd)
-		require.Contains(t, out.meta[MetaGitAudit], "agent: git ", c.cmd)
+		require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "agent: git ", c.cmd)
 	}
 	// The checkout has no remote to push to, even with a git that is not
 	// the guard.
 	node := &orchestratorv1.Node{Id: "r", Command: "test -z \"$(git remote)\" && echo no-remote"}
-	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, "no-remote\n", out.msg.GetStdout(), out.msg.GetStderr())
 	// Git's own steps still run: stash resets the working tree with the
 	// git its program directory holds.
 	node = &orchestratorv1.Node{Id: "stash", Command: "echo s >> calc.go && git -c user.name=a -c user.email=a@a.invalid stash -q && git stash pop -q && git worktree add -q ../wt"}
-	out, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
 	node = &orchestratorv1.Node{Id: "ok", Name: "fix typo", Command: "git status --short && echo changed >> calc.go"}
-	out, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetStderr())
-	require.Contains(t, out.meta[MetaGitAudit], "agent: git status --short")
-	require.Contains(t, out.meta[MetaGitAudit], "worker: git commit --quiet --no-verify -m fix(ok): fix typo")
+	require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "agent: git status --short")
+	require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "worker: git commit --quiet --no-verify -m fix(ok): fix typo")
 }
 
 func TestParseGoTestJSON(t *testing.T) {
@@ -269,7 +260,7 @@ func TestCloneSharesNoFileWithTheRepository(t *testing.T) {
 	}))
 	require.NotEmpty(t, objects)
 	s := pipelineService(t)
-	s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "rewrite",
+	s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "rewrite",
 		Command: `for f in $(find .git/objects -type f); do chmod u+w "$f"; echo overwritten > "$f"; done`}))
 	for p, want := range objects {
 		got, err := os.ReadFile(p)
@@ -288,12 +279,12 @@ func TestCheckoutSwappedForALink(t *testing.T) {
 	victim := filepath.Join(s.cfg.WorkspaceRoot, "sylk-task-victim")
 	require.NoError(t, os.MkdirAll(filepath.Join(victim, ".git"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(victim, "calc.go"), []byte("victim"), 0o600))
-	res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap", Pipeline: true,
+	res, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap", Pipeline: true,
 		Command: "cd .. && mv src src.real && ln -s " + victim + " src",
 		Edits:   []*orchestratorv1.FileEdit{{Path: "calc.go", Content: "package calc\n"}}}))
 	require.Contains(t, res.msg.GetError(), "replaced")
 	require.NotZero(t, res.msg.GetExitCode())
-	require.Empty(t, res.meta[MetaPatch])
+	require.Empty(t, res.msg.GetPatch())
 	got, err := os.ReadFile(filepath.Join(victim, "calc.go"))
 	require.NoError(t, err)
 	require.Equal(t, "victim", string(got))
@@ -343,10 +334,10 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 		`printf '[core]\n\thooksPath = %s/.git/hooks\n' "$PWD" > "$HOME/.gitconfig"`,
 		`echo changed >> calc.go`,
 	}, " && ")
-	res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+	res, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-	require.Contains(t, res.meta[MetaPatch], "+changed")
-	require.NotContains(t, res.meta[MetaPatch], "FORGED-PATCH")
+	require.Contains(t, res.msg.GetPatch(), "+changed")
+	require.NotContains(t, res.msg.GetPatch(), "FORGED-PATCH")
 	entries, err := os.ReadDir(out)
 	require.NoError(t, err)
 	require.Empty(t, entries, "no hook or monitor the task wrote ran")
@@ -361,10 +352,10 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 			`echo '* filter=x' > .git/evil/info/attributes && echo evil > .git/commondir && echo changed >> calc.go`,
 		`echo changed >> calc.go && X=$(git hash-object -w calc.go) && Y=$(printf 'INJECTED\n' | git hash-object -w --stdin) && git replace -f $X $Y`,
 	} {
-		res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+		res, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
 		require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-		require.Contains(t, res.meta[MetaPatch], "+changed", plant)
-		require.NotContains(t, res.meta[MetaPatch], "INJECTED", plant)
+		require.Contains(t, res.msg.GetPatch(), "+changed", plant)
+		require.NotContains(t, res.msg.GetPatch(), "INJECTED", plant)
 	}
 	entries, err = os.ReadDir(out)
 	require.NoError(t, err)
@@ -378,11 +369,11 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 		`echo changed >> calc.go && d=$(printf 'p\ndiff --git a/forged.txt b/forged.txt\nnew file mode 100644\n--- /dev/null\n+++ b/forged.txt\n@@ -0,0 +1 @@\n+FORGED\nq' | tr / _) && ` +
 			`mkdir -p "$d" && echo hi > "$d/x.txt" && ln -s .gitattributes "$d/.gitattributes"`,
 	} {
-		res, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
+		res, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "plant", Name: "fix typo", Command: plant}))
 		require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-		require.Contains(t, res.meta[MetaPatch], "+changed", plant)
-		require.NotContains(t, res.meta[MetaPatch], "deleted file", plant)
-		for _, line := range strings.Split(res.meta[MetaPatch], "\n") {
+		require.Contains(t, res.msg.GetPatch(), "+changed", plant)
+		require.NotContains(t, res.msg.GetPatch(), "deleted file", plant)
+		for _, line := range strings.Split(res.msg.GetPatch(), "\n") {
 			require.NotEqual(t, "+FORGED", line, "a line of the patch came from git's warnings")
 		}
 	}
@@ -390,20 +381,20 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 	// A tracked file that the repository's own ignore rules match (added
 	// with force) stays in the repository, not deleted by the patch.
 	ign, head := repoWith(t, map[string]string{".gitignore": "*.log\n", "keep.log": "kept\n"})
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, ign, head, &orchestratorv1.Node{Id: "ign", Name: "fix typo", Command: "echo changed >> calc.go"}))
+	res, _ = s.runTask(context.Background(), "engineer", repoTask(t, ign, head, &orchestratorv1.Node{Id: "ign", Name: "fix typo", Command: "echo changed >> calc.go"}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-	require.Contains(t, res.meta[MetaPatch], "+changed")
-	require.NotContains(t, res.meta[MetaPatch], "keep.log")
+	require.Contains(t, res.msg.GetPatch(), "+changed")
+	require.NotContains(t, res.msg.GetPatch(), "keep.log")
 
 	// Ignore rules the task wrote itself travel with the patch; what they
 	// hide is not in it, and the task's report says so.
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "hide", Name: "fix typo",
+	res, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "hide", Name: "fix typo",
 		Command: `echo '*' > .gitignore && printf 'package calc\n\nfunc Helper() int { return 1 }\n' > helper.go && mkdir -p pkg && printf '*\n' > pkg/.gitignore && echo 'package pkg' > pkg/p.go`}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
 	for _, f := range []string{"b/.gitignore", "b/pkg/.gitignore"} {
-		require.Contains(t, res.meta[MetaPatch], "+++ "+f)
+		require.Contains(t, res.msg.GetPatch(), "+++ "+f)
 	}
-	require.NotContains(t, res.meta[MetaPatch], "helper.go")
+	require.NotContains(t, res.msg.GetPatch(), "helper.go")
 	_, report := pipelineOf(t, res)
 	require.Contains(t, report.GetConcerns(), "not in the patch, hidden by ignore rules the task wrote: ")
 	require.Contains(t, report.GetConcerns(), "helper.go")
@@ -421,34 +412,34 @@ func TestWorkerGitRunsNothingTheTaskLeft(t *testing.T) {
 			`git -c user.name=a -c user.email=a@a.invalid commit -qam self && C=$(git -c user.name=a -c user.email=a@a.invalid commit-tree HEAD^{tree} -m c) && ` +
 			`printf '%s %s\n%s %s\n' $(git rev-parse HEAD) $C ` + base + ` $C > .git/info/grafts`, "the task altered the checkout's object files"},
 	} {
-		res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "convert", Name: "fix typo", Command: c.plant}))
+		res, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "convert", Name: "fix typo", Command: c.plant}))
 		require.NotEqual(t, int32(0), res.msg.GetExitCode(), c.plant)
 		require.Contains(t, res.msg.GetError(), c.want, c.plant)
-		require.Empty(t, res.meta[MetaPatch], c.plant)
+		require.Empty(t, res.msg.GetPatch(), c.plant)
 	}
 
 	// An object file the task wrote under the name of its new contents
 	// would make the patch say what is not on disk: the task fails instead.
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "objects", Name: "fix typo",
+	res, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "objects", Name: "fix typo",
 		Command: `echo changed >> calc.go && H=$(git hash-object calc.go) && Y=$(printf 'INJECTED\n' | git hash-object -w --stdin) && ` +
 			`mkdir -p .git/objects/$(echo $H | cut -c1-2) && cp .git/objects/$(echo $Y | cut -c1-2)/$(echo $Y | cut -c3-) .git/objects/$(echo $H | cut -c1-2)/$(echo $H | cut -c3-)`}))
 	require.NotEqual(t, int32(0), res.msg.GetExitCode())
 	require.Contains(t, res.msg.GetError(), "the task altered the checkout's object files")
-	require.Empty(t, res.meta[MetaPatch])
+	require.Empty(t, res.msg.GetPatch())
 
 	// A task that committed its changes itself has them in its patch.
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "self",
+	res, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "self",
 		Command: "echo changed >> calc.go && git -c user.name=a -c user.email=a@a.invalid commit --quiet -am 'fix: typo'"}))
 	require.Equal(t, int32(0), res.msg.GetExitCode(), "error %s; stderr %s", res.msg.GetError(), res.msg.GetStderr())
-	require.Contains(t, res.meta[MetaPatch], "+changed")
+	require.Contains(t, res.msg.GetPatch(), "+changed")
 
 	// A task that replaces the checkout's .git gets its changes refused,
 	// not committed into whatever repository the new .git names.
-	res, _ = s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap",
+	res, _ = s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "swap",
 		Command: "rm -rf .git && git init --quiet . && echo changed >> calc.go"}))
 	require.NotEqual(t, int32(0), res.msg.GetExitCode())
 	require.Contains(t, res.msg.GetError(), "the task replaced the checkout's .git")
-	require.Empty(t, res.meta[MetaPatch])
+	require.Empty(t, res.msg.GetPatch())
 }
 
 // repoWith is gitRepo with files added in a second commit, and its HEAD.
@@ -479,7 +470,7 @@ func TestRepositoryRulesAreTheRepositorys(t *testing.T) {
 	t.Parallel()
 	s := pipelineService(t)
 	run := func(repo, base, cmd string) taskOutcome {
-		out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Name: "fix typo", Command: cmd}))
+		out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Name: "fix typo", Command: cmd}))
 		return out
 	}
 
@@ -501,7 +492,7 @@ func TestRepositoryRulesAreTheRepositorys(t *testing.T) {
 	require.Contains(t, out.msg.GetError(), "the task made sub, which holds attributes, something other than a directory")
 	out = run(repo, base, `rm -rf sub && echo changed >> calc.go`)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s", out.msg.GetError())
-	require.Contains(t, out.meta[MetaPatch], "deleted file mode 100644")
+	require.Contains(t, out.msg.GetPatch(), "deleted file mode 100644")
 
 	repo, base = gitRepo(t)
 	out = run(repo, base, `printf '.gitattributes\n' > .gitignore && echo 'calc.go ident' > .gitattributes && printf '$Id: KEEP $\n' >> calc.go`)
@@ -510,5 +501,5 @@ func TestRepositoryRulesAreTheRepositorys(t *testing.T) {
 
 	out = run(repo, base, `echo x >> calc.go && git commit -qam 'fix: typo' && echo y >> calc.go`)
 	require.Equal(t, int32(0), out.msg.GetExitCode(), "error %s; stderr %s", out.msg.GetError(), out.msg.GetStderr())
-	require.Contains(t, out.meta[MetaPatch], "+y")
+	require.Contains(t, out.msg.GetPatch(), "+y")
 }

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -54,8 +56,9 @@ func offlineService(t *testing.T, cfg Config) *Service {
 		metrics: newMetrics(promauto.With(prometheus.NewRegistry()))}
 }
 
-func dispatch(cmd string) *messagev1.TaskDispatch {
-	return &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "engineer", Command: cmd}
+func dispatch(cmd string) *taskv1.TaskDispatch {
+	return &taskv1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "engineer", Node: &orchestratorv1.Node{Id: "n1", Command: cmd},
+		Priority: messagev1.Priority_PRIORITY_PIPELINE}
 }
 
 func TestRunTaskOutcomes(t *testing.T) {
@@ -123,7 +126,7 @@ func TestTaskCannotReachOtherWorkspaces(t *testing.T) {
 	other := filepath.Join(cfg.WorkspaceRoot, "sylk-task-other")
 	require.NoError(t, os.Mkdir(other, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(other, "main.go"), []byte("another tenant's code"), 0o600))
-	run := func(cmd string) *messagev1.TaskResult {
+	run := func(cmd string) *taskv1.TaskResult {
 		out, cancelled := s.runTask(context.Background(), "engineer", dispatch(cmd))
 		require.False(t, cancelled)
 		return out.msg
@@ -152,9 +155,10 @@ func TestUsersHaveCachesOfTheirOwn(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.CacheRoot = t.TempDir()
 	s := offlineService(t, cfg)
-	run := func(tenant, user, cmd string) *messagev1.TaskResult {
-		out, cancelled := s.runTaskEnv(context.Background(), "engineer", &messagev1.Envelope{TenantId: tenant, UserId: user,
-			Priority: messagev1.Priority_PRIORITY_PIPELINE, Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: dispatch(cmd)}})
+	run := func(tenant, user, cmd string) *taskv1.TaskResult {
+		d := dispatch(cmd)
+		d.TenantId, d.UserId = tenant, user
+		out, cancelled := s.runTask(context.Background(), "engineer", d)
 		require.False(t, cancelled)
 		return out.msg
 	}
@@ -404,11 +408,10 @@ func TestThroughTheBus(t *testing.T) {
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
 
 	send := func(node, cmd string) {
-		env := &messagev1.Envelope{
-			Id: "env-" + node, TenantId: "t1", SessionId: "s1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
-			Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: node, Attempt: 1, Role: "tester", Command: cmd}},
-		}
-		_, err := bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:"+node+":1", env)
+		d := &taskv1.TaskDispatch{TenantId: "t1", SessionId: "s1", RunId: "r1", NodeId: node, Attempt: 1, Role: "tester",
+			Node:  &orchestratorv1.Node{Id: node, Command: cmd},
+			Fence: &taskv1.TaskFence{AttemptId: "r1:" + node + ":1", ReplicaId: "o1"}}
+		_, err := bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:"+node+":1", d)
 		require.NoError(t, err)
 	}
 	send("ok", "echo fine")
@@ -416,34 +419,38 @@ func TestThroughTheBus(t *testing.T) {
 	send("prompt", "")
 	send("huge", "head -c 3000000 /dev/zero | tr '\\0' a; head -c 3000000 /dev/zero | tr '\\0' b >&2")
 
-	cons, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	cons, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
-	got := map[string]*messagev1.Envelope{}
+	got := map[string]*taskv1.TaskResult{}
 	require.Eventually(t, func() bool {
 		batch, err := cons.Fetch(4, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			return false
 		}
 		for msg := range batch.Messages() {
-			var env messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &env))
-			require.Equal(t, "r1:"+env.GetTaskResult().GetNodeId()+":1:result", msg.Headers().Get(jetstream.MsgIDHeader))
-			got[env.GetTaskResult().GetNodeId()] = &env
+			var r taskv1.TaskResult
+			require.NoError(t, proto.Unmarshal(msg.Data(), &r))
+			require.Equal(t, "r1:"+r.GetNodeId()+":1:result", msg.Headers().Get(jetstream.MsgIDHeader))
+			got[r.GetNodeId()] = &r
 			require.NoError(t, msg.Ack())
 		}
 		return len(got) == 4
 	}, 20*time.Second, 10*time.Millisecond)
 
-	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE, got["ok"].GetType())
-	require.Equal(t, "fine\n", got["ok"].GetTaskResult().GetStdout())
+	require.Equal(t, "fine\n", got["ok"].GetStdout())
+	require.Zero(t, got["ok"].GetExitCode())
+	require.Empty(t, got["ok"].GetError())
 	require.Equal(t, "t1", got["ok"].GetTenantId())
-	require.Equal(t, "s1", got["ok"].GetSessionId())
-	require.Equal(t, "env-ok", got["ok"].GetParentId())
-	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED, got["bad"].GetType())
-	require.Equal(t, int32(4), got["bad"].GetTaskResult().GetExitCode())
-	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE, got["prompt"].GetType())
-	require.Equal(t, NoModelOutput, got["prompt"].GetTaskResult().GetStdout())
-	huge := got["huge"].GetTaskResult()
+	require.Equal(t, "r1", got["ok"].GetRunId())
+	require.Equal(t, int32(1), got["ok"].GetAttempt())
+	require.Equal(t, "r1:ok:1", got["ok"].GetFence().GetAttemptId(), "the dispatch's fence comes back")
+	require.Equal(t, "o1", got["ok"].GetFence().GetReplicaId())
+	require.NotNil(t, got["ok"].GetReceivedTime())
+	require.NotNil(t, got["ok"].GetReportedTime())
+	require.Equal(t, int32(4), got["bad"].GetExitCode())
+	require.Zero(t, got["prompt"].GetExitCode())
+	require.Equal(t, NoModelOutput, got["prompt"].GetStdout())
+	huge := got["huge"]
 	require.True(t, huge.GetStdoutTruncated())
 	require.True(t, huge.GetStderrTruncated())
 	require.True(t, strings.HasPrefix(huge.GetStdout(), "aaaa"))
@@ -466,28 +473,23 @@ func TestResultFitsTheBusWhateverTheOutput(t *testing.T) {
 	bus := testenv.NATS(t)
 	svc := &Service{bus: bus}
 	payload := int(bus.Conn.MaxPayload())
-	envOf := func(r *messagev1.TaskResult) *messagev1.Envelope {
-		return &messagev1.Envelope{Id: "e1", Payload: &messagev1.Envelope_TaskResult{TaskResult: r}}
-	}
 
 	// Each invalid byte becomes a three-byte U+FFFD.
 	binary := strings.Repeat("\xffa", payload)
 	tool := &toolexec.Result{Stdout: binary, Stderr: binary}
-	res := &messagev1.TaskResult{NodeId: "bin"}
+	res := &taskv1.TaskResult{NodeId: "bin"}
 	res.Stdout, res.StdoutTruncated = tool.RenderStdout(4 * payload)
 	res.Stderr, res.StderrTruncated = tool.RenderStderr(4 * payload)
-	env := envOf(res)
-	svc.fitPayload(env, taskOutcome{msg: res, tool: tool})
-	require.LessOrEqual(t, proto.Size(env), payload-payloadSlack)
+	svc.fitPayload(taskOutcome{msg: res, tool: tool})
+	require.LessOrEqual(t, proto.Size(res), payload-payloadSlack)
 	require.True(t, res.GetStdoutTruncated() && res.GetStderrTruncated())
 	require.True(t, strings.HasPrefix(res.GetStdout(), "\uFFFDa"))
 	require.Greater(t, len(res.GetStdout()), payload/8, "the room left is still used")
 
 	// A pipeline's log and an interrupted stage's output.
-	res = &messagev1.TaskResult{NodeId: "pipe", Stdout: "loop 1: engineer\n" + strings.Repeat("o", payload), Stderr: strings.Repeat("e", payload) + "end"}
-	env = envOf(res)
-	svc.fitPayload(env, taskOutcome{msg: res})
-	require.LessOrEqual(t, proto.Size(env), payload-payloadSlack)
+	res = &taskv1.TaskResult{NodeId: "pipe", Stdout: "loop 1: engineer\n" + strings.Repeat("o", payload), Stderr: strings.Repeat("e", payload) + "end"}
+	svc.fitPayload(taskOutcome{msg: res})
+	require.LessOrEqual(t, proto.Size(res), payload-payloadSlack)
 	require.True(t, res.GetStdoutTruncated() && res.GetStderrTruncated())
 	require.True(t, strings.HasPrefix(res.GetStdout(), "loop 1: engineer\n"))
 	require.True(t, strings.HasSuffix(res.GetStderr(), "end"))
@@ -505,13 +507,11 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	cfg.AckWait = time.Second
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
-	spec := natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "worker-inspector",
-		FilterSubjects: []string{topology.TaskSubject(bus, "inspector")}, AckWait: cfg.AckWait}
+	spec := topology.TaskConsumer(bus, "inspector", natsx.ConsumerSpec{AckWait: cfg.AckWait})
 	silent, err := bus.EnsureConsumer(ctx, spec)
 	require.NoError(t, err)
-	env := &messagev1.Envelope{Id: "e1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
-		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "inspector", Command: "echo done"}}}
-	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "inspector"), "r1:n1:1", env)
+	d := &taskv1.TaskDispatch{TenantId: "t1", RunId: "r1", NodeId: "n1", Attempt: 1, Role: "inspector", Node: &orchestratorv1.Node{Id: "n1", Command: "echo done"}}
+	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "inspector"), "r1:n1:1", d)
 	require.NoError(t, err)
 	batch, err := silent.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)
@@ -528,18 +528,17 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	go func() { done <- svc.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
-	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results", FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
-	var got *messagev1.TaskResult
+	var got *taskv1.TaskResult
 	require.Eventually(t, func() bool {
 		b, err := results.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			return false
 		}
 		for msg := range b.Messages() {
-			var e messagev1.Envelope
-			require.NoError(t, proto.Unmarshal(msg.Data(), &e))
-			got = e.GetTaskResult()
+			got = &taskv1.TaskResult{}
+			require.NoError(t, proto.Unmarshal(msg.Data(), got))
 			require.NoError(t, msg.Ack())
 		}
 		return got != nil
@@ -572,35 +571,32 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	go func() { done <- svc.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
-	env := &messagev1.Envelope{Id: "e1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
-		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{RunId: "r1", NodeId: "n1", Attempt: 1, Role: "tester", Command: "echo ran"}}}
-	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:n1:1", env)
+	d := &taskv1.TaskDispatch{TenantId: "t1", RunId: "r1", NodeId: "n1", Attempt: 1, Role: "tester", Node: &orchestratorv1.Node{Id: "n1", Command: "echo ran"}}
+	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:n1:1", d)
 	require.NoError(t, err)
 
-	results, err := bus.EnsureConsumer(ctx, natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
-		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
-	var got *messagev1.Envelope
+	var r *taskv1.TaskResult
 	require.Eventually(t, func() bool {
 		b, err := results.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			return false
 		}
 		for msg := range b.Messages() {
-			got = &messagev1.Envelope{}
-			require.NoError(t, proto.Unmarshal(msg.Data(), got))
+			r = &taskv1.TaskResult{}
+			require.NoError(t, proto.Unmarshal(msg.Data(), r))
 			require.NoError(t, msg.Ack())
 		}
-		return got != nil
+		return r != nil
 	}, 30*time.Second, 10*time.Millisecond)
-	r := got.GetTaskResult()
-	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_TASK_FAILED, got.GetType())
+	require.Equal(t, "t1", r.GetTenantId())
 	require.Equal(t, "n1", r.GetNodeId())
 	require.Equal(t, int32(-1), r.GetExitCode())
 	require.Contains(t, r.GetError(), "came back to the queue 2 times without a result")
 	require.Empty(t, r.GetStdout(), "it was not run")
 
-	cons, err := bus.JS.Consumer(ctx, bus.Stream(topology.StreamTasks), "worker-tester")
+	cons, err := bus.JS.Consumer(ctx, bus.Stream(topology.StreamTasks), topology.DurableWorker("tester"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := cons.Info(ctx)
@@ -632,9 +628,9 @@ func TestResultWaitsForTheBus(t *testing.T) {
 	require.NoError(t, topology.EnsureTasks(context.Background(), bus))
 
 	svc := &Service{bus: bus, log: logx.Discard()}
-	svc.report.within, svc.report.each, svc.report.backoff = time.Minute, 100*time.Millisecond, 10*time.Millisecond
+	svc.reportBounds.within, svc.reportBounds.each, svc.reportBounds.backoff = time.Minute, 100*time.Millisecond, 10*time.Millisecond
 	restarted := make(chan *server.Server, 1)
-	svc.report.retried = func(attempt int) {
+	svc.reportBounds.retried = func(attempt int) {
 		// Past the five tries a result used to get, the bus comes back.
 		if attempt == 8 {
 			restarted <- start(port)
@@ -642,14 +638,12 @@ func TestResultWaitsForTheBus(t *testing.T) {
 	}
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	env := &messagev1.Envelope{Id: "r1", TenantId: "t1", Type: messagev1.MessageType_MESSAGE_TYPE_TASK_COMPLETE,
-		Payload: &messagev1.Envelope_TaskResult{TaskResult: &messagev1.TaskResult{RunId: "run1", NodeId: "n1", Attempt: 1, Stdout: "done\n"}}}
-	require.NoError(t, svc.publishResult(context.Background(), env))
+	r := &taskv1.TaskResult{TenantId: "t1", RunId: "run1", NodeId: "n1", Attempt: 1, Stdout: "done\n"}
+	require.NoError(t, svc.publishResult(context.Background(), r))
 	back := <-restarted
 	t.Cleanup(back.Shutdown)
 
-	results, err := bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: bus.Stream(topology.StreamTasks), Durable: "results",
-		FilterSubjects: []string{topology.ResultSubject(bus)}})
+	results, err := bus.EnsureConsumer(context.Background(), topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
 	info, err := results.Info(context.Background())
 	require.NoError(t, err)
@@ -670,7 +664,7 @@ func TestNamespacedTasks(t *testing.T) {
 	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
 	other := filepath.Join(cfg.WorkspaceRoot, "sylk-task-other")
 	require.NoError(t, os.Mkdir(other, 0o700))
-	run := func(cmd string) *messagev1.TaskResult {
+	run := func(cmd string) *taskv1.TaskResult {
 		t.Helper()
 		out, cancelled := s.runTask(context.Background(), "engineer", dispatch(cmd))
 		require.False(t, cancelled)

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/logx"
 )
 
@@ -25,7 +26,7 @@ func pooledService(t *testing.T) (*Service, string) {
 	return s, cfg.WorkspaceRoot
 }
 
-func runOK(t *testing.T, s *Service, d *messagev1.TaskDispatch) string {
+func runOK(t *testing.T, s *Service, d *taskv1.TaskDispatch) string {
 	t.Helper()
 	out, cancelled := s.runTask(context.Background(), "engineer", d)
 	require.False(t, cancelled)
@@ -215,7 +216,7 @@ func TestEngineerPromptSkipsSymlinks(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("TOP-SECRET-OUTSIDE\n"), 0o600))
 	require.NoError(t, os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(dir, "notes.txt")))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n"), 0o644))
-	prompt := engineerPrompt(&messagev1.TaskDispatch{}, &orchestratorv1.Node{Id: "n", Prompt: "tidy"}, dir, nil)
+	prompt := engineerPrompt(&taskv1.TaskDispatch{}, &orchestratorv1.Node{Id: "n", Prompt: "tidy"}, dir, nil)
 	require.Contains(t, prompt, "package main")
 	require.NotContains(t, prompt, "TOP-SECRET-OUTSIDE")
 }

@@ -12,6 +12,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v11 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	v1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	sync "sync"
 	unsafe "unsafe"
@@ -63,7 +64,10 @@ type TaskDispatch struct {
 	// have no node: the worker checks the run's merged result.
 	SessionCheck *SessionCheckRequest `protobuf:"bytes,16,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
 	// When the Orchestrator committed the dispatch.
-	DispatchTime  *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	DispatchTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	// The gate class the task's commands run at (PRIORITY_PIPELINE for DAG
+	// nodes and session checks).
+	Priority      v11.Priority `protobuf:"varint,18,opt,name=priority,proto3,enum=sylk.message.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,6 +219,13 @@ func (x *TaskDispatch) GetDispatchTime() *timestamppb.Timestamp {
 		return x.DispatchTime
 	}
 	return nil
+}
+
+func (x *TaskDispatch) GetPriority() v11.Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return v11.Priority(0)
 }
 
 // TaskFence identifies one dispatch of a node's attempt.
@@ -639,7 +650,7 @@ var File_sylk_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x8e\x06\n" +
+	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xc5\x06\n" +
 	"\fTaskDispatch\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -663,7 +674,8 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\x10upstream_outputs\x18\x0e \x03(\v2/.sylk.task.v1.TaskDispatch.UpstreamOutputsEntryR\x0fupstreamOutputs\x12-\n" +
 	"\x05fence\x18\x0f \x01(\v2\x17.sylk.task.v1.TaskFenceR\x05fence\x12F\n" +
 	"\rsession_check\x18\x10 \x01(\v2!.sylk.task.v1.SessionCheckRequestR\fsessionCheck\x12?\n" +
-	"\rdispatch_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x1aB\n" +
+	"\rdispatch_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x125\n" +
+	"\bpriority\x18\x12 \x01(\x0e2\x19.sylk.message.v1.PriorityR\bpriority\x1aB\n" +
 	"\x14UpstreamOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
@@ -731,10 +743,11 @@ var file_sylk_task_v1_task_proto_goTypes = []any{
 	(*v1.Node)(nil),               // 6: sylk.orchestrator.v1.Node
 	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*v1.TaskReport)(nil),         // 9: sylk.orchestrator.v1.TaskReport
-	(*v1.PipelineStatus)(nil),     // 10: sylk.orchestrator.v1.PipelineStatus
-	(*v1.PipelineHandoff)(nil),    // 11: sylk.orchestrator.v1.PipelineHandoff
-	(*v1.SessionCheck)(nil),       // 12: sylk.orchestrator.v1.SessionCheck
+	(v11.Priority)(0),             // 9: sylk.message.v1.Priority
+	(*v1.TaskReport)(nil),         // 10: sylk.orchestrator.v1.TaskReport
+	(*v1.PipelineStatus)(nil),     // 11: sylk.orchestrator.v1.PipelineStatus
+	(*v1.PipelineHandoff)(nil),    // 12: sylk.orchestrator.v1.PipelineHandoff
+	(*v1.SessionCheck)(nil),       // 13: sylk.orchestrator.v1.SessionCheck
 }
 var file_sylk_task_v1_task_proto_depIdxs = []int32{
 	6,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
@@ -743,19 +756,20 @@ var file_sylk_task_v1_task_proto_depIdxs = []int32{
 	1,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
 	2,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
 	8,  // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
-	1,  // 6: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
-	7,  // 7: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	8,  // 8: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
-	8,  // 9: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
-	9,  // 10: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
-	10, // 11: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	11, // 12: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	12, // 13: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
+	1,  // 7: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
+	7,  // 8: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
+	8,  // 9: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
+	8,  // 10: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
+	10, // 11: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
+	11, // 12: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	12, // 13: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	13, // 14: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_sylk_task_v1_task_proto_init() }

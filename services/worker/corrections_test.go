@@ -20,7 +20,7 @@ func TestPipelineWithholdsCorrectionsAConstraintRulesOut(t *testing.T) {
 	s := pipelineService(t)
 	node := &orchestratorv1.Node{Id: "n", Pipeline: true, MaxLoops: 1, KeyConstraints: []string{"never change the format"},
 		Edits: []*orchestratorv1.FileEdit{{Path: "calc.go", Content: "package calc\nfunc Add(a, b int) int {return a+b}\n"}}}
-	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	p, r := pipelineOf(t, out)
 	require.Equal(t, "failed", p.GetState(), "stdout %s", out.msg.GetStdout())
 	require.Len(t, p.GetFeedback(), 1)
@@ -42,7 +42,7 @@ func TestPipelineFlagsCorrectionsAgainstACriterion(t *testing.T) {
 			{Path: "calc.go", Content: "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"},
 			{Path: "calc_test.go", Content: "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal(\"Add does not return the sum\")\n\t}\n}\n\nfunc TestAddZero(t *testing.T) {\n\tif Add(0, 1) != 1 {\n\t\tt.Fatal(\"wrong\")\n\t}\n}\n"},
 		}}
-	out, _ := s.runTaskEnv(context.Background(), "engineer", repoTask(t, repo, base, node))
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, node))
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, "failed", p.GetState(), "stdout %s", out.msg.GetStdout())
 	require.Contains(t, p.GetFeedback()[0], `[FLAGGED: may work against "Add returns the sum"; root cause confidence MEDIUM] test TestAdd failed`)

@@ -2,12 +2,14 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 )
 
@@ -17,7 +19,8 @@ const decisionLogTitle = "# Implementation Log\n\n"
 // ListDecisions returns a run's decision log: one entry per finished task
 // attempt, in the order they finished, each with the task's structured
 // report when it is the node's latest attempt.
-func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDecisionsRequest) (*orchestratorv1.ListDecisionsResponse, error) {
+func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDecisionsRequest) (_ *orchestratorv1.ListDecisionsResponse, err error) {
+	defer func() { err = apierr.Status(ctx, s.log, "list decisions", err) }()
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
@@ -33,7 +36,7 @@ func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDec
 		FROM attempts a LEFT JOIN nodes n ON n.tenant_id = a.tenant_id AND n.run_id = a.run_id AND n.node_id = a.node_id
 		WHERE a.tenant_id = $1 AND a.run_id = $2 AND a.section <> '' ORDER BY a.seq`, who.TenantID, id)
 	if err != nil {
-		return nil, s.internal(ctx, "read decision log", err)
+		return nil, fmt.Errorf("read decision log: %w", err)
 	}
 	resp := &orchestratorv1.ListDecisionsResponse{}
 	var node, section, report string
@@ -50,8 +53,35 @@ func (s *Service) ListDecisions(ctx context.Context, req *orchestratorv1.ListDec
 		resp.Entries = append(resp.Entries, e)
 		return nil
 	}); err != nil {
-		return nil, s.internal(ctx, "read decision log", err)
+		return nil, fmt.Errorf("read decision log: %w", err)
 	}
 	resp.Log = log.String()
 	return resp, nil
+}
+
+// decisionSection is a task's entry in the run's decision log (spec H-07),
+// from its structured report (nil: a task that reported none) and the
+// number of git calls it made.
+func decisionSection(nodeID string, attempt int32, state string, rep *orchestratorv1.TaskReport, gitCalls int) string {
+	orNone := func(s string) string {
+		if strings.TrimSpace(s) == "" {
+			return "none"
+		}
+		return s
+	}
+	files := "none"
+	if len(rep.GetFilesChanged()) > 0 {
+		files = strings.Join(rep.GetFilesChanged(), ", ")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Task %s (attempt %d): %s\n\n", nodeID, attempt, strings.ToLower(state))
+	fmt.Fprintf(&b, "- Implemented: %s\n- Tested: %s\n- Files changed: %s\n- Decisions: %s\n- Deviations: %s\n- Concerns: %s\n",
+		orNone(rep.GetImplemented()), orNone(rep.GetTested()), files, orNone(rep.GetDecisions()), orNone(rep.GetDeviations()), orNone(rep.GetConcerns()))
+	if gitCalls > 0 {
+		fmt.Fprintf(&b, "- Git calls: %d\n", gitCalls)
+	}
+	if rep.GetBriefing() != "" {
+		fmt.Fprintf(&b, "- Briefing: %s\n", rep.GetBriefing())
+	}
+	return b.String() + "\n"
 }

@@ -1,219 +1,24 @@
 package orchestrator_test
 
 import (
-	"context"
-	"encoding/base64"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
-	"sylk.dev/sylk/services/worker"
 )
-
-// repoWith makes a git repository holding files.
-func repoWith(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, content := range files {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
-	}
-	for _, args := range [][]string{{"init", "--quiet"}, {"add", "-A"}, {"commit", "--quiet", "-m", "init"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	return dir
-}
-
-func needPython(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		testenv.MissingTool(t, "python3")
-	}
-}
-
-const calcPy = "def add(a, b):\n    return a + b\n"
-
-const testCalcPy = "import unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n"
-
-func action(t *testing.T, h *harness, ctx context.Context, req *orchestratorv1.TaskActionRequest) *orchestratorv1.TaskActionResponse {
-	t.Helper()
-	resp, err := h.svc.TaskAction(ctx, req)
-	require.NoError(t, err)
-	return resp
-}
-
-func eventTypes(t *testing.T, h *harness, tenant, session string, want ...string) {
-	t.Helper()
-	cons, err := h.bus.JS.OrderedConsumer(context.Background(), h.bus.Stream(topology.StreamEvents), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topology.SessionEvents(h.bus, tenant, session)}})
-	require.NoError(t, err)
-	seen := map[string]bool{}
-	testenv.Consume(t, cons, 100, waitFor, func(ev *guidev1.Event) { seen[ev.GetType()] = true }, func() bool {
-		for _, w := range want {
-			if !seen[w] {
-				return false
-			}
-		}
-		return true
-	}, "events seen: %v, want %v", seen, want)
-}
-
-func TestTaskActionsOnARunningPipeline(t *testing.T) {
-	t.Parallel()
-	needPython(t)
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 2)
-	ctx := userCtx("t1")
-	session := ids.New()
-	ready := filepath.Join(h.signals, "ready")
-	repo := repoWith(t, map[string]string{
-		"calc.py": calcPy,
-		"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
-			"        pathlib.Path(\"" + ready + "\").touch()\n        time.sleep(60)\n",
-	})
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, Dag: dagOf(
-		&orchestratorv1.Node{Id: "p", Name: "swap operands", Pipeline: true,
-			Edits: []*orchestratorv1.FileEdit{{Path: "calc.py", Content: "def add(a, b):\n    return b + a\n"}}},
-		cmd("after", "true", "p"),
-	)})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, waitFor, 20*time.Millisecond)
-
-	// The Guide's form: the session and the node.
-	q := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Session: "sessions/" + session, NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY})
-	require.Equal(t, run.GetName(), q.GetRun())
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_DISPATCHED, q.GetNodeState())
-	require.Equal(t, "tester", q.GetPipeline().GetStage())
-	require.Equal(t, "testing", q.GetPipeline().GetState())
-	require.Equal(t, int32(1), q.GetPipeline().GetLoops())
-	require.Equal(t, "stage tester, loop 1 of 3", q.GetDetail())
-
-	ig := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_IGNORE_TESTER})
-	require.Contains(t, ig.GetDetail(), "stopped and counts as passed")
-
-	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
-	p := nodesByID(got)["p"]
-	require.Equal(t, "completed", p.GetPipeline().GetState())
-	require.Equal(t, []string{"ignore_tester"}, p.GetPipeline().GetOverrides())
-	require.Contains(t, p.GetReport().GetDeviations(), "ignore_tester")
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, nodesByID(got)["after"].GetState())
-
-	_, err := h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT})
-	require.Equal(t, codes.FailedPrecondition, status.Code(err), "a finished node cannot be interrupted")
-	_, err = h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "nope", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY})
-	require.Equal(t, codes.NotFound, status.Code(err))
-	_, err = h.svc.TaskAction(userCtx("t2"), &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY})
-	require.Equal(t, codes.NotFound, status.Code(err), "another tenant does not see the run")
-	_, err = h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p"})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
-	eventTypes(t, h, "t1", session, orchestrator.EventNodeAction, orchestrator.EventRunCompleted)
-}
-
-func TestInterruptFailsARunningNodeKeepingItsOutput(t *testing.T) {
-	t.Parallel()
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 1)
-	ctx := userCtx("t1")
-	ready := filepath.Join(h.signals, "ready")
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("slow", "echo before-interrupt; touch "+ready+"; sleep 60"))})
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, waitFor, 20*time.Millisecond)
-	resp := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "slow",
-		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_INTERRUPT, Message: "taking too long"})
-	require.Contains(t, resp.GetDetail(), "interrupting the command stage")
-	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
-	n := nodesByID(got)["slow"]
-	require.Equal(t, "interrupted by the user during the command stage: taking too long", n.GetError())
-	require.Contains(t, n.GetStdout(), "before-interrupt")
-}
-
-func TestFailedPipelineOptionsRunTheNodeAgain(t *testing.T) {
-	t.Parallel()
-	needPython(t)
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 2)
-	ctx := userCtx("t1")
-	repo := repoWith(t, map[string]string{"calc.py": "def add(a, b):\n    return a - b\n", "test_calc.py": testCalcPy})
-	session := ids.New()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, Dag: dagOf(
-		&orchestratorv1.Node{Id: "p", Name: "document add", Pipeline: true, MaxLoops: 1,
-			Edits: []*orchestratorv1.FileEdit{{Path: "README.md", Content: "add(a, b)\n"}}},
-		cmd("after", "true", "p"),
-	)})
-	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
-	p := nodesByID(got)["p"]
-	require.Equal(t, "failed", p.GetPipeline().GetState())
-	require.Len(t, p.GetPipeline().GetOptions(), 4)
-	require.Equal(t, "python-unittest", p.GetPipeline().GetLastTestResult().GetFrameworkId())
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SKIPPED, nodesByID(got)["after"].GetState())
-
-	// Option 1: more loops (still failing: the Engineer has no model).
-	r := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY, MaxLoops: 2})
-	require.Equal(t, "the node runs again with max_loops 2", r.GetDetail())
-	require.Eventually(t, func() bool {
-		g := h.get(t, ctx, run.GetName())
-		n := nodesByID(g)["p"]
-		return g.GetState() == orchestratorv1.RunState_RUN_STATE_FAILED && n.GetAttempt() == 2 && n.GetState() == orchestratorv1.NodeState_NODE_STATE_FAILED
-	}, waitFor, 20*time.Millisecond)
-	got = h.get(t, ctx, run.GetName())
-	require.Equal(t, int32(2), nodesByID(got)["p"].GetPipeline().GetMaxLoops())
-	require.Equal(t, int32(2), nodesByID(got)["p"].GetPipeline().GetLoops())
-
-	// Option 3: ignore the Tester; the run goes on past it.
-	r = action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "p", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_IGNORE_TESTER})
-	require.Equal(t, "the node runs again without that stage", r.GetDetail())
-	got = h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
-	require.Equal(t, int32(3), nodesByID(got)["p"].GetAttempt())
-	require.Equal(t, "not tested: ignore_tester", nodesByID(got)["p"].GetReport().GetTested())
-	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, nodesByID(got)["after"].GetState())
-	require.True(t, got.GetDag().GetNodes()[0].GetIgnoreTester() == false, "the submitted DAG is kept as submitted")
-	// Every completion is announced, the reopened ones too.
-	require.Eventually(t, func() bool {
-		n := 0
-		for _, ev := range h.events(t, "t1", session, 1) {
-			if ev.GetType() == orchestrator.EventRunCompleted {
-				n++
-			}
-		}
-		return n == 3
-	}, waitFor, 50*time.Millisecond)
-
-	// The decision log holds every attempt, readable over the API.
-	d, err := h.svc.ListDecisions(ctx, &orchestratorv1.ListDecisionsRequest{Name: run.GetName()})
-	require.NoError(t, err)
-	var entries []string
-	for _, e := range d.GetEntries() {
-		entries = append(entries, e.GetNodeId()+"/"+string(rune('0'+e.GetAttempt())))
-	}
-	require.ElementsMatch(t, []string{"p/1", "p/2", "p/3", "after/1"}, entries)
-	require.True(t, strings.HasPrefix(d.GetLog(), "# Implementation Log\n\n## Task p (attempt 1): failed"))
-	for _, e := range d.GetEntries() {
-		if e.GetNodeId() == "p" && e.GetAttempt() == 3 {
-			require.Equal(t, []string{"README.md"}, e.GetReport().GetFilesChanged())
-		}
-	}
-	_, err = h.svc.ListDecisions(userCtx("t2"), &orchestratorv1.ListDecisionsRequest{Name: run.GetName()})
-	require.Equal(t, codes.NotFound, status.Code(err))
-}
 
 func TestSelectiveContextReachesTheTask(t *testing.T) {
 	t.Parallel()
@@ -233,7 +38,7 @@ func TestSelectiveContextReachesTheTask(t *testing.T) {
 	require.True(t, proto.Equal(rc, h.get(t, ctx, run.GetName()).GetContext()))
 	specs := map[string]*orchestratorv1.Node{}
 	for _, env := range h.tasks(t, "engineer", 2) {
-		n := specOf(t, env)
+		n := env.GetNode()
 		specs[n.GetId()] = n
 	}
 	a := specs["a"].GetTaskContext()
@@ -273,7 +78,7 @@ func TestRunIntentReachesTheTask(t *testing.T) {
 	h.create(t, ctx, &orchestratorv1.CreateRunRequest{
 		Context: &orchestratorv1.RunContext{KeyConstraints: []string{"skip confirmation"}, SuccessCriteria: criteria},
 		Dag:     dagOf(&orchestratorv1.Node{Id: "a", Command: "true", KeyConstraints: []string{"ignored: output only"}})})
-	n := specOf(t, h.tasks(t, "engineer", 1)[0])
+	n := h.tasks(t, "engineer", 1)[0].GetNode()
 	require.Equal(t, []string{"skip confirmation"}, n.GetKeyConstraints())
 	require.Len(t, n.GetSuccessCriteria(), 2)
 	require.True(t, proto.Equal(criteria[1], n.GetSuccessCriteria()[1]))
@@ -281,58 +86,6 @@ func TestRunIntentReachesTheTask(t *testing.T) {
 	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(&orchestratorv1.Node{Id: "a", Command: "true"}),
 		Context: &orchestratorv1.RunContext{KeyConstraints: make([]string, 101)}})
 	require.ErrorContains(t, err, "context.key_constraints: 101 entries exceed the limit of 100")
-}
-
-func TestSessionCheckFailureRequestsAFixDAG(t *testing.T) {
-	t.Parallel()
-	needPython(t)
-	h, _ := newOrchestrator(t, nil, nil)
-	h.startWorker(t, 2)
-	ctx := userCtx("t1")
-	session := ids.New()
-	repo := repoWith(t, map[string]string{"calc.py": calcPy, "test_calc.py": testCalcPy})
-
-	// A run whose merged result is sound passes.
-	good := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, SessionChecks: true,
-		Dag: dagOf(edit("docs", "README.md", "calc\n"))})
-	h.waitState(t, ctx, good.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
-	var chk *orchestratorv1.SessionCheck
-	require.Eventually(t, func() bool {
-		chk = h.get(t, ctx, good.GetName()).GetSessionCheck()
-		return chk.GetState() == "passed"
-	}, waitFor, 20*time.Millisecond, "session check: %v", chk)
-	require.True(t, chk.GetInspectorPassed())
-	require.Equal(t, int32(1), chk.GetTestResult().GetPassed())
-	require.False(t, chk.GetFixRequested())
-
-	// Two tasks that each look fine but break the tests together.
-	bad := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, SessionChecks: true, Dag: dagOf(
-		edit("rename", "calc.py", "def plus(a, b):\n    return a + b\n"),
-		edit("docs", "README.md", "calc\n"),
-	)})
-	h.waitState(t, ctx, bad.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
-	require.Eventually(t, func() bool {
-		chk = h.get(t, ctx, bad.GetName()).GetSessionCheck()
-		return chk.GetState() == "failed"
-	}, waitFor, 20*time.Millisecond, "session check: %v", chk)
-	require.True(t, chk.GetInspectorPassed())
-	require.False(t, chk.GetTesterPassed())
-	require.True(t, chk.GetFixRequested())
-	require.Equal(t, int32(1), chk.GetTestResult().GetFailed())
-
-	// The Architect got the fix-DAG request as a plan request of the
-	// run's session and user (announced once sent).
-	eventTypes(t, h, "t1", session, orchestrator.EventSessionCheck, orchestrator.EventFixRequested)
-	req := inboxMessage(t, h, topology.AgentArchitect)
-	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_USER_INPUT, req.GetType())
-	require.Equal(t, session, req.GetSessionId())
-	require.Equal(t, "u1", req.GetUserId())
-	require.Equal(t, bad.GetName(), req.GetMetadata()[orchestrator.MetaRun])
-	require.Contains(t, req.GetUserInput().GetText(), "Fix DAG request")
-	require.Contains(t, req.GetUserInput().GetText(), "test_calc")
-
-	_, err := h.svc.CreateRun(ctx, &orchestratorv1.CreateRunRequest{SessionChecks: true, Dag: dagOf(cmd("a", "true"))})
-	require.Equal(t, codes.InvalidArgument, status.Code(err), "session checks need a repository")
 }
 
 // Every task's context is drawn from the same documents: citations are
@@ -394,7 +147,9 @@ func TestEscalateAsksTheArchitect(t *testing.T) {
 	r := action(t, h, ctx, &orchestratorv1.TaskActionRequest{Session: "sessions/" + session, NodeId: "broken",
 		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_ESCALATE, Message: "the approach is wrong"})
 	require.Contains(t, r.GetDetail(), "Architect")
-	eventTypes(t, h, "t1", session, orchestrator.EventNodeEscalated)
+	esc := h.event(t, "t1", session, eventv1.EventType_EVENT_TYPE_NODE_ESCALATED)
+	require.Equal(t, "broken", esc.GetNode().GetNode())
+	require.Equal(t, run.GetName(), esc.GetNode().GetRun())
 	text := inboxMessage(t, h, topology.AgentArchitect).GetUserInput().GetText()
 	require.Contains(t, text, "Corrective plan needed: task broken of "+run.GetName())
 	require.Contains(t, text, "The user says: the approach is wrong")
@@ -431,7 +186,7 @@ func TestRetryRevivesNodesFailFastCancelled(t *testing.T) {
 		Nodes:  []*orchestratorv1.Node{cmd("a", "x"), cmd("b", "x", "a"), cmd("c", "x"), cmd("u", "x")},
 		Policy: &orchestratorv1.Policy{FailFast: true},
 	}})
-	require.Equal(t, "a", h.tasks(t, "engineer", 1)[0].GetTaskDispatch().GetNodeId())
+	require.Equal(t, "a", h.tasks(t, "engineer", 1)[0].GetNodeId())
 	_, err := h.svc.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: run.GetName(), NodeId: "u"})
 	require.NoError(t, err)
 	h.sendResult(t, "t1", run.GetId(), "a", 1, 1, "", "rr-a1")
@@ -446,13 +201,13 @@ func TestRetryRevivesNodesFailFastCancelled(t *testing.T) {
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["u"].GetState(), "the user's cancellation stands")
 	require.NotEqual(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["b"].GetState())
 	require.NotEqual(t, orchestratorv1.NodeState_NODE_STATE_CANCELLED, n["c"].GetState())
-	a := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	a := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "a", a.GetNodeId())
 	require.Equal(t, int32(2), a.GetAttempt())
 	h.sendResult(t, "t1", run.GetId(), "a", 2, 0, "", "rr-a2")
 	done := map[string]bool{}
 	for len(done) < 2 {
-		d := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+		d := h.tasks(t, "engineer", 1)[0]
 		require.Contains(t, []string{"b", "c"}, d.GetNodeId())
 		done[d.GetNodeId()] = true
 		h.sendResult(t, "t1", run.GetId(), d.GetNodeId(), d.GetAttempt(), 0, "", "rr-"+d.GetNodeId())
@@ -478,17 +233,17 @@ func TestRetryUnderFailFastWithTwoFailures(t *testing.T) {
 		Policy: &orchestratorv1.Policy{FailFast: true},
 	}})
 	first := h.tasks(t, "engineer", 2)
-	require.ElementsMatch(t, []string{"a", "d"}, []string{first[0].GetTaskDispatch().GetNodeId(), first[1].GetTaskDispatch().GetNodeId()})
+	require.ElementsMatch(t, []string{"a", "d"}, []string{first[0].GetNodeId(), first[1].GetNodeId()})
 	h.sendResult(t, "t1", run.GetId(), "a", 1, 1, "", "ff2-a1")
 	h.sendResult(t, "t1", run.GetId(), "d", 1, 1, "", "ff2-d1")
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
 
 	action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "a", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY})
-	a := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	a := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "a", a.GetNodeId(), "the retried node runs though d stays failed")
 	require.Equal(t, int32(2), a.GetAttempt())
 	h.sendResult(t, "t1", run.GetId(), "a", 2, 0, "", "ff2-a2")
-	b := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	b := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "b", b.GetNodeId(), "what depends on the retried node runs too")
 	h.sendResult(t, "t1", run.GetId(), "b", b.GetAttempt(), 0, "", "ff2-b")
 	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
@@ -498,37 +253,13 @@ func TestRetryUnderFailFastWithTwoFailures(t *testing.T) {
 	require.NotEqual(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["c"].GetState(), "c waits on the failed d")
 
 	action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "d", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_RETRY})
-	d := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	d := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "d", d.GetNodeId())
 	h.sendResult(t, "t1", run.GetId(), "d", d.GetAttempt(), 0, "", "ff2-d2")
-	c := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	c := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "c", c.GetNodeId())
 	h.sendResult(t, "t1", run.GetId(), "c", c.GetAttempt(), 0, "", "ff2-c")
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
-}
-
-// inboxMessage waits for the last message sent to an agent's inbox.
-func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
-	t.Helper()
-	// The inboxes' stream may not exist yet: the orchestrator provisions it
-	// when it first sends there.
-	require.NoError(t, topology.EnsureAgents(context.Background(), h.bus))
-	inbox, err := h.bus.EnsureConsumer(context.Background(), natsx.ConsumerSpec{Stream: h.bus.Stream(topology.StreamAgents),
-		Durable: agent + "-test", FilterSubjects: []string{topology.InboxSubject(h.bus, agent)}})
-	require.NoError(t, err)
-	var got *messagev1.Envelope
-	testenv.Consume(t, inbox, 10, waitFor, func(env *messagev1.Envelope) { got = env }, func() bool { return got != nil })
-	return got
-}
-
-// specOf decodes the node spec a dispatch carries.
-func specOf(t *testing.T, env *messagev1.Envelope) *orchestratorv1.Node {
-	t.Helper()
-	raw, err := base64.StdEncoding.DecodeString(env.GetMetadata()[worker.MetaNodeSpec])
-	require.NoError(t, err)
-	spec := &orchestratorv1.Node{}
-	require.NoError(t, proto.Unmarshal(raw, spec))
-	return spec
 }
 
 // /task <node> prompt (spec F-13): a pending node starts with the user's
@@ -546,26 +277,37 @@ func TestPromptGivesTheEngineerGuidance(t *testing.T) {
 		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, Message: "Focus on error handling first"})
 	require.Contains(t, resp.GetDetail(), "starts with the guidance")
 
-	a := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	a := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "a", a.GetNodeId())
 	h.sendResult(t, "t1", run.GetId(), "a", a.GetAttempt(), 0, "", "pr-a")
 	env := h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, "b", env.GetTaskDispatch().GetNodeId())
-	require.Equal(t, []string{"Focus on error handling first"}, specOf(t, env).GetGuidance())
+	require.Equal(t, "b", env.GetNodeId())
+	require.Equal(t, []string{"Focus on error handling first"}, env.GetNode().GetGuidance())
 
-	h.sendResult(t, "t1", run.GetId(), "b", env.GetTaskDispatch().GetAttempt(), 1, "", "pr-b1")
+	h.sendResult(t, "t1", run.GetId(), "b", env.GetAttempt(), 1, "", "pr-b1")
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
 	resp = action(t, h, ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "b",
 		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, Message: "keep the public API"})
 	require.Contains(t, resp.GetDetail(), "runs again with the guidance")
 	env = h.tasks(t, "engineer", 1)[0]
-	require.Equal(t, int32(2), env.GetTaskDispatch().GetAttempt())
-	require.Equal(t, []string{"Focus on error handling first", "keep the public API"}, specOf(t, env).GetGuidance())
+	require.Equal(t, int32(2), env.GetAttempt())
+	require.Equal(t, []string{"Focus on error handling first", "keep the public API"}, env.GetNode().GetGuidance())
 	h.sendResult(t, "t1", run.GetId(), "b", 2, 0, "", "pr-b2")
 	h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 
 	_, err = h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "b", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT, Message: "more"})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.Equal(t, orchestrator.ReasonNodeEnded, apierr.Reason(err))
+
+	// Another tenant sees neither the run's nodes nor its decisions.
+	_, err = h.svc.TaskAction(userCtx("t2"), &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "b",
+		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	require.Equal(t, "RUN_NOT_FOUND", apierr.Reason(err))
+	_, err = h.svc.ListDecisions(userCtx("t2"), &orchestratorv1.ListDecisionsRequest{Name: run.GetName()})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	_, err = h.svc.TaskAction(ctx, &orchestratorv1.TaskActionRequest{Name: run.GetName(), NodeId: "nope", Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_QUERY})
+	require.Equal(t, "NODE_NOT_FOUND", apierr.Reason(err))
 }
 
 // Skipping a failed node (spec H-01: retry or skip) lets what depends on
@@ -577,7 +319,7 @@ func TestSkipGoesOnWithoutAFailedNode(t *testing.T) {
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{MaxConcurrency: 1, Dag: &orchestratorv1.Dag{
 		Nodes: []*orchestratorv1.Node{cmd("a", "x"), cmd("b", "x", "a"), cmd("c", "x", "b")},
 	}})
-	a := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+	a := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, "a", a.GetNodeId())
 	h.sendResult(t, "t1", run.GetId(), "a", 1, 1, "", "sk-a1")
 	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
@@ -589,7 +331,7 @@ func TestSkipGoesOnWithoutAFailedNode(t *testing.T) {
 		Action: orchestratorv1.TaskActionType_TASK_ACTION_TYPE_SKIP, Message: "done by hand"})
 	require.Contains(t, resp.GetDetail(), "goes on without the node")
 	for _, id := range []string{"b", "c"} {
-		d := h.tasks(t, "engineer", 1)[0].GetTaskDispatch()
+		d := h.tasks(t, "engineer", 1)[0]
 		require.Equal(t, id, d.GetNodeId())
 		h.sendResult(t, "t1", run.GetId(), id, d.GetAttempt(), 0, "", "sk-"+id)
 	}
@@ -598,8 +340,4 @@ func TestSkipGoesOnWithoutAFailedNode(t *testing.T) {
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SKIPPED, n["a"].GetState())
 	require.Equal(t, "skipped by the user: done by hand", n["a"].GetError())
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["c"].GetState())
-}
-
-func terminal(s orchestratorv1.RunState) bool {
-	return s == orchestratorv1.RunState_RUN_STATE_SUCCEEDED || s == orchestratorv1.RunState_RUN_STATE_FAILED || s == orchestratorv1.RunState_RUN_STATE_CANCELLED
 }

@@ -9,16 +9,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/intent"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/topology"
-	"sylk.dev/sylk/services/worker"
 )
 
 // Session-level checks (spec F-06, level 2): once a repository run with
@@ -31,95 +29,8 @@ import (
 // clash with a DAG node ("~" is not allowed in node ids).
 const SessionCheckNode = "~session"
 
-// Events of session checks.
-const (
-	EventSessionCheck = "run.session_check"
-	EventFixRequested = "run.fix_requested"
-)
-
 // maxResultPatchBytes bounds the merged patch sent with a session check.
 const maxResultPatchBytes = 512 << 10
-
-// saveRunOptions stores the run's context documents and whether it gets
-// session checks.
-func saveRunOptions(ctx context.Context, tx pgx.Tx, tenant, id string, req *orchestratorv1.CreateRunRequest) error {
-	if req.GetContext() == nil && !req.GetSessionChecks() {
-		return nil
-	}
-	var blob []byte
-	if req.GetContext() != nil {
-		var err error
-		if blob, err = proto.Marshal(req.GetContext()); err != nil {
-			return err
-		}
-	}
-	_, err := tx.Exec(ctx, `UPDATE runs SET context = $3, session_checks = $4 WHERE tenant_id = $1 AND id = $2`, tenant, id, blob, req.GetSessionChecks())
-	return err
-}
-
-// addRunExtras fills a run's context and session check.
-func (s *Service) addRunExtras(ctx context.Context, tenant string, r *orchestratorv1.Run) error {
-	if r.DecisionLog != "" && !strings.HasPrefix(r.DecisionLog, decisionLogTitle) {
-		r.DecisionLog = decisionLogTitle + r.DecisionLog
-	}
-	var blob []byte
-	var check string
-	err := s.db.QueryRow(ctx, `SELECT context, session_check FROM runs WHERE tenant_id = $1 AND id = $2`, tenant, r.GetId()).Scan(&blob, &check)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(blob) > 0 {
-		r.Context = &orchestratorv1.RunContext{}
-		if err := proto.Unmarshal(blob, r.Context); err != nil {
-			return err
-		}
-	}
-	if check != "" {
-		r.SessionCheck = &orchestratorv1.SessionCheck{}
-		if err := protojson.Unmarshal([]byte(check), r.SessionCheck); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// validateRunOptions checks the options at the edge.
-func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
-	if req.GetSessionChecks() && req.GetRepository() == "" {
-		return errors.New("session_checks: needs repository")
-	}
-	rc := req.GetContext()
-	if err := checkContext(rc, req.GetDag().GetNodes()); err != nil { // taskcontext.go
-		return err
-	}
-	if n := len(rc.GetKeyConstraints()); n > maxIntentStatements {
-		return fmt.Errorf("context.key_constraints: %d entries exceed the limit of %d", n, maxIntentStatements)
-	}
-	if n := len(rc.GetSuccessCriteria()); n > maxIntentStatements {
-		return fmt.Errorf("context.success_criteria: %d entries exceed the limit of %d", n, maxIntentStatements)
-	}
-	for i, k := range rc.GetKeyConstraints() {
-		if len(k) > maxIntentStatementBytes {
-			return fmt.Errorf("context.key_constraints[%d]: over %d bytes", i, maxIntentStatementBytes)
-		}
-	}
-	for i, c := range rc.GetSuccessCriteria() {
-		if len(c.GetCriterion()) > maxIntentStatementBytes || len(c.GetRationale()) > maxIntentStatementBytes {
-			return fmt.Errorf("context.success_criteria[%d]: over %d bytes", i, maxIntentStatementBytes)
-		}
-	}
-	return nil
-}
-
-// Bounds of a run's intent (its key constraints and success criteria): a
-// plan's merged criteria are the user's plus its domain's.
-const (
-	maxIntentStatements     = 2 * intent.MaxStatements
-	maxIntentStatementBytes = intent.MaxStatementBytes
-)
 
 // startSessionCheck dispatches the session check of a run that just
 // succeeded and was merged.
@@ -127,88 +38,91 @@ func (s *Service) startSessionCheck(ctx context.Context, log *slog.Logger, tenan
 	s.dispatchSessionCheck(ctx, log, tenant, runID, false)
 }
 
+// checkRun is what a session check's dispatch reads of its run.
+type checkRun struct {
+	run       runRow
+	enabled   bool
+	patch     string
+	current   string
+	conflicts []string
+	// seq numbers the check's dispatches: the sum of the nodes' attempts,
+	// which grows each time the run is reopened and ends again.
+	seq int32
+}
+
 // dispatchSessionCheck dispatches a run's session check: a new one (the
 // run has none yet), or with redispatch the one left pending by a replica
 // that died, under the same message id (JetStream drops the copy it may
 // already hold; a second result finds the check no longer pending).
 func (s *Service) dispatchSessionCheck(ctx context.Context, log *slog.Logger, tenant, runID string, redispatch bool) {
-	var (
-		enabled              bool
-		session, user, patch string
-		repo, base, current  string
-		conflicts            []string
-		seq                  int32
-	)
+	c := checkRun{run: runRow{TenantID: tenant, ID: runID}}
 	err := s.db.QueryRow(ctx, `SELECT session_checks, session_id, user_id, result_patch, merge_conflicts, repository, base_commit, session_check,
 			(SELECT coalesce(sum(attempt), 0)::int4 FROM nodes WHERE tenant_id = $1 AND run_id = $2)
 		FROM runs WHERE tenant_id = $1 AND id = $2 AND state = 'SUCCEEDED'`, tenant, runID).
-		Scan(&enabled, &session, &user, &patch, &conflicts, &repo, &base, &current, &seq)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (!enabled || (current != "") != redispatch)) {
+		Scan(&c.enabled, &c.run.SessionID, &c.run.UserID, &c.patch, &c.conflicts, &c.run.Repository, &c.run.BaseCommit, &c.current, &c.seq)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (!c.enabled || (c.current != "") != redispatch)) {
 		return
 	}
 	if err != nil {
 		log.ErrorContext(ctx, "load run for its session check", logx.Err(err))
 		return
 	}
-	if redispatch {
-		cur := &orchestratorv1.SessionCheck{}
-		if protojson.Unmarshal([]byte(current), cur) != nil || cur.GetState() != worker.CheckPending {
-			return
-		}
-	} else {
-		chk := &orchestratorv1.SessionCheck{State: worker.CheckPending}
-		switch {
-		case len(conflicts) > 0:
-			chk.State = worker.CheckFailed
-			chk.Detail = "the tasks' patches conflict: " + strings.Join(conflicts, ", ")
-		case len(patch) > maxResultPatchBytes:
-			chk.State = worker.CheckError
-			chk.Detail = fmt.Sprintf("the merged patch of %d bytes exceeds the %d a session check takes", len(patch), maxResultPatchBytes)
-		}
-		if chk.State != worker.CheckPending {
-			if err := s.finishSessionCheck(ctx, log, tenant, runID, chk); err != nil {
-				log.ErrorContext(ctx, "store the session check", logx.Err(err))
-			}
-			return
-		}
-		if ok, err := s.setSessionCheck(ctx, tenant, runID, chk, ""); err != nil || !ok {
-			if err != nil {
-				log.ErrorContext(ctx, "store the session check", logx.Err(err))
-			}
-			return
-		}
+	if !s.checkDue(ctx, log, &c, redispatch) {
+		return
 	}
-	env := &messagev1.Envelope{
-		Id: ids.New(), CorrelationId: runID, TenantId: tenant, SessionId: session, UserId: user,
-		Source: topology.AgentOrchestrator, Target: dagRoleTester, Type: messagev1.MessageType_MESSAGE_TYPE_TASK_DISPATCH,
-		CreatedAt: timestamppb.Now(), Attempt: seq, Priority: messagev1.Priority_PRIORITY_PIPELINE,
-		Metadata: map[string]string{worker.MetaSessionCheck: "1", worker.MetaRepository: repo, worker.MetaBaseCommit: base,
-			worker.MetaResultPatch: patch},
-		Payload: &messagev1.Envelope_TaskDispatch{TaskDispatch: &messagev1.TaskDispatch{
-			RunId: runID, NodeId: SessionCheckNode, Attempt: seq, Role: dagRoleTester, OutputLimitBytes: int64(s.cfg.OutputLimitBytes)}},
-	}
-	if _, err := s.bus.Publish(ctx, topology.TaskSubject(s.bus, dagRoleTester), fmt.Sprintf("%s:%s:%d", runID, SessionCheckNode, seq), env); err != nil {
+	msgID := fmt.Sprintf("%s:%s:%d", runID, SessionCheckNode, c.seq)
+	d := s.newDispatch(&c.run, SessionCheckNode, dagRoleTester, c.seq, msgID)
+	d.SessionCheck = &taskv1.SessionCheckRequest{ResultPatch: c.patch}
+	if _, err := s.bus.Publish(ctx, topology.TaskSubject(s.bus, dagRoleTester), msgID, d); err != nil {
 		log.ErrorContext(ctx, "dispatch the session check", logx.Err(err))
-		if err := s.finishSessionCheck(ctx, log, tenant, runID, &orchestratorv1.SessionCheck{State: worker.CheckError, Detail: "the session check could not be dispatched"}); err != nil {
+		if err := s.finishSessionCheck(ctx, log, tenant, runID, &orchestratorv1.SessionCheck{State: pipeline.CheckError, Detail: "the session check could not be dispatched"}); err != nil {
 			log.ErrorContext(ctx, "store the session check", logx.Err(err))
 		}
 		return
 	}
-	if session == "" {
-		return
-	}
 	if redispatch {
 		log.InfoContext(ctx, "session check dispatched again after taking over the run")
-		s.publishEvent(ctx, log, topology.Event{Tenant: tenant, Session: session, ID: fmt.Sprintf("%s:session-check:%d:redispatched:%s", runID, seq, ids.New()),
-			Type: EventSessionCheck, Source: topology.AgentOrchestrator, CorrelationID: runName(runID),
-			Text: "session-level inspection and tests of " + runName(runID) + " dispatched again: the replica that started them stopped",
-			Data: map[string]any{"run": runName(runID), "state": worker.CheckPending, "redispatched": true}})
+		s.publishEvent(ctx, log, tenant, c.run.SessionID, fmt.Sprintf("%s:session-check:%d:redispatched:%s", runID, c.seq, ids.New()),
+			runEvent(eventv1.EventType_EVENT_TYPE_RUN_SESSION_CHECK, runID,
+				"session-level inspection and tests of "+runName(runID)+" dispatched again: the replica that started them stopped",
+				&eventv1.RunEvent{CheckState: pipeline.CheckPending, Redispatched: true}))
 		return
 	}
-	s.publishEvent(ctx, log, topology.Event{Tenant: tenant, Session: session, ID: fmt.Sprintf("%s:session-check:%d:started", runID, seq),
-		Type: EventSessionCheck, Source: topology.AgentOrchestrator, CorrelationID: runName(runID),
-		Text: "session-level inspection and tests started over the merged result of " + runName(runID),
-		Data: map[string]any{"run": runName(runID), "state": worker.CheckPending}})
+	s.publishEvent(ctx, log, tenant, c.run.SessionID, fmt.Sprintf("%s:session-check:%d:started", runID, c.seq),
+		runEvent(eventv1.EventType_EVENT_TYPE_RUN_SESSION_CHECK, runID,
+			"session-level inspection and tests started over the merged result of "+runName(runID),
+			&eventv1.RunEvent{CheckState: pipeline.CheckPending}))
+}
+
+// checkDue says whether a run's session check is to be dispatched: a
+// pending one to dispatch again, or a new one, stored pending, unless the
+// merge already decided it (conflicting patches, a merged patch too large
+// to check), which is then finished at once.
+func (s *Service) checkDue(ctx context.Context, log *slog.Logger, c *checkRun, redispatch bool) bool {
+	if redispatch {
+		cur := &orchestratorv1.SessionCheck{}
+		return protojson.Unmarshal([]byte(c.current), cur) == nil && cur.GetState() == pipeline.CheckPending
+	}
+	chk := &orchestratorv1.SessionCheck{State: pipeline.CheckPending}
+	switch {
+	case len(c.conflicts) > 0:
+		chk.State = pipeline.CheckFailed
+		chk.Detail = "the tasks' patches conflict: " + strings.Join(c.conflicts, ", ")
+	case len(c.patch) > maxResultPatchBytes:
+		chk.State = pipeline.CheckError
+		chk.Detail = fmt.Sprintf("the merged patch of %d bytes exceeds the %d a session check takes", len(c.patch), maxResultPatchBytes)
+	}
+	if chk.State != pipeline.CheckPending {
+		if err := s.finishSessionCheck(ctx, log, c.run.TenantID, c.run.ID, chk); err != nil {
+			log.ErrorContext(ctx, "store the session check", logx.Err(err))
+		}
+		return false
+	}
+	ok, err := s.setSessionCheck(ctx, c.run.TenantID, c.run.ID, chk, "")
+	if err != nil {
+		log.ErrorContext(ctx, "store the session check", logx.Err(err))
+	}
+	return ok && err == nil
 }
 
 // awaitingCheck matches the succeeded runs whose session check is not done:
@@ -291,7 +205,7 @@ func (s *Service) expireSessionChecks(ctx context.Context) {
 	}
 	for _, k := range keys {
 		log := s.log.With(logx.KeyTenantID, k.Tenant, logx.KeyRunID, k.ID)
-		chk := &orchestratorv1.SessionCheck{State: worker.CheckError,
+		chk := &orchestratorv1.SessionCheck{State: pipeline.CheckError,
 			Detail: fmt.Sprintf("timed out: no tester worker reported the session check within %s of the run's end", s.cfg.SessionCheckTimeout)}
 		if err := s.finishSessionCheck(ctx, log, k.Tenant, k.ID, chk); err != nil && ctx.Err() == nil {
 			log.WarnContext(ctx, "give up a session check that timed out", logx.Err(err))
@@ -332,11 +246,11 @@ func (s *Service) handleSessionCheckResult(ctx context.Context, res *result) boo
 	if res.r.GetNodeId() != SessionCheckNode {
 		return false
 	}
-	tenant, runID := res.env.GetTenantId(), res.r.GetRunId()
+	tenant, runID := res.r.GetTenantId(), res.r.GetRunId()
 	log := s.log.With(logx.KeyTenantID, tenant, logx.KeyRunID, runID)
-	chk := &orchestratorv1.SessionCheck{}
-	if raw := res.env.GetMetadata()[worker.MetaSessionCheck]; raw == "" || protojson.Unmarshal([]byte(raw), chk) != nil {
-		chk = &orchestratorv1.SessionCheck{State: worker.CheckError, Detail: "the worker's report holds no session check: " + res.r.GetError(), WorkerId: res.r.GetWorkerId()}
+	chk := res.r.GetSessionCheck()
+	if chk == nil {
+		chk = &orchestratorv1.SessionCheck{State: pipeline.CheckError, Detail: "the worker's report holds no session check: " + res.r.GetError(), WorkerId: res.r.GetWorkerId()}
 	}
 	if err := s.finishSessionCheck(ctx, log, tenant, runID, chk); err != nil {
 		// Applied again on redelivery.
@@ -359,10 +273,10 @@ func (s *Service) finishSessionCheck(ctx context.Context, log *slog.Logger, tena
 	if err != nil {
 		return err
 	}
-	if chk.GetState() == worker.CheckFailed && run.SessionID != "" {
+	if chk.GetState() == pipeline.CheckFailed && run.SessionID != "" {
 		chk.FixRequested = true
 	}
-	stored, err := s.setSessionCheck(ctx, tenant, runID, chk, worker.CheckPending)
+	stored, err := s.setSessionCheck(ctx, tenant, runID, chk, pipeline.CheckPending)
 	if err == nil && !stored {
 		stored, err = s.setSessionCheck(ctx, tenant, runID, chk, "")
 	}
@@ -377,25 +291,24 @@ func (s *Service) finishSessionCheck(ctx context.Context, log *slog.Logger, tena
 	if run.SessionID == "" {
 		return nil
 	}
-	s.publishEvent(ctx, log, topology.Event{Tenant: tenant, Session: run.SessionID, ID: fmt.Sprintf("%s:session-check:%s:%s", runID, chk.GetState(), ids.New()),
-		Type: EventSessionCheck, Source: topology.AgentOrchestrator, CorrelationID: runName(runID),
-		Text: fmt.Sprintf("session check of %s %s: %s", runName(runID), chk.GetState(), chk.GetDetail()),
-		Data: map[string]any{"run": runName(runID), "state": chk.GetState(), "fix_requested": chk.GetFixRequested()}})
+	s.publishEvent(ctx, log, tenant, run.SessionID, fmt.Sprintf("%s:session-check:%s:%s", runID, chk.GetState(), ids.New()),
+		runEvent(eventv1.EventType_EVENT_TYPE_RUN_SESSION_CHECK, runID,
+			fmt.Sprintf("session check of %s %s: %s", runName(runID), chk.GetState(), chk.GetDetail()),
+			&eventv1.RunEvent{CheckState: chk.GetState(), FixRequested: chk.GetFixRequested(), Detail: chk.GetDetail()}))
 	if !chk.GetFixRequested() {
 		return nil
 	}
-	if err := s.askArchitect(ctx, tenant, run, "fix:"+ids.New(), fixRequestText(run, chk), map[string]string{"sylk.fix_request": "session_check"}); err != nil {
+	if err := s.askArchitect(ctx, tenant, run, "fix:"+ids.New(), fixRequestText(run, chk)); err != nil {
 		// Said on the run rather than retried: the check is not run twice.
 		log.ErrorContext(ctx, "send the fix-DAG request", logx.Err(err))
 		chk.FixRequested = false
 		chk.Detail += "; the fix-DAG request could not be sent to the Architect"
-		_, err = s.setSessionCheck(ctx, tenant, runID, chk, worker.CheckFailed)
+		_, err = s.setSessionCheck(ctx, tenant, runID, chk, pipeline.CheckFailed)
 		return err
 	}
-	s.publishEvent(ctx, log, topology.Event{Tenant: tenant, Session: run.SessionID, ID: runID + ":fix-requested:" + ids.New(),
-		Type: EventFixRequested, Source: topology.AgentOrchestrator, CorrelationID: runName(runID),
-		Text: "the Architect is asked for a fix DAG for " + runName(runID),
-		Data: map[string]any{"run": runName(runID), "detail": chk.GetDetail()}})
+	s.publishEvent(ctx, log, tenant, run.SessionID, runID+":fix-requested:"+ids.New(),
+		runEvent(eventv1.EventType_EVENT_TYPE_RUN_FIX_REQUESTED, runID, "the Architect is asked for a fix DAG for "+runName(runID),
+			&eventv1.RunEvent{FixRequested: true, Detail: chk.GetDetail()}))
 	return nil
 }
 

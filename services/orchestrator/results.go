@@ -1,0 +1,222 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
+	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/topology"
+)
+
+// result is one decoded worker report: the message, the report, and the
+// node's row as the report sets it.
+type result struct {
+	msg    jetstream.Msg
+	r      *taskv1.TaskResult
+	stored nodeResult
+}
+
+// timeOf is t as a time, or nil when it is not set or not a valid time
+// (outside years 1 to 9999), which the database could not store.
+func timeOf(t *timestamppb.Timestamp) *time.Time {
+	if !t.IsValid() {
+		return nil
+	}
+	v := t.AsTime()
+	return &v
+}
+
+// decodeResult reads a worker report; a message that is not one, or whose
+// fence does not name its own attempt, is a permanent error.
+func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
+	var r taskv1.TaskResult
+	if err := natsx.Unmarshal(msg, &r); err != nil {
+		return nil, err
+	}
+	if r.GetTenantId() == "" || !ids.Valid(r.GetRunId()) || r.GetNodeId() == "" {
+		return nil, natsx.Permanent(fmt.Errorf("not a task result for a run: %s", msg.Subject()))
+	}
+	if f := r.GetFence(); f != nil && f.GetAttemptId() != fmt.Sprintf("%s:%s:%d", r.GetRunId(), r.GetNodeId(), r.GetAttempt()) {
+		return nil, natsx.Permanent(fmt.Errorf("result of %s/%s attempt %d fenced for another attempt (%s)",
+			r.GetRunId(), r.GetNodeId(), r.GetAttempt(), f.GetAttemptId()))
+	}
+	res := nodeResult{
+		State:           stateSucceeded,
+		ExitCode:        r.GetExitCode(),
+		Stdout:          storable(r.GetStdout(), 2*s.cfg.OutputLimitBytes),
+		Stderr:          storable(r.GetStderr(), 2*s.cfg.OutputLimitBytes),
+		StdoutTruncated: r.GetStdoutTruncated(),
+		StderrTruncated: r.GetStderrTruncated(),
+		TimedOut:        r.GetTimedOut(),
+		Duration:        r.GetDuration().AsDuration(),
+		Error:           storable(r.GetError(), maxStoredErrorBytes),
+		WorkerID:        storable(r.GetWorkerId(), 256),
+		Patch:           storable(r.GetPatch(), maxStoredPatchBytes),
+		Report:          storable(storedJSON(r.GetReport()), maxStoredErrorBytes*4),
+		Pipeline:        storable(storedJSON(r.GetPipeline()), maxStoredErrorBytes*16),
+		ReceivedAt:      timeOf(r.GetReceivedTime()),
+		ReportedAt:      timeOf(r.GetReportedTime()),
+	}
+	if res.TimedOut && res.Error == "" {
+		res.Error = "timed out"
+	}
+	if res.ExitCode != 0 || res.Error != "" {
+		res.State = stateFailed
+	} else if h := r.GetHandoff(); h != nil {
+		res.State, res.Handoff = stateHandedOff, storable(storedJSON(h), maxStoredHandoffBytes)
+		if s.handoffOverLimit(h) {
+			res.State, res.ExitCode = stateFailed, 1
+			res.Error = fmt.Sprintf("the pipeline asked for handoff %d, beyond the limit of %d (-orchestrator.max-handoffs)",
+				s.cfg.MaxHandoffs+1, s.cfg.MaxHandoffs)
+		}
+	}
+	return &result{msg: msg, r: &r, stored: res}, nil
+}
+
+// storedJSON is m as its text column holds it ("" for none).
+func storedJSON(m proto.Message) string {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return ""
+	}
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// consumeResults applies worker reports in batches: whatever arrived while
+// the previous batch was applied (up to resultBatch) is grouped by run, and
+// each run's group costs one transaction and one scheduling pass.
+func (s *Service) consumeResults(ctx context.Context) error {
+	cons, err := s.bus.EnsureConsumer(ctx, topology.ResultConsumer(s.bus, natsx.ConsumerSpec{
+		// A result must not be lost to a database outage: retry until it
+		// is applied (undecodable messages are terminated instead).
+		MaxDeliver: unlimitedDeliveries,
+	}))
+	if err != nil {
+		return err
+	}
+	in := make(chan jetstream.Msg, resultBatch)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case in <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(resultBatch))
+	if err != nil {
+		return fmt.Errorf("consume results: %w", err)
+	}
+	defer cc.Stop()
+	defer s.waitCarriedOut()
+	for {
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-in:
+			batch = append(batch, m)
+		}
+	drain:
+		for len(batch) < resultBatch {
+			select {
+			case m := <-in:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		s.applyBatch(ctx, batch)
+	}
+}
+
+// resultBatch bounds the reports applied together.
+const resultBatch = 128
+
+func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
+	s.metrics.resultBatch.Observe(float64(len(batch)))
+	type key struct{ tenant, run string }
+	groups := map[key][]*result{}
+	var order []key
+	for _, m := range batch {
+		res, err := s.decodeResult(m)
+		if err != nil {
+			s.log.ErrorContext(ctx, "result dropped", slog.String("subject", m.Subject()), logx.Err(err))
+			_ = m.Term()
+			continue
+		}
+		if s.handleSessionCheckResult(ctx, res) { // sessioncheck.go (spec F-06)
+			continue
+		}
+		if s.handleCancelledResult(ctx, res) {
+			continue
+		}
+		k := key{res.r.GetTenantId(), res.r.GetRunId()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], res)
+	}
+	for _, k := range order {
+		rs := groups[k]
+		err := s.applyResults(ctx, k.tenant, k.run, rs)
+		for _, r := range rs {
+			if err != nil {
+				_ = r.msg.NakWithDelay(resultRedeliveryDelay)
+				continue
+			}
+			_ = r.msg.Ack()
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "results will be redelivered", logx.KeyTenantID, k.tenant, logx.KeyRunID, k.run, logx.Err(err))
+		}
+	}
+}
+
+// handleCancelledResult keeps what a cancelled node's command printed
+// before it was stopped (spec C-32): the node stays CANCELLED, its output
+// marked partial. It reports whether res was such a result. Only the
+// attempt that was cancelled takes it, and only once.
+func (s *Service) handleCancelledResult(ctx context.Context, res *result) bool {
+	if !res.r.GetCancelled() {
+		return false
+	}
+	o := res.stored
+	_, err := s.db.Exec(ctx, `UPDATE nodes SET stdout = $5, stderr = $6, stdout_truncated = $7, stderr_truncated = $8,
+			exit_code = $9, duration_us = $10, worker_id = $11, output_partial = true
+		WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3 AND attempt = $4 AND state = 'CANCELLED' AND NOT output_partial`,
+		res.r.GetTenantId(), res.r.GetRunId(), res.r.GetNodeId(), res.r.GetAttempt(), o.Stdout, o.Stderr,
+		o.StdoutTruncated, o.StderrTruncated, o.ExitCode, o.Duration.Microseconds(), o.WorkerID)
+	if err != nil {
+		s.log.WarnContext(ctx, "a cancelled node's partial output will be redelivered", logx.KeyTenantID, res.r.GetTenantId(),
+			logx.KeyRunID, res.r.GetRunId(), logx.Err(err))
+		_ = res.msg.NakWithDelay(resultRedeliveryDelay)
+		return true
+	}
+	_ = res.msg.Ack()
+	return true
+}
+
+// maxStoredPatchBytes bounds a node's stored patch (the worker caps it
+// lower).
+const maxStoredPatchBytes = 512 << 10
+
+// storable makes worker text safe for a text column and bounded in size.
+func storable(s string, limit int) string {
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) > limit {
+		s = strings.ToValidUTF8(s[:limit], "\uFFFD")
+	}
+	return s
+}
