@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 )
 
 func TestCaptureRender(t *testing.T) {
@@ -52,6 +52,6 @@ func TestCaptureKeepsUTF8Valid(t *testing.T) {
 	got, trunc := c.render(5)
 	require.True(t, trunc)
 	require.True(t, strings.Contains(got, "\uFFFD"))
-	_, err := proto.Marshal(&messagev1.TaskResult{Stdout: got})
+	_, err := proto.Marshal(&taskv1.TaskResult{Stdout: got})
 	require.NoError(t, err)
 }
