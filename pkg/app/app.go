@@ -53,6 +53,34 @@ func (s *StartSignal) Started() <-chan struct{} { return s.c() }
 // MarkStarted says the service has started; later calls do nothing.
 func (s *StartSignal) MarkStarted() { s.done.Do(func() { close(s.c()) }) }
 
+// After returns n functions, one for each part of a start (a consumer,
+// loaded state): the service has started once every one was called. Each
+// may be called more than once; n <= 0 marks it started at once.
+func (s *StartSignal) After(n int) []func() {
+	if n <= 0 {
+		s.MarkStarted()
+		return nil
+	}
+	var mu sync.Mutex
+	left := n
+	out := make([]func(), n)
+	for i := range out {
+		var once sync.Once
+		out[i] = func() {
+			once.Do(func() {
+				mu.Lock()
+				left--
+				done := left == 0
+				mu.Unlock()
+				if done {
+					s.MarkStarted()
+				}
+			})
+		}
+	}
+	return out
+}
+
 // Deps are the shared resources a service is built from.
 type Deps struct {
 	Log *slog.Logger

@@ -33,3 +33,22 @@ func TestStartSignal(t *testing.T) {
 	<-started
 	require.Equal(t, started, s.Started(), "the same channel before and after")
 }
+
+func TestStartSignalAfterEveryPart(t *testing.T) {
+	t.Parallel()
+	s := &starting{}
+	parts := s.After(2)
+	parts[0]()
+	parts[0]()
+	select {
+	case <-s.Started():
+		t.Fatal("started before every part")
+	default:
+	}
+	parts[1]()
+	<-s.Started()
+
+	none := &starting{}
+	require.Empty(t, none.After(0))
+	<-none.Started()
+}

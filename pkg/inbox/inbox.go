@@ -78,6 +78,9 @@ type Config struct {
 	// unanswered. err is the handler's.
 	Unavailable func(env *messagev1.Envelope, err error) *messagev1.AgentAnswer
 	Log         *slog.Logger
+	// Ready, when set, is called once the inbox consumer is provisioned and
+	// takes envelopes.
+	Ready func()
 }
 
 // Result is how a handler dealt with an envelope.
@@ -128,7 +131,7 @@ func Run(ctx context.Context, bus *natsx.Bus, cfg Config, h Handler) error {
 	if err != nil {
 		return err
 	}
-	spec := natsx.ConsumerSpec{AckWait: in.cfg.AckWait, MaxDeliver: in.cfg.MaxDeliver, NakDelay: cfg.NakDelay}
+	spec := natsx.ConsumerSpec{AckWait: in.cfg.AckWait, MaxDeliver: in.cfg.MaxDeliver, NakDelay: cfg.NakDelay, Ready: cfg.Ready}
 	in.log.InfoContext(ctx, "inbox consumer starting", slog.String("subject", topology.InboxSubject(bus, cfg.Agent)))
 	err = topology.ConsumeInbox(ctx, bus, cfg.Agent, spec, in.handle)
 	if ctx.Err() != nil {

@@ -271,6 +271,10 @@ type ConsumerSpec struct {
 	NakDelay time.Duration
 	// MaxAckPending bounds messages in flight; 0 means 256.
 	MaxAckPending int
+	// Ready, when set, is called once, when Consume has first provisioned
+	// the consumer and is about to take messages (a service's readiness
+	// waits for it).
+	Ready func()
 }
 
 // permanent marks an error that redelivery cannot fix.
@@ -298,6 +302,10 @@ func (b *Bus) Consume(ctx context.Context, spec ConsumerSpec, handler Handler) e
 				return nil
 			}
 			return err
+		}
+		if spec.Ready != nil {
+			spec.Ready()
+			spec.Ready = nil
 		}
 		if err := b.consume(ctx, spec, cons, handler); err != nil || ctx.Err() != nil {
 			return err

@@ -24,10 +24,10 @@ func TestConsumeSurvivesConsumerDeletion(t *testing.T) {
 	defer cancel()
 	stream := workQueue(t, bus, "WORK", "work")
 
-	var handled atomic.Int32
+	var handled, readies atomic.Int32
 	done := make(chan error, 1)
 	go func() {
-		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d"},
+		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d", Ready: func() { readies.Add(1) }},
 			func(context.Context, jetstream.Msg) error { handled.Add(1); return nil })
 	}()
 	_, err := bus.Publish(ctx, bus.Subject("work", "a"), "first", &messagev1.Envelope{Id: "first"})
@@ -51,4 +51,5 @@ func TestConsumeSurvivesConsumerDeletion(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
+	require.Equal(t, int32(1), readies.Load(), "Ready is said once, not again when the consumer is made again")
 }

@@ -25,6 +25,8 @@ import (
 // Service is the academic.
 type Service struct {
 	academicv1.UnimplementedAcademicServiceServer
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 
 	cfg     Config
 	log     *slog.Logger
@@ -101,7 +103,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("academic: a NATS bus is required to run the inbox")
 	}
-	cfg := inbox.Config{Agent: topology.AgentAcademic, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log}
+	cfg := inbox.Config{Agent: topology.AgentAcademic, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log,
+		Ready: s.MarkStarted}
 	if err := inbox.Run(ctx, s.bus, cfg, s.answer); err != nil {
 		return fmt.Errorf("academic: %w", err)
 	}

@@ -30,6 +30,8 @@ import (
 // Service implements PlanService and consumes the architect's inbox.
 type Service struct {
 	architectv1.UnimplementedPlanServiceServer
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 
 	cfg          Config
 	log          *slog.Logger
@@ -160,5 +162,5 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	return inbox.Run(ctx, s.bus, inbox.Config{Agent: topology.AgentArchitect, Timeout: s.cfg.InboxTimeout,
-		Outcomes: s.metrics.inbox, Log: s.log}, s.handleInbox)
+		Outcomes: s.metrics.inbox, Log: s.log, Ready: s.MarkStarted}, s.handleInbox)
 }

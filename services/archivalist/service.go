@@ -26,6 +26,8 @@ import (
 // Service is the archivalist.
 type Service struct {
 	archivalistv1.UnimplementedArchivalistServiceServer
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 
 	cfg     Config
 	log     *slog.Logger
@@ -110,7 +112,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bus == nil {
 		return errors.New("archivalist: a NATS bus is required to run the inbox")
 	}
-	cfg := inbox.Config{Agent: topology.AgentArchivalist, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log}
+	cfg := inbox.Config{Agent: topology.AgentArchivalist, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log,
+		Ready: s.MarkStarted}
 	if err := inbox.Run(ctx, s.bus, cfg, s.handleInbox); err != nil {
 		return fmt.Errorf("archivalist: %w", err)
 	}

@@ -33,6 +33,8 @@ import (
 
 // Service implements SessionService and GuideService.
 type Service struct {
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 	cfg          Config
 	log          *slog.Logger
 	db           *pgxpool.Pool
@@ -268,9 +270,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	started := s.After(2)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return s.bus.Consume(gctx, topology.InboxConsumer(s.bus, topology.AgentGuide, natsx.ConsumerSpec{}), s.handleInbox)
+		return s.bus.Consume(gctx, topology.InboxConsumer(s.bus, topology.AgentGuide, natsx.ConsumerSpec{Ready: started[0]}), s.handleInbox)
 	})
 	// The correlator's consumer of every event, before events said their
 	// origin, is replaced by one of the agents' events only.
@@ -281,7 +284,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The correlator takes the agents' events only: the Guide's own never
 	// answer a request, and would double what the bus delivers here.
 	g.Go(func() error {
-		return s.bus.Consume(gctx, topology.AgentEventsConsumer(s.bus, natsx.ConsumerSpec{MaxAckPending: 1024}), s.handleEvent)
+		return s.bus.Consume(gctx, topology.AgentEventsConsumer(s.bus, natsx.ConsumerSpec{MaxAckPending: 1024, Ready: started[1]}), s.handleEvent)
 	})
 	g.Go(func() error { return s.reap(gctx) })
 	g.Go(func() error { return s.relay(gctx) }) // outbox.go

@@ -29,6 +29,8 @@ import (
 // inbox consumer.
 type Service struct {
 	librarianv1.UnimplementedLibrarianServiceServer
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 
 	cfg      Config
 	log      *slog.Logger
@@ -149,7 +151,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("librarian: follow index changes: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Started once the inbox takes questions and the vectors are loaded
+	// (semantic search is complete), or their load failed (said in the log).
+	started := s.After(2)
 	go func() {
+		defer started[1]()
 		if err := s.vectors.loadAll(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "load vectors", logx.Err(err))
 		}
@@ -166,7 +172,9 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if err := inbox.Run(ctx, s.bus, s.inboxConfig(), s.answer); err != nil {
+	cfg := s.inboxConfig()
+	cfg.Ready = started[0]
+	if err := inbox.Run(ctx, s.bus, cfg, s.answer); err != nil {
 		return fmt.Errorf("librarian: %w", err)
 	}
 	return nil

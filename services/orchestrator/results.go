@@ -119,6 +119,8 @@ func (s *Service) consumeResults(ctx context.Context) error {
 		return fmt.Errorf("consume results: %w", err)
 	}
 	defer cc.Stop()
+	// Runs were recovered before: the Orchestrator has started.
+	s.MarkStarted()
 	defer s.waitCarriedOut()
 	for {
 		var batch []jetstream.Msg

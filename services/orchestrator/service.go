@@ -31,6 +31,8 @@ import (
 // Service is the Orchestrator.
 type Service struct {
 	orchestratorv1.UnimplementedWorkflowServiceServer
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 
 	cfg     Config
 	log     *slog.Logger

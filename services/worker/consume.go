@@ -66,6 +66,7 @@ func (s *Service) run(ctx context.Context) error {
 		}
 		defer func() { _ = ns.Unsubscribe() }()
 	}
+	s.MarkStarted()
 	g, gctx := errgroup.WithContext(ctx)
 	for i, role := range s.cfg.Roles {
 		for range s.cfg.Concurrency {

@@ -50,6 +50,8 @@ const (
 
 // Service is the worker.
 type Service struct {
+	// Readiness waits for Run to have provisioned its consumers.
+	app.StartSignal
 	cfg     Config
 	log     *slog.Logger
 	bus     *natsx.Bus
