@@ -41,7 +41,9 @@ type files struct {
 	reverts     int
 }
 
-func newFiles() *files { return &files{m: map[string]string{"a.go": "package a\n\nfunc Add(a, b int) int { return a - b }\n"}} }
+func newFiles() *files {
+	return &files{m: map[string]string{"a.go": "package a\n\nfunc Add(a, b int) int { return a - b }\n"}}
+}
 
 func (f *files) Checkpoint(context.Context) error {
 	f.mu.Lock()
