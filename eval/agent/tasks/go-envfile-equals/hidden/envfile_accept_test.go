@@ -9,7 +9,7 @@ import (
 
 func TestAcceptValuesKeepEquals(t *testing.T) {
 	in := strings.Join([]string{
-		"DATABASE_URL=postgres://app:secret@db:5432/app?sslmode=disable",
+		"DATABASE_URL=sql://app:secret@db:5432/app?sslmode=disable",
 		"TOKEN=\"abc==\"",
 		"EMPTY=",
 		"PORT=8080",
@@ -19,7 +19,7 @@ func TestAcceptValuesKeepEquals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]string{
-		"DATABASE_URL": "postgres://app:secret@db:5432/app?sslmode=disable",
+		"DATABASE_URL": "sql://app:secret@db:5432/app?sslmode=disable",
 		"TOKEN":        "abc==",
 		"EMPTY":        "",
 		"PORT":         "8080",

@@ -18,7 +18,7 @@ func TestExpand(t *testing.T) {
 		"$MISSING-":          "-",
 		"50$":                "50$",
 		"${UNCLOSED":         "${UNCLOSED",
-		"postgres://${HOST}": "postgres://db",
+		"https://${HOST}/ok": "https://db/ok",
 	} {
 		if got := Expand(in, lookup); got != want {
 			t.Errorf("Expand(%q) = %q; want %q", in, got, want)

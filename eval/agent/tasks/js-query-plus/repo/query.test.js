@@ -12,5 +12,5 @@ test('repeated keys become arrays', () => {
 });
 
 test('decodes percent escapes', () => {
-  assert.deepEqual(parseQuery('name=J%C3%BCrgen&empty=&flag'), { name: 'Jürgen', empty: '', flag: '' });
+  assert.deepEqual(parseQuery('name=Jos%C3%A9&empty=&flag'), { name: 'José', empty: '', flag: '' });
 });

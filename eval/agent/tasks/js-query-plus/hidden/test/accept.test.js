@@ -5,7 +5,7 @@ const { parseQuery } = require('../query');
 
 test('accept: plus is a space', () => {
   assert.deepEqual(parseQuery('?q=hello+world'), { q: 'hello world' });
-  assert.deepEqual(parseQuery('first+name=Ada+Lovelace'), { 'first name': 'Ada Lovelace' });
+  assert.deepEqual(parseQuery('full+name=Jane+Doe'), { 'full name': 'Jane Doe' });
 });
 
 test('accept: an encoded plus stays a plus', () => {

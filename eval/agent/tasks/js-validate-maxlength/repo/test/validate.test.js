@@ -9,7 +9,7 @@ const schema = {
 };
 
 test('valid data', () => {
-  assert.deepEqual(validate(schema, { name: 'Ada', age: 36 }), []);
+  assert.deepEqual(validate(schema, { name: 'Kim', age: 36 }), []);
 });
 
 test('errors', () => {
