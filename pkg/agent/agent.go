@@ -104,9 +104,14 @@ type Config struct {
 	// Attribution is set on every request.
 	Attribution llm.Attribution
 	Priority    int
-	// Stop, when set, is asked after every turn with the turn's usage; a
-	// reason it returns ends the loop (a context handoff, say).
-	Stop func(turn llm.Usage) string
+	// Stop, when set, is asked after every turn with the loop's totals so
+	// far and the turn's usage; a reason it returns ends the loop (a
+	// context handoff, say). The turn's tool calls are then not made.
+	Stop func(sofar Result, turn llm.Usage) string
+	// Interject, when set, is asked before every turn for what a person
+	// said meanwhile (guidance); a text it returns is added as a user
+	// message.
+	Interject func() string
 }
 
 func (c Config) withDefaults() Config {
@@ -253,6 +258,11 @@ func (l *Loop) Run(ctx context.Context, msgs ...llm.Message) (Result, error) {
 		if stop, detail := l.limitReached(ctx); stop != "" {
 			return l.end(stop, detail), nil
 		}
+		if l.cfg.Interject != nil {
+			if text := l.cfg.Interject(); text != "" {
+				l.msgs = append(l.msgs, llm.Message{Role: llm.RoleUser, Content: text})
+			}
+		}
 		resp, err := l.turn(ctx)
 		if err != nil {
 			if stop, detail := l.limitReached(ctx); stop != "" {
@@ -283,7 +293,7 @@ func (l *Loop) hook(u llm.Usage) string {
 	if l.cfg.Stop == nil {
 		return ""
 	}
-	return l.cfg.Stop(u)
+	return l.cfg.Stop(l.res, u)
 }
 
 func (l *Loop) end(stop Stop, detail string) Result {

@@ -272,3 +272,24 @@ func TestRunContinues(t *testing.T) {
 	require.JSONEq(t, `{"summary":"second"}`, string(res.Final))
 	require.Equal(t, 2, res.ToolCalls)
 }
+
+// What a person says while the agent works reaches the model before its
+// next turn.
+func TestInterjectAddsGuidance(t *testing.T) {
+	t.Parallel()
+	m, srv := model(t, scriptmodel.Script{Match: "fix", Turns: []scriptmodel.Turn{
+		scriptmodel.Tool("read_file", map[string]any{"path": "a.go"}),
+		scriptmodel.Tool("finish", map[string]any{"summary": "x"}).Then("package a", "keep the signature"),
+	}})
+	ws := newFiles()
+	said := []string{"", "keep the signature"}
+	cfg := agent.Config{Interject: func() string {
+		s := said[0]
+		said = said[1:]
+		return s
+	}}
+	res, err := agent.New(cfg, m, ws.tools(), ws, nil, nil).Run(t.Context(), llm.Message{Role: llm.RoleUser, Content: "fix"})
+	require.NoError(t, err)
+	require.Empty(t, srv.Failures())
+	require.Equal(t, agent.StopFinished, res.Stop)
+}

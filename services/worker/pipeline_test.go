@@ -90,7 +90,7 @@ func TestPipelineCompletesAndYieldsAPatch(t *testing.T) {
 	require.Equal(t, int32(1), p.GetLastTestResult().GetPassed())
 	require.Equal(t, []string{"mul.go"}, r.GetFilesChanged())
 	require.Equal(t, "go-test: 1 passed, 0 failed, 0 skipped", r.GetTested())
-	require.Contains(t, r.GetImplemented(), "no code was generated")
+	require.Equal(t, "wrote mul.go", r.GetImplemented(), "no model, no prompt: the node's own edits")
 	require.Contains(t, out.msg.GetPatch(), "+func Mul(a, b int) int { return a * b }")
 	require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "worker: git commit")
 	// The repository itself is untouched.
