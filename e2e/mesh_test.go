@@ -277,7 +277,7 @@ func (c *client) waitRun(run string) map[string]any {
 	require.Eventually(c.t, func() bool {
 		last = c.ok("GET", "/v1/"+run, nil)["run"].(map[string]any)
 		s := last["state"]
-		return s == "RUN_STATE_SUCCEEDED" || s == "RUN_STATE_FAILED" || s == "RUN_STATE_CANCELLED"
+		return s == "RUN_STATE_SUCCEEDED" || s == "RUN_STATE_FAILED" || s == "RUN_STATE_CANCELLED" || s == "RUN_STATE_NO_CHANGES"
 	}, 60*time.Second, 50*time.Millisecond, "run %s did not finish", run)
 	return last
 }
