@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -326,6 +327,18 @@ func (r ShellRunner) Run(ctx context.Context, command string, timeout time.Durat
 // that is killed at the timeout. A command that ran and failed is a result,
 // not an error.
 func RunCommand(ctx context.Context, dir, command string, timeout time.Duration) (codetools.CommandResult, error) {
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code, timedOut, err := runShell(ctx, dir, command, timeout, &stdout, &stderr)
+	res := codetools.CommandResult{ExitCode: code, TimedOut: timedOut, Stdout: stdout.String(), Stderr: stderr.String(),
+		Duration: time.Since(start)}
+	return res, err
+}
+
+// runShell runs command with sh -c in dir, writing what it prints to
+// stdout and stderr (one writer may be both: the output is then
+// interleaved as on a terminal). The exit code is -1 when it timed out.
+func runShell(ctx context.Context, dir, command string, timeout time.Duration, stdout, stderr io.Writer) (code int, timedOut bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", command)
@@ -334,21 +347,18 @@ func RunCommand(ctx context.Context, dir, command string, timeout time.Duration)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	res := codetools.CommandResult{Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		res.TimedOut, res.ExitCode = true, -1
+		return -1, true, nil
 	case errors.As(err, &exit):
-		res.ExitCode = exit.ExitCode()
+		return exit.ExitCode(), false, nil
 	case err != nil:
-		return res, fmt.Errorf("run %q: %w", command, err)
+		return -1, false, fmt.Errorf("run %q: %w", command, err)
 	}
-	return res, nil
+	return 0, false, nil
 }
 
 // commandEnv is the environment of the tasks' commands: the toolchains

@@ -101,6 +101,9 @@ type Config struct {
 	// NudgeLimit is how many answers without a tool call in a row the loop
 	// answers with a reminder before it stops (2).
 	NudgeLimit int
+	// Nudge is that reminder (one that names the finish tool when empty):
+	// a loop whose tools end differently says how.
+	Nudge string
 	// Attribution is set on every request.
 	Attribution llm.Attribution
 	Priority    int
@@ -129,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NudgeLimit <= 0 {
 		c.NudgeLimit = 2
+	}
+	if c.Nudge == "" {
+		c.Nudge = nudgeText
 	}
 	return c
 }
@@ -277,7 +283,7 @@ func (l *Loop) Run(ctx context.Context, msgs ...llm.Message) (Result, error) {
 			if nudges++; nudges > l.cfg.NudgeLimit {
 				return l.end(StopNoToolCall, "the model answered without calling a tool "+fmt.Sprint(nudges)+" times in a row"), nil
 			}
-			l.msgs = append(l.msgs, llm.Message{Role: llm.RoleUser, Content: nudgeText})
+			l.msgs = append(l.msgs, llm.Message{Role: llm.RoleUser, Content: l.cfg.Nudge})
 			continue
 		}
 		nudges = 0

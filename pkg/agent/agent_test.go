@@ -238,6 +238,22 @@ func TestLimits(t *testing.T) {
 	require.Equal(t, 3, res.Turns)
 }
 
+// An answer without a tool call gets the reminder the loop is configured
+// with.
+func TestNudge(t *testing.T) {
+	t.Parallel()
+	m, srv := model(t, scriptmodel.Script{Match: "x", Turns: []scriptmodel.Turn{
+		scriptmodel.Say("Thinking."),
+		scriptmodel.Tool("finish", map[string]any{"summary": "x"}).Then("run one command"),
+	}})
+	ws := newFiles()
+	res, err := agent.New(agent.Config{Nudge: "run one command"}, m, ws.tools(), ws, nil, nil).
+		Run(t.Context(), llm.Message{Role: llm.RoleUser, Content: "x"})
+	require.NoError(t, err)
+	require.Empty(t, srv.Failures())
+	require.Equal(t, agent.StopFinished, res.Stop)
+}
+
 // A call with malformed or missing arguments fails without running.
 func TestArgumentsAreChecked(t *testing.T) {
 	t.Parallel()
