@@ -188,7 +188,7 @@ func (s *submitter) Turn(ctx context.Context, req *llm.Request, _ llm.Handler) (
 	return resp, nil
 }
 
-func (s *submitter) stop(llm.Usage) string {
+func (s *submitter) stop(agent.Result, llm.Usage) string {
 	if s.done {
 		return submitted
 	}
