@@ -3,7 +3,6 @@ package agenteval
 import (
 	"bytes"
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,12 +13,6 @@ import (
 	"sylk.dev/sylk/pkg/scriptmodel"
 	"sylk.dev/sylk/pkg/testenv"
 )
-
-// EnvMeshPending, set to 1, skips the mesh half of the smoke test.
-// TEMPORARY: the mesh's Engineer is being rebuilt over pkg/agent; until it
-// lands, no run of the mesh can play the Sylk scripts. Remove the variable
-// and its check once it has.
-const EnvMeshPending = "SYLK_EVAL_MESH_PENDING"
 
 func smokeTasks(t *testing.T) []Task {
 	t.Helper()
@@ -92,9 +85,6 @@ func TestSmokeBaseline(t *testing.T) {
 func TestSmokeMesh(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the mesh")
-	}
-	if os.Getenv(EnvMeshPending) == "1" {
-		t.Skip(EnvMeshPending + "=1: the mesh's tool-using Engineer has not landed yet (temporary)")
 	}
 	t.Parallel()
 	tasks := smokeTasks(t)
