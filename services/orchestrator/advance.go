@@ -267,14 +267,7 @@ func (s *Service) dispatch(ctx context.Context, tx pgx.Tx, run *runRow, ready []
 	if err != nil {
 		return fmt.Errorf("mark dispatched: %w", err)
 	}
-	msgs, err := s.buildDispatches(ctx, tx, run, ready, attempts)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
-	}
-	return nil
+	return s.queueTasks(ctx, tx, run, ready, attempts, false, eff)
 }
 
 // advanceAfterSuccess is advance for the common case of a node that just
@@ -327,18 +320,18 @@ func (s *Service) advanceAfterSuccess(ctx context.Context, tx pgx.Tx, run *runRo
 // queueDispatches adds the task messages of nodes just marked DISPATCHED
 // (at their Attempt) to the decision's effects.
 func (s *Service) queueDispatches(ctx context.Context, tx pgx.Tx, run *runRow, nodes []schedNode, eff *effects) error {
+	ptrs, attempts := pickedAttempts(nodes)
+	return s.queueTasks(ctx, tx, run, ptrs, attempts, false, eff)
+}
+
+// pickedAttempts is nodes just marked DISPATCHED, by pointer, with their
+// attempts.
+func pickedAttempts(nodes []schedNode) ([]*schedNode, map[string]int32) {
 	ptrs := make([]*schedNode, len(nodes))
 	attempts := make(map[string]int32, len(nodes))
 	for i := range nodes {
 		ptrs[i] = &nodes[i]
 		attempts[nodes[i].ID] = nodes[i].Attempt
 	}
-	msgs, err := s.buildDispatches(ctx, tx, run, ptrs, attempts)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
-	}
-	return nil
+	return ptrs, attempts
 }

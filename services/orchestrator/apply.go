@@ -223,29 +223,20 @@ func (s *Service) recordDirect(ctx context.Context, tenant, runID string, report
 // DISPATCHED to the decision's effects. Should their messages fail to
 // build, the nodes go back to PENDING for the next pass.
 func (s *Service) queuePicked(ctx context.Context, log *slog.Logger, run *runRow, picked []schedNode, eff *effects) {
-	ptrs := make([]*schedNode, len(picked))
-	attempts := make(map[string]int32, len(picked))
-	for i := range picked {
-		ptrs[i] = &picked[i]
-		attempts[picked[i].ID] = picked[i].Attempt
-	}
-	msgs, err := s.buildDispatches(ctx, s.db, run, ptrs, attempts)
-	if err != nil {
+	ptrs, attempts := pickedAttempts(picked)
+	if err := s.queueTasks(ctx, s.db, run, ptrs, attempts, false, eff); err != nil {
 		log.ErrorContext(ctx, "build dispatches; the nodes go back to pending", logx.Err(err))
 		for _, n := range picked {
 			if err := undoDispatch(ctx, s.db, run.TenantID, run.ID, n.ID, n.Attempt); err != nil {
 				log.ErrorContext(ctx, "undo dispatch", logx.KeyNodeID, n.ID, logx.Err(err))
 			}
 		}
-		return
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
 	}
 }
 
 // noteRecorded adds the events, slot releases and metrics of applied
-// reports to a decision's effects, and says whether every one succeeded.
+// reports to a decision's effects, and says whether every one succeeded
+// (or changed nothing: its dependents run all the same).
 func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup func(node string, attempt int32) *result) bool {
 	tenant, runID := eff.tenant, eff.runID
 	onlySuccesses := true

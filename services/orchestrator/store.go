@@ -236,9 +236,15 @@ func decisionLog(ctx context.Context, q querier, tenant, runID string) (string, 
 	return "# Implementation Log\n\n" + *log, nil
 }
 
+// keptPatchSQL matches the nodes whose patch is part of a run's result:
+// the patches a run merges (patches) and those a dependent task starts from
+// (dependencyInputsSQL) are the same, in the same order (layer, position),
+// so that every patch applies on top of the ones before it.
+const keptPatchSQL = `state = 'SUCCEEDED' AND patch <> ''`
+
 // patches returns the patches of a run's succeeded nodes in topological order.
 func patches(ctx context.Context, q querier, tenant, runID string) ([][2]string, error) {
-	rows, err := q.Query(ctx, `SELECT node_id, patch FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'SUCCEEDED' AND patch <> ''
+	rows, err := q.Query(ctx, `SELECT node_id, patch FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND `+keptPatchSQL+`
 		ORDER BY layer, position`, tenant, runID)
 	if err != nil {
 		return nil, err
