@@ -11,6 +11,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/textsearch"
 )
 
 // decisionLogTitle starts a run's decision log (spec H-07).
@@ -83,5 +84,38 @@ func decisionSection(nodeID string, attempt int32, state string, rep *orchestrat
 	if rep.GetBriefing() != "" {
 		fmt.Fprintf(&b, "- Briefing: %s\n", rep.GetBriefing())
 	}
+	if a := rep.GetActivity(); a != nil {
+		fmt.Fprintf(&b, "- Agent: %s\n", activityLine(a))
+	}
 	return b.String() + "\n"
+}
+
+// activityLine is what a task's agent did, in a line: its turns, tool
+// calls, tokens and why it stopped.
+func activityLine(a *orchestratorv1.AgentActivity) string {
+	var b strings.Builder
+	if a.GetModel() != "" {
+		fmt.Fprintf(&b, "%s, ", a.GetModel())
+	}
+	fmt.Fprintf(&b, "%d turn(s), %d tool call(s), %d tokens in, %d out", a.GetTurns(), a.GetToolCallCount(), a.GetInputTokens(), a.GetOutputTokens())
+	if a.GetReverts() > 0 {
+		fmt.Fprintf(&b, ", %d revert(s)", a.GetReverts())
+	}
+	stop := a.GetStopReason()
+	if stop == "" {
+		stop = "unknown"
+	}
+	fmt.Fprintf(&b, "; stopped: %s", stop)
+	if d := strings.TrimSpace(a.GetStopDetail()); d != "" {
+		fmt.Fprintf(&b, " (%s)", textsearch.Clip(oneLine(d), maxActivityDetail))
+	}
+	return b.String()
+}
+
+// maxActivityDetail bounds the stop detail quoted in the decision log.
+const maxActivityDetail = 300
+
+// oneLine is s with its line breaks as spaces.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
