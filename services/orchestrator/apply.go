@@ -79,8 +79,8 @@ func reportsOf(results []*result) (reported []reportedResult, byKey map[nodeAtte
 		}
 		byKey[k] = rs
 		section := ""
-		if rs.r.GetReport() != nil || res.Patch != "" {
-			section = decisionSection(nodeID, attempt, res.State, rs.r.GetReport(), len(rs.r.GetGitAudit()))
+		if rs.r.GetReport() != nil || res.Patch != "" || res.State == stateNoChanges {
+			section = decisionSection(nodeID, attempt, res, rs.r.GetReport(), len(rs.r.GetGitAudit()))
 		}
 		reported = append(reported, reportedResult{NodeID: nodeID, Attempt: attempt, Result: res, Section: section})
 	}
@@ -249,7 +249,7 @@ func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup f
 		if s.slots != nil {
 			eff.release = append(eff.release, slotMember(tenant, runID, nodeID, attempt))
 		}
-		if state != stateSucceeded {
+		if !metForDependents(state) {
 			onlySuccesses = false
 		}
 		switch {
@@ -262,8 +262,11 @@ func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup f
 				&eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: orchestratorv1.NodeState_NODE_STATE_PENDING, ExitCode: res.ExitCode,
 					Error: res.Error, NextAttemptTime: timestamppb.New(*retryAt)}))
 		default:
-			eff.event(fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED, runID,
-				fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
+			text := fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode)
+			if res.State == stateNoChanges {
+				text = fmt.Sprintf("node %s changed nothing: %s", nodeID, res.Error)
+			}
+			eff.event(fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED, runID, text,
 				&eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: nodeStateOf(res.State), ExitCode: res.ExitCode, Error: res.Error}))
 		}
 	}

@@ -81,6 +81,11 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 			res.Error = fmt.Sprintf("the pipeline asked for handoff %d, beyond the limit of %d (-orchestrator.max-handoffs)",
 				s.cfg.MaxHandoffs+1, s.cfg.MaxHandoffs)
 		}
+	} else if why := strings.TrimSpace(r.GetNoChangesReason()); why != "" && res.Patch == "" {
+		// Asked to change the code, the task changed nothing: the node
+		// ends NO_CHANGES, its error saying why. A patch outweighs the
+		// reason: a task that changed files succeeded.
+		res.State, res.Error = stateNoChanges, storable(why, maxStoredErrorBytes)
 	}
 	return &result{msg: msg, r: &r, stored: res}, nil
 }

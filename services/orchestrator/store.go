@@ -19,6 +19,11 @@ const (
 	stateFailed     = "FAILED"
 	stateSkipped    = "SKIPPED"
 	stateCancelled  = "CANCELLED"
+	// stateNoChanges: a node whose agent was asked to change the code and
+	// changed nothing (its error says why), met for its dependents as a
+	// success is; a run whose nodes all ended, none failed, and only such
+	// nodes were to change the code, so that it delivers nothing.
+	stateNoChanges = "NO_CHANGES"
 	// stateHandedOff is reported, never stored on a node: the attempt
 	// handed its pipeline's state to a fresh one (spec F-23), and the node
 	// goes back to PENDING for it.
@@ -26,7 +31,13 @@ const (
 )
 
 func terminalRun(state string) bool {
-	return state == stateSucceeded || state == stateFailed || state == stateCancelled
+	return state == stateSucceeded || state == stateFailed || state == stateCancelled || state == stateNoChanges
+}
+
+// metForDependents says whether a node in state lets its dependents run.
+// (A SKIPPED node the user went on without is met too: schedNode.UserSkipped.)
+func metForDependents(state string) bool {
+	return state == stateSucceeded || state == stateNoChanges
 }
 
 // querier is what both the pool and a transaction offer.
