@@ -30,11 +30,15 @@ import (
 // for (targets), and, when $4, the stdout of the direct dependencies; in
 // topological order. It replaces the stdouts query for repository runs, so
 // a dispatch costs no extra round trip.
+//
+// It walks depends_on, each step a primary-key lookup per node reached
+// (edges are keyed for the other direction, from a node to its dependents).
 const dependencyInputsSQL = `WITH RECURSIVE anc(target, node_id, direct) AS (
-			SELECT dependent_id, node_id, true FROM edges WHERE tenant_id = $1 AND run_id = $2 AND dependent_id = ANY($3)
+			SELECT n.node_id, d.id, true FROM nodes n, unnest(n.depends_on) AS d(id)
+			WHERE n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = ANY($3)
 			UNION
-			SELECT a.target, e.node_id, false FROM anc a
-				JOIN edges e ON e.tenant_id = $1 AND e.run_id = $2 AND e.dependent_id = a.node_id),
+			SELECT a.target, d.id, false FROM anc a
+				JOIN nodes n ON n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = a.node_id, unnest(n.depends_on) AS d(id)),
 		want AS (SELECT node_id, bool_or(direct) AS direct, array_agg(DISTINCT target) AS targets FROM anc GROUP BY node_id)
 	SELECT n.node_id, CASE WHEN $4 AND w.direct THEN n.stdout ELSE '' END,
 		CASE WHEN ` + keptPatchSQL + ` THEN n.patch ELSE '' END, w.targets

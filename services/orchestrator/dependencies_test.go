@@ -37,7 +37,7 @@ func TestDependentsStartFromTheirDependenciesChanges(t *testing.T) {
 	ctx := userCtx("t1")
 	repo := newRepo(t)
 	// b fails on its first attempt (after writing its edit), then passes.
-	flaky := fmt.Sprintf(`f=%s/b-flag; if [ ! -e "$f" ]; then touch "$f"; exit 3; fi`, h.signals)
+	flaky := fmt.Sprintf(`f=%s/b-flag; if [ ! -e "$f" ]; then touch "$f"; exit 3; fi; echo b says hi`, h.signals)
 	b := edit("b", "notes.txt", "line one, by a\nline two, by b\n", "a")
 	b.Command, b.Retry = flaky, &orchestratorv1.RetryPolicy{Max: 1, Backoff: durationpb.New(10 * time.Millisecond)}
 	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(
@@ -57,7 +57,9 @@ func TestDependentsStartFromTheirDependenciesChanges(t *testing.T) {
 	for _, d := range bs {
 		require.Equal(t, []string{"a"}, patchesOf(t, d, n), "attempt %d of b starts from a's change", d.GetAttempt())
 	}
-	require.Equal(t, []string{"a", "b"}, patchesOf(t, w.dispatches(run.GetId(), "c")[0], n), "c starts from a's change, then b's")
+	c := w.dispatches(run.GetId(), "c")[0]
+	require.Equal(t, []string{"a", "b"}, patchesOf(t, c, n), "c starts from a's change, then b's")
+	require.Equal(t, map[string]string{"b": "b says hi\n"}, c.GetUpstreamOutputs(), "the direct dependencies' stdout comes with them")
 
 	require.Contains(t, n["b"].GetPatch(), "+line two, by b")
 	require.NotContains(t, n["b"].GetPatch(), "+line one, by a", "b's patch holds b's change only")
