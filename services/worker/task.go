@@ -146,7 +146,9 @@ func (s *Service) newTaskRun(role string, d *taskv1.TaskDispatch) *taskRun {
 // nothingToRun says whether the dispatch asks for nothing the worker can
 // do: a prompt only, and no language model to act on it.
 func (t *taskRun) nothingToRun() bool {
-	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.spec.GetPipeline() &&
+	// A pipeline of a prompt alone would only run the Inspector and the
+	// Tester over the unchanged code, loop after loop.
+	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && t.spec.GetHandoff() == nil &&
 		!t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil
 }
 
