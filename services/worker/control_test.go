@@ -222,7 +222,7 @@ func TestNodeTesterParsesTAP(t *testing.T) {
 
 // brokenRepo is gitRepo with Add broken (a - b) in its last commit, so that
 // the Engineer has something to fix.
-func brokenRepo(t *testing.T) (repo, base string) {
+func brokenRepo(t testing.TB) (repo, base string) {
 	t.Helper()
 	repo, _ = gitRepo(t)
 	require.NoError(t, os.WriteFile(filepath.Join(repo, "calc.go"), []byte("package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n"), 0o644))
