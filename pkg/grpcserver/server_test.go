@@ -22,6 +22,7 @@ import (
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // probe is a tiny gRPC service registered by hand for these tests.
@@ -68,13 +69,7 @@ func serve(t *testing.T, p *probe, opts ...grpcserver.Option) (*grpcserver.Serve
 	require.NoError(t, err)
 	p.register(srv.GRPC())
 	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, srv.Run)
 	return srv, reg
 }
 
