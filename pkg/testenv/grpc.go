@@ -38,7 +38,8 @@ func RequireCode(t testing.TB, err error, code codes.Code, contains ...string) {
 }
 
 // RequireReason is RequireCode, and fails the test unless the status also
-// carries an ErrorInfo with reason, the reason clients branch on.
+// carries an ErrorInfo of the Sylk domain (apierr.Domain) with reason, the
+// reason clients branch on.
 func RequireReason(t testing.TB, err error, code codes.Code, reason string, contains ...string) {
 	t.Helper()
 	RequireCode(t, err, code, contains...)
@@ -47,8 +48,8 @@ func RequireReason(t testing.TB, err error, code codes.Code, reason string, cont
 	if info == nil {
 		t.Fatalf("%s status %q carries no ErrorInfo, want reason %s", code, st.Message(), reason)
 	}
-	if info.GetReason() != reason {
-		t.Fatalf("%s status %q has reason %s, want %s", code, st.Message(), info.GetReason(), reason)
+	if info.GetReason() != reason || info.GetDomain() != apierr.Domain {
+		t.Fatalf("%s status %q has reason %s in domain %q, want %s in %q", code, st.Message(), info.GetReason(), info.GetDomain(), reason, apierr.Domain)
 	}
 }
 

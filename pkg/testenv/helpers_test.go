@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -89,6 +90,7 @@ func TestRequireReason(t *testing.T) {
 		{name: "other reason", err: err, code: codes.NotFound, reason: "PLAN_NOT_FOUND", fail: true},
 		{name: "other code", err: err, code: codes.InvalidArgument, reason: "SESSION_NOT_FOUND", fail: true},
 		{name: "missing words", err: err, code: codes.NotFound, reason: "SESSION_NOT_FOUND", says: []string{"plan"}, fail: true},
+		{name: "other domain", err: otherDomain(t), code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
 		{name: "no ErrorInfo", err: status.Error(codes.NotFound, "session s1 not found"), code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
 		{name: "no error", code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
 	} {
@@ -97,6 +99,14 @@ func TestRequireReason(t *testing.T) {
 			require.Equal(t, tt.fail, fails(t, func(tb testing.TB) { testenv.RequireReason(tb, tt.err, tt.code, tt.reason, tt.says...) }))
 		})
 	}
+}
+
+// otherDomain is a NotFound status whose ErrorInfo is not of Sylk's domain.
+func otherDomain(t *testing.T) error {
+	st, err := status.New(codes.NotFound, "session s1 not found").
+		WithDetails(&errdetails.ErrorInfo{Reason: "SESSION_NOT_FOUND", Domain: "example.com"})
+	require.NoError(t, err)
+	return st.Err()
 }
 
 // errWrap wraps a status as callers' errors do.
