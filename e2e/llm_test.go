@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -37,10 +36,7 @@ func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Clien
 	prefix := "e2e" + id + "_"
 	natsPrefix := "e" + id
 	redisPrefix := "sylktest:" + id
-	var cfg mesh.DevConfig
-	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(append([]string{
+	cfg := testenv.FromFlags[mesh.DevConfig](t, append([]string{
 		"-postgres.dsn", testenv.PostgresDSN(),
 		"-postgres.schema-prefix", prefix,
 		"-redis.url", testenv.RedisURL(),
@@ -49,7 +45,7 @@ func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Clien
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
-	}, extra...)))
+	}, extra...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	d, err := mesh.StartDev(ctx, cfg, logs)
@@ -137,10 +133,7 @@ func TestLLMProvidersAndUsage(t *testing.T) {
 	pool, err := pgstore.Open(ctx, pgstore.Config{DSN: testenv.PostgresDSN(), MaxConns: 2}, mesh.Schema(prefix, mesh.LLMSchema))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	var lc llm.Config
-	lfs := flag.NewFlagSet("llm", flag.ContinueOnError)
-	lc.RegisterFlags(lfs)
-	reg, err := provider.New(lc)
+	reg, err := provider.New(testenv.FromFlags[llm.Config](t))
 	require.NoError(t, err)
 	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: rc, Usage: usage.New(pool)})
 	require.NoError(t, err)

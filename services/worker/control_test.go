@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -276,8 +275,7 @@ func openAIGate(t *testing.T, fake *fakeOpenAI) *gate.Gate {
 	t.Helper()
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	var lc llm.Config
-	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	lc := testenv.FromFlags[llm.Config](t)
 	lc.OpenAI.APIKey, lc.OpenAI.BaseURL = "sk-test", srv.URL+"/v1"
 	reg, err := provider.New(lc)
 	require.NoError(t, err)
@@ -385,8 +383,7 @@ func TestParseModelAnswer(t *testing.T) {
 }
 
 func TestEngineerWithTheLocalProviderGeneratesNothing(t *testing.T) {
-	var lc llm.Config
-	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	lc := testenv.FromFlags[llm.Config](t)
 	reg, err := provider.New(lc)
 	require.NoError(t, err)
 	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
