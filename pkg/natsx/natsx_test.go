@@ -62,7 +62,7 @@ func TestPublishConsumeDedupAndTrace(t *testing.T) {
 				return nil
 			})
 	})
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, 30*time.Second, 10*time.Millisecond)
 	require.True(t, traceOK.Load(), "the consumer continues the publisher's trace")
 	stop()
 	mu.Lock()
