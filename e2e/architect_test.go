@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
@@ -73,14 +71,6 @@ func member(tenant, user string) context.Context {
 	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: user, Role: identity.RoleMember})
 }
 
-func requireStatus(t *testing.T, err error, code codes.Code, contains string) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status: %v", err)
-	require.Equal(t, code, st.Code(), st.Message())
-	require.Contains(t, st.Message(), contains)
-}
-
 type criterion struct {
 	text     string
 	source   messagev1.CriterionSource
@@ -101,11 +91,7 @@ func criteriaOf(p *architectv1.Plan) []criterion {
 func TestArchitectIntentIsEnrichedByTheAcademic(t *testing.T) {
 	t.Parallel()
 	db, schema := testenv.Postgres(t, "academic", migrations.FS("academic"))
-	var acfg academic.Config
-	fs := flag.NewFlagSet("academic", flag.ContinueOnError)
-	acfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	acad, err := academic.New(acfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Registerer: prometheus.NewRegistry()})
+	acad, err := academic.New(testenv.FromFlags[academic.Config](t), app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	svc, runs := newArchitect(t, architect.Config{AcademicTimeout: 2 * time.Second}, app.Peers{Academic: testenv.ServeGRPC(t, acad.Register)})
 	ctx := member("t1", "u1")
@@ -207,14 +193,14 @@ func TestArchitectApprovalPassesSessionLimits(t *testing.T) {
 		parent string
 	}{{member("t2", "u1"), limited.GetSession().GetName()}, {ctx, "sessions/" + ids.New()}} {
 		_, err = svc.CreatePlan(tc.ctx, &architectv1.CreatePlanRequest{Parent: tc.parent, Request: "add a /version endpoint"})
-		requireStatus(t, err, codes.NotFound, "not found")
+		testenv.RequireCode(t, err, codes.NotFound, "not found")
 		_, err = svc.ListPlans(tc.ctx, &architectv1.ListPlansRequest{Parent: tc.parent})
-		requireStatus(t, err, codes.NotFound, "not found")
+		testenv.RequireCode(t, err, codes.NotFound, "not found")
 	}
 	// Nor in a session that is over.
 	_, err = sessions.CompleteSession(outgoing(ctx), &guidev1.CompleteSessionRequest{Name: plain.GetSession().GetName()})
 	require.NoError(t, err)
 	_, err = svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: plain.GetSession().GetName(), Request: "add a /version endpoint"})
-	requireStatus(t, err, codes.FailedPrecondition, "is completed; cannot plan in it")
+	testenv.RequireCode(t, err, codes.FailedPrecondition, "is completed; cannot plan in it")
 	require.Len(t, runs.recorded(), 2)
 }

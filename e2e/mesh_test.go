@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -126,10 +125,7 @@ func startMesh(t *testing.T, flags ...string) *client {
 	prefix := "e2e" + id + "_"
 	natsPrefix := "e" + id
 	redisPrefix := "sylktest:" + id
-	var cfg mesh.DevConfig
-	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(append([]string{
+	cfg := testenv.FromFlags[mesh.DevConfig](t, append([]string{
 		"-postgres.dsn", testenv.PostgresDSN(),
 		"-postgres.schema-prefix", prefix,
 		"-redis.url", testenv.RedisURL(),
@@ -138,7 +134,7 @@ func startMesh(t *testing.T, flags ...string) *client {
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
-	}, flags...)))
+	}, flags...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	d, err := mesh.StartDev(ctx, cfg, logs)

@@ -17,6 +17,7 @@ import (
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -43,7 +44,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := defaultConfig(t)
+			c := testenv.FromFlags[Config](t)
 			tt.mutate(&c)
 			err := c.Validate()
 			if tt.want == nil {
@@ -61,7 +62,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestConfigLogValueRedactsKey(t *testing.T) {
 	t.Parallel()
-	c := defaultConfig(t)
+	c := testenv.FromFlags[Config](t)
 	c.BootstrapKey = "sylk_" + strings.Repeat("s", 40)
 	require.NotContains(t, c.LogValue().String(), c.BootstrapKey)
 	require.Contains(t, c.LogValue().String(), "[redacted]")

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
 	"maps"
 	"net"
@@ -29,7 +28,6 @@ import (
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
@@ -220,46 +218,23 @@ type harness struct {
 	tenant string
 }
 
-// defaultConfig is the flag defaults.
-func defaultConfig(t *testing.T) Config {
-	t.Helper()
-	var c Config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	return c
-}
-
 // startFake serves the fake Guide on a real gRPC server with the mesh's
 // interceptors (so calls without identity metadata fail) and returns a
 // client connection to it.
 func startFake(t *testing.T) (*fakeGuide, *grpc.ClientConn) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 4 << 20}, logx.Discard(), reg, reg)
-	require.NoError(t, err)
 	fake := newFakeGuide()
-	guidev1.RegisterSessionServiceServer(srv.GRPC(), fake)
-	guidev1.RegisterGuideServiceServer(srv.GRPC(), fake)
-	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		require.NoError(t, <-done)
+	return fake, testenv.ServeGRPC(t, func(s *grpc.Server) {
+		guidev1.RegisterSessionServiceServer(s, fake)
+		guidev1.RegisterGuideServiceServer(s, fake)
 	})
-	return fake, conn
 }
 
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	db, _ := testenv.Postgres(t, "auth", migrations.FS("auth"))
 	fake, conn := startFake(t)
-	cfg := defaultConfig(t)
+	cfg := testenv.FromFlags[Config](t)
 	cfg.ListenAddress = "127.0.0.1:0"
 	if mutate != nil {
 		mutate(&cfg)

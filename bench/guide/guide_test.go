@@ -139,15 +139,12 @@ func startMesh(b *testing.B, extra ...string) *meshEnv {
 	schemaPrefix := "bench" + id + "_"
 	natsPrefix := "b" + id
 	redisPrefix := "sylkbench:" + id
-	var cfg mesh.DevConfig
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(b, fs.Parse(append([]string{
+	cfg := testenv.FromFlags[mesh.DevConfig](b, append([]string{
 		"-postgres.dsn", testenv.PostgresDSN(), "-postgres.schema-prefix", schemaPrefix,
 		"-redis.url", testenv.RedisURL(), "-redis.prefix", redisPrefix,
 		"-nats.url", testenv.NATSURL(), "-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0", "-log.level", "error",
-	}, extra...)))
+	}, extra...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := mesh.StartDev(ctx, cfg, io.Discard)
 	require.NoError(b, err)

@@ -6,7 +6,6 @@ package librarian
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -63,11 +62,7 @@ func BenchmarkLibrarianGoSource(b *testing.B) {
 	b.Logf("queries: %d", len(queries))
 
 	pool, schema := testenv.Postgres(b, "librarian", migrations.FS("librarian"))
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	var cfg librarian.Config
-	cfg.RegisterFlags(fs)
-	require.NoError(b, fs.Parse(nil))
-	svc, err := librarian.New(cfg, app.Deps{Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})), DB: pool, Schema: schema})
+	svc, err := librarian.New(testenv.FromFlags[librarian.Config](b), app.Deps{Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})), DB: pool, Schema: schema})
 	require.NoError(b, err)
 	ctx := identity.NewContext(context.Background(), identity.Identity{TenantID: "bench", UserID: "u1", Role: identity.RoleAdmin})
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -69,14 +68,11 @@ func TestGateUsesTenantKeys(t *testing.T) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	prefix := "mesh" + testenv.ID() + "_"
-	var common Common
-	fs := flag.NewFlagSet("mesh", flag.ContinueOnError)
-	common.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{
+	common := testenv.FromFlags[Common](t,
 		"-postgres.dsn", testenv.PostgresDSN(), "-postgres.schema-prefix", prefix,
-		"-llm.openai.base-url", fake.URL + "/v1", "-llm.openai.api-key", "sk-server",
+		"-llm.openai.base-url", fake.URL+"/v1", "-llm.openai.api-key", "sk-server",
 		"-llm.credentials.key", base64.StdEncoding.EncodeToString(key), "-llm.credentials.cache-ttl", "1h",
-	}))
+	)
 	ctx := t.Context()
 	t.Cleanup(func() { testenv.DropSchema(t, Schema(prefix, LLMSchema)) })
 
@@ -151,21 +147,14 @@ func (optionalGated) NeedsLLMGate(defaultProvider string) bool { return defaultP
 // A service that has no use for the offline provider gets no gate (and no
 // pool for one) unless a model provider is configured.
 func TestGateOnlyWhereItIsUsed(t *testing.T) {
-	parse := func(args ...string) Common {
-		var c Common
-		fs := flag.NewFlagSet("mesh", flag.ContinueOnError)
-		c.RegisterFlags(fs)
-		require.NoError(t, fs.Parse(args))
-		return c
-	}
-	offline := parse()
+	offline := testenv.FromFlags[Common](t)
 	need, err := needsGate(&optionalGated{}, offline)
 	require.NoError(t, err)
 	require.False(t, need)
 	need, err = needsGate(&gated{}, offline)
 	require.NoError(t, err)
 	require.True(t, need, "a service that takes any gate gets one")
-	need, err = needsGate(&optionalGated{}, parse("-llm.openai.api-key", "sk-x"))
+	need, err = needsGate(&optionalGated{}, testenv.FromFlags[Common](t, "-llm.openai.api-key", "sk-x"))
 	require.NoError(t, err)
 	require.True(t, need)
 }

@@ -2,25 +2,21 @@ package consult
 
 import (
 	"context"
-	"flag"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/apierr"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -93,24 +89,7 @@ func (fakeArchive) SearchEntries(context.Context, *archivalistv1.SearchEntriesRe
 // serve runs a server that plays target behind the real interceptor chain.
 func serve(t *testing.T, target string, sink Sink) archivalistv1.ArchivalistServiceClient {
 	t.Helper()
-	var cfg grpcserver.Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{"-grpc.listen-address", "127.0.0.1:0", "-http.listen-address", ""}))
-	srv, err := grpcserver.New(cfg, logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry(), ServerOption(target, sink))
-	require.NoError(t, err)
-	archivalistv1.RegisterArchivalistServiceServer(srv.GRPC(), fakeArchive{})
-	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		require.NoError(t, <-done)
-	})
+	conn := testenv.ServeGRPC(t, func(s *grpc.Server) { archivalistv1.RegisterArchivalistServiceServer(s, fakeArchive{}) }, ServerOption(target, sink))
 	return archivalistv1.NewArchivalistServiceClient(conn)
 }
 

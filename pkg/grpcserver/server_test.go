@@ -22,6 +22,7 @@ import (
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // probe is a tiny gRPC service registered by hand for these tests.
@@ -68,13 +69,7 @@ func serve(t *testing.T, p *probe, opts ...grpcserver.Option) (*grpcserver.Serve
 	require.NoError(t, err)
 	p.register(srv.GRPC())
 	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, srv.Run)
 	return srv, reg
 }
 
@@ -106,17 +101,6 @@ func watch(ctx context.Context, cc *grpc.ClientConn) error {
 	return s.RecvMsg(&healthpb.HealthCheckResponse{})
 }
 
-// requireInfo checks err's code and its ErrorInfo reason and domain.
-func requireInfo(t *testing.T, err error, code codes.Code, reason string) {
-	t.Helper()
-	st := status.Convert(err)
-	require.Equal(t, code, st.Code(), err)
-	info := apierr.Info(st)
-	require.NotNil(t, info, "no ErrorInfo: %v", err)
-	require.Equal(t, reason, info.GetReason())
-	require.Equal(t, apierr.Domain, info.GetDomain())
-}
-
 func TestInterceptors(t *testing.T) {
 	t.Parallel()
 	var seen identity.Identity
@@ -128,7 +112,7 @@ func TestInterceptors(t *testing.T) {
 	ctx := context.Background()
 
 	// No identity: Unauthenticated; health is public.
-	requireInfo(t, call(ctx, cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
+	testenv.RequireReason(t, call(ctx, cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.Status)
@@ -146,19 +130,19 @@ func TestInterceptors(t *testing.T) {
 		ctx := identity.NewContext(ctx, id)
 		p.fn = func(context.Context) error { return errors.New("db password is hunter2") }
 		err = rpc(ctx, cc)
-		requireInfo(t, err, codes.Internal, apierr.ReasonInternal)
+		testenv.RequireReason(t, err, codes.Internal, apierr.ReasonInternal)
 		require.NotContains(t, err.Error(), "hunter2", name)
 		p.fn = func(context.Context) error { return status.Error(codes.NotFound, "no such session") }
-		requireInfo(t, rpc(ctx, cc), codes.NotFound, "NOT_FOUND")
+		testenv.RequireReason(t, rpc(ctx, cc), codes.NotFound, "NOT_FOUND")
 		p.fn = func(context.Context) error { return fmt.Errorf("load: %w", apierr.NotFound("session", "sessions/x")) }
 		err = rpc(ctx, cc)
-		requireInfo(t, err, codes.NotFound, "SESSION_NOT_FOUND")
+		testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND")
 		require.Equal(t, "session sessions/x not found", status.Convert(err).Message(), name)
 		p.fn = func(context.Context) error { return context.DeadlineExceeded }
-		requireInfo(t, rpc(ctx, cc), codes.DeadlineExceeded, apierr.ReasonDeadlineExceeded)
+		testenv.RequireReason(t, rpc(ctx, cc), codes.DeadlineExceeded, apierr.ReasonDeadlineExceeded)
 		p.fn = func(context.Context) error { panic("boom") }
-		requireInfo(t, rpc(ctx, cc), codes.Internal, apierr.ReasonInternal)
-		requireInfo(t, rpc(context.Background(), cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
+		testenv.RequireReason(t, rpc(ctx, cc), codes.Internal, apierr.ReasonInternal)
+		testenv.RequireReason(t, rpc(context.Background(), cc), codes.Unauthenticated, identity.ReasonIdentityMissing)
 	}
 
 	// Metrics count the code the caller got (a panic, recovered outside
@@ -264,7 +248,7 @@ func TestSignedIdentity(t *testing.T) {
 			identity.MDSignature, signer.Sign(root, "/sylk.test.Probe/Other"))},
 	} {
 		err := call(c.ctx, c.cc)
-		requireInfo(t, err, codes.Unauthenticated, identity.ReasonIdentityUnsigned)
+		testenv.RequireReason(t, err, codes.Unauthenticated, identity.ReasonIdentityUnsigned)
 		require.ErrorContains(t, err, "not signed by a service of this deployment", name)
 	}
 

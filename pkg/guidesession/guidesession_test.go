@@ -17,6 +17,7 @@ import (
 	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // guide answers GetSession: "sessions/done" is completed, "sessions/open"
@@ -37,18 +38,16 @@ func (guide) GetSession(_ context.Context, req *guidev1.GetSessionRequest) (*gui
 	return nil, status.Error(codes.NotFound, "no")
 }
 
+// dial returns a connection to the fake Guide, served with the mesh's
+// interceptors, or unless serve to a port nothing listens on.
 func dial(t *testing.T, serve bool) *grpc.ClientConn {
 	t.Helper()
+	if serve {
+		return testenv.ServeGRPC(t, func(s *grpc.Server) { guidev1.RegisterSessionServiceServer(s, guide{}) })
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	if serve {
-		srv := grpc.NewServer()
-		guidev1.RegisterSessionServiceServer(srv, guide{})
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(srv.Stop)
-	} else {
-		require.NoError(t, ln.Close())
-	}
+	require.NoError(t, ln.Close())
 	conn, err := grpcclient.Dial(ln.Addr().String(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })

@@ -38,13 +38,8 @@ func run(t *testing.T, cfg inbox.Config, h inbox.Handler) running {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inbox.Run(ctx, bus, cfg, h) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, func(ctx context.Context) error { return inbox.Run(ctx, bus, cfg, h) })
+	ctx := context.Background()
 	require.NoError(t, topology.EnsureAgents(ctx, bus))
 	require.NoError(t, topology.EnsureEvents(ctx, bus))
 	return running{bus: bus, outcomes: outcomes}

@@ -46,9 +46,8 @@ func TestPublishConsumeDedupAndTrace(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	var traceOK atomic.Bool
-	done := make(chan error, 1)
-	go func() {
-		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: bus.Stream("WORK"), Durable: "w", FilterSubjects: []string{bus.Subject("work", "a")}},
+	stop := testenv.Start(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, natsx.ConsumerSpec{Stream: bus.Stream("WORK"), Durable: "w", FilterSubjects: []string{bus.Subject("work", "a")}},
 			func(ctx context.Context, msg jetstream.Msg) error {
 				var env messagev1.Envelope
 				if err := natsx.Unmarshal(msg, &env); err != nil {
@@ -62,11 +61,10 @@ func TestPublishConsumeDedupAndTrace(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})
-	}()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, 10*time.Second, 10*time.Millisecond)
+	})
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, 30*time.Second, 10*time.Millisecond)
 	require.True(t, traceOK.Load(), "the consumer continues the publisher's trace")
-	cancel()
-	require.NoError(t, <-done)
+	stop()
 	mu.Lock()
 	require.Equal(t, []string{"msg-1", "msg-2"}, got)
 	mu.Unlock()
@@ -85,8 +83,8 @@ func TestConsumeRedeliversAndTerminates(t *testing.T) {
 	require.NoError(t, err)
 
 	var retries, poison atomic.Int32
-	go func() {
-		_ = bus.Consume(ctx, natsx.ConsumerSpec{Stream: bus.Stream("WORK"), Durable: "r", NakDelay: time.Millisecond},
+	testenv.Start(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, natsx.ConsumerSpec{Stream: bus.Stream("WORK"), Durable: "r", NakDelay: time.Millisecond},
 			func(ctx context.Context, msg jetstream.Msg) error {
 				var env messagev1.Envelope
 				_ = natsx.Unmarshal(msg, &env)
@@ -99,7 +97,7 @@ func TestConsumeRedeliversAndTerminates(t *testing.T) {
 				}
 				return nil
 			})
-	}()
+	})
 	require.Eventually(t, func() bool { return retries.Load() == 3 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
 		info, err := bus.JS.Consumer(ctx, bus.Stream("WORK"), "r")

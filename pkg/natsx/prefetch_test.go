@@ -79,14 +79,11 @@ func TestConsumeDoesNotExpireWaitingMessages(t *testing.T) {
 func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	t.Parallel()
 	bus := testenv.NATS(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	stream := workQueue(t, bus, "PANIC", "panic", "boom", "fine")
 	var mu sync.Mutex
 	handled := map[string]int{}
-	done := make(chan error, 1)
-	go func() {
-		done <- bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d", MaxDeliver: 2, NakDelay: time.Millisecond},
+	testenv.Start(t, func(ctx context.Context) error {
+		return bus.Consume(ctx, natsx.ConsumerSpec{Stream: stream, Durable: "d", MaxDeliver: 2, NakDelay: time.Millisecond},
 			func(ctx context.Context, msg jetstream.Msg) error {
 				var env messagev1.Envelope
 				if err := natsx.Unmarshal(msg, &env); err != nil {
@@ -100,14 +97,12 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 				}
 				return nil
 			})
-	}()
+	})
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return handled["fine"] == 1 && handled["boom"] == 2
 	}, 15*time.Second, 10*time.Millisecond, "the panicking message is delivered MaxDeliver times, the other once")
-	cancel()
-	require.NoError(t, <-done)
 }
 
 // workQueue makes a work-queue stream of name on bus, for subjects

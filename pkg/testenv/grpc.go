@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/logx"
@@ -33,6 +34,22 @@ func RequireCode(t testing.TB, err error, code codes.Code, contains ...string) {
 		if !strings.Contains(st.Message(), c) {
 			t.Fatalf("%s status %q does not say %q", code, st.Message(), c)
 		}
+	}
+}
+
+// RequireReason is RequireCode, and fails the test unless the status also
+// carries an ErrorInfo of the Sylk domain (apierr.Domain) with reason, the
+// reason clients branch on.
+func RequireReason(t testing.TB, err error, code codes.Code, reason string, contains ...string) {
+	t.Helper()
+	RequireCode(t, err, code, contains...)
+	st := status.Convert(err)
+	info := apierr.Info(st)
+	if info == nil {
+		t.Fatalf("%s status %q carries no ErrorInfo, want reason %s", code, st.Message(), reason)
+	}
+	if info.GetReason() != reason || info.GetDomain() != apierr.Domain {
+		t.Fatalf("%s status %q has reason %s in domain %q, want %s in %q", code, st.Message(), info.GetReason(), info.GetDomain(), reason, apierr.Domain)
 	}
 }
 

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -71,6 +73,42 @@ func TestRequireCode(t *testing.T) {
 	}
 }
 
+func TestRequireReason(t *testing.T) {
+	t.Parallel()
+	err := apierr.NotFound("session", "s1").GRPCStatus().Err()
+	for _, tt := range []struct {
+		name   string
+		err    error
+		code   codes.Code
+		reason string
+		says   []string
+		fail   bool
+	}{
+		{name: "code and reason", err: err, code: codes.NotFound, reason: "SESSION_NOT_FOUND"},
+		{name: "and words", err: err, code: codes.NotFound, reason: "SESSION_NOT_FOUND", says: []string{"s1"}},
+		{name: "wrapped status", err: errWrap{err}, code: codes.NotFound, reason: "SESSION_NOT_FOUND"},
+		{name: "other reason", err: err, code: codes.NotFound, reason: "PLAN_NOT_FOUND", fail: true},
+		{name: "other code", err: err, code: codes.InvalidArgument, reason: "SESSION_NOT_FOUND", fail: true},
+		{name: "missing words", err: err, code: codes.NotFound, reason: "SESSION_NOT_FOUND", says: []string{"plan"}, fail: true},
+		{name: "other domain", err: otherDomain(t), code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
+		{name: "no ErrorInfo", err: status.Error(codes.NotFound, "session s1 not found"), code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
+		{name: "no error", code: codes.NotFound, reason: "SESSION_NOT_FOUND", fail: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.fail, fails(t, func(tb testing.TB) { testenv.RequireReason(tb, tt.err, tt.code, tt.reason, tt.says...) }))
+		})
+	}
+}
+
+// otherDomain is a NotFound status whose ErrorInfo is not of Sylk's domain.
+func otherDomain(t *testing.T) error {
+	st, err := status.New(codes.NotFound, "session s1 not found").
+		WithDetails(&errdetails.ErrorInfo{Reason: "SESSION_NOT_FOUND", Domain: "example.com"})
+	require.NoError(t, err)
+	return st.Err()
+}
+
 // errWrap wraps a status as callers' errors do.
 type errWrap struct{ err error }
 
@@ -123,6 +161,13 @@ func TestStart(t *testing.T) {
 	r := &recorder{TB: t}
 	testenv.Start(r, func(ctx context.Context) error { <-ctx.Done(); return errors.New("boom") })()
 	require.True(t, r.failed)
+
+	// So does one that does not return in time after its context ends.
+	r = &recorder{TB: t}
+	release := make(chan struct{})
+	testenv.StartWaiting(r, func(context.Context) error { <-release; return nil }, 10*time.Millisecond)()
+	require.True(t, r.failed)
+	close(release)
 }
 
 type config struct {

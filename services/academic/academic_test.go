@@ -2,7 +2,6 @@ package academic
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,29 +11,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
 )
-
-func defaultConfig(t *testing.T) Config {
-	t.Helper()
-	var cfg Config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	return cfg
-}
 
 type fixture struct {
 	svc *Service
@@ -49,7 +36,7 @@ func newFixture(t *testing.T, withBus bool) fixture {
 	if withBus {
 		f.bus = testenv.NATS(t)
 	}
-	svc, err := New(defaultConfig(t), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Bus: f.bus, Registerer: prometheus.NewRegistry()})
+	svc, err := New(testenv.FromFlags[Config](t), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Bus: f.bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	f.svc = svc
 	return f
@@ -66,17 +53,6 @@ func (f fixture) create(t *testing.T, ctx context.Context, d *academicv1.Documen
 	resp, err := f.svc.CreateDocument(ctx, &academicv1.CreateDocumentRequest{Document: d})
 	require.NoError(t, err)
 	return resp.GetDocument()
-}
-
-func requireCode(t *testing.T, err error, want codes.Code, contains ...string) {
-	t.Helper()
-	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status error: %v", err)
-	require.Equal(t, want, st.Code(), st.Message())
-	for _, c := range contains {
-		require.Contains(t, st.Message(), c)
-	}
 }
 
 const guide = `# Sylk operations guide
@@ -105,7 +81,7 @@ If NATS is unreachable, check the JetStream storage directory permissions.
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, defaultConfig(t).Validate())
+	require.NoError(t, testenv.FromFlags[Config](t).Validate())
 	err := Config{}.Validate()
 	require.Error(t, err)
 	for _, name := range []string{"max-document-bytes", "max-section-bytes", "text-section-lines", "max-query-bytes", "inbox-hits", "inbox-timeout"} {
@@ -173,7 +149,7 @@ func TestCreateGetAndSearchDocument(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, resp.GetHits())
 	_, err = f.svc.GetDocument(admin("t2"), &academicv1.GetDocumentRequest{Name: doc.GetName()})
-	requireCode(t, err, codes.NotFound)
+	testenv.RequireCode(t, err, codes.NotFound)
 	list, err := f.svc.ListDocuments(admin("t2"), &academicv1.ListDocumentsRequest{})
 	require.NoError(t, err)
 	require.Empty(t, list.GetDocuments())
@@ -227,7 +203,7 @@ func TestCreateDocumentValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.CreateDocument(tt.ctx, &academicv1.CreateDocumentRequest{Document: tt.doc})
-			requireCode(t, err, tt.code, tt.contains...)
+			testenv.RequireCode(t, err, tt.code, tt.contains...)
 		})
 	}
 	for _, tt := range []struct {
@@ -240,15 +216,14 @@ func TestCreateDocumentValidation(t *testing.T) {
 		{"negative page size", &academicv1.SearchDocumentsRequest{Query: "q", PageSize: -1}, "page_size"},
 	} {
 		_, err := f.svc.SearchDocuments(admin("t1"), tt.req)
-		requireCode(t, err, codes.InvalidArgument, tt.msg)
+		testenv.RequireCode(t, err, codes.InvalidArgument, tt.msg)
 	}
 	for _, name := range []string{"documents/1", "entries/" + ids.New(), ""} {
 		_, err := f.svc.GetDocument(admin("t1"), &academicv1.GetDocumentRequest{Name: name})
-		requireCode(t, err, codes.InvalidArgument, "name")
+		testenv.RequireCode(t, err, codes.InvalidArgument, "name")
 	}
 	_, err := f.svc.GetDocument(admin("t1"), &academicv1.GetDocumentRequest{Name: "documents/" + ids.New()})
-	requireCode(t, err, codes.NotFound)
-	require.Equal(t, "DOCUMENT_NOT_FOUND", apierr.Reason(err))
+	testenv.RequireReason(t, err, codes.NotFound, "DOCUMENT_NOT_FOUND")
 	_, err = f.svc.GetDocument(admin("t1"), &academicv1.GetDocumentRequest{Name: "documents/1"})
 	require.Equal(t, apierr.ReasonInvalidField, apierr.Reason(err))
 }
@@ -287,28 +262,13 @@ func TestListDocumentsPagination(t *testing.T) {
 	}
 	require.Equal(t, []string{"doc 6", "doc 5", "doc 4", "doc 3", "doc 2", "doc 1", "doc 0"}, titles)
 	_, err := f.svc.ListDocuments(ctx, &academicv1.ListDocumentsRequest{PageToken: "garbage!"})
-	requireCode(t, err, codes.InvalidArgument, "page_token")
+	testenv.RequireCode(t, err, codes.InvalidArgument, "page_token")
 }
 
 func TestGRPCRoundTrip(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
-	reg := prometheus.NewRegistry()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 4 << 20}, logx.Discard(), reg, reg)
-	require.NoError(t, err)
-	f.svc.Register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	cc, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cc.Close() })
-	client := academicv1.NewAcademicServiceClient(cc)
+	client := academicv1.NewAcademicServiceClient(testenv.ServeGRPC(t, f.svc.Register))
 
 	call := identity.AppendOutgoing(context.Background(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 	created, err := client.CreateDocument(call, &academicv1.CreateDocumentRequest{Document: &academicv1.Document{Title: "Guide", Content: guide}})
@@ -318,9 +278,9 @@ func TestGRPCRoundTrip(t *testing.T) {
 	require.NotEmpty(t, found.GetHits())
 	require.Equal(t, created.GetDocument().GetName(), found.GetHits()[0].GetDocument())
 	_, err = client.CreateDocument(call, &academicv1.CreateDocumentRequest{Document: &academicv1.Document{Title: "x", Content: "y", Format: "pdf"}})
-	requireCode(t, err, codes.InvalidArgument, "document.format")
+	testenv.RequireCode(t, err, codes.InvalidArgument, "document.format")
 	_, err = client.SearchDocuments(context.Background(), &academicv1.SearchDocumentsRequest{Query: "tap"})
-	requireCode(t, err, codes.Unauthenticated)
+	testenv.RequireCode(t, err, codes.Unauthenticated)
 }
 
 func TestLargeDocument(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func expectationTexts(resp *academicv1.GetDomainExpectationsResponse) []string {
@@ -72,8 +73,8 @@ func TestGetDomainExpectationsValidation(t *testing.T) {
 		{&academicv1.GetDomainExpectationsRequest{Request: "logout \xff"}, "UTF-8"},
 	} {
 		_, err := f.svc.GetDomainExpectations(ctx, tt.req)
-		requireCode(t, err, codes.InvalidArgument, tt.want)
+		testenv.RequireCode(t, err, codes.InvalidArgument, tt.want)
 	}
 	_, err := f.svc.GetDomainExpectations(t.Context(), &academicv1.GetDomainExpectationsRequest{Request: "logout"})
-	requireCode(t, err, codes.Unauthenticated)
+	testenv.RequireCode(t, err, codes.Unauthenticated)
 }

@@ -13,6 +13,7 @@ import (
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -25,13 +26,7 @@ func TestInboxAnswersQuestions(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureAgents(ctx, f.bus))
 	require.NoError(t, topology.EnsureEvents(ctx, f.bus))
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, f.svc.Run)
 	stream, err := f.bus.JS.Stream(ctx, f.bus.Stream(topology.StreamEvents))
 	require.NoError(t, err)
 

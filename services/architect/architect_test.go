@@ -14,9 +14,9 @@ import (
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
-	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func TestLocalPlanner(t *testing.T) {
@@ -126,7 +126,7 @@ func TestCreatePlanExplicitDAG(t *testing.T) {
 			t.Parallel()
 			parent := newSession()
 			_, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: parent, Request: "x", Dag: tt.dag})
-			requireCode(t, err, codes.InvalidArgument, tt.message)
+			testenv.RequireCode(t, err, codes.InvalidArgument, tt.message)
 			list, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: parent})
 			require.NoError(t, err)
 			require.Empty(t, list.GetPlans(), "nothing stored for an invalid DAG")
@@ -200,7 +200,7 @@ func TestPlanValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			requireCode(t, tt.call(), tt.code, tt.message)
+			testenv.RequireCode(t, tt.call(), tt.code, tt.message)
 		})
 	}
 }
@@ -214,12 +214,11 @@ func TestPlanIsolation(t *testing.T) {
 	name := created.GetPlan().GetName()
 	for _, ctx := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
 		_, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
-		requireCode(t, err, codes.NotFound, "plan "+name+" not found")
-		require.Equal(t, "PLAN_NOT_FOUND", apierr.Reason(err))
+		testenv.RequireReason(t, err, codes.NotFound, "PLAN_NOT_FOUND", "plan "+name+" not found")
 		_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
-		requireCode(t, err, codes.NotFound, "not found")
+		testenv.RequireCode(t, err, codes.NotFound, "not found")
 		_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
-		requireCode(t, err, codes.NotFound, "not found")
+		testenv.RequireCode(t, err, codes.NotFound, "not found")
 		list, err := f.svc.ListPlans(ctx, &architectv1.ListPlansRequest{Parent: parent})
 		require.NoError(t, err)
 		require.Empty(t, list.GetPlans())
@@ -288,10 +287,10 @@ func TestApprovePlan(t *testing.T) {
 	// plan keeps waiting.
 	f.orch.setFail(status.Error(codes.ResourceExhausted, "too many runs"))
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
-	requireCode(t, err, codes.ResourceExhausted, "orchestrator: too many runs")
+	testenv.RequireCode(t, err, codes.ResourceExhausted, "orchestrator: too many runs")
 	f.orch.setFail(status.Error(codes.InvalidArgument, "dag: cycle in depends_on: a -> b -> a"))
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
-	requireCode(t, err, codes.InvalidArgument, "cycle")
+	testenv.RequireCode(t, err, codes.InvalidArgument, "cycle")
 	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: p.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL, got.GetPlan().GetState())
@@ -315,10 +314,9 @@ func TestApprovePlan(t *testing.T) {
 	require.Equal(t, "u1", who[2].UserID)
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: p.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot approve")
-	require.Equal(t, reasonPlanDecided, apierr.Reason(err))
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonPlanDecided, "plan is approved; cannot approve")
 	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: p.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot reject")
+	testenv.RequireCode(t, err, codes.FailedPrecondition, "plan is approved; cannot reject")
 	calls, _ = f.orch.recorded()
 	require.Len(t, calls, 3, "a decided plan is not submitted again")
 
@@ -347,9 +345,9 @@ func TestRejectPlan(t *testing.T) {
 	require.Equal(t, "too broad", rejected.GetPlan().GetRejectReason())
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
-	requireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot approve")
+	testenv.RequireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot approve")
 	_, err = f.svc.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: name})
-	requireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot reject")
+	testenv.RequireCode(t, err, codes.FailedPrecondition, "plan is rejected; cannot reject")
 	calls, _ := f.orch.recorded()
 	require.Empty(t, calls)
 

@@ -147,15 +147,6 @@ func as(tenant, user string) context.Context {
 
 func newSession() string { return "sessions/" + ids.New() }
 
-func requireCode(t *testing.T, err error, code codes.Code, contains string) {
-	t.Helper()
-	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status: %v", err)
-	require.Equal(t, code, st.Code(), st.Message())
-	require.Contains(t, st.Message(), contains)
-}
-
 // events reads every event of a session from the EVENTS stream.
 func events(t *testing.T, bus *natsx.Bus, tenant, sessionID string) []*eventv1.Event {
 	t.Helper()

@@ -1,7 +1,6 @@
 package architect
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -30,13 +30,7 @@ func inboxEnvelope(sessionID, text string) *messagev1.Envelope {
 func TestInboxDraftsPlans(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, f.svc.Run)
 	ctx := as("t1", "u1")
 	inbox := topology.InboxSubject(f.bus, topology.AgentArchitect)
 	inboxCount := func(result string) float64 {

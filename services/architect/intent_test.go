@@ -10,6 +10,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/grpcclient"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // architectWithAcademic is an architect whose academic peer is at addr,
@@ -60,6 +61,6 @@ func TestCreatePlanChecksStatedIntent(t *testing.T) {
 	} {
 		tt.req.Parent, tt.req.Request = newSession(), "add a logout button"
 		_, err := f.svc.CreatePlan(ctx, tt.req)
-		requireCode(t, err, 3, tt.want)
+		testenv.RequireCode(t, err, 3, tt.want)
 	}
 }

@@ -46,10 +46,10 @@ func TestApproveFailsWhenGuideSilent(t *testing.T) {
 	name := created.GetPlan().GetName()
 	silent.Store(true)
 	_, err = f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: newSession(), Request: "add a /version endpoint"})
-	requireCode(t, err, codes.Unavailable, "could not read the session; retry")
+	testenv.RequireCode(t, err, codes.Unavailable, "could not read the session; retry")
 
 	_, err = f.svc.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: name})
-	requireCode(t, err, codes.Unavailable, "could not read the session's limits; retry")
+	testenv.RequireCode(t, err, codes.Unavailable, "could not read the session's limits; retry")
 	calls, _ := f.orch.recorded()
 	require.Empty(t, calls, "no run starts without the session's limits")
 	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})

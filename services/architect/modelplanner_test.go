@@ -145,12 +145,12 @@ func TestPlannerThroughGateModelProvider(t *testing.T) {
 	mu.Unlock()
 
 	_, err = f.svc.CreatePlan(as("t2", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: "malformed request"})
-	requireCode(t, err, codes.Unavailable, "could not be used")
+	testenv.RequireCode(t, err, codes.Unavailable, "could not be used")
 
 	// The session's budget (20,000 tokens) cannot hold another reservation
 	// of a huge request.
 	_, err = f.svc.CreatePlan(as("t2", "u1"), &architectv1.CreatePlanRequest{Parent: parent, Request: strings.Repeat("add a field to the invoice ", 500)})
-	requireCode(t, err, codes.ResourceExhausted, "session token budget exceeded")
+	testenv.RequireCode(t, err, codes.ResourceExhausted, "session token budget exceeded")
 
 	g.Close()
 	rs := recs.all()

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // A rejection that arrives while an approval is starting the plan's run
@@ -55,7 +56,7 @@ func TestRejectWaitsForApproval(t *testing.T) {
 	if !answered {
 		early = <-rejected
 	}
-	requireCode(t, early, codes.FailedPrecondition, "plan is approved")
+	testenv.RequireCode(t, early, codes.FailedPrecondition, "plan is approved")
 	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: name})
 	require.NoError(t, err)
 	require.Equal(t, architectv1.PlanState_PLAN_STATE_APPROVED, got.GetPlan().GetState())

@@ -2,7 +2,6 @@ package archivalist
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	"sylk.dev/sylk/migrations"
@@ -23,18 +21,8 @@ import (
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/testenv"
-
 	"sylk.dev/sylk/pkg/textsearch"
 )
-
-func defaultConfig(t *testing.T) Config {
-	t.Helper()
-	var cfg Config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	return cfg
-}
 
 type fixture struct {
 	svc *Service
@@ -50,7 +38,7 @@ func newFixture(t *testing.T, withBus bool) fixture {
 	if withBus {
 		f.bus = testenv.NATS(t)
 	}
-	svc, err := New(defaultConfig(t), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Bus: f.bus, Registerer: f.reg})
+	svc, err := New(testenv.FromFlags[Config](t), app.Deps{Log: logx.Discard(), DB: pool, Schema: schema, Bus: f.bus, Registerer: f.reg})
 	require.NoError(t, err)
 	f.svc = svc
 	return f
@@ -69,20 +57,9 @@ func (f fixture) create(t *testing.T, ctx context.Context, e *archivalistv1.Entr
 	return resp.GetEntry()
 }
 
-func requireCode(t *testing.T, err error, want codes.Code, contains ...string) {
-	t.Helper()
-	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status error: %v", err)
-	require.Equal(t, want, st.Code(), st.Message())
-	for _, c := range contains {
-		require.Contains(t, st.Message(), c)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, defaultConfig(t).Validate())
+	require.NoError(t, testenv.FromFlags[Config](t).Validate())
 	err := Config{MaxContentBytes: 0, MaxQueryBytes: 0, InboxHits: 0, InboxTimeout: 0}.Validate()
 	require.Error(t, err)
 	for _, flag := range []string{"max-content-bytes", "max-query-bytes", "inbox-hits", "inbox-timeout", "guide-timeout"} {
@@ -156,7 +133,7 @@ func TestCreateEntryValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.CreateEntry(tt.ctx, &archivalistv1.CreateEntryRequest{Entry: tt.entry})
-			requireCode(t, err, tt.code, tt.contains...)
+			testenv.RequireCode(t, err, tt.code, tt.contains...)
 		})
 	}
 	// Exactly at the limits is accepted.
@@ -183,7 +160,7 @@ func TestGetEntryErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.GetEntry(tt.ctx, &archivalistv1.GetEntryRequest{Name: tt.req})
-			requireCode(t, err, tt.code)
+			testenv.RequireCode(t, err, tt.code)
 		})
 	}
 }
@@ -221,7 +198,7 @@ func TestSearchSessionScoping(t *testing.T) {
 		search(&archivalistv1.SearchEntriesRequest{Query: "deadlock", CrossSession: true, Category: "pattern"}))
 
 	_, err := f.svc.SearchEntries(ctx, &archivalistv1.SearchEntriesRequest{Query: "deadlock"})
-	requireCode(t, err, codes.InvalidArgument, "session_id: required unless cross_session is set")
+	testenv.RequireCode(t, err, codes.InvalidArgument, "session_id: required unless cross_session is set")
 
 	// Another tenant sees none of it, even across sessions.
 	resp, err := f.svc.SearchEntries(admin("t2"), &archivalistv1.SearchEntriesRequest{Query: "deadlock", CrossSession: true})
@@ -291,7 +268,7 @@ func TestSearchValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.SearchEntries(admin("t1"), tt.req)
-			requireCode(t, err, codes.InvalidArgument, tt.contains)
+			testenv.RequireCode(t, err, codes.InvalidArgument, tt.contains)
 		})
 	}
 }
@@ -366,7 +343,7 @@ func TestListEntriesPagination(t *testing.T) {
 		{PageSize: -5},
 	} {
 		_, err := f.svc.ListEntries(ctx, req)
-		requireCode(t, err, codes.InvalidArgument)
+		testenv.RequireCode(t, err, codes.InvalidArgument)
 	}
 }
 
@@ -408,7 +385,7 @@ func TestPrivateEntriesAreTheirUsers(t *testing.T) {
 	require.Equal(t, []string{"Shared decision"}, titles(bob))
 
 	_, err := f.svc.GetEntry(bob, &archivalistv1.GetEntryRequest{Name: private.GetName()})
-	requireCode(t, err, codes.NotFound)
+	testenv.RequireCode(t, err, codes.NotFound)
 	require.Equal(t, "ENTRY_NOT_FOUND", apierr.Reason(err), "another user's private entry is reported as missing")
 	_, err = f.svc.GetEntry(admin("t1"), &archivalistv1.GetEntryRequest{Name: private.GetName()})
 	require.NoError(t, err)

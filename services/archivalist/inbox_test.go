@@ -15,6 +15,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -25,13 +26,7 @@ func runInbox(t *testing.T, f fixture) func(env *messagev1.Envelope) {
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureAgents(ctx, f.bus))
 	require.NoError(t, topology.EnsureEvents(ctx, f.bus))
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, f.svc.Run)
 	return func(env *messagev1.Envelope) {
 		t.Helper()
 		_, err := f.bus.Publish(ctx, topology.InboxSubject(f.bus, topology.AgentArchivalist), env.GetId(), env)

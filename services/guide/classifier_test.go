@@ -2,12 +2,12 @@ package guide
 
 import (
 	"context"
-	"flag"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func TestKeywordClassifier(t *testing.T) {
@@ -72,10 +72,7 @@ func TestIsIdentifier(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	var c Config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{"-guide.max-message-bytes=1024"}))
+	c := testenv.FromFlags[Config](t, "-guide.max-message-bytes=1024")
 	require.NoError(t, c.Validate())
 	require.Equal(t, 1024, c.MaxMessageBytes)
 	require.Equal(t, DefaultRouteThreshold, c.RouteThreshold)

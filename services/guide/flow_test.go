@@ -26,6 +26,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/migrations"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
@@ -51,13 +52,7 @@ func newFlowFixture(t testing.TB, cfg Config, run bool) flowFixture {
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), DB: db, Schema: schema, Bus: bus, Redis: rc, Registerer: reg})
 	require.NoError(t, err)
 	if run {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- svc.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
+		testenv.Start(t, svc.Run)
 		// Messages are stored in group commits from here on.
 		require.Eventually(t, svc.writes.started.Load, 10*time.Second, time.Millisecond)
 	}
@@ -123,10 +118,9 @@ func TestSessionStateMachine(t *testing.T) {
 	require.Equal(t, DefaultSessionAutoSuspendAfter, s.GetConfig().GetAutoSuspendAfter().AsDuration())
 
 	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "session is created; cannot suspend (allowed only from active)")
-	requireReason(t, err, reasonTransitionNotAllowed)
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is created; cannot suspend (allowed only from active)")
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
-	requireCode(t, err, codes.FailedPrecondition, "session is created")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotActive, "session is created")
 
 	act, err := f.svc.ActivateSession(ctx, &guidev1.ActivateSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
@@ -136,7 +130,7 @@ func TestSessionStateMachine(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, susp.GetSession().GetSuspendTime())
 	_, err = f.svc.ActivateSession(ctx, &guidev1.ActivateSessionRequest{Name: s.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "session is suspended; cannot activate (allowed only from created)")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is suspended; cannot activate (allowed only from created)")
 	res, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	require.Equal(t, guidev1.SessionState_SESSION_STATE_ACTIVE, res.GetSession().GetState())
@@ -154,18 +148,18 @@ func TestSessionStateMachine(t *testing.T) {
 		"SESSION_STATE_ACTIVE>SESSION_STATE_COMPLETED"}, got)
 
 	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "session is completed; cannot resume (allowed only from suspended)")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is completed; cannot resume (allowed only from suspended)")
 	failed := f.createSession(t, ctx, "f")
 	_, err = f.svc.FailSession(ctx, ownerIdentity("t1", "u1"), failed.GetId(), "boom")
 	require.NoError(t, err)
 	_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: failed.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "session is failed; cannot complete (allowed only from active or suspended)")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is failed; cannot complete (allowed only from active or suspended)")
 
 	_, err = f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Config: &guidev1.SessionConfig{MaxEngineers: -1}}})
-	requireCode(t, err, codes.InvalidArgument, "session.config.max_engineers")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "session.config.max_engineers")
 	_, err = f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Config: &guidev1.SessionConfig{
 		TaskTimeout: &durationpb.Duration{Seconds: 500 * 365 * 24 * 3600}}}})
-	requireCode(t, err, codes.InvalidArgument, "session.config.task_timeout: must be between 1s and 8784h0m0s (a year)")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "session.config.task_timeout: must be between 1s and 8784h0m0s (a year)")
 }
 
 // Acceptance behaviour 14.
@@ -201,11 +195,11 @@ func TestSwitchSession(t *testing.T) {
 	require.Len(t, sw.GetSuspended(), 1)
 
 	_, err = f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: other.GetName()})
-	requireCode(t, err, codes.NotFound, "not found")
+	testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 	_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: b.GetSession().GetName()})
 	require.NoError(t, err)
 	_, err = f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: b.GetSession().GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "session is completed; cannot switch to it")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is completed; cannot switch to it")
 
 	// Concurrent switches of one user leave exactly one of them active.
 	var wg sync.WaitGroup
@@ -237,8 +231,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), up.GetVersion())
 	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
-	requireCode(t, err, codes.Aborted, "context version is 1, not 0")
-	requireReason(t, err, reasonContextVersionMismatch)
+	testenv.RequireReason(t, err, codes.Aborted, reasonContextVersionMismatch, "context version is 1, not 0")
 
 	ask := f.send(t, ctx, s, "hello there")
 	require.Empty(t, ask.GetRoute().GetTarget())
@@ -263,7 +256,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.Nil(t, sn.GetRestoreTime())
 	require.Equal(t, stateFrozen, f.pendingState(t, routed.GetCorrelationId()))
 	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: &guidev1.SessionContext{}, Version: 1})
-	requireCode(t, err, codes.FailedPrecondition, "session is suspended; cannot update its context")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotOpen, "session is suspended; cannot update its context")
 
 	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
@@ -282,9 +275,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	// Isolation.
 	for _, who := range []context.Context{as("t1", "u2"), as("t2", "u1")} {
 		_, err := f.svc.GetSessionContext(who, &guidev1.GetSessionContextRequest{Name: s.GetName()})
-		requireCode(t, err, codes.NotFound, "not found")
+		testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 		_, err = f.svc.GetSessionSnapshot(who, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
-		requireCode(t, err, codes.NotFound, "not found")
+		testenv.RequireReason(t, err, codes.NotFound, "SNAPSHOT_NOT_FOUND", "not found")
 	}
 }
 
@@ -493,7 +486,7 @@ func TestRequestTimeoutAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, theirs.GetDeadLetters())
 	_, err = f.svc.ReplayDeadLetter(as("t1", "u2"), &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
-	requireCode(t, err, codes.NotFound, "not found")
+	testenv.RequireReason(t, err, codes.NotFound, "DEAD_LETTER_NOT_FOUND", "not found")
 	all, err := f.svc.ListDeadLetters(asAdmin("t1", "admin"), &guidev1.ListDeadLettersRequest{})
 	require.NoError(t, err)
 	require.Len(t, all.GetDeadLetters(), 1)
@@ -507,7 +500,7 @@ func TestRequestTimeoutAndDeadLetters(t *testing.T) {
 	require.NotEqual(t, first.GetId(), again.GetId())
 	require.Equal(t, statePending, f.pendingState(t, r.GetCorrelationId()))
 	_, err = f.svc.ReplayDeadLetter(as("t2", "u1"), &guidev1.ReplayDeadLetterRequest{Name: d.GetName()})
-	requireCode(t, err, codes.NotFound, "not found")
+	testenv.RequireReason(t, err, codes.NotFound, "DEAD_LETTER_NOT_FOUND", "not found")
 }
 
 // A replayed request that times out again gives a second error event and
@@ -614,7 +607,7 @@ func TestReplayDeadLetterNeedsActiveSession(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, dl.GetDeadLetters(), 1)
 		_, err = f.svc.ReplayDeadLetter(ctx, &guidev1.ReplayDeadLetterRequest{Name: dl.GetDeadLetters()[0].GetName()})
-		requireCode(t, err, codes.FailedPrecondition, c.want)
+		testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotActive, c.want)
 		require.Equal(t, stateTimedOut, f.pendingState(t, c.r.GetCorrelationId()))
 	}
 	// Nothing was sent again; once resumed, the suspended session's dead
@@ -899,8 +892,7 @@ func TestClarificationAndRelay(t *testing.T) {
 	require.Equal(t, "yes", got.GetClarificationResponse().GetAnswer())
 	require.Equal(t, corr, got.GetCorrelationId())
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "again", InReplyTo: name})
-	requireCode(t, err, codes.NotFound, "pending clarification")
-	requireReason(t, err, "PENDING_CLARIFICATION_NOT_FOUND")
+	testenv.RequireReason(t, err, codes.NotFound, "PENDING_CLARIFICATION_NOT_FOUND", "pending clarification")
 
 	relayed := &messagev1.Envelope{Id: ids.New(), CorrelationId: ids.New(), TenantId: "t1", SessionId: s.GetId(), UserId: "u1",
 		Source: "librarian", Target: "architect", Type: messagev1.MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE,
@@ -1007,9 +999,9 @@ func TestFailureFeedback(t *testing.T) {
 	}
 	_, err = f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "nobody",
 		ShouldHaveBeen: "academic", FailureSignal: guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT})
-	requireCode(t, err, codes.InvalidArgument, "routed_to")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "routed_to")
 	_, err = f.svc.RecordRoutingFailure(ctx, &guidev1.RecordRoutingFailureRequest{OriginalRequest: q, RoutedTo: "librarian", ShouldHaveBeen: "academic"})
-	requireCode(t, err, codes.InvalidArgument, "failure_signal")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "failure_signal")
 }
 
 // A dry run routes a recorded query as a replay would: past routing
@@ -1072,8 +1064,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(rec.GetRecording().GetId(), "rec_"))
 	_, err = f.svc.StartRecording(ctx, &guidev1.StartRecordingRequest{Parent: s.GetName()})
-	requireCode(t, err, codes.FailedPrecondition, "stop the current recording first")
-	requireReason(t, err, reasonRecordingInProgress)
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonRecordingInProgress, "stop the current recording first")
 	f.send(t, ctx, s, "where is the function ParseConfig defined?")
 	nextEnvelope(t, lib)
 	f.send(t, ctx, s, "/status")
@@ -1119,8 +1110,7 @@ func testRecordingReplay(t *testing.T, f flowFixture, grouped bool) {
 	require.True(t, step.GetState().GetDone())
 	require.Equal(t, []int32{1}, step.GetState().GetSkippedIndices())
 	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
-	requireCode(t, err, codes.FailedPrecondition, "replay is done")
-	requireReason(t, err, reasonReplayFinished)
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonReplayFinished, "replay is done")
 }
 
 // A step of an interactive replay that the session does not take leaves
@@ -1147,7 +1137,7 @@ func TestReplayStepNotTakenIsKept(t *testing.T) {
 	_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	_, err = f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: name, Action: "continue"})
-	requireCode(t, err, codes.FailedPrecondition, "session is suspended")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotActive, "session is suspended")
 	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
 	require.NoError(t, err)
 	for i, q := range queries {
@@ -1180,7 +1170,7 @@ func TestReplayOfRecordingInProgressEnds(t *testing.T) {
 	for range 5 {
 		step, err := f.svc.StepReplay(ctx, &guidev1.StepReplayRequest{Name: inter.GetState().GetName(), Action: "continue"})
 		if err != nil {
-			requireCode(t, err, codes.FailedPrecondition, "replay is done")
+			testenv.RequireReason(t, err, codes.FailedPrecondition, reasonReplayFinished, "replay is done")
 			break
 		}
 		sent = append(sent, step.GetResult().GetQuery())

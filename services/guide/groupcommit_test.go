@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // TestGroupCommit sends many messages at once while the Guide runs, so that
@@ -65,7 +66,7 @@ func TestGroupCommit(t *testing.T) {
 	close(corr)
 	refused := 0
 	for err := range errs {
-		requireCode(t, err, codes.FailedPrecondition, "session is suspended")
+		testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotActive, "session is suspended")
 		refused++
 	}
 	require.Equal(t, perSession, refused)

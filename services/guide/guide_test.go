@@ -26,8 +26,6 @@ import (
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -94,27 +92,6 @@ func eventTypes(evs []*eventv1.Event) []string {
 
 func typeName(e *eventv1.Event) string {
 	return strings.ToLower(strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_"))
-}
-
-// requireCode checks err's code and message, and that it carries an
-// ErrorInfo (but for a missing identity, whose ErrorInfo the server's
-// interceptor adds).
-func requireCode(t *testing.T, err error, code codes.Code, contains string) {
-	t.Helper()
-	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "not a status: %v", err)
-	require.Equal(t, code, st.Code(), st.Message())
-	require.Contains(t, st.Message(), contains)
-	if code != codes.Unauthenticated {
-		require.NotNil(t, apierr.Info(st), "no ErrorInfo: %v", err)
-	}
-}
-
-// requireReason checks err's ErrorInfo reason.
-func requireReason(t *testing.T, err error, reason string) {
-	t.Helper()
-	require.Equal(t, reason, apierr.Reason(err), "%v", err)
 }
 
 func TestSessionLifecycle(t *testing.T) {
@@ -216,7 +193,7 @@ func TestSessionTransitions(t *testing.T) {
 			setup[tt.from](t, s)
 			got, err := do[tt.verb](s.GetName())
 			if tt.want == 0 {
-				requireCode(t, err, codes.FailedPrecondition, fmt.Sprintf("session is %s; cannot %s", tt.from, tt.verb))
+				testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, fmt.Sprintf("session is %s; cannot %s", tt.from, tt.verb))
 				return
 			}
 			require.NoError(t, err)
@@ -229,7 +206,7 @@ func TestSessionTransitions(t *testing.T) {
 		s := f.createSession(t, ctx, "x")
 		setup["completed"](t, s)
 		_, err := f.svc.FailSession(ctx, identity.Identity{TenantID: "t1", UserID: "u1"}, s.GetId(), "late")
-		requireCode(t, err, codes.FailedPrecondition, "session is completed; cannot fail")
+		testenv.RequireReason(t, err, codes.FailedPrecondition, reasonTransitionNotAllowed, "session is completed; cannot fail")
 	})
 	t.Run("fail_records_time", func(t *testing.T) {
 		t.Parallel()
@@ -252,54 +229,55 @@ func TestSessionValidation(t *testing.T) {
 		name    string
 		call    func() error
 		code    codes.Code
+		reason  string
 		message string
 	}{
 		{"display name too long", func() error {
 			_, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{DisplayName: strings.Repeat("é", 201)}})
 			return err
-		}, codes.InvalidArgument, "session.display_name: 201 characters exceeds the limit of 200"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "session.display_name: 201 characters exceeds the limit of 200"},
 		{"too much metadata", func() error {
 			_, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Metadata: bigMeta}})
 			return err
-		}, codes.InvalidArgument, "session.metadata: 33 entries"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "session.metadata: 33 entries"},
 		{"empty metadata key", func() error {
 			_, err := f.svc.CreateSession(ctx, &guidev1.CreateSessionRequest{Session: &guidev1.Session{Metadata: map[string]string{"": "x"}}})
 			return err
-		}, codes.InvalidArgument, "session.metadata"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "session.metadata"},
 		{"bad name", func() error {
 			_, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: "sessions/not-a-uuid"})
 			return err
-		}, codes.InvalidArgument, "name: want sessions/{uuid}"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "name: want sessions/{uuid}"},
 		{"missing name", func() error {
 			_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{})
 			return err
-		}, codes.InvalidArgument, "name: required"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "name: required"},
 		{"unknown session", func() error {
 			_, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: "sessions/" + ids.New()})
 			return err
-		}, codes.NotFound, "not found"},
+		}, codes.NotFound, "SESSION_NOT_FOUND", "not found"},
 		{"no identity", func() error {
 			_, err := f.svc.CreateSession(context.Background(), &guidev1.CreateSessionRequest{})
 			return err
-		}, codes.Unauthenticated, "identity"},
+		}, codes.Unauthenticated, identity.ReasonIdentityMissing, "identity"},
 		{"negative page size", func() error {
 			_, err := f.svc.ListSessions(ctx, &guidev1.ListSessionsRequest{PageSize: -1})
 			return err
-		}, codes.InvalidArgument, "page_size"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "page_size"},
 		{"bad page token", func() error {
 			_, err := f.svc.ListSessions(ctx, &guidev1.ListSessionsRequest{PageToken: "!!"})
 			return err
-		}, codes.InvalidArgument, "page_token"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "page_token"},
 		{"summary too long", func() error {
 			s := f.createSession(t, ctx, "x")
 			_, err := f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName(), Summary: strings.Repeat("x", DefaultMaxSummaryBytes+1)})
 			return err
-		}, codes.InvalidArgument, "summary"},
+		}, codes.InvalidArgument, apierr.ReasonInvalidField, "summary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			requireCode(t, tt.call(), tt.code, tt.message)
+			testenv.RequireReason(t, tt.call(), tt.code, tt.reason, tt.message)
 		})
 	}
 
@@ -324,18 +302,17 @@ func TestSessionIsolation(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.GetSession(ctx, &guidev1.GetSessionRequest{Name: s.GetName()})
-			requireCode(t, err, codes.NotFound, "session "+s.GetName()+" not found")
-			requireReason(t, err, "SESSION_NOT_FOUND")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "session "+s.GetName()+" not found")
 			_, err = f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: s.GetName()})
-			requireCode(t, err, codes.NotFound, "not found")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName()})
-			requireCode(t, err, codes.NotFound, "not found")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
-			requireCode(t, err, codes.NotFound, "not found")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.ListMessages(ctx, &guidev1.ListMessagesRequest{Parent: s.GetName()})
-			requireCode(t, err, codes.NotFound, "not found")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: s.GetName()})
-			requireCode(t, err, codes.NotFound, "not found")
+			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			list, err := f.svc.ListSessions(ctx, &guidev1.ListSessionsRequest{})
 			require.NoError(t, err)
 			require.Empty(t, list.GetSessions())
@@ -588,8 +565,7 @@ func TestSendMessageErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: tt.parent, Text: tt.text})
-			requireCode(t, err, tt.code, tt.message)
-			requireReason(t, err, tt.reason)
+			testenv.RequireReason(t, err, tt.code, tt.reason, tt.message)
 		})
 	}
 }
@@ -606,11 +582,9 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	ctx := as("t1", "u1")
 	_, err = svc.ListSessions(ctx, &guidev1.ListSessionsRequest{})
-	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
-	requireReason(t, err, apierr.ReasonStoreUnavailable)
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonStoreUnavailable, "database unavailable, retry later")
 	_, err = svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: "sessions/" + ids.New(), Text: "where is ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "database unavailable, retry later")
-	requireReason(t, err, apierr.ReasonStoreUnavailable)
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonStoreUnavailable, "database unavailable, retry later")
 }
 
 // A request whose envelope could not be published is stored; retrying it
@@ -625,7 +599,7 @@ func TestRetryPublishesStoredEnvelope(t *testing.T) {
 	require.NoError(t, f.bus.JS.DeleteStream(bg, topology.AgentsStream(f.bus)))
 	req := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?", RequestId: "lost-1"}
 	_, err := f.svc.SendMessage(ctx, req)
-	requireCode(t, err, codes.Unavailable, "retry with the same request_id")
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonBusUnavailable, "retry with the same request_id")
 
 	require.NoError(t, topology.EnsureAgents(bg, f.bus))
 	reader := inboxReader(t, f.bus, "librarian")
@@ -670,7 +644,7 @@ func TestUnacknowledgedPublishIsUnavailable(t *testing.T) {
 	defer cancel()
 	req := &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?", RequestId: "silent-1"}
 	_, err = svc.SendMessage(cctx, req)
-	requireCode(t, err, codes.Unavailable, "is stored; retry with the same request_id")
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonBusUnavailable, "is stored; retry with the same request_id")
 
 	require.NoError(t, sub.Unsubscribe())
 	require.NoError(t, topology.EnsureAgents(bg, bus))
@@ -689,7 +663,7 @@ func storedWhileBusDown(t *testing.T, f fixture, ctx context.Context) *guidev1.S
 	bg := context.Background()
 	require.NoError(t, f.bus.JS.DeleteStream(bg, topology.AgentsStream(f.bus)))
 	_, err := f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Where is the function ParseConfig defined?"})
-	requireCode(t, err, codes.Unavailable, "event bus unavailable")
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonBusUnavailable, "event bus unavailable")
 	require.NoError(t, topology.EnsureAgents(bg, f.bus))
 	return s
 }
@@ -788,8 +762,7 @@ func TestSendMessageIdempotent(t *testing.T) {
 	// The id sent with another text is refused, not answered with the
 	// first message while the new text is dropped.
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "Something else", RequestId: "req-1"})
-	requireCode(t, err, codes.AlreadyExists, again.GetMessage().GetName())
-	requireReason(t, err, reasonRequestIDReused)
+	testenv.RequireReason(t, err, codes.AlreadyExists, reasonRequestIDReused, again.GetMessage().GetName())
 
 	env := nextEnvelope(t, reader)
 	require.Equal(t, again.GetCorrelationId(), env.GetCorrelationId())
@@ -811,7 +784,7 @@ func TestSendMessageIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, proto.Equal(again, retried))
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help", RequestId: "req-2"})
-	requireCode(t, err, codes.FailedPrecondition, "resume it first")
+	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonSessionNotActive, "resume it first")
 
 	// Slash commands replay their reply.
 	_, err = f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
@@ -877,9 +850,9 @@ func TestListEvents(t *testing.T) {
 	require.Equal(t, all[1].GetSequence(), page.GetEvents()[0].GetSequence())
 
 	_, err = f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: s.GetName(), PageSize: -5})
-	requireCode(t, err, codes.InvalidArgument, "page_size")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "page_size")
 	_, err = f.svc.ListEvents(ctx, &guidev1.ListEventsRequest{Parent: s.GetName(), AfterSequence: math.MaxUint64})
-	requireCode(t, err, codes.InvalidArgument, "after_sequence")
+	testenv.RequireReason(t, err, codes.InvalidArgument, apierr.ReasonInvalidField, "after_sequence")
 
 	// Readers remove their ephemeral consumers.
 	stream, err := f.bus.JS.Stream(context.Background(), topology.EventsStream(f.bus))
@@ -922,23 +895,7 @@ func TestListMessagesPaging(t *testing.T) {
 func TestStreamEvents(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	srv, err := grpcserver.New(grpcserver.Config{
-		ListenAddress: "127.0.0.1:0", DrainTimeout: time.Second, MaxRecvBytes: 1 << 20,
-	}, logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	f.svc.Register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	runCtx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-served)
-	})
-
-	conn, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testenv.ServeGRPC(t, f.svc.Register)
 	who := identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember}
 	ctx := identity.AppendOutgoing(context.Background(), who)
 	sessions := guidev1.NewSessionServiceClient(conn)
@@ -1018,5 +975,5 @@ func TestBusDownAnswersInTime(t *testing.T) {
 	_, err = svc.SuspendSession(long, &guidev1.SuspendSessionRequest{Name: s.GetName()})
 	require.NoError(t, err, "the change is committed; its event is left to the log")
 	_, err = svc.ListEvents(long, &guidev1.ListEventsRequest{Parent: s.GetName()})
-	requireCode(t, err, codes.Unavailable, "event stream unavailable")
+	testenv.RequireReason(t, err, codes.Unavailable, apierr.ReasonBusUnavailable, "event stream unavailable")
 }

@@ -2,14 +2,12 @@ package guide
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
@@ -138,18 +136,12 @@ func (f *fakeArchivalist) SearchEntries(_ context.Context, req *archivalistv1.Se
 	}}, nil
 }
 
-// fakePeers serves the fakes on a loopback gRPC server.
+// fakePeers serves the fakes on a loopback gRPC server with the mesh's
+// interceptors.
 func fakePeers(t *testing.T, lib librarianv1.LibrarianServiceServer, arc archivalistv1.ArchivalistServiceServer) *grpc.ClientConn {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	librarianv1.RegisterLibrarianServiceServer(srv, lib)
-	archivalistv1.RegisterArchivalistServiceServer(srv, arc)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return testenv.ServeGRPC(t, func(s *grpc.Server) {
+		librarianv1.RegisterLibrarianServiceServer(s, lib)
+		archivalistv1.RegisterArchivalistServiceServer(s, arc)
+	})
 }

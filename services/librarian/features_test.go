@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -329,11 +328,7 @@ func TestSearchCacheAndReplicas(t *testing.T) {
 	a, regA := newReplica()
 	b, _ := newReplica()
 	ctx := as(t, "t1")
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = b.Run(runCtx) }()
-	defer func() { cancel(); wg.Wait() }()
+	defer testenv.Start(t, b.Run)()
 	// Replica b follows change events once it has subscribed.
 	require.Eventually(t, func() bool { return bus.Conn.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
 

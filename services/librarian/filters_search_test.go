@@ -1,7 +1,6 @@
 package librarian
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -302,10 +301,7 @@ func TestTermFiltersOnReplica(t *testing.T) {
 	}
 	a, b := newReplica(), newReplica()
 	ctx := as(t, "t1")
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	defer testenv.Start(t, b.Run)()
 	require.Eventually(t, func() bool { return bus.Conn.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
 
 	one := create(t, ctx, a, gitRepo(t, map[string]string{"a/a.go": "package a\n\nfunc FrobnicateWidget() {}\n"}), true)

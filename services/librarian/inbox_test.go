@@ -15,6 +15,7 @@ import (
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -22,19 +23,9 @@ import (
 // that Run stops cleanly.
 func runInbox(t *testing.T, h harness) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not stop")
-		}
-	})
+	testenv.Start(t, h.svc.Run)
 	// Publishing needs the streams; Run provisions them (idempotently).
+	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		_, errA := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamAgents))
 		_, errE := h.bus.JS.Stream(ctx, h.bus.Stream(topology.StreamEvents))

@@ -1,11 +1,12 @@
 package librarian
 
 import (
-	"flag"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 func TestChunkLines(t *testing.T) {
@@ -123,14 +124,11 @@ func TestBestSnippet(t *testing.T) {
 	require.LessOrEqual(t, len([]rune(snip)), snippetChars)
 }
 
+// testConfig is the configuration args set. Tests that run the service
+// watch files only when they ask to.
 func testConfig(t *testing.T, args ...string) Config {
 	t.Helper()
-	var c Config
-	fs := flag.NewFlagSet("librarian", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	// Tests that run the service watch files only when they ask to.
-	require.NoError(t, fs.Parse(append([]string{"-librarian.watch=false"}, args...)))
-	return c
+	return testenv.FromFlags[Config](t, append([]string{"-librarian.watch=false"}, args...)...)
 }
 
 func TestConfig(t *testing.T) {

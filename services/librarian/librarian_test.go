@@ -12,16 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -547,24 +544,9 @@ func TestIndexFailures(t *testing.T) {
 func TestOverGRPC(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, false)
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: 0, MaxRecvBytes: 1 << 20},
-		logx.Discard(), prometheus.NewRegistry(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	h.svc.Register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	client := librarianv1.NewLibrarianServiceClient(conn)
+	client := librarianv1.NewLibrarianServiceClient(testenv.ServeGRPC(t, h.svc.Register))
 
-	_, err = client.ListRepositories(t.Context(), &librarianv1.ListRepositoriesRequest{})
+	_, err := client.ListRepositories(t.Context(), &librarianv1.ListRepositoriesRequest{})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 
 	cctx := identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})

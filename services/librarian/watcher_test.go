@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -67,11 +67,7 @@ func TestWatcherIndexesChanges(t *testing.T) {
 
 	events := indexNotices(t, h, topology.IndexProgressSubject(h.bus, repo.GetId()))
 
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = h.svc.Run(runCtx) }()
-	defer func() { cancel(); wg.Wait() }()
+	stop := testenv.Start(t, h.svc.Run)
 	require.Eventually(t, func() bool { return h.svc.watching.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	poll := func(msg string, cond func() bool) {
@@ -136,8 +132,7 @@ func TestWatcherIndexesChanges(t *testing.T) {
 
 	// With the watcher stopped: indexing a file whose content is unchanged
 	// changes nothing.
-	cancel()
-	wg.Wait()
+	stop()
 	r, err := h.svc.store.getRepo(ctx, "t1", repo.GetId())
 	require.NoError(t, err)
 	require.NoError(t, h.svc.indexChanges(ctx, "t1", repo.GetId(), root, []string{"shop/shop.go"}, false, false))

@@ -155,7 +155,7 @@ func TestCrashRecoveryAfterKill(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b, err := orchestrator.New(crashConfig("replica-b"), app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
 	require.NoError(t, err)
-	start(t, b.Run)
+	testenv.Start(t, b.Run)
 	h.svc, h.reg = b, reg
 	run := h.waitState(t, userCtx("t1"), name, orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	for _, n := range run.GetNodes() {

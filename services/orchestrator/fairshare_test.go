@@ -51,7 +51,7 @@ func TestGlobalCapAndFairShares(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Redis: rc, Registerer: reg})
 		require.NoError(t, err)
-		start(t, svc.Run)
+		testenv.Start(t, svc.Run)
 		return &harness{svc: svc, reg: reg, db: db, bus: bus}
 	}
 	h1, h2 := replica("r1"), replica("r2")

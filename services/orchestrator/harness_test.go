@@ -48,25 +48,6 @@ func userCtx(tenant string) context.Context {
 	return identity.NewContext(context.Background(), identity.Identity{TenantID: tenant, UserID: "u1", Role: identity.RoleAdmin})
 }
 
-// start runs svc until the test ends.
-func start(t *testing.T, run func(context.Context) error) context.CancelFunc {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	var stopped bool
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		require.NoError(t, <-done)
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // newOrchestrator starts an Orchestrator on its own schema and, unless bus
 // is given, its own bus prefix.
 func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, context.CancelFunc) {
@@ -92,7 +73,7 @@ func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configu
 	reg := prometheus.NewRegistry()
 	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
 	require.NoError(t, err)
-	stop := start(t, svc.Run)
+	stop := testenv.Start(t, svc.Run)
 	// Run provisions the streams; wait until they exist.
 	require.Eventually(t, func() bool {
 		_, err := bus.JS.Stream(context.Background(), bus.Stream(topology.StreamTasks))

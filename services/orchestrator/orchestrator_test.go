@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,11 +20,9 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/apierr"
-	"sylk.dev/sylk/pkg/grpcclient"
-	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
 )
@@ -497,19 +494,10 @@ func TestOverGRPC(t *testing.T) {
 	t.Parallel()
 	h, _ := newOrchestrator(t, nil, nil)
 	h.startWorker(t, 1)
-	reg := prometheus.NewRegistry()
-	srv, err := grpcserver.New(grpcserver.Config{ListenAddress: "127.0.0.1:0", DrainTimeout: 5 * time.Second, MaxRecvBytes: 8 << 20}, logx.Discard(), reg, reg)
-	require.NoError(t, err)
-	h.svc.Register(srv.GRPC())
-	require.NoError(t, srv.Listen())
-	start(t, srv.Run)
-	cc, err := grpcclient.Dial(srv.GRPCAddr(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cc.Close() })
-	client := orchestratorv1.NewWorkflowServiceClient(cc)
+	client := orchestratorv1.NewWorkflowServiceClient(testenv.ServeGRPC(t, h.svc.Register))
 	ctx := identity.AppendOutgoing(context.Background(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 
-	_, err = client.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true", "a"))})
+	_, err := client.CreateRun(ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("a", "true", "a"))})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.Contains(t, status.Convert(err).Message(), "depends_on names the node itself")
 

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,8 +33,7 @@ func scriptGate(t *testing.T, scripts ...scriptmodel.Script) (*gate.Gate, *scrip
 	srv, err := scriptmodel.New(scripts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	var lc llm.Config
-	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	lc := testenv.FromFlags[llm.Config](t)
 	lc.OpenAI.APIKey, lc.OpenAI.BaseURL = "sk-test", srv.URL+"/v1"
 	reg, err := provider.New(lc)
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,8 +252,7 @@ func TestEngineerWithoutAModelSaysNothingWasGenerated(t *testing.T) {
 }
 
 func TestEngineerWithTheLocalProviderGeneratesNothing(t *testing.T) {
-	var lc llm.Config
-	lc.RegisterFlags(flag.NewFlagSet("llm", flag.ContinueOnError))
+	lc := testenv.FromFlags[llm.Config](t)
 	reg, err := provider.New(lc)
 	require.NoError(t, err)
 	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})

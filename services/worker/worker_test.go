@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -380,10 +379,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"listed twice", `unknown role "librarian"`, "worker.concurrency", "worker.workspace-root", "worker.id"} {
 		require.Contains(t, err.Error(), want)
 	}
-	var c Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	require.NoError(t, fs.Parse([]string{"-worker.roles", " tester, inspector "}))
+	c := testenv.FromFlags[Config](t, "-worker.roles", " tester, inspector ")
 	require.Equal(t, []string{"tester", "inspector"}, c.Roles)
 }
 
@@ -398,13 +394,8 @@ func TestThroughTheBus(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: reg})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Start(t, svc.Run)
+	ctx := context.Background()
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
 
 	send := func(node, cmd string) {
@@ -523,10 +514,7 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	testenv.Start(t, svc.Run)
 
 	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
 	require.NoError(t, err)
@@ -566,10 +554,7 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	held, err := svc.exec.Slots().Acquire(ctx, toolexec.ClassPipeline, 0, 0, nil)
 	require.NoError(t, err)
 	defer held()
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	testenv.Start(t, svc.Run)
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
 	d := &taskv1.TaskDispatch{TenantId: "t1", RunId: "r1", NodeId: "n1", Attempt: 1, Role: "tester", Node: &orchestratorv1.Node{Id: "n1", Command: "echo ran"}}
 	_, err = bus.Publish(ctx, topology.TaskSubject(bus, "tester"), "r1:n1:1", d)

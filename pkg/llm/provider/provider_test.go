@@ -1,26 +1,18 @@
 package provider_test
 
 import (
-	"flag"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/provider"
+	"sylk.dev/sylk/pkg/testenv"
 )
-
-func parse(t *testing.T, args ...string) llm.Config {
-	var cfg llm.Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	require.NoError(t, fs.Parse(args))
-	return cfg
-}
 
 func TestNewDefaultsToLocal(t *testing.T) {
 	t.Parallel()
-	r, err := provider.New(parse(t))
+	r, err := provider.New(testenv.FromFlags[llm.Config](t))
 	require.NoError(t, err)
 	require.Equal(t, llm.Local, r.Default().Name())
 	require.Equal(t, []string{llm.Local}, r.Names())
@@ -28,7 +20,7 @@ func TestNewDefaultsToLocal(t *testing.T) {
 
 func TestNewConfigured(t *testing.T) {
 	t.Parallel()
-	r, err := provider.New(parse(t, "-llm.openai.base-url", "http://127.0.0.1:11434/v1", "-llm.openai.model-default", "qwen2.5-coder",
+	r, err := provider.New(testenv.FromFlags[llm.Config](t, "-llm.openai.base-url", "http://127.0.0.1:11434/v1", "-llm.openai.model-default", "qwen2.5-coder",
 		"-llm.anthropic.api-key", "k"))
 	require.NoError(t, err)
 	require.Equal(t, []string{llm.Anthropic, llm.OpenAI, llm.Local}, r.Names())
@@ -42,6 +34,6 @@ func TestNewConfigured(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	_, err := provider.New(parse(t, "-llm.provider", "gemini"))
+	_, err := provider.New(testenv.FromFlags[llm.Config](t, "-llm.provider", "gemini"))
 	require.ErrorContains(t, err, "no API key")
 }
