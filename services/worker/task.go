@@ -147,9 +147,12 @@ func (s *Service) newTaskRun(role string, d *taskv1.TaskDispatch) *taskRun {
 // do: a prompt only, and no language model to act on it.
 func (t *taskRun) nothingToRun() bool {
 	// A pipeline of a prompt alone would only run the Inspector and the
-	// Tester over the unchanged code, loop after loop.
-	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && t.spec.GetHandoff() == nil &&
-		!t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil
+	// Tester over the unchanged code, loop after loop; a pipeline with no
+	// prompt is asked for just that, its checks.
+	if t.spec.GetPipeline() && (t.spec.GetPrompt() == "" || t.spec.GetHandoff() != nil) {
+		return false
+	}
+	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil
 }
 
 // noModel is the outcome of a prompt-only node no model acts on: it
