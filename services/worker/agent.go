@@ -15,6 +15,7 @@ import (
 	"sylk.dev/sylk/pkg/agent"
 	"sylk.dev/sylk/pkg/agent/codetools"
 	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/pipeline"
 	"sylk.dev/sylk/pkg/secrets"
 )
@@ -188,6 +189,11 @@ func (s *Service) agentModel(a *taskAgent) agent.Model {
 				return nil, err
 			}
 		}
+		if resp.Provider == "" {
+			// A streamed answer does not name its provider: the gate's
+			// default answered, with the model it resolves the alias to.
+			resp.Provider, resp.Model = s.modelName(req.Model)
+		}
 		a.mu.Lock()
 		a.input = resp.Usage.InputTokens
 		if resp.Model != "" {
@@ -196,6 +202,16 @@ func (s *Service) agentModel(a *taskAgent) agent.Model {
 		a.mu.Unlock()
 		return resp, nil
 	})
+}
+
+// modelName is the default provider's name and its model for alias.
+func (s *Service) modelName(alias string) (provider, model string) {
+	g, ok := s.model.(*gate.Gate)
+	if !ok {
+		return "", alias
+	}
+	p := g.Providers().Default()
+	return p.Name(), p.Resolve(alias)
 }
 
 // run sends msg and lets the agent work until it finishes or a limit ends

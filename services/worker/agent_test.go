@@ -329,3 +329,35 @@ func jetstreamFilter(subject string) jetstream.OrderedConsumerConfig {
 }
 
 func jetstreamWait(d time.Duration) jetstream.FetchOpt { return jetstream.FetchMaxWait(d) }
+
+// The Engineer over the Anthropic messages API, streamed through the gate:
+// the same loop, the provider's own wire format.
+func TestEngineerAgentOverAnthropic(t *testing.T) {
+	srv, err := scriptmodel.New(scriptmodel.Script{Match: "Make Add return the sum", Turns: []scriptmodel.Turn{
+		{Text: "Reading.", Calls: []scriptmodel.Call{{Name: "read_file", Args: map[string]any{"path": "calc.go"}}}},
+		call("edit_file", map[string]any{"path": "calc.go", "old_string": "a - b", "new_string": "a + b"}).Then("return a - b"),
+		call("finish", map[string]any{"summary": "summed"}).Then("edited calc.go"),
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	lc := testenv.FromFlags[llm.Config](t)
+	lc.Provider, lc.Anthropic.APIKey, lc.Anthropic.BaseURL = llm.Anthropic, "sk-ant-test", srv.URL
+	reg, err := provider.New(lc)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+
+	repo, base := brokenRepo(t)
+	s := pipelineService(t)
+	s.SetModel(g)
+	out, _ := s.runTask(context.Background(), "engineer", repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Prompt: "Make Add return the sum of its arguments."}))
+	require.Empty(t, srv.Failures())
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
+	require.Contains(t, out.msg.GetPatch(), "return a + b")
+	reqs := srv.Requests()
+	require.Len(t, reqs, 3)
+	require.Equal(t, "anthropic", reqs[0].API)
+	require.True(t, reqs[0].Stream, "the gate streams the Engineer's turns")
+	require.Contains(t, out.msg.GetReport().GetActivity().GetModel(), "anthropic")
+}
