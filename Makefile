@@ -135,6 +135,23 @@ bench-librarian: ## Index the Go standard library and report index/search speed 
 bench-orchestrator: ## A 10,000-node DAG: scheduling overhead per node and total time against the ideal
 	$(GO) test $(BENCH_FLAGS) ./bench/orchestrator/
 
+.PHONY: bench-agent
+bench-agent: ## The Engineer's loop: its own overhead per tool call, without the model's or the commands' time
+	$(GO) test -run '^$$' -bench 'LoopOverheadPerToolCall|AgentToolCallOverhead' -benchtime 20x -v ./pkg/agent/ ./services/worker/
+
+# The coding-agent evaluation (docs/agent-eval.md). eval-agent reads its model from SYLK_EVAL_PROVIDER
+# (openai or anthropic), SYLK_EVAL_BASE_URL, SYLK_EVAL_MODEL and SYLK_EVAL_API_KEY; EVAL_FLAGS adds flags
+# (-tasks 'go-*', -parallel 2, -baseline-only...). Both start the mesh in-process on the local stores.
+EVAL_FLAGS ?=
+
+.PHONY: eval-agent
+eval-agent: ## Every agent-evaluation task through the mesh and the bash-only baseline, against the SYLK_EVAL_* model
+	$(GO) run ./eval/agent/cmd/eval-agent $(EVAL_FLAGS)
+
+.PHONY: eval-agent-smoke
+eval-agent-smoke: ## The agent evaluation's smoke subset, played by the scripted model (must solve every task)
+	$(GO) run ./eval/agent/cmd/eval-agent -smoke $(EVAL_FLAGS)
+
 .PHONY: dev
 dev: ## Run migrations and the whole mesh in one process (embedded NATS unless SYLK_NATS_URL is set)
 	$(GO) build -o bin/ ./cmd/sylk ./cmd/sylk-task-init

@@ -273,7 +273,7 @@ func (c *client) waitRun(run string) map[string]any {
 	require.Eventually(c.t, func() bool {
 		last = c.ok("GET", "/v1/"+run, nil)["run"].(map[string]any)
 		s := last["state"]
-		return s == "RUN_STATE_SUCCEEDED" || s == "RUN_STATE_FAILED" || s == "RUN_STATE_CANCELLED"
+		return s == "RUN_STATE_SUCCEEDED" || s == "RUN_STATE_FAILED" || s == "RUN_STATE_CANCELLED" || s == "RUN_STATE_NO_CHANGES"
 	}, 60*time.Second, 50*time.Millisecond, "run %s did not finish", run)
 	return last
 }
@@ -317,8 +317,14 @@ func TestMeshEndToEnd(t *testing.T) {
 	require.NotEmpty(t, plan["dag"].(map[string]any)["nodes"])
 	approved := c.ok("POST", "/v1/"+plan["name"].(string)+":approve", map[string]any{})
 	require.Equal(t, "PLAN_STATE_APPROVED", approved["plan"].(map[string]any)["state"])
+	// Offline, nothing writes the code: the run says so, and is not
+	// SUCCEEDED.
 	planRun := c.waitRun(approved["run"].(map[string]any)["name"].(string))
-	require.Equal(t, "RUN_STATE_SUCCEEDED", planRun["state"])
+	require.Equal(t, "RUN_STATE_NO_CHANGES", planRun["state"], "run: %v", planRun)
+	for _, n := range planRun["nodes"].([]any) {
+		require.Equal(t, "NODE_STATE_NO_CHANGES", n.(map[string]any)["state"])
+		require.Contains(t, n.(map[string]any)["error"], "no language model is configured")
+	}
 
 	// A 3-node DAG of shell commands: c after a and b.
 	run := c.ok("POST", "/v1/runs", map[string]any{

@@ -373,10 +373,12 @@ func TestOrchestratorPipelines(t *testing.T) {
 	require.Contains(t, n["push"]["stderr"], "git push is not allowed for agents")
 	require.Contains(t, run["decisionLog"], "## Task mul")
 
-	// A succeeded run merges its patches; a clash is reported, not forced.
+	// A succeeded run merges its patches; a clash between independent nodes
+	// is reported, not forced (a dependent starts from its dependency's
+	// change, and so does not clash with it).
 	merged := c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "x", "edits": edit("calc.go", "package calc\n\n// Add adds x.\nfunc Add(a, b int) int { return a + b }\n")},
-		map[string]any{"id": "y", "dependsOn": []string{"x"}, "edits": edit("calc.go", "package calc\n\n// Add adds y.\nfunc Add(a, b int) int { return a + b }\n")},
+		map[string]any{"id": "y", "edits": edit("calc.go", "package calc\n\n// Add adds y.\nfunc Add(a, b int) int { return a + b }\n")},
 		map[string]any{"id": "z", "edits": edit("z.txt", "z\n")},
 	}}})
 	require.Equal(t, "RUN_STATE_SUCCEEDED", c.waitRun(merged)["state"])

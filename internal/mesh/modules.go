@@ -109,6 +109,9 @@ var modules = []module{
 	},
 	{
 		name: Worker, llm: llmGate,
+		// Its agents search the run's repository through the Librarian and
+		// consult the history and the documents.
+		uses:   []string{Librarian, Archivalist, Academic},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Worker },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return worker.New(s.Worker, d) },
 	},

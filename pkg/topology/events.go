@@ -50,6 +50,10 @@ var eventPayloads = map[eventv1.EventType]protoreflect.Name{
 	eventv1.EventType_EVENT_TYPE_TASK_HELP:               "task_help",
 	eventv1.EventType_EVENT_TYPE_INDEXING_PROGRESS:       "indexing",
 	eventv1.EventType_EVENT_TYPE_ERROR:                   "error",
+	eventv1.EventType_EVENT_TYPE_TOOL_CALL:               "tool_call",
+	eventv1.EventType_EVENT_TYPE_AGENT_TEXT:              "agent",
+	eventv1.EventType_EVENT_TYPE_AGENT_WARNING:           "agent",
+	eventv1.EventType_EVENT_TYPE_AGENT_REVERTED:          "agent",
 }
 
 // EventPayload names the payload field events of type t carry ("" for an

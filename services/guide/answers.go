@@ -23,13 +23,25 @@ import (
 // whose request the Guide routed.
 
 // handleEvent handles one session event.
+// answers says whether an event of type t may answer a request: an
+// agent's question and a task agent's steps (its tool calls, its text) never
+// do, and cost no lookup.
+func answers(t eventv1.EventType) bool {
+	switch t {
+	case eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED, eventv1.EventType_EVENT_TYPE_TOOL_CALL,
+		eventv1.EventType_EVENT_TYPE_AGENT_TEXT, eventv1.EventType_EVENT_TYPE_AGENT_WARNING,
+		eventv1.EventType_EVENT_TYPE_AGENT_REVERTED:
+		return false
+	}
+	return true
+}
+
 func (s *Service) handleEvent(ctx context.Context, msg jetstream.Msg) error {
 	ev := &eventv1.Event{}
 	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 		return nil // not an event; nothing to correlate
 	}
-	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" ||
-		ev.GetType() == eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED {
+	if ev.GetSource() == authorGuide || ev.GetCorrelationId() == "" || !answers(ev.GetType()) {
 		return nil
 	}
 	tenant := topology.TenantOfEventSubject(s.bus, msg.Subject())

@@ -444,8 +444,7 @@ func (s *Service) interruptCommand(ctx context.Context, env *commandEnv) (comman
 	}
 	var cancelled []string
 	for _, r := range resp.GetRuns() {
-		switch r.GetState() {
-		case orchestratorv1.RunState_RUN_STATE_SUCCEEDED, orchestratorv1.RunState_RUN_STATE_FAILED, orchestratorv1.RunState_RUN_STATE_CANCELLED:
+		if runEnded(r.GetState()) {
 			continue
 		}
 		if _, err := s.orchestrator.CancelRun(cctx, &orchestratorv1.CancelRunRequest{Name: r.GetName()}); err != nil {

@@ -74,7 +74,7 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 			switch n.GetState() {
 			case orchestratorv1.NodeState_NODE_STATE_PENDING, orchestratorv1.NodeState_NODE_STATE_DISPATCHED:
 				d.PendingNodes = append(d.PendingNodes, n.GetNodeId())
-			case orchestratorv1.NodeState_NODE_STATE_SUCCEEDED:
+			case orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, orchestratorv1.NodeState_NODE_STATE_NO_CHANGES:
 				if results+maxResultBytes > maxSnapshotResultBytes {
 					d.Truncated = true
 					continue
@@ -92,7 +92,8 @@ func (s *Service) dagState(ctx context.Context, o owner, sessionID string) dagSt
 // runEnded reports whether a run is over.
 func runEnded(st orchestratorv1.RunState) bool {
 	switch st {
-	case orchestratorv1.RunState_RUN_STATE_SUCCEEDED, orchestratorv1.RunState_RUN_STATE_FAILED, orchestratorv1.RunState_RUN_STATE_CANCELLED:
+	case orchestratorv1.RunState_RUN_STATE_SUCCEEDED, orchestratorv1.RunState_RUN_STATE_FAILED, orchestratorv1.RunState_RUN_STATE_CANCELLED,
+		orchestratorv1.RunState_RUN_STATE_NO_CHANGES:
 		return true
 	}
 	return false

@@ -25,6 +25,7 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/secrets"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -306,7 +307,7 @@ func TestSearchModesAndFilters(t *testing.T) {
 		var content string
 		require.NoError(t, h.svc.store.db.QueryRow(ctx, `SELECT string_agg(content, '') FROM chunks WHERE path = 'server/auth.go'`).Scan(&content))
 		require.NotContains(t, content, "abcdefghijklmnopqrstuvwxyz123456")
-		require.Contains(t, content, redacted)
+		require.Contains(t, content, secrets.Redacted)
 		var stub string
 		require.NoError(t, h.svc.store.db.QueryRow(ctx, `SELECT content FROM chunks WHERE path = '.env'`).Scan(&stub))
 		require.Equal(t, "# .env\n(contents not indexed for security)\n\nFile type: env", stub)

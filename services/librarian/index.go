@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/secrets"
 	"sylk.dev/sylk/pkg/tooldetect"
 )
 
@@ -219,7 +220,7 @@ func (w *walker) read(real, rel string) (sourceFile, string) {
 	if generated(data) {
 		return sourceFile{}, skipGenerated
 	}
-	text := redact(cleanText(data))
+	text := secrets.Redact(cleanText(data))
 	lines := splitLines(text)
 	lang := detectLanguage(rel)
 	f := sourceFile{

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,7 +42,7 @@ func (s *Service) advance(ctx context.Context, tx pgx.Tx, run *runRow, eff *effe
 	}
 	c := countNodes(run, nodes)
 	if c.pending == 0 && c.dispatched == 0 {
-		return s.endRun(ctx, tx, run, c.succeeded == len(nodes), eff)
+		return s.endRun(ctx, tx, run, c, len(nodes), eff)
 	}
 	if run.State == statePaused {
 		return nil
@@ -94,8 +93,9 @@ func settleUnreachable(ctx context.Context, tx pgx.Tx, run *runRow, nodes []sche
 				"node "+n.ID+" skipped: a dependency did not succeed", &eventv1.NodeEvent{Node: n.ID, State: orchestratorv1.NodeState_NODE_STATE_SKIPPED}))
 		}
 		state[n.ID] = n.State
-		if n.UserSkipped {
-			// The user went on without it: met for its dependents.
+		if n.UserSkipped || n.State == stateNoChanges {
+			// The user went on without it, or it changed nothing: met for
+			// its dependents.
 			state[n.ID] = stateSucceeded
 		}
 	}
@@ -112,12 +112,13 @@ func settleUnreachable(ctx context.Context, tx pgx.Tx, run *runRow, nodes []sche
 	return state, nil
 }
 
-// nodeCounts counts a run's nodes by state; front is the first layer with
-// a node that has not ended: a layered run dispatches no node of a later
-// one (layerFrontSQL).
+// nodeCounts counts a run's nodes by state (met: those met for their
+// dependents, noChanges among them); front is the first layer with a node
+// that has not ended: a layered run dispatches no node of a later one
+// (layerFrontSQL).
 type nodeCounts struct {
-	pending, dispatched, succeeded int
-	front                          int32
+	pending, dispatched, met, noChanges int
+	front                               int32
 }
 
 func countNodes(run *runRow, nodes []schedNode) nodeCounts {
@@ -131,20 +132,33 @@ func countNodes(run *runRow, nodes []schedNode) nodeCounts {
 			c.pending++
 		case n.State == stateDispatched:
 			c.dispatched++
+		case n.State == stateNoChanges:
+			c.met++
+			c.noChanges++
 		case n.State == stateSucceeded, n.UserSkipped:
-			c.succeeded++
+			c.met++
 		}
 	}
 	return c
 }
 
 // endRun ends a run none of whose nodes is left to run: SUCCEEDED when
-// every node succeeded (or the user went on without it), else FAILED. A
-// repository run that succeeded gets its patches merged.
-func (s *Service) endRun(ctx context.Context, tx pgx.Tx, run *runRow, allSucceeded bool, eff *effects) error {
+// every node succeeded (or the user went on without it, or it changed
+// nothing), NO_CHANGES when the nodes that changed nothing are all the run
+// did (outcome.go), else FAILED. A repository run that succeeded gets its
+// patches merged.
+func (s *Service) endRun(ctx context.Context, tx pgx.Tx, run *runRow, c nodeCounts, total int, eff *effects) error {
 	final := stateSucceeded
-	if !allSucceeded {
+	var changes runChanges
+	switch {
+	case c.met < total:
 		final = stateFailed
+	case c.noChanges > 0:
+		var err error
+		if _, changes, err = loadRunChanges(ctx, tx, run.TenantID, run.ID); err != nil {
+			return fmt.Errorf("load the nodes' changes: %w", err)
+		}
+		final = changes.endState()
 	}
 	if err := finishRun(ctx, tx, run.TenantID, run.ID, final); err != nil {
 		return fmt.Errorf("finish run: %w", err)
@@ -155,8 +169,11 @@ func (s *Service) endRun(ctx context.Context, tx pgx.Tx, run *runRow, allSucceed
 		eff.merge = &mergeJob{repo: run.Repository, base: run.BaseCommit}
 	}
 	eff.completedID = completedEventID(ctx, tx, run) // effects.go
-	eff.event(eff.completedID, runEvent(eventv1.EventType_EVENT_TYPE_RUN_COMPLETED, run.ID, "run "+runName(run.ID)+" "+strings.ToLower(final),
-		&eventv1.RunEvent{State: runStateOf(final)}))
+	ev := &eventv1.RunEvent{State: runStateOf(final)}
+	if len(changes.unchanged) > 0 {
+		ev.Detail = changes.reasons(maxEventReasons)
+	}
+	eff.event(eff.completedID, runEvent(eventv1.EventType_EVENT_TYPE_RUN_COMPLETED, run.ID, completionText(run.ID, final, changes), ev))
 	return nil
 }
 
@@ -267,14 +284,7 @@ func (s *Service) dispatch(ctx context.Context, tx pgx.Tx, run *runRow, ready []
 	if err != nil {
 		return fmt.Errorf("mark dispatched: %w", err)
 	}
-	msgs, err := s.buildDispatches(ctx, tx, run, ready, attempts)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
-	}
-	return nil
+	return s.queueTasks(ctx, tx, run, ready, attempts, false, eff)
 }
 
 // advanceAfterSuccess is advance for the common case of a node that just
@@ -327,18 +337,18 @@ func (s *Service) advanceAfterSuccess(ctx context.Context, tx pgx.Tx, run *runRo
 // queueDispatches adds the task messages of nodes just marked DISPATCHED
 // (at their Attempt) to the decision's effects.
 func (s *Service) queueDispatches(ctx context.Context, tx pgx.Tx, run *runRow, nodes []schedNode, eff *effects) error {
+	ptrs, attempts := pickedAttempts(nodes)
+	return s.queueTasks(ctx, tx, run, ptrs, attempts, false, eff)
+}
+
+// pickedAttempts is nodes just marked DISPATCHED, by pointer, with their
+// attempts.
+func pickedAttempts(nodes []schedNode) ([]*schedNode, map[string]int32) {
 	ptrs := make([]*schedNode, len(nodes))
 	attempts := make(map[string]int32, len(nodes))
 	for i := range nodes {
 		ptrs[i] = &nodes[i]
 		attempts[nodes[i].ID] = nodes[i].Attempt
 	}
-	msgs, err := s.buildDispatches(ctx, tx, run, ptrs, attempts)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
-	}
-	return nil
+	return ptrs, attempts
 }

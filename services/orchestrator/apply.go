@@ -79,8 +79,8 @@ func reportsOf(results []*result) (reported []reportedResult, byKey map[nodeAtte
 		}
 		byKey[k] = rs
 		section := ""
-		if rs.r.GetReport() != nil || res.Patch != "" {
-			section = decisionSection(nodeID, attempt, res.State, rs.r.GetReport(), len(rs.r.GetGitAudit()))
+		if rs.r.GetReport() != nil || res.Patch != "" || res.State == stateNoChanges {
+			section = decisionSection(nodeID, attempt, res, rs.r.GetReport(), len(rs.r.GetGitAudit()))
 		}
 		reported = append(reported, reportedResult{NodeID: nodeID, Attempt: attempt, Result: res, Section: section})
 	}
@@ -223,29 +223,20 @@ func (s *Service) recordDirect(ctx context.Context, tenant, runID string, report
 // DISPATCHED to the decision's effects. Should their messages fail to
 // build, the nodes go back to PENDING for the next pass.
 func (s *Service) queuePicked(ctx context.Context, log *slog.Logger, run *runRow, picked []schedNode, eff *effects) {
-	ptrs := make([]*schedNode, len(picked))
-	attempts := make(map[string]int32, len(picked))
-	for i := range picked {
-		ptrs[i] = &picked[i]
-		attempts[picked[i].ID] = picked[i].Attempt
-	}
-	msgs, err := s.buildDispatches(ctx, s.db, run, ptrs, attempts)
-	if err != nil {
+	ptrs, attempts := pickedAttempts(picked)
+	if err := s.queueTasks(ctx, s.db, run, ptrs, attempts, false, eff); err != nil {
 		log.ErrorContext(ctx, "build dispatches; the nodes go back to pending", logx.Err(err))
 		for _, n := range picked {
 			if err := undoDispatch(ctx, s.db, run.TenantID, run.ID, n.ID, n.Attempt); err != nil {
 				log.ErrorContext(ctx, "undo dispatch", logx.KeyNodeID, n.ID, logx.Err(err))
 			}
 		}
-		return
-	}
-	for _, m := range msgs {
-		eff.steps = append(eff.steps, step{dispatch: m})
 	}
 }
 
 // noteRecorded adds the events, slot releases and metrics of applied
-// reports to a decision's effects, and says whether every one succeeded.
+// reports to a decision's effects, and says whether every one succeeded
+// (or changed nothing: its dependents run all the same).
 func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup func(node string, attempt int32) *result) bool {
 	tenant, runID := eff.tenant, eff.runID
 	onlySuccesses := true
@@ -258,7 +249,7 @@ func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup f
 		if s.slots != nil {
 			eff.release = append(eff.release, slotMember(tenant, runID, nodeID, attempt))
 		}
-		if state != stateSucceeded {
+		if !metForDependents(state) {
 			onlySuccesses = false
 		}
 		switch {
@@ -271,8 +262,11 @@ func (s *Service) noteRecorded(eff *effects, recorded []recordedResult, lookup f
 				&eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: orchestratorv1.NodeState_NODE_STATE_PENDING, ExitCode: res.ExitCode,
 					Error: res.Error, NextAttemptTime: timestamppb.New(*retryAt)}))
 		default:
-			eff.event(fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED, runID,
-				fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode),
+			text := fmt.Sprintf("node %s %s (exit %d)", nodeID, strings.ToLower(res.State), res.ExitCode)
+			if res.State == stateNoChanges {
+				text = fmt.Sprintf("node %s changed nothing: %s", nodeID, res.Error)
+			}
+			eff.event(fmt.Sprintf("%s:%s:%d:completed", runID, nodeID, attempt), nodeEvent(eventv1.EventType_EVENT_TYPE_NODE_COMPLETED, runID, text,
 				&eventv1.NodeEvent{Node: nodeID, Attempt: attempt, State: nodeStateOf(res.State), ExitCode: res.ExitCode, Error: res.Error}))
 		}
 	}

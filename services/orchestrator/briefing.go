@@ -63,7 +63,7 @@ func priorAttempts(ctx context.Context, q querier, tenant, runID string, nodeIDs
 		}
 		a.Error = truncateMiddle(a.Error, maxBriefingError)
 		a.Duration, a.EndTime = durationpb.New(time.Duration(durUS)*time.Microsecond), timestamppb.New(ending)
-		if a.State != stateSucceeded {
+		if a.State != stateSucceeded && a.State != stateNoChanges {
 			a.ErrorTier = errorTier(&a)
 		}
 		out[node] = append(out[node], &a)
@@ -94,17 +94,20 @@ func retryBriefing(n *orchestratorv1.Node, attempt int32, prior []*orchestratorv
 	if last.GetError() != "" {
 		what += ": " + last.GetError()
 	}
-	switch last.GetErrorTier() {
-	case tierTransient:
+	switch tier := last.GetErrorTier(); {
+	case last.GetState() == stateNoChanges:
+		b.FailureAnalysis = fmt.Sprintf("Attempt %d changed nothing: %s.", last.GetAttempt(), strings.TrimSuffix(last.GetError(), "."))
+		b.SuggestedApproach = "Make the change the task asks for: an attempt that edits no file delivers nothing."
+	case tier == tierTransient:
 		b.FailureAnalysis = fmt.Sprintf("Attempt %d timed out after %s.", last.GetAttempt(), last.GetDuration().AsDuration().Round(time.Millisecond))
 		b.SuggestedApproach = "Do the same work in smaller steps or faster; the approach itself did not fail."
-	case tierUserFixable:
+	case tier == tierUserFixable:
 		b.FailureAnalysis = fmt.Sprintf("Attempt %d could not run its command (%s).", last.GetAttempt(), what)
 		b.SuggestedApproach = "Check that the command exists and is executable in the workspace; the same command will fail the same way."
-	case tierExternal:
+	case tier == tierExternal:
 		b.FailureAnalysis = fmt.Sprintf("Attempt %d failed outside the task (%s).", last.GetAttempt(), what)
 		b.SuggestedApproach = "Nothing in the task needs to change: the service it depends on was limited or unavailable."
-	case "":
+	case tier == "":
 		b.FailureAnalysis = fmt.Sprintf("Attempt %d succeeded and the node was run again.", last.GetAttempt())
 		b.SuggestedApproach = "Build on the earlier attempt's result."
 	default:

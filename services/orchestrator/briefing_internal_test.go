@@ -53,7 +53,7 @@ func TestRetryBriefing(t *testing.T) {
 
 func TestDecisionSectionNamesTheBriefing(t *testing.T) {
 	t.Parallel()
-	s := decisionSection("n1", 2, stateSucceeded, &orchestratorv1.TaskReport{Briefing: "attempt 2 after 1 prior: Attempt 1 exited with 3."}, 0)
+	s := decisionSection("n1", 2, nodeResult{State: stateSucceeded}, &orchestratorv1.TaskReport{Briefing: "attempt 2 after 1 prior: Attempt 1 exited with 3."}, 0)
 	require.Contains(t, s, "- Briefing: attempt 2 after 1 prior: Attempt 1 exited with 3.\n")
-	require.NotContains(t, decisionSection("n1", 1, stateSucceeded, &orchestratorv1.TaskReport{}, 0), "Briefing")
+	require.NotContains(t, decisionSection("n1", 1, nodeResult{State: stateSucceeded}, &orchestratorv1.TaskReport{}, 0), "Briefing")
 }

@@ -23,6 +23,10 @@ type Config struct {
 	UpstreamOutputBytes int
 	// MaxUpstreamBytes caps all dependencies' stdout passed to one task.
 	MaxUpstreamBytes int
+	// MaxDependencyPatchBytes bounds the dependencies' patches one
+	// dispatch carries (spec T-10): a node whose dependencies changed more
+	// fails instead of being dispatched.
+	MaxDependencyPatchBytes int
 	// MaxHandoffs bounds a node's chain of pipeline handoffs (spec F-23);
 	// 0 leaves it unbounded, as the spec has it.
 	MaxHandoffs int
@@ -60,6 +64,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutputLimitBytes, "orchestrator.output-limit-bytes", 1<<20, "cap on each of a task's stdout and stderr, sent to workers")
 	fs.IntVar(&c.UpstreamOutputBytes, "orchestrator.upstream-output-bytes", 16<<10, "cap on one dependency's stdout passed to a task")
 	fs.IntVar(&c.MaxUpstreamBytes, "orchestrator.max-upstream-bytes", 256<<10, "cap on all dependencies' stdout passed to a task")
+	fs.IntVar(&c.MaxDependencyPatchBytes, "orchestrator.max-dependency-patch-bytes", 4<<20,
+		"cap on the patches of a node's dependencies sent with its task; a node over it fails (a task must also fit in one bus message)")
 	fs.IntVar(&c.MaxHandoffs, "orchestrator.max-handoffs", 0, "pipeline handoffs a node may make before the next one fails it; 0: no bound")
 	fs.IntVar(&c.DefaultPageSize, "orchestrator.default-page-size", 50, "ListRuns page size when the request does not say")
 	fs.IntVar(&c.MaxPageSize, "orchestrator.max-page-size", 500, "largest ListRuns page size")
@@ -104,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamOutputBytes < 0 || c.MaxUpstreamBytes < 0 {
 		errs = append(errs, errors.New("orchestrator.upstream-output-bytes and orchestrator.max-upstream-bytes: must not be negative"))
+	}
+	if c.MaxDependencyPatchBytes < 1<<10 || c.MaxDependencyPatchBytes > 64<<20 {
+		errs = append(errs, errors.New("orchestrator.max-dependency-patch-bytes: must be between 1024 and 64 MiB"))
 	}
 	if c.MaxHandoffs < 0 || c.MaxHandoffs > 10_000 {
 		errs = append(errs, errors.New("orchestrator.max-handoffs: must be between 0 and 10000"))

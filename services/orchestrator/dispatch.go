@@ -21,23 +21,50 @@ type dispatchInputs struct {
 	specs map[string]*orchestratorv1.Node
 	// outputs are the dependencies' stdout; prior, the earlier attempts of
 	// retried nodes (spec B-38); handed, the state a handed-off pipeline
-	// left (spec F-23).
+	// left (spec F-23); patches, the dependencies' patches of a repository
+	// run's nodes, in the order they apply (spec T-10).
 	outputs map[string]string
 	prior   map[string][]*orchestratorv1.AttemptSummary
 	handed  map[string]handedState
+	patches map[string][]*taskv1.DependencyPatch
 }
 
-// buildDispatches makes the task messages of nodes at the given attempts.
-func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, nodes []*schedNode, attempts map[string]int32) ([]*dispatchMsg, error) {
+// queueTasks adds the dispatches of nodes, at the given attempts, to a
+// decision's effects (marked as re-sends with republish). A node whose task
+// cannot carry its dependencies' patches fails instead (dependencies.go).
+// On an error nothing is added.
+func (s *Service) queueTasks(ctx context.Context, q querier, run *runRow, nodes []*schedNode, attempts map[string]int32, republish bool,
+	eff *effects) error {
+	msgs, refused, err := s.buildDispatches(ctx, q, run, nodes, attempts)
+	if err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		if err := s.failRefused(ctx, q, run, refused, eff); err != nil {
+			return err
+		}
+	}
+	for _, m := range msgs {
+		m.republish = republish
+		eff.steps = append(eff.steps, step{dispatch: m})
+	}
+	return nil
+}
+
+// buildDispatches makes the task messages of nodes at the given attempts,
+// and lists those that cannot be sent.
+func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, nodes []*schedNode, attempts map[string]int32) ([]*dispatchMsg,
+	[]refusedTask, error) {
 	in, err := s.dispatchInputs(ctx, q, run, nodes, attempts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	msgs := make([]*dispatchMsg, 0, len(nodes))
+	var refused []refusedTask
 	for _, n := range nodes {
 		spec, ok := in.specs[n.ID]
 		if !ok {
-			return nil, fmt.Errorf("run %s: node %s is missing from the stored dag", run.ID, n.ID)
+			return nil, nil, fmt.Errorf("run %s: node %s is missing from the stored dag", run.ID, n.ID)
 		}
 		attempt := attempts[n.ID]
 		msgID := fmt.Sprintf("%s:%s:%d", run.ID, n.ID, attempt)
@@ -53,10 +80,16 @@ func (s *Service) buildDispatches(ctx context.Context, q querier, run *runRow, n
 		d.Node = spec
 		if run.Repository != "" {
 			d.StartPatch = h.patch
+			if ps := in.patches[n.ID]; len(ps) > 0 {
+				if why := s.withDependencyPatches(d, ps); why != "" {
+					refused = append(refused, refusedTask{node: n.ID, attempt: attempt, reason: why})
+					continue
+				}
+			}
 		}
 		msgs = append(msgs, &dispatchMsg{subject: topology.TaskSubject(s.bus, n.Role), msgID: msgID, node: n.ID, attempt: attempt, task: d})
 	}
-	return msgs, nil
+	return msgs, refused, nil
 }
 
 // newDispatch is a dispatch of one attempt of a run's node (or of its
@@ -82,22 +115,31 @@ func (s *Service) newDispatch(run *runRow, node, role string, attempt int32, msg
 }
 
 // dispatchInputs loads what the dispatches of nodes carry: their specs,
-// their dependencies' outputs, and for retried nodes their earlier
-// attempts and any handoff.
+// their dependencies' outputs (and, in a repository run, their patches),
+// and for retried nodes their earlier attempts and any handoff.
 func (s *Service) dispatchInputs(ctx context.Context, q querier, run *runRow, nodes []*schedNode, attempts map[string]int32) (*dispatchInputs, error) {
 	specs, err := s.specsOf(ctx, q, run, nodes)
 	if err != nil {
 		return nil, err
 	}
 	in := &dispatchInputs{specs: specs, outputs: map[string]string{}}
-	var deps, retried []string
+	var deps, dependents, retried []string
 	for _, n := range nodes {
 		deps = append(deps, n.DependsOn...)
+		if len(n.DependsOn) > 0 && run.Repository != "" {
+			dependents = append(dependents, n.ID)
+		}
 		if attempts[n.ID] > 1 {
 			retried = append(retried, n.ID)
 		}
 	}
-	if len(deps) > 0 && s.cfg.MaxUpstreamBytes > 0 {
+	switch {
+	case len(dependents) > 0:
+		// The stdouts and the patches in one round trip (spec T-10).
+		if in.outputs, in.patches, err = dependencyInputs(ctx, q, run.TenantID, run.ID, dependents, s.cfg.MaxUpstreamBytes > 0); err != nil {
+			return nil, fmt.Errorf("load what the dependencies pass on: %w", err)
+		}
+	case len(deps) > 0 && s.cfg.MaxUpstreamBytes > 0:
 		if in.outputs, err = stdouts(ctx, q, run.TenantID, run.ID, deps); err != nil {
 			return nil, fmt.Errorf("load upstream outputs: %w", err)
 		}

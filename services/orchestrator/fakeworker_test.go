@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -29,27 +31,38 @@ import (
 // fakeNoModel is what the fake worker says of a node with a prompt only.
 const fakeNoModel = "fake worker: no model acts on prompts"
 
+// fakeNoChanges is why the fake worker changed nothing for a prompt-only
+// node of a repository run given no guidance.
+const fakeNoChanges = "no language model is configured"
+
 // fakeWorker stands in for services/worker (which this package does not
 // import) over the same contract: it takes TaskDispatch messages from each
 // role's queue, runs the node's command with sh in a directory of its own
 // within the dispatch's timeout, stops it on a TaskCancel, and reports a
 // TaskResult that echoes the dispatch's fence. A node without a command
-// succeeds with fakeNoModel as its output; a node of a repository run
-// reports its edits as a patch from the run's base commit; the report names
-// the files changed and the briefing's failure analysis of a retried node.
+// succeeds with fakeNoModel as its output. A node of a repository run with
+// edits, or with a prompt only, works in a checkout of the run's base commit
+// with its dependencies' patches applied (spec T-10) and reports its changes
+// from there as its patch: its edits, then its command; a prompt-only node
+// writes its guidance to <node>.txt, and without guidance changes nothing
+// (fakeNoChanges). The report names the files changed and the briefing's
+// failure analysis of a retried node.
 type fakeWorker struct {
 	bus     *natsx.Bus
 	id, dir string
 	// running maps "<tenant>|<run>/<node>/<attempt>" to the cancel
 	// function of the command running it.
 	running sync.Map
+	// seen holds every dispatch received, by "<run>/<node>", in order.
+	mu   sync.Mutex
+	seen map[string][]*taskv1.TaskDispatch
 }
 
 // startWorker runs a fake worker with concurrency tasks of each role at
 // once until the test ends.
-func (h *harness) startWorker(t *testing.T, concurrency int) {
+func (h *harness) startWorker(t *testing.T, concurrency int) *fakeWorker {
 	t.Helper()
-	w := &fakeWorker{bus: h.bus, id: "w1", dir: t.TempDir()}
+	w := &fakeWorker{bus: h.bus, id: "w1", dir: t.TempDir(), seen: map[string][]*taskv1.TaskDispatch{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, topology.EnsureTasks(ctx, h.bus))
 	sub, err := h.bus.Conn.Subscribe(topology.TaskCancelSubject(h.bus), w.onCancel)
@@ -69,6 +82,14 @@ func (h *harness) startWorker(t *testing.T, concurrency int) {
 		_ = sub.Unsubscribe()
 		wg.Wait()
 	})
+	return w
+}
+
+// dispatches returns the dispatches of a run's node the worker received.
+func (w *fakeWorker) dispatches(runID, node string) []*taskv1.TaskDispatch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen[runID+"/"+node])
 }
 
 func (w *fakeWorker) key(tenant, run, node string, attempt int32) string {
@@ -92,6 +113,9 @@ func (w *fakeWorker) handle(ctx context.Context, msg jetstream.Msg) error {
 	if err := natsx.Unmarshal(msg, &d); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	w.seen[d.GetRunId()+"/"+d.GetNodeId()] = append(w.seen[d.GetRunId()+"/"+d.GetNodeId()], &d)
+	w.mu.Unlock()
 	r := &taskv1.TaskResult{TenantId: d.GetTenantId(), RunId: d.GetRunId(), NodeId: d.GetNodeId(), Attempt: d.GetAttempt(),
 		Fence: d.GetFence(), WorkerId: w.id, ReceivedTime: timestamppb.Now()}
 	r.Report = &orchestratorv1.TaskReport{Briefing: d.GetNode().GetRetryBriefing().GetFailureAnalysis()}
@@ -112,22 +136,28 @@ func (w *fakeWorker) handle(ctx context.Context, msg jetstream.Msg) error {
 
 // run runs the dispatch's command and fills r with what it did.
 func (w *fakeWorker) run(ctx context.Context, d *taskv1.TaskDispatch, r *taskv1.TaskResult) {
-	if d.GetRepository() != "" && len(d.GetNode().GetEdits()) > 0 {
-		w.edit(ctx, d, r)
+	n := d.GetNode()
+	promptOnly := n.GetCommand() == "" && len(n.GetEdits()) == 0 && n.GetPrompt() != ""
+	if d.GetRepository() != "" && (len(n.GetEdits()) > 0 || promptOnly) {
+		w.change(ctx, d, r)
 		return
 	}
-	command := d.GetNode().GetCommand()
-	if command == "" {
+	if n.GetCommand() == "" {
 		r.Stdout, r.Duration = fakeNoModel, durationpb.New(0)
 		return
 	}
+	w.command(ctx, d, w.dir, r)
+}
+
+// command runs the dispatch's command in dir and fills r with what it did.
+func (w *fakeWorker) command(ctx context.Context, d *taskv1.TaskDispatch, dir string, r *taskv1.TaskResult) {
 	if t := d.GetTimeout().AsDuration(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(ctx, "sh", "-c", command)
-	cmd.Dir = w.dir
+	cmd := exec.CommandContext(ctx, "sh", "-c", d.GetNode().GetCommand())
+	cmd.Dir = dir
 	// The command and whatever it starts are stopped together.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -150,21 +180,26 @@ func (w *fakeWorker) run(ctx context.Context, d *taskv1.TaskDispatch, r *taskv1.
 	}
 }
 
-// edit writes the node's edits in a checkout of the run's repository at its
-// base commit and reports them as a patch.
-func (w *fakeWorker) edit(ctx context.Context, d *taskv1.TaskDispatch, r *taskv1.TaskResult) {
-	dir, err := os.MkdirTemp(w.dir, "checkout-")
-	if err == nil {
-		err = w.git(ctx, "", "clone", "--quiet", d.GetRepository(), dir)
+// change makes the node's changes in a checkout of the run's repository at
+// its base commit with its dependencies' patches committed, and reports
+// them as a patch from there.
+func (w *fakeWorker) change(ctx context.Context, d *taskv1.TaskDispatch, r *taskv1.TaskResult) {
+	r.Duration = durationpb.New(0)
+	dir, err := w.checkout(ctx, d)
+	edits := d.GetNode().GetEdits()
+	if g := d.GetNode().GetGuidance(); len(edits) == 0 && len(g) > 0 {
+		edits = []*orchestratorv1.FileEdit{{Path: d.GetNodeId() + ".txt", Content: strings.Join(g, "\n") + "\n"}}
 	}
-	if err == nil {
-		err = w.git(ctx, dir, "checkout", "--quiet", d.GetBaseCommit())
-	}
-	for _, e := range d.GetNode().GetEdits() {
+	for _, e := range edits {
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, e.GetPath()), []byte(e.GetContent()), 0o644)
 		}
 		r.Report.FilesChanged = append(r.Report.FilesChanged, e.GetPath())
+	}
+	if err == nil && d.GetNode().GetCommand() != "" {
+		if w.command(ctx, d, dir, r); r.GetExitCode() != 0 || r.GetError() != "" {
+			return
+		}
 	}
 	if err == nil {
 		err = w.git(ctx, dir, "add", "-A")
@@ -175,10 +210,39 @@ func (w *fakeWorker) edit(ctx context.Context, d *taskv1.TaskDispatch, r *taskv1
 		cmd.Dir, cmd.Stdout = dir, &patch
 		err = cmd.Run()
 	}
-	r.Duration, r.Patch = durationpb.New(0), patch.String()
-	if err != nil {
+	switch {
+	case err != nil:
 		r.ExitCode, r.Error = -1, err.Error()
+	case patch.Len() == 0 && len(edits) == 0:
+		r.NoChangesReason = fakeNoChanges
+	default:
+		r.Patch = patch.String()
 	}
+}
+
+// checkout clones the run's repository at its base commit and commits the
+// dispatch's dependency patches on it, in order.
+func (w *fakeWorker) checkout(ctx context.Context, d *taskv1.TaskDispatch) (string, error) {
+	dir, err := os.MkdirTemp(w.dir, "checkout-")
+	if err == nil {
+		err = w.git(ctx, "", "clone", "--quiet", d.GetRepository(), dir)
+	}
+	if err == nil {
+		err = w.git(ctx, dir, "checkout", "--quiet", d.GetBaseCommit())
+	}
+	for i, p := range d.GetDependencyPatches() {
+		file := filepath.Join(w.dir, fmt.Sprintf("%s-%d.patch", filepath.Base(dir), i))
+		if err == nil {
+			err = os.WriteFile(file, []byte(p.GetPatch()), 0o600)
+		}
+		if err == nil {
+			err = w.git(ctx, dir, "apply", "--index", file)
+		}
+	}
+	if err == nil && len(d.GetDependencyPatches()) > 0 {
+		err = w.git(ctx, dir, "-c", "user.name=fake", "-c", "user.email=fake@sylk.invalid", "commit", "--quiet", "-m", "dependencies")
+	}
+	return dir, err
 }
 
 func (w *fakeWorker) git(ctx context.Context, dir string, args ...string) error {

@@ -319,5 +319,6 @@ func inboxMessage(t *testing.T, h *harness, agent string) *messagev1.Envelope {
 }
 
 func terminal(s orchestratorv1.RunState) bool {
-	return s == orchestratorv1.RunState_RUN_STATE_SUCCEEDED || s == orchestratorv1.RunState_RUN_STATE_FAILED || s == orchestratorv1.RunState_RUN_STATE_CANCELLED
+	return s == orchestratorv1.RunState_RUN_STATE_SUCCEEDED || s == orchestratorv1.RunState_RUN_STATE_FAILED || s == orchestratorv1.RunState_RUN_STATE_CANCELLED ||
+		s == orchestratorv1.RunState_RUN_STATE_NO_CHANGES
 }

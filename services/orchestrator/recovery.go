@@ -58,13 +58,8 @@ func (s *Service) recoverRun(ctx context.Context, k runKey) error {
 				}
 			}
 			if len(out) > 0 {
-				msgs, err := s.buildDispatches(ctx, tx, run, out, attempts)
-				if err != nil {
+				if err := s.queueTasks(ctx, tx, run, out, attempts, true, eff); err != nil {
 					return err
-				}
-				for _, m := range msgs {
-					m.republish = true
-					eff.steps = append(eff.steps, step{dispatch: m})
 				}
 			}
 		}

@@ -24,12 +24,15 @@ func cancelForFailFast(ctx context.Context, tx pgx.Tx, tenant, runID string, nod
 	return err
 }
 
-// reopenNode runs a failed node again (spec F-11's options): the node goes
-// back to PENDING with its spec changed, the dependents its failure skipped
-// and the nodes fail_fast cancelled become pending again (fail_fast cancels
-// them anew while another node stays failed, except the node itself and
-// those downstream of it), and a run that had ended runs again (owned by
-// this replica). Nodes a user cancelled stay cancelled.
+// reopenNode runs a failed node, or one that changed nothing, again (spec
+// F-11's options): the node goes back to PENDING with its spec changed, the
+// dependents its failure skipped and the nodes fail_fast cancelled become
+// pending again (fail_fast cancels them anew while another node stays
+// failed, except the node itself and those downstream of it), and a run
+// that had ended runs again (owned by this replica). Nodes a user cancelled
+// stay cancelled. A node that changed nothing was met for its dependents:
+// it is unmet again until it ends anew (those that already ran keep what
+// they did).
 func (s *Service) reopenNode(ctx context.Context, tenant, runID, nodeID string, act orchestratorv1.TaskActionType, mutate func(*orchestratorv1.Node)) error {
 	_, err := s.withRun(ctx, tenant, runID, false, func(tx pgx.Tx, run *runRow, eff *effects) error {
 		var st string
@@ -38,8 +41,8 @@ func (s *Service) reopenNode(ctx context.Context, tenant, runID, nodeID string, 
 			tenant, runID, nodeID).Scan(&st, &raw); err != nil {
 			return err
 		}
-		if st != stateFailed {
-			return errNodeNotFailed.Withf("node %s is %s, not failed", nodeID, strings.ToLower(st))
+		if st != stateFailed && st != stateNoChanges {
+			return errNodeNotFailed.Withf("node %s is %s: only a failed node or one that changed nothing runs again", nodeID, strings.ToLower(st))
 		}
 		if run.State == stateCancelled {
 			return errRunCancelled.Withf("run %s was cancelled", runName(runID))
@@ -51,6 +54,15 @@ func (s *Service) reopenNode(ctx context.Context, tenant, runID, nodeID string, 
 		if _, err := tx.Exec(ctx, `UPDATE nodes SET state = 'PENDING', spec = $4, not_before = NULL, paused = false, end_time = NULL
 			WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3`, tenant, runID, nodeID, b); err != nil {
 			return err
+		}
+		if st == stateNoChanges {
+			// Its next end unblocks them again (recordResultsSQL).
+			if _, err := tx.Exec(ctx, `UPDATE nodes d SET unmet_deps = d.unmet_deps + 1
+				FROM edges e
+				WHERE e.tenant_id = $1 AND e.run_id = $2 AND e.node_id = $3
+					AND d.tenant_id = $1 AND d.run_id = $2 AND d.node_id = e.dependent_id`, tenant, runID, nodeID); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `WITH RECURSIVE dep(node_id) AS (
 				SELECT dependent_id FROM edges WHERE tenant_id = $1 AND run_id = $2 AND node_id = $3

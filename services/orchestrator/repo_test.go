@@ -49,10 +49,11 @@ func TestRepositoryRunMergesPatchesAndDetectsConflicts(t *testing.T) {
 	require.Contains(t, got.GetDecisionLog(), "- Files changed: notes.txt")
 	require.Equal(t, 3, strings.Count(got.GetDecisionLog(), "## Task "))
 
-	// Two tasks change the same line from the same starting commit.
+	// Two tasks change the same line from the same starting commit (neither
+	// depends on the other, so neither starts from the other's change).
 	clash := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(
 		edit("x", "notes.txt", "line one\nline two, by x\n"),
-		edit("y", "notes.txt", "line one\nline two, by y\n", "x"),
+		edit("y", "notes.txt", "line one\nline two, by y\n"),
 	)})
 	h.waitState(t, ctx, clash.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	require.Eventually(t, func() bool { return len(h.get(t, ctx, clash.GetName()).GetMergeConflicts()) > 0 }, waitFor, 20*time.Millisecond)

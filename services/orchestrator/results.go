@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -62,8 +63,8 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 		Duration:        r.GetDuration().AsDuration(),
 		Error:           storable(r.GetError(), maxStoredErrorBytes),
 		WorkerID:        storable(r.GetWorkerId(), 256),
-		Patch:           storable(r.GetPatch(), maxStoredPatchBytes),
-		Report:          storable(storedJSON(r.GetReport()), maxStoredErrorBytes*4),
+		Patch:           storedPatch(r.GetPatch()),
+		Report:          reportJSON(r.GetReport(), maxStoredReportBytes),
 		Pipeline:        storable(storedJSON(r.GetPipeline()), maxStoredErrorBytes*16),
 		ReceivedAt:      timeOf(r.GetReceivedTime()),
 		ReportedAt:      timeOf(r.GetReportedTime()),
@@ -80,6 +81,11 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 			res.Error = fmt.Sprintf("the pipeline asked for handoff %d, beyond the limit of %d (-orchestrator.max-handoffs)",
 				s.cfg.MaxHandoffs+1, s.cfg.MaxHandoffs)
 		}
+	} else if why := strings.TrimSpace(r.GetNoChangesReason()); why != "" && res.Patch == "" {
+		// Asked to change the code, the task changed nothing: the node
+		// ends NO_CHANGES, its error saying why. A patch outweighs the
+		// reason: a task that changed files succeeded.
+		res.State, res.Error = stateNoChanges, storable(why, maxStoredErrorBytes)
 	}
 	return &result{msg: msg, r: &r, stored: res}, nil
 }
@@ -95,6 +101,49 @@ func storedJSON(m proto.Message) string {
 	}
 	return string(b)
 }
+
+// maxStoredReportBytes bounds a node's stored report, its agent's activity
+// (up to 200 tool calls) included.
+const maxStoredReportBytes = 64 << 10
+
+// reportJSON is a task's report as stored: within limit bytes, and always
+// whole JSON (a cut one would not decode). What has to go goes in this
+// order: the oldest tool calls of its activity, then the middle of each
+// text.
+func reportJSON(rep *orchestratorv1.TaskReport, limit int) string {
+	out := storedJSON(rep)
+	if len(out) <= limit {
+		return out
+	}
+	rep = proto.Clone(rep).(*orchestratorv1.TaskReport)
+	if act := rep.GetActivity(); act != nil {
+		for calls := act.GetToolCalls(); len(calls) > 0 && len(out) > limit; calls = act.GetToolCalls() {
+			act.ToolCalls = calls[(len(calls)+1)/2:]
+			out = storedJSON(rep)
+		}
+	}
+	if len(out) <= limit {
+		return out
+	}
+	each := limit / 8
+	for _, f := range []*string{&rep.Implemented, &rep.Tested, &rep.Decisions, &rep.Deviations, &rep.Concerns, &rep.Briefing} {
+		*f = truncateMiddle(*f, each)
+	}
+	if act := rep.GetActivity(); act != nil {
+		act.StopDetail = truncateMiddle(act.GetStopDetail(), each)
+	}
+	if len(rep.FilesChanged) > maxReportFiles {
+		rep.FilesChanged = rep.FilesChanged[:maxReportFiles]
+	}
+	if out = storedJSON(rep); len(out) <= limit {
+		return out
+	}
+	return ""
+}
+
+// maxReportFiles is how many changed files a report too large to store
+// keeps.
+const maxReportFiles = 100
 
 // consumeResults applies worker reports in batches: whatever arrived while
 // the previous batch was applied (up to resultBatch) is grouped by run, and
@@ -213,6 +262,15 @@ func (s *Service) handleCancelledResult(ctx context.Context, res *result) bool {
 // maxStoredPatchBytes bounds a node's stored patch (the worker caps it
 // lower).
 const maxStoredPatchBytes = 512 << 10
+
+// storedPatch is a reported patch as stored: "" when it changes nothing
+// (empty or only white space), else bounded.
+func storedPatch(p string) string {
+	if strings.TrimSpace(p) == "" {
+		return ""
+	}
+	return storable(p, maxStoredPatchBytes)
+}
 
 // storable makes worker text safe for a text column and bounded in size.
 func storable(s string, limit int) string {

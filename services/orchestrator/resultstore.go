@@ -56,8 +56,8 @@ type recordedResult struct {
 // back to PENDING at once, keeping the handed state and patch for the next
 // attempt (spec F-23). Each report applies only when its node is DISPATCHED with that
 // attempt (so a redelivered or stale report changes nothing), succeeded
-// nodes unblock their dependents (a dependent of two nodes succeeding
-// together loses two unmet dependencies), and every applied report gets its
+// nodes (and NO_CHANGES ones) unblock their dependents (a dependent of two
+// nodes succeeding together loses two unmet dependencies), and every applied report gets its
 // history row and decision log section, in report order. It returns the
 // applied reports only. Reports must name distinct (node, attempt) pairs.
 func recordResults(ctx context.Context, tx pgx.Tx, tenant, runID string, rs []reportedResult) ([]recordedResult, error) {
@@ -124,7 +124,7 @@ const recordResultsSQL = `WITH r AS (
 		unblocked AS (
 			UPDATE nodes d SET unmet_deps = d.unmet_deps - c.met
 			FROM (SELECT e.dependent_id, count(*) AS met FROM edges e
-				WHERE e.tenant_id = $1 AND e.run_id = $2 AND e.node_id = ANY (ARRAY(SELECT node_id FROM upd WHERE state = 'SUCCEEDED'))
+				WHERE e.tenant_id = $1 AND e.run_id = $2 AND e.node_id = ANY (ARRAY(SELECT node_id FROM upd WHERE state IN ('SUCCEEDED', 'NO_CHANGES')))
 				GROUP BY e.dependent_id) c
 			WHERE d.tenant_id = $1 AND d.run_id = $2 AND d.node_id = c.dependent_id),
 		history AS (

@@ -359,8 +359,11 @@ func (s *Service) loadRun(ctx context.Context, tenant, owner, id string) (*orche
 		if nodes, err = listNodes(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		run.DecisionLog, err = decisionLog(ctx, tx, tenant, id)
-		return err
+		if run.DecisionLog, err = decisionLog(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		run.DecisionLog = withOutcome(run.DecisionLog, run.State, changesOf(nodes)) // outcome.go
+		return nil
 	})
 	if errors.Is(err, errNotFound) {
 		return nil, runNotFound(runName(id))
@@ -487,7 +490,7 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 				ns.State = orchestratorv1.NodeState_NODE_STATE_PAUSED
 			}
 		}
-		if n.State == stateSucceeded || n.State == stateFailed {
+		if n.State == stateSucceeded || n.State == stateFailed || n.State == stateNoChanges {
 			ns.Duration = durationpb.New(time.Duration(n.DurationUS) * time.Microsecond)
 		}
 		out.Nodes = append(out.Nodes, ns)

@@ -44,6 +44,10 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 	if err != nil {
 		return nil, fmt.Errorf("load run: %w", err)
 	}
+	if run.State == stateNoChanges {
+		return nil, errRunNotSettleable.Withf("run %s changed nothing (NO_CHANGES): it has no partial work to settle; "+
+			"run its nodes again with /task <node> retry or prompt", req.GetName())
+	}
 	if run.State != stateFailed && run.State != stateCancelled {
 		return nil, errRunNotSettleable.Withf("run %s is %s: only a FAILED or CANCELLED run has partial work to settle",
 			req.GetName(), run.State)
@@ -86,7 +90,7 @@ func (s *Service) SettleRun(ctx context.Context, req *orchestratorv1.SettleRunRe
 		}
 	}
 	for _, n := range r.GetNodes() {
-		if n.GetState() != orchestratorv1.NodeState_NODE_STATE_SUCCEEDED {
+		if st := n.GetState(); st != orchestratorv1.NodeState_NODE_STATE_SUCCEEDED && st != orchestratorv1.NodeState_NODE_STATE_NO_CHANGES {
 			receipt.UnfinishedNodes = append(receipt.UnfinishedNodes, n.GetNodeId())
 		}
 	}

@@ -19,6 +19,11 @@ const (
 	stateFailed     = "FAILED"
 	stateSkipped    = "SKIPPED"
 	stateCancelled  = "CANCELLED"
+	// stateNoChanges: a node whose agent was asked to change the code and
+	// changed nothing (its error says why), met for its dependents as a
+	// success is; a run whose nodes all ended, none failed, and only such
+	// nodes were to change the code, so that it delivers nothing.
+	stateNoChanges = "NO_CHANGES"
 	// stateHandedOff is reported, never stored on a node: the attempt
 	// handed its pipeline's state to a fresh one (spec F-23), and the node
 	// goes back to PENDING for it.
@@ -26,7 +31,13 @@ const (
 )
 
 func terminalRun(state string) bool {
-	return state == stateSucceeded || state == stateFailed || state == stateCancelled
+	return state == stateSucceeded || state == stateFailed || state == stateCancelled || state == stateNoChanges
+}
+
+// metForDependents says whether a node in state lets its dependents run.
+// (A SKIPPED node the user went on without is met too: schedNode.UserSkipped.)
+func metForDependents(state string) bool {
+	return state == stateSucceeded || state == stateNoChanges
 }
 
 // querier is what both the pool and a transaction offer.
@@ -236,9 +247,15 @@ func decisionLog(ctx context.Context, q querier, tenant, runID string) (string, 
 	return "# Implementation Log\n\n" + *log, nil
 }
 
+// keptPatchSQL matches the nodes whose patch is part of a run's result:
+// the patches a run merges (patches) and those a dependent task starts from
+// (dependencyInputsSQL) are the same, in the same order (layer, position),
+// so that every patch applies on top of the ones before it.
+const keptPatchSQL = `state = 'SUCCEEDED' AND patch <> ''`
+
 // patches returns the patches of a run's succeeded nodes in topological order.
 func patches(ctx context.Context, q querier, tenant, runID string) ([][2]string, error) {
-	rows, err := q.Query(ctx, `SELECT node_id, patch FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND state = 'SUCCEEDED' AND patch <> ''
+	rows, err := q.Query(ctx, `SELECT node_id, patch FROM nodes WHERE tenant_id = $1 AND run_id = $2 AND `+keptPatchSQL+`
 		ORDER BY layer, position`, tenant, runID)
 	if err != nil {
 		return nil, err

@@ -197,11 +197,13 @@ func (s *Service) tellWorker(ctx context.Context, tenant, runID string, n *taskN
 	return nil
 }
 
-// retryNode runs a failed node again, with max_loops raised when asked.
+// retryNode runs a failed node (or one that changed nothing) again, with
+// max_loops raised when asked.
 func (s *Service) retryNode(ctx context.Context, tenant, runID string, n *taskNode, req *orchestratorv1.TaskActionRequest,
 	resp *orchestratorv1.TaskActionResponse) error {
-	if n.state != stateFailed {
-		return errNodeNotFailed.Withf("node %s is %s: only a failed node can be retried", req.GetNodeId(), strings.ToLower(n.state))
+	if n.state != stateFailed && n.state != stateNoChanges {
+		return errNodeNotFailed.Withf("node %s is %s: only a failed node or one that changed nothing can be retried", req.GetNodeId(),
+			strings.ToLower(n.state))
 	}
 	loops := req.GetMaxLoops()
 	if err := s.reopenNode(ctx, tenant, runID, req.GetNodeId(), req.GetAction(), func(spec *orchestratorv1.Node) {
@@ -224,7 +226,8 @@ type specChangeWords struct{ recorded, pending, reopened, tooLate string }
 
 // changeSpec applies mutate to a node's spec: a running node's spec keeps
 // it (so that a redelivery or a later attempt has it) and its worker is told
-// at once; a pending node starts with it; a failed node runs again with it.
+// at once; a pending node starts with it; a failed node, or one that
+// changed nothing, runs again with it.
 func (s *Service) changeSpec(ctx context.Context, tenant, runID, nodeID string, n *taskNode, act orchestratorv1.TaskActionType,
 	message string, mutate func(*orchestratorv1.Node), resp *orchestratorv1.TaskActionResponse, words specChangeWords) error {
 	switch n.state {
@@ -243,7 +246,7 @@ func (s *Service) changeSpec(ctx context.Context, tenant, runID, nodeID string, 
 			return err
 		}
 		resp.Detail = words.pending
-	case stateFailed:
+	case stateFailed, stateNoChanges:
 		if err := s.reopenNode(ctx, tenant, runID, nodeID, act, mutate); err != nil {
 			return err
 		}

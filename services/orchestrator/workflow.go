@@ -74,6 +74,8 @@ func workflowText(runID, state string, nodes []workflowNode) string {
 		switch {
 		case n.state == stateSucceeded:
 			done = append(done, n.id)
+		case n.state == stateNoChanges:
+			done = append(done, n.id+": changed nothing: "+reasonText(n.err))
 		case n.state == statePending || n.state == stateDispatched:
 			pending = append(pending, n.id)
 		case n.state == stateSkipped && n.userSkipped:
@@ -91,7 +93,7 @@ func workflowText(runID, state string, nodes []workflowNode) string {
 			}
 			blocked = append(blocked, why)
 		}
-		if n.state != stateSucceeded && current < 0 {
+		if !metForDependents(n.state) && current < 0 {
 			current = n.layer
 		}
 	}

@@ -16,11 +16,11 @@ func TestEngineerPromptCarriesTheRetryBriefing(t *testing.T) {
 		SuggestedApproach: "Change the approach.", AvoidPatterns: []string{"what led to: parse error"},
 		PriorAttempts: []*orchestratorv1.AttemptSummary{{Attempt: 1, State: "FAILED", ExitCode: 2, ErrorTier: "permanent", Error: "parse error"}}}
 	task := &taskv1.TaskDispatch{NodeId: "n"}
-	p := engineerPrompt(task, &orchestratorv1.Node{Prompt: "fix the parser", RetryBriefing: b}, t.TempDir(), nil)
+	p := taskBrief(task, &orchestratorv1.Node{Prompt: "fix the parser", RetryBriefing: b})
 	require.Contains(t, p, "## This is attempt 2: what happened before\n\nAttempt 1 exited with 2: parse error.\n\nSuggested approach: Change the approach.\n")
 	require.Contains(t, p, "- attempt 1: failed, exit 2, permanent: parse error\n")
 	require.Contains(t, p, "Avoid:\n- what led to: parse error\n")
-	require.NotContains(t, engineerPrompt(task, &orchestratorv1.Node{Prompt: "fix the parser"}, t.TempDir(), nil), "This is attempt")
+	require.NotContains(t, taskBrief(task, &orchestratorv1.Node{Prompt: "fix the parser"}), "This is attempt")
 	require.Equal(t, "attempt 2 after 1 prior: Attempt 1 exited with 2: parse error. Change the approach.", briefingLine(b))
 	require.Empty(t, briefingLine(nil))
 }

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 )
 
 // changedFiles lists what the task changed against the starting commit,
@@ -333,4 +335,57 @@ func conventionalMessage(nodeID, name string) string {
 		return '-'
 	}, strings.ToLower(nodeID))
 	return fmt.Sprintf("%s(%s): %s", kind, scope, subject)
+}
+
+// applyDependencies starts the checkout from its dependencies' changes
+// (spec T-10): each patch, in order, is applied and committed, and the
+// task's own changes are then taken from that commit. A patch that does
+// not apply fails the task, naming its node and files.
+func (w *workspace) applyDependencies(ctx context.Context, deps []*taskv1.DependencyPatch) error {
+	applied := 0
+	for _, d := range deps {
+		if strings.TrimSpace(d.GetPatch()) == "" {
+			continue
+		}
+		if err := w.applyPatch(ctx, d.GetPatch()); err != nil {
+			return fmt.Errorf("the changes of node %s (%s) do not apply on top of %s: %w",
+				d.GetNodeId(), strings.Join(patchFiles(d.GetPatch()), ", "), dependencyWord(applied), err)
+		}
+		if _, err := w.run(ctx, "add", "-A"); err != nil {
+			return err
+		}
+		if _, err := w.run(ctx, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", "sylk: the changes of node "+d.GetNodeId()); err != nil {
+			return err
+		}
+		applied++
+	}
+	if applied == 0 {
+		return nil
+	}
+	head, err := w.run(ctx, "rev-parse", "HEAD")
+	if err != nil {
+		return err
+	}
+	w.base = strings.TrimSpace(head)
+	return nil
+}
+
+func dependencyWord(applied int) string {
+	if applied == 0 {
+		return "the run's base commit"
+	}
+	return "the base commit and the other dependencies' changes"
+}
+
+// patchFiles lists the files a git diff changes.
+func patchFiles(patch string) []string {
+	var out []string
+	for _, line := range strings.Split(patch, "\n") {
+		if rest, ok := strings.CutPrefix(line, "diff --git a/"); ok {
+			if i := strings.Index(rest, " b/"); i >= 0 {
+				out = append(out, rest[:i])
+			}
+		}
+	}
+	return out
 }

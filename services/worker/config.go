@@ -59,6 +59,20 @@ type Config struct {
 	// EngineerContextTokens is the Engineer model's context window; 0 takes
 	// it from the model catalogue.
 	EngineerContextTokens int
+	// AgentToolCalls bounds a task agent's tool calls over the whole task.
+	AgentToolCalls int
+	// AgentTokens bounds a task agent's model tokens (in and out) over the
+	// whole task; 0 leaves it to the gate's task budget.
+	AgentTokens int64
+	// AgentKeepResults is how many of the newest tool results the model
+	// sees whole; older ones are masked to a one-line stub.
+	AgentKeepResults int
+	// AgentCommandTimeout is run_command's default timeout (a task's own
+	// timeout raises its maximum).
+	AgentCommandTimeout time.Duration
+	// HelpTimeout is how long an agent waits for the user's answer to its
+	// request for help.
+	HelpTimeout time.Duration
 }
 
 // Limits of the settings.
@@ -88,6 +102,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EngineerModel, "worker.engineer-model", "default", "model id or alias (default, fast, powerful) the Engineer writes code with")
 	fs.Float64Var(&c.HandoffAt, "worker.handoff-at", 0.95, "share of the Engineer's context window at which a pipeline hands its state to a fresh pipeline")
 	fs.IntVar(&c.EngineerContextTokens, "worker.engineer-context-tokens", 0, "the Engineer model's context window in tokens; 0 takes it from the model catalogue")
+	fs.IntVar(&c.AgentToolCalls, "worker.agent-tool-calls", 60, "most tool calls a task's agent makes over the whole task")
+	fs.Int64Var(&c.AgentTokens, "worker.agent-tokens", 0, "most model tokens (in and out) a task's agent uses over the whole task; 0 leaves it to the LLM gate's task budget")
+	fs.IntVar(&c.AgentKeepResults, "worker.agent-keep-results", 8, "newest tool results a task's agent sees whole; older ones are masked to a one-line stub")
+	fs.DurationVar(&c.AgentCommandTimeout, "worker.agent-command-timeout", 2*time.Minute, "default timeout of an agent's run_command (a task's own timeout raises its maximum)")
+	fs.DurationVar(&c.HelpTimeout, "worker.help-timeout", 30*time.Minute, "how long a task's agent waits for the user's answer to its request for help")
 	c.Tools.RegisterFlags(fs)
 }
 
@@ -142,6 +161,18 @@ func (c Config) Validate() error {
 	}
 	if c.EngineerContextTokens < 0 || c.EngineerContextTokens > maxContextTokens {
 		errs = append(errs, fmt.Errorf("worker.engineer-context-tokens: must be between 0 and %d", maxContextTokens))
+	}
+	if c.AgentToolCalls < 1 || c.AgentToolCalls > 10_000 {
+		errs = append(errs, errors.New("worker.agent-tool-calls: must be between 1 and 10000"))
+	}
+	if c.AgentTokens < 0 {
+		errs = append(errs, errors.New("worker.agent-tokens: must not be negative"))
+	}
+	if c.AgentKeepResults < 1 || c.AgentKeepResults > 1000 {
+		errs = append(errs, errors.New("worker.agent-keep-results: must be between 1 and 1000"))
+	}
+	if c.AgentCommandTimeout < time.Second || c.HelpTimeout < time.Second {
+		errs = append(errs, errors.New("worker.agent-command-timeout and worker.help-timeout: must be at least 1s"))
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))

@@ -36,8 +36,10 @@ type taskControl struct {
 	interrupted     bool
 	reason          string
 	// guidance is the user's guidance given while the task runs (/task
-	// prompt), for the Engineer's next turn.
+	// prompt), for the Engineer's next turn; guided is closed (and made
+	// anew) each time some arrives.
 	guidance []string
+	guided   chan struct{}
 	// engineerReads says whether a language-model Engineer will read it.
 	engineerReads bool
 	// handoff is set when the user asked the pipeline to hand its state to
@@ -105,6 +107,27 @@ func (c *taskControl) userGuidance() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.guidance...)
+}
+
+// readsGuidance records that a language model reads the task's guidance.
+func (c *taskControl) readsGuidance() {
+	c.mu.Lock()
+	c.engineerReads = true
+	c.mu.Unlock()
+}
+
+// guidanceAfter is the guidance given after the first seen lines, and a
+// channel closed when more arrives.
+func (c *taskControl) guidanceAfter(seen int) ([]string, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.guided == nil {
+		c.guided = make(chan struct{})
+	}
+	if seen >= len(c.guidance) {
+		return nil, c.guided
+	}
+	return append([]string(nil), c.guidance[seen:]...), c.guided
 }
 
 // markPipeline records that the task runs a pipeline.
@@ -177,6 +200,10 @@ func (c *taskControl) apply(action orchestratorv1.TaskActionType, message string
 		return fmt.Sprintf("stage %s, loop %d of %d", orDash(stage), c.status.GetLoops(), c.status.GetMaxLoops()), nil
 	case orchestratorv1.TaskActionType_TASK_ACTION_TYPE_PROMPT:
 		c.guidance = append(c.guidance, message)
+		if c.guided != nil {
+			close(c.guided)
+		}
+		c.guided = make(chan struct{})
 		note("prompt")
 		if !c.engineerReads {
 			return "the guidance is recorded, but no language model is configured for this node's Engineer: nothing reads it, and the node's command runs as given", nil

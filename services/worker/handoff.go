@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/agent"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/pipeline"
@@ -19,10 +21,10 @@ import (
 )
 
 // Memory management of the Engineer (spec F-21, F-23). A pipeline's
-// Engineer keeps one conversation across its loops: the task, then each
-// loop's feedback and its own answers. It takes no checkpoints and never
-// compacts; before a turn that would fill its context window to the
-// handoff threshold (-worker.handoff-at, 95%), or when the user asks, it
+// Engineer keeps one conversation across its loops (its agent loop: the
+// task, its tool calls and their results, then each loop's feedback), with
+// old tool results masked. Once a turn's prompt fills its context window to
+// the handoff threshold (-worker.handoff-at, 95%), or when the user asks, it
 // ends the pipeline with the state of all three stages instead. The
 // Orchestrator closes the pipeline, stores the state in the Archivalist and
 // starts a fresh pipeline of the same node from it and from the old
@@ -43,15 +45,6 @@ const (
 	maxHandoffOutput    = 4 << 10
 )
 
-// engineerMemory is the Engineer's conversation in one pipeline.
-type engineerMemory struct {
-	turns []llm.Message
-	// window is the model's context window in tokens.
-	window int
-	// guidance is how many of the user's guidance lines the model has seen.
-	guidance int
-}
-
 // engineerWindow is the context window the Engineer's handoff threshold
 // applies to: -worker.engineer-context-tokens, else the model catalogue's
 // for the default provider's resolution of -worker.engineer-model.
@@ -67,60 +60,67 @@ func (s *Service) engineerWindow() int {
 	return llm.DefaultMaxContext
 }
 
-// next is the Engineer's next user turn: the whole task first, then the
-// feedback and any guidance the model has not seen. seen is the guidance
-// count once the turn is taken.
-func (m *engineerMemory) next(pr *pipelineRun, feedback []string) (msg llm.Message, seen int) {
-	spec := pr.guided()
-	if len(m.turns) == 0 {
-		return llm.Message{Role: llm.RoleUser, Content: engineerPrompt(pr.d, spec, pr.dir, feedback)}, len(spec.GetGuidance())
-	}
-	var b strings.Builder
-	b.WriteString("## Feedback on your previous attempt (fix all of it)\n\n")
-	for _, f := range feedback {
-		b.WriteString("- " + f + "\n")
-	}
-	if g := spec.GetGuidance(); len(g) > m.guidance {
-		b.WriteString("\n## The user's new guidance (follow it)\n\n")
-		for _, x := range g[m.guidance:] {
-			b.WriteString("- " + x + "\n")
-		}
-	}
-	b.WriteString("\nAnswer with the JSON object again; each edit replaces a whole file as it is now.\n")
-	return llm.Message{Role: llm.RoleUser, Content: b.String()}, len(spec.GetGuidance())
-}
-
-// usage is the share of the window the conversation would fill with msg.
-func (m *engineerMemory) usage(msg llm.Message) float64 {
-	if m.window <= 0 {
+// contextUsage is the share of the Engineer's window its last turn's prompt
+// filled.
+func (pr *pipelineRun) contextUsage() float64 {
+	if pr.agent == nil || pr.window <= 0 {
 		return 0
 	}
-	req := &llm.Request{System: engineerSystem, Messages: append(slices.Clone(m.turns), msg)}
-	return float64(llm.EstimateRequest(req)) / float64(m.window)
+	return float64(pr.agent.lastInput()) / float64(pr.window)
 }
 
-// engineer takes the Engineer's turn: one conversation across the loops
-// when a language model writes the code, else the offline path.
+// errHandoffDue ends the Engineer's turn to hand the pipeline off.
+var errHandoffDue = errors.New("handoff due")
+
+// handoffHook stops the Engineer's loop for a handoff: when its last
+// turn's prompt filled its context window to the threshold, or the user
+// asked. It lets a fresh pipeline make a few calls first, so that a chain of
+// handoffs always moves on.
+func (pr *pipelineRun) handoffHook(res agent.Result, _ llm.Usage) string {
+	if res.ToolCalls < minCallsBeforeHandoff {
+		return ""
+	}
+	if trigger, _ := pr.handoffDue(); trigger != "" {
+		return "handoff"
+	}
+	return ""
+}
+
+// minCallsBeforeHandoff is how many tool calls a pipeline's Engineer makes
+// before it may hand off.
+const minCallsBeforeHandoff = 3
+
+// engineer takes the Engineer's turn: the task first, then each loop's
+// feedback and the user's new guidance, in one conversation. Without a
+// model it does nothing.
 func (pr *pipelineRun) engineer(ctx context.Context, feedback []string) ([]string, *modelAnswer, error) {
-	if pr.mem == nil {
-		return pr.s.generate(ctx, pr.d, pr.guided(), pr.dir, feedback)
+	if pr.agent == nil {
+		return nil, nil, nil
 	}
-	msg, seen := pr.mem.next(pr, feedback)
-	written, a, content, err := pr.s.ask(ctx, pr.d, pr.dir, append(slices.Clone(pr.mem.turns), msg))
-	if content != "" {
-		pr.mem.turns = append(pr.mem.turns, msg, llm.Message{Role: llm.RoleAssistant, Content: content})
-		pr.mem.guidance = seen
+	msg := taskBrief(pr.d, pr.spec)
+	if pr.turns > 0 {
+		msg = feedbackTurn(feedback, pr.agent.help.unseen())
 	}
-	return written, a, err
+	pr.turns++
+	before := pr.agent.writtenCount()
+	res, err := pr.agent.run(ctx, msg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the model call failed: %w", err)
+	}
+	written := pr.agent.writtenSince(before)
+	if res.Stop == agent.StopHook {
+		return written, answerOf(pr.agent.finishedReport()), errHandoffDue
+	}
+	if res.Stop != agent.StopFinished {
+		return written, nil, fmt.Errorf("the engineer stopped before finishing: %s (%s)", res.Stop, res.Detail)
+	}
+	return written, answerOf(pr.agent.finishedReport()), nil
 }
 
 // handoffDue says whether the pipeline hands off before the Engineer's
 // next turn, and why, with the share of the window that turn would fill.
-func (pr *pipelineRun) handoffDue(feedback []string) (trigger string, usage float64) {
-	if pr.mem != nil && len(pr.mem.turns) > 0 {
-		msg, _ := pr.mem.next(pr, feedback)
-		usage = pr.mem.usage(msg)
-	}
+func (pr *pipelineRun) handoffDue() (trigger string, usage float64) {
+	usage = pr.contextUsage()
 	switch {
 	case pr.ctl.handoffAsked():
 		return triggerUser, usage
@@ -138,7 +138,7 @@ func (pr *pipelineRun) handOff(ctx context.Context, p *orchestratorv1.PipelineSt
 	p.State = pipeHandedOff
 	why := "the user asked for a handoff"
 	if trigger == triggerContext {
-		why = fmt.Sprintf("the Engineer's conversation would fill %.0f%% of its %d-token context window", 100*usage, pr.mem.window)
+		why = fmt.Sprintf("the Engineer's conversation fills %.0f%% of its %d-token context window", 100*usage, pr.window)
 	}
 	fmt.Fprintf(&pr.log, "loop %d: %s: handing the pipeline's state to a fresh pipeline (handoff %d)\n", p.Loops, why, h.GetHandoffIndex())
 	pr.res.Stdout = pr.log.String()
@@ -250,10 +250,10 @@ func (pr *pipelineRun) testerState(p *orchestratorv1.PipelineStatus, changed []s
 }
 
 func (pr *pipelineRun) windowTokens() int {
-	if pr.mem == nil {
+	if pr.agent == nil {
 		return 0
 	}
-	return pr.mem.window
+	return pr.window
 }
 
 // boundList keeps the newest maxHandoffItems entries, each cut to

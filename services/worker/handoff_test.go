@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
-	"sylk.dev/sylk/pkg/llm"
+	"sylk.dev/sylk/pkg/scriptmodel"
 )
 
 func handoffOf(t *testing.T, out taskOutcome) *orchestratorv1.PipelineHandoff {
@@ -18,39 +18,40 @@ func handoffOf(t *testing.T, out taskOutcome) *orchestratorv1.PipelineHandoff {
 	return out.msg.GetHandoff()
 }
 
-// Spec F-21/F-23: the Engineer keeps one conversation across its loops and,
-// before a turn that would fill 95% of its context window, hands the
-// pipeline's state on instead of taking it.
+// Spec F-21/F-23: the Engineer keeps one conversation across its loops
+// and, once a turn's prompt fills 95% of its context window, hands the
+// pipeline's state on instead of going on.
 func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
+	g, srv := scriptGate(t, scriptmodel.Script{Match: "Make Add return the sum", Turns: []scriptmodel.Turn{
+		call("read_file", map[string]any{"path": "calc.go"}),
+		call("edit_file", map[string]any{"path": "calc.go", "old_string": "a - b", "new_string": "a * b"}),
+		call("read_file", map[string]any{"path": "calc.go"}),
+		call("finish", map[string]any{"summary": "never reached"}),
+	}})
 	repo, base := brokenRepo(t)
 	node := &orchestratorv1.Node{Id: "fix-add", Name: "fix Add", Pipeline: true, Prompt: "Make Add return the sum of its arguments.",
 		DoneWhen: "TestAdd passes", Guidance: []string{"keep the signature"}}
-	env := repoTask(t, repo, base, node)
-	env.TenantId, env.SessionId = "t1", "s1"
-
-	// The window is twice the first turn; the model's first answer (a
-	// wrong fix with a long explanation) takes the conversation past 95%.
-	first := llm.EstimateRequest(&llm.Request{System: engineerSystem,
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: engineerPrompt(env, node, repo, nil)}}})
-	window := 2 * first
-	fake := &fakeOpenAI{answers: []string{
-		modelEdits("multiplied instead; "+strings.Repeat("reasoning ", window/2), map[string]string{
-			"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a * b }\n"}),
-	}}
+	d := repoTask(t, repo, base, node)
+	d.TenantId, d.SessionId = "t1", "s1"
+	// A window every prompt fills: the handoff comes once the Engineer has
+	// made the calls a fresh pipeline makes before it may hand off.
+	const window = 200
 	s := pipelineService(t)
 	s.cfg.EngineerContextTokens = window
-	s.SetModel(openAIGate(t, fake))
+	s.SetModel(g)
 
-	out, cancelled := s.runTask(context.Background(), "engineer", env)
+	out, cancelled := s.runTask(context.Background(), "engineer", d)
 	require.False(t, cancelled)
+	require.Empty(t, srv.Failures())
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
 	p, r := pipelineOf(t, out)
 	require.Equal(t, pipeHandedOff, p.GetState())
-	require.Equal(t, int32(1), p.GetLoops(), "the second turn was not taken")
-	require.Len(t, fake.prompts, 1)
+	require.Equal(t, int32(1), p.GetLoops())
+	require.Len(t, srv.Requests(), 4, "the fourth turn's call is not made")
 	require.Contains(t, out.msg.GetStdout(), "handing the pipeline's state to a fresh pipeline (handoff 1)")
 	require.Contains(t, r.GetImplemented(), "handed off to a fresh pipeline after 1 loop(s) (engineer_context_95%)")
 	require.Contains(t, out.msg.GetPatch(), "return a * b", "the old pipeline's files go along")
+	require.Empty(t, out.msg.GetNoChangesReason())
 
 	h := handoffOf(t, out)
 	require.Equal(t, "r1/fix-add#1", h.GetOldPipelineId())
@@ -61,20 +62,11 @@ func TestEngineerHandsOffNearTheEndOfItsContextWindow(t *testing.T) {
 	e := h.GetEngineer()
 	require.Equal(t, node.GetPrompt(), e.GetOriginalPrompt())
 	require.Len(t, e.GetAccomplished(), 1)
-	require.True(t, strings.HasPrefix(e.GetAccomplished()[0], "loop 1: wrote calc.go: multiplied instead"), e.GetAccomplished()[0])
+	require.True(t, strings.HasPrefix(e.GetAccomplished()[0], "loop 1: wrote calc.go"), e.GetAccomplished()[0])
 	require.Equal(t, []string{"calc.go"}, e.GetFilesChanged())
-	require.Contains(t, strings.Join(e.GetRemaining(), "\n"), "test TestAdd failed")
 	require.Contains(t, e.GetRemaining(), "done when: TestAdd passes")
-	require.Contains(t, e.GetContextNotes(), "decisions: kept the signature")
 	require.Contains(t, e.GetContextNotes(), "the user's guidance: keep the signature")
-	for _, x := range e.GetAccomplished() {
-		require.LessOrEqual(t, len(x), maxHandoffItemBytes, "entries are bounded")
-	}
-	require.Equal(t, "passed", h.GetInspector().GetValidationState())
-	require.NotEmpty(t, h.GetInspector().GetChecksPerformed())
-	require.Equal(t, int32(1), h.GetTester().GetTestResults().GetFailed())
-	require.NotEmpty(t, h.GetTester().GetFailureDescs())
-	require.Equal(t, []string{"calc.go"}, h.GetTester().GetCoverageNeeded())
+	require.Equal(t, "not_run", h.GetInspector().GetValidationState(), out.msg.GetStdout())
 	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.handoffs.WithLabelValues(triggerContext)))
 }
 
@@ -103,26 +95,26 @@ func TestPipelineCarriesOnFromAHandoff(t *testing.T) {
 	env := repoTask(t, repo, base, node)
 	env.Attempt = 2
 	env.StartPatch = startPatch
-	fake := &fakeOpenAI{answers: []string{
-		modelEdits("summed", map[string]string{"calc.go": "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n"}),
-	}}
+	g, srv := scriptGate(t, scriptmodel.Script{Match: "Make Add return the sum", Turns: []scriptmodel.Turn{
+		call("read_file", map[string]any{"path": "calc.go"}),
+		call("edit_file", map[string]any{"path": "calc.go", "old_string": "a * b", "new_string": "a + b"}).Then("return a * b"),
+		call("finish", map[string]any{"summary": "summed"}),
+	}})
 	s := pipelineService(t)
-	s.SetModel(openAIGate(t, fake))
+	s.SetModel(g)
 
 	out, cancelled := s.runTask(context.Background(), "engineer", env)
 	require.False(t, cancelled)
+	require.Empty(t, srv.Failures())
 	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError()+"\n"+out.msg.GetStdout())
 	p, _ := pipelineOf(t, out)
 	require.Equal(t, pipeCompleted, p.GetState())
 	require.Contains(t, out.msg.GetStdout(), "carrying on from r1/fix-add#1 (handoff 1: engineer_context_95%)")
 	require.Nil(t, out.msg.GetHandoff())
-	require.Len(t, fake.prompts, 1)
-	prompt := fake.prompts[0]
-	require.Contains(t, prompt, "You carry on from an earlier pipeline of this task")
-	require.Contains(t, prompt, "loop 1: wrote calc.go: multiplied instead")
-	require.Contains(t, prompt, "calc.go: not gofmt-formatted")
-	require.Contains(t, prompt, "return a * b", "the repository files hold the old pipeline's changes")
-	require.NotContains(t, prompt, "the node's own edit", "the node's edits are not applied again")
+	brief := srv.Requests()[0].Messages[0].Content
+	require.Contains(t, brief, "You carry on from an earlier pipeline of this task")
+	require.Contains(t, brief, "loop 1: wrote calc.go: multiplied instead")
+	require.Contains(t, brief, "calc.go: not gofmt-formatted")
 	require.Contains(t, out.msg.GetPatch(), "+func Add(a, b int) int { return a + b }")
 	require.Contains(t, out.msg.GetPatch(), "-func Add(a, b int) int { return a - b }")
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,9 +47,12 @@ type pipelineRun struct {
 	// stage is interrupted.
 	last toolexec.Result
 	log  strings.Builder
-	// mem is the Engineer's conversation when a language model writes the
-	// code, nil otherwise.
-	mem *engineerMemory
+	// agent is the Engineer when a language model writes the code, nil
+	// otherwise; window is its model's context window in tokens, and turns
+	// counts the times it was given the task or feedback.
+	agent  *taskAgent
+	window int
+	turns  int
 	// What the loop carries from one stage and one loop to the next: the
 	// node's own edits, the files the model wrote and its last answer, and
 	// the feedback for the Engineer's next turn.
@@ -85,7 +89,13 @@ func (s *Service) runPipeline(ctx context.Context, t *taskRun) (*orchestratorv1.
 		pr.ctl.noteOverride("prompt")
 	}
 	if s.engineerReads(t.spec) {
-		pr.mem = &engineerMemory{window: s.engineerWindow()}
+		a, err := t.newAgent(ctx, dagRoleEngineer, pr.handoffHook)
+		if err != nil {
+			return nil, err
+		}
+		defer a.close()
+		pr.agent, pr.window = a, s.engineerWindow()
+		t.agent = a
 	}
 	pr.run = func(ctx context.Context, command string) (toolexec.Result, error) {
 		r, err := t.runCmd(ctx, command)
@@ -129,7 +139,7 @@ func (pr *pipelineRun) loop(ctx context.Context) (*orchestratorv1.PipelineStatus
 		// pipeline gets at least one loop, so that a chain of handoffs
 		// always moves on.
 		if p.Loops > 0 {
-			if trigger, usage := pr.handoffDue(pr.feedback); trigger != "" {
+			if trigger, usage := pr.handoffDue(); trigger != "" {
 				pr.handOff(ctx, p, trigger, usage, pr.feedback, pr.edited, pr.generated, pr.answer)
 				return p, nil
 			}
@@ -196,6 +206,15 @@ func (pr *pipelineRun) engineerStage(ctx context.Context, p *orchestratorv1.Pipe
 	sctx, done := pr.ctl.stage(ctx, stageEngineer)
 	gen, ans, gerr := pr.engineer(sctx, pr.feedback)
 	if pr.stopped(ctx, sctx, done, p, stageEngineer) {
+		return true, nil
+	}
+	if errors.Is(gerr, errHandoffDue) {
+		done()
+		pr.generated = appendUnique(pr.generated, gen...)
+		pr.accomplished = append(pr.accomplished, fmt.Sprintf("loop %d: wrote %s before the handoff", p.Loops, orNone(strings.Join(gen, ", "))))
+		pr.log.WriteString("\n")
+		trigger, usage := pr.handoffDue()
+		pr.handOff(ctx, p, cmp.Or(trigger, triggerContext), usage, pr.feedback, pr.edited, pr.generated, pr.answer)
 		return true, nil
 	}
 	pr.feedback = nil

@@ -21,7 +21,7 @@ import (
 
 // gitRepo makes a repository with a small Go module and returns its path
 // and HEAD.
-func gitRepo(t *testing.T) (string, string) {
+func gitRepo(t testing.TB) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
@@ -46,7 +46,7 @@ func gitRepo(t *testing.T) (string, string) {
 	return dir, git("rev-parse", "HEAD")
 }
 
-func repoTask(t *testing.T, repo, base string, node *orchestratorv1.Node) *taskv1.TaskDispatch {
+func repoTask(t testing.TB, repo, base string, node *orchestratorv1.Node) *taskv1.TaskDispatch {
 	t.Helper()
 	return &taskv1.TaskDispatch{RunId: "r1", NodeId: node.GetId(), Attempt: 1, Role: "engineer", Node: node,
 		Repository: repo, BaseCommit: base, Priority: messagev1.Priority_PRIORITY_PIPELINE}
@@ -62,7 +62,7 @@ func pipelineOf(t *testing.T, out taskOutcome) (*orchestratorv1.PipelineStatus, 
 	return p, out.msg.GetReport()
 }
 
-func pipelineService(t *testing.T, writable ...string) *Service {
+func pipelineService(t testing.TB, writable ...string) *Service {
 	cfg := testConfig(t)
 	cfg.Tools.ConfineWritable = writable
 	cfg.Tools.DefaultTimeout = 2 * time.Minute
@@ -90,7 +90,7 @@ func TestPipelineCompletesAndYieldsAPatch(t *testing.T) {
 	require.Equal(t, int32(1), p.GetLastTestResult().GetPassed())
 	require.Equal(t, []string{"mul.go"}, r.GetFilesChanged())
 	require.Equal(t, "go-test: 1 passed, 0 failed, 0 skipped", r.GetTested())
-	require.Contains(t, r.GetImplemented(), "no code was generated")
+	require.Equal(t, "wrote mul.go", r.GetImplemented(), "no model, no prompt: the node's own edits")
 	require.Contains(t, out.msg.GetPatch(), "+func Mul(a, b int) int { return a * b }")
 	require.Contains(t, strings.Join(out.msg.GetGitAudit(), "\n"), "worker: git commit")
 	// The repository itself is untouched.

@@ -14,6 +14,7 @@ import (
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
+	"sylk.dev/sylk/pkg/agent"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/toolexec"
 )
@@ -51,6 +52,8 @@ type taskRun struct {
 	// limit is the most output of each stream the result carries.
 	limit   int
 	timeout time.Duration
+	// agent is the node's agent once one worked on it.
+	agent *taskAgent
 	// cleanup undoes what prepare set up, last first.
 	cleanup []func()
 }
@@ -86,11 +89,36 @@ func (s *Service) runTask(ctx context.Context, role string, d *taskv1.TaskDispat
 	}
 	out, cancelled, ended := t.execute(ctx)
 	if ended {
+		if t.agent != nil && out.msg != nil {
+			// What the agent did before the task failed is shown too.
+			out.msg.Report = t.report
+		}
 		return out, cancelled
 	}
 	t.collectChanges(ctx)
+	t.res.NoChangesReason = t.noChangesReason()
 	t.res.Report, t.res.Pipeline = t.report, t.pipe
 	return out, false
+}
+
+// noChangesReason says why a task that was asked to change the code (an
+// Engineer's prompt) changed nothing, or "" when it changed something, was
+// not asked to, or failed. A prompt no model acted on counts for every
+// role: nothing happened.
+func (t *taskRun) noChangesReason() string {
+	if t.spec.GetPrompt() == "" || t.res.GetExitCode() != 0 || t.res.GetError() != "" || t.res.GetPatch() != "" {
+		return ""
+	}
+	switch {
+	case t.agent == nil && t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0:
+		return NoModelReason
+	case t.agent == nil || t.role != dagRoleEngineer:
+		return ""
+	case t.wsp == nil && len(t.agent.writtenSince(0)) > 0:
+		// Without a repository there is no patch: the files written count.
+		return ""
+	}
+	return stopWords(t.agent.result(), t.agent.finishedReport())
 }
 
 // newTaskRun starts the result of dispatch d: every result names the
@@ -118,13 +146,20 @@ func (s *Service) newTaskRun(role string, d *taskv1.TaskDispatch) *taskRun {
 // nothingToRun says whether the dispatch asks for nothing the worker can
 // do: a prompt only, and no language model to act on it.
 func (t *taskRun) nothingToRun() bool {
-	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.spec.GetPipeline() &&
-		(t.s.model == nil || t.role != dagRoleEngineer) && t.d.GetSessionCheck() == nil
+	// A pipeline of a prompt alone would only run the Inspector and the
+	// Tester over the unchanged code, loop after loop; a pipeline with no
+	// prompt is asked for just that, its checks.
+	if t.spec.GetPipeline() && (t.spec.GetPrompt() == "" || t.spec.GetHandoff() != nil) {
+		return false
+	}
+	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil
 }
 
-// noModel is the outcome of a prompt-only node no model acts on.
+// noModel is the outcome of a prompt-only node no model acts on: it
+// changed nothing (NO_CHANGES), and says why.
 func (t *taskRun) noModel() taskOutcome {
 	t.res.Stdout = NoModelOutput
+	t.res.NoChangesReason = NoModelReason
 	t.res.Report = &orchestratorv1.TaskReport{Implemented: "nothing: " + NoModelOutput, Tested: "not tested", Decisions: "none",
 		Deviations: "none", Concerns: "no language model is configured"}
 	return taskOutcome{msg: t.res}
@@ -222,6 +257,11 @@ func (t *taskRun) checkout(ctx context.Context) (failure string, cancelled bool)
 	for _, k := range []string{"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"} {
 		t.vars[k] = "engineer@sylk.invalid"
 	}
+	if deps := t.d.GetDependencyPatches(); len(deps) > 0 {
+		if err := wsp.applyDependencies(ctx, deps); err != nil {
+			return err.Error(), false
+		}
+	}
 	if sp := t.d.GetStartPatch(); sp != "" {
 		// A pipeline carrying on from a handoff starts from the old
 		// pipeline's files (spec F-23).
@@ -254,6 +294,11 @@ func (t *taskRun) execute(ctx context.Context) (out taskOutcome, cancelled, ende
 	out = taskOutcome{msg: t.res}
 	start := time.Now()
 	var answer *modelAnswer
+	defer func() {
+		if t.agent != nil {
+			t.agent.report(t.report)
+		}
+	}()
 	if t.spec.GetPipeline() && t.role == dagRoleEngineer {
 		pipe, err := t.s.runPipeline(ctx, t)
 		if err != nil {
@@ -270,7 +315,7 @@ func (t *taskRun) execute(ctx context.Context) (out taskOutcome, cancelled, ende
 		t.report.Decisions = orNone(answer.Decisions)
 		t.report.Deviations = orNone(answer.Deviations)
 		t.report.Concerns = orNone(answer.Concerns)
-	case t.spec.GetPrompt() != "" && t.pipe == nil:
+	case t.spec.GetPrompt() != "" && t.pipe == nil && t.agent == nil:
 		t.report.Concerns = "the prompt was not acted on: " + NoModelOutput
 		if t.spec.GetCommand() == "" && t.res.GetStdout() == "" {
 			t.res.Stdout = NoModelOutput
@@ -289,9 +334,9 @@ func (t *taskRun) runNode(ctx context.Context, out *taskOutcome, start time.Time
 	}
 	ctl := controlOf(ctx, false)
 	var generated []string
-	if t.role == dagRoleEngineer {
-		sctx, done := ctl.stage(ctx, stageEngineer)
-		generated, answer, err = t.s.generate(sctx, t.d, t.spec, t.dir, nil)
+	if t.s.agentReads(t.spec) {
+		sctx, done := ctl.stage(ctx, agentStage(t.role))
+		generated, answer, err = t.runAgent(sctx)
 		interrupted := errors.Is(context.Cause(sctx), errInterrupted)
 		done()
 		switch {
@@ -300,10 +345,10 @@ func (t *taskRun) runNode(ctx context.Context, out *taskOutcome, start time.Time
 			return nil, true, true
 		case interrupted:
 			_, why := ctl.isInterrupted()
-			*out, _ = t.fail(interruptedError(stageEngineer, why))
+			*out, _ = t.fail(interruptedError(agentStage(t.role), why))
 			return nil, false, true
 		case err != nil:
-			*out, _ = t.fail("engineer: " + err.Error())
+			*out, _ = t.fail(t.role + ": " + err.Error())
 			return nil, false, true
 		}
 	}
@@ -312,6 +357,36 @@ func (t *taskRun) runNode(ctx context.Context, out *taskOutcome, start time.Time
 		cancelled, ended = t.runCommand(ctx, ctl, out, start)
 	}
 	return answer, cancelled, ended
+}
+
+// agentStage is the stage a role's agent runs as.
+func agentStage(role string) string {
+	switch role {
+	case roleTester:
+		return stageTester
+	case roleInspector:
+		return stageInspector
+	}
+	return stageEngineer
+}
+
+// runAgent lets the role's agent carry out the node's prompt. It returns
+// the files it wrote and its report; an error when it could not finish.
+func (t *taskRun) runAgent(ctx context.Context) ([]string, *modelAnswer, error) {
+	a, err := t.newAgent(ctx, t.role, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.agent = a
+	t.cleanup = append(t.cleanup, a.close)
+	res, err := a.run(ctx, taskBrief(t.d, t.spec))
+	if err != nil {
+		return a.writtenSince(0), nil, fmt.Errorf("the model call failed: %w", err)
+	}
+	if res.Stop != agent.StopFinished && len(a.writtenSince(0)) == 0 && t.role != dagRoleEngineer {
+		return nil, nil, fmt.Errorf("the %s stopped before finishing: %s (%s)", t.role, res.Stop, res.Detail)
+	}
+	return a.writtenSince(0), answerOf(a.finishedReport()), nil
 }
 
 // runCommand runs the node's command as its command stage. A command the
@@ -428,14 +503,19 @@ func implementedText(edited []string, command string, generated []string, a *mod
 	if len(edited) > 0 {
 		parts = append(parts, "wrote "+strings.Join(edited, ", "))
 	}
-	if a != nil {
+	switch {
+	case a != nil && len(generated) > 0:
 		parts = append(parts, "the model wrote "+strings.Join(generated, ", ")+": "+orNone(a.Summary))
+	case a != nil:
+		parts = append(parts, "the model changed no file: "+orNone(a.Summary))
+	case len(generated) > 0:
+		parts = append(parts, "the model wrote "+strings.Join(generated, ", ")+" and did not finish")
 	}
 	if command != "" {
 		parts = append(parts, "ran `"+command+"`")
 	}
-	if a == nil {
-		parts = append(parts, "no code was generated (no language model is configured)")
+	if a == nil && len(generated) == 0 && len(parts) == 0 {
+		parts = append(parts, "nothing")
 	}
 	return strings.Join(parts, "; ")
 }

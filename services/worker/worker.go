@@ -32,6 +32,10 @@ import (
 // this worker yet, and the result says so rather than pretend otherwise.
 const NoModelOutput = "No language model is configured: the local provider generated nothing for this prompt."
 
+// NoModelReason is why a node whose prompt no model acted on changed
+// nothing.
+const NoModelReason = "no language model is configured, so nothing acted on the prompt (the offline provider writes no code); configure a provider (docs/llm.md) and run the node again"
+
 // Timings of the consume loop and of result publishing.
 const (
 	fetchBackoff   = time.Second
@@ -66,6 +70,8 @@ type Service struct {
 	controls sync.Map
 	// model, when set, lets the Engineer write code.
 	model Model
+	// know are the knowledge agents the task agents consult.
+	know knowledge
 	// modelLocal: the model is the gate with only the offline provider.
 	modelLocal bool
 	// scratch hands out task directories (scratch.go).
@@ -180,6 +186,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		toolEnv: goEnv(),
 		scratch: newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, ex)),
 		metrics: newMetrics(f),
+		know:    newKnowledge(deps.Peers.Librarian, deps.Peers.Archivalist, deps.Peers.Academic),
 	}, nil
 }
 

@@ -33,7 +33,7 @@ import (
 	"sylk.dev/sylk/pkg/topology"
 )
 
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.WorkspaceRoot = t.TempDir()
 	cfg.Tools.InterruptGrace = 300 * time.Millisecond
@@ -46,7 +46,7 @@ func testConfig(t *testing.T) Config {
 }
 
 // offlineService is a worker without a bus, for running tasks directly.
-func offlineService(t *testing.T, cfg Config) *Service {
+func offlineService(t testing.TB, cfg Config) *Service {
 	require.NoError(t, cfg.Validate())
 	ex, err := newExecutor(cfg)
 	require.NoError(t, err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/logx"
 )
@@ -206,17 +205,4 @@ func TestEditsDoNotFollowSymlinksOut(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(dir, "pkg", "a.go"))
 	require.NoError(t, err)
 	require.Equal(t, "package pkg\n", string(got))
-}
-
-// The Engineer's prompt shows the workspace's regular files only: a symlink
-// to a file outside is not read into what goes to the model.
-func TestEngineerPromptSkipsSymlinks(t *testing.T) {
-	t.Parallel()
-	dir, outside := t.TempDir(), t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("TOP-SECRET-OUTSIDE\n"), 0o600))
-	require.NoError(t, os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(dir, "notes.txt")))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n"), 0o644))
-	prompt := engineerPrompt(&taskv1.TaskDispatch{}, &orchestratorv1.Node{Id: "n", Prompt: "tidy"}, dir, nil)
-	require.Contains(t, prompt, "package main")
-	require.NotContains(t, prompt, "TOP-SECRET-OUTSIDE")
 }

@@ -87,6 +87,15 @@ const (
 	EventType_EVENT_TYPE_INDEXING_PROGRESS EventType = 60
 	// error: something the session asked for failed.
 	EventType_EVENT_TYPE_ERROR EventType = 70
+	// tool_call: an agent's tool call started, or ended (status says).
+	EventType_EVENT_TYPE_TOOL_CALL EventType = 80
+	// agent: what an agent's model wrote in its turn, as it arrives.
+	EventType_EVENT_TYPE_AGENT_TEXT EventType = 81
+	// agent: two tool calls in a row failed; the agent is warned (E-14).
+	EventType_EVENT_TYPE_AGENT_WARNING EventType = 82
+	// agent: the third failed in a row; the agent's changes were reverted to
+	// its checkpoint and it asks for help (E-14).
+	EventType_EVENT_TYPE_AGENT_REVERTED EventType = 83
 )
 
 // Enum value maps for EventType.
@@ -130,6 +139,10 @@ var (
 		50: "EVENT_TYPE_TASK_HELP",
 		60: "EVENT_TYPE_INDEXING_PROGRESS",
 		70: "EVENT_TYPE_ERROR",
+		80: "EVENT_TYPE_TOOL_CALL",
+		81: "EVENT_TYPE_AGENT_TEXT",
+		82: "EVENT_TYPE_AGENT_WARNING",
+		83: "EVENT_TYPE_AGENT_REVERTED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":             0,
@@ -170,6 +183,10 @@ var (
 		"EVENT_TYPE_TASK_HELP":               50,
 		"EVENT_TYPE_INDEXING_PROGRESS":       60,
 		"EVENT_TYPE_ERROR":                   70,
+		"EVENT_TYPE_TOOL_CALL":               80,
+		"EVENT_TYPE_AGENT_TEXT":              81,
+		"EVENT_TYPE_AGENT_WARNING":           82,
+		"EVENT_TYPE_AGENT_REVERTED":          83,
 	}
 )
 
@@ -200,6 +217,59 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{0}
 }
 
+// ToolCallStatus is where a tool call stands.
+type ToolCallStatus int32
+
+const (
+	ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED ToolCallStatus = 0
+	ToolCallStatus_TOOL_CALL_STATUS_STARTED     ToolCallStatus = 1
+	ToolCallStatus_TOOL_CALL_STATUS_SUCCEEDED   ToolCallStatus = 2
+	ToolCallStatus_TOOL_CALL_STATUS_FAILED      ToolCallStatus = 3
+)
+
+// Enum value maps for ToolCallStatus.
+var (
+	ToolCallStatus_name = map[int32]string{
+		0: "TOOL_CALL_STATUS_UNSPECIFIED",
+		1: "TOOL_CALL_STATUS_STARTED",
+		2: "TOOL_CALL_STATUS_SUCCEEDED",
+		3: "TOOL_CALL_STATUS_FAILED",
+	}
+	ToolCallStatus_value = map[string]int32{
+		"TOOL_CALL_STATUS_UNSPECIFIED": 0,
+		"TOOL_CALL_STATUS_STARTED":     1,
+		"TOOL_CALL_STATUS_SUCCEEDED":   2,
+		"TOOL_CALL_STATUS_FAILED":      3,
+	}
+)
+
+func (x ToolCallStatus) Enum() *ToolCallStatus {
+	p := new(ToolCallStatus)
+	*p = x
+	return p
+}
+
+func (x ToolCallStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolCallStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_event_v1_event_proto_enumTypes[1].Descriptor()
+}
+
+func (ToolCallStatus) Type() protoreflect.EnumType {
+	return &file_sylk_event_v1_event_proto_enumTypes[1]
+}
+
+func (x ToolCallStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolCallStatus.Descriptor instead.
+func (ToolCallStatus) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+}
+
 // Event is one entry of a session's event stream: what the Guide and the
 // agents did for the session, in order. REST, server-sent events, the
 // console, the CLI and MCP all render this one message. type says which
@@ -218,8 +288,8 @@ type Event struct {
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The event for a person, in a sentence or a few.
 	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
-	// The payload of the type. Fields 40 to 59 are kept for the Engineer's
-	// tool calls and the Inspector's review findings.
+	// The payload of the type. Fields 42 to 59 are kept for the Inspector's
+	// review findings.
 	//
 	// Types that are valid to be assigned to Payload:
 	//
@@ -238,6 +308,8 @@ type Event struct {
 	//	*Event_Indexing
 	//	*Event_Error
 	//	*Event_Session
+	//	*Event_ToolCall
+	//	*Event_Agent
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -464,6 +536,24 @@ func (x *Event) GetSession() *SessionEvent {
 	return nil
 }
 
+func (x *Event) GetToolCall() *ToolCallEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ToolCall); ok {
+			return x.ToolCall
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetAgent() *AgentStepEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Agent); ok {
+			return x.Agent
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -531,6 +621,14 @@ type Event_Session struct {
 	Session *SessionEvent `protobuf:"bytes,34,opt,name=session,proto3,oneof"`
 }
 
+type Event_ToolCall struct {
+	ToolCall *ToolCallEvent `protobuf:"bytes,40,opt,name=tool_call,json=toolCall,proto3,oneof"`
+}
+
+type Event_Agent struct {
+	Agent *AgentStepEvent `protobuf:"bytes,41,opt,name=agent,proto3,oneof"`
+}
+
 func (*Event_MessageReceived) isEvent_Payload() {}
 
 func (*Event_MessageRouted) isEvent_Payload() {}
@@ -561,6 +659,228 @@ func (*Event_Error) isEvent_Payload() {}
 
 func (*Event_Session) isEvent_Payload() {}
 
+func (*Event_ToolCall) isEvent_Payload() {}
+
+func (*Event_Agent) isEvent_Payload() {}
+
+// ToolCallEvent is one tool call of a task's agent.
+type ToolCallEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "runs/<id>", the node and its attempt.
+	Run     string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Node    string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Attempt int32  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The agent's role: "engineer", "inspector", "tester".
+	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The model turn it belongs to, from 1.
+	Turn   int32  `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	CallId string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool   string `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments, shortened, secrets redacted.
+	Args   string         `protobuf:"bytes,8,opt,name=args,proto3" json:"args,omitempty"`
+	Status ToolCallStatus `protobuf:"varint,9,opt,name=status,proto3,enum=sylk.event.v1.ToolCallStatus" json:"status,omitempty"`
+	// How long it took (set when it ended).
+	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The result's first line (set when it ended), secrets redacted.
+	Summary       string `protobuf:"bytes,11,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallEvent) Reset() {
+	*x = ToolCallEvent{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallEvent) ProtoMessage() {}
+
+func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallEvent.ProtoReflect.Descriptor instead.
+func (*ToolCallEvent) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolCallEvent) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ToolCallEvent) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *ToolCallEvent) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetArgs() string {
+	if x != nil {
+		return x.Args
+	}
+	return ""
+}
+
+func (x *ToolCallEvent) GetStatus() ToolCallStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED
+}
+
+func (x *ToolCallEvent) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *ToolCallEvent) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// AgentStepEvent is a step of a task's agent that is not a tool call.
+type AgentStepEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Attempt int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Agent   string                 `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	Turn    int32                  `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The model's text (a part of its turn's, as it arrived), or what the
+	// warning or revert says.
+	Text          string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStepEvent) Reset() {
+	*x = AgentStepEvent{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStepEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStepEvent) ProtoMessage() {}
+
+func (x *AgentStepEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStepEvent.ProtoReflect.Descriptor instead.
+func (*AgentStepEvent) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentStepEvent) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *AgentStepEvent) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AgentStepEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AgentStepEvent) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentStepEvent) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *AgentStepEvent) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 // MessageReceived is a user's message as stored.
 type MessageReceived struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -574,7 +894,7 @@ type MessageReceived struct {
 
 func (x *MessageReceived) Reset() {
 	*x = MessageReceived{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +906,7 @@ func (x *MessageReceived) String() string {
 func (*MessageReceived) ProtoMessage() {}
 
 func (x *MessageReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +919,7 @@ func (x *MessageReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReceived.ProtoReflect.Descriptor instead.
 func (*MessageReceived) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MessageReceived) GetMessage() string {
@@ -641,7 +961,7 @@ type MessageRouted struct {
 
 func (x *MessageRouted) Reset() {
 	*x = MessageRouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +973,7 @@ func (x *MessageRouted) String() string {
 func (*MessageRouted) ProtoMessage() {}
 
 func (x *MessageRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +986,7 @@ func (x *MessageRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRouted.ProtoReflect.Descriptor instead.
 func (*MessageRouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MessageRouted) GetMessage() string {
@@ -755,7 +1075,7 @@ type MessageRerouted struct {
 
 func (x *MessageRerouted) Reset() {
 	*x = MessageRerouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +1087,7 @@ func (x *MessageRerouted) String() string {
 func (*MessageRerouted) ProtoMessage() {}
 
 func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +1100,7 @@ func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRerouted.ProtoReflect.Descriptor instead.
 func (*MessageRerouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MessageRerouted) GetFrom() string {
@@ -834,7 +1154,7 @@ type MessageUnanswered struct {
 
 func (x *MessageUnanswered) Reset() {
 	*x = MessageUnanswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1166,7 @@ func (x *MessageUnanswered) String() string {
 func (*MessageUnanswered) ProtoMessage() {}
 
 func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1179,7 @@ func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageUnanswered.ProtoReflect.Descriptor instead.
 func (*MessageUnanswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MessageUnanswered) GetTarget() string {
@@ -914,7 +1234,7 @@ type ClarificationRequested struct {
 
 func (x *ClarificationRequested) Reset() {
 	*x = ClarificationRequested{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1246,7 @@ func (x *ClarificationRequested) String() string {
 func (*ClarificationRequested) ProtoMessage() {}
 
 func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1259,7 @@ func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationRequested.ProtoReflect.Descriptor instead.
 func (*ClarificationRequested) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClarificationRequested) GetClarification() string {
@@ -1024,7 +1344,7 @@ type ClarificationAnswered struct {
 
 func (x *ClarificationAnswered) Reset() {
 	*x = ClarificationAnswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1356,7 @@ func (x *ClarificationAnswered) String() string {
 func (*ClarificationAnswered) ProtoMessage() {}
 
 func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1369,7 @@ func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationAnswered.ProtoReflect.Descriptor instead.
 func (*ClarificationAnswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClarificationAnswered) GetClarification() string {
@@ -1095,7 +1415,7 @@ type PlanEvent struct {
 
 func (x *PlanEvent) Reset() {
 	*x = PlanEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1427,7 @@ func (x *PlanEvent) String() string {
 func (*PlanEvent) ProtoMessage() {}
 
 func (x *PlanEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1440,7 @@ func (x *PlanEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEvent.ProtoReflect.Descriptor instead.
 func (*PlanEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlanEvent) GetPlan() string {
@@ -1208,7 +1528,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1540,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1553,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunEvent) GetRun() string {
@@ -1319,7 +1639,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1651,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1664,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeEvent) GetRun() string {
@@ -1456,7 +1776,7 @@ type SessionRunsEvent struct {
 
 func (x *SessionRunsEvent) Reset() {
 	*x = SessionRunsEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1788,7 @@ func (x *SessionRunsEvent) String() string {
 func (*SessionRunsEvent) ProtoMessage() {}
 
 func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1801,7 @@ func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRunsEvent.ProtoReflect.Descriptor instead.
 func (*SessionRunsEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionRunsEvent) GetRuns() []string {
@@ -1507,7 +1827,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1839,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1852,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionEvent) GetSession() string {
@@ -1573,7 +1893,7 @@ type IndexingProgress struct {
 
 func (x *IndexingProgress) Reset() {
 	*x = IndexingProgress{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1905,7 @@ func (x *IndexingProgress) String() string {
 func (*IndexingProgress) ProtoMessage() {}
 
 func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1918,7 @@ func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexingProgress.ProtoReflect.Descriptor instead.
 func (*IndexingProgress) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IndexingProgress) GetRepository() string {
@@ -1656,7 +1976,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1988,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2001,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ErrorEvent) GetReason() string {
@@ -1709,8 +2029,7 @@ var File_sylk_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x8f\n" +
-	"\n" +
+	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x83\v\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1d\n" +
 	"\n" +
@@ -1735,8 +2054,30 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\ttask_help\x18\x1f \x01(\v2\x19.sylk.message.v1.TaskHelpH\x00R\btaskHelp\x12=\n" +
 	"\bindexing\x18  \x01(\v2\x1f.sylk.event.v1.IndexingProgressH\x00R\bindexing\x121\n" +
 	"\x05error\x18! \x01(\v2\x19.sylk.event.v1.ErrorEventH\x00R\x05error\x127\n" +
-	"\asession\x18\" \x01(\v2\x1b.sylk.event.v1.SessionEventH\x00R\asessionB\t\n" +
-	"\apayloadJ\x04\b\b\x10\tR\x04data\"C\n" +
+	"\asession\x18\" \x01(\v2\x1b.sylk.event.v1.SessionEventH\x00R\asession\x12;\n" +
+	"\ttool_call\x18( \x01(\v2\x1c.sylk.event.v1.ToolCallEventH\x00R\btoolCall\x125\n" +
+	"\x05agent\x18) \x01(\v2\x1d.sylk.event.v1.AgentStepEventH\x00R\x05agentB\t\n" +
+	"\apayloadJ\x04\b\b\x10\tR\x04data\"\xc2\x02\n" +
+	"\rToolCallEvent\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04turn\x18\x05 \x01(\x05R\x04turn\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\a \x01(\tR\x04tool\x12\x12\n" +
+	"\x04args\x18\b \x01(\tR\x04args\x125\n" +
+	"\x06status\x18\t \x01(\x0e2\x1d.sylk.event.v1.ToolCallStatusR\x06status\x125\n" +
+	"\bduration\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
+	"\asummary\x18\v \x01(\tR\asummary\"\x8e\x01\n" +
+	"\x0eAgentStepEvent\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04turn\x18\x05 \x01(\x05R\x04turn\x12\x12\n" +
+	"\x04text\x18\x06 \x01(\tR\x04text\"C\n" +
 	"\x0fMessageReceived\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\"\xb3\x02\n" +
@@ -1842,7 +2183,8 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"ErrorEvent\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12%\n" +
-	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xcf\t\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xc1\n" +
+	"\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bEVENT_TYPE_MESSAGE_RECEIVED\x10\x01\x12\x1d\n" +
@@ -1882,7 +2224,16 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x18\n" +
 	"\x14EVENT_TYPE_TASK_HELP\x102\x12 \n" +
 	"\x1cEVENT_TYPE_INDEXING_PROGRESS\x10<\x12\x14\n" +
-	"\x10EVENT_TYPE_ERROR\x10FB,Z*sylk.dev/sylk/gen/go/sylk/event/v1;eventv1b\x06proto3"
+	"\x10EVENT_TYPE_ERROR\x10F\x12\x18\n" +
+	"\x14EVENT_TYPE_TOOL_CALL\x10P\x12\x19\n" +
+	"\x15EVENT_TYPE_AGENT_TEXT\x10Q\x12\x1c\n" +
+	"\x18EVENT_TYPE_AGENT_WARNING\x10R\x12\x1d\n" +
+	"\x19EVENT_TYPE_AGENT_REVERTED\x10S*\x8d\x01\n" +
+	"\x0eToolCallStatus\x12 \n" +
+	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18TOOL_CALL_STATUS_STARTED\x10\x01\x12\x1e\n" +
+	"\x1aTOOL_CALL_STATUS_SUCCEEDED\x10\x02\x12\x1b\n" +
+	"\x17TOOL_CALL_STATUS_FAILED\x10\x03B,Z*sylk.dev/sylk/gen/go/sylk/event/v1;eventv1b\x06proto3"
 
 var (
 	file_sylk_event_v1_event_proto_rawDescOnce sync.Once
@@ -1896,61 +2247,68 @@ func file_sylk_event_v1_event_proto_rawDescGZIP() []byte {
 	return file_sylk_event_v1_event_proto_rawDescData
 }
 
-var file_sylk_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sylk_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_sylk_event_v1_event_proto_goTypes = []any{
 	(EventType)(0),                 // 0: sylk.event.v1.EventType
-	(*Event)(nil),                  // 1: sylk.event.v1.Event
-	(*MessageReceived)(nil),        // 2: sylk.event.v1.MessageReceived
-	(*MessageRouted)(nil),          // 3: sylk.event.v1.MessageRouted
-	(*MessageRerouted)(nil),        // 4: sylk.event.v1.MessageRerouted
-	(*MessageUnanswered)(nil),      // 5: sylk.event.v1.MessageUnanswered
-	(*ClarificationRequested)(nil), // 6: sylk.event.v1.ClarificationRequested
-	(*ClarificationAnswered)(nil),  // 7: sylk.event.v1.ClarificationAnswered
-	(*PlanEvent)(nil),              // 8: sylk.event.v1.PlanEvent
-	(*RunEvent)(nil),               // 9: sylk.event.v1.RunEvent
-	(*NodeEvent)(nil),              // 10: sylk.event.v1.NodeEvent
-	(*SessionRunsEvent)(nil),       // 11: sylk.event.v1.SessionRunsEvent
-	(*SessionEvent)(nil),           // 12: sylk.event.v1.SessionEvent
-	(*IndexingProgress)(nil),       // 13: sylk.event.v1.IndexingProgress
-	(*ErrorEvent)(nil),             // 14: sylk.event.v1.ErrorEvent
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
-	(*v1.AgentAnswer)(nil),         // 16: sylk.message.v1.AgentAnswer
-	(*v1.TaskHelp)(nil),            // 17: sylk.message.v1.TaskHelp
-	(*v1.RerouteHop)(nil),          // 18: sylk.message.v1.RerouteHop
-	(*durationpb.Duration)(nil),    // 19: google.protobuf.Duration
-	(v11.RunState)(0),              // 20: sylk.orchestrator.v1.RunState
-	(v11.NodeState)(0),             // 21: sylk.orchestrator.v1.NodeState
+	(ToolCallStatus)(0),            // 1: sylk.event.v1.ToolCallStatus
+	(*Event)(nil),                  // 2: sylk.event.v1.Event
+	(*ToolCallEvent)(nil),          // 3: sylk.event.v1.ToolCallEvent
+	(*AgentStepEvent)(nil),         // 4: sylk.event.v1.AgentStepEvent
+	(*MessageReceived)(nil),        // 5: sylk.event.v1.MessageReceived
+	(*MessageRouted)(nil),          // 6: sylk.event.v1.MessageRouted
+	(*MessageRerouted)(nil),        // 7: sylk.event.v1.MessageRerouted
+	(*MessageUnanswered)(nil),      // 8: sylk.event.v1.MessageUnanswered
+	(*ClarificationRequested)(nil), // 9: sylk.event.v1.ClarificationRequested
+	(*ClarificationAnswered)(nil),  // 10: sylk.event.v1.ClarificationAnswered
+	(*PlanEvent)(nil),              // 11: sylk.event.v1.PlanEvent
+	(*RunEvent)(nil),               // 12: sylk.event.v1.RunEvent
+	(*NodeEvent)(nil),              // 13: sylk.event.v1.NodeEvent
+	(*SessionRunsEvent)(nil),       // 14: sylk.event.v1.SessionRunsEvent
+	(*SessionEvent)(nil),           // 15: sylk.event.v1.SessionEvent
+	(*IndexingProgress)(nil),       // 16: sylk.event.v1.IndexingProgress
+	(*ErrorEvent)(nil),             // 17: sylk.event.v1.ErrorEvent
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	(*v1.AgentAnswer)(nil),         // 19: sylk.message.v1.AgentAnswer
+	(*v1.TaskHelp)(nil),            // 20: sylk.message.v1.TaskHelp
+	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
+	(*v1.RerouteHop)(nil),          // 22: sylk.message.v1.RerouteHop
+	(v11.RunState)(0),              // 23: sylk.orchestrator.v1.RunState
+	(v11.NodeState)(0),             // 24: sylk.orchestrator.v1.NodeState
 }
 var file_sylk_event_v1_event_proto_depIdxs = []int32{
 	0,  // 0: sylk.event.v1.Event.type:type_name -> sylk.event.v1.EventType
-	15, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	2,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
-	3,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
-	16, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
-	4,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
-	5,  // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
-	6,  // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
-	7,  // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
-	8,  // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
-	9,  // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
-	10, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
-	11, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
-	17, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
-	13, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
-	14, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
-	12, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
-	18, // 17: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
-	19, // 18: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
-	18, // 19: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	20, // 20: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
-	21, // 21: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
-	15, // 22: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	18, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	5,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
+	6,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
+	19, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
+	7,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
+	8,  // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
+	9,  // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
+	10, // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
+	11, // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
+	12, // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
+	13, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
+	14, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
+	20, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
+	16, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
+	17, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
+	15, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
+	3,  // 17: sylk.event.v1.Event.tool_call:type_name -> sylk.event.v1.ToolCallEvent
+	4,  // 18: sylk.event.v1.Event.agent:type_name -> sylk.event.v1.AgentStepEvent
+	1,  // 19: sylk.event.v1.ToolCallEvent.status:type_name -> sylk.event.v1.ToolCallStatus
+	21, // 20: sylk.event.v1.ToolCallEvent.duration:type_name -> google.protobuf.Duration
+	22, // 21: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
+	21, // 22: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
+	22, // 23: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	23, // 24: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
+	24, // 25: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
+	18, // 26: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sylk_event_v1_event_proto_init() }
@@ -1974,14 +2332,16 @@ func file_sylk_event_v1_event_proto_init() {
 		(*Event_Indexing)(nil),
 		(*Event_Error)(nil),
 		(*Event_Session)(nil),
+		(*Event_ToolCall)(nil),
+		(*Event_Agent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_event_v1_event_proto_rawDesc), len(file_sylk_event_v1_event_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   14,
+			NumEnums:      2,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

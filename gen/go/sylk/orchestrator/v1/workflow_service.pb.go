@@ -179,6 +179,9 @@ const (
 	RunState_RUN_STATE_FAILED      RunState = 4
 	RunState_RUN_STATE_CANCELLED   RunState = 5
 	RunState_RUN_STATE_PAUSED      RunState = 6
+	// Every node ended, none failed, and the nodes asked to change the code
+	// changed nothing: the run delivers no change.
+	RunState_RUN_STATE_NO_CHANGES RunState = 7
 )
 
 // Enum value maps for RunState.
@@ -191,6 +194,7 @@ var (
 		4: "RUN_STATE_FAILED",
 		5: "RUN_STATE_CANCELLED",
 		6: "RUN_STATE_PAUSED",
+		7: "RUN_STATE_NO_CHANGES",
 	}
 	RunState_value = map[string]int32{
 		"RUN_STATE_UNSPECIFIED": 0,
@@ -200,6 +204,7 @@ var (
 		"RUN_STATE_FAILED":      4,
 		"RUN_STATE_CANCELLED":   5,
 		"RUN_STATE_PAUSED":      6,
+		"RUN_STATE_NO_CHANGES":  7,
 	}
 )
 
@@ -242,6 +247,10 @@ const (
 	NodeState_NODE_STATE_CANCELLED   NodeState = 6
 	// Pending, but held by PauseRun with a node_id.
 	NodeState_NODE_STATE_PAUSED NodeState = 7
+	// The node's agent was asked to change the code and changed nothing (no
+	// model is configured, or the model finished without an edit): the
+	// node's error says why. Dependents run as after a success.
+	NodeState_NODE_STATE_NO_CHANGES NodeState = 8
 )
 
 // Enum value maps for NodeState.
@@ -255,6 +264,7 @@ var (
 		5: "NODE_STATE_SKIPPED",
 		6: "NODE_STATE_CANCELLED",
 		7: "NODE_STATE_PAUSED",
+		8: "NODE_STATE_NO_CHANGES",
 	}
 	NodeState_value = map[string]int32{
 		"NODE_STATE_UNSPECIFIED": 0,
@@ -265,6 +275,7 @@ var (
 		"NODE_STATE_SKIPPED":     5,
 		"NODE_STATE_CANCELLED":   6,
 		"NODE_STATE_PAUSED":      7,
+		"NODE_STATE_NO_CHANGES":  8,
 	}
 )
 
@@ -2016,7 +2027,9 @@ type TaskReport struct {
 	Concerns     string                 `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
 	// The retry briefing the task was given, in a line (spec B-38); empty for
 	// a first attempt.
-	Briefing      string `protobuf:"bytes,7,opt,name=briefing,proto3" json:"briefing,omitempty"`
+	Briefing string `protobuf:"bytes,7,opt,name=briefing,proto3" json:"briefing,omitempty"`
+	// What the task's agent did, when an agent worked on it.
+	Activity      *AgentActivity `protobuf:"bytes,8,opt,name=activity,proto3" json:"activity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2100,6 +2113,225 @@ func (x *TaskReport) GetBriefing() string {
 	return ""
 }
 
+func (x *TaskReport) GetActivity() *AgentActivity {
+	if x != nil {
+		return x.Activity
+	}
+	return nil
+}
+
+// AgentActivity is what a task's agent loop did: its turns, tool calls and
+// tokens, and why it stopped.
+type AgentActivity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model it worked with ("provider/model").
+	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Turns         int32  `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
+	ToolCallCount int32  `protobuf:"varint,3,opt,name=tool_call_count,json=toolCallCount,proto3" json:"tool_call_count,omitempty"`
+	InputTokens   int64  `protobuf:"varint,4,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens  int64  `protobuf:"varint,5,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Why the loop stopped: "finished", "tool_limit", "token_limit",
+	// "time_limit", "no_tool_call", "strikes", "model_error", "cancelled",
+	// "handoff".
+	StopReason string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	StopDetail string `protobuf:"bytes,7,opt,name=stop_detail,json=stopDetail,proto3" json:"stop_detail,omitempty"`
+	// The failure protocol's reverts (spec E-14).
+	Reverts int32 `protobuf:"varint,8,opt,name=reverts,proto3" json:"reverts,omitempty"`
+	// The tool calls, oldest first (the last 200 when there were more).
+	ToolCalls     []*ToolCallRecord `protobuf:"bytes,9,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentActivity) Reset() {
+	*x = AgentActivity{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentActivity) ProtoMessage() {}
+
+func (x *AgentActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentActivity.ProtoReflect.Descriptor instead.
+func (*AgentActivity) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AgentActivity) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *AgentActivity) GetTurns() int32 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *AgentActivity) GetToolCallCount() int32 {
+	if x != nil {
+		return x.ToolCallCount
+	}
+	return 0
+}
+
+func (x *AgentActivity) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *AgentActivity) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *AgentActivity) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *AgentActivity) GetStopDetail() string {
+	if x != nil {
+		return x.StopDetail
+	}
+	return ""
+}
+
+func (x *AgentActivity) GetReverts() int32 {
+	if x != nil {
+		return x.Reverts
+	}
+	return 0
+}
+
+func (x *AgentActivity) GetToolCalls() []*ToolCallRecord {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+// ToolCallRecord is one tool call of an agent.
+type ToolCallRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool   string                 `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments, shortened, secrets redacted.
+	Args string `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	// False when the call failed.
+	Ok       bool                 `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The result's first line, secrets redacted.
+	Summary       string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	Turn          int32  `protobuf:"varint,7,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallRecord) Reset() {
+	*x = ToolCallRecord{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallRecord) ProtoMessage() {}
+
+func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
+func (*ToolCallRecord) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ToolCallRecord) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallRecord) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCallRecord) GetArgs() string {
+	if x != nil {
+		return x.Args
+	}
+	return ""
+}
+
+func (x *ToolCallRecord) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ToolCallRecord) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *ToolCallRecord) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *ToolCallRecord) GetTurn() int32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
 // PipelineStatus is where a pipeline node's Engineer/Inspector/Tester loop
 // stands (spec F-08, F-11).
 type PipelineStatus struct {
@@ -2128,7 +2360,7 @@ type PipelineStatus struct {
 
 func (x *PipelineStatus) Reset() {
 	*x = PipelineStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2372,7 @@ func (x *PipelineStatus) String() string {
 func (*PipelineStatus) ProtoMessage() {}
 
 func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[21]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2385,7 @@ func (x *PipelineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineStatus.ProtoReflect.Descriptor instead.
 func (*PipelineStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PipelineStatus) GetState() string {
@@ -2243,7 +2475,7 @@ type TestResult struct {
 
 func (x *TestResult) Reset() {
 	*x = TestResult{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2487,7 @@ func (x *TestResult) String() string {
 func (*TestResult) ProtoMessage() {}
 
 func (x *TestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[22]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2500,7 @@ func (x *TestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestResult.ProtoReflect.Descriptor instead.
 func (*TestResult) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TestResult) GetFrameworkId() string {
@@ -2335,7 +2567,7 @@ type TestFailure struct {
 
 func (x *TestFailure) Reset() {
 	*x = TestFailure{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2579,7 @@ func (x *TestFailure) String() string {
 func (*TestFailure) ProtoMessage() {}
 
 func (x *TestFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[23]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2592,7 @@ func (x *TestFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFailure.ProtoReflect.Descriptor instead.
 func (*TestFailure) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TestFailure) GetTestName() string {
@@ -2448,7 +2680,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2692,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[24]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2705,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Run) GetName() string {
@@ -2650,7 +2882,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2894,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[25]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2907,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2854,7 +3086,7 @@ type CreateRunRequest struct {
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3098,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3111,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -2965,7 +3197,7 @@ type SessionLimits struct {
 
 func (x *SessionLimits) Reset() {
 	*x = SessionLimits{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3209,7 @@ func (x *SessionLimits) String() string {
 func (*SessionLimits) ProtoMessage() {}
 
 func (x *SessionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3222,7 @@ func (x *SessionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
 func (*SessionLimits) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
@@ -3016,7 +3248,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3260,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3273,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -3060,7 +3292,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3304,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3317,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -3104,7 +3336,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3348,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3361,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -3150,7 +3382,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3394,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3407,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -3209,7 +3441,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3453,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3466,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -3262,7 +3494,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3506,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3519,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -3313,7 +3545,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3557,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3570,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -3359,7 +3591,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3371,7 +3603,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3384,7 +3616,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -3410,7 +3642,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3654,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3667,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -3456,7 +3688,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3700,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3713,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -3507,7 +3739,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3751,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3764,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -3552,7 +3784,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3796,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3809,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -3597,7 +3829,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3841,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3854,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -3641,7 +3873,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3885,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3898,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -3685,7 +3917,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3929,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3942,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -3729,7 +3961,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3973,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3986,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -3773,7 +4005,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +4017,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +4030,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -3826,7 +4058,7 @@ type TaskActionRequest struct {
 
 func (x *TaskActionRequest) Reset() {
 	*x = TaskActionRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +4070,7 @@ func (x *TaskActionRequest) String() string {
 func (*TaskActionRequest) ProtoMessage() {}
 
 func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +4083,7 @@ func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
 func (*TaskActionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{45}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskActionRequest) GetName() string {
@@ -3915,7 +4147,7 @@ type TaskActionResponse struct {
 
 func (x *TaskActionResponse) Reset() {
 	*x = TaskActionResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +4159,7 @@ func (x *TaskActionResponse) String() string {
 func (*TaskActionResponse) ProtoMessage() {}
 
 func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4172,7 @@ func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
 func (*TaskActionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{46}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskActionResponse) GetRun() string {
@@ -4001,7 +4233,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4245,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4258,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{47}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListDecisionsRequest) GetName() string {
@@ -4051,7 +4283,7 @@ type DecisionEntry struct {
 
 func (x *DecisionEntry) Reset() {
 	*x = DecisionEntry{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4295,7 @@ func (x *DecisionEntry) String() string {
 func (*DecisionEntry) ProtoMessage() {}
 
 func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4308,7 @@ func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
 func (*DecisionEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{48}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DecisionEntry) GetNodeId() string {
@@ -4118,7 +4350,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +4362,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4143,7 +4375,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{49}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
@@ -4305,7 +4537,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\"8\n" +
 	"\bFileEdit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xe1\x01\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xa2\x02\n" +
 	"\n" +
 	"TaskReport\x12 \n" +
 	"\vimplemented\x18\x01 \x01(\tR\vimplemented\x12\x16\n" +
@@ -4316,7 +4548,29 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"deviations\x18\x05 \x01(\tR\n" +
 	"deviations\x12\x1a\n" +
 	"\bconcerns\x18\x06 \x01(\tR\bconcerns\x12\x1a\n" +
-	"\bbriefing\x18\a \x01(\tR\bbriefing\"\xdf\x02\n" +
+	"\bbriefing\x18\a \x01(\tR\bbriefing\x12?\n" +
+	"\bactivity\x18\b \x01(\v2#.sylk.orchestrator.v1.AgentActivityR\bactivity\"\xcc\x02\n" +
+	"\rAgentActivity\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05turns\x18\x02 \x01(\x05R\x05turns\x12&\n" +
+	"\x0ftool_call_count\x18\x03 \x01(\x05R\rtoolCallCount\x12!\n" +
+	"\finput_tokens\x18\x04 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x05 \x01(\x03R\foutputTokens\x12\x1f\n" +
+	"\vstop_reason\x18\x06 \x01(\tR\n" +
+	"stopReason\x12\x1f\n" +
+	"\vstop_detail\x18\a \x01(\tR\n" +
+	"stopDetail\x12\x18\n" +
+	"\areverts\x18\b \x01(\x05R\areverts\x12C\n" +
+	"\n" +
+	"tool_calls\x18\t \x03(\v2$.sylk.orchestrator.v1.ToolCallRecordR\ttoolCalls\"\xc6\x01\n" +
+	"\x0eToolCallRecord\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x12\n" +
+	"\x04args\x18\x03 \x01(\tR\x04args\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x125\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\x12\x12\n" +
+	"\x04turn\x18\a \x01(\x05R\x04turn\"\xdf\x02\n" +
 	"\x0ePipelineStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05loops\x18\x02 \x01(\x05R\x05loops\x12\x1b\n" +
@@ -4502,7 +4756,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x19TASK_ACTION_TYPE_ESCALATE\x10\x06\x12\x1b\n" +
 	"\x17TASK_ACTION_TYPE_PROMPT\x10\a\x12\x19\n" +
 	"\x15TASK_ACTION_TYPE_SKIP\x10\b\x12\x1c\n" +
-	"\x18TASK_ACTION_TYPE_HANDOFF\x10\t*\xb1\x01\n" +
+	"\x18TASK_ACTION_TYPE_HANDOFF\x10\t*\xcb\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_PENDING\x10\x01\x12\x15\n" +
@@ -4510,7 +4764,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x13RUN_STATE_SUCCEEDED\x10\x03\x12\x14\n" +
 	"\x10RUN_STATE_FAILED\x10\x04\x12\x17\n" +
 	"\x13RUN_STATE_CANCELLED\x10\x05\x12\x14\n" +
-	"\x10RUN_STATE_PAUSED\x10\x06*\xd4\x01\n" +
+	"\x10RUN_STATE_PAUSED\x10\x06\x12\x18\n" +
+	"\x14RUN_STATE_NO_CHANGES\x10\a*\xef\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATE_PENDING\x10\x01\x12\x19\n" +
@@ -4519,7 +4774,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x11NODE_STATE_FAILED\x10\x04\x12\x16\n" +
 	"\x12NODE_STATE_SKIPPED\x10\x05\x12\x18\n" +
 	"\x14NODE_STATE_CANCELLED\x10\x06\x12\x15\n" +
-	"\x11NODE_STATE_PAUSED\x10\a2\xa7\r\n" +
+	"\x11NODE_STATE_PAUSED\x10\a\x12\x19\n" +
+	"\x15NODE_STATE_NO_CHANGES\x10\b2\xa7\r\n" +
 	"\x0fWorkflowService\x12q\n" +
 	"\tCreateRun\x12&.sylk.orchestrator.v1.CreateRunRequest\x1a'.sylk.orchestrator.v1.CreateRunResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/runs\x12n\n" +
 	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12k\n" +
@@ -4549,7 +4805,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(SettleAction)(0),                 // 0: sylk.orchestrator.v1.SettleAction
 	(TaskActionType)(0),               // 1: sylk.orchestrator.v1.TaskActionType
@@ -4576,132 +4832,137 @@ var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(*TaskControlReply)(nil),          // 22: sylk.orchestrator.v1.TaskControlReply
 	(*FileEdit)(nil),                  // 23: sylk.orchestrator.v1.FileEdit
 	(*TaskReport)(nil),                // 24: sylk.orchestrator.v1.TaskReport
-	(*PipelineStatus)(nil),            // 25: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 26: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 27: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 28: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 29: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 30: sylk.orchestrator.v1.CreateRunRequest
-	(*SessionLimits)(nil),             // 31: sylk.orchestrator.v1.SessionLimits
-	(*CreateRunResponse)(nil),         // 32: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 33: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 34: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 35: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 36: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 37: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 38: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 39: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 40: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 41: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 42: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 43: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 44: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 45: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 46: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 47: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 48: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*TaskActionRequest)(nil),         // 49: sylk.orchestrator.v1.TaskActionRequest
-	(*TaskActionResponse)(nil),        // 50: sylk.orchestrator.v1.TaskActionResponse
-	(*ListDecisionsRequest)(nil),      // 51: sylk.orchestrator.v1.ListDecisionsRequest
-	(*DecisionEntry)(nil),             // 52: sylk.orchestrator.v1.DecisionEntry
-	(*ListDecisionsResponse)(nil),     // 53: sylk.orchestrator.v1.ListDecisionsResponse
-	(*durationpb.Duration)(nil),       // 54: google.protobuf.Duration
-	(*v1.SuccessCriterion)(nil),       // 55: sylk.message.v1.SuccessCriterion
-	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
+	(*AgentActivity)(nil),             // 25: sylk.orchestrator.v1.AgentActivity
+	(*ToolCallRecord)(nil),            // 26: sylk.orchestrator.v1.ToolCallRecord
+	(*PipelineStatus)(nil),            // 27: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 28: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 29: sylk.orchestrator.v1.TestFailure
+	(*Run)(nil),                       // 30: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 31: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 32: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 33: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 34: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 35: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 36: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 37: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 38: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 39: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 40: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 41: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 42: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 43: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 44: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 45: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 46: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 47: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 48: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 49: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 50: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 51: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 52: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 53: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 54: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 55: sylk.orchestrator.v1.ListDecisionsResponse
+	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
+	(*v1.SuccessCriterion)(nil),       // 57: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 58: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.orchestrator.v1.PartialFailure.default_action:type_name -> sylk.orchestrator.v1.SettleAction
 	0,  // 1: sylk.orchestrator.v1.SettleRunRequest.action:type_name -> sylk.orchestrator.v1.SettleAction
-	28, // 2: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	30, // 2: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
 	7,  // 3: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
 	0,  // 4: sylk.orchestrator.v1.SettleReceipt.action:type_name -> sylk.orchestrator.v1.SettleAction
 	12, // 5: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
 	9,  // 6: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
 	10, // 7: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
 	11, // 8: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	54, // 9: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	54, // 10: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	56, // 9: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	56, // 10: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
 	11, // 11: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
 	23, // 12: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	55, // 13: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	57, // 13: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
 	17, // 14: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
 	13, // 15: sylk.orchestrator.v1.Node.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
 	14, // 16: sylk.orchestrator.v1.PipelineHandoff.engineer:type_name -> sylk.orchestrator.v1.EngineerHandoff
 	15, // 17: sylk.orchestrator.v1.PipelineHandoff.inspector:type_name -> sylk.orchestrator.v1.InspectorHandoff
 	16, // 18: sylk.orchestrator.v1.PipelineHandoff.tester:type_name -> sylk.orchestrator.v1.TesterHandoff
-	56, // 19: sylk.orchestrator.v1.PipelineHandoff.create_time:type_name -> google.protobuf.Timestamp
-	26, // 20: sylk.orchestrator.v1.TesterHandoff.test_results:type_name -> sylk.orchestrator.v1.TestResult
+	58, // 19: sylk.orchestrator.v1.PipelineHandoff.create_time:type_name -> google.protobuf.Timestamp
+	28, // 20: sylk.orchestrator.v1.TesterHandoff.test_results:type_name -> sylk.orchestrator.v1.TestResult
 	18, // 21: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
-	54, // 22: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
-	56, // 23: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
-	55, // 24: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	26, // 25: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	56, // 22: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
+	58, // 23: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
+	57, // 24: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	28, // 25: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
 	1,  // 26: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	25, // 27: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	26, // 28: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	54, // 29: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	27, // 30: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	2,  // 31: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	8,  // 32: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	29, // 33: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	56, // 34: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	56, // 35: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	56, // 36: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	19, // 37: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	20, // 38: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	4,  // 39: sylk.orchestrator.v1.Run.partial_failure:type_name -> sylk.orchestrator.v1.PartialFailure
-	3,  // 40: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	54, // 41: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	56, // 42: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	56, // 43: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	56, // 44: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	24, // 45: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	25, // 46: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	13, // 47: sylk.orchestrator.v1.NodeStatus.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	8,  // 48: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	19, // 49: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	31, // 50: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	28, // 51: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	28, // 52: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	28, // 53: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	28, // 54: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	28, // 55: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	28, // 56: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	1,  // 57: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	1,  // 58: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	3,  // 59: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	25, // 60: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	24, // 61: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	52, // 62: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	30, // 63: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	33, // 64: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	35, // 65: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	37, // 66: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	39, // 67: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	41, // 68: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	43, // 69: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	45, // 70: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	47, // 71: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	49, // 72: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	51, // 73: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	5,  // 74: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
-	32, // 75: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	34, // 76: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	36, // 77: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	38, // 78: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	40, // 79: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	42, // 80: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	44, // 81: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	46, // 82: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	48, // 83: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	50, // 84: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	53, // 85: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	6,  // 86: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
-	75, // [75:87] is the sub-list for method output_type
-	63, // [63:75] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	27, // 27: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	25, // 28: sylk.orchestrator.v1.TaskReport.activity:type_name -> sylk.orchestrator.v1.AgentActivity
+	26, // 29: sylk.orchestrator.v1.AgentActivity.tool_calls:type_name -> sylk.orchestrator.v1.ToolCallRecord
+	56, // 30: sylk.orchestrator.v1.ToolCallRecord.duration:type_name -> google.protobuf.Duration
+	28, // 31: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	56, // 32: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	29, // 33: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	2,  // 34: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	8,  // 35: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	31, // 36: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	58, // 37: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	58, // 38: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	58, // 39: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	19, // 40: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	20, // 41: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	4,  // 42: sylk.orchestrator.v1.Run.partial_failure:type_name -> sylk.orchestrator.v1.PartialFailure
+	3,  // 43: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	56, // 44: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	58, // 45: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	58, // 46: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	58, // 47: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	24, // 48: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	27, // 49: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	13, // 50: sylk.orchestrator.v1.NodeStatus.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	8,  // 51: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	19, // 52: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	33, // 53: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	30, // 54: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	30, // 55: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	30, // 56: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	30, // 57: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	30, // 58: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	30, // 59: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	1,  // 60: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	1,  // 61: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	3,  // 62: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	27, // 63: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	24, // 64: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	54, // 65: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	32, // 66: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	35, // 67: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	37, // 68: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	39, // 69: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	41, // 70: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	43, // 71: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	45, // 72: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	47, // 73: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	49, // 74: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	51, // 75: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	53, // 76: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	5,  // 77: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
+	34, // 78: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	36, // 79: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	38, // 80: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	40, // 81: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	42, // 82: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	44, // 83: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	46, // 84: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	48, // 85: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	50, // 86: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	52, // 87: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	55, // 88: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	6,  // 89: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
+	78, // [78:90] is the sub-list for method output_type
+	66, // [66:78] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -4715,7 +4976,7 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -67,9 +67,13 @@ type TaskDispatch struct {
 	DispatchTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
 	// The gate class the task's commands run at (PRIORITY_PIPELINE for DAG
 	// nodes and session checks).
-	Priority      v11.Priority `protobuf:"varint,18,opt,name=priority,proto3,enum=sylk.message.v1.Priority" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority v11.Priority `protobuf:"varint,18,opt,name=priority,proto3,enum=sylk.message.v1.Priority" json:"priority,omitempty"`
+	// The changes of the nodes this one depends on, directly or not, in DAG
+	// order (spec T-10): the workspace starts from base_commit with them
+	// applied, and the task's own patch is taken from there.
+	DependencyPatches []*DependencyPatch `protobuf:"bytes,19,rep,name=dependency_patches,json=dependencyPatches,proto3" json:"dependency_patches,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskDispatch) Reset() {
@@ -228,6 +232,67 @@ func (x *TaskDispatch) GetPriority() v11.Priority {
 	return v11.Priority(0)
 }
 
+func (x *TaskDispatch) GetDependencyPatches() []*DependencyPatch {
+	if x != nil {
+		return x.DependencyPatches
+	}
+	return nil
+}
+
+// DependencyPatch is a finished dependency's change.
+type DependencyPatch struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// A git diff from the commit the dependency started from.
+	Patch         string `protobuf:"bytes,2,opt,name=patch,proto3" json:"patch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependencyPatch) Reset() {
+	*x = DependencyPatch{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependencyPatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependencyPatch) ProtoMessage() {}
+
+func (x *DependencyPatch) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependencyPatch.ProtoReflect.Descriptor instead.
+func (*DependencyPatch) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DependencyPatch) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DependencyPatch) GetPatch() string {
+	if x != nil {
+		return x.Patch
+	}
+	return ""
+}
+
 // TaskFence identifies one dispatch of a node's attempt.
 type TaskFence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -241,7 +306,7 @@ type TaskFence struct {
 
 func (x *TaskFence) Reset() {
 	*x = TaskFence{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +318,7 @@ func (x *TaskFence) String() string {
 func (*TaskFence) ProtoMessage() {}
 
 func (x *TaskFence) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +331,7 @@ func (x *TaskFence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFence.ProtoReflect.Descriptor instead.
 func (*TaskFence) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TaskFence) GetAttemptId() string {
@@ -295,7 +360,7 @@ type SessionCheckRequest struct {
 
 func (x *SessionCheckRequest) Reset() {
 	*x = SessionCheckRequest{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +372,7 @@ func (x *SessionCheckRequest) String() string {
 func (*SessionCheckRequest) ProtoMessage() {}
 
 func (x *SessionCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +385,7 @@ func (x *SessionCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckRequest.ProtoReflect.Descriptor instead.
 func (*SessionCheckRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionCheckRequest) GetResultPatch() string {
@@ -372,14 +437,18 @@ type TaskResult struct {
 	// command printed until then (spec C-32).
 	Cancelled bool `protobuf:"varint,22,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// The outcome of a session-level check (a dispatch with session_check).
-	SessionCheck  *v1.SessionCheck `protobuf:"bytes,23,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionCheck *v1.SessionCheck `protobuf:"bytes,23,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
+	// Set when the task was asked to change the code and changed nothing:
+	// why (no model is configured; the model finished without an edit; its
+	// loop stopped at a limit). The node then ends NO_CHANGES.
+	NoChangesReason string `protobuf:"bytes,24,opt,name=no_changes_reason,json=noChangesReason,proto3" json:"no_changes_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +460,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +473,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TaskResult) GetTenantId() string {
@@ -568,6 +637,13 @@ func (x *TaskResult) GetSessionCheck() *v1.SessionCheck {
 	return nil
 }
 
+func (x *TaskResult) GetNoChangesReason() string {
+	if x != nil {
+		return x.NoChangesReason
+	}
+	return ""
+}
+
 // TaskCancel stops one dispatch wherever it runs (core NATS, every worker
 // hears it; the one running it stops it).
 type TaskCancel struct {
@@ -583,7 +659,7 @@ type TaskCancel struct {
 
 func (x *TaskCancel) Reset() {
 	*x = TaskCancel{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +671,7 @@ func (x *TaskCancel) String() string {
 func (*TaskCancel) ProtoMessage() {}
 
 func (x *TaskCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +684,7 @@ func (x *TaskCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancel.ProtoReflect.Descriptor instead.
 func (*TaskCancel) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TaskCancel) GetTenantId() string {
@@ -650,7 +726,7 @@ var File_sylk_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xc5\x06\n" +
+	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x93\a\n" +
 	"\fTaskDispatch\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -675,17 +751,21 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\x05fence\x18\x0f \x01(\v2\x17.sylk.task.v1.TaskFenceR\x05fence\x12F\n" +
 	"\rsession_check\x18\x10 \x01(\v2!.sylk.task.v1.SessionCheckRequestR\fsessionCheck\x12?\n" +
 	"\rdispatch_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x125\n" +
-	"\bpriority\x18\x12 \x01(\x0e2\x19.sylk.message.v1.PriorityR\bpriority\x1aB\n" +
+	"\bpriority\x18\x12 \x01(\x0e2\x19.sylk.message.v1.PriorityR\bpriority\x12L\n" +
+	"\x12dependency_patches\x18\x13 \x03(\v2\x1d.sylk.task.v1.DependencyPatchR\x11dependencyPatches\x1aB\n" +
 	"\x14UpstreamOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x0fDependencyPatch\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05patch\x18\x02 \x01(\tR\x05patch\"I\n" +
 	"\tTaskFence\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\tR\treplicaId\"8\n" +
 	"\x13SessionCheckRequest\x12!\n" +
-	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\xa5\a\n" +
+	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\xd1\a\n" +
 	"\n" +
 	"TaskResult\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -711,7 +791,8 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\tgit_audit\x18\x14 \x03(\tR\bgitAudit\x12?\n" +
 	"\ahandoff\x18\x15 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffR\ahandoff\x12\x1c\n" +
 	"\tcancelled\x18\x16 \x01(\bR\tcancelled\x12G\n" +
-	"\rsession_check\x18\x17 \x01(\v2\".sylk.orchestrator.v1.SessionCheckR\fsessionCheck\"\x8b\x01\n" +
+	"\rsession_check\x18\x17 \x01(\v2\".sylk.orchestrator.v1.SessionCheckR\fsessionCheck\x12*\n" +
+	"\x11no_changes_reason\x18\x18 \x01(\tR\x0fnoChangesReason\"\x8b\x01\n" +
 	"\n" +
 	"TaskCancel\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -732,44 +813,46 @@ func file_sylk_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_sylk_task_v1_task_proto_rawDescData
 }
 
-var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_sylk_task_v1_task_proto_goTypes = []any{
 	(*TaskDispatch)(nil),          // 0: sylk.task.v1.TaskDispatch
-	(*TaskFence)(nil),             // 1: sylk.task.v1.TaskFence
-	(*SessionCheckRequest)(nil),   // 2: sylk.task.v1.SessionCheckRequest
-	(*TaskResult)(nil),            // 3: sylk.task.v1.TaskResult
-	(*TaskCancel)(nil),            // 4: sylk.task.v1.TaskCancel
-	nil,                           // 5: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	(*v1.Node)(nil),               // 6: sylk.orchestrator.v1.Node
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(v11.Priority)(0),             // 9: sylk.message.v1.Priority
-	(*v1.TaskReport)(nil),         // 10: sylk.orchestrator.v1.TaskReport
-	(*v1.PipelineStatus)(nil),     // 11: sylk.orchestrator.v1.PipelineStatus
-	(*v1.PipelineHandoff)(nil),    // 12: sylk.orchestrator.v1.PipelineHandoff
-	(*v1.SessionCheck)(nil),       // 13: sylk.orchestrator.v1.SessionCheck
+	(*DependencyPatch)(nil),       // 1: sylk.task.v1.DependencyPatch
+	(*TaskFence)(nil),             // 2: sylk.task.v1.TaskFence
+	(*SessionCheckRequest)(nil),   // 3: sylk.task.v1.SessionCheckRequest
+	(*TaskResult)(nil),            // 4: sylk.task.v1.TaskResult
+	(*TaskCancel)(nil),            // 5: sylk.task.v1.TaskCancel
+	nil,                           // 6: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	(*v1.Node)(nil),               // 7: sylk.orchestrator.v1.Node
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(v11.Priority)(0),             // 10: sylk.message.v1.Priority
+	(*v1.TaskReport)(nil),         // 11: sylk.orchestrator.v1.TaskReport
+	(*v1.PipelineStatus)(nil),     // 12: sylk.orchestrator.v1.PipelineStatus
+	(*v1.PipelineHandoff)(nil),    // 13: sylk.orchestrator.v1.PipelineHandoff
+	(*v1.SessionCheck)(nil),       // 14: sylk.orchestrator.v1.SessionCheck
 }
 var file_sylk_task_v1_task_proto_depIdxs = []int32{
-	6,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
-	7,  // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
-	5,  // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	1,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
-	2,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
-	8,  // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
-	9,  // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
-	1,  // 7: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
-	7,  // 8: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	8,  // 9: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
-	8,  // 10: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
-	10, // 11: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
-	11, // 12: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	12, // 13: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	13, // 14: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
+	8,  // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
+	6,  // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	2,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
+	3,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
+	9,  // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
+	10, // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
+	1,  // 7: sylk.task.v1.TaskDispatch.dependency_patches:type_name -> sylk.task.v1.DependencyPatch
+	2,  // 8: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
+	8,  // 9: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
+	9,  // 10: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
+	9,  // 11: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
+	11, // 12: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
+	12, // 13: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	13, // 14: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	14, // 15: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_sylk_task_v1_task_proto_init() }
@@ -783,7 +866,7 @@ func file_sylk_task_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_task_v1_task_proto_rawDesc), len(file_sylk_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,3 @@
+module example.com/go-envfile-equals
+
+go 1.22

@@ -1,0 +1,3 @@
+module example.com/go-expand-defaults
+
+go 1.22

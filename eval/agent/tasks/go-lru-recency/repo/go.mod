@@ -1,0 +1,3 @@
+module example.com/go-lru-recency
+
+go 1.22

@@ -1,0 +1,3 @@
+module example.com/go-paginate-last-page
+
+go 1.22

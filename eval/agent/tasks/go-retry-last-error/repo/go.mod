@@ -1,0 +1,3 @@
+module example.com/go-retry-last-error
+
+go 1.22

@@ -1,0 +1,3 @@
+module example.com/go-ring-order
+
+go 1.22

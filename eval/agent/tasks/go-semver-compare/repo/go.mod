@@ -1,0 +1,3 @@
+module example.com/go-semver-compare
+
+go 1.22

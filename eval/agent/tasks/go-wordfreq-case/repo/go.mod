@@ -1,0 +1,3 @@
+module example.com/go-wordfreq-case
+
+go 1.22
