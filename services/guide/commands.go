@@ -462,10 +462,13 @@ func (s *Service) interruptCommand(ctx context.Context, env *commandEnv) (comman
 // rerouteCommand sends the session's last routed request to the agent the
 // user names, and records the correction as a routing failure (spec A-33).
 func (s *Service) rerouteCommand(ctx context.Context, env *commandEnv, args []string) (commandResult, error) {
-	if len(args) != 1 || !routable(args[0]) {
+	to, ok := "", len(args) == 1
+	if ok {
+		to, ok = routeTarget(args[0])
+	}
+	if !ok {
 		return commandResult{reply: "usage: /reroute <agent>, where agent is one of " + strings.Join(routableAgents, ", ")}, nil
 	}
-	to := strings.ToLower(args[0])
 	var last pendingRequest
 	err := env.q.QueryRow(ctx, `SELECT `+pendingColumns+` FROM pending_requests
 		WHERE tenant_id = $1 AND session_id = $2 ORDER BY create_time DESC LIMIT 1`, env.owner.tenant, env.session.ID).
@@ -501,19 +504,6 @@ func (s *Service) rerouteCommand(ctx context.Context, env *commandEnv, args []st
 		route: &route, envelopeID: &envelopeID, text: last.Original, subject: env.msg.IntentSubject, plan: routePlan{pending: true},
 		after: []func(context.Context){func(ctx context.Context) { s.afterFailure(ctx, stored) }},
 	}, nil
-}
-
-// routableAgents are the agents a user may name.
-var routableAgents = []string{topology.AgentLibrarian, topology.AgentArchivalist, topology.AgentAcademic, topology.AgentArchitect,
-	agentEngineer, topology.RoleInspector, topology.RoleTester}
-
-func routable(agent string) bool {
-	for _, a := range routableAgents {
-		if strings.EqualFold(a, agent) {
-			return true
-		}
-	}
-	return false
 }
 
 // messageEnvelope reads fields of a stored envelope.

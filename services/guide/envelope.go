@@ -18,6 +18,11 @@ func (s *Service) sealEnvelope(who identity.Identity, m *message) error {
 	if m.Route.Target == "" || m.Route.Target == authorGuide || m.Route.Cached {
 		return nil
 	}
+	// A route, unlike the answer to an agent's own question, goes only to
+	// an inbox that a service reads (targets.go).
+	if _, ok := inboxConsumers[m.Route.Target]; !ok && m.AnswerTo == nil {
+		return fmt.Errorf("route to the %s: no service reads its inbox", m.Route.Target)
+	}
 	b, err := proto.Marshal(s.envelope(who, *m))
 	if err != nil {
 		return fmt.Errorf("encode envelope: %w", err)

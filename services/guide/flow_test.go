@@ -775,7 +775,7 @@ func TestReroutes(t *testing.T) {
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "reroute")
 	lib := inboxReader(t, f.bus, "librarian")
-	eng := inboxReader(t, f.bus, "engineer")
+	planner := inboxReader(t, f.bus, "architect")
 	arch := inboxReader(t, f.bus, "archivalist")
 	acad := inboxReader(t, f.bus, "academic")
 	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
@@ -789,8 +789,9 @@ func TestReroutes(t *testing.T) {
 	}
 	hop1 := &messagev1.RerouteHop{From: "librarian", Reason: "this is a one-line edit", To: "engineer"}
 	decline("librarian", hop1.GetReason(), "engineer", []*messagev1.RerouteHop{hop1})
-	got := nextEnvelope(t, eng)
-	require.Equal(t, "engineer", got.GetTarget())
+	// The engineer has no inbox: a change for it is the architect's to plan.
+	got := nextEnvelope(t, planner)
+	require.Equal(t, "architect", got.GetTarget())
 	require.Equal(t, env.GetCorrelationId(), got.GetCorrelationId())
 	require.Len(t, got.GetRerouteHistory(), 1)
 	require.True(t, proto.Equal(hop1, got.GetRerouteHistory()[0]))
@@ -808,7 +809,7 @@ func TestReroutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, failures.GetFailures(), 1)
 	require.Equal(t, "librarian", failures.GetFailures()[0].GetRoutedTo())
-	require.Equal(t, "engineer", failures.GetFailures()[0].GetShouldHaveBeen())
+	require.Equal(t, "architect", failures.GetFailures()[0].GetShouldHaveBeen())
 	require.True(t, strings.HasPrefix(failures.GetFailures()[0].GetId(), "route_fail_"))
 	acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
 	require.NoError(t, err)
