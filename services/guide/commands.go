@@ -69,6 +69,7 @@ var commands = []struct{ name, usage, help string }{
 	{"/tasks", "/tasks", "the runs of this session and their tasks"},
 	{"/task", taskUsage, "act on one task of this session's runs"},                                             // taskcmd.go
 	{"/settle", settleUsage, "keep, roll back or retry a failed run's work (the default suits how it failed)"}, // settlecmd.go
+	{"/repo", repoUsage, "list your repositories, or make this session work on one (by name or id)"},
 	{"/plan", "/plan <request>", "ask the architect for a plan"},
 	{"/approve", "/approve [plan]", "approve the newest plan awaiting approval (or the one named)"},
 	{"/interrupt", "/interrupt", "cancel this session's running runs"},
@@ -82,7 +83,7 @@ func helpText() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "\n  %-62s %s", c.usage, c.help)
 	}
-	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge), the architect (changes to make) or, for trivial edits, an engineer.")
+	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge) or the architect (changes to make, trivial ones included: it plans them).")
 	return b.String()
 }
 
@@ -145,6 +146,8 @@ func (s *Service) runCommand(ctx context.Context, env *commandEnv, text string) 
 		return s.taskCommand(ctx, env, args)
 	case "/settle":
 		return s.settleCommand(ctx, env, args)
+	case "/repo":
+		return s.repoCommand(ctx, env, rest)
 	case "/plan":
 		return s.planCommand(env, rest)
 	case "/approve":
@@ -215,25 +218,7 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 	case "list":
 		return s.sessionListReply(ctx, env)
 	case "new":
-		name := strings.TrimSpace(strings.Join(args[1:], " "))
-		if len([]rune(name)) > s.cfg.MaxDisplayNameChars {
-			return commandResult{reply: fmt.Sprintf("a session name may have at most %d characters", s.cfg.MaxDisplayNameChars)}, nil
-		}
-		now := s.now()
-		sess := session{ID: ids.New(), TenantID: env.owner.tenant, UserID: env.owner.user, DisplayName: name,
-			State: stateCreated, Metadata: map[string]string{}, CreateTime: now, UpdateTime: now, LastActiveTime: now,
-			Transitions: []transitionRecord{{To: stateCreated, Time: now, Reason: "command"}}}
-		var err error
-		if sess.Config, err = s.sessionConfigFromProto(nil); err != nil {
-			return commandResult{}, err
-		}
-		if err := createSession(ctx, env.q, sess); err != nil {
-			return commandResult{}, err
-		}
-		return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
-			func(ctx context.Context) {
-				s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
-			})
+		return s.newSessionCommand(ctx, env, strings.TrimSpace(strings.Join(args[1:], " ")))
 	case "switch":
 		id, ok := target()
 		if !ok {
@@ -279,6 +264,33 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 		}, nil
 	}
 	return commandResult{reply: fmt.Sprintf("unknown command /session %s; try /help", truncate(args[0], 64))}, nil
+}
+
+// newSessionCommand is /session new [name]: a session of the user's, with
+// their last repository, switched to at once.
+func (s *Service) newSessionCommand(ctx context.Context, env *commandEnv, name string) (commandResult, error) {
+	if len([]rune(name)) > s.cfg.MaxDisplayNameChars {
+		return commandResult{reply: fmt.Sprintf("a session name may have at most %d characters", s.cfg.MaxDisplayNameChars)}, nil
+	}
+	now := s.now()
+	sess := session{ID: ids.New(), TenantID: env.owner.tenant, UserID: env.owner.user, DisplayName: name,
+		State: stateCreated, Metadata: map[string]string{}, CreateTime: now, UpdateTime: now, LastActiveTime: now,
+		Transitions: []transitionRecord{{To: stateCreated, Time: now, Reason: "command"}}}
+	var err error
+	if sess.Config, err = s.sessionConfigFromProto(nil); err != nil {
+		return commandResult{}, err
+	}
+	// The user's last repository, as CreateSession gives it.
+	if sess.Repository, _, err = s.newSessionRepository(ctx, env.q, env.who, ""); err != nil {
+		return commandResult{}, err
+	}
+	if err := createSession(ctx, env.q, sess); err != nil {
+		return commandResult{}, err
+	}
+	return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
+		func(ctx context.Context) {
+			s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+		})
 }
 
 // switchCommand switches inside the message's transaction.

@@ -669,12 +669,12 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	require.Equal(t, "auth/middleware.go", ev.GetMessageAnswered().GetHits()[0].GetPath(), "the cached answer keeps its hits")
 
 	// Confidence at or under 0.8: no lookup.
-	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.8,
+	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.8,
 		KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 	require.Empty(t, key)
 
 	cachedNow := func() bool {
-		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.9,
 			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 		_, ok := f.svc.cache.answer(context.Background(), k)
 		return ok
@@ -689,7 +689,7 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	// The tenant's own finished index run retires its librarian answers.
 	require.NoError(t, f.bus.PublishCore(context.Background(), topology.IndexProgressSubject(f.bus, "r1"), done("t1")))
 	require.Eventually(t, func() bool {
-		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.9,
 			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 		_, ok := f.svc.cache.answer(context.Background(), k)
 		return !ok

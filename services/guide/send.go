@@ -37,6 +37,7 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 	start := time.Now()
 	m := s.newMessage(in)
+	m.Repository = sess.Repository
 	plan, err := s.handle(ctx, in, sess, &m)
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "send message", err)
