@@ -10,14 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
-	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // Slash commands (routing tier 0, spec A-28): the Guide runs them itself,
@@ -70,7 +68,7 @@ var commands = []struct{ name, usage, help string }{
 	{"/task", taskUsage, "act on one task of this session's runs"},                                             // taskcmd.go
 	{"/settle", settleUsage, "keep, roll back or retry a failed run's work (the default suits how it failed)"}, // settlecmd.go
 	{"/repo", repoUsage, "list your repositories, or make this session work on one (by name or id)"},
-	{"/plan", "/plan <request>", "ask the architect for a plan"},
+	{"/plan", planUsage, "ask the architect for a plan; approve, reject or revise the newest one awaiting approval"},
 	{"/approve", "/approve [plan]", "approve the newest plan awaiting approval (or the one named)"},
 	{"/interrupt", "/interrupt", "cancel this session's running runs"},
 	{"/clear", "/clear", "clear this session's working context"},
@@ -83,7 +81,7 @@ func helpText() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "\n  %-62s %s", c.usage, c.help)
 	}
-	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge) or the architect (changes to make, trivial ones included: it plans them).")
+	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge) or the architect (changes to make, trivial ones included: it plans them).\nWhile a plan of this session awaits approval, \"approve\" (or \"yes, go ahead\") approves it, \"reject ...\" rejects it, and \"change step 2 to ...\", \"revise the plan: ...\" or \"instead of X do Y\" make its next version.")
 	return b.String()
 }
 
@@ -149,7 +147,7 @@ func (s *Service) runCommand(ctx context.Context, env *commandEnv, text string) 
 	case "/repo":
 		return s.repoCommand(ctx, env, rest)
 	case "/plan":
-		return s.planCommand(env, rest)
+		return s.planCommand(ctx, env, rest)
 	case "/approve":
 		return s.approveCommand(ctx, env, args)
 	case "/interrupt":
@@ -388,60 +386,6 @@ func (s *Service) tasksCommand(ctx context.Context, env *commandEnv) (commandRes
 		}
 	}
 	return commandResult{reply: b.String()}, nil
-}
-
-func (s *Service) planCommand(env *commandEnv, request string) (commandResult, error) {
-	if request == "" {
-		return commandResult{reply: "usage: /plan <what to change>"}, nil
-	}
-	envelopeID := ids.New()
-	route := outcomeRoute{Target: topology.AgentArchitect, Tier: tierSlashCommand, Confidence: 1, IntentType: gateExplicit,
-		Reason: "slash command /plan"}
-	return commandResult{
-		reply: "Asked the architect for a plan; it will appear on this session's event stream.",
-		route: &route, envelopeID: &envelopeID, text: request, plan: routePlan{pending: true},
-	}, nil
-}
-
-func (s *Service) approveCommand(ctx context.Context, env *commandEnv, args []string) (commandResult, error) {
-	if s.architect == nil {
-		return commandResult{reply: "The architect is not configured, so there is no plan to approve."}, nil
-	}
-	cctx, cancel := s.peerContext(ctx, env.owner)
-	defer cancel()
-	name := ""
-	if len(args) > 0 {
-		name = args[0]
-		if !strings.HasPrefix(name, sessionsCollection) {
-			name = sessionName(env.session.ID) + "/plans/" + name
-		}
-	} else {
-		resp, err := s.architect.ListPlans(cctx, &architectv1.ListPlansRequest{Parent: sessionName(env.session.ID), PageSize: 50})
-		if err != nil {
-			s.log.WarnContext(ctx, "list plans", logx.Err(err))
-			return commandResult{reply: "The architect did not answer; try /approve again shortly."}, nil
-		}
-		var newest *architectv1.Plan
-		for _, p := range resp.GetPlans() {
-			if p.GetState() == architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL &&
-				(newest == nil || p.GetCreateTime().AsTime().After(newest.GetCreateTime().AsTime())) {
-				newest = p
-			}
-		}
-		if newest == nil {
-			return commandResult{reply: "No plan of this session is awaiting approval."}, nil
-		}
-		name = newest.GetName()
-	}
-	resp, err := s.architect.ApprovePlan(cctx, &architectv1.ApprovePlanRequest{Name: name})
-	if err != nil {
-		return commandResult{reply: fmt.Sprintf("Could not approve %s: %s", truncate(name, 120), statusMessage(err))}, nil
-	}
-	reply := fmt.Sprintf("Approved %s.", resp.GetPlan().GetName())
-	if r := resp.GetRun(); r != nil {
-		reply += " Started " + r.GetName() + "."
-	}
-	return commandResult{reply: reply}, nil
 }
 
 func (s *Service) interruptCommand(ctx context.Context, env *commandEnv) (commandResult, error) {

@@ -151,7 +151,7 @@ func TestRouteTargets(t *testing.T) {
 		}
 	}
 
-	res, err := (&Service{}).planCommand(&commandEnv{}, "add a --version flag to cmd/foo")
+	res, err := (&Service{}).planCommand(context.Background(), &commandEnv{}, "add a --version flag to cmd/foo")
 	require.NoError(t, err)
 	read(res.route.Target, "/plan")
 	for _, agent := range routableAgents {
