@@ -181,7 +181,8 @@ func TestNoRouteToAnUnreadInbox(t *testing.T) {
 
 // classifierSamples are texts over the keyword classifier's whole table:
 // each rule's phrase alone, as an imperative on a file, with an
-// identifier, as a trivial edit and as GitHub work, and a few sentences.
+// identifier, as a trivial edit and as work on an issue, and a few
+// sentences.
 func classifierSamples() []string {
 	out := []string{"fix typo in README", "fix issue #42 and open a pull request", "improve the performance",
 		"where is ParseConfig defined", "how did we handle the auth migration last month", "hello"}
