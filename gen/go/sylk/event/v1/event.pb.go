@@ -81,6 +81,9 @@ const (
 	EventType_EVENT_TYPE_SESSION_RESUMED   EventType = 46
 	EventType_EVENT_TYPE_SESSION_COMPLETED EventType = 47
 	EventType_EVENT_TYPE_SESSION_FAILED    EventType = 48
+	// session: the session's repository, display name or configuration
+	// changed (its state did not); repository is the one it uses now.
+	EventType_EVENT_TYPE_SESSION_UPDATED EventType = 49
 	// task_help: a task asks the user for help.
 	EventType_EVENT_TYPE_TASK_HELP EventType = 50
 	// indexing: a repository's index run moved on.
@@ -144,6 +147,7 @@ var (
 		46: "EVENT_TYPE_SESSION_RESUMED",
 		47: "EVENT_TYPE_SESSION_COMPLETED",
 		48: "EVENT_TYPE_SESSION_FAILED",
+		49: "EVENT_TYPE_SESSION_UPDATED",
 		50: "EVENT_TYPE_TASK_HELP",
 		60: "EVENT_TYPE_INDEXING_PROGRESS",
 		70: "EVENT_TYPE_ERROR",
@@ -191,6 +195,7 @@ var (
 		"EVENT_TYPE_SESSION_RESUMED":         46,
 		"EVENT_TYPE_SESSION_COMPLETED":       47,
 		"EVENT_TYPE_SESSION_FAILED":          48,
+		"EVENT_TYPE_SESSION_UPDATED":         49,
 		"EVENT_TYPE_TASK_HELP":               50,
 		"EVENT_TYPE_INDEXING_PROGRESS":       60,
 		"EVENT_TYPE_ERROR":                   70,
@@ -2022,7 +2027,10 @@ type SessionEvent struct {
 	// "failed".
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// What moved it: "user", "switch", "command", "idle", "timeout", "error".
-	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	Cause string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	// The repository the session works on ("repositories/{id}", empty for
+	// none).
+	Repository    string `protobuf:"bytes,4,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2074,6 +2082,13 @@ func (x *SessionEvent) GetState() string {
 func (x *SessionEvent) GetCause() string {
 	if x != nil {
 		return x.Cause
+	}
+	return ""
+}
+
+func (x *SessionEvent) GetRepository() string {
+	if x != nil {
+		return x.Repository
 	}
 	return ""
 }
@@ -2379,11 +2394,14 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\rcontext_usage\x18\r \x01(\x01R\fcontextUsage\x12!\n" +
 	"\fold_pipeline\x18\x0e \x01(\tR\voldPipeline\"&\n" +
 	"\x10SessionRunsEvent\x12\x12\n" +
-	"\x04runs\x18\x01 \x03(\tR\x04runs\"T\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"t\n" +
 	"\fSessionEvent\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xc6\x01\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x04 \x01(\tR\n" +
+	"repository\"\xc6\x01\n" +
 	"\x10IndexingProgress\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -2399,7 +2417,7 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"ErrorEvent\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12%\n" +
-	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\x9d\v\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xbd\v\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bEVENT_TYPE_MESSAGE_RECEIVED\x10\x01\x12\x1d\n" +
@@ -2436,7 +2454,8 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x1cEVENT_TYPE_SESSION_SUSPENDED\x10-\x12\x1e\n" +
 	"\x1aEVENT_TYPE_SESSION_RESUMED\x10.\x12 \n" +
 	"\x1cEVENT_TYPE_SESSION_COMPLETED\x10/\x12\x1d\n" +
-	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x18\n" +
+	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x1e\n" +
+	"\x1aEVENT_TYPE_SESSION_UPDATED\x101\x12\x18\n" +
 	"\x14EVENT_TYPE_TASK_HELP\x102\x12 \n" +
 	"\x1cEVENT_TYPE_INDEXING_PROGRESS\x10<\x12\x14\n" +
 	"\x10EVENT_TYPE_ERROR\x10F\x12\x18\n" +
