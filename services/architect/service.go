@@ -18,6 +18,8 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/guidesession"
@@ -37,9 +39,11 @@ type Service struct {
 	log          *slog.Logger
 	db           *pgxpool.Pool
 	bus          *natsx.Bus
-	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
-	sessions     *guidesession.Reader                 // nil when no peer is configured: plans run without session limits
-	academic     academicv1.AcademicServiceClient     // nil when no peer is configured: plans keep only the user's criteria
+	orchestrator orchestratorv1.WorkflowServiceClient   // nil when no peer is configured
+	sessions     *guidesession.Reader                   // nil when no peer is configured: plans run without session limits
+	academic     academicv1.AcademicServiceClient       // nil when no peer is configured: plans keep only the user's criteria
+	librarian    librarianv1.LibrarianServiceClient     // nil when no peer is configured: plans find no code, and no repository runs
+	archivalist  archivalistv1.ArchivalistServiceClient // nil when no peer is configured: plans find no past failures or decisions
 	planner      Planner
 	metrics      *metrics
 	now          func() time.Time
@@ -121,6 +125,16 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		s.academic = academicv1.NewAcademicServiceClient(deps.Peers.Academic)
 	} else {
 		s.log.Warn("no academic address configured: plans keep only the criteria users state")
+	}
+	if deps.Peers.Librarian != nil {
+		s.librarian = librarianv1.NewLibrarianServiceClient(deps.Peers.Librarian)
+	} else {
+		s.log.Warn("no librarian address configured: plans find no code, and plans on a repository cannot be approved")
+	}
+	if deps.Peers.Archivalist != nil {
+		s.archivalist = archivalistv1.NewArchivalistServiceClient(deps.Peers.Archivalist)
+	} else {
+		s.log.Warn("no archivalist address configured: plans find no past failures or decisions")
 	}
 	s.sessions = guidesession.New(deps.Peers.Guide, s.cfg.GuideTimeout, s.log)
 	if s.sessions == nil {
