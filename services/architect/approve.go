@@ -30,11 +30,7 @@ const maxApprovalRuns = 5
 // plan id is the run's request id, so a retried approval never starts a
 // second run.
 func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanRequest) (*architectv1.ApprovePlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}

@@ -226,11 +226,7 @@ func runContext(pi *architectv1.PlanIntent) *orchestratorv1.RunContext {
 
 // GetPlan returns one of the caller's plans.
 func (s *Service) GetPlan(ctx context.Context, req *architectv1.GetPlanRequest) (*architectv1.GetPlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -291,11 +287,7 @@ func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansReque
 
 // RejectPlan marks an awaiting plan rejected, with an optional reason.
 func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanRequest) (*architectv1.RejectPlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}

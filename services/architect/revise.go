@@ -19,11 +19,7 @@ import (
 // version's tasks, every version is kept with the feedback it answers and
 // its diff from the one before, and the new version awaits approval.
 func (s *Service) RevisePlan(ctx context.Context, req *architectv1.RevisePlanRequest) (*architectv1.RevisePlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
