@@ -83,6 +83,7 @@ func (s *Service) codeOf(ctx context.Context, repository, query string) (code, f
 	if err != nil {
 		return nil, nil, s.consultFailed(ctx, "the librarian", err)
 	}
+	s.metrics.consulted.WithLabelValues("librarian", "answered").Inc()
 	var languages []string
 	for _, h := range resp.GetHits() {
 		c := fmt.Sprintf("%s:%d-%d", h.GetPath(), h.GetLineStart(), h.GetLineEnd())
@@ -143,6 +144,7 @@ func (s *Service) history(ctx context.Context, category, query string) []string 
 	if err != nil {
 		return []string{s.consultFailed(ctx, "the archivalist", err)}
 	}
+	s.metrics.consulted.WithLabelValues("archivalist", "answered").Inc()
 	var out []string
 	for _, h := range resp.GetHits() {
 		line := h.GetEntry().GetTitle()
@@ -154,9 +156,11 @@ func (s *Service) history(ctx context.Context, category, query string) []string 
 	return out
 }
 
-// consultFailed logs why who could not answer and says it in a line.
+// consultFailed logs and counts why who could not answer, and says it in
+// a line.
 func (s *Service) consultFailed(ctx context.Context, who string, err error) string {
 	s.log.WarnContext(ctx, "consult before planning", slog.String("agent", who), logx.Err(err))
+	s.metrics.consulted.WithLabelValues(strings.TrimPrefix(who, "the "), "unavailable").Inc()
 	why := status.Convert(err).Message()
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
 		why = "no answer in time"

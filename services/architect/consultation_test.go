@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,6 +48,8 @@ func TestPlanConsultsBeforePlanning(t *testing.T) {
 	require.Equal(t, []string{"repositories/r1"}, searches[0].GetRepositories())
 	require.Equal(t, "fix the failing test in pkg/x", searches[0].GetQuery())
 	require.Equal(t, []string{"architect"}, callers, "a consultation names the architect")
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.consulted.WithLabelValues("librarian", "answered")))
+	require.Equal(t, 2.0, testutil.ToFloat64(f.svc.metrics.consulted.WithLabelValues("archivalist", "answered")))
 	p.archivalist.mu.Lock()
 	for _, q := range p.archivalist.asked {
 		require.True(t, q.GetCrossSession())
@@ -94,6 +97,8 @@ func TestPlanConsultationUnavailable(t *testing.T) {
 	require.Equal(t, []string{"unavailable: the archivalist: the archive is down"}, c.GetFailures())
 	require.Equal(t, []string{"unavailable: the archivalist: the archive is down"}, c.GetDecisions())
 	require.Len(t, resp.GetPlan().GetDag().GetNodes(), 3)
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.consulted.WithLabelValues("librarian", "unavailable")))
+	require.Equal(t, 2.0, testutil.ToFloat64(f.svc.metrics.consulted.WithLabelValues("archivalist", "unavailable")))
 
 	p.archivalist.setFail(nil)
 	resp, err = f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: p.guide.session("", nil), Request: "add a --version flag"})

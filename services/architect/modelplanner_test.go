@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -233,6 +234,7 @@ func TestModelPlansAndRevises(t *testing.T) {
 	require.False(t, rp.GetDag().GetNodes()[1].GetPipeline())
 	require.Equal(t, `added step 2 "negative" (engineer): Test negative numbers`, rp.GetVersions()[1].GetDiff())
 	require.Equal(t, reqs[0].Model, rp.GetVersions()[1].GetPlanner())
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.revised.WithLabelValues("model", "true")))
 	reqs = srv.Requests()
 	require.Len(t, reqs, 2)
 	msgs := reqs[1].Messages

@@ -32,6 +32,14 @@ func (s *Service) RevisePlan(ctx context.Context, req *architectv1.RevisePlanReq
 		return nil, apierr.Status(ctx, s.log, "revise plan", err)
 	}
 	s.log.InfoContext(ctx, "plan revised", slog.String("plan", p.name()), slog.Int("version", int(p.Version)))
+	planner, applied := "model", "true"
+	if p.Planner == plannerLocal {
+		planner = plannerLocal
+	}
+	if p.Diff == noDiff {
+		applied = "false"
+	}
+	s.metrics.revised.WithLabelValues(planner, applied).Inc()
 	s.publishRevision(ctx, p)
 	pb, err := s.full(ctx, s.db, p, nil)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -129,6 +130,7 @@ func TestReviseRefused(t *testing.T) {
 
 	_, err = f.svc.RevisePlan(ctx, &architectv1.RevisePlanRequest{Name: limited, Feedback: "remove step 1"})
 	require.NoError(t, err)
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.revised.WithLabelValues("local", "true")))
 	_, err = f.svc.RevisePlan(ctx, &architectv1.RevisePlanRequest{Name: limited, Feedback: "remove step 1"})
 	testenv.RequireReason(t, err, codes.FailedPrecondition, reasonVersionLimit, "plan has 2 versions")
 

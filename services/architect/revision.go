@@ -142,6 +142,9 @@ func freeID(d *orchestratorv1.Dag) string {
 	}
 }
 
+// noDiff is the diff of a version whose tasks are those of the one before.
+const noDiff = "no change to the tasks"
+
 // diffDAGs says, for a person, what changed from one version's tasks to
 // the next's: tasks added, removed and changed (with what changed).
 func diffDAGs(prevTitle string, prev *orchestratorv1.Dag, nextTitle string, next *orchestratorv1.Dag) string {
@@ -172,7 +175,7 @@ func diffDAGs(prevTitle string, prev *orchestratorv1.Dag, nextTitle string, next
 		}
 	}
 	if len(parts) == 0 {
-		return "no change to the tasks"
+		return noDiff
 	}
 	return strings.Join(parts, "; ")
 }

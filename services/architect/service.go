@@ -55,6 +55,8 @@ type metrics struct {
 	inbox        *prometheus.CounterVec
 	orchestrator prometheus.Histogram
 	inference    *prometheus.CounterVec
+	consulted    *prometheus.CounterVec
+	revised      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -76,6 +78,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_architect_inbox_messages_total",
 			Help: "Inbox messages handled, by result (drafted, duplicate, refused, expired, rejected, failed).",
 		}, []string{"result"}),
+		consulted: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_consultations_total",
+			Help: "Consultations before planning, by agent (librarian, archivalist) and outcome (answered, unavailable).",
+		}, []string{"agent", "outcome"}),
+		revised: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_plan_revisions_total",
+			Help: "Plan versions made from feedback, by who revised (model or local) and whether the feedback was applied.",
+		}, []string{"planner", "applied"}),
 		orchestrator: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sylk_architect_orchestrator_request_duration_seconds",
 			Help:    "Time taken by the orchestrator to accept an approved plan.",
