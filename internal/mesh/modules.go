@@ -117,9 +117,10 @@ var modules = []module{
 	},
 	{
 		name: Architect, schema: Architect, llm: llmGate,
-		// It starts runs, and checks sessions as the Orchestrator does.
+		// It starts runs, and checks sessions as the Orchestrator does; it
+		// consults the Librarian and the Archivalist before planning.
 		needs:  []string{Orchestrator, Guide},
-		uses:   []string{Academic},
+		uses:   []string{Academic, Librarian, Archivalist},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Architect },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return architect.New(s.Architect, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Architect, g.Architect = c, c },
