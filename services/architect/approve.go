@@ -143,7 +143,10 @@ func (s *Service) runOptions(ctx context.Context, who identity.Identity, p plan)
 	if err != nil {
 		return nil, err
 	}
-	opts.Repository, opts.Deliver = path, path != ""
+	// A run on a repository gets the session-level inspection and tests of
+	// its combined change (spec F-06), whose failures come back as a fix
+	// plan, and is delivered as a branch (spec F-29).
+	opts.Repository, opts.Deliver, opts.SessionChecks = path, path != "", path != ""
 	sess, err := s.sessions.Get(ctx, who, p.SessionID, "the session's limits")
 	if status.Code(err) == codes.NotFound {
 		return nil, apierr.FailedPrecondition(reasonSessionGone, "session sessions/%s not found; cannot approve its plan", p.SessionID)
