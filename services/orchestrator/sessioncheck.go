@@ -288,6 +288,7 @@ func (s *Service) finishSessionCheck(ctx context.Context, log *slog.Logger, tena
 		return nil
 	}
 	log.InfoContext(ctx, "session check done", slog.String("state", chk.GetState()), slog.String("detail", chk.GetDetail()))
+	s.kickDelivery() // delivery.go
 	if run.SessionID == "" {
 		return nil
 	}
