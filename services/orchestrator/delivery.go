@@ -103,11 +103,7 @@ func (s *Service) claimDeliveries(ctx context.Context) ([]runKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runKey, error) {
-		var k runKey
-		err := row.Scan(&k.Tenant, &k.ID)
-		return k, err
-	})
+	return pgx.CollectRows(rows, scanRunKey)
 }
 
 // deliverRun delivers one run awaiting it, records the delivery and
