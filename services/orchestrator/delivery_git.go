@@ -188,7 +188,7 @@ func (s *Service) pushBranch(ctx context.Context, src, target string, path bool,
 	}
 	if path {
 		// No automatic housekeeping in the user's repository either.
-		out, err = s.git(ctx, target, "-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+		out, err = s.git(ctx, target, "-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
 			"--no-write-fetch-head", "--", src, ref+":"+ref)
 	} else {
 		out, err = s.git(ctx, src, "push", "--quiet", "--", target, ref+":"+ref)
