@@ -49,6 +49,9 @@ const (
 	ReasonNodeNotFailed = "NODE_NOT_FAILED"
 	// ReasonWorkerUnavailable: no worker answered for a running node.
 	ReasonWorkerUnavailable = "WORKER_UNAVAILABLE"
+	// ReasonRunNotDelivered: the run offers nothing to download (it was
+	// not created with deliver, has not succeeded, or changed nothing).
+	ReasonRunNotDelivered = "RUN_NOT_DELIVERED"
 )
 
 // errNotFound is a run (or a row of it) the store does not hold for the
@@ -73,6 +76,7 @@ var (
 	errNodeNotRunning    = apierr.FailedPrecondition(ReasonNodeNotRunning, "the node is not running")
 	errNodeNotFailed     = apierr.FailedPrecondition(ReasonNodeNotFailed, "the node did not fail")
 	errWorkerUnavailable = apierr.Unavailable(ReasonWorkerUnavailable, "no worker answered")
+	errRunNotDelivered   = apierr.FailedPrecondition(ReasonRunNotDelivered, "the run offers nothing to download")
 )
 
 // runNotFound is the answer for a run the caller may not see, or that

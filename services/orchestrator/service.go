@@ -50,6 +50,8 @@ type Service struct {
 	// have been carried out.
 	carryMu   sync.Mutex
 	carryDone chan struct{}
+	// deliveryKick wakes the delivery loop when a run ended (delivery.go).
+	deliveryKick chan struct{}
 }
 
 type metrics struct {
@@ -163,6 +165,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 				Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 			}),
 		},
+		deliveryKick: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -197,6 +200,10 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.consumeResults(gctx) })
 	g.Go(func() error {
 		s.leases(gctx)
+		return nil
+	})
+	g.Go(func() error {
+		s.deliveries(gctx) // delivery.go
 		return nil
 	})
 	g.Go(func() error {
