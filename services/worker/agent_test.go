@@ -27,10 +27,11 @@ import (
 )
 
 // scriptGate is an LLM gate whose only provider is the OpenAI-compatible
-// client talking to a script server.
+// client talking to a script server. The Inspector's reviews find nothing
+// unless a script before passingReview says otherwise.
 func scriptGate(t *testing.T, scripts ...scriptmodel.Script) (*gate.Gate, *scriptmodel.Server) {
 	t.Helper()
-	srv, err := scriptmodel.New(scripts...)
+	srv, err := scriptmodel.New(append(scripts, passingReview)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	lc := testenv.FromFlags[llm.Config](t)
