@@ -114,3 +114,13 @@ func TestRiskOrder(t *testing.T) {
 	}
 	require.Equal(t, []string{"docs/notes.md", "small.go", "calc.go", "other_test.go", "calc_test.go", "internal/auth/a.go"}, order)
 }
+
+func TestCheckRef(t *testing.T) {
+	t.Parallel()
+	for _, ref := range []string{"main", "feature/x", "v1.2.3", "HEAD~2", "abc123^", "origin/main@{1}"} {
+		require.NoError(t, CheckRef(ref), ref)
+	}
+	for _, ref := range []string{"", "-x", "--output=/tmp/x", "a b", "a;b", "$(x)"} {
+		require.Error(t, CheckRef(ref), ref)
+	}
+}

@@ -14,7 +14,7 @@ import (
 	"sylk.dev/sylk/pkg/scriptmodel"
 )
 
-// update rewrites the golden files: go test ./pkg/review -run Golden -update
+// update rewrites the golden files: go test ./pkg/review -run Golden -args -update
 var update = flag.Bool("update", false, "rewrite the golden prompt snapshots in testdata/golden")
 
 func fixture(t *testing.T, name string) string {
@@ -70,7 +70,7 @@ func TestGolden(t *testing.T) {
 				return
 			}
 			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run go test ./pkg/review -run Golden -update to write it")
+			require.NoError(t, err, "run go test ./pkg/review -run Golden -args -update to write it")
 			require.Equal(t, string(want), got.String())
 		})
 	}

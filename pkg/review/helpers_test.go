@@ -23,14 +23,7 @@ func scripted(t *testing.T, scripts ...scriptmodel.Script) (Model, *scriptmodel.
 }
 
 // reports is a review script whose model reports findings.
-func reports(findings ...map[string]any) scriptmodel.Script {
-	list := make([]any, len(findings))
-	for i, f := range findings {
-		list[i] = f
-	}
-	return scriptmodel.Script{Match: Marker, Turns: []scriptmodel.Turn{
-		scriptmodel.Tool(ToolName, map[string]any{"summary": "looked at it", "findings": list})}}
-}
+func reports(findings ...map[string]any) scriptmodel.Script { return Script(Marker, findings...) }
 
 // modified is the git diff of a changed file: hunks hunks, each replacing
 // changed lines between ctx lines of context on either side.
