@@ -18,20 +18,6 @@ import (
 	"sylk.dev/sylk/pkg/topology"
 )
 
-// passingReview is a review that finds nothing, whatever the change.
-var passingReview = reviewScript(review.Marker)
-
-// reviewScript is a review, of conversations starting with match, that
-// reports findings.
-func reviewScript(match string, findings ...map[string]any) scriptmodel.Script {
-	list := make([]any, len(findings))
-	for i, f := range findings {
-		list[i] = f
-	}
-	return scriptmodel.Script{Match: match, Turns: []scriptmodel.Turn{
-		call(review.ToolName, map[string]any{"summary": "reviewed", "findings": list})}}
-}
-
 // reviewsOf are the review requests the script server saw.
 func reviewsOf(srv *scriptmodel.Server) []scriptmodel.Request {
 	var out []scriptmodel.Request
@@ -58,8 +44,8 @@ func TestReviewFindingIsFixedByTheEngineer(t *testing.T) {
 				Then("calc.go:7 high: Div panics when b is 0 (check b before dividing)"),
 			call("finish", map[string]any{"summary": "Div checks b"}).Then("edited calc.go"),
 		}},
-		reviewScript(review.Marker+": fix-add (loop 2)"),
-		reviewScript(review.Marker+": fix-add (loop 1)", map[string]any{"severity": "high", "file": "calc.go", "line": 7,
+		review.Script(review.Marker+": fix-add (loop 2)"),
+		review.Script(review.Marker+": fix-add (loop 1)", map[string]any{"severity": "high", "file": "calc.go", "line": 7,
 			"message": "Div panics when b is 0", "suggestion": "check b before dividing", "category": "correctness"},
 			map[string]any{"severity": "low", "file": "calc.go", "line": 6, "message": "say what Div does with a remainder"}),
 	)
@@ -158,7 +144,7 @@ func reviewDispatch(repo string, rt *taskv1.ReviewTask) *taskv1.TaskDispatch {
 // A review task reviews base...head of a repository, or a patch checked
 // against base, with the persona asked, and reports the Review.
 func TestReviewTask(t *testing.T) {
-	g, srv := scriptGate(t, reviewScript(review.Marker+": reviews/r1: main...feature",
+	g, srv := scriptGate(t, review.Script(review.Marker+": reviews/r1: main...feature",
 		map[string]any{"severity": "medium", "file": "sub.go", "line": 4, "message": "Sub has no test"}))
 	repo := branchRepo(t)
 	s := pipelineService(t)

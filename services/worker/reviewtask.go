@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -25,10 +24,6 @@ import (
 // head changed since it forked from base), or a patch, checked to apply on
 // base_ref when there is a repository. The repository is read from a bare
 // clone in the task's directory; no command of the repository's runs.
-
-// refPattern is what a ref may look like (a branch, a tag, a commit, with
-// ~ and ^ suffixes).
-var refPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/@{}~^-]{0,199}$`)
 
 // reviewTask runs a review task; its result carries the Review.
 func (s *Service) reviewTask(ctx context.Context, t *taskRun) (taskOutcome, bool) {
@@ -77,8 +72,10 @@ func (t *taskRun) reviewDiff(ctx context.Context, rt *taskv1.ReviewTask) (string
 		return rt.GetPatch(), nil
 	}
 	for _, ref := range []string{rt.GetBaseRef(), rt.GetHeadRef()} {
-		if ref != "" && !refPattern.MatchString(ref) {
-			return "", fmt.Errorf("%q is not a ref", ref)
+		if ref != "" {
+			if err := review.CheckRef(ref); err != nil {
+				return "", err
+			}
 		}
 	}
 	if rt.GetBaseRef() == "" {
