@@ -54,6 +54,9 @@ type Config struct {
 	// GuideTimeout bounds reading from the Guide that a run's session is
 	// the caller's (when a Guide peer is configured); 0 means 5s.
 	GuideTimeout time.Duration
+	// ReviewTimeout is how long a review asked through the review API may
+	// wait for an inspector worker's report before it is given up.
+	ReviewTimeout time.Duration
 }
 
 // RegisterFlags registers the -orchestrator.* flags.
@@ -75,6 +78,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.UserReservePercent, "orchestrator.user-reserve-percent", 20, "percent of the global slots reserved for interactive runs")
 	fs.DurationVar(&c.SessionCheckTimeout, "orchestrator.session-check-timeout", 30*time.Minute, "a session check no tester reported on this long after its run ended is given up as an error")
 	fs.DurationVar(&c.GuideTimeout, "orchestrator.guide-timeout", 5*time.Second, "time allowed for reading from the guide that a new run's session is the caller's")
+	fs.DurationVar(&c.ReviewTimeout, "orchestrator.review-timeout", 15*time.Minute, "a review no inspector worker reported on this long after it was asked is given up as failed")
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
 }
 
@@ -146,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.SessionCheckTimeout < time.Second {
 		errs = append(errs, errors.New("orchestrator.session-check-timeout: must be at least 1s"))
+	}
+	if c.ReviewTimeout < time.Second {
+		errs = append(errs, errors.New("orchestrator.review-timeout: must be at least 1s"))
 	}
 	return errors.Join(errs...)
 }

@@ -65,6 +65,9 @@ func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 	if req.GetSessionChecks() && req.GetRepository() == "" {
 		return errors.New("session_checks: needs repository")
 	}
+	if err := checkReviewPersonas(req); err != nil { // reviewpersona.go
+		return err
+	}
 	rc := req.GetContext()
 	if err := checkContext(rc, req.GetDag().GetNodes()); err != nil { // taskcontext.go
 		return err

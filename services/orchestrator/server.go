@@ -181,7 +181,7 @@ func newNodes(req *orchestratorv1.CreateRunRequest, layers [][]string) ([]newNod
 	nodes := make([]newNode, len(req.GetDag().GetNodes()))
 	for i, n := range req.GetDag().GetNodes() {
 		retry := dag.Retry(req.GetDag(), n)
-		spec, err := proto.Marshal(withTaskContext(docs, n)) // taskcontext.go (spec H-03)
+		spec, err := proto.Marshal(withTaskContext(docs, withReviewPersona(n, req.GetReviewPersona()))) // taskcontext.go (spec H-03)
 		if err != nil {
 			return nil, fmt.Errorf("encode node: %w", err)
 		}
@@ -265,14 +265,9 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	if err != nil {
 		return nil, err
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.Invalid("page_size", "must not be negative")
-	case size == 0:
-		size = s.cfg.DefaultPageSize
-	case size > s.cfg.MaxPageSize:
-		size = s.cfg.MaxPageSize
+	size, err := s.pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	session, err := parseSessionID("session_id", req.GetSessionId())
 	if err != nil {
@@ -298,6 +293,21 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 		resp.Runs = append(resp.Runs, runProto(r, nil, nil))
 	}
 	return resp, nil
+}
+
+// pageSize is the size of a page asked for: the default for 0, at most
+// the largest.
+func (s *Service) pageSize(asked int32) (int, error) {
+	size := int(asked)
+	switch {
+	case size < 0:
+		return 0, apierr.Invalid("page_size", "must not be negative")
+	case size == 0:
+		size = s.cfg.DefaultPageSize
+	case size > s.cfg.MaxPageSize:
+		size = s.cfg.MaxPageSize
+	}
+	return size, nil
 }
 
 // runOwner is whose runs the caller may see and act on: their own (a
