@@ -162,6 +162,21 @@ func (r *reviewServer) ListReviews(ctx context.Context, req *orchestratorv1.List
 	return resp, nil
 }
 
+// pageSize is the size of a page asked for: the default for 0, at most
+// the largest (ListRuns, ListReviews).
+func (s *Service) pageSize(asked int32) (int, error) {
+	size := int(asked)
+	switch {
+	case size < 0:
+		return 0, apierr.Invalid("page_size", "must not be negative")
+	case size == 0:
+		size = s.cfg.DefaultPageSize
+	case size > s.cfg.MaxPageSize:
+		size = s.cfg.MaxPageSize
+	}
+	return size, nil
+}
+
 // newReviewRow checks a review request at the edge and makes its row.
 func newReviewRow(who identity.Identity, in *orchestratorv1.ReviewRequest) (*reviewRow, error) {
 	if in == nil {

@@ -295,21 +295,6 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	return resp, nil
 }
 
-// pageSize is the size of a page asked for: the default for 0, at most
-// the largest.
-func (s *Service) pageSize(asked int32) (int, error) {
-	size := int(asked)
-	switch {
-	case size < 0:
-		return 0, apierr.Invalid("page_size", "must not be negative")
-	case size == 0:
-		size = s.cfg.DefaultPageSize
-	case size > s.cfg.MaxPageSize:
-		size = s.cfg.MaxPageSize
-	}
-	return size, nil
-}
-
 // runOwner is whose runs the caller may see and act on: their own (a
 // service acting for a user counts as that user), or, for an admin, every
 // run of the tenant ("").
