@@ -57,16 +57,22 @@ func classify(files []File, patterns []string) *plan {
 		}
 		p.included = append(p.included, e)
 	}
-	slices.SortStableFunc(p.included, func(a, b *entry) int {
-		if c := cmp.Compare(riskRank(a), riskRank(b)); c != 0 {
+	sortEntries(p.included, riskRank, -1)
+	return p
+}
+
+// sortEntries orders es by group, then by size of change (largest first
+// when dir is -1, smallest when 1), then by path.
+func sortEntries(es []*entry, group func(*entry) int, dir int) {
+	slices.SortStableFunc(es, func(a, b *entry) int {
+		if c := cmp.Compare(group(a), group(b)); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(b.Size(), a.Size()); c != 0 {
+		if c := dir * cmp.Compare(a.Size(), b.Size()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Path, b.Path)
 	})
-	return p
 }
 
 // riskRank orders files for the prompt: security-sensitive first, then
@@ -103,15 +109,7 @@ func (p *plan) dropOrder() []*entry {
 		}
 		return 1
 	}
-	slices.SortStableFunc(out, func(a, b *entry) int {
-		if c := cmp.Compare(group(a), group(b)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Size(), b.Size()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Path, b.Path)
-	})
+	sortEntries(out, group, 1)
 	return out
 }
 

@@ -133,15 +133,9 @@ func (r *reviewServer) ListReviews(ctx context.Context, req *orchestratorv1.List
 	if err != nil {
 		return nil, err
 	}
-	size, err := s.pageSize(req.GetPageSize())
+	size, cursor, err := s.pageOf(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
-	}
-	var cursor *pageCursor
-	if t := req.GetPageToken(); t != "" {
-		if cursor, err = decodeCursor(t); err != nil {
-			return nil, apierr.Invalid("page_token", "is invalid")
-		}
 	}
 	if err := r.expire(ctx, who, ""); err != nil {
 		return nil, err
@@ -151,30 +145,11 @@ func (r *reviewServer) ListReviews(ctx context.Context, req *orchestratorv1.List
 		return nil, fmt.Errorf("list reviews: %w", err)
 	}
 	resp := &orchestratorv1.ListReviewsResponse{}
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[len(rows)-1]
-		resp.NextPageToken = encodeCursor(pageCursor{CreateTime: last.CreateTime, ID: last.ID})
-	}
+	rows, resp.NextPageToken = page(rows, size, func(r *reviewRow) pageCursor { return pageCursor{CreateTime: r.CreateTime, ID: r.ID} })
 	for _, row := range rows {
 		resp.Reviews = append(resp.Reviews, row.proto(false))
 	}
 	return resp, nil
-}
-
-// pageSize is the size of a page asked for: the default for 0, at most
-// the largest (ListRuns, ListReviews).
-func (s *Service) pageSize(asked int32) (int, error) {
-	size := int(asked)
-	switch {
-	case size < 0:
-		return 0, apierr.Invalid("page_size", "must not be negative")
-	case size == 0:
-		size = s.cfg.DefaultPageSize
-	case size > s.cfg.MaxPageSize:
-		size = s.cfg.MaxPageSize
-	}
-	return size, nil
 }
 
 // newReviewRow checks a review request at the edge and makes its row.

@@ -265,7 +265,7 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	if err != nil {
 		return nil, err
 	}
-	size, err := s.pageSize(req.GetPageSize())
+	size, cursor, err := s.pageOf(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -273,22 +273,12 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	if err != nil {
 		return nil, err
 	}
-	var cursor *pageCursor
-	if t := req.GetPageToken(); t != "" {
-		if cursor, err = decodeCursor(t); err != nil {
-			return nil, apierr.Invalid("page_token", "is invalid")
-		}
-	}
 	rows, err := listRuns(ctx, s.db, who.TenantID, runOwner(who), session, cursor, size+1)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	resp := &orchestratorv1.ListRunsResponse{}
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[len(rows)-1]
-		resp.NextPageToken = encodeCursor(pageCursor{CreateTime: last.CreateTime, ID: last.ID})
-	}
+	rows, resp.NextPageToken = page(rows, size, func(r *runRow) pageCursor { return pageCursor{CreateTime: r.CreateTime, ID: r.ID} })
 	for _, r := range rows {
 		resp.Runs = append(resp.Runs, runProto(r, nil, nil))
 	}
