@@ -88,7 +88,7 @@ func TestPatterns(t *testing.T) {
 		want          bool
 	}{
 		{"package.json", "*.json", true}, {"src/config.json", "*.json", true}, {"json-utils.ts", "*.json", false},
-		{".claude/SKILL.md", ".claude/*", true}, {".clauderc", ".claude/*", false}, {"grimoires/loa/prd.md", "grimoires/*", true},
+		{".agent/SKILL.md", ".agent/*", true}, {".agentrc", ".agent/*", false}, {"notes/plan/prd.md", "notes/*", true},
 		{"a/before/x/after.go", "*before*after*", true}, {"a/after/before.go", "*before*after*", false},
 		{"package-lock.json", "package-lock.json", true}, {"x/package-lock.json", "package-lock.json", false}, {"a.go", "", false},
 	} {
