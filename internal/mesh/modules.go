@@ -101,8 +101,10 @@ var modules = []module{
 	{
 		name: Orchestrator, schema: Orchestrator,
 		// It checks through the Guide that a run is in the caller's own
-		// open session, and the session's limits.
+		// open session, and the session's limits; through the Librarian
+		// that a repository to review is registered in the tenant.
 		needs:  []string{Guide},
+		uses:   []string{Librarian},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Orchestrator },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return orchestrator.New(s.Orchestrator, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Orchestrator, g.Orchestrator = c, c },

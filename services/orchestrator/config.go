@@ -64,6 +64,9 @@ type Config struct {
 	// MaxBundleBytes bounds the git bundle of a delivered branch kept for
 	// download; a larger one is not kept (the patch still is).
 	MaxBundleBytes int
+	// ReviewTimeout is how long a review asked through the review API may
+	// wait for an inspector worker's report before it is given up.
+	ReviewTimeout time.Duration
 }
 
 // RegisterFlags registers the -orchestrator.* flags.
@@ -88,6 +91,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CloneDir, "orchestrator.clone-dir", "",
 		"the librarian's directory of clones of repositories registered by git URL (its -librarian.data-dir, mounted at the same path): their runs' branches are pushed to the remote or offered for download")
 	fs.IntVar(&c.MaxBundleBytes, "orchestrator.max-bundle-bytes", 16<<20, "largest git bundle of a delivered branch kept for download")
+	fs.DurationVar(&c.ReviewTimeout, "orchestrator.review-timeout", 15*time.Minute, "a review no inspector worker reported on this long after it was asked is given up as failed")
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
 }
 
@@ -165,6 +169,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBundleBytes < 0 || c.MaxBundleBytes > 48<<20 {
 		errs = append(errs, errors.New("orchestrator.max-bundle-bytes: must be between 0 and 48 MiB (a bundle is answered in one message)"))
+	}
+	if c.ReviewTimeout < time.Second {
+		errs = append(errs, errors.New("orchestrator.review-timeout: must be at least 1s"))
 	}
 	return errors.Join(errs...)
 }

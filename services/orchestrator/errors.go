@@ -54,6 +54,27 @@ const (
 	ReasonRunNotDelivered = "RUN_NOT_DELIVERED"
 )
 
+// The review API's named errors (review.go).
+const (
+	// ReasonRepositoryNotRegistered: a review names a repository the
+	// tenant did not register with the Librarian (or one with no
+	// directory yet).
+	ReasonRepositoryNotRegistered = "REPOSITORY_NOT_REGISTERED"
+	// ReasonLibrarianNotConfigured: a review of a repository needs the
+	// Librarian, which knows the registered ones, and none is configured.
+	ReasonLibrarianNotConfigured = "LIBRARIAN_NOT_CONFIGURED"
+)
+
+var (
+	errRepositoryNotRegistered = apierr.FailedPrecondition(ReasonRepositoryNotRegistered, "the repository is not registered in the tenant")
+	errNoLibrarian             = apierr.FailedPrecondition(ReasonLibrarianNotConfigured,
+		"reviews of a repository need the librarian, which knows the registered repositories, and none is configured: review a patch instead")
+)
+
+// reviewNotFound is a review the caller may not see, or that does not
+// exist.
+func reviewNotFound(name string) *apierr.Error { return apierr.NotFound("review", name) }
+
 // errNotFound is a run (or a row of it) the store does not hold for the
 // tenant; handlers answer it as apierr.NotFound.
 var errNotFound = errors.New("run not found")

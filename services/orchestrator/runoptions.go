@@ -71,6 +71,9 @@ func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 	if err := validateDelivery(req); err != nil { // delivery_server.go
 		return err
 	}
+	if err := checkReviewPersonas(req); err != nil { // reviewpersona.go
+		return err
+	}
 	rc := req.GetContext()
 	if err := checkContext(rc, req.GetDag().GetNodes()); err != nil { // taskcontext.go
 		return err

@@ -52,6 +52,8 @@ type Service struct {
 	carryDone chan struct{}
 	// deliveryKick wakes the delivery loop when a run ended (delivery.go).
 	deliveryKick chan struct{}
+	// reviews serves the review API (review.go).
+	reviews *reviewServer
 }
 
 type metrics struct {
@@ -122,7 +124,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		log.Warn("no guide address configured: runs are not checked to be in the caller's own session")
 	}
 	f := promauto.With(reg)
-	return &Service{
+	s := &Service{
 		slots:    slots,
 		sessions: sessions,
 		cfg:      cfg,
@@ -166,12 +168,15 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 			}),
 		},
 		deliveryKick: make(chan struct{}, 1),
-	}, nil
+	}
+	s.reviews = newReviewServer(s, deps.Peers.Librarian)
+	return s, nil
 }
 
-// Register adds the WorkflowService.
+// Register adds the WorkflowService and the ReviewService.
 func (s *Service) Register(g *grpc.Server) {
 	orchestratorv1.RegisterWorkflowServiceServer(g, s)
+	orchestratorv1.RegisterReviewServiceServer(g, s.reviews)
 }
 
 // Run provisions the task and event streams, recovers unfinished runs, then
