@@ -11,6 +11,14 @@ import (
 // services are Sylk's deployables; each has a main package at ./cmd/sylk-<name>.
 var services = []string{"guide", "architect", "orchestrator", "worker", "librarian", "archivalist", "academic", "gateway"}
 
+// gitServices run git, so their images have it, and read or write the
+// repositories of runs, so they mount the volume of repositories at
+// repositoriesPath.
+var gitServices = []string{"worker", "librarian", "orchestrator"}
+
+// repositoriesPath is where the volume of repositories is mounted.
+const repositoriesPath = "/repositories"
+
 // peerServices are the services other services reach by gRPC address
 // (SYLK_PEER_<NAME>).
 var peerServices = []string{"guide", "architect", "orchestrator", "librarian", "archivalist", "academic"}

@@ -34,9 +34,10 @@ var commonEnv = []string{
 
 // serviceEnv are the settings only one service reads.
 var serviceEnv = map[string][]string{
-	"gateway":   {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
-	"worker":    {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT"},
-	"librarian": {"SYLK_LIBRARIAN_DATA_DIR"},
+	"gateway":      {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
+	"worker":       {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT"},
+	"librarian":    {"SYLK_LIBRARIAN_DATA_DIR"},
+	"orchestrator": {"SYLK_ORCHESTRATOR_CLONE_DIR"},
 }
 
 // loadCompose loads the compose file the way the compose CLI does (with
@@ -107,7 +108,7 @@ func TestComposeBuildsFromDockerfile(t *testing.T) {
 				require.Equal(t, name, *arg, "%s: build arg SERVICE", name)
 			}
 			requireCommandDir(t, root, bin)
-			if name == "worker" || name == "librarian" {
+			if slices.Contains(gitServices, name) {
 				require.Equal(t, name, s.Build.Target, "%s runs programs (task commands, git): its own target has them", name)
 			} else {
 				require.Empty(t, s.Build.Target, "%s: the default (distroless) stage", name)
@@ -241,13 +242,27 @@ func TestComposeEnvironment(t *testing.T) {
 		require.True(t, strings.HasPrefix(env(t, s, "SYLK_WORKER_CACHE_ROOT"), root+"/"))
 	})
 
-	t.Run("librarian clones", func(t *testing.T) {
-		s, err := p.GetService("librarian")
+	t.Run("repositories", func(t *testing.T) {
+		// One volume, at the same path wherever a run's repository is read
+		// or written: no filesystem is shared by accident.
+		for _, name := range gitServices {
+			s, err := p.GetService(name)
+			require.NoError(t, err)
+			i := slices.IndexFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool { return v.Target == repositoriesPath })
+			require.GreaterOrEqual(t, i, 0, "%s mounts the repositories at %s", name, repositoriesPath)
+			require.Equal(t, types.VolumeTypeVolume, s.Volumes[i].Type, name)
+			require.Equal(t, "repositories", s.Volumes[i].Source, name)
+			require.False(t, s.Volumes[i].ReadOnly, "%s: the orchestrator writes branches, the librarian clones", name)
+			require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, "/tmp") }))
+		}
+		require.Contains(t, p.Volumes, "repositories")
+		lib, err := p.GetService("librarian")
 		require.NoError(t, err)
-		dir := env(t, s, "SYLK_LIBRARIAN_DATA_DIR")
-		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, dir+":") }),
-			"the librarian's data directory %s must be a tmpfs", dir)
-		require.True(t, slices.ContainsFunc(s.Tmpfs, func(m string) bool { return strings.HasPrefix(m, "/tmp") }))
+		orch, err := p.GetService("orchestrator")
+		require.NoError(t, err)
+		clones := env(t, lib, "SYLK_LIBRARIAN_DATA_DIR")
+		require.True(t, strings.HasPrefix(clones, repositoriesPath+"/"), "the librarian's clones %s are on the volume", clones)
+		require.Equal(t, clones, env(t, orch, "SYLK_ORCHESTRATOR_CLONE_DIR"), "the orchestrator knows the clones of git URLs")
 	})
 }
 

@@ -163,9 +163,10 @@ func TestDockerfileStages(t *testing.T) {
 	}
 }
 
-// The worker and the librarian run programs (task commands, git): their
-// targets are built on a Debian stage with a shell, as non-root. The
-// librarian runs under an init that reaps what git leaves behind; the
+// The worker, the librarian and the orchestrator run programs (task
+// commands, git): their targets are built on a Debian stage with a shell,
+// as non-root. The librarian and the orchestrator run under an init that
+// reaps what git leaves behind; the
 // worker is process 1 itself (it adopts and reaps what its commands leave
 // behind), so that no dumpable process of the commands' user holds the
 // container's environment in /proc/1/environ.
@@ -199,7 +200,32 @@ func TestDockerfileProgramStages(t *testing.T) {
 	}
 	require.Equal(t, []string{"/usr/local/bin/sylk-entrypoint"}, entry("worker"), "the worker is process 1")
 	require.Equal(t, []string{"/usr/bin/tini", "--", "/usr/local/bin/sylk-entrypoint"}, entry("librarian"))
+	require.Equal(t, []string{"/usr/bin/tini", "--", "/usr/local/bin/sylk-entrypoint"}, entry("orchestrator"))
 	require.Equal(t, m.stages[len(m.stages)-1].name, "service", "the distroless stage stays the default (last) target")
+}
+
+// Every image that runs git has it: the targets of the services that run
+// git (which compose and the chart build and run) install it from Debian's
+// packages, and make the mount point of the volume of repositories theirs.
+func TestDockerfileGitWhereItRuns(t *testing.T) {
+	t.Parallel()
+	m, _, _ := loadDockerfile(t)
+	stages := map[string]stage{}
+	for _, s := range m.stages {
+		stages[s.name] = s
+	}
+	for _, name := range gitServices {
+		installs, mountPoint := false, false
+		// Walk the stage and those it is built on.
+		for s, ok := stages[name]; ok; s, ok = stages[s.base] {
+			for _, run := range s.all("RUN") {
+				installs = installs || regexp.MustCompile(`apt-get install [^&]*\bgit\b`).MatchString(run.args)
+				mountPoint = mountPoint || strings.Contains(run.args, "-o 65532 -g 65532") && strings.Contains(run.args, " "+repositoriesPath)
+			}
+		}
+		require.True(t, installs, "the %s image runs git: its stage must install it", name)
+		require.True(t, mountPoint, "the %s image holds %s, owned by the non-root user", name, repositoriesPath)
+	}
 }
 
 func TestDockerfileNonRoot(t *testing.T) {

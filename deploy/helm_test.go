@@ -174,6 +174,7 @@ type rendered struct {
 	jobs        map[string]*batchv1.Job
 	netpols     map[string]*networkingv1.NetworkPolicy
 	accounts    map[string]*corev1.ServiceAccount
+	claims      map[string]*corev1.PersistentVolumeClaim
 }
 
 func renderChart(t *testing.T, args ...string) rendered {
@@ -188,6 +189,7 @@ func renderChart(t *testing.T, args ...string) rendered {
 		jobs:        map[string]*batchv1.Job{},
 		netpols:     map[string]*networkingv1.NetworkPolicy{},
 		accounts:    map[string]*corev1.ServiceAccount{},
+		claims:      map[string]*corev1.PersistentVolumeClaim{},
 	}
 	put := func(m any, name string, obj any) {
 		switch m := m.(type) {
@@ -212,6 +214,9 @@ func renderChart(t *testing.T, args ...string) rendered {
 		case map[string]*corev1.ServiceAccount:
 			require.NotContains(t, m, name, "two ServiceAccounts named %s", name)
 			m[name] = obj.(*corev1.ServiceAccount)
+		case map[string]*corev1.PersistentVolumeClaim:
+			require.NotContains(t, m, name, "two PersistentVolumeClaims named %s", name)
+			m[name] = obj.(*corev1.PersistentVolumeClaim)
 		}
 	}
 	n := 0
@@ -237,6 +242,8 @@ func renderChart(t *testing.T, args ...string) rendered {
 			put(r.netpols, o.Name, o)
 		case *corev1.ServiceAccount:
 			put(r.accounts, o.Name, o)
+		case *corev1.PersistentVolumeClaim:
+			put(r.claims, o.Name, o)
 		default:
 			t.Fatalf("unexpected kind %T in the chart:\n%s", obj, doc)
 		}
@@ -489,10 +496,8 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT"))
 		// The tenants' Go caches need a writable place on a read-only root.
 		require.True(t, strings.HasPrefix(envValue(c.Env, "SYLK_WORKER_CACHE_ROOT"), envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")+"/"))
-	case "librarian":
-		// Repositories registered by URL are cloned there.
-		requireMountedEmptyDir(t, pod, c, envValue(c.Env, "SYLK_LIBRARIAN_DATA_DIR"))
 	}
+	checkRepositories(t, name, pod, c, repositoriesPath) // repositories_test.go
 
 	if !tc.wantChartSecret {
 		return
@@ -503,10 +508,10 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 }
 
 // podCommand is the command a service's container must run. A pod's command
-// replaces the image's ENTRYPOINT, init included. The librarian's image (the
-// Dockerfile's librarian stage) runs git, whose helpers outlive a git killed on
-// a timeout, and the librarian reaps none of them: it keeps the stage's init
-// (tini) as process 1. The worker reaps what its commands leave behind
+// replaces the image's ENTRYPOINT, init included. The librarian's and the
+// orchestrator's images (the Dockerfile's stages of those names) run git, whose
+// helpers outlive a git killed on a timeout, and neither service reaps them:
+// they keep the stage's init (tini) as process 1. The worker reaps what its commands leave behind
 // itself (it adopts them as a child subreaper), and runs as process 1: an
 // init in front of it would be a dumpable process of the same user as task
 // commands holding the container's whole environment, store credentials
@@ -514,17 +519,17 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 func podCommand(t *testing.T, service string) []string {
 	t.Helper()
 	bin := "/usr/local/bin/sylk-" + service
-	if service != "librarian" {
+	if service != "librarian" && service != "orchestrator" {
 		return []string{bin}
 	}
 	m, _, _ := loadDockerfile(t)
-	i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == "librarian" })
-	require.GreaterOrEqual(t, i, 0, "the Dockerfile's librarian stage")
+	i := slices.IndexFunc(m.stages, func(s stage) bool { return s.name == service })
+	require.GreaterOrEqual(t, i, 0, "the Dockerfile's %s stage", service)
 	entry := m.stages[i].all("ENTRYPOINT")
 	require.Len(t, entry, 1)
 	var argv []string
 	require.NoError(t, json.Unmarshal([]byte(entry[0].args), &argv))
-	require.Greater(t, len(argv), 1, "the librarian stage's ENTRYPOINT starts an init")
+	require.Greater(t, len(argv), 1, "the %s stage's ENTRYPOINT starts an init", service)
 	require.Equal(t, "/usr/local/bin/sylk-entrypoint", argv[len(argv)-1], "the ENTRYPOINT ends with the image's binary")
 	return append(slices.Clone(argv[:len(argv)-1]), bin)
 }

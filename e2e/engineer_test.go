@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"sylk.dev/sylk/pkg/review"
 	"sylk.dev/sylk/pkg/scriptmodel"
 	"sylk.dev/sylk/pkg/testenv"
 )
@@ -19,10 +20,11 @@ import (
 // T-10, issue "the Engineer").
 
 // scriptMesh starts the mesh with its model provider pointed at a script
-// server.
+// server. The Inspector's reviews find nothing unless a script given
+// matches them first (their first message starts with review.Marker).
 func scriptMesh(t *testing.T, extra []string, scripts ...scriptmodel.Script) (*client, *scriptmodel.Server) {
 	t.Helper()
-	srv, err := scriptmodel.New(scripts...)
+	srv, err := scriptmodel.New(append(scripts, review.PassingScript())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	c, _, _ := startLLMMesh(t, append([]string{"-llm.provider", "openai", "-llm.openai.base-url", srv.URL + "/v1",

@@ -121,7 +121,7 @@ func TestGuideRouting(t *testing.T) {
 
 	// 20: the routing table, with the knowledge metadata.
 	for _, tt := range []struct{ text, target, intent, knowledge, subject, scope string }{
-		{"fix typo in README", "engineer", "TRIVIAL", "", "", ""},
+		{"fix typo in README", "architect", "TRIVIAL", "", "", ""},
 		{"How would I design a rate limiter?", "academic", "EXPLORATORY", "", "", ""},
 		{"how did we handle the auth migration last month", "archivalist", "EXPLORATORY", "HISTORICAL", "auth_migration", "last_month"},
 		{"Add caching to the search endpoint, careful about memory", "architect", "EXPLICIT", "", "", ""},

@@ -155,6 +155,7 @@ func (g *Gateway) register(ctx context.Context, c Conns) error {
 	}
 	if c.Orchestrator != nil {
 		add("workflow", orchestratorv1.RegisterWorkflowServiceHandlerClient(ctx, g.mux, orchestratorv1.NewWorkflowServiceClient(c.Orchestrator)))
+		add("review", orchestratorv1.RegisterReviewServiceHandlerClient(ctx, g.mux, orchestratorv1.NewReviewServiceClient(c.Orchestrator)))
 	}
 	if c.Librarian != nil {
 		add("librarian", librarianv1.RegisterLibrarianServiceHandlerClient(ctx, g.mux, librarianv1.NewLibrarianServiceClient(c.Librarian)))

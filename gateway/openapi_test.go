@@ -75,6 +75,9 @@ func conform(t *testing.T, doc swagger, schema map[string]any, v any, at string)
 	case "integer":
 		n, ok := v.(float64)
 		require.True(t, ok && n == float64(int64(n)), "%s: want an integer, got %v", at, v)
+	case "boolean":
+		_, ok := v.(bool)
+		require.True(t, ok, "%s: want a boolean, got %v", at, v)
 	default:
 		t.Fatalf("%s: schema type %v is not checked here", at, schema["type"])
 	}

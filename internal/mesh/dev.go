@@ -101,6 +101,11 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// One process: the Orchestrator knows the Librarian's clones of URL
+	// repositories by their directory.
+	if cfg.Services.Orchestrator.CloneDir == "" {
+		cfg.Services.Orchestrator.CloneDir = cfg.Services.Librarian.DataDir
+	}
 	p := newProcess(cfg.Common, &cfg.Services, logOut, logx.New(logOut, cfg.Log, "dev", Version), "sylk-dev-")
 	defer func() {
 		if err != nil {

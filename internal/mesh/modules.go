@@ -101,8 +101,10 @@ var modules = []module{
 	{
 		name: Orchestrator, schema: Orchestrator,
 		// It checks through the Guide that a run is in the caller's own
-		// open session, and the session's limits.
+		// open session, and the session's limits; through the Librarian
+		// that a repository to review is registered in the tenant.
 		needs:  []string{Guide},
+		uses:   []string{Librarian},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Orchestrator },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return orchestrator.New(s.Orchestrator, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Orchestrator, g.Orchestrator = c, c },
@@ -117,9 +119,10 @@ var modules = []module{
 	},
 	{
 		name: Architect, schema: Architect, llm: llmGate,
-		// It starts runs, and checks sessions as the Orchestrator does.
+		// It starts runs, and checks sessions as the Orchestrator does; it
+		// consults the Librarian and the Archivalist before planning.
 		needs:  []string{Orchestrator, Guide},
-		uses:   []string{Academic},
+		uses:   []string{Academic, Librarian, Archivalist},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Architect },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return architect.New(s.Architect, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Architect, g.Architect = c, c },

@@ -63,7 +63,8 @@ func TestGatewayReachesEveryAPI(t *testing.T) {
 	// A service gets only the peers it calls, and none it was not given.
 	peers, _ := clients(mustLookup(t, Orchestrator), conns)
 	require.Same(t, conns[Guide], peers.Guide)
-	require.Nil(t, peers.Librarian)
+	require.Same(t, conns[Librarian], peers.Librarian, "it checks that a repository to review is registered")
+	require.Nil(t, peers.Archivalist)
 	peers, _ = clients(mustLookup(t, Architect), map[string]*grpc.ClientConn{Guide: conns[Guide]})
 	require.Nil(t, peers.Orchestrator, "an absent peer is a nil interface, not a typed nil")
 }

@@ -76,6 +76,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := s.play(req.neutral())
+	if rejected(w, a) {
+		return
+	}
 	var blocks []anBlock
 	if a.text != "" {
 		blocks = append(blocks, anBlock{Type: "text", Text: a.text})

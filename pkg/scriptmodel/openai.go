@@ -110,6 +110,9 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := s.play(req.neutral())
+	if rejected(w, a) {
+		return
+	}
 	finish := "stop"
 	calls := make([]oaToolCall, len(a.calls))
 	for i, c := range a.calls {

@@ -28,6 +28,11 @@ type Script struct {
 	// plays it. "" matches every conversation.
 	Match string
 	Turns []Turn
+	// MaxPromptTokens, when positive, rejects a request whose prompt is
+	// estimated above it as too long (HTTP 400, context_length_exceeded),
+	// as a provider rejects a prompt over its model's context window; the
+	// request takes no turn.
+	MaxPromptTokens int
 }
 
 // Turn is one assistant answer.
@@ -148,6 +153,9 @@ type answer struct {
 	text  string
 	calls []Call
 	usage usage
+	// tooLong, when set, is the rejection of a prompt over the script's
+	// MaxPromptTokens.
+	tooLong string
 }
 
 type usage struct{ in, out int }
@@ -176,6 +184,9 @@ func (s *Server) play(r Request) answer {
 	}
 	if script < 0 {
 		return fail("no script matches the conversation starting %q", clip(first, 120))
+	}
+	if limit := s.scripts[script].MaxPromptTokens; limit > 0 && u.in > limit {
+		return answer{tooLong: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", limit, u.in)}
 	}
 	turn := assistantTurns(r)
 	turns := s.scripts[script].Turns
@@ -276,12 +287,28 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 
 // badRequest answers a request the server cannot read, in the shape both
 // APIs use for errors.
-func badRequest(w http.ResponseWriter, err error) {
+func badRequest(w http.ResponseWriter, err error) { invalidRequest(w, err.Error(), "") }
+
+// invalidRequest answers HTTP 400 with message (and code, when set) in the
+// shape both APIs use for errors.
+func invalidRequest(w http.ResponseWriter, message, code string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{
-		"type": "invalid_request_error", "message": err.Error()}})
+	e := map[string]any{"type": "invalid_request_error", "message": message}
+	if code != "" {
+		e["code"] = code
+	}
+	b, _ := json.Marshal(map[string]any{"type": "error", "error": e})
 	_, _ = w.Write(b)
+}
+
+// rejected answers a's rejection, when it is one.
+func rejected(w http.ResponseWriter, a answer) bool {
+	if a.tooLong == "" {
+		return false
+	}
+	invalidRequest(w, a.tooLong, "context_length_exceeded")
+	return true
 }
 
 // sse writes server-sent events.

@@ -2,6 +2,7 @@ package scriptmodel_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -111,4 +112,26 @@ func TestFailuresAreRecorded(t *testing.T) {
 	r = call(t, p, false, msgs)
 	require.Contains(t, r.Content, "has 2 turns")
 	require.Len(t, srv.Failures(), 3)
+}
+
+// A prompt over a script's MaxPromptTokens is rejected as a provider
+// rejects one over its context window: the clients' error reads as a
+// context overflow, and a shorter prompt then plays the script's turn.
+func TestPromptOverTheLimitIsRejected(t *testing.T) {
+	t.Parallel()
+	sc := script()
+	sc.MaxPromptTokens = 40
+	srv, err := scriptmodel.New(sc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	for name, p := range clients(t, srv) {
+		long := "fix the bug " + strings.Repeat("in this long text ", 20)
+		_, err := p.Complete(t.Context(), &llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: long}}, MaxTokens: 100})
+		require.Error(t, err, name)
+		require.True(t, llm.IsContextOverflow(err), "%s: %v", name, err)
+		r, err := p.Complete(t.Context(), &llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "fix the bug"}}, MaxTokens: 100})
+		require.NoError(t, err, name)
+		require.Equal(t, "Reading first.", r.Content, name)
+	}
+	require.Empty(t, srv.Failures())
 }

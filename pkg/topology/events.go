@@ -47,6 +47,7 @@ var eventPayloads = map[eventv1.EventType]protoreflect.Name{
 	eventv1.EventType_EVENT_TYPE_SESSION_RESUMED:         "session",
 	eventv1.EventType_EVENT_TYPE_SESSION_COMPLETED:       "session",
 	eventv1.EventType_EVENT_TYPE_SESSION_FAILED:          "session",
+	eventv1.EventType_EVENT_TYPE_SESSION_UPDATED:         "session",
 	eventv1.EventType_EVENT_TYPE_TASK_HELP:               "task_help",
 	eventv1.EventType_EVENT_TYPE_INDEXING_PROGRESS:       "indexing",
 	eventv1.EventType_EVENT_TYPE_ERROR:                   "error",
@@ -54,6 +55,9 @@ var eventPayloads = map[eventv1.EventType]protoreflect.Name{
 	eventv1.EventType_EVENT_TYPE_AGENT_TEXT:              "agent",
 	eventv1.EventType_EVENT_TYPE_AGENT_WARNING:           "agent",
 	eventv1.EventType_EVENT_TYPE_AGENT_REVERTED:          "agent",
+	eventv1.EventType_EVENT_TYPE_REVIEW_COMPLETED:        "review",
+	eventv1.EventType_EVENT_TYPE_PLAN_REVISED:            "plan_revised",
+	eventv1.EventType_EVENT_TYPE_RUN_DELIVERED:           "run",
 }
 
 // EventPayload names the payload field events of type t carry ("" for an

@@ -38,7 +38,7 @@ func TestLocalPlanner(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.title, func(t *testing.T) {
 			t.Parallel()
-			d, err := localPlanner{}.Draft(context.Background(), strings.TrimSpace(tt.request))
+			d, err := localPlanner{}.Draft(context.Background(), Brief{Request: strings.TrimSpace(tt.request)})
 			require.NoError(t, err)
 			require.Equal(t, tt.title, d.Title)
 			require.Equal(t, "local", d.Planner)
@@ -88,7 +88,8 @@ func TestCreatePlanDrafts(t *testing.T) {
 	require.EqualValues(t, 3, evs[0].GetPlan().GetNodes())
 	require.EqualValues(t, 1, evs[0].GetPlan().GetVersion())
 	require.Equal(t, "local", evs[0].GetPlan().GetPlanner())
-	require.Equal(t, "Plan ready for approval: Add a /version endpoint to the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
+	require.Equal(t, "Plan ready for approval: Add a /version endpoint to the gateway (3 tasks). Approve with POST /v1/"+p.GetName()+":approve, "+
+		"or ask for changes with POST /v1/"+p.GetName()+":revise. Note: "+noteNoRepository+"; "+noteOffline, evs[0].GetText())
 }
 
 func TestCreatePlanExplicitDAG(t *testing.T) {

@@ -14,6 +14,8 @@ const (
 	DefaultOrchestratorTimeout = 10 * time.Second
 	DefaultGuideTimeout        = 5 * time.Second
 	DefaultAcademicTimeout     = 3 * time.Second
+	DefaultConsultTimeout      = 3 * time.Second
+	DefaultMaxPlanVersions     = 20
 	DefaultProvisionTimeout    = 10 * time.Second
 	// DefaultInboxTimeout keeps a routed request's handling within the
 	// inbox's 30s ack wait, so that it is not delivered again meanwhile.
@@ -40,6 +42,14 @@ type Config struct {
 	// expectations while a plan is drafted; past it the plan keeps only the
 	// user's own criteria, and says so.
 	AcademicTimeout time.Duration
+	// ConsultTimeout bounds asking the Librarian and the Archivalist what
+	// they know of a request before it is planned (they are asked at once;
+	// one that has not answered by then is recorded as unavailable), and
+	// resolving a plan's repository to its path when it is approved.
+	ConsultTimeout time.Duration
+	// MaxPlanVersions bounds a plan's versions: revisions past it are
+	// refused.
+	MaxPlanVersions int
 	// ProvisionTimeout bounds provisioning the NATS streams.
 	ProvisionTimeout time.Duration
 	// InboxTimeout bounds drafting and announcing a plan from one routed
@@ -54,6 +64,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.OrchestratorTimeout, "architect.orchestrator-timeout", DefaultOrchestratorTimeout, "time allowed for submitting an approved plan to the orchestrator")
 	fs.DurationVar(&c.GuideTimeout, "architect.guide-timeout", DefaultGuideTimeout, "time allowed for reading a session's limits from the guide when a plan is approved")
 	fs.DurationVar(&c.AcademicTimeout, "architect.academic-timeout", DefaultAcademicTimeout, "time allowed for asking the academic what a plan's feature domain implies")
+	fs.DurationVar(&c.ConsultTimeout, "architect.consult-timeout", DefaultConsultTimeout, "time allowed for the librarian and the archivalist to say what they know of a request before it is planned")
+	fs.IntVar(&c.MaxPlanVersions, "architect.max-plan-versions", DefaultMaxPlanVersions, "most versions a plan may have; revisions past it are refused")
 	fs.DurationVar(&c.ProvisionTimeout, "architect.provision-timeout", DefaultProvisionTimeout, "time allowed to provision the NATS streams")
 	fs.DurationVar(&c.InboxTimeout, "architect.inbox-timeout", DefaultInboxTimeout, "time allowed to draft a plan from one routed request")
 }
@@ -76,6 +88,12 @@ func (c Config) Validate() error {
 	}
 	if c.AcademicTimeout < 0 {
 		errs = append(errs, errors.New("architect.academic-timeout: must not be negative"))
+	}
+	if c.ConsultTimeout < 0 {
+		errs = append(errs, errors.New("architect.consult-timeout: must not be negative"))
+	}
+	if c.MaxPlanVersions < 0 {
+		errs = append(errs, fmt.Errorf("architect.max-plan-versions: must not be negative, got %d", c.MaxPlanVersions))
 	}
 	if c.ProvisionTimeout < 0 {
 		errs = append(errs, errors.New("architect.provision-timeout: must not be negative"))
@@ -101,6 +119,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AcademicTimeout == 0 {
 		c.AcademicTimeout = DefaultAcademicTimeout
+	}
+	if c.ConsultTimeout == 0 {
+		c.ConsultTimeout = DefaultConsultTimeout
+	}
+	if c.MaxPlanVersions == 0 {
+		c.MaxPlanVersions = DefaultMaxPlanVersions
 	}
 	if c.ProvisionTimeout == 0 {
 		c.ProvisionTimeout = DefaultProvisionTimeout

@@ -37,6 +37,16 @@ const (
 	reasonPlanningBudget = "PLANNING_BUDGET_EXCEEDED"
 	// reasonPlannerMisconfigured: the planner names an unknown provider.
 	reasonPlannerMisconfigured = "PLANNER_MISCONFIGURED"
+	// reasonNoLibrarian: a plan on a repository needs the Librarian to
+	// resolve the repository's path when it is approved.
+	reasonNoLibrarian = "LIBRARIAN_NOT_CONFIGURED"
+	// reasonRepositoryGone: the plan's repository is no longer registered.
+	reasonRepositoryGone = "PLAN_REPOSITORY_NOT_FOUND"
+	// reasonVersionLimit: the plan has as many versions as it may.
+	reasonVersionLimit = "PLAN_VERSION_LIMIT"
+	// reasonPlanChanged: the plan got another version, or was decided,
+	// while this revision was drafted; read it and revise again.
+	reasonPlanChanged = "PLAN_CHANGED"
 )
 
 var (
@@ -47,6 +57,10 @@ var (
 	errNoOrchestrator = apierr.Unavailable(reasonNoOrchestrator, "orchestrator not configured; cannot start the plan")
 	// errOrchestratorDown: the orchestrator did not answer an approval.
 	errOrchestratorDown = apierr.Unavailable(apierr.ReasonPeerUnavailable, "orchestrator unavailable; retry the approval")
+	// errNoLibrarian: approving a plan on a repository needs a Librarian.
+	errNoLibrarian = apierr.Unavailable(reasonNoLibrarian, "librarian not configured; cannot find the plan's repository")
+	// errLibrarianDown: the Librarian did not resolve the plan's repository.
+	errLibrarianDown = apierr.Unavailable(apierr.ReasonPeerUnavailable, "librarian unavailable; retry the approval")
 	// errDuplicateSource says a plan was already drafted from the same
 	// inbox message (the inbox finds that plan; no client sees it).
 	errDuplicateSource = errors.New("plan already drafted from this message")
@@ -59,6 +73,12 @@ func planNotFound(name string) error { return apierr.NotFound("plan", name) }
 // planDecided says a plan in state cannot be acted on (action) any more.
 func planDecided(state, action string) error {
 	return apierr.FailedPrecondition(reasonPlanDecided, "plan is %s; cannot %s", stateWords(state), action)
+}
+
+// repositoryGone says p's repository is no longer registered.
+func repositoryGone(p plan) error {
+	return apierr.FailedPrecondition(reasonRepositoryGone, "%s is not registered any more; cannot run the plan on it", p.Repository).
+		With("repository", p.Repository)
 }
 
 // orchestratorError passes the orchestrator's status on (an invalid DAG

@@ -37,6 +37,10 @@ type fakeOrchestrator struct {
 	who   []identity.Identity
 	runs  map[string]*orchestratorv1.Run
 	fail  error
+	// nodes are what GetRun says of a run's nodes, by run name; getFail
+	// fails GetRun.
+	nodes   map[string][]*orchestratorv1.NodeStatus
+	getFail error
 	// entered, when set, is closed as CreateRun is entered, which then waits
 	// for release.
 	entered, release chan struct{}
@@ -85,6 +89,30 @@ func (f *fakeOrchestrator) CancelRun(_ context.Context, req *orchestratorv1.Canc
 	return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
 }
 
+// GetRun answers with a run it created and the node states set for it.
+func (f *fakeOrchestrator) GetRun(_ context.Context, req *orchestratorv1.GetRunRequest) (*orchestratorv1.GetRunResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.getFail != nil {
+		return nil, f.getFail
+	}
+	for _, run := range f.runs {
+		if run.GetName() == req.GetName() {
+			out := proto.Clone(run).(*orchestratorv1.Run)
+			out.Nodes = f.nodes[run.GetName()]
+			return &orchestratorv1.GetRunResponse{Run: out}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "run %s not found", req.GetName())
+}
+
+// setNodes sets what GetRun says of run's nodes.
+func (f *fakeOrchestrator) setNodes(run string, nodes ...*orchestratorv1.NodeStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodes[run] = nodes
+}
+
 // hold makes the next CreateRun wait for release once it closed entered.
 func (f *fakeOrchestrator) hold(entered, release chan struct{}) {
 	f.mu.Lock()
@@ -108,7 +136,7 @@ func (f *fakeOrchestrator) recorded() ([]*orchestratorv1.CreateRunRequest, []ide
 // the mesh's interceptors (so a missing caller identity is refused).
 func startOrchestrator(t *testing.T) (*fakeOrchestrator, *grpc.ClientConn) {
 	t.Helper()
-	fake := &fakeOrchestrator{runs: map[string]*orchestratorv1.Run{}}
+	fake := &fakeOrchestrator{runs: map[string]*orchestratorv1.Run{}, nodes: map[string][]*orchestratorv1.NodeStatus{}}
 	return fake, testenv.ServeGRPC(t, func(g *grpc.Server) { orchestratorv1.RegisterWorkflowServiceServer(g, fake) })
 }
 

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/pkg/apierr"
@@ -20,7 +23,14 @@ const (
 	outcomeDrafted   = "drafted"
 	outcomeDuplicate = "duplicate"
 	outcomeRefused   = "refused"
+	// outcomeAutoApproved: a trivial request's plan, approved at once as
+	// its session allows.
+	outcomeAutoApproved = "auto_approved"
 )
+
+// intentTrivial is the intent gate's type of a small change (spec A-29,
+// D-40): it becomes a one-task plan.
+const intentTrivial = "TRIVIAL"
 
 // handleInbox turns a user request routed by the Guide into a plan awaiting
 // approval, acting for the envelope's tenant and user. A redelivered
@@ -40,14 +50,18 @@ func (s *Service) handleInbox(ctx context.Context, env *messagev1.Envelope) (inb
 	}
 	ctx = identity.NewContext(ctx, who)
 	sessionID := strings.ToLower(env.GetSessionId())
-	request, err := s.checkRequest(text)
+	request, err := s.checkText("request", text)
 	if err != nil {
 		return s.refuse(ctx, env, sessionID, len(strings.TrimSpace(text)), err)
 	}
 	sourceID := env.GetId()
 	si := env.GetStructuredIntent()
 	stated := statedIntent{intentType: si.GetIntentType(), constraints: clipStatements(si.GetKeyConstraints()), criteria: clipStatements(si.GetSuccessCriteria())}
-	p, created, err := s.create(ctx, who, sessionID, request, stated, nil, &sourceID, env.GetCorrelationId())
+	p, created, sess, err := s.create(ctx, who, newPlan{sessionID: sessionID, request: request, stated: stated,
+		trivial: strings.EqualFold(si.GetIntentType(), intentTrivial), sourceID: &sourceID, correlationID: env.GetCorrelationId()})
+	if status.Code(err) == codes.NotFound {
+		return inbox.Result{}, inbox.Reject("envelope %s: %v", env.GetId(), err)
+	}
 	if err != nil {
 		return inbox.Result{}, fmt.Errorf("draft plan for envelope %s: %w", env.GetId(), err)
 	}
@@ -57,6 +71,15 @@ func (s *Service) handleInbox(ctx context.Context, env *messagev1.Envelope) (inb
 		s.metrics.created.WithLabelValues(p.Planner, "inbox").Inc()
 		s.log.InfoContext(ctx, "plan drafted", slog.String("plan", p.name()), slog.Int("nodes", len(p.DAG.GetNodes())),
 			slog.String(logx.KeySessionID, sessionID), slog.String(logx.KeyCorrelationID, env.GetCorrelationId()))
+	}
+	if p.Trivial && p.State == stateAwaitingApproval && sess.GetConfig().GetAutoApproveTrivial() {
+		// A redelivered envelope tries again, as its plan still waits.
+		_, _, err := s.approve(ctx, who, p.SessionID, p.ID, 0, true)
+		if err == nil {
+			return inbox.Result{Outcome: outcomeAutoApproved}, nil
+		}
+		s.log.WarnContext(ctx, "approve a trivial plan without asking", slog.String("plan", p.name()), logx.Err(err))
+		p.Notes = append(p.Notes, "it was not approved without asking, as the session allows: "+clip(err.Error(), maxConsultLine))
 	}
 	if err := s.announce(ctx, p); err != nil {
 		// Redelivery finds the stored plan and announces it again.

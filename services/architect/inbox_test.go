@@ -63,7 +63,8 @@ func TestInboxDraftsPlans(t *testing.T) {
 	require.Equal(t, eventv1.EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL, evs[0].GetType())
 	require.Equal(t, env.GetCorrelationId(), evs[0].GetCorrelationId())
 	require.Equal(t, "Plan ready for approval: Implement rate limiting for the gateway (3 tasks). Success criteria: 0 stated; "+
-		"what api/rate-limiting implies is not included (no academic configured). Approve with POST /v1/"+p.GetName()+":approve", evs[0].GetText())
+		"what api/rate-limiting implies is not included (no academic configured). Approve with POST /v1/"+p.GetName()+":approve, "+
+		"or ask for changes with POST /v1/"+p.GetName()+":revise. Note: "+noteNoRepository+"; "+noteOffline, evs[0].GetText())
 
 	// The same envelope delivered again (a new stream message) finds the plan.
 	_, err = f.bus.Publish(ctx, inbox, "", env)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -18,9 +19,11 @@ import (
 	"sylk.dev/sylk/pkg/dag"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/llm/provider"
 	"sylk.dev/sylk/pkg/llm/provider/local"
 	"sylk.dev/sylk/pkg/llm/provider/openai"
 	"sylk.dev/sylk/pkg/llm/signal"
+	"sylk.dev/sylk/pkg/scriptmodel"
 	"sylk.dev/sylk/pkg/testenv"
 )
 
@@ -164,4 +167,89 @@ func TestPlannerThroughGateModelProvider(t *testing.T) {
 	require.Equal(t, 321, r.InputTokens)
 	require.Equal(t, 123, r.OutputTokens)
 	require.Positive(t, r.CostUSD)
+}
+
+// scriptGate makes f's Architect plan through a gate whose only provider
+// is the OpenAI-compatible client talking to a script server.
+func scriptGate(t *testing.T, f fixture, scripts ...scriptmodel.Script) *scriptmodel.Server {
+	t.Helper()
+	srv, err := scriptmodel.New(scripts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	lc := testenv.FromFlags[llm.Config](t)
+	lc.OpenAI.APIKey, lc.OpenAI.BaseURL = "sk-test", srv.URL+"/v1"
+	reg, err := provider.New(lc)
+	require.NoError(t, err)
+	g, err := gate.New(gate.DefaultConfig(), gate.Deps{Providers: reg, Redis: testenv.Redis(t)})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	f.svc.SetLLMGate(g)
+	return srv
+}
+
+// A model plans from what was found before planning: the consultation is
+// in its prompt, and its tasks name their files and done criteria. It
+// revises its plan in the same conversation: the request, its plan, the
+// feedback; an answer it cannot use stores no version.
+func TestModelPlansAndRevises(t *testing.T) {
+	t.Parallel()
+	v1 := `{"title": "Fix the failing test in pkg/x", "nodes": [{"id": "fix", "role": "engineer", "name": "Fix Add",
+	  "prompt": "Make Add in pkg/x/x.go return the sum, so that TestAdd passes.", "files": ["pkg/x/x.go", " pkg/x/x.go", ""],
+	  "done_when": "go test ./pkg/x passes"}]}`
+	v2 := `{"title": "Fix the failing test in pkg/x", "nodes": [{"id": "fix", "role": "engineer", "name": "Fix Add",
+	  "prompt": "Make Add in pkg/x/x.go return the sum, so that TestAdd passes.", "files": ["pkg/x/x.go"], "done_when": "go test ./pkg/x passes"},
+	  {"id": "negative", "role": "engineer", "name": "Test negative numbers", "prompt": "Add a test of Add with negative numbers.",
+	  "files": ["pkg/x/x_test.go"], "done_when": "the new test passes", "depends_on": ["fix"], "pipeline": false}]}`
+	f, p := newFlow(t, Config{})
+	srv := scriptGate(t, f, scriptmodel.Script{Match: "fix the failing test in pkg/x", Turns: []scriptmodel.Turn{
+		scriptmodel.Say(v1),
+		scriptmodel.Say("```json\n" + v2 + "\n```").Then("Revise the plan: also test negative numbers"),
+		scriptmodel.Say("I would rather not.").Then("Revise the plan: make it shorter"),
+	}})
+	ctx := as("t1", "u1")
+	created, err := f.svc.CreatePlan(ctx, &architectv1.CreatePlanRequest{Parent: p.guide.session("repositories/r1", nil),
+		Request: "fix the failing test in pkg/x"})
+	require.NoError(t, err)
+	plan := created.GetPlan()
+	reqs := srv.Requests()
+	require.Len(t, reqs, 1)
+	require.Equal(t, reqs[0].Model, plan.GetPlanner())
+	require.Empty(t, plan.GetNotes(), "a model carries the tasks out, on the session's repository")
+	for _, want := range []string{"You are the Architect", `"files"`, `"done_when"`, "Repository: repositories/r1", "- pkg/x/x.go:3-9 Add",
+		"Codebase health: repositories/r1 (calc): index ready", "- go test ./pkg/x timed out on a 2s deadline", "- keep pkg/x free of dependencies"} {
+		require.Contains(t, reqs[0].System, want)
+	}
+	require.Equal(t, "fix the failing test in pkg/x", reqs[0].Messages[0].Content)
+	fix := plan.GetDag().GetNodes()[0]
+	require.Equal(t, []string{"pkg/x/x.go"}, fix.GetFiles())
+	require.Equal(t, "go test ./pkg/x passes", fix.GetDoneWhen())
+	require.True(t, fix.GetPipeline(), "an engineer task is a pipeline unless it says otherwise")
+	require.NotContains(t, fix.GetPrompt(), "What was found", "a model's tasks are its own")
+
+	revised, err := f.svc.RevisePlan(ctx, &architectv1.RevisePlanRequest{Name: plan.GetName(), Feedback: "also test negative numbers"})
+	require.NoError(t, err)
+	rp := revised.GetPlan()
+	require.Equal(t, int32(2), rp.GetVersion())
+	require.Equal(t, []string{"fix", "negative"}, nodeIDs(rp.GetDag()))
+	require.False(t, rp.GetDag().GetNodes()[1].GetPipeline())
+	require.Equal(t, `added step 2 "negative" (engineer): Test negative numbers`, rp.GetVersions()[1].GetDiff())
+	require.Equal(t, reqs[0].Model, rp.GetVersions()[1].GetPlanner())
+	require.Equal(t, 1.0, testutil.ToFloat64(f.svc.metrics.revised.WithLabelValues("model", "true")))
+	reqs = srv.Requests()
+	require.Len(t, reqs, 2)
+	msgs := reqs[1].Messages
+	require.Len(t, msgs, 3)
+	require.Equal(t, "fix the failing test in pkg/x", msgs[0].Content)
+	require.Equal(t, "assistant", msgs[1].Role)
+	require.Equal(t, planJSON(plan.GetTitle(), plan.GetDag()), msgs[1].Content, "the model sees the plan it revises")
+	require.True(t, strings.HasPrefix(msgs[2].Content, "Revise the plan: also test negative numbers"))
+
+	_, err = f.svc.RevisePlan(ctx, &architectv1.RevisePlanRequest{Name: plan.GetName(), Feedback: "make it shorter"})
+	testenv.RequireReason(t, err, codes.Unavailable, reasonPlannerUnavailable, "could not be used")
+	require.Len(t, srv.Requests()[2].Messages, 5, "the whole conversation: request, v1, feedback, v2, feedback")
+	got, err := f.svc.GetPlan(ctx, &architectv1.GetPlanRequest{Name: plan.GetName()})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), got.GetPlan().GetVersion())
+	require.Len(t, got.GetPlan().GetVersions(), 2)
+	require.Empty(t, srv.Failures())
 }

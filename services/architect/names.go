@@ -1,12 +1,14 @@
 package architect
 
 import (
+	"context"
 	"encoding/base64"
 	"strconv"
 	"strings"
 	"time"
 
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/pgstore"
 )
@@ -23,6 +25,16 @@ func parseParent(name string) (string, error) {
 		return "", apierr.Invalid("parent", "want sessions/{uuid}, got %q", clip(name, 100))
 	}
 	return strings.ToLower(id), nil
+}
+
+// planCaller is the caller of an RPC on a plan, and the session and plan
+// ids in the plan's name.
+func planCaller(ctx context.Context, name string) (who identity.Identity, sessionID, planID string, err error) {
+	if who, err = identity.Require(ctx); err != nil {
+		return identity.Identity{}, "", "", err
+	}
+	sessionID, planID, err = parsePlanName(name)
+	return who, sessionID, planID, err
 }
 
 // parsePlanName returns the session and plan ids in

@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/dag"
@@ -52,7 +51,24 @@ func (p plan) proto() *architectv1.Plan {
 		UpdateTime:   timestamppb.New(p.UpdateTime),
 		RejectReason: p.RejectReason,
 		Intent:       p.Intent,
+		Repository:   p.Repository,
+		Consultation: p.Consultation,
+		Trivial:      p.Trivial,
+		AutoApproved: p.AutoApproved,
+		Notes:        p.Notes,
 	}
+}
+
+// full is p as GetPlan shows it: with its versions and its todos, whose
+// states come from run (nil when the plan has none, or it is not read).
+func (s *Service) full(ctx context.Context, q querier, p plan, run *orchestratorv1.Run) (*architectv1.Plan, error) {
+	pb := p.proto()
+	var err error
+	if pb.Versions, err = planVersions(ctx, q, p); err != nil {
+		return nil, err
+	}
+	pb.Todos = todosOf(p.DAG, run)
+	return pb, nil
 }
 
 func ownerOf(id identity.Identity) owner { return owner{tenant: id.TenantID, user: id.UserID} }
@@ -68,7 +84,7 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 	if err != nil {
 		return nil, err
 	}
-	request, err := s.checkRequest(req.GetRequest())
+	request, err := s.checkText("request", req.GetRequest())
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +104,8 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 	if err := s.sessions.Open(ctx, who, sessionID, "plan in it"); err != nil {
 		return nil, err
 	}
-	p, _, err := s.create(ctx, who, sessionID, request, statedIntent{constraints: constraints, criteria: criteria}, explicit, nil, "")
+	p, _, _, err := s.create(ctx, who, newPlan{sessionID: sessionID, request: request,
+		stated: statedIntent{constraints: constraints, criteria: criteria}, dag: explicit})
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "create plan", err)
 	}
@@ -97,72 +114,105 @@ func (s *Service) CreatePlan(ctx context.Context, req *architectv1.CreatePlanReq
 		// The plan is stored; the caller has it in the response.
 		s.log.WarnContext(ctx, "publish plan event", slog.String("plan", p.name()), logx.Err(err))
 	}
-	return &architectv1.CreatePlanResponse{Plan: p.proto()}, nil
+	pb, err := s.full(ctx, s.db, p, nil)
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "create plan", err)
+	}
+	return &architectv1.CreatePlanResponse{Plan: pb}, nil
 }
 
-// checkRequest trims a request and checks it is present and small enough.
-func (s *Service) checkRequest(raw string) (string, error) {
-	request := strings.TrimSpace(raw)
+// checkText trims a request (or feedback on a plan, named by field) and
+// checks it is present and small enough.
+func (s *Service) checkText(field, raw string) (string, error) {
+	text := strings.TrimSpace(raw)
 	switch {
-	case request == "":
-		return "", apierr.Invalid("request", "required")
-	case len(request) > s.cfg.MaxRequestBytes:
-		return "", apierr.Invalid("request", "%d bytes exceeds the limit of %d bytes", len(request), s.cfg.MaxRequestBytes)
-	case !utf8.ValidString(request):
-		return "", apierr.Invalid("request", "must be valid UTF-8")
+	case text == "":
+		return "", apierr.Invalid(field, "required")
+	case len(text) > s.cfg.MaxRequestBytes:
+		return "", apierr.Invalid(field, "%d bytes exceeds the limit of %d bytes", len(text), s.cfg.MaxRequestBytes)
+	case !utf8.ValidString(text):
+		return "", apierr.Invalid(field, "must be valid UTF-8")
 	}
-	return request, nil
+	return text, nil
 }
 
-// create validates (or drafts, when d is nil) the DAG and stores a new plan
-// awaiting approval. With a sourceID it is idempotent: a second call for the
-// same source returns the plan drafted first, and created is false.
-func (s *Service) create(ctx context.Context, who identity.Identity, sessionID, request string, stated statedIntent, d *orchestratorv1.Dag,
-	sourceID *string, correlationID string) (p plan, created bool, err error) {
-	title, planner := titleOf(request), plannerUser
-	if d == nil {
-		draft, err := s.planner.Draft(withSession(ctx, sessionID), request)
-		if err != nil {
-			return plan{}, false, fmt.Errorf("draft plan: %w", err)
-		}
-		d, title, planner = draft.DAG, draft.Title, draft.Planner
-	} else {
-		d = proto.Clone(d).(*orchestratorv1.Dag)
+// newPlan is what a plan is made from.
+type newPlan struct {
+	sessionID, request string
+	stated             statedIntent
+	// dag is the caller's; nil has the planner draft one.
+	dag *orchestratorv1.Dag
+	// trivial makes the one-task plan of a trivial request.
+	trivial bool
+	// sourceID is the inbox message it comes from, if any.
+	sourceID      *string
+	correlationID string
+}
+
+// create validates (or drafts, when in.dag is nil) the DAG and stores a new
+// plan awaiting approval, on the repository of its session (which it
+// returns; nil without a Guide). A drafted plan is drafted from what the
+// Librarian and the Archivalist said of the request. With a sourceID it is
+// idempotent: a second call for the same source returns the plan drafted
+// first, and created is false.
+func (s *Service) create(ctx context.Context, who identity.Identity, in newPlan) (p plan, created bool, sess *guidev1.Session, err error) {
+	if sess, err = s.sessions.Get(ctx, who, in.sessionID, "the session"); err != nil {
+		return plan{}, false, nil, err
 	}
-	if _, err := dag.Validate(d); err != nil {
+	b := Brief{Request: in.request, Repository: sess.GetRepository()}
+	draft, err := s.draft(ctx, who, in, &b)
+	if err != nil {
+		return plan{}, false, nil, err
+	}
+	if _, err := dag.Validate(draft.DAG); err != nil {
 		var de *dag.Error
-		if planner == plannerUser && errors.As(err, &de) {
-			return plan{}, false, apierr.New(codes.InvalidArgument, reasonInvalidDAG, "%s", de.Error()).With("field", "dag")
+		if draft.Planner == plannerUser && errors.As(err, &de) {
+			return plan{}, false, nil, apierr.New(codes.InvalidArgument, reasonInvalidDAG, "%s", de.Error()).With("field", "dag")
 		}
-		return plan{}, false, fmt.Errorf("planner %s drafted an invalid DAG: %w", planner, err)
+		return plan{}, false, nil, fmt.Errorf("planner %s drafted an invalid DAG: %w", draft.Planner, err)
 	}
 	now := s.now()
 	p = plan{
-		ID:              ids.New(),
-		TenantID:        who.TenantID,
-		UserID:          who.UserID,
-		SessionID:       sessionID,
-		State:           stateAwaitingApproval,
-		Version:         1,
-		SourceMessageID: sourceID,
-		CorrelationID:   correlationID,
-		CreateTime:      now,
-		UpdateTime:      now,
-		Request:         request,
-		Title:           title,
-		Planner:         planner,
-		DAG:             d,
-		Intent:          s.enrich(ctx, request, stated),
+		ID: ids.New(), TenantID: who.TenantID, UserID: who.UserID, SessionID: in.sessionID,
+		State: stateAwaitingApproval, Version: 1, SourceMessageID: in.sourceID, CorrelationID: in.correlationID,
+		CreateTime: now, UpdateTime: now,
+		Repository: b.Repository, Consultation: b.Consultation, Trivial: in.trivial,
+		Request: in.request, Title: draft.Title, Planner: draft.Planner, DAG: draft.DAG,
+		Intent: s.enrich(ctx, in.request, in.stated),
+		Notes:  notesFor(b.Repository, draft.DAG, s.planner.Offline(), draft.Notes...),
 	}
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return insertPlan(ctx, tx, p) })
 	if errors.Is(err, errDuplicateSource) {
-		existing, err := planBySource(ctx, s.db, who.TenantID, *sourceID)
-		return existing, false, err
+		existing, err := planBySource(ctx, s.db, who.TenantID, *in.sourceID)
+		return existing, false, sess, err
 	}
 	if err != nil {
-		return plan{}, false, err
+		return plan{}, false, nil, err
 	}
-	return p, true, nil
+	return p, true, sess, nil
+}
+
+// draft is the plan's first version: the caller's DAG, or one drafted from
+// b once the Librarian and the Archivalist were consulted (which fills
+// b.Consultation).
+func (s *Service) draft(ctx context.Context, who identity.Identity, in newPlan, b *Brief) (Draft, error) {
+	if in.dag != nil {
+		return Draft{Title: titleOf(in.request), DAG: proto.Clone(in.dag).(*orchestratorv1.Dag), Planner: plannerUser}, nil
+	}
+	b.Consultation = s.consultation(ctx, who, b.Repository, in.request)
+	var d Draft
+	if in.trivial {
+		d = trivialDraft(*b)
+	} else {
+		var err error
+		if d, err = s.planner.Draft(withSession(ctx, in.sessionID), *b); err != nil {
+			return Draft{}, fmt.Errorf("draft plan: %w", err)
+		}
+	}
+	if s.planner.Offline() {
+		withFindings(d.DAG, *b)
+	}
+	return d, nil
 }
 
 // runContext carries a plan's intent to its run, whose tasks check their
@@ -176,11 +226,7 @@ func runContext(pi *architectv1.PlanIntent) *orchestratorv1.RunContext {
 
 // GetPlan returns one of the caller's plans.
 func (s *Service) GetPlan(ctx context.Context, req *architectv1.GetPlanRequest) (*architectv1.GetPlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -188,10 +234,19 @@ func (s *Service) GetPlan(ctx context.Context, req *architectv1.GetPlanRequest) 
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "get plan", err)
 	}
-	return &architectv1.GetPlanResponse{Plan: p.proto()}, nil
+	run, note := s.runOf(ctx, who, p)
+	pb, err := s.full(ctx, s.db, p, run)
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "get plan", err)
+	}
+	if note != "" {
+		pb.Notes = append(pb.Notes, note)
+	}
+	return &architectv1.GetPlanResponse{Plan: pb}, nil
 }
 
-// ListPlans returns the caller's plans in a session, newest first.
+// ListPlans returns the caller's plans in a session, newest first, each
+// with its latest version (GetPlan adds the versions and the todos).
 func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansRequest) (*architectv1.ListPlansResponse, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
@@ -230,126 +285,9 @@ func (s *Service) ListPlans(ctx context.Context, req *architectv1.ListPlansReque
 	return resp, nil
 }
 
-// maxApprovalRuns bounds the runs one approval call starts looking for one
-// that was not cancelled (see ApprovePlan).
-const maxApprovalRuns = 5
-
-// ApprovePlan submits an awaiting plan's DAG to the orchestrator and marks
-// the plan approved with the run it started. The plan id is the run's
-// request id, so a retried approval never starts a second run.
-func (s *Service) ApprovePlan(ctx context.Context, req *architectv1.ApprovePlanRequest) (*architectv1.ApprovePlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	if req.GetMaxConcurrency() < 0 {
-		return nil, apierr.Invalid("max_concurrency", "must not be negative, got %d", req.GetMaxConcurrency())
-	}
-	o := ownerOf(who)
-	if s.orchestrator == nil {
-		return nil, errNoOrchestrator
-	}
-	var (
-		p   plan
-		run *orchestratorv1.Run
-	)
-	// The plan's row stays locked from the check of its state until the
-	// decision is stored, so that a rejection (or another approval) waits:
-	// a run never starts for a plan that ends rejected.
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		var err error
-		if p, err = getPlanForUpdate(ctx, tx, o, sessionID, id); err != nil {
-			return err
-		}
-		if p.State != stateAwaitingApproval {
-			return planDecided(p.State, "approve")
-		}
-		limits, err := s.sessionLimits(ctx, who, p)
-		if err != nil {
-			return err
-		}
-		if run, err = s.startRun(ctx, who, p, limits, req.GetMaxConcurrency()); err != nil {
-			return err
-		}
-		now := s.now()
-		p.State, p.Run, p.UpdateTime, p.ApproveTime = stateApproved, run.GetName(), now, &now
-		return s.decideIn(ctx, tx, o, p, "approve")
-	})
-	if err != nil {
-		if run != nil {
-			// The run started but the approval was not stored.
-			s.cancelRun(ctx, who, run)
-		}
-		return nil, apierr.Status(ctx, s.log, "approve plan", err)
-	}
-	s.metrics.decided.WithLabelValues(p.State).Inc()
-	s.log.InfoContext(ctx, "plan approved", slog.String("plan", p.name()), slog.String(logx.KeyRunID, run.GetId()))
-	s.publishDecision(ctx, p, eventv1.EventType_EVENT_TYPE_PLAN_APPROVED, fmt.Sprintf("Plan approved: %s; run %s started", p.Title, p.Run))
-	return &architectv1.ApprovePlanResponse{Plan: p.proto(), Run: run}, nil
-}
-
-// startRun submits p's DAG to the orchestrator, as who, and returns the
-// run it started. The plan id is the run's request id. An approval whose
-// decision failed to store cancelled the run it started; the plan is still
-// awaiting approval, so its next approval starts a new run, under a
-// request id naming the cancelled one (the same on every retry).
-func (s *Service) startRun(ctx context.Context, who identity.Identity, p plan, limits *orchestratorv1.SessionLimits,
-	maxConcurrency int32) (*orchestratorv1.Run, error) {
-	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), s.cfg.OrchestratorTimeout)
-	defer cancel()
-	requestID := p.ID
-	for range maxApprovalRuns {
-		start := time.Now()
-		resp, err := s.orchestrator.CreateRun(cctx, &orchestratorv1.CreateRunRequest{
-			SessionId:      p.SessionID,
-			Dag:            p.DAG,
-			MaxConcurrency: maxConcurrency,
-			Plan:           p.name(),
-			RequestId:      requestID,
-			SessionLimits:  limits,
-			Context:        runContext(p.Intent),
-		})
-		s.metrics.orchestrator.Observe(time.Since(start).Seconds())
-		if err != nil {
-			return nil, s.orchestratorError(ctx, p, err)
-		}
-		run := resp.GetRun()
-		if run.GetState() != orchestratorv1.RunState_RUN_STATE_CANCELLED {
-			return run, nil
-		}
-		requestID = p.ID + "/after/" + run.GetId()
-	}
-	return nil, apierr.New(codes.Aborted, reasonRunsCancelled,
-		"the last %d runs started for %s were cancelled before its approval was stored; retry later", maxApprovalRuns, p.name())
-}
-
-// sessionLimits reads the plan's session from the Guide, as the caller, and
-// returns its limits for the run. Without a Guide peer there are none (nil).
-// A Guide that does not answer in time fails the approval (Unavailable), so
-// that a run never starts without the limits its session asked for.
-func (s *Service) sessionLimits(ctx context.Context, who identity.Identity, p plan) (*orchestratorv1.SessionLimits, error) {
-	sess, err := s.sessions.Get(ctx, who, p.SessionID, "the session's limits")
-	if status.Code(err) == codes.NotFound {
-		return nil, apierr.FailedPrecondition(reasonSessionGone, "session sessions/%s not found; cannot approve its plan", p.SessionID)
-	}
-	if err != nil || sess == nil {
-		return nil, err
-	}
-	c := sess.GetConfig()
-	return &orchestratorv1.SessionLimits{MaxConcurrentTasks: c.GetMaxConcurrentTasks(), MaxEngineers: c.GetMaxEngineers()}, nil
-}
-
 // RejectPlan marks an awaiting plan rejected, with an optional reason.
 func (s *Service) RejectPlan(ctx context.Context, req *architectv1.RejectPlanRequest) (*architectv1.RejectPlanResponse, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sessionID, id, err := parsePlanName(req.GetName())
+	who, sessionID, id, err := planCaller(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -402,14 +340,4 @@ func (s *Service) decideIn(ctx context.Context, q querier, o owner, p plan, verb
 		return planDecided(cur.State, verb)
 	}
 	return nil
-}
-
-// cancelRun cancels, as the caller, a run that should not have started; a
-// failure is logged, as the run is then left for the user to cancel.
-func (s *Service) cancelRun(ctx context.Context, who identity.Identity, run *orchestratorv1.Run) {
-	cctx, cancel := context.WithTimeout(identity.AppendOutgoing(context.WithoutCancel(ctx), who), s.cfg.OrchestratorTimeout)
-	defer cancel()
-	if _, err := s.orchestrator.CancelRun(cctx, &orchestratorv1.CancelRunRequest{Name: run.GetName()}); err != nil {
-		s.log.ErrorContext(ctx, "cancel a run whose approval was not stored", slog.String(logx.KeyRunID, run.GetId()), logx.Err(err))
-	}
 }

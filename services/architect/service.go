@@ -18,6 +18,8 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
+	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/guidesession"
@@ -37,9 +39,11 @@ type Service struct {
 	log          *slog.Logger
 	db           *pgxpool.Pool
 	bus          *natsx.Bus
-	orchestrator orchestratorv1.WorkflowServiceClient // nil when no peer is configured
-	sessions     *guidesession.Reader                 // nil when no peer is configured: plans run without session limits
-	academic     academicv1.AcademicServiceClient     // nil when no peer is configured: plans keep only the user's criteria
+	orchestrator orchestratorv1.WorkflowServiceClient   // nil when no peer is configured
+	sessions     *guidesession.Reader                   // nil when no peer is configured: plans run without session limits
+	academic     academicv1.AcademicServiceClient       // nil when no peer is configured: plans keep only the user's criteria
+	librarian    librarianv1.LibrarianServiceClient     // nil when no peer is configured: plans find no code, and no repository runs
+	archivalist  archivalistv1.ArchivalistServiceClient // nil when no peer is configured: plans find no past failures or decisions
 	planner      Planner
 	metrics      *metrics
 	now          func() time.Time
@@ -51,6 +55,8 @@ type metrics struct {
 	inbox        *prometheus.CounterVec
 	orchestrator prometheus.Histogram
 	inference    *prometheus.CounterVec
+	consulted    *prometheus.CounterVec
+	revised      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,6 +78,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sylk_architect_inbox_messages_total",
 			Help: "Inbox messages handled, by result (drafted, duplicate, refused, expired, rejected, failed).",
 		}, []string{"result"}),
+		consulted: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_consultations_total",
+			Help: "Consultations before planning, by agent (librarian, archivalist) and outcome (answered, unavailable).",
+		}, []string{"agent", "outcome"}),
+		revised: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_architect_plan_revisions_total",
+			Help: "Plan versions made from feedback, by who revised (model or local) and whether the feedback was applied.",
+		}, []string{"planner", "applied"}),
 		orchestrator: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sylk_architect_orchestrator_request_duration_seconds",
 			Help:    "Time taken by the orchestrator to accept an approved plan.",
@@ -121,6 +135,16 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		s.academic = academicv1.NewAcademicServiceClient(deps.Peers.Academic)
 	} else {
 		s.log.Warn("no academic address configured: plans keep only the criteria users state")
+	}
+	if deps.Peers.Librarian != nil {
+		s.librarian = librarianv1.NewLibrarianServiceClient(deps.Peers.Librarian)
+	} else {
+		s.log.Warn("no librarian address configured: plans find no code, and plans on a repository cannot be approved")
+	}
+	if deps.Peers.Archivalist != nil {
+		s.archivalist = archivalistv1.NewArchivalistServiceClient(deps.Peers.Archivalist)
+	} else {
+		s.log.Warn("no archivalist address configured: plans find no past failures or decisions")
 	}
 	s.sessions = guidesession.New(deps.Peers.Guide, s.cfg.GuideTimeout, s.log)
 	if s.sessions == nil {

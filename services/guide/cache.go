@@ -164,8 +164,9 @@ func (c *routeCache) forgetRoute(ctx context.Context, tenant, text string) {
 // answerKey is where an answer to a knowledge query is cached, with its
 // lifetime, or "" when the query is not cacheable: only librarian and
 // archivalist queries with an intent and a subject and a confidence above
-// the threshold.
-func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID string, cl Classification) (string, time.Duration) {
+// the threshold. repository is the session's: a librarian answer holds for
+// the sessions of the tenant that work on the same one.
+func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID, repository string, cl Classification) (string, time.Duration) {
 	if !c.enabled() || cl.Confidence <= c.cfg.CacheThreshold || cl.KnowledgeIntent == "" || cl.Subject == "" {
 		return "", 0
 	}
@@ -175,7 +176,7 @@ func (c *routeCache) answerKey(ctx context.Context, tenant, sessionID string, cl
 		// tenant's finished (re)index bumps its generation, which retires
 		// them all.
 		gen := c.generation(ctx, tenant)
-		return c.rc.Key("guide", "answer", topology.AgentLibrarian, gen, hashKey(tenant),
+		return c.rc.Key("guide", "answer", topology.AgentLibrarian, gen, hashKey(tenant), hashKey(repository),
 			cl.KnowledgeIntent, hashKey(strings.ToLower(cl.Subject))), c.cfg.LibrarianCacheTTL
 	case topology.AgentArchivalist:
 		// History answers are per session (spec A-35: invalidated by the

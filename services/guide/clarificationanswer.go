@@ -71,7 +71,7 @@ func (s *Service) clarificationAnswer(ctx context.Context, who identity.Identity
 		return nil, apierr.Invalid("in_reply_to", "names a clarification of another session")
 	}
 	a := &clarificationAnswer{s: s, who: who, owner: ownerOf(who), sess: sess, id: cid,
-		m: message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now()}}
+		m: message{ID: ids.New(), SessionID: sess.ID, Author: authorUser, Text: text, CreateTime: s.now(), Repository: sess.Repository}}
 	if requestID != "" {
 		a.m.RequestID = &requestID
 	}

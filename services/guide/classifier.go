@@ -91,9 +91,6 @@ const (
 	gateAmbiguous   = "AMBIGUOUS"
 )
 
-// agentEngineer receives TRIVIAL changes on the fast path.
-const agentEngineer = "engineer"
-
 func rules(weight float64, intent string, phrases ...string) []keywordRule {
 	out := make([]keywordRule, 0, len(phrases))
 	for _, p := range phrases {
@@ -310,16 +307,15 @@ func (c *keywordClassifier) score(t tokens) ([]match, map[int]bool) {
 }
 
 // refine sets what the target's own routing reads: the intent gate's type
-// (a trivial change goes to the engineer), the knowledge intent and the
-// time scope.
+// (a trivial change goes to the Architect too, which makes it a one-task
+// plan), the knowledge intent and the time scope.
 func refine(out *Classification, text string, t tokens, matched map[int]bool) {
 	lower := strings.ToLower(text)
 	switch out.Target {
 	case topology.AgentArchitect:
 		out.IntentType = gateType(lower, t.identifiers)
 		if out.IntentType == gateTrivial {
-			out.Target = agentEngineer
-			out.Reason += "; trivial change, fast path to the engineer"
+			out.Reason += "; trivial change: a one-task plan"
 		}
 	case topology.AgentLibrarian:
 		out.IntentType = gateExploratory

@@ -27,7 +27,7 @@ func TestKeywordClassifier(t *testing.T) {
 		{"Refactor the scheduler loop", "architect", "MODIFY", "EXPLICIT"},
 		{"Could you add a health endpoint to the gateway", "architect", "CREATE", "EXPLICIT"},
 		{"fix the bug in ParseConfig", "architect", "FIX", "EXPLICIT"},
-		{"fix typo in README", "engineer", "FIX", "TRIVIAL"},
+		{"fix typo in README", "architect", "FIX", "TRIVIAL"},
 		{"improve the performance", "architect", "MODIFY", "OPEN_ENDED"},
 		{"fix issue #42 and open a pull request", "architect", "FIX", "GITHUB_WORK"},
 		{"hello", "", "", ""},
@@ -53,9 +53,7 @@ func TestKeywordClassifier(t *testing.T) {
 			require.GreaterOrEqual(t, got.Confidence, DefaultRouteThreshold, "%+v", got)
 			require.Equal(t, tt.intent, got.Action)
 			require.Equal(t, tt.gate, got.IntentType)
-			if tt.target != "engineer" {
-				require.Equal(t, tt.target, got.Candidates[0])
-			}
+			require.Equal(t, tt.target, got.Candidates[0])
 		})
 	}
 }
@@ -92,7 +90,7 @@ func TestRoutingTable(t *testing.T) {
 	tests := []struct {
 		text, target, knowledge, subject, scope string
 	}{
-		{"fix typo in README", "engineer", "", "", ""},
+		{"fix typo in README", "architect", "", "", ""},
 		{"How would I design a rate limiter?", "academic", "", "", ""},
 		{"where is the auth middleware", "librarian", "LOCATE", "auth_middleware", ""},
 		{"how did we handle the auth migration last month", "archivalist", "HISTORICAL", "auth_migration", "last_month"},

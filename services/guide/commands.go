@@ -10,14 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
-	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
-	"sylk.dev/sylk/pkg/topology"
 )
 
 // Slash commands (routing tier 0, spec A-28): the Guide runs them itself,
@@ -69,7 +67,8 @@ var commands = []struct{ name, usage, help string }{
 	{"/tasks", "/tasks", "the runs of this session and their tasks"},
 	{"/task", taskUsage, "act on one task of this session's runs"},                                             // taskcmd.go
 	{"/settle", settleUsage, "keep, roll back or retry a failed run's work (the default suits how it failed)"}, // settlecmd.go
-	{"/plan", "/plan <request>", "ask the architect for a plan"},
+	{"/repo", repoUsage, "list your repositories, or make this session work on one (by name or id)"},
+	{"/plan", planUsage, "ask the architect for a plan; approve, reject or revise the newest one awaiting approval"},
 	{"/approve", "/approve [plan]", "approve the newest plan awaiting approval (or the one named)"},
 	{"/interrupt", "/interrupt", "cancel this session's running runs"},
 	{"/clear", "/clear", "clear this session's working context"},
@@ -82,7 +81,7 @@ func helpText() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "\n  %-62s %s", c.usage, c.help)
 	}
-	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge), the architect (changes to make) or, for trivial edits, an engineer.")
+	b.WriteString("\nAnything else is routed to the agent that owns it: the librarian (this codebase), the archivalist (project history), the academic (external knowledge) or the architect (changes to make, trivial ones included: it plans them).\nWhile a plan of this session awaits approval, \"approve\" (or \"yes, go ahead\") approves it, \"reject ...\" rejects it, and \"change step 2 to ...\", \"revise the plan: ...\" or \"instead of X do Y\" make its next version.")
 	return b.String()
 }
 
@@ -145,8 +144,10 @@ func (s *Service) runCommand(ctx context.Context, env *commandEnv, text string) 
 		return s.taskCommand(ctx, env, args)
 	case "/settle":
 		return s.settleCommand(ctx, env, args)
+	case "/repo":
+		return s.repoCommand(ctx, env, rest)
 	case "/plan":
-		return s.planCommand(env, rest)
+		return s.planCommand(ctx, env, rest)
 	case "/approve":
 		return s.approveCommand(ctx, env, args)
 	case "/interrupt":
@@ -215,25 +216,7 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 	case "list":
 		return s.sessionListReply(ctx, env)
 	case "new":
-		name := strings.TrimSpace(strings.Join(args[1:], " "))
-		if len([]rune(name)) > s.cfg.MaxDisplayNameChars {
-			return commandResult{reply: fmt.Sprintf("a session name may have at most %d characters", s.cfg.MaxDisplayNameChars)}, nil
-		}
-		now := s.now()
-		sess := session{ID: ids.New(), TenantID: env.owner.tenant, UserID: env.owner.user, DisplayName: name,
-			State: stateCreated, Metadata: map[string]string{}, CreateTime: now, UpdateTime: now, LastActiveTime: now,
-			Transitions: []transitionRecord{{To: stateCreated, Time: now, Reason: "command"}}}
-		var err error
-		if sess.Config, err = s.sessionConfigFromProto(nil); err != nil {
-			return commandResult{}, err
-		}
-		if err := createSession(ctx, env.q, sess); err != nil {
-			return commandResult{}, err
-		}
-		return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
-			func(ctx context.Context) {
-				s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
-			})
+		return s.newSessionCommand(ctx, env, strings.TrimSpace(strings.Join(args[1:], " ")))
 	case "switch":
 		id, ok := target()
 		if !ok {
@@ -279,6 +262,33 @@ func (s *Service) sessionCommand(ctx context.Context, env *commandEnv, args []st
 		}, nil
 	}
 	return commandResult{reply: fmt.Sprintf("unknown command /session %s; try /help", truncate(args[0], 64))}, nil
+}
+
+// newSessionCommand is /session new [name]: a session of the user's, with
+// their last repository, switched to at once.
+func (s *Service) newSessionCommand(ctx context.Context, env *commandEnv, name string) (commandResult, error) {
+	if len([]rune(name)) > s.cfg.MaxDisplayNameChars {
+		return commandResult{reply: fmt.Sprintf("a session name may have at most %d characters", s.cfg.MaxDisplayNameChars)}, nil
+	}
+	now := s.now()
+	sess := session{ID: ids.New(), TenantID: env.owner.tenant, UserID: env.owner.user, DisplayName: name,
+		State: stateCreated, Metadata: map[string]string{}, CreateTime: now, UpdateTime: now, LastActiveTime: now,
+		Transitions: []transitionRecord{{To: stateCreated, Time: now, Reason: "command"}}}
+	var err error
+	if sess.Config, err = s.sessionConfigFromProto(nil); err != nil {
+		return commandResult{}, err
+	}
+	// The user's last repository, as CreateSession gives it.
+	if sess.Repository, _, err = s.newSessionRepository(ctx, env.q, env.who, ""); err != nil {
+		return commandResult{}, err
+	}
+	if err := createSession(ctx, env.q, sess); err != nil {
+		return commandResult{}, err
+	}
+	return s.switchCommand(ctx, env, sess.ID, fmt.Sprintf("Created %s and switched to it", sessionName(sess.ID)),
+		func(ctx context.Context) {
+			s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+		})
 }
 
 // switchCommand switches inside the message's transaction.
@@ -378,60 +388,6 @@ func (s *Service) tasksCommand(ctx context.Context, env *commandEnv) (commandRes
 	return commandResult{reply: b.String()}, nil
 }
 
-func (s *Service) planCommand(env *commandEnv, request string) (commandResult, error) {
-	if request == "" {
-		return commandResult{reply: "usage: /plan <what to change>"}, nil
-	}
-	envelopeID := ids.New()
-	route := outcomeRoute{Target: topology.AgentArchitect, Tier: tierSlashCommand, Confidence: 1, IntentType: gateExplicit,
-		Reason: "slash command /plan"}
-	return commandResult{
-		reply: "Asked the architect for a plan; it will appear on this session's event stream.",
-		route: &route, envelopeID: &envelopeID, text: request, plan: routePlan{pending: true},
-	}, nil
-}
-
-func (s *Service) approveCommand(ctx context.Context, env *commandEnv, args []string) (commandResult, error) {
-	if s.architect == nil {
-		return commandResult{reply: "The architect is not configured, so there is no plan to approve."}, nil
-	}
-	cctx, cancel := s.peerContext(ctx, env.owner)
-	defer cancel()
-	name := ""
-	if len(args) > 0 {
-		name = args[0]
-		if !strings.HasPrefix(name, sessionsCollection) {
-			name = sessionName(env.session.ID) + "/plans/" + name
-		}
-	} else {
-		resp, err := s.architect.ListPlans(cctx, &architectv1.ListPlansRequest{Parent: sessionName(env.session.ID), PageSize: 50})
-		if err != nil {
-			s.log.WarnContext(ctx, "list plans", logx.Err(err))
-			return commandResult{reply: "The architect did not answer; try /approve again shortly."}, nil
-		}
-		var newest *architectv1.Plan
-		for _, p := range resp.GetPlans() {
-			if p.GetState() == architectv1.PlanState_PLAN_STATE_AWAITING_APPROVAL &&
-				(newest == nil || p.GetCreateTime().AsTime().After(newest.GetCreateTime().AsTime())) {
-				newest = p
-			}
-		}
-		if newest == nil {
-			return commandResult{reply: "No plan of this session is awaiting approval."}, nil
-		}
-		name = newest.GetName()
-	}
-	resp, err := s.architect.ApprovePlan(cctx, &architectv1.ApprovePlanRequest{Name: name})
-	if err != nil {
-		return commandResult{reply: fmt.Sprintf("Could not approve %s: %s", truncate(name, 120), statusMessage(err))}, nil
-	}
-	reply := fmt.Sprintf("Approved %s.", resp.GetPlan().GetName())
-	if r := resp.GetRun(); r != nil {
-		reply += " Started " + r.GetName() + "."
-	}
-	return commandResult{reply: reply}, nil
-}
-
 func (s *Service) interruptCommand(ctx context.Context, env *commandEnv) (commandResult, error) {
 	if s.orchestrator == nil {
 		return commandResult{reply: "The orchestrator is not configured, so nothing is running."}, nil
@@ -462,10 +418,13 @@ func (s *Service) interruptCommand(ctx context.Context, env *commandEnv) (comman
 // rerouteCommand sends the session's last routed request to the agent the
 // user names, and records the correction as a routing failure (spec A-33).
 func (s *Service) rerouteCommand(ctx context.Context, env *commandEnv, args []string) (commandResult, error) {
-	if len(args) != 1 || !routable(args[0]) {
+	to, ok := "", len(args) == 1
+	if ok {
+		to, ok = routeTarget(args[0])
+	}
+	if !ok {
 		return commandResult{reply: "usage: /reroute <agent>, where agent is one of " + strings.Join(routableAgents, ", ")}, nil
 	}
-	to := strings.ToLower(args[0])
 	var last pendingRequest
 	err := env.q.QueryRow(ctx, `SELECT `+pendingColumns+` FROM pending_requests
 		WHERE tenant_id = $1 AND session_id = $2 ORDER BY create_time DESC LIMIT 1`, env.owner.tenant, env.session.ID).
@@ -501,19 +460,6 @@ func (s *Service) rerouteCommand(ctx context.Context, env *commandEnv, args []st
 		route: &route, envelopeID: &envelopeID, text: last.Original, subject: env.msg.IntentSubject, plan: routePlan{pending: true},
 		after: []func(context.Context){func(ctx context.Context) { s.afterFailure(ctx, stored) }},
 	}, nil
-}
-
-// routableAgents are the agents a user may name.
-var routableAgents = []string{topology.AgentLibrarian, topology.AgentArchivalist, topology.AgentAcademic, topology.AgentArchitect,
-	agentEngineer, topology.RoleInspector, topology.RoleTester}
-
-func routable(agent string) bool {
-	for _, a := range routableAgents {
-		if strings.EqualFold(a, agent) {
-			return true
-		}
-	}
-	return false
 }
 
 // messageEnvelope reads fields of a stored envelope.

@@ -88,7 +88,7 @@ func outcomeEvents(m message) []idEvent {
 	received.Payload = &eventv1.Event_MessageReceived{MessageReceived: &eventv1.MessageReceived{Message: name, Author: authorUser}}
 	out := []idEvent{{m.ID + ".received", received}}
 	switch {
-	case m.Route.Tier == tierSlashCommand && m.Envelope == nil:
+	case m.Route.Target == authorGuide && m.Envelope == nil:
 		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, m.SessionID, m.CorrelationID, m.Reply)
 		ev.Payload = &eventv1.Event_MessageAnswered{MessageAnswered: &messagev1.AgentAnswer{Agent: authorGuide, Text: m.Reply,
 			Message: messageName(m.SessionID, deref(m.ReplyID)), InReplyTo: name}}

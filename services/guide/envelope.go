@@ -18,6 +18,11 @@ func (s *Service) sealEnvelope(who identity.Identity, m *message) error {
 	if m.Route.Target == "" || m.Route.Target == authorGuide || m.Route.Cached {
 		return nil
 	}
+	// A route, unlike the answer to an agent's own question, goes only to
+	// an inbox that a service reads (targets.go).
+	if _, ok := inboxConsumers[m.Route.Target]; !ok && m.AnswerTo == nil {
+		return fmt.Errorf("route to the %s: no service reads its inbox", m.Route.Target)
+	}
 	b, err := proto.Marshal(s.envelope(who, *m))
 	if err != nil {
 		return fmt.Errorf("encode envelope: %w", err)
@@ -62,6 +67,7 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 			MaxAttempts:   1,
 			Priority:      messagev1.Priority_PRIORITY_USER,
 			Metadata:      map[string]string{"message": messageName(m.SessionID, m.ID), "clarification": clarificationName(m.SessionID, c.ID)},
+			Repository:    m.Repository,
 			Payload: &messagev1.Envelope_ClarificationResponse{ClarificationResponse: &messagev1.ClarificationResponse{
 				Answer: m.Text,
 			}},
@@ -84,6 +90,7 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 		Priority:      messagev1.Priority_PRIORITY_USER,
 		Metadata:      md,
 		PreRoute:      m.PreRoute,
+		Repository:    m.Repository,
 		StructuredIntent: &messagev1.StructuredIntent{
 			OriginalRequest: text,
 			IntentType:      m.Route.IntentType,
@@ -102,7 +109,8 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 
 // onward is an agent's request env as the Guide sends it on to agent to,
 // under an id derived from id: the same intent, confidence chain, hops,
-// priority and annotations, the text to do, and a deadline of its own.
+// priority, annotations and repository (the session's when env names
+// none), the text to do, and a deadline of its own.
 func (s *Service) onward(sess session, env *messagev1.Envelope, id, correlation, to, text string) *messagev1.Envelope {
 	return &messagev1.Envelope{
 		Id:               idFor(id),
@@ -124,6 +132,7 @@ func (s *Service) onward(sess session, env *messagev1.Envelope, id, correlation,
 		StructuredIntent: env.GetStructuredIntent(),
 		ConfidenceChain:  env.GetConfidenceChain(),
 		RerouteHistory:   env.GetRerouteHistory(),
+		Repository:       firstNonEmpty(env.GetRepository(), sess.Repository),
 		Payload:          &messagev1.Envelope_UserInput{UserInput: &messagev1.UserInput{Text: text}},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/guidesession"
 )
 
 // The Guide's errors. Each is an apierr.Error: a gRPC code and a stable
@@ -48,7 +49,15 @@ const (
 	// reasonDeadLetterUndeliverable: a dead letter names no agent to
 	// deliver it to.
 	reasonDeadLetterUndeliverable = "DEAD_LETTER_UNDELIVERABLE"
+	// reasonSessionEnded: a completed or failed session does not change
+	// (the reason the other services give through pkg/guidesession).
+	reasonSessionEnded = guidesession.ReasonSessionEnded
+	// reasonViewerReadOnly: the caller's role may read, not change.
+	reasonViewerReadOnly = "VIEWER_READ_ONLY"
 )
+
+// errViewer refuses a viewer's change to a session.
+var errViewer = apierr.New(codes.PermissionDenied, reasonViewerReadOnly, "viewers cannot change sessions")
 
 // errSessionNotFound matches every SESSION_NOT_FOUND (errors.Is compares
 // the code and reason).

@@ -155,7 +155,11 @@ func (s *Service) applyFailureFeedback(ctx context.Context, tenant, text string,
 	var better []string
 	for _, c := range counts {
 		total += c.n
-		better = append(better, c.agent)
+		// A failure may name an agent routing cannot reach (a worker
+		// whose task asked for help): its request goes where routeTarget says.
+		if agent, ok := routeTarget(c.agent); ok && !slices.Contains(better, agent) {
+			better = append(better, agent)
+		}
 	}
 	if total == 0 {
 		return nil

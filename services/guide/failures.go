@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -176,8 +177,8 @@ func (s *Service) RecordRoutingFailure(ctx context.Context, req *guidev1.RecordR
 		return nil, apierr.Invalid("original_request", "%d bytes exceeds the limit of %d bytes", len(f.OriginalRequest), maxFailureRequestBytes)
 	case !utf8.ValidString(f.OriginalRequest) || !utf8.ValidString(f.ClassifiedAs):
 		return nil, apierr.Invalid("original_request", "must be valid UTF-8")
-	case !routable(f.RoutedTo):
-		return nil, apierr.Invalid("routed_to", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.RoutedTo, 40))
+	case !knownAgent(f.RoutedTo):
+		return nil, apierr.Invalid("routed_to", "want one of %s, got %q", strings.Join(slices.Concat(routableAgents, topology.Roles), ", "), truncate(f.RoutedTo, 40))
 	case !routable(f.ShouldHaveBeen):
 		return nil, apierr.Invalid("should_have_been", "want one of %s, got %q", strings.Join(routableAgents, ", "), truncate(f.ShouldHaveBeen, 40))
 	case f.Signal == guidev1.RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED || signalName(f.Signal) == f.Signal.String():

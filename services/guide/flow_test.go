@@ -669,12 +669,12 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	require.Equal(t, "auth/middleware.go", ev.GetMessageAnswered().GetHits()[0].GetPath(), "the cached answer keeps its hits")
 
 	// Confidence at or under 0.8: no lookup.
-	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.8,
+	key, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.8,
 		KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 	require.Empty(t, key)
 
 	cachedNow := func() bool {
-		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.9,
 			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 		_, ok := f.svc.cache.answer(context.Background(), k)
 		return ok
@@ -689,7 +689,7 @@ func TestRouteAndAnswerCache(t *testing.T) {
 	// The tenant's own finished index run retires its librarian answers.
 	require.NoError(t, f.bus.PublishCore(context.Background(), topology.IndexProgressSubject(f.bus, "r1"), done("t1")))
 	require.Eventually(t, func() bool {
-		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), Classification{Target: "librarian", Confidence: 0.9,
+		k, _ := f.svc.cache.answerKey(context.Background(), "t1", s.GetId(), "", Classification{Target: "librarian", Confidence: 0.9,
 			KnowledgeIntent: "LOCATE", Subject: "auth_middleware"})
 		_, ok := f.svc.cache.answer(context.Background(), k)
 		return !ok
@@ -775,7 +775,7 @@ func TestReroutes(t *testing.T) {
 	ctx := as("t1", "u1")
 	s := f.createSession(t, ctx, "reroute")
 	lib := inboxReader(t, f.bus, "librarian")
-	eng := inboxReader(t, f.bus, "engineer")
+	planner := inboxReader(t, f.bus, "architect")
 	arch := inboxReader(t, f.bus, "archivalist")
 	acad := inboxReader(t, f.bus, "academic")
 	r := f.send(t, ctx, s, "where is the function ParseConfig defined?")
@@ -789,8 +789,9 @@ func TestReroutes(t *testing.T) {
 	}
 	hop1 := &messagev1.RerouteHop{From: "librarian", Reason: "this is a one-line edit", To: "engineer"}
 	decline("librarian", hop1.GetReason(), "engineer", []*messagev1.RerouteHop{hop1})
-	got := nextEnvelope(t, eng)
-	require.Equal(t, "engineer", got.GetTarget())
+	// The engineer has no inbox: a change for it is the architect's to plan.
+	got := nextEnvelope(t, planner)
+	require.Equal(t, "architect", got.GetTarget())
 	require.Equal(t, env.GetCorrelationId(), got.GetCorrelationId())
 	require.Len(t, got.GetRerouteHistory(), 1)
 	require.True(t, proto.Equal(hop1, got.GetRerouteHistory()[0]))
@@ -808,7 +809,7 @@ func TestReroutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, failures.GetFailures(), 1)
 	require.Equal(t, "librarian", failures.GetFailures()[0].GetRoutedTo())
-	require.Equal(t, "engineer", failures.GetFailures()[0].GetShouldHaveBeen())
+	require.Equal(t, "architect", failures.GetFailures()[0].GetShouldHaveBeen())
 	require.True(t, strings.HasPrefix(failures.GetFailures()[0].GetId(), "route_fail_"))
 	acc, err := f.svc.GetRoutingAccuracy(ctx, &guidev1.GetRoutingAccuracyRequest{})
 	require.NoError(t, err)

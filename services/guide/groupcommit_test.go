@@ -32,7 +32,7 @@ func TestGroupCommit(t *testing.T) {
 	suspended := f.createSession(t, ctx, "suspended")
 	_, err := f.svc.SuspendSession(ctx, &guidev1.SuspendSessionRequest{Name: suspended.GetName()})
 	require.NoError(t, err)
-	reader := inboxReader(t, f.bus, "engineer")
+	reader := inboxReader(t, f.bus, "architect")
 
 	const perSession = 12
 	var wg sync.WaitGroup

@@ -168,7 +168,7 @@ func (s *Service) handleTaskHelp(ctx context.Context, sess session, env *message
 	if help == nil {
 		help = &messagev1.TaskHelp{}
 	}
-	if issue := help.GetContextSourceIssue(); issue != "" && routable(env.GetSource()) {
+	if issue := help.GetContextSourceIssue(); issue != "" && knownAgent(env.GetSource()) {
 		f, err := s.insertFailure(ctx, s.db, routingFailure{TenantID: sess.TenantID, UserID: sess.UserID, SessionID: sess.ID,
 			OriginalRequest: firstNonEmpty(env.GetStructuredIntent().GetOriginalRequest(), issue),
 			ClassifiedAs:    env.GetStructuredIntent().GetIntentType(), RoutedTo: env.GetSource(), ShouldHaveBeen: env.GetSource(),

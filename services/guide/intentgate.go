@@ -29,7 +29,8 @@ import (
 //
 // Step 3 consults the librarian (codebase health of the target area) and
 // the archivalist (similar failures recorded before) and attaches both
-// answers to the routed envelope (its pre_route).
+// answers to the routed envelope (its pre_route). The librarian searches
+// the session's repository, when it names one.
 
 // Step 2 checks, as named in the clarification's context.
 const (
@@ -86,8 +87,9 @@ const maxConsultHits = 5
 // preRoute runs step 3 for a change going to the architect: it asks the
 // librarian and the archivalist at once, each within Config.PreRouteTimeout,
 // and returns what to attach to the envelope. A consultation that fails is
-// attached as unavailable, with the reason; routing goes on.
-func (s *Service) preRoute(ctx context.Context, cl Classification, text string) *messagev1.PreRouteContext {
+// attached as unavailable, with the reason; routing goes on. repository,
+// when set, is the one the librarian searches.
+func (s *Service) preRoute(ctx context.Context, cl Classification, text, repository string) *messagev1.PreRouteContext {
 	if cl.Target != topology.AgentArchitect {
 		return nil
 	}
@@ -108,7 +110,7 @@ func (s *Service) preRoute(ctx context.Context, cl Classification, text string) 
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		out.CodebaseHealth = truncate(s.codebaseHealth(cctx, area), 2000)
+		out.CodebaseHealth = truncate(s.codebaseHealth(cctx, area, repository), 2000)
 	}()
 	go func() {
 		defer wg.Done()
@@ -118,12 +120,17 @@ func (s *Service) preRoute(ctx context.Context, cl Classification, text string) 
 	return out
 }
 
-// codebaseHealth asks the librarian about the target area.
-func (s *Service) codebaseHealth(ctx context.Context, area string) string {
+// codebaseHealth asks the librarian about the target area, in repository
+// when it is set.
+func (s *Service) codebaseHealth(ctx context.Context, area, repository string) string {
 	if s.librarian == nil {
 		return "unavailable: no librarian configured"
 	}
-	resp, err := s.librarian.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: area, PageSize: maxConsultHits})
+	req := &librarianv1.SearchCodeRequest{Query: area, PageSize: maxConsultHits}
+	if repository != "" {
+		req.Repositories = []string{repository}
+	}
+	resp, err := s.librarian.SearchCode(ctx, req)
 	if err != nil {
 		s.log.WarnContext(ctx, "pre-routing consultation of the librarian", logx.Err(err))
 		return "unavailable: " + consultError(err)

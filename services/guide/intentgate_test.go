@@ -98,18 +98,28 @@ func TestIntentGateSteps(t *testing.T) {
 	env = nextEnvelope(t, architect)
 	require.Contains(t, env.GetPreRoute().GetFailurePatterns(), "unavailable: ")
 	require.NotEmpty(t, env.GetPreRoute().GetCodebaseHealth())
+	lib.mu.Lock()
+	require.Empty(t, lib.repos, "a session with no repository searches all of the tenant's")
+	lib.mu.Unlock()
+	// A session's repository is the one searched.
+	svc.codebaseHealth(ctx, "retry loop", "repositories/r1")
+	lib.mu.Lock()
+	require.Equal(t, []string{"repositories/r1"}, lib.repos)
+	lib.mu.Unlock()
 }
 
 type fakeLibrarian struct {
 	librarianv1.UnimplementedLibrarianServiceServer
 	mu     sync.Mutex
 	caller string
+	repos  []string
 }
 
-func (f *fakeLibrarian) SearchCode(ctx context.Context, _ *librarianv1.SearchCodeRequest) (*librarianv1.SearchCodeResponse, error) {
+func (f *fakeLibrarian) SearchCode(ctx context.Context, req *librarianv1.SearchCodeRequest) (*librarianv1.SearchCodeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.caller = consult.Caller(ctx)
+	f.repos = req.GetRepositories()
 	return &librarianv1.SearchCodeResponse{Status: "ok", Hits: []*librarianv1.CodeHit{
 		{Path: "config/parse.go", LineStart: 10, LineEnd: 40, Symbol: "ParseConfig"},
 		{Path: "config/retry.go", LineStart: 5, LineEnd: 9},

@@ -281,8 +281,14 @@ func (s *Service) publishSessionEvent(ctx context.Context, sess session, typ eve
 	if n := len(sess.Transitions); n > 0 {
 		cause = sess.Transitions[n-1].Reason
 	}
+	s.publishSessionChange(ctx, sess, typ, text, cause)
+}
+
+// publishSessionChange is publishSessionEvent with what caused the change.
+func (s *Service) publishSessionChange(ctx context.Context, sess session, typ eventv1.EventType, text, cause string) {
 	ev := newEvent(typ, sess.ID, "", text)
-	ev.Payload = &eventv1.Event_Session{Session: &eventv1.SessionEvent{Session: sessionName(sess.ID), State: sess.State, Cause: cause}}
+	ev.Payload = &eventv1.Event_Session{Session: &eventv1.SessionEvent{Session: sessionName(sess.ID), State: sess.State, Cause: cause,
+		Repository: sess.Repository}}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
 	if err := s.publishEvent(pctx, sess.TenantID, fmt.Sprintf("%s.%s.%d", sess.ID, typ, sess.UpdateTime.UnixNano()), ev); err != nil {

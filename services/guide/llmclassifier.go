@@ -95,9 +95,8 @@ Agents:
 - librarian: questions about this codebase (where code is, how it works, its patterns and conventions).
 - archivalist: history (what was done, decided, tried or failed before; resuming earlier work).
 - academic: external knowledge (documentation, best practices, research, comparisons).
-- architect: changes to the code that need planning.
-- engineer: trivial changes (typos, comments, whitespace, a version bump) that skip planning.
-Intent types: TRIVIAL (engineer), EXPLICIT (a clear, bounded change: architect), EXPLORATORY (a question: librarian, archivalist or academic), OPEN_ENDED (a vague improvement: architect), GITHUB_WORK (an issue or pull request: architect), AMBIGUOUS (you cannot tell: target "").
+- architect: every change to the code, trivial ones (typos, comments, whitespace, a version bump) included.
+Intent types: TRIVIAL (a trivial change: architect), EXPLICIT (a clear, bounded change: architect), EXPLORATORY (a question: librarian, archivalist or academic), OPEN_ENDED (a vague improvement: architect), GITHUB_WORK (an issue or pull request: architect), AMBIGUOUS (you cannot tell: target "").
 For the librarian, knowledge_intent is LOCATE (where is X), PATTERN (how do we do X), EXPLAIN (how does X work) or GENERAL.
 For the archivalist, knowledge_intent is HISTORICAL, ACTIVITY, OUTCOME, SIMILAR, RESUME or GENERAL, and time_scope is one of today, yesterday, last_week, last_month, recent (the last 7 days), before, or "".
 subject is what the message is about, in snake_case (or a code identifier as written).
@@ -205,8 +204,14 @@ func parseLLMAnswer(content string) (Classification, error) {
 		return Classification{}, fmt.Errorf("%w: intent type %q", errBadAnswer, truncate(a.IntentType, 40))
 	}
 	target := strings.ToLower(strings.TrimSpace(a.Target))
-	if target != "" && !routable(target) {
-		return Classification{}, fmt.Errorf("%w: target %q", errBadAnswer, truncate(a.Target, 40))
+	if target != "" {
+		// A worker role named (an "engineer" for a trivial change) is the
+		// Architect's to plan (targets.go).
+		t, ok := routeTarget(target)
+		if !ok {
+			return Classification{}, fmt.Errorf("%w: target %q", errBadAnswer, truncate(a.Target, 40))
+		}
+		target = t
 	}
 	if a.Confidence == nil || math.IsNaN(*a.Confidence) || *a.Confidence < 0 || *a.Confidence > 1 {
 		return Classification{}, fmt.Errorf("%w: confidence missing or outside [0, 1]", errBadAnswer)
@@ -222,9 +227,6 @@ func parseLLMAnswer(content string) (Classification, error) {
 	}
 	if intent == gateAmbiguous || target == "" {
 		out.Target, out.IntentType = "", gateAmbiguous
-	}
-	if intent == gateTrivial && target == topology.AgentArchitect {
-		out.Target = agentEngineer // the fast path skips the architect (spec A-29)
 	}
 	if valid, ok := knowledgeIntents[out.Target]; ok {
 		ki := strings.ToUpper(strings.TrimSpace(a.KnowledgeIntent))
@@ -244,8 +246,8 @@ func parseLLMAnswer(content string) (Classification, error) {
 		out.TimeScope = ts
 	}
 	for _, cand := range a.Candidates {
-		cand = strings.ToLower(strings.TrimSpace(cand))
-		if routable(cand) && !slices.Contains(out.Candidates, cand) {
+		cand, ok := routeTarget(cand)
+		if ok && !slices.Contains(out.Candidates, cand) {
 			out.Candidates = append(out.Candidates, cand)
 		}
 	}
@@ -256,7 +258,7 @@ func parseLLMAnswer(content string) (Classification, error) {
 	case topology.AgentLibrarian, topology.AgentArchivalist, topology.AgentAcademic:
 		out.Action = map[string]string{topology.AgentLibrarian: intentFindCode, topology.AgentArchivalist: intentRecall,
 			topology.AgentAcademic: intentResearch}[out.Target]
-	case topology.AgentArchitect, agentEngineer:
+	case topology.AgentArchitect:
 		out.Action = intentModify
 	}
 	return out, nil

@@ -22,6 +22,7 @@ import (
 	"sylk.dev/sylk/pkg/llm/provider"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/testenv"
+	"sylk.dev/sylk/pkg/topology"
 )
 
 // chatServer is an OpenAI-compatible chat completions endpoint whose answer
@@ -175,8 +176,12 @@ func TestParseLLMAnswer(t *testing.T) {
 	t.Parallel()
 	got, err := parseLLMAnswer(`{"intent_type":"trivial","target":"architect","subject":"readme","confidence":0.95}`)
 	require.NoError(t, err)
-	require.Equal(t, agentEngineer, got.Target, "a trivial change takes the fast path")
+	require.Equal(t, topology.AgentArchitect, got.Target, "a trivial change is planned too")
 	require.Equal(t, gateTrivial, got.IntentType)
+	got, err = parseLLMAnswer(`{"intent_type":"TRIVIAL","target":"engineer","subject":"readme","confidence":0.95,"candidates":["tester"]}`)
+	require.NoError(t, err)
+	require.Equal(t, topology.AgentArchitect, got.Target, "a worker role is the Architect's to plan")
+	require.Equal(t, []string{topology.AgentArchitect}, got.Candidates)
 
 	got, err = parseLLMAnswer(`{"intent_type":"AMBIGUOUS","target":"academic","confidence":0.4,"candidates":["academic","librarian","nobody"]}`)
 	require.NoError(t, err)

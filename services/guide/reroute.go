@@ -66,8 +66,9 @@ type reroute struct {
 func (s *Service) readReroute(ctx context.Context, sess session, env *messagev1.Envelope) (reroute, error) {
 	rr := env.GetRerouteRequest()
 	r := reroute{sess: sess, env: env, from: firstNonEmpty(rr.GetSource(), env.GetSource()),
-		to: strings.ToLower(rr.GetSuggestedTarget()), history: slices.Clone(env.GetRerouteHistory()),
-		original: env.GetStructuredIntent().GetOriginalRequest()}
+		history: slices.Clone(env.GetRerouteHistory()), original: env.GetStructuredIntent().GetOriginalRequest()}
+	// A worker role suggested goes to the Architect (targets.go).
+	r.to, _ = routeTarget(rr.GetSuggestedTarget())
 	if n := len(r.history); n == 0 || r.history[n-1].GetFrom() != r.from {
 		// The declining agent did not append its hop; the Guide does.
 		r.history = append(r.history, &messagev1.RerouteHop{From: r.from, Reason: rr.GetReason(), To: rr.GetSuggestedTarget()})

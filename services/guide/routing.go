@@ -139,7 +139,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	m.Route.Target = cl.Target
 	envelopeID := ids.New()
 	m.EnvelopeID = &envelopeID
-	key, ttl := s.cache.answerKey(ctx, who.TenantID, sess.ID, cl)
+	key, ttl := s.cache.answerKey(ctx, who.TenantID, sess.ID, sess.Repository, cl)
 	if a, ok := s.cache.answer(ctx, key); ok {
 		m.Route.Cached = true
 		m.Route.Tier = tierCache
@@ -153,7 +153,7 @@ func (s *Service) planRoute(ctx context.Context, who identity.Identity, sess ses
 	}
 	// Step 3 (spec A-30): a change goes to the architect with what the
 	// librarian and the archivalist know about its area.
-	m.PreRoute = s.preRoute(ctx, cl, routeText(*m))
+	m.PreRoute = s.preRoute(ctx, cl, routeText(*m), sess.Repository)
 	return routePlan{pending: true, cacheKey: key, cacheTTL: ttl}
 }
 

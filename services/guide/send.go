@@ -35,8 +35,12 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	case in.inReplyTo != "":
 		return s.answerClarification(ctx, in.who, sess, in.text, in.inReplyTo, in.requestID)
 	}
+	if reply, ok := s.planAnswer(ctx, in, sess); ok { // planchat.go
+		in.plan = &reply
+	}
 	start := time.Now()
 	m := s.newMessage(in)
+	m.Repository = sess.Repository
 	plan, err := s.handle(ctx, in, sess, &m)
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "send message", err)
@@ -73,10 +77,15 @@ type sendRequest struct {
 	// message is stored; nil for a command that runs in the message's
 	// transaction (it reads the session's state or calls other services).
 	pure func() string
+	// plan is the answer the message gives a plan awaiting approval, nil
+	// for a message that answers none. It runs in the message's
+	// transaction, as a command does.
+	plan *planReply
 }
 
-// runsInTx says the message is a command that runs in its transaction.
-func (r sendRequest) runsInTx() bool { return r.command != "" && r.pure == nil }
+// runsInTx says the message is a command, or an answer to a plan, that
+// runs in its transaction.
+func (r sendRequest) runsInTx() bool { return r.command != "" && r.pure == nil || r.plan != nil }
 
 // pureCommands are the slash commands whose reply needs nothing but the
 // command: they are stored in group commits like routed messages.
@@ -144,6 +153,11 @@ func (s *Service) newMessage(r sendRequest) message {
 // handle decides what becomes of m: a slash command is the Guide's own (a
 // pure one is answered now), anything else is routed (routing.go).
 func (s *Service) handle(ctx context.Context, r sendRequest, sess session, m *message) (routePlan, error) {
+	if p := r.plan; p != nil {
+		m.Route = outcomeRoute{Target: authorGuide, Tier: tierPlanReply, Confidence: 1, IntentType: "PLAN_" + strings.ToUpper(string(p.verb)),
+			Reason: "answers " + p.plan + ", awaiting approval"}
+		return routePlan{}, nil
+	}
 	if r.command == "" {
 		return s.decide(ctx, r.who, sess, m)
 	}
@@ -224,7 +238,14 @@ func (w *sendWrite) queue(_ context.Context, b *pgx.Batch, counts *routeCounts) 
 // message's route and envelope.
 func (w *sendWrite) runCommand(ctx context.Context, tx pgx.Tx) error {
 	m := w.m
-	res, err := w.s.runCommand(ctx, &commandEnv{q: tx, owner: w.r.owner, who: w.r.who, session: w.sess, msg: m}, m.Text)
+	env := &commandEnv{q: tx, owner: w.r.owner, who: w.r.who, session: w.sess, msg: m}
+	var res commandResult
+	var err error
+	if w.r.plan != nil {
+		res, err = w.s.answerPlan(ctx, env, *w.r.plan)
+	} else {
+		res, err = w.s.runCommand(ctx, env, m.Text)
+	}
 	if err != nil {
 		return err
 	}

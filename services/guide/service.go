@@ -345,6 +345,10 @@ func (a sessionAPI) UpdateSessionContext(ctx context.Context, r *guidev1.UpdateS
 	return a.s.UpdateSessionContext(ctx, r)
 }
 
+func (a sessionAPI) UpdateSession(ctx context.Context, r *guidev1.UpdateSessionRequest) (*guidev1.UpdateSessionResponse, error) {
+	return a.s.UpdateSession(ctx, r)
+}
+
 func (a sessionAPI) GetSessionSnapshot(ctx context.Context, r *guidev1.GetSessionSnapshotRequest) (*guidev1.GetSessionSnapshotResponse, error) {
 	return a.s.GetSessionSnapshot(ctx, r)
 }

@@ -1,6 +1,8 @@
 package guide
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -16,6 +18,10 @@ const (
 	minSessionDuration  = time.Second
 	maxSessionDuration  = 366 * 24 * time.Hour
 )
+
+// reviewPersonas are the review personas a session may choose (spec P-12);
+// "" leaves the choice to the run, then to the Inspector's default.
+var reviewPersonas = []string{"default", "security", "dx", "architecture", "quick"}
 
 // sessionConfigFromProto validates a requested SessionConfig; unset fields
 // take the service defaults.
@@ -66,7 +72,14 @@ func (s *Service) sessionConfigFromProto(p *guidev1.SessionConfig) (sessionConfi
 		}
 		*d.out = v
 	}
+	persona := strings.ToLower(strings.TrimSpace(p.GetReviewPersona()))
+	if persona != "" && !slices.Contains(reviewPersonas, persona) {
+		return c, apierr.Invalid("session.config.review_persona", "want one of %s, got %q", strings.Join(reviewPersonas, ", "), truncate(persona, 40))
+	}
 	c.GitIsolation = p.GetEnableGitIsolation()
+	c.AutoApproveTrivial = p.GetAutoApproveTrivial()
+	c.AllowPush = p.GetAllowPush()
+	c.ReviewPersona = persona
 	return c, nil
 }
 
@@ -78,5 +91,8 @@ func (c sessionConfig) proto() *guidev1.SessionConfig {
 		SessionTimeout:     durationpb.New(c.SessionTimeout),
 		AutoSuspendAfter:   durationpb.New(c.AutoSuspendAfter),
 		EnableGitIsolation: c.GitIsolation,
+		AutoApproveTrivial: c.AutoApproveTrivial,
+		AllowPush:          c.AllowPush,
+		ReviewPersona:      c.ReviewPersona,
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
@@ -62,6 +62,7 @@ func (s session) proto() *guidev1.Session {
 		FailTime:       tsOrNil(s.FailTime),
 		FailureReason:  s.FailureReason,
 		Transitions:    transitionsProto(s.Transitions),
+		Repository:     s.Repository,
 	}
 }
 
@@ -81,18 +82,17 @@ func transitionsProto(ts []transitionRecord) []*guidev1.SessionTransition {
 func ownerOf(id identity.Identity) owner { return owner{tenant: id.TenantID, user: id.UserID} }
 
 // CreateSession creates a session for the caller and activates it at once.
+// Its repository is the one requested, which must be registered in the
+// caller's tenant, else the one the user set last.
 func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
 	who, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
 	}
 	in := req.GetSession()
-	displayName := strings.TrimSpace(in.GetDisplayName())
-	if n := utf8.RuneCountInString(displayName); n > s.cfg.MaxDisplayNameChars {
-		return nil, apierr.Invalid("session.display_name", "%d characters exceeds the limit of %d", n, s.cfg.MaxDisplayNameChars)
-	}
-	if !utf8.ValidString(displayName) {
-		return nil, apierr.Invalid("session.display_name", "must be valid UTF-8")
+	displayName, err := s.displayName(in.GetDisplayName())
+	if err != nil {
+		return nil, err
 	}
 	if err := s.validateMetadata(in.GetMetadata()); err != nil {
 		return nil, err
@@ -100,6 +100,10 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	cfg, err := s.sessionConfigFromProto(in.GetConfig())
 	if err != nil {
 		return nil, err
+	}
+	repo, explicit, err := s.newSessionRepository(ctx, s.db, who, in.GetRepository())
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "create session", err)
 	}
 	now := s.now()
 	sess := session{
@@ -114,6 +118,7 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 		LastActiveTime: now,
 		Config:         cfg,
 		Transitions:    []transitionRecord{{To: stateCreated, Time: now, Reason: "create"}},
+		Repository:     repo,
 	}
 	if !req.GetStartInactive() {
 		if err := activateTransition.apply(&sess, now, "create"); err != nil {
@@ -123,7 +128,13 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	if sess.Metadata == nil {
 		sess.Metadata = map[string]string{}
 	}
-	if err := createSession(ctx, s.db, sess); err != nil {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := createSession(ctx, tx, sess); err != nil || !explicit {
+			return err
+		}
+		return rememberRepository(ctx, tx, ownerOf(who), repo, now)
+	})
+	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "create session", err)
 	}
 	s.metrics.transitions.WithLabelValues(sess.State).Inc()

@@ -62,6 +62,9 @@ type session struct {
 	LastActiveTime time.Time
 	Config         sessionConfig
 	Transitions    []transitionRecord
+	// Repository is the registered repository the session works on
+	// ("repositories/{id}"), "" for none.
+	Repository string
 }
 
 // sessionConfig holds a session's limits; zero fields take the defaults.
@@ -72,6 +75,9 @@ type sessionConfig struct {
 	SessionTimeout     time.Duration
 	AutoSuspendAfter   time.Duration
 	GitIsolation       bool
+	AutoApproveTrivial bool
+	AllowPush          bool
+	ReviewPersona      string
 }
 
 // transitionRecord is one lifecycle change, kept on the session.
@@ -85,7 +91,7 @@ type transitionRecord struct {
 const sessionColumns = `id, tenant_id, user_id, display_name, state, metadata, summary, failure_reason,
 	create_time, update_time, activate_time, suspend_time, complete_time, fail_time, last_active_time,
 	max_concurrent_tasks, max_engineers, task_timeout_ms, session_timeout_ms, auto_suspend_after_ms,
-	enable_git_isolation, transitions`
+	enable_git_isolation, transitions, repository, auto_approve_trivial, allow_push, review_persona`
 
 func scanSession(row pgx.Row) (session, error) {
 	var s session
@@ -93,7 +99,8 @@ func scanSession(row pgx.Row) (session, error) {
 	err := row.Scan(&s.ID, &s.TenantID, &s.UserID, &s.DisplayName, &s.State, &s.Metadata, &s.Summary,
 		&s.FailureReason, &s.CreateTime, &s.UpdateTime, &s.ActivateTime, &s.SuspendTime, &s.CompleteTime,
 		&s.FailTime, &s.LastActiveTime, &s.Config.MaxConcurrentTasks, &s.Config.MaxEngineers, &taskMS, &sessionMS,
-		&idleMS, &s.Config.GitIsolation, &s.Transitions)
+		&idleMS, &s.Config.GitIsolation, &s.Transitions, &s.Repository, &s.Config.AutoApproveTrivial, &s.Config.AllowPush,
+		&s.Config.ReviewPersona)
 	s.Config.TaskTimeout = time.Duration(taskMS) * time.Millisecond
 	s.Config.SessionTimeout = time.Duration(sessionMS) * time.Millisecond
 	s.Config.AutoSuspendAfter = time.Duration(idleMS) * time.Millisecond
@@ -126,6 +133,7 @@ type message struct {
 	Envelope []byte
 
 	// Not stored: what routing adds for the envelope and events.
+	Repository      string // the session's, which the envelope names
 	Constraints     []string
 	Criteria        []string
 	RouteText       string // the text routed, when not Text (commands)
@@ -168,12 +176,13 @@ func messageDest(m *message) []any {
 
 func createSession(ctx context.Context, q querier, s session) error {
 	_, err := q.Exec(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+			$23, $24, $25, $26)`,
 		s.ID, s.TenantID, s.UserID, s.DisplayName, s.State, s.Metadata, s.Summary, s.FailureReason,
 		s.CreateTime, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime, s.FailTime, s.LastActiveTime,
 		s.Config.MaxConcurrentTasks, s.Config.MaxEngineers, s.Config.TaskTimeout.Milliseconds(),
 		s.Config.SessionTimeout.Milliseconds(), s.Config.AutoSuspendAfter.Milliseconds(), s.Config.GitIsolation,
-		nonNilTransitions(s.Transitions))
+		nonNilTransitions(s.Transitions), s.Repository, s.Config.AutoApproveTrivial, s.Config.AllowPush, s.Config.ReviewPersona)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -232,6 +241,24 @@ func updateSessionState(ctx context.Context, q querier, s session) error {
 		WHERE tenant_id = $1 AND user_id = $2 AND id = $3`,
 		s.TenantID, s.UserID, s.ID, s.State, s.UpdateTime, s.ActivateTime, s.SuspendTime, s.CompleteTime,
 		s.FailTime, s.Summary, s.FailureReason, nonNilTransitions(s.Transitions), s.LastActiveTime)
+	if err != nil {
+		return fmt.Errorf("update session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// updateSessionFields writes what UpdateSession changes of s: its display
+// name, repository and configuration.
+func updateSessionFields(ctx context.Context, q querier, s session) error {
+	_, err := q.Exec(ctx, `UPDATE sessions SET display_name = $4, repository = $5, update_time = $6,
+		max_concurrent_tasks = $7, max_engineers = $8, task_timeout_ms = $9, session_timeout_ms = $10,
+		auto_suspend_after_ms = $11, enable_git_isolation = $12, auto_approve_trivial = $13, allow_push = $14,
+		review_persona = $15
+		WHERE tenant_id = $1 AND user_id = $2 AND id = $3`,
+		s.TenantID, s.UserID, s.ID, s.DisplayName, s.Repository, s.UpdateTime,
+		s.Config.MaxConcurrentTasks, s.Config.MaxEngineers, s.Config.TaskTimeout.Milliseconds(),
+		s.Config.SessionTimeout.Milliseconds(), s.Config.AutoSuspendAfter.Milliseconds(), s.Config.GitIsolation,
+		s.Config.AutoApproveTrivial, s.Config.AllowPush, s.Config.ReviewPersona)
 	if err != nil {
 		return fmt.Errorf("update session %s: %w", s.ID, err)
 	}

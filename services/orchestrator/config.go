@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -54,6 +55,18 @@ type Config struct {
 	// GuideTimeout bounds reading from the Guide that a run's session is
 	// the caller's (when a Guide peer is configured); 0 means 5s.
 	GuideTimeout time.Duration
+	// CloneDir is the Librarian's directory of clones of repositories
+	// registered by git URL (its -librarian.data-dir, as this service sees
+	// it): a run whose repository is in it is delivered to the clone's
+	// remote, or kept for download, never as a ref in the clone
+	// (delivery.go). Empty: every repository is a path.
+	CloneDir string
+	// MaxBundleBytes bounds the git bundle of a delivered branch kept for
+	// download; a larger one is not kept (the patch still is).
+	MaxBundleBytes int
+	// ReviewTimeout is how long a review asked through the review API may
+	// wait for an inspector worker's report before it is given up.
+	ReviewTimeout time.Duration
 }
 
 // RegisterFlags registers the -orchestrator.* flags.
@@ -75,6 +88,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.UserReservePercent, "orchestrator.user-reserve-percent", 20, "percent of the global slots reserved for interactive runs")
 	fs.DurationVar(&c.SessionCheckTimeout, "orchestrator.session-check-timeout", 30*time.Minute, "a session check no tester reported on this long after its run ended is given up as an error")
 	fs.DurationVar(&c.GuideTimeout, "orchestrator.guide-timeout", 5*time.Second, "time allowed for reading from the guide that a new run's session is the caller's")
+	fs.StringVar(&c.CloneDir, "orchestrator.clone-dir", "",
+		"the librarian's directory of clones of repositories registered by git URL (its -librarian.data-dir, mounted at the same path): their runs' branches are pushed to the remote or offered for download")
+	fs.IntVar(&c.MaxBundleBytes, "orchestrator.max-bundle-bytes", 16<<20, "largest git bundle of a delivered branch kept for download")
+	fs.DurationVar(&c.ReviewTimeout, "orchestrator.review-timeout", 15*time.Minute, "a review no inspector worker reported on this long after it was asked is given up as failed")
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
 }
 
@@ -146,6 +163,15 @@ func (c Config) Validate() error {
 	}
 	if c.SessionCheckTimeout < time.Second {
 		errs = append(errs, errors.New("orchestrator.session-check-timeout: must be at least 1s"))
+	}
+	if c.CloneDir != "" && !filepath.IsAbs(c.CloneDir) {
+		errs = append(errs, errors.New("orchestrator.clone-dir: must be an absolute path"))
+	}
+	if c.MaxBundleBytes < 0 || c.MaxBundleBytes > 48<<20 {
+		errs = append(errs, errors.New("orchestrator.max-bundle-bytes: must be between 0 and 48 MiB (a bundle is answered in one message)"))
+	}
+	if c.ReviewTimeout < time.Second {
+		errs = append(errs, errors.New("orchestrator.review-timeout: must be at least 1s"))
 	}
 	return errors.Join(errs...)
 }

@@ -152,6 +152,7 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 		s.startSessionCheck(ctx, log, eff.tenant, eff.runID) // sessioncheck.go (spec F-06)
 	}
 	if eff.completed != "" {
+		s.kickDelivery() // delivery.go
 		s.metrics.runs.WithLabelValues(eff.completed).Inc()
 		log.InfoContext(ctx, "run completed", slog.String("state", eff.completed))
 	}

@@ -49,7 +49,31 @@ const (
 	ReasonNodeNotFailed = "NODE_NOT_FAILED"
 	// ReasonWorkerUnavailable: no worker answered for a running node.
 	ReasonWorkerUnavailable = "WORKER_UNAVAILABLE"
+	// ReasonRunNotDelivered: the run offers nothing to download (it was
+	// not created with deliver, has not succeeded, or changed nothing).
+	ReasonRunNotDelivered = "RUN_NOT_DELIVERED"
 )
+
+// The review API's named errors (review.go).
+const (
+	// ReasonRepositoryNotRegistered: a review names a repository the
+	// tenant did not register with the Librarian (or one with no
+	// directory yet).
+	ReasonRepositoryNotRegistered = "REPOSITORY_NOT_REGISTERED"
+	// ReasonLibrarianNotConfigured: a review of a repository needs the
+	// Librarian, which knows the registered ones, and none is configured.
+	ReasonLibrarianNotConfigured = "LIBRARIAN_NOT_CONFIGURED"
+)
+
+var (
+	errRepositoryNotRegistered = apierr.FailedPrecondition(ReasonRepositoryNotRegistered, "the repository is not registered in the tenant")
+	errNoLibrarian             = apierr.FailedPrecondition(ReasonLibrarianNotConfigured,
+		"reviews of a repository need the librarian, which knows the registered repositories, and none is configured: review a patch instead")
+)
+
+// reviewNotFound is a review the caller may not see, or that does not
+// exist.
+func reviewNotFound(name string) *apierr.Error { return apierr.NotFound("review", name) }
 
 // errNotFound is a run (or a row of it) the store does not hold for the
 // tenant; handlers answer it as apierr.NotFound.
@@ -73,6 +97,7 @@ var (
 	errNodeNotRunning    = apierr.FailedPrecondition(ReasonNodeNotRunning, "the node is not running")
 	errNodeNotFailed     = apierr.FailedPrecondition(ReasonNodeNotFailed, "the node did not fail")
 	errWorkerUnavailable = apierr.Unavailable(ReasonWorkerUnavailable, "no worker answered")
+	errRunNotDelivered   = apierr.FailedPrecondition(ReasonRunNotDelivered, "the run offers nothing to download")
 )
 
 // runNotFound is the answer for a run the caller may not see, or that

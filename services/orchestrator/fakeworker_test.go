@@ -56,13 +56,21 @@ type fakeWorker struct {
 	// seen holds every dispatch received, by "<run>/<node>", in order.
 	mu   sync.Mutex
 	seen map[string][]*taskv1.TaskDispatch
+	// decorate, when set, adds to each result before it is reported.
+	decorate func(*taskv1.TaskDispatch, *taskv1.TaskResult)
 }
 
 // startWorker runs a fake worker with concurrency tasks of each role at
 // once until the test ends.
 func (h *harness) startWorker(t *testing.T, concurrency int) *fakeWorker {
 	t.Helper()
-	w := &fakeWorker{bus: h.bus, id: "w1", dir: t.TempDir(), seen: map[string][]*taskv1.TaskDispatch{}}
+	return h.startWorkerWith(t, concurrency, nil)
+}
+
+// startWorkerWith is startWorker whose results decorate adds to.
+func (h *harness) startWorkerWith(t *testing.T, concurrency int, decorate func(*taskv1.TaskDispatch, *taskv1.TaskResult)) *fakeWorker {
+	t.Helper()
+	w := &fakeWorker{bus: h.bus, id: "w1", dir: t.TempDir(), seen: map[string][]*taskv1.TaskDispatch{}, decorate: decorate}
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, topology.EnsureTasks(ctx, h.bus))
 	sub, err := h.bus.Conn.Subscribe(topology.TaskCancelSubject(h.bus), w.onCancel)
@@ -128,6 +136,9 @@ func (w *fakeWorker) handle(ctx context.Context, msg jetstream.Msg) error {
 	cancel()
 	if cancelled {
 		return nil
+	}
+	if w.decorate != nil {
+		w.decorate(&d, r)
 	}
 	r.ReportedTime = timestamppb.Now()
 	_, err := w.bus.Publish(ctx, topology.ResultSubject(w.bus), fmt.Sprintf("%s:%s:%d:result", d.GetRunId(), d.GetNodeId(), d.GetAttempt()), r)

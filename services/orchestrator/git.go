@@ -22,6 +22,11 @@ const gitTimeout = 30 * time.Second
 
 // git runs one audited git command (spec F-33) and returns its output.
 func (s *Service) git(ctx context.Context, dir string, args ...string) (string, error) {
+	return s.gitEnv(ctx, dir, nil, args...)
+}
+
+// gitEnv is git with env added to (and overriding) its environment.
+func (s *Service) gitEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	// The run's repository is its users': nothing its configuration names
@@ -32,6 +37,7 @@ func (s *Service) git(ctx context.Context, dir string, args ...string) (string, 
 	cmd.Env = append(toolexec.GitEnv(toolexec.DefaultConfig().ExtraSecretPatterns),
 		"GIT_AUTHOR_NAME=Sylk Orchestrator", "GIT_AUTHOR_EMAIL=orchestrator@sylk.invalid",
 		"GIT_COMMITTER_NAME=Sylk Orchestrator", "GIT_COMMITTER_EMAIL=orchestrator@sylk.invalid")
+	cmd.Env = append(cmd.Env, env...)
 	// Only what git prints on stdout is its answer: its warnings can quote
 	// paths a task chose, whole lines of a diff among them.
 	var stderr strings.Builder

@@ -59,6 +59,12 @@ func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, 
 // test configuration.
 func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configure func(*orchestrator.Config)) (*harness, context.CancelFunc) {
 	t.Helper()
+	return newOrchestratorPeers(t, db, bus, configure, app.Peers{})
+}
+
+// newOrchestratorPeers is newOrchestratorWith with peers to call.
+func newOrchestratorPeers(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configure func(*orchestrator.Config), peers app.Peers) (*harness, context.CancelFunc) {
+	t.Helper()
 	if db == nil {
 		db, _ = testenv.Postgres(t, "orchestrator", migrations.FS("orchestrator"))
 	}
@@ -71,7 +77,7 @@ func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configu
 		configure(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg})
+	svc, err := orchestrator.New(cfg, app.Deps{Log: logx.Discard(), DB: db, Bus: bus, Registerer: reg, Peers: peers})
 	require.NoError(t, err)
 	stop := testenv.Start(t, svc.Run)
 	// Run provisions the streams; wait until they exist.

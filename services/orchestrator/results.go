@@ -210,6 +210,9 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 		if s.handleSessionCheckResult(ctx, res) { // sessioncheck.go (spec F-06)
 			continue
 		}
+		if s.handleReviewResult(ctx, res) { // reviewstore.go (the review API)
+			continue
+		}
 		if s.handleCancelledResult(ctx, res) {
 			continue
 		}

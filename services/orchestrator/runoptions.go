@@ -17,6 +17,9 @@ import (
 // saveRunOptions stores the run's context documents and whether it gets
 // session checks.
 func saveRunOptions(ctx context.Context, tx pgx.Tx, tenant, id string, req *orchestratorv1.CreateRunRequest) error {
+	if err := saveDeliveryOptions(ctx, tx, tenant, id, req); err != nil { // delivery_server.go
+		return err
+	}
 	if req.GetContext() == nil && !req.GetSessionChecks() {
 		return nil
 	}
@@ -57,13 +60,19 @@ func (s *Service) addRunExtras(ctx context.Context, tenant string, r *orchestrat
 			return err
 		}
 	}
-	return nil
+	return addDelivery(ctx, s.db, tenant, r) // delivery_server.go
 }
 
 // validateRunOptions checks the options at the edge.
 func validateRunOptions(req *orchestratorv1.CreateRunRequest) error {
 	if req.GetSessionChecks() && req.GetRepository() == "" {
 		return errors.New("session_checks: needs repository")
+	}
+	if err := validateDelivery(req); err != nil { // delivery_server.go
+		return err
+	}
+	if err := checkReviewPersonas(req); err != nil { // reviewpersona.go
+		return err
 	}
 	rc := req.GetContext()
 	if err := checkContext(rc, req.GetDag().GetNodes()); err != nil { // taskcontext.go

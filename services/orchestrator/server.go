@@ -181,7 +181,7 @@ func newNodes(req *orchestratorv1.CreateRunRequest, layers [][]string) ([]newNod
 	nodes := make([]newNode, len(req.GetDag().GetNodes()))
 	for i, n := range req.GetDag().GetNodes() {
 		retry := dag.Retry(req.GetDag(), n)
-		spec, err := proto.Marshal(withTaskContext(docs, n)) // taskcontext.go (spec H-03)
+		spec, err := proto.Marshal(withTaskContext(docs, withReviewPersona(n, req.GetReviewPersona()))) // taskcontext.go (spec H-03)
 		if err != nil {
 			return nil, fmt.Errorf("encode node: %w", err)
 		}
@@ -265,35 +265,20 @@ func (s *Service) ListRuns(ctx context.Context, req *orchestratorv1.ListRunsRequ
 	if err != nil {
 		return nil, err
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.Invalid("page_size", "must not be negative")
-	case size == 0:
-		size = s.cfg.DefaultPageSize
-	case size > s.cfg.MaxPageSize:
-		size = s.cfg.MaxPageSize
+	size, cursor, err := s.pageOf(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	session, err := parseSessionID("session_id", req.GetSessionId())
 	if err != nil {
 		return nil, err
-	}
-	var cursor *pageCursor
-	if t := req.GetPageToken(); t != "" {
-		if cursor, err = decodeCursor(t); err != nil {
-			return nil, apierr.Invalid("page_token", "is invalid")
-		}
 	}
 	rows, err := listRuns(ctx, s.db, who.TenantID, runOwner(who), session, cursor, size+1)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	resp := &orchestratorv1.ListRunsResponse{}
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[len(rows)-1]
-		resp.NextPageToken = encodeCursor(pageCursor{CreateTime: last.CreateTime, ID: last.ID})
-	}
+	rows, resp.NextPageToken = page(rows, size, func(r *runRow) pageCursor { return pageCursor{CreateTime: r.CreateTime, ID: r.ID} })
 	for _, r := range rows {
 		resp.Runs = append(resp.Runs, runProto(r, nil, nil))
 	}

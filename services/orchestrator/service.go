@@ -50,6 +50,10 @@ type Service struct {
 	// have been carried out.
 	carryMu   sync.Mutex
 	carryDone chan struct{}
+	// deliveryKick wakes the delivery loop when a run ended (delivery.go).
+	deliveryKick chan struct{}
+	// reviews serves the review API (review.go).
+	reviews *reviewServer
 }
 
 type metrics struct {
@@ -120,7 +124,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		log.Warn("no guide address configured: runs are not checked to be in the caller's own session")
 	}
 	f := promauto.With(reg)
-	return &Service{
+	s := &Service{
 		slots:    slots,
 		sessions: sessions,
 		cfg:      cfg,
@@ -163,12 +167,16 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 				Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 			}),
 		},
-	}, nil
+		deliveryKick: make(chan struct{}, 1),
+	}
+	s.reviews = newReviewServer(s, deps.Peers.Librarian)
+	return s, nil
 }
 
-// Register adds the WorkflowService.
+// Register adds the WorkflowService and the ReviewService.
 func (s *Service) Register(g *grpc.Server) {
 	orchestratorv1.RegisterWorkflowServiceServer(g, s)
+	orchestratorv1.RegisterReviewServiceServer(g, s.reviews)
 }
 
 // Run provisions the task and event streams, recovers unfinished runs, then
@@ -197,6 +205,10 @@ func (s *Service) run(ctx context.Context) error {
 	g.Go(func() error { return s.consumeResults(gctx) })
 	g.Go(func() error {
 		s.leases(gctx)
+		return nil
+	})
+	g.Go(func() error {
+		s.deliveries(gctx) // delivery.go
 		return nil
 	})
 	g.Go(func() error {

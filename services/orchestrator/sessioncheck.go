@@ -191,11 +191,7 @@ func (s *Service) expireSessionChecks(ctx context.Context) {
 		ORDER BY end_time LIMIT $2`, s.cfg.SessionCheckTimeout.Microseconds(), resyncBatch)
 	var keys []runKey
 	if err == nil {
-		keys, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (runKey, error) {
-			var k runKey
-			err := row.Scan(&k.Tenant, &k.ID)
-			return k, err
-		})
+		keys, err = pgx.CollectRows(rows, scanRunKey)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -288,6 +284,7 @@ func (s *Service) finishSessionCheck(ctx context.Context, log *slog.Logger, tena
 		return nil
 	}
 	log.InfoContext(ctx, "session check done", slog.String("state", chk.GetState()), slog.String("detail", chk.GetDetail()))
+	s.kickDelivery() // delivery.go
 	if run.SessionID == "" {
 		return nil
 	}

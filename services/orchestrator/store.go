@@ -158,6 +158,12 @@ func finishRun(ctx context.Context, tx pgx.Tx, tenant, id, state string) error {
 // runKey names a run across tenants, for background work.
 type runKey struct{ Tenant, ID string }
 
+func scanRunKey(row pgx.CollectableRow) (runKey, error) {
+	var k runKey
+	err := row.Scan(&k.Tenant, &k.ID)
+	return k, err
+}
+
 // activeRuns lists unfinished runs of every tenant, oldest first. Only the
 // background loops use it; each run is then handled within its tenant.
 func activeRuns(ctx context.Context, q querier, limit int) ([]runKey, error) {
@@ -165,11 +171,7 @@ func activeRuns(ctx context.Context, q querier, limit int) ([]runKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runKey, error) {
-		var k runKey
-		err := row.Scan(&k.Tenant, &k.ID)
-		return k, err
-	})
+	return pgx.CollectRows(rows, scanRunKey)
 }
 
 // listRuns returns up to limit runs of a tenant, newest first, after the
@@ -219,11 +221,7 @@ func claimExpired(ctx context.Context, q querier, owner string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runKey, error) {
-		var k runKey
-		err := row.Scan(&k.Tenant, &k.ID)
-		return k, err
-	})
+	return pgx.CollectRows(rows, scanRunKey)
 }
 
 // sessionRuns lists the unfinished runs of a session.

@@ -21,16 +21,18 @@ import (
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/llm/provider"
+	"sylk.dev/sylk/pkg/review"
 	"sylk.dev/sylk/pkg/scriptmodel"
 	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 )
 
 // scriptGate is an LLM gate whose only provider is the OpenAI-compatible
-// client talking to a script server.
+// client talking to a script server. The Inspector's reviews find nothing
+// unless a script given says otherwise.
 func scriptGate(t *testing.T, scripts ...scriptmodel.Script) (*gate.Gate, *scriptmodel.Server) {
 	t.Helper()
-	srv, err := scriptmodel.New(scripts...)
+	srv, err := scriptmodel.New(append(scripts, review.PassingScript())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	lc := testenv.FromFlags[llm.Config](t)

@@ -61,6 +61,12 @@ func taskBrief(d *taskv1.TaskDispatch, spec *orchestratorv1.Node) string {
 	if spec.GetDoneWhen() != "" {
 		b.WriteString("\n## Done when\n\n" + spec.GetDoneWhen() + "\n")
 	}
+	if files := spec.GetFiles(); len(files) > 0 {
+		b.WriteString("\n## Files the plan expects you to touch (a hint: read them first)\n\n")
+		for _, f := range files {
+			b.WriteString("- " + f + "\n")
+		}
+	}
 	if kc := spec.GetKeyConstraints(); len(kc) > 0 {
 		b.WriteString("\n## Constraints to respect\n\n")
 		for _, c := range kc {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"sylk.dev/sylk/pkg/review"
 	"sylk.dev/sylk/pkg/toolexec"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -73,6 +74,16 @@ type Config struct {
 	// HelpTimeout is how long an agent waits for the user's answer to its
 	// request for help.
 	HelpTimeout time.Duration
+	// Review has the Inspector review each pipeline's change with a model
+	// after the linters pass (spec P-01..P-14); ReviewBlocking are the
+	// severities of findings that go back to the Engineer (comma-separated),
+	// ReviewModel the model asked ("" takes EngineerModel), and
+	// ReviewContextTokens its context window (0 takes it from the model
+	// catalogue).
+	Review              bool
+	ReviewBlocking      string
+	ReviewModel         string
+	ReviewContextTokens int
 }
 
 // Limits of the settings.
@@ -107,6 +118,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.AgentKeepResults, "worker.agent-keep-results", 8, "newest tool results a task's agent sees whole; older ones are masked to a one-line stub")
 	fs.DurationVar(&c.AgentCommandTimeout, "worker.agent-command-timeout", 2*time.Minute, "default timeout of an agent's run_command (a task's own timeout raises its maximum)")
 	fs.DurationVar(&c.HelpTimeout, "worker.help-timeout", 30*time.Minute, "how long a task's agent waits for the user's answer to its request for help")
+	fs.BoolVar(&c.Review, "worker.review", true, "the Inspector reviews each pipeline's change with the model once the linters pass (no model: the linters only)")
+	fs.StringVar(&c.ReviewBlocking, "worker.review-blocking", "high,critical", "severities of review findings that go back to the Engineer (the rest are concerns in the report)")
+	fs.StringVar(&c.ReviewModel, "worker.review-model", "", "model id or alias the Inspector reviews with; empty takes -worker.engineer-model")
+	fs.IntVar(&c.ReviewContextTokens, "worker.review-context-tokens", 0, "the review model's context window in tokens; 0 takes it from the model catalogue")
 	c.Tools.RegisterFlags(fs)
 }
 
@@ -173,6 +188,12 @@ func (c Config) Validate() error {
 	}
 	if c.AgentCommandTimeout < time.Second || c.HelpTimeout < time.Second {
 		errs = append(errs, errors.New("worker.agent-command-timeout and worker.help-timeout: must be at least 1s"))
+	}
+	if _, err := review.ParseSeverities(c.ReviewBlocking); err != nil {
+		errs = append(errs, fmt.Errorf("worker.review-blocking: %w", err))
+	}
+	if c.ReviewContextTokens < 0 || c.ReviewContextTokens > maxContextTokens {
+		errs = append(errs, fmt.Errorf("worker.review-context-tokens: must be between 0 and %d", maxContextTokens))
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))

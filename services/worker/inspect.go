@@ -6,54 +6,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 
+	"sylk.dev/sylk/pkg/review"
 	"sylk.dev/sylk/pkg/tooldetect"
 	"sylk.dev/sylk/pkg/toolexec"
 )
 
-// securityPattern is one entry of the security-sensitive path registry
-// (spec P-09): a change to a matching path is flagged for review.
-type securityPattern struct {
-	re       *regexp.Regexp
-	category string
-}
-
-var securityRegistry = func() []securityPattern {
-	add := func(expr, cat string) securityPattern { return securityPattern{regexp.MustCompile(expr), cat} }
-	return []securityPattern{
-		add(`(?i)auth`, "authentication"), add(`(?i)crypto`, "cryptography"), add(`(?i)secret`, "secrets"),
-		add(`(?i)permission`, "authorization"), add(`(?i)(^|[^a-z])acl([^a-z]|$)`, "authorization"),
-		add(`(?i)\.pem$`, "key material"), add(`(?i)\.key$`, "key material"), add(`(?i)^\.env(\..*)?$`, "secrets"),
-		add(`^\.github$`, "ci"), add(`^workflows$`, "ci"), add(`^Jenkinsfile$`, "ci"), add(`^\.gitlab-ci\.ya?ml$`, "ci"),
-		add(`^Makefile$`, "build"), add(`(?i)^Dockerfile`, "container"), add(`(?i)compose.*\.ya?ml$`, "container"),
-		add(`(?i)terraform`, "infrastructure"), add(`\.tf$`, "infrastructure"), add(`(?i)^helm$`, "infrastructure"),
-		add(`(?i)^(k8s|kubernetes)$`, "infrastructure"),
-		add(`^package-lock\.json$`, "dependencies"), add(`^yarn\.lock$`, "dependencies"), add(`^pnpm-lock\.yaml$`, "dependencies"),
-		add(`^go\.sum$`, "dependencies"), add(`^Gemfile(\.lock)?$`, "dependencies"), add(`^poetry\.lock$`, "dependencies"),
-		add(`^Cargo\.lock$`, "dependencies"), add(`^package\.json$`, "dependencies"), add(`^go\.mod$`, "dependencies"),
-		add(`^SECURITY\.md$`, "policy"), add(`^CODEOWNERS$`, "policy"),
-	}
-}()
-
-// SecurityFindings matches each path segment of the changed files against
-// the registry.
+// SecurityFindings names the changed files the security registry marks
+// (pkg/review, spec P-09): each is flagged for review.
 func SecurityFindings(files []string) []string {
 	var out []string
 	for _, f := range files {
-		for _, seg := range strings.Split(filepath.ToSlash(f), "/") {
-			hit := ""
-			for _, p := range securityRegistry {
-				if p.re.MatchString(seg) {
-					hit = p.category
-					break
-				}
-			}
-			if hit != "" {
-				out = append(out, fmt.Sprintf("%s: security-sensitive path (%s); review required", f, hit))
-				break
-			}
+		if category, _, ok := review.Sensitive(f); ok {
+			out = append(out, fmt.Sprintf("%s: security-sensitive path (%s); review required", f, category))
 		}
 	}
 	return out

@@ -271,6 +271,11 @@ func (pr *pipelineRun) inspectorStage(ctx context.Context, p *orchestratorv1.Pip
 	pr.ctl.publish(p)
 	sctx, done := pr.ctl.stage(ctx, stageInspector)
 	ok, issues, err := inspect(sctx, pr.dir, pr.run, changed)
+	var rv *orchestratorv1.Review
+	if err == nil && ok && sctx.Err() == nil {
+		// The model reviews what the linters passed (review.go).
+		rv = pr.review(sctx, p.Loops)
+	}
 	if pr.stopped(ctx, sctx, done, p, stageInspector) {
 		return true, nil
 	}
@@ -283,13 +288,19 @@ func (pr *pipelineRun) inspectorStage(ctx context.Context, p *orchestratorv1.Pip
 	case err != nil:
 		return false, err
 	default:
-		p.InspectorPassed = ok
-		pr.findings, pr.inspection = append(pr.findings, issues), passWord(ok)
-		fmt.Fprintf(&pr.log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(ok), len(issues))
-		if !ok {
+		blocking, others := pr.takeReview(ctx, rv, p.Loops)
+		passed := ok && len(blocking) == 0
+		p.InspectorPassed = passed
+		pr.findings, pr.inspection = append(pr.findings, slices.Concat(issues, blocking, others)), passWord(passed)
+		fmt.Fprintf(&pr.log, "loop %d: inspector %s (%d findings)\n", p.Loops, passWord(passed), len(issues)+len(blocking)+len(others))
+		if ok && len(issues)+len(others) > 0 {
+			pr.report.Concerns = strings.Join(slices.Concat(issues, others), "; ")
+		}
+		switch {
+		case !ok:
 			pr.feedback = append(pr.feedback, pr.gateCorrections("inspector", issues, rootCauseOther)...)
-		} else if len(issues) > 0 {
-			pr.report.Concerns = strings.Join(issues, "; ")
+		case len(blocking) > 0:
+			pr.feedback = append(pr.feedback, pr.gateCorrections("inspector", blocking, rootCauseOther)...)
 		}
 	}
 	return false, nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,6 +87,8 @@ func (s *Service) runTask(ctx context.Context, role string, d *taskv1.TaskDispat
 		return t.fail(failure)
 	case d.GetSessionCheck() != nil:
 		return s.sessionCheck(ctx, t, d.GetSessionCheck().GetResultPatch())
+	case d.GetReview() != nil:
+		return s.reviewTask(ctx, t) // reviewtask.go
 	}
 	out, cancelled, ended := t.execute(ctx)
 	if ended {
@@ -152,7 +155,8 @@ func (t *taskRun) nothingToRun() bool {
 	if t.spec.GetPipeline() && (t.spec.GetPrompt() == "" || t.spec.GetHandoff() != nil) {
 		return false
 	}
-	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil
+	return t.spec.GetCommand() == "" && len(t.spec.GetEdits()) == 0 && !t.s.agentReads(t.spec) && t.d.GetSessionCheck() == nil &&
+		t.d.GetReview() == nil
 }
 
 // noModel is the outcome of a prompt-only node no model acts on: it
@@ -191,7 +195,8 @@ func (t *taskRun) prepare(ctx context.Context) (failure string, cancelled bool) 
 		return "could not create the task workspace", false
 	}
 	t.toolEnv(ctx)
-	if t.d.GetRepository() == "" {
+	// A review task reads its repository itself (reviewtask.go).
+	if t.d.GetRepository() == "" || t.d.GetReview() != nil {
 		return "", false
 	}
 	return t.checkout(ctx)
@@ -439,6 +444,12 @@ func (t *taskRun) collectChanges(ctx context.Context) {
 		f := SecurityFindings(files)
 		if h := t.wsp.hidden; len(h) > 0 {
 			f = append(f, fmt.Sprintf("not in the patch, hidden by ignore rules the task wrote: %s", strings.Join(h[:min(len(h), 20)], ", ")))
+		}
+		if c := t.report.Concerns; len(f) > 0 && c != "" && c != "none" {
+			// Added to what the stages found (the review's concerns),
+			// once: the Inspector's warnings name the same paths.
+			f = slices.DeleteFunc(f, func(x string) bool { return strings.Contains(c, x) })
+			f = append([]string{c}, f...)
 		}
 		if len(f) > 0 {
 			t.report.Concerns = strings.Join(f, "; ")

@@ -219,4 +219,19 @@ Service every such call fails. */}}
 {{- if and .Values.architect.enabled (not .Values.orchestrator.enabled) }}
 {{- fail "the architect needs the orchestrator service: set orchestrator.enabled=true or architect.enabled=false" }}
 {{- end }}
+{{- if .Values.repositories.enabled }}
+{{- if not (hasPrefix "/" .Values.repositories.mountPath) }}
+{{- fail "repositories.mountPath must be an absolute path" }}
+{{- end }}
+{{- if has (trimSuffix "/" .Values.repositories.mountPath) (list "" "/tmp" "/workspaces" "/clones" "/etc/sylk") }}
+{{- fail "repositories.mountPath must be a directory of its own (not /, /tmp, /workspaces, /clones or /etc/sylk)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The claim of the repositories volume: the existing one named, or the chart's.
+*/}}
+{{- define "sylk.repositoriesClaim" -}}
+{{- .Values.repositories.existingClaim | default (printf "%s-repositories" (include "sylk.fullname" .)) }}
 {{- end }}

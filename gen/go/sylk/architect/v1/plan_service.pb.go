@@ -77,6 +77,65 @@ func (PlanState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{0}
 }
 
+// PlanTodoState is where a plan step stands.
+type PlanTodoState int32
+
+const (
+	PlanTodoState_PLAN_TODO_STATE_UNSPECIFIED PlanTodoState = 0
+	PlanTodoState_PLAN_TODO_STATE_PENDING     PlanTodoState = 1
+	PlanTodoState_PLAN_TODO_STATE_IN_PROGRESS PlanTodoState = 2
+	PlanTodoState_PLAN_TODO_STATE_COMPLETED   PlanTodoState = 3
+	PlanTodoState_PLAN_TODO_STATE_FAILED      PlanTodoState = 4
+	PlanTodoState_PLAN_TODO_STATE_SKIPPED     PlanTodoState = 5
+)
+
+// Enum value maps for PlanTodoState.
+var (
+	PlanTodoState_name = map[int32]string{
+		0: "PLAN_TODO_STATE_UNSPECIFIED",
+		1: "PLAN_TODO_STATE_PENDING",
+		2: "PLAN_TODO_STATE_IN_PROGRESS",
+		3: "PLAN_TODO_STATE_COMPLETED",
+		4: "PLAN_TODO_STATE_FAILED",
+		5: "PLAN_TODO_STATE_SKIPPED",
+	}
+	PlanTodoState_value = map[string]int32{
+		"PLAN_TODO_STATE_UNSPECIFIED": 0,
+		"PLAN_TODO_STATE_PENDING":     1,
+		"PLAN_TODO_STATE_IN_PROGRESS": 2,
+		"PLAN_TODO_STATE_COMPLETED":   3,
+		"PLAN_TODO_STATE_FAILED":      4,
+		"PLAN_TODO_STATE_SKIPPED":     5,
+	}
+)
+
+func (x PlanTodoState) Enum() *PlanTodoState {
+	p := new(PlanTodoState)
+	*p = x
+	return p
+}
+
+func (x PlanTodoState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PlanTodoState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_architect_v1_plan_service_proto_enumTypes[1].Descriptor()
+}
+
+func (PlanTodoState) Type() protoreflect.EnumType {
+	return &file_sylk_architect_v1_plan_service_proto_enumTypes[1]
+}
+
+func (x PlanTodoState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PlanTodoState.Descriptor instead.
+func (PlanTodoState) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
+}
+
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/plans/{plan}".
@@ -97,7 +156,22 @@ type Plan struct {
 	RejectReason string                 `protobuf:"bytes,13,opt,name=reject_reason,json=rejectReason,proto3" json:"reject_reason,omitempty"`
 	// The intent the plan serves, enriched with the feature domain's
 	// expectations (spec A-10, A-11).
-	Intent        *PlanIntent `protobuf:"bytes,14,opt,name=intent,proto3" json:"intent,omitempty"`
+	Intent *PlanIntent `protobuf:"bytes,14,opt,name=intent,proto3" json:"intent,omitempty"`
+	// The repository the plan changes ("repositories/{id}"): the session's.
+	Repository string `protobuf:"bytes,15,opt,name=repository,proto3" json:"repository,omitempty"`
+	// What the Architect learned before planning (spec E-11).
+	Consultation *PlanConsultation `protobuf:"bytes,16,opt,name=consultation,proto3" json:"consultation,omitempty"`
+	// Every version, oldest first; the plan's own fields are the latest's.
+	Versions []*PlanVersion `protobuf:"bytes,17,rep,name=versions,proto3" json:"versions,omitempty"`
+	// The plan's steps and how far its run is with them (spec E-12).
+	Todos []*PlanTodo `protobuf:"bytes,18,rep,name=todos,proto3" json:"todos,omitempty"`
+	// A trivial request's one-task plan; auto_approved when the session
+	// approved it without asking.
+	Trivial      bool `protobuf:"varint,19,opt,name=trivial,proto3" json:"trivial,omitempty"`
+	AutoApproved bool `protobuf:"varint,20,opt,name=auto_approved,json=autoApproved,proto3" json:"auto_approved,omitempty"`
+	// What the user should know before approving: for example that without
+	// a model the implementation tasks change nothing.
+	Notes         []string `protobuf:"bytes,21,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +304,392 @@ func (x *Plan) GetIntent() *PlanIntent {
 	return nil
 }
 
+func (x *Plan) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Plan) GetConsultation() *PlanConsultation {
+	if x != nil {
+		return x.Consultation
+	}
+	return nil
+}
+
+func (x *Plan) GetVersions() []*PlanVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *Plan) GetTodos() []*PlanTodo {
+	if x != nil {
+		return x.Todos
+	}
+	return nil
+}
+
+func (x *Plan) GetTrivial() bool {
+	if x != nil {
+		return x.Trivial
+	}
+	return false
+}
+
+func (x *Plan) GetAutoApproved() bool {
+	if x != nil {
+		return x.AutoApproved
+	}
+	return false
+}
+
+func (x *Plan) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// PlanConsultation is what the Librarian and the Archivalist said of a
+// request before the Architect planned it (spec E-11).
+type PlanConsultation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The code the request touches, best first: "path:start-end symbol".
+	Code []string `protobuf:"bytes,1,rep,name=code,proto3" json:"code,omitempty"`
+	// The files among them.
+	Files []string `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	// The Librarian's word on the area (spec E-17), or "unavailable: <why>".
+	CodebaseHealth string `protobuf:"bytes,3,opt,name=codebase_health,json=codebaseHealth,proto3" json:"codebase_health,omitempty"`
+	// Similar failures and past decisions the Archivalist holds.
+	Failures      []string `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`
+	Decisions     []string `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanConsultation) Reset() {
+	*x = PlanConsultation{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanConsultation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanConsultation) ProtoMessage() {}
+
+func (x *PlanConsultation) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanConsultation.ProtoReflect.Descriptor instead.
+func (*PlanConsultation) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlanConsultation) GetCode() []string {
+	if x != nil {
+		return x.Code
+	}
+	return nil
+}
+
+func (x *PlanConsultation) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *PlanConsultation) GetCodebaseHealth() string {
+	if x != nil {
+		return x.CodebaseHealth
+	}
+	return ""
+}
+
+func (x *PlanConsultation) GetFailures() []string {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *PlanConsultation) GetDecisions() []string {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// PlanVersion is one version of a plan.
+type PlanVersion struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version int32                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Title   string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Dag     *v1.Dag                `protobuf:"bytes,3,opt,name=dag,proto3" json:"dag,omitempty"`
+	// The feedback the version answers (empty for the first).
+	Feedback string `protobuf:"bytes,4,opt,name=feedback,proto3" json:"feedback,omitempty"`
+	// What changed from the version before, for a person: tasks added,
+	// removed and changed.
+	Diff          string                 `protobuf:"bytes,5,opt,name=diff,proto3" json:"diff,omitempty"`
+	Planner       string                 `protobuf:"bytes,6,opt,name=planner,proto3" json:"planner,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanVersion) Reset() {
+	*x = PlanVersion{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanVersion) ProtoMessage() {}
+
+func (x *PlanVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanVersion.ProtoReflect.Descriptor instead.
+func (*PlanVersion) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanVersion) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PlanVersion) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PlanVersion) GetDag() *v1.Dag {
+	if x != nil {
+		return x.Dag
+	}
+	return nil
+}
+
+func (x *PlanVersion) GetFeedback() string {
+	if x != nil {
+		return x.Feedback
+	}
+	return ""
+}
+
+func (x *PlanVersion) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+func (x *PlanVersion) GetPlanner() string {
+	if x != nil {
+		return x.Planner
+	}
+	return ""
+}
+
+func (x *PlanVersion) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// PlanTodo is one step of a plan.
+type PlanTodo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Content string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	State   PlanTodoState          `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.architect.v1.PlanTodoState" json:"state,omitempty"`
+	// The run's node that carries it out.
+	NodeId        string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanTodo) Reset() {
+	*x = PlanTodo{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanTodo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanTodo) ProtoMessage() {}
+
+func (x *PlanTodo) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanTodo.ProtoReflect.Descriptor instead.
+func (*PlanTodo) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PlanTodo) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *PlanTodo) GetState() PlanTodoState {
+	if x != nil {
+		return x.State
+	}
+	return PlanTodoState_PLAN_TODO_STATE_UNSPECIFIED
+}
+
+func (x *PlanTodo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type RevisePlanRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What to change, in the user's words ("change step 2 to ...").
+	Feedback      string `protobuf:"bytes,2,opt,name=feedback,proto3" json:"feedback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevisePlanRequest) Reset() {
+	*x = RevisePlanRequest{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisePlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisePlanRequest) ProtoMessage() {}
+
+func (x *RevisePlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisePlanRequest.ProtoReflect.Descriptor instead.
+func (*RevisePlanRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RevisePlanRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevisePlanRequest) GetFeedback() string {
+	if x != nil {
+		return x.Feedback
+	}
+	return ""
+}
+
+type RevisePlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevisePlanResponse) Reset() {
+	*x = RevisePlanResponse{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisePlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisePlanResponse) ProtoMessage() {}
+
+func (x *RevisePlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisePlanResponse.ProtoReflect.Descriptor instead.
+func (*RevisePlanResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RevisePlanResponse) GetPlan() *Plan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 // PlanIntent is a plan's enriched intent (spec A-10, A-11).
 type PlanIntent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -248,7 +708,7 @@ type PlanIntent struct {
 
 func (x *PlanIntent) Reset() {
 	*x = PlanIntent{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +720,7 @@ func (x *PlanIntent) String() string {
 func (*PlanIntent) ProtoMessage() {}
 
 func (x *PlanIntent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[1]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +733,7 @@ func (x *PlanIntent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanIntent.ProtoReflect.Descriptor instead.
 func (*PlanIntent) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PlanIntent) GetFeatureDomain() string {
@@ -322,7 +782,7 @@ type CreatePlanRequest struct {
 
 func (x *CreatePlanRequest) Reset() {
 	*x = CreatePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +794,7 @@ func (x *CreatePlanRequest) String() string {
 func (*CreatePlanRequest) ProtoMessage() {}
 
 func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +807,7 @@ func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreatePlanRequest) GetParent() string {
@@ -394,7 +854,7 @@ type CreatePlanResponse struct {
 
 func (x *CreatePlanResponse) Reset() {
 	*x = CreatePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +866,7 @@ func (x *CreatePlanResponse) String() string {
 func (*CreatePlanResponse) ProtoMessage() {}
 
 func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +879,7 @@ func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanResponse.ProtoReflect.Descriptor instead.
 func (*CreatePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreatePlanResponse) GetPlan() *Plan {
@@ -438,7 +898,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +910,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +923,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -482,7 +942,7 @@ type GetPlanResponse struct {
 
 func (x *GetPlanResponse) Reset() {
 	*x = GetPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +954,7 @@ func (x *GetPlanResponse) String() string {
 func (*GetPlanResponse) ProtoMessage() {}
 
 func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +967,7 @@ func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanResponse.ProtoReflect.Descriptor instead.
 func (*GetPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetPlanResponse) GetPlan() *Plan {
@@ -528,7 +988,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +1000,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +1013,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPlansRequest) GetParent() string {
@@ -587,7 +1047,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +1059,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +1072,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -639,7 +1099,7 @@ type ApprovePlanRequest struct {
 
 func (x *ApprovePlanRequest) Reset() {
 	*x = ApprovePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +1111,7 @@ func (x *ApprovePlanRequest) String() string {
 func (*ApprovePlanRequest) ProtoMessage() {}
 
 func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +1124,7 @@ func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApprovePlanRequest) GetName() string {
@@ -691,7 +1151,7 @@ type ApprovePlanResponse struct {
 
 func (x *ApprovePlanResponse) Reset() {
 	*x = ApprovePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +1163,7 @@ func (x *ApprovePlanResponse) String() string {
 func (*ApprovePlanResponse) ProtoMessage() {}
 
 func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +1176,7 @@ func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApprovePlanResponse) GetPlan() *Plan {
@@ -743,7 +1203,7 @@ type RejectPlanRequest struct {
 
 func (x *RejectPlanRequest) Reset() {
 	*x = RejectPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1215,7 @@ func (x *RejectPlanRequest) String() string {
 func (*RejectPlanRequest) ProtoMessage() {}
 
 func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1228,7 @@ func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanRequest.ProtoReflect.Descriptor instead.
 func (*RejectPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RejectPlanRequest) GetName() string {
@@ -794,7 +1254,7 @@ type RejectPlanResponse struct {
 
 func (x *RejectPlanResponse) Reset() {
 	*x = RejectPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1266,7 @@ func (x *RejectPlanResponse) String() string {
 func (*RejectPlanResponse) ProtoMessage() {}
 
 func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1279,7 @@ func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanResponse.ProtoReflect.Descriptor instead.
 func (*RejectPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RejectPlanResponse) GetPlan() *Plan {
@@ -833,7 +1293,7 @@ var File_sylk_architect_v1_plan_service_proto protoreflect.FileDescriptor
 
 const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\n" +
-	"$sylk/architect/v1/plan_service.proto\x12\x11sylk.architect.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xad\x04\n" +
+	"$sylk/architect/v1/plan_service.proto\x12\x11sylk.architect.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xfd\x06\n" +
 	"\x04Plan\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\"\n" +
@@ -852,7 +1312,40 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTime\x12(\n" +
 	"\rreject_reason\x18\r \x01(\tB\x03\xe0A\x03R\frejectReason\x12:\n" +
-	"\x06intent\x18\x0e \x01(\v2\x1d.sylk.architect.v1.PlanIntentB\x03\xe0A\x03R\x06intent\"\xc8\x01\n" +
+	"\x06intent\x18\x0e \x01(\v2\x1d.sylk.architect.v1.PlanIntentB\x03\xe0A\x03R\x06intent\x12#\n" +
+	"\n" +
+	"repository\x18\x0f \x01(\tB\x03\xe0A\x03R\n" +
+	"repository\x12L\n" +
+	"\fconsultation\x18\x10 \x01(\v2#.sylk.architect.v1.PlanConsultationB\x03\xe0A\x03R\fconsultation\x12?\n" +
+	"\bversions\x18\x11 \x03(\v2\x1e.sylk.architect.v1.PlanVersionB\x03\xe0A\x03R\bversions\x126\n" +
+	"\x05todos\x18\x12 \x03(\v2\x1b.sylk.architect.v1.PlanTodoB\x03\xe0A\x03R\x05todos\x12\x1d\n" +
+	"\atrivial\x18\x13 \x01(\bB\x03\xe0A\x03R\atrivial\x12(\n" +
+	"\rauto_approved\x18\x14 \x01(\bB\x03\xe0A\x03R\fautoApproved\x12\x19\n" +
+	"\x05notes\x18\x15 \x03(\tB\x03\xe0A\x03R\x05notes\"\x9f\x01\n" +
+	"\x10PlanConsultation\x12\x12\n" +
+	"\x04code\x18\x01 \x03(\tR\x04code\x12\x14\n" +
+	"\x05files\x18\x02 \x03(\tR\x05files\x12'\n" +
+	"\x0fcodebase_health\x18\x03 \x01(\tR\x0ecodebaseHealth\x12\x1a\n" +
+	"\bfailures\x18\x04 \x03(\tR\bfailures\x12\x1c\n" +
+	"\tdecisions\x18\x05 \x03(\tR\tdecisions\"\xf1\x01\n" +
+	"\vPlanVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12+\n" +
+	"\x03dag\x18\x03 \x01(\v2\x19.sylk.orchestrator.v1.DagR\x03dag\x12\x1a\n" +
+	"\bfeedback\x18\x04 \x01(\tR\bfeedback\x12\x12\n" +
+	"\x04diff\x18\x05 \x01(\tR\x04diff\x12\x18\n" +
+	"\aplanner\x18\x06 \x01(\tR\aplanner\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"u\n" +
+	"\bPlanTodo\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x126\n" +
+	"\x05state\x18\x02 \x01(\x0e2 .sylk.architect.v1.PlanTodoStateR\x05state\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"M\n" +
+	"\x11RevisePlanRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1f\n" +
+	"\bfeedback\x18\x02 \x01(\tB\x03\xe0A\x02R\bfeedback\"A\n" +
+	"\x12RevisePlanResponse\x12+\n" +
+	"\x04plan\x18\x01 \x01(\v2\x17.sylk.architect.v1.PlanR\x04plan\"\xc8\x01\n" +
 	"\n" +
 	"PlanIntent\x12%\n" +
 	"\x0efeature_domain\x18\x01 \x01(\tR\rfeatureDomain\x12'\n" +
@@ -894,13 +1387,22 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\x16PLAN_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cPLAN_STATE_AWAITING_APPROVAL\x10\x01\x12\x17\n" +
 	"\x13PLAN_STATE_APPROVED\x10\x02\x12\x17\n" +
-	"\x13PLAN_STATE_REJECTED\x10\x032\xa9\x05\n" +
+	"\x13PLAN_STATE_REJECTED\x10\x03*\xc6\x01\n" +
+	"\rPlanTodoState\x12\x1f\n" +
+	"\x1bPLAN_TODO_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17PLAN_TODO_STATE_PENDING\x10\x01\x12\x1f\n" +
+	"\x1bPLAN_TODO_STATE_IN_PROGRESS\x10\x02\x12\x1d\n" +
+	"\x19PLAN_TODO_STATE_COMPLETED\x10\x03\x12\x1a\n" +
+	"\x16PLAN_TODO_STATE_FAILED\x10\x04\x12\x1b\n" +
+	"\x17PLAN_TODO_STATE_SKIPPED\x10\x052\xb6\x06\n" +
 	"\vPlanService\x12\x83\x01\n" +
 	"\n" +
 	"CreatePlan\x12$.sylk.architect.v1.CreatePlanRequest\x1a%.sylk.architect.v1.CreatePlanResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/{parent=sessions/*}/plans\x12w\n" +
 	"\aGetPlan\x12!.sylk.architect.v1.GetPlanRequest\x1a\".sylk.architect.v1.GetPlanResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/{name=sessions/*/plans/*}\x12}\n" +
 	"\tListPlans\x12#.sylk.architect.v1.ListPlansRequest\x1a$.sylk.architect.v1.ListPlansResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/{parent=sessions/*}/plans\x12\x8e\x01\n" +
 	"\vApprovePlan\x12%.sylk.architect.v1.ApprovePlanRequest\x1a&.sylk.architect.v1.ApprovePlanResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/{name=sessions/*/plans/*}:approve\x12\x8a\x01\n" +
+	"\n" +
+	"RevisePlan\x12$.sylk.architect.v1.RevisePlanRequest\x1a%.sylk.architect.v1.RevisePlanResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{name=sessions/*/plans/*}:revise\x12\x8a\x01\n" +
 	"\n" +
 	"RejectPlan\x12$.sylk.architect.v1.RejectPlanRequest\x1a%.sylk.architect.v1.RejectPlanResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{name=sessions/*/plans/*}:rejectB4Z2sylk.dev/sylk/gen/go/sylk/architect/v1;architectv1b\x06proto3"
 
@@ -916,56 +1418,71 @@ func file_sylk_architect_v1_plan_service_proto_rawDescGZIP() []byte {
 	return file_sylk_architect_v1_plan_service_proto_rawDescData
 }
 
-var file_sylk_architect_v1_plan_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sylk_architect_v1_plan_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_sylk_architect_v1_plan_service_proto_goTypes = []any{
 	(PlanState)(0),                // 0: sylk.architect.v1.PlanState
-	(*Plan)(nil),                  // 1: sylk.architect.v1.Plan
-	(*PlanIntent)(nil),            // 2: sylk.architect.v1.PlanIntent
-	(*CreatePlanRequest)(nil),     // 3: sylk.architect.v1.CreatePlanRequest
-	(*CreatePlanResponse)(nil),    // 4: sylk.architect.v1.CreatePlanResponse
-	(*GetPlanRequest)(nil),        // 5: sylk.architect.v1.GetPlanRequest
-	(*GetPlanResponse)(nil),       // 6: sylk.architect.v1.GetPlanResponse
-	(*ListPlansRequest)(nil),      // 7: sylk.architect.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),     // 8: sylk.architect.v1.ListPlansResponse
-	(*ApprovePlanRequest)(nil),    // 9: sylk.architect.v1.ApprovePlanRequest
-	(*ApprovePlanResponse)(nil),   // 10: sylk.architect.v1.ApprovePlanResponse
-	(*RejectPlanRequest)(nil),     // 11: sylk.architect.v1.RejectPlanRequest
-	(*RejectPlanResponse)(nil),    // 12: sylk.architect.v1.RejectPlanResponse
-	(*v1.Dag)(nil),                // 13: sylk.orchestrator.v1.Dag
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*v11.SuccessCriterion)(nil),  // 15: sylk.message.v1.SuccessCriterion
-	(*v1.Run)(nil),                // 16: sylk.orchestrator.v1.Run
+	(PlanTodoState)(0),            // 1: sylk.architect.v1.PlanTodoState
+	(*Plan)(nil),                  // 2: sylk.architect.v1.Plan
+	(*PlanConsultation)(nil),      // 3: sylk.architect.v1.PlanConsultation
+	(*PlanVersion)(nil),           // 4: sylk.architect.v1.PlanVersion
+	(*PlanTodo)(nil),              // 5: sylk.architect.v1.PlanTodo
+	(*RevisePlanRequest)(nil),     // 6: sylk.architect.v1.RevisePlanRequest
+	(*RevisePlanResponse)(nil),    // 7: sylk.architect.v1.RevisePlanResponse
+	(*PlanIntent)(nil),            // 8: sylk.architect.v1.PlanIntent
+	(*CreatePlanRequest)(nil),     // 9: sylk.architect.v1.CreatePlanRequest
+	(*CreatePlanResponse)(nil),    // 10: sylk.architect.v1.CreatePlanResponse
+	(*GetPlanRequest)(nil),        // 11: sylk.architect.v1.GetPlanRequest
+	(*GetPlanResponse)(nil),       // 12: sylk.architect.v1.GetPlanResponse
+	(*ListPlansRequest)(nil),      // 13: sylk.architect.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),     // 14: sylk.architect.v1.ListPlansResponse
+	(*ApprovePlanRequest)(nil),    // 15: sylk.architect.v1.ApprovePlanRequest
+	(*ApprovePlanResponse)(nil),   // 16: sylk.architect.v1.ApprovePlanResponse
+	(*RejectPlanRequest)(nil),     // 17: sylk.architect.v1.RejectPlanRequest
+	(*RejectPlanResponse)(nil),    // 18: sylk.architect.v1.RejectPlanResponse
+	(*v1.Dag)(nil),                // 19: sylk.orchestrator.v1.Dag
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*v11.SuccessCriterion)(nil),  // 21: sylk.message.v1.SuccessCriterion
+	(*v1.Run)(nil),                // 22: sylk.orchestrator.v1.Run
 }
 var file_sylk_architect_v1_plan_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.architect.v1.Plan.state:type_name -> sylk.architect.v1.PlanState
-	13, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
-	14, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
-	14, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 4: sylk.architect.v1.Plan.intent:type_name -> sylk.architect.v1.PlanIntent
-	15, // 5: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	13, // 6: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	1,  // 7: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	1,  // 8: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	1,  // 9: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
-	1,  // 10: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	16, // 11: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
-	1,  // 12: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	3,  // 13: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
-	5,  // 14: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
-	7,  // 15: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
-	9,  // 16: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
-	11, // 17: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
-	4,  // 18: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
-	6,  // 19: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
-	8,  // 20: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
-	10, // 21: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
-	12, // 22: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
+	20, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
+	20, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: sylk.architect.v1.Plan.intent:type_name -> sylk.architect.v1.PlanIntent
+	3,  // 5: sylk.architect.v1.Plan.consultation:type_name -> sylk.architect.v1.PlanConsultation
+	4,  // 6: sylk.architect.v1.Plan.versions:type_name -> sylk.architect.v1.PlanVersion
+	5,  // 7: sylk.architect.v1.Plan.todos:type_name -> sylk.architect.v1.PlanTodo
+	19, // 8: sylk.architect.v1.PlanVersion.dag:type_name -> sylk.orchestrator.v1.Dag
+	20, // 9: sylk.architect.v1.PlanVersion.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 10: sylk.architect.v1.PlanTodo.state:type_name -> sylk.architect.v1.PlanTodoState
+	2,  // 11: sylk.architect.v1.RevisePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	21, // 12: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	19, // 13: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	2,  // 14: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 15: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 16: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
+	2,  // 17: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	22, // 18: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
+	2,  // 19: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	9,  // 20: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
+	11, // 21: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
+	13, // 22: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
+	15, // 23: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
+	6,  // 24: sylk.architect.v1.PlanService.RevisePlan:input_type -> sylk.architect.v1.RevisePlanRequest
+	17, // 25: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
+	10, // 26: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
+	12, // 27: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
+	14, // 28: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
+	16, // 29: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
+	7,  // 30: sylk.architect.v1.PlanService.RevisePlan:output_type -> sylk.architect.v1.RevisePlanResponse
+	18, // 31: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_sylk_architect_v1_plan_service_proto_init() }
@@ -978,8 +1495,8 @@ func file_sylk_architect_v1_plan_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_architect_v1_plan_service_proto_rawDesc), len(file_sylk_architect_v1_plan_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   12,
+			NumEnums:      2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	PlanService_GetPlan_FullMethodName     = "/sylk.architect.v1.PlanService/GetPlan"
 	PlanService_ListPlans_FullMethodName   = "/sylk.architect.v1.PlanService/ListPlans"
 	PlanService_ApprovePlan_FullMethodName = "/sylk.architect.v1.PlanService/ApprovePlan"
+	PlanService_RevisePlan_FullMethodName  = "/sylk.architect.v1.PlanService/RevisePlan"
 	PlanService_RejectPlan_FullMethodName  = "/sylk.architect.v1.PlanService/RejectPlan"
 )
 
@@ -37,6 +38,9 @@ type PlanServiceClient interface {
 	GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*GetPlanResponse, error)
 	ListPlans(ctx context.Context, in *ListPlansRequest, opts ...grpc.CallOption) (*ListPlansResponse, error)
 	ApprovePlan(ctx context.Context, in *ApprovePlanRequest, opts ...grpc.CallOption) (*ApprovePlanResponse, error)
+	// RevisePlan makes the plan's next version from the user's feedback; the
+	// earlier versions are kept, each with its diff from the one before.
+	RevisePlan(ctx context.Context, in *RevisePlanRequest, opts ...grpc.CallOption) (*RevisePlanResponse, error)
 	RejectPlan(ctx context.Context, in *RejectPlanRequest, opts ...grpc.CallOption) (*RejectPlanResponse, error)
 }
 
@@ -88,6 +92,16 @@ func (c *planServiceClient) ApprovePlan(ctx context.Context, in *ApprovePlanRequ
 	return out, nil
 }
 
+func (c *planServiceClient) RevisePlan(ctx context.Context, in *RevisePlanRequest, opts ...grpc.CallOption) (*RevisePlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevisePlanResponse)
+	err := c.cc.Invoke(ctx, PlanService_RevisePlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *planServiceClient) RejectPlan(ctx context.Context, in *RejectPlanRequest, opts ...grpc.CallOption) (*RejectPlanResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RejectPlanResponse)
@@ -109,6 +123,9 @@ type PlanServiceServer interface {
 	GetPlan(context.Context, *GetPlanRequest) (*GetPlanResponse, error)
 	ListPlans(context.Context, *ListPlansRequest) (*ListPlansResponse, error)
 	ApprovePlan(context.Context, *ApprovePlanRequest) (*ApprovePlanResponse, error)
+	// RevisePlan makes the plan's next version from the user's feedback; the
+	// earlier versions are kept, each with its diff from the one before.
+	RevisePlan(context.Context, *RevisePlanRequest) (*RevisePlanResponse, error)
 	RejectPlan(context.Context, *RejectPlanRequest) (*RejectPlanResponse, error)
 	mustEmbedUnimplementedPlanServiceServer()
 }
@@ -131,6 +148,9 @@ func (UnimplementedPlanServiceServer) ListPlans(context.Context, *ListPlansReque
 }
 func (UnimplementedPlanServiceServer) ApprovePlan(context.Context, *ApprovePlanRequest) (*ApprovePlanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApprovePlan not implemented")
+}
+func (UnimplementedPlanServiceServer) RevisePlan(context.Context, *RevisePlanRequest) (*RevisePlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevisePlan not implemented")
 }
 func (UnimplementedPlanServiceServer) RejectPlan(context.Context, *RejectPlanRequest) (*RejectPlanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RejectPlan not implemented")
@@ -228,6 +248,24 @@ func _PlanService_ApprovePlan_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlanService_RevisePlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevisePlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlanServiceServer).RevisePlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlanService_RevisePlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlanServiceServer).RevisePlan(ctx, req.(*RevisePlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PlanService_RejectPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RejectPlanRequest)
 	if err := dec(in); err != nil {
@@ -268,6 +306,10 @@ var PlanService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApprovePlan",
 			Handler:    _PlanService_ApprovePlan_Handler,
+		},
+		{
+			MethodName: "RevisePlan",
+			Handler:    _PlanService_RevisePlan_Handler,
 		},
 		{
 			MethodName: "RejectPlan",

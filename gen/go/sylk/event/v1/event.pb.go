@@ -81,6 +81,9 @@ const (
 	EventType_EVENT_TYPE_SESSION_RESUMED   EventType = 46
 	EventType_EVENT_TYPE_SESSION_COMPLETED EventType = 47
 	EventType_EVENT_TYPE_SESSION_FAILED    EventType = 48
+	// session: the session's repository, display name or configuration
+	// changed (its state did not); repository is the one it uses now.
+	EventType_EVENT_TYPE_SESSION_UPDATED EventType = 49
 	// task_help: a task asks the user for help.
 	EventType_EVENT_TYPE_TASK_HELP EventType = 50
 	// indexing: a repository's index run moved on.
@@ -96,6 +99,14 @@ const (
 	// agent: the third failed in a row; the agent's changes were reverted to
 	// its checkpoint and it asks for help (E-14).
 	EventType_EVENT_TYPE_AGENT_REVERTED EventType = 83
+	// review: the Inspector reviewed a node's change (or a review asked
+	// through the API is done).
+	EventType_EVENT_TYPE_REVIEW_COMPLETED EventType = 90
+	// plan_revised: a plan got a new version from the user's feedback.
+	EventType_EVENT_TYPE_PLAN_REVISED EventType = 13
+	// run: the run's change was delivered as a branch (or offered for
+	// download); delivery says where, and what it holds.
+	EventType_EVENT_TYPE_RUN_DELIVERED EventType = 27
 )
 
 // Enum value maps for EventType.
@@ -136,6 +147,7 @@ var (
 		46: "EVENT_TYPE_SESSION_RESUMED",
 		47: "EVENT_TYPE_SESSION_COMPLETED",
 		48: "EVENT_TYPE_SESSION_FAILED",
+		49: "EVENT_TYPE_SESSION_UPDATED",
 		50: "EVENT_TYPE_TASK_HELP",
 		60: "EVENT_TYPE_INDEXING_PROGRESS",
 		70: "EVENT_TYPE_ERROR",
@@ -143,6 +155,9 @@ var (
 		81: "EVENT_TYPE_AGENT_TEXT",
 		82: "EVENT_TYPE_AGENT_WARNING",
 		83: "EVENT_TYPE_AGENT_REVERTED",
+		90: "EVENT_TYPE_REVIEW_COMPLETED",
+		13: "EVENT_TYPE_PLAN_REVISED",
+		27: "EVENT_TYPE_RUN_DELIVERED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":             0,
@@ -180,6 +195,7 @@ var (
 		"EVENT_TYPE_SESSION_RESUMED":         46,
 		"EVENT_TYPE_SESSION_COMPLETED":       47,
 		"EVENT_TYPE_SESSION_FAILED":          48,
+		"EVENT_TYPE_SESSION_UPDATED":         49,
 		"EVENT_TYPE_TASK_HELP":               50,
 		"EVENT_TYPE_INDEXING_PROGRESS":       60,
 		"EVENT_TYPE_ERROR":                   70,
@@ -187,6 +203,9 @@ var (
 		"EVENT_TYPE_AGENT_TEXT":              81,
 		"EVENT_TYPE_AGENT_WARNING":           82,
 		"EVENT_TYPE_AGENT_REVERTED":          83,
+		"EVENT_TYPE_REVIEW_COMPLETED":        90,
+		"EVENT_TYPE_PLAN_REVISED":            13,
+		"EVENT_TYPE_RUN_DELIVERED":           27,
 	}
 )
 
@@ -288,8 +307,7 @@ type Event struct {
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The event for a person, in a sentence or a few.
 	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
-	// The payload of the type. Fields 42 to 59 are kept for the Inspector's
-	// review findings.
+	// The payload of the type.
 	//
 	// Types that are valid to be assigned to Payload:
 	//
@@ -310,6 +328,8 @@ type Event struct {
 	//	*Event_Session
 	//	*Event_ToolCall
 	//	*Event_Agent
+	//	*Event_Review
+	//	*Event_PlanRevised
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -554,6 +574,24 @@ func (x *Event) GetAgent() *AgentStepEvent {
 	return nil
 }
 
+func (x *Event) GetReview() *ReviewEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Review); ok {
+			return x.Review
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetPlanRevised() *PlanRevisedEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_PlanRevised); ok {
+			return x.PlanRevised
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -629,6 +667,14 @@ type Event_Agent struct {
 	Agent *AgentStepEvent `protobuf:"bytes,41,opt,name=agent,proto3,oneof"`
 }
 
+type Event_Review struct {
+	Review *ReviewEvent `protobuf:"bytes,42,opt,name=review,proto3,oneof"`
+}
+
+type Event_PlanRevised struct {
+	PlanRevised *PlanRevisedEvent `protobuf:"bytes,43,opt,name=plan_revised,json=planRevised,proto3,oneof"`
+}
+
 func (*Event_MessageReceived) isEvent_Payload() {}
 
 func (*Event_MessageRouted) isEvent_Payload() {}
@@ -663,6 +709,158 @@ func (*Event_ToolCall) isEvent_Payload() {}
 
 func (*Event_Agent) isEvent_Payload() {}
 
+func (*Event_Review) isEvent_Payload() {}
+
+func (*Event_PlanRevised) isEvent_Payload() {}
+
+// ReviewEvent is a review's outcome.
+type ReviewEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run and node reviewed, or the review asked through the API
+	// ("reviews/<id>").
+	Run           string      `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Node          string      `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Attempt       int32       `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Review        string      `protobuf:"bytes,4,opt,name=review,proto3" json:"review,omitempty"`
+	Result        *v11.Review `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewEvent) Reset() {
+	*x = ReviewEvent{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewEvent) ProtoMessage() {}
+
+func (x *ReviewEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewEvent.ProtoReflect.Descriptor instead.
+func (*ReviewEvent) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReviewEvent) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *ReviewEvent) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReviewEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReviewEvent) GetReview() string {
+	if x != nil {
+		return x.Review
+	}
+	return ""
+}
+
+func (x *ReviewEvent) GetResult() *v11.Review {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// PlanRevisedEvent is a plan's new version.
+type PlanRevisedEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          string                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Feedback      string                 `protobuf:"bytes,3,opt,name=feedback,proto3" json:"feedback,omitempty"`
+	Diff          string                 `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRevisedEvent) Reset() {
+	*x = PlanRevisedEvent{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRevisedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRevisedEvent) ProtoMessage() {}
+
+func (x *PlanRevisedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRevisedEvent.ProtoReflect.Descriptor instead.
+func (*PlanRevisedEvent) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanRevisedEvent) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *PlanRevisedEvent) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PlanRevisedEvent) GetFeedback() string {
+	if x != nil {
+		return x.Feedback
+	}
+	return ""
+}
+
+func (x *PlanRevisedEvent) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
 // ToolCallEvent is one tool call of a task's agent.
 type ToolCallEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -689,7 +887,7 @@ type ToolCallEvent struct {
 
 func (x *ToolCallEvent) Reset() {
 	*x = ToolCallEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +899,7 @@ func (x *ToolCallEvent) String() string {
 func (*ToolCallEvent) ProtoMessage() {}
 
 func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +912,7 @@ func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEvent.ProtoReflect.Descriptor instead.
 func (*ToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolCallEvent) GetRun() string {
@@ -811,7 +1009,7 @@ type AgentStepEvent struct {
 
 func (x *AgentStepEvent) Reset() {
 	*x = AgentStepEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1021,7 @@ func (x *AgentStepEvent) String() string {
 func (*AgentStepEvent) ProtoMessage() {}
 
 func (x *AgentStepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1034,7 @@ func (x *AgentStepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStepEvent.ProtoReflect.Descriptor instead.
 func (*AgentStepEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentStepEvent) GetRun() string {
@@ -894,7 +1092,7 @@ type MessageReceived struct {
 
 func (x *MessageReceived) Reset() {
 	*x = MessageReceived{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1104,7 @@ func (x *MessageReceived) String() string {
 func (*MessageReceived) ProtoMessage() {}
 
 func (x *MessageReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1117,7 @@ func (x *MessageReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReceived.ProtoReflect.Descriptor instead.
 func (*MessageReceived) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MessageReceived) GetMessage() string {
@@ -961,7 +1159,7 @@ type MessageRouted struct {
 
 func (x *MessageRouted) Reset() {
 	*x = MessageRouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1171,7 @@ func (x *MessageRouted) String() string {
 func (*MessageRouted) ProtoMessage() {}
 
 func (x *MessageRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1184,7 @@ func (x *MessageRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRouted.ProtoReflect.Descriptor instead.
 func (*MessageRouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MessageRouted) GetMessage() string {
@@ -1075,7 +1273,7 @@ type MessageRerouted struct {
 
 func (x *MessageRerouted) Reset() {
 	*x = MessageRerouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1285,7 @@ func (x *MessageRerouted) String() string {
 func (*MessageRerouted) ProtoMessage() {}
 
 func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1298,7 @@ func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRerouted.ProtoReflect.Descriptor instead.
 func (*MessageRerouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MessageRerouted) GetFrom() string {
@@ -1154,7 +1352,7 @@ type MessageUnanswered struct {
 
 func (x *MessageUnanswered) Reset() {
 	*x = MessageUnanswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1364,7 @@ func (x *MessageUnanswered) String() string {
 func (*MessageUnanswered) ProtoMessage() {}
 
 func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1377,7 @@ func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageUnanswered.ProtoReflect.Descriptor instead.
 func (*MessageUnanswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MessageUnanswered) GetTarget() string {
@@ -1234,7 +1432,7 @@ type ClarificationRequested struct {
 
 func (x *ClarificationRequested) Reset() {
 	*x = ClarificationRequested{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1444,7 @@ func (x *ClarificationRequested) String() string {
 func (*ClarificationRequested) ProtoMessage() {}
 
 func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1457,7 @@ func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationRequested.ProtoReflect.Descriptor instead.
 func (*ClarificationRequested) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClarificationRequested) GetClarification() string {
@@ -1344,7 +1542,7 @@ type ClarificationAnswered struct {
 
 func (x *ClarificationAnswered) Reset() {
 	*x = ClarificationAnswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1554,7 @@ func (x *ClarificationAnswered) String() string {
 func (*ClarificationAnswered) ProtoMessage() {}
 
 func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1567,7 @@ func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationAnswered.ProtoReflect.Descriptor instead.
 func (*ClarificationAnswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClarificationAnswered) GetClarification() string {
@@ -1415,7 +1613,7 @@ type PlanEvent struct {
 
 func (x *PlanEvent) Reset() {
 	*x = PlanEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1625,7 @@ func (x *PlanEvent) String() string {
 func (*PlanEvent) ProtoMessage() {}
 
 func (x *PlanEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1638,7 @@ func (x *PlanEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEvent.ProtoReflect.Descriptor instead.
 func (*PlanEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanEvent) GetPlan() string {
@@ -1518,17 +1716,19 @@ type RunEvent struct {
 	FilesChanged int32  `protobuf:"varint,4,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
 	// The session-level check's state ("pending", "passed", "failed",
 	// "error"), and whether a fix was asked of the Architect.
-	CheckState    string `protobuf:"bytes,5,opt,name=check_state,json=checkState,proto3" json:"check_state,omitempty"`
-	Redispatched  bool   `protobuf:"varint,6,opt,name=redispatched,proto3" json:"redispatched,omitempty"`
-	FixRequested  bool   `protobuf:"varint,7,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
-	Detail        string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	CheckState   string `protobuf:"bytes,5,opt,name=check_state,json=checkState,proto3" json:"check_state,omitempty"`
+	Redispatched bool   `protobuf:"varint,6,opt,name=redispatched,proto3" json:"redispatched,omitempty"`
+	FixRequested bool   `protobuf:"varint,7,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
+	Detail       string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// How the run's change was delivered (EVENT_TYPE_RUN_DELIVERED).
+	Delivery      *v11.Delivery `protobuf:"bytes,9,opt,name=delivery,proto3" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1740,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1753,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunEvent) GetRun() string {
@@ -1612,6 +1812,13 @@ func (x *RunEvent) GetDetail() string {
 	return ""
 }
 
+func (x *RunEvent) GetDelivery() *v11.Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
 // NodeEvent is a node's step.
 type NodeEvent struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1639,7 +1846,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1858,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1871,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeEvent) GetRun() string {
@@ -1776,7 +1983,7 @@ type SessionRunsEvent struct {
 
 func (x *SessionRunsEvent) Reset() {
 	*x = SessionRunsEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1995,7 @@ func (x *SessionRunsEvent) String() string {
 func (*SessionRunsEvent) ProtoMessage() {}
 
 func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2008,7 @@ func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRunsEvent.ProtoReflect.Descriptor instead.
 func (*SessionRunsEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SessionRunsEvent) GetRuns() []string {
@@ -1820,14 +2027,17 @@ type SessionEvent struct {
 	// "failed".
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// What moved it: "user", "switch", "command", "idle", "timeout", "error".
-	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	Cause string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	// The repository the session works on ("repositories/{id}", empty for
+	// none).
+	Repository    string `protobuf:"bytes,4,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2049,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2062,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SessionEvent) GetSession() string {
@@ -1876,6 +2086,13 @@ func (x *SessionEvent) GetCause() string {
 	return ""
 }
 
+func (x *SessionEvent) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
 // IndexingProgress is how far a repository's index run is.
 type IndexingProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1893,7 +2110,7 @@ type IndexingProgress struct {
 
 func (x *IndexingProgress) Reset() {
 	*x = IndexingProgress{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2122,7 @@ func (x *IndexingProgress) String() string {
 func (*IndexingProgress) ProtoMessage() {}
 
 func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2135,7 @@ func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexingProgress.ProtoReflect.Descriptor instead.
 func (*IndexingProgress) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IndexingProgress) GetRepository() string {
@@ -1976,7 +2193,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2205,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2218,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ErrorEvent) GetReason() string {
@@ -2029,7 +2246,7 @@ var File_sylk_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x83\v\n" +
+	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xff\v\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1d\n" +
 	"\n" +
@@ -2056,8 +2273,21 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x05error\x18! \x01(\v2\x19.sylk.event.v1.ErrorEventH\x00R\x05error\x127\n" +
 	"\asession\x18\" \x01(\v2\x1b.sylk.event.v1.SessionEventH\x00R\asession\x12;\n" +
 	"\ttool_call\x18( \x01(\v2\x1c.sylk.event.v1.ToolCallEventH\x00R\btoolCall\x125\n" +
-	"\x05agent\x18) \x01(\v2\x1d.sylk.event.v1.AgentStepEventH\x00R\x05agentB\t\n" +
-	"\apayloadJ\x04\b\b\x10\tR\x04data\"\xc2\x02\n" +
+	"\x05agent\x18) \x01(\v2\x1d.sylk.event.v1.AgentStepEventH\x00R\x05agent\x124\n" +
+	"\x06review\x18* \x01(\v2\x1a.sylk.event.v1.ReviewEventH\x00R\x06review\x12D\n" +
+	"\fplan_revised\x18+ \x01(\v2\x1f.sylk.event.v1.PlanRevisedEventH\x00R\vplanRevisedB\t\n" +
+	"\apayloadJ\x04\b\b\x10\tR\x04data\"\x9b\x01\n" +
+	"\vReviewEvent\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06review\x18\x04 \x01(\tR\x06review\x124\n" +
+	"\x06result\x18\x05 \x01(\v2\x1c.sylk.orchestrator.v1.ReviewR\x06result\"p\n" +
+	"\x10PlanRevisedEvent\x12\x12\n" +
+	"\x04plan\x18\x01 \x01(\tR\x04plan\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1a\n" +
+	"\bfeedback\x18\x03 \x01(\tR\bfeedback\x12\x12\n" +
+	"\x04diff\x18\x04 \x01(\tR\x04diff\"\xc2\x02\n" +
 	"\rToolCallEvent\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -2135,7 +2365,7 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x0efeature_domain\x18\x06 \x01(\tR\rfeatureDomain\x12+\n" +
 	"\x11inferred_criteria\x18\a \x03(\tR\x10inferredCriteria\x12\x10\n" +
 	"\x03run\x18\b \x01(\tR\x03run\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reason\"\x91\x02\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"\xcd\x02\n" +
 	"\bRunEvent\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x124\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1e.sylk.orchestrator.v1.RunStateR\x05state\x12\x16\n" +
@@ -2145,7 +2375,8 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"checkState\x12\"\n" +
 	"\fredispatched\x18\x06 \x01(\bR\fredispatched\x12#\n" +
 	"\rfix_requested\x18\a \x01(\bR\ffixRequested\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detail\"\xc2\x03\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12:\n" +
+	"\bdelivery\x18\t \x01(\v2\x1e.sylk.orchestrator.v1.DeliveryR\bdelivery\"\xc2\x03\n" +
 	"\tNodeEvent\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -2163,11 +2394,14 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\rcontext_usage\x18\r \x01(\x01R\fcontextUsage\x12!\n" +
 	"\fold_pipeline\x18\x0e \x01(\tR\voldPipeline\"&\n" +
 	"\x10SessionRunsEvent\x12\x12\n" +
-	"\x04runs\x18\x01 \x03(\tR\x04runs\"T\n" +
+	"\x04runs\x18\x01 \x03(\tR\x04runs\"t\n" +
 	"\fSessionEvent\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xc6\x01\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x04 \x01(\tR\n" +
+	"repository\"\xc6\x01\n" +
 	"\x10IndexingProgress\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -2183,8 +2417,7 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"ErrorEvent\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12%\n" +
-	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xc1\n" +
-	"\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xbd\v\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bEVENT_TYPE_MESSAGE_RECEIVED\x10\x01\x12\x1d\n" +
@@ -2221,14 +2454,18 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x1cEVENT_TYPE_SESSION_SUSPENDED\x10-\x12\x1e\n" +
 	"\x1aEVENT_TYPE_SESSION_RESUMED\x10.\x12 \n" +
 	"\x1cEVENT_TYPE_SESSION_COMPLETED\x10/\x12\x1d\n" +
-	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x18\n" +
+	"\x19EVENT_TYPE_SESSION_FAILED\x100\x12\x1e\n" +
+	"\x1aEVENT_TYPE_SESSION_UPDATED\x101\x12\x18\n" +
 	"\x14EVENT_TYPE_TASK_HELP\x102\x12 \n" +
 	"\x1cEVENT_TYPE_INDEXING_PROGRESS\x10<\x12\x14\n" +
 	"\x10EVENT_TYPE_ERROR\x10F\x12\x18\n" +
 	"\x14EVENT_TYPE_TOOL_CALL\x10P\x12\x19\n" +
 	"\x15EVENT_TYPE_AGENT_TEXT\x10Q\x12\x1c\n" +
 	"\x18EVENT_TYPE_AGENT_WARNING\x10R\x12\x1d\n" +
-	"\x19EVENT_TYPE_AGENT_REVERTED\x10S*\x8d\x01\n" +
+	"\x19EVENT_TYPE_AGENT_REVERTED\x10S\x12\x1f\n" +
+	"\x1bEVENT_TYPE_REVIEW_COMPLETED\x10Z\x12\x1b\n" +
+	"\x17EVENT_TYPE_PLAN_REVISED\x10\r\x12\x1c\n" +
+	"\x18EVENT_TYPE_RUN_DELIVERED\x10\x1b*\x8d\x01\n" +
 	"\x0eToolCallStatus\x12 \n" +
 	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18TOOL_CALL_STATUS_STARTED\x10\x01\x12\x1e\n" +
@@ -2248,67 +2485,75 @@ func file_sylk_event_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_sylk_event_v1_event_proto_goTypes = []any{
 	(EventType)(0),                 // 0: sylk.event.v1.EventType
 	(ToolCallStatus)(0),            // 1: sylk.event.v1.ToolCallStatus
 	(*Event)(nil),                  // 2: sylk.event.v1.Event
-	(*ToolCallEvent)(nil),          // 3: sylk.event.v1.ToolCallEvent
-	(*AgentStepEvent)(nil),         // 4: sylk.event.v1.AgentStepEvent
-	(*MessageReceived)(nil),        // 5: sylk.event.v1.MessageReceived
-	(*MessageRouted)(nil),          // 6: sylk.event.v1.MessageRouted
-	(*MessageRerouted)(nil),        // 7: sylk.event.v1.MessageRerouted
-	(*MessageUnanswered)(nil),      // 8: sylk.event.v1.MessageUnanswered
-	(*ClarificationRequested)(nil), // 9: sylk.event.v1.ClarificationRequested
-	(*ClarificationAnswered)(nil),  // 10: sylk.event.v1.ClarificationAnswered
-	(*PlanEvent)(nil),              // 11: sylk.event.v1.PlanEvent
-	(*RunEvent)(nil),               // 12: sylk.event.v1.RunEvent
-	(*NodeEvent)(nil),              // 13: sylk.event.v1.NodeEvent
-	(*SessionRunsEvent)(nil),       // 14: sylk.event.v1.SessionRunsEvent
-	(*SessionEvent)(nil),           // 15: sylk.event.v1.SessionEvent
-	(*IndexingProgress)(nil),       // 16: sylk.event.v1.IndexingProgress
-	(*ErrorEvent)(nil),             // 17: sylk.event.v1.ErrorEvent
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(*v1.AgentAnswer)(nil),         // 19: sylk.message.v1.AgentAnswer
-	(*v1.TaskHelp)(nil),            // 20: sylk.message.v1.TaskHelp
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
-	(*v1.RerouteHop)(nil),          // 22: sylk.message.v1.RerouteHop
-	(v11.RunState)(0),              // 23: sylk.orchestrator.v1.RunState
-	(v11.NodeState)(0),             // 24: sylk.orchestrator.v1.NodeState
+	(*ReviewEvent)(nil),            // 3: sylk.event.v1.ReviewEvent
+	(*PlanRevisedEvent)(nil),       // 4: sylk.event.v1.PlanRevisedEvent
+	(*ToolCallEvent)(nil),          // 5: sylk.event.v1.ToolCallEvent
+	(*AgentStepEvent)(nil),         // 6: sylk.event.v1.AgentStepEvent
+	(*MessageReceived)(nil),        // 7: sylk.event.v1.MessageReceived
+	(*MessageRouted)(nil),          // 8: sylk.event.v1.MessageRouted
+	(*MessageRerouted)(nil),        // 9: sylk.event.v1.MessageRerouted
+	(*MessageUnanswered)(nil),      // 10: sylk.event.v1.MessageUnanswered
+	(*ClarificationRequested)(nil), // 11: sylk.event.v1.ClarificationRequested
+	(*ClarificationAnswered)(nil),  // 12: sylk.event.v1.ClarificationAnswered
+	(*PlanEvent)(nil),              // 13: sylk.event.v1.PlanEvent
+	(*RunEvent)(nil),               // 14: sylk.event.v1.RunEvent
+	(*NodeEvent)(nil),              // 15: sylk.event.v1.NodeEvent
+	(*SessionRunsEvent)(nil),       // 16: sylk.event.v1.SessionRunsEvent
+	(*SessionEvent)(nil),           // 17: sylk.event.v1.SessionEvent
+	(*IndexingProgress)(nil),       // 18: sylk.event.v1.IndexingProgress
+	(*ErrorEvent)(nil),             // 19: sylk.event.v1.ErrorEvent
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(*v1.AgentAnswer)(nil),         // 21: sylk.message.v1.AgentAnswer
+	(*v1.TaskHelp)(nil),            // 22: sylk.message.v1.TaskHelp
+	(*v11.Review)(nil),             // 23: sylk.orchestrator.v1.Review
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
+	(*v1.RerouteHop)(nil),          // 25: sylk.message.v1.RerouteHop
+	(v11.RunState)(0),              // 26: sylk.orchestrator.v1.RunState
+	(*v11.Delivery)(nil),           // 27: sylk.orchestrator.v1.Delivery
+	(v11.NodeState)(0),             // 28: sylk.orchestrator.v1.NodeState
 }
 var file_sylk_event_v1_event_proto_depIdxs = []int32{
 	0,  // 0: sylk.event.v1.Event.type:type_name -> sylk.event.v1.EventType
-	18, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
-	6,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
-	19, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
-	7,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
-	8,  // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
-	9,  // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
-	10, // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
-	11, // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
-	12, // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
-	13, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
-	14, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
-	20, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
-	16, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
-	17, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
-	15, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
-	3,  // 17: sylk.event.v1.Event.tool_call:type_name -> sylk.event.v1.ToolCallEvent
-	4,  // 18: sylk.event.v1.Event.agent:type_name -> sylk.event.v1.AgentStepEvent
-	1,  // 19: sylk.event.v1.ToolCallEvent.status:type_name -> sylk.event.v1.ToolCallStatus
-	21, // 20: sylk.event.v1.ToolCallEvent.duration:type_name -> google.protobuf.Duration
-	22, // 21: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
-	21, // 22: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
-	22, // 23: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	23, // 24: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
-	24, // 25: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
-	18, // 26: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	20, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	7,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
+	8,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
+	21, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
+	9,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
+	10, // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
+	11, // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
+	12, // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
+	13, // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
+	14, // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
+	15, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
+	16, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
+	22, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
+	18, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
+	19, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
+	17, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
+	5,  // 17: sylk.event.v1.Event.tool_call:type_name -> sylk.event.v1.ToolCallEvent
+	6,  // 18: sylk.event.v1.Event.agent:type_name -> sylk.event.v1.AgentStepEvent
+	3,  // 19: sylk.event.v1.Event.review:type_name -> sylk.event.v1.ReviewEvent
+	4,  // 20: sylk.event.v1.Event.plan_revised:type_name -> sylk.event.v1.PlanRevisedEvent
+	23, // 21: sylk.event.v1.ReviewEvent.result:type_name -> sylk.orchestrator.v1.Review
+	1,  // 22: sylk.event.v1.ToolCallEvent.status:type_name -> sylk.event.v1.ToolCallStatus
+	24, // 23: sylk.event.v1.ToolCallEvent.duration:type_name -> google.protobuf.Duration
+	25, // 24: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
+	24, // 25: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
+	25, // 26: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	26, // 27: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
+	27, // 28: sylk.event.v1.RunEvent.delivery:type_name -> sylk.orchestrator.v1.Delivery
+	28, // 29: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
+	20, // 30: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sylk_event_v1_event_proto_init() }
@@ -2334,6 +2579,8 @@ func file_sylk_event_v1_event_proto_init() {
 		(*Event_Session)(nil),
 		(*Event_ToolCall)(nil),
 		(*Event_Agent)(nil),
+		(*Event_Review)(nil),
+		(*Event_PlanRevised)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2341,7 +2588,7 @@ func file_sylk_event_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_event_v1_event_proto_rawDesc), len(file_sylk_event_v1_event_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -83,6 +83,105 @@ func (SessionState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{0}
 }
 
+type UpdateSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, by name, with the fields to change.
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The fields to change, comma-separated: display_name, repository,
+	// config.
+	UpdateMask    string `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionRequest) Reset() {
+	*x = UpdateSessionRequest{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionRequest) ProtoMessage() {}
+
+func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateSessionRequest) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *UpdateSessionRequest) GetUpdateMask() string {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return ""
+}
+
+type UpdateSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionResponse) Reset() {
+	*x = UpdateSessionResponse{}
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionResponse) ProtoMessage() {}
+
+func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resource name, "sessions/{session}".
@@ -105,14 +204,18 @@ type Session struct {
 	FailTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=fail_time,json=failTime,proto3" json:"fail_time,omitempty"`
 	FailureReason string                 `protobuf:"bytes,17,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
 	// Every lifecycle transition, oldest first.
-	Transitions   []*SessionTransition `protobuf:"bytes,18,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	Transitions []*SessionTransition `protobuf:"bytes,18,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// The registered repository the session works on ("repositories/{id}"):
+	// its questions, plans and runs use it. A new session takes its user's
+	// last one when none is given.
+	Repository    string `protobuf:"bytes,19,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[0]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +227,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[0]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +240,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{0}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Session) GetName() string {
@@ -266,6 +369,13 @@ func (x *Session) GetTransitions() []*SessionTransition {
 	return nil
 }
 
+func (x *Session) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
 // SessionConfig holds a session's limits (spec A-14). Zero means the default.
 type SessionConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -280,13 +390,22 @@ type SessionConfig struct {
 	// Idle time after which an active session is suspended (default 2h).
 	AutoSuspendAfter   *durationpb.Duration `protobuf:"bytes,5,opt,name=auto_suspend_after,json=autoSuspendAfter,proto3" json:"auto_suspend_after,omitempty"`
 	EnableGitIsolation bool                 `protobuf:"varint,6,opt,name=enable_git_isolation,json=enableGitIsolation,proto3" json:"enable_git_isolation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Approve a trivial request's one-task plan without asking (default off).
+	AutoApproveTrivial bool `protobuf:"varint,7,opt,name=auto_approve_trivial,json=autoApproveTrivial,proto3" json:"auto_approve_trivial,omitempty"`
+	// Push a delivered branch to a repository cloned from a git URL, with the
+	// tenant's stored git credential (default off: the branch is offered as
+	// a patch and a bundle to download).
+	AllowPush bool `protobuf:"varint,8,opt,name=allow_push,json=allowPush,proto3" json:"allow_push,omitempty"`
+	// The review persona of the session's runs: "default", "security",
+	// "dx", "architecture" or "quick" (spec P-12).
+	ReviewPersona string `protobuf:"bytes,9,opt,name=review_persona,json=reviewPersona,proto3" json:"review_persona,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionConfig) Reset() {
 	*x = SessionConfig{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +417,7 @@ func (x *SessionConfig) String() string {
 func (*SessionConfig) ProtoMessage() {}
 
 func (x *SessionConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[1]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +430,7 @@ func (x *SessionConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionConfig.ProtoReflect.Descriptor instead.
 func (*SessionConfig) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{1}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionConfig) GetMaxConcurrentTasks() int32 {
@@ -356,6 +475,27 @@ func (x *SessionConfig) GetEnableGitIsolation() bool {
 	return false
 }
 
+func (x *SessionConfig) GetAutoApproveTrivial() bool {
+	if x != nil {
+		return x.AutoApproveTrivial
+	}
+	return false
+}
+
+func (x *SessionConfig) GetAllowPush() bool {
+	if x != nil {
+		return x.AllowPush
+	}
+	return false
+}
+
+func (x *SessionConfig) GetReviewPersona() string {
+	if x != nil {
+		return x.ReviewPersona
+	}
+	return ""
+}
+
 // SessionTransition is one lifecycle change.
 type SessionTransition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -370,7 +510,7 @@ type SessionTransition struct {
 
 func (x *SessionTransition) Reset() {
 	*x = SessionTransition{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +522,7 @@ func (x *SessionTransition) String() string {
 func (*SessionTransition) ProtoMessage() {}
 
 func (x *SessionTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[2]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +535,7 @@ func (x *SessionTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTransition.ProtoReflect.Descriptor instead.
 func (*SessionTransition) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionTransition) GetFrom() SessionState {
@@ -448,7 +588,7 @@ type SessionContext struct {
 
 func (x *SessionContext) Reset() {
 	*x = SessionContext{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +600,7 @@ func (x *SessionContext) String() string {
 func (*SessionContext) ProtoMessage() {}
 
 func (x *SessionContext) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[3]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +613,7 @@ func (x *SessionContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionContext.ProtoReflect.Descriptor instead.
 func (*SessionContext) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionContext) GetCurrentTask() string {
@@ -578,7 +718,7 @@ type PendingClarification struct {
 
 func (x *PendingClarification) Reset() {
 	*x = PendingClarification{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +730,7 @@ func (x *PendingClarification) String() string {
 func (*PendingClarification) ProtoMessage() {}
 
 func (x *PendingClarification) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[4]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +743,7 @@ func (x *PendingClarification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingClarification.ProtoReflect.Descriptor instead.
 func (*PendingClarification) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PendingClarification) GetName() string {
@@ -669,7 +809,7 @@ type PendingRequest struct {
 
 func (x *PendingRequest) Reset() {
 	*x = PendingRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +821,7 @@ func (x *PendingRequest) String() string {
 func (*PendingRequest) ProtoMessage() {}
 
 func (x *PendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[5]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +834,7 @@ func (x *PendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingRequest.ProtoReflect.Descriptor instead.
 func (*PendingRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PendingRequest) GetCorrelationId() string {
@@ -749,7 +889,7 @@ type DagSnapshot struct {
 
 func (x *DagSnapshot) Reset() {
 	*x = DagSnapshot{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +901,7 @@ func (x *DagSnapshot) String() string {
 func (*DagSnapshot) ProtoMessage() {}
 
 func (x *DagSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[6]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +914,7 @@ func (x *DagSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DagSnapshot.ProtoReflect.Descriptor instead.
 func (*DagSnapshot) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DagSnapshot) GetRun() string {
@@ -840,7 +980,7 @@ type SessionSnapshot struct {
 
 func (x *SessionSnapshot) Reset() {
 	*x = SessionSnapshot{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +992,7 @@ func (x *SessionSnapshot) String() string {
 func (*SessionSnapshot) ProtoMessage() {}
 
 func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[7]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1005,7 @@ func (x *SessionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshot.ProtoReflect.Descriptor instead.
 func (*SessionSnapshot) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionSnapshot) GetSession() *Session {
@@ -947,7 +1087,7 @@ type ActivateSessionRequest struct {
 
 func (x *ActivateSessionRequest) Reset() {
 	*x = ActivateSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1099,7 @@ func (x *ActivateSessionRequest) String() string {
 func (*ActivateSessionRequest) ProtoMessage() {}
 
 func (x *ActivateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[8]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1112,7 @@ func (x *ActivateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateSessionRequest.ProtoReflect.Descriptor instead.
 func (*ActivateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ActivateSessionRequest) GetName() string {
@@ -991,7 +1131,7 @@ type ActivateSessionResponse struct {
 
 func (x *ActivateSessionResponse) Reset() {
 	*x = ActivateSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1143,7 @@ func (x *ActivateSessionResponse) String() string {
 func (*ActivateSessionResponse) ProtoMessage() {}
 
 func (x *ActivateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[9]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1156,7 @@ func (x *ActivateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateSessionResponse.ProtoReflect.Descriptor instead.
 func (*ActivateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ActivateSessionResponse) GetSession() *Session {
@@ -1035,7 +1175,7 @@ type SwitchSessionRequest struct {
 
 func (x *SwitchSessionRequest) Reset() {
 	*x = SwitchSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1187,7 @@ func (x *SwitchSessionRequest) String() string {
 func (*SwitchSessionRequest) ProtoMessage() {}
 
 func (x *SwitchSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[10]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1200,7 @@ func (x *SwitchSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchSessionRequest.ProtoReflect.Descriptor instead.
 func (*SwitchSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SwitchSessionRequest) GetName() string {
@@ -1082,7 +1222,7 @@ type SwitchSessionResponse struct {
 
 func (x *SwitchSessionResponse) Reset() {
 	*x = SwitchSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1234,7 @@ func (x *SwitchSessionResponse) String() string {
 func (*SwitchSessionResponse) ProtoMessage() {}
 
 func (x *SwitchSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[11]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1247,7 @@ func (x *SwitchSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchSessionResponse.ProtoReflect.Descriptor instead.
 func (*SwitchSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SwitchSessionResponse) GetSession() *Session {
@@ -1132,7 +1272,7 @@ type GetActiveSessionRequest struct {
 
 func (x *GetActiveSessionRequest) Reset() {
 	*x = GetActiveSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1284,7 @@ func (x *GetActiveSessionRequest) String() string {
 func (*GetActiveSessionRequest) ProtoMessage() {}
 
 func (x *GetActiveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[12]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1297,7 @@ func (x *GetActiveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActiveSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetActiveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{14}
 }
 
 type GetActiveSessionResponse struct {
@@ -1169,7 +1309,7 @@ type GetActiveSessionResponse struct {
 
 func (x *GetActiveSessionResponse) Reset() {
 	*x = GetActiveSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1321,7 @@ func (x *GetActiveSessionResponse) String() string {
 func (*GetActiveSessionResponse) ProtoMessage() {}
 
 func (x *GetActiveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[13]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1334,7 @@ func (x *GetActiveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActiveSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetActiveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetActiveSessionResponse) GetSession() *Session {
@@ -1213,7 +1353,7 @@ type GetSessionContextRequest struct {
 
 func (x *GetSessionContextRequest) Reset() {
 	*x = GetSessionContextRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1365,7 @@ func (x *GetSessionContextRequest) String() string {
 func (*GetSessionContextRequest) ProtoMessage() {}
 
 func (x *GetSessionContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[14]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1378,7 @@ func (x *GetSessionContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionContextRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionContextRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetSessionContextRequest) GetName() string {
@@ -1258,7 +1398,7 @@ type GetSessionContextResponse struct {
 
 func (x *GetSessionContextResponse) Reset() {
 	*x = GetSessionContextResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1410,7 @@ func (x *GetSessionContextResponse) String() string {
 func (*GetSessionContextResponse) ProtoMessage() {}
 
 func (x *GetSessionContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[15]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1423,7 @@ func (x *GetSessionContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionContextResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionContextResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetSessionContextResponse) GetContext() *SessionContext {
@@ -1312,7 +1452,7 @@ type UpdateSessionContextRequest struct {
 
 func (x *UpdateSessionContextRequest) Reset() {
 	*x = UpdateSessionContextRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1464,7 @@ func (x *UpdateSessionContextRequest) String() string {
 func (*UpdateSessionContextRequest) ProtoMessage() {}
 
 func (x *UpdateSessionContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[16]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1477,7 @@ func (x *UpdateSessionContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionContextRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSessionContextRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateSessionContextRequest) GetName() string {
@@ -1371,7 +1511,7 @@ type UpdateSessionContextResponse struct {
 
 func (x *UpdateSessionContextResponse) Reset() {
 	*x = UpdateSessionContextResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1523,7 @@ func (x *UpdateSessionContextResponse) String() string {
 func (*UpdateSessionContextResponse) ProtoMessage() {}
 
 func (x *UpdateSessionContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[17]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1536,7 @@ func (x *UpdateSessionContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionContextResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSessionContextResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateSessionContextResponse) GetContext() *SessionContext {
@@ -1422,7 +1562,7 @@ type GetSessionSnapshotRequest struct {
 
 func (x *GetSessionSnapshotRequest) Reset() {
 	*x = GetSessionSnapshotRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1574,7 @@ func (x *GetSessionSnapshotRequest) String() string {
 func (*GetSessionSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSessionSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[18]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1587,7 @@ func (x *GetSessionSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetSessionSnapshotRequest) GetName() string {
@@ -1466,7 +1606,7 @@ type GetSessionSnapshotResponse struct {
 
 func (x *GetSessionSnapshotResponse) Reset() {
 	*x = GetSessionSnapshotResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1618,7 @@ func (x *GetSessionSnapshotResponse) String() string {
 func (*GetSessionSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSessionSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[19]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1631,7 @@ func (x *GetSessionSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetSessionSnapshotResponse) GetSnapshot() *SessionSnapshot {
@@ -1512,7 +1652,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1664,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[20]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1677,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateSessionRequest) GetSession() *Session {
@@ -1563,7 +1703,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1715,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[21]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1728,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -1607,7 +1747,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1759,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[22]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1772,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetSessionRequest) GetName() string {
@@ -1651,7 +1791,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1803,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[23]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1816,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -1698,7 +1838,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1850,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[24]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1863,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -1757,7 +1897,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1909,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[25]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1922,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -1808,7 +1948,7 @@ type SuspendSessionRequest struct {
 
 func (x *SuspendSessionRequest) Reset() {
 	*x = SuspendSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1960,7 @@ func (x *SuspendSessionRequest) String() string {
 func (*SuspendSessionRequest) ProtoMessage() {}
 
 func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[26]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1973,7 @@ func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
 func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SuspendSessionRequest) GetName() string {
@@ -1852,7 +1992,7 @@ type SuspendSessionResponse struct {
 
 func (x *SuspendSessionResponse) Reset() {
 	*x = SuspendSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2004,7 @@ func (x *SuspendSessionResponse) String() string {
 func (*SuspendSessionResponse) ProtoMessage() {}
 
 func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[27]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2017,7 @@ func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
 func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SuspendSessionResponse) GetSession() *Session {
@@ -1896,7 +2036,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2048,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[28]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2061,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeSessionRequest) GetName() string {
@@ -1940,7 +2080,7 @@ type ResumeSessionResponse struct {
 
 func (x *ResumeSessionResponse) Reset() {
 	*x = ResumeSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2092,7 @@ func (x *ResumeSessionResponse) String() string {
 func (*ResumeSessionResponse) ProtoMessage() {}
 
 func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[29]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2105,7 @@ func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeSessionResponse) GetSession() *Session {
@@ -1985,7 +2125,7 @@ type CompleteSessionRequest struct {
 
 func (x *CompleteSessionRequest) Reset() {
 	*x = CompleteSessionRequest{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2137,7 @@ func (x *CompleteSessionRequest) String() string {
 func (*CompleteSessionRequest) ProtoMessage() {}
 
 func (x *CompleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[30]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2150,7 @@ func (x *CompleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*CompleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CompleteSessionRequest) GetName() string {
@@ -2036,7 +2176,7 @@ type CompleteSessionResponse struct {
 
 func (x *CompleteSessionResponse) Reset() {
 	*x = CompleteSessionResponse{}
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2188,7 @@ func (x *CompleteSessionResponse) String() string {
 func (*CompleteSessionResponse) ProtoMessage() {}
 
 func (x *CompleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[31]
+	mi := &file_sylk_guide_v1_session_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2201,7 @@ func (x *CompleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*CompleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CompleteSessionResponse) GetSession() *Session {
@@ -2075,7 +2215,13 @@ var File_sylk_guide_v1_session_service_proto protoreflect.FileDescriptor
 
 const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\n" +
-	"#sylk/guide/v1/session_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\a\n" +
+	"#sylk/guide/v1/session_service.proto\x12\rsylk.guide.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"n\n" +
+	"\x14UpdateSessionRequest\x125\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionB\x03\xe0A\x02R\asession\x12\x1f\n" +
+	"\vupdate_mask\x18\x02 \x01(\tR\n" +
+	"updateMask\"I\n" +
+	"\x15UpdateSessionResponse\x120\n" +
+	"\asession\x18\x01 \x01(\v2\x16.sylk.guide.v1.SessionR\asession\"\x98\b\n" +
 	"\aSession\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12!\n" +
@@ -2097,17 +2243,24 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\x06config\x18\x0f \x01(\v2\x1c.sylk.guide.v1.SessionConfigR\x06config\x12<\n" +
 	"\tfail_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\bfailTime\x12*\n" +
 	"\x0efailure_reason\x18\x11 \x01(\tB\x03\xe0A\x03R\rfailureReason\x12G\n" +
-	"\vtransitions\x18\x12 \x03(\v2 .sylk.guide.v1.SessionTransitionB\x03\xe0A\x03R\vtransitions\x1a;\n" +
+	"\vtransitions\x18\x12 \x03(\v2 .sylk.guide.v1.SessionTransitionB\x03\xe0A\x03R\vtransitions\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x13 \x01(\tR\n" +
+	"repository\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x03\n" +
 	"\rSessionConfig\x120\n" +
 	"\x14max_concurrent_tasks\x18\x01 \x01(\x05R\x12maxConcurrentTasks\x12#\n" +
 	"\rmax_engineers\x18\x02 \x01(\x05R\fmaxEngineers\x12<\n" +
 	"\ftask_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vtaskTimeout\x12B\n" +
 	"\x0fsession_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0esessionTimeout\x12G\n" +
 	"\x12auto_suspend_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10autoSuspendAfter\x120\n" +
-	"\x14enable_git_isolation\x18\x06 \x01(\bR\x12enableGitIsolation\"\xb9\x01\n" +
+	"\x14enable_git_isolation\x18\x06 \x01(\bR\x12enableGitIsolation\x120\n" +
+	"\x14auto_approve_trivial\x18\a \x01(\bR\x12autoApproveTrivial\x12\x1d\n" +
+	"\n" +
+	"allow_push\x18\b \x01(\bR\tallowPush\x12%\n" +
+	"\x0ereview_persona\x18\t \x01(\tR\rreviewPersona\"\xb9\x01\n" +
 	"\x11SessionTransition\x12/\n" +
 	"\x04from\x18\x01 \x01(\x0e2\x1b.sylk.guide.v1.SessionStateR\x04from\x12+\n" +
 	"\x02to\x18\x02 \x01(\x0e2\x1b.sylk.guide.v1.SessionStateR\x02to\x12.\n" +
@@ -2239,7 +2392,7 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\x14SESSION_STATE_ACTIVE\x10\x02\x12\x1b\n" +
 	"\x17SESSION_STATE_SUSPENDED\x10\x03\x12\x1b\n" +
 	"\x17SESSION_STATE_COMPLETED\x10\x04\x12\x18\n" +
-	"\x14SESSION_STATE_FAILED\x10\x052\xe1\f\n" +
+	"\x14SESSION_STATE_FAILED\x10\x052\xee\r\n" +
 	"\x0eSessionService\x12y\n" +
 	"\rCreateSession\x12#.sylk.guide.v1.CreateSessionRequest\x1a$.sylk.guide.v1.CreateSessionResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\asession\"\f/v1/sessions\x12p\n" +
 	"\n" +
@@ -2253,7 +2406,8 @@ const file_sylk_guide_v1_session_service_proto_rawDesc = "" +
 	"\x10GetActiveSession\x12&.sylk.guide.v1.GetActiveSessionRequest\x1a'.sylk.guide.v1.GetActiveSessionResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/sessions:active\x12\x8d\x01\n" +
 	"\x11GetSessionContext\x12'.sylk.guide.v1.GetSessionContextRequest\x1a(.sylk.guide.v1.GetSessionContextResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/{name=sessions/*}/context\x12\x99\x01\n" +
 	"\x14UpdateSessionContext\x12*.sylk.guide.v1.UpdateSessionContextRequest\x1a+.sylk.guide.v1.UpdateSessionContextResponse\"(\x82\xd3\xe4\x93\x02\":\x01*2\x1d/v1/{name=sessions/*}/context\x12\x91\x01\n" +
-	"\x12GetSessionSnapshot\x12(.sylk.guide.v1.GetSessionSnapshotRequest\x1a).sylk.guide.v1.GetSessionSnapshotResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{name=sessions/*}/snapshotB,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
+	"\x12GetSessionSnapshot\x12(.sylk.guide.v1.GetSessionSnapshotRequest\x1a).sylk.guide.v1.GetSessionSnapshotResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{name=sessions/*}/snapshot\x12\x8a\x01\n" +
+	"\rUpdateSession\x12#.sylk.guide.v1.UpdateSessionRequest\x1a$.sylk.guide.v1.UpdateSessionResponse\".\x82\xd3\xe4\x93\x02(:\asession2\x1d/v1/{session.name=sessions/*}B,Z*sylk.dev/sylk/gen/go/sylk/guide/v1;guidev1b\x06proto3"
 
 var (
 	file_sylk_guide_v1_session_service_proto_rawDescOnce sync.Once
@@ -2268,125 +2422,131 @@ func file_sylk_guide_v1_session_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_guide_v1_session_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_guide_v1_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_sylk_guide_v1_session_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_sylk_guide_v1_session_service_proto_goTypes = []any{
 	(SessionState)(0),                    // 0: sylk.guide.v1.SessionState
-	(*Session)(nil),                      // 1: sylk.guide.v1.Session
-	(*SessionConfig)(nil),                // 2: sylk.guide.v1.SessionConfig
-	(*SessionTransition)(nil),            // 3: sylk.guide.v1.SessionTransition
-	(*SessionContext)(nil),               // 4: sylk.guide.v1.SessionContext
-	(*PendingClarification)(nil),         // 5: sylk.guide.v1.PendingClarification
-	(*PendingRequest)(nil),               // 6: sylk.guide.v1.PendingRequest
-	(*DagSnapshot)(nil),                  // 7: sylk.guide.v1.DagSnapshot
-	(*SessionSnapshot)(nil),              // 8: sylk.guide.v1.SessionSnapshot
-	(*ActivateSessionRequest)(nil),       // 9: sylk.guide.v1.ActivateSessionRequest
-	(*ActivateSessionResponse)(nil),      // 10: sylk.guide.v1.ActivateSessionResponse
-	(*SwitchSessionRequest)(nil),         // 11: sylk.guide.v1.SwitchSessionRequest
-	(*SwitchSessionResponse)(nil),        // 12: sylk.guide.v1.SwitchSessionResponse
-	(*GetActiveSessionRequest)(nil),      // 13: sylk.guide.v1.GetActiveSessionRequest
-	(*GetActiveSessionResponse)(nil),     // 14: sylk.guide.v1.GetActiveSessionResponse
-	(*GetSessionContextRequest)(nil),     // 15: sylk.guide.v1.GetSessionContextRequest
-	(*GetSessionContextResponse)(nil),    // 16: sylk.guide.v1.GetSessionContextResponse
-	(*UpdateSessionContextRequest)(nil),  // 17: sylk.guide.v1.UpdateSessionContextRequest
-	(*UpdateSessionContextResponse)(nil), // 18: sylk.guide.v1.UpdateSessionContextResponse
-	(*GetSessionSnapshotRequest)(nil),    // 19: sylk.guide.v1.GetSessionSnapshotRequest
-	(*GetSessionSnapshotResponse)(nil),   // 20: sylk.guide.v1.GetSessionSnapshotResponse
-	(*CreateSessionRequest)(nil),         // 21: sylk.guide.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),        // 22: sylk.guide.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),            // 23: sylk.guide.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),           // 24: sylk.guide.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),          // 25: sylk.guide.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),         // 26: sylk.guide.v1.ListSessionsResponse
-	(*SuspendSessionRequest)(nil),        // 27: sylk.guide.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),       // 28: sylk.guide.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),         // 29: sylk.guide.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),        // 30: sylk.guide.v1.ResumeSessionResponse
-	(*CompleteSessionRequest)(nil),       // 31: sylk.guide.v1.CompleteSessionRequest
-	(*CompleteSessionResponse)(nil),      // 32: sylk.guide.v1.CompleteSessionResponse
-	nil,                                  // 33: sylk.guide.v1.Session.MetadataEntry
-	nil,                                  // 34: sylk.guide.v1.DagSnapshot.NodeStatesEntry
-	nil,                                  // 35: sylk.guide.v1.DagSnapshot.CompletedResultsEntry
-	nil,                                  // 36: sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
-	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 38: google.protobuf.Duration
-	(*structpb.Struct)(nil),              // 39: google.protobuf.Struct
+	(*UpdateSessionRequest)(nil),         // 1: sylk.guide.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),        // 2: sylk.guide.v1.UpdateSessionResponse
+	(*Session)(nil),                      // 3: sylk.guide.v1.Session
+	(*SessionConfig)(nil),                // 4: sylk.guide.v1.SessionConfig
+	(*SessionTransition)(nil),            // 5: sylk.guide.v1.SessionTransition
+	(*SessionContext)(nil),               // 6: sylk.guide.v1.SessionContext
+	(*PendingClarification)(nil),         // 7: sylk.guide.v1.PendingClarification
+	(*PendingRequest)(nil),               // 8: sylk.guide.v1.PendingRequest
+	(*DagSnapshot)(nil),                  // 9: sylk.guide.v1.DagSnapshot
+	(*SessionSnapshot)(nil),              // 10: sylk.guide.v1.SessionSnapshot
+	(*ActivateSessionRequest)(nil),       // 11: sylk.guide.v1.ActivateSessionRequest
+	(*ActivateSessionResponse)(nil),      // 12: sylk.guide.v1.ActivateSessionResponse
+	(*SwitchSessionRequest)(nil),         // 13: sylk.guide.v1.SwitchSessionRequest
+	(*SwitchSessionResponse)(nil),        // 14: sylk.guide.v1.SwitchSessionResponse
+	(*GetActiveSessionRequest)(nil),      // 15: sylk.guide.v1.GetActiveSessionRequest
+	(*GetActiveSessionResponse)(nil),     // 16: sylk.guide.v1.GetActiveSessionResponse
+	(*GetSessionContextRequest)(nil),     // 17: sylk.guide.v1.GetSessionContextRequest
+	(*GetSessionContextResponse)(nil),    // 18: sylk.guide.v1.GetSessionContextResponse
+	(*UpdateSessionContextRequest)(nil),  // 19: sylk.guide.v1.UpdateSessionContextRequest
+	(*UpdateSessionContextResponse)(nil), // 20: sylk.guide.v1.UpdateSessionContextResponse
+	(*GetSessionSnapshotRequest)(nil),    // 21: sylk.guide.v1.GetSessionSnapshotRequest
+	(*GetSessionSnapshotResponse)(nil),   // 22: sylk.guide.v1.GetSessionSnapshotResponse
+	(*CreateSessionRequest)(nil),         // 23: sylk.guide.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),        // 24: sylk.guide.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),            // 25: sylk.guide.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),           // 26: sylk.guide.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),          // 27: sylk.guide.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 28: sylk.guide.v1.ListSessionsResponse
+	(*SuspendSessionRequest)(nil),        // 29: sylk.guide.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),       // 30: sylk.guide.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),         // 31: sylk.guide.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),        // 32: sylk.guide.v1.ResumeSessionResponse
+	(*CompleteSessionRequest)(nil),       // 33: sylk.guide.v1.CompleteSessionRequest
+	(*CompleteSessionResponse)(nil),      // 34: sylk.guide.v1.CompleteSessionResponse
+	nil,                                  // 35: sylk.guide.v1.Session.MetadataEntry
+	nil,                                  // 36: sylk.guide.v1.DagSnapshot.NodeStatesEntry
+	nil,                                  // 37: sylk.guide.v1.DagSnapshot.CompletedResultsEntry
+	nil,                                  // 38: sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
+	(*timestamppb.Timestamp)(nil),        // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 40: google.protobuf.Duration
+	(*structpb.Struct)(nil),              // 41: google.protobuf.Struct
 }
 var file_sylk_guide_v1_session_service_proto_depIdxs = []int32{
-	0,  // 0: sylk.guide.v1.Session.state:type_name -> sylk.guide.v1.SessionState
-	33, // 1: sylk.guide.v1.Session.metadata:type_name -> sylk.guide.v1.Session.MetadataEntry
-	37, // 2: sylk.guide.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	37, // 3: sylk.guide.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	37, // 4: sylk.guide.v1.Session.activate_time:type_name -> google.protobuf.Timestamp
-	37, // 5: sylk.guide.v1.Session.suspend_time:type_name -> google.protobuf.Timestamp
-	37, // 6: sylk.guide.v1.Session.complete_time:type_name -> google.protobuf.Timestamp
-	37, // 7: sylk.guide.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
-	2,  // 8: sylk.guide.v1.Session.config:type_name -> sylk.guide.v1.SessionConfig
-	37, // 9: sylk.guide.v1.Session.fail_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: sylk.guide.v1.Session.transitions:type_name -> sylk.guide.v1.SessionTransition
-	38, // 11: sylk.guide.v1.SessionConfig.task_timeout:type_name -> google.protobuf.Duration
-	38, // 12: sylk.guide.v1.SessionConfig.session_timeout:type_name -> google.protobuf.Duration
-	38, // 13: sylk.guide.v1.SessionConfig.auto_suspend_after:type_name -> google.protobuf.Duration
-	0,  // 14: sylk.guide.v1.SessionTransition.from:type_name -> sylk.guide.v1.SessionState
-	0,  // 15: sylk.guide.v1.SessionTransition.to:type_name -> sylk.guide.v1.SessionState
-	37, // 16: sylk.guide.v1.SessionTransition.time:type_name -> google.protobuf.Timestamp
-	39, // 17: sylk.guide.v1.SessionContext.extra:type_name -> google.protobuf.Struct
-	37, // 18: sylk.guide.v1.PendingClarification.create_time:type_name -> google.protobuf.Timestamp
-	37, // 19: sylk.guide.v1.PendingRequest.deadline:type_name -> google.protobuf.Timestamp
-	34, // 20: sylk.guide.v1.DagSnapshot.node_states:type_name -> sylk.guide.v1.DagSnapshot.NodeStatesEntry
-	35, // 21: sylk.guide.v1.DagSnapshot.completed_results:type_name -> sylk.guide.v1.DagSnapshot.CompletedResultsEntry
-	1,  // 22: sylk.guide.v1.SessionSnapshot.session:type_name -> sylk.guide.v1.Session
-	4,  // 23: sylk.guide.v1.SessionSnapshot.context:type_name -> sylk.guide.v1.SessionContext
-	5,  // 24: sylk.guide.v1.SessionSnapshot.pending_clarifications:type_name -> sylk.guide.v1.PendingClarification
-	6,  // 25: sylk.guide.v1.SessionSnapshot.pending_requests:type_name -> sylk.guide.v1.PendingRequest
-	36, // 26: sylk.guide.v1.SessionSnapshot.active_routes:type_name -> sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
-	7,  // 27: sylk.guide.v1.SessionSnapshot.dags:type_name -> sylk.guide.v1.DagSnapshot
-	37, // 28: sylk.guide.v1.SessionSnapshot.create_time:type_name -> google.protobuf.Timestamp
-	37, // 29: sylk.guide.v1.SessionSnapshot.restore_time:type_name -> google.protobuf.Timestamp
-	1,  // 30: sylk.guide.v1.ActivateSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 31: sylk.guide.v1.SwitchSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 32: sylk.guide.v1.SwitchSessionResponse.suspended:type_name -> sylk.guide.v1.Session
-	1,  // 33: sylk.guide.v1.GetActiveSessionResponse.session:type_name -> sylk.guide.v1.Session
-	4,  // 34: sylk.guide.v1.GetSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
-	4,  // 35: sylk.guide.v1.UpdateSessionContextRequest.context:type_name -> sylk.guide.v1.SessionContext
-	4,  // 36: sylk.guide.v1.UpdateSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
-	8,  // 37: sylk.guide.v1.GetSessionSnapshotResponse.snapshot:type_name -> sylk.guide.v1.SessionSnapshot
-	1,  // 38: sylk.guide.v1.CreateSessionRequest.session:type_name -> sylk.guide.v1.Session
-	1,  // 39: sylk.guide.v1.CreateSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 40: sylk.guide.v1.GetSessionResponse.session:type_name -> sylk.guide.v1.Session
-	0,  // 41: sylk.guide.v1.ListSessionsRequest.state:type_name -> sylk.guide.v1.SessionState
-	1,  // 42: sylk.guide.v1.ListSessionsResponse.sessions:type_name -> sylk.guide.v1.Session
-	1,  // 43: sylk.guide.v1.SuspendSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 44: sylk.guide.v1.ResumeSessionResponse.session:type_name -> sylk.guide.v1.Session
-	1,  // 45: sylk.guide.v1.CompleteSessionResponse.session:type_name -> sylk.guide.v1.Session
-	21, // 46: sylk.guide.v1.SessionService.CreateSession:input_type -> sylk.guide.v1.CreateSessionRequest
-	23, // 47: sylk.guide.v1.SessionService.GetSession:input_type -> sylk.guide.v1.GetSessionRequest
-	25, // 48: sylk.guide.v1.SessionService.ListSessions:input_type -> sylk.guide.v1.ListSessionsRequest
-	27, // 49: sylk.guide.v1.SessionService.SuspendSession:input_type -> sylk.guide.v1.SuspendSessionRequest
-	29, // 50: sylk.guide.v1.SessionService.ResumeSession:input_type -> sylk.guide.v1.ResumeSessionRequest
-	31, // 51: sylk.guide.v1.SessionService.CompleteSession:input_type -> sylk.guide.v1.CompleteSessionRequest
-	9,  // 52: sylk.guide.v1.SessionService.ActivateSession:input_type -> sylk.guide.v1.ActivateSessionRequest
-	11, // 53: sylk.guide.v1.SessionService.SwitchSession:input_type -> sylk.guide.v1.SwitchSessionRequest
-	13, // 54: sylk.guide.v1.SessionService.GetActiveSession:input_type -> sylk.guide.v1.GetActiveSessionRequest
-	15, // 55: sylk.guide.v1.SessionService.GetSessionContext:input_type -> sylk.guide.v1.GetSessionContextRequest
-	17, // 56: sylk.guide.v1.SessionService.UpdateSessionContext:input_type -> sylk.guide.v1.UpdateSessionContextRequest
-	19, // 57: sylk.guide.v1.SessionService.GetSessionSnapshot:input_type -> sylk.guide.v1.GetSessionSnapshotRequest
-	22, // 58: sylk.guide.v1.SessionService.CreateSession:output_type -> sylk.guide.v1.CreateSessionResponse
-	24, // 59: sylk.guide.v1.SessionService.GetSession:output_type -> sylk.guide.v1.GetSessionResponse
-	26, // 60: sylk.guide.v1.SessionService.ListSessions:output_type -> sylk.guide.v1.ListSessionsResponse
-	28, // 61: sylk.guide.v1.SessionService.SuspendSession:output_type -> sylk.guide.v1.SuspendSessionResponse
-	30, // 62: sylk.guide.v1.SessionService.ResumeSession:output_type -> sylk.guide.v1.ResumeSessionResponse
-	32, // 63: sylk.guide.v1.SessionService.CompleteSession:output_type -> sylk.guide.v1.CompleteSessionResponse
-	10, // 64: sylk.guide.v1.SessionService.ActivateSession:output_type -> sylk.guide.v1.ActivateSessionResponse
-	12, // 65: sylk.guide.v1.SessionService.SwitchSession:output_type -> sylk.guide.v1.SwitchSessionResponse
-	14, // 66: sylk.guide.v1.SessionService.GetActiveSession:output_type -> sylk.guide.v1.GetActiveSessionResponse
-	16, // 67: sylk.guide.v1.SessionService.GetSessionContext:output_type -> sylk.guide.v1.GetSessionContextResponse
-	18, // 68: sylk.guide.v1.SessionService.UpdateSessionContext:output_type -> sylk.guide.v1.UpdateSessionContextResponse
-	20, // 69: sylk.guide.v1.SessionService.GetSessionSnapshot:output_type -> sylk.guide.v1.GetSessionSnapshotResponse
-	58, // [58:70] is the sub-list for method output_type
-	46, // [46:58] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	3,  // 0: sylk.guide.v1.UpdateSessionRequest.session:type_name -> sylk.guide.v1.Session
+	3,  // 1: sylk.guide.v1.UpdateSessionResponse.session:type_name -> sylk.guide.v1.Session
+	0,  // 2: sylk.guide.v1.Session.state:type_name -> sylk.guide.v1.SessionState
+	35, // 3: sylk.guide.v1.Session.metadata:type_name -> sylk.guide.v1.Session.MetadataEntry
+	39, // 4: sylk.guide.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	39, // 5: sylk.guide.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	39, // 6: sylk.guide.v1.Session.activate_time:type_name -> google.protobuf.Timestamp
+	39, // 7: sylk.guide.v1.Session.suspend_time:type_name -> google.protobuf.Timestamp
+	39, // 8: sylk.guide.v1.Session.complete_time:type_name -> google.protobuf.Timestamp
+	39, // 9: sylk.guide.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	4,  // 10: sylk.guide.v1.Session.config:type_name -> sylk.guide.v1.SessionConfig
+	39, // 11: sylk.guide.v1.Session.fail_time:type_name -> google.protobuf.Timestamp
+	5,  // 12: sylk.guide.v1.Session.transitions:type_name -> sylk.guide.v1.SessionTransition
+	40, // 13: sylk.guide.v1.SessionConfig.task_timeout:type_name -> google.protobuf.Duration
+	40, // 14: sylk.guide.v1.SessionConfig.session_timeout:type_name -> google.protobuf.Duration
+	40, // 15: sylk.guide.v1.SessionConfig.auto_suspend_after:type_name -> google.protobuf.Duration
+	0,  // 16: sylk.guide.v1.SessionTransition.from:type_name -> sylk.guide.v1.SessionState
+	0,  // 17: sylk.guide.v1.SessionTransition.to:type_name -> sylk.guide.v1.SessionState
+	39, // 18: sylk.guide.v1.SessionTransition.time:type_name -> google.protobuf.Timestamp
+	41, // 19: sylk.guide.v1.SessionContext.extra:type_name -> google.protobuf.Struct
+	39, // 20: sylk.guide.v1.PendingClarification.create_time:type_name -> google.protobuf.Timestamp
+	39, // 21: sylk.guide.v1.PendingRequest.deadline:type_name -> google.protobuf.Timestamp
+	36, // 22: sylk.guide.v1.DagSnapshot.node_states:type_name -> sylk.guide.v1.DagSnapshot.NodeStatesEntry
+	37, // 23: sylk.guide.v1.DagSnapshot.completed_results:type_name -> sylk.guide.v1.DagSnapshot.CompletedResultsEntry
+	3,  // 24: sylk.guide.v1.SessionSnapshot.session:type_name -> sylk.guide.v1.Session
+	6,  // 25: sylk.guide.v1.SessionSnapshot.context:type_name -> sylk.guide.v1.SessionContext
+	7,  // 26: sylk.guide.v1.SessionSnapshot.pending_clarifications:type_name -> sylk.guide.v1.PendingClarification
+	8,  // 27: sylk.guide.v1.SessionSnapshot.pending_requests:type_name -> sylk.guide.v1.PendingRequest
+	38, // 28: sylk.guide.v1.SessionSnapshot.active_routes:type_name -> sylk.guide.v1.SessionSnapshot.ActiveRoutesEntry
+	9,  // 29: sylk.guide.v1.SessionSnapshot.dags:type_name -> sylk.guide.v1.DagSnapshot
+	39, // 30: sylk.guide.v1.SessionSnapshot.create_time:type_name -> google.protobuf.Timestamp
+	39, // 31: sylk.guide.v1.SessionSnapshot.restore_time:type_name -> google.protobuf.Timestamp
+	3,  // 32: sylk.guide.v1.ActivateSessionResponse.session:type_name -> sylk.guide.v1.Session
+	3,  // 33: sylk.guide.v1.SwitchSessionResponse.session:type_name -> sylk.guide.v1.Session
+	3,  // 34: sylk.guide.v1.SwitchSessionResponse.suspended:type_name -> sylk.guide.v1.Session
+	3,  // 35: sylk.guide.v1.GetActiveSessionResponse.session:type_name -> sylk.guide.v1.Session
+	6,  // 36: sylk.guide.v1.GetSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
+	6,  // 37: sylk.guide.v1.UpdateSessionContextRequest.context:type_name -> sylk.guide.v1.SessionContext
+	6,  // 38: sylk.guide.v1.UpdateSessionContextResponse.context:type_name -> sylk.guide.v1.SessionContext
+	10, // 39: sylk.guide.v1.GetSessionSnapshotResponse.snapshot:type_name -> sylk.guide.v1.SessionSnapshot
+	3,  // 40: sylk.guide.v1.CreateSessionRequest.session:type_name -> sylk.guide.v1.Session
+	3,  // 41: sylk.guide.v1.CreateSessionResponse.session:type_name -> sylk.guide.v1.Session
+	3,  // 42: sylk.guide.v1.GetSessionResponse.session:type_name -> sylk.guide.v1.Session
+	0,  // 43: sylk.guide.v1.ListSessionsRequest.state:type_name -> sylk.guide.v1.SessionState
+	3,  // 44: sylk.guide.v1.ListSessionsResponse.sessions:type_name -> sylk.guide.v1.Session
+	3,  // 45: sylk.guide.v1.SuspendSessionResponse.session:type_name -> sylk.guide.v1.Session
+	3,  // 46: sylk.guide.v1.ResumeSessionResponse.session:type_name -> sylk.guide.v1.Session
+	3,  // 47: sylk.guide.v1.CompleteSessionResponse.session:type_name -> sylk.guide.v1.Session
+	23, // 48: sylk.guide.v1.SessionService.CreateSession:input_type -> sylk.guide.v1.CreateSessionRequest
+	25, // 49: sylk.guide.v1.SessionService.GetSession:input_type -> sylk.guide.v1.GetSessionRequest
+	27, // 50: sylk.guide.v1.SessionService.ListSessions:input_type -> sylk.guide.v1.ListSessionsRequest
+	29, // 51: sylk.guide.v1.SessionService.SuspendSession:input_type -> sylk.guide.v1.SuspendSessionRequest
+	31, // 52: sylk.guide.v1.SessionService.ResumeSession:input_type -> sylk.guide.v1.ResumeSessionRequest
+	33, // 53: sylk.guide.v1.SessionService.CompleteSession:input_type -> sylk.guide.v1.CompleteSessionRequest
+	11, // 54: sylk.guide.v1.SessionService.ActivateSession:input_type -> sylk.guide.v1.ActivateSessionRequest
+	13, // 55: sylk.guide.v1.SessionService.SwitchSession:input_type -> sylk.guide.v1.SwitchSessionRequest
+	15, // 56: sylk.guide.v1.SessionService.GetActiveSession:input_type -> sylk.guide.v1.GetActiveSessionRequest
+	17, // 57: sylk.guide.v1.SessionService.GetSessionContext:input_type -> sylk.guide.v1.GetSessionContextRequest
+	19, // 58: sylk.guide.v1.SessionService.UpdateSessionContext:input_type -> sylk.guide.v1.UpdateSessionContextRequest
+	21, // 59: sylk.guide.v1.SessionService.GetSessionSnapshot:input_type -> sylk.guide.v1.GetSessionSnapshotRequest
+	1,  // 60: sylk.guide.v1.SessionService.UpdateSession:input_type -> sylk.guide.v1.UpdateSessionRequest
+	24, // 61: sylk.guide.v1.SessionService.CreateSession:output_type -> sylk.guide.v1.CreateSessionResponse
+	26, // 62: sylk.guide.v1.SessionService.GetSession:output_type -> sylk.guide.v1.GetSessionResponse
+	28, // 63: sylk.guide.v1.SessionService.ListSessions:output_type -> sylk.guide.v1.ListSessionsResponse
+	30, // 64: sylk.guide.v1.SessionService.SuspendSession:output_type -> sylk.guide.v1.SuspendSessionResponse
+	32, // 65: sylk.guide.v1.SessionService.ResumeSession:output_type -> sylk.guide.v1.ResumeSessionResponse
+	34, // 66: sylk.guide.v1.SessionService.CompleteSession:output_type -> sylk.guide.v1.CompleteSessionResponse
+	12, // 67: sylk.guide.v1.SessionService.ActivateSession:output_type -> sylk.guide.v1.ActivateSessionResponse
+	14, // 68: sylk.guide.v1.SessionService.SwitchSession:output_type -> sylk.guide.v1.SwitchSessionResponse
+	16, // 69: sylk.guide.v1.SessionService.GetActiveSession:output_type -> sylk.guide.v1.GetActiveSessionResponse
+	18, // 70: sylk.guide.v1.SessionService.GetSessionContext:output_type -> sylk.guide.v1.GetSessionContextResponse
+	20, // 71: sylk.guide.v1.SessionService.UpdateSessionContext:output_type -> sylk.guide.v1.UpdateSessionContextResponse
+	22, // 72: sylk.guide.v1.SessionService.GetSessionSnapshot:output_type -> sylk.guide.v1.GetSessionSnapshotResponse
+	2,  // 73: sylk.guide.v1.SessionService.UpdateSession:output_type -> sylk.guide.v1.UpdateSessionResponse
+	61, // [61:74] is the sub-list for method output_type
+	48, // [48:61] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_sylk_guide_v1_session_service_proto_init() }
@@ -2400,7 +2560,7 @@ func file_sylk_guide_v1_session_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_guide_v1_session_service_proto_rawDesc), len(file_sylk_guide_v1_session_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	SessionService_GetSessionContext_FullMethodName    = "/sylk.guide.v1.SessionService/GetSessionContext"
 	SessionService_UpdateSessionContext_FullMethodName = "/sylk.guide.v1.SessionService/UpdateSessionContext"
 	SessionService_GetSessionSnapshot_FullMethodName   = "/sylk.guide.v1.SessionService/GetSessionSnapshot"
+	SessionService_UpdateSession_FullMethodName        = "/sylk.guide.v1.SessionService/UpdateSession"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -61,6 +62,10 @@ type SessionServiceClient interface {
 	UpdateSessionContext(ctx context.Context, in *UpdateSessionContextRequest, opts ...grpc.CallOption) (*UpdateSessionContextResponse, error)
 	// GetSessionSnapshot returns the snapshot taken when the session was last suspended.
 	GetSessionSnapshot(ctx context.Context, in *GetSessionSnapshotRequest, opts ...grpc.CallOption) (*GetSessionSnapshotResponse, error)
+	// UpdateSession changes a session's display name, repository or
+	// configuration: the fields update_mask names ("display_name",
+	// "repository", "config"; empty means those set in the request).
+	UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -191,6 +196,16 @@ func (c *sessionServiceClient) GetSessionSnapshot(ctx context.Context, in *GetSe
 	return out, nil
 }
 
+func (c *sessionServiceClient) UpdateSession(ctx context.Context, in *UpdateSessionRequest, opts ...grpc.CallOption) (*UpdateSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_UpdateSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -219,6 +234,10 @@ type SessionServiceServer interface {
 	UpdateSessionContext(context.Context, *UpdateSessionContextRequest) (*UpdateSessionContextResponse, error)
 	// GetSessionSnapshot returns the snapshot taken when the session was last suspended.
 	GetSessionSnapshot(context.Context, *GetSessionSnapshotRequest) (*GetSessionSnapshotResponse, error)
+	// UpdateSession changes a session's display name, repository or
+	// configuration: the fields update_mask names ("display_name",
+	// "repository", "config"; empty means those set in the request).
+	UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -264,6 +283,9 @@ func (UnimplementedSessionServiceServer) UpdateSessionContext(context.Context, *
 }
 func (UnimplementedSessionServiceServer) GetSessionSnapshot(context.Context, *GetSessionSnapshotRequest) (*GetSessionSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSessionSnapshot not implemented")
+}
+func (UnimplementedSessionServiceServer) UpdateSession(context.Context, *UpdateSessionRequest) (*UpdateSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSession not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -502,6 +524,24 @@ func _SessionService_GetSessionSnapshot_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_UpdateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).UpdateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_UpdateSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).UpdateSession(ctx, req.(*UpdateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -556,6 +596,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSessionSnapshot",
 			Handler:    _SessionService_GetSessionSnapshot_Handler,
+		},
+		{
+			MethodName: "UpdateSession",
+			Handler:    _SessionService_UpdateSession_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

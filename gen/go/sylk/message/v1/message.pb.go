@@ -649,6 +649,11 @@ type Envelope struct {
 	// What the Guide learned before routing a change to the Architect (spec
 	// A-06 step 3, E-11).
 	PreRoute *PreRouteContext `protobuf:"bytes,24,opt,name=pre_route,json=preRoute,proto3" json:"pre_route,omitempty"`
+	// The registered repository the request is about ("repositories/{id}"):
+	// the session's, set by the Guide on what it routes, so that the
+	// Architect plans in it and the knowledge agents search it. Empty when
+	// the session names none.
+	Repository string `protobuf:"bytes,25,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*Envelope_UserInput
@@ -860,6 +865,13 @@ func (x *Envelope) GetPreRoute() *PreRouteContext {
 		return x.PreRoute
 	}
 	return nil
+}
+
+func (x *Envelope) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
 }
 
 func (x *Envelope) GetPayload() isEnvelope_Payload {
@@ -2320,7 +2332,7 @@ var File_sylk_message_v1_message_proto protoreflect.FileDescriptor
 
 const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsylk/message/v1/message.proto\x12\x0fsylk.message.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x0e\n" +
+	"\x1dsylk/message/v1/message.proto\x12\x0fsylk.message.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x0e\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0ecorrelation_id\x18\x02 \x01(\tR\rcorrelationId\x12\x1b\n" +
@@ -2348,7 +2360,10 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x05error\x18\x15 \x01(\tR\x05error\x12=\n" +
 	"\fprocessed_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessedAt\x12E\n" +
 	"\x0erouted_request\x18\x17 \x01(\v2\x1e.sylk.message.v1.RoutedRequestR\rroutedRequest\x12=\n" +
-	"\tpre_route\x18\x18 \x01(\v2 .sylk.message.v1.PreRouteContextR\bpreRoute\x12;\n" +
+	"\tpre_route\x18\x18 \x01(\v2 .sylk.message.v1.PreRouteContextR\bpreRoute\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x19 \x01(\tR\n" +
+	"repository\x12;\n" +
 	"\n" +
 	"user_input\x18\x1e \x01(\v2\x1a.sylk.message.v1.UserInputH\x00R\tuserInput\x12A\n" +
 	"\fagent_answer\x18\x1f \x01(\v2\x1c.sylk.message.v1.AgentAnswerH\x00R\vagentAnswer\x12J\n" +

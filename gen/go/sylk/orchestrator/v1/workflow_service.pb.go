@@ -306,6 +306,134 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{3}
 }
 
+// Severity of a review finding.
+type Severity int32
+
+const (
+	Severity_SEVERITY_UNSPECIFIED Severity = 0
+	Severity_SEVERITY_INFO        Severity = 1
+	Severity_SEVERITY_LOW         Severity = 2
+	Severity_SEVERITY_MEDIUM      Severity = 3
+	Severity_SEVERITY_HIGH        Severity = 4
+	Severity_SEVERITY_CRITICAL    Severity = 5
+)
+
+// Enum value maps for Severity.
+var (
+	Severity_name = map[int32]string{
+		0: "SEVERITY_UNSPECIFIED",
+		1: "SEVERITY_INFO",
+		2: "SEVERITY_LOW",
+		3: "SEVERITY_MEDIUM",
+		4: "SEVERITY_HIGH",
+		5: "SEVERITY_CRITICAL",
+	}
+	Severity_value = map[string]int32{
+		"SEVERITY_UNSPECIFIED": 0,
+		"SEVERITY_INFO":        1,
+		"SEVERITY_LOW":         2,
+		"SEVERITY_MEDIUM":      3,
+		"SEVERITY_HIGH":        4,
+		"SEVERITY_CRITICAL":    5,
+	}
+)
+
+func (x Severity) Enum() *Severity {
+	p := new(Severity)
+	*p = x
+	return p
+}
+
+func (x Severity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Severity) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Severity) Type() protoreflect.EnumType {
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[4]
+}
+
+func (x Severity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Severity.Descriptor instead.
+func (Severity) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{4}
+}
+
+// ReviewOutcome says how a review ended (spec P-06, P-13).
+type ReviewOutcome int32
+
+const (
+	ReviewOutcome_REVIEW_OUTCOME_UNSPECIFIED ReviewOutcome = 0
+	// A model reviewed the change.
+	ReviewOutcome_REVIEW_OUTCOME_REVIEWED ReviewOutcome = 1
+	// Every changed file was excluded (generated, vendored, lock files): no
+	// model was asked.
+	ReviewOutcome_REVIEW_OUTCOME_ALL_FILES_EXCLUDED ReviewOutcome = 2
+	// Even the last truncation level did not fit the model's input.
+	ReviewOutcome_REVIEW_OUTCOME_PROMPT_TOO_LARGE_AFTER_TRUNCATION ReviewOutcome = 3
+	// No model is configured: only the linters and the security registry
+	// ran.
+	ReviewOutcome_REVIEW_OUTCOME_NO_MODEL ReviewOutcome = 4
+	// The change is empty.
+	ReviewOutcome_REVIEW_OUTCOME_NO_CHANGES ReviewOutcome = 5
+	ReviewOutcome_REVIEW_OUTCOME_FAILED     ReviewOutcome = 6
+)
+
+// Enum value maps for ReviewOutcome.
+var (
+	ReviewOutcome_name = map[int32]string{
+		0: "REVIEW_OUTCOME_UNSPECIFIED",
+		1: "REVIEW_OUTCOME_REVIEWED",
+		2: "REVIEW_OUTCOME_ALL_FILES_EXCLUDED",
+		3: "REVIEW_OUTCOME_PROMPT_TOO_LARGE_AFTER_TRUNCATION",
+		4: "REVIEW_OUTCOME_NO_MODEL",
+		5: "REVIEW_OUTCOME_NO_CHANGES",
+		6: "REVIEW_OUTCOME_FAILED",
+	}
+	ReviewOutcome_value = map[string]int32{
+		"REVIEW_OUTCOME_UNSPECIFIED":                       0,
+		"REVIEW_OUTCOME_REVIEWED":                          1,
+		"REVIEW_OUTCOME_ALL_FILES_EXCLUDED":                2,
+		"REVIEW_OUTCOME_PROMPT_TOO_LARGE_AFTER_TRUNCATION": 3,
+		"REVIEW_OUTCOME_NO_MODEL":                          4,
+		"REVIEW_OUTCOME_NO_CHANGES":                        5,
+		"REVIEW_OUTCOME_FAILED":                            6,
+	}
+)
+
+func (x ReviewOutcome) Enum() *ReviewOutcome {
+	p := new(ReviewOutcome)
+	*p = x
+	return p
+}
+
+func (x ReviewOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReviewOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[5].Descriptor()
+}
+
+func (ReviewOutcome) Type() protoreflect.EnumType {
+	return &file_sylk_orchestrator_v1_workflow_service_proto_enumTypes[5]
+}
+
+func (x ReviewOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReviewOutcome.Descriptor instead.
+func (ReviewOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{5}
+}
+
 // PartialFailure is what a failed run offers its user (spec B-37): keep
 // the partial work and go on by hand, roll it back, or retry from the
 // failure, with a default chosen by how the failed nodes failed.
@@ -866,7 +994,13 @@ type Node struct {
 	// The state an earlier pipeline of this node handed to this one when its
 	// Engineer neared the end of its context window (spec F-23); set by the
 	// Orchestrator when it dispatches the new pipeline.
-	Handoff       *PipelineHandoff `protobuf:"bytes,22,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	Handoff *PipelineHandoff `protobuf:"bytes,22,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	// The files the task is expected to touch (the plan's; a hint, not a
+	// bound).
+	Files []string `protobuf:"bytes,23,rep,name=files,proto3" json:"files,omitempty"`
+	// The review persona of the node's Inspector (spec P-12); empty takes
+	// the run's, then "default".
+	ReviewPersona string `protobuf:"bytes,24,opt,name=review_persona,json=reviewPersona,proto3" json:"review_persona,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1053,6 +1187,20 @@ func (x *Node) GetHandoff() *PipelineHandoff {
 		return x.Handoff
 	}
 	return nil
+}
+
+func (x *Node) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *Node) GetReviewPersona() string {
+	if x != nil {
+		return x.ReviewPersona
+	}
+	return ""
 }
 
 // PipelineHandoff is what a pipeline whose Engineer reached its handoff
@@ -2029,7 +2177,9 @@ type TaskReport struct {
 	// a first attempt.
 	Briefing string `protobuf:"bytes,7,opt,name=briefing,proto3" json:"briefing,omitempty"`
 	// What the task's agent did, when an agent worked on it.
-	Activity      *AgentActivity `protobuf:"bytes,8,opt,name=activity,proto3" json:"activity,omitempty"`
+	Activity *AgentActivity `protobuf:"bytes,8,opt,name=activity,proto3" json:"activity,omitempty"`
+	// The Inspector's review of the task's change, when one ran.
+	Review        *Review `protobuf:"bytes,9,opt,name=review,proto3" json:"review,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2116,6 +2266,13 @@ func (x *TaskReport) GetBriefing() string {
 func (x *TaskReport) GetActivity() *AgentActivity {
 	if x != nil {
 		return x.Activity
+	}
+	return nil
+}
+
+func (x *TaskReport) GetReview() *Review {
+	if x != nil {
+		return x.Review
 	}
 	return nil
 }
@@ -2644,6 +2801,393 @@ func (x *TestFailure) GetStackTrace() string {
 	return ""
 }
 
+// Finding is one issue a review found.
+type Finding struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Severity   Severity               `protobuf:"varint,1,opt,name=severity,proto3,enum=sylk.orchestrator.v1.Severity" json:"severity,omitempty"`
+	File       string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Line       int32                  `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	Message    string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Suggestion string                 `protobuf:"bytes,5,opt,name=suggestion,proto3" json:"suggestion,omitempty"`
+	// "security", "correctness", "performance", "maintainability", "style",
+	// "testing", ...
+	Category string `protobuf:"bytes,6,opt,name=category,proto3" json:"category,omitempty"`
+	// Whether it blocks the change (its severity is at or above the
+	// blocking one).
+	Blocking      bool `protobuf:"varint,7,opt,name=blocking,proto3" json:"blocking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Finding) Reset() {
+	*x = Finding{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Finding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Finding) ProtoMessage() {}
+
+func (x *Finding) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Finding.ProtoReflect.Descriptor instead.
+func (*Finding) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Finding) GetSeverity() Severity {
+	if x != nil {
+		return x.Severity
+	}
+	return Severity_SEVERITY_UNSPECIFIED
+}
+
+func (x *Finding) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *Finding) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *Finding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Finding) GetSuggestion() string {
+	if x != nil {
+		return x.Suggestion
+	}
+	return ""
+}
+
+func (x *Finding) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *Finding) GetBlocking() bool {
+	if x != nil {
+		return x.Blocking
+	}
+	return false
+}
+
+// Review is a review of a change (spec P-01..P-14).
+type Review struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome ReviewOutcome          `protobuf:"varint,1,opt,name=outcome,proto3,enum=sylk.orchestrator.v1.ReviewOutcome" json:"outcome,omitempty"`
+	// The persona that reviewed (spec P-12).
+	Persona  string     `protobuf:"bytes,2,opt,name=persona,proto3" json:"persona,omitempty"`
+	Findings []*Finding `protobuf:"bytes,3,rep,name=findings,proto3" json:"findings,omitempty"`
+	// The files reviewed, and those left out with why ("path: generated").
+	ReviewedFiles []string `protobuf:"bytes,4,rep,name=reviewed_files,json=reviewedFiles,proto3" json:"reviewed_files,omitempty"`
+	ExcludedFiles []string `protobuf:"bytes,5,rep,name=excluded_files,json=excludedFiles,proto3" json:"excluded_files,omitempty"`
+	// The truncation level the prompt needed (0: none; 1-3, spec P-06), and
+	// whether the adaptive retry at 85% ran (spec P-07).
+	TruncationLevel int32 `protobuf:"varint,6,opt,name=truncation_level,json=truncationLevel,proto3" json:"truncation_level,omitempty"`
+	RetriedShorter  bool  `protobuf:"varint,7,opt,name=retried_shorter,json=retriedShorter,proto3" json:"retried_shorter,omitempty"`
+	// The model that reviewed ("provider/model").
+	Model        string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
+	InputTokens  int64  `protobuf:"varint,9,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64  `protobuf:"varint,10,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// A line for a person: what was reviewed and what came of it.
+	Summary string `protobuf:"bytes,11,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Whether a finding blocks the change.
+	Blocking      bool `protobuf:"varint,12,opt,name=blocking,proto3" json:"blocking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Review) Reset() {
+	*x = Review{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Review) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Review) ProtoMessage() {}
+
+func (x *Review) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Review.ProtoReflect.Descriptor instead.
+func (*Review) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Review) GetOutcome() ReviewOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReviewOutcome_REVIEW_OUTCOME_UNSPECIFIED
+}
+
+func (x *Review) GetPersona() string {
+	if x != nil {
+		return x.Persona
+	}
+	return ""
+}
+
+func (x *Review) GetFindings() []*Finding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *Review) GetReviewedFiles() []string {
+	if x != nil {
+		return x.ReviewedFiles
+	}
+	return nil
+}
+
+func (x *Review) GetExcludedFiles() []string {
+	if x != nil {
+		return x.ExcludedFiles
+	}
+	return nil
+}
+
+func (x *Review) GetTruncationLevel() int32 {
+	if x != nil {
+		return x.TruncationLevel
+	}
+	return 0
+}
+
+func (x *Review) GetRetriedShorter() bool {
+	if x != nil {
+		return x.RetriedShorter
+	}
+	return false
+}
+
+func (x *Review) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Review) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Review) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Review) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Review) GetBlocking() bool {
+	if x != nil {
+		return x.Blocking
+	}
+	return false
+}
+
+// Delivery is how a run's combined change reached the repository.
+type Delivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The branch made in the repository: "sylk/<run>".
+	Branch string `protobuf:"bytes,1,opt,name=branch,proto3" json:"branch,omitempty"`
+	// Its commit, on base_commit.
+	Commit     string `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	BaseCommit string `protobuf:"bytes,3,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
+	// Whether the branch was pushed to the repository's remote, and where.
+	Pushed bool   `protobuf:"varint,4,opt,name=pushed,proto3" json:"pushed,omitempty"`
+	Remote string `protobuf:"bytes,5,opt,name=remote,proto3" json:"remote,omitempty"`
+	// When it was not pushed: the patch and a git bundle are offered for
+	// download (GetRunBundle).
+	BundleAvailable bool     `protobuf:"varint,6,opt,name=bundle_available,json=bundleAvailable,proto3" json:"bundle_available,omitempty"`
+	FilesChanged    []string `protobuf:"bytes,7,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	// Tests run over the combined change, and their outcome, in a line.
+	Tests string `protobuf:"bytes,8,opt,name=tests,proto3" json:"tests,omitempty"`
+	// Review findings over the run, by severity ("high: 1, low: 2").
+	Findings     string `protobuf:"bytes,9,opt,name=findings,proto3" json:"findings,omitempty"`
+	InputTokens  int64  `protobuf:"varint,10,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64  `protobuf:"varint,11,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Model cost in US dollars, as the usage report prices it.
+	CostUsd float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Why there is no branch, when there is none ("no changes", ...).
+	Detail        string `protobuf:"bytes,13,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delivery) Reset() {
+	*x = Delivery{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delivery) ProtoMessage() {}
+
+func (x *Delivery) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
+func (*Delivery) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Delivery) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *Delivery) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *Delivery) GetBaseCommit() string {
+	if x != nil {
+		return x.BaseCommit
+	}
+	return ""
+}
+
+func (x *Delivery) GetPushed() bool {
+	if x != nil {
+		return x.Pushed
+	}
+	return false
+}
+
+func (x *Delivery) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *Delivery) GetBundleAvailable() bool {
+	if x != nil {
+		return x.BundleAvailable
+	}
+	return false
+}
+
+func (x *Delivery) GetFilesChanged() []string {
+	if x != nil {
+		return x.FilesChanged
+	}
+	return nil
+}
+
+func (x *Delivery) GetTests() string {
+	if x != nil {
+		return x.Tests
+	}
+	return ""
+}
+
+func (x *Delivery) GetFindings() string {
+	if x != nil {
+		return x.Findings
+	}
+	return ""
+}
+
+func (x *Delivery) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Delivery) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Delivery) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Delivery) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type Run struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
@@ -2674,13 +3218,18 @@ type Run struct {
 	SessionCheck *SessionCheck `protobuf:"bytes,19,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
 	// For a failed run: its choices and the default (spec B-37).
 	PartialFailure *PartialFailure `protobuf:"bytes,20,opt,name=partial_failure,json=partialFailure,proto3" json:"partial_failure,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How the run's change was delivered, once it was.
+	Delivery *Delivery `protobuf:"bytes,21,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// The review persona of the run's Inspectors (spec P-12); empty takes
+	// the session's, then "default".
+	ReviewPersona string `protobuf:"bytes,22,opt,name=review_persona,json=reviewPersona,proto3" json:"review_persona,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3241,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[26]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3254,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Run) GetName() string {
@@ -2848,6 +3397,20 @@ func (x *Run) GetPartialFailure() *PartialFailure {
 	return nil
 }
 
+func (x *Run) GetDelivery() *Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+func (x *Run) GetReviewPersona() string {
+	if x != nil {
+		return x.ReviewPersona
+	}
+	return ""
+}
+
 type NodeStatus struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2882,7 +3445,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3457,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[27]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3470,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3080,13 +3643,21 @@ type CreateRunRequest struct {
 	// The session's task limits (its SessionConfig), enforced across all its
 	// unfinished runs; needs session_id. Unset or 0 fields: no such limit.
 	SessionLimits *SessionLimits `protobuf:"bytes,10,opt,name=session_limits,json=sessionLimits,proto3" json:"session_limits,omitempty"`
+	// Deliver the succeeded run's combined change as a branch "sylk/<run>" in
+	// the repository (needs repository).
+	Deliver bool `protobuf:"varint,11,opt,name=deliver,proto3" json:"deliver,omitempty"`
+	// With deliver, for a repository cloned from a git URL: push the branch
+	// with the tenant's stored git credential (the session's allow_push).
+	AllowPush bool `protobuf:"varint,12,opt,name=allow_push,json=allowPush,proto3" json:"allow_push,omitempty"`
+	// The review persona of the run's Inspectors (spec P-12).
+	ReviewPersona string `protobuf:"bytes,13,opt,name=review_persona,json=reviewPersona,proto3" json:"review_persona,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3669,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[28]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3682,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -3184,6 +3755,27 @@ func (x *CreateRunRequest) GetSessionLimits() *SessionLimits {
 	return nil
 }
 
+func (x *CreateRunRequest) GetDeliver() bool {
+	if x != nil {
+		return x.Deliver
+	}
+	return false
+}
+
+func (x *CreateRunRequest) GetAllowPush() bool {
+	if x != nil {
+		return x.AllowPush
+	}
+	return false
+}
+
+func (x *CreateRunRequest) GetReviewPersona() string {
+	if x != nil {
+		return x.ReviewPersona
+	}
+	return ""
+}
+
 // Limits on the nodes one session runs at once, across its runs.
 type SessionLimits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3197,7 +3789,7 @@ type SessionLimits struct {
 
 func (x *SessionLimits) Reset() {
 	*x = SessionLimits{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3801,7 @@ func (x *SessionLimits) String() string {
 func (*SessionLimits) ProtoMessage() {}
 
 func (x *SessionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[29]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3814,7 @@ func (x *SessionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLimits.ProtoReflect.Descriptor instead.
 func (*SessionLimits) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionLimits) GetMaxConcurrentTasks() int32 {
@@ -3248,7 +3840,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3852,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[30]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3865,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -3292,7 +3884,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3896,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[31]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3909,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetRunRequest) GetName() string {
@@ -3336,7 +3928,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3940,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[32]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3953,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -3382,7 +3974,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3986,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[33]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3999,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRunsRequest) GetPageSize() int32 {
@@ -3441,7 +4033,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +4045,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[34]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +4058,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -3494,7 +4086,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3506,7 +4098,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[35]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3519,7 +4111,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelRunRequest) GetName() string {
@@ -3545,7 +4137,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +4149,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[36]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +4162,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -3591,7 +4183,7 @@ type PauseRunRequest struct {
 
 func (x *PauseRunRequest) Reset() {
 	*x = PauseRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +4195,7 @@ func (x *PauseRunRequest) String() string {
 func (*PauseRunRequest) ProtoMessage() {}
 
 func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[37]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +4208,7 @@ func (x *PauseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PauseRunRequest) GetName() string {
@@ -3642,7 +4234,7 @@ type PauseRunResponse struct {
 
 func (x *PauseRunResponse) Reset() {
 	*x = PauseRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +4246,7 @@ func (x *PauseRunResponse) String() string {
 func (*PauseRunResponse) ProtoMessage() {}
 
 func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[38]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +4259,7 @@ func (x *PauseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRunResponse.ProtoReflect.Descriptor instead.
 func (*PauseRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PauseRunResponse) GetRun() *Run {
@@ -3688,7 +4280,7 @@ type ResumeRunRequest struct {
 
 func (x *ResumeRunRequest) Reset() {
 	*x = ResumeRunRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +4292,7 @@ func (x *ResumeRunRequest) String() string {
 func (*ResumeRunRequest) ProtoMessage() {}
 
 func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[39]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +4305,7 @@ func (x *ResumeRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRunRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeRunRequest) GetName() string {
@@ -3739,7 +4331,7 @@ type ResumeRunResponse struct {
 
 func (x *ResumeRunResponse) Reset() {
 	*x = ResumeRunResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +4343,7 @@ func (x *ResumeRunResponse) String() string {
 func (*ResumeRunResponse) ProtoMessage() {}
 
 func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[40]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +4356,7 @@ func (x *ResumeRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRunResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRunResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeRunResponse) GetRun() *Run {
@@ -3784,7 +4376,7 @@ type PauseSessionRunsRequest struct {
 
 func (x *PauseSessionRunsRequest) Reset() {
 	*x = PauseSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +4388,7 @@ func (x *PauseSessionRunsRequest) String() string {
 func (*PauseSessionRunsRequest) ProtoMessage() {}
 
 func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[41]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +4401,7 @@ func (x *PauseSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{41}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PauseSessionRunsRequest) GetSession() string {
@@ -3829,7 +4421,7 @@ type PauseSessionRunsResponse struct {
 
 func (x *PauseSessionRunsResponse) Reset() {
 	*x = PauseSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4433,7 @@ func (x *PauseSessionRunsResponse) String() string {
 func (*PauseSessionRunsResponse) ProtoMessage() {}
 
 func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[42]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4446,7 @@ func (x *PauseSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*PauseSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{42}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PauseSessionRunsResponse) GetRuns() []string {
@@ -3873,7 +4465,7 @@ type ResumeSessionRunsRequest struct {
 
 func (x *ResumeSessionRunsRequest) Reset() {
 	*x = ResumeSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4477,7 @@ func (x *ResumeSessionRunsRequest) String() string {
 func (*ResumeSessionRunsRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[43]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4490,7 @@ func (x *ResumeSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{43}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResumeSessionRunsRequest) GetSession() string {
@@ -3917,7 +4509,7 @@ type ResumeSessionRunsResponse struct {
 
 func (x *ResumeSessionRunsResponse) Reset() {
 	*x = ResumeSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4521,7 @@ func (x *ResumeSessionRunsResponse) String() string {
 func (*ResumeSessionRunsResponse) ProtoMessage() {}
 
 func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[44]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4534,7 @@ func (x *ResumeSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{44}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResumeSessionRunsResponse) GetRuns() []string {
@@ -3961,7 +4553,7 @@ type CancelSessionRunsRequest struct {
 
 func (x *CancelSessionRunsRequest) Reset() {
 	*x = CancelSessionRunsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4565,7 @@ func (x *CancelSessionRunsRequest) String() string {
 func (*CancelSessionRunsRequest) ProtoMessage() {}
 
 func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[45]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4578,7 @@ func (x *CancelSessionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{45}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelSessionRunsRequest) GetSession() string {
@@ -4005,7 +4597,7 @@ type CancelSessionRunsResponse struct {
 
 func (x *CancelSessionRunsResponse) Reset() {
 	*x = CancelSessionRunsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4609,7 @@ func (x *CancelSessionRunsResponse) String() string {
 func (*CancelSessionRunsResponse) ProtoMessage() {}
 
 func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[46]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4622,7 @@ func (x *CancelSessionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRunsResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{46}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelSessionRunsResponse) GetRuns() []string {
@@ -4058,7 +4650,7 @@ type TaskActionRequest struct {
 
 func (x *TaskActionRequest) Reset() {
 	*x = TaskActionRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4662,7 @@ func (x *TaskActionRequest) String() string {
 func (*TaskActionRequest) ProtoMessage() {}
 
 func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[47]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4675,7 @@ func (x *TaskActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionRequest.ProtoReflect.Descriptor instead.
 func (*TaskActionRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{47}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskActionRequest) GetName() string {
@@ -4147,7 +4739,7 @@ type TaskActionResponse struct {
 
 func (x *TaskActionResponse) Reset() {
 	*x = TaskActionResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4751,7 @@ func (x *TaskActionResponse) String() string {
 func (*TaskActionResponse) ProtoMessage() {}
 
 func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[48]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4764,7 @@ func (x *TaskActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskActionResponse.ProtoReflect.Descriptor instead.
 func (*TaskActionResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{48}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskActionResponse) GetRun() string {
@@ -4233,7 +4825,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4245,7 +4837,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[49]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4258,7 +4850,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{49}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListDecisionsRequest) GetName() string {
@@ -4283,7 +4875,7 @@ type DecisionEntry struct {
 
 func (x *DecisionEntry) Reset() {
 	*x = DecisionEntry{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4887,7 @@ func (x *DecisionEntry) String() string {
 func (*DecisionEntry) ProtoMessage() {}
 
 func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[50]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4900,7 @@ func (x *DecisionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionEntry.ProtoReflect.Descriptor instead.
 func (*DecisionEntry) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{50}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DecisionEntry) GetNodeId() string {
@@ -4350,7 +4942,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4362,7 +4954,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[51]
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4375,7 +4967,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{51}
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
@@ -4388,6 +4980,121 @@ func (x *ListDecisionsResponse) GetEntries() []*DecisionEntry {
 func (x *ListDecisionsResponse) GetLog() string {
 	if x != nil {
 		return x.Log
+	}
+	return ""
+}
+
+type GetRunBundleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunBundleRequest) Reset() {
+	*x = GetRunBundleRequest{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunBundleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunBundleRequest) ProtoMessage() {}
+
+func (x *GetRunBundleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunBundleRequest.ProtoReflect.Descriptor instead.
+func (*GetRunBundleRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GetRunBundleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetRunBundleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sylk/<run>".
+	Branch string `protobuf:"bytes,1,opt,name=branch,proto3" json:"branch,omitempty"`
+	// A git bundle holding the branch (git fetch <file> sylk/<run>).
+	Bundle []byte `protobuf:"bytes,2,opt,name=bundle,proto3" json:"bundle,omitempty"`
+	// The change as a patch from the base commit.
+	Patch         string `protobuf:"bytes,3,opt,name=patch,proto3" json:"patch,omitempty"`
+	BaseCommit    string `protobuf:"bytes,4,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunBundleResponse) Reset() {
+	*x = GetRunBundleResponse{}
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunBundleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunBundleResponse) ProtoMessage() {}
+
+func (x *GetRunBundleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_orchestrator_v1_workflow_service_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunBundleResponse.ProtoReflect.Descriptor instead.
+func (*GetRunBundleResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *GetRunBundleResponse) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *GetRunBundleResponse) GetBundle() []byte {
+	if x != nil {
+		return x.Bundle
+	}
+	return nil
+}
+
+func (x *GetRunBundleResponse) GetPatch() string {
+	if x != nil {
+		return x.Patch
+	}
+	return ""
+}
+
+func (x *GetRunBundleResponse) GetBaseCommit() string {
+	if x != nil {
+		return x.BaseCommit
 	}
 	return ""
 }
@@ -4430,7 +5137,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\rdefault_retry\x18\x02 \x01(\v2!.sylk.orchestrator.v1.RetryPolicyR\fdefaultRetry\"T\n" +
 	"\vRetryPolicy\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\x05R\x03max\x123\n" +
-	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xf0\x06\n" +
+	"\abackoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\abackoff\"\xad\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -4455,7 +5162,9 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x0fkey_constraints\x18\x13 \x03(\tB\x03\xe0A\x03R\x0ekeyConstraints\x12Q\n" +
 	"\x10success_criteria\x18\x14 \x03(\v2!.sylk.message.v1.SuccessCriterionB\x03\xe0A\x03R\x0fsuccessCriteria\x12O\n" +
 	"\x0eretry_briefing\x18\x15 \x01(\v2#.sylk.orchestrator.v1.RetryBriefingB\x03\xe0A\x03R\rretryBriefing\x12D\n" +
-	"\ahandoff\x18\x16 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffB\x03\xe0A\x03R\ahandoff\"\xa1\x04\n" +
+	"\ahandoff\x18\x16 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffB\x03\xe0A\x03R\ahandoff\x12\x14\n" +
+	"\x05files\x18\x17 \x03(\tR\x05files\x12%\n" +
+	"\x0ereview_persona\x18\x18 \x01(\tR\rreviewPersona\"\xa1\x04\n" +
 	"\x0fPipelineHandoff\x12&\n" +
 	"\x0fold_pipeline_id\x18\x01 \x01(\tR\roldPipelineId\x12\x1d\n" +
 	"\n" +
@@ -4537,7 +5246,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\"8\n" +
 	"\bFileEdit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xa2\x02\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xd8\x02\n" +
 	"\n" +
 	"TaskReport\x12 \n" +
 	"\vimplemented\x18\x01 \x01(\tR\vimplemented\x12\x16\n" +
@@ -4549,7 +5258,8 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"deviations\x12\x1a\n" +
 	"\bconcerns\x18\x06 \x01(\tR\bconcerns\x12\x1a\n" +
 	"\bbriefing\x18\a \x01(\tR\bbriefing\x12?\n" +
-	"\bactivity\x18\b \x01(\v2#.sylk.orchestrator.v1.AgentActivityR\bactivity\"\xcc\x02\n" +
+	"\bactivity\x18\b \x01(\v2#.sylk.orchestrator.v1.AgentActivityR\bactivity\x124\n" +
+	"\x06review\x18\t \x01(\v2\x1c.sylk.orchestrator.v1.ReviewR\x06review\"\xcc\x02\n" +
 	"\rAgentActivity\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05turns\x18\x02 \x01(\x05R\x05turns\x12&\n" +
@@ -4600,7 +5310,47 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bexpected\x18\x05 \x01(\tR\bexpected\x12\x16\n" +
 	"\x06actual\x18\x06 \x01(\tR\x06actual\x12\x1f\n" +
 	"\vstack_trace\x18\a \x01(\tR\n" +
-	"stackTrace\"\xb6\a\n" +
+	"stackTrace\"\xdf\x01\n" +
+	"\aFinding\x12:\n" +
+	"\bseverity\x18\x01 \x01(\x0e2\x1e.sylk.orchestrator.v1.SeverityR\bseverity\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\x05R\x04line\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"suggestion\x18\x05 \x01(\tR\n" +
+	"suggestion\x12\x1a\n" +
+	"\bcategory\x18\x06 \x01(\tR\bcategory\x12\x1a\n" +
+	"\bblocking\x18\a \x01(\bR\bblocking\"\xd2\x03\n" +
+	"\x06Review\x12=\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2#.sylk.orchestrator.v1.ReviewOutcomeR\aoutcome\x12\x18\n" +
+	"\apersona\x18\x02 \x01(\tR\apersona\x129\n" +
+	"\bfindings\x18\x03 \x03(\v2\x1d.sylk.orchestrator.v1.FindingR\bfindings\x12%\n" +
+	"\x0ereviewed_files\x18\x04 \x03(\tR\rreviewedFiles\x12%\n" +
+	"\x0eexcluded_files\x18\x05 \x03(\tR\rexcludedFiles\x12)\n" +
+	"\x10truncation_level\x18\x06 \x01(\x05R\x0ftruncationLevel\x12'\n" +
+	"\x0fretried_shorter\x18\a \x01(\bR\x0eretriedShorter\x12\x14\n" +
+	"\x05model\x18\b \x01(\tR\x05model\x12!\n" +
+	"\finput_tokens\x18\t \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\n" +
+	" \x01(\x03R\foutputTokens\x12\x18\n" +
+	"\asummary\x18\v \x01(\tR\asummary\x12\x1a\n" +
+	"\bblocking\x18\f \x01(\bR\bblocking\"\x88\x03\n" +
+	"\bDelivery\x12\x16\n" +
+	"\x06branch\x18\x01 \x01(\tR\x06branch\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1f\n" +
+	"\vbase_commit\x18\x03 \x01(\tR\n" +
+	"baseCommit\x12\x16\n" +
+	"\x06pushed\x18\x04 \x01(\bR\x06pushed\x12\x16\n" +
+	"\x06remote\x18\x05 \x01(\tR\x06remote\x12)\n" +
+	"\x10bundle_available\x18\x06 \x01(\bR\x0fbundleAvailable\x12#\n" +
+	"\rfiles_changed\x18\a \x03(\tR\ffilesChanged\x12\x14\n" +
+	"\x05tests\x18\b \x01(\tR\x05tests\x12\x1a\n" +
+	"\bfindings\x18\t \x01(\tR\bfindings\x12!\n" +
+	"\finput_tokens\x18\n" +
+	" \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\v \x01(\x03R\foutputTokens\x12\x19\n" +
+	"\bcost_usd\x18\f \x01(\x01R\acostUsd\x12\x16\n" +
+	"\x06detail\x18\r \x01(\tR\x06detail\"\x9e\b\n" +
 	"\x03Run\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1d\n" +
@@ -4628,7 +5378,9 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\vinteractive\x18\x11 \x01(\bR\vinteractive\x12:\n" +
 	"\acontext\x18\x12 \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12L\n" +
 	"\rsession_check\x18\x13 \x01(\v2\".sylk.orchestrator.v1.SessionCheckB\x03\xe0A\x03R\fsessionCheck\x12R\n" +
-	"\x0fpartial_failure\x18\x14 \x01(\v2$.sylk.orchestrator.v1.PartialFailureB\x03\xe0A\x03R\x0epartialFailure\"\xe2\x06\n" +
+	"\x0fpartial_failure\x18\x14 \x01(\v2$.sylk.orchestrator.v1.PartialFailureB\x03\xe0A\x03R\x0epartialFailure\x12?\n" +
+	"\bdelivery\x18\x15 \x01(\v2\x1e.sylk.orchestrator.v1.DeliveryB\x03\xe0A\x03R\bdelivery\x12%\n" +
+	"\x0ereview_persona\x18\x16 \x01(\tR\rreviewPersona\"\xe2\x06\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
@@ -4653,7 +5405,7 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\bpipeline\x18\x12 \x01(\v2$.sylk.orchestrator.v1.PipelineStatusR\bpipeline\x12?\n" +
 	"\ahandoff\x18\x13 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffR\ahandoff\x12\x1a\n" +
 	"\bhandoffs\x18\x14 \x01(\x05R\bhandoffs\x12*\n" +
-	"\x0eoutput_partial\x18\x15 \x01(\bB\x03\xe0A\x03R\routputPartial\"\xb0\x03\n" +
+	"\x0eoutput_partial\x18\x15 \x01(\bB\x03\xe0A\x03R\routputPartial\"\x90\x04\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
@@ -4669,7 +5421,11 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\acontext\x18\b \x01(\v2 .sylk.orchestrator.v1.RunContextR\acontext\x12%\n" +
 	"\x0esession_checks\x18\t \x01(\bR\rsessionChecks\x12J\n" +
 	"\x0esession_limits\x18\n" +
-	" \x01(\v2#.sylk.orchestrator.v1.SessionLimitsR\rsessionLimits\"f\n" +
+	" \x01(\v2#.sylk.orchestrator.v1.SessionLimitsR\rsessionLimits\x12\x18\n" +
+	"\adeliver\x18\v \x01(\bR\adeliver\x12\x1d\n" +
+	"\n" +
+	"allow_push\x18\f \x01(\bR\tallowPush\x12%\n" +
+	"\x0ereview_persona\x18\r \x01(\tR\rreviewPersona\"f\n" +
 	"\rSessionLimits\x120\n" +
 	"\x14max_concurrent_tasks\x18\x01 \x01(\x05R\x12maxConcurrentTasks\x12#\n" +
 	"\rmax_engineers\x18\x02 \x01(\x05R\fmaxEngineers\"@\n" +
@@ -4740,7 +5496,15 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x06report\x18\x04 \x01(\v2 .sylk.orchestrator.v1.TaskReportR\x06report\"h\n" +
 	"\x15ListDecisionsResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.sylk.orchestrator.v1.DecisionEntryR\aentries\x12\x10\n" +
-	"\x03log\x18\x02 \x01(\tR\x03log*z\n" +
+	"\x03log\x18\x02 \x01(\tR\x03log\".\n" +
+	"\x13GetRunBundleRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"}\n" +
+	"\x14GetRunBundleResponse\x12\x16\n" +
+	"\x06branch\x18\x01 \x01(\tR\x06branch\x12\x16\n" +
+	"\x06bundle\x18\x02 \x01(\fR\x06bundle\x12\x14\n" +
+	"\x05patch\x18\x03 \x01(\tR\x05patch\x12\x1f\n" +
+	"\vbase_commit\x18\x04 \x01(\tR\n" +
+	"baseCommit*z\n" +
 	"\fSettleAction\x12\x1d\n" +
 	"\x19SETTLE_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SETTLE_ACTION_KEEP\x10\x01\x12\x1a\n" +
@@ -4775,10 +5539,26 @@ const file_sylk_orchestrator_v1_workflow_service_proto_rawDesc = "" +
 	"\x12NODE_STATE_SKIPPED\x10\x05\x12\x18\n" +
 	"\x14NODE_STATE_CANCELLED\x10\x06\x12\x15\n" +
 	"\x11NODE_STATE_PAUSED\x10\a\x12\x19\n" +
-	"\x15NODE_STATE_NO_CHANGES\x10\b2\xa7\r\n" +
+	"\x15NODE_STATE_NO_CHANGES\x10\b*\x88\x01\n" +
+	"\bSeverity\x12\x18\n" +
+	"\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rSEVERITY_INFO\x10\x01\x12\x10\n" +
+	"\fSEVERITY_LOW\x10\x02\x12\x13\n" +
+	"\x0fSEVERITY_MEDIUM\x10\x03\x12\x11\n" +
+	"\rSEVERITY_HIGH\x10\x04\x12\x15\n" +
+	"\x11SEVERITY_CRITICAL\x10\x05*\x80\x02\n" +
+	"\rReviewOutcome\x12\x1e\n" +
+	"\x1aREVIEW_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17REVIEW_OUTCOME_REVIEWED\x10\x01\x12%\n" +
+	"!REVIEW_OUTCOME_ALL_FILES_EXCLUDED\x10\x02\x124\n" +
+	"0REVIEW_OUTCOME_PROMPT_TOO_LARGE_AFTER_TRUNCATION\x10\x03\x12\x1b\n" +
+	"\x17REVIEW_OUTCOME_NO_MODEL\x10\x04\x12\x1d\n" +
+	"\x19REVIEW_OUTCOME_NO_CHANGES\x10\x05\x12\x19\n" +
+	"\x15REVIEW_OUTCOME_FAILED\x10\x062\xb1\x0e\n" +
 	"\x0fWorkflowService\x12q\n" +
 	"\tCreateRun\x12&.sylk.orchestrator.v1.CreateRunRequest\x1a'.sylk.orchestrator.v1.CreateRunResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/runs\x12n\n" +
-	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12k\n" +
+	"\x06GetRun\x12#.sylk.orchestrator.v1.GetRunRequest\x1a$.sylk.orchestrator.v1.GetRunResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/{name=runs/*}\x12\x87\x01\n" +
+	"\fGetRunBundle\x12).sylk.orchestrator.v1.GetRunBundleRequest\x1a*.sylk.orchestrator.v1.GetRunBundleResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/{name=runs/*}/bundle\x12k\n" +
 	"\bListRuns\x12%.sylk.orchestrator.v1.ListRunsRequest\x1a&.sylk.orchestrator.v1.ListRunsResponse\"\x10\x82\xd3\xe4\x93\x02\n" +
 	"\x12\b/v1/runs\x12\x81\x01\n" +
 	"\tCancelRun\x12&.sylk.orchestrator.v1.CancelRunRequest\x1a'.sylk.orchestrator.v1.CancelRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=runs/*}:cancel\x12}\n" +
@@ -4804,165 +5584,179 @@ func file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP() []byte {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescData
 }
 
-var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_sylk_orchestrator_v1_workflow_service_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_sylk_orchestrator_v1_workflow_service_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_sylk_orchestrator_v1_workflow_service_proto_goTypes = []any{
 	(SettleAction)(0),                 // 0: sylk.orchestrator.v1.SettleAction
 	(TaskActionType)(0),               // 1: sylk.orchestrator.v1.TaskActionType
 	(RunState)(0),                     // 2: sylk.orchestrator.v1.RunState
 	(NodeState)(0),                    // 3: sylk.orchestrator.v1.NodeState
-	(*PartialFailure)(nil),            // 4: sylk.orchestrator.v1.PartialFailure
-	(*SettleRunRequest)(nil),          // 5: sylk.orchestrator.v1.SettleRunRequest
-	(*SettleRunResponse)(nil),         // 6: sylk.orchestrator.v1.SettleRunResponse
-	(*SettleReceipt)(nil),             // 7: sylk.orchestrator.v1.SettleReceipt
-	(*Dag)(nil),                       // 8: sylk.orchestrator.v1.Dag
-	(*Layer)(nil),                     // 9: sylk.orchestrator.v1.Layer
-	(*Policy)(nil),                    // 10: sylk.orchestrator.v1.Policy
-	(*RetryPolicy)(nil),               // 11: sylk.orchestrator.v1.RetryPolicy
-	(*Node)(nil),                      // 12: sylk.orchestrator.v1.Node
-	(*PipelineHandoff)(nil),           // 13: sylk.orchestrator.v1.PipelineHandoff
-	(*EngineerHandoff)(nil),           // 14: sylk.orchestrator.v1.EngineerHandoff
-	(*InspectorHandoff)(nil),          // 15: sylk.orchestrator.v1.InspectorHandoff
-	(*TesterHandoff)(nil),             // 16: sylk.orchestrator.v1.TesterHandoff
-	(*RetryBriefing)(nil),             // 17: sylk.orchestrator.v1.RetryBriefing
-	(*AttemptSummary)(nil),            // 18: sylk.orchestrator.v1.AttemptSummary
-	(*RunContext)(nil),                // 19: sylk.orchestrator.v1.RunContext
-	(*SessionCheck)(nil),              // 20: sylk.orchestrator.v1.SessionCheck
-	(*TaskControl)(nil),               // 21: sylk.orchestrator.v1.TaskControl
-	(*TaskControlReply)(nil),          // 22: sylk.orchestrator.v1.TaskControlReply
-	(*FileEdit)(nil),                  // 23: sylk.orchestrator.v1.FileEdit
-	(*TaskReport)(nil),                // 24: sylk.orchestrator.v1.TaskReport
-	(*AgentActivity)(nil),             // 25: sylk.orchestrator.v1.AgentActivity
-	(*ToolCallRecord)(nil),            // 26: sylk.orchestrator.v1.ToolCallRecord
-	(*PipelineStatus)(nil),            // 27: sylk.orchestrator.v1.PipelineStatus
-	(*TestResult)(nil),                // 28: sylk.orchestrator.v1.TestResult
-	(*TestFailure)(nil),               // 29: sylk.orchestrator.v1.TestFailure
-	(*Run)(nil),                       // 30: sylk.orchestrator.v1.Run
-	(*NodeStatus)(nil),                // 31: sylk.orchestrator.v1.NodeStatus
-	(*CreateRunRequest)(nil),          // 32: sylk.orchestrator.v1.CreateRunRequest
-	(*SessionLimits)(nil),             // 33: sylk.orchestrator.v1.SessionLimits
-	(*CreateRunResponse)(nil),         // 34: sylk.orchestrator.v1.CreateRunResponse
-	(*GetRunRequest)(nil),             // 35: sylk.orchestrator.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 36: sylk.orchestrator.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 37: sylk.orchestrator.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 38: sylk.orchestrator.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),          // 39: sylk.orchestrator.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 40: sylk.orchestrator.v1.CancelRunResponse
-	(*PauseRunRequest)(nil),           // 41: sylk.orchestrator.v1.PauseRunRequest
-	(*PauseRunResponse)(nil),          // 42: sylk.orchestrator.v1.PauseRunResponse
-	(*ResumeRunRequest)(nil),          // 43: sylk.orchestrator.v1.ResumeRunRequest
-	(*ResumeRunResponse)(nil),         // 44: sylk.orchestrator.v1.ResumeRunResponse
-	(*PauseSessionRunsRequest)(nil),   // 45: sylk.orchestrator.v1.PauseSessionRunsRequest
-	(*PauseSessionRunsResponse)(nil),  // 46: sylk.orchestrator.v1.PauseSessionRunsResponse
-	(*ResumeSessionRunsRequest)(nil),  // 47: sylk.orchestrator.v1.ResumeSessionRunsRequest
-	(*ResumeSessionRunsResponse)(nil), // 48: sylk.orchestrator.v1.ResumeSessionRunsResponse
-	(*CancelSessionRunsRequest)(nil),  // 49: sylk.orchestrator.v1.CancelSessionRunsRequest
-	(*CancelSessionRunsResponse)(nil), // 50: sylk.orchestrator.v1.CancelSessionRunsResponse
-	(*TaskActionRequest)(nil),         // 51: sylk.orchestrator.v1.TaskActionRequest
-	(*TaskActionResponse)(nil),        // 52: sylk.orchestrator.v1.TaskActionResponse
-	(*ListDecisionsRequest)(nil),      // 53: sylk.orchestrator.v1.ListDecisionsRequest
-	(*DecisionEntry)(nil),             // 54: sylk.orchestrator.v1.DecisionEntry
-	(*ListDecisionsResponse)(nil),     // 55: sylk.orchestrator.v1.ListDecisionsResponse
-	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
-	(*v1.SuccessCriterion)(nil),       // 57: sylk.message.v1.SuccessCriterion
-	(*timestamppb.Timestamp)(nil),     // 58: google.protobuf.Timestamp
+	(Severity)(0),                     // 4: sylk.orchestrator.v1.Severity
+	(ReviewOutcome)(0),                // 5: sylk.orchestrator.v1.ReviewOutcome
+	(*PartialFailure)(nil),            // 6: sylk.orchestrator.v1.PartialFailure
+	(*SettleRunRequest)(nil),          // 7: sylk.orchestrator.v1.SettleRunRequest
+	(*SettleRunResponse)(nil),         // 8: sylk.orchestrator.v1.SettleRunResponse
+	(*SettleReceipt)(nil),             // 9: sylk.orchestrator.v1.SettleReceipt
+	(*Dag)(nil),                       // 10: sylk.orchestrator.v1.Dag
+	(*Layer)(nil),                     // 11: sylk.orchestrator.v1.Layer
+	(*Policy)(nil),                    // 12: sylk.orchestrator.v1.Policy
+	(*RetryPolicy)(nil),               // 13: sylk.orchestrator.v1.RetryPolicy
+	(*Node)(nil),                      // 14: sylk.orchestrator.v1.Node
+	(*PipelineHandoff)(nil),           // 15: sylk.orchestrator.v1.PipelineHandoff
+	(*EngineerHandoff)(nil),           // 16: sylk.orchestrator.v1.EngineerHandoff
+	(*InspectorHandoff)(nil),          // 17: sylk.orchestrator.v1.InspectorHandoff
+	(*TesterHandoff)(nil),             // 18: sylk.orchestrator.v1.TesterHandoff
+	(*RetryBriefing)(nil),             // 19: sylk.orchestrator.v1.RetryBriefing
+	(*AttemptSummary)(nil),            // 20: sylk.orchestrator.v1.AttemptSummary
+	(*RunContext)(nil),                // 21: sylk.orchestrator.v1.RunContext
+	(*SessionCheck)(nil),              // 22: sylk.orchestrator.v1.SessionCheck
+	(*TaskControl)(nil),               // 23: sylk.orchestrator.v1.TaskControl
+	(*TaskControlReply)(nil),          // 24: sylk.orchestrator.v1.TaskControlReply
+	(*FileEdit)(nil),                  // 25: sylk.orchestrator.v1.FileEdit
+	(*TaskReport)(nil),                // 26: sylk.orchestrator.v1.TaskReport
+	(*AgentActivity)(nil),             // 27: sylk.orchestrator.v1.AgentActivity
+	(*ToolCallRecord)(nil),            // 28: sylk.orchestrator.v1.ToolCallRecord
+	(*PipelineStatus)(nil),            // 29: sylk.orchestrator.v1.PipelineStatus
+	(*TestResult)(nil),                // 30: sylk.orchestrator.v1.TestResult
+	(*TestFailure)(nil),               // 31: sylk.orchestrator.v1.TestFailure
+	(*Finding)(nil),                   // 32: sylk.orchestrator.v1.Finding
+	(*Review)(nil),                    // 33: sylk.orchestrator.v1.Review
+	(*Delivery)(nil),                  // 34: sylk.orchestrator.v1.Delivery
+	(*Run)(nil),                       // 35: sylk.orchestrator.v1.Run
+	(*NodeStatus)(nil),                // 36: sylk.orchestrator.v1.NodeStatus
+	(*CreateRunRequest)(nil),          // 37: sylk.orchestrator.v1.CreateRunRequest
+	(*SessionLimits)(nil),             // 38: sylk.orchestrator.v1.SessionLimits
+	(*CreateRunResponse)(nil),         // 39: sylk.orchestrator.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 40: sylk.orchestrator.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 41: sylk.orchestrator.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 42: sylk.orchestrator.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 43: sylk.orchestrator.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 44: sylk.orchestrator.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 45: sylk.orchestrator.v1.CancelRunResponse
+	(*PauseRunRequest)(nil),           // 46: sylk.orchestrator.v1.PauseRunRequest
+	(*PauseRunResponse)(nil),          // 47: sylk.orchestrator.v1.PauseRunResponse
+	(*ResumeRunRequest)(nil),          // 48: sylk.orchestrator.v1.ResumeRunRequest
+	(*ResumeRunResponse)(nil),         // 49: sylk.orchestrator.v1.ResumeRunResponse
+	(*PauseSessionRunsRequest)(nil),   // 50: sylk.orchestrator.v1.PauseSessionRunsRequest
+	(*PauseSessionRunsResponse)(nil),  // 51: sylk.orchestrator.v1.PauseSessionRunsResponse
+	(*ResumeSessionRunsRequest)(nil),  // 52: sylk.orchestrator.v1.ResumeSessionRunsRequest
+	(*ResumeSessionRunsResponse)(nil), // 53: sylk.orchestrator.v1.ResumeSessionRunsResponse
+	(*CancelSessionRunsRequest)(nil),  // 54: sylk.orchestrator.v1.CancelSessionRunsRequest
+	(*CancelSessionRunsResponse)(nil), // 55: sylk.orchestrator.v1.CancelSessionRunsResponse
+	(*TaskActionRequest)(nil),         // 56: sylk.orchestrator.v1.TaskActionRequest
+	(*TaskActionResponse)(nil),        // 57: sylk.orchestrator.v1.TaskActionResponse
+	(*ListDecisionsRequest)(nil),      // 58: sylk.orchestrator.v1.ListDecisionsRequest
+	(*DecisionEntry)(nil),             // 59: sylk.orchestrator.v1.DecisionEntry
+	(*ListDecisionsResponse)(nil),     // 60: sylk.orchestrator.v1.ListDecisionsResponse
+	(*GetRunBundleRequest)(nil),       // 61: sylk.orchestrator.v1.GetRunBundleRequest
+	(*GetRunBundleResponse)(nil),      // 62: sylk.orchestrator.v1.GetRunBundleResponse
+	(*durationpb.Duration)(nil),       // 63: google.protobuf.Duration
+	(*v1.SuccessCriterion)(nil),       // 64: sylk.message.v1.SuccessCriterion
+	(*timestamppb.Timestamp)(nil),     // 65: google.protobuf.Timestamp
 }
 var file_sylk_orchestrator_v1_workflow_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.orchestrator.v1.PartialFailure.default_action:type_name -> sylk.orchestrator.v1.SettleAction
 	0,  // 1: sylk.orchestrator.v1.SettleRunRequest.action:type_name -> sylk.orchestrator.v1.SettleAction
-	30, // 2: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	7,  // 3: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
+	35, // 2: sylk.orchestrator.v1.SettleRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	9,  // 3: sylk.orchestrator.v1.SettleRunResponse.receipt:type_name -> sylk.orchestrator.v1.SettleReceipt
 	0,  // 4: sylk.orchestrator.v1.SettleReceipt.action:type_name -> sylk.orchestrator.v1.SettleAction
-	12, // 5: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
-	9,  // 6: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
-	10, // 7: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
-	11, // 8: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	56, // 9: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
-	56, // 10: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
-	11, // 11: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
-	23, // 12: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
-	57, // 13: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	17, // 14: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
-	13, // 15: sylk.orchestrator.v1.Node.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	14, // 16: sylk.orchestrator.v1.PipelineHandoff.engineer:type_name -> sylk.orchestrator.v1.EngineerHandoff
-	15, // 17: sylk.orchestrator.v1.PipelineHandoff.inspector:type_name -> sylk.orchestrator.v1.InspectorHandoff
-	16, // 18: sylk.orchestrator.v1.PipelineHandoff.tester:type_name -> sylk.orchestrator.v1.TesterHandoff
-	58, // 19: sylk.orchestrator.v1.PipelineHandoff.create_time:type_name -> google.protobuf.Timestamp
-	28, // 20: sylk.orchestrator.v1.TesterHandoff.test_results:type_name -> sylk.orchestrator.v1.TestResult
-	18, // 21: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
-	56, // 22: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
-	58, // 23: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
-	57, // 24: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	28, // 25: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
+	14, // 5: sylk.orchestrator.v1.Dag.nodes:type_name -> sylk.orchestrator.v1.Node
+	11, // 6: sylk.orchestrator.v1.Dag.execution_order:type_name -> sylk.orchestrator.v1.Layer
+	12, // 7: sylk.orchestrator.v1.Dag.policy:type_name -> sylk.orchestrator.v1.Policy
+	13, // 8: sylk.orchestrator.v1.Policy.default_retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	63, // 9: sylk.orchestrator.v1.RetryPolicy.backoff:type_name -> google.protobuf.Duration
+	63, // 10: sylk.orchestrator.v1.Node.timeout:type_name -> google.protobuf.Duration
+	13, // 11: sylk.orchestrator.v1.Node.retry:type_name -> sylk.orchestrator.v1.RetryPolicy
+	25, // 12: sylk.orchestrator.v1.Node.edits:type_name -> sylk.orchestrator.v1.FileEdit
+	64, // 13: sylk.orchestrator.v1.Node.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	19, // 14: sylk.orchestrator.v1.Node.retry_briefing:type_name -> sylk.orchestrator.v1.RetryBriefing
+	15, // 15: sylk.orchestrator.v1.Node.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	16, // 16: sylk.orchestrator.v1.PipelineHandoff.engineer:type_name -> sylk.orchestrator.v1.EngineerHandoff
+	17, // 17: sylk.orchestrator.v1.PipelineHandoff.inspector:type_name -> sylk.orchestrator.v1.InspectorHandoff
+	18, // 18: sylk.orchestrator.v1.PipelineHandoff.tester:type_name -> sylk.orchestrator.v1.TesterHandoff
+	65, // 19: sylk.orchestrator.v1.PipelineHandoff.create_time:type_name -> google.protobuf.Timestamp
+	30, // 20: sylk.orchestrator.v1.TesterHandoff.test_results:type_name -> sylk.orchestrator.v1.TestResult
+	20, // 21: sylk.orchestrator.v1.RetryBriefing.prior_attempts:type_name -> sylk.orchestrator.v1.AttemptSummary
+	63, // 22: sylk.orchestrator.v1.AttemptSummary.duration:type_name -> google.protobuf.Duration
+	65, // 23: sylk.orchestrator.v1.AttemptSummary.end_time:type_name -> google.protobuf.Timestamp
+	64, // 24: sylk.orchestrator.v1.RunContext.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	30, // 25: sylk.orchestrator.v1.SessionCheck.test_result:type_name -> sylk.orchestrator.v1.TestResult
 	1,  // 26: sylk.orchestrator.v1.TaskControl.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	27, // 27: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	25, // 28: sylk.orchestrator.v1.TaskReport.activity:type_name -> sylk.orchestrator.v1.AgentActivity
-	26, // 29: sylk.orchestrator.v1.AgentActivity.tool_calls:type_name -> sylk.orchestrator.v1.ToolCallRecord
-	56, // 30: sylk.orchestrator.v1.ToolCallRecord.duration:type_name -> google.protobuf.Duration
-	28, // 31: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
-	56, // 32: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
-	29, // 33: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
-	2,  // 34: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
-	8,  // 35: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
-	31, // 36: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
-	58, // 37: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	58, // 38: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	58, // 39: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	19, // 40: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
-	20, // 41: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	4,  // 42: sylk.orchestrator.v1.Run.partial_failure:type_name -> sylk.orchestrator.v1.PartialFailure
-	3,  // 43: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
-	56, // 44: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
-	58, // 45: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
-	58, // 46: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
-	58, // 47: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
-	24, // 48: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
-	27, // 49: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	13, // 50: sylk.orchestrator.v1.NodeStatus.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	8,  // 51: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	19, // 52: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
-	33, // 53: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
-	30, // 54: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	30, // 55: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	30, // 56: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
-	30, // 57: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	30, // 58: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	30, // 59: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
-	1,  // 60: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	1,  // 61: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
-	3,  // 62: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
-	27, // 63: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	24, // 64: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
-	54, // 65: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
-	32, // 66: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
-	35, // 67: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
-	37, // 68: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
-	39, // 69: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
-	41, // 70: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
-	43, // 71: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
-	45, // 72: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
-	47, // 73: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
-	49, // 74: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
-	51, // 75: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
-	53, // 76: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
-	5,  // 77: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
-	34, // 78: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
-	36, // 79: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
-	38, // 80: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
-	40, // 81: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
-	42, // 82: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
-	44, // 83: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
-	46, // 84: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
-	48, // 85: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
-	50, // 86: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
-	52, // 87: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
-	55, // 88: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
-	6,  // 89: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
-	78, // [78:90] is the sub-list for method output_type
-	66, // [66:78] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	29, // 27: sylk.orchestrator.v1.TaskControlReply.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	27, // 28: sylk.orchestrator.v1.TaskReport.activity:type_name -> sylk.orchestrator.v1.AgentActivity
+	33, // 29: sylk.orchestrator.v1.TaskReport.review:type_name -> sylk.orchestrator.v1.Review
+	28, // 30: sylk.orchestrator.v1.AgentActivity.tool_calls:type_name -> sylk.orchestrator.v1.ToolCallRecord
+	63, // 31: sylk.orchestrator.v1.ToolCallRecord.duration:type_name -> google.protobuf.Duration
+	30, // 32: sylk.orchestrator.v1.PipelineStatus.last_test_result:type_name -> sylk.orchestrator.v1.TestResult
+	63, // 33: sylk.orchestrator.v1.TestResult.duration:type_name -> google.protobuf.Duration
+	31, // 34: sylk.orchestrator.v1.TestResult.failures:type_name -> sylk.orchestrator.v1.TestFailure
+	4,  // 35: sylk.orchestrator.v1.Finding.severity:type_name -> sylk.orchestrator.v1.Severity
+	5,  // 36: sylk.orchestrator.v1.Review.outcome:type_name -> sylk.orchestrator.v1.ReviewOutcome
+	32, // 37: sylk.orchestrator.v1.Review.findings:type_name -> sylk.orchestrator.v1.Finding
+	2,  // 38: sylk.orchestrator.v1.Run.state:type_name -> sylk.orchestrator.v1.RunState
+	10, // 39: sylk.orchestrator.v1.Run.dag:type_name -> sylk.orchestrator.v1.Dag
+	36, // 40: sylk.orchestrator.v1.Run.nodes:type_name -> sylk.orchestrator.v1.NodeStatus
+	65, // 41: sylk.orchestrator.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	65, // 42: sylk.orchestrator.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	65, // 43: sylk.orchestrator.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	21, // 44: sylk.orchestrator.v1.Run.context:type_name -> sylk.orchestrator.v1.RunContext
+	22, // 45: sylk.orchestrator.v1.Run.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	6,  // 46: sylk.orchestrator.v1.Run.partial_failure:type_name -> sylk.orchestrator.v1.PartialFailure
+	34, // 47: sylk.orchestrator.v1.Run.delivery:type_name -> sylk.orchestrator.v1.Delivery
+	3,  // 48: sylk.orchestrator.v1.NodeStatus.state:type_name -> sylk.orchestrator.v1.NodeState
+	63, // 49: sylk.orchestrator.v1.NodeStatus.duration:type_name -> google.protobuf.Duration
+	65, // 50: sylk.orchestrator.v1.NodeStatus.start_time:type_name -> google.protobuf.Timestamp
+	65, // 51: sylk.orchestrator.v1.NodeStatus.end_time:type_name -> google.protobuf.Timestamp
+	65, // 52: sylk.orchestrator.v1.NodeStatus.next_attempt_time:type_name -> google.protobuf.Timestamp
+	26, // 53: sylk.orchestrator.v1.NodeStatus.report:type_name -> sylk.orchestrator.v1.TaskReport
+	29, // 54: sylk.orchestrator.v1.NodeStatus.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	15, // 55: sylk.orchestrator.v1.NodeStatus.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	10, // 56: sylk.orchestrator.v1.CreateRunRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	21, // 57: sylk.orchestrator.v1.CreateRunRequest.context:type_name -> sylk.orchestrator.v1.RunContext
+	38, // 58: sylk.orchestrator.v1.CreateRunRequest.session_limits:type_name -> sylk.orchestrator.v1.SessionLimits
+	35, // 59: sylk.orchestrator.v1.CreateRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	35, // 60: sylk.orchestrator.v1.GetRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	35, // 61: sylk.orchestrator.v1.ListRunsResponse.runs:type_name -> sylk.orchestrator.v1.Run
+	35, // 62: sylk.orchestrator.v1.CancelRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	35, // 63: sylk.orchestrator.v1.PauseRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	35, // 64: sylk.orchestrator.v1.ResumeRunResponse.run:type_name -> sylk.orchestrator.v1.Run
+	1,  // 65: sylk.orchestrator.v1.TaskActionRequest.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	1,  // 66: sylk.orchestrator.v1.TaskActionResponse.action:type_name -> sylk.orchestrator.v1.TaskActionType
+	3,  // 67: sylk.orchestrator.v1.TaskActionResponse.node_state:type_name -> sylk.orchestrator.v1.NodeState
+	29, // 68: sylk.orchestrator.v1.TaskActionResponse.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	26, // 69: sylk.orchestrator.v1.DecisionEntry.report:type_name -> sylk.orchestrator.v1.TaskReport
+	59, // 70: sylk.orchestrator.v1.ListDecisionsResponse.entries:type_name -> sylk.orchestrator.v1.DecisionEntry
+	37, // 71: sylk.orchestrator.v1.WorkflowService.CreateRun:input_type -> sylk.orchestrator.v1.CreateRunRequest
+	40, // 72: sylk.orchestrator.v1.WorkflowService.GetRun:input_type -> sylk.orchestrator.v1.GetRunRequest
+	61, // 73: sylk.orchestrator.v1.WorkflowService.GetRunBundle:input_type -> sylk.orchestrator.v1.GetRunBundleRequest
+	42, // 74: sylk.orchestrator.v1.WorkflowService.ListRuns:input_type -> sylk.orchestrator.v1.ListRunsRequest
+	44, // 75: sylk.orchestrator.v1.WorkflowService.CancelRun:input_type -> sylk.orchestrator.v1.CancelRunRequest
+	46, // 76: sylk.orchestrator.v1.WorkflowService.PauseRun:input_type -> sylk.orchestrator.v1.PauseRunRequest
+	48, // 77: sylk.orchestrator.v1.WorkflowService.ResumeRun:input_type -> sylk.orchestrator.v1.ResumeRunRequest
+	50, // 78: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:input_type -> sylk.orchestrator.v1.PauseSessionRunsRequest
+	52, // 79: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:input_type -> sylk.orchestrator.v1.ResumeSessionRunsRequest
+	54, // 80: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:input_type -> sylk.orchestrator.v1.CancelSessionRunsRequest
+	56, // 81: sylk.orchestrator.v1.WorkflowService.TaskAction:input_type -> sylk.orchestrator.v1.TaskActionRequest
+	58, // 82: sylk.orchestrator.v1.WorkflowService.ListDecisions:input_type -> sylk.orchestrator.v1.ListDecisionsRequest
+	7,  // 83: sylk.orchestrator.v1.WorkflowService.SettleRun:input_type -> sylk.orchestrator.v1.SettleRunRequest
+	39, // 84: sylk.orchestrator.v1.WorkflowService.CreateRun:output_type -> sylk.orchestrator.v1.CreateRunResponse
+	41, // 85: sylk.orchestrator.v1.WorkflowService.GetRun:output_type -> sylk.orchestrator.v1.GetRunResponse
+	62, // 86: sylk.orchestrator.v1.WorkflowService.GetRunBundle:output_type -> sylk.orchestrator.v1.GetRunBundleResponse
+	43, // 87: sylk.orchestrator.v1.WorkflowService.ListRuns:output_type -> sylk.orchestrator.v1.ListRunsResponse
+	45, // 88: sylk.orchestrator.v1.WorkflowService.CancelRun:output_type -> sylk.orchestrator.v1.CancelRunResponse
+	47, // 89: sylk.orchestrator.v1.WorkflowService.PauseRun:output_type -> sylk.orchestrator.v1.PauseRunResponse
+	49, // 90: sylk.orchestrator.v1.WorkflowService.ResumeRun:output_type -> sylk.orchestrator.v1.ResumeRunResponse
+	51, // 91: sylk.orchestrator.v1.WorkflowService.PauseSessionRuns:output_type -> sylk.orchestrator.v1.PauseSessionRunsResponse
+	53, // 92: sylk.orchestrator.v1.WorkflowService.ResumeSessionRuns:output_type -> sylk.orchestrator.v1.ResumeSessionRunsResponse
+	55, // 93: sylk.orchestrator.v1.WorkflowService.CancelSessionRuns:output_type -> sylk.orchestrator.v1.CancelSessionRunsResponse
+	57, // 94: sylk.orchestrator.v1.WorkflowService.TaskAction:output_type -> sylk.orchestrator.v1.TaskActionResponse
+	60, // 95: sylk.orchestrator.v1.WorkflowService.ListDecisions:output_type -> sylk.orchestrator.v1.ListDecisionsResponse
+	8,  // 96: sylk.orchestrator.v1.WorkflowService.SettleRun:output_type -> sylk.orchestrator.v1.SettleRunResponse
+	84, // [84:97] is the sub-list for method output_type
+	71, // [71:84] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_sylk_orchestrator_v1_workflow_service_proto_init() }
@@ -4975,8 +5769,8 @@ func file_sylk_orchestrator_v1_workflow_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc), len(file_sylk_orchestrator_v1_workflow_service_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   52,
+			NumEnums:      6,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	WorkflowService_CreateRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/CreateRun"
 	WorkflowService_GetRun_FullMethodName            = "/sylk.orchestrator.v1.WorkflowService/GetRun"
+	WorkflowService_GetRunBundle_FullMethodName      = "/sylk.orchestrator.v1.WorkflowService/GetRunBundle"
 	WorkflowService_ListRuns_FullMethodName          = "/sylk.orchestrator.v1.WorkflowService/ListRuns"
 	WorkflowService_CancelRun_FullMethodName         = "/sylk.orchestrator.v1.WorkflowService/CancelRun"
 	WorkflowService_PauseRun_FullMethodName          = "/sylk.orchestrator.v1.WorkflowService/PauseRun"
@@ -42,6 +43,9 @@ const (
 type WorkflowServiceClient interface {
 	CreateRun(ctx context.Context, in *CreateRunRequest, opts ...grpc.CallOption) (*CreateRunResponse, error)
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
+	// GetRunBundle returns a delivered run's change as a git bundle of its
+	// branch and as a patch, for a branch that was not pushed.
+	GetRunBundle(ctx context.Context, in *GetRunBundleRequest, opts ...grpc.CallOption) (*GetRunBundleResponse, error)
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
@@ -93,6 +97,16 @@ func (c *workflowServiceClient) GetRun(ctx context.Context, in *GetRunRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetRunResponse)
 	err := c.cc.Invoke(ctx, WorkflowService_GetRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) GetRunBundle(ctx context.Context, in *GetRunBundleRequest, opts ...grpc.CallOption) (*GetRunBundleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunBundleResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_GetRunBundle_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +222,9 @@ func (c *workflowServiceClient) SettleRun(ctx context.Context, in *SettleRunRequ
 type WorkflowServiceServer interface {
 	CreateRun(context.Context, *CreateRunRequest) (*CreateRunResponse, error)
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
+	// GetRunBundle returns a delivered run's change as a git bundle of its
+	// branch and as a patch, for a branch that was not pushed.
+	GetRunBundle(context.Context, *GetRunBundleRequest) (*GetRunBundleResponse, error)
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
@@ -250,6 +267,9 @@ func (UnimplementedWorkflowServiceServer) CreateRun(context.Context, *CreateRunR
 }
 func (UnimplementedWorkflowServiceServer) GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
+}
+func (UnimplementedWorkflowServiceServer) GetRunBundle(context.Context, *GetRunBundleRequest) (*GetRunBundleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRunBundle not implemented")
 }
 func (UnimplementedWorkflowServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
@@ -334,6 +354,24 @@ func _WorkflowService_GetRun_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(WorkflowServiceServer).GetRun(ctx, req.(*GetRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_GetRunBundle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRunBundleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).GetRunBundle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_GetRunBundle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).GetRunBundle(ctx, req.(*GetRunBundleRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -532,6 +570,10 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRun",
 			Handler:    _WorkflowService_GetRun_Handler,
+		},
+		{
+			MethodName: "GetRunBundle",
+			Handler:    _WorkflowService_GetRunBundle_Handler,
 		},
 		{
 			MethodName: "ListRuns",

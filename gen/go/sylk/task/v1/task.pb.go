@@ -72,8 +72,11 @@ type TaskDispatch struct {
 	// order (spec T-10): the workspace starts from base_commit with them
 	// applied, and the task's own patch is taken from there.
 	DependencyPatches []*DependencyPatch `protobuf:"bytes,19,rep,name=dependency_patches,json=dependencyPatches,proto3" json:"dependency_patches,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set for a review asked through the API (ReviewService), which has no
+	// node: the worker reviews base_ref..head_ref of repository, or patch.
+	Review        *ReviewTask `protobuf:"bytes,20,opt,name=review,proto3" json:"review,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskDispatch) Reset() {
@@ -239,6 +242,91 @@ func (x *TaskDispatch) GetDependencyPatches() []*DependencyPatch {
 	return nil
 }
 
+func (x *TaskDispatch) GetReview() *ReviewTask {
+	if x != nil {
+		return x.Review
+	}
+	return nil
+}
+
+// ReviewTask is what a review task reviews.
+type ReviewTask struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "reviews/{review}".
+	Review        string `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	BaseRef       string `protobuf:"bytes,2,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
+	HeadRef       string `protobuf:"bytes,3,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`
+	Patch         string `protobuf:"bytes,4,opt,name=patch,proto3" json:"patch,omitempty"`
+	Persona       string `protobuf:"bytes,5,opt,name=persona,proto3" json:"persona,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewTask) Reset() {
+	*x = ReviewTask{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewTask) ProtoMessage() {}
+
+func (x *ReviewTask) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewTask.ProtoReflect.Descriptor instead.
+func (*ReviewTask) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReviewTask) GetReview() string {
+	if x != nil {
+		return x.Review
+	}
+	return ""
+}
+
+func (x *ReviewTask) GetBaseRef() string {
+	if x != nil {
+		return x.BaseRef
+	}
+	return ""
+}
+
+func (x *ReviewTask) GetHeadRef() string {
+	if x != nil {
+		return x.HeadRef
+	}
+	return ""
+}
+
+func (x *ReviewTask) GetPatch() string {
+	if x != nil {
+		return x.Patch
+	}
+	return ""
+}
+
+func (x *ReviewTask) GetPersona() string {
+	if x != nil {
+		return x.Persona
+	}
+	return ""
+}
+
 // DependencyPatch is a finished dependency's change.
 type DependencyPatch struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -251,7 +339,7 @@ type DependencyPatch struct {
 
 func (x *DependencyPatch) Reset() {
 	*x = DependencyPatch{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +351,7 @@ func (x *DependencyPatch) String() string {
 func (*DependencyPatch) ProtoMessage() {}
 
 func (x *DependencyPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[1]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +364,7 @@ func (x *DependencyPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyPatch.ProtoReflect.Descriptor instead.
 func (*DependencyPatch) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DependencyPatch) GetNodeId() string {
@@ -306,7 +394,7 @@ type TaskFence struct {
 
 func (x *TaskFence) Reset() {
 	*x = TaskFence{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +406,7 @@ func (x *TaskFence) String() string {
 func (*TaskFence) ProtoMessage() {}
 
 func (x *TaskFence) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[2]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +419,7 @@ func (x *TaskFence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFence.ProtoReflect.Descriptor instead.
 func (*TaskFence) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskFence) GetAttemptId() string {
@@ -360,7 +448,7 @@ type SessionCheckRequest struct {
 
 func (x *SessionCheckRequest) Reset() {
 	*x = SessionCheckRequest{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +460,7 @@ func (x *SessionCheckRequest) String() string {
 func (*SessionCheckRequest) ProtoMessage() {}
 
 func (x *SessionCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[3]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +473,7 @@ func (x *SessionCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckRequest.ProtoReflect.Descriptor instead.
 func (*SessionCheckRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionCheckRequest) GetResultPatch() string {
@@ -442,13 +530,15 @@ type TaskResult struct {
 	// why (no model is configured; the model finished without an edit; its
 	// loop stopped at a limit). The node then ends NO_CHANGES.
 	NoChangesReason string `protobuf:"bytes,24,opt,name=no_changes_reason,json=noChangesReason,proto3" json:"no_changes_reason,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The outcome of a review task (a dispatch with review).
+	Review        *v1.Review `protobuf:"bytes,25,opt,name=review,proto3" json:"review,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +550,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[4]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +563,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TaskResult) GetTenantId() string {
@@ -644,6 +734,13 @@ func (x *TaskResult) GetNoChangesReason() string {
 	return ""
 }
 
+func (x *TaskResult) GetReview() *v1.Review {
+	if x != nil {
+		return x.Review
+	}
+	return nil
+}
+
 // TaskCancel stops one dispatch wherever it runs (core NATS, every worker
 // hears it; the one running it stops it).
 type TaskCancel struct {
@@ -659,7 +756,7 @@ type TaskCancel struct {
 
 func (x *TaskCancel) Reset() {
 	*x = TaskCancel{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +768,7 @@ func (x *TaskCancel) String() string {
 func (*TaskCancel) ProtoMessage() {}
 
 func (x *TaskCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[5]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +781,7 @@ func (x *TaskCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancel.ProtoReflect.Descriptor instead.
 func (*TaskCancel) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskCancel) GetTenantId() string {
@@ -726,7 +823,7 @@ var File_sylk_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\x93\a\n" +
+	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xc5\a\n" +
 	"\fTaskDispatch\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -752,10 +849,18 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\rsession_check\x18\x10 \x01(\v2!.sylk.task.v1.SessionCheckRequestR\fsessionCheck\x12?\n" +
 	"\rdispatch_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x125\n" +
 	"\bpriority\x18\x12 \x01(\x0e2\x19.sylk.message.v1.PriorityR\bpriority\x12L\n" +
-	"\x12dependency_patches\x18\x13 \x03(\v2\x1d.sylk.task.v1.DependencyPatchR\x11dependencyPatches\x1aB\n" +
+	"\x12dependency_patches\x18\x13 \x03(\v2\x1d.sylk.task.v1.DependencyPatchR\x11dependencyPatches\x120\n" +
+	"\x06review\x18\x14 \x01(\v2\x18.sylk.task.v1.ReviewTaskR\x06review\x1aB\n" +
 	"\x14UpstreamOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x01\n" +
+	"\n" +
+	"ReviewTask\x12\x16\n" +
+	"\x06review\x18\x01 \x01(\tR\x06review\x12\x19\n" +
+	"\bbase_ref\x18\x02 \x01(\tR\abaseRef\x12\x19\n" +
+	"\bhead_ref\x18\x03 \x01(\tR\aheadRef\x12\x14\n" +
+	"\x05patch\x18\x04 \x01(\tR\x05patch\x12\x18\n" +
+	"\apersona\x18\x05 \x01(\tR\apersona\"@\n" +
 	"\x0fDependencyPatch\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05patch\x18\x02 \x01(\tR\x05patch\"I\n" +
@@ -765,7 +870,7 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\tR\treplicaId\"8\n" +
 	"\x13SessionCheckRequest\x12!\n" +
-	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\xd1\a\n" +
+	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\x87\b\n" +
 	"\n" +
 	"TaskResult\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -792,7 +897,8 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\ahandoff\x18\x15 \x01(\v2%.sylk.orchestrator.v1.PipelineHandoffR\ahandoff\x12\x1c\n" +
 	"\tcancelled\x18\x16 \x01(\bR\tcancelled\x12G\n" +
 	"\rsession_check\x18\x17 \x01(\v2\".sylk.orchestrator.v1.SessionCheckR\fsessionCheck\x12*\n" +
-	"\x11no_changes_reason\x18\x18 \x01(\tR\x0fnoChangesReason\"\x8b\x01\n" +
+	"\x11no_changes_reason\x18\x18 \x01(\tR\x0fnoChangesReason\x124\n" +
+	"\x06review\x18\x19 \x01(\v2\x1c.sylk.orchestrator.v1.ReviewR\x06review\"\x8b\x01\n" +
 	"\n" +
 	"TaskCancel\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -813,46 +919,50 @@ func file_sylk_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_sylk_task_v1_task_proto_rawDescData
 }
 
-var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sylk_task_v1_task_proto_goTypes = []any{
 	(*TaskDispatch)(nil),          // 0: sylk.task.v1.TaskDispatch
-	(*DependencyPatch)(nil),       // 1: sylk.task.v1.DependencyPatch
-	(*TaskFence)(nil),             // 2: sylk.task.v1.TaskFence
-	(*SessionCheckRequest)(nil),   // 3: sylk.task.v1.SessionCheckRequest
-	(*TaskResult)(nil),            // 4: sylk.task.v1.TaskResult
-	(*TaskCancel)(nil),            // 5: sylk.task.v1.TaskCancel
-	nil,                           // 6: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	(*v1.Node)(nil),               // 7: sylk.orchestrator.v1.Node
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(v11.Priority)(0),             // 10: sylk.message.v1.Priority
-	(*v1.TaskReport)(nil),         // 11: sylk.orchestrator.v1.TaskReport
-	(*v1.PipelineStatus)(nil),     // 12: sylk.orchestrator.v1.PipelineStatus
-	(*v1.PipelineHandoff)(nil),    // 13: sylk.orchestrator.v1.PipelineHandoff
-	(*v1.SessionCheck)(nil),       // 14: sylk.orchestrator.v1.SessionCheck
+	(*ReviewTask)(nil),            // 1: sylk.task.v1.ReviewTask
+	(*DependencyPatch)(nil),       // 2: sylk.task.v1.DependencyPatch
+	(*TaskFence)(nil),             // 3: sylk.task.v1.TaskFence
+	(*SessionCheckRequest)(nil),   // 4: sylk.task.v1.SessionCheckRequest
+	(*TaskResult)(nil),            // 5: sylk.task.v1.TaskResult
+	(*TaskCancel)(nil),            // 6: sylk.task.v1.TaskCancel
+	nil,                           // 7: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	(*v1.Node)(nil),               // 8: sylk.orchestrator.v1.Node
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(v11.Priority)(0),             // 11: sylk.message.v1.Priority
+	(*v1.TaskReport)(nil),         // 12: sylk.orchestrator.v1.TaskReport
+	(*v1.PipelineStatus)(nil),     // 13: sylk.orchestrator.v1.PipelineStatus
+	(*v1.PipelineHandoff)(nil),    // 14: sylk.orchestrator.v1.PipelineHandoff
+	(*v1.SessionCheck)(nil),       // 15: sylk.orchestrator.v1.SessionCheck
+	(*v1.Review)(nil),             // 16: sylk.orchestrator.v1.Review
 }
 var file_sylk_task_v1_task_proto_depIdxs = []int32{
-	7,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
-	8,  // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
-	6,  // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	2,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
-	3,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
-	9,  // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
-	10, // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
-	1,  // 7: sylk.task.v1.TaskDispatch.dependency_patches:type_name -> sylk.task.v1.DependencyPatch
-	2,  // 8: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
-	8,  // 9: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	9,  // 10: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
-	9,  // 11: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
-	11, // 12: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
-	12, // 13: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	13, // 14: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	14, // 15: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	8,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
+	9,  // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
+	7,  // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	3,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
+	4,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
+	10, // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
+	11, // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
+	2,  // 7: sylk.task.v1.TaskDispatch.dependency_patches:type_name -> sylk.task.v1.DependencyPatch
+	1,  // 8: sylk.task.v1.TaskDispatch.review:type_name -> sylk.task.v1.ReviewTask
+	3,  // 9: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
+	9,  // 10: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
+	10, // 11: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
+	10, // 12: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
+	12, // 13: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
+	13, // 14: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	14, // 15: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	15, // 16: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	16, // 17: sylk.task.v1.TaskResult.review:type_name -> sylk.orchestrator.v1.Review
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sylk_task_v1_task_proto_init() }
@@ -866,7 +976,7 @@ func file_sylk_task_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_task_v1_task_proto_rawDesc), len(file_sylk_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

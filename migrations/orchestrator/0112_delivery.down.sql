@@ -1,0 +1,3 @@
+DROP INDEX IF EXISTS runs_awaiting_delivery;
+DROP TABLE IF EXISTS run_bundles;
+ALTER TABLE runs DROP COLUMN IF EXISTS delivery, DROP COLUMN IF EXISTS allow_push, DROP COLUMN IF EXISTS deliver;
