@@ -1,0 +1,2 @@
+DROP TABLE heads;
+DROP TABLE records;
