@@ -46,6 +46,7 @@ func (c *DevConfig) RegisterFlags(fs *flag.FlagSet) {
 	setDefault(fs, "http.listen-address", "127.0.0.1:0")
 	setDefault(fs, "gateway.listen-address", "127.0.0.1:8080")
 	setDefault(fs, "postgres.max-conns", "4")
+	setDefault(fs, "grpc.reflection", "true")
 	fs.StringVar(&c.NATSDataDir, "nats.data-dir", filepath.Join(os.TempDir(), "sylk-dev-nats-"+strconv.Itoa(os.Getuid())), "JetStream directory of the embedded NATS server (used when -nats.url is empty)")
 }
 

@@ -1,6 +1,7 @@
-// Package grpcserver runs a service's gRPC server with health, reflection, an
-// ordered interceptor chain, Prometheus metrics and OpenTelemetry, plus an
-// HTTP port for /metrics and /healthz, and shuts both down gracefully.
+// Package grpcserver runs a service's gRPC server with health, reflection
+// (when enabled), an ordered interceptor chain, Prometheus metrics and
+// OpenTelemetry, plus an HTTP port for /metrics and /healthz, and shuts both
+// down gracefully.
 package grpcserver
 
 import (
@@ -37,6 +38,9 @@ type Config struct {
 	DrainTimeout      time.Duration
 	MaxRecvBytes      int
 	MaxConnectionAge  time.Duration
+	// Reflection serves the gRPC reflection API, which lists every
+	// service and message: on in `sylk dev`, off otherwise.
+	Reflection bool
 }
 
 // RegisterFlags registers the server flags.
@@ -46,6 +50,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 0, "time between reporting NOT_SERVING and stopping, so load balancers notice")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 15*time.Second, "time in-flight calls get to finish on shutdown")
 	fs.IntVar(&c.MaxRecvBytes, "grpc.max-recv-bytes", 8<<20, "largest request message accepted")
+	fs.BoolVar(&c.Reflection, "grpc.reflection", false, "serve the gRPC reflection API (lists every service and message; on by default only in `sylk dev`)")
 	fs.DurationVar(&c.MaxConnectionAge, "grpc.max-connection-age", 5*time.Minute, "age after which clients are asked to reconnect, so they re-resolve and spread over new replicas (streams in flight are not cut); 0 disables")
 }
 
@@ -87,7 +92,8 @@ type options struct {
 }
 
 // WithPublicMethods lets calls to these full method names (or prefixes ending
-// in "/") through without a caller identity. Health and reflection always are.
+// in "/") through without a caller identity. Health and reflection (when
+// served) always are.
 func WithPublicMethods(methods ...string) Option {
 	return func(o *options) { o.public = append(o.public, methods...) }
 }
@@ -167,7 +173,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prome
 	gs := grpc.NewServer(sopts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	if cfg.Reflection {
+		reflection.Register(gs)
+	}
 	s := &Server{cfg: cfg, log: log, grpc: gs, health: hs}
 	if cfg.HTTPListenAddress != "" {
 		mux := http.NewServeMux()
