@@ -52,6 +52,7 @@ type APIKey struct {
 	Prefix      string
 	Description string
 	CreatedAt   time.Time
+	ExpiresAt   *time.Time
 	RevokedAt   *time.Time
 	LastUsedAt  *time.Time
 }
@@ -219,17 +220,28 @@ func EnsureBootstrapKey(ctx context.Context, db *pgxpool.Pool, tenant, user, key
 
 // ListAPIKeys returns the keys of a tenant, newest first.
 func ListAPIKeys(ctx context.Context, db *pgxpool.Pool, tenant string) ([]APIKey, error) {
-	rows, err := db.Query(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.prefix, k.description, k.created_at, k.revoked_at, k.last_used_at
+	return listKeys(ctx, db, tenant, "")
+}
+
+// keyColumns are the columns scanKey reads, of api_keys k joined with users u.
+const keyColumns = `k.id, k.tenant_id, k.user_id, u.role, k.prefix, k.description, k.created_at, k.expires_at, k.revoked_at, k.last_used_at`
+
+func scanKey(r pgx.Row) (APIKey, error) {
+	var k APIKey
+	err := r.Scan(&k.ID, &k.TenantID, &k.UserID, &k.Role, &k.Prefix, &k.Description, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt)
+	return k, err
+}
+
+// listKeys returns the keys of a tenant (of one of its users when user is
+// set), newest first.
+func listKeys(ctx context.Context, db *pgxpool.Pool, tenant, user string) ([]APIKey, error) {
+	rows, err := db.Query(ctx, `SELECT `+keyColumns+`
 		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
-		WHERE k.tenant_id = $1 ORDER BY k.created_at DESC, k.id DESC`, tenant)
+		WHERE k.tenant_id = $1 AND ($2 = '' OR k.user_id = $2) ORDER BY k.created_at DESC, k.id DESC`, tenant, user)
 	if err != nil {
 		return nil, fmt.Errorf("list API keys: %w", err)
 	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIKey, error) {
-		var k APIKey
-		err := r.Scan(&k.ID, &k.TenantID, &k.UserID, &k.Role, &k.Prefix, &k.Description, &k.CreatedAt, &k.RevokedAt, &k.LastUsedAt)
-		return k, err
-	})
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIKey, error) { return scanKey(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list API keys: %w", err)
 	}
@@ -255,10 +267,13 @@ const (
 	authOK authResult = iota
 	authUnknown
 	authRevoked
+	authExpired
 )
 
-// authenticator resolves API keys to identities, remembering the valid ones
-// for ttl so that a request does not wait for the key store.
+// authenticator resolves API keys to identities, remembering the outcome
+// for ttl so that a request does not wait for the key store: valid keys
+// (never beyond their expiry), and unknown, revoked and expired ones, so
+// that a flood of bad keys does not reach PostgreSQL.
 type authenticator struct {
 	db  *pgxpool.Pool
 	now func() time.Time
@@ -269,6 +284,8 @@ type authenticator struct {
 }
 
 type knownKey struct {
+	res     authResult
+	keyID   string
 	id      identity.Identity
 	expires time.Time
 }
@@ -276,29 +293,46 @@ type knownKey struct {
 // maxKnownKeys bounds the cache; it is emptied when full.
 const maxKnownKeys = 10000
 
-func (a *authenticator) cached(hash string) (identity.Identity, bool) {
+func (a *authenticator) cached(hash string) (knownKey, bool) {
 	if a.ttl <= 0 {
-		return identity.Identity{}, false
+		return knownKey{}, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k, ok := a.known[hash]
-	if !ok || a.now().After(k.expires) {
-		return identity.Identity{}, false
+	if !ok || !a.now().Before(k.expires) {
+		return knownKey{}, false
 	}
-	return k.id, true
+	return k, true
 }
 
-func (a *authenticator) remember(hash string, id identity.Identity) {
+// remember caches k for the TTL, a valid key never beyond its expiry.
+func (a *authenticator) remember(hash string, k knownKey, keyExpiry *time.Time) {
 	if a.ttl <= 0 {
 		return
+	}
+	k.expires = a.now().Add(a.ttl)
+	if keyExpiry != nil && keyExpiry.Before(k.expires) {
+		k.expires = *keyExpiry
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.known == nil || len(a.known) >= maxKnownKeys {
 		a.known = map[string]knownKey{}
 	}
-	a.known[hash] = knownKey{id: id, expires: a.now().Add(a.ttl)}
+	a.known[hash] = k
+}
+
+// forget drops the cached outcome of the key with id keyID, so that its
+// revocation takes effect on this gateway at once.
+func (a *authenticator) forget(keyID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for h, k := range a.known {
+		if k.keyID == keyID {
+			delete(a.known, h)
+		}
+	}
 }
 
 // lookup resolves key. It updates the key's last_used_at at most once a
@@ -309,25 +343,34 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 		return identity.Identity{}, authUnknown, nil, nil
 	}
 	var (
-		keyID    string
-		revoked  bool
-		lastUsed *time.Time
+		keyID     string
+		revoked   bool
+		expiresAt *time.Time
+		lastUsed  *time.Time
 	)
 	hash := hashKey(key)
 	if known, ok := a.cached(string(hash)); ok {
-		return known, authOK, nil, nil
+		return known.id, known.res, nil, nil
 	}
-	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.revoked_at IS NOT NULL, k.last_used_at
+	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.revoked_at IS NOT NULL, k.expires_at, k.last_used_at
 		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
-		WHERE k.key_hash = $1`, hash).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &lastUsed)
+		WHERE k.key_hash = $1`, hash).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &expiresAt, &lastUsed)
 	if errors.Is(err, pgx.ErrNoRows) {
+		a.remember(string(hash), knownKey{res: authUnknown}, nil)
 		return identity.Identity{}, authUnknown, nil, nil
 	}
 	if err != nil {
 		return identity.Identity{}, authUnknown, nil, fmt.Errorf("look up API key: %w", err)
 	}
-	if revoked {
-		return identity.Identity{}, authRevoked, nil, nil
+	switch {
+	case revoked:
+		res = authRevoked
+	case expiresAt != nil && !a.now().Before(*expiresAt):
+		res = authExpired
+	}
+	if res != authOK {
+		a.remember(string(hash), knownKey{res: res, keyID: keyID}, nil)
+		return identity.Identity{}, res, nil, nil
 	}
 	if lastUsed == nil || a.now().Sub(*lastUsed) >= lastUsedEvery {
 		// The condition is repeated in SQL so that concurrent requests
@@ -336,6 +379,13 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 			WHERE tenant_id = $1 AND id = $2 AND (last_used_at IS NULL OR last_used_at < now() - $3::interval)`,
 			id.TenantID, keyID, lastUsedEvery)
 	}
-	a.remember(string(hash), id)
+	a.remember(string(hash), knownKey{res: authOK, keyID: keyID, id: id}, expiresAt)
 	return id, authOK, touchErr, nil
+}
+
+// knownValid reports whether key is cached as valid: such a request is
+// not checked against the failed-authentication limits.
+func (a *authenticator) knownValid(key string) bool {
+	k, ok := a.cached(string(hashKey(key)))
+	return ok && k.res == authOK
 }

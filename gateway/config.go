@@ -32,6 +32,20 @@ type Config struct {
 	// streams too. 0 asks on every request (and every SSEKeepalive on
 	// open streams).
 	AuthCacheTTL time.Duration
+	// AuthFailAddrLimit and AuthFailKeyLimit are how many failed
+	// authentications a client address and a key prefix may have within
+	// AuthFailWindow before their requests get 429 (0: no limit).
+	AuthFailAddrLimit int64
+	AuthFailKeyLimit  int64
+	AuthFailWindow    time.Duration
+
+	// ReadHeaderTimeout bounds reading a request's headers, BodyTimeout
+	// reading its body (from the start of the request; streams are not
+	// bound once authenticated), IdleTimeout how long a kept-alive
+	// connection may wait for its next request.
+	ReadHeaderTimeout time.Duration
+	BodyTimeout       time.Duration
+	IdleTimeout       time.Duration
 
 	// BootstrapKey is an admin API key stored (hashed) at start when set. It
 	// is a secret: it is never logged.
@@ -49,6 +63,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "gateway.drain-timeout", 15*time.Second, "time in-flight requests get to finish on shutdown")
 	fs.DurationVar(&c.SSEKeepalive, "gateway.sse-keepalive", 15*time.Second, "interval of keepalive comments on server-sent event streams")
 	fs.DurationVar(&c.AuthCacheTTL, "gateway.auth-cache-ttl", 5*time.Second, "how long a resolved API key is trusted before the key store is asked again (a revocation takes effect within it; 0 asks every time)")
+	fs.Int64Var(&c.AuthFailAddrLimit, "gateway.auth-fail-addr-limit", 30, "failed authentications a client address may have within -gateway.auth-fail-window before it gets 429 (0: no limit)")
+	fs.Int64Var(&c.AuthFailKeyLimit, "gateway.auth-fail-key-limit", 10, "failed authentications with keys of one prefix within -gateway.auth-fail-window before they get 429 (0: no limit)")
+	fs.DurationVar(&c.AuthFailWindow, "gateway.auth-fail-window", 5*time.Minute, "window of the failed-authentication limits, from the first failure")
+	fs.DurationVar(&c.ReadHeaderTimeout, "gateway.read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
+	fs.DurationVar(&c.BodyTimeout, "gateway.body-timeout", 30*time.Second, "time a client has to send a request's body, from the start of the request (the connection is closed after it)")
+	fs.DurationVar(&c.IdleTimeout, "gateway.idle-timeout", 2*time.Minute, "time a kept-alive connection may wait for its next request")
 	fs.StringVar(&c.BootstrapKey, "auth.bootstrap-key", "", "admin API key (sylk_...) stored at start when set; prefer the SYLK_AUTH_BOOTSTRAP_KEY environment variable")
 	fs.StringVar(&c.BootstrapTenant, "auth.bootstrap-tenant", "default", "tenant of the bootstrap admin key")
 	fs.StringVar(&c.BootstrapUser, "auth.bootstrap-user", "admin", "user of the bootstrap admin key")
@@ -69,6 +89,15 @@ func (c Config) Validate() error {
 	}
 	if c.AuthCacheTTL < 0 {
 		errs = append(errs, errors.New("gateway.auth-cache-ttl: must not be negative"))
+	}
+	if c.AuthFailAddrLimit < 0 || c.AuthFailKeyLimit < 0 {
+		errs = append(errs, errors.New("gateway.auth-fail-addr-limit and gateway.auth-fail-key-limit: must not be negative"))
+	}
+	if (c.AuthFailAddrLimit > 0 || c.AuthFailKeyLimit > 0) && c.AuthFailWindow < time.Second {
+		errs = append(errs, errors.New("gateway.auth-fail-window: must be at least 1s"))
+	}
+	if c.ReadHeaderTimeout <= 0 || c.BodyTimeout <= 0 || c.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("gateway.read-header-timeout, gateway.body-timeout and gateway.idle-timeout: must be positive"))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, errors.New("gateway.drain-timeout: must not be negative"))
@@ -102,6 +131,13 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("request_timeout", c.RequestTimeout),
 		slog.Duration("drain_timeout", c.DrainTimeout),
 		slog.Duration("sse_keepalive", c.SSEKeepalive),
+		slog.Duration("auth_cache_ttl", c.AuthCacheTTL),
+		slog.Int64("auth_fail_addr_limit", c.AuthFailAddrLimit),
+		slog.Int64("auth_fail_key_limit", c.AuthFailKeyLimit),
+		slog.Duration("auth_fail_window", c.AuthFailWindow),
+		slog.Duration("read_header_timeout", c.ReadHeaderTimeout),
+		slog.Duration("body_timeout", c.BodyTimeout),
+		slog.Duration("idle_timeout", c.IdleTimeout),
 		slog.String("bootstrap_key", key),
 		slog.String("bootstrap_tenant", c.BootstrapTenant),
 		slog.String("bootstrap_user", c.BootstrapUser),

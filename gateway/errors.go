@@ -51,6 +51,10 @@ const (
 	ReasonServiceNotConfigured = "SERVICE_NOT_CONFIGURED"
 	// ReasonShuttingDown: the gateway is shutting down (/readyz).
 	ReasonShuttingDown = "SHUTTING_DOWN"
+	// ReasonAuthThrottled: too many failed authentications from the
+	// client's address or with keys of this prefix; the message and
+	// Retry-After say when to retry.
+	ReasonAuthThrottled = "AUTH_THROTTLED"
 )
 
 // Errors of the gateway's own; a call site tells its own message with
@@ -66,6 +70,8 @@ var (
 	errKeyRevoked      = errKeyInvalid.Withf("API key is no longer valid")
 	errAuthUnavailable = retryable(apierr.Unavailable(ReasonAuthUnavailable, "authentication is unavailable, try again later"))
 	errReadOnly        = apierr.New(codes.PermissionDenied, ReasonRoleReadOnly, "this role may only read")
+	errKeyExpired      = errKeyInvalid.Withf("API key has expired")
+	errAuthThrottled   = apierr.New(codes.ResourceExhausted, ReasonAuthThrottled, "too many failed authentications")
 
 	// Requests the gateway refuses before any service sees them.
 	errRouteNotFound    = apierr.New(codes.NotFound, ReasonRouteNotFound, "no route")
@@ -182,7 +188,7 @@ func rpcMethod(ctx context.Context) string {
 
 // handleError is the mux's error handler: it writes the JSON error form with
 // the standard HTTP mapping of the gRPC code.
-func (g *Gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+func (g *Gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	httpStatus := 0
 	var hs *runtime.HTTPStatusError
 	if errors.As(err, &hs) {
@@ -196,8 +202,8 @@ func (g *Gateway) handleError(ctx context.Context, _ *runtime.ServeMux, _ runtim
 	if httpStatus == 0 {
 		httpStatus = runtime.HTTPStatusFromCode(st.Code())
 	}
-	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
-		forwardHeaderMetadata(w, md)
+	if st.Code() == codes.PermissionDenied {
+		g.recordDenial(r, st)
 	}
 	writeStatus(w, httpStatus, st)
 }
@@ -222,17 +228,4 @@ func methodNotAllowed(r *http.Request) *apierr.Error {
 // first message.
 func (g *Gateway) streamError(ctx context.Context, err error) *status.Status {
 	return g.publicStatus(ctx, err)
-}
-
-// forwardHeaderMetadata copies the services' response header metadata the
-// way the mux does for successful calls.
-func forwardHeaderMetadata(w http.ResponseWriter, md runtime.ServerMetadata) {
-	for k, vs := range md.HeaderMD {
-		if strings.HasPrefix(k, ":") || k == "content-type" {
-			continue
-		}
-		for _, v := range vs {
-			w.Header().Add(runtime.MetadataHeaderPrefix+k, v)
-		}
-	}
 }

@@ -28,14 +28,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
+	adminv1 "sylk.dev/sylk/gen/go/sylk/admin/v1"
 	architectv1 "sylk.dev/sylk/gen/go/sylk/architect/v1"
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/redisx"
 )
 
 // Conns are the client connections to the services; a nil connection leaves
@@ -55,6 +58,9 @@ type Gateway struct {
 	log     *slog.Logger
 	db      *pgxpool.Pool
 	auth    *authenticator
+	audit   *audit.Log
+	redis   *redisx.Client
+	limits  *throttle
 	mux     *runtime.ServeMux
 	guide   guidev1.GuideServiceClient
 	marshal protojson.MarshalOptions
@@ -74,8 +80,20 @@ type Gateway struct {
 	ln net.Listener
 }
 
+// Option gives the gateway an optional dependency.
+type Option func(*Gateway)
+
+// WithAudit records key changes and permission denials in l and serves the
+// audit API (/v1/audit) on it; without it those routes answer 404.
+func WithAudit(l *audit.Log) Option { return func(g *Gateway) { g.audit = l } }
+
+// WithRedis counts failed authentications in r, shared by every replica,
+// and throttles them (-gateway.auth-fail-*); without it nothing is
+// throttled.
+func WithRedis(r *redisx.Client) Option { return func(g *Gateway) { g.redis = r } }
+
 // New builds the gateway. db is a pool on the auth schema.
-func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg prometheus.Registerer) (*Gateway, error) {
+func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg prometheus.Registerer, opts ...Option) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,9 +123,14 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		life:     life,
 		stopLife: stop,
 	}
+	for _, o := range opts {
+		o(g)
+	}
+	g.limits = newThrottle(g.redis, cfg)
 	g.mux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithOutgoingTrailerMatcher(outgoingHeader),
 		runtime.WithMetadata(g.identityMetadata),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
@@ -166,6 +189,11 @@ func (g *Gateway) register(ctx context.Context, c Conns) error {
 		add("usage", llmv1.RegisterUsageServiceHandlerClient(ctx, g.mux, llmv1.NewUsageServiceClient(c.Archivalist)))
 		add("providers", llmv1.RegisterProviderServiceHandlerClient(ctx, g.mux, llmv1.NewProviderServiceClient(c.Archivalist)))
 	}
+	// The key and audit APIs are the gateway's own (admin.go).
+	add("keys", adminv1.RegisterKeyServiceHandlerServer(ctx, g.mux, &keyServer{db: g.db, audit: g.audit, auth: g.auth, now: time.Now}))
+	if g.audit != nil {
+		add("audit", adminv1.RegisterAuditServiceHandlerServer(ctx, g.mux, &auditServer{audit: g.audit}))
+	}
 	if c.Academic != nil {
 		add("academic", academicv1.RegisterAcademicServiceHandlerClient(ctx, g.mux, academicv1.NewAcademicServiceClient(c.Academic)))
 	}
@@ -210,14 +238,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
 	ln := g.ln
 	g.mu.Unlock()
-	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: event streams stay open; non-streaming requests
-		// are bounded by the request timeout instead.
-		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-	}
+	srv := g.server()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -253,6 +274,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return nil
 }
 
+// server is the HTTP server: headers within ReadHeaderTimeout, kept-alive
+// connections idle for at most IdleTimeout. Bodies are bounded per request
+// (bodyDeadline), not by ReadTimeout, which would also cut event streams;
+// there is no WriteTimeout for the same reason: non-streaming requests are
+// bounded by the request timeout, streams by their stall guard.
+func (g *Gateway) server() *http.Server {
+	return &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
+		IdleTimeout:       g.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+}
+
 // incomingHeader forwards only the request id to the services; identity
 // travels in metadata the gateway sets itself (identityMetadata), never in
 // headers a client chose.
@@ -263,10 +298,9 @@ func incomingHeader(key string) (string, bool) {
 	return "", false
 }
 
-// outgoingHeader keeps the default prefixing of service response headers.
-func outgoingHeader(key string) (string, bool) {
-	return runtime.MetadataHeaderPrefix + key, true
-}
+// outgoingHeader passes no service response metadata on as headers
+// (Grpc-Metadata-*): it is the services' business, not the client's.
+func outgoingHeader(string) (string, bool) { return "", false }
 
 // identityMetadata puts the authenticated caller into the outgoing metadata.
 func (g *Gateway) identityMetadata(_ context.Context, r *http.Request) metadata.MD {

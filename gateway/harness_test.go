@@ -27,6 +27,7 @@ import (
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
 	"sylk.dev/sylk/migrations"
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/grpcclient"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -84,6 +85,9 @@ var errSessionCompleted = apierr.FailedPrecondition("SESSION_COMPLETED", "sessio
 
 func (f *fakeGuide) CreateSession(ctx context.Context, req *guidev1.CreateSessionRequest) (*guidev1.CreateSessionResponse, error) {
 	f.record(ctx, "CreateSession")
+	// Metadata of the service's own, which the client never sees.
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-internal-note", "header"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-internal-trailer", "trailer"))
 	id, err := identity.Require(ctx)
 	if err != nil {
 		return nil, err
@@ -216,6 +220,9 @@ type harness struct {
 	member string
 	viewer string
 	tenant string
+	// auditDB is a pool on the audit log's schema auditSchema.
+	auditDB     *pgxpool.Pool
+	auditSchema string
 }
 
 // startFake serves the fake Guide on a real gRPC server with the mesh's
@@ -233,6 +240,9 @@ func startFake(t *testing.T) (*fakeGuide, *grpc.ClientConn) {
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	db, _ := testenv.Postgres(t, "auth", migrations.FS("auth"))
+	auditDB, auditSchema := testenv.Postgres(t, "audit", migrations.FS(audit.Schema))
+	log, err := audit.New(auditDB, auditSchema)
+	require.NoError(t, err)
 	fake, conn := startFake(t)
 	cfg := testenv.FromFlags[Config](t)
 	cfg.ListenAddress = "127.0.0.1:0"
@@ -240,9 +250,10 @@ func newHarness(t *testing.T, mutate func(*Config)) *harness {
 		mutate(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	gw, err := New(cfg, logx.Discard(), db, Conns{Guide: conn}, reg)
+	gw, err := New(cfg, logx.Discard(), db, Conns{Guide: conn}, reg, WithAudit(log), WithRedis(testenv.Redis(t)))
 	require.NoError(t, err)
-	h := &harness{db: db, gw: gw, reg: reg, fake: fake, conn: conn, url: newTestServer(t, gw), tenant: "acme"}
+	h := &harness{db: db, gw: gw, reg: reg, fake: fake, conn: conn, url: newTestServer(t, gw), tenant: "acme",
+		auditDB: auditDB, auditSchema: auditSchema}
 	ctx := context.Background()
 	h.admin, err = CreateAPIKey(ctx, db, "acme", "alice", identity.RoleAdmin, "test admin")
 	require.NoError(t, err)

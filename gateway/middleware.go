@@ -144,17 +144,23 @@ func requestID(v string) string {
 }
 
 // chain builds the middleware, outermost first:
-//  1. request id, recovery, metrics and access log: see every request,
-//     including the ones refused below, and never let a panic escape;
+//  1. body deadline, security headers, request id, recovery, metrics and
+//     access log: see every request, including the ones refused below,
+//     and never let a panic escape; a client that does not send the body
+//     it declared is cut at the body timeout, with or without a key;
 //  2. public endpoints (/healthz, /readyz, /openapi.json): no key needed;
-//  3. authentication: a valid API key or 401; the key and any identity
-//     headers the client sent are removed before anything is forwarded;
-//  4. role check: viewers may only read;
+//  3. authentication: a valid API key or 401 (429 after too many
+//     failures from the address or with the key's prefix); the key and
+//     any identity headers the client sent are removed before anything
+//     is forwarded;
+//  4. role check: viewers may only read (a denial is audited);
 //  5. body limit and JSON syntax: 413 and 400 before any service sees it;
 //  6. request timeout (not on streams), then SSE or the grpc-gateway mux.
 func (g *Gateway) chain() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		g.bodyDeadline(w, r, start)
+		secureHeaders(w.Header())
 		rid := requestID(r.Header.Get(headerRequestID))
 		r.Header.Set(headerRequestID, rid)
 		w.Header().Set(headerRequestID, rid)
@@ -201,9 +207,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	r.Header.Del(headerAPIKey)
 	info.id = id
 	ctx := identity.NewContext(r.Context(), id)
+	r = r.WithContext(ctx)
 	if !readOnly(r) && id.Role != identity.RoleAdmin && id.Role != identity.RoleMember {
-		writeError(w, errReadOnly.Withf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path).
-			With("role", id.Role))
+		e := errReadOnly.Withf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path).
+			With("role", id.Role)
+		g.recordDenial(r, e.GRPCStatus())
+		writeError(w, e)
 		return
 	}
 	if err := checkUTF8(r); err != nil {
@@ -213,6 +222,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	if !g.readBody(w, r) {
 		return
 	}
+	// The body is in: what follows is bounded by the request timeout
+	// (streams by their stall guard), not by the body deadline.
+	clearReadDeadline(w)
 	var cancel context.CancelFunc
 	if strings.HasSuffix(r.URL.Path, ":stream") {
 		var end context.CancelCauseFunc
@@ -310,13 +322,17 @@ func (s *streamStartError) Flush() { _ = http.NewResponseController(s.ResponseWr
 
 func (s *streamStartError) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// authenticate resolves the request's API key or writes a 401 (or a 503
-// when the key store is down).
+// authenticate resolves the request's API key or writes a 401 (429 when
+// the client's address or the key's prefix failed too often; 503 when the
+// key store is down).
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity.Identity, bool) {
 	key, keyErr := extractKey(r)
 	if keyErr != nil {
 		g.metrics.authFailures.WithLabelValues("missing").Inc()
 		writeError(w, keyErr)
+		return identity.Identity{}, false
+	}
+	if !g.auth.knownValid(key) && g.throttled(w, r, key) {
 		return identity.Identity{}, false
 	}
 	id, res, touchErr, err := g.auth.lookup(r.Context(), key)
@@ -329,15 +345,22 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (identity
 	if touchErr != nil {
 		g.log.WarnContext(r.Context(), "record API key use", logx.Err(touchErr))
 	}
+	e := errKeyInvalid
 	switch {
 	case res == authRevoked:
 		g.metrics.authFailures.WithLabelValues("revoked").Inc()
+	case res == authExpired:
+		g.metrics.authFailures.WithLabelValues("expired").Inc()
+		e = errKeyExpired
 	case res != authOK || !id.Valid():
 		g.metrics.authFailures.WithLabelValues("invalid").Inc()
 	default:
 		return id, true
 	}
-	writeError(w, errKeyInvalid)
+	if err := g.limits.fail(r.Context(), r, key); err != nil {
+		g.log.WarnContext(r.Context(), "count failed authentication", logx.Err(err))
+	}
+	writeError(w, e)
 	return identity.Identity{}, false
 }
 
