@@ -86,30 +86,8 @@ func (s *keyServer) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest
 	if len(req.GetDescription()) > maxDescription {
 		return nil, apierr.Invalid("description", "at most %d bytes", maxDescription)
 	}
-	key, err := NewKey()
-	if err != nil {
-		return nil, err
-	}
-	var k APIKey
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := ensureTenantUser(ctx, tx, id.TenantID, req.GetUserId(), role, false); err != nil {
-			return err
-		}
-		k, err = scanKey(tx.QueryRow(ctx, `WITH k AS (
-			INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *)
-			SELECT `+keyColumns+` FROM k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id`,
-			ids.New(), id.TenantID, req.GetUserId(), hashKey(key), key[:keyDisplayLen], req.GetDescription(), expires))
-		if err != nil {
-			return fmt.Errorf("store API key: %w", err)
-		}
-		details := map[string]string{"user": k.UserID, "role": k.Role, "prefix": k.Prefix}
-		if expires != nil {
-			details["expire_time"] = expires.UTC().Format(time.RFC3339)
-		}
-		return s.record(ctx, tx, audit.Record{TenantID: id.TenantID, Actor: id.UserID, Action: audit.ActionKeyCreated,
-			Target: "api_keys/" + k.ID, Details: details})
-	})
+	k, key, err := IssueAPIKey(ctx, s.db, s.audit, id.UserID, KeySpec{Tenant: id.TenantID, User: req.GetUserId(), Role: role,
+		Description: req.GetDescription(), ExpiresAt: expires})
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +114,55 @@ func (s *keyServer) ListKeys(ctx context.Context, _ *adminv1.ListKeysRequest) (*
 	return out, nil
 }
 
+// KeySpec is what IssueAPIKey makes a key for.
+type KeySpec struct {
+	Tenant, User string
+	// Role is the role of a user created for the key; an existing user
+	// keeps theirs.
+	Role        string
+	Description string
+	// ExpiresAt, when set, is when the key stops working.
+	ExpiresAt *time.Time
+}
+
+// IssueAPIKey creates a key for spec's user (created when missing) and
+// records it in log as done by actor, in one transaction. It returns the
+// key's description and the key, which only its hash is stored of.
+func IssueAPIKey(ctx context.Context, db *pgxpool.Pool, log *audit.Log, actor string, spec KeySpec) (APIKey, string, error) {
+	if err := checkTenantUser(spec.Tenant, spec.User, spec.Role); err != nil {
+		return APIKey{}, "", err
+	}
+	key, err := NewKey()
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	var k APIKey
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := ensureTenantUser(ctx, tx, spec.Tenant, spec.User, spec.Role, false); err != nil {
+			return err
+		}
+		k, err = scanKey(tx.QueryRow(ctx, `WITH k AS (
+			INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *)
+			SELECT `+keyColumns+` FROM k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id`,
+			ids.New(), spec.Tenant, spec.User, hashKey(key), key[:keyDisplayLen], spec.Description, spec.ExpiresAt))
+		if err != nil {
+			return fmt.Errorf("store API key: %w", err)
+		}
+		details := map[string]string{"user": k.UserID, "role": k.Role, "prefix": k.Prefix}
+		if spec.ExpiresAt != nil {
+			details["expire_time"] = spec.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		_, err = log.AppendTx(ctx, tx, audit.Record{TenantID: spec.Tenant, Actor: actor, Action: audit.ActionKeyCreated,
+			Target: "api_keys/" + k.ID, Details: details})
+		return err
+	})
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	return k, key, nil
+}
+
 func (s *keyServer) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest) (*adminv1.RevokeKeyResponse, error) {
 	id, err := caller(ctx)
 	if err != nil {
@@ -160,22 +187,15 @@ func (s *keyServer) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest
 			id.TenantID, k.ID).Scan(&k.RevokedAt); err != nil {
 			return fmt.Errorf("revoke API key: %w", err)
 		}
-		return s.record(ctx, tx, audit.Record{TenantID: id.TenantID, Actor: id.UserID, Action: audit.ActionKeyRevoked,
+		_, err := s.audit.AppendTx(ctx, tx, audit.Record{TenantID: id.TenantID, Actor: id.UserID, Action: audit.ActionKeyRevoked,
 			Target: "api_keys/" + k.ID, Details: map[string]string{"user": k.UserID, "prefix": k.Prefix}})
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.auth.forget(k.ID)
 	return &adminv1.RevokeKeyResponse{ApiKey: keyProto(k)}, nil
-}
-
-func (s *keyServer) record(ctx context.Context, tx pgx.Tx, r audit.Record) error {
-	if s.audit == nil {
-		return nil
-	}
-	_, err := s.audit.AppendTx(ctx, tx, r)
-	return err
 }
 
 func keyProto(k APIKey) *adminv1.ApiKey {

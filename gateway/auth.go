@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 )
@@ -258,6 +259,37 @@ func RevokeAPIKey(ctx context.Context, db *pgxpool.Pool, tenant, id string) erro
 		return ErrKeyNotFound
 	}
 	return nil
+}
+
+// Keys are the key store and the audit log key changes are recorded in.
+type Keys struct {
+	DB    *pgxpool.Pool
+	Audit *audit.Log
+}
+
+// RevokeAPIKeyAs revokes a key of tenant by id and records it in log as
+// done by actor, in one transaction; revoking a revoked key changes and
+// records nothing. Gateways stop taking the key within their auth cache
+// TTL.
+func RevokeAPIKeyAs(ctx context.Context, db *pgxpool.Pool, log *audit.Log, actor, tenant, id string) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var user, prefix string
+		var revoked bool
+		err := tx.QueryRow(ctx, `SELECT user_id, prefix, revoked_at IS NOT NULL FROM api_keys WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+			tenant, id).Scan(&user, &prefix, &revoked)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrKeyNotFound
+		}
+		if err != nil || revoked {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE tenant_id = $1 AND id = $2`, tenant, id); err != nil {
+			return fmt.Errorf("revoke API key: %w", err)
+		}
+		_, err = log.AppendTx(ctx, tx, audit.Record{TenantID: tenant, Actor: actor, Action: audit.ActionKeyRevoked,
+			Target: "api_keys/" + id, Details: map[string]string{"user": user, "prefix": prefix}})
+		return err
+	})
 }
 
 // authResult is the outcome of a key lookup.

@@ -19,9 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/config"
-	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/meshtls"
 	"sylk.dev/sylk/pkg/pgstore"
@@ -34,6 +32,8 @@ Usage:
   sylk serve SERVICE [flags]       run one service: %s
   sylk migrate [flags]             apply every schema's migrations
   sylk create-api-key [flags]      create an API key for a tenant's user and print it
+  sylk list-api-keys [flags]       list a tenant's API keys (never the keys themselves)
+  sylk revoke-api-key [flags]      revoke an API key of a tenant by its id
   sylk healthcheck SERVICE [flags] check the health of a service on this host (exit 0 when serving)
   sylk version                     print the version
 
@@ -64,6 +64,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runMigrate(ctx, rest, stderr)
 	case "create-api-key":
 		err = runCreateAPIKey(ctx, rest, stdout, stderr)
+	case "list-api-keys":
+		err = runListAPIKeys(ctx, rest, stdout, stderr)
+	case "revoke-api-key":
+		err = runRevokeAPIKey(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		if len(rest) == 0 {
 			err = errors.New("healthcheck: name a service")
@@ -169,42 +173,6 @@ func runMigrate(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return MigrateAll(ctx, pg, prefix, logx.New(stderr, lc, "migrate", Version))
-}
-
-func runCreateAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sylk create-api-key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var pg pgstore.Config
-	var prefix, tenant, user, role, desc string
-	pg.RegisterFlags(fs)
-	fs.StringVar(&prefix, "postgres.schema-prefix", "", "prefix of every schema name")
-	fs.StringVar(&tenant, "tenant", "default", "tenant of the key's user")
-	fs.StringVar(&user, "user", "", "user the key acts as (created when missing)")
-	fs.StringVar(&role, "role", identity.RoleMember, "role of a new user: admin, member or viewer")
-	fs.StringVar(&desc, "description", "", "what the key is for")
-	if err := config.Parse(fs, args); err != nil {
-		return err
-	}
-	if user == "" {
-		return errors.New("create-api-key: -user is required")
-	}
-	if role != identity.RoleAdmin && role != identity.RoleMember && role != identity.RoleViewer {
-		return fmt.Errorf("create-api-key: -role %q: want admin, member or viewer", role)
-	}
-	if !(identity.Identity{TenantID: tenant, UserID: user}).Valid() {
-		return errors.New("create-api-key: -tenant and -user: letters, digits and . _ @ - only, at most 128 characters")
-	}
-	pool, err := OpenSchema(ctx, pg, prefix, "auth")
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	key, err := gateway.CreateAPIKey(ctx, pool, tenant, user, role, desc)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, key)
-	return nil
 }
 
 // Healthcheck asks a module on this host whether it is serving: its

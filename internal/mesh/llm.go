@@ -50,7 +50,7 @@ func attachLLM(ctx context.Context, m *module, svc app.Service, common Common, d
 		if !ok {
 			return nil, fmt.Errorf("%s serves the LLM APIs in the module table but has no SetLLM", m.name)
 		}
-		return attachAPI(ctx, s, common, log)
+		return attachAPI(ctx, s, common, deps, log)
 	case llmGate:
 		s, ok := svc.(llmGated)
 		if !ok {
@@ -80,8 +80,9 @@ func needsGate(svc app.Service, common Common) (bool, error) {
 	return o.NeedsLLMGate(reg.Default().Name()), nil
 }
 
-// attachAPI gives s the usage and provider APIs on a pool of the llm schema.
-func attachAPI(ctx context.Context, s llmServing, common Common, log *slog.Logger) (func(), error) {
+// attachAPI gives s the usage and provider APIs on a pool of the llm schema,
+// recording stored credentials in the audit log.
+func attachAPI(ctx context.Context, s llmServing, common Common, deps app.Deps, log *slog.Logger) (func(), error) {
 	pool, err := OpenSchema(ctx, common.Postgres, common.SchemaPrefix, LLMSchema)
 	if err != nil {
 		return nil, err
@@ -91,6 +92,7 @@ func attachAPI(ctx context.Context, s llmServing, common Common, log *slog.Logge
 		pool.Close()
 		return nil, err
 	}
+	api.SetAudit(deps.Audit)
 	s.SetLLM(api)
 	return pool.Close, nil
 }

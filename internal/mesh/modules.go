@@ -10,6 +10,7 @@ import (
 
 	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/services/academic"
 	"sylk.dev/sylk/services/architect"
 	"sylk.dev/sylk/services/archivalist"
@@ -47,7 +48,7 @@ type module struct {
 	// llm is what it takes from pkg/llm.
 	llm llmAttachment
 	// rest marks the gateway: it serves REST over HTTP, is no app.Service,
-	// and uses no Redis or NATS.
+	// and uses no NATS (Redis only for its failed-authentication counts).
 	rest bool
 	// config is its configuration within the process's.
 	config func(*ServiceConfigs) flagConfig
@@ -176,7 +177,8 @@ func (s *ServiceConfigs) Validate(ms ...*module) error {
 // authSchema holds the gateway's users and API keys.
 const authSchema = "auth"
 
-// Schemas lists the Postgres schemas: the modules', then the LLM records'.
+// Schemas lists the Postgres schemas: the modules', then the LLM records'
+// and the audit log's.
 var Schemas = schemaNames()
 
 func schemaNames() []string {
@@ -186,7 +188,7 @@ func schemaNames() []string {
 			out = append(out, m.schema)
 		}
 	}
-	return append(out, LLMSchema)
+	return append(out, LLMSchema, audit.Schema)
 }
 
 // lookup returns the module named name.

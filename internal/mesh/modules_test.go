@@ -36,7 +36,7 @@ func TestModuleTable(t *testing.T) {
 			require.True(t, pgstore.ValidSchema(m.schema), m.schema)
 		}
 	}
-	require.Equal(t, []string{"auth", "llm"}, Schemas[len(Schemas)-2:])
+	require.Equal(t, []string{"auth", "llm", "audit"}, Schemas[len(Schemas)-3:])
 	require.NotContains(t, Schemas, Worker, "the worker keeps no state in Postgres")
 }
 

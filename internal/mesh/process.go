@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/grpcserver"
 	"sylk.dev/sylk/pkg/identity"
@@ -39,6 +40,7 @@ type process struct {
 	srvTLS       []grpcserver.Option
 	dialTLS      []grpc.DialOption
 	redis        *redisx.Client
+	audit        *audit.Log
 	sink         consult.Sink
 	closers      []func()
 }
@@ -121,6 +123,25 @@ func (p *process) openRedis(ctx context.Context) error {
 	}
 	p.onClose(func() { _ = rc.Close() })
 	p.redis = rc
+	return nil
+}
+
+// openAudit opens the audit log every module of the process records in,
+// once: its schema (migrated) and a pool on it.
+func (p *process) openAudit(ctx context.Context) error {
+	if p.audit != nil {
+		return nil
+	}
+	pool, err := OpenSchema(ctx, p.common.Postgres, p.common.SchemaPrefix, audit.Schema)
+	if err != nil {
+		return err
+	}
+	p.onClose(pool.Close)
+	l, err := audit.New(pool, Schema(p.common.SchemaPrefix, audit.Schema))
+	if err != nil {
+		return err
+	}
+	p.audit = l
 	return nil
 }
 

@@ -47,6 +47,9 @@ func Serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	if m.rest {
+		if err := p.openRedis(startCtx); err != nil {
+			return err
+		}
 		gw, err := p.startGateway(startCtx, m, common.Peers, p.log, p.reg, configs.Gateway.BootstrapKey)
 		if err != nil {
 			return err
@@ -99,15 +102,19 @@ func (p *process) startService(ctx context.Context, m *module) (*unit, error) {
 	return u, nil
 }
 
-// startGateway is the gateway's start-up sequence: its schema, its
-// connections to the services at addrs, the bootstrap key (when given) and
-// its listener.
+// startGateway is the gateway's start-up sequence: its schema, the audit
+// log, its connections to the services at addrs, the bootstrap key (when
+// given) and its listener. Failed authentications are counted in the
+// process's Redis.
 func (p *process) startGateway(ctx context.Context, m *module, addrs PeerConfig, log *slog.Logger, reg prometheus.Registerer, key string) (*gateway.Gateway, error) {
 	pool, err := OpenSchema(ctx, p.common.Postgres, p.common.SchemaPrefix, m.schema)
 	if err != nil {
 		return nil, err
 	}
 	p.onClose(pool.Close)
+	if err := p.openAudit(ctx); err != nil {
+		return nil, err
+	}
 	conns, err := p.dial(addrs, m.peers())
 	if err != nil {
 		return nil, err
@@ -120,7 +127,7 @@ func (p *process) startGateway(ctx context.Context, m *module, addrs PeerConfig,
 			return nil, err
 		}
 	}
-	gw, err := gateway.New(cfg, log, pool, gc, reg)
+	gw, err := gateway.New(cfg, log, pool, gc, reg, gateway.WithAudit(p.audit), gateway.WithRedis(p.redis))
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,8 @@ import (
 // Its start-up sequence is the same whether it runs alone (`sylk serve`)
 // or beside the others (`sylk dev`):
 //
-//  1. connect: its schema (migrated) and its NATS connection;
+//  1. connect: its schema (migrated), the audit log and its NATS
+//     connection;
 //  2. bind: its gRPC server, with the process's interceptors, listening;
 //  3. build: the service, from its configuration, dependencies and peers,
 //     with what it takes from pkg/llm, registered on its server;
@@ -43,9 +44,14 @@ func newUnit(m *module, log *slog.Logger, reg prometheus.Registerer) *unit {
 	return &unit{mod: m, log: log, deps: app.Deps{Log: log, Registerer: reg}, started: make(chan struct{})}
 }
 
-// connect opens u's schema, when it has one, and its NATS connection.
+// connect opens u's schema, when it has one, the audit log and its NATS
+// connection.
 func (p *process) connect(ctx context.Context, u *unit) error {
 	u.deps.Redis = p.redis
+	if err := p.openAudit(ctx); err != nil {
+		return err
+	}
+	u.deps.Audit = p.audit
 	if s := u.mod.schema; s != "" {
 		pool, err := OpenSchema(ctx, p.common.Postgres, p.common.SchemaPrefix, s)
 		if err != nil {

@@ -40,18 +40,18 @@ func (c *StoresConfig) RegisterFlags(fs *flag.FlagSet) {
 const anonymousCheckTimeout = 3 * time.Second
 
 // anonymousStores names the stores that take a client without the
-// credentials in the configuration: PostgreSQL, and unless onlyPostgres
-// (the gateway's case) Redis and NATS.
-func anonymousStores(ctx context.Context, common Common, onlyPostgres bool) []string {
+// credentials in the configuration: PostgreSQL, Redis, and unless noNATS
+// (the gateway's case) NATS.
+func anonymousStores(ctx context.Context, common Common, noNATS bool) []string {
 	var open []string
 	if pgAnonymous(ctx, common.Postgres.DSN) {
 		open = append(open, "PostgreSQL")
 	}
-	if onlyPostgres {
-		return open
-	}
 	if redisAnonymous(ctx, common.Redis.URL, common.Redis.TLS) {
 		open = append(open, "Redis")
+	}
+	if noNATS {
+		return open
 	}
 	if natsAnonymous(common.NATS.URL, common.NATS.TLS) {
 		open = append(open, "NATS")

@@ -36,7 +36,7 @@ func TestAnonymousStores(t *testing.T) {
 	common.Redis.URL = testenv.RedisURL()
 	common.NATS.URL = testenv.NATSURL()
 	require.Equal(t, []string{"PostgreSQL", "Redis", "NATS"}, anonymousStores(t.Context(), common, false))
-	require.Equal(t, []string{"PostgreSQL"}, anonymousStores(t.Context(), common, mustLookup(t, Gateway).rest), "the gateway uses only PostgreSQL")
+	require.Equal(t, []string{"PostgreSQL", "Redis"}, anonymousStores(t.Context(), common, mustLookup(t, Gateway).rest), "the gateway uses no NATS")
 	err := checkStores(t.Context(), common, mustLookup(t, Worker))
 	require.ErrorContains(t, err, "PostgreSQL, Redis, NATS accept clients without credentials")
 	require.ErrorContains(t, err, "-stores.allow-anonymous")

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
 )
@@ -93,6 +94,9 @@ type Deps struct {
 	// Registerer receives the service's metrics.
 	Registerer prometheus.Registerer
 	Peers      Peers
+	// Audit is the audit log a service records security-relevant actions
+	// in (pkg/audit), inside its own transaction where it has one.
+	Audit *audit.Log
 }
 
 // Peers are client connections to the other services, nil where a service

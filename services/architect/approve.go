@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/consult"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/logx"
@@ -81,7 +83,12 @@ func (s *Service) approve(ctx context.Context, who identity.Identity, sessionID,
 		}
 		now := s.now()
 		p.State, p.Run, p.UpdateTime, p.ApproveTime, p.AutoApproved = stateApproved, run.GetName(), now, &now, auto
-		return s.decideIn(ctx, tx, o, p, "approve")
+		if err := s.decideIn(ctx, tx, o, p, "approve"); err != nil {
+			return err
+		}
+		_, err = s.audit.AppendTx(ctx, tx, audit.Record{TenantID: who.TenantID, Actor: who.UserID, Action: audit.ActionPlanApproved,
+			Target: p.name(), Details: map[string]string{"run": run.GetName(), "auto": strconv.FormatBool(auto)}})
+		return err
 	})
 	if err != nil {
 		if run != nil {

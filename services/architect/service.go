@@ -22,6 +22,7 @@ import (
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
@@ -46,6 +47,7 @@ type Service struct {
 	archivalist  archivalistv1.ArchivalistServiceClient // nil when no peer is configured: plans find no past failures or decisions
 	planner      Planner
 	metrics      *metrics
+	audit        *audit.Log // approvals are recorded in it
 	now          func() time.Time
 }
 
@@ -126,6 +128,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		bus:     deps.Bus,
 		planner: localPlanner{},
 		metrics: newMetrics(reg),
+		audit:   deps.Audit,
 		now:     func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 	}
 	if deps.Peers.Orchestrator != nil {

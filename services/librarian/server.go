@@ -109,8 +109,10 @@ func (s *Service) register(ctx context.Context, tenant string, repo repository) 
 	var out repository
 	err := pgx.BeginFunc(ctx, s.store.db, func(tx pgx.Tx) error {
 		var err error
-		out, err = insertRepo(ctx, tx, tenant, repo)
-		return err
+		if out, err = insertRepo(ctx, tx, tenant, repo); err != nil {
+			return err
+		}
+		return s.recordRegistered(ctx, tx, tenant, out) // audit.go
 	})
 	if errors.Is(err, errDuplicatePath) {
 		msg := fmt.Sprintf("repository.path %q is already registered", repo.Path)

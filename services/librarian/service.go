@@ -18,6 +18,7 @@ import (
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
@@ -47,6 +48,8 @@ type Service struct {
 	watching atomic.Int64
 	// background tracks vector updates running after an index answered.
 	background sync.WaitGroup
+	// audit records repositories registered (audit.go).
+	audit *audit.Log
 }
 
 var _ librarianv1.LibrarianServiceServer = (*Service)(nil)
@@ -110,6 +113,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		vectors:   newVectorStore(st, emb, cfg),
 		tools:     toolCache{entries: map[string]toolCacheEntry{}},
 		watchKick: make(chan struct{}, 1),
+		audit:     deps.Audit,
 	}, nil
 }
 

@@ -42,7 +42,10 @@ func (s *Service) control(ctx context.Context, tenant, runID, nodeID string, act
 		}
 		switch act {
 		case actCancel:
-			return cancelRun(ctx, tx, run, eff)
+			if err := cancelRun(ctx, tx, run, eff); err != nil {
+				return err
+			}
+			return s.recordCancelled(ctx, tx, run) // audit.go
 		case actPause:
 			if run.State == statePaused {
 				return errRunPaused.Withf("run %s is already paused", runName(run.ID))

@@ -142,6 +142,9 @@ func (s *Service) deliverRun(ctx context.Context, k runKey) error {
 	if err != nil || !stored {
 		return err
 	}
+	if d.GetPushed() {
+		s.recordPushed(ctx, r, d) // audit.go
+	}
 	log.InfoContext(ctx, "run delivered", slog.String("branch", d.GetBranch()), slog.String("commit", d.GetCommit()),
 		slog.Bool("pushed", d.GetPushed()), slog.String("detail", d.GetDetail()))
 	s.publishEvent(ctx, log, k.Tenant, r.session, k.ID+":delivered:"+ids.New(),

@@ -203,7 +203,10 @@ func (s *Service) storeRun(ctx context.Context, who identity.Identity, run *runR
 		if err := insertNodes(ctx, tx, run.TenantID, run.ID, nodes); err != nil {
 			return err
 		}
-		return saveRunOptions(ctx, tx, run.TenantID, run.ID, req) // runoptions.go
+		if err := saveRunOptions(ctx, tx, run.TenantID, run.ID, req); err != nil { // runoptions.go
+			return err
+		}
+		return s.recordCreated(ctx, tx, who, run, len(nodes)) // audit.go
 	})
 	if err != nil && run.RequestID != nil && pgstore.IsUniqueViolation(err) {
 		resp, rerr := s.retried(ctx, who, *run.RequestID, run.RequestHash)

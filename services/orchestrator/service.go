@@ -22,6 +22,7 @@ import (
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -54,6 +55,9 @@ type Service struct {
 	deliveryKick chan struct{}
 	// reviews serves the review API (review.go).
 	reviews *reviewServer
+	// audit records runs created and cancelled and branches pushed
+	// (audit.go).
+	audit *audit.Log
 }
 
 type metrics struct {
@@ -131,6 +135,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		log:      log,
 		db:       deps.DB,
 		bus:      deps.Bus,
+		audit:    deps.Audit,
 		metrics: metrics{
 			dispatched: f.NewCounter(prometheus.CounterOpts{
 				Name: "sylk_orchestrator_nodes_dispatched_total",

@@ -19,6 +19,7 @@ import (
 
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/creds"
@@ -42,6 +43,21 @@ type Server struct {
 	usage *usage.Store
 	creds *creds.Store
 	log   *slog.Logger
+	audit *audit.Log
+}
+
+// SetAudit records stored and deleted provider credentials in l.
+func (s *Server) SetAudit(l *audit.Log) { s.audit = l }
+
+// record appends r to the audit log; the credentials are stored already,
+// so a failure is logged, not returned.
+func (s *Server) record(ctx context.Context, r audit.Record) {
+	if s.audit == nil {
+		return
+	}
+	if _, err := s.audit.Append(context.WithoutCancel(ctx), r); err != nil {
+		s.log.ErrorContext(ctx, "audit provider credentials", logx.Err(err), slog.String("action", r.Action))
+	}
 }
 
 // New builds the server on a pool of the llm schema (migrated).
@@ -246,6 +262,8 @@ func (ps *providerServer) SetProviderCredentials(ctx context.Context, req *llmv1
 	if err != nil {
 		return nil, apierr.Status(ctx, ps.s.log, "store provider credentials", err)
 	}
+	ps.s.record(ctx, audit.Record{TenantID: who.TenantID, Actor: who.UserID, Action: audit.ActionCredentialsStored,
+		Target: "providers/" + req.GetProvider() + "/credentials", Details: map[string]string{"provider": req.GetProvider()}})
 	ps.s.log.InfoContext(ctx, "provider credentials stored", slog.String("provider", req.GetProvider()), slog.String("tenant_id", who.TenantID), slog.String("user_id", who.UserID))
 	return &llmv1.SetProviderCredentialsResponse{Provider: ps.s.describe(req.GetProvider(), &info)}, nil
 }
@@ -268,6 +286,8 @@ func (ps *providerServer) DeleteProviderCredentials(ctx context.Context, req *ll
 	if !ok {
 		return nil, apierr.NotFound("provider credentials", req.GetProvider()).Withf("no stored credentials for %s", req.GetProvider())
 	}
+	ps.s.record(ctx, audit.Record{TenantID: who.TenantID, Actor: who.UserID, Action: audit.ActionCredentialsDeleted,
+		Target: "providers/" + req.GetProvider() + "/credentials", Details: map[string]string{"provider": req.GetProvider()}})
 	return &llmv1.DeleteProviderCredentialsResponse{}, nil
 }
 
