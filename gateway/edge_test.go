@@ -78,4 +78,3 @@ func TestResponseHeaders(t *testing.T) {
 		}
 	}
 }
-

@@ -25,6 +25,8 @@ const (
 
 const apiDescription = "Sessions, messages, plans, runs and knowledge of the Sylk mesh. " +
 	"Authenticate with \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\". " +
+	"Too many failed authentications from one address or with keys of one prefix get 429 (AUTH_THROTTLED) with " +
+	"Retry-After. " +
 	"Every error is an Error object: {code, status, message, reason, domain, metadata, details}, where reason is the " +
 	"stable google.rpc.ErrorInfo reason a client branches on and details are the status details as google.rpc.Status " +
 	"renders them in JSON. Streams are newline-delimited JSON: a line {\"result\": ...} per message and, when a stream " +
