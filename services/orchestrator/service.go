@@ -54,6 +54,8 @@ type Service struct {
 	deliveryKick chan struct{}
 	// reviews serves the review API (review.go).
 	reviews *reviewServer
+	// repos resolves the repositories requests name (repository.go).
+	repos *repositories
 }
 
 type metrics struct {
@@ -169,7 +171,8 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		},
 		deliveryKick: make(chan struct{}, 1),
 	}
-	s.reviews = newReviewServer(s, deps.Peers.Librarian)
+	s.repos = newRepositories(deps.Peers.Librarian, log)
+	s.reviews = newReviewServer(s)
 	return s, nil
 }
 
