@@ -12,8 +12,8 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/apierr"
-	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
