@@ -31,9 +31,6 @@ const maxURLLen = 2048
 // allowed roots, as paths do (roots.go); https, ssh and git URLs are cloned
 // as given.
 func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, repoID, raw string) (string, error) {
-	if s.cfg.DataDir == "" {
-		return "", errNoDataDir
-	}
 	if len(raw) > maxURLLen || strings.ContainsAny(raw, "\x00\n\r") || strings.HasPrefix(raw, "-") {
 		return "", apierr.Invalid("repository.url", "is not a git URL")
 	}
@@ -55,6 +52,9 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		}
 	default:
 		return "", apierr.Invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
+	}
+	if s.cfg.DataDir == "" {
+		return "", errNoDataDir
 	}
 	var pin []string
 	if s.publicOnly(id, raw) {
