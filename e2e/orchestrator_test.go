@@ -253,9 +253,9 @@ func TestOrchestratorExecution(t *testing.T) {
 			r := bob.do(call.method, call.path, body)
 			require.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", call.method, call.path, r.Raw)
 		}
-		for _, verb := range []string{"pause", "cancel"} {
-			r := bob.ok("POST", "/v1/"+sess["name"].(string)+"/runs:"+verb, map[string]any{})
-			require.Empty(t, r["runs"], "bob %ss alice's session runs", verb)
+		for _, verb := range []string{"pause", "resume", "cancel"} {
+			r := bob.do("POST", "/v1/"+sess["name"].(string)+"/runs:"+verb, map[string]any{})
+			require.Equal(t, http.StatusNotFound, r.Status, "bob %ss alice's session runs: %s", verb, r.Raw)
 		}
 		require.Empty(t, bob.ok("GET", "/v1/runs?sessionId="+sess["id"].(string), nil)["runs"])
 		bobs, _ := bob.ok("GET", "/v1/runs?pageSize=100", nil)["runs"].([]any)
