@@ -85,7 +85,7 @@ func TestEngineerFixesAFailingTest(t *testing.T) {
 	}})
 	repo := calcRepo(t)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "engineer"})["session"].(map[string]any)
-	run := c.waitRun(c.createRun(map[string]any{"sessionId": sess["id"], "repository": repo, "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"sessionId": sess["id"], "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "fix", "pipeline": true, "prompt": "Make add return the sum of its arguments.", "doneWhen": "test_add passes"}}}}))
 	require.Empty(t, srv.Failures())
 	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "run: %v", run)
@@ -124,7 +124,7 @@ func TestEngineerAsksForHelpAfterThreeStrikes(t *testing.T) {
 	repo := calcRepo(t)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "help"})["session"].(map[string]any)
 	name := sess["name"].(string)
-	runName := c.createRun(map[string]any{"sessionId": sess["id"], "repository": repo, "dag": map[string]any{"nodes": []any{
+	runName := c.createRun(map[string]any{"sessionId": sess["id"], "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "fix", "prompt": "Make add return the sum of its arguments."}}}})
 	asked := c.waitEvent(name, func(e map[string]any) bool { return e["type"] == "EVENT_TYPE_TASK_HELP" })
 	require.Contains(t, asked["text"], "Answer with /task fix prompt")
@@ -157,7 +157,7 @@ func TestDependentTaskSeesItsDependencysChange(t *testing.T) {
 			tool("finish", map[string]any{"summary": "use.py"}),
 		}})
 	repo := calcRepo(t)
-	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "helper", "prompt": "Write the helper twice(x) in helper.py."},
 		map[string]any{"id": "use", "dependsOn": []string{"helper"}, "prompt": "Use the helper in use.py."}}}}))
 	require.Empty(t, srv.Failures())
@@ -178,7 +178,7 @@ func TestDependentTaskSeesItsDependencysChange(t *testing.T) {
 func TestOfflineEngineerEndsNoChanges(t *testing.T) {
 	c := startMesh(t)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "offline"})["session"].(map[string]any)
-	run := c.waitRun(c.createRun(map[string]any{"sessionId": sess["id"], "repository": calcRepo(t), "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"sessionId": sess["id"], "repository": c.register(calcRepo(t)), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "fix", "pipeline": true, "prompt": "Make add return the sum of its arguments."}}}}))
 	require.Equal(t, "RUN_STATE_NO_CHANGES", run["state"], "run: %v", run)
 	n := run["nodes"].([]any)[0].(map[string]any)
@@ -209,7 +209,7 @@ func TestEngineerHandoffAtItsContextThreshold(t *testing.T) {
 			tool("finish", map[string]any{"summary": "not reached"}),
 		}})
 	repo := calcRepo(t)
-	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "fix", "pipeline": true, "prompt": "Make add return the sum of its arguments.", "doneWhen": "test_add passes"}}}}))
 	require.Empty(t, srv.Failures())
 	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "run: %v", run)

@@ -87,7 +87,7 @@ func TestCorrectionGate(t *testing.T) {
 	c := startMesh(t)
 	repo := e2eRepo(t)
 	edit := func(path, content string) []any { return []any{map[string]any{"path": path, "content": content}} }
-	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "maxConcurrency": 2,
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(repo), "maxConcurrency": 2,
 		"context": map[string]any{
 			"keyConstraints":  []string{"never change the format"},
 			"successCriteria": []any{map[string]any{"criterion": "Add returns the sum", "source": "CRITERION_SOURCE_EXPLICIT"}},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,8 @@ func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Clien
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
+		// Tests register their temporary directories.
+		"-librarian.allowed-roots", os.TempDir(),
 	}, extra...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

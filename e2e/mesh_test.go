@@ -134,6 +134,8 @@ func startMesh(t *testing.T, flags ...string) *client {
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
+		// Tests register their temporary directories.
+		"-librarian.allowed-roots", os.TempDir(),
 	}, flags...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

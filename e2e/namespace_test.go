@@ -24,7 +24,7 @@ func TestNamespacedTasks(t *testing.T) {
 		"-toolexec.cgroup", "", "-worker.workspace-root", root)
 	marker := "sylk-e2e-left-" + testenv.ID()
 	repo := e2eRepo(t)
-	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "maxConcurrency": 2, "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(repo), "maxConcurrency": 2, "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "leave", "command": "echo mine > /dev/shm/left; setsid env -i sh -c 'exec -a " + marker +
 			" sleep 300' </dev/null >/dev/null 2>&1 & cat /proc/1/comm"},
 		map[string]any{"id": "look", "dependsOn": []string{"leave"},

@@ -253,9 +253,9 @@ func TestOrchestratorExecution(t *testing.T) {
 			r := bob.do(call.method, call.path, body)
 			require.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", call.method, call.path, r.Raw)
 		}
-		for _, verb := range []string{"pause", "cancel"} {
-			r := bob.ok("POST", "/v1/"+sess["name"].(string)+"/runs:"+verb, map[string]any{})
-			require.Empty(t, r["runs"], "bob %ss alice's session runs", verb)
+		for _, verb := range []string{"pause", "resume", "cancel"} {
+			r := bob.do("POST", "/v1/"+sess["name"].(string)+"/runs:"+verb, map[string]any{})
+			require.Equal(t, http.StatusNotFound, r.Status, "bob %ss alice's session runs: %s", verb, r.Raw)
 		}
 		require.Empty(t, bob.ok("GET", "/v1/runs?sessionId="+sess["id"].(string), nil)["runs"])
 		bobs, _ := bob.ok("GET", "/v1/runs?pageSize=100", nil)["runs"].([]any)
@@ -327,7 +327,7 @@ func TestOrchestratorPipelines(t *testing.T) {
 	c := startMesh(t)
 	repo := e2eRepo(t)
 	edit := func(path, content string) []any { return []any{map[string]any{"path": path, "content": content}} }
-	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "maxConcurrency": 3, "dag": map[string]any{"nodes": []any{
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(repo), "maxConcurrency": 3, "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "mul", "name": "add Mul", "pipeline": true,
 			"edits": edit("mul.go", "package calc\n\n// Mul multiplies.\nfunc Mul(a, b int) int { return a * b }\n")},
 		map[string]any{"id": "ugly", "pipeline": true, "edits": edit("calc.go", "package calc\nfunc Add(a, b int) int {return a+b}\n")},
@@ -376,7 +376,7 @@ func TestOrchestratorPipelines(t *testing.T) {
 	// A succeeded run merges its patches; a clash between independent nodes
 	// is reported, not forced (a dependent starts from its dependency's
 	// change, and so does not clash with it).
-	merged := c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+	merged := c.createRun(map[string]any{"repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "x", "edits": edit("calc.go", "package calc\n\n// Add adds x.\nfunc Add(a, b int) int { return a + b }\n")},
 		map[string]any{"id": "y", "edits": edit("calc.go", "package calc\n\n// Add adds y.\nfunc Add(a, b int) int { return a + b }\n")},
 		map[string]any{"id": "z", "edits": edit("z.txt", "z\n")},
@@ -430,7 +430,7 @@ func TestOrchestratorTaskActions(t *testing.T) {
 
 	// A pipeline whose Tester hangs: the user queries it through the Guide,
 	// then skips the Tester over REST.
-	name := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "dag": map[string]any{"nodes": []any{
+	name := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "swap", "pipeline": true, "edits": edit("calc.py", "def add(a, b):\n    return b + a\n")},
 	}}})
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 50*time.Millisecond)
@@ -450,7 +450,7 @@ func TestOrchestratorTaskActions(t *testing.T) {
 
 	// Two tasks each fine alone whose merged result breaks the tests: the
 	// session-level Tester fails and the Architect drafts a fix plan.
-	bad := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "sessionChecks": true, "dag": map[string]any{"nodes": []any{
+	bad := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "sessionChecks": true, "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "rename", "edits": edit("calc.py", "def plus(a, b):\n    return a + b\n")},
 		map[string]any{"id": "docs", "edits": edit("README.md", "calc\n")},
 	}}})
@@ -474,7 +474,7 @@ func TestOrchestratorTaskActions(t *testing.T) {
 	// decision log keeps both attempts.
 	failing := pyRepo(t, map[string]string{"calc.py": "def add(a, b):\n    return a - b\n",
 		"test_calc.py": "import unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(calc.add(1, 2), 3)\n"})
-	again := c.createRun(map[string]any{"sessionId": sid, "repository": failing, "dag": map[string]any{"nodes": []any{
+	again := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(failing), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "doc", "pipeline": true, "maxLoops": 1, "edits": edit("README.md", "add\n")},
 	}}})
 	require.Equal(t, "RUN_STATE_FAILED", c.waitRun(again)["state"])

@@ -109,7 +109,7 @@ func TestOrchestratorWithTheWorker(t *testing.T) {
 			"test_calc.py": "import pathlib, time, unittest\nimport calc\n\nclass T(unittest.TestCase):\n    def test_add(self):\n" +
 				"        pathlib.Path(\"" + ready + "\").touch()\n        time.sleep(60)\n",
 		})
-		name := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "dag": map[string]any{"nodes": []any{
+		name := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 			map[string]any{"id": "p", "name": "swap operands", "pipeline": true, "edits": owEdit("calc.py", "def add(a, b):\n    return b + a\n")},
 			map[string]any{"id": "after", "command": "true", "dependsOn": []any{"p"}},
 		}}})
@@ -165,7 +165,7 @@ func TestOrchestratorWithTheWorker(t *testing.T) {
 	t.Run("a failed pipeline's options run the node again", func(t *testing.T) {
 		sname, sid := c.owSession("failed pipeline")
 		repo := owPythonRepo(t, map[string]string{"calc.py": "def add(a, b):\n    return a - b\n", "test_calc.py": owTestCalcPy})
-		name := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "dag": map[string]any{"nodes": []any{
+		name := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 			map[string]any{"id": "p", "name": "document add", "pipeline": true, "maxLoops": 1, "edits": owEdit("README.md", "add(a, b)\n")},
 			map[string]any{"id": "after", "command": "true", "dependsOn": []any{"p"}},
 		}}})
@@ -237,7 +237,7 @@ func TestOrchestratorWithTheWorker(t *testing.T) {
 		}
 
 		// A run whose merged result is sound passes.
-		good := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "sessionChecks": true, "dag": map[string]any{"nodes": []any{
+		good := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "sessionChecks": true, "dag": map[string]any{"nodes": []any{
 			map[string]any{"id": "docs", "edits": owEdit("README.md", "calc\n")},
 		}}})
 		require.Equal(t, "RUN_STATE_SUCCEEDED", c.waitRun(good)["state"])
@@ -247,7 +247,7 @@ func TestOrchestratorWithTheWorker(t *testing.T) {
 		require.NotEqual(t, true, chk["fixRequested"])
 
 		// Two tasks that each look fine but break the tests together.
-		bad := c.createRun(map[string]any{"sessionId": sid, "repository": repo, "sessionChecks": true, "dag": map[string]any{"nodes": []any{
+		bad := c.createRun(map[string]any{"sessionId": sid, "repository": c.register(repo), "sessionChecks": true, "dag": map[string]any{"nodes": []any{
 			map[string]any{"id": "rename", "edits": owEdit("calc.py", "def plus(a, b):\n    return a + b\n")},
 			map[string]any{"id": "docs", "edits": owEdit("README.md", "calc\n")},
 		}}})
@@ -286,7 +286,7 @@ func TestOrchestratorWithTheWorker(t *testing.T) {
 	})
 
 	t.Run("a pipeline node runs its loops", func(t *testing.T) {
-		name := c.createRun(map[string]any{"repository": pyRepo(t, map[string]string{"notes.txt": "line one\nline two\n"}), "dag": map[string]any{"nodes": []any{
+		name := c.createRun(map[string]any{"repository": c.register(pyRepo(t, map[string]string{"notes.txt": "line one\nline two\n"})), "dag": map[string]any{"nodes": []any{
 			map[string]any{"id": "p", "name": "update notes", "pipeline": true, "maxLoops": 2, "command": "test -e never-there",
 				"edits": owEdit("notes.txt", "changed\n")},
 		}}})

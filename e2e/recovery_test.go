@@ -36,7 +36,7 @@ func TestRetryBriefing(t *testing.T) {
 func TestSettlePartialWork(t *testing.T) {
 	c := startMesh(t)
 	repo := e2eRepo(t)
-	run := c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+	run := c.createRun(map[string]any{"repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "doc", "edits": []any{map[string]any{"path": "NOTES.md", "content": "partial\n"}}},
 		map[string]any{"id": "bad", "command": "exit 4"},
 	}}})
@@ -111,7 +111,7 @@ func TestPipelineHandoff(t *testing.T) {
 			"        if not ready.exists():\n            ready.touch()\n            while not go.exists():\n                time.sleep(0.02)\n" +
 			"            self.fail(\"the first run fails\")\n        self.assertEqual(calc.add(1, 2), 3)\n",
 	})
-	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": repo, "dag": map[string]any{"nodes": []any{
+	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": c.register(repo), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "swap", "pipeline": true, "edits": []any{map[string]any{"path": "calc.py", "content": "def add(a, b):\n    return b + a\n"}}},
 	}}})
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 60*time.Second, 20*time.Millisecond)
@@ -165,7 +165,7 @@ func TestSettleInChat(t *testing.T) {
 		return c.ok("POST", "/v1/"+sname+"/messages", map[string]any{"text": text})["reply"].(string)
 	}
 	require.Contains(t, say("/settle"), "no failed or cancelled run")
-	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": e2eRepo(t), "dag": map[string]any{"nodes": []any{
+	run := c.createRun(map[string]any{"sessionId": strings.TrimPrefix(sname, "sessions/"), "repository": c.register(e2eRepo(t)), "dag": map[string]any{"nodes": []any{
 		map[string]any{"id": "doc", "edits": []any{map[string]any{"path": "NOTES.md", "content": "partial\n"}}},
 		map[string]any{"id": "bad", "command": "exit 4"},
 	}}})

@@ -62,7 +62,7 @@ func BenchmarkLibrarianGoSource(b *testing.B) {
 	b.Logf("queries: %d", len(queries))
 
 	pool, schema := testenv.Postgres(b, "librarian", migrations.FS("librarian"))
-	svc, err := librarian.New(testenv.FromFlags[librarian.Config](b), app.Deps{Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})), DB: pool, Schema: schema})
+	svc, err := librarian.New(testenv.FromFlags[librarian.Config](b, "-librarian.allowed-roots", filepath.Dir(corpus)), app.Deps{Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})), DB: pool, Schema: schema})
 	require.NoError(b, err)
 	ctx := identity.NewContext(context.Background(), identity.Identity{TenantID: "bench", UserID: "u1", Role: identity.RoleAdmin})
 

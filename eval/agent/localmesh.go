@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -82,6 +83,9 @@ func StartLocalMesh(ctx context.Context, cfg LocalMeshConfig) (*LocalMesh, error
 		"-nats.url", cfg.NATSURL, "-nats.prefix", m.busPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
+		// The tasks' checkouts are in the temporary directory (Flags may
+		// name other roots).
+		"-librarian.allowed-roots", os.TempDir(),
 	}, cfg.Model.MeshFlags()...)
 	if err := fs.Parse(append(args, cfg.Flags...)); err != nil {
 		return nil, fmt.Errorf("mesh flags: %w", err)

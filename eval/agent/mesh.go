@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/llm"
@@ -88,7 +89,11 @@ func (m *Mesh) Run(ctx context.Context, task Task) Outcome {
 	if err != nil {
 		return Outcome{State: "ERROR", Error: err.Error()}
 	}
-	run, err := m.createRun(ctx, task, session, repo)
+	name, err := m.register(ctx, repo)
+	if err != nil {
+		return Outcome{State: "ERROR", Error: err.Error()}
+	}
+	run, err := m.createRun(ctx, task, session, name)
 	if err != nil {
 		return Outcome{State: "ERROR", Error: err.Error()}
 	}
@@ -152,8 +157,20 @@ func (m *Mesh) createSession(ctx context.Context, task Task) (string, error) {
 	return resp.GetSession().GetId(), nil
 }
 
+// register registers the task's checkout at dir with the Librarian (the
+// mesh's -librarian.allowed-roots must include it) and returns the
+// repository's name: a run names a registered repository, never a path.
+func (m *Mesh) register(ctx context.Context, dir string) (string, error) {
+	var resp librarianv1.CreateRepositoryResponse
+	err := m.call(ctx, http.MethodPost, "/v1/repositories", &librarianv1.Repository{Path: dir}, &resp)
+	if err != nil {
+		return "", fmt.Errorf("register the repository: %w", err)
+	}
+	return resp.GetRepository().GetName(), nil
+}
+
 // createRun submits the task: one engineer pipeline node whose prompt is
-// the task's, on the repository at repo.
+// the task's, on the registered repository repo.
 func (m *Mesh) createRun(ctx context.Context, task Task, session, repo string) (*orchestratorv1.Run, error) {
 	req := &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, Dag: &orchestratorv1.Dag{
 		Nodes: []*orchestratorv1.Node{{Id: MeshNode, Role: "engineer", Pipeline: true,

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
+	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	llmv1 "sylk.dev/sylk/gen/go/sylk/llm/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 )
@@ -43,6 +44,11 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var s guidev1.Session
 		require.NoError(g.t, protojson.Unmarshal(body, &s))
 		resp = &guidev1.CreateSessionResponse{Session: &guidev1.Session{Name: "sessions/s1", Id: "s1", DisplayName: s.GetDisplayName()}}
+	case "POST /v1/repositories":
+		var rp librarianv1.Repository
+		require.NoError(g.t, protojson.Unmarshal(body, &rp))
+		require.DirExists(g.t, filepath.Join(rp.GetPath(), ".git"))
+		resp = &librarianv1.CreateRepositoryResponse{Repository: &librarianv1.Repository{Name: "repositories/rp1", Path: rp.GetPath()}}
 	case "POST /v1/runs":
 		g.create = &orchestratorv1.CreateRunRequest{}
 		require.NoError(g.t, protojson.Unmarshal(body, g.create))
@@ -121,6 +127,7 @@ func TestMeshPath(t *testing.T) {
 		TokensOut: 100, Cost: 0.0123, WallSeconds: 42}, out)
 	node := g.create.GetDag().GetNodes()[0]
 	require.Equal(t, "s1", g.create.GetSessionId())
+	require.Equal(t, "repositories/rp1", g.create.GetRepository(), "the run names the registered repository")
 	require.Equal(t, MeshNode, node.GetId())
 	require.Equal(t, "engineer", node.GetRole())
 	require.True(t, node.GetPipeline())

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -147,13 +148,14 @@ classifies and plans with rules and generates no code.
   API key:   %s
   Metrics:   %s
   NATS:      %s
+  Repositories by path: under %s only (-librarian.allowed-roots); git URLs anywhere
 
 Try:
   export SYLK_KEY=%s
   curl -s -H "Authorization: Bearer $SYLK_KEY" -X POST %s/v1/sessions -d '{}'
 
 Stop with Ctrl-C.
-`, d.GatewayURL, d.GatewayURL, d.AdminKey, d.MetricsURL, d.NATSURL, d.AdminKey, d.GatewayURL)
+`, d.GatewayURL, d.GatewayURL, d.AdminKey, d.MetricsURL, d.NATSURL, cmp.Or(d.AllowedRoots, "no directory"), d.AdminKey, d.GatewayURL)
 	return d.Wait()
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +48,28 @@ func (c *DevConfig) RegisterFlags(fs *flag.FlagSet) {
 	setDefault(fs, "gateway.listen-address", "127.0.0.1:8080")
 	setDefault(fs, "postgres.max-conns", "4")
 	setDefault(fs, "grpc.reflection", "true")
+	// On your own machine, your repositories are where you work: your home
+	// and the directory sylk dev starts in may be registered by path.
+	setDefault(fs, "librarian.allowed-roots", strings.Join(devRoots(), ","))
 	fs.StringVar(&c.NATSDataDir, "nats.data-dir", filepath.Join(os.TempDir(), "sylk-dev-nats-"+strconv.Itoa(os.Getuid())), "JetStream directory of the embedded NATS server (used when -nats.url is empty)")
+}
+
+// devRoots are the directories sylk dev lets repositories be registered
+// under: the user's home and the current directory, each when it is known
+// and can be written in the flag's syntax.
+func devRoots() []string {
+	var roots []string
+	home, herr := os.UserHomeDir()
+	cwd, cerr := os.Getwd()
+	for _, d := range []struct {
+		dir string
+		err error
+	}{{home, herr}, {cwd, cerr}} {
+		if d.err == nil && filepath.IsAbs(d.dir) && !strings.ContainsAny(d.dir, ",=:") && !slices.Contains(roots, filepath.Clean(d.dir)) {
+			roots = append(roots, filepath.Clean(d.dir))
+		}
+	}
+	return roots
 }
 
 // setDefault changes the default of a registered flag: its value and what
@@ -82,6 +104,9 @@ type Dev struct {
 	NATSURL string
 	// ServiceAddrs is each service's gRPC address, by service name.
 	ServiceAddrs map[string]string
+	// AllowedRoots are the directories repositories may be registered
+	// under by path (-librarian.allowed-roots), in the flag's syntax.
+	AllowedRoots string
 	done         chan error
 	release      func()
 }
@@ -124,6 +149,9 @@ func StartDev(ctx context.Context, cfg DevConfig, logOut io.Writer) (_ *Dev, err
 		return nil, err
 	}
 	p.warnAnonymousStores(startCtx)
+	d.AllowedRoots = cfg.Services.Librarian.AllowedRoots.String()
+	p.log.Info("repositories may be registered by path under the allowed roots only (-librarian.allowed-roots)",
+		slog.String("allowed_roots", d.AllowedRoots))
 	if err := p.openShared(startCtx); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -29,6 +30,16 @@ func TestDevDefaults(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:8080", cfg.Services.Gateway.ListenAddress)
 	assert.Equal(t, "127.0.0.1:0", cfg.Server.ListenAddress)
 	assert.EqualValues(t, 4, cfg.Postgres.MaxConns)
+	home, err := os.UserHomeDir()
+	require.NoError(t, err)
+	cwd, err := os.Getwd()
+	require.NoError(t, err)
+	assert.Subset(t, cfg.Services.Librarian.AllowedRoots.All, []string{home, cwd}, "your home and the current directory")
+	assert.Empty(t, cfg.Services.Librarian.AllowedRoots.Tenants)
+
+	var serve ServiceConfigs
+	serve.RegisterFlags(flag.NewFlagSet("sylk serve", flag.ContinueOnError), allModules()...)
+	assert.True(t, serve.Librarian.AllowedRoots.Empty(), "sylk serve registers no paths until roots are set")
 }
 
 // The dev defaults must not hide the SYLK_* variables the README names.

@@ -139,21 +139,21 @@ func (s *Service) startRun(ctx context.Context, who identity.Identity, p plan, o
 
 // runOptions are what p's run takes from its session and repository: the
 // session's limits, pushing and review persona (read from the Guide, as
-// the caller), and the repository's path on the workers' filesystem, with
-// delivery as a branch (spec F-29). Without a Guide peer the session sets
+// the caller), and the repository's name, which the Orchestrator resolves
+// to its directory as the caller, with delivery as a branch (spec F-29). Without a Guide peer the session sets
 // nothing. A Guide that does not answer in time fails the approval
 // (Unavailable), so that a run never starts without the limits its
 // session asked for.
 func (s *Service) runOptions(ctx context.Context, who identity.Identity, p plan) (*orchestratorv1.CreateRunRequest, error) {
 	opts := &orchestratorv1.CreateRunRequest{}
-	path, err := s.repositoryPath(ctx, who, p)
-	if err != nil {
+	if err := s.checkRepository(ctx, who, p); err != nil {
 		return nil, err
 	}
 	// A run on a repository gets the session-level inspection and tests of
 	// its combined change (spec F-06), whose failures come back as a fix
 	// plan, and is delivered as a branch (spec F-29).
-	opts.Repository, opts.Deliver, opts.SessionChecks = path, path != "", path != ""
+	repo := p.Repository
+	opts.Repository, opts.Deliver, opts.SessionChecks = repo, repo != "", repo != ""
 	sess, err := s.sessions.Get(ctx, who, p.SessionID, "the session's limits")
 	if status.Code(err) == codes.NotFound {
 		return nil, apierr.FailedPrecondition(reasonSessionGone, "session sessions/%s not found; cannot approve its plan", p.SessionID)
@@ -167,14 +167,15 @@ func (s *Service) runOptions(ctx context.Context, who identity.Identity, p plan)
 	return opts, nil
 }
 
-// repositoryPath resolves p's repository, through the Librarian as who, to
-// its path on the workers' filesystem ("" for a plan without one).
-func (s *Service) repositoryPath(ctx context.Context, who identity.Identity, p plan) (string, error) {
+// checkRepository checks, through the Librarian as who, that p's
+// repository is still registered with a directory (nothing to check for a
+// plan without one), so that an approval says so rather than the run.
+func (s *Service) checkRepository(ctx context.Context, who identity.Identity, p plan) error {
 	if p.Repository == "" {
-		return "", nil
+		return nil
 	}
 	if s.librarian == nil {
-		return "", errNoLibrarian
+		return errNoLibrarian
 	}
 	cctx, cancel := context.WithTimeout(consult.WithCaller(identity.AppendOutgoing(ctx, who), topology.AgentArchitect), s.cfg.ConsultTimeout)
 	defer cancel()
@@ -182,16 +183,15 @@ func (s *Service) repositoryPath(ctx context.Context, who identity.Identity, p p
 	switch status.Code(err) {
 	case codes.OK:
 	case codes.NotFound:
-		return "", repositoryGone(p)
+		return repositoryGone(p)
 	default:
 		s.log.WarnContext(ctx, "resolve the plan's repository", slog.String("plan", p.name()), logx.Err(err))
-		return "", errLibrarianDown
+		return errLibrarianDown
 	}
-	path := resp.GetRepository().GetPath()
-	if path == "" {
-		return "", repositoryGone(p)
+	if resp.GetRepository().GetPath() == "" {
+		return repositoryGone(p)
 	}
-	return path, nil
+	return nil
 }
 
 // cancelRun cancels, as the caller, a run that should not have started; a

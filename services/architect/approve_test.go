@@ -40,7 +40,7 @@ func TestApproveRunsOnTheRepository(t *testing.T) {
 	calls, _ := f.orch.recorded()
 	require.Len(t, calls, 1)
 	run := calls[0]
-	require.Equal(t, "/srv/repos/calc", run.GetRepository())
+	require.Equal(t, "repositories/r1", run.GetRepository(), "the name: the orchestrator resolves it as the caller")
 	require.True(t, run.GetDeliver())
 	require.True(t, run.GetAllowPush())
 	require.Equal(t, "security", run.GetReviewPersona())
@@ -176,7 +176,7 @@ func TestTrivialRequests(t *testing.T) {
 	require.Equal(t, []string{"pkg/x/x.go", "pkg/x/x_test.go"}, node.GetFiles())
 	calls, _ := f.orch.recorded()
 	require.Len(t, calls, 1)
-	require.Equal(t, "/srv/repos/calc", calls[0].GetRepository())
+	require.Equal(t, "repositories/r1", calls[0].GetRepository())
 	require.Equal(t, auto.GetName(), calls[0].GetPlan())
 	evs := events(t, f.bus, "t1", auto.GetSessionId())
 	require.Len(t, evs, 1, "no approval is asked for")

@@ -307,6 +307,36 @@ func TestSessionIsolation(t *testing.T) {
 			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.CompleteSession(ctx, &guidev1.CompleteSessionRequest{Name: s.GetName()})
 			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
+			// Every other action on the session reads the same.
+			for action, call := range map[string]func() error{
+				"resume": func() error {
+					_, err := f.svc.ResumeSession(ctx, &guidev1.ResumeSessionRequest{Name: s.GetName()})
+					return err
+				},
+				"activate": func() error {
+					_, err := f.svc.ActivateSession(ctx, &guidev1.ActivateSessionRequest{Name: s.GetName()})
+					return err
+				},
+				"switch": func() error {
+					_, err := f.svc.SwitchSession(ctx, &guidev1.SwitchSessionRequest{Name: s.GetName()})
+					return err
+				},
+				"context": func() error {
+					_, err := f.svc.GetSessionContext(ctx, &guidev1.GetSessionContextRequest{Name: s.GetName()})
+					return err
+				},
+				"snapshot": func() error {
+					_, err := f.svc.GetSessionSnapshot(ctx, &guidev1.GetSessionSnapshotRequest{Name: s.GetName()})
+					return err
+				},
+				"update": func() error {
+					_, err := f.svc.UpdateSession(ctx, &guidev1.UpdateSessionRequest{Session: &guidev1.Session{Name: s.GetName(), DisplayName: "theirs"},
+						UpdateMask: "display_name"})
+					return err
+				},
+			} {
+				require.Equal(t, codes.NotFound, status.Code(call()), action)
+			}
 			_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "/help"})
 			testenv.RequireReason(t, err, codes.NotFound, "SESSION_NOT_FOUND", "not found")
 			_, err = f.svc.ListMessages(ctx, &guidev1.ListMessagesRequest{Parent: s.GetName()})

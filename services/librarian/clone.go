@@ -27,19 +27,10 @@ import (
 const maxURLLen = 2048
 
 // cloneRepository clones a git URL into the data directory and returns
-// the clone's path. file:// URLs must name a directory the librarian may
-// read (librarian.allowed-roots); https, ssh and git URLs are cloned as
-// given.
+// the clone's path. file:// URLs must name a directory under the tenant's
+// allowed roots, as paths do (roots.go); https, ssh and git URLs are cloned
+// as given.
 func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, repoID, raw string) (string, error) {
-	// A directory of the server is an admin's choice without allowed roots.
-	if strings.HasPrefix(strings.ToLower(raw), "file:") {
-		if err := s.mayReadHost(id, "repository.url"); err != nil {
-			return "", err
-		}
-	}
-	if s.cfg.DataDir == "" {
-		return "", errNoDataDir
-	}
 	if len(raw) > maxURLLen || strings.ContainsAny(raw, "\x00\n\r") || strings.HasPrefix(raw, "-") {
 		return "", apierr.Invalid("repository.url", "is not a git URL")
 	}
@@ -49,8 +40,8 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 	}
 	switch u.Scheme {
 	case "file":
-		if _, problem := s.checkRoot(id.TenantID, u.Path); problem != "" {
-			return "", apierr.Invalid("repository.url", "%s", problem)
+		if _, err := s.checkNewPath(id.TenantID, "repository.url", u.Path); err != nil {
+			return "", err
 		}
 	case "https", "http", "ssh", "git":
 		if u.Host == "" {
@@ -61,6 +52,9 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 		}
 	default:
 		return "", apierr.Invalid("repository.url", "scheme %q is not file, https, http, ssh or git", u.Scheme)
+	}
+	if s.cfg.DataDir == "" {
+		return "", errNoDataDir
 	}
 	var pin []string
 	if s.publicOnly(id, raw) {

@@ -11,9 +11,10 @@ import (
 
 // Config holds the librarian's own settings.
 type Config struct {
-	// AllowedRoots restricts where repositories may live; empty allows any
-	// absolute path.
-	AllowedRoots []string
+	// AllowedRoots are the directories repositories may be registered
+	// under, for every tenant and per tenant (roots.go); empty allows no
+	// paths, only git URLs.
+	AllowedRoots Roots
 	// MaxFileBytes skips larger files at index time.
 	MaxFileBytes int64
 	// MaxFiles fails an index that would hold more files.
@@ -82,7 +83,9 @@ type Config struct {
 
 // RegisterFlags registers the -librarian.* flags with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Var((*rootList)(&c.AllowedRoots), "librarian.allowed-roots", "comma-separated absolute directories repositories must live under (empty allows any absolute path, registered by admins only)")
+	fs.Var(&c.AllowedRoots, "librarian.allowed-roots", "directories repositories may be registered under by path, comma-separated: /dir for every tenant, "+
+		"tenant=/dir1:/dir2 for one tenant's own (e.g. /srv/shared,acme=/srv/acme); symlinks are resolved before the check; "+
+		"empty allows no paths, only git URLs (sylk dev allows your home and the current directory)")
 	fs.Int64Var(&c.MaxFileBytes, "librarian.max-file-bytes", 1<<20, "files larger than this are not indexed")
 	fs.IntVar(&c.MaxFiles, "librarian.max-files", 100000, "an index of a repository with more files than this fails")
 	fs.IntVar(&c.ChunkLines, "librarian.chunk-lines", 40, "lines per indexed chunk")
@@ -120,10 +123,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate reports every problem with the settings.
 func (c Config) Validate() error {
 	var errs []error
-	for _, r := range c.AllowedRoots {
-		if !filepath.IsAbs(r) {
-			errs = append(errs, fmt.Errorf("librarian.allowed-roots: %q is not an absolute path", r))
-		}
+	if err := c.AllowedRoots.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxFileBytes < 1 {
 		errs = append(errs, errors.New("librarian.max-file-bytes: must be at least 1"))
@@ -217,28 +218,5 @@ func (p *patternList) Set(v string) error {
 		}
 	}
 	*p = out
-	return nil
-}
-
-// rootList is a comma-separated list of directories, as a flag value.
-type rootList []string
-
-// String joins the list with commas.
-func (r *rootList) String() string {
-	if r == nil {
-		return ""
-	}
-	return strings.Join(*r, ",")
-}
-
-// Set replaces the list with the comma-separated paths of v, cleaned.
-func (r *rootList) Set(v string) error {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, filepath.Clean(p))
-		}
-	}
-	*r = out
 	return nil
 }

@@ -425,10 +425,12 @@ func TestRegisterByURL(t *testing.T) {
 	require.DirExists(t, filepath.Join(repo.GetPath(), ".git"))
 	require.Equal(t, "Again", search(t, ctx, h.svc, "Again")[0].GetSymbol())
 
-	for _, bad := range []string{"ftp://x/y", "file:///etc", "-oops", "https://"} {
+	for _, bad := range []string{"ftp://x/y", "-oops", "https://"} {
 		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: bad}})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), bad)
 	}
+	_, err = h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file:///etc"}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a file URL outside the roots")
 	_, err = h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + src, Path: src}})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	missing := filepath.Join(filepath.Dir(src), "missing")
@@ -442,14 +444,15 @@ func TestRegisterByURL(t *testing.T) {
 }
 
 // A tenant reaches only its own clones in the data directory, whether or
-// not allowed roots are configured: another tenant's clone, or the data
-// directory itself, registered as a path would expose that tenant's code.
+// the allowed roots include the data directory: another tenant's clone,
+// or the data directory itself, registered as a path would expose that
+// tenant's code.
 func TestClonesStayWithTheirTenant(t *testing.T) {
 	t.Parallel()
 	src := gitRepo(t, map[string]string{"lib/secret.go": "package lib\n\n// Confidential is tenant one's.\nfunc Confidential() {}\n"})
 	for name, args := range map[string][]string{
-		"any path allowed": nil,
-		"allowed roots":    {"-librarian.allowed-roots", filepath.Dir(src)},
+		"roots around the data directory": nil,
+		"roots apart from it":             {"-librarian.allowed-roots", filepath.Dir(src)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -464,15 +467,15 @@ func TestClonesStayWithTheirTenant(t *testing.T) {
 			require.NoError(t, err)
 			for _, path := range []string{clone, filepath.Dir(clone), resolvedData, filepath.Join(clone, "lib")} {
 				_, err := h.svc.CreateRepository(other, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: path}})
-				require.Equal(t, codes.InvalidArgument, status.Code(err), path)
+				require.Equal(t, codes.PermissionDenied, status.Code(err), path)
 				require.Contains(t, status.Convert(err).Message(), "data directory")
 				_, err = h.svc.CreateRepository(other, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + path}})
-				require.Equal(t, codes.InvalidArgument, status.Code(err), path)
+				require.Equal(t, codes.PermissionDenied, status.Code(err), path)
 			}
 			require.Empty(t, search(t, other, h.svc, "Confidential"))
 			// The data directory as a whole is nobody's repository.
 			_, err = h.svc.CreateRepository(one, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: resolvedData}})
-			require.Equal(t, codes.InvalidArgument, status.Code(err))
+			require.Equal(t, codes.PermissionDenied, status.Code(err))
 			// The clone itself stays indexable by its tenant.
 			_, err = h.svc.IndexRepository(one, &librarianv1.IndexRepositoryRequest{Name: resp.GetRepository().GetName()})
 			require.NoError(t, err)

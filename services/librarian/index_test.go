@@ -1,6 +1,7 @@
 package librarian
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -125,17 +126,29 @@ func TestBestSnippet(t *testing.T) {
 }
 
 // testConfig is the configuration args set. Tests that run the service
-// watch files only when they ask to.
+// watch files only when they ask to, and register their directories under
+// the temporary directory unless they set other roots.
 func testConfig(t *testing.T, args ...string) Config {
 	t.Helper()
-	return testenv.FromFlags[Config](t, append([]string{"-librarian.watch=false"}, args...)...)
+	return testenv.FromFlags[Config](t, append([]string{"-librarian.watch=false", "-librarian.allowed-roots", os.TempDir()}, args...)...)
 }
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	c := testConfig(t, "-librarian.allowed-roots", " /srv/a , /srv/b/ ,")
+	c := testConfig(t, "-librarian.allowed-roots", " /srv/a , /srv/b/ ,acme=/srv/acme:/srv/x/../acme2, beta = /srv/beta")
 	require.NoError(t, c.Validate())
-	require.Equal(t, []string{"/srv/a", "/srv/b"}, c.AllowedRoots)
+	require.Equal(t, []string{"/srv/a", "/srv/b"}, c.AllowedRoots.All)
+	require.Equal(t, []string{"/srv/a", "/srv/b", "/srv/acme", "/srv/acme2"}, c.AllowedRoots.For("acme"))
+	require.Equal(t, []string{"/srv/a", "/srv/b", "/srv/beta"}, c.AllowedRoots.For("beta"))
+	require.Equal(t, []string{"/srv/a", "/srv/b"}, c.AllowedRoots.For("other"))
+	require.Equal(t, "/srv/a,/srv/b,acme=/srv/acme:/srv/acme2,beta=/srv/beta", c.AllowedRoots.String())
+	require.True(t, testConfig(t, "-librarian.allowed-roots", "").AllowedRoots.Empty(), "no paths at all")
+	require.True(t, testenv.FromFlags[Config](t).AllowedRoots.Empty(), "the default allows no paths")
+	for _, bad := range []string{"=/srv/a", "acme=", "acme=:"} {
+		var r Roots
+		require.Error(t, r.Set(bad), bad)
+	}
+	require.ErrorContains(t, testConfig(t, "-librarian.allowed-roots", "acme=rel").Validate(), `"rel" is not an absolute path`)
 	require.Equal(t, int64(1<<20), c.MaxFileBytes)
 	require.Equal(t, 40, c.ChunkLines)
 

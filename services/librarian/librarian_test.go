@@ -348,6 +348,7 @@ func TestBadInputs(t *testing.T) {
 	inside := filepath.Join(allowed, "inside")
 	require.NoError(t, os.Mkdir(inside, 0o755))
 	require.NoError(t, os.Symlink(outside, filepath.Join(allowed, "escape")))
+	require.NoError(t, os.Symlink("/etc", filepath.Join(allowed, "etc")))
 	file := filepath.Join(allowed, "file.txt")
 	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
 	h := newHarness(t, false, "-librarian.allowed-roots", allowed)
@@ -371,8 +372,10 @@ func TestBadInputs(t *testing.T) {
 		{"relative path", ctx, &librarianv1.Repository{Path: "some/dir"}, codes.InvalidArgument, "absolute"},
 		{"missing directory", ctx, &librarianv1.Repository{Path: filepath.Join(allowed, "missing")}, codes.InvalidArgument, "does not exist"},
 		{"a file", ctx, &librarianv1.Repository{Path: file}, codes.InvalidArgument, "not a directory"},
-		{"outside the allowed roots", ctx, &librarianv1.Repository{Path: outside}, codes.InvalidArgument, "outside the allowed roots"},
-		{"outside through a symlink", ctx, &librarianv1.Repository{Path: filepath.Join(allowed, "escape")}, codes.InvalidArgument, "outside the allowed roots"},
+		{"outside the allowed roots", ctx, &librarianv1.Repository{Path: outside}, codes.PermissionDenied, "is not under a directory this deployment allows"},
+		{"outside through a symlink", ctx, &librarianv1.Repository{Path: filepath.Join(allowed, "escape")}, codes.PermissionDenied, "is not under a directory this deployment allows"},
+		{"/etc", ctx, &librarianv1.Repository{Path: "/etc"}, codes.PermissionDenied, "is not under a directory this deployment allows"},
+		{"/etc through a symlink", ctx, &librarianv1.Repository{Path: filepath.Join(allowed, "etc")}, codes.PermissionDenied, "is not under a directory this deployment allows"},
 		{"long display name", ctx, &librarianv1.Repository{Path: allowed, DisplayName: strings.Repeat("n", 201)}, codes.InvalidArgument, "display_name"},
 		{"duplicate", ctx, &librarianv1.Repository{Path: inside}, codes.AlreadyExists, repo.GetName()},
 		{"duplicate through another spelling", ctx, &librarianv1.Repository{Path: inside + "/../inside/"}, codes.AlreadyExists, repo.GetName()},
@@ -549,14 +552,17 @@ func TestOverGRPC(t *testing.T) {
 	_, err := client.ListRepositories(t.Context(), &librarianv1.ListRepositoriesRequest{})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 
-	cctx := identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 	root := writeFixture(t)
-	// Without allowed roots, a directory of the server is an admin's choice.
-	_, err = client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: root}})
-	require.Equal(t, codes.PermissionDenied, status.Code(err))
-	_, err = client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + root}})
-	require.Equal(t, codes.PermissionDenied, status.Code(err))
-	cctx = identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleAdmin})
+	// Without allowed roots, no directory of the server is anybody's.
+	none := librarianv1.NewLibrarianServiceClient(testenv.ServeGRPC(t,
+		newHarness(t, false, "-librarian.allowed-roots", "", "-librarian.data-dir", t.TempDir()).svc.Register))
+	cctx := identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleAdmin})
+	for _, repo := range []*librarianv1.Repository{{Path: root}, {Url: "file://" + root}} {
+		_, err = none.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{Repository: repo})
+		testenv.RequireReason(t, err, codes.PermissionDenied, reasonPathNotAllowed, "registers no directories for your tenant")
+	}
+	// Within them, members choose directories too.
+	cctx = identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 	created, err := client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{
 		Repository: &librarianv1.Repository{Path: root, DisplayName: "fixture"}, Index: true,
 	})

@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
@@ -79,13 +78,9 @@ func (s *Service) newRepository(ctx context.Context, id identity.Identity, in *l
 		}
 		repo.Path, repo.URL, repo.PublicRemote = cloned, u, s.publicOnly(id, u)
 	} else {
-		if err := s.mayReadHost(id, "repository.path"); err != nil {
+		var err error
+		if repo.Path, err = s.checkNewPath(id.TenantID, "repository.path", in.GetPath()); err != nil {
 			return repo, err
-		}
-		var problem string
-		repo.Path, problem = s.checkRoot(id.TenantID, in.GetPath())
-		if problem != "" {
-			return repo, apierr.Invalid("repository.path", "%s", problem)
 		}
 	}
 	display := strings.TrimSpace(in.GetDisplayName())
@@ -332,68 +327,6 @@ func goModulePath(root string) string {
 		}
 	}
 	return ""
-}
-
-// checkRoot validates a tenant's repository path and returns it with
-// symlinks resolved, or a description of the problem. Inside the data
-// directory, where repositories registered by URL are cloned, a tenant
-// reaches its own clones only.
-func (s *Service) checkRoot(tenant, p string) (string, string) {
-	switch {
-	case p == "":
-		return "", "required"
-	case len(p) > maxPathLen:
-		return "", fmt.Sprintf("must be at most %d bytes", maxPathLen)
-	case !plainText(p):
-		return "", "must be valid UTF-8 without NUL"
-	case !filepath.IsAbs(p):
-		return "", fmt.Sprintf("%q must be an absolute path", p)
-	}
-	info, err := os.Stat(p)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return "", fmt.Sprintf("%q does not exist", p)
-	case err != nil:
-		return "", fmt.Sprintf("%q cannot be read", p)
-	case !info.IsDir():
-		return "", fmt.Sprintf("%q is not a directory", p)
-	}
-	resolved, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", fmt.Sprintf("%q cannot be resolved", p)
-	}
-	resolved = filepath.Clean(resolved)
-	if dd, own := s.cloneDirs(tenant); dd != "" && within(dd, resolved) {
-		if within(own, resolved) {
-			return resolved, ""
-		}
-		return "", fmt.Sprintf("%q is in the librarian's data directory: register a repository there by URL", p)
-	}
-	if len(s.cfg.AllowedRoots) == 0 {
-		return resolved, ""
-	}
-	for _, allowed := range s.cfg.AllowedRoots {
-		ar, err := filepath.EvalSymlinks(allowed)
-		if err != nil {
-			ar = filepath.Clean(allowed)
-		}
-		if within(ar, resolved) {
-			return resolved, ""
-		}
-	}
-	return "", fmt.Sprintf("%q is outside the allowed roots (librarian.allowed-roots)", p)
-}
-
-// mayReadHost checks that the caller may register a directory of the
-// service's own host (a path or a file:// URL). Without allowed roots any
-// directory qualifies, which only an admin may choose; with them, members
-// may too.
-func (s *Service) mayReadHost(id identity.Identity, field string) error {
-	if len(s.cfg.AllowedRoots) == 0 && id.Role != identity.RoleAdmin {
-		return apierr.New(codes.PermissionDenied, reasonAdminOnly,
-			"%s: without librarian.allowed-roots only admins may register a directory of the server; register a git URL, or ask an admin", field)
-	}
-	return nil
 }
 
 // requireWriter returns the caller, who must be allowed to change the

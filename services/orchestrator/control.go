@@ -12,6 +12,7 @@ import (
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
@@ -219,6 +220,9 @@ func (s *Service) sessionControl(ctx context.Context, session string, act action
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ownSession(ctx, who, sid); err != nil {
+		return nil, err
+	}
 	runs, err := sessionRuns(ctx, s.db, who.TenantID, runOwner(who), sid)
 	if err != nil {
 		return nil, fmt.Errorf("list session runs: %w", err)
@@ -235,6 +239,26 @@ func (s *Service) sessionControl(ctx context.Context, session string, act action
 		changed = append(changed, runName(id))
 	}
 	return changed, nil
+}
+
+// ownSession answers NotFound, as reading it does, unless session sid is
+// who's own: the Guide says whose it is (an admin's included: sessions
+// belong to their users), and, with or without a Guide, a session with a
+// run another user created is not who's.
+func (s *Service) ownSession(ctx context.Context, who identity.Identity, sid string) error {
+	if _, err := s.sessions.Get(ctx, who, sid, "the session"); err != nil {
+		return err
+	}
+	var others bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant_id = $1 AND session_id = $2 AND user_id <> $3)`,
+		who.TenantID, sid, who.UserID).Scan(&others)
+	if err != nil {
+		return fmt.Errorf("check session owner: %w", err)
+	}
+	if others {
+		return apierr.NotFound("session", "sessions/"+sid)
+	}
+	return nil
 }
 
 // PauseSessionRuns pauses every unfinished run of a session.

@@ -1,6 +1,7 @@
 package orchestrator_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
+	"sylk.dev/sylk/pkg/apierr"
+	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 )
 
@@ -203,6 +206,19 @@ func TestSessionWideControl(t *testing.T) {
 	r2 := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Dag: dagOf(cmd("a", "x"), cmd("b", "x", "a"))})
 	other := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Dag: dagOf(cmd("z", "x"))})
 	h.tasks(t, "engineer", 3)
+
+	// Another user's session is not found, as reading it is, whatever is
+	// done to it, by a member or an admin; its runs go on.
+	for _, who := range []context.Context{memberCtx("t1", "u2"), identity.NewContext(context.Background(),
+		identity.Identity{TenantID: "t1", UserID: "u3", Role: identity.RoleAdmin})} {
+		_, err := h.svc.PauseSessionRuns(who, &orchestratorv1.PauseSessionRunsRequest{Session: session})
+		require.Equal(t, "SESSION_NOT_FOUND", apierr.Reason(err))
+		_, err = h.svc.ResumeSessionRuns(who, &orchestratorv1.ResumeSessionRunsRequest{Session: session})
+		require.Equal(t, "SESSION_NOT_FOUND", apierr.Reason(err))
+		_, err = h.svc.CancelSessionRuns(who, &orchestratorv1.CancelSessionRunsRequest{Session: session})
+		require.Equal(t, codes.NotFound, status.Code(err))
+	}
+	require.Equal(t, orchestratorv1.RunState_RUN_STATE_RUNNING, h.get(t, ctx, r1.GetName()).GetState())
 
 	p, err := h.svc.PauseSessionRuns(ctx, &orchestratorv1.PauseSessionRunsRequest{Session: "sessions/" + session})
 	require.NoError(t, err)

@@ -101,7 +101,7 @@ func TestDeliveredRunMakesABranchInTheRepository(t *testing.T) {
 	head, branch, porcelain := gitOut(t, repo, "rev-parse", "HEAD"), gitOut(t, repo, "symbolic-ref", "HEAD"), gitOut(t, repo, "status", "--porcelain")
 
 	session := ids.New()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, Deliver: true, Dag: dagOf(
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, repo), Deliver: true, Dag: dagOf(
 		edit("a", "a.txt", "from a\n"),
 		edit("b", "notes.txt", "line one\nline two, by b\n", "a"),
 	)})
@@ -170,7 +170,7 @@ func TestURLCloneIsPushedOrOfferedAsABundle(t *testing.T) {
 	gitOut(t, clones, "clone", "--quiet", "file://"+upstream, clone)
 	session := ids.New()
 
-	kept := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: clone, Deliver: true,
+	kept := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, clone), Deliver: true,
 		Dag: dagOf(edit("a", "a.txt", "from a\n"))})
 	d := h.waitDelivery(t, ctx, kept.GetName()).GetDelivery()
 	want := "sylk/" + kept.GetId()
@@ -185,7 +185,7 @@ func TestURLCloneIsPushedOrOfferedAsABundle(t *testing.T) {
 	require.Equal(t, d.GetCommit(), gitOut(t, fetched, "rev-parse", want))
 	require.Contains(t, gitOut(t, fetched, "diff", d.GetBaseCommit()+".."+want), "+from a")
 
-	pushed := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: clone, Deliver: true, AllowPush: true,
+	pushed := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, clone), Deliver: true, AllowPush: true,
 		Dag: dagOf(edit("a", "b.txt", "from b\n"))})
 	d = h.waitDelivery(t, ctx, pushed.GetName()).GetDelivery()
 	require.True(t, d.GetPushed(), "detail: %s", d.GetDetail())
@@ -209,7 +209,7 @@ func TestDeliveryOfAStoppedReplicaIsTakenOverAndIdempotent(t *testing.T) {
 	ctx := userCtx("t1")
 	repo := newRepo(t)
 	// Delivered by nobody: replica a ran it without deliver.
-	run := a.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(edit("a", "a.txt", "from a\n"))})
+	run := a.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: a.repo(t, ctx, repo), Dag: dagOf(edit("a", "a.txt", "from a\n"))})
 	a.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	require.Eventually(t, func() bool { return a.get(t, ctx, run.GetName()).GetResultPatch() != "" }, waitFor, 20*time.Millisecond)
 	stopA()
@@ -257,7 +257,7 @@ func TestNoChangesRunDeliversNothing(t *testing.T) {
 	h.startWorker(t, 1)
 	ctx := userCtx("t1")
 	session := ids.New()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: newRepo(t), Deliver: true,
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, newRepo(t)), Deliver: true,
 		Dag: dagOf(prompt("idle", "tidy the notes"))})
 	got := h.waitDelivery(t, ctx, run.GetName())
 	require.Equal(t, orchestratorv1.RunState_RUN_STATE_NO_CHANGES, got.GetState())
@@ -275,7 +275,7 @@ func TestNoChangesRunDeliversNothing(t *testing.T) {
 	require.Equal(t, orchestrator.ReasonRunNotDelivered, apierr.Reason(err))
 	require.Contains(t, status.Convert(err).Message(), "delivered nothing: no changes")
 
-	plain := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: newRepo(t), Dag: dagOf(edit("a", "a.txt", "a\n"))})
+	plain := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, newRepo(t)), Dag: dagOf(edit("a", "a.txt", "a\n"))})
 	h.waitState(t, ctx, plain.GetName(), orchestratorv1.RunState_RUN_STATE_SUCCEEDED)
 	_, err = h.svc.GetRunBundle(ctx, &orchestratorv1.GetRunBundleRequest{Name: plain.GetName()})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
@@ -291,7 +291,7 @@ func TestDeliveryWaitsForTheSessionCheck(t *testing.T) {
 	t.Parallel()
 	h, _ := newOrchestrator(t, nil, nil)
 	ctx := userCtx("t1")
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: ids.New(), Repository: newRepo(t), SessionChecks: true, Deliver: true,
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: ids.New(), Repository: h.repo(t, ctx, newRepo(t)), SessionChecks: true, Deliver: true,
 		Dag: dagOf(cmd("a", "true"))})
 	task := h.tasks(t, "engineer", 1)[0]
 	h.sendResult(t, "t1", run.GetId(), "a", task.GetAttempt(), 0, "ok", ids.New())

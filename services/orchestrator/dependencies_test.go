@@ -40,7 +40,7 @@ func TestDependentsStartFromTheirDependenciesChanges(t *testing.T) {
 	flaky := fmt.Sprintf(`f=%s/b-flag; if [ ! -e "$f" ]; then touch "$f"; exit 3; fi; echo b says hi`, h.signals)
 	b := edit("b", "notes.txt", "line one, by a\nline two, by b\n", "a")
 	b.Command, b.Retry = flaky, &orchestratorv1.RetryPolicy{Max: 1, Backoff: durationpb.New(10 * time.Millisecond)}
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, repo), Dag: dagOf(
 		edit("c", "notes.txt", "line one, by a\nline two, by b\nline three, by c\n", "b"),
 		edit("a", "notes.txt", "line one, by a\nline two\n"),
 		b,
@@ -85,7 +85,7 @@ func TestDependencyPatchesOverTheLimitFailTheNode(t *testing.T) {
 	big := edit("big", "big.txt", strings.Repeat("a line of the big file\n", 200))
 	over := edit("over", "over.txt", "never\n", "big")
 	over.Retry = retries
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(big, over, edit("after", "after.txt", "never\n", "over"))})
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, repo), Dag: dagOf(big, over, edit("after", "after.txt", "never\n", "over"))})
 	got := h.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
 	n := nodesByID(got)
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_SUCCEEDED, n["big"].GetState())
@@ -107,7 +107,7 @@ func TestDependencyPatchesOverTheLimitFailTheNode(t *testing.T) {
 		deps = append(deps, id)
 	}
 	nodes = append(nodes, edit("join", "join.txt", "never\n", deps...))
-	run = h2.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(nodes...)})
+	run = h2.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h2.repo(t, ctx, repo), Dag: dagOf(nodes...)})
 	got = h2.waitState(t, ctx, run.GetName(), orchestratorv1.RunState_RUN_STATE_FAILED)
 	n = nodesByID(got)
 	require.Equal(t, orchestratorv1.NodeState_NODE_STATE_FAILED, n["join"].GetState())

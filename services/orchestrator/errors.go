@@ -54,21 +54,34 @@ const (
 	ReasonRunNotDelivered = "RUN_NOT_DELIVERED"
 )
 
-// The review API's named errors (review.go).
+// The named errors of a request's repository (repository.go).
 const (
-	// ReasonRepositoryNotRegistered: a review names a repository the
-	// tenant did not register with the Librarian (or one with no
-	// directory yet).
+	// ReasonRepositoryNotFound: the repository a run or a review names is
+	// not one the caller's tenant registered (or is a path, which is never
+	// taken from a request). The answer is the same whatever was given.
+	ReasonRepositoryNotFound = "REPOSITORY_NOT_FOUND"
+	// ReasonRepositoryNotRegistered: the tenant's repository has no
+	// directory the workers can read yet.
 	ReasonRepositoryNotRegistered = "REPOSITORY_NOT_REGISTERED"
-	// ReasonLibrarianNotConfigured: a review of a repository needs the
-	// Librarian, which knows the registered ones, and none is configured.
+	// ReasonRepositoryNoCommit: the tenant's repository is not a git
+	// repository with a commit to start a run from.
+	ReasonRepositoryNoCommit = "REPOSITORY_HAS_NO_COMMIT"
+	// ReasonLibrarianNotConfigured: a run or review of a repository needs
+	// the Librarian, which knows the registered ones, and none is
+	// configured.
 	ReasonLibrarianNotConfigured = "LIBRARIAN_NOT_CONFIGURED"
 )
 
 var (
-	errRepositoryNotRegistered = apierr.FailedPrecondition(ReasonRepositoryNotRegistered, "the repository is not registered in the tenant")
+	// errRepositoryNotFound quotes nothing of the request: its text is the
+	// same for another tenant's repository, a path that exists and one
+	// that does not.
+	errRepositoryNotFound = apierr.New(codes.NotFound, ReasonRepositoryNotFound,
+		"repository not found: give a repository registered in your tenant (repositories/{id}, its id or its display name; "+
+			"GET /v1/repositories lists them) or a git URL (https, ssh or git)")
+	errRepositoryNotRegistered = apierr.FailedPrecondition(ReasonRepositoryNotRegistered, "the repository has no directory yet")
 	errNoLibrarian             = apierr.FailedPrecondition(ReasonLibrarianNotConfigured,
-		"reviews of a repository need the librarian, which knows the registered repositories, and none is configured: review a patch instead")
+		"a repository needs the librarian, which knows the registered repositories, and none is configured")
 )
 
 // reviewNotFound is a review the caller may not see, or that does not

@@ -50,18 +50,17 @@ func (s *Service) gitEnv(ctx context.Context, dir string, env []string, args ...
 	return string(out), nil
 }
 
-// resolveBase checks that repo is a git repository with a commit and
-// returns its HEAD: the run's starting commit.
-func (s *Service) resolveBase(ctx context.Context, repo string) (string, error) {
-	if !filepath.IsAbs(repo) {
-		return "", apierr.Invalid("repository", "must be an absolute path")
+// resolveBase checks that the tenant's repository is a git repository
+// with a commit and returns its HEAD: the run's starting commit. The
+// repository is the caller's own, so the answer may say what is wrong
+// with its directory.
+func (s *Service) resolveBase(ctx context.Context, repo repoRef) (string, error) {
+	if fi, err := os.Stat(repo.Path); err != nil || !fi.IsDir() {
+		return "", errRepositoryNotRegistered.Withf("the directory of %s cannot be read by the orchestrator", repo.Name)
 	}
-	if fi, err := os.Stat(repo); err != nil || !fi.IsDir() {
-		return "", apierr.Invalid("repository", "not a directory the orchestrator can read")
-	}
-	out, err := s.git(ctx, repo, "rev-parse", "--verify", "HEAD^{commit}")
+	out, err := s.git(ctx, repo.Path, "rev-parse", "--verify", "HEAD^{commit}")
 	if err != nil {
-		return "", apierr.Invalid("repository", "not a git repository with a commit")
+		return "", apierr.FailedPrecondition(ReasonRepositoryNoCommit, "%s is not a git repository with a commit", repo.Name)
 	}
 	return strings.TrimSpace(out), nil
 }

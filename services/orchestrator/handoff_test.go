@@ -37,7 +37,7 @@ func TestHandoffStartsAFreshPipeline(t *testing.T) {
 	ctx := userCtx("t1")
 	session := ids.New()
 	repo := repoWith(t, map[string]string{"calc.py": calcPy})
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo,
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, repo),
 		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster", Retry: &orchestratorv1.RetryPolicy{Max: 0}})})
 	runID := strings.TrimPrefix(run.GetName(), "runs/")
 	require.Equal(t, int32(1), h.tasks(t, "engineer", 1)[0].GetAttempt())
@@ -121,7 +121,7 @@ func TestHandoffSurvivesARestart(t *testing.T) {
 	h, stop := newOrchestrator(t, nil, nil)
 	ctx := userCtx("t1")
 	repo := repoWith(t, map[string]string{"calc.py": calcPy})
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo,
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, repo),
 		Dag: dagOf(&orchestratorv1.Node{Id: "p", Pipeline: true, Prompt: "make add faster"})})
 	runID := strings.TrimPrefix(run.GetName(), "runs/")
 	h.tasks(t, "engineer", 1)

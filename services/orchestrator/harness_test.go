@@ -42,6 +42,9 @@ type harness struct {
 	bus *natsx.Bus
 	// signals is a directory for the test's task commands' flags.
 	signals string
+	// lib is the fake Librarian runs resolve their repositories with (nil
+	// when the test gave its own peers or none).
+	lib *fakeLibrarian
 }
 
 func userCtx(tenant string) context.Context {
@@ -56,10 +59,13 @@ func newOrchestrator(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus) (*harness, 
 }
 
 // newOrchestratorWith is newOrchestrator with configure applied to the
-// test configuration.
+// test configuration. Its Librarian is a fake (h.lib, h.repo).
 func newOrchestratorWith(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, configure func(*orchestrator.Config)) (*harness, context.CancelFunc) {
 	t.Helper()
-	return newOrchestratorPeers(t, db, bus, configure, app.Peers{})
+	lib := newFakeLibrarian()
+	h, stop := newOrchestratorPeers(t, db, bus, configure, app.Peers{Librarian: lib.serve(t)})
+	h.lib = lib
+	return h, stop
 }
 
 // newOrchestratorPeers is newOrchestratorWith with peers to call.

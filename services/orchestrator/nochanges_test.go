@@ -64,7 +64,7 @@ func TestNoChangesNodeLetsItsDependentsRun(t *testing.T) {
 	w := h.startWorker(t, 2)
 	ctx := userCtx("t1")
 	session := ids.New()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: newRepo(t), Dag: dagOf(
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, newRepo(t)), Dag: dagOf(
 		prompt("idle", "tidy the notes"),
 		edit("docs", "docs.txt", "written\n", "idle"),
 		cmd("check", "true", "docs"),
@@ -104,7 +104,7 @@ func TestRunOfNoChangesNodesDeliversNothing(t *testing.T) {
 	w := h.startWorker(t, 2)
 	ctx := userCtx("t1")
 	session := ids.New()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: newRepo(t), SessionChecks: true, Dag: dagOf(
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, newRepo(t)), SessionChecks: true, Dag: dagOf(
 		prompt("plan", "outline the change"),
 		prompt("build", "make the change", "plan"),
 		cmd("check", "true", "build"),
@@ -182,7 +182,7 @@ func TestNoChangesWhileThePassIsPausedAndActivity(t *testing.T) {
 	t.Parallel()
 	h, _ := newOrchestrator(t, nil, nil)
 	ctx := userCtx("t1")
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: newRepo(t), Dag: dagOf(prompt("a", "improve it"), cmd("b", "true", "a"))})
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, newRepo(t)), Dag: dagOf(prompt("a", "improve it"), cmd("b", "true", "a"))})
 	a := h.tasks(t, "engineer", 1)[0]
 	_, err := h.svc.PauseRun(ctx, &orchestratorv1.PauseRunRequest{Name: run.GetName()})
 	require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestNoChangesWhileThePassIsPausedAndActivity(t *testing.T) {
 	require.True(t, proto.Equal(act, dec.GetEntries()[0].GetReport().GetActivity()))
 
 	// A result with a patch changed something, whatever else it says.
-	run = h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: newRepo(t), Dag: dagOf(prompt("p", "improve it"))})
+	run = h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, newRepo(t)), Dag: dagOf(prompt("p", "improve it"))})
 	p := h.tasks(t, "engineer", 1)[0]
 	h.publishResult(t, "nc-p", &taskv1.TaskResult{TenantId: "t1", RunId: run.GetId(), NodeId: "p", Attempt: p.GetAttempt(), Fence: p.GetFence(),
 		NoChangesReason: "stale", Patch: "diff --git a/x b/x\n"})

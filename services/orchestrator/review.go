@@ -3,22 +3,14 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/review"
 )
 
@@ -26,7 +18,7 @@ import (
 // request is stored for its user, dispatched as a review task to the
 // inspector queue, and completed when the worker reports its Review
 // (reviewstore.go). A repository to review must be one the tenant
-// registered with the Librarian; a patch alone needs none.
+// registered with the Librarian (repository.go); a patch alone needs none.
 
 // Limits of a review request.
 const (
@@ -35,17 +27,12 @@ const (
 	// maxReviewPatchBytes bounds a patch to review: the task carrying it
 	// must fit one bus message.
 	maxReviewPatchBytes = 512 << 10
-	// librarianTimeout bounds a call to the Librarian.
-	librarianTimeout = 5 * time.Second
 )
 
 // reviewServer serves the ReviewService.
 type reviewServer struct {
 	orchestratorv1.UnimplementedReviewServiceServer
 	s *Service
-	// librarian resolves registered repositories; nil without a Librarian
-	// peer (then only patches can be reviewed).
-	librarian librarianv1.LibrarianServiceClient
 	// waiters are the CreateReview calls waiting on a review, by
 	// reviewKey; each channel is closed when this replica applies its
 	// result.
@@ -53,12 +40,8 @@ type reviewServer struct {
 	waiters map[string][]chan struct{}
 }
 
-func newReviewServer(s *Service, librarian grpc.ClientConnInterface) *reviewServer {
-	r := &reviewServer{s: s, waiters: map[string][]chan struct{}{}}
-	if librarian != nil {
-		r.librarian = librarianv1.NewLibrarianServiceClient(librarian)
-	}
-	return r
+func newReviewServer(s *Service) *reviewServer {
+	return &reviewServer{s: s, waiters: map[string][]chan struct{}{}}
 }
 
 // Reviews is the ReviewService (Register serves it).
@@ -86,9 +69,11 @@ func (r *reviewServer) CreateReview(ctx context.Context, req *orchestratorv1.Cre
 			return nil, err
 		}
 	}
-	if row.RepoPath, err = r.repositoryPath(ctx, who, row.Repository); err != nil {
+	repo, err := s.repos.resolve(ctx, who, row.Repository) // repository.go
+	if err != nil {
 		return nil, err
 	}
+	row.Repository, row.RepoPath = repo.Name, repo.Path
 	if err := insertReview(ctx, s.db, row); err != nil {
 		return nil, fmt.Errorf("store review: %w", err)
 	}
@@ -189,62 +174,4 @@ func newReviewRow(who identity.Identity, in *orchestratorv1.ReviewRequest) (*rev
 		}
 	}
 	return row, nil
-}
-
-// repositoryPath is the directory of the tenant's registered repository
-// named "repositories/{id}" or by its path ("" for none).
-func (r *reviewServer) repositoryPath(ctx context.Context, who identity.Identity, repo string) (string, error) {
-	if repo == "" {
-		return "", nil
-	}
-	if !strings.HasPrefix(repo, "repositories/") && !filepath.IsAbs(repo) {
-		return "", apierr.Invalid("review.repository", `want "repositories/{id}" or the absolute path of a registered repository`)
-	}
-	if r.librarian == nil {
-		return "", errNoLibrarian
-	}
-	ctx, cancel := context.WithTimeout(identity.AppendOutgoing(ctx, who), librarianTimeout)
-	defer cancel()
-	if strings.HasPrefix(repo, "repositories/") {
-		resp, err := r.librarian.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: repo})
-		if err != nil {
-			return "", r.librarianError(ctx, repo, err)
-		}
-		if resp.GetRepository().GetPath() == "" {
-			return "", errRepositoryNotRegistered.Withf("%s has no directory the workers can read yet", repo)
-		}
-		return resp.GetRepository().GetPath(), nil
-	}
-	want := filepath.Clean(repo)
-	token := ""
-	for {
-		resp, err := r.librarian.ListRepositories(ctx, &librarianv1.ListRepositoriesRequest{PageToken: token})
-		if err != nil {
-			return "", r.librarianError(ctx, repo, err)
-		}
-		for _, rp := range resp.GetRepositories() {
-			if rp.GetPath() != "" && filepath.Clean(rp.GetPath()) == want {
-				return rp.GetPath(), nil
-			}
-		}
-		if token = resp.GetNextPageToken(); token == "" {
-			return "", errRepositoryNotRegistered.Withf("%s is not a repository registered in the tenant: register it first (POST /v1/repositories)", repo)
-		}
-	}
-}
-
-// librarianError is the answer for a Librarian call about repo that
-// failed: its NotFound as the repository's, its refusals as they are, and
-// anything else as the Librarian being unavailable.
-func (r *reviewServer) librarianError(ctx context.Context, repo string, err error) error {
-	switch status.Code(err) {
-	case codes.NotFound:
-		return apierr.NotFound("repository", repo)
-	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
-		return err
-	}
-	r.s.log.WarnContext(ctx, "read a repository from the librarian", slog.String("repository", repo), logx.Err(err))
-	e := apierr.Unavailable(apierr.ReasonPeerUnavailable, "could not read %s from the librarian; retry", repo)
-	e.RetryAfter = time.Second
-	return e
 }

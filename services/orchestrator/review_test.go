@@ -7,66 +7,31 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
-	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	orchestratorv1 "sylk.dev/sylk/gen/go/sylk/orchestrator/v1"
 	taskv1 "sylk.dev/sylk/gen/go/sylk/task/v1"
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/app"
 	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/natsx"
-	"sylk.dev/sylk/pkg/testenv"
 	"sylk.dev/sylk/pkg/topology"
 	"sylk.dev/sylk/services/orchestrator"
 )
 
-// fakeLibrarian knows one repository of tenant "acme": repositories/r1 at
-// /srv/repos/calc; another tenant sees none.
-type fakeLibrarian struct {
-	librarianv1.UnimplementedLibrarianServiceServer
-}
-
+// calcRepoPath is the directory of tenant acme's repository calc.
 const calcRepoPath = "/srv/repos/calc"
 
-func (fakeLibrarian) repos(ctx context.Context) ([]*librarianv1.Repository, error) {
-	who, err := identity.Require(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if who.TenantID != "acme" {
-		return nil, nil
-	}
-	return []*librarianv1.Repository{{Name: "repositories/r1", Id: "r1", Path: calcRepoPath}}, nil
-}
-
-func (f fakeLibrarian) GetRepository(ctx context.Context, req *librarianv1.GetRepositoryRequest) (*librarianv1.GetRepositoryResponse, error) {
-	repos, err := f.repos(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range repos {
-		if r.GetName() == req.GetName() {
-			return &librarianv1.GetRepositoryResponse{Repository: r}, nil
-		}
-	}
-	return nil, apierr.NotFound("repository", req.GetName())
-}
-
-func (f fakeLibrarian) ListRepositories(ctx context.Context, _ *librarianv1.ListRepositoriesRequest) (*librarianv1.ListRepositoriesResponse, error) {
-	repos, err := f.repos(ctx)
-	return &librarianv1.ListRepositoriesResponse{Repositories: repos}, err
-}
-
-// reviewHarness is an Orchestrator whose Librarian is the fake.
-func reviewHarness(t *testing.T, configure func(*orchestrator.Config)) *harness {
+// reviewHarness is an Orchestrator whose fake Librarian knows one
+// repository of tenant "acme", calc at calcRepoPath; another tenant sees
+// none. It returns the repository's name.
+func reviewHarness(t *testing.T, configure func(*orchestrator.Config)) (*harness, string) {
 	t.Helper()
-	conn := testenv.ServeGRPC(t, func(s *grpc.Server) { librarianv1.RegisterLibrarianServiceServer(s, fakeLibrarian{}) })
-	h, _ := newOrchestratorPeers(t, nil, nil, configure, app.Peers{Librarian: conn})
-	return h
+	h, _ := newOrchestratorWith(t, nil, nil, configure)
+	return h, h.lib.add("acme", "calc", calcRepoPath, "")
 }
 
 func memberCtx(tenant, user string) context.Context {
@@ -89,7 +54,7 @@ const reviewPatch = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, 
 // answer comes once it is done, and the session hears of it.
 func TestCreateReviewOfARegisteredRepository(t *testing.T) {
 	t.Parallel()
-	h := reviewHarness(t, nil)
+	h, calc := reviewHarness(t, nil)
 	ctx := memberCtx("acme", "u1")
 	session := "5c0ffee0-8b7a-4c39-9a8e-5d2b1f0c7e60"
 	type answer struct {
@@ -99,7 +64,7 @@ func TestCreateReviewOfARegisteredRepository(t *testing.T) {
 	done := make(chan answer, 1)
 	go func() {
 		resp, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{WaitSeconds: 60, Review: &orchestratorv1.ReviewRequest{
-			Repository: "repositories/r1", BaseRef: "main", HeadRef: "feature", Persona: "security", SessionId: session}})
+			Repository: calc, BaseRef: "main", HeadRef: "feature", Persona: "security", SessionId: session}})
 		done <- answer{resp, err}
 	}()
 	d := h.tasks(t, "inspector", 1)[0]
@@ -123,7 +88,7 @@ func TestCreateReviewOfARegisteredRepository(t *testing.T) {
 	r := got.resp.GetReview()
 	require.Equal(t, orchestratorv1.ReviewState_REVIEW_STATE_DONE, r.GetState())
 	require.Equal(t, "reviews/"+d.GetRunId(), r.GetName())
-	require.Equal(t, "repositories/r1", r.GetRepository())
+	require.Equal(t, calc, r.GetRepository())
 	require.Equal(t, orchestratorv1.ReviewOutcome_REVIEW_OUTCOME_REVIEWED, r.GetReview().GetOutcome())
 	require.Len(t, r.GetReview().GetFindings(), 1)
 	require.NotNil(t, r.GetEndTime())
@@ -132,19 +97,20 @@ func TestCreateReviewOfARegisteredRepository(t *testing.T) {
 	require.Equal(t, r.GetName(), ev.GetReview().GetReview())
 	require.True(t, ev.GetReview().GetResult().GetBlocking())
 
-	// The same repository named by its path; a path the tenant did not
-	// register is refused.
+	// The same repository named by its display name; its path, or any
+	// other the tenant did not register, is not found.
 	resp, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{
-		Repository: calcRepoPath + "/", BaseRef: "main"}})
+		Repository: "calc", BaseRef: "main"}})
 	require.NoError(t, err)
 	require.Equal(t, orchestratorv1.ReviewState_REVIEW_STATE_RUNNING, resp.GetReview().GetState(), "no wait: answered at once")
+	require.Equal(t, calc, resp.GetReview().GetRepository())
 	require.Equal(t, calcRepoPath, h.tasks(t, "inspector", 1)[0].GetRepository())
-	for repo, reason := range map[string]string{"/etc": orchestrator.ReasonRepositoryNotRegistered, "repositories/r2": "REPOSITORY_NOT_FOUND"} {
+	for _, repo := range []string{calcRepoPath, "/etc", "repositories/" + ids.New()} {
 		_, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: repo, BaseRef: "main"}})
-		require.Equal(t, reason, apierr.Reason(err), repo)
+		require.Equal(t, orchestrator.ReasonRepositoryNotFound, apierr.Reason(err), repo)
 	}
 	_, err = h.svc.Reviews().CreateReview(memberCtx("other", "u1"), &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{
-		Repository: "repositories/r1", BaseRef: "main"}})
+		Repository: calc, BaseRef: "main"}})
 	require.Equal(t, codes.NotFound, status.Code(err), "another tenant's repository")
 }
 
@@ -152,7 +118,7 @@ func TestCreateReviewOfARegisteredRepository(t *testing.T) {
 // review; reviews are their user's own.
 func TestReviewOfAPatchAndWhoSeesIt(t *testing.T) {
 	t.Parallel()
-	h := reviewHarness(t, nil)
+	h, _ := reviewHarness(t, nil)
 	ctx := memberCtx("acme", "u1")
 	resp, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch}})
 	require.NoError(t, err)
@@ -198,7 +164,7 @@ func TestReviewOfAPatchAndWhoSeesIt(t *testing.T) {
 
 func TestCreateReviewIsValidated(t *testing.T) {
 	t.Parallel()
-	h := reviewHarness(t, nil)
+	h, calc := reviewHarness(t, nil)
 	ctx := memberCtx("acme", "u1")
 	for name, tt := range map[string]struct {
 		req    *orchestratorv1.CreateReviewRequest
@@ -206,12 +172,11 @@ func TestCreateReviewIsValidated(t *testing.T) {
 		reason string
 	}{
 		"nothing to review":   {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{}}, field: "review.repository"},
-		"no base":             {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: "repositories/r1"}}, field: "review.base_ref"},
-		"an option for a ref": {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: "repositories/r1", BaseRef: "--output=x"}}, field: "review.base_ref"},
+		"no base":             {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: calc}}, field: "review.base_ref"},
+		"an option for a ref": {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: calc, BaseRef: "--output=x"}}, field: "review.base_ref"},
 		"a patch and a head":  {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch, HeadRef: "x"}}, field: "review.head_ref"},
 		"not a diff":          {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: "hello"}}, field: "review.patch"},
 		"an unknown persona":  {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch, Persona: "pedantic"}}, field: "review.persona"},
-		"a relative path":     {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Repository: "calc", BaseRef: "main"}}, field: "review.repository"},
 		"too long a wait":     {req: &orchestratorv1.CreateReviewRequest{WaitSeconds: 301, Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch}}, field: "wait_seconds"},
 		"no review":           {req: &orchestratorv1.CreateReviewRequest{}, field: "review"},
 		"a session not an id": {req: &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch, SessionId: "s1"}}, field: "review.session_id"},
@@ -235,10 +200,10 @@ func TestCreateReviewIsValidated(t *testing.T) {
 // is given up after the review timeout.
 func TestReviewWithoutLibrarianAndTimeout(t *testing.T) {
 	t.Parallel()
-	h, _ := newOrchestratorWith(t, nil, nil, func(c *orchestrator.Config) { c.ReviewTimeout = time.Second })
+	h, _ := newOrchestratorPeers(t, nil, nil, func(c *orchestrator.Config) { c.ReviewTimeout = time.Second }, app.Peers{})
 	ctx := memberCtx("acme", "u1")
 	_, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{
-		Repository: "repositories/r1", BaseRef: "main"}})
+		Repository: "repositories/" + ids.New(), BaseRef: "main"}})
 	require.Equal(t, orchestrator.ReasonLibrarianNotConfigured, apierr.Reason(err))
 
 	resp, err := h.svc.Reviews().CreateReview(ctx, &orchestratorv1.CreateReviewRequest{Review: &orchestratorv1.ReviewRequest{Patch: reviewPatch}})

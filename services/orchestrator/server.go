@@ -131,12 +131,16 @@ func (s *Service) validateRun(req *orchestratorv1.CreateRunRequest, session stri
 	return nil
 }
 
-// newRun is the row of a run CreateRun is about to store: its repository's
-// starting commit resolved, its request digested when it has an id.
+// newRun is the row of a run CreateRun is about to store: its repository
+// resolved to the tenant's registered one (repository.go) and its starting
+// commit, its request digested when it has an id.
 func (s *Service) newRun(ctx context.Context, who identity.Identity, session string, req *orchestratorv1.CreateRunRequest) (*runRow, error) {
+	repo, err := s.repos.resolve(ctx, who, req.GetRepository())
+	if err != nil {
+		return nil, err
+	}
 	var base string
-	if repo := req.GetRepository(); repo != "" {
-		var err error
+	if repo.Path != "" {
 		if base, err = s.resolveBase(ctx, repo); err != nil {
 			return nil, err
 		}
@@ -153,7 +157,7 @@ func (s *Service) newRun(ctx context.Context, who identity.Identity, session str
 		TenantID: who.TenantID, ID: ids.New(), UserID: who.UserID, SessionID: session, Plan: req.GetPlan(),
 		State: statePending, MaxConcurrency: maxConc, DAG: blob,
 		FailFast: req.GetDag().GetPolicy().GetFailFast(), LeaseOwner: s.cfg.ReplicaID,
-		Repository: req.GetRepository(), BaseCommit: base, Interactive: req.GetInteractive(),
+		Repository: repo.Path, RepositoryName: repo.Name, BaseCommit: base, Interactive: req.GetInteractive(),
 		SessionMaxTasks:     req.GetSessionLimits().GetMaxConcurrentTasks(),
 		SessionMaxEngineers: req.GetSessionLimits().GetMaxEngineers(),
 		Layered:             len(req.GetDag().GetExecutionOrder()) > 0,
@@ -434,7 +438,7 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 		CreateTime:     timestamppb.New(r.CreateTime),
 		StartTime:      optTime(r.StartTime),
 		EndTime:        optTime(r.EndTime),
-		Repository:     r.Repository,
+		Repository:     r.shownRepository(),
 		BaseCommit:     r.BaseCommit,
 		ResultPatch:    r.ResultPatch,
 		MergeConflicts: r.MergeConflicts,

@@ -58,6 +58,8 @@ type Service struct {
 	// audit records runs created and cancelled and branches pushed
 	// (audit.go).
 	audit *audit.Log
+	// repos resolves the repositories requests name (repository.go).
+	repos *repositories
 }
 
 type metrics struct {
@@ -174,7 +176,8 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		},
 		deliveryKick: make(chan struct{}, 1),
 	}
-	s.reviews = newReviewServer(s, deps.Peers.Librarian)
+	s.repos = newRepositories(deps.Peers.Librarian, log)
+	s.reviews = newReviewServer(s)
 	return s, nil
 }
 

@@ -38,7 +38,7 @@ func newReplica(t *testing.T, db *pgxpool.Pool, bus *natsx.Bus, cfg orchestrator
 // as a worker would.
 func finishRun(t *testing.T, h *harness, ctx context.Context, session, repo string, checks bool) *orchestratorv1.Run {
 	t.Helper()
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: repo, SessionChecks: checks,
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{SessionId: session, Repository: h.repo(t, ctx, repo), SessionChecks: checks,
 		Dag: dagOf(cmd("a", "true"))})
 	task := h.tasks(t, "engineer", 1)[0]
 	require.Equal(t, run.GetId(), task.GetRunId())

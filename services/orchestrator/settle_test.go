@@ -78,7 +78,7 @@ func TestSettleRunKeepsOrRollsBackPartialWork(t *testing.T) {
 	h.startWorker(t, 2)
 	ctx := userCtx("t1")
 	repo := newRepo(t)
-	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: repo, Dag: dagOf(
+	run := h.create(t, ctx, &orchestratorv1.CreateRunRequest{Repository: h.repo(t, ctx, repo), Dag: dagOf(
 		edit("doc", "doc.txt", "kept work\n"),
 		&orchestratorv1.Node{Id: "bad", Command: "exit 4"},
 		edit("after", "after.txt", "never\n", "bad"),

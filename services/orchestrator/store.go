@@ -64,7 +64,11 @@ type runRow struct {
 	EndTime        *time.Time
 	FailFast       bool
 	LeaseOwner     string
+	// Repository is the directory of the run's repository, which only the
+	// services see; RepositoryName its name ("repositories/{id}"), which
+	// users see ("" for runs stored before names were).
 	Repository     string
+	RepositoryName string
 	BaseCommit     string
 	ResultPatch    string
 	MergeConflicts []string
@@ -80,19 +84,30 @@ type runRow struct {
 }
 
 const runColumns = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, result_patch, merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered`
+	repository, base_commit, result_patch, merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered,
+	repository_name`
 
 // runColumnsNoDag reads every column but the DAG and the large texts, for
 // listings and scheduling.
 const runColumnsNoDag = `tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, ''::bytea, create_time, start_time, end_time, fail_fast, lease_owner,
-	repository, base_commit, '', merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered`
+	repository, base_commit, '', merge_conflicts, '', interactive, session_max_tasks, session_max_engineers, layered,
+	repository_name`
+
+// shownRepository is the run's repository as users see it: its name, or,
+// for a run stored before names were, the directory it was created with.
+func (r *runRow) shownRepository() string {
+	if r.RepositoryName != "" {
+		return r.RepositoryName
+	}
+	return r.Repository
+}
 
 func scanRun(row pgx.Row) (*runRow, error) {
 	var r runRow
 	err := row.Scan(&r.TenantID, &r.ID, &r.UserID, &r.SessionID, &r.Plan, &r.RequestID, &r.State,
 		&r.MaxConcurrency, &r.DAG, &r.CreateTime, &r.StartTime, &r.EndTime, &r.FailFast, &r.LeaseOwner,
 		&r.Repository, &r.BaseCommit, &r.ResultPatch, &r.MergeConflicts, &r.DecisionLog, &r.Interactive,
-		&r.SessionMaxTasks, &r.SessionMaxEngineers, &r.Layered)
+		&r.SessionMaxTasks, &r.SessionMaxEngineers, &r.Layered, &r.RepositoryName)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -137,12 +152,12 @@ func runForRequest(ctx context.Context, q querier, tenant, user, requestID strin
 func insertRun(ctx context.Context, tx pgx.Tx, r *runRow, ttl time.Duration) error {
 	return tx.QueryRow(ctx, `INSERT INTO runs (tenant_id, id, user_id, session_id, plan, request_id, state, max_concurrency, dag,
 			fail_fast, lease_owner, lease_expires, repository, base_commit, interactive, session_max_tasks, session_max_engineers, request_hash,
-			layered)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17, $18, $19)
+			layered, repository_name)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + $12 * interval '1 microsecond', $13, $14, $15, $16, $17, $18, $19, $20)
 		RETURNING create_time`,
 		r.TenantID, r.ID, r.UserID, r.SessionID, r.Plan, r.RequestID, r.State, r.MaxConcurrency, r.DAG,
 		r.FailFast, r.LeaseOwner, ttl.Microseconds(), r.Repository, r.BaseCommit, r.Interactive,
-		r.SessionMaxTasks, r.SessionMaxEngineers, r.RequestHash, r.Layered).Scan(&r.CreateTime)
+		r.SessionMaxTasks, r.SessionMaxEngineers, r.RequestHash, r.Layered, r.RepositoryName).Scan(&r.CreateTime)
 }
 
 func startRun(ctx context.Context, tx pgx.Tx, tenant, id string) error {

@@ -85,8 +85,9 @@ type ReviewRequest struct {
 	// "reviews/{review}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	// A registered repository ("repositories/{id}") or a repository path the
-	// workers can read, and the refs to compare; or a patch alone.
+	// A repository registered in the caller's tenant ("repositories/{id}",
+	// its id or display name, or a git URL, as for a run; never a path) and
+	// the refs to compare; or a patch alone.
 	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
 	BaseRef    string `protobuf:"bytes,4,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
 	HeadRef    string `protobuf:"bytes,5,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`

@@ -3202,8 +3202,9 @@ type Run struct {
 	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	StartTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	// A repository path on the workers' filesystem: each task then works in a
-	// clone of it at base_commit, and reports a patch.
+	// The repository the run works on, "repositories/{id}" (a run stored
+	// before repositories were names shows the directory it was given): each
+	// task works in a clone of it at base_commit, and reports a patch.
 	Repository string `protobuf:"bytes,12,opt,name=repository,proto3" json:"repository,omitempty"`
 	BaseCommit string `protobuf:"bytes,13,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
 	// The nodes' patches merged in DAG order, once the run succeeded.
@@ -3631,7 +3632,10 @@ type CreateRunRequest struct {
 	Plan string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
 	// Optional client-chosen id; a retry with the same id returns the same run.
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// A git repository path (on the workers' filesystem) the tasks work on.
+	// A repository registered in the caller's tenant the tasks work on:
+	// "repositories/{id}", its id or its display name, or a git URL (https,
+	// http, ssh, git), registered as the caller the first time. Never a path:
+	// anything the tenant did not register is NOT_FOUND (REPOSITORY_NOT_FOUND).
 	Repository string `protobuf:"bytes,6,opt,name=repository,proto3" json:"repository,omitempty"`
 	// User-interactive work: may use the slots reserved for it (spec C-15).
 	Interactive bool `protobuf:"varint,7,opt,name=interactive,proto3" json:"interactive,omitempty"`
