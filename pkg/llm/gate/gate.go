@@ -111,6 +111,7 @@ type metrics struct {
 	preempted  prometheus.Counter
 	admissions *prometheus.CounterVec
 	retries    *prometheus.CounterVec
+	secrets    *prometheus.CounterVec
 	queueDepth prometheus.GaugeFunc
 	active     prometheus.GaugeFunc
 }
@@ -128,6 +129,8 @@ func newMetrics(reg prometheus.Registerer, g *Gate) *metrics {
 		preempted:  f.NewCounter(prometheus.CounterOpts{Name: "sylk_llm_preemptions_total", Help: "Pipeline calls preempted by user requests."}),
 		admissions: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_gate_admissions_total", Help: "Admission checks, by path: local (the local view and budget leases) or redis (the shared limiter and breaker read in Redis)."}, []string{"path"}),
 		retries:    f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_retries_total", Help: "Retried calls, by error tier."}, []string{"tier"}),
+		secrets: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_secrets_total",
+			Help: "Secrets found in prompts and embedding inputs at the gate, by action (redacted, rejected) and detector rule."}, []string{"action", "rule"}),
 		queueDepth: f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_llm_gate_queued_requests", Help: "Pipeline calls waiting for a slot."}, func() float64 {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -535,6 +538,11 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 		return nil, err
 	}
 	req := *in
+	// Before anything else sees the prompt (fitting, estimates, the
+	// provider): no secret goes further than here.
+	if err := g.screen(ctx, &req); err != nil {
+		return nil, err
+	}
 	if req.ID == "" {
 		req.ID = uuid.NewString()
 	}
