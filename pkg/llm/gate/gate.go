@@ -537,6 +537,12 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 	if err != nil {
 		return nil, err
 	}
+	return g.run(ctx, p, state, in, call, true)
+}
+
+// run is do on a chosen provider; fit says whether the request is fitted
+// into the model's context window (embedding inputs are not a prompt).
+func (g *Gate) run(ctx context.Context, p llm.Provider, state string, in *llm.Request, call callFunc, fit bool) (*llm.Response, error) {
 	req := *in
 	// Before anything else sees the prompt (fitting, estimates, the
 	// provider): no secret goes further than here.
@@ -554,7 +560,7 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 		req.MaxTokens = g.maxTokens
 	}
 	maxContext := 0
-	if g.fitter != nil {
+	if g.fitter != nil && fit {
 		m, _ := llm.LookupModel(p.Name(), req.Model)
 		maxContext = m.MaxContext
 		if err := g.fit(ctx, &req, maxContext); err != nil {
@@ -622,7 +628,7 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 			return resp, nil
 		}
 		var ae *attemptError
-		if g.fitter != nil && !refitted && errors.As(err, &ae) && ae.retryable && llm.IsContextOverflow(ae.err) {
+		if g.fitter != nil && fit && !refitted && errors.As(err, &ae) && ae.retryable && llm.IsContextOverflow(ae.err) {
 			refitted = true
 			before := llm.EstimateRequest(&req)
 			if ferr := g.fit(ctx, &req, int(float64(maxContext)*llm.RefitFactor)); ferr != nil {
