@@ -80,7 +80,7 @@ type flagConfig interface {
 // modules lists the gRPC services in start order, then the gateway.
 var modules = []module{
 	{
-		name: Librarian, schema: Librarian,
+		name: Librarian, schema: Librarian, llm: llmGate,
 		config: func(s *ServiceConfigs) flagConfig { return &s.Librarian },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return librarian.New(s.Librarian, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Librarian, g.Librarian = c, c },

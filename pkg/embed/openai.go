@@ -10,6 +10,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"sylk.dev/sylk/pkg/identity"
+	"sylk.dev/sylk/pkg/llm/gate"
+	"sylk.dev/sylk/pkg/secrets"
 )
 
 // OpenAIConfig configures an OpenAI-compatible embeddings endpoint.
@@ -28,13 +32,28 @@ type OpenAIConfig struct {
 	Timeout time.Duration
 	// HTTPClient is used when set.
 	HTTPClient *http.Client
+	// Agent is who the calls are attributed to in usage records.
+	Agent string
+}
+
+// Gate admits, limits and records an embeddings call as it does a
+// completion (pkg/llm/gate.Gate), the inputs through its secrets policy.
+type Gate interface {
+	Embed(ctx context.Context, c gate.EmbedCall, do gate.EmbedFunc) error
 }
 
 // OpenAI embeds through an OpenAI-compatible /embeddings endpoint.
 type OpenAI struct {
 	cfg    OpenAIConfig
 	client *http.Client
+	// gate carries every call once set (SetGate); without one the inputs
+	// are redacted here and the calls go out directly.
+	gate Gate
 }
+
+// SetGate sends every later call through g. It is set while the service is
+// wired, before any call.
+func (o *OpenAI) SetGate(g Gate) { o.gate = g }
 
 // NewOpenAI validates cfg and returns the client.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
@@ -86,6 +105,9 @@ type embeddingResponse struct {
 		Embedding []float32 `json:"embedding"`
 	} `json:"data"`
 	Model string `json:"model"`
+	Usage struct {
+		PromptTokens int `json:"prompt_tokens"`
+	} `json:"usage"`
 }
 
 type errorResponse struct {
@@ -120,6 +142,31 @@ func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
 func (o *OpenAI) batch(ctx context.Context, texts []string) ([][]float32, error) {
+	if o.gate == nil {
+		redacted := make([]string, len(texts))
+		for i, t := range texts {
+			redacted[i] = secrets.Scrub(t)
+		}
+		out, _, err := o.call(ctx, redacted)
+		return out, err
+	}
+	c := gate.EmbedCall{Provider: "openai", Model: o.cfg.Model, Inputs: texts}
+	c.AgentType, c.AgentID = o.cfg.Agent, o.cfg.Agent
+	if who, ok := identity.FromContext(ctx); ok {
+		c.TenantID, c.UserID = who.TenantID, who.UserID
+	}
+	var out [][]float32
+	err := o.gate.Embed(ctx, c, func(ctx context.Context, inputs []string) (int, error) {
+		vecs, tokens, err := o.call(ctx, inputs)
+		out = vecs
+		return tokens, err
+	})
+	return out, err
+}
+
+// call makes one request to the endpoint and returns the vectors and the
+// input tokens it reports.
+func (o *OpenAI) call(ctx context.Context, texts []string) ([][]float32, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
 	input := make([]string, len(texts))
@@ -132,11 +179,11 @@ func (o *OpenAI) batch(ctx context.Context, texts []string) ([][]float32, error)
 	}
 	body, err := json.Marshal(embeddingRequest{Model: o.cfg.Model, Input: input, EncodingFormat: "float", Dimensions: o.cfg.Dims})
 	if err != nil {
-		return nil, fmt.Errorf("encode embeddings request: %w", err)
+		return nil, 0, fmt.Errorf("encode embeddings request: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.cfg.BaseURL+"/embeddings", bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("build embeddings request: %w", err)
+		return nil, 0, fmt.Errorf("build embeddings request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if o.cfg.APIKey != "" {
@@ -144,12 +191,12 @@ func (o *OpenAI) batch(ctx context.Context, texts []string) ([][]float32, error)
 	}
 	resp, err := o.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("call embeddings endpoint: %w", err)
+		return nil, 0, fmt.Errorf("call embeddings endpoint: %w", err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return nil, fmt.Errorf("read embeddings response: %w", err)
+		return nil, 0, fmt.Errorf("read embeddings response: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e errorResponse
@@ -157,25 +204,25 @@ func (o *OpenAI) batch(ctx context.Context, texts []string) ([][]float32, error)
 		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
 			msg = e.Error.Message
 		}
-		return nil, &StatusError{Code: resp.StatusCode, Message: msg}
+		return nil, 0, &StatusError{Code: resp.StatusCode, Message: msg}
 	}
 	var er embeddingResponse
 	if err := json.Unmarshal(raw, &er); err != nil {
-		return nil, fmt.Errorf("decode embeddings response: %w", err)
+		return nil, 0, fmt.Errorf("decode embeddings response: %w", err)
 	}
 	if len(er.Data) != len(texts) {
-		return nil, fmt.Errorf("embeddings endpoint returned %d vectors for %d inputs", len(er.Data), len(texts))
+		return nil, 0, fmt.Errorf("embeddings endpoint returned %d vectors for %d inputs", len(er.Data), len(texts))
 	}
 	out := make([][]float32, len(texts))
 	for _, d := range er.Data {
 		if d.Index < 0 || d.Index >= len(texts) || out[d.Index] != nil {
-			return nil, fmt.Errorf("embeddings endpoint returned a bad index %d", d.Index)
+			return nil, 0, fmt.Errorf("embeddings endpoint returned a bad index %d", d.Index)
 		}
 		if len(d.Embedding) != o.cfg.Dims {
-			return nil, fmt.Errorf("embeddings endpoint returned %d dimensions, want %d", len(d.Embedding), o.cfg.Dims)
+			return nil, 0, fmt.Errorf("embeddings endpoint returned %d dimensions, want %d", len(d.Embedding), o.cfg.Dims)
 		}
 		Normalize(d.Embedding)
 		out[d.Index] = d.Embedding
 	}
-	return out, nil
+	return out, er.Usage.PromptTokens, nil
 }

@@ -101,8 +101,26 @@ func LookupModel(provider, id string) (ModelInfo, bool) {
 	return ModelInfo{ID: id, Name: id, MaxContext: DefaultMaxContext}, false
 }
 
-// Cost prices usage on provider's model from the catalogue.
+// embeddingModels are the embedding models' prices (input only); they are
+// not chat models, so not in the catalogue the model listings show.
+var embeddingModels = map[string][]ModelInfo{
+	OpenAI: {
+		{ID: "text-embedding-3-small", Name: "text-embedding-3-small", MaxContext: 8192, InputPricePerM: 0.02},
+		{ID: "text-embedding-3-large", Name: "text-embedding-3-large", MaxContext: 8192, InputPricePerM: 0.13},
+		{ID: "text-embedding-ada-002", Name: "text-embedding-ada-002", MaxContext: 8192, InputPricePerM: 0.10},
+	},
+}
+
+// Cost prices usage on provider's model from the catalogue (or the
+// embedding models' prices).
 func Cost(provider, model string, u Usage) float64 {
-	m, _ := LookupModel(provider, model)
-	return m.Cost(u)
+	if m, ok := LookupModel(provider, model); ok {
+		return m.Cost(u)
+	}
+	for _, m := range embeddingModels[provider] {
+		if m.ID == model {
+			return m.Cost(u)
+		}
+	}
+	return 0
 }

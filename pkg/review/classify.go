@@ -88,7 +88,7 @@ func sensitiveContent(text string) (category, rationale string, ok bool) {
 	if text == "" {
 		return "", "", false
 	}
-	if secrets.Redact(text) != text {
+	if secrets.Contains(text) {
 		return "secrets", "a credential in the change", true
 	}
 	for _, r := range contentRules {

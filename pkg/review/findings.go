@@ -131,8 +131,8 @@ func findings(raw []rawFinding, blocking map[orchestratorv1.Severity]bool) []*or
 			continue
 		}
 		sev, _ := ParseSeverity(r.Severity)
-		f := &orchestratorv1.Finding{Severity: sev, File: diffPath(r.File), Line: lineOf(r.Line), Message: secrets.Redact(msg),
-			Suggestion: secrets.Redact(strings.TrimSpace(r.Suggestion)), Category: strings.ToLower(strings.TrimSpace(r.Category))}
+		f := &orchestratorv1.Finding{Severity: sev, File: diffPath(r.File), Line: lineOf(r.Line), Message: secrets.Scrub(msg),
+			Suggestion: secrets.Scrub(strings.TrimSpace(r.Suggestion)), Category: strings.ToLower(strings.TrimSpace(r.Category))}
 		if f.Category == "" {
 			f.Category = "general"
 		}

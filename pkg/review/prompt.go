@@ -48,7 +48,7 @@ type block struct {
 func newBlock(e *entry, n int, annotate bool) *block {
 	b := &block{e: e, annotate: annotate, summary: e.tier == tierSummary}
 	if !e.parsed {
-		b.hunks = []string{secrets.Redact(rawBody(e.raw))}
+		b.hunks = []string{secrets.Scrub(rawBody(e.raw))}
 	} else {
 		for _, h := range e.Hunks {
 			parts := []Hunk{h}
@@ -56,7 +56,7 @@ func newBlock(e *entry, n int, annotate bool) *block {
 				parts = withContext(h, n)
 			}
 			for _, p := range parts {
-				b.hunks = append(b.hunks, secrets.Redact(hunkText(p)))
+				b.hunks = append(b.hunks, secrets.Scrub(hunkText(p)))
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
+	"sylk.dev/sylk/pkg/secrets"
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -52,6 +53,8 @@ func (s *Service) CreateDocument(ctx context.Context, req *academicv1.CreateDocu
 	if err := s.validateDocument(d, content); err != nil {
 		return nil, err
 	}
+	// Stored, split and indexed without its secrets (line numbers kept).
+	d.Title, d.Source, content = secrets.Scrub(d.Title), secrets.Scrub(d.Source), secrets.Scrub(content)
 	start := time.Now()
 	// One section past the limit is enough to refuse the document.
 	var sections []section

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"sylk.dev/sylk/pkg/secrets"
 	"sylk.dev/sylk/pkg/textsearch"
 )
 
@@ -91,8 +92,10 @@ func nullable(s string) any {
 
 // insert stores e (ID, tenant and fields set by the caller) and returns it
 // with its creation time. messageID, when set, makes the insert idempotent:
-// a second insert with the same one returns errDuplicate.
+// a second insert with the same one returns errDuplicate. Secrets in the
+// title and content are stored redacted, whoever sent the entry.
 func (s *store) insert(ctx context.Context, e entry, messageID string) (entry, error) {
+	e.Title, e.Content = secrets.Scrub(e.Title), secrets.Scrub(e.Content)
 	err := s.db.QueryRow(ctx, `
 		INSERT INTO entries (tenant_id, id, category, title, content, session_id, user_id, source, source_message_id)
 		VALUES ($1, $2::uuid, $3, $4, $5, $6::uuid, $7, $8, $9)

@@ -14,6 +14,7 @@ import (
 	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
+	"sylk.dev/sylk/pkg/secrets"
 )
 
 // SendMessage stores a user message, then answers it (slash commands), asks
@@ -108,6 +109,9 @@ func readSend(ctx context.Context, req *guidev1.SendMessageRequest, maxBytes int
 	case utf8.RuneCountInString(req.GetRequestId()) > maxRequestIDChars:
 		return sendRequest{}, apierr.Invalid("request_id", "longer than %d characters", maxRequestIDChars)
 	}
+	// From here on (routing, the route cache, the store, the agents) the
+	// message holds no secret.
+	text = secrets.Scrub(text)
 	r := sendRequest{who: who, owner: ownerOf(who), sessionID: sid, text: text, requestID: req.GetRequestId(),
 		inReplyTo: req.GetInReplyTo()}
 	if isSlashCommand(text) {

@@ -241,7 +241,7 @@ func TestSearchModesAndFilters(t *testing.T) {
 	h := newHarness(t, false)
 	ctx := as(t, "t1")
 	root := writeFixture(t)
-	writeFile(t, root, "server/auth.go", "package server\n\n// checkToken validates a bearer credential.\nfunc checkToken(tok string) bool {\n\tapiKey := \"abcdefghijklmnopqrstuvwxyz123456\"\n\treturn tok == apiKey\n}\n")
+	writeFile(t, root, "server/auth.go", "package server\n\n// checkToken validates a bearer credential.\nfunc checkToken(tok string) bool {\n\tapiKey := \"q7Zp2Lk9Xw4Rt8Vn3Bm6Hs1Jd5Fg0Ca\"\n\treturn tok == apiKey\n}\n")
 	create(t, ctx, h.svc, root, true)
 	run := func(req *librarianv1.SearchCodeRequest) *librarianv1.SearchCodeResponse {
 		t.Helper()
@@ -306,7 +306,7 @@ func TestSearchModesAndFilters(t *testing.T) {
 		require.NotEmpty(t, resp.GetHits())
 		var content string
 		require.NoError(t, h.svc.store.db.QueryRow(ctx, `SELECT string_agg(content, '') FROM chunks WHERE path = 'server/auth.go'`).Scan(&content))
-		require.NotContains(t, content, "abcdefghijklmnopqrstuvwxyz123456")
+		require.NotContains(t, content, "q7Zp2Lk9Xw4Rt8Vn3Bm6Hs1Jd5Fg0Ca")
 		require.Contains(t, content, secrets.Redacted)
 		var stub string
 		require.NoError(t, h.svc.store.db.QueryRow(ctx, `SELECT content FROM chunks WHERE path = '.env'`).Scan(&stub))

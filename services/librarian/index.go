@@ -220,7 +220,7 @@ func (w *walker) read(real, rel string) (sourceFile, string) {
 	if generated(data) {
 		return sourceFile{}, skipGenerated
 	}
-	text := secrets.Redact(cleanText(data))
+	text := secrets.Scrub(cleanText(data))
 	lines := splitLines(text)
 	lang := detectLanguage(rel)
 	f := sourceFile{

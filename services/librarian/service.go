@@ -21,6 +21,7 @@ import (
 	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/inbox"
+	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
 	"sylk.dev/sylk/pkg/redisx"
@@ -122,9 +123,26 @@ func newEmbedder(cfg Config) (embed.Embedder, error) {
 	if cfg.EmbedProvider == "openai" {
 		return embed.NewOpenAI(embed.OpenAIConfig{
 			BaseURL: cfg.EmbedURL, APIKey: cfg.EmbedAPIKey, Model: cfg.EmbedModel, Dims: cfg.EmbedDims, Timeout: cfg.EmbedTimeout,
+			Agent: "librarian",
 		})
 	}
 	return embed.NewHashing(cfg.EmbedDims)
+}
+
+// SetLLMGate sends the embeddings endpoint's calls through g: the inputs
+// through its secrets policy, the provider's shared limits and budgets, and
+// a usage record with tokens and cost for each, like a completion's.
+func (s *Service) SetLLMGate(g *gate.Gate) {
+	if o, ok := s.embedder.(*embed.OpenAI); ok {
+		o.SetGate(g)
+	}
+}
+
+// NeedsLLMGate: only an embeddings endpoint has a use for a gate; the
+// offline embedder calls no one.
+func (s *Service) NeedsLLMGate(string) bool {
+	_, ok := s.embedder.(*embed.OpenAI)
+	return ok
 }
 
 // publishNotice tells whoever listens on subject (the Guide, the other

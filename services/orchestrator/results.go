@@ -17,6 +17,7 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/secrets"
 	"sylk.dev/sylk/pkg/topology"
 )
 
@@ -52,6 +53,10 @@ func (s *Service) decodeResult(msg jetstream.Msg) (*result, error) {
 		return nil, natsx.Permanent(fmt.Errorf("result of %s/%s attempt %d fenced for another attempt (%s)",
 			r.GetRunId(), r.GetNodeId(), r.GetAttempt(), f.GetAttemptId()))
 	}
+	// What the task printed, reported and handed off is stored, and shown,
+	// without secrets; the patch is the change itself, delivered as written.
+	secrets.ScrubMessage(&r, "sylk.task.v1.TaskResult.patch", "sylk.task.v1.TaskResult.tenant_id", "sylk.task.v1.TaskResult.run_id",
+		"sylk.task.v1.TaskResult.node_id", "sylk.task.v1.TaskResult.worker_id")
 	res := nodeResult{
 		State:           stateSucceeded,
 		ExitCode:        r.GetExitCode(),

@@ -26,6 +26,7 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/pgstore"
+	"sylk.dev/sylk/pkg/secrets"
 )
 
 // Input formats.
@@ -490,6 +491,10 @@ func runProto(r *runRow, d *orchestratorv1.Dag, nodes []nodeRow) *orchestratorv1
 	if r.State == stateFailed {
 		out.PartialFailure = partialFailure(nodes)
 	}
+	// The plan's commands and prompts are shown without secrets, as the
+	// outputs are stored (results.go); the workers run them as written.
+	out.Plan = secrets.Scrub(out.Plan)
+	secrets.ScrubMessage(out.Dag)
 	return out
 }
 

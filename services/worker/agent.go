@@ -121,9 +121,9 @@ func (a *taskAgent) withRedaction(tool agent.Tool) agent.Tool {
 	tool.Run = func(ctx context.Context, args json.RawMessage) (string, error) {
 		out, err := run(ctx, args)
 		if err != nil {
-			return "", errors.New(secrets.Redact(err.Error()))
+			return "", errors.New(secrets.Scrub(err.Error()))
 		}
-		return secrets.Redact(out), nil
+		return secrets.Scrub(out), nil
 	}
 	return tool
 }
@@ -238,8 +238,8 @@ func (a *taskAgent) observe(e agent.Event) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.calls = append(a.calls, &orchestratorv1.ToolCallRecord{CallId: e.CallID, Tool: e.Tool, Args: secrets.Redact(e.Args),
-		Ok: !e.Err, Duration: durationpb.New(e.Duration), Summary: secrets.Redact(e.Text), Turn: int32(e.Turn)})
+	a.calls = append(a.calls, &orchestratorv1.ToolCallRecord{CallId: e.CallID, Tool: e.Tool, Args: secrets.Scrub(e.Args),
+		Ok: !e.Err, Duration: durationpb.New(e.Duration), Summary: secrets.Scrub(e.Text), Turn: int32(e.Turn)})
 	if len(a.calls) > maxToolRecords {
 		a.calls = a.calls[len(a.calls)-maxToolRecords:]
 	}

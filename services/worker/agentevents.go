@@ -68,7 +68,7 @@ func (e *agentEvents) publish(ev agent.Event) {
 		e.flushText(ctx)
 	case agent.EventToolStart:
 		e.flushText(ctx)
-		e.send(ctx, eventv1.EventType_EVENT_TYPE_TOOL_CALL, fmt.Sprintf("%s %s(%s)", e.role, ev.Tool, secrets.Redact(ev.Args)),
+		e.send(ctx, eventv1.EventType_EVENT_TYPE_TOOL_CALL, fmt.Sprintf("%s %s(%s)", e.role, ev.Tool, secrets.Scrub(ev.Args)),
 			&eventv1.Event_ToolCall{ToolCall: e.toolCall(ev, eventv1.ToolCallStatus_TOOL_CALL_STATUS_STARTED)})
 	case agent.EventToolEnd:
 		status, word := eventv1.ToolCallStatus_TOOL_CALL_STATUS_SUCCEEDED, "ok"
@@ -76,7 +76,7 @@ func (e *agentEvents) publish(ev agent.Event) {
 			status, word = eventv1.ToolCallStatus_TOOL_CALL_STATUS_FAILED, "failed"
 		}
 		tc := e.toolCall(ev, status)
-		tc.Duration, tc.Summary = durationpb.New(ev.Duration), secrets.Redact(ev.Text)
+		tc.Duration, tc.Summary = durationpb.New(ev.Duration), secrets.Scrub(ev.Text)
 		e.send(ctx, eventv1.EventType_EVENT_TYPE_TOOL_CALL, fmt.Sprintf("%s %s %s: %s", e.role, ev.Tool, word, tc.Summary),
 			&eventv1.Event_ToolCall{ToolCall: tc})
 	case agent.EventWarning:
@@ -100,13 +100,13 @@ func (e *agentEvents) flushText(ctx context.Context) {
 	if strings.TrimSpace(text) == "" {
 		return
 	}
-	text = secrets.Redact(text)
+	text = secrets.Scrub(text)
 	e.send(ctx, eventv1.EventType_EVENT_TYPE_AGENT_TEXT, text, &eventv1.Event_Agent{Agent: e.step(turn, text)})
 }
 
 func (e *agentEvents) toolCall(ev agent.Event, status eventv1.ToolCallStatus) *eventv1.ToolCallEvent {
 	return &eventv1.ToolCallEvent{Run: "runs/" + e.d.GetRunId(), Node: e.d.GetNodeId(), Attempt: e.d.GetAttempt(), Agent: e.role,
-		Turn: int32(ev.Turn), CallId: ev.CallID, Tool: ev.Tool, Args: secrets.Redact(ev.Args), Status: status}
+		Turn: int32(ev.Turn), CallId: ev.CallID, Tool: ev.Tool, Args: secrets.Scrub(ev.Args), Status: status}
 }
 
 func (e *agentEvents) step(turn int, text string) *eventv1.AgentStepEvent {

@@ -210,7 +210,7 @@ func (h *helpDesk) AskHelp(ctx context.Context, question string) (string, error)
 	_, more := h.ctl.guidanceAfter(h.seen)
 	h.mu.Unlock()
 	text := fmt.Sprintf("The %s of node %s (runs/%s) asks: %s\nAnswer with /task %s prompt \"...\"",
-		h.ev.role, d.GetNodeId(), d.GetRunId(), secrets.Redact(question), d.GetNodeId())
+		h.ev.role, d.GetNodeId(), d.GetRunId(), secrets.Scrub(question), d.GetNodeId())
 	env := &messagev1.Envelope{Id: ids.New(), CorrelationId: "runs/" + d.GetRunId(), TenantId: d.GetTenantId(),
 		SessionId: d.GetSessionId(), UserId: d.GetUserId(), Source: h.ev.role, Target: topology.AgentGuide,
 		Type: messagev1.MessageType_MESSAGE_TYPE_TASK_HELP, CreatedAt: timestamppb.Now(), Attempt: 1,

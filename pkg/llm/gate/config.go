@@ -46,6 +46,9 @@ type Config struct {
 	// SignalAckTimeout is how long PauseAll and ResumeAll wait for every
 	// live replica's ack before sending once more (B-20).
 	SignalAckTimeout time.Duration
+	// Secrets is what a prompt or embedding input holding a secret gets:
+	// SecretsRedact (the default, also when empty) or SecretsReject.
+	Secrets string
 }
 
 // RegisterFlags registers the -llm.gate.*, -llm.budget.* and -llm.soft-limit.* flags.
@@ -71,6 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StateRefresh, "llm.gate.state-refresh", 100*time.Millisecond, "how often the shared rate-limit and breaker state is read and batched counters are written")
 	fs.Int64Var(&c.LeaseTokens, "llm.budget.lease-tokens", 100_000, "largest budget lease per scope taken from Redis (0: reserve each call in Redis)")
 	fs.DurationVar(&c.LeaseIdle, "llm.budget.lease-idle", 2*time.Second, "return an unused budget lease after this long")
+	fs.StringVar(&c.Secrets, "llm.secrets", SecretsRedact, "a prompt or embedding input holding a secret (a key, token, password, private key): redact (send it with each secret replaced by [REDACTED:<rule>]) or reject (refuse the call, FAILED_PRECONDITION)")
 	fs.DurationVar(&c.SignalAckTimeout, "llm.gate.signal-ack-timeout", 2*time.Second, "how long PauseAll and ResumeAll wait for every replica's ack before sending once more")
 }
 
@@ -105,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if c.StateRefresh <= 0 || c.LeaseIdle <= 0 || c.LeaseTokens < 0 || c.SignalAckTimeout <= 0 {
 		errs = append(errs, errors.New("llm.gate.state-refresh, llm.gate.signal-ack-timeout and llm.budget.lease-idle must be positive, llm.budget.lease-tokens not negative"))
+	}
+	if c.Secrets != "" && c.Secrets != SecretsRedact && c.Secrets != SecretsReject {
+		errs = append(errs, errors.New("llm.secrets: want redact or reject"))
 	}
 	if c.UsageBuffer < 0 {
 		errs = append(errs, errors.New("llm.gate.usage-buffer: must not be negative"))

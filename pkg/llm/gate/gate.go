@@ -111,6 +111,7 @@ type metrics struct {
 	preempted  prometheus.Counter
 	admissions *prometheus.CounterVec
 	retries    *prometheus.CounterVec
+	secrets    *prometheus.CounterVec
 	queueDepth prometheus.GaugeFunc
 	active     prometheus.GaugeFunc
 }
@@ -128,6 +129,8 @@ func newMetrics(reg prometheus.Registerer, g *Gate) *metrics {
 		preempted:  f.NewCounter(prometheus.CounterOpts{Name: "sylk_llm_preemptions_total", Help: "Pipeline calls preempted by user requests."}),
 		admissions: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_gate_admissions_total", Help: "Admission checks, by path: local (the local view and budget leases) or redis (the shared limiter and breaker read in Redis)."}, []string{"path"}),
 		retries:    f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_retries_total", Help: "Retried calls, by error tier."}, []string{"tier"}),
+		secrets: f.NewCounterVec(prometheus.CounterOpts{Name: "sylk_llm_secrets_total",
+			Help: "Secrets found in prompts and embedding inputs at the gate, by action (redacted, rejected) and detector rule."}, []string{"action", "rule"}),
 		queueDepth: f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_llm_gate_queued_requests", Help: "Pipeline calls waiting for a slot."}, func() float64 {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -534,7 +537,18 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 	if err != nil {
 		return nil, err
 	}
+	return g.run(ctx, p, state, in, call, true)
+}
+
+// run is do on a chosen provider; fit says whether the request is fitted
+// into the model's context window (embedding inputs are not a prompt).
+func (g *Gate) run(ctx context.Context, p llm.Provider, state string, in *llm.Request, call callFunc, fit bool) (*llm.Response, error) {
 	req := *in
+	// Before anything else sees the prompt (fitting, estimates, the
+	// provider): no secret goes further than here.
+	if err := g.screen(ctx, &req); err != nil {
+		return nil, err
+	}
 	if req.ID == "" {
 		req.ID = uuid.NewString()
 	}
@@ -546,7 +560,7 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 		req.MaxTokens = g.maxTokens
 	}
 	maxContext := 0
-	if g.fitter != nil {
+	if g.fitter != nil && fit {
 		m, _ := llm.LookupModel(p.Name(), req.Model)
 		maxContext = m.MaxContext
 		if err := g.fit(ctx, &req, maxContext); err != nil {
@@ -614,7 +628,7 @@ func (g *Gate) do(ctx context.Context, in *llm.Request, call callFunc) (*llm.Res
 			return resp, nil
 		}
 		var ae *attemptError
-		if g.fitter != nil && !refitted && errors.As(err, &ae) && ae.retryable && llm.IsContextOverflow(ae.err) {
+		if g.fitter != nil && fit && !refitted && errors.As(err, &ae) && ae.retryable && llm.IsContextOverflow(ae.err) {
 			refitted = true
 			before := llm.EstimateRequest(&req)
 			if ferr := g.fit(ctx, &req, int(float64(maxContext)*llm.RefitFactor)); ferr != nil {
