@@ -134,6 +134,9 @@ func startMesh(t *testing.T, flags ...string) *client {
 		"-nats.prefix", natsPrefix,
 		"-gateway.listen-address", "127.0.0.1:0",
 		"-log.level", "warn",
+		// Task commands run as in production: in namespaces of their own,
+		// without the host's network, as the task user when root.
+		"-toolexec.task-init", testenv.TaskInit(t),
 	}, flags...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

@@ -157,6 +157,10 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ex.CheckReachable(filepath.Join(cfg.CacheRoot, "user")); err != nil {
+		ex.Close()
+		return nil, fmt.Errorf("worker.cache-root: %w", err)
+	}
 	f := promauto.With(reg)
 	registerCacheMetrics(f, ex)
 	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_orphans_killed_total",

@@ -36,6 +36,11 @@ import (
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.WorkspaceRoot = t.TempDir()
+	// The task user (the tests run as root) passes through the test's
+	// directory to its workspaces; without namespaces the commands run as
+	// whoever runs the tests.
+	require.NoError(t, os.Chmod(filepath.Dir(cfg.WorkspaceRoot), 0o711))
+	cfg.Tools.UnsafeRunTasksAsRoot = true
 	cfg.Tools.InterruptGrace = 300 * time.Millisecond
 	cfg.Tools.TerminateGrace = 300 * time.Millisecond
 	cfg.Tools.DefaultTimeout = 30 * time.Second
