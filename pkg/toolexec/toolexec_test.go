@@ -234,6 +234,7 @@ func TestTimeouts(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 
 	def := DefaultConfig()
+	def.UnsafeRunTasksAsRoot = true // when the tests run as root
 	d, _ := newExec(t, def)
 	require.Equal(t, 60*time.Second, d.BaseTimeout(Invocation{Command: "sleep 120"}))
 	require.Equal(t, 30*time.Second, d.BaseTimeout(Invocation{Command: "git", Args: []string{"status"}}))
