@@ -33,6 +33,10 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	cfg.Tools.Namespaces = toolexec.NamespacesOn
 	cfg.Tools.TaskInit = testenv.TaskInit(t)
 	cfg.Tools.Cgroup = ""
+	// Unix sockets, which the default network refuses, are what the
+	// descriptor travels through: allowed here, so that the attack gets as
+	// far as the directory it would reach.
+	cfg.Tools.Network = toolexec.NetworkHost
 	s := offlineService(t, cfg)
 	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
 	t.Cleanup(s.scratch.close)
