@@ -157,7 +157,9 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ex.CheckReachable(filepath.Join(cfg.CacheRoot, "user")); err != nil {
+	// The cache root itself is covered in a command's namespaces; the
+	// directories above it are the host's.
+	if err := ex.CheckReachable(cfg.CacheRoot); err != nil {
 		ex.Close()
 		return nil, fmt.Errorf("worker.cache-root: %w", err)
 	}
