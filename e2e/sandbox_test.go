@@ -73,6 +73,9 @@ func TestSandboxAttacksFromARunNode(t *testing.T) {
 	require.NoError(t, os.WriteFile(outside, []byte("outside"), 0o644))
 	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 	require.NoError(t, os.Chtimes(outside, past, past))
+	// The attacks' tools run in the box: a refusal is the sandbox's, not a
+	// missing program's.
+	nodes["tools"] = `python3 -c 'import socket; socket.socketpair()' && psql --version >/dev/null && redis-cli --version >/dev/null && bash -c 'exec 3</dev/null' && echo present`
 	if root {
 		nodes["chmod-outside"] = refused("chmod 777 " + outside)
 		nodes["touch-outside"] = refused("touch " + outside)
@@ -89,8 +92,12 @@ func TestSandboxAttacksFromARunNode(t *testing.T) {
 	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "%v", n)
 	for id := range nodes {
 		out := strings.TrimSpace(fmt.Sprint(n[id]["stdout"]))
-		if id == "whoami" {
+		switch id {
+		case "whoami":
 			require.NotEqual(t, "0", out, "a task command ran as root")
+			continue
+		case "tools":
+			require.Equal(t, "present", out, "%v", n[id])
 			continue
 		}
 		require.Equal(t, "refused", out, "%s: %v", id, n[id])
