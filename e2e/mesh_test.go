@@ -136,6 +136,9 @@ func startMesh(t *testing.T, flags ...string) *client {
 		"-log.level", "warn",
 		// Tests register their temporary directories.
 		"-librarian.allowed-roots", os.TempDir(),
+		// Task commands run as in production: in namespaces of their own,
+		// without the host's network, as the task user when root.
+		"-toolexec.task-init", testenv.TaskInit(t),
 	}, flags...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

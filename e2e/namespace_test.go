@@ -18,6 +18,7 @@ import (
 // go test with the user's Go caches) works as without.
 func TestNamespacedTasks(t *testing.T) {
 	root := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(root), 0o711)) // for the task user
 	other := filepath.Join(root, "sylk-task-other")
 	require.NoError(t, os.Mkdir(other, 0o700))
 	c := startMesh(t, "-toolexec.namespaces", "on", "-toolexec.task-init", testenv.TaskInit(t),

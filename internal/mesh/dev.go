@@ -24,6 +24,7 @@ import (
 	"sylk.dev/sylk/gateway"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
+	"sylk.dev/sylk/pkg/toolexec"
 )
 
 // DevConfig configures the whole mesh in one process.
@@ -205,7 +206,11 @@ func useRunKey(common *Common) {
 // credentials: fine on one's own machine, where serve would refuse them.
 func (p *process) warnAnonymousStores(ctx context.Context) {
 	if open := anonymousStores(ctx, p.common, false); len(open) > 0 && !p.common.Stores.AllowAnonymous {
-		p.log.Warn("stores accept clients without credentials: task commands can reach them (fine on your own machine; not for a shared one)",
+		who := "any program on this machine can reach them (task commands cannot: -toolexec.network none)"
+		if p.configs != nil && p.configs.Worker.Tools.Network == toolexec.NetworkHost {
+			who = "task commands can reach them (-toolexec.network host)"
+		}
+		p.log.Warn("stores accept clients without credentials: "+who+"; fine on your own machine, not for a shared one",
 			slog.String("stores", strings.Join(open, ", ")))
 	}
 }

@@ -67,6 +67,22 @@ type Spec struct {
 	// Loopback says the command has a network namespace of its own, with
 	// only its loopback interface, which is brought up.
 	Loopback bool `json:"loopback,omitempty"`
+	// NoUnixSockets says the command may make no unix socket
+	// (BlockUnixSockets): the host's sockets are files it could otherwise
+	// connect to, whatever its network namespace.
+	NoUnixSockets bool `json:"no_unix_sockets,omitempty"`
+	// UID and GID, when UID is not 0, are the IDs the command runs as (the
+	// service runs as root): the user namespace maps them, and root, to
+	// themselves; this process sets the namespaces up as root and the
+	// command gets the unprivileged IDs, without supplementary groups.
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
+	// ProxyFD, when not 0, is a descriptor (O_PATH) of the unix socket of
+	// the service's egress proxy, and ProxyPort the port of the loopback
+	// listener this process serves in the command's network namespace:
+	// each connection to it is forwarded to that socket.
+	ProxyFD   int `json:"proxy_fd,omitempty"`
+	ProxyPort int `json:"proxy_port,omitempty"`
 	// Probe sets everything up, checks it, and exits 0 without a command.
 	Probe bool `json:"probe,omitempty"`
 	// Relay asks this process to make the namespaces itself and start a
@@ -77,13 +93,14 @@ type Spec struct {
 	Relay bool `json:"relay,omitempty"`
 }
 
-// Attr sets what starts a process in the namespaces: a user namespace
-// mapping only the caller's own user and group, in which it may mount, and
-// mount, PID and IPC namespaces (and, with loopback, a network namespace).
-func Attr(sys *syscall.SysProcAttr, loopback bool) {
+// Attr sets what starts a process in the namespaces of spec: a user
+// namespace mapping only the caller's own user and group (and the
+// command's, Spec.UID and Spec.GID), in which it may mount, and mount, PID
+// and IPC namespaces (and, with Loopback, a network namespace).
+func Attr(sys *syscall.SysProcAttr, spec Spec) {
 	sys.Cloneflags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC
 	sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
-	if loopback {
+	if spec.Loopback {
 		sys.Cloneflags |= unix.CLONE_NEWNET
 		sys.AmbientCaps = append(sys.AmbientCaps, unix.CAP_NET_ADMIN)
 	}
@@ -91,6 +108,15 @@ func Attr(sys *syscall.SysProcAttr, loopback bool) {
 	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 	sys.GidMappingsEnableSetgroups = false
+	if spec.UID != 0 && spec.UID != uid {
+		// Only a privileged service may map IDs other than its own, and
+		// let the command drop its supplementary groups.
+		sys.UidMappings = append(sys.UidMappings, syscall.SysProcIDMap{ContainerID: spec.UID, HostID: spec.UID, Size: 1})
+		if spec.GID != gid {
+			sys.GidMappings = append(sys.GidMappings, syscall.SysProcIDMap{ContainerID: spec.GID, HostID: spec.GID, Size: 1})
+		}
+		sys.GidMappingsEnableSetgroups = true
+	}
 }
 
 // Rule grants Access (Landlock file system rights) beneath Path.
@@ -149,6 +175,11 @@ func run(args []string) (int, error) {
 	if spec.Loopback {
 		if err := loopbackUp(); err != nil {
 			return 0, fmt.Errorf("loopback: %w", err)
+		}
+	}
+	if spec.ProxyFD != 0 {
+		if err := forwardProxy(spec.ProxyFD, spec.ProxyPort); err != nil {
+			return 0, fmt.Errorf("egress proxy: %w", err)
 		}
 	}
 	if err := os.Chdir(spec.Dir); err != nil {
@@ -222,8 +253,15 @@ func relay(spec Spec, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if spec.ProxyFD != 0 {
+		files = append(files, uintptr(spec.ProxyFD))
+		spec.ProxyFD = len(files) - 1
+		if b, err = json.Marshal(spec); err != nil {
+			return 0, err
+		}
+	}
 	sys := &syscall.SysProcAttr{}
-	Attr(sys, spec.Loopback)
+	Attr(sys, spec)
 	pid, err := syscall.ForkExec(self, append([]string{self, string(b)}, args[1:]...),
 		&syscall.ProcAttr{Env: os.Environ(), Files: files, Sys: sys})
 	if err != nil {
@@ -312,7 +350,9 @@ func mountAll(spec Spec) error {
 		}
 	}
 	for i, k := range keep {
-		if err := os.MkdirAll(k, 0o700); err != nil {
+		// Searchable, not listable: the command may run as another user than
+		// this process (Spec.UID).
+		if err := os.MkdirAll(k, 0o711); err != nil {
 			return err
 		}
 		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, k, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -424,14 +464,25 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// restrict leaves this thread, and what it starts, without capabilities,
-// without new privileges and, with a ruleset, in its Landlock domain.
+// restrict leaves this thread, and what it starts, with the command's IDs,
+// without capabilities, without new privileges, without unix sockets when
+// asked, and, with a ruleset, in its Landlock domain.
 func restrict(spec Spec) error {
+	if spec.UID != 0 {
+		if err := SwitchThreadIDs(spec.UID, spec.GID); err != nil {
+			return err
+		}
+	}
 	if err := DropCapabilities(); err != nil {
 		return fmt.Errorf("drop capabilities: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no new privileges: %w", err)
+	}
+	if spec.NoUnixSockets {
+		if err := BlockUnixSockets(); err != nil {
+			return err
+		}
 	}
 	if !spec.Ruleset {
 		return nil
@@ -486,6 +537,23 @@ func probe(spec Spec) error {
 				return fmt.Errorf("%s is still visible", p)
 			}
 		}
+	}
+	return nil
+}
+
+// SwitchThreadIDs gives the calling thread (only: the raw system calls
+// change one thread's credentials, where the Go runtime's change every
+// thread's) the user and group uid and gid, and no supplementary group. A
+// thread whose user was root loses its capabilities with it.
+func SwitchThreadIDs(uid, gid int) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+		return fmt.Errorf("drop supplementary groups: %w", errno)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); errno != 0 {
+		return fmt.Errorf("set group %d: %w", gid, errno)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		return fmt.Errorf("set user %d: %w", uid, errno)
 	}
 	return nil
 }

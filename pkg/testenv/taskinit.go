@@ -31,6 +31,11 @@ func Program(t testing.TB, path, env string) string {
 		return p
 	}
 	dir := t.TempDir()
+	// Its parent too: commands may run as another user (the task user of
+	// a root worker).
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatalf("build %s: %v", path, err)
+	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatalf("build %s: %v", path, err)
 	}

@@ -73,11 +73,26 @@ type Config struct {
 	// TaskInit is the sylk-task-init program; "" looks for it beside this
 	// process's program, then on PATH.
 	TaskInit string
-	// Network is NetworkHost (commands share the service's network) or
-	// NetworkNone (a network namespace with only loopback; needs
-	// namespaces).
+	// Network is NetworkNone (the default: commands reach nothing of the
+	// host, nor anything beyond but NetworkAllow; network.go) or
+	// NetworkHost (they share the service's network: every port of the
+	// host, its stores' included).
 	Network string
+	// NetworkAllow are the host:port destinations commands may reach with
+	// NetworkNone, through the executor's egress proxy.
+	NetworkAllow []string
+	// TaskUID and TaskGID are the IDs commands run as, in namespaces, when
+	// the service runs as root (owner.go).
+	TaskUID int
+	TaskGID int
+	// UnsafeRunTasksAsRoot lets a service that runs as root without
+	// namespaces run its commands as root.
+	UnsafeRunTasksAsRoot bool
 }
+
+// DefaultTaskID is the default of Config.TaskUID and TaskGID: nobody and
+// nogroup.
+const DefaultTaskID = 65534
 
 // Spec defaults.
 const (
@@ -135,7 +150,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Cgroup, "toolexec.cgroup", CgroupAuto, "where each command gets a cgroup (v2) of its own, so that what it leaves in it is killed when it ends: \"auto\" (below the service's own cgroup, when the service may make cgroups there), an absolute directory in a cgroup2 hierarchy that the service may write, or \"\" for none")
 	fs.StringVar(&c.Namespaces, "toolexec.namespaces", NamespacesAuto, "start each confined command in user, mount, PID and IPC namespaces of its own, through the sylk-task-init program: it sees no other task's directory, processes or shared memory, and whatever it leaves running is killed when it ends: \"auto\" (where the service may make them and the program is found), \"on\" (or fail to start) or \"off\"")
 	fs.StringVar(&c.TaskInit, "toolexec.task-init", "", "the sylk-task-init program (default: beside the service's own program, else on PATH)")
-	fs.StringVar(&c.Network, "toolexec.network", NetworkHost, "the network of commands: \"host\" (the service's) or \"none\" (only a loopback interface of their own; needs namespaces)")
+	fs.StringVar(&c.Network, "toolexec.network", NetworkNone, "the network of commands: \"none\" (they reach nothing of the host, neither its TCP ports nor its unix sockets, nor anything beyond but -toolexec.network-allow: a loopback interface of their own in namespaces, Landlock network rules (Linux 6.7+) without; the worker refuses to start when it has neither) or \"host\" (UNSAFE: the worker's network, every port of the host and its stores included)")
+	fs.Var((*stringList)(&c.NetworkAllow), "toolexec.network-allow", "comma-separated host:port destinations commands may reach through the worker's egress proxy (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are set for them), with -toolexec.network none: e.g. proxy.golang.org:443,github.com:443; *.example.com:443 matches names below example.com; a name resolving to a loopback, private or link-local address is refused, an address listed as such is reached")
+	fs.IntVar(&c.TaskUID, "toolexec.task-uid", DefaultTaskID, "user ID commands run as when the worker runs as root (in namespaces): their workspace is theirs while they run")
+	fs.IntVar(&c.TaskGID, "toolexec.task-gid", DefaultTaskID, "group ID commands run as when the worker runs as root")
+	fs.BoolVar(&c.UnsafeRunTasksAsRoot, "toolexec.unsafe-run-tasks-as-root", false, "UNSAFE: let a worker that runs as root without namespaces run commands as root (they read /etc/shadow and every root-only file not hidden from them); without it such a worker refuses to start")
 	fs.Var((*stringList)(&c.ExtraSecretPatterns), "toolexec.extra-secret-patterns", "comma-separated environment name globs stripped from tools besides the built-in list")
 }
 
@@ -215,12 +234,23 @@ func (c Config) Validate() error {
 	}
 	switch c.Network {
 	case NetworkHost:
+		if len(c.NetworkAllow) > 0 {
+			errs = append(errs, errors.New("toolexec.network-allow: only with toolexec.network none (host reaches everything)"))
+		}
 	case NetworkNone:
-		if c.Namespaces == NamespacesOff || !c.Confine {
-			errs = append(errs, errors.New("toolexec.network: \"none\" needs toolexec.namespaces and toolexec.confine"))
+		if !c.Confine {
+			errs = append(errs, errors.New("toolexec.network: \"none\" needs toolexec.confine (or \"host\", which is unsafe)"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("toolexec.network: %q must be \"host\" or \"none\"", c.Network))
+		errs = append(errs, fmt.Errorf("toolexec.network: %q must be \"none\" or \"host\"", c.Network))
+	}
+	for _, a := range c.NetworkAllow {
+		if _, err := parseAllowRule(a); err != nil {
+			errs = append(errs, fmt.Errorf("toolexec.network-allow: %w", err))
+		}
+	}
+	if c.TaskUID < 1 || c.TaskGID < 1 || c.TaskUID > 1<<31-2 || c.TaskGID > 1<<31-2 {
+		errs = append(errs, errors.New("toolexec.task-uid and toolexec.task-gid: must be positive IDs (not root's)"))
 	}
 	for _, p := range c.ExtraSecretPatterns {
 		if _, err := filepath.Match(p, ""); err != nil {

@@ -31,8 +31,11 @@ import (
 //   - cannot signal, trace or reach through abstract sockets any process
 //     outside its own (kernel ABI 6 for signals and sockets).
 //
-// It does not confine the network, nor changes of permissions and times
-// (which Landlock does not govern).
+// With Config.Network "none" and no namespaces (network.go), it also may
+// neither connect to a TCP port but the egress proxy's nor bind one but an
+// ephemeral one (kernel ABI 4), nor make a unix socket (a seccomp filter).
+// It does not confine changes of permissions and times (which Landlock
+// does not govern).
 //
 // The restriction is applied to one locked OS thread just before it starts
 // the command, so that the command inherits it; the thread is then left to
@@ -79,7 +82,7 @@ type ruleset struct {
 	handled uint64
 }
 
-func newRuleset(abi int) (*ruleset, error) {
+func newRuleset(abi int, net bool) (*ruleset, error) {
 	handled := uint64(llV1)
 	if abi >= 2 {
 		handled |= unix.LANDLOCK_ACCESS_FS_REFER
@@ -89,6 +92,12 @@ func newRuleset(abi int) (*ruleset, error) {
 	}
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: handled}
 	size := unsafe.Sizeof(attr.Handled_access_fs)
+	if net {
+		// No TCP connection nor bound port but those the policy allows
+		// (netRules): the host's stores and services listen on TCP ports.
+		attr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+		size = unsafe.Offsetof(attr.Handled_access_net) + unsafe.Sizeof(attr.Handled_access_net)
+	}
 	if abi >= 6 {
 		// The command may not signal nor connect to an abstract socket of
 		// a process outside its domain (the service, other tasks).
@@ -344,6 +353,45 @@ type confinedPolicy struct {
 	// private asks for a ruleset of the command's own, which it may add
 	// rules to, not one shared with other commands.
 	private bool
+	// net restricts TCP (kernel ABI 4): no bound port but an ephemeral one
+	// and no connection but to connectPorts (the egress proxy's).
+	net          bool
+	connectPorts []uint16
+	// noUnixSockets: the command may make no unix socket
+	// (taskinit.BlockUnixSockets).
+	noUnixSockets bool
+}
+
+// landlockNetPortAttr is struct landlock_net_port_attr.
+type landlockNetPortAttr struct {
+	allowed uint64
+	port    uint64
+}
+
+const landlockRuleNetPort = 2
+
+// netRules adds p's network rules to r.
+func (p confinedPolicy) netRules(r *ruleset) error {
+	add := func(access uint64, port uint16) error {
+		attr := landlockNetPortAttr{allowed: access, port: uint64(port)}
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(r.fd), landlockRuleNetPort,
+			uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("confine: allow TCP port %d: %w", port, errno)
+		}
+		return nil
+	}
+	// Port 0 is any ephemeral port the kernel picks: a test's own server
+	// may listen, on a port no service of the host was given.
+	if err := add(unix.LANDLOCK_ACCESS_NET_BIND_TCP, 0); err != nil {
+		return err
+	}
+	for _, port := range p.connectPorts {
+		if err := add(unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, port); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // build makes the ruleset of p for the kernel's ABI, or takes a copy of
@@ -356,15 +404,21 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 		// A call with writable directories of its own gets a ruleset of
 		// its own, neither taken from the cache nor kept in it.
 		reuse := len(p.extra) == 0 && !p.private
+		key := p.cacheKey()
 		if reuse {
-			if fd, ok := rulesets.get(p.workspace, gen); ok {
+			if fd, ok := rulesets.get(key, p.workspace, gen); ok {
 				r = &ruleset{fd: fd}
 				return nil
 			}
 		}
 		var err error
-		if r, err = newRuleset(abi); err != nil {
+		if r, err = newRuleset(abi, p.net); err != nil {
 			return err
+		}
+		if p.net {
+			if err = p.netRules(r); err != nil {
+				return err
+			}
 		}
 		for _, b := range rules {
 			if err = r.add(b.fd, b.access, "a shared rule"); err != nil {
@@ -394,7 +448,7 @@ func (p confinedPolicy) build(abi int) (*ruleset, error) {
 			_ = unix.Close(ws)
 			return nil
 		}
-		rulesets.put(p.workspace, ws, gen, r.fd)
+		rulesets.put(key, ws, gen, r.fd)
 		return nil
 	})
 	if err != nil {
@@ -427,14 +481,20 @@ const maxCachedRulesets = 256
 
 var rulesets = rulesetCache{entries: map[string]cachedRuleset{}}
 
-func (c *rulesetCache) get(ws string, gen uint64) (int, bool) {
+// cacheKey names p's ruleset in the cache: its workspace and its network
+// rules.
+func (p confinedPolicy) cacheKey() string {
+	return fmt.Sprintf("%s\x00%t%v", p.workspace, p.net, p.connectPorts)
+}
+
+func (c *rulesetCache) get(key, ws string, gen uint64) (int, bool) {
 	var now, held unix.Stat_t
 	if unix.Stat(ws, &now) != nil {
 		return -1, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[ws]
+	e, ok := c.entries[key]
 	if !ok || e.gen != gen || unix.Fstat(e.ws, &held) != nil || held.Dev != now.Dev || held.Ino != now.Ino {
 		return -1, false
 	}
@@ -445,9 +505,10 @@ func (c *rulesetCache) get(ws string, gen uint64) (int, bool) {
 	return fd, true
 }
 
-// put keeps a duplicate of fd for ws, held open as wsFd (which put owns),
-// replacing an older one and evicting others past the bound.
-func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
+// put keeps a duplicate of fd under key, its workspace held open as wsFd
+// (which put owns), replacing an older one and evicting others past the
+// bound.
+func (c *rulesetCache) put(key string, wsFd int, gen uint64, fd int) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		_ = unix.Close(wsFd)
@@ -460,8 +521,8 @@ func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
 		_ = unix.Close(e.ws)
 		delete(c.entries, k)
 	}
-	if old, ok := c.entries[ws]; ok {
-		evict(ws, old)
+	if old, ok := c.entries[key]; ok {
+		evict(key, old)
 	}
 	for k, e := range c.entries {
 		if len(c.entries) < maxCachedRulesets && e.gen == gen {
@@ -469,7 +530,7 @@ func (c *rulesetCache) put(ws string, wsFd int, gen uint64, fd int) {
 		}
 		evict(k, e)
 	}
-	c.entries[ws] = cachedRuleset{fd: dup, ws: wsFd, gen: gen}
+	c.entries[key] = cachedRuleset{fd: dup, ws: wsFd, gen: gen}
 }
 
 // StartIn starts cmd (a program the service itself runs on a workspace's
@@ -510,6 +571,12 @@ func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			errc <- fmt.Errorf("confine: no new privileges: %w", err)
 			return
+		}
+		if p.noUnixSockets {
+			if err := taskinit.BlockUnixSockets(); err != nil {
+				errc <- fmt.Errorf("confine: %w", err)
+				return
+			}
 		}
 		if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.fd), 0, 0); errno != 0 {
 			errc <- fmt.Errorf("confine: restrict: %w", errno)

@@ -220,7 +220,7 @@ func TestInheritedDescriptorsStayBehind(t *testing.T) {
 func TestUnconfinedCommand(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
-	cfg.Confine = false
+	cfg.Confine, cfg.Network = false, NetworkHost
 	e, a, _, _ := confinedSetup(t, cfg)
 	require.False(t, e.Confined())
 	res := shell(t, e, a, "cat ../b/secret")

@@ -148,6 +148,14 @@ type Executor struct {
 	// (Config.Namespaces); noNamespaces says why NamespacesAuto found none.
 	ns           *namespaces
 	noNamespaces error
+	// owners hands workspaces to the task user, nil when commands run as
+	// the service's user (owner.go).
+	owners *owners
+	// landlockNet: commands run without namespaces under Landlock's
+	// network rules; egress is the proxy of Config.NetworkAllow, nil
+	// without (network.go).
+	landlockNet bool
+	egress      *egressProxy
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -202,11 +210,20 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 		}
 		e.noCgroup = err
 	}
-	if e.ns, err = newNamespaces(cfg); err != nil {
+	uid, gid := 0, 0
+	if os.Geteuid() == 0 {
+		uid, gid = cfg.TaskUID, cfg.TaskGID
+	}
+	if e.ns, err = newNamespaces(cfg, uid, gid); err != nil {
 		if !errors.As(err, new(errNamespacesUnavailable)) {
+			e.Close()
 			return nil, err
 		}
 		e.noNamespaces = err
+	}
+	if err := e.isolate(uid, gid); err != nil {
+		e.Close()
+		return nil, err
 	}
 	e.RegisterParser("go build", ParseGoDiagnostics)
 	e.RegisterParser("go vet", ParseGoDiagnostics)
@@ -230,6 +247,12 @@ func (e *Executor) InCgroups() (bool, error) {
 func (e *Executor) Close() {
 	if e.cgroups != nil {
 		e.cgroups.close()
+	}
+	if e.egress != nil {
+		e.egress.close()
+	}
+	if e.ns != nil && e.ns.proxy != nil {
+		_ = e.ns.proxy.Close()
 	}
 }
 
@@ -544,6 +567,17 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	marker := sweeper.begin() // orphans.go
 	defer sweeper.end(marker)
 	env := slices.DeleteFunc(StripEnv(os.Environ(), e.cfg.ExtraSecretPatterns, inv.Env), isMarker)
+	if e.egress != nil {
+		env = append(env, proxyEnv(e.proxyAddr())...)
+	}
+	if e.owners != nil {
+		release, err := e.owners.hold(ws, inv.Writable)
+		if err != nil {
+			closeAll(outR, outW, errR, errW)
+			return Result{ExitCode: -1}, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		defer release()
+	}
 	cmd := &exec.Cmd{Path: path, Args: av, Dir: dir,
 		Env:    append(env, RunMarkerEnv+"="+marker),
 		Stdin:  inv.Stdin,
@@ -567,6 +601,12 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	w.lastMeaningful.Store(-1)
 	w.lastRead.Store(time.Now().UnixNano())
 	policy := confinedPolicy{hidden: e.hidden, shared: e.cfg.ConfineWritable, workspace: ws, extra: inv.Writable}
+	if e.landlockNet {
+		policy.net, policy.noUnixSockets = true, true
+		if e.egress != nil {
+			policy.connectPorts = []uint16{e.egress.tcp}
+		}
+	}
 	switch {
 	case e.ns != nil:
 		err = e.ns.start(cmd, policy, e.Confined())

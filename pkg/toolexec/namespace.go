@@ -26,8 +26,11 @@ import (
 //     process left in its PID namespace, whichever session or cgroup they
 //     moved to. That is what lets confined task directories be reused.
 //
-// With Config.Network "none" it also gets a network namespace with nothing
-// but its loopback interface.
+// With Config.Network "none" (the default) it also gets a network namespace
+// with nothing but its loopback interface, where the init program serves
+// the egress proxy's port (network.go), and may make no unix socket. When
+// the service runs as root, the command runs as Config.TaskUID and
+// TaskGID (owner.go).
 
 // Namespace settings.
 const (
@@ -40,8 +43,12 @@ const (
 
 // namespaces is how an executor starts commands in namespaces of their own.
 type namespaces struct {
-	init     string // the sylk-task-init program
-	loopback bool   // a network namespace with only loopback
+	init string // the sylk-task-init program
+	// base is what every command's specification holds: its network
+	// namespace, unix sockets and IDs.
+	base taskinit.Spec
+	// proxy is the egress proxy's socket (O_PATH), nil without.
+	proxy *os.File
 	// relay starts the program as it is, to make the namespaces itself:
 	// this process is not dumpable (protectProcess), so unless it is root,
 	// it cannot write the ID maps of a process it starts in a user
@@ -52,30 +59,36 @@ type namespaces struct {
 // attr sets what starts the init program.
 func (ns *namespaces) attr(sys *syscall.SysProcAttr) {
 	if !ns.relay {
-		taskinit.Attr(sys, ns.loopback)
+		taskinit.Attr(sys, ns.base)
 	}
 }
 
 // newNamespaces finds the task init program and checks, by starting it,
-// that this process may make the namespaces. A nil result with a nil error
-// means the setting is off.
-func newNamespaces(cfg Config) (*namespaces, error) {
+// that this process may make the namespaces, with commands running as uid
+// and gid (when uid is not 0). A nil result with a nil error means the
+// setting is off.
+func newNamespaces(cfg Config, uid, gid int) (*namespaces, error) {
 	if cfg.Namespaces == NamespacesOff || !cfg.Confine {
 		return nil, nil
 	}
 	init, err := findTaskInit(cfg.TaskInit)
 	if err == nil {
-		ns := &namespaces{init: init, loopback: cfg.Network == NetworkNone}
+		none := cfg.Network == NetworkNone
+		ns := &namespaces{init: init, base: taskinit.Spec{Loopback: none, NoUnixSockets: none, UID: uid, GID: gid}}
 		if err = ns.probe(); err == nil {
 			return ns, nil
 		}
-		ns.relay = true
-		if err = ns.probe(); err == nil {
-			return ns, nil
+		// The relay maps only the service's own user: it serves a service
+		// that does not run as root.
+		if uid == 0 {
+			ns.relay = true
+			if err = ns.probe(); err == nil {
+				return ns, nil
+			}
 		}
 	}
 	err = fmt.Errorf("no namespaces for commands: %w", err)
-	if cfg.Namespaces == NamespacesOn || cfg.Network == NetworkNone {
+	if cfg.Namespaces == NamespacesOn {
 		return nil, err
 	}
 	return nil, errNamespacesUnavailable{err}
@@ -122,8 +135,9 @@ func (ns *namespaces) probe() error {
 			return err
 		}
 	}
-	args, err := taskinit.Args(ns.init, taskinit.Spec{Dir: task, Cover: []string{root}, Keep: []string{task},
-		Loopback: ns.loopback, Probe: true, Relay: ns.relay}, "", nil)
+	spec := ns.base
+	spec.Dir, spec.Cover, spec.Keep, spec.Probe, spec.Relay = task, []string{root}, []string{task}, true, ns.relay
+	args, err := taskinit.Args(ns.init, spec, "", nil)
 	if err != nil {
 		return err
 	}
@@ -149,8 +163,8 @@ func clip(s string, n int) string {
 // covers p's hidden directories but for its workspace and writable ones, and
 // it runs restricted by p's Landlock ruleset when confined is true.
 func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) error {
-	spec := taskinit.Spec{Dir: cmd.Dir, Cover: p.hidden, Keep: slices.Concat([]string{p.workspace}, p.shared, p.extra),
-		Loopback: ns.loopback, Relay: ns.relay}
+	spec := ns.base
+	spec.Dir, spec.Cover, spec.Keep, spec.Relay = cmd.Dir, p.hidden, slices.Concat([]string{p.workspace}, p.shared, p.extra), ns.relay
 	if confined {
 		p.private = true
 		r, err := p.build(LandlockABI())
@@ -164,6 +178,10 @@ func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) erro
 		defer f.Close()
 		cmd.ExtraFiles = []*os.File{f}
 		spec.Ruleset = true
+	}
+	if ns.proxy != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ns.proxy)
+		spec.ProxyFD, spec.ProxyPort = 2+len(cmd.ExtraFiles), nsProxyPort
 	}
 	args, err := taskinit.Args(ns.init, spec, cmd.Path, cmd.Args)
 	if err != nil {

@@ -154,7 +154,7 @@ func TestNamespacesRefused(t *testing.T) {
 	_, err = New(cfg, b, nil)
 	require.ErrorContains(t, err, "toolexec.task-init")
 
-	cfg.Namespaces, cfg.Network = NamespacesOff, NetworkNone
+	cfg.Confine, cfg.Network = false, NetworkNone
 	require.ErrorContains(t, cfg.Validate(), "toolexec.network")
 
 	// Auto without the program runs commands as before, and says why.

@@ -29,12 +29,18 @@ func testConfig() Config {
 	c.CleanupTimeout = time.Second
 	c.AcquireTimeout = 200 * time.Millisecond
 	c.Slots = 8
+	// Tests that run as root without namespaces run their commands as
+	// root (the namespaced ones run them as the task user).
+	c.UnsafeRunTasksAsRoot = true
 	return c
 }
 
 func newExec(t *testing.T, cfg Config) (*Executor, string) {
 	t.Helper()
 	root := t.TempDir()
+	// The task user passes through the test's directory to its
+	// workspaces.
+	require.NoError(t, os.Chmod(filepath.Dir(root), 0o711))
 	b, err := NewBoundary(root)
 	require.NoError(t, err)
 	e, err := New(cfg, b, nil)
@@ -228,6 +234,7 @@ func TestTimeouts(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 
 	def := DefaultConfig()
+	def.UnsafeRunTasksAsRoot = true // when the tests run as root
 	d, _ := newExec(t, def)
 	require.Equal(t, 60*time.Second, d.BaseTimeout(Invocation{Command: "sleep 120"}))
 	require.Equal(t, 30*time.Second, d.BaseTimeout(Invocation{Command: "git", Args: []string{"status"}}))

@@ -234,8 +234,13 @@ func (l *roleList) Set(s string) error {
 }
 
 // defaultCacheRoot is sylk-worker in the user's cache directory, or in the
-// temporary directory when there is none.
+// temporary directory when there is none. Root's is /var/cache: its
+// commands run as another user (-toolexec.task-uid), who must pass through
+// the directories above (root's home is closed to it).
 func defaultCacheRoot() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/sylk-worker"
+	}
 	if dir, err := os.UserCacheDir(); err == nil && filepath.IsAbs(dir) {
 		return filepath.Join(dir, "sylk-worker")
 	}

@@ -93,6 +93,15 @@ func (s *Service) logIsolation(ctx context.Context) {
 	} else {
 		s.log.InfoContext(ctx, "task commands share the worker's namespaces", logx.Err(why))
 	}
+	if uid, gid, other := s.exec.TaskUser(); other {
+		s.log.InfoContext(ctx, "task commands run as the task user, not as the worker's root", slog.Int("uid", uid), slog.Int("gid", gid))
+	}
+	if s.cfg.Tools.Network == toolexec.NetworkHost {
+		s.log.WarnContext(ctx, "task commands share the worker's network: they reach every port of the host, its stores included (toolexec.network host)")
+	} else {
+		s.log.InfoContext(ctx, "task commands reach nothing of the host; the network only through the egress proxy's allow-list",
+			slog.Any("toolexec.network-allow", s.cfg.Tools.NetworkAllow))
+	}
 	if s.exec.Confined() {
 		s.log.InfoContext(ctx, "task commands confined", slog.Int("landlock_abi", toolexec.LandlockABI()))
 	} else {

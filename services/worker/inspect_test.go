@@ -47,6 +47,7 @@ func taskExecutor(t *testing.T, root string) (*toolexec.Executor, map[string]str
 	require.NoError(t, os.MkdirAll(env["GOCACHE"], 0o755))
 	cfg := toolexec.DefaultConfig()
 	cfg.ConfineWritable = []string{env["GOCACHE"], env["TMPDIR"]}
+	cfg.UnsafeRunTasksAsRoot = true // when the tests run as root
 	ex, err := toolexec.New(cfg, b, nil)
 	require.NoError(t, err)
 	return ex, env

@@ -33,6 +33,10 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	cfg.Tools.Namespaces = toolexec.NamespacesOn
 	cfg.Tools.TaskInit = testenv.TaskInit(t)
 	cfg.Tools.Cgroup = ""
+	// Unix sockets, which the default network refuses, are what the
+	// descriptor travels through: allowed here, so that the attack gets as
+	// far as the directory it would reach.
+	cfg.Tools.Network = toolexec.NetworkHost
 	s := offlineService(t, cfg)
 	s.scratch = newScratchPool(cfg.WorkspaceRoot, scratchReuse(cfg, s.exec))
 	t.Cleanup(s.scratch.close)
@@ -49,6 +53,9 @@ func TestNamespacedReusedDirectoryHeldByAnotherTask(t *testing.T) {
 	for _, f := range []string{ready, proceed, hold} {
 		require.NoError(t, syscall.Mkfifo(f, 0o600))
 	}
+	// Victor's task runs as the task user when the tests run as root.
+	require.NoError(t, os.Chmod(filepath.Dir(hold), 0o755))
+	require.NoError(t, os.Chmod(hold, 0o666))
 
 	// Mallory's first task waits for a descriptor.
 	holder := make(chan *taskv1.TaskResult, 1)

@@ -157,27 +157,18 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The cache root itself is covered in a command's namespaces; the
+	// directories above it are the host's.
+	if err := ex.CheckReachable(cfg.CacheRoot); err != nil {
+		ex.Close()
+		return nil, fmt.Errorf("worker.cache-root: %w", err)
+	}
 	f := promauto.With(reg)
 	registerCacheMetrics(f, ex)
 	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_orphans_killed_total",
 		Help: "Processes a task command left running outside its process group, killed after it ended."},
 		func() float64 { return float64(toolexec.OrphansKilled()) })
-	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_confined",
-		Help: "1 when task commands run confined to their workspace (Landlock), 0 when they do not."},
-		func() float64 {
-			if ex.Confined() {
-				return 1
-			}
-			return 0
-		})
-	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_namespaced",
-		Help: "1 when task commands run in namespaces of their own (toolexec.namespaces), 0 when they do not."},
-		func() float64 {
-			if ok, _ := ex.Namespaced(); ok {
-				return 1
-			}
-			return 0
-		})
+	registerIsolationMetrics(f, ex)
 	return &Service{
 		cfg:     cfg,
 		log:     log.With(logx.KeyComponent, "worker"),
@@ -207,6 +198,33 @@ func scratchReuse(cfg Config, ex *toolexec.Executor) int {
 		return 0
 	}
 	return cfg.Concurrency
+}
+
+// registerIsolationMetrics exposes how task commands are kept apart:
+// confinement, namespaces and the egress proxy's decisions.
+func registerIsolationMetrics(f promauto.Factory, ex *toolexec.Executor) {
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_confined",
+		Help: "1 when task commands run confined to their workspace (Landlock), 0 when they do not."},
+		func() float64 {
+			if ex.Confined() {
+				return 1
+			}
+			return 0
+		})
+	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_egress_refused_total",
+		Help: "Connections of task commands the egress proxy refused: their destination is not on -toolexec.network-allow."},
+		func() float64 { return float64(ex.Egress().Refused) })
+	f.NewCounterFunc(prometheus.CounterOpts{Name: "sylk_worker_egress_allowed_total",
+		Help: "Connections of task commands the egress proxy made to a destination of -toolexec.network-allow."},
+		func() float64 { return float64(ex.Egress().Allowed) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "sylk_worker_namespaced",
+		Help: "1 when task commands run in namespaces of their own (toolexec.namespaces), 0 when they do not."},
+		func() float64 {
+			if ok, _ := ex.Namespaced(); ok {
+				return 1
+			}
+			return 0
+		})
 }
 
 // registerCacheMetrics exposes the tool output cache's use (spec C-33).

@@ -36,6 +36,15 @@ import (
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.WorkspaceRoot = t.TempDir()
+	// The task user (the tests run as root) passes through the test's
+	// directory to its workspaces; without namespaces the commands run as
+	// whoever runs the tests.
+	require.NoError(t, os.Chmod(filepath.Dir(cfg.WorkspaceRoot), 0o711))
+	cfg.Tools.UnsafeRunTasksAsRoot = true
+	// Caches of their own: a worker's default cache root holds the task
+	// user's caches, which commands running as a capability-less root
+	// cannot write.
+	cfg.CacheRoot = filepath.Join(os.TempDir(), fmt.Sprintf("sylk-worker-tests-%d", os.Getuid()))
 	cfg.Tools.InterruptGrace = 300 * time.Millisecond
 	cfg.Tools.TerminateGrace = 300 * time.Millisecond
 	cfg.Tools.DefaultTimeout = 30 * time.Second

@@ -1,16 +1,18 @@
 // Command nsattack is what the namespace tests run as a task's command to
 // try what an attacker would: pass a descriptor to a task that outlives
-// it, reach another task's pseudo-terminal.
+// it, reach another task's pseudo-terminal, connect to the host's stores.
 package main
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +37,8 @@ func main() {
 		err = keyAdd(args[0], args[1])
 	case "keyread":
 		err = keyRead(args[0])
+	case "dial":
+		err = dial(args[0], args[1])
 	default:
 		err = fmt.Errorf("unknown mode %s", os.Args[1])
 	}
@@ -241,5 +245,17 @@ func keyRead(desc string) error {
 		return fmt.Errorf("read %s: %w", desc, err)
 	}
 	fmt.Printf("key %s: %s\n", desc, buf[:n])
+	return nil
+}
+
+// dial connects to address on network (tcp, unix) and says whether it
+// could.
+func dial(network, address string) error {
+	c, err := net.DialTimeout(network, address, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
+	fmt.Println("connected")
 	return nil
 }
