@@ -38,6 +38,15 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	if reply, ok := s.planAnswer(ctx, in, sess); ok { // planchat.go
 		in.plan = &reply
 	}
+	if in.command == "" && in.plan == nil {
+		name, err := s.latestClarification(ctx, in) // clarificationreply.go
+		if err != nil {
+			return nil, apierr.Status(ctx, s.log, "send message", err)
+		}
+		if name != "" {
+			return s.answerClarification(ctx, in.who, sess, in.text, name, in.requestID)
+		}
+	}
 	start := time.Now()
 	m := s.newMessage(in)
 	m.Repository = sess.Repository
