@@ -178,17 +178,22 @@ func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess s
 		return s.planRoute(ctx, who, sess, m, cl, tierClarification), c.Context == contextReroute
 	}
 	m.CorrelationID = ids.New()
-	return s.planRoute(ctx, who, sess, m, s.rephrased(ctx, m, c.Original), tierClarification), false
+	return s.planRoute(ctx, who, sess, m, s.rephrased(ctx, m, c), tierClarification), false
 }
 
-// rephrased classifies a reply that chose no agent: a rephrase clear on its
-// own routes as written, else it is read with the request it completes.
-func (s *Service) rephrased(ctx context.Context, m *message, original string) Classification {
-	if cl, err := s.classifier.Classify(ctx, m.Text); err == nil && cl.Target != "" && cl.Confidence >= s.cfg.RouteThreshold {
-		m.RouteText = m.Text
-		return cl
+// rephrased classifies a reply that chose no agent. The answer to "who
+// should handle this?" that is clear on its own is the request in other
+// words and routes as written; otherwise, and always when the question was
+// about the request's content, the reply is read with the request it
+// completes.
+func (s *Service) rephrased(ctx context.Context, m *message, c clarificationRow) Classification {
+	if c.Context == contextRouting {
+		if cl, err := s.classifier.Classify(ctx, m.Text); err == nil && cl.Target != "" && cl.Confidence >= s.cfg.RouteThreshold {
+			m.RouteText = m.Text
+			return cl
+		}
 	}
-	m.RouteText = original + " " + m.Text
+	m.RouteText = c.Original + " " + m.Text
 	cl, err := s.classifier.Classify(ctx, m.RouteText)
 	if err != nil {
 		return Classification{}
