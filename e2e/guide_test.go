@@ -136,8 +136,9 @@ func TestGuideRouting(t *testing.T) {
 		require.Equal(t, tt.target, route["target"], tt.text)
 		require.Equal(t, tt.intent, route["intentType"], tt.text)
 		if tt.knowledge != "" {
-			require.Equal(t, tt.knowledge, route["knowledgeIntent"])
-			require.Equal(t, tt.scope, route["timeScope"])
+			require.Equal(t, tt.knowledge, route["knowledgeIntent"], tt.text)
+			scope, _ := route["timeScope"].(string) // absent when empty
+			require.Equal(t, tt.scope, scope, tt.text)
 		}
 	}
 
