@@ -123,6 +123,10 @@ BENCH_FLAGS ?= -run '^$$' -bench . -benchtime=1x -timeout 30m -v
 bench-guide: ## Routing throughput and p50/p99 per tier, beside raw NATS request-reply and gRPC echo
 	$(GO) test $(BENCH_FLAGS) ./bench/guide/
 
+.PHONY: bench-routing
+bench-routing: ## The offline router on its labelled set (k-fold): accuracy per agent, confusions, clarifications, against the keyword rules
+	$(GO) test $(BENCH_FLAGS) ./bench/routing/
+
 .PHONY: bench-llm
 bench-llm: ## The LLM gate's added latency and the Redis rate-limit and budget checks
 	$(GO) test $(BENCH_FLAGS) ./bench/llm/

@@ -125,13 +125,20 @@ func TestGuideRouting(t *testing.T) {
 		{"How would I design a rate limiter?", "academic", "EXPLORATORY", "", "", ""},
 		{"how did we handle the auth migration last month", "archivalist", "EXPLORATORY", "HISTORICAL", "auth_migration", "last_month"},
 		{"Add caching to the search endpoint, careful about memory", "architect", "EXPLICIT", "", "", ""},
+		// Ordinary phrasing (issue 24), routed without a question.
+		{"explain how CopyFrom works", "librarian", "EXPLORATORY", "EXPLAIN", "", ""},
+		{"find the function that parses durations", "librarian", "EXPLORATORY", "LOCATE", "", ""},
+		{"what failed recently?", "archivalist", "EXPLORATORY", "GENERAL", "", "recent"},
+		{"what do our docs say about error handling?", "academic", "EXPLORATORY", "", "", ""},
+		{"what is Main", "librarian", "EXPLORATORY", "", "", ""},
 	} {
 		route := send(tt.text)["route"].(map[string]any)
 		require.Equal(t, tt.target, route["target"], tt.text)
 		require.Equal(t, tt.intent, route["intentType"], tt.text)
 		if tt.knowledge != "" {
-			require.Equal(t, tt.knowledge, route["knowledgeIntent"])
-			require.Equal(t, tt.scope, route["timeScope"])
+			require.Equal(t, tt.knowledge, route["knowledgeIntent"], tt.text)
+			scope, _ := route["timeScope"].(string) // absent when empty
+			require.Equal(t, tt.scope, scope, tt.text)
 		}
 	}
 
@@ -161,6 +168,14 @@ func TestGuideRouting(t *testing.T) {
 	require.Len(t, clar, 1)
 	ans := send("the librarian", clar[0].(map[string]any)["name"].(string))
 	require.Equal(t, "librarian", ans["route"].(map[string]any)["target"])
+	require.Empty(t, c.ok("GET", "/v1/"+name+"/clarifications", nil)["clarifications"])
+
+	// The question numbers its choices; a plain reply answers it, no id.
+	ask = send("hello there")
+	require.Contains(t, ask["reply"], "1. search this codebase (librarian)")
+	ans = send("the code one")
+	require.Equal(t, "librarian", ans["route"].(map[string]any)["target"])
+	require.Equal(t, "clarification", ans["route"].(map[string]any)["tier"])
 	require.Empty(t, c.ok("GET", "/v1/"+name+"/clarifications", nil)["clarifications"])
 
 	// 23: a routing failure is stored, found, fed to the Archivalist and

@@ -3,7 +3,6 @@ package guide
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +74,7 @@ func (s *Service) clarificationAnswer(ctx context.Context, who identity.Identity
 	if requestID != "" {
 		a.m.RequestID = &requestID
 	}
-	open, err := openClarification(ctx, s.db, a.owner, sess.ID, cid)
+	open, err := openClarification(ctx, s.db, a.owner, sess.ID, cid, s.clarificationCutoff())
 	if err != nil {
 		return nil, err
 	}
@@ -150,14 +149,7 @@ func parseClarificationName(field, name string) (string, string, error) {
 // says that the answer settles an escalated reroute, whose pending request
 // the caller closes in its transaction.
 func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess session, m *message, c clarificationRow) (plan routePlan, closeEscalated bool) {
-	lower := strings.ToLower(m.Text)
-	chosen := ""
-	for _, opt := range slices.Concat(c.Options, routableAgents) {
-		if containsPhrase(lower, opt) {
-			chosen = opt
-			break
-		}
-	}
+	chosen := choiceOf(m.Text, c.Options)
 	m.RouteText = c.Original
 	if chosen != "" {
 		cl, err := s.classifier.Classify(ctx, c.Original)
@@ -185,12 +177,26 @@ func (s *Service) routeAnswer(ctx context.Context, who identity.Identity, sess s
 		m.CorrelationID = ids.New()
 		return s.planRoute(ctx, who, sess, m, cl, tierClarification), c.Context == contextReroute
 	}
-	combined := c.Original + " " + m.Text
-	cl, err := s.classifier.Classify(ctx, combined)
-	if err != nil {
-		cl = Classification{}
-	}
-	m.RouteText = combined
 	m.CorrelationID = ids.New()
-	return s.planRoute(ctx, who, sess, m, cl, tierClarification), false
+	return s.planRoute(ctx, who, sess, m, s.rephrased(ctx, m, c), tierClarification), false
+}
+
+// rephrased classifies a reply that chose no agent. The answer to "who
+// should handle this?" that is clear on its own is the request in other
+// words and routes as written; otherwise, and always when the question was
+// about the request's content, the reply is read with the request it
+// completes.
+func (s *Service) rephrased(ctx context.Context, m *message, c clarificationRow) Classification {
+	if c.Context == contextRouting {
+		if cl, err := s.classifier.Classify(ctx, m.Text); err == nil && cl.Target != "" && cl.Confidence >= s.cfg.RouteThreshold {
+			m.RouteText = m.Text
+			return cl
+		}
+	}
+	m.RouteText = c.Original + " " + m.Text
+	cl, err := s.classifier.Classify(ctx, m.RouteText)
+	if err != nil {
+		return Classification{}
+	}
+	return cl
 }

@@ -85,9 +85,12 @@ func askQuestion(ctx context.Context, q querier, c clarificationRow) error {
 	return nil
 }
 
-func pendingClarifications(ctx context.Context, q querier, tenant, sessionID string) ([]clarificationRow, error) {
+// pendingClarifications lists a session's unanswered questions asked after
+// cutoff (older ones have expired).
+func pendingClarifications(ctx context.Context, q querier, tenant, sessionID string, cutoff any) ([]clarificationRow, error) {
 	rows, err := q.Query(ctx, `SELECT `+clarificationColumns+` FROM clarifications
-		WHERE tenant_id = $1 AND session_id = $2 AND answer_time IS NULL ORDER BY create_time, id`, tenant, sessionID)
+		WHERE tenant_id = $1 AND session_id = $2 AND answer_time IS NULL AND create_time > $3 ORDER BY create_time, id`,
+		tenant, sessionID, cutoff)
 	if err != nil {
 		return nil, fmt.Errorf("list clarifications: %w", err)
 	}
@@ -113,9 +116,11 @@ func takeClarification(ctx context.Context, q querier, o owner, sessionID, id, a
 }
 
 // openClarification reads one of the owner's unanswered clarifications.
-func openClarification(ctx context.Context, q querier, o owner, sessionID, id string) (clarificationRow, error) {
+// An expired one (asked before cutoff) is not found.
+func openClarification(ctx context.Context, q querier, o owner, sessionID, id string, cutoff any) (clarificationRow, error) {
 	c, err := scanClarification(q.QueryRow(ctx, `SELECT `+clarificationColumns+` FROM clarifications
-		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL`, o.tenant, o.user, sessionID, id))
+		WHERE tenant_id = $1 AND user_id = $2 AND session_id = $3 AND id = $4 AND answer_time IS NULL AND create_time > $5`,
+		o.tenant, o.user, sessionID, id, cutoff))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return clarificationRow{}, apierr.NotFound("pending clarification", clarificationName(sessionID, id))
 	}
@@ -131,7 +136,7 @@ func (s *Service) ListClarifications(ctx context.Context, req *guidev1.ListClari
 	if err != nil {
 		return nil, err
 	}
-	rows, err := pendingClarifications(ctx, s.db, sess.TenantID, sess.ID)
+	rows, err := pendingClarifications(ctx, s.db, sess.TenantID, sess.ID, s.clarificationCutoff())
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "list clarifications", err)
 	}

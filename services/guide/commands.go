@@ -181,7 +181,7 @@ func (s *Service) statusCommand(ctx context.Context, env *commandEnv) (commandRe
 	if err != nil {
 		return commandResult{}, err
 	}
-	clar, err := pendingClarifications(ctx, env.q, env.owner.tenant, env.session.ID)
+	clar, err := pendingClarifications(ctx, env.q, env.owner.tenant, env.session.ID, s.clarificationCutoff())
 	if err != nil {
 		return commandResult{}, err
 	}

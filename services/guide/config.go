@@ -34,6 +34,7 @@ const (
 	DefaultFailurePenalty      = 0.1
 	DefaultLibrarianCacheTTL   = 15 * time.Minute
 	DefaultRouteCacheTTL       = 10 * time.Minute
+	DefaultClarificationTTL    = 30 * time.Minute
 	DefaultMaxRecordingQueries = 1000
 	DefaultLocalCacheTTL       = 2 * time.Second
 	DefaultPreRouteTimeout     = 2 * time.Second
@@ -109,6 +110,9 @@ type Config struct {
 	LibrarianCacheTTL time.Duration
 	// RouteCacheTTL is how long a routing decision stays cached.
 	RouteCacheTTL time.Duration
+	// ClarificationTTL is how long a question to the user stays pending;
+	// unanswered, it expires.
+	ClarificationTTL time.Duration
 	// MaxRecordingQueries bounds one recording.
 	MaxRecordingQueries int
 	// AsyncCommit stores messages without waiting for the disk: a database
@@ -170,6 +174,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.FailurePenalty, "guide.failure-penalty", DefaultFailurePenalty, "confidence removed per similar past routing failure")
 	fs.DurationVar(&c.LibrarianCacheTTL, "guide.librarian-cache-ttl", DefaultLibrarianCacheTTL, "lifetime of a cached librarian answer (5m-30m)")
 	fs.DurationVar(&c.RouteCacheTTL, "guide.route-cache-ttl", DefaultRouteCacheTTL, "lifetime of a cached routing decision")
+	fs.DurationVar(&c.ClarificationTTL, "guide.clarification-ttl", DefaultClarificationTTL, "time a question to the user stays pending; a plain reply answers the latest one, and unanswered ones expire")
 	fs.IntVar(&c.MaxRecordingQueries, "guide.max-recording-queries", DefaultMaxRecordingQueries, "most queries one recording keeps")
 	fs.DurationVar(&c.LocalCacheTTL, "guide.local-cache-ttl", DefaultLocalCacheTTL, "how long in-process copies of session state and routing failures written by other replicas are trusted")
 	fs.DurationVar(&c.PreRouteTimeout, "guide.preroute-timeout", DefaultPreRouteTimeout, "time the librarian and archivalist get to answer before a change is routed to the architect without their answer")
@@ -215,7 +220,7 @@ func (c Config) Validate() error {
 	for name, v := range map[string]time.Duration{"session-task-timeout": c.SessionTaskTimeout,
 		"session-timeout": c.SessionTimeout, "session-auto-suspend-after": c.SessionAutoSuspendAfter,
 		"reaper-interval": c.ReaperInterval, "request-timeout": c.RequestTimeout, "peer-timeout": c.PeerTimeout,
-		"route-cache-ttl": c.RouteCacheTTL, "local-cache-ttl": c.LocalCacheTTL, "preroute-timeout": c.PreRouteTimeout, "llm-classifier-timeout": c.LLMClassifierTimeout,
+		"route-cache-ttl": c.RouteCacheTTL, "clarification-ttl": c.ClarificationTTL, "local-cache-ttl": c.LocalCacheTTL, "preroute-timeout": c.PreRouteTimeout, "llm-classifier-timeout": c.LLMClassifierTimeout,
 		"outbox-interval": c.OutboxInterval, "outbox-grace": c.OutboxGrace, "publish-timeout": c.PublishTimeout, "inbox-timeout": c.InboxTimeout} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("guide.%s: must not be negative", name))
@@ -286,6 +291,7 @@ func (c Config) withDefaults() Config {
 	setFloat(&c.FailurePenalty, DefaultFailurePenalty)
 	setDur(&c.LibrarianCacheTTL, DefaultLibrarianCacheTTL)
 	setDur(&c.RouteCacheTTL, DefaultRouteCacheTTL)
+	setDur(&c.ClarificationTTL, DefaultClarificationTTL)
 	setInt(&c.MaxRecordingQueries, DefaultMaxRecordingQueries)
 	setDur(&c.LocalCacheTTL, DefaultLocalCacheTTL)
 	setDur(&c.PreRouteTimeout, DefaultPreRouteTimeout)

@@ -233,10 +233,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	_, err = f.svc.UpdateSessionContext(ctx, &guidev1.UpdateSessionContextRequest{Name: s.GetName(), Context: c})
 	testenv.RequireReason(t, err, codes.Aborted, reasonContextVersionMismatch, "context version is 1, not 0")
 
-	ask := f.send(t, ctx, s, "hello there")
-	require.Empty(t, ask.GetRoute().GetTarget())
+	// The question comes last: the next message would answer it.
 	routed := f.send(t, ctx, s, "where is the function ParseConfig defined?")
 	require.Equal(t, "librarian", routed.GetRoute().GetTarget())
+	ask := f.send(t, ctx, s, "hello there")
+	require.Empty(t, ask.GetRoute().GetTarget())
 	clarBefore, err := f.svc.ListClarifications(ctx, &guidev1.ListClarificationsRequest{Parent: s.GetName()})
 	require.NoError(t, err)
 	require.Len(t, clarBefore.GetClarifications(), 1)

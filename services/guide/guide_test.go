@@ -542,7 +542,7 @@ func TestClarification(t *testing.T) {
 		text    string
 		options []string
 	}{
-		{"tell me about the history of this function", []string{"librarian", "archivalist"}},
+		{"the code or the docs", []string{"librarian", "academic"}},
 		{"hello there", []string{"librarian", "archivalist", "academic", "architect"}},
 	}
 	for _, tt := range tests {

@@ -79,7 +79,7 @@ func NewLLMClassifier(c Completer, cfg LLMClassifierConfig, log *slog.Logger, re
 	}
 	return &LLMClassifier{
 		llm:      c,
-		fallback: newKeywordClassifier(),
+		fallback: newModelClassifier(),
 		cfg:      cfg,
 		log:      log.With(logx.KeyComponent, "guide-llm-classifier"),
 		outcomes: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{

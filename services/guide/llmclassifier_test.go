@@ -119,7 +119,7 @@ func TestLLMClassifierModelAnswer(t *testing.T) {
 func TestLLMClassifierFallback(t *testing.T) {
 	t.Parallel()
 	const text = "fix typo in README"
-	offline, err := newKeywordClassifier().Classify(context.Background(), text)
+	offline, err := newModelClassifier().Classify(context.Background(), text)
 	require.NoError(t, err)
 	tests := []struct {
 		name    string
@@ -250,7 +250,7 @@ func TestSetLLMGate(t *testing.T) {
 	f := newFixture(t)
 	f.svc.cfg.LLMClassifier = true
 	f.svc.SetLLMGate(newGate(llm.Config{MaxTokens: 64}))
-	require.IsType(t, &keywordClassifier{}, f.svc.classifier, "only the offline local provider: the rules classify")
+	require.IsType(t, &ModelClassifier{}, f.svc.classifier, "only the offline local provider: the rules classify")
 
 	var srv chatServer
 	url := srv.start(t, http.StatusOK, func(string) string { return `{}` })
@@ -259,7 +259,7 @@ func TestSetLLMGate(t *testing.T) {
 
 	off := newFixture(t)
 	off.svc.SetLLMGate(newGate(llm.Config{Provider: llm.OpenAI, MaxTokens: 64, OpenAI: llm.ProviderConfig{BaseURL: url}}))
-	require.IsType(t, &keywordClassifier{}, off.svc.classifier, "-guide.llm-classifier=false")
+	require.IsType(t, &ModelClassifier{}, off.svc.classifier, "-guide.llm-classifier=false")
 }
 
 // usageRecords keeps the usage records a gate stores.

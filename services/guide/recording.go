@@ -318,7 +318,7 @@ func (s *Service) dryRun(ctx context.Context, who identity.Identity, q *guidev1.
 // replaySend sends one query into the target session, under requestID
 // when it is not empty.
 func (s *Service) replaySend(ctx context.Context, target string, index int32, text, action, requestID string) (*guidev1.ReplayStepResult, error) {
-	resp, err := s.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessionName(target), Text: text, RequestId: requestID})
+	resp, err := s.sendMessage(ctx, &guidev1.SendMessageRequest{Parent: sessionName(target), Text: text, RequestId: requestID}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -222,7 +222,7 @@ func clarification(c Classification) (string, []string) {
 	for _, o := range options {
 		for _, p := range agentPurposes {
 			if p.agent == o {
-				parts = append(parts, fmt.Sprintf("%s (%s)", p.purpose, p.agent))
+				parts = append(parts, fmt.Sprintf("%d. %s (%s)", len(parts)+1, p.purpose, p.agent))
 			}
 		}
 	}
@@ -234,5 +234,6 @@ func clarification(c Classification) (string, []string) {
 	default:
 		list = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 	}
-	return fmt.Sprintf("I am not sure who should handle this. Do you want to %s? Reply with more detail.", list), options
+	return fmt.Sprintf("I am not sure who should handle this. Do you want to %s? Reply with a number, the agent's name, "+
+		"or the request in other words.", list), options
 }

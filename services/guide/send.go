@@ -21,6 +21,13 @@ import (
 // the user to clarify (low confidence) or routes it to an agent's inbox,
 // publishing each step on the session's event stream.
 func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageRequest) (*guidev1.SendMessageResponse, error) {
+	return s.sendMessage(ctx, req, true)
+}
+
+// sendMessage is SendMessage; plainReply says whether a message without
+// in_reply_to answers the session's latest pending question (a replayed
+// message is sent as it was recorded, and answers none).
+func (s *Service) sendMessage(ctx context.Context, req *guidev1.SendMessageRequest, plainReply bool) (*guidev1.SendMessageResponse, error) {
 	in, err := readSend(ctx, req, s.cfg.MaxMessageBytes)
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "send message", err)
@@ -38,6 +45,15 @@ func (s *Service) SendMessage(ctx context.Context, req *guidev1.SendMessageReque
 	}
 	if reply, ok := s.planAnswer(ctx, in, sess); ok { // planchat.go
 		in.plan = &reply
+	}
+	if plainReply && in.command == "" && in.plan == nil {
+		name, err := s.latestClarification(ctx, in) // clarificationreply.go
+		if err != nil {
+			return nil, apierr.Status(ctx, s.log, "send message", err)
+		}
+		if name != "" {
+			return s.answerClarification(ctx, in.who, sess, in.text, name, in.requestID)
+		}
 	}
 	start := time.Now()
 	m := s.newMessage(in)

@@ -184,7 +184,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		log:        log.With(logx.KeyComponent, "guide"),
 		db:         deps.DB,
 		bus:        deps.Bus,
-		classifier: newKeywordClassifier(),
+		classifier: newModelClassifier(),
 		metrics:    newMetrics(reg),
 		reg:        reg,
 		now:        func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },

@@ -132,7 +132,7 @@ func (s *Service) takeSnapshot(ctx context.Context, tx pgx.Tx, sess session, dag
 	if err != nil {
 		return err
 	}
-	clar, err := pendingClarifications(ctx, tx, sess.TenantID, sess.ID)
+	clar, err := pendingClarifications(ctx, tx, sess.TenantID, sess.ID, time.Time{}) // all, expired or not: a resumed session gets them back
 	if err != nil {
 		return err
 	}
