@@ -570,7 +570,12 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	if e.egress != nil {
 		env = append(env, proxyEnv(e.proxyAddr())...)
 	}
-	if e.owners != nil {
+	if e.owners == nil {
+		// Writable directories a task user had (the namespaces were on
+		// before): a root command, without capabilities, could not write
+		// them.
+		reclaim(inv.Writable)
+	} else {
 		release, err := e.owners.hold(ws, inv.Writable)
 		if err != nil {
 			closeAll(outR, outW, errR, errW)

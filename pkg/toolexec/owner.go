@@ -133,3 +133,17 @@ func (e *Executor) CheckReachable(dir string) error {
 	}
 	return checkSearchable(resolved(dir), e.owners.uid, e.owners.gid)
 }
+
+// reclaim gives back to a service running as root the writable directories
+// that are another user's (the task user's, from namespaced runs).
+func reclaim(dirs []string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	for _, d := range dirs {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) == nil && st.Uid != 0 {
+			_ = chownTree(d, 0, 0)
+		}
+	}
+}
