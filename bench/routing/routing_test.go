@@ -24,8 +24,8 @@ var (
 
 // Targets of the offline router (issue 24).
 const (
-	wantAccuracy     = 0.90
-	maxClearClarfied = 0.05
+	wantAccuracy  = 0.90
+	maxClearAsked = 0.05
 )
 
 // score is a router's result on the set.
@@ -148,9 +148,9 @@ func BenchmarkRouting(b *testing.B) {
 		b.ReportMetric(100*model.accuracy(), "%right")
 		b.ReportMetric(100*model.clarifyShare(), "%clear-asked")
 		b.ReportMetric(100*keywords.accuracy(), "%right-keywords")
-		if model.accuracy() < wantAccuracy || model.clarifyShare() > maxClearClarfied {
+		if model.accuracy() < wantAccuracy || model.clarifyShare() > maxClearAsked {
 			b.Errorf("targets missed: %.1f%% right (want >= %.0f%%), %.1f%% of clear requests asked (want <= %.0f%%)",
-				100*model.accuracy(), 100*wantAccuracy, 100*model.clarifyShare(), 100*maxClearClarfied)
+				100*model.accuracy(), 100*wantAccuracy, 100*model.clarifyShare(), 100*maxClearAsked)
 		}
 	}
 }

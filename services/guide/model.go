@@ -229,58 +229,90 @@ func wordSet(words string) map[string]bool {
 	return out
 }
 
-// features are what the model reads of a message.
+// featureSet collects a message's features, each once, in a fixed order.
+type featureSet struct {
+	seen map[string]bool
+	out  []feature
+}
+
+func (f *featureSet) add(name string, v float64) {
+	if !f.seen[name] {
+		f.seen[name] = true
+		f.out = append(f.out, feature{name, v})
+	}
+}
+
+// features are what the model reads of a message: its words, its shape and
+// the keyword rules' scores.
 func (c *ModelClassifier) features(text string) []feature {
 	tok := tokenize(text)
 	stems := make([]string, len(tok.words))
 	for i, w := range tok.words {
 		stems[i] = stem(w)
 	}
-	seen := map[string]bool{}
-	out := []feature{{"bias", 1}}
-	add := func(name string, v float64) {
-		if !seen[name] {
-			seen[name] = true
-			out = append(out, feature{name, v})
+	f := &featureSet{seen: map[string]bool{}, out: []feature{{"bias", 1}}}
+	wordFeatures(f, tok, stems)
+	shapeFeatures(f, text, tok, stems)
+	kw, _ := c.keywords.score(tok)
+	for i, m := range kw {
+		if m.score > 0 {
+			f.add("kw:"+m.agent, m.score/(m.score+2))
+			if i == 0 && m.score > kw[1].score {
+				f.add("kwbest:"+m.agent, 1)
+			}
 		}
 	}
+	if kw[0].score == 0 {
+		f.add("kw:none", 1)
+	}
+	return f.out
+}
+
+// wordFeatures: stemmed unigrams and bigrams, character trigrams, and the
+// leading word and bigram.
+func wordFeatures(f *featureSet, tok tokens, stems []string) {
 	for i, s := range stems {
-		add("w:"+s, 1)
+		f.add("w:"+s, 1)
 		g := " " + tok.words[i] + " "
 		for j := 0; j+3 <= len(g); j++ {
-			add("c:"+g[j:j+3], charGramWeight)
+			f.add("c:"+g[j:j+3], charGramWeight)
 		}
 		if i+1 < len(stems) {
-			add("b:"+s+"_"+stems[i+1], 1)
+			f.add("b:"+s+"_"+stems[i+1], 1)
 		}
 	}
 	if tok.lead < len(stems) {
-		add("lead:"+stems[tok.lead], 1)
+		f.add("lead:"+stems[tok.lead], 1)
 		if tok.lead+1 < len(stems) {
-			add("lead2:"+stems[tok.lead]+"_"+stems[tok.lead+1], 1)
+			f.add("lead2:"+stems[tok.lead]+"_"+stems[tok.lead+1], 1)
 		}
 	}
+}
+
+// shapeFeatures: the word classes, names and acronyms, question form,
+// identifiers, paths, politeness and length.
+func shapeFeatures(f *featureSet, text string, tok tokens, stems []string) {
 	if tok.lead < len(stems) && imperativeVerbs[stems[tok.lead]] {
-		add("shape:imperative", 1)
+		f.add("shape:imperative", 1)
 	}
 	for i, w := range tok.words {
 		switch {
 		case pastMarkers[w] || i > 0 && pronouns[tok.words[i-1]] && strings.HasSuffix(w, "ed"):
-			add("shape:past", 1)
+			f.add("shape:past", 1)
 		case selfMarkers[w]:
-			add("shape:ours", 1)
+			f.add("shape:ours", 1)
 		}
 	}
 	for i, w := range tok.raw {
 		switch {
 		case i > 0 && namePattern.MatchString(w):
-			add("shape:name", 1) // Main, Classification: a name in the code
+			f.add("shape:name", 1) // Main, Classification: a name in the code
 		case acronymPattern.MatchString(w):
-			add("shape:acronym", 1) // NATS, HNSW: a product or a technique
+			f.add("shape:acronym", 1) // NATS, HNSW: a product or a technique
 		}
 	}
 	if len(stems) > 0 && questionOpeners[stems[0]] {
-		add("shape:question", 1)
+		f.add("shape:question", 1)
 	}
 	for _, sh := range []struct {
 		name string
@@ -290,23 +322,10 @@ func (c *ModelClassifier) features(text string) []feature {
 		{"shape:qmark", strings.HasSuffix(strings.TrimSpace(text), "?")}, {"shape:polite", tok.lead > 0},
 	} {
 		if sh.on {
-			add(sh.name, 1)
+			f.add(sh.name, 1)
 		}
 	}
-	add(fmt.Sprintf("shape:len%d", lengthBucket(len(stems))), 1)
-	kw, _ := c.keywords.score(tok)
-	for i, m := range kw {
-		if m.score > 0 {
-			add("kw:"+m.agent, m.score/(m.score+2))
-			if i == 0 && m.score > kw[1].score {
-				add("kwbest:"+m.agent, 1)
-			}
-		}
-	}
-	if kw[0].score == 0 {
-		add("kw:none", 1)
-	}
-	return out
+	f.add(fmt.Sprintf("shape:len%d", lengthBucket(len(stems))), 1)
 }
 
 // lengthBucket groups a message's word count: 1, 2-3, 4-7, 8 and more.
