@@ -150,11 +150,13 @@ EVAL_FLAGS ?=
 
 .PHONY: eval-agent
 eval-agent: ## Every agent-evaluation task through the mesh and the bash-only baseline, against the SYLK_EVAL_* model
-	$(GO) run ./eval/agent/cmd/eval-agent $(EVAL_FLAGS)
+	$(GO) build -o bin/ ./eval/agent/cmd/eval-agent ./cmd/sylk-task-init
+	bin/eval-agent $(EVAL_FLAGS)
 
 .PHONY: eval-agent-smoke
 eval-agent-smoke: ## The agent evaluation's smoke subset, played by the scripted model (must solve every task)
-	$(GO) run ./eval/agent/cmd/eval-agent -smoke $(EVAL_FLAGS)
+	$(GO) build -o bin/ ./eval/agent/cmd/eval-agent ./cmd/sylk-task-init
+	bin/eval-agent -smoke $(EVAL_FLAGS)
 
 .PHONY: dev
 dev: ## Run migrations and the whole mesh in one process (embedded NATS unless SYLK_NATS_URL is set)

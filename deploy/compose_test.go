@@ -36,7 +36,7 @@ var commonEnv = []string{
 var serviceEnv = map[string][]string{
 	"gateway":      {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
 	"worker":       {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT"},
-	"librarian":    {"SYLK_LIBRARIAN_DATA_DIR"},
+	"librarian":    {"SYLK_LIBRARIAN_DATA_DIR", "SYLK_LIBRARIAN_ALLOWED_ROOTS"},
 	"orchestrator": {"SYLK_ORCHESTRATOR_CLONE_DIR"},
 }
 

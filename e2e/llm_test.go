@@ -47,6 +47,8 @@ func startLLMMesh(t *testing.T, extra ...string) (*client, string, *redisx.Clien
 		"-log.level", "warn",
 		// Tests register their temporary directories.
 		"-librarian.allowed-roots", os.TempDir(),
+		// Task commands run as in production (startMesh).
+		"-toolexec.task-init", testenv.TaskInit(t),
 	}, extra...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

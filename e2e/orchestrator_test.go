@@ -414,7 +414,7 @@ func TestOrchestratorTaskActions(t *testing.T) {
 		testenv.MissingTool(t, "python3")
 	}
 	// The test's tester writes its signal where task commands may write.
-	signals := t.TempDir()
+	signals := taskWritableDir(t)
 	c := startMesh(t, "-toolexec.confine-writable", signals)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "tasks"})["session"].(map[string]any)
 	sname := sess["name"].(string)

@@ -97,9 +97,10 @@ const (
 // worker's process, and session checks (F-06), with the real worker.
 func TestOrchestratorWithTheWorker(t *testing.T) {
 	// The task commands write their signals where they may write, and run
-	// in the test's PID namespace, so that it can see their process end.
+	// in the test's PID namespace, so that it can see their process end
+	// (as root, too: the test is about the pipeline, not the sandbox).
 	signals := t.TempDir()
-	c := startMesh(t, "-toolexec.confine-writable", signals, "-toolexec.namespaces", "off")
+	c := startMesh(t, "-toolexec.confine-writable", signals, "-toolexec.namespaces", "off", "-toolexec.unsafe-run-tasks-as-root")
 
 	t.Run("task actions on a running pipeline", func(t *testing.T) {
 		sname, sid := c.owSession("running pipeline")

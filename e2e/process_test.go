@@ -23,8 +23,12 @@ import (
 // TestDevProcess builds the real sylk binary, runs `sylk dev` as a process,
 // uses the printed address and key, and stops it with SIGTERM.
 func TestDevProcess(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "sylk")
-	build := exec.Command("go", "build", "-o", bin, "sylk.dev/sylk/cmd/sylk")
+	// As make dev does: sylk-task-init beside sylk, so that task commands
+	// run in namespaces of their own (a root worker refuses to run them
+	// without).
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sylk")
+	build := exec.Command("go", "build", "-o", dir+"/", "sylk.dev/sylk/cmd/sylk", "sylk.dev/sylk/cmd/sylk-task-init")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 

@@ -97,7 +97,7 @@ func TestPipelineHandoff(t *testing.T) {
 		testenv.MissingTool(t, "python3")
 	}
 	// The test's tester writes its signals where task commands may write.
-	dir := t.TempDir()
+	dir := taskWritableDir(t)
 	c := startMesh(t, "-toolexec.confine-writable", dir)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "handoff"})["session"].(map[string]any)
 	sname := sess["name"].(string)

@@ -87,7 +87,7 @@ func TestSandboxAttacksFromARunNode(t *testing.T) {
 	for id, cmd := range nodes {
 		dag = append(dag, map[string]any{"id": id, "command": cmd})
 	}
-	run := c.waitRun(c.createRun(map[string]any{"repository": e2eRepo(t), "maxConcurrency": 4, "dag": map[string]any{"nodes": dag}}))
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(e2eRepo(t)), "maxConcurrency": 4, "dag": map[string]any{"nodes": dag}}))
 	n := nodeMap(run)
 	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "%v", n)
 	for id := range nodes {
@@ -128,11 +128,22 @@ func TestSandboxNetworkWithoutNamespaces(t *testing.T) {
 	for id, cmd := range nodes {
 		dag = append(dag, map[string]any{"id": id, "command": cmd})
 	}
-	run := c.waitRun(c.createRun(map[string]any{"repository": e2eRepo(t), "maxConcurrency": 4, "dag": map[string]any{"nodes": dag}}))
+	run := c.waitRun(c.createRun(map[string]any{"repository": c.register(e2eRepo(t)), "maxConcurrency": 4, "dag": map[string]any{"nodes": dag}}))
 	n := nodeMap(run)
 	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "%v", n)
 	for id := range nodes {
 		require.Equal(t, "refused", strings.TrimSpace(fmt.Sprint(n[id]["stdout"])), "%s: %v", id, n[id])
 	}
 	require.EqualValues(t, 0, c.metric("sylk_worker_namespaced"))
+}
+
+// taskWritableDir is a directory of the test that task commands may write
+// in (given to -toolexec.confine-writable): as root, a worker runs them as
+// the task user, who must pass through its parent and write in it.
+func taskWritableDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	return dir
 }

@@ -92,7 +92,9 @@ func TestSmokeMesh(t *testing.T) {
 	model := ScriptedModel(srv, llm.OpenAI)
 	var logs syncBuffer
 	local, err := StartLocalMesh(t.Context(), LocalMeshConfig{PostgresDSN: testenv.PostgresDSN(), RedisURL: testenv.RedisURL(),
-		NATSURL: testenv.NATSURL(), Model: model, Log: &logs})
+		NATSURL: testenv.NATSURL(), Model: model, Log: &logs,
+		// Task commands run as in production, in namespaces of their own.
+		Flags: []string{"-toolexec.task-init", testenv.TaskInit(t)}})
 	require.NoError(t, err, "the local PostgreSQL, Redis and NATS (%s, %s, %s)", testenv.EnvPostgres, testenv.EnvRedis, testenv.EnvNATS)
 	t.Cleanup(func() {
 		require.NoError(t, local.Close(context.Background()))

@@ -40,24 +40,32 @@ func detectTools() langTools {
 	toolsOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, name := range []string{"python3", "python"} {
-			p, err := exec.LookPath(name)
-			if err != nil {
-				continue
-			}
-			out, err := exec.CommandContext(ctx, p, "-c", "import sys; print(sys.executable)").Output()
-			if err != nil {
-				continue
-			}
-			toolsDet.python = strings.TrimSpace(string(out))
+		toolsDet.python = findPython(ctx)
+		if toolsDet.python != "" {
 			toolsDet.pytest = exec.CommandContext(ctx, toolsDet.python, "-c", "import pytest").Run() == nil
-			break
 		}
-		if p, err := exec.LookPath("node"); err == nil {
-			toolsDet.node = p
+		for _, p := range programs("node") {
+			if runnableByTasks(p) {
+				toolsDet.node = p
+				break
+			}
 		}
 	})
 	return toolsDet
+}
+
+// findPython is the first real Python interpreter on the PATH that task
+// commands can run, "" when there is none.
+func findPython(ctx context.Context) string {
+	for _, name := range []string{"python3", "python"} {
+		for _, p := range programs(name) {
+			out, err := exec.CommandContext(ctx, p, "-c", "import sys; print(sys.executable)").Output()
+			if exe := strings.TrimSpace(string(out)); err == nil && exe != "" && runnableByTasks(exe) {
+				return exe
+			}
+		}
+	}
+	return ""
 }
 
 // isPython reports a Python project: a packaging marker or a .py file at
