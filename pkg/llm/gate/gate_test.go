@@ -466,7 +466,11 @@ func TestBreakerOpenedByOneReplicaStopsTheOther(t *testing.T) {
 	_, err := g2.Complete(ctx, req("good", "engineer", false))
 	require.NoError(t, err)
 	require.True(t, g2.FastPath(llm.OpenAI))
-	for range 2 {
+	// Failures on g1 until its breaker is open (how many calls that takes
+	// depends on how many retries fit in each call's time, which a loaded
+	// machine changes): what is tested is that g2 learns of it.
+	for i := 0; !errors.Is(err, gate.ErrCircuitOpen); i++ {
+		require.Less(t, i, 10, "g1's breaker never opened")
 		_, err = g1.Complete(ctx, req("bad", "engineer", false))
 		require.Error(t, err)
 	}
