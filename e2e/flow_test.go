@@ -12,6 +12,7 @@ import (
 
 	"sylk.dev/sylk/pkg/review"
 	"sylk.dev/sylk/pkg/scriptmodel"
+	"sylk.dev/sylk/pkg/testenv"
 )
 
 // The whole flow of a change, through REST and chat, with a scripted model
@@ -26,7 +27,7 @@ import (
 func goFixture(t *testing.T, expr string) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go is not on PATH")
+		testenv.MissingTool(t, "go")
 	}
 	return nestedRepo(t, map[string]string{
 		"go.mod":          "module example.com/flow\n\ngo 1.22\n",
