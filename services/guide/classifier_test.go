@@ -165,4 +165,14 @@ func TestDirectSkill(t *testing.T) {
 	require.Equal(t, "EXPLAIN", c.KnowledgeIntent)
 	_, ok = directSkill("what is the meaning of life")
 	require.False(t, ok)
+	// An exported name is code (issue 24: "what is Main"); an acronym and a
+	// lower-case word are left to the classifier.
+	c, ok = directSkill("what is Main")
+	require.True(t, ok)
+	require.Equal(t, "librarian", c.Target)
+	require.Equal(t, "Main", c.Subject)
+	for _, text := range []string{"what is JWT?", "what is idempotency?"} {
+		_, ok = directSkill(text)
+		require.False(t, ok, text)
+	}
 }

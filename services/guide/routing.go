@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
@@ -72,11 +73,22 @@ func directSkill(text string) (Classification, bool) {
 		return Classification{Target: topology.AgentLibrarian, Confidence: 0.95, IntentType: gateExploratory,
 			Action: intentFindCode, KnowledgeIntent: "LOCATE", Subject: subj, Reason: `direct skill "show me [X]"`}, true
 	}
-	if m := whatIsPattern.FindStringSubmatch(text); m != nil && isIdentifier(m[1]) {
+	if m := whatIsPattern.FindStringSubmatch(text); m != nil && (isIdentifier(m[1]) || exportedName(m[1])) {
 		return Classification{Target: topology.AgentLibrarian, Confidence: 0.95, IntentType: gateExploratory,
 			Action: intentFindCode, KnowledgeIntent: "EXPLAIN", Subject: m[1], Reason: `direct skill "what is [X]"`}, true
 	}
 	return Classification{}, false
+}
+
+// exportedName reports a capitalised word with a lower-case letter ("Main",
+// "Handler", "Config"): the form of an exported name, which in "what is X"
+// asks about code. An acronym ("JWT") is left to the classifier: it names a
+// concept as often as a type.
+func exportedName(w string) bool {
+	if len(w) < 2 || !unicode.IsUpper(rune(w[0])) || strings.IndexFunc(w, unicode.IsLower) < 0 {
+		return false
+	}
+	return strings.IndexFunc(w, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '.' }) < 0
 }
 
 // decide routes a user message: direct skills (tier 0), the route cache
