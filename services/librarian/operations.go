@@ -71,6 +71,9 @@ type opTracker struct {
 	mu    sync.Mutex
 	p     progress
 	dirty bool
+	// flushMu orders the writes as their snapshots: an older snapshot
+	// never lands after a newer one (lexical_ready never goes back).
+	flushMu sync.Mutex
 	// wake asks the flusher for an immediate write (a phase change).
 	wake chan struct{}
 }
@@ -139,6 +142,8 @@ func (t *opTracker) snapshot() (progress, bool) {
 // flush writes the progress; a cancel asked through another replica
 // (or before this one knew the operation) cancels the run here.
 func (t *opTracker) flush(ctx context.Context) {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	p, _ := t.snapshot()
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
 	defer cancel()
