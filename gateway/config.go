@@ -16,8 +16,16 @@ type Config struct {
 	ListenAddress string
 	// MaxBodyBytes is the largest request body accepted; larger bodies get 413.
 	MaxBodyBytes int64
+	// MaxDocumentBodyBytes is the body limit of POST /v1/documents, which
+	// carries a whole document: the Academic's -academic.max-document-bytes
+	// plus room for JSON escaping and the other fields.
+	MaxDocumentBodyBytes int64
 	// RequestTimeout bounds every non-streaming request.
 	RequestTimeout time.Duration
+	// IndexTimeout bounds a request that registers or indexes a repository
+	// and waits for the index (one with async set answers at once; the
+	// index is an operation that outlives the request either way).
+	IndexTimeout time.Duration
 	// DrainTimeout is how long in-flight requests get to finish on shutdown.
 	DrainTimeout time.Duration
 	// ShutdownDelay is how long the gateway goes on serving once shutdown
@@ -55,11 +63,21 @@ type Config struct {
 	BootstrapUser   string
 }
 
+// defaultDocumentBodyBytes is the Academic's default document limit
+// (-academic.max-document-bytes, 2 MiB) twice over, for JSON escaping
+// (every newline or quote of the content takes two bytes), plus 64 KiB for
+// the other fields.
+const defaultDocumentBodyBytes = 2*(2<<20) + 64<<10
+
 // RegisterFlags registers the gateway and auth flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "gateway.listen-address", ":8080", "HTTP listen address of the REST gateway")
 	fs.Int64Var(&c.MaxBodyBytes, "gateway.max-body-bytes", 1<<20, "largest request body accepted (larger bodies get 413)")
+	fs.Int64Var(&c.MaxDocumentBodyBytes, "gateway.max-document-body-bytes", defaultDocumentBodyBytes,
+		"largest body of POST /v1/documents (a whole document): keep it above -academic.max-document-bytes plus JSON escaping")
 	fs.DurationVar(&c.RequestTimeout, "gateway.request-timeout", 60*time.Second, "time limit of a non-streaming request")
+	fs.DurationVar(&c.IndexTimeout, "gateway.index-timeout", time.Hour,
+		"time limit of a request that registers or indexes a repository and waits for the index (async=true answers at once; the index goes on as an operation after either)")
 	fs.DurationVar(&c.DrainTimeout, "gateway.drain-timeout", 15*time.Second, "time in-flight requests get to finish on shutdown")
 	fs.DurationVar(&c.SSEKeepalive, "gateway.sse-keepalive", 15*time.Second, "interval of keepalive comments on server-sent event streams")
 	fs.DurationVar(&c.AuthCacheTTL, "gateway.auth-cache-ttl", 5*time.Second, "how long a resolved API key is trusted before the key store is asked again (a revocation takes effect within it; 0 asks every time)")
@@ -84,8 +102,11 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("gateway.max-body-bytes: must be at least 1024, got %d", c.MaxBodyBytes))
 	}
-	if c.RequestTimeout <= 0 {
-		errs = append(errs, errors.New("gateway.request-timeout: must be positive"))
+	if c.MaxDocumentBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("gateway.max-document-body-bytes: must be at least 1024, got %d", c.MaxDocumentBodyBytes))
+	}
+	if c.RequestTimeout <= 0 || c.IndexTimeout <= 0 {
+		errs = append(errs, errors.New("gateway.request-timeout and gateway.index-timeout: must be positive"))
 	}
 	if c.AuthCacheTTL < 0 {
 		errs = append(errs, errors.New("gateway.auth-cache-ttl: must not be negative"))
@@ -128,7 +149,9 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("listen_address", c.ListenAddress),
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
+		slog.Int64("max_document_body_bytes", c.MaxDocumentBodyBytes),
 		slog.Duration("request_timeout", c.RequestTimeout),
+		slog.Duration("index_timeout", c.IndexTimeout),
 		slog.Duration("drain_timeout", c.DrainTimeout),
 		slog.Duration("sse_keepalive", c.SSEKeepalive),
 		slog.Duration("auth_cache_ttl", c.AuthCacheTTL),

@@ -236,7 +236,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		w = &stallGuard{ResponseWriter: w, timeout: 2 * g.cfg.SSEKeepalive}
 		defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Time{}) }()
 	} else {
-		ctx, cancel = context.WithTimeout(ctx, g.cfg.RequestTimeout)
+		ctx, cancel = context.WithTimeout(ctx, g.requestTimeout(r))
 	}
 	defer cancel()
 	r = r.WithContext(ctx)
@@ -440,9 +440,12 @@ func checkUTF8(r *http.Request) *apierr.Error {
 // a non-empty body is well-formed JSON (400 otherwise), so a bad request
 // never reaches a service.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
-	max := g.cfg.MaxBodyBytes
-	tooLarge := errBodyTooLarge.Withf("request body exceeds the limit of %d bytes", max).
-		With("limit_bytes", strconv.FormatInt(max, 10)).GRPCStatus()
+	max, flag := g.cfg.MaxBodyBytes, "gateway.max-body-bytes"
+	if r.Method == http.MethodPost && r.URL.Path == pathDocuments {
+		max, flag = g.cfg.MaxDocumentBodyBytes, "gateway.max-document-body-bytes"
+	}
+	tooLarge := errBodyTooLarge.Withf("request body exceeds the limit of %d bytes; the gateway's operator raises it with -%s", max, flag).
+		With("limit_bytes", strconv.FormatInt(max, 10)).With("flag", flag).GRPCStatus()
 	if r.ContentLength > max {
 		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
 		return false
@@ -470,6 +473,21 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	return true
+}
+
+// pathDocuments is the route that creates an Academic document, whose body
+// holds a whole document and has a limit of its own.
+const pathDocuments = "/v1/documents"
+
+// requestTimeout is the time limit of a non-streaming request: longer for
+// the calls that register or index a repository and may wait for the
+// index (CreateRepository, IndexRepository).
+func (g *Gateway) requestTimeout(r *http.Request) time.Duration {
+	if r.Method == http.MethodPost && (r.URL.Path == "/v1/repositories" ||
+		strings.HasPrefix(r.URL.Path, "/v1/repositories/") && strings.HasSuffix(r.URL.Path, ":index")) {
+		return g.cfg.IndexTimeout
+	}
+	return g.cfg.RequestTimeout
 }
 
 // servePublic answers the endpoints that need no key.

@@ -79,6 +79,8 @@ type walker struct {
 	// skipped counts files left out, by reason.
 	skipped map[string]int
 	indexed int
+	// onError, when set, hears of each file that could not be read.
+	onError func(rel string)
 }
 
 // walk calls fn for each indexable file under w.root, in lexical order.
@@ -96,7 +98,7 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
 			}
-			w.skipped[skipUnreadable]++
+			w.unreadable(p)
 			return nil
 		}
 		if p == w.root {
@@ -131,6 +133,10 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 			return nil
 		}
 		f, reason := w.read(real, filepath.ToSlash(rel))
+		if reason == skipUnreadable {
+			w.unreadable(p)
+			return nil
+		}
 		if reason != "" {
 			w.skipped[reason]++
 			return nil
@@ -141,6 +147,18 @@ func (w *walker) walk(ctx context.Context, fn func(sourceFile) error) error {
 		w.indexed++
 		return fn(f)
 	})
+}
+
+// unreadable counts a file that could not be read and reports it by its
+// path relative to the root.
+func (w *walker) unreadable(p string) {
+	w.skipped[skipUnreadable]++
+	if w.onError == nil {
+		return
+	}
+	if rel, err := filepath.Rel(w.root, p); err == nil {
+		w.onError(filepath.ToSlash(rel))
+	}
 }
 
 // openInside opens the file p inside the directory root for reading, its

@@ -21,6 +21,7 @@ type indexWriter struct {
 	pending  []sourceFile
 	bytes    int
 	res      *indexResult
+	progress *opTracker
 }
 
 func (w *indexWriter) put(ctx context.Context, f sourceFile) error {
@@ -105,11 +106,11 @@ func (w *indexWriter) replace(ctx context.Context, paths []string) (map[string][
 	return reuse, nil
 }
 
-// embed gives every pending chunk its embedding: the one reused by its
-// content hash, else a new one.
-func (w *indexWriter) embed(ctx context.Context, reuse map[string][]float32) error {
-	var texts []string
-	var targets []*chunk
+// embed gives every pending chunk whose content is unchanged its stored
+// embedding, by content hash. The others are written unembedded (model
+// empty): the semantic phase embeds them once the full-text index is
+// committed (index_semantic.go).
+func (w *indexWriter) embed(_ context.Context, reuse map[string][]float32) error {
 	for i := range w.pending {
 		f := &w.pending[i]
 		for j := range f.chunks {
@@ -117,23 +118,9 @@ func (w *indexWriter) embed(ctx context.Context, reuse map[string][]float32) err
 			if v, ok := reuse[string(c.hash)]; ok {
 				c.embedding = v
 				w.res.chunksReused++
-				continue
 			}
-			texts = append(texts, embedText(f.path, c))
-			targets = append(targets, c)
 		}
 	}
-	if len(texts) == 0 {
-		return nil
-	}
-	vecs, err := w.s.embedder.Embed(ctx, texts)
-	if err != nil {
-		return fmt.Errorf("embed chunks: %w", err)
-	}
-	for i, v := range vecs {
-		targets[i].embedding = v
-	}
-	w.res.chunksEmbed += int64(len(texts))
 	return nil
 }
 
@@ -145,8 +132,12 @@ func (w *indexWriter) write(ctx context.Context) error {
 	for _, f := range w.pending {
 		fileRows = append(fileRows, []any{w.tenant, repoID, f.path, f.language, f.size, int32(f.lineCount), f.sha256})
 		for _, c := range f.chunks {
+			chunkModel := model
+			if c.embedding == nil {
+				chunkModel = ""
+			}
 			chunkRows = append(chunkRows, []any{w.tenant, repoID, c.id, f.path, f.language, int32(c.lineStart), int32(c.lineEnd),
-				c.symbol, c.kind, strings.Join(c.names, " "), c.content, c.tokens, c.pathTokens, c.hash, embed.Encode(c.embedding), model})
+				c.symbol, c.kind, strings.Join(c.names, " "), c.content, c.tokens, c.pathTokens, c.hash, embed.Encode(c.embedding), chunkModel})
 		}
 		for _, sy := range f.symbols {
 			symRows = append(symRows, []any{w.tenant, repoID, sy.id, sy.name, sy.kind, sy.path, sy.pkg, sy.signature, sy.doc, int32(sy.lineStart), int32(sy.lineEnd)})
@@ -178,6 +169,7 @@ func (w *indexWriter) write(ctx context.Context) error {
 			return fmt.Errorf("write %s: %w", c.table, err)
 		}
 	}
+	w.progress.chunks(len(chunkRows))
 	return nil
 }
 

@@ -32,6 +32,8 @@ type indexResult struct {
 	head         string
 	elapsed      time.Duration
 	repo         repository
+	// lexicalDone: the full-text part of the run is committed.
+	lexicalDone bool
 }
 
 // runIndex brings the repository's index up to date with its directory in
@@ -51,11 +53,13 @@ type indexOptions struct {
 	// changes the file watcher saw. The last indexed commit is kept, so the
 	// next commit-keyed delta still covers everything since it.
 	paths []string
+	// progress, when set, follows the run (an operation's).
+	progress *opTracker
 }
 
 // runIndexWith is runIndex with explicit options.
 func (s *Service) runIndexWith(ctx context.Context, tenant string, repo repository, root string, opts indexOptions) (indexResult, error) {
-	run := &indexRun{s: s, tenant: tenant, repo: repo, root: root, model: s.embedder.Name(), start: time.Now()}
+	run := &indexRun{s: s, tenant: tenant, repo: repo, root: root, model: s.embedder.Name(), start: time.Now(), progress: opts.progress}
 	run.res.head = gitHead(ctx, root)
 	// Chunks embedded by another model are invisible to search: a change of
 	// model re-reads the whole tree and re-embeds every such file.
@@ -67,6 +71,13 @@ func (s *Service) runIndexWith(ctx context.Context, tenant string, repo reposito
 		if _, aerr := s.store.db.Exec(ctx, `ANALYZE files, chunks, symbols, edges`); aerr != nil {
 			s.log.WarnContext(ctx, "analyze after index", logx.Err(aerr))
 		}
+	}
+	if err == nil {
+		// Full-text search sees the new index from here; the embeddings
+		// follow (index_semantic.go).
+		run.res.lexicalDone = true
+		opts.progress.lexicalReady(ctx)
+		err = run.semantic(ctx)
 	}
 	run.res.elapsed = time.Since(run.start)
 	return run.res, err
@@ -86,6 +97,7 @@ type indexRun struct {
 	walker       *walker
 	writer       *indexWriter
 	report       func(done, total int, final bool)
+	progress     *opTracker
 }
 
 // plan decides between a delta (the watcher's changes, or git's since the
@@ -127,8 +139,13 @@ func (r *indexRun) in(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	r.walker = r.s.walker(r.root)
-	r.writer = &indexWriter{s: r.s, tx: tx, tenant: r.tenant, repoID: r.repo.ID, existing: existing, res: &r.res}
-	r.report = r.s.progressReporter(ctx, r.tenant, r.repo.ID, r.start)
+	r.walker.onError = r.progress.fileError
+	r.writer = &indexWriter{s: r.s, tx: tx, tenant: r.tenant, repoID: r.repo.ID, existing: existing, res: &r.res, progress: r.progress}
+	publish := r.s.progressReporter(ctx, r.tenant, r.repo.ID, r.start)
+	r.report = func(done, total int, final bool) {
+		publish(done, total, final)
+		r.progress.files(done, total)
+	}
 	var deleted []string
 	if r.res.delta {
 		deleted, err = r.readChanged(ctx, existing)
@@ -156,6 +173,7 @@ func (r *indexRun) in(ctx context.Context, tx pgx.Tx) error {
 func (r *indexRun) readChanged(ctx context.Context, existing map[string][]byte) ([]string, error) {
 	var deleted []string
 	r.walker.skipped = map[string]int{}
+	r.progress.phase(phaseLexical)
 	for i, p := range r.changedPaths {
 		f, reason, gone := r.walker.readPath(filepath.FromSlash(p))
 		switch {
@@ -180,7 +198,10 @@ func (r *indexRun) readChanged(ctx context.Context, existing map[string][]byte) 
 // readAll walks the whole tree, returning the files of the index it did
 // not find.
 func (r *indexRun) readAll(ctx context.Context, existing map[string][]byte) ([]string, error) {
+	r.progress.phase(phaseScanning)
 	total := countFiles(r.root)
+	r.progress.phase(phaseLexical)
+	r.progress.files(0, total)
 	seen := map[string]bool{}
 	done := 0
 	err := r.walker.walk(ctx, func(f sourceFile) error {
@@ -227,6 +248,7 @@ func (r *indexRun) remove(ctx context.Context, tx pgx.Tx, deleted []string) erro
 // statistics after a full pass, implements edges when types changed) and
 // marks it ready.
 func (r *indexRun) finish(ctx context.Context, tx pgx.Tx) error {
+	r.progress.phase(phaseSymbols)
 	if r.res.changed && !r.res.delta {
 		if err := refreshTerms(ctx, tx, r.tenant, r.repo.ID); err != nil {
 			return err
@@ -237,7 +259,7 @@ func (r *indexRun) finish(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 	}
-	repo, err := markReady(ctx, tx, r.tenant, r.repo.ID, r.res.head, r.model, r.res.changed)
+	repo, err := markIndexed(ctx, tx, r.tenant, r.repo.ID, r.res.head, r.model, r.res.changed)
 	if err != nil {
 		return err
 	}
@@ -408,21 +430,23 @@ func forgetOtherModels(ctx context.Context, tx pgx.Tx, tenant, repoID, model str
 	return nil
 }
 
-// markReady records a finished index: counts, commit, the embedding model,
-// and a new generation when anything changed.
-func markReady(ctx context.Context, tx pgx.Tx, tenant, repoID, head, model string, changed bool) (repository, error) {
+// markIndexed records the full-text part of a finished index: counts,
+// commit, the embedding model, and a new generation when anything
+// changed. The state is left as it is: READY comes with the embeddings
+// (markReady).
+func markIndexed(ctx context.Context, tx pgx.Tx, tenant, repoID, head, model string, changed bool) (repository, error) {
 	bump := 0
 	if changed {
 		bump = 1
 	}
-	r, err := scanRepo(tx.QueryRow(ctx, `UPDATE repositories SET index_state = $3, index_error = '',
+	r, err := scanRepo(tx.QueryRow(ctx, `UPDATE repositories SET
 			file_count = (SELECT count(*) FROM files WHERE tenant_id = $1 AND repository_id = $2),
 			chunk_count = (SELECT count(*) FROM chunks WHERE tenant_id = $1 AND repository_id = $2),
-			index_time = now(), last_commit = $4, generation = generation + $5, embed_model = $6
+			index_time = now(), last_commit = $3, generation = generation + $4, embed_model = $5
 		WHERE tenant_id = $1 AND id = $2
-		RETURNING `+repoColumns, tenant, uuidParam(repoID), stateReady, head, bump, model))
+		RETURNING `+repoColumns, tenant, uuidParam(repoID), head, bump, model))
 	if err != nil {
-		return repository{}, fmt.Errorf("mark repository ready: %w", err)
+		return repository{}, fmt.Errorf("record index: %w", err)
 	}
 	return r, nil
 }

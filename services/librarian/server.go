@@ -35,8 +35,9 @@ const (
 	stateUpdateTimeout = 10 * time.Second
 )
 
-// CreateRepository registers a directory and, when asked, indexes it in the
-// same transaction: on failure nothing is stored.
+// CreateRepository registers a directory and, when asked, indexes it as an
+// operation: the call waits for it unless async is set. A first index that
+// fails (or is cancelled) leaves nothing registered.
 func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateRepositoryRequest) (*librarianv1.CreateRepositoryResponse, error) {
 	id, err := requireWriter(ctx)
 	if err != nil {
@@ -54,14 +55,29 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	if err != nil {
 		return nil, err
 	}
+	resp := &librarianv1.CreateRepositoryResponse{}
 	if req.GetIndex() {
-		if out, err = s.indexRegistered(ctx, id.TenantID, out); err != nil {
+		t, err := s.startOperation(ctx, id, out.ID, opKindCreate, true, func(ctx context.Context, t *opTracker) (indexResult, error) {
+			return s.indexRegistered(ctx, id.TenantID, out, t)
+		})
+		if err != nil {
+			s.unregister(ctx, id.TenantID, out)
 			return nil, apierr.Status(ctx, s.log, "create repository", err)
+		}
+		resp.Operation = operationPrefix + t.id
+		if req.GetAsync() {
+			out.State, out.Operation = stateIndexing, t.id
+		} else {
+			if err := t.wait(ctx); err != nil {
+				return nil, err
+			}
+			out = t.res.repo
 		}
 	}
 	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
-		slog.String("repository", out.ID), slog.Bool("indexed", req.GetIndex()))
-	return &librarianv1.CreateRepositoryResponse{Repository: toProto(out)}, nil
+		slog.String("repository", out.ID), slog.Bool("index", req.GetIndex()), slog.String("operation", resp.GetOperation()))
+	resp.Repository = toProto(out)
+	return resp, nil
 }
 
 // newRepository is the repository in asks for: a clone of its URL, or its
@@ -127,18 +143,11 @@ func (s *Service) register(ctx context.Context, tenant string, repo repository) 
 
 // indexRegistered runs the first index of a repository just registered.
 // Nothing stays registered (nor cloned) when it fails.
-func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repository) (repository, error) {
-	res, err := s.runIndex(ctx, tenant, repo, repo.Path, true)
+func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repository, t *opTracker) (indexResult, error) {
+	res, err := s.runIndexWith(ctx, tenant, repo, repo.Path, indexOptions{full: true, progress: t})
 	if err != nil {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
-		if _, delErr := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, tenant, uuidParam(repo.ID)); delErr != nil {
-			s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(delErr))
-		}
-		cancel()
-		if repo.URL != "" {
-			_ = os.RemoveAll(repo.Path)
-		}
-		return repo, err
+		s.unregister(ctx, tenant, repo)
+		return res, err
 	}
 	s.recordIndex(res.stats)
 	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, tenant),
@@ -146,7 +155,20 @@ func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repos
 		slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
 	s.announceChange(ctx, tenant, res.repo.ID, res.chunksEmbed+res.chunksReused)
 	s.kickWatcher()
-	return res.repo, nil
+	return res, nil
+}
+
+// unregister removes a repository whose first index did not happen, and
+// its clone. It runs even when ctx is canceled.
+func (s *Service) unregister(ctx context.Context, tenant string, repo repository) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+	defer cancel()
+	if _, err := s.store.db.Exec(c, `DELETE FROM repositories WHERE tenant_id = $1 AND id = $2`, tenant, uuidParam(repo.ID)); err != nil {
+		s.log.ErrorContext(ctx, "remove repository after failed index", logx.Err(err))
+	}
+	if repo.URL != "" {
+		_ = os.RemoveAll(repo.Path)
+	}
 }
 
 // GetRepository returns one of the tenant's repositories.
@@ -199,9 +221,11 @@ func (s *Service) ListRepositories(ctx context.Context, req *librarianv1.ListRep
 	return resp, nil
 }
 
-// IndexRepository re-reads a repository's files and replaces its index
-// atomically. The repository is INDEXING meanwhile, then READY, or FAILED
-// with index_error (the previous index stays searchable).
+// IndexRepository re-reads a repository's files as an operation and
+// replaces its index: the full-text part in one transaction, then the
+// embeddings. The call waits for it unless async is set. The repository is
+// INDEXING meanwhile, then READY, or FAILED with index_error (the previous
+// index stays searchable).
 func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRepositoryRequest) (*librarianv1.IndexRepositoryResponse, error) {
 	id, err := requireWriter(ctx)
 	if err != nil {
@@ -215,49 +239,75 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
+	t, err := s.startOperation(ctx, id, repoID, opKindIndex, req.GetFull(), func(ctx context.Context, t *opTracker) (indexResult, error) {
+		return s.reindex(ctx, id.TenantID, r, req.GetFull(), t)
+	})
+	if err != nil {
+		return nil, apierr.Status(ctx, s.log, "index repository", err)
+	}
+	if req.GetAsync() {
+		r.State, r.IndexError, r.Operation = stateIndexing, "", t.id
+		return &librarianv1.IndexRepositoryResponse{Repository: toProto(r), Operation: operationPrefix + t.id}, nil
+	}
+	if err := t.wait(ctx); err != nil {
+		return nil, err
+	}
+	res := t.res
+	return &librarianv1.IndexRepositoryResponse{
+		Repository:     toProto(res.repo),
+		FilesIndexed:   res.stats.filesIndexed,
+		FilesSkipped:   res.stats.filesSkipped,
+		Delta:          res.delta,
+		FilesChanged:   res.filesChanged,
+		ChunksEmbedded: res.chunksEmbed,
+		Operation:      operationPrefix + t.id,
+	}, nil
+}
+
+// reindex is the work of an index operation: fetch the remote, check the
+// directory, index it.
+func (s *Service) reindex(ctx context.Context, tenant string, r repository, full bool, t *opTracker) (indexResult, error) {
 	if r.URL != "" {
-		if err := s.fetchRepository(ctx, id.TenantID, r); err != nil {
-			s.failIndex(ctx, id.TenantID, repoID, "fetching "+r.URL+" failed")
-			return nil, apierr.FailedPrecondition(reasonCloneFailed, "fetch %s: %v", r.URL, err)
+		t.phase(phaseCloning)
+		if err := s.fetchRepository(ctx, tenant, r); err != nil {
+			s.failIndex(ctx, tenant, r.ID, "fetching "+r.URL+" failed")
+			return indexResult{}, apierr.FailedPrecondition(reasonCloneFailed, "fetch %s: %v", r.URL, err)
 		}
 	}
-	root, problem := s.checkRoot(id.TenantID, r.Path)
+	root, problem := s.checkRoot(tenant, r.Path)
 	if problem == "" && root != r.Path {
 		problem = fmt.Sprintf("%q now resolves to %q; register that path instead", r.Path, root)
 	}
 	if problem != "" {
-		s.failIndex(ctx, id.TenantID, repoID, problem)
-		return nil, unreadable("repository path: %s", problem)
+		s.failIndex(ctx, tenant, r.ID, problem)
+		return indexResult{}, unreadable("repository path: %s", problem)
 	}
-	if err := s.store.setState(ctx, id.TenantID, repoID, stateIndexing, ""); err != nil {
-		return nil, apierr.Status(ctx, s.log, "index repository", err)
-	}
-	res, err := s.runIndex(ctx, id.TenantID, r, root, req.GetFull())
+	res, err := s.runIndexWith(ctx, tenant, r, root, indexOptions{full: full, progress: t})
 	if errors.Is(err, errIndexBusy) {
-		return nil, errIndexBusy
+		return res, errIndexBusy
 	}
 	if err != nil {
-		s.failIndex(ctx, id.TenantID, repoID, indexErrorMessage(err))
-		return nil, apierr.Status(ctx, s.log, "index repository", err)
+		msg := indexErrorMessage(err)
+		if context.Cause(ctx) == errCancelRequested {
+			msg = "index cancelled on request (" + operationPrefix + t.id + ")"
+			if res.lexicalDone {
+				msg += "; full-text search has the new index, semantic search part of it"
+			}
+		}
+		s.failIndex(ctx, tenant, r.ID, msg)
+		return res, err
 	}
-	out, stats := res.repo, res.stats
+	stats := res.stats
 	s.recordIndex(stats)
 	s.kickWatcher()
 	if res.changed {
-		s.announceChange(ctx, id.TenantID, repoID, res.chunksEmbed+res.chunksReused)
+		s.announceChange(ctx, tenant, r.ID, res.chunksEmbed+res.chunksReused)
 	}
-	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, id.TenantID),
-		slog.String("repository", repoID), slog.Int64("files", stats.filesIndexed),
+	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, tenant),
+		slog.String("repository", r.ID), slog.Int64("files", stats.filesIndexed),
 		slog.Int64("skipped", stats.filesSkipped), slog.Int64("chunks", stats.chunks), slog.Bool("delta", res.delta),
 		slog.Int64("changed", res.filesChanged), slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
-	return &librarianv1.IndexRepositoryResponse{
-		Repository:     toProto(out),
-		FilesIndexed:   stats.filesIndexed,
-		FilesSkipped:   stats.filesSkipped,
-		Delta:          res.delta,
-		FilesChanged:   res.filesChanged,
-		ChunksEmbedded: res.chunksEmbed,
-	}, nil
+	return res, nil
 }
 
 // failIndex records a failed index. It runs even when ctx is canceled, so
@@ -367,6 +417,9 @@ func toProto(r repository) *librarianv1.Repository {
 		IndexError:  r.IndexError,
 		Url:         r.URL,
 		LastCommit:  r.LastCommit,
+	}
+	if r.Operation != "" {
+		out.Operation = operationPrefix + r.Operation
 	}
 	if r.IndexTime != nil {
 		out.IndexTime = timestamppb.New(*r.IndexTime)

@@ -51,6 +51,8 @@ type Service struct {
 	background sync.WaitGroup
 	// audit records repositories registered (audit.go).
 	audit *audit.Log
+	// ops are the index operations this process runs (operations.go).
+	ops *operations
 }
 
 var _ librarianv1.LibrarianServiceServer = (*Service)(nil)
@@ -115,6 +117,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		tools:     toolCache{entries: map[string]toolCacheEntry{}},
 		watchKick: make(chan struct{}, 1),
 		audit:     deps.Audit,
+		ops:       newOperations(),
 	}, nil
 }
 
@@ -173,6 +176,15 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("librarian: follow index changes: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Operations left running by a process that is gone are failed, now
+	// and whenever one goes silent; this process's own are ended (recorded
+	// as a shutdown) before Run returns.
+	go s.sweepOperations(ctx)
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+		defer cancel()
+		s.stopOperations(c)
+	}()
 	// Started once the inbox takes questions and the vectors are loaded
 	// (semantic search is complete), or their load failed (said in the log).
 	started := s.After(2)

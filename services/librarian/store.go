@@ -39,6 +39,8 @@ type repository struct {
 	// PublicRemote says the remote must resolve to public addresses at
 	// every fetch (a member registered it; clone.go).
 	PublicRemote bool
+	// Operation is the id of its latest index operation, "" before any.
+	Operation string
 }
 
 // indexStats describes one index run.
@@ -54,11 +56,15 @@ type store struct {
 	db *pgxpool.Pool
 }
 
-const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation, embed_model, public_remote`
+// repoColumns ends with the repository's latest index operation, so that
+// every read of a repository says which operation to follow.
+const repoColumns = `id::text, display_name, path, index_state, file_count, chunk_count, index_error, create_time, index_time, url, last_commit, generation, embed_model, public_remote,
+	COALESCE((SELECT o.id::text FROM operations o WHERE o.tenant_id = repositories.tenant_id AND o.repository_id = repositories.id
+		ORDER BY o.start_time DESC LIMIT 1), '')`
 
 func scanRepo(row pgx.Row) (repository, error) {
 	var r repository
-	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation, &r.EmbedModel, &r.PublicRemote)
+	err := row.Scan(&r.ID, &r.DisplayName, &r.Path, &r.State, &r.FileCount, &r.ChunkCount, &r.IndexError, &r.CreateTime, &r.IndexTime, &r.URL, &r.LastCommit, &r.Generation, &r.EmbedModel, &r.PublicRemote, &r.Operation)
 	return r, err
 }
 

@@ -141,6 +141,73 @@ func (IndexState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{1}
 }
 
+// IndexPhase is the step an index operation is at.
+type IndexPhase int32
+
+const (
+	IndexPhase_INDEX_PHASE_UNSPECIFIED IndexPhase = 0
+	// Cloning or fetching the repository's remote.
+	IndexPhase_INDEX_PHASE_CLONING IndexPhase = 1
+	// Counting the files to read.
+	IndexPhase_INDEX_PHASE_SCANNING IndexPhase = 2
+	// Reading, chunking and writing files for full-text search.
+	IndexPhase_INDEX_PHASE_LEXICAL IndexPhase = 3
+	// Term statistics and type relations over the whole repository.
+	IndexPhase_INDEX_PHASE_SYMBOLS IndexPhase = 4
+	// Embedding the chunks for semantic search.
+	IndexPhase_INDEX_PHASE_SEMANTIC IndexPhase = 5
+	IndexPhase_INDEX_PHASE_DONE     IndexPhase = 6
+)
+
+// Enum value maps for IndexPhase.
+var (
+	IndexPhase_name = map[int32]string{
+		0: "INDEX_PHASE_UNSPECIFIED",
+		1: "INDEX_PHASE_CLONING",
+		2: "INDEX_PHASE_SCANNING",
+		3: "INDEX_PHASE_LEXICAL",
+		4: "INDEX_PHASE_SYMBOLS",
+		5: "INDEX_PHASE_SEMANTIC",
+		6: "INDEX_PHASE_DONE",
+	}
+	IndexPhase_value = map[string]int32{
+		"INDEX_PHASE_UNSPECIFIED": 0,
+		"INDEX_PHASE_CLONING":     1,
+		"INDEX_PHASE_SCANNING":    2,
+		"INDEX_PHASE_LEXICAL":     3,
+		"INDEX_PHASE_SYMBOLS":     4,
+		"INDEX_PHASE_SEMANTIC":    5,
+		"INDEX_PHASE_DONE":        6,
+	}
+)
+
+func (x IndexPhase) Enum() *IndexPhase {
+	p := new(IndexPhase)
+	*p = x
+	return p
+}
+
+func (x IndexPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IndexPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_librarian_v1_librarian_service_proto_enumTypes[2].Descriptor()
+}
+
+func (IndexPhase) Type() protoreflect.EnumType {
+	return &file_sylk_librarian_v1_librarian_service_proto_enumTypes[2]
+}
+
+func (x IndexPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IndexPhase.Descriptor instead.
+func (IndexPhase) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{2}
+}
+
 type Repository struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "repositories/{repository}".
@@ -160,7 +227,10 @@ type Repository struct {
 	Url string `protobuf:"bytes,11,opt,name=url,proto3" json:"url,omitempty"`
 	// The commit the index was last built from; empty when the directory is
 	// not a git work tree.
-	LastCommit    string `protobuf:"bytes,12,opt,name=last_commit,json=lastCommit,proto3" json:"last_commit,omitempty"`
+	LastCommit string `protobuf:"bytes,12,opt,name=last_commit,json=lastCommit,proto3" json:"last_commit,omitempty"`
+	// The repository's latest index operation ("operations/{id}"): the one
+	// running while index_state is INDEXING; empty before any.
+	Operation     string `protobuf:"bytes,13,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,11 +349,21 @@ func (x *Repository) GetLastCommit() string {
 	return ""
 }
 
+func (x *Repository) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
 type CreateRepositoryRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Index right away (default true through REST is not implied; set it).
-	Index         bool `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Index bool `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// With index: answer at once, the index running as an operation
+	// (operation in the response), instead of waiting for it to finish.
+	Async         bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -332,9 +412,18 @@ func (x *CreateRepositoryRequest) GetIndex() bool {
 	return false
 }
 
+func (x *CreateRepositoryRequest) GetAsync() bool {
+	if x != nil {
+		return x.Async
+	}
+	return false
+}
+
 type CreateRepositoryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The index operation ("operations/{id}") when index was set.
+	Operation     string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +463,13 @@ func (x *CreateRepositoryResponse) GetRepository() *Repository {
 		return x.Repository
 	}
 	return nil
+}
+
+func (x *CreateRepositoryResponse) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
 }
 
 type GetRepositoryRequest struct {
@@ -572,7 +668,10 @@ type IndexRepositoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Re-read every file even when a delta from the last indexed commit would do.
-	Full          bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	Full bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	// Answer at once with the operation running instead of waiting for it;
+	// the counts below are then zero (the operation's metadata has them).
+	Async         bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +720,13 @@ func (x *IndexRepositoryRequest) GetFull() bool {
 	return false
 }
 
+func (x *IndexRepositoryRequest) GetAsync() bool {
+	if x != nil {
+		return x.Async
+	}
+	return false
+}
+
 type IndexRepositoryResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Repository   *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -632,8 +738,10 @@ type IndexRepositoryResponse struct {
 	FilesChanged int64 `protobuf:"varint,5,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
 	// Chunks whose embeddings were computed (unchanged chunks keep theirs).
 	ChunksEmbedded int64 `protobuf:"varint,6,opt,name=chunks_embedded,json=chunksEmbedded,proto3" json:"chunks_embedded,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The index operation ("operations/{id}").
+	Operation     string `protobuf:"bytes,7,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IndexRepositoryResponse) Reset() {
@@ -708,6 +816,589 @@ func (x *IndexRepositoryResponse) GetChunksEmbedded() int64 {
 	return 0
 }
 
+func (x *IndexRepositoryResponse) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+// Operation is a long-running index of a repository ("operations/{id}"),
+// scoped to the tenant that started it.
+type Operation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "operations/{operation}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Whether it finished: succeeded (repository set), failed or was
+	// cancelled (error set).
+	Done     bool                    `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Error    *OperationError         `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Metadata *IndexOperationMetadata `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// The repository once the operation succeeded.
+	Repository    *Repository `protobuf:"bytes,5,opt,name=repository,proto3" json:"repository,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Operation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Operation) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *Operation) GetError() *OperationError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *Operation) GetMetadata() *IndexOperationMetadata {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Operation) GetRepository() *Repository {
+	if x != nil {
+		return x.Repository
+	}
+	return nil
+}
+
+// OperationError is why an operation failed.
+type OperationError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A google.rpc.Code value (1 = CANCELLED).
+	Code          int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperationError) Reset() {
+	*x = OperationError{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperationError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperationError) ProtoMessage() {}
+
+func (x *OperationError) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
+func (*OperationError) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OperationError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *OperationError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// IndexOperationMetadata is an index operation's progress.
+type IndexOperationMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "repositories/{repository}".
+	Repository string     `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	Phase      IndexPhase `protobuf:"varint,2,opt,name=phase,proto3,enum=sylk.librarian.v1.IndexPhase" json:"phase,omitempty"`
+	// Files to read (known once scanning is done) and read so far.
+	FilesTotal int64 `protobuf:"varint,3,opt,name=files_total,json=filesTotal,proto3" json:"files_total,omitempty"`
+	FilesDone  int64 `protobuf:"varint,4,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
+	// Chunks written (lexical phase), then embedded (semantic phase).
+	ChunksDone int64 `protobuf:"varint,5,opt,name=chunks_done,json=chunksDone,proto3" json:"chunks_done,omitempty"`
+	// Full-text search sees the new index (it is committed).
+	LexicalReady bool `protobuf:"varint,6,opt,name=lexical_ready,json=lexicalReady,proto3" json:"lexical_ready,omitempty"`
+	// Semantic search sees it too.
+	SemanticReady bool `protobuf:"varint,7,opt,name=semantic_ready,json=semanticReady,proto3" json:"semantic_ready,omitempty"`
+	// Files that could not be read, and a few of their paths.
+	Errors       int64                  `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	ErrorSamples []string               `protobuf:"bytes,9,rep,name=error_samples,json=errorSamples,proto3" json:"error_samples,omitempty"`
+	StartTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Whether a cancel was asked for.
+	CancelRequested bool `protobuf:"varint,12,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
+	// Chunks to embed in the semantic phase.
+	ChunksTotal   int64 `protobuf:"varint,13,opt,name=chunks_total,json=chunksTotal,proto3" json:"chunks_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexOperationMetadata) Reset() {
+	*x = IndexOperationMetadata{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexOperationMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexOperationMetadata) ProtoMessage() {}
+
+func (x *IndexOperationMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexOperationMetadata.ProtoReflect.Descriptor instead.
+func (*IndexOperationMetadata) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *IndexOperationMetadata) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *IndexOperationMetadata) GetPhase() IndexPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return IndexPhase_INDEX_PHASE_UNSPECIFIED
+}
+
+func (x *IndexOperationMetadata) GetFilesTotal() int64 {
+	if x != nil {
+		return x.FilesTotal
+	}
+	return 0
+}
+
+func (x *IndexOperationMetadata) GetFilesDone() int64 {
+	if x != nil {
+		return x.FilesDone
+	}
+	return 0
+}
+
+func (x *IndexOperationMetadata) GetChunksDone() int64 {
+	if x != nil {
+		return x.ChunksDone
+	}
+	return 0
+}
+
+func (x *IndexOperationMetadata) GetLexicalReady() bool {
+	if x != nil {
+		return x.LexicalReady
+	}
+	return false
+}
+
+func (x *IndexOperationMetadata) GetSemanticReady() bool {
+	if x != nil {
+		return x.SemanticReady
+	}
+	return false
+}
+
+func (x *IndexOperationMetadata) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *IndexOperationMetadata) GetErrorSamples() []string {
+	if x != nil {
+		return x.ErrorSamples
+	}
+	return nil
+}
+
+func (x *IndexOperationMetadata) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *IndexOperationMetadata) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *IndexOperationMetadata) GetCancelRequested() bool {
+	if x != nil {
+		return x.CancelRequested
+	}
+	return false
+}
+
+func (x *IndexOperationMetadata) GetChunksTotal() int64 {
+	if x != nil {
+		return x.ChunksTotal
+	}
+	return 0
+}
+
+type GetOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "operations/{operation}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationRequest) Reset() {
+	*x = GetOperationRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationRequest) ProtoMessage() {}
+
+func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
+func (*GetOperationRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetOperationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetOperationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     *Operation             `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationResponse) Reset() {
+	*x = GetOperationResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationResponse) ProtoMessage() {}
+
+func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
+func (*GetOperationResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetOperationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+type ListOperationsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this repository's ("repositories/{id}").
+	Repository    string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsRequest) Reset() {
+	*x = ListOperationsRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsRequest) ProtoMessage() {}
+
+func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListOperationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+type ListOperationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operations    []*Operation           `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsResponse) Reset() {
+	*x = ListOperationsResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsResponse) ProtoMessage() {}
+
+func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListOperationsResponse) GetOperations() []*Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ListOperationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type CancelOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "operations/{operation}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelOperationRequest) Reset() {
+	*x = CancelOperationRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelOperationRequest) ProtoMessage() {}
+
+func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelOperationRequest.ProtoReflect.Descriptor instead.
+func (*CancelOperationRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CancelOperationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CancelOperationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     *Operation             `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelOperationResponse) Reset() {
+	*x = CancelOperationResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelOperationResponse) ProtoMessage() {}
+
+func (x *CancelOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelOperationResponse.ProtoReflect.Descriptor instead.
+func (*CancelOperationResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CancelOperationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 type SearchCodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
@@ -734,7 +1425,7 @@ type SearchCodeRequest struct {
 
 func (x *SearchCodeRequest) Reset() {
 	*x = SearchCodeRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[9]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1437,7 @@ func (x *SearchCodeRequest) String() string {
 func (*SearchCodeRequest) ProtoMessage() {}
 
 func (x *SearchCodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[9]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1450,7 @@ func (x *SearchCodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCodeRequest.ProtoReflect.Descriptor instead.
 func (*SearchCodeRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SearchCodeRequest) GetQuery() string {
@@ -847,7 +1538,7 @@ type SearchCodeResponse struct {
 
 func (x *SearchCodeResponse) Reset() {
 	*x = SearchCodeResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[10]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1550,7 @@ func (x *SearchCodeResponse) String() string {
 func (*SearchCodeResponse) ProtoMessage() {}
 
 func (x *SearchCodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[10]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1563,7 @@ func (x *SearchCodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCodeResponse.ProtoReflect.Descriptor instead.
 func (*SearchCodeResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SearchCodeResponse) GetHits() []*CodeHit {
@@ -940,7 +1631,7 @@ type FindSimilarSymbolsRequest struct {
 
 func (x *FindSimilarSymbolsRequest) Reset() {
 	*x = FindSimilarSymbolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1643,7 @@ func (x *FindSimilarSymbolsRequest) String() string {
 func (*FindSimilarSymbolsRequest) ProtoMessage() {}
 
 func (x *FindSimilarSymbolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[11]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1656,7 @@ func (x *FindSimilarSymbolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindSimilarSymbolsRequest.ProtoReflect.Descriptor instead.
 func (*FindSimilarSymbolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FindSimilarSymbolsRequest) GetRepository() string {
@@ -1013,7 +1704,7 @@ type SimilarSymbol struct {
 
 func (x *SimilarSymbol) Reset() {
 	*x = SimilarSymbol{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1716,7 @@ func (x *SimilarSymbol) String() string {
 func (*SimilarSymbol) ProtoMessage() {}
 
 func (x *SimilarSymbol) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[12]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1729,7 @@ func (x *SimilarSymbol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimilarSymbol.ProtoReflect.Descriptor instead.
 func (*SimilarSymbol) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SimilarSymbol) GetRepository() string {
@@ -1108,7 +1799,7 @@ type FindSimilarSymbolsResponse struct {
 
 func (x *FindSimilarSymbolsResponse) Reset() {
 	*x = FindSimilarSymbolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1811,7 @@ func (x *FindSimilarSymbolsResponse) String() string {
 func (*FindSimilarSymbolsResponse) ProtoMessage() {}
 
 func (x *FindSimilarSymbolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[13]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1824,7 @@ func (x *FindSimilarSymbolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindSimilarSymbolsResponse.ProtoReflect.Descriptor instead.
 func (*FindSimilarSymbolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FindSimilarSymbolsResponse) GetSource() *SimilarSymbol {
@@ -1169,7 +1860,7 @@ type CodeHit struct {
 
 func (x *CodeHit) Reset() {
 	*x = CodeHit{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1872,7 @@ func (x *CodeHit) String() string {
 func (*CodeHit) ProtoMessage() {}
 
 func (x *CodeHit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1885,7 @@ func (x *CodeHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeHit.ProtoReflect.Descriptor instead.
 func (*CodeHit) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CodeHit) GetRepository() string {
@@ -1282,7 +1973,7 @@ type Symbol struct {
 
 func (x *Symbol) Reset() {
 	*x = Symbol{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1985,7 @@ func (x *Symbol) String() string {
 func (*Symbol) ProtoMessage() {}
 
 func (x *Symbol) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1998,7 @@ func (x *Symbol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Symbol.ProtoReflect.Descriptor instead.
 func (*Symbol) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Symbol) GetId() string {
@@ -1400,7 +2091,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +2103,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +2116,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Edge) GetSource() string {
@@ -1474,7 +2165,7 @@ type GetSymbolRequest struct {
 
 func (x *GetSymbolRequest) Reset() {
 	*x = GetSymbolRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +2177,7 @@ func (x *GetSymbolRequest) String() string {
 func (*GetSymbolRequest) ProtoMessage() {}
 
 func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +2190,7 @@ func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolRequest.ProtoReflect.Descriptor instead.
 func (*GetSymbolRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSymbolRequest) GetRepository() string {
@@ -1532,7 +2223,7 @@ type GetSymbolResponse struct {
 
 func (x *GetSymbolResponse) Reset() {
 	*x = GetSymbolResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +2235,7 @@ func (x *GetSymbolResponse) String() string {
 func (*GetSymbolResponse) ProtoMessage() {}
 
 func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +2248,7 @@ func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolResponse.ProtoReflect.Descriptor instead.
 func (*GetSymbolResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetSymbolResponse) GetSymbol() *Symbol {
@@ -1578,7 +2269,7 @@ type GetFileSymbolsRequest struct {
 
 func (x *GetFileSymbolsRequest) Reset() {
 	*x = GetFileSymbolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +2281,7 @@ func (x *GetFileSymbolsRequest) String() string {
 func (*GetFileSymbolsRequest) ProtoMessage() {}
 
 func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +2294,7 @@ func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetFileSymbolsRequest) GetRepository() string {
@@ -1636,7 +2327,7 @@ type GetFileSymbolsResponse struct {
 
 func (x *GetFileSymbolsResponse) Reset() {
 	*x = GetFileSymbolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +2339,7 @@ func (x *GetFileSymbolsResponse) String() string {
 func (*GetFileSymbolsResponse) ProtoMessage() {}
 
 func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +2352,7 @@ func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsResponse.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetFileSymbolsResponse) GetSymbols() []*Symbol {
@@ -1684,7 +2375,7 @@ type GetDependenciesRequest struct {
 
 func (x *GetDependenciesRequest) Reset() {
 	*x = GetDependenciesRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2387,7 @@ func (x *GetDependenciesRequest) String() string {
 func (*GetDependenciesRequest) ProtoMessage() {}
 
 func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2400,7 @@ func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesRequest.ProtoReflect.Descriptor instead.
 func (*GetDependenciesRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetDependenciesRequest) GetRepository() string {
@@ -1742,7 +2433,7 @@ type GetDependenciesResponse struct {
 
 func (x *GetDependenciesResponse) Reset() {
 	*x = GetDependenciesResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2445,7 @@ func (x *GetDependenciesResponse) String() string {
 func (*GetDependenciesResponse) ProtoMessage() {}
 
 func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2458,7 @@ func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesResponse.ProtoReflect.Descriptor instead.
 func (*GetDependenciesResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetDependenciesResponse) GetEdges() []*Edge {
@@ -1789,7 +2480,7 @@ type GetDependentsRequest struct {
 
 func (x *GetDependentsRequest) Reset() {
 	*x = GetDependentsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2492,7 @@ func (x *GetDependentsRequest) String() string {
 func (*GetDependentsRequest) ProtoMessage() {}
 
 func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2505,7 @@ func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsRequest.ProtoReflect.Descriptor instead.
 func (*GetDependentsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetDependentsRequest) GetRepository() string {
@@ -1847,7 +2538,7 @@ type GetDependentsResponse struct {
 
 func (x *GetDependentsResponse) Reset() {
 	*x = GetDependentsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2550,7 @@ func (x *GetDependentsResponse) String() string {
 func (*GetDependentsResponse) ProtoMessage() {}
 
 func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2563,7 @@ func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsResponse.ProtoReflect.Descriptor instead.
 func (*GetDependentsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetDependentsResponse) GetEdges() []*Edge {
@@ -1893,7 +2584,7 @@ type DiscoverToolsRequest struct {
 
 func (x *DiscoverToolsRequest) Reset() {
 	*x = DiscoverToolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2596,7 @@ func (x *DiscoverToolsRequest) String() string {
 func (*DiscoverToolsRequest) ProtoMessage() {}
 
 func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2609,7 @@ func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiscoverToolsRequest) GetRepository() string {
@@ -1957,7 +2648,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2660,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2673,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Tool) GetId() string {
@@ -2052,7 +2743,7 @@ type DiscoverToolsResponse struct {
 
 func (x *DiscoverToolsResponse) Reset() {
 	*x = DiscoverToolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2755,7 @@ func (x *DiscoverToolsResponse) String() string {
 func (*DiscoverToolsResponse) ProtoMessage() {}
 
 func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2768,7 @@ func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiscoverToolsResponse) GetFormatters() []*Tool {
@@ -2148,7 +2839,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2851,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2864,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetHistoryRequest) GetRepository() string {
@@ -2233,7 +2924,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2936,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2949,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetHistoryResponse) GetPath() string {
@@ -2310,7 +3001,7 @@ type HistoryCommit struct {
 
 func (x *HistoryCommit) Reset() {
 	*x = HistoryCommit{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +3013,7 @@ func (x *HistoryCommit) String() string {
 func (*HistoryCommit) ProtoMessage() {}
 
 func (x *HistoryCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +3026,7 @@ func (x *HistoryCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryCommit.ProtoReflect.Descriptor instead.
 func (*HistoryCommit) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HistoryCommit) GetSha() string {
@@ -2385,7 +3076,7 @@ type IndexNotice struct {
 
 func (x *IndexNotice) Reset() {
 	*x = IndexNotice{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +3088,7 @@ func (x *IndexNotice) String() string {
 func (*IndexNotice) ProtoMessage() {}
 
 func (x *IndexNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +3101,7 @@ func (x *IndexNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexNotice.ProtoReflect.Descriptor instead.
 func (*IndexNotice) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *IndexNotice) GetTenantId() string {
@@ -2445,7 +3136,7 @@ var File_sylk_librarian_v1_librarian_service_proto protoreflect.FileDescriptor
 
 const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\n" +
-	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19sylk/event/v1/event.proto\"\xe0\x03\n" +
+	")sylk/librarian/v1/librarian_service.proto\x12\x11sylk.librarian.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19sylk/event/v1/event.proto\"\x83\x04\n" +
 	"\n" +
 	"Repository\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
@@ -2467,16 +3158,19 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"indexError\x12\x10\n" +
 	"\x03url\x18\v \x01(\tR\x03url\x12$\n" +
 	"\vlast_commit\x18\f \x01(\tB\x03\xe0A\x03R\n" +
-	"lastCommit\"s\n" +
+	"lastCommit\x12!\n" +
+	"\toperation\x18\r \x01(\tB\x03\xe0A\x03R\toperation\"\x89\x01\n" +
 	"\x17CreateRepositoryRequest\x12B\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryB\x03\xe0A\x02R\n" +
 	"repository\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\bR\x05index\"Y\n" +
+	"\x05index\x18\x02 \x01(\bR\x05index\x12\x14\n" +
+	"\x05async\x18\x03 \x01(\bR\x05async\"w\n" +
 	"\x18CreateRepositoryResponse\x12=\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryR\n" +
-	"repository\"/\n" +
+	"repository\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\"/\n" +
 	"\x14GetRepositoryRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"V\n" +
 	"\x15GetRepositoryResponse\x12=\n" +
@@ -2489,10 +3183,11 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x18ListRepositoriesResponse\x12A\n" +
 	"\frepositories\x18\x01 \x03(\v2\x1d.sylk.librarian.v1.RepositoryR\frepositories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"[\n" +
 	"\x16IndexRepositoryRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x12\n" +
-	"\x04full\x18\x02 \x01(\bR\x04full\"\x86\x02\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\x12\x14\n" +
+	"\x05async\x18\x03 \x01(\bR\x05async\"\xa4\x02\n" +
 	"\x17IndexRepositoryResponse\x12=\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryR\n" +
@@ -2501,7 +3196,61 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\rfiles_skipped\x18\x03 \x01(\x03R\ffilesSkipped\x12\x14\n" +
 	"\x05delta\x18\x04 \x01(\bR\x05delta\x12#\n" +
 	"\rfiles_changed\x18\x05 \x01(\x03R\ffilesChanged\x12'\n" +
-	"\x0fchunks_embedded\x18\x06 \x01(\x03R\x0echunksEmbedded\"\xb7\x02\n" +
+	"\x0fchunks_embedded\x18\x06 \x01(\x03R\x0echunksEmbedded\x12\x1c\n" +
+	"\toperation\x18\a \x01(\tR\toperation\"\x8b\x02\n" +
+	"\tOperation\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x17\n" +
+	"\x04done\x18\x02 \x01(\bB\x03\xe0A\x03R\x04done\x12<\n" +
+	"\x05error\x18\x03 \x01(\v2!.sylk.librarian.v1.OperationErrorB\x03\xe0A\x03R\x05error\x12J\n" +
+	"\bmetadata\x18\x04 \x01(\v2).sylk.librarian.v1.IndexOperationMetadataB\x03\xe0A\x03R\bmetadata\x12B\n" +
+	"\n" +
+	"repository\x18\x05 \x01(\v2\x1d.sylk.librarian.v1.RepositoryB\x03\xe0A\x03R\n" +
+	"repository\">\n" +
+	"\x0eOperationError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x9d\x04\n" +
+	"\x16IndexOperationMetadata\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x123\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\x1d.sylk.librarian.v1.IndexPhaseR\x05phase\x12\x1f\n" +
+	"\vfiles_total\x18\x03 \x01(\x03R\n" +
+	"filesTotal\x12\x1d\n" +
+	"\n" +
+	"files_done\x18\x04 \x01(\x03R\tfilesDone\x12\x1f\n" +
+	"\vchunks_done\x18\x05 \x01(\x03R\n" +
+	"chunksDone\x12#\n" +
+	"\rlexical_ready\x18\x06 \x01(\bR\flexicalReady\x12%\n" +
+	"\x0esemantic_ready\x18\a \x01(\bR\rsemanticReady\x12\x16\n" +
+	"\x06errors\x18\b \x01(\x03R\x06errors\x12#\n" +
+	"\rerror_samples\x18\t \x03(\tR\ferrorSamples\x129\n" +
+	"\n" +
+	"start_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12)\n" +
+	"\x10cancel_requested\x18\f \x01(\bR\x0fcancelRequested\x12!\n" +
+	"\fchunks_total\x18\r \x01(\x03R\vchunksTotal\".\n" +
+	"\x13GetOperationRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"R\n" +
+	"\x14GetOperationResponse\x12:\n" +
+	"\toperation\x18\x01 \x01(\v2\x1c.sylk.librarian.v1.OperationR\toperation\"s\n" +
+	"\x15ListOperationsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x03 \x01(\tR\n" +
+	"repository\"~\n" +
+	"\x16ListOperationsResponse\x12<\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2\x1c.sylk.librarian.v1.OperationR\n" +
+	"operations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"1\n" +
+	"\x16CancelOperationRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"U\n" +
+	"\x17CancelOperationResponse\x12:\n" +
+	"\toperation\x18\x01 \x01(\v2\x1c.sylk.librarian.v1.OperationR\toperation\"\xb7\x02\n" +
 	"\x11SearchCodeRequest\x12\x19\n" +
 	"\x05query\x18\x01 \x01(\tB\x03\xe0A\x02R\x05query\x12\"\n" +
 	"\frepositories\x18\x02 \x03(\tR\frepositories\x12\x1b\n" +
@@ -2677,13 +3426,25 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x13INDEX_STATE_PENDING\x10\x01\x12\x18\n" +
 	"\x14INDEX_STATE_INDEXING\x10\x02\x12\x15\n" +
 	"\x11INDEX_STATE_READY\x10\x03\x12\x16\n" +
-	"\x12INDEX_STATE_FAILED\x10\x042\xf1\r\n" +
+	"\x12INDEX_STATE_FAILED\x10\x04*\xbe\x01\n" +
+	"\n" +
+	"IndexPhase\x12\x1b\n" +
+	"\x17INDEX_PHASE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13INDEX_PHASE_CLONING\x10\x01\x12\x18\n" +
+	"\x14INDEX_PHASE_SCANNING\x10\x02\x12\x17\n" +
+	"\x13INDEX_PHASE_LEXICAL\x10\x03\x12\x17\n" +
+	"\x13INDEX_PHASE_SYMBOLS\x10\x04\x12\x18\n" +
+	"\x14INDEX_PHASE_SEMANTIC\x10\x05\x12\x14\n" +
+	"\x10INDEX_PHASE_DONE\x10\x062\x89\x11\n" +
 	"\x10LibrarianService\x12\x91\x01\n" +
 	"\x10CreateRepository\x12*.sylk.librarian.v1.CreateRepositoryRequest\x1a+.sylk.librarian.v1.CreateRepositoryResponse\"$\x82\xd3\xe4\x93\x02\x1e:\n" +
 	"repository\"\x10/v1/repositories\x12\x85\x01\n" +
 	"\rGetRepository\x12'.sylk.librarian.v1.GetRepositoryRequest\x1a(.sylk.librarian.v1.GetRepositoryResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/{name=repositories/*}\x12\x85\x01\n" +
 	"\x10ListRepositories\x12*.sylk.librarian.v1.ListRepositoriesRequest\x1a+.sylk.librarian.v1.ListRepositoriesResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/repositories\x12\x94\x01\n" +
-	"\x0fIndexRepository\x12).sylk.librarian.v1.IndexRepositoryRequest\x1a*.sylk.librarian.v1.IndexRepositoryResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=repositories/*}:index\x12u\n" +
+	"\x0fIndexRepository\x12).sylk.librarian.v1.IndexRepositoryRequest\x1a*.sylk.librarian.v1.IndexRepositoryResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=repositories/*}:index\x12\x80\x01\n" +
+	"\fGetOperation\x12&.sylk.librarian.v1.GetOperationRequest\x1a'.sylk.librarian.v1.GetOperationResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/{name=operations/*}\x12}\n" +
+	"\x0eListOperations\x12(.sylk.librarian.v1.ListOperationsRequest\x1a).sylk.librarian.v1.ListOperationsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/operations\x12\x93\x01\n" +
+	"\x0fCancelOperation\x12).sylk.librarian.v1.CancelOperationRequest\x1a*.sylk.librarian.v1.CancelOperationResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/{name=operations/*}:cancel\x12u\n" +
 	"\n" +
 	"SearchCode\x12$.sylk.librarian.v1.SearchCodeRequest\x1a%.sylk.librarian.v1.SearchCodeResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/code:search\x12\x86\x01\n" +
 	"\tGetSymbol\x12#.sylk.librarian.v1.GetSymbolRequest\x1a$.sylk.librarian.v1.GetSymbolResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{repository=repositories/*}/symbol\x12\x9a\x01\n" +
@@ -2707,100 +3468,125 @@ func file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP() []byte {
 	return file_sylk_librarian_v1_librarian_service_proto_rawDescData
 }
 
-var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
 	(SearchMode)(0),                    // 0: sylk.librarian.v1.SearchMode
 	(IndexState)(0),                    // 1: sylk.librarian.v1.IndexState
-	(*Repository)(nil),                 // 2: sylk.librarian.v1.Repository
-	(*CreateRepositoryRequest)(nil),    // 3: sylk.librarian.v1.CreateRepositoryRequest
-	(*CreateRepositoryResponse)(nil),   // 4: sylk.librarian.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),       // 5: sylk.librarian.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),      // 6: sylk.librarian.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),    // 7: sylk.librarian.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil),   // 8: sylk.librarian.v1.ListRepositoriesResponse
-	(*IndexRepositoryRequest)(nil),     // 9: sylk.librarian.v1.IndexRepositoryRequest
-	(*IndexRepositoryResponse)(nil),    // 10: sylk.librarian.v1.IndexRepositoryResponse
-	(*SearchCodeRequest)(nil),          // 11: sylk.librarian.v1.SearchCodeRequest
-	(*SearchCodeResponse)(nil),         // 12: sylk.librarian.v1.SearchCodeResponse
-	(*FindSimilarSymbolsRequest)(nil),  // 13: sylk.librarian.v1.FindSimilarSymbolsRequest
-	(*SimilarSymbol)(nil),              // 14: sylk.librarian.v1.SimilarSymbol
-	(*FindSimilarSymbolsResponse)(nil), // 15: sylk.librarian.v1.FindSimilarSymbolsResponse
-	(*CodeHit)(nil),                    // 16: sylk.librarian.v1.CodeHit
-	(*Symbol)(nil),                     // 17: sylk.librarian.v1.Symbol
-	(*Edge)(nil),                       // 18: sylk.librarian.v1.Edge
-	(*GetSymbolRequest)(nil),           // 19: sylk.librarian.v1.GetSymbolRequest
-	(*GetSymbolResponse)(nil),          // 20: sylk.librarian.v1.GetSymbolResponse
-	(*GetFileSymbolsRequest)(nil),      // 21: sylk.librarian.v1.GetFileSymbolsRequest
-	(*GetFileSymbolsResponse)(nil),     // 22: sylk.librarian.v1.GetFileSymbolsResponse
-	(*GetDependenciesRequest)(nil),     // 23: sylk.librarian.v1.GetDependenciesRequest
-	(*GetDependenciesResponse)(nil),    // 24: sylk.librarian.v1.GetDependenciesResponse
-	(*GetDependentsRequest)(nil),       // 25: sylk.librarian.v1.GetDependentsRequest
-	(*GetDependentsResponse)(nil),      // 26: sylk.librarian.v1.GetDependentsResponse
-	(*DiscoverToolsRequest)(nil),       // 27: sylk.librarian.v1.DiscoverToolsRequest
-	(*Tool)(nil),                       // 28: sylk.librarian.v1.Tool
-	(*DiscoverToolsResponse)(nil),      // 29: sylk.librarian.v1.DiscoverToolsResponse
-	(*GetHistoryRequest)(nil),          // 30: sylk.librarian.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),         // 31: sylk.librarian.v1.GetHistoryResponse
-	(*HistoryCommit)(nil),              // 32: sylk.librarian.v1.HistoryCommit
-	(*IndexNotice)(nil),                // 33: sylk.librarian.v1.IndexNotice
-	(*timestamppb.Timestamp)(nil),      // 34: google.protobuf.Timestamp
-	(*v1.IndexingProgress)(nil),        // 35: sylk.event.v1.IndexingProgress
+	(IndexPhase)(0),                    // 2: sylk.librarian.v1.IndexPhase
+	(*Repository)(nil),                 // 3: sylk.librarian.v1.Repository
+	(*CreateRepositoryRequest)(nil),    // 4: sylk.librarian.v1.CreateRepositoryRequest
+	(*CreateRepositoryResponse)(nil),   // 5: sylk.librarian.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),       // 6: sylk.librarian.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),      // 7: sylk.librarian.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),    // 8: sylk.librarian.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),   // 9: sylk.librarian.v1.ListRepositoriesResponse
+	(*IndexRepositoryRequest)(nil),     // 10: sylk.librarian.v1.IndexRepositoryRequest
+	(*IndexRepositoryResponse)(nil),    // 11: sylk.librarian.v1.IndexRepositoryResponse
+	(*Operation)(nil),                  // 12: sylk.librarian.v1.Operation
+	(*OperationError)(nil),             // 13: sylk.librarian.v1.OperationError
+	(*IndexOperationMetadata)(nil),     // 14: sylk.librarian.v1.IndexOperationMetadata
+	(*GetOperationRequest)(nil),        // 15: sylk.librarian.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),       // 16: sylk.librarian.v1.GetOperationResponse
+	(*ListOperationsRequest)(nil),      // 17: sylk.librarian.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),     // 18: sylk.librarian.v1.ListOperationsResponse
+	(*CancelOperationRequest)(nil),     // 19: sylk.librarian.v1.CancelOperationRequest
+	(*CancelOperationResponse)(nil),    // 20: sylk.librarian.v1.CancelOperationResponse
+	(*SearchCodeRequest)(nil),          // 21: sylk.librarian.v1.SearchCodeRequest
+	(*SearchCodeResponse)(nil),         // 22: sylk.librarian.v1.SearchCodeResponse
+	(*FindSimilarSymbolsRequest)(nil),  // 23: sylk.librarian.v1.FindSimilarSymbolsRequest
+	(*SimilarSymbol)(nil),              // 24: sylk.librarian.v1.SimilarSymbol
+	(*FindSimilarSymbolsResponse)(nil), // 25: sylk.librarian.v1.FindSimilarSymbolsResponse
+	(*CodeHit)(nil),                    // 26: sylk.librarian.v1.CodeHit
+	(*Symbol)(nil),                     // 27: sylk.librarian.v1.Symbol
+	(*Edge)(nil),                       // 28: sylk.librarian.v1.Edge
+	(*GetSymbolRequest)(nil),           // 29: sylk.librarian.v1.GetSymbolRequest
+	(*GetSymbolResponse)(nil),          // 30: sylk.librarian.v1.GetSymbolResponse
+	(*GetFileSymbolsRequest)(nil),      // 31: sylk.librarian.v1.GetFileSymbolsRequest
+	(*GetFileSymbolsResponse)(nil),     // 32: sylk.librarian.v1.GetFileSymbolsResponse
+	(*GetDependenciesRequest)(nil),     // 33: sylk.librarian.v1.GetDependenciesRequest
+	(*GetDependenciesResponse)(nil),    // 34: sylk.librarian.v1.GetDependenciesResponse
+	(*GetDependentsRequest)(nil),       // 35: sylk.librarian.v1.GetDependentsRequest
+	(*GetDependentsResponse)(nil),      // 36: sylk.librarian.v1.GetDependentsResponse
+	(*DiscoverToolsRequest)(nil),       // 37: sylk.librarian.v1.DiscoverToolsRequest
+	(*Tool)(nil),                       // 38: sylk.librarian.v1.Tool
+	(*DiscoverToolsResponse)(nil),      // 39: sylk.librarian.v1.DiscoverToolsResponse
+	(*GetHistoryRequest)(nil),          // 40: sylk.librarian.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),         // 41: sylk.librarian.v1.GetHistoryResponse
+	(*HistoryCommit)(nil),              // 42: sylk.librarian.v1.HistoryCommit
+	(*IndexNotice)(nil),                // 43: sylk.librarian.v1.IndexNotice
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*v1.IndexingProgress)(nil),        // 45: sylk.event.v1.IndexingProgress
 }
 var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	1,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
-	34, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
-	34, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
-	2,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
-	2,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	2,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	2,  // 6: sylk.librarian.v1.ListRepositoriesResponse.repositories:type_name -> sylk.librarian.v1.Repository
-	2,  // 7: sylk.librarian.v1.IndexRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
-	0,  // 8: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
-	16, // 9: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
-	14, // 10: sylk.librarian.v1.FindSimilarSymbolsResponse.source:type_name -> sylk.librarian.v1.SimilarSymbol
-	14, // 11: sylk.librarian.v1.FindSimilarSymbolsResponse.symbols:type_name -> sylk.librarian.v1.SimilarSymbol
-	17, // 12: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
-	17, // 13: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
-	18, // 14: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
-	18, // 15: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
-	28, // 16: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
-	28, // 17: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
-	28, // 18: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
-	28, // 19: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
-	28, // 20: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
-	32, // 21: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
-	34, // 22: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
-	35, // 23: sylk.librarian.v1.IndexNotice.progress:type_name -> sylk.event.v1.IndexingProgress
-	3,  // 24: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
-	5,  // 25: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
-	7,  // 26: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
-	9,  // 27: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
-	11, // 28: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
-	19, // 29: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
-	21, // 30: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
-	23, // 31: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
-	25, // 32: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
-	27, // 33: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
-	30, // 34: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
-	13, // 35: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
-	4,  // 36: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
-	6,  // 37: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
-	8,  // 38: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
-	10, // 39: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
-	12, // 40: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
-	20, // 41: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
-	22, // 42: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
-	24, // 43: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
-	26, // 44: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
-	29, // 45: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
-	31, // 46: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
-	15, // 47: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
-	36, // [36:48] is the sub-list for method output_type
-	24, // [24:36] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	44, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
+	44, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
+	3,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
+	3,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	3,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	3,  // 6: sylk.librarian.v1.ListRepositoriesResponse.repositories:type_name -> sylk.librarian.v1.Repository
+	3,  // 7: sylk.librarian.v1.IndexRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
+	13, // 8: sylk.librarian.v1.Operation.error:type_name -> sylk.librarian.v1.OperationError
+	14, // 9: sylk.librarian.v1.Operation.metadata:type_name -> sylk.librarian.v1.IndexOperationMetadata
+	3,  // 10: sylk.librarian.v1.Operation.repository:type_name -> sylk.librarian.v1.Repository
+	2,  // 11: sylk.librarian.v1.IndexOperationMetadata.phase:type_name -> sylk.librarian.v1.IndexPhase
+	44, // 12: sylk.librarian.v1.IndexOperationMetadata.start_time:type_name -> google.protobuf.Timestamp
+	44, // 13: sylk.librarian.v1.IndexOperationMetadata.update_time:type_name -> google.protobuf.Timestamp
+	12, // 14: sylk.librarian.v1.GetOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
+	12, // 15: sylk.librarian.v1.ListOperationsResponse.operations:type_name -> sylk.librarian.v1.Operation
+	12, // 16: sylk.librarian.v1.CancelOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
+	0,  // 17: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
+	26, // 18: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
+	24, // 19: sylk.librarian.v1.FindSimilarSymbolsResponse.source:type_name -> sylk.librarian.v1.SimilarSymbol
+	24, // 20: sylk.librarian.v1.FindSimilarSymbolsResponse.symbols:type_name -> sylk.librarian.v1.SimilarSymbol
+	27, // 21: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
+	27, // 22: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
+	28, // 23: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
+	28, // 24: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
+	38, // 25: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
+	38, // 26: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
+	38, // 27: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
+	38, // 28: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
+	38, // 29: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
+	42, // 30: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
+	44, // 31: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
+	45, // 32: sylk.librarian.v1.IndexNotice.progress:type_name -> sylk.event.v1.IndexingProgress
+	4,  // 33: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
+	6,  // 34: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
+	8,  // 35: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
+	10, // 36: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
+	15, // 37: sylk.librarian.v1.LibrarianService.GetOperation:input_type -> sylk.librarian.v1.GetOperationRequest
+	17, // 38: sylk.librarian.v1.LibrarianService.ListOperations:input_type -> sylk.librarian.v1.ListOperationsRequest
+	19, // 39: sylk.librarian.v1.LibrarianService.CancelOperation:input_type -> sylk.librarian.v1.CancelOperationRequest
+	21, // 40: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
+	29, // 41: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
+	31, // 42: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
+	33, // 43: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
+	35, // 44: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
+	37, // 45: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
+	40, // 46: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
+	23, // 47: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
+	5,  // 48: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
+	7,  // 49: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
+	9,  // 50: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
+	11, // 51: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
+	16, // 52: sylk.librarian.v1.LibrarianService.GetOperation:output_type -> sylk.librarian.v1.GetOperationResponse
+	18, // 53: sylk.librarian.v1.LibrarianService.ListOperations:output_type -> sylk.librarian.v1.ListOperationsResponse
+	20, // 54: sylk.librarian.v1.LibrarianService.CancelOperation:output_type -> sylk.librarian.v1.CancelOperationResponse
+	22, // 55: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
+	30, // 56: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
+	32, // 57: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
+	34, // 58: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
+	36, // 59: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
+	39, // 60: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
+	41, // 61: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
+	25, // 62: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
+	48, // [48:63] is the sub-list for method output_type
+	33, // [33:48] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_sylk_librarian_v1_librarian_service_proto_init() }
@@ -2813,8 +3599,8 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_librarian_v1_librarian_service_proto_rawDesc), len(file_sylk_librarian_v1_librarian_service_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,9 @@ const (
 	LibrarianService_GetRepository_FullMethodName      = "/sylk.librarian.v1.LibrarianService/GetRepository"
 	LibrarianService_ListRepositories_FullMethodName   = "/sylk.librarian.v1.LibrarianService/ListRepositories"
 	LibrarianService_IndexRepository_FullMethodName    = "/sylk.librarian.v1.LibrarianService/IndexRepository"
+	LibrarianService_GetOperation_FullMethodName       = "/sylk.librarian.v1.LibrarianService/GetOperation"
+	LibrarianService_ListOperations_FullMethodName     = "/sylk.librarian.v1.LibrarianService/ListOperations"
+	LibrarianService_CancelOperation_FullMethodName    = "/sylk.librarian.v1.LibrarianService/CancelOperation"
 	LibrarianService_SearchCode_FullMethodName         = "/sylk.librarian.v1.LibrarianService/SearchCode"
 	LibrarianService_GetSymbol_FullMethodName          = "/sylk.librarian.v1.LibrarianService/GetSymbol"
 	LibrarianService_GetFileSymbols_FullMethodName     = "/sylk.librarian.v1.LibrarianService/GetFileSymbols"
@@ -44,8 +47,19 @@ type LibrarianServiceClient interface {
 	CreateRepository(ctx context.Context, in *CreateRepositoryRequest, opts ...grpc.CallOption) (*CreateRepositoryResponse, error)
 	GetRepository(ctx context.Context, in *GetRepositoryRequest, opts ...grpc.CallOption) (*GetRepositoryResponse, error)
 	ListRepositories(ctx context.Context, in *ListRepositoriesRequest, opts ...grpc.CallOption) (*ListRepositoriesResponse, error)
-	// IndexRepository (re)indexes a repository's files and waits for it.
+	// IndexRepository (re)indexes a repository's files as an operation
+	// (GetOperation follows it); it waits for it unless async is set.
 	IndexRepository(ctx context.Context, in *IndexRepositoryRequest, opts ...grpc.CallOption) (*IndexRepositoryResponse, error)
+	// GetOperation returns an index operation: its progress while it runs,
+	// its outcome once done.
+	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*GetOperationResponse, error)
+	// ListOperations pages through the tenant's index operations, newest
+	// first.
+	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	// CancelOperation stops a running index operation. A first index that is
+	// cancelled leaves nothing registered; a re-index leaves the repository
+	// FAILED with the previous (or the new lexical) index searchable.
+	CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*CancelOperationResponse, error)
 	SearchCode(ctx context.Context, in *SearchCodeRequest, opts ...grpc.CallOption) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
 	GetSymbol(ctx context.Context, in *GetSymbolRequest, opts ...grpc.CallOption) (*GetSymbolResponse, error)
@@ -111,6 +125,36 @@ func (c *librarianServiceClient) IndexRepository(ctx context.Context, in *IndexR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(IndexRepositoryResponse)
 	err := c.cc.Invoke(ctx, LibrarianService_IndexRepository_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*GetOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOperationResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_GetOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationsResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_ListOperations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *librarianServiceClient) CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*CancelOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelOperationResponse)
+	err := c.cc.Invoke(ctx, LibrarianService_CancelOperation_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +252,19 @@ type LibrarianServiceServer interface {
 	CreateRepository(context.Context, *CreateRepositoryRequest) (*CreateRepositoryResponse, error)
 	GetRepository(context.Context, *GetRepositoryRequest) (*GetRepositoryResponse, error)
 	ListRepositories(context.Context, *ListRepositoriesRequest) (*ListRepositoriesResponse, error)
-	// IndexRepository (re)indexes a repository's files and waits for it.
+	// IndexRepository (re)indexes a repository's files as an operation
+	// (GetOperation follows it); it waits for it unless async is set.
 	IndexRepository(context.Context, *IndexRepositoryRequest) (*IndexRepositoryResponse, error)
+	// GetOperation returns an index operation: its progress while it runs,
+	// its outcome once done.
+	GetOperation(context.Context, *GetOperationRequest) (*GetOperationResponse, error)
+	// ListOperations pages through the tenant's index operations, newest
+	// first.
+	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	// CancelOperation stops a running index operation. A first index that is
+	// cancelled leaves nothing registered; a re-index leaves the repository
+	// FAILED with the previous (or the new lexical) index searchable.
+	CancelOperation(context.Context, *CancelOperationRequest) (*CancelOperationResponse, error)
 	SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
 	GetSymbol(context.Context, *GetSymbolRequest) (*GetSymbolResponse, error)
@@ -252,6 +307,15 @@ func (UnimplementedLibrarianServiceServer) ListRepositories(context.Context, *Li
 }
 func (UnimplementedLibrarianServiceServer) IndexRepository(context.Context, *IndexRepositoryRequest) (*IndexRepositoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IndexRepository not implemented")
+}
+func (UnimplementedLibrarianServiceServer) GetOperation(context.Context, *GetOperationRequest) (*GetOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
+}
+func (UnimplementedLibrarianServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedLibrarianServiceServer) CancelOperation(context.Context, *CancelOperationRequest) (*CancelOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelOperation not implemented")
 }
 func (UnimplementedLibrarianServiceServer) SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SearchCode not implemented")
@@ -366,6 +430,60 @@ func _LibrarianService_IndexRepository_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LibrarianServiceServer).IndexRepository(ctx, req.(*IndexRepositoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_GetOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).GetOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_GetOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).GetOperation(ctx, req.(*GetOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).ListOperations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_ListOperations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).ListOperations(ctx, req.(*ListOperationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LibrarianService_CancelOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LibrarianServiceServer).CancelOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LibrarianService_CancelOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LibrarianServiceServer).CancelOperation(ctx, req.(*CancelOperationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -536,6 +654,18 @@ var LibrarianService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IndexRepository",
 			Handler:    _LibrarianService_IndexRepository_Handler,
+		},
+		{
+			MethodName: "GetOperation",
+			Handler:    _LibrarianService_GetOperation_Handler,
+		},
+		{
+			MethodName: "ListOperations",
+			Handler:    _LibrarianService_ListOperations_Handler,
+		},
+		{
+			MethodName: "CancelOperation",
+			Handler:    _LibrarianService_CancelOperation_Handler,
 		},
 		{
 			MethodName: "SearchCode",
