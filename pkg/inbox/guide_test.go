@@ -44,8 +44,10 @@ func step0(_ context.Context, env *messagev1.Envelope) (inbox.Result, error) {
 func (r running) guideInbox(t *testing.T, n int) []*messagev1.Envelope {
 	t.Helper()
 	ctx := context.Background()
-	cons, err := r.bus.JS.OrderedConsumer(ctx, r.bus.Stream(topology.StreamAgents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{topology.InboxSubject(r.bus, topology.AgentGuide)}})
+	// The agents' stream is a work queue: a consumer of the Guide's inbox
+	// stands in for the Guide.
+	cons, err := r.bus.JS.CreateOrUpdateConsumer(ctx, r.bus.Stream(topology.StreamAgents), jetstream.ConsumerConfig{
+		Durable: "test-guide", FilterSubject: topology.InboxSubject(r.bus, topology.AgentGuide), AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
 	var out []*messagev1.Envelope
 	testenv.Consume(t, cons, 10, 10*time.Second, func(env *messagev1.Envelope) { out = append(out, env) },
