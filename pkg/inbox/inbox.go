@@ -23,6 +23,7 @@ import (
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/confidence"
 	"sylk.dev/sylk/pkg/identity"
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/logx"
@@ -45,6 +46,11 @@ const (
 	// OutcomeUnavailable: handling failed on the last delivery and the
 	// agent answered that it could not help just now (Config.Unavailable).
 	OutcomeUnavailable = "unavailable"
+	// OutcomeRerouted: the agent declined the request (Result.Reroute).
+	OutcomeRerouted = "rerouted"
+	// OutcomeClarify: the agent asked the user a question first
+	// (Result.Clarify).
+	OutcomeClarify = "clarification"
 )
 
 // Defaults of Config.
@@ -77,19 +83,36 @@ type Config struct {
 	// still fails on its last delivery, so that it is never left
 	// unanswered. err is the handler's.
 	Unavailable func(env *messagev1.Envelope, err error) *messagev1.AgentAnswer
-	Log         *slog.Logger
+	// Confidence, when set, is the agent's confidence entry for an answer
+	// its handler gave none, so that every answer extends the chain.
+	Confidence func(answer *messagev1.AgentAnswer) *messagev1.ConfidenceEntry
+	Log        *slog.Logger
 	// Ready, when set, is called once the inbox consumer is provisioned and
 	// takes envelopes.
 	Ready func()
 }
 
-// Result is how a handler dealt with an envelope.
+// Result is how a handler dealt with an envelope: an answer, a decline or
+// a question for the user (the agent's Step 0, spec E-02; step0.go).
 type Result struct {
-	// Outcome is counted; "" means OutcomeAnswered.
+	// Outcome is counted; "" means OutcomeAnswered, or OutcomeRerouted or
+	// OutcomeClarify with Reroute or Clarify.
 	Outcome string
 	// Answer, when set, is published on the envelope's session as a
-	// message.answered event, de-duplicated on the envelope's id.
+	// message.answered event, de-duplicated on the envelope's id, with the
+	// confidence chain extended by the answer's own entry.
 	Answer *messagev1.AgentAnswer
+	// Reroute, when set instead, declines the request: it goes to the
+	// Guide as a reroute request with this agent's hop appended to the
+	// history, and the Guide sends it on to the suggested target.
+	Reroute *messagev1.RerouteRequest
+	// Clarify, when set instead, is a question for the user that the
+	// Guide delivers; the user's answer comes back to this agent as a
+	// clarification response (Question reads it with the request).
+	Clarify *messagev1.ClarificationRequest
+	// Confidence is the agent's entry for a decline or a question,
+	// appended to the chain that goes on with the request.
+	Confidence *messagev1.ConfidenceEntry
 }
 
 // Handler handles one envelope that has a tenant and has not expired. A
@@ -108,11 +131,18 @@ func Reject(format string, args ...any) error {
 }
 
 // Question is the text env asks: its user input, or else the request the
-// Guide's structured intent holds. An envelope without either, or whose
-// session is not a session id, is rejected.
+// Guide's structured intent holds; for the user's answer to the agent's
+// own question, the request refined by the answer. An envelope without
+// any, or whose session is not a session id, is rejected.
 func Question(env *messagev1.Envelope) (string, error) {
 	if !ids.Valid(env.GetSessionId()) {
 		return "", Reject("envelope %q: session_id %q is not a session id", env.GetId(), env.GetSessionId())
+	}
+	if original, answer, ok := Clarified(env); ok {
+		if q := strings.TrimSpace(original + " " + answer); q != "" {
+			return q, nil
+		}
+		return "", Reject("envelope %q: the clarification response carries no answer", env.GetId())
 	}
 	if env.GetUserInput() == nil && env.GetStructuredIntent() == nil {
 		return "", Reject("envelope %q: %s carries no question", env.GetId(), env.GetType())
@@ -217,6 +247,9 @@ func (in *inbox) process(ctx context.Context, log *slog.Logger, msg jetstream.Ms
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), fallbackTimeout)
 		defer cancel()
 	}
+	if res.Answer == nil && (res.Reroute != nil || res.Clarify != nil) {
+		return in.toGuide(ctx, log, env, res)
+	}
 	if res.Answer != nil {
 		if err := in.publish(ctx, env, res.Answer); err != nil {
 			return OutcomeFailed, err
@@ -236,6 +269,16 @@ func (in *inbox) publish(ctx context.Context, env *messagev1.Envelope, answer *m
 	if answer.GetAgent() == "" {
 		answer.Agent = in.cfg.Agent
 	}
+	own := answer.GetConfidence()
+	if own == nil && in.cfg.Confidence != nil {
+		own = in.cfg.Confidence(answer)
+		answer.Confidence = own
+	}
+	if own != nil && own.GetAgent() == "" {
+		own.Agent = in.cfg.Agent
+	}
+	confidence.Annotate(answer, confidence.Append(env.GetConfidenceChain(), own))
+	answer.RerouteHistory = env.GetRerouteHistory()
 	correlation := env.GetCorrelationId()
 	if correlation == "" {
 		correlation = env.GetId()

@@ -14,6 +14,9 @@ import (
 // answer answers one routed question: the tenant's documents are searched
 // and the hits become the answer (pkg/inbox publishes it on the session).
 func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
+	if res, done, err := s.step0(ctx, env); done || err != nil {
+		return res, err
+	}
 	text, err := inbox.Question(env)
 	if err != nil {
 		return inbox.Result{}, err

@@ -104,7 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("academic: a NATS bus is required to run the inbox")
 	}
 	cfg := inbox.Config{Agent: topology.AgentAcademic, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log,
-		Ready: s.MarkStarted}
+		Ready: s.MarkStarted, Confidence: answerConfidence}
 	if err := inbox.Run(ctx, s.bus, cfg, s.answer); err != nil {
 		return fmt.Errorf("academic: %w", err)
 	}

@@ -107,6 +107,9 @@ func (s *Service) storedEntry(env *messagev1.Envelope, req *messagev1.StoreReque
 // answer searches the archive for a routed question; when nothing matches,
 // the answer lists the newest entries instead.
 func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
+	if res, done, err := s.step0(ctx, env); done || err != nil {
+		return res, err
+	}
 	text, err := inbox.Question(env)
 	if err != nil {
 		return inbox.Result{}, err

@@ -113,7 +113,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("archivalist: a NATS bus is required to run the inbox")
 	}
 	cfg := inbox.Config{Agent: topology.AgentArchivalist, Timeout: s.cfg.InboxTimeout, Outcomes: s.metrics.inbox, Log: s.log,
-		Ready: s.MarkStarted}
+		Ready: s.MarkStarted, Confidence: answerConfidence}
 	if err := inbox.Run(ctx, s.bus, cfg, s.handleInbox); err != nil {
 		return fmt.Errorf("archivalist: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/confidence"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
@@ -37,8 +38,7 @@ func (s *Service) relayAnswer(ctx context.Context, sess session, env *messagev1.
 	if to == "" || to == authorGuide || to == authorUser {
 		a := proto.CloneOf(env.GetAgentAnswer())
 		a.Agent = firstNonEmpty(a.GetAgent(), env.GetSource())
-		a.CumulativeConfidence = CumulativeConfidence(env.GetConfidenceChain())
-		a.ConfidenceBand, a.SuggestedAction = ConfidenceBand(a.CumulativeConfidence)
+		confidence.Annotate(a, env.GetConfidenceChain())
 		ev := newEvent(eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, sess.ID, env.GetCorrelationId(), a.GetText())
 		ev.Source = a.Agent
 		ev.Payload = &eventv1.Event_MessageAnswered{MessageAnswered: a}

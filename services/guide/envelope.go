@@ -68,6 +68,12 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 			Priority:      messagev1.Priority_PRIORITY_USER,
 			Metadata:      map[string]string{"message": messageName(m.SessionID, m.ID), "clarification": clarificationName(m.SessionID, c.ID)},
 			Repository:    m.Repository,
+			// The request the agent asked about, so that it answers that
+			// request refined by the answer (pkg/inbox Question), and the
+			// user's word as the chain's first entry.
+			StructuredIntent: &messagev1.StructuredIntent{OriginalRequest: c.Original},
+			ConfidenceChain: []*messagev1.ConfidenceEntry{{Agent: authorGuide, Confidence: m.Route.Confidence,
+				Reason: m.Route.Reason}},
 			Payload: &messagev1.Envelope_ClarificationResponse{ClarificationResponse: &messagev1.ClarificationResponse{
 				Answer: m.Text,
 			}},

@@ -875,7 +875,7 @@ func TestClarificationAndRelay(t *testing.T) {
 	arch := inboxReader(t, f.bus, "architect")
 	corr := ids.New()
 	f.toGuide(t, &messagev1.Envelope{CorrelationId: corr, TenantId: "t1", SessionId: s.GetId(), UserId: "u1", Source: "tester",
-		Type: messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST,
+		Type: messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST, StructuredIntent: &messagev1.StructuredIntent{OriginalRequest: "run the tests"},
 		Payload: &messagev1.Envelope_ClarificationRequest{ClarificationRequest: &messagev1.ClarificationRequest{
 			Question: "Run the slow integration tests too?", Options: []string{"yes", "no"}, RequestingAgent: "tester"}}})
 	ev := f.waitEvent(t, ctx, s, func(e *eventv1.Event) bool {
@@ -893,6 +893,8 @@ func TestClarificationAndRelay(t *testing.T) {
 	require.Equal(t, messagev1.MessageType_MESSAGE_TYPE_CLARIFICATION_RESPONSE, got.GetType())
 	require.Equal(t, "yes", got.GetClarificationResponse().GetAnswer())
 	require.Equal(t, corr, got.GetCorrelationId())
+	require.Equal(t, "run the tests", got.GetStructuredIntent().GetOriginalRequest(), "the request asked about, for the agent to refine")
+	require.Equal(t, "guide", got.GetConfidenceChain()[0].GetAgent())
 	_, err = f.svc.SendMessage(ctx, &guidev1.SendMessageRequest{Parent: s.GetName(), Text: "again", InReplyTo: name})
 	testenv.RequireReason(t, err, codes.NotFound, "PENDING_CLARIFICATION_NOT_FOUND", "pending clarification")
 

@@ -46,6 +46,9 @@ func (s *Service) inboxConfig() inbox.Config {
 // the session, de-duplicated on the envelope id, so a redelivered message
 // never answers twice).
 func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Result, error) {
+	if res, done, err := s.step0(ctx, env); done || err != nil {
+		return res, err
+	}
 	text, err := inbox.Question(env)
 	if err != nil {
 		return inbox.Result{}, err

@@ -1551,9 +1551,16 @@ type AgentAnswer struct {
 	Message   string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
 	InReplyTo string `protobuf:"bytes,17,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	// Set when the answer came from the Guide's route cache.
-	Cached        bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cached bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
+	// The request's confidence chain with the answering agent's entry
+	// appended (spec A-04): the Guide's, any declining agent's, this one's.
+	// cumulative_confidence is its product.
+	ConfidenceChain []*ConfidenceEntry `protobuf:"bytes,30,rep,name=confidence_chain,json=confidenceChain,proto3" json:"confidence_chain,omitempty"`
+	// The agents that declined the request before this one answered it
+	// (spec A-08).
+	RerouteHistory []*RerouteHop `protobuf:"bytes,31,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AgentAnswer) Reset() {
@@ -1710,6 +1717,20 @@ func (x *AgentAnswer) GetCached() bool {
 		return x.Cached
 	}
 	return false
+}
+
+func (x *AgentAnswer) GetConfidenceChain() []*ConfidenceEntry {
+	if x != nil {
+		return x.ConfidenceChain
+	}
+	return nil
+}
+
+func (x *AgentAnswer) GetRerouteHistory() []*RerouteHop {
+	if x != nil {
+		return x.RerouteHistory
+	}
+	return nil
 }
 
 // Hit is one ranked search result from a knowledge agent.
@@ -2413,7 +2434,7 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\"\x1f\n" +
 	"\tUserInput\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\xb0\x05\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\xc3\x06\n" +
 	"\vAgentAnswer\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12(\n" +
@@ -2436,7 +2457,9 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x05model\x18\x0f \x01(\tR\x05model\x12\x18\n" +
 	"\amessage\x18\x10 \x01(\tR\amessage\x12\x1e\n" +
 	"\vin_reply_to\x18\x11 \x01(\tR\tinReplyTo\x12\x16\n" +
-	"\x06cached\x18\x12 \x01(\bR\x06cached\"\xf8\x02\n" +
+	"\x06cached\x18\x12 \x01(\bR\x06cached\x12K\n" +
+	"\x10confidence_chain\x18\x1e \x03(\v2 .sylk.message.v1.ConfidenceEntryR\x0fconfidenceChain\x12D\n" +
+	"\x0freroute_history\x18\x1f \x03(\v2\x1b.sylk.message.v1.RerouteHopR\x0ererouteHistory\"\xf8\x02\n" +
 	"\x03Hit\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
@@ -2670,13 +2693,15 @@ var file_sylk_message_v1_message_proto_depIdxs = []int32{
 	18, // 26: sylk.message.v1.AgentAnswer.citations:type_name -> sylk.message.v1.Citation
 	13, // 27: sylk.message.v1.AgentAnswer.confidence:type_name -> sylk.message.v1.ConfidenceEntry
 	17, // 28: sylk.message.v1.AgentAnswer.recent:type_name -> sylk.message.v1.Hit
-	5,  // 29: sylk.message.v1.Hit.kind:type_name -> sylk.message.v1.HitKind
-	6,  // 30: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	13, // 29: sylk.message.v1.AgentAnswer.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
+	14, // 30: sylk.message.v1.AgentAnswer.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	5,  // 31: sylk.message.v1.Hit.kind:type_name -> sylk.message.v1.HitKind
+	6,  // 32: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_sylk_message_v1_message_proto_init() }
