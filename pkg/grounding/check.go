@@ -224,3 +224,29 @@ func drop(text string, checks []Checked) string {
 	}
 	return text
 }
+
+// Sentence tells a person how the answer's citations fared: "" when every
+// one held; what failed and was removed otherwise; that nothing is
+// verified when the model cited nothing. what names the cited sources
+// ("the code", "the history").
+func Sentence(res Result, what string) string {
+	failed := res.Total - res.Verified
+	switch {
+	case res.Total == 0:
+		return fmt.Sprintf("The model cited nothing of %s, so nothing in this answer is verified.", what)
+	case failed > 0 && res.Ungrounded:
+		return fmt.Sprintf("Only %d of %d citations held when checked against %s; the %d that failed %s removed, so what %s backed is unverified.",
+			res.Verified, res.Total, what, failed, plural(failed, "was", "were"), plural(failed, "it", "they"))
+	case failed > 0:
+		return fmt.Sprintf("%d of %d citations failed the check against %s and %s removed.", failed, res.Total, what,
+			plural(failed, "was", "were"))
+	}
+	return ""
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

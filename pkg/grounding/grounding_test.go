@@ -167,3 +167,22 @@ func TestHolds(t *testing.T) {
 	require.False(t, Holds("func add()", "Add", false))
 	require.True(t, Holds("Use PostgreSQL for history", "use postgresql", true))
 }
+
+func TestParseGroupsAndHeadings(t *testing.T) {
+	t.Parallel()
+	claims := Parse("`Add` [app:a.go:3, app:b.go:4] and \"limits\" [documents/d1#Rate limits, quotas].")
+	require.Len(t, claims, 3)
+	require.Equal(t, "b.go", claims[1].Ref.Path)
+	require.Equal(t, "Rate limits, quotas", claims[2].Ref.Heading)
+}
+
+func TestSentence(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, Sentence(Result{Total: 2, Verified: 2, Ratio: 1}, "the code"))
+	require.Equal(t, "The model cited nothing of the code, so nothing in this answer is verified.",
+		Sentence(Result{Ungrounded: true}, "the code"))
+	require.Equal(t, "Only 1 of 2 citations held when checked against the history; the 1 that failed was removed, so what it backed is unverified.",
+		Sentence(Result{Total: 2, Verified: 1, Ratio: 0.5, Ungrounded: true}, "the history"))
+	require.Equal(t, "1 of 20 citations failed the check against the code and was removed.",
+		Sentence(Result{Total: 20, Verified: 19, Ratio: 0.95}, "the code"))
+}

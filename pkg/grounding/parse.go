@@ -100,17 +100,23 @@ func Parse(text string) []Claim {
 	return out
 }
 
-// parseGroup parses the citations of one bracket, separated by ";" or
-// ","; nil when any member is no citation (the bracket is something else).
+// parseGroup parses the citations of one bracket, separated by ";" (or
+// "," between citations of code or entries); nil when any member is no
+// citation (the bracket is something else).
 func parseGroup(s string) []Ref {
-	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' })
 	var refs []Ref
-	for _, p := range parts {
+	for _, p := range strings.Split(s, ";") {
 		r, ok := ParseRef(strings.TrimSpace(p))
-		if !ok {
-			return nil
+		if ok {
+			refs = append(refs, r)
+			continue
 		}
-		refs = append(refs, r)
+		for _, q := range strings.Split(p, ",") {
+			if r, ok = ParseRef(strings.TrimSpace(q)); !ok {
+				return nil
+			}
+			refs = append(refs, r)
+		}
 	}
 	return refs
 }
