@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -44,27 +45,42 @@ type llmServing interface {
 // on NATS, usage records in the llm schema). The returned function closes
 // what it opened.
 func attachLLM(ctx context.Context, m *module, svc app.Service, common Common, deps app.Deps, log *slog.Logger) (func(), error) {
-	switch m.llm {
-	case llmAPI:
+	closers := []func(){}
+	closeAll := func() {
+		for _, c := range slices.Backward(closers) {
+			c()
+		}
+	}
+	if m.llm&llmAPI != 0 {
 		s, ok := svc.(llmServing)
 		if !ok {
 			return nil, fmt.Errorf("%s serves the LLM APIs in the module table but has no SetLLM", m.name)
 		}
-		return attachAPI(ctx, s, common, deps, log)
-	case llmGate:
-		s, ok := svc.(llmGated)
-		if !ok {
-			return nil, fmt.Errorf("%s takes an LLM gate in the module table but has no SetLLMGate", m.name)
-		}
-		need, err := needsGate(svc, common)
+		c, err := attachAPI(ctx, s, common, deps, log)
 		if err != nil {
 			return nil, err
 		}
-		if need {
-			return attachGate(ctx, s, common, deps, log)
+		closers = append(closers, c)
+	}
+	if m.llm&llmGate != 0 {
+		s, ok := svc.(llmGated)
+		if !ok {
+			closeAll()
+			return nil, fmt.Errorf("%s takes an LLM gate in the module table but has no SetLLMGate", m.name)
+		}
+		need, err := needsGate(svc, common)
+		if err == nil && need {
+			var c func()
+			if c, err = attachGate(ctx, s, common, deps, log); err == nil {
+				closers = append(closers, c)
+			}
+		}
+		if err != nil {
+			closeAll()
+			return nil, err
 		}
 	}
-	return func() {}, nil
+	return closeAll, nil
 }
 
 // needsGate reports whether svc, which takes a gate, has a use for one.

@@ -62,11 +62,12 @@ type module struct {
 // llmAttachment says what a module takes from pkg/llm.
 type llmAttachment int
 
+// The attachments are bits: a module may take both.
 const (
-	llmNone llmAttachment = iota
+	llmNone llmAttachment = 0
 	// llmGate: its model calls go through a gate (SetLLMGate), unless it
 	// says it has no use for one (NeedsLLMGate).
-	llmGate
+	llmGate llmAttachment = 1 << (iota - 1)
 	// llmAPI: it serves the usage and provider APIs (SetLLM).
 	llmAPI
 )
@@ -86,7 +87,8 @@ var modules = []module{
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Librarian, g.Librarian = c, c },
 	},
 	{
-		name: Archivalist, schema: Archivalist, llm: llmAPI,
+		// Its answers are written through a gate.
+		name: Archivalist, schema: Archivalist, llm: llmAPI | llmGate,
 		// Consultations logged to it are checked against the caller's session.
 		uses:   []string{Guide},
 		config: func(s *ServiceConfigs) flagConfig { return &s.Archivalist },
@@ -94,7 +96,7 @@ var modules = []module{
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Archivalist, g.Archivalist = c, c },
 	},
 	{
-		name: Academic, schema: Academic,
+		name: Academic, schema: Academic, llm: llmGate,
 		config: func(s *ServiceConfigs) flagConfig { return &s.Academic },
 		build:  func(s *ServiceConfigs, d app.Deps) (app.Service, error) { return academic.New(s.Academic, d) },
 		client: func(p *app.Peers, g *gateway.Conns, c *grpc.ClientConn) { p.Academic, g.Academic = c, c },

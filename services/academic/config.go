@@ -45,6 +45,9 @@ type Config struct {
 	InboxHits int
 	// InboxTimeout bounds the handling of one inbox message.
 	InboxTimeout time.Duration
+	// AnswerModel writes answers with the configured model provider when
+	// there is one (answer.go).
+	AnswerModel bool
 }
 
 // RegisterFlags registers the -academic.* flags.
@@ -55,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TextSectionLines, "academic.text-section-lines", 40, "lines of paragraphs grouped into one section of a text document")
 	fs.IntVar(&c.MaxQueryBytes, "academic.max-query-bytes", 1024, "largest search query accepted, in bytes")
 	fs.IntVar(&c.InboxHits, "academic.inbox-hits", 5, "hits included in an answer to a routed message")
+	fs.BoolVar(&c.AnswerModel, "academic.answer-model", true, "write answers to routed questions with the configured model provider, citing the document sections (offline: the sections found, listed)")
 	fs.DurationVar(&c.InboxTimeout, "academic.inbox-timeout", 20*time.Second, "time allowed to handle one inbox message")
 }
 

@@ -30,33 +30,23 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 			return inbox.Result{}, err
 		}
 	}
-	return inbox.Result{Answer: &messagev1.AgentAnswer{Text: answerText(query, hits), Query: query, Hits: answerHits(hits)}}, nil
+	a := &messagev1.AgentAnswer{Text: answerText(query, hits), Query: query, Hits: answerHits(hits)}
+	if err := s.writeAnswer(ctx, env, hits, a); err != nil {
+		return inbox.Result{}, err
+	}
+	return inbox.Result{Answer: a}, nil
 }
 
+// answerText is the answer when nothing matched (writeAnswer writes the
+// answer from hits).
 func answerText(query string, hits []hit) string {
-	if len(hits) == 0 {
-		if query == "" {
-			return "Nothing to search for: ask about a topic of the ingested documents."
-		}
-		return fmt.Sprintf("No section of the ingested documents matches %q.", truncateChars(query, 80))
+	switch {
+	case len(hits) > 0:
+		return ""
+	case query == "":
+		return "Nothing to search for: ask about a topic of the ingested documents."
 	}
-	var parts []string
-	for i, h := range hits {
-		if i == 3 {
-			parts = append(parts, "…")
-			break
-		}
-		where := truncateChars(h.DocumentTitle, 80)
-		if h.Heading != "" {
-			where += " › " + truncateChars(h.Heading, 80)
-		}
-		parts = append(parts, fmt.Sprintf("%s (lines %d-%d)", where, h.LineStart, h.LineEnd))
-	}
-	noun := "sections"
-	if len(hits) == 1 {
-		noun = "section"
-	}
-	return fmt.Sprintf("Found %d matching %s in the ingested documents: %s.", len(hits), noun, strings.Join(parts, "; "))
+	return fmt.Sprintf("No section of the ingested documents matches %q.", truncateChars(query, 80))
 }
 
 // answerHits are the sections found, as the answer's hits.

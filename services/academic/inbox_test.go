@@ -2,6 +2,7 @@ package academic
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,9 @@ func TestInboxAnswersQuestions(t *testing.T) {
 	ev := ask(session, "How do I use the tap on macOS?")
 	require.Equal(t, eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED, ev.GetType())
 	require.Equal(t, topology.AgentAcademic, ev.GetSource())
-	require.Contains(t, ev.GetText(), "Operations guide › Sylk operations guide > Install > macOS (lines 16-18)")
+	require.Contains(t, ev.GetText(), "Operations guide ["+doc.GetName()+"]\n")
+	require.Contains(t, ev.GetText(), "- Sylk operations guide > Install > macOS, lines 16-18\n")
+	require.True(t, strings.HasSuffix(ev.GetText(), noModelSentence), "no model wrote it, and it says so: %s", ev.GetText())
 	answer := ev.GetMessageAnswered()
 	require.Equal(t, "academic", answer.GetAgent())
 	require.Equal(t, ev.GetText(), answer.GetText())

@@ -33,6 +33,8 @@ type Service struct {
 	store   *store
 	bus     *natsx.Bus
 	metrics *metrics
+	// answers writes answers with a model (answer.go).
+	answers answerModel
 }
 
 type metrics struct {

@@ -35,6 +35,9 @@ type Config struct {
 	MaxQueryBytes int
 	// InboxHits is how many hits an inbox answer carries.
 	InboxHits int
+	// AnswerModel writes answers with the configured model provider when
+	// there is one (answer.go).
+	AnswerModel bool
 	// InboxTimeout bounds the handling of one inbox message.
 	InboxTimeout time.Duration
 	// GuideTimeout bounds reading from the Guide that an entry's session is
@@ -47,6 +50,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxContentBytes, "archivalist.max-content-bytes", topology.MaxRecordBytes, "largest entry content accepted, in bytes")
 	fs.IntVar(&c.MaxQueryBytes, "archivalist.max-query-bytes", 1024, "largest search query accepted, in bytes")
 	fs.IntVar(&c.InboxHits, "archivalist.inbox-hits", 5, "hits included in an answer to a routed message")
+	fs.BoolVar(&c.AnswerModel, "archivalist.answer-model", true, "write answers to routed questions with the configured model provider, citing the entries (offline: the entries found, listed)")
 	fs.DurationVar(&c.InboxTimeout, "archivalist.inbox-timeout", 20*time.Second, "time allowed to handle one inbox message")
 	fs.DurationVar(&c.GuideTimeout, "archivalist.guide-timeout", 5*time.Second, "time allowed for reading from the guide that a new entry's session is the caller's")
 }

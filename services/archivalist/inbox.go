@@ -134,29 +134,34 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 			return inbox.Result{}, err
 		}
 	}
-	return inbox.Result{Answer: &messagev1.AgentAnswer{
+	a := &messagev1.AgentAnswer{
 		Text:         answerText(query, cross, hits, recent),
 		Query:        query,
 		CrossSession: cross,
 		Hits:         answerHits(hits),
 		Recent:       recentHits(recent),
-	}}, nil
+	}
+	if err := s.writeAnswer(ctx, env, scopeOf(cross), hits, a); err != nil {
+		return inbox.Result{}, err
+	}
+	return inbox.Result{Answer: a}, nil
 }
 
-func answerText(query string, cross bool, hits []hit, recent []entry) string {
-	scope := "in this session"
+// scopeOf names what a question searched.
+func scopeOf(cross bool) string {
 	if cross {
-		scope = "across sessions"
+		return "across sessions"
 	}
+	return "in this session"
+}
+
+// answerText is the answer when nothing matched (writeAnswer writes the
+// answer from hits).
+func answerText(query string, cross bool, hits []hit, recent []entry) string {
+	scope := scopeOf(cross)
 	switch {
-	case len(hits) == 1:
-		return fmt.Sprintf("Found 1 archived entry %s: %s", scope, titles([]entry{hits[0].entry}))
-	case len(hits) > 1:
-		es := make([]entry, len(hits))
-		for i, h := range hits {
-			es[i] = h.entry
-		}
-		return fmt.Sprintf("Found %d archived entries %s: %s", len(hits), scope, titles(es))
+	case len(hits) > 0:
+		return ""
 	case query == "" && len(recent) > 0:
 		return fmt.Sprintf("Most recent archived entries %s: %s", scope, titles(recent))
 	case len(recent) > 0:

@@ -2,6 +2,7 @@ package archivalist
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,7 +120,8 @@ func TestInboxAnswersQuestions(t *testing.T) {
 				require.NotEmpty(t, v, "%s: hit field %s", tt.name, k)
 			}
 			require.Positive(t, hit.GetScore(), tt.name)
-			require.Contains(t, ev.GetText(), "Found", tt.name)
+			require.Contains(t, ev.GetText(), "[entries/"+hit.GetId()+"]", tt.name)
+			require.True(t, strings.HasSuffix(ev.GetText(), noModelSentence), "%s: no model wrote it, and it says so: %s", tt.name, ev.GetText())
 		} else {
 			require.Contains(t, ev.GetText(), "No archived entries in this session match", tt.name)
 			require.NotEmpty(t, answer.GetRecent(), "the answer lists recent entries")

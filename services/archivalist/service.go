@@ -39,6 +39,8 @@ type Service struct {
 	sessions *guidesession.Reader
 	// llm serves the LLM usage and provider APIs (pkg/llm/api), when set.
 	llm interface{ Register(*grpc.Server) }
+	// answers writes answers with a model (answer.go).
+	answers answerModel
 }
 
 // SetLLM makes Register also serve the LLM usage and provider APIs; call it

@@ -79,6 +79,8 @@ type Config struct {
 	WatchRescan time.Duration
 	// WatchMaxDirs bounds the directories one replica watches.
 	WatchMaxDirs int
+	// Answer is how routed questions are answered (answer.go).
+	Answer AnswerConfig
 }
 
 // RegisterFlags registers the -librarian.* flags with their defaults.
@@ -118,11 +120,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WatchMaxDirs, "librarian.watch.max-dirs", 50000, "most directories one replica watches")
 	fs.StringVar(&c.DataDir, "librarian.data-dir", "", "directory for clones of repositories registered by git URL (empty disables URL registration)")
 	fs.BoolVar(&c.MembersPrivateRemotes, "librarian.members-private-remotes", false, "let members, not only admins, register git URLs whose host is a loopback, private or link-local address (an internal git server)")
+	c.Answer.registerFlags(fs)
 }
 
 // Validate reports every problem with the settings.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.Answer.validate()}
 	if err := c.AllowedRoots.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,7 +2,6 @@ package librarian
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -13,8 +12,6 @@ import (
 
 // Inbox answer settings.
 const (
-	answerListed    = 5
-	answerQuoteLen  = 80
 	noReposAnswer   = "No repositories are indexed yet: register one with POST /v1/repositories"
 	confidenceEmpty = 0.3
 	unavailable     = "The librarian could not search the code just now; please ask again in a moment."
@@ -53,18 +50,18 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 	if err != nil {
 		return inbox.Result{}, err
 	}
-	answer, err := s.answerQuestion(ctx, env.GetTenantId(), text)
+	answer, err := s.answerQuestion(ctx, env, text)
 	if err != nil {
 		return inbox.Result{}, fmt.Errorf("answer envelope %q: %w", env.GetId(), err)
 	}
 	return inbox.Result{Answer: answer}, nil
 }
 
-// answerQuestion searches the tenant's code for text and returns the
-// answer: a short text for a person, the hits and the librarian's
-// confidence.
-func (s *Service) answerQuestion(ctx context.Context, tenant, text string) (*messagev1.AgentAnswer, error) {
-	indexed, err := s.store.hasIndexed(ctx, tenant)
+// answerQuestion answers text, asked in env's session: from the session's
+// repository when it names one, else from every repository of the tenant
+// (answer.go).
+func (s *Service) answerQuestion(ctx context.Context, env *messagev1.Envelope, text string) (*messagev1.AgentAnswer, error) {
+	indexed, err := s.store.hasIndexed(ctx, env.GetTenantId())
 	if err != nil {
 		return nil, err
 	}
@@ -73,29 +70,7 @@ func (s *Service) answerQuestion(ctx context.Context, tenant, text string) (*mes
 			Confidence: confidenceEntry(0)}, nil
 	}
 	text = strings.ToValidUTF8(strings.TrimSpace(text), "\uFFFD")
-	text = truncateRunes(text, s.cfg.MaxQueryChars)
-	hits, err := s.search(ctx, tenant, text, nil, s.cfg.DefaultPageSize, "inbox")
-	if err != nil && !errors.Is(err, errNoTerms) {
-		return nil, err
-	}
-	answer := &messagev1.AgentAnswer{Query: text, Hits: answerHits(hits), Confidence: confidenceEntry(confidence(hits))}
-	if len(hits) == 0 {
-		answer.Text = fmt.Sprintf("No indexed code matches %q.", truncateRunes(text, answerQuoteLen))
-		return answer, nil
-	}
-	places := make([]string, 0, answerListed)
-	for _, h := range hits[:min(len(hits), answerListed)] {
-		places = append(places, fmt.Sprintf("%s:%d-%d", h.path, h.lineStart, h.lineEnd))
-	}
-	noun := "places"
-	if len(hits) == 1 {
-		noun = "place"
-	}
-	answer.Text = fmt.Sprintf("Found %d %s: %s", len(hits), noun, strings.Join(places, ", "))
-	if more := len(hits) - len(places); more > 0 {
-		answer.Text += fmt.Sprintf(" and %d more", more)
-	}
-	return answer, nil
+	return s.buildAnswer(ctx, questionOf(env, truncateRunes(text, s.cfg.MaxQueryChars)))
 }
 
 // answerHits are the code hits of an answer.

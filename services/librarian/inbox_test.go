@@ -127,7 +127,7 @@ func TestInboxAnswers(t *testing.T) {
 		require.Equal(t, "librarian", ev.GetSource())
 		require.Equal(t, "corr-m1", ev.GetCorrelationId())
 		require.Equal(t, s1, ev.GetSessionId())
-		require.True(t, strings.HasPrefix(ev.GetText(), "Found "), ev.GetText())
+		require.True(t, strings.HasSuffix(ev.GetText(), noModelSentence), "no model wrote it, and it says so: %s", ev.GetText())
 		require.Contains(t, ev.GetText(), "server/handler.go:4-70")
 		answer := ev.GetMessageAnswered()
 		require.Equal(t, "librarian", answer.GetAgent())

@@ -21,6 +21,7 @@ import (
 	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/embed"
 	"sylk.dev/sylk/pkg/inbox"
+	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -53,6 +54,8 @@ type Service struct {
 	audit *audit.Log
 	// ops are the index operations this process runs (operations.go).
 	ops *operations
+	// answers writes answers to routed questions with a model (answer.go).
+	answers answerModel
 }
 
 var _ librarianv1.LibrarianServiceServer = (*Service)(nil)
@@ -139,13 +142,15 @@ func (s *Service) SetLLMGate(g *gate.Gate) {
 	if o, ok := s.embedder.(*embed.OpenAI); ok {
 		o.SetGate(g)
 	}
+	s.answers.gate = g
 }
 
-// NeedsLLMGate: only an embeddings endpoint has a use for a gate; the
-// offline embedder calls no one.
-func (s *Service) NeedsLLMGate(string) bool {
+// NeedsLLMGate: an embeddings endpoint, or a model (not the offline
+// `local` rules) writing answers, has a use for a gate; the offline
+// embedder and answers calls no one.
+func (s *Service) NeedsLLMGate(defaultProvider string) bool {
 	_, ok := s.embedder.(*embed.OpenAI)
-	return ok
+	return ok || s.cfg.Answer.Model && defaultProvider != llm.Local
 }
 
 // publishNotice tells whoever listens on subject (the Guide, the other

@@ -1552,6 +1552,24 @@ type AgentAnswer struct {
 	InReplyTo string `protobuf:"bytes,17,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	// Set when the answer came from the Guide's route cache.
 	Cached bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
+	// The revision the answer read: for the Librarian, the commit of the
+	// indexed repository ("" when it is no git repository, or the answer
+	// spans several; each citation then says its own).
+	Revision string `protobuf:"bytes,19,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Grounding (spec K-11): the share of the model's citations that were
+	// verified against what they cite (the cited repository was searched,
+	// the file and lines exist in the indexed revision, the identifiers the
+	// sentence names are within the span). 1 when every citation held; 0
+	// when no model wrote the text (nothing to verify).
+	GroundingRatio float64 `protobuf:"fixed64,20,opt,name=grounding_ratio,json=groundingRatio,proto3" json:"grounding_ratio,omitempty"`
+	// The ratio fell below the threshold (0.95): the failed citations were
+	// dropped from the text and from citations, and grounding says so.
+	Ungrounded bool `protobuf:"varint,21,opt,name=ungrounded,proto3" json:"ungrounded,omitempty"`
+	// A sentence on the grounding, for a person ("" when every citation
+	// held).
+	Grounding string `protobuf:"bytes,22,opt,name=grounding,proto3" json:"grounding,omitempty"`
+	// The citations that failed verification, dropped from the answer.
+	DroppedCitations []*Citation `protobuf:"bytes,23,rep,name=dropped_citations,json=droppedCitations,proto3" json:"dropped_citations,omitempty"`
 	// The request's confidence chain with the answering agent's entry
 	// appended (spec A-04): the Guide's, any declining agent's, this one's.
 	// cumulative_confidence is its product.
@@ -1717,6 +1735,41 @@ func (x *AgentAnswer) GetCached() bool {
 		return x.Cached
 	}
 	return false
+}
+
+func (x *AgentAnswer) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetGroundingRatio() float64 {
+	if x != nil {
+		return x.GroundingRatio
+	}
+	return 0
+}
+
+func (x *AgentAnswer) GetUngrounded() bool {
+	if x != nil {
+		return x.Ungrounded
+	}
+	return false
+}
+
+func (x *AgentAnswer) GetGrounding() string {
+	if x != nil {
+		return x.Grounding
+	}
+	return ""
+}
+
+func (x *AgentAnswer) GetDroppedCitations() []*Citation {
+	if x != nil {
+		return x.DroppedCitations
+	}
+	return nil
 }
 
 func (x *AgentAnswer) GetConfidenceChain() []*ConfidenceEntry {
@@ -1893,11 +1946,17 @@ type Citation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The cited resource ("repositories/<id>", "entries/<id>",
 	// "documents/<id>") or an external URL.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart     int32  `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd       int32  `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Title     string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Path      string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	LineStart int32  `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	LineEnd   int32  `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The revision the citation was read at (a repository's commit).
+	Revision string `protobuf:"bytes,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// A document section's heading.
+	Heading string `protobuf:"bytes,7,opt,name=heading,proto3" json:"heading,omitempty"`
+	// Why a dropped citation failed verification ("" for a kept one).
+	Problem       string `protobuf:"bytes,8,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1965,6 +2024,27 @@ func (x *Citation) GetLineEnd() int32 {
 		return x.LineEnd
 	}
 	return 0
+}
+
+func (x *Citation) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *Citation) GetHeading() string {
+	if x != nil {
+		return x.Heading
+	}
+	return ""
+}
+
+func (x *Citation) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
 }
 
 // StoreRequest asks the Archivalist to store an entry in the history.
@@ -2434,7 +2514,7 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\"\x1f\n" +
 	"\tUserInput\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\xc3\x06\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\x8e\b\n" +
 	"\vAgentAnswer\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12(\n" +
@@ -2457,7 +2537,14 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x05model\x18\x0f \x01(\tR\x05model\x12\x18\n" +
 	"\amessage\x18\x10 \x01(\tR\amessage\x12\x1e\n" +
 	"\vin_reply_to\x18\x11 \x01(\tR\tinReplyTo\x12\x16\n" +
-	"\x06cached\x18\x12 \x01(\bR\x06cached\x12K\n" +
+	"\x06cached\x18\x12 \x01(\bR\x06cached\x12\x1a\n" +
+	"\brevision\x18\x13 \x01(\tR\brevision\x12'\n" +
+	"\x0fgrounding_ratio\x18\x14 \x01(\x01R\x0egroundingRatio\x12\x1e\n" +
+	"\n" +
+	"ungrounded\x18\x15 \x01(\bR\n" +
+	"ungrounded\x12\x1c\n" +
+	"\tgrounding\x18\x16 \x01(\tR\tgrounding\x12F\n" +
+	"\x11dropped_citations\x18\x17 \x03(\v2\x19.sylk.message.v1.CitationR\x10droppedCitations\x12K\n" +
 	"\x10confidence_chain\x18\x1e \x03(\v2 .sylk.message.v1.ConfidenceEntryR\x0fconfidenceChain\x12D\n" +
 	"\x0freroute_history\x18\x1f \x03(\v2\x1b.sylk.message.v1.RerouteHopR\x0ererouteHistory\"\xf8\x02\n" +
 	"\x03Hit\x12\x14\n" +
@@ -2479,14 +2566,17 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\aheading\x18\f \x01(\tR\aheading\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\r \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06symbol\x18\x0e \x01(\tR\x06symbol\"\x82\x01\n" +
+	"\x06symbol\x18\x0e \x01(\tR\x06symbol\"\xd2\x01\n" +
 	"\bCitation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1d\n" +
 	"\n" +
 	"line_start\x18\x04 \x01(\x05R\tlineStart\x12\x19\n" +
-	"\bline_end\x18\x05 \x01(\x05R\alineEnd\"r\n" +
+	"\bline_end\x18\x05 \x01(\x05R\alineEnd\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\tR\brevision\x12\x18\n" +
+	"\aheading\x18\a \x01(\tR\aheading\x12\x18\n" +
+	"\aproblem\x18\b \x01(\tR\aproblem\"r\n" +
 	"\fStoreRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1a\n" +
 	"\bcategory\x18\x02 \x01(\tR\bcategory\x12\x14\n" +
@@ -2693,15 +2783,16 @@ var file_sylk_message_v1_message_proto_depIdxs = []int32{
 	18, // 26: sylk.message.v1.AgentAnswer.citations:type_name -> sylk.message.v1.Citation
 	13, // 27: sylk.message.v1.AgentAnswer.confidence:type_name -> sylk.message.v1.ConfidenceEntry
 	17, // 28: sylk.message.v1.AgentAnswer.recent:type_name -> sylk.message.v1.Hit
-	13, // 29: sylk.message.v1.AgentAnswer.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
-	14, // 30: sylk.message.v1.AgentAnswer.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	5,  // 31: sylk.message.v1.Hit.kind:type_name -> sylk.message.v1.HitKind
-	6,  // 32: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	18, // 29: sylk.message.v1.AgentAnswer.dropped_citations:type_name -> sylk.message.v1.Citation
+	13, // 30: sylk.message.v1.AgentAnswer.confidence_chain:type_name -> sylk.message.v1.ConfidenceEntry
+	14, // 31: sylk.message.v1.AgentAnswer.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	5,  // 32: sylk.message.v1.Hit.kind:type_name -> sylk.message.v1.HitKind
+	6,  // 33: sylk.message.v1.Signal.type:type_name -> sylk.message.v1.SignalType
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_sylk_message_v1_message_proto_init() }
