@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +181,25 @@ func TestIndexingAtScale(t *testing.T) {
 		again := c.ok("POST", "/v1/"+opName+":cancel", map[string]any{})["operation"].(map[string]any)
 		require.Equal(t, true, again["done"])
 	})
+}
+
+// TestDocumentUploadLimit: a document up to the Academic's limit
+// (-academic.max-document-bytes, 2 MiB) passes the gateway, escaped
+// newlines and all; a larger one is refused by the Academic, which names
+// its limit, not cut by the gateway's general body limit.
+func TestDocumentUploadLimit(t *testing.T) {
+	c := startMesh(t)
+	content := func(n int) string {
+		var b strings.Builder
+		for i := 0; b.Len() < n; i++ {
+			fmt.Fprintf(&b, "Line %d of a long runbook about ledgers and invoices.\n", i)
+		}
+		return b.String()[:n]
+	}
+	doc := c.ok("POST", "/v1/documents", map[string]any{"title": "runbook", "content": content(2<<20 - 1024)})["document"].(map[string]any)
+	require.NotEmpty(t, doc["name"])
+
+	r := c.do("POST", "/v1/documents", map[string]any{"title": "too long", "content": content(2<<20 + 1024)})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	require.Contains(t, r.Raw, "at most 2097152 bytes")
 }

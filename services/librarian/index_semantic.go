@@ -52,6 +52,7 @@ func (r *indexRun) semantic(ctx context.Context) error {
 		return fmt.Errorf("mark repository ready: %w", err)
 	}
 	r.res.repo = repo
+	r.progress.update(func(p *progress) { p.SemanticReady = true }, true)
 	if r.res.chunksEmbed > 0 {
 		r.res.changed = true
 	}

@@ -57,8 +57,9 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	}
 	resp := &librarianv1.CreateRepositoryResponse{}
 	if req.GetIndex() {
+		registered := out
 		t, err := s.startOperation(ctx, id, out.ID, opKindCreate, true, func(ctx context.Context, t *opTracker) (indexResult, error) {
-			return s.indexRegistered(ctx, id.TenantID, out, t)
+			return s.indexRegistered(ctx, id.TenantID, registered, t)
 		})
 		if err != nil {
 			s.unregister(ctx, id.TenantID, out)
@@ -239,8 +240,9 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
+	stored := r
 	t, err := s.startOperation(ctx, id, repoID, opKindIndex, req.GetFull(), func(ctx context.Context, t *opTracker) (indexResult, error) {
-		return s.reindex(ctx, id.TenantID, r, req.GetFull(), t)
+		return s.reindex(ctx, id.TenantID, stored, req.GetFull(), t)
 	})
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "index repository", err)
