@@ -58,6 +58,7 @@ var eventPayloads = map[eventv1.EventType]protoreflect.Name{
 	eventv1.EventType_EVENT_TYPE_REVIEW_COMPLETED:        "review",
 	eventv1.EventType_EVENT_TYPE_PLAN_REVISED:            "plan_revised",
 	eventv1.EventType_EVENT_TYPE_RUN_DELIVERED:           "run",
+	eventv1.EventType_EVENT_TYPE_SESSION_BRIEFING:        "briefing",
 }
 
 // EventPayload names the payload field events of type t carry ("" for an

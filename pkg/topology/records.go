@@ -19,6 +19,9 @@ type Record struct {
 	User string
 	// Source is the agent that records it.
 	Source, Category, Title, Text string
+	// Repository is the registered repository it is about
+	// ("repositories/{id}"), or "".
+	Repository string
 }
 
 // StoreRequest is the envelope that asks the Archivalist to store r.
@@ -35,6 +38,7 @@ func StoreRequest(r Record) *messagev1.Envelope {
 		CreatedAt:     timestamppb.Now(),
 		Attempt:       1,
 		Priority:      messagev1.Priority_PRIORITY_KNOWLEDGE,
+		Repository:    r.Repository,
 		Payload: &messagev1.Envelope_StoreRequest{StoreRequest: &messagev1.StoreRequest{
 			Source: r.Source, Category: r.Category, Title: r.Title, Content: r.Text}},
 	}

@@ -48,6 +48,7 @@ func (s *Service) consultation(ctx context.Context, who identity.Identity, repos
 	query := clip(strings.Join(strings.Fields(request), " "), maxConsultQuery)
 	out := &architectv1.PlanConsultation{}
 	var wg sync.WaitGroup
+	var failures []*archivalistv1.EntryHit
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -55,13 +56,15 @@ func (s *Service) consultation(ctx context.Context, who identity.Identity, repos
 	}()
 	go func() {
 		defer wg.Done()
-		out.Failures = s.history(ctx, consultedFailure, query)
+		// Failures are the repository's own (failurealerts.go).
+		out.Failures, failures = s.history(ctx, consultedFailure, repository, query)
 	}()
 	go func() {
 		defer wg.Done()
-		out.Decisions = s.history(ctx, consultedChoice, query)
+		out.Decisions, _ = s.history(ctx, consultedChoice, "", query)
 	}()
 	wg.Wait()
+	out.FailureAlerts = failureAlerts(failures, request, out.GetFiles())
 	return out
 }
 
@@ -134,15 +137,16 @@ func indexHealth(r *librarianv1.Repository, resp *librarianv1.SearchCodeResponse
 }
 
 // history asks the Archivalist for entries of category like query, from
-// any session of the tenant.
-func (s *Service) history(ctx context.Context, category, query string) []string {
+// any session of the tenant (about repository, when set), in lines and as
+// found.
+func (s *Service) history(ctx context.Context, category, repository, query string) ([]string, []*archivalistv1.EntryHit) {
 	if s.archivalist == nil {
-		return []string{unavailable + "no archivalist configured"}
+		return []string{unavailable + "no archivalist configured"}, nil
 	}
 	resp, err := s.archivalist.SearchEntries(ctx, &archivalistv1.SearchEntriesRequest{Query: query, CrossSession: true,
-		Category: category, PageSize: maxConsultHits})
+		Category: category, PageSize: maxConsultHits, Repository: repository})
 	if err != nil {
-		return []string{s.consultFailed(ctx, "the archivalist", err)}
+		return []string{s.consultFailed(ctx, "the archivalist", err)}, nil
 	}
 	s.metrics.consulted.WithLabelValues("archivalist", "answered").Inc()
 	var out []string
@@ -153,7 +157,7 @@ func (s *Service) history(ctx context.Context, category, query string) []string 
 		}
 		out = append(out, clip(line, maxConsultLine))
 	}
-	return out
+	return out, resp.GetHits()
 }
 
 // consultFailed logs and counts why who could not answer, and says it in
@@ -189,6 +193,13 @@ func consultationText(repository string, c *architectv1.PlanConsultation) string
 	}
 	list("Code the request touches (the Librarian)", c.GetCode(), "none found")
 	b.WriteString("\nCodebase health: " + c.GetCodebaseHealth() + "\n")
+	var alerts []string
+	for _, a := range c.GetFailureAlerts() {
+		alerts = append(alerts, alertLine(a))
+	}
+	if len(alerts) > 0 {
+		list("SIMILAR FAILURE DETECTED: do not repeat these (the Archivalist)", alerts, "")
+	}
 	list("Similar past failures (the Archivalist)", c.GetFailures(), "none recorded")
 	list("Past decisions (the Archivalist)", c.GetDecisions(), "none recorded")
 	return b.String()

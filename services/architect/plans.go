@@ -212,6 +212,7 @@ func (s *Service) draft(ctx context.Context, who identity.Identity, in newPlan, 
 	if s.planner.Offline() {
 		withFindings(d.DAG, *b)
 	}
+	d.Notes = append(d.Notes, alertNotes(b.Consultation.GetFailureAlerts())...) // failurealerts.go (spec E-09)
 	return d, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
@@ -101,6 +102,8 @@ func (s *Service) storedEntry(env *messagev1.Envelope, req *messagev1.StoreReque
 		SessionID: env.GetSessionId(),
 		UserID:    env.GetUserId(),
 		Source:    source,
+		// A malformed repository is dropped rather than losing the record.
+		Repository: validRepository(env.GetRepository()),
 	}
 }
 
@@ -114,10 +117,13 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 	if err != nil {
 		return inbox.Result{}, err
 	}
-	cross := crossSessionPattern.MatchString(text)
+	// A time-scoped question is about the tenant's history: it searches
+	// every session, within its window (timescope.go).
+	w, text := questionWindow(env.GetStructuredIntent().GetTimeScope(), text, time.Now())
+	cross := crossSessionPattern.MatchString(text) || w.set()
 	query := strings.Join(strings.Fields(crossSessionPattern.ReplaceAllString(text, " ")), " ")
 	query = textsearch.Truncate(query, s.cfg.MaxQueryBytes)
-	q := searchQuery{Text: query, SessionID: env.GetSessionId(), Limit: s.cfg.InboxHits, Viewer: ownViewer(env.GetUserId())}
+	q := searchQuery{Text: query, SessionID: env.GetSessionId(), Limit: s.cfg.InboxHits, Viewer: ownViewer(env.GetUserId()), Window: w}
 	if cross {
 		q.SessionID = ""
 	}
@@ -129,7 +135,7 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 	}
 	var recent []entry
 	if len(hits) == 0 {
-		recent, _, err = s.store.list(ctx, env.GetTenantId(), listQuery{SessionID: q.SessionID, Limit: s.cfg.InboxHits, Viewer: q.Viewer})
+		recent, _, err = s.store.list(ctx, env.GetTenantId(), listQuery{SessionID: q.SessionID, Limit: s.cfg.InboxHits, Viewer: q.Viewer, Window: w})
 		if err != nil {
 			return inbox.Result{}, err
 		}
@@ -144,6 +150,7 @@ func (s *Service) answer(ctx context.Context, env *messagev1.Envelope) (inbox.Re
 	if err := s.writeAnswer(ctx, env, scopeOf(cross), hits, a); err != nil {
 		return inbox.Result{}, err
 	}
+	a.Text = withWindow(a.Text, w)
 	return inbox.Result{Answer: a}, nil
 }
 

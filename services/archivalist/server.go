@@ -62,6 +62,10 @@ func (s *Service) CreateEntry(ctx context.Context, req *archivalistv1.CreateEntr
 		SessionID: strings.TrimSpace(in.GetSessionId()),
 		UserID:    who.UserID,
 		Source:    strings.TrimSpace(in.GetSource()),
+		// Repository is the registered repository's name as given: an
+		// entry about a repository the caller cannot see only misleads its
+		// own tenant's searches.
+		Repository: strings.TrimSpace(in.GetRepository()),
 	}
 	if e.Source == "" {
 		e.Source = DefaultSource
@@ -124,15 +128,19 @@ func (s *Service) ListEntries(ctx context.Context, req *archivalistv1.ListEntrie
 	if err != nil {
 		problems = append(problems, apierr.FieldViolation{Field: "page_token", Description: "invalid"})
 	}
+	w, wp := requestWindow(req.GetTimeScope(), req.GetSince(), req.GetUntil(), time.Now())
+	problems = append(append(problems, wp...), repositoryProblems("repository", req.GetRepository())...)
 	if err := apierr.InvalidFields(problems...); err != nil {
 		return nil, err
 	}
 	entries, next, err := s.store.list(ctx, who.TenantID, listQuery{
-		Viewer:    viewerOf(who),
-		SessionID: req.GetSessionId(),
-		Category:  req.GetCategory(),
-		After:     after,
-		Limit:     textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
+		Viewer:     viewerOf(who),
+		SessionID:  req.GetSessionId(),
+		Category:   req.GetCategory(),
+		After:      after,
+		Limit:      textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
+		Repository: req.GetRepository(),
+		Window:     w,
 	})
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "list entries", err)
@@ -157,11 +165,12 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	}
 	query := strings.TrimSpace(req.GetQuery())
 	sid := strings.TrimSpace(req.GetSessionId())
-	if err := s.checkSearch(req, query, sid); err != nil {
+	w, err := s.checkSearch(req, query, sid)
+	if err != nil {
 		return nil, err
 	}
 	q := searchQuery{Text: query, SessionID: sid, Category: req.GetCategory(), Limit: textsearch.PageSize(req.GetPageSize(), DefaultPageSize, MaxPageSize),
-		Viewer: viewerOf(who)}
+		Viewer: viewerOf(who), Repository: req.GetRepository(), Window: w}
 	if req.GetCrossSession() {
 		q.SessionID = ""
 	}
@@ -176,8 +185,9 @@ func (s *Service) SearchEntries(ctx context.Context, req *archivalistv1.SearchEn
 	return resp, nil
 }
 
-// checkSearch reports every problem of a search request, naming the fields.
-func (s *Service) checkSearch(req *archivalistv1.SearchEntriesRequest, query, sid string) error {
+// checkSearch reports every problem of a search request, naming the
+// fields, and returns the window it searches.
+func (s *Service) checkSearch(req *archivalistv1.SearchEntriesRequest, query, sid string) (window, error) {
 	var problems []apierr.FieldViolation
 	if p := textsearch.QueryProblem(query, s.cfg.MaxQueryBytes); p != "" {
 		problems = append(problems, apierr.FieldViolation{Field: "query", Description: p})
@@ -194,7 +204,20 @@ func (s *Service) checkSearch(req *archivalistv1.SearchEntriesRequest, query, si
 	if req.GetPageSize() < 0 {
 		problems = append(problems, apierr.FieldViolation{Field: "page_size", Description: "must not be negative"})
 	}
-	return apierr.InvalidFields(problems...)
+	w, wp := requestWindow(req.GetTimeScope(), req.GetSince(), req.GetUntil(), time.Now())
+	problems = append(append(problems, wp...), repositoryProblems("repository", req.GetRepository())...)
+	return w, apierr.InvalidFields(problems...)
+}
+
+// repositoryProblems checks a repository name: "" or "repositories/{uuid}".
+func repositoryProblems(field, name string) []apierr.FieldViolation {
+	if name == "" {
+		return nil
+	}
+	if id, ok := strings.CutPrefix(name, "repositories/"); ok && ids.Valid(id) {
+		return nil
+	}
+	return []apierr.FieldViolation{{Field: field, Description: fmt.Sprintf("want repositories/{uuid} (as the repository's name says), got %q", truncateChars(name, 80))}}
 }
 
 // search runs a search and records its duration.
@@ -253,6 +276,9 @@ func (s *Service) validateEntry(e entry) error {
 	if utf8.RuneCountInString(e.Source) > MaxSourceChars {
 		problem("source", "at most %d characters", MaxSourceChars)
 	}
+	for _, p := range repositoryProblems("entry.repository", e.Repository) {
+		problems = append(problems, p)
+	}
 	for _, f := range [...]struct{ name, value string }{{"content", e.Content}, {"source", e.Source}, {"title", e.Title}} {
 		if strings.ContainsRune(f.value, 0) || !utf8.ValidString(f.value) {
 			problem(f.name, "must be valid UTF-8 without NUL characters")
@@ -282,5 +308,6 @@ func toProto(e entry) *archivalistv1.Entry {
 		UserId:     e.UserID,
 		Source:     e.Source,
 		CreateTime: timestamppb.New(e.CreatedAt),
+		Repository: e.Repository,
 	}
 }

@@ -23,7 +23,9 @@ type entry struct {
 	SessionID string
 	UserID    string
 	Source    string
-	CreatedAt time.Time
+	// Repository is the registered repository the entry is about, or "".
+	Repository string
+	CreatedAt  time.Time
 }
 
 // hit is an entry matched by a search.
@@ -43,6 +45,9 @@ type searchQuery struct {
 	// Viewer is whose private entries are included (see PrivateCategories);
 	// "" includes everyone's (an admin).
 	Viewer string
+	// Repository and the window restrict the entries (timescope.go).
+	Repository string
+	Window     window
 }
 
 // listQuery selects a page of entries, newest first.
@@ -52,6 +57,9 @@ type listQuery struct {
 	After     *textsearch.Cursor
 	Limit     int
 	Viewer    string
+	// Repository and the window restrict the entries (timescope.go).
+	Repository string
+	Window     window
 }
 
 // PrivateCategories are the entries stored about one user's own work: their
@@ -72,11 +80,31 @@ type store struct {
 	db *pgxpool.Pool
 }
 
-const entryColumns = `id::text, category, title, content, coalesce(session_id::text, ''), user_id, source, created_at`
+const entryColumns = `id::text, category, title, content, coalesce(session_id::text, ''), user_id, source, repository, created_at`
+
+// scopedTo is the SQL condition (over the entries alias e, the repository
+// in parameter $n, the window's bounds in $n+1 and $n+2) that keeps the
+// entries of a repository ("" for all) created within a window (NULL
+// bounds are open).
+func scopedTo(n int) string {
+	return fmt.Sprintf("($%d = '' OR e.repository = $%d) AND ($%d::timestamptz IS NULL OR e.created_at >= $%d::timestamptz) AND ($%d::timestamptz IS NULL OR e.created_at < $%d::timestamptz)",
+		n, n, n+1, n+1, n+2, n+2)
+}
+
+// bounds are a window's bounds as SQL parameters.
+func (w window) bounds() (since, until any) {
+	if w.Since != nil {
+		since = *w.Since
+	}
+	if w.Until != nil {
+		until = *w.Until
+	}
+	return since, until
+}
 
 func scanEntry(row pgx.Row, tenant string, extra ...any) (entry, error) {
 	e := entry{TenantID: tenant}
-	dest := append([]any{&e.ID, &e.Category, &e.Title, &e.Content, &e.SessionID, &e.UserID, &e.Source, &e.CreatedAt}, extra...)
+	dest := append([]any{&e.ID, &e.Category, &e.Title, &e.Content, &e.SessionID, &e.UserID, &e.Source, &e.Repository, &e.CreatedAt}, extra...)
 	err := row.Scan(dest...)
 	e.CreatedAt = e.CreatedAt.UTC()
 	return e, err
@@ -97,11 +125,11 @@ func nullable(s string) any {
 func (s *store) insert(ctx context.Context, e entry, messageID string) (entry, error) {
 	e.Title, e.Content = secrets.Scrub(e.Title), secrets.Scrub(e.Content)
 	err := s.db.QueryRow(ctx, `
-		INSERT INTO entries (tenant_id, id, category, title, content, session_id, user_id, source, source_message_id)
-		VALUES ($1, $2::uuid, $3, $4, $5, $6::uuid, $7, $8, $9)
+		INSERT INTO entries (tenant_id, id, category, title, content, session_id, user_id, source, source_message_id, repository)
+		VALUES ($1, $2::uuid, $3, $4, $5, $6::uuid, $7, $8, $9, $10)
 		ON CONFLICT (tenant_id, source_message_id) WHERE source_message_id IS NOT NULL DO NOTHING
 		RETURNING created_at`,
-		e.TenantID, e.ID, e.Category, e.Title, e.Content, nullable(e.SessionID), e.UserID, e.Source, nullable(messageID),
+		e.TenantID, e.ID, e.Category, e.Title, e.Content, nullable(e.SessionID), e.UserID, e.Source, nullable(messageID), e.Repository,
 	).Scan(&e.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return entry{}, errDuplicate
@@ -131,6 +159,7 @@ func (s *store) get(ctx context.Context, tenant, viewer, id string) (entry, erro
 // cursor of the next page (nil on the last page).
 func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, *textsearch.Cursor, error) {
 	var afterTime, afterID any
+	since, until := q.Window.bounds()
 	if q.After != nil {
 		afterTime, afterID = q.After.Created, q.After.ID
 	}
@@ -141,9 +170,10 @@ func (s *store) list(ctx context.Context, tenant string, q listQuery) ([]entry, 
 		  AND ($3 = '' OR category = $3)
 		  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5::uuid))
 		  AND `+visibleTo(7)+`
+		  AND `+scopedTo(9)+`
 		ORDER BY created_at DESC, id DESC
 		LIMIT $6`,
-		tenant, nullable(q.SessionID), q.Category, afterTime, afterID, q.Limit+1, q.Viewer, PrivateCategories)
+		tenant, nullable(q.SessionID), q.Category, afterTime, afterID, q.Limit+1, q.Viewer, PrivateCategories, q.Repository, since, until)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list entries: %w", err)
 	}
@@ -176,8 +206,9 @@ func (s *store) search(ctx context.Context, tenant string, q searchQuery) ([]hit
 // The inner query ranks and limits, so that headlines are built for the
 // returned rows only.
 func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, tsquery, text string) ([]hit, error) {
+	since, until := q.Window.bounds()
 	rows, err := s.db.Query(ctx, `
-		SELECT h.id::text, h.category, h.title, h.content, coalesce(h.session_id::text, ''), h.user_id, h.source, h.created_at,
+		SELECT h.id::text, h.category, h.title, h.content, coalesce(h.session_id::text, ''), h.user_id, h.source, h.repository, h.created_at,
 		       h.score,
 		       ts_headline('english', CASE WHEN h.content = '' THEN h.title ELSE h.content END, h.query, $6)
 		FROM (
@@ -188,11 +219,12 @@ func (s *store) searchWith(ctx context.Context, tenant string, q searchQuery, ts
 			  AND ($3::uuid IS NULL OR e.session_id = $3::uuid)
 			  AND ($4 = '' OR e.category = $4)
 			  AND `+visibleTo(7)+`
+			  AND `+scopedTo(9)+`
 			ORDER BY score DESC, e.created_at DESC, e.id DESC
 			LIMIT $5
 		) h
 		ORDER BY h.score DESC, h.created_at DESC, h.id DESC`,
-		tenant, text, nullable(q.SessionID), q.Category, q.Limit, textsearch.HeadlineOptions, q.Viewer, PrivateCategories)
+		tenant, text, nullable(q.SessionID), q.Category, q.Limit, textsearch.HeadlineOptions, q.Viewer, PrivateCategories, q.Repository, since, until)
 	if err != nil {
 		return nil, fmt.Errorf("search entries: %w", err)
 	}

@@ -31,7 +31,7 @@ type Classification struct {
 	// GENERAL (spec ); empty for other targets.
 	KnowledgeIntent string
 	// TimeScope is the archivalist's time hint: "today", "yesterday",
-	// "last_week", "last_month", "recent" (7 days), "before"; optional.
+	// "this_week", "last_week", "last_month", "last_year", "recent" (7 days), "before"; optional.
 	TimeScope string
 	// Subject is what the message is about, in snake_case or as an identifier.
 	Subject string
@@ -414,6 +414,7 @@ var timeScopes = []struct{ phrase, scope string }{
 	{"last month", "last_month"},
 	{"last week", "last_week"},
 	{"last year", "last_year"},
+	{"this week", "this_week"},
 	{"yesterday", "yesterday"},
 	{"today", "today"},
 	{"recently", "recent"},

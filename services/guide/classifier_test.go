@@ -100,6 +100,18 @@ func TestRoutingTable(t *testing.T) {
 		{"did it work, the result of the cache refactor", "archivalist", "OUTCOME", "", ""},
 		{"what happened with the API recently", "archivalist", "ACTIVITY", "", "recent"},
 	}
+	// Time scopes reach the Archivalist whatever the question's words
+	// (spec A-35: "recently" is the last 7 days).
+	for _, ts := range []struct{ text, scope string }{
+		{"what failed recently?", "recent"},
+		{"which runs failed today", "today"},
+		{"what did we decide yesterday", "yesterday"},
+		{"what failed last week", "last_week"},
+		{"what did we change last month", "last_month"},
+		{"which pipelines failed this week", "this_week"},
+	} {
+		tests = append(tests, struct{ text, target, knowledge, subject, scope string }{ts.text, "archivalist", "", "", ts.scope})
+	}
 	for _, tt := range tests {
 		t.Run(tt.text, func(t *testing.T) {
 			t.Parallel()
@@ -107,7 +119,9 @@ func TestRoutingTable(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.target, got.Target, "%+v", got)
 			require.GreaterOrEqual(t, got.Confidence, DefaultRouteThreshold, "%+v", got)
-			require.Equal(t, tt.knowledge, got.KnowledgeIntent, "%+v", got)
+			if tt.knowledge != "" || tt.target != "archivalist" {
+				require.Equal(t, tt.knowledge, got.KnowledgeIntent, "%+v", got)
+			}
 			if tt.subject != "" {
 				require.Equal(t, tt.subject, got.Subject)
 			}

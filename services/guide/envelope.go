@@ -103,6 +103,8 @@ func (s *Service) envelope(who identity.Identity, m message) *messagev1.Envelope
 			Subject:         m.IntentSubject,
 			KeyConstraints:  m.Constraints,
 			SuccessCriteria: m.Criteria,
+			KnowledgeIntent: m.Route.KnowledgeIntent,
+			TimeScope:       m.Route.TimeScope,
 		},
 		ConfidenceChain: []*messagev1.ConfidenceEntry{{
 			Agent:      authorGuide,

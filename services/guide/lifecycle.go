@@ -216,6 +216,7 @@ func (s *Service) afterTransition(ctx context.Context, sess session, t transitio
 		s.controlRuns(ctx, sess, "pause")
 	case t.verb == resumeTransition.verb:
 		s.controlRuns(ctx, sess, "resume")
+		s.briefSession(ctx, sess, "resumed") // briefing.go (spec E-09)
 	}
 }
 

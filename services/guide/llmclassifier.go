@@ -98,7 +98,7 @@ Agents:
 - architect: every change to the code, trivial ones (typos, comments, whitespace, a version bump) included.
 Intent types: TRIVIAL (a trivial change: architect), EXPLICIT (a clear, bounded change: architect), EXPLORATORY (a question: librarian, archivalist or academic), OPEN_ENDED (a vague improvement: architect), GITHUB_WORK (an issue or pull request: architect), AMBIGUOUS (you cannot tell: target "").
 For the librarian, knowledge_intent is LOCATE (where is X), PATTERN (how do we do X), EXPLAIN (how does X work) or GENERAL.
-For the archivalist, knowledge_intent is HISTORICAL, ACTIVITY, OUTCOME, SIMILAR, RESUME or GENERAL, and time_scope is one of today, yesterday, last_week, last_month, recent (the last 7 days), before, or "".
+For the archivalist, knowledge_intent is HISTORICAL, ACTIVITY, OUTCOME, SIMILAR, RESUME or GENERAL, and time_scope is one of today, yesterday, this_week, last_week, last_month, last_year, recent (the last 7 days), before, or "".
 subject is what the message is about, in snake_case (or a code identifier as written).
 key_constraints and success_criteria are short phrases lifted from the message (may be empty).
 confidence is your probability, from 0 to 1, that target is right; below 0.7 the user will be asked.
@@ -184,7 +184,7 @@ var knowledgeIntents = map[string][]string{
 
 var (
 	gateTypes  = []string{gateTrivial, gateExplicit, gateExploratory, gateOpenEnded, gateGitHubWork, gateAmbiguous}
-	timeScopeN = []string{"", "today", "yesterday", "last_week", "last_month", "recent", "before"}
+	timeScopeN = []string{"", "today", "yesterday", "this_week", "last_week", "last_month", "last_year", "recent", "before"}
 )
 
 // parseLLMAnswer turns the model's answer into a classification, checking

@@ -140,6 +140,7 @@ func (s *Service) CreateSession(ctx context.Context, req *guidev1.CreateSessionR
 	s.metrics.transitions.WithLabelValues(sess.State).Inc()
 	s.log.InfoContext(ctx, "session created", slog.String(logx.KeyTenantID, who.TenantID), slog.String(logx.KeySessionID, sess.ID))
 	s.publishSessionEvent(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_CREATED, fmt.Sprintf("Session %s created", sessionName(sess.ID)))
+	s.briefSession(ctx, sess, "created") // briefing.go (spec E-09)
 	return &guidev1.CreateSessionResponse{Session: sess.proto()}, nil
 }
 

@@ -206,4 +206,7 @@ func (s *Service) afterChange(ctx context.Context, sess session, changed []strin
 		}
 	}
 	s.publishSessionChange(ctx, sess, eventv1.EventType_EVENT_TYPE_SESSION_UPDATED, text, cause)
+	if slices.Contains(changed, fieldRepository) {
+		s.briefSession(ctx, sess, "repository") // briefing.go (spec E-09)
+	}
 }

@@ -109,7 +109,7 @@ func (s *Service) newDispatch(run *runRow, node, role string, attempt int32, msg
 		Priority:         messagev1.Priority_PRIORITY_PIPELINE,
 	}
 	if run.Repository != "" {
-		d.Repository, d.BaseCommit = run.Repository, run.BaseCommit
+		d.Repository, d.BaseCommit, d.RepositoryName = run.Repository, run.BaseCommit, run.RepositoryName
 	}
 	return d
 }

@@ -36,7 +36,9 @@ type effects struct {
 	cancels []cancelTask
 	// merge is set when a repository run succeeded: its patches are merged.
 	merge *mergeJob
-	// archive are records for the Archivalist (pipeline handoffs).
+	// archive are records for the Archivalist (pipeline handoffs; the
+	// workflow checkpoint and failure records are added when it is carried
+	// out).
 	archive []*messagev1.Envelope
 	// completedID is the completion's event id when completed is set.
 	completedID string
@@ -133,6 +135,14 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 			log.WarnContext(ctx, "build the workflow checkpoint", logx.Err(err))
 		} else {
 			eff.archive = append(eff.archive, rec)
+		}
+	}
+	if eff.completed == stateFailed {
+		// failurememory.go (spec E-09)
+		if recs, err := failureRecords(ctx, s.db, eff.tenant, eff.session, eff.user, eff.runID); err != nil {
+			log.WarnContext(ctx, "build the failure records", logx.Err(err))
+		} else {
+			eff.archive = append(eff.archive, recs...)
 		}
 	}
 	s.archive(ctx, log, eff.archive)

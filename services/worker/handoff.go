@@ -97,8 +97,10 @@ func (pr *pipelineRun) engineer(ctx context.Context, feedback []string) ([]strin
 	if pr.agent == nil {
 		return nil, nil, nil
 	}
-	msg := taskBrief(pr.d, pr.spec)
-	if pr.turns > 0 {
+	var msg string
+	if pr.turns == 0 {
+		msg = pr.brief(ctx)
+	} else {
 		msg = feedbackTurn(feedback, pr.agent.help.unseen())
 	}
 	pr.turns++

@@ -375,6 +375,16 @@ func agentStage(role string) string {
 	return stageEngineer
 }
 
+// brief is the agent's first message: the task, and for the Engineer the
+// failures recorded on its files (pastfailures.go).
+func (t *taskRun) brief(ctx context.Context) string {
+	b := taskBrief(t.d, t.spec)
+	if t.role == dagRoleEngineer {
+		b += t.s.pastFailures(ctx, t.d, t.spec, t.role)
+	}
+	return b
+}
+
 // runAgent lets the role's agent carry out the node's prompt. It returns
 // the files it wrote and its report; an error when it could not finish.
 func (t *taskRun) runAgent(ctx context.Context) ([]string, *modelAnswer, error) {
@@ -384,7 +394,7 @@ func (t *taskRun) runAgent(ctx context.Context) ([]string, *modelAnswer, error) 
 	}
 	t.agent = a
 	t.cleanup = append(t.cleanup, a.close)
-	res, err := a.run(ctx, taskBrief(t.d, t.spec))
+	res, err := a.run(ctx, t.brief(ctx))
 	if err != nil {
 		return a.writtenSince(0), nil, fmt.Errorf("the model call failed: %w", err)
 	}

@@ -364,8 +364,11 @@ type PlanConsultation struct {
 	// The Librarian's word on the area (spec E-17), or "unavailable: <why>".
 	CodebaseHealth string `protobuf:"bytes,3,opt,name=codebase_health,json=codebaseHealth,proto3" json:"codebase_health,omitempty"`
 	// Similar failures and past decisions the Archivalist holds.
-	Failures      []string `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`
-	Decisions     []string `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Failures  []string `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`
+	Decisions []string `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// Failures recorded for the plan's repository that resemble the
+	// request (spec E-09 "similar failure detected"), newest first.
+	FailureAlerts []*FailureAlert `protobuf:"bytes,6,rep,name=failure_alerts,json=failureAlerts,proto3" json:"failure_alerts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,6 +438,102 @@ func (x *PlanConsultation) GetDecisions() []string {
 	return nil
 }
 
+func (x *PlanConsultation) GetFailureAlerts() []*FailureAlert {
+	if x != nil {
+		return x.FailureAlerts
+	}
+	return nil
+}
+
+// FailureAlert is a past failure of the same area that the plan should
+// not repeat.
+type FailureAlert struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Archivalist entry ("entries/{id}").
+	Entry string `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// What makes it similar: the files or words it shares with the request.
+	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The run and node that failed ("runs/<id>", "<node>"), when it says.
+	Run           string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureAlert) Reset() {
+	*x = FailureAlert{}
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureAlert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureAlert) ProtoMessage() {}
+
+func (x *FailureAlert) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureAlert.ProtoReflect.Descriptor instead.
+func (*FailureAlert) Descriptor() ([]byte, []int) {
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FailureAlert) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
+}
+
+func (x *FailureAlert) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *FailureAlert) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailureAlert) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *FailureAlert) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *FailureAlert) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 // PlanVersion is one version of a plan.
 type PlanVersion struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -454,7 +553,7 @@ type PlanVersion struct {
 
 func (x *PlanVersion) Reset() {
 	*x = PlanVersion{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +565,7 @@ func (x *PlanVersion) String() string {
 func (*PlanVersion) ProtoMessage() {}
 
 func (x *PlanVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[2]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +578,7 @@ func (x *PlanVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanVersion.ProtoReflect.Descriptor instead.
 func (*PlanVersion) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{2}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PlanVersion) GetVersion() int32 {
@@ -544,7 +643,7 @@ type PlanTodo struct {
 
 func (x *PlanTodo) Reset() {
 	*x = PlanTodo{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +655,7 @@ func (x *PlanTodo) String() string {
 func (*PlanTodo) ProtoMessage() {}
 
 func (x *PlanTodo) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[3]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +668,7 @@ func (x *PlanTodo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanTodo.ProtoReflect.Descriptor instead.
 func (*PlanTodo) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{3}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PlanTodo) GetContent() string {
@@ -604,7 +703,7 @@ type RevisePlanRequest struct {
 
 func (x *RevisePlanRequest) Reset() {
 	*x = RevisePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +715,7 @@ func (x *RevisePlanRequest) String() string {
 func (*RevisePlanRequest) ProtoMessage() {}
 
 func (x *RevisePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[4]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +728,7 @@ func (x *RevisePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisePlanRequest.ProtoReflect.Descriptor instead.
 func (*RevisePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{4}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RevisePlanRequest) GetName() string {
@@ -655,7 +754,7 @@ type RevisePlanResponse struct {
 
 func (x *RevisePlanResponse) Reset() {
 	*x = RevisePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +766,7 @@ func (x *RevisePlanResponse) String() string {
 func (*RevisePlanResponse) ProtoMessage() {}
 
 func (x *RevisePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[5]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +779,7 @@ func (x *RevisePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisePlanResponse.ProtoReflect.Descriptor instead.
 func (*RevisePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{5}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RevisePlanResponse) GetPlan() *Plan {
@@ -708,7 +807,7 @@ type PlanIntent struct {
 
 func (x *PlanIntent) Reset() {
 	*x = PlanIntent{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +819,7 @@ func (x *PlanIntent) String() string {
 func (*PlanIntent) ProtoMessage() {}
 
 func (x *PlanIntent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[6]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +832,7 @@ func (x *PlanIntent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanIntent.ProtoReflect.Descriptor instead.
 func (*PlanIntent) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{6}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PlanIntent) GetFeatureDomain() string {
@@ -782,7 +881,7 @@ type CreatePlanRequest struct {
 
 func (x *CreatePlanRequest) Reset() {
 	*x = CreatePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +893,7 @@ func (x *CreatePlanRequest) String() string {
 func (*CreatePlanRequest) ProtoMessage() {}
 
 func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[7]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +906,7 @@ func (x *CreatePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{7}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreatePlanRequest) GetParent() string {
@@ -854,7 +953,7 @@ type CreatePlanResponse struct {
 
 func (x *CreatePlanResponse) Reset() {
 	*x = CreatePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +965,7 @@ func (x *CreatePlanResponse) String() string {
 func (*CreatePlanResponse) ProtoMessage() {}
 
 func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[8]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +978,7 @@ func (x *CreatePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlanResponse.ProtoReflect.Descriptor instead.
 func (*CreatePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{8}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreatePlanResponse) GetPlan() *Plan {
@@ -898,7 +997,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1009,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[9]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1022,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{9}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -942,7 +1041,7 @@ type GetPlanResponse struct {
 
 func (x *GetPlanResponse) Reset() {
 	*x = GetPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1053,7 @@ func (x *GetPlanResponse) String() string {
 func (*GetPlanResponse) ProtoMessage() {}
 
 func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[10]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1066,7 @@ func (x *GetPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanResponse.ProtoReflect.Descriptor instead.
 func (*GetPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{10}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetPlanResponse) GetPlan() *Plan {
@@ -988,7 +1087,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1099,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[11]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1112,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{11}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPlansRequest) GetParent() string {
@@ -1047,7 +1146,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1158,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[12]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1171,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{12}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -1099,7 +1198,7 @@ type ApprovePlanRequest struct {
 
 func (x *ApprovePlanRequest) Reset() {
 	*x = ApprovePlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1210,7 @@ func (x *ApprovePlanRequest) String() string {
 func (*ApprovePlanRequest) ProtoMessage() {}
 
 func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[13]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1223,7 @@ func (x *ApprovePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{13}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApprovePlanRequest) GetName() string {
@@ -1151,7 +1250,7 @@ type ApprovePlanResponse struct {
 
 func (x *ApprovePlanResponse) Reset() {
 	*x = ApprovePlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1262,7 @@ func (x *ApprovePlanResponse) String() string {
 func (*ApprovePlanResponse) ProtoMessage() {}
 
 func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[14]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1275,7 @@ func (x *ApprovePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePlanResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApprovePlanResponse) GetPlan() *Plan {
@@ -1203,7 +1302,7 @@ type RejectPlanRequest struct {
 
 func (x *RejectPlanRequest) Reset() {
 	*x = RejectPlanRequest{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1314,7 @@ func (x *RejectPlanRequest) String() string {
 func (*RejectPlanRequest) ProtoMessage() {}
 
 func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[15]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1327,7 @@ func (x *RejectPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanRequest.ProtoReflect.Descriptor instead.
 func (*RejectPlanRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RejectPlanRequest) GetName() string {
@@ -1254,7 +1353,7 @@ type RejectPlanResponse struct {
 
 func (x *RejectPlanResponse) Reset() {
 	*x = RejectPlanResponse{}
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1365,7 @@ func (x *RejectPlanResponse) String() string {
 func (*RejectPlanResponse) ProtoMessage() {}
 
 func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[16]
+	mi := &file_sylk_architect_v1_plan_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1378,7 @@ func (x *RejectPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectPlanResponse.ProtoReflect.Descriptor instead.
 func (*RejectPlanResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RejectPlanResponse) GetPlan() *Plan {
@@ -1321,13 +1420,22 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\x05todos\x18\x12 \x03(\v2\x1b.sylk.architect.v1.PlanTodoB\x03\xe0A\x03R\x05todos\x12\x1d\n" +
 	"\atrivial\x18\x13 \x01(\bB\x03\xe0A\x03R\atrivial\x12(\n" +
 	"\rauto_approved\x18\x14 \x01(\bB\x03\xe0A\x03R\fautoApproved\x12\x19\n" +
-	"\x05notes\x18\x15 \x03(\tB\x03\xe0A\x03R\x05notes\"\x9f\x01\n" +
+	"\x05notes\x18\x15 \x03(\tB\x03\xe0A\x03R\x05notes\"\xe7\x01\n" +
 	"\x10PlanConsultation\x12\x12\n" +
 	"\x04code\x18\x01 \x03(\tR\x04code\x12\x14\n" +
 	"\x05files\x18\x02 \x03(\tR\x05files\x12'\n" +
 	"\x0fcodebase_health\x18\x03 \x01(\tR\x0ecodebaseHealth\x12\x1a\n" +
 	"\bfailures\x18\x04 \x03(\tR\bfailures\x12\x1c\n" +
-	"\tdecisions\x18\x05 \x03(\tR\tdecisions\"\xf1\x01\n" +
+	"\tdecisions\x18\x05 \x03(\tR\tdecisions\x12F\n" +
+	"\x0efailure_alerts\x18\x06 \x03(\v2\x1f.sylk.architect.v1.FailureAlertR\rfailureAlerts\"\xb5\x01\n" +
+	"\fFailureAlert\x12\x14\n" +
+	"\x05entry\x18\x01 \x01(\tR\x05entry\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x10\n" +
+	"\x03run\x18\x05 \x01(\tR\x03run\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\"\xf1\x01\n" +
 	"\vPlanVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12+\n" +
@@ -1419,70 +1527,73 @@ func file_sylk_architect_v1_plan_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_architect_v1_plan_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_sylk_architect_v1_plan_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_sylk_architect_v1_plan_service_proto_goTypes = []any{
 	(PlanState)(0),                // 0: sylk.architect.v1.PlanState
 	(PlanTodoState)(0),            // 1: sylk.architect.v1.PlanTodoState
 	(*Plan)(nil),                  // 2: sylk.architect.v1.Plan
 	(*PlanConsultation)(nil),      // 3: sylk.architect.v1.PlanConsultation
-	(*PlanVersion)(nil),           // 4: sylk.architect.v1.PlanVersion
-	(*PlanTodo)(nil),              // 5: sylk.architect.v1.PlanTodo
-	(*RevisePlanRequest)(nil),     // 6: sylk.architect.v1.RevisePlanRequest
-	(*RevisePlanResponse)(nil),    // 7: sylk.architect.v1.RevisePlanResponse
-	(*PlanIntent)(nil),            // 8: sylk.architect.v1.PlanIntent
-	(*CreatePlanRequest)(nil),     // 9: sylk.architect.v1.CreatePlanRequest
-	(*CreatePlanResponse)(nil),    // 10: sylk.architect.v1.CreatePlanResponse
-	(*GetPlanRequest)(nil),        // 11: sylk.architect.v1.GetPlanRequest
-	(*GetPlanResponse)(nil),       // 12: sylk.architect.v1.GetPlanResponse
-	(*ListPlansRequest)(nil),      // 13: sylk.architect.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),     // 14: sylk.architect.v1.ListPlansResponse
-	(*ApprovePlanRequest)(nil),    // 15: sylk.architect.v1.ApprovePlanRequest
-	(*ApprovePlanResponse)(nil),   // 16: sylk.architect.v1.ApprovePlanResponse
-	(*RejectPlanRequest)(nil),     // 17: sylk.architect.v1.RejectPlanRequest
-	(*RejectPlanResponse)(nil),    // 18: sylk.architect.v1.RejectPlanResponse
-	(*v1.Dag)(nil),                // 19: sylk.orchestrator.v1.Dag
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*v11.SuccessCriterion)(nil),  // 21: sylk.message.v1.SuccessCriterion
-	(*v1.Run)(nil),                // 22: sylk.orchestrator.v1.Run
+	(*FailureAlert)(nil),          // 4: sylk.architect.v1.FailureAlert
+	(*PlanVersion)(nil),           // 5: sylk.architect.v1.PlanVersion
+	(*PlanTodo)(nil),              // 6: sylk.architect.v1.PlanTodo
+	(*RevisePlanRequest)(nil),     // 7: sylk.architect.v1.RevisePlanRequest
+	(*RevisePlanResponse)(nil),    // 8: sylk.architect.v1.RevisePlanResponse
+	(*PlanIntent)(nil),            // 9: sylk.architect.v1.PlanIntent
+	(*CreatePlanRequest)(nil),     // 10: sylk.architect.v1.CreatePlanRequest
+	(*CreatePlanResponse)(nil),    // 11: sylk.architect.v1.CreatePlanResponse
+	(*GetPlanRequest)(nil),        // 12: sylk.architect.v1.GetPlanRequest
+	(*GetPlanResponse)(nil),       // 13: sylk.architect.v1.GetPlanResponse
+	(*ListPlansRequest)(nil),      // 14: sylk.architect.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),     // 15: sylk.architect.v1.ListPlansResponse
+	(*ApprovePlanRequest)(nil),    // 16: sylk.architect.v1.ApprovePlanRequest
+	(*ApprovePlanResponse)(nil),   // 17: sylk.architect.v1.ApprovePlanResponse
+	(*RejectPlanRequest)(nil),     // 18: sylk.architect.v1.RejectPlanRequest
+	(*RejectPlanResponse)(nil),    // 19: sylk.architect.v1.RejectPlanResponse
+	(*v1.Dag)(nil),                // 20: sylk.orchestrator.v1.Dag
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*v11.SuccessCriterion)(nil),  // 22: sylk.message.v1.SuccessCriterion
+	(*v1.Run)(nil),                // 23: sylk.orchestrator.v1.Run
 }
 var file_sylk_architect_v1_plan_service_proto_depIdxs = []int32{
 	0,  // 0: sylk.architect.v1.Plan.state:type_name -> sylk.architect.v1.PlanState
-	19, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
-	20, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
-	20, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: sylk.architect.v1.Plan.intent:type_name -> sylk.architect.v1.PlanIntent
+	20, // 1: sylk.architect.v1.Plan.dag:type_name -> sylk.orchestrator.v1.Dag
+	21, // 2: sylk.architect.v1.Plan.create_time:type_name -> google.protobuf.Timestamp
+	21, // 3: sylk.architect.v1.Plan.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 4: sylk.architect.v1.Plan.intent:type_name -> sylk.architect.v1.PlanIntent
 	3,  // 5: sylk.architect.v1.Plan.consultation:type_name -> sylk.architect.v1.PlanConsultation
-	4,  // 6: sylk.architect.v1.Plan.versions:type_name -> sylk.architect.v1.PlanVersion
-	5,  // 7: sylk.architect.v1.Plan.todos:type_name -> sylk.architect.v1.PlanTodo
-	19, // 8: sylk.architect.v1.PlanVersion.dag:type_name -> sylk.orchestrator.v1.Dag
-	20, // 9: sylk.architect.v1.PlanVersion.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: sylk.architect.v1.PlanTodo.state:type_name -> sylk.architect.v1.PlanTodoState
-	2,  // 11: sylk.architect.v1.RevisePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	21, // 12: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	19, // 13: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	2,  // 14: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	2,  // 15: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	2,  // 16: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
-	2,  // 17: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	22, // 18: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
-	2,  // 19: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	9,  // 20: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
-	11, // 21: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
-	13, // 22: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
-	15, // 23: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
-	6,  // 24: sylk.architect.v1.PlanService.RevisePlan:input_type -> sylk.architect.v1.RevisePlanRequest
-	17, // 25: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
-	10, // 26: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
-	12, // 27: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
-	14, // 28: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
-	16, // 29: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
-	7,  // 30: sylk.architect.v1.PlanService.RevisePlan:output_type -> sylk.architect.v1.RevisePlanResponse
-	18, // 31: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
-	26, // [26:32] is the sub-list for method output_type
-	20, // [20:26] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	5,  // 6: sylk.architect.v1.Plan.versions:type_name -> sylk.architect.v1.PlanVersion
+	6,  // 7: sylk.architect.v1.Plan.todos:type_name -> sylk.architect.v1.PlanTodo
+	4,  // 8: sylk.architect.v1.PlanConsultation.failure_alerts:type_name -> sylk.architect.v1.FailureAlert
+	21, // 9: sylk.architect.v1.FailureAlert.create_time:type_name -> google.protobuf.Timestamp
+	20, // 10: sylk.architect.v1.PlanVersion.dag:type_name -> sylk.orchestrator.v1.Dag
+	21, // 11: sylk.architect.v1.PlanVersion.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 12: sylk.architect.v1.PlanTodo.state:type_name -> sylk.architect.v1.PlanTodoState
+	2,  // 13: sylk.architect.v1.RevisePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	22, // 14: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	20, // 15: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	2,  // 16: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 17: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 18: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
+	2,  // 19: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	23, // 20: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
+	2,  // 21: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	10, // 22: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
+	12, // 23: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
+	14, // 24: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
+	16, // 25: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
+	7,  // 26: sylk.architect.v1.PlanService.RevisePlan:input_type -> sylk.architect.v1.RevisePlanRequest
+	18, // 27: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
+	11, // 28: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
+	13, // 29: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
+	15, // 30: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
+	17, // 31: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
+	8,  // 32: sylk.architect.v1.PlanService.RevisePlan:output_type -> sylk.architect.v1.RevisePlanResponse
+	19, // 33: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_sylk_architect_v1_plan_service_proto_init() }
@@ -1496,7 +1607,7 @@ func file_sylk_architect_v1_plan_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_architect_v1_plan_service_proto_rawDesc), len(file_sylk_architect_v1_plan_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,8 +36,11 @@ type Entry struct {
 	TenantId  string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	UserId    string `protobuf:"bytes,8,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The agent or "user" that recorded it.
-	Source        string                 `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Source     string                 `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The registered repository the entry is about ("repositories/{id}"),
+	// or empty: failures of a run name its repository.
+	Repository    string `protobuf:"bytes,11,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,6 +143,13 @@ func (x *Entry) GetCreateTime() *timestamppb.Timestamp {
 		return x.CreateTime
 	}
 	return nil
+}
+
+func (x *Entry) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
 }
 
 type CreateEntryRequest struct {
@@ -319,11 +329,19 @@ func (x *GetEntryResponse) GetEntry() *Entry {
 }
 
 type ListEntriesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Category      string                 `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	SessionId string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Category  string                 `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	// Only entries about this repository ("repositories/{id}").
+	Repository string `protobuf:"bytes,5,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Only entries created in [since, until); either may be unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=until,proto3" json:"until,omitempty"`
+	// A named window instead of since/until: "today", "yesterday",
+	// "this_week", "last_week", "last_month", "recent" (the last 7 days).
+	TimeScope     string `protobuf:"bytes,8,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +404,34 @@ func (x *ListEntriesRequest) GetCategory() string {
 	return ""
 }
 
+func (x *ListEntriesRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *ListEntriesRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListEntriesRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ListEntriesRequest) GetTimeScope() string {
+	if x != nil {
+		return x.TimeScope
+	}
+	return ""
+}
+
 type ListEntriesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -442,10 +488,18 @@ type SearchEntriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// The session to search; required unless cross_session is set.
-	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	CrossSession  bool   `protobuf:"varint,3,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
-	Category      string `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	SessionId    string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	CrossSession bool   `protobuf:"varint,3,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
+	Category     string `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	PageSize     int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Only entries about this repository ("repositories/{id}").
+	Repository string `protobuf:"bytes,6,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Only entries created in [since, until); either may be unset.
+	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=until,proto3" json:"until,omitempty"`
+	// A named window instead of since/until: "today", "yesterday",
+	// "this_week", "last_week", "last_month", "recent" (the last 7 days).
+	TimeScope     string `protobuf:"bytes,9,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +567,34 @@ func (x *SearchEntriesRequest) GetPageSize() int32 {
 		return x.PageSize
 	}
 	return 0
+}
+
+func (x *SearchEntriesRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *SearchEntriesRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *SearchEntriesRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *SearchEntriesRequest) GetTimeScope() string {
+	if x != nil {
+		return x.TimeScope
+	}
+	return ""
 }
 
 type SearchEntriesResponse struct {
@@ -623,7 +705,7 @@ var File_sylk_archivalist_v1_archivalist_service_proto protoreflect.FileDescript
 
 const file_sylk_archivalist_v1_archivalist_service_proto_rawDesc = "" +
 	"\n" +
-	"-sylk/archivalist/v1/archivalist_service.proto\x12\x13sylk.archivalist.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x02\n" +
+	"-sylk/archivalist/v1/archivalist_service.proto\x12\x13sylk.archivalist.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x02\n" +
 	"\x05Entry\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x03R\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1f\n" +
@@ -637,7 +719,10 @@ const file_sylk_archivalist_v1_archivalist_service_proto_rawDesc = "" +
 	"\x06source\x18\t \x01(\tR\x06source\x12@\n" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
-	"createTime\"K\n" +
+	"createTime\x12\x1e\n" +
+	"\n" +
+	"repository\x18\v \x01(\tR\n" +
+	"repository\"K\n" +
 	"\x12CreateEntryRequest\x125\n" +
 	"\x05entry\x18\x01 \x01(\v2\x1a.sylk.archivalist.v1.EntryB\x03\xe0A\x02R\x05entry\"G\n" +
 	"\x13CreateEntryResponse\x120\n" +
@@ -645,24 +730,38 @@ const file_sylk_archivalist_v1_archivalist_service_proto_rawDesc = "" +
 	"\x0fGetEntryRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"D\n" +
 	"\x10GetEntryResponse\x120\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1a.sylk.archivalist.v1.EntryR\x05entry\"\x8b\x01\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1a.sylk.archivalist.v1.EntryR\x05entry\"\xae\x02\n" +
 	"\x12ListEntriesRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1a\n" +
-	"\bcategory\x18\x04 \x01(\tR\bcategory\"s\n" +
+	"\bcategory\x18\x04 \x01(\tR\bcategory\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x05 \x01(\tR\n" +
+	"repository\x120\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1d\n" +
+	"\n" +
+	"time_scope\x18\b \x01(\tR\ttimeScope\"s\n" +
 	"\x13ListEntriesResponse\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.sylk.archivalist.v1.EntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd1\x02\n" +
 	"\x14SearchEntriesRequest\x12\x19\n" +
 	"\x05query\x18\x01 \x01(\tB\x03\xe0A\x02R\x05query\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12#\n" +
 	"\rcross_session\x18\x03 \x01(\bR\fcrossSession\x12\x1a\n" +
 	"\bcategory\x18\x04 \x01(\tR\bcategory\x12\x1b\n" +
-	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"J\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x06 \x01(\tR\n" +
+	"repository\x120\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1d\n" +
+	"\n" +
+	"time_scope\x18\t \x01(\tR\ttimeScope\"J\n" +
 	"\x15SearchEntriesResponse\x121\n" +
 	"\x04hits\x18\x01 \x03(\v2\x1d.sylk.archivalist.v1.EntryHitR\x04hits\"l\n" +
 	"\bEntryHit\x120\n" +
@@ -706,22 +805,26 @@ var file_sylk_archivalist_v1_archivalist_service_proto_depIdxs = []int32{
 	0,  // 1: sylk.archivalist.v1.CreateEntryRequest.entry:type_name -> sylk.archivalist.v1.Entry
 	0,  // 2: sylk.archivalist.v1.CreateEntryResponse.entry:type_name -> sylk.archivalist.v1.Entry
 	0,  // 3: sylk.archivalist.v1.GetEntryResponse.entry:type_name -> sylk.archivalist.v1.Entry
-	0,  // 4: sylk.archivalist.v1.ListEntriesResponse.entries:type_name -> sylk.archivalist.v1.Entry
-	9,  // 5: sylk.archivalist.v1.SearchEntriesResponse.hits:type_name -> sylk.archivalist.v1.EntryHit
-	0,  // 6: sylk.archivalist.v1.EntryHit.entry:type_name -> sylk.archivalist.v1.Entry
-	1,  // 7: sylk.archivalist.v1.ArchivalistService.CreateEntry:input_type -> sylk.archivalist.v1.CreateEntryRequest
-	3,  // 8: sylk.archivalist.v1.ArchivalistService.GetEntry:input_type -> sylk.archivalist.v1.GetEntryRequest
-	5,  // 9: sylk.archivalist.v1.ArchivalistService.ListEntries:input_type -> sylk.archivalist.v1.ListEntriesRequest
-	7,  // 10: sylk.archivalist.v1.ArchivalistService.SearchEntries:input_type -> sylk.archivalist.v1.SearchEntriesRequest
-	2,  // 11: sylk.archivalist.v1.ArchivalistService.CreateEntry:output_type -> sylk.archivalist.v1.CreateEntryResponse
-	4,  // 12: sylk.archivalist.v1.ArchivalistService.GetEntry:output_type -> sylk.archivalist.v1.GetEntryResponse
-	6,  // 13: sylk.archivalist.v1.ArchivalistService.ListEntries:output_type -> sylk.archivalist.v1.ListEntriesResponse
-	8,  // 14: sylk.archivalist.v1.ArchivalistService.SearchEntries:output_type -> sylk.archivalist.v1.SearchEntriesResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	10, // 4: sylk.archivalist.v1.ListEntriesRequest.since:type_name -> google.protobuf.Timestamp
+	10, // 5: sylk.archivalist.v1.ListEntriesRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 6: sylk.archivalist.v1.ListEntriesResponse.entries:type_name -> sylk.archivalist.v1.Entry
+	10, // 7: sylk.archivalist.v1.SearchEntriesRequest.since:type_name -> google.protobuf.Timestamp
+	10, // 8: sylk.archivalist.v1.SearchEntriesRequest.until:type_name -> google.protobuf.Timestamp
+	9,  // 9: sylk.archivalist.v1.SearchEntriesResponse.hits:type_name -> sylk.archivalist.v1.EntryHit
+	0,  // 10: sylk.archivalist.v1.EntryHit.entry:type_name -> sylk.archivalist.v1.Entry
+	1,  // 11: sylk.archivalist.v1.ArchivalistService.CreateEntry:input_type -> sylk.archivalist.v1.CreateEntryRequest
+	3,  // 12: sylk.archivalist.v1.ArchivalistService.GetEntry:input_type -> sylk.archivalist.v1.GetEntryRequest
+	5,  // 13: sylk.archivalist.v1.ArchivalistService.ListEntries:input_type -> sylk.archivalist.v1.ListEntriesRequest
+	7,  // 14: sylk.archivalist.v1.ArchivalistService.SearchEntries:input_type -> sylk.archivalist.v1.SearchEntriesRequest
+	2,  // 15: sylk.archivalist.v1.ArchivalistService.CreateEntry:output_type -> sylk.archivalist.v1.CreateEntryResponse
+	4,  // 16: sylk.archivalist.v1.ArchivalistService.GetEntry:output_type -> sylk.archivalist.v1.GetEntryResponse
+	6,  // 17: sylk.archivalist.v1.ArchivalistService.ListEntries:output_type -> sylk.archivalist.v1.ListEntriesResponse
+	8,  // 18: sylk.archivalist.v1.ArchivalistService.SearchEntries:output_type -> sylk.archivalist.v1.SearchEntriesResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_sylk_archivalist_v1_archivalist_service_proto_init() }

@@ -107,57 +107,62 @@ const (
 	// run: the run's change was delivered as a branch (or offered for
 	// download); delivery says where, and what it holds.
 	EventType_EVENT_TYPE_RUN_DELIVERED EventType = 27
+	// briefing: what the tenant's recent history says about the session's
+	// repository, when a session starts or resumes on it or its repository
+	// changes (spec E-09); published only when there is something to say.
+	EventType_EVENT_TYPE_SESSION_BRIEFING EventType = 100
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0:  "EVENT_TYPE_UNSPECIFIED",
-		1:  "EVENT_TYPE_MESSAGE_RECEIVED",
-		2:  "EVENT_TYPE_MESSAGE_ROUTED",
-		3:  "EVENT_TYPE_MESSAGE_ANSWERED",
-		4:  "EVENT_TYPE_MESSAGE_REROUTED",
-		5:  "EVENT_TYPE_MESSAGE_TIMEOUT",
-		6:  "EVENT_TYPE_MESSAGE_UNDELIVERABLE",
-		7:  "EVENT_TYPE_CLARIFICATION_REQUESTED",
-		8:  "EVENT_TYPE_CLARIFICATION_ANSWERED",
-		10: "EVENT_TYPE_PLAN_AWAITING_APPROVAL",
-		11: "EVENT_TYPE_PLAN_APPROVED",
-		12: "EVENT_TYPE_PLAN_REJECTED",
-		20: "EVENT_TYPE_RUN_STARTED",
-		21: "EVENT_TYPE_RUN_COMPLETED",
-		22: "EVENT_TYPE_RUN_PAUSED",
-		23: "EVENT_TYPE_RUN_RESUMED",
-		24: "EVENT_TYPE_RUN_SETTLED",
-		25: "EVENT_TYPE_RUN_SESSION_CHECK",
-		26: "EVENT_TYPE_RUN_FIX_REQUESTED",
-		30: "EVENT_TYPE_NODE_DISPATCHED",
-		31: "EVENT_TYPE_NODE_COMPLETED",
-		32: "EVENT_TYPE_NODE_RETRYING",
-		33: "EVENT_TYPE_NODE_ACTION",
-		34: "EVENT_TYPE_NODE_REOPENED",
-		35: "EVENT_TYPE_NODE_ESCALATED",
-		36: "EVENT_TYPE_NODE_HANDED_OFF",
-		40: "EVENT_TYPE_SESSION_RUNS_PAUSED",
-		41: "EVENT_TYPE_SESSION_RUNS_RESUMED",
-		42: "EVENT_TYPE_SESSION_RUNS_CANCELLED",
-		43: "EVENT_TYPE_SESSION_CREATED",
-		44: "EVENT_TYPE_SESSION_ACTIVATED",
-		45: "EVENT_TYPE_SESSION_SUSPENDED",
-		46: "EVENT_TYPE_SESSION_RESUMED",
-		47: "EVENT_TYPE_SESSION_COMPLETED",
-		48: "EVENT_TYPE_SESSION_FAILED",
-		49: "EVENT_TYPE_SESSION_UPDATED",
-		50: "EVENT_TYPE_TASK_HELP",
-		60: "EVENT_TYPE_INDEXING_PROGRESS",
-		70: "EVENT_TYPE_ERROR",
-		80: "EVENT_TYPE_TOOL_CALL",
-		81: "EVENT_TYPE_AGENT_TEXT",
-		82: "EVENT_TYPE_AGENT_WARNING",
-		83: "EVENT_TYPE_AGENT_REVERTED",
-		90: "EVENT_TYPE_REVIEW_COMPLETED",
-		13: "EVENT_TYPE_PLAN_REVISED",
-		27: "EVENT_TYPE_RUN_DELIVERED",
+		0:   "EVENT_TYPE_UNSPECIFIED",
+		1:   "EVENT_TYPE_MESSAGE_RECEIVED",
+		2:   "EVENT_TYPE_MESSAGE_ROUTED",
+		3:   "EVENT_TYPE_MESSAGE_ANSWERED",
+		4:   "EVENT_TYPE_MESSAGE_REROUTED",
+		5:   "EVENT_TYPE_MESSAGE_TIMEOUT",
+		6:   "EVENT_TYPE_MESSAGE_UNDELIVERABLE",
+		7:   "EVENT_TYPE_CLARIFICATION_REQUESTED",
+		8:   "EVENT_TYPE_CLARIFICATION_ANSWERED",
+		10:  "EVENT_TYPE_PLAN_AWAITING_APPROVAL",
+		11:  "EVENT_TYPE_PLAN_APPROVED",
+		12:  "EVENT_TYPE_PLAN_REJECTED",
+		20:  "EVENT_TYPE_RUN_STARTED",
+		21:  "EVENT_TYPE_RUN_COMPLETED",
+		22:  "EVENT_TYPE_RUN_PAUSED",
+		23:  "EVENT_TYPE_RUN_RESUMED",
+		24:  "EVENT_TYPE_RUN_SETTLED",
+		25:  "EVENT_TYPE_RUN_SESSION_CHECK",
+		26:  "EVENT_TYPE_RUN_FIX_REQUESTED",
+		30:  "EVENT_TYPE_NODE_DISPATCHED",
+		31:  "EVENT_TYPE_NODE_COMPLETED",
+		32:  "EVENT_TYPE_NODE_RETRYING",
+		33:  "EVENT_TYPE_NODE_ACTION",
+		34:  "EVENT_TYPE_NODE_REOPENED",
+		35:  "EVENT_TYPE_NODE_ESCALATED",
+		36:  "EVENT_TYPE_NODE_HANDED_OFF",
+		40:  "EVENT_TYPE_SESSION_RUNS_PAUSED",
+		41:  "EVENT_TYPE_SESSION_RUNS_RESUMED",
+		42:  "EVENT_TYPE_SESSION_RUNS_CANCELLED",
+		43:  "EVENT_TYPE_SESSION_CREATED",
+		44:  "EVENT_TYPE_SESSION_ACTIVATED",
+		45:  "EVENT_TYPE_SESSION_SUSPENDED",
+		46:  "EVENT_TYPE_SESSION_RESUMED",
+		47:  "EVENT_TYPE_SESSION_COMPLETED",
+		48:  "EVENT_TYPE_SESSION_FAILED",
+		49:  "EVENT_TYPE_SESSION_UPDATED",
+		50:  "EVENT_TYPE_TASK_HELP",
+		60:  "EVENT_TYPE_INDEXING_PROGRESS",
+		70:  "EVENT_TYPE_ERROR",
+		80:  "EVENT_TYPE_TOOL_CALL",
+		81:  "EVENT_TYPE_AGENT_TEXT",
+		82:  "EVENT_TYPE_AGENT_WARNING",
+		83:  "EVENT_TYPE_AGENT_REVERTED",
+		90:  "EVENT_TYPE_REVIEW_COMPLETED",
+		13:  "EVENT_TYPE_PLAN_REVISED",
+		27:  "EVENT_TYPE_RUN_DELIVERED",
+		100: "EVENT_TYPE_SESSION_BRIEFING",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":             0,
@@ -206,6 +211,7 @@ var (
 		"EVENT_TYPE_REVIEW_COMPLETED":        90,
 		"EVENT_TYPE_PLAN_REVISED":            13,
 		"EVENT_TYPE_RUN_DELIVERED":           27,
+		"EVENT_TYPE_SESSION_BRIEFING":        100,
 	}
 )
 
@@ -330,6 +336,7 @@ type Event struct {
 	//	*Event_Agent
 	//	*Event_Review
 	//	*Event_PlanRevised
+	//	*Event_Briefing
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -592,6 +599,15 @@ func (x *Event) GetPlanRevised() *PlanRevisedEvent {
 	return nil
 }
 
+func (x *Event) GetBriefing() *SessionBriefing {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Briefing); ok {
+			return x.Briefing
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -675,6 +691,10 @@ type Event_PlanRevised struct {
 	PlanRevised *PlanRevisedEvent `protobuf:"bytes,43,opt,name=plan_revised,json=planRevised,proto3,oneof"`
 }
 
+type Event_Briefing struct {
+	Briefing *SessionBriefing `protobuf:"bytes,50,opt,name=briefing,proto3,oneof"`
+}
+
 func (*Event_MessageReceived) isEvent_Payload() {}
 
 func (*Event_MessageRouted) isEvent_Payload() {}
@@ -713,6 +733,177 @@ func (*Event_Review) isEvent_Payload() {}
 
 func (*Event_PlanRevised) isEvent_Payload() {}
 
+func (*Event_Briefing) isEvent_Payload() {}
+
+// SessionBriefing is the recent history of a repository, from the
+// Archivalist: its failures, decisions and runs, newest first.
+type SessionBriefing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "repositories/{id}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The window it covers: entries created since since (the last 7 days).
+	Since     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	Failures  []*BriefingItem        `protobuf:"bytes,3,rep,name=failures,proto3" json:"failures,omitempty"`
+	Decisions []*BriefingItem        `protobuf:"bytes,4,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Runs      []*BriefingItem        `protobuf:"bytes,5,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Why the briefing is incomplete (the Archivalist could not be asked),
+	// or empty.
+	Unavailable   string `protobuf:"bytes,6,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionBriefing) Reset() {
+	*x = SessionBriefing{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionBriefing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionBriefing) ProtoMessage() {}
+
+func (x *SessionBriefing) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionBriefing.ProtoReflect.Descriptor instead.
+func (*SessionBriefing) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SessionBriefing) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *SessionBriefing) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *SessionBriefing) GetFailures() []*BriefingItem {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *SessionBriefing) GetDecisions() []*BriefingItem {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *SessionBriefing) GetRuns() []*BriefingItem {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *SessionBriefing) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
+}
+
+// BriefingItem is one entry of a briefing.
+type BriefingItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Archivalist entry ("entries/{id}").
+	Entry      string                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Title      string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Category   string                 `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The start of the entry's content.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BriefingItem) Reset() {
+	*x = BriefingItem{}
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BriefingItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BriefingItem) ProtoMessage() {}
+
+func (x *BriefingItem) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BriefingItem.ProtoReflect.Descriptor instead.
+func (*BriefingItem) Descriptor() ([]byte, []int) {
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BriefingItem) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
+}
+
+func (x *BriefingItem) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *BriefingItem) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *BriefingItem) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *BriefingItem) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 // ReviewEvent is a review's outcome.
 type ReviewEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -729,7 +920,7 @@ type ReviewEvent struct {
 
 func (x *ReviewEvent) Reset() {
 	*x = ReviewEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +932,7 @@ func (x *ReviewEvent) String() string {
 func (*ReviewEvent) ProtoMessage() {}
 
 func (x *ReviewEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[1]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +945,7 @@ func (x *ReviewEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewEvent.ProtoReflect.Descriptor instead.
 func (*ReviewEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{1}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReviewEvent) GetRun() string {
@@ -805,7 +996,7 @@ type PlanRevisedEvent struct {
 
 func (x *PlanRevisedEvent) Reset() {
 	*x = PlanRevisedEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1008,7 @@ func (x *PlanRevisedEvent) String() string {
 func (*PlanRevisedEvent) ProtoMessage() {}
 
 func (x *PlanRevisedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[2]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1021,7 @@ func (x *PlanRevisedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRevisedEvent.ProtoReflect.Descriptor instead.
 func (*PlanRevisedEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PlanRevisedEvent) GetPlan() string {
@@ -887,7 +1078,7 @@ type ToolCallEvent struct {
 
 func (x *ToolCallEvent) Reset() {
 	*x = ToolCallEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1090,7 @@ func (x *ToolCallEvent) String() string {
 func (*ToolCallEvent) ProtoMessage() {}
 
 func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[3]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1103,7 @@ func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEvent.ProtoReflect.Descriptor instead.
 func (*ToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCallEvent) GetRun() string {
@@ -1009,7 +1200,7 @@ type AgentStepEvent struct {
 
 func (x *AgentStepEvent) Reset() {
 	*x = AgentStepEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1212,7 @@ func (x *AgentStepEvent) String() string {
 func (*AgentStepEvent) ProtoMessage() {}
 
 func (x *AgentStepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[4]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1225,7 @@ func (x *AgentStepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStepEvent.ProtoReflect.Descriptor instead.
 func (*AgentStepEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentStepEvent) GetRun() string {
@@ -1092,7 +1283,7 @@ type MessageReceived struct {
 
 func (x *MessageReceived) Reset() {
 	*x = MessageReceived{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1295,7 @@ func (x *MessageReceived) String() string {
 func (*MessageReceived) ProtoMessage() {}
 
 func (x *MessageReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[5]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1308,7 @@ func (x *MessageReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReceived.ProtoReflect.Descriptor instead.
 func (*MessageReceived) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MessageReceived) GetMessage() string {
@@ -1159,7 +1350,7 @@ type MessageRouted struct {
 
 func (x *MessageRouted) Reset() {
 	*x = MessageRouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1362,7 @@ func (x *MessageRouted) String() string {
 func (*MessageRouted) ProtoMessage() {}
 
 func (x *MessageRouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[6]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1375,7 @@ func (x *MessageRouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRouted.ProtoReflect.Descriptor instead.
 func (*MessageRouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MessageRouted) GetMessage() string {
@@ -1273,7 +1464,7 @@ type MessageRerouted struct {
 
 func (x *MessageRerouted) Reset() {
 	*x = MessageRerouted{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1476,7 @@ func (x *MessageRerouted) String() string {
 func (*MessageRerouted) ProtoMessage() {}
 
 func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[7]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1489,7 @@ func (x *MessageRerouted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRerouted.ProtoReflect.Descriptor instead.
 func (*MessageRerouted) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MessageRerouted) GetFrom() string {
@@ -1352,7 +1543,7 @@ type MessageUnanswered struct {
 
 func (x *MessageUnanswered) Reset() {
 	*x = MessageUnanswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1555,7 @@ func (x *MessageUnanswered) String() string {
 func (*MessageUnanswered) ProtoMessage() {}
 
 func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[8]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1568,7 @@ func (x *MessageUnanswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageUnanswered.ProtoReflect.Descriptor instead.
 func (*MessageUnanswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MessageUnanswered) GetTarget() string {
@@ -1432,7 +1623,7 @@ type ClarificationRequested struct {
 
 func (x *ClarificationRequested) Reset() {
 	*x = ClarificationRequested{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1635,7 @@ func (x *ClarificationRequested) String() string {
 func (*ClarificationRequested) ProtoMessage() {}
 
 func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[9]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1648,7 @@ func (x *ClarificationRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationRequested.ProtoReflect.Descriptor instead.
 func (*ClarificationRequested) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClarificationRequested) GetClarification() string {
@@ -1542,7 +1733,7 @@ type ClarificationAnswered struct {
 
 func (x *ClarificationAnswered) Reset() {
 	*x = ClarificationAnswered{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1745,7 @@ func (x *ClarificationAnswered) String() string {
 func (*ClarificationAnswered) ProtoMessage() {}
 
 func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[10]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1758,7 @@ func (x *ClarificationAnswered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClarificationAnswered.ProtoReflect.Descriptor instead.
 func (*ClarificationAnswered) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClarificationAnswered) GetClarification() string {
@@ -1613,7 +1804,7 @@ type PlanEvent struct {
 
 func (x *PlanEvent) Reset() {
 	*x = PlanEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1816,7 @@ func (x *PlanEvent) String() string {
 func (*PlanEvent) ProtoMessage() {}
 
 func (x *PlanEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[11]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1829,7 @@ func (x *PlanEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEvent.ProtoReflect.Descriptor instead.
 func (*PlanEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanEvent) GetPlan() string {
@@ -1728,7 +1919,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1931,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[12]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1944,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunEvent) GetRun() string {
@@ -1846,7 +2037,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2049,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[13]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2062,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeEvent) GetRun() string {
@@ -1983,7 +2174,7 @@ type SessionRunsEvent struct {
 
 func (x *SessionRunsEvent) Reset() {
 	*x = SessionRunsEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2186,7 @@ func (x *SessionRunsEvent) String() string {
 func (*SessionRunsEvent) ProtoMessage() {}
 
 func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[14]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2199,7 @@ func (x *SessionRunsEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRunsEvent.ProtoReflect.Descriptor instead.
 func (*SessionRunsEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionRunsEvent) GetRuns() []string {
@@ -2037,7 +2228,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2240,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[15]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2253,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionEvent) GetSession() string {
@@ -2110,7 +2301,7 @@ type IndexingProgress struct {
 
 func (x *IndexingProgress) Reset() {
 	*x = IndexingProgress{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2313,7 @@ func (x *IndexingProgress) String() string {
 func (*IndexingProgress) ProtoMessage() {}
 
 func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[16]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2326,7 @@ func (x *IndexingProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexingProgress.ProtoReflect.Descriptor instead.
 func (*IndexingProgress) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IndexingProgress) GetRepository() string {
@@ -2193,7 +2384,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2396,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_event_v1_event_proto_msgTypes[17]
+	mi := &file_sylk_event_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2409,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{17}
+	return file_sylk_event_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ErrorEvent) GetReason() string {
@@ -2246,7 +2437,7 @@ var File_sylk_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xff\v\n" +
+	"\x19sylk/event/v1/event.proto\x12\rsylk.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xbd\f\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x1d\n" +
 	"\n" +
@@ -2275,8 +2466,25 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\ttool_call\x18( \x01(\v2\x1c.sylk.event.v1.ToolCallEventH\x00R\btoolCall\x125\n" +
 	"\x05agent\x18) \x01(\v2\x1d.sylk.event.v1.AgentStepEventH\x00R\x05agent\x124\n" +
 	"\x06review\x18* \x01(\v2\x1a.sylk.event.v1.ReviewEventH\x00R\x06review\x12D\n" +
-	"\fplan_revised\x18+ \x01(\v2\x1f.sylk.event.v1.PlanRevisedEventH\x00R\vplanRevisedB\t\n" +
-	"\apayloadJ\x04\b\b\x10\tR\x04data\"\x9b\x01\n" +
+	"\fplan_revised\x18+ \x01(\v2\x1f.sylk.event.v1.PlanRevisedEventH\x00R\vplanRevised\x12<\n" +
+	"\bbriefing\x182 \x01(\v2\x1e.sylk.event.v1.SessionBriefingH\x00R\bbriefingB\t\n" +
+	"\apayloadJ\x04\b\b\x10\tR\x04data\"\xaa\x02\n" +
+	"\x0fSessionBriefing\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x127\n" +
+	"\bfailures\x18\x03 \x03(\v2\x1b.sylk.event.v1.BriefingItemR\bfailures\x129\n" +
+	"\tdecisions\x18\x04 \x03(\v2\x1b.sylk.event.v1.BriefingItemR\tdecisions\x12/\n" +
+	"\x04runs\x18\x05 \x03(\v2\x1b.sylk.event.v1.BriefingItemR\x04runs\x12 \n" +
+	"\vunavailable\x18\x06 \x01(\tR\vunavailable\"\xad\x01\n" +
+	"\fBriefingItem\x12\x14\n" +
+	"\x05entry\x18\x01 \x01(\tR\x05entry\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x1a\n" +
+	"\bcategory\x18\x03 \x01(\tR\bcategory\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\x9b\x01\n" +
 	"\vReviewEvent\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -2417,7 +2625,7 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"ErrorEvent\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12%\n" +
-	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xbd\v\n" +
+	"\x0ecorrelation_id\x18\x03 \x01(\tR\rcorrelationId*\xde\v\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bEVENT_TYPE_MESSAGE_RECEIVED\x10\x01\x12\x1d\n" +
@@ -2465,7 +2673,8 @@ const file_sylk_event_v1_event_proto_rawDesc = "" +
 	"\x19EVENT_TYPE_AGENT_REVERTED\x10S\x12\x1f\n" +
 	"\x1bEVENT_TYPE_REVIEW_COMPLETED\x10Z\x12\x1b\n" +
 	"\x17EVENT_TYPE_PLAN_REVISED\x10\r\x12\x1c\n" +
-	"\x18EVENT_TYPE_RUN_DELIVERED\x10\x1b*\x8d\x01\n" +
+	"\x18EVENT_TYPE_RUN_DELIVERED\x10\x1b\x12\x1f\n" +
+	"\x1bEVENT_TYPE_SESSION_BRIEFING\x10d*\x8d\x01\n" +
 	"\x0eToolCallStatus\x12 \n" +
 	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18TOOL_CALL_STATUS_STARTED\x10\x01\x12\x1e\n" +
@@ -2485,75 +2694,83 @@ func file_sylk_event_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_sylk_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_sylk_event_v1_event_proto_goTypes = []any{
 	(EventType)(0),                 // 0: sylk.event.v1.EventType
 	(ToolCallStatus)(0),            // 1: sylk.event.v1.ToolCallStatus
 	(*Event)(nil),                  // 2: sylk.event.v1.Event
-	(*ReviewEvent)(nil),            // 3: sylk.event.v1.ReviewEvent
-	(*PlanRevisedEvent)(nil),       // 4: sylk.event.v1.PlanRevisedEvent
-	(*ToolCallEvent)(nil),          // 5: sylk.event.v1.ToolCallEvent
-	(*AgentStepEvent)(nil),         // 6: sylk.event.v1.AgentStepEvent
-	(*MessageReceived)(nil),        // 7: sylk.event.v1.MessageReceived
-	(*MessageRouted)(nil),          // 8: sylk.event.v1.MessageRouted
-	(*MessageRerouted)(nil),        // 9: sylk.event.v1.MessageRerouted
-	(*MessageUnanswered)(nil),      // 10: sylk.event.v1.MessageUnanswered
-	(*ClarificationRequested)(nil), // 11: sylk.event.v1.ClarificationRequested
-	(*ClarificationAnswered)(nil),  // 12: sylk.event.v1.ClarificationAnswered
-	(*PlanEvent)(nil),              // 13: sylk.event.v1.PlanEvent
-	(*RunEvent)(nil),               // 14: sylk.event.v1.RunEvent
-	(*NodeEvent)(nil),              // 15: sylk.event.v1.NodeEvent
-	(*SessionRunsEvent)(nil),       // 16: sylk.event.v1.SessionRunsEvent
-	(*SessionEvent)(nil),           // 17: sylk.event.v1.SessionEvent
-	(*IndexingProgress)(nil),       // 18: sylk.event.v1.IndexingProgress
-	(*ErrorEvent)(nil),             // 19: sylk.event.v1.ErrorEvent
-	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
-	(*v1.AgentAnswer)(nil),         // 21: sylk.message.v1.AgentAnswer
-	(*v1.TaskHelp)(nil),            // 22: sylk.message.v1.TaskHelp
-	(*v11.Review)(nil),             // 23: sylk.orchestrator.v1.Review
-	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
-	(*v1.RerouteHop)(nil),          // 25: sylk.message.v1.RerouteHop
-	(v11.RunState)(0),              // 26: sylk.orchestrator.v1.RunState
-	(*v11.Delivery)(nil),           // 27: sylk.orchestrator.v1.Delivery
-	(v11.NodeState)(0),             // 28: sylk.orchestrator.v1.NodeState
+	(*SessionBriefing)(nil),        // 3: sylk.event.v1.SessionBriefing
+	(*BriefingItem)(nil),           // 4: sylk.event.v1.BriefingItem
+	(*ReviewEvent)(nil),            // 5: sylk.event.v1.ReviewEvent
+	(*PlanRevisedEvent)(nil),       // 6: sylk.event.v1.PlanRevisedEvent
+	(*ToolCallEvent)(nil),          // 7: sylk.event.v1.ToolCallEvent
+	(*AgentStepEvent)(nil),         // 8: sylk.event.v1.AgentStepEvent
+	(*MessageReceived)(nil),        // 9: sylk.event.v1.MessageReceived
+	(*MessageRouted)(nil),          // 10: sylk.event.v1.MessageRouted
+	(*MessageRerouted)(nil),        // 11: sylk.event.v1.MessageRerouted
+	(*MessageUnanswered)(nil),      // 12: sylk.event.v1.MessageUnanswered
+	(*ClarificationRequested)(nil), // 13: sylk.event.v1.ClarificationRequested
+	(*ClarificationAnswered)(nil),  // 14: sylk.event.v1.ClarificationAnswered
+	(*PlanEvent)(nil),              // 15: sylk.event.v1.PlanEvent
+	(*RunEvent)(nil),               // 16: sylk.event.v1.RunEvent
+	(*NodeEvent)(nil),              // 17: sylk.event.v1.NodeEvent
+	(*SessionRunsEvent)(nil),       // 18: sylk.event.v1.SessionRunsEvent
+	(*SessionEvent)(nil),           // 19: sylk.event.v1.SessionEvent
+	(*IndexingProgress)(nil),       // 20: sylk.event.v1.IndexingProgress
+	(*ErrorEvent)(nil),             // 21: sylk.event.v1.ErrorEvent
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*v1.AgentAnswer)(nil),         // 23: sylk.message.v1.AgentAnswer
+	(*v1.TaskHelp)(nil),            // 24: sylk.message.v1.TaskHelp
+	(*v11.Review)(nil),             // 25: sylk.orchestrator.v1.Review
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*v1.RerouteHop)(nil),          // 27: sylk.message.v1.RerouteHop
+	(v11.RunState)(0),              // 28: sylk.orchestrator.v1.RunState
+	(*v11.Delivery)(nil),           // 29: sylk.orchestrator.v1.Delivery
+	(v11.NodeState)(0),             // 30: sylk.orchestrator.v1.NodeState
 }
 var file_sylk_event_v1_event_proto_depIdxs = []int32{
 	0,  // 0: sylk.event.v1.Event.type:type_name -> sylk.event.v1.EventType
-	20, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
-	7,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
-	8,  // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
-	21, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
-	9,  // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
-	10, // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
-	11, // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
-	12, // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
-	13, // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
-	14, // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
-	15, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
-	16, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
-	22, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
-	18, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
-	19, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
-	17, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
-	5,  // 17: sylk.event.v1.Event.tool_call:type_name -> sylk.event.v1.ToolCallEvent
-	6,  // 18: sylk.event.v1.Event.agent:type_name -> sylk.event.v1.AgentStepEvent
-	3,  // 19: sylk.event.v1.Event.review:type_name -> sylk.event.v1.ReviewEvent
-	4,  // 20: sylk.event.v1.Event.plan_revised:type_name -> sylk.event.v1.PlanRevisedEvent
-	23, // 21: sylk.event.v1.ReviewEvent.result:type_name -> sylk.orchestrator.v1.Review
-	1,  // 22: sylk.event.v1.ToolCallEvent.status:type_name -> sylk.event.v1.ToolCallStatus
-	24, // 23: sylk.event.v1.ToolCallEvent.duration:type_name -> google.protobuf.Duration
-	25, // 24: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
-	24, // 25: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
-	25, // 26: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
-	26, // 27: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
-	27, // 28: sylk.event.v1.RunEvent.delivery:type_name -> sylk.orchestrator.v1.Delivery
-	28, // 29: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
-	20, // 30: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	22, // 1: sylk.event.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 2: sylk.event.v1.Event.message_received:type_name -> sylk.event.v1.MessageReceived
+	10, // 3: sylk.event.v1.Event.message_routed:type_name -> sylk.event.v1.MessageRouted
+	23, // 4: sylk.event.v1.Event.message_answered:type_name -> sylk.message.v1.AgentAnswer
+	11, // 5: sylk.event.v1.Event.message_rerouted:type_name -> sylk.event.v1.MessageRerouted
+	12, // 6: sylk.event.v1.Event.message_unanswered:type_name -> sylk.event.v1.MessageUnanswered
+	13, // 7: sylk.event.v1.Event.clarification_requested:type_name -> sylk.event.v1.ClarificationRequested
+	14, // 8: sylk.event.v1.Event.clarification_answered:type_name -> sylk.event.v1.ClarificationAnswered
+	15, // 9: sylk.event.v1.Event.plan:type_name -> sylk.event.v1.PlanEvent
+	16, // 10: sylk.event.v1.Event.run:type_name -> sylk.event.v1.RunEvent
+	17, // 11: sylk.event.v1.Event.node:type_name -> sylk.event.v1.NodeEvent
+	18, // 12: sylk.event.v1.Event.session_runs:type_name -> sylk.event.v1.SessionRunsEvent
+	24, // 13: sylk.event.v1.Event.task_help:type_name -> sylk.message.v1.TaskHelp
+	20, // 14: sylk.event.v1.Event.indexing:type_name -> sylk.event.v1.IndexingProgress
+	21, // 15: sylk.event.v1.Event.error:type_name -> sylk.event.v1.ErrorEvent
+	19, // 16: sylk.event.v1.Event.session:type_name -> sylk.event.v1.SessionEvent
+	7,  // 17: sylk.event.v1.Event.tool_call:type_name -> sylk.event.v1.ToolCallEvent
+	8,  // 18: sylk.event.v1.Event.agent:type_name -> sylk.event.v1.AgentStepEvent
+	5,  // 19: sylk.event.v1.Event.review:type_name -> sylk.event.v1.ReviewEvent
+	6,  // 20: sylk.event.v1.Event.plan_revised:type_name -> sylk.event.v1.PlanRevisedEvent
+	3,  // 21: sylk.event.v1.Event.briefing:type_name -> sylk.event.v1.SessionBriefing
+	22, // 22: sylk.event.v1.SessionBriefing.since:type_name -> google.protobuf.Timestamp
+	4,  // 23: sylk.event.v1.SessionBriefing.failures:type_name -> sylk.event.v1.BriefingItem
+	4,  // 24: sylk.event.v1.SessionBriefing.decisions:type_name -> sylk.event.v1.BriefingItem
+	4,  // 25: sylk.event.v1.SessionBriefing.runs:type_name -> sylk.event.v1.BriefingItem
+	22, // 26: sylk.event.v1.BriefingItem.create_time:type_name -> google.protobuf.Timestamp
+	25, // 27: sylk.event.v1.ReviewEvent.result:type_name -> sylk.orchestrator.v1.Review
+	1,  // 28: sylk.event.v1.ToolCallEvent.status:type_name -> sylk.event.v1.ToolCallStatus
+	26, // 29: sylk.event.v1.ToolCallEvent.duration:type_name -> google.protobuf.Duration
+	27, // 30: sylk.event.v1.MessageRerouted.history:type_name -> sylk.message.v1.RerouteHop
+	26, // 31: sylk.event.v1.MessageUnanswered.waited:type_name -> google.protobuf.Duration
+	27, // 32: sylk.event.v1.ClarificationRequested.reroute_history:type_name -> sylk.message.v1.RerouteHop
+	28, // 33: sylk.event.v1.RunEvent.state:type_name -> sylk.orchestrator.v1.RunState
+	29, // 34: sylk.event.v1.RunEvent.delivery:type_name -> sylk.orchestrator.v1.Delivery
+	30, // 35: sylk.event.v1.NodeEvent.state:type_name -> sylk.orchestrator.v1.NodeState
+	22, // 36: sylk.event.v1.NodeEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_sylk_event_v1_event_proto_init() }
@@ -2581,6 +2798,7 @@ func file_sylk_event_v1_event_proto_init() {
 		(*Event_Agent)(nil),
 		(*Event_Review)(nil),
 		(*Event_PlanRevised)(nil),
+		(*Event_Briefing)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2588,7 +2806,7 @@ func file_sylk_event_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_event_v1_event_proto_rawDesc), len(file_sylk_event_v1_event_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

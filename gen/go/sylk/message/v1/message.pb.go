@@ -1135,8 +1135,16 @@ type StructuredIntent struct {
 	SuccessCriteria []string               `protobuf:"bytes,3,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
 	IntentType      string                 `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
 	Subject         string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The knowledge agent's intent the Guide classified (the Librarian's
+	// LOCATE, PATTERN, EXPLAIN, GENERAL; the Archivalist's HISTORICAL,
+	// ACTIVITY, OUTCOME, SIMILAR, RESUME, GENERAL); empty for other targets.
+	KnowledgeIntent string `protobuf:"bytes,6,opt,name=knowledge_intent,json=knowledgeIntent,proto3" json:"knowledge_intent,omitempty"`
+	// The Archivalist's time window (spec A-35): "today", "yesterday",
+	// "this_week", "last_week", "last_month", "recent" (the last 7 days),
+	// "last_year" or "before"; empty for none.
+	TimeScope     string `protobuf:"bytes,7,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StructuredIntent) Reset() {
@@ -1200,6 +1208,20 @@ func (x *StructuredIntent) GetIntentType() string {
 func (x *StructuredIntent) GetSubject() string {
 	if x != nil {
 		return x.Subject
+	}
+	return ""
+}
+
+func (x *StructuredIntent) GetKnowledgeIntent() string {
+	if x != nil {
+		return x.KnowledgeIntent
+	}
+	return ""
+}
+
+func (x *StructuredIntent) GetTimeScope() string {
+	if x != nil {
+		return x.TimeScope
 	}
 	return ""
 }
@@ -2484,14 +2506,17 @@ const file_sylk_message_v1_message_proto_rawDesc = "" +
 	"\x13request_correlation\x18\x03 \x01(\tR\x12requestCorrelation\"e\n" +
 	"\x0fPreRouteContext\x12'\n" +
 	"\x0fcodebase_health\x18\x01 \x01(\tR\x0ecodebaseHealth\x12)\n" +
-	"\x10failure_patterns\x18\x02 \x01(\tR\x0ffailurePatterns\"\xcc\x01\n" +
+	"\x10failure_patterns\x18\x02 \x01(\tR\x0ffailurePatterns\"\x96\x02\n" +
 	"\x10StructuredIntent\x12)\n" +
 	"\x10original_request\x18\x01 \x01(\tR\x0foriginalRequest\x12'\n" +
 	"\x0fkey_constraints\x18\x02 \x03(\tR\x0ekeyConstraints\x12)\n" +
 	"\x10success_criteria\x18\x03 \x03(\tR\x0fsuccessCriteria\x12\x1f\n" +
 	"\vintent_type\x18\x04 \x01(\tR\n" +
 	"intentType\x12\x18\n" +
-	"\asubject\x18\x05 \x01(\tR\asubject\"\x95\x01\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12)\n" +
+	"\x10knowledge_intent\x18\x06 \x01(\tR\x0fknowledgeIntent\x12\x1d\n" +
+	"\n" +
+	"time_scope\x18\a \x01(\tR\ttimeScope\"\x95\x01\n" +
 	"\x11DomainExpectation\x12 \n" +
 	"\vexpectation\x18\x01 \x01(\tR\vexpectation\x12@\n" +
 	"\bpriority\x18\x02 \x01(\x0e2$.sylk.message.v1.ExpectationPriorityR\bpriority\x12\x1c\n" +

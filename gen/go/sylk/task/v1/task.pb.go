@@ -74,9 +74,12 @@ type TaskDispatch struct {
 	DependencyPatches []*DependencyPatch `protobuf:"bytes,19,rep,name=dependency_patches,json=dependencyPatches,proto3" json:"dependency_patches,omitempty"`
 	// Set for a review asked through the API (ReviewService), which has no
 	// node: the worker reviews base_ref..head_ref of repository, or patch.
-	Review        *ReviewTask `protobuf:"bytes,20,opt,name=review,proto3" json:"review,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Review *ReviewTask `protobuf:"bytes,20,opt,name=review,proto3" json:"review,omitempty"`
+	// The registered name of the repository ("repositories/{id}"), which the
+	// knowledge agents file their entries under; empty for runs without one.
+	RepositoryName string `protobuf:"bytes,21,opt,name=repository_name,json=repositoryName,proto3" json:"repository_name,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskDispatch) Reset() {
@@ -247,6 +250,13 @@ func (x *TaskDispatch) GetReview() *ReviewTask {
 		return x.Review
 	}
 	return nil
+}
+
+func (x *TaskDispatch) GetRepositoryName() string {
+	if x != nil {
+		return x.RepositoryName
+	}
+	return ""
 }
 
 // ReviewTask is what a review task reviews.
@@ -823,7 +833,7 @@ var File_sylk_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xc5\a\n" +
+	"\x17sylk/task/v1/task.proto\x12\fsylk.task.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsylk/message/v1/message.proto\x1a+sylk/orchestrator/v1/workflow_service.proto\"\xee\a\n" +
 	"\fTaskDispatch\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -850,7 +860,8 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\rdispatch_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x125\n" +
 	"\bpriority\x18\x12 \x01(\x0e2\x19.sylk.message.v1.PriorityR\bpriority\x12L\n" +
 	"\x12dependency_patches\x18\x13 \x03(\v2\x1d.sylk.task.v1.DependencyPatchR\x11dependencyPatches\x120\n" +
-	"\x06review\x18\x14 \x01(\v2\x18.sylk.task.v1.ReviewTaskR\x06review\x1aB\n" +
+	"\x06review\x18\x14 \x01(\v2\x18.sylk.task.v1.ReviewTaskR\x06review\x12'\n" +
+	"\x0frepository_name\x18\x15 \x01(\tR\x0erepositoryName\x1aB\n" +
 	"\x14UpstreamOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x01\n" +
