@@ -135,6 +135,10 @@ bench-llm: ## The LLM gate's added latency and the Redis rate-limit and budget c
 bench-librarian: ## Index the Go standard library and report index/search speed and retrieval quality
 	$(GO) test $(BENCH_FLAGS) ./bench/librarian/
 
+.PHONY: bench-retrieval
+bench-retrieval: ## Ranking quality on hand-judged questions (pgx and a few standard library packages): MRR@10, R@1, R@10 per query kind and mode
+	$(GO) test $(BENCH_FLAGS) ./bench/retrieval/
+
 .PHONY: bench-orchestrator
 bench-orchestrator: ## A 10,000-node DAG: scheduling overhead per node and total time against the ideal
 	$(GO) test $(BENCH_FLAGS) ./bench/orchestrator/

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
-	rank "sylk.dev/sylk/pkg/search"
 )
 
 // Snippet bounds.
@@ -69,12 +68,6 @@ func (s *Service) search(ctx context.Context, tenant, text string, repos []strin
 const (
 	lexicalCandidates  = 100
 	semanticCandidates = 100
-	// identifierBoost lifts a chunk that defines a query identifier above
-	// anything fusion alone can rank first.
-	identifierBoost = 2.0 / (60 + 1)
-	// nameBoost lifts a chunk whose symbol equals a query word
-	// case-insensitively.
-	nameBoost = 1.0 / (60 + 1)
 )
 
 // runSearch retrieves, fuses and cuts hits to the limit and budget.
@@ -122,7 +115,7 @@ func (s *Service) runSearch(ctx context.Context, tenant string, sr searchRequest
 		if err != nil {
 			return searchResult{}, err
 		}
-		cands = c
+		cands = demoteAncillary(pq, c)
 	default:
 		if len(pq.terms) == 0 {
 			return searchResult{}, errNoTerms
@@ -174,65 +167,6 @@ func (s *Service) semantic(ctx context.Context, tenant, query string, f filters)
 		return nil, nil
 	}
 	return s.store.chunksByID(ctx, tenant, near, f)
-}
-
-// fuse merges lexical and semantic rankings by reciprocal rank fusion and
-// boosts chunks that define a query identifier.
-func (s *Service) fuse(pq parsedQuery, lex, sem []candidate) []candidate {
-	byKey := map[string]candidate{}
-	key := func(c candidate) string { return c.repoID + "/" + c.id }
-	var lexKeys, semKeys []string
-	for _, c := range lex {
-		byKey[key(c)] = c
-		lexKeys = append(lexKeys, key(c))
-	}
-	for _, c := range sem {
-		if _, ok := byKey[key(c)]; !ok {
-			byKey[key(c)] = c
-		}
-		semKeys = append(semKeys, key(c))
-	}
-	// Identifiers name what a short query looks for; in a longer one (a
-	// description) they are context, and their definitions are not the
-	// answer.
-	idents := map[string]bool{}
-	if pq.navigational() {
-		for _, w := range pq.identifiers {
-			idents[w] = true
-		}
-	}
-	// A one-word query names what it looks for: a chunk defining that word
-	// (in any case) is lifted too.
-	words := map[string]bool{}
-	if len(pq.words) == 1 {
-		words[strings.ToLower(pq.words[0])] = true
-	}
-	boost := map[string]float64{}
-	for k, c := range byKey {
-		b := 0.0
-		for _, n := range c.names {
-			if idents[n] {
-				b = identifierBoost
-				break
-			}
-			if words[strings.ToLower(n)] {
-				b = max(b, nameBoost)
-			}
-		}
-		if b > 0 {
-			boost[k] = b
-		}
-	}
-	fused := rank.Fuse([]rank.List{{Keys: lexKeys, Weight: 1}, {Keys: semKeys, Weight: 1}}, boost)
-	out := make([]candidate, 0, len(fused))
-	for _, r := range fused {
-		c := byKey[r.Key]
-		// Scale so that first place in both rankings scores 1 and a defined
-		// identifier adds 1 more.
-		c.score = r.Score * (rank.RRFK + 1) / 2
-		out = append(out, c)
-	}
-	return out
 }
 
 // cutHits turns ranked candidates into hits: overlapping spans of one file
@@ -336,14 +270,15 @@ func globRegex(glob string) string {
 // snippetChars characters, and returns it with its line range.
 func bestSnippet(content string, firstLine int, pq parsedQuery) (string, int, int) {
 	lines := strings.Split(content, "\n")
-	terms := make(map[string]bool, len(pq.terms))
+	// A line token matches a term when their stems meet, as in the index.
+	stems := make(map[string]bool, len(pq.terms))
 	for _, t := range pq.terms {
-		terms[t] = true
+		stems[lexStem(t)] = true
 	}
 	scores := make([]int, len(lines))
 	for i, l := range lines {
 		for t := range tokenSet(l) {
-			if terms[t] {
+			if stems[lexStem(t)] {
 				scores[i]++
 			}
 		}

@@ -30,7 +30,23 @@ type candidate struct {
 	names     []string
 	content   string
 	score     float64
+	// match is how a lexical candidate matched the query.
+	match matchKind
 }
+
+// matchKind is how a lexical candidate matched: fusion keeps a strong
+// lexical first hit first.
+type matchKind int
+
+const (
+	matchNone matchKind = iota
+	// matchDefinition: the chunk defines a word of a short query.
+	matchDefinition
+	// matchAll: the chunk holds every term (or its stem).
+	matchAll
+	// matchSome: the fallback, the chunk holds some of the rarest terms.
+	matchSome
+)
 
 // errBadRegex means the database rejected a regular expression that Go
 // accepted.
@@ -105,11 +121,16 @@ const (
 	// minCommonDF is the least document frequency that can make a term
 	// too common for the fallback.
 	minCommonDF = 200
+	// guessesAfter is how many every-term chunks precede the definitions
+	// of a plain word of a short query.
+	guessesAfter = 10
 )
 
 // lexicalChunks ranks chunks by full-text match: chunks defining a query
-// identifier (or any word of a short query) first, then chunks holding
-// every term, then, when those are few, chunks holding the rarest terms.
+// identifier (or the word of a one-word query) first, then chunks holding
+// every term (or its stem), then definitions of a plain word of a short
+// query, then, when every-term chunks are few, chunks holding the rarest
+// terms.
 func (s store) lexicalChunks(ctx context.Context, tenant string, pq parsedQuery, f filters, limit int) ([]candidate, error) {
 	base := []any{tenant, repoParams(f.repos), f.language, f.kind, f.pathRegex}
 	var out []candidate
@@ -123,33 +144,17 @@ func (s store) lexicalChunks(ctx context.Context, tenant string, pq parsedQuery,
 			}
 		}
 	}
-	var names []string
-	if pq.navigational() {
-		names = append(names, pq.identifiers...)
-		for _, w := range pq.words {
-			if len(w) >= 3 && !stopWords[strings.ToLower(w)] {
-				names = append(names, w)
-			}
-		}
+	lead, guesses, err := s.definitionChunks(ctx, base, pq)
+	if err != nil {
+		return nil, err
 	}
-	if len(names) > 0 {
-		rows, err := s.db.Query(ctx, `SELECT `+candidateColumns+` FROM chunks
-			WHERE `+filterSQL+` AND string_to_array(names, ' ') && $6::text[]
-			ORDER BY path, line_start LIMIT $7`, append(base, names, 20)...)
-		if err != nil {
-			return nil, fmt.Errorf("search definitions: %w", err)
-		}
-		defs, err := scanCandidates(rows, false)
-		if err != nil {
-			return nil, fmt.Errorf("search definitions: %w", err)
-		}
-		add(defs)
-	}
-	terms := cleanTerms(pq.terms)
-	if len(terms) == 0 {
+	add(lead)
+	groups := termGroups(pq.terms)
+	if len(groups) == 0 {
+		add(guesses)
 		return out, nil
 	}
-	rank := func(q string) error {
+	rank := func(q string, m matchKind) error {
 		rows, err := s.db.Query(ctx, `SELECT `+candidateColumns+`, ts_rank(tsv, q) AS score
 			FROM chunks, to_tsquery('simple', $6) q
 			WHERE `+filterSQL+` AND tsv @@ q
@@ -161,19 +166,32 @@ func (s store) lexicalChunks(ctx context.Context, tenant string, pq parsedQuery,
 		if err != nil {
 			return fmt.Errorf("search chunks: %w", err)
 		}
+		for i := range cs {
+			cs[i].match = m
+		}
 		add(cs)
 		return nil
 	}
 	before := len(out)
-	if err := rank(strings.Join(terms, " & ")); err != nil {
+	if err := rank(groupQuery(groups, true), matchAll); err != nil {
 		return nil, err
 	}
-	if len(terms) > 1 && len(out)-before < enoughAll {
-		rare, err := s.rareTerms(ctx, tenant, f.repos, terms)
+	allMatches := len(out) - before
+	// Guesses follow the best every-term chunks, not all of them.
+	if at := before + min(allMatches, guessesAfter); len(guesses) > 0 && at < len(out) {
+		rest := append([]candidate(nil), out[at:]...)
+		out = out[:at]
+		add(guesses)
+		out = append(out, rest...)
+	} else {
+		add(guesses)
+	}
+	if len(groups) > 1 && allMatches < enoughAll {
+		rare, err := s.rareTerms(ctx, tenant, f.repos, groups)
 		if err != nil {
 			return nil, err
 		}
-		if err := rank(strings.Join(rare, " | ")); err != nil {
+		if err := rank(groupQuery(rare, false), matchSome); err != nil {
 			return nil, err
 		}
 	}
@@ -183,11 +201,69 @@ func (s store) lexicalChunks(ctx context.Context, tenant string, pq parsedQuery,
 	return out, nil
 }
 
-// rareTerms orders terms by how many chunks hold them, rarest first, and
-// keeps those held by at most rareShare of the chunks (at least
-// minRareTerms, at most maxRareTerms). Terms without statistics count as
-// rare.
-func (s store) rareTerms(ctx context.Context, tenant string, repos []string, terms []string) ([]string, error) {
+// definitionChunks returns the chunks defining a word of a short query:
+// definitions of an identifier, or of the one word of a one-word query,
+// lead; a definition of one plain word of a longer query ("pool" in
+// "where is the connection pool configured") is only a guess and follows
+// the chunks that hold every term.
+func (s store) definitionChunks(ctx context.Context, base []any, pq parsedQuery) (lead, guesses []candidate, err error) {
+	if !pq.navigational() {
+		return nil, nil, nil
+	}
+	names := append([]string(nil), pq.identifiers...)
+	for _, w := range pq.words {
+		if len(w) >= 3 && !stopWords[strings.ToLower(w)] {
+			names = append(names, w)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+candidateColumns+` FROM chunks
+		WHERE `+filterSQL+` AND string_to_array(names, ' ') && $6::text[]
+		ORDER BY path, line_start LIMIT $7`, append(base, names, 20)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("search definitions: %w", err)
+	}
+	defs, err := scanCandidates(rows, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("search definitions: %w", err)
+	}
+	// A capitalised word after the first is written as a name ("json
+	// Unmarshal").
+	ident := map[string]bool{}
+	for _, w := range pq.identifiers {
+		ident[w] = true
+	}
+	for i, w := range pq.words {
+		if i > 0 && isUpper(w[0]) {
+			ident[w] = true
+		}
+	}
+	for _, c := range defs {
+		c.match = matchDefinition
+		named := len(pq.words) == 1
+		for _, n := range c.names {
+			named = named || ident[n]
+		}
+		if named {
+			lead = append(lead, c)
+		} else {
+			guesses = append(guesses, c)
+		}
+	}
+	return lead, guesses, nil
+}
+
+// rareTerms orders term groups (a term and its stem) by how many chunks
+// hold them, rarest first, and keeps those held by at most rareShare of
+// the chunks (at least minRareTerms, at most maxRareTerms). Terms without
+// statistics count as rare; a group counts as common as its commonest form.
+func (s store) rareTerms(ctx context.Context, tenant string, repos []string, groups [][]string) ([][]string, error) {
+	var terms []string
+	for _, g := range groups {
+		terms = append(terms, g...)
+	}
 	rows, err := s.db.Query(ctx, `SELECT term, sum(df)::bigint FROM terms
 		WHERE tenant_id = $1 AND repository_id = ANY($2) AND term = ANY($3) GROUP BY term`,
 		tenant, repoParams(repos), terms)
@@ -213,16 +289,23 @@ func (s store) rareTerms(ctx context.Context, tenant string, repos []string, ter
 		tenant, repoParams(repos)).Scan(&total); err != nil {
 		return nil, fmt.Errorf("read chunk count: %w", err)
 	}
-	sorted := append([]string(nil), terms...)
-	sort.SliceStable(sorted, func(i, j int) bool { return df[sorted[i]] < df[sorted[j]] })
+	groupDF := func(g []string) int64 {
+		var n int64
+		for _, t := range g {
+			n = max(n, df[t])
+		}
+		return n
+	}
+	sorted := append([][]string(nil), groups...)
+	sort.SliceStable(sorted, func(i, j int) bool { return groupDF(sorted[i]) < groupDF(sorted[j]) })
 	// Small repositories keep every term: nothing is common there.
 	limit := max(int64(float64(total)*rareShare), minCommonDF)
-	var out []string
-	for _, t := range sorted {
-		if len(out) == maxRareTerms || len(out) >= minRareTerms && df[t] > limit {
+	var out [][]string
+	for _, g := range sorted {
+		if len(out) == maxRareTerms || len(out) >= minRareTerms && groupDF(g) > limit {
 			break
 		}
-		out = append(out, t)
+		out = append(out, g)
 	}
 	return out, nil
 }

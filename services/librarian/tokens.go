@@ -70,7 +70,8 @@ func identifierTokens(w string) []string {
 }
 
 // tokenText is the code-aware token text of s: the tokens of every word,
-// space-separated, in order, at most maxTokenTextBytes long.
+// each followed by its stem when that differs, space-separated, in order,
+// at most maxTokenTextBytes long.
 func tokenText(s string) string {
 	var b strings.Builder
 	full := false
@@ -78,7 +79,14 @@ func tokenText(s string) string {
 		if full {
 			return
 		}
-		for _, t := range identifierTokens(w) {
+		toks := identifierTokens(w)
+		for i, t := range toks {
+			// The stem follows its token, so "configured" is found by
+			// "config" and "parses" by "parse" (stem.go); a joined
+			// identifier (the last of several tokens) is a name, not a word.
+			if s := lexStem(t); s != t && (len(toks) == 1 || i < len(toks)-1) {
+				t += " " + s
+			}
 			if b.Len()+len(t)+1 > maxTokenTextBytes {
 				full = true
 				return

@@ -14,10 +14,10 @@ func TestTokenText(t *testing.T) {
 		in   string
 		want string
 	}{
-		{"camel with acronym", "parseHTTPRequest", "parse http request parsehttprequest"},
-		{"pascal", "IndexRepository", "index repository indexrepository"},
-		{"snake", "compute_backoff_delay", "compute backoff delay computebackoffdelay"},
-		{"screaming snake", "MAX_FILE_BYTES", "max file bytes maxfilebytes"},
+		{"camel with acronym", "parseHTTPRequest", "parse pars http request req parsehttprequest"},
+		{"pascal", "IndexRepository", "index repository repo indexrepository"},
+		{"snake", "compute_backoff_delay", "compute comput backoff delay computebackoffdelay"},
+		{"screaming snake", "MAX_FILE_BYTES", "max file bytes byte maxfilebytes"},
 		{"digits", "sha256Sum", "sha 256 sum sha256sum"},
 		{"plain word", "Search", "search"},
 		{"single letters stand alone", "x := a.b", "x a b"},

@@ -314,8 +314,9 @@ func (w *repoWatcher) handle(ev fsnotify.Event) {
 			return
 		}
 	}
-	if rel == ".gitignore" {
-		// What is indexed changes: reload the rules and walk everything.
+	if base == ".gitignore" {
+		// What is indexed changes (a nested .gitignore too): reload the
+		// rules and walk everything.
 		r.rules = w.s.walker(r.root).ignore
 		if _, err := w.addTreeLocked(r, r.root); err != nil {
 			w.s.log.WarnContext(w.ctx, "watch repository", slog.String("repository", r.id), logx.Err(err))
