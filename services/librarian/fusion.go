@@ -15,7 +15,7 @@ import (
 //   - the lexical list weighs more than the semantic one;
 //   - a semantic hit with few tokens counts in proportion to its tokens;
 //   - a strong lexical first hit (it defines what a short query names, or it
-//     alone holds every term, or it scores well above the next) stays first;
+//     holds every term) stays first;
 //   - ties go to the better lexical rank, then the better semantic rank,
 //     then path and line: never to the chunk id;
 //   - unless the query is about tests, test files, test data, examples and
@@ -30,9 +30,6 @@ const (
 	// shortChunkTokens is the token count below which a semantic hit
 	// counts in proportion.
 	shortChunkTokens = 24
-	// strongLexicalRatio is how far the first lexical score must lead the
-	// second for the first to stay first.
-	strongLexicalRatio = 1.3
 	// ancillaryFactor scales the score of test, example and vendored code.
 	ancillaryFactor = 0.5
 )
@@ -166,19 +163,14 @@ func definitionBoosts(pq parsedQuery) func(candidate) float64 {
 }
 
 // strongLexicalFirst reports whether the first lexical hit is one fusion
-// must not displace: it defines what the query names, or it is the only
-// chunk holding every term, or its score leads the next clearly.
+// must not displace: it defines what the query names, or it holds every
+// term of the query. (Keeping it only when its score led the second by 30%
+// lost rank 1 to the semantic side on a benchmark query and gained one
+// elsewhere: hybrid is to be never worse than lexical at rank 1.) The
+// semantic side reorders the rest and decides when the lexical first hit
+// is only a fallback match.
 func strongLexicalFirst(lex []candidate, boosts func(candidate) float64) bool {
-	first := lex[0]
-	switch {
-	case boosts(first) > 0:
-		return true
-	case first.match != matchAll:
-		return false
-	case len(lex) == 1 || lex[1].match != matchAll:
-		return true
-	}
-	return first.score >= strongLexicalRatio*lex[1].score
+	return boosts(lex[0]) > 0 || lex[0].match == matchAll
 }
 
 // shortFactor is the share of a semantic hit's weight a chunk keeps: the
