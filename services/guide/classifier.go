@@ -128,9 +128,9 @@ var keywordDomains = []domain{
 		intent: intentRecall,
 		rules: slices.Concat(
 			rules(3, "", "last time", "did we", "what happened", "where was i", "last session", "did it work",
-				"result of", "recent changes", "who worked on", "like before", "pick up where", "leave off"),
+				"result of", "recent changes", "who worked on", "like before", "pick up where", "leave off", "what failed"),
 			rules(2, "", "history", "previously", "decide", "decision", "remember", "earlier", "failure", "what approach",
-				"turn out", "yesterday", "last week", "last month"),
+				"turn out", "yesterday", "last week", "last month", "this week", "recently"),
 		),
 	},
 	{
