@@ -129,56 +129,60 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if sessions == nil {
 		log.Warn("no guide address configured: runs are not checked to be in the caller's own session")
 	}
-	f := promauto.With(reg)
 	s := &Service{
-		slots:    slots,
-		sessions: sessions,
-		cfg:      cfg,
-		log:      log,
-		db:       deps.DB,
-		bus:      deps.Bus,
-		audit:    deps.Audit,
-		metrics: metrics{
-			dispatched: f.NewCounter(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_nodes_dispatched_total",
-				Help: "Node attempts dispatched to workers.",
-			}),
-			completions: f.NewCounter(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_node_results_applied_total",
-				Help: "Worker results applied to a node attempt (each attempt at most once).",
-			}),
-			retries: f.NewCounter(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_node_retries_total",
-				Help: "Failed node attempts scheduled for a retry.",
-			}),
-			handoffs: f.NewCounter(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_pipeline_handoffs_total",
-				Help: "Pipelines that handed their state to a fresh pipeline of the same node (spec F-23).",
-			}),
-			recovered: f.NewCounter(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_runs_taken_over_total",
-				Help: "Unfinished runs this replica claimed at start or from a replica whose lease expired.",
-			}),
-			runs: f.NewCounterVec(prometheus.CounterOpts{
-				Name: "sylk_orchestrator_runs_total",
-				Help: "Runs that ended, by final state.",
-			}, []string{"state"}),
-			nodeDuration: f.NewHistogram(prometheus.HistogramOpts{
-				Name:    "sylk_orchestrator_node_duration_seconds",
-				Help:    "Run time of node attempts as reported by workers.",
-				Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-			}),
-			resultBatch: f.NewHistogram(prometheus.HistogramOpts{
-				Name:    "sylk_orchestrator_result_batch_size",
-				Help:    "Worker reports applied together in one batch.",
-				Buckets: prometheus.ExponentialBuckets(1, 2, 8),
-			}),
-		},
+		slots:        slots,
+		sessions:     sessions,
+		cfg:          cfg,
+		log:          log,
+		db:           deps.DB,
+		bus:          deps.Bus,
+		audit:        deps.Audit,
+		metrics:      newMetrics(promauto.With(reg)),
 		deliveryKick: make(chan struct{}, 1),
 	}
 	s.repos = newRepositories(deps.Peers.Librarian, log)
 	s.reviews = newReviewServer(s)
 	return s, nil
+}
+
+// newMetrics registers the orchestrator's metrics with f.
+func newMetrics(f promauto.Factory) metrics {
+	return metrics{
+		dispatched: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_nodes_dispatched_total",
+			Help: "Node attempts dispatched to workers.",
+		}),
+		completions: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_node_results_applied_total",
+			Help: "Worker results applied to a node attempt (each attempt at most once).",
+		}),
+		retries: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_node_retries_total",
+			Help: "Failed node attempts scheduled for a retry.",
+		}),
+		handoffs: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_pipeline_handoffs_total",
+			Help: "Pipelines that handed their state to a fresh pipeline of the same node (spec F-23).",
+		}),
+		recovered: f.NewCounter(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_runs_taken_over_total",
+			Help: "Unfinished runs this replica claimed at start or from a replica whose lease expired.",
+		}),
+		runs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sylk_orchestrator_runs_total",
+			Help: "Runs that ended, by final state.",
+		}, []string{"state"}),
+		nodeDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sylk_orchestrator_node_duration_seconds",
+			Help:    "Run time of node attempts as reported by workers.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+		}),
+		resultBatch: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sylk_orchestrator_result_batch_size",
+			Help:    "Worker reports applied together in one batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+		}),
+	}
 }
 
 // Register adds the WorkflowService and the ReviewService.
