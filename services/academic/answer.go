@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,20 +13,15 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/topology"
 )
-
-// answerModel writes answers through the LLM gate (which redacts secrets
-// from the prompt, applies the provider's limits and records usage).
-type answerModel struct {
-	gate *gate.Gate
-}
 
 // SetLLMGate makes the academic write its answers to routed questions with
 // the gate's default model, citing the document sections. Call it before
 // Run.
-func (s *Service) SetLLMGate(g *gate.Gate) { s.answers.gate = g }
+func (s *Service) SetLLMGate(g *gate.Gate) {
+	s.answers = grounding.Writer{Gate: g, Agent: topology.AgentAcademic, System: answerSystem, MaxTokens: answerMaxTokens, Log: s.log}
+}
 
 // NeedsLLMGate: only a model (not the offline `local` rules) writing
 // answers has a use for a gate.
@@ -35,9 +29,7 @@ func (s *Service) NeedsLLMGate(defaultProvider string) bool {
 	return s.cfg.AnswerModel && defaultProvider != llm.Local
 }
 
-func (s *Service) modelOnline() bool {
-	return s.cfg.AnswerModel && s.answers.gate != nil && s.answers.gate.Providers().Default().Name() != llm.Local
-}
+func (s *Service) modelOnline() bool { return s.cfg.AnswerModel && s.answers.Online() }
 
 // Answer bounds.
 const (
@@ -111,43 +103,13 @@ func (s *Service) modelAnswer(ctx context.Context, env *messagev1.Envelope, hits
 		}
 		fmt.Fprintf(&p, "\n[documents/%s#%s] %s\n%s\n", h.DocumentID, h.Heading, h.DocumentTitle, truncateChars(body, answerSectionChars))
 	}
-	resp, err := s.answers.gate.Complete(ctx, &llm.Request{
-		System: answerSystem, Messages: []llm.Message{{Role: llm.RoleUser, Content: p.String()}},
-		MaxTokens: answerMaxTokens, Priority: llm.PriorityUserInteractive,
-		Attribution: llm.Attribution{TenantID: env.GetTenantId(), UserID: env.GetUserId(), SessionID: env.GetSessionId(),
-			AgentType: topology.AgentAcademic, AgentID: topology.AgentAcademic, UserInvoked: true},
-	})
-	if err == nil && strings.TrimSpace(resp.Content) == "" {
-		err = errors.New("the model answered with no text")
-	}
-	if err != nil {
-		// Never the prompt or the answer: they hold the tenant's documents.
-		s.log.WarnContext(ctx, "model answer failed; answering with the sections", slog.String(logx.KeyTenantID, env.GetTenantId()),
-			slog.String("error", err.Error()))
-		return false, nil
-	}
-	res, err := grounding.Check(ctx, resp.Content, sectionVerifier{s: s, tenant: env.GetTenantId()})
-	if err != nil {
+	res, model, ok, err := s.answers.Write(ctx, env, p.String(), sectionVerifier{s: s, tenant: env.GetTenantId()})
+	if !ok || err != nil {
 		return false, err
 	}
-	a.Model = resp.Provider + "/" + resp.Model
-	a.GroundingRatio, a.Ungrounded = res.Ratio, res.Ungrounded
-	a.Grounding = grounding.Sentence(res, "the documents")
-	seen := map[string]bool{}
-	for _, c := range res.Checks {
-		cit := &messagev1.Citation{Name: namePrefix + c.Ref.ID, Heading: c.Ref.Heading}
-		if !c.OK() {
-			cit.Problem = c.Problem
-			a.DroppedCitations = append(a.DroppedCitations, cit)
-		} else if key := cit.Name + "#" + cit.Heading; !seen[key] {
-			seen[key] = true
-			a.Citations = append(a.Citations, cit)
-		}
-	}
-	a.Text = strings.TrimSpace(res.Text)
-	if a.Grounding != "" {
-		a.Text += "\n\n" + a.Grounding
-	}
+	grounding.Apply(a, res, model, "the documents", func(r grounding.Ref) (*messagev1.Citation, string) {
+		return &messagev1.Citation{Name: namePrefix + r.ID, Heading: r.Heading}, r.ID + "#" + r.Heading
+	})
 	return true, nil
 }
 

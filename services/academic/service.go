@@ -16,6 +16,7 @@ import (
 
 	academicv1 "sylk.dev/sylk/gen/go/sylk/academic/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/grounding"
 	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/natsx"
@@ -34,7 +35,7 @@ type Service struct {
 	bus     *natsx.Bus
 	metrics *metrics
 	// answers writes answers with a model (answer.go).
-	answers answerModel
+	answers grounding.Writer
 }
 
 type metrics struct {

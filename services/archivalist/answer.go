@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
@@ -12,20 +11,15 @@ import (
 	"sylk.dev/sylk/pkg/ids"
 	"sylk.dev/sylk/pkg/llm"
 	"sylk.dev/sylk/pkg/llm/gate"
-	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/textsearch"
 	"sylk.dev/sylk/pkg/topology"
 )
 
-// answerModel writes answers through the LLM gate (which redacts secrets
-// from the prompt, applies the provider's limits and records usage).
-type answerModel struct {
-	gate *gate.Gate
-}
-
 // SetLLMGate makes the archivalist write its answers to routed questions
 // with the gate's default model, citing the entries. Call it before Run.
-func (s *Service) SetLLMGate(g *gate.Gate) { s.answers.gate = g }
+func (s *Service) SetLLMGate(g *gate.Gate) {
+	s.answers = grounding.Writer{Gate: g, Agent: topology.AgentArchivalist, System: answerSystem, MaxTokens: answerMaxTokens, Log: s.log}
+}
 
 // NeedsLLMGate: only a model (not the offline `local` rules) writing
 // answers has a use for a gate.
@@ -33,9 +27,7 @@ func (s *Service) NeedsLLMGate(defaultProvider string) bool {
 	return s.cfg.AnswerModel && defaultProvider != llm.Local
 }
 
-func (s *Service) modelOnline() bool {
-	return s.cfg.AnswerModel && s.answers.gate != nil && s.answers.gate.Providers().Default().Name() != llm.Local
-}
+func (s *Service) modelOnline() bool { return s.cfg.AnswerModel && s.answers.Online() }
 
 // Answer bounds.
 const (
@@ -89,43 +81,13 @@ func (s *Service) modelAnswer(ctx context.Context, env *messagev1.Envelope, hits
 		fmt.Fprintf(&p, "\n[entries/%s] %s, %s: %s\n%s\n", h.ID, h.Category, h.CreatedAt.Format("2006-01-02"), h.Title,
 			truncateChars(h.Content, answerContentChars))
 	}
-	resp, err := s.answers.gate.Complete(ctx, &llm.Request{
-		System: answerSystem, Messages: []llm.Message{{Role: llm.RoleUser, Content: p.String()}},
-		MaxTokens: answerMaxTokens, Priority: llm.PriorityUserInteractive,
-		Attribution: llm.Attribution{TenantID: env.GetTenantId(), UserID: env.GetUserId(), SessionID: env.GetSessionId(),
-			AgentType: topology.AgentArchivalist, AgentID: topology.AgentArchivalist, UserInvoked: true},
-	})
-	if err == nil && strings.TrimSpace(resp.Content) == "" {
-		err = errors.New("the model answered with no text")
-	}
-	if err != nil {
-		// Never the prompt or the answer: they hold the tenant's history.
-		s.log.WarnContext(ctx, "model answer failed; answering with the entries", slog.String(logx.KeyTenantID, env.GetTenantId()),
-			slog.String("error", err.Error()))
-		return false, nil
-	}
-	res, err := grounding.Check(ctx, resp.Content, entryVerifier{s: s, tenant: env.GetTenantId(), viewer: ownViewer(env.GetUserId())})
-	if err != nil {
+	res, model, ok, err := s.answers.Write(ctx, env, p.String(), entryVerifier{s: s, tenant: env.GetTenantId(), viewer: ownViewer(env.GetUserId())})
+	if !ok || err != nil {
 		return false, err
 	}
-	a.Model = resp.Provider + "/" + resp.Model
-	a.GroundingRatio, a.Ungrounded = res.Ratio, res.Ungrounded
-	a.Grounding = grounding.Sentence(res, "the history")
-	seen := map[string]bool{}
-	for _, c := range res.Checks {
-		cit := &messagev1.Citation{Name: namePrefix + c.Ref.ID, Title: titleOf(hits, c.Ref.ID)}
-		if !c.OK() {
-			cit.Problem = c.Problem
-			a.DroppedCitations = append(a.DroppedCitations, cit)
-		} else if !seen[cit.Name] {
-			seen[cit.Name] = true
-			a.Citations = append(a.Citations, cit)
-		}
-	}
-	a.Text = strings.TrimSpace(res.Text)
-	if a.Grounding != "" {
-		a.Text += "\n\n" + a.Grounding
-	}
+	grounding.Apply(a, res, model, "the history", func(r grounding.Ref) (*messagev1.Citation, string) {
+		return &messagev1.Citation{Name: namePrefix + r.ID, Title: titleOf(hits, r.ID)}, r.ID
+	})
 	return true, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	archivalistv1 "sylk.dev/sylk/gen/go/sylk/archivalist/v1"
 	"sylk.dev/sylk/pkg/app"
+	"sylk.dev/sylk/pkg/grounding"
 	"sylk.dev/sylk/pkg/guidesession"
 	"sylk.dev/sylk/pkg/inbox"
 	"sylk.dev/sylk/pkg/logx"
@@ -40,7 +41,7 @@ type Service struct {
 	// llm serves the LLM usage and provider APIs (pkg/llm/api), when set.
 	llm interface{ Register(*grpc.Server) }
 	// answers writes answers with a model (answer.go).
-	answers answerModel
+	answers grounding.Writer
 }
 
 // SetLLM makes Register also serve the LLM usage and provider APIs; call it
