@@ -69,7 +69,7 @@ func BenchmarkLibrarianGoSource(b *testing.B) {
 	for b.Loop() {
 		start, cpuStart := time.Now(), cpuTime()
 		created, err := svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
-			Repository: &librarianv1.Repository{Path: corpus}, Index: true})
+			Repository: &librarianv1.Repository{Path: corpus}, Wait: true})
 		require.NoError(b, err)
 		full := time.Since(start)
 		repo := created.GetRepository()
@@ -98,7 +98,7 @@ func BenchmarkLibrarianGoSource(b *testing.B) {
 		changed := changeFiles(b, corpus, 10)
 		run(b, corpus, "git", "-c", "user.email=bench@sylk.dev", "-c", "user.name=bench", "commit", "-q", "-am", "change")
 		start = time.Now()
-		idx, err := svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		idx, err := svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(b, err)
 		delta := time.Since(start)
 		require.True(b, idx.GetDelta(), "expected a delta index")

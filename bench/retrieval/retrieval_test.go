@@ -49,7 +49,7 @@ func BenchmarkRetrieval(b *testing.B) {
 
 	for b.Loop() {
 		created, err := svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
-			Repository: &librarianv1.Repository{Path: corpus}, Index: true})
+			Repository: &librarianv1.Repository{Path: corpus}, Wait: true})
 		require.NoError(b, err)
 		b.Logf("corpus: %d files, %d chunks; embedder: the service's default (offline hashing)",
 			created.GetRepository().GetFileCount(), created.GetRepository().GetChunkCount())

@@ -162,7 +162,9 @@ func (m *Mesh) createSession(ctx context.Context, task Task) (string, error) {
 // repository's name: a run names a registered repository, never a path.
 func (m *Mesh) register(ctx context.Context, dir string) (string, error) {
 	var resp librarianv1.CreateRepositoryResponse
-	err := m.call(ctx, http.MethodPost, "/v1/repositories", &librarianv1.Repository{Path: dir}, &resp)
+	// A run needs the repository registered, not indexed (the checkout is
+	// removed after the run): no index operation is started.
+	err := m.call(ctx, http.MethodPost, "/v1/repositories?index=false", &librarianv1.Repository{Path: dir}, &resp)
 	if err != nil {
 		return "", fmt.Errorf("register the repository: %w", err)
 	}

@@ -48,6 +48,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var rp librarianv1.Repository
 		require.NoError(g.t, protojson.Unmarshal(body, &rp))
 		require.DirExists(g.t, filepath.Join(rp.GetPath(), ".git"))
+		require.Equal(g.t, "false", r.URL.Query().Get("index"), "a task's checkout is registered, not indexed")
 		resp = &librarianv1.CreateRepositoryResponse{Repository: &librarianv1.Repository{Name: "repositories/rp1", Path: rp.GetPath()}}
 	case "POST /v1/runs":
 		g.create = &orchestratorv1.CreateRunRequest{}

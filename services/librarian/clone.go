@@ -26,11 +26,12 @@ import (
 // maxURLLen bounds a repository URL.
 const maxURLLen = 2048
 
-// cloneRepository clones a git URL into the data directory and returns
-// the clone's path. file:// URLs must name a directory under the tenant's
+// clonePath checks a git URL to register and returns where its clone will
+// live in the data directory (the repository's operation clones it there,
+// fetchRepository). file:// URLs must name a directory under the tenant's
 // allowed roots, as paths do (roots.go); https, ssh and git URLs are cloned
-// as given.
-func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, repoID, raw string) (string, error) {
+// as given, a member's only when they resolve to public addresses.
+func (s *Service) clonePath(ctx context.Context, id identity.Identity, repoID, raw string) (string, error) {
 	if len(raw) > maxURLLen || strings.ContainsAny(raw, "\x00\n\r") || strings.HasPrefix(raw, "-") {
 		return "", apierr.Invalid("repository.url", "is not a git URL")
 	}
@@ -56,21 +57,18 @@ func (s *Service) cloneRepository(ctx context.Context, id identity.Identity, rep
 	if s.cfg.DataDir == "" {
 		return "", errNoDataDir
 	}
-	var pin []string
 	if s.publicOnly(id, raw) {
-		if pin, err = publicRemote(ctx, raw, u); err != nil {
+		if _, err = publicRemote(ctx, raw, u); err != nil {
 			return "", err
 		}
 	}
-	dest := filepath.Join(s.cfg.DataDir, tenantDir(id.TenantID), repoID)
-	if err := gitClone(ctx, raw, dest, pin...); err != nil {
-		return "", apierr.FailedPrecondition(reasonCloneFailed, "repository.url: %v", err)
+	// The tenant's clone directory exists before its path is resolved, so
+	// that the path stored is the one the clone resolves to.
+	if err := os.MkdirAll(filepath.Join(s.cfg.DataDir, tenantDir(id.TenantID)), 0o755); err != nil {
+		return "", fmt.Errorf("create data directory: %w", err)
 	}
-	resolved, err := filepath.EvalSymlinks(dest)
-	if err != nil {
-		return "", fmt.Errorf("resolve clone: %w", err)
-	}
-	return resolved, nil
+	_, own := s.cloneDirs(id.TenantID)
+	return filepath.Join(own, repoID), nil
 }
 
 // publicOnly reports whether the remote raw, registered by id, must resolve

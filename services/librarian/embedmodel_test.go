@@ -47,7 +47,7 @@ func TestEmbeddingModelChangeReembeds(t *testing.T) {
 	require.NotEmpty(t, semantic(before))
 
 	after := service("128")
-	idx, err := after.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	idx, err := after.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.False(t, idx.GetDelta(), "a new model reads the whole tree")
 	require.Equal(t, int64(3), idx.GetFilesChanged())
@@ -56,7 +56,7 @@ func TestEmbeddingModelChangeReembeds(t *testing.T) {
 	require.NotEmpty(t, semantic(after))
 
 	// Once every chunk has the new model, an index is a delta again.
-	idx, err = after.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	idx, err = after.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.True(t, idx.GetDelta())
 	require.Zero(t, idx.GetChunksEmbedded())

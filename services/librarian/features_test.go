@@ -130,7 +130,7 @@ func TestDeltaIndex(t *testing.T) {
 	before := ids()
 
 	t.Run("unchanged", func(t *testing.T) {
-		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(t, err)
 		require.True(t, idx.GetDelta())
 		require.Zero(t, idx.GetFilesChanged())
@@ -141,7 +141,7 @@ func TestDeltaIndex(t *testing.T) {
 			"func trim(s string) string {\n\treturn strings.TrimSpace(strings.Trim(s, \"-\"))\n}", 1))
 		commitAll(t, root, "trim dashes")
 		require.NoError(t, os.Remove(filepath.Join(root, "README.md")))
-		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(t, err)
 		require.True(t, idx.GetDelta())
 		require.Equal(t, int64(1), idx.GetFilesChanged())
@@ -158,7 +158,7 @@ func TestDeltaIndex(t *testing.T) {
 			writeFile(t, root, fmt.Sprintf("extra/e%d.go", i), fmt.Sprintf("package extra\n\nfunc Extra%d() {}\n", i))
 		}
 		commitAll(t, root, "extras")
-		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(t, err)
 		require.False(t, idx.GetDelta())
 		require.Equal(t, int64(3), idx.GetFilesChanged())
@@ -172,7 +172,7 @@ func TestDeltaIndex(t *testing.T) {
 		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
 			"librarian-index:t1:"+repo.GetId()).Scan(&ok))
 		require.True(t, ok)
-		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Full: true})
+		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Full: true, Wait: true})
 		require.Equal(t, codes.Aborted, status.Code(err))
 		require.Equal(t, reasonIndexRunning, apierr.Reason(err))
 	})
@@ -354,7 +354,7 @@ func TestSearchCacheAndReplicas(t *testing.T) {
 	// A reindex that changes the code bumps the generation: no stale answer.
 	writeFile(t, root, "calc/calc.go", "package calc\n\n// Hypotenuse returns the long side.\nfunc Hypotenuse(a, b float64) float64 { return sqrt(a*a + b*b) }\n")
 	commitAll(t, root, "fix")
-	_, err = a.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	_, err = a.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	third, err := a.SearchCode(ctx, &librarianv1.SearchCodeRequest{Query: "Hypotenuse"})
 	require.NoError(t, err)
@@ -398,7 +398,7 @@ func TestRegisterByURL(t *testing.T) {
 	h := newHarness(t, false, "-librarian.data-dir", data, "-librarian.allowed-roots", filepath.Dir(src))
 	ctx := as(t, "t1")
 	resp, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
-		Repository: &librarianv1.Repository{Url: "file://" + src}, Index: true})
+		Repository: &librarianv1.Repository{Url: "file://" + src}, Wait: true})
 	require.NoError(t, err)
 	repo := resp.GetRepository()
 	require.Equal(t, "file://"+src, repo.GetUrl())
@@ -409,7 +409,7 @@ func TestRegisterByURL(t *testing.T) {
 	// A new commit upstream is fetched and indexed as a delta.
 	writeFile(t, src, "lib/bye.go", "package lib\n\n// Farewell says goodbye.\nfunc Farewell() string { return \"bye\" }\n")
 	commitAll(t, src, "bye")
-	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.True(t, idx.GetDelta())
 	require.Equal(t, int64(1), idx.GetFilesChanged())
@@ -420,7 +420,7 @@ func TestRegisterByURL(t *testing.T) {
 	require.NoError(t, os.RemoveAll(repo.GetPath()))
 	writeFile(t, src, "lib/again.go", "package lib\n\n// Again greets once more.\nfunc Again() string { return \"again\" }\n")
 	commitAll(t, src, "again")
-	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.DirExists(t, filepath.Join(repo.GetPath(), ".git"))
 	require.Equal(t, "Again", search(t, ctx, h.svc, "Again")[0].GetSymbol())
@@ -435,7 +435,7 @@ func TestRegisterByURL(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	missing := filepath.Join(filepath.Dir(src), "missing")
 	require.NoError(t, os.MkdirAll(missing, 0o755))
-	_, err = h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + missing}})
+	_, err = h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: "file://" + missing}, Wait: true})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "not a git repository")
 
 	noData := newHarness(t, false)
@@ -460,7 +460,7 @@ func TestClonesStayWithTheirTenant(t *testing.T) {
 			h := newHarness(t, false, append([]string{"-librarian.data-dir", data}, args...)...)
 			one, other := as(t, "t1"), as(t, "t2")
 			resp, err := h.svc.CreateRepository(one, &librarianv1.CreateRepositoryRequest{
-				Repository: &librarianv1.Repository{Url: "file://" + src}, Index: true})
+				Repository: &librarianv1.Repository{Url: "file://" + src}, Wait: true})
 			require.NoError(t, err)
 			clone := resp.GetRepository().GetPath()
 			resolvedData, err := filepath.EvalSymlinks(data)
@@ -477,7 +477,7 @@ func TestClonesStayWithTheirTenant(t *testing.T) {
 			_, err = h.svc.CreateRepository(one, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Path: resolvedData}})
 			require.Equal(t, codes.PermissionDenied, status.Code(err))
 			// The clone itself stays indexable by its tenant.
-			_, err = h.svc.IndexRepository(one, &librarianv1.IndexRepositoryRequest{Name: resp.GetRepository().GetName()})
+			_, err = h.svc.IndexRepository(one, &librarianv1.IndexRepositoryRequest{Name: resp.GetRepository().GetName(), Wait: true})
 			require.NoError(t, err)
 		})
 	}
@@ -521,7 +521,7 @@ func TestMembersCloneOnlyPublicRemotes(t *testing.T) {
 	h := newHarness(t, false, "-librarian.data-dir", t.TempDir())
 	member := identity.NewContext(t.Context(), identity.Identity{TenantID: "t1", UserID: "m1", Role: identity.RoleMember})
 	register := func(ctx context.Context, url string) error {
-		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: url}})
+		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: url}, Wait: true})
 		return err
 	}
 	for _, url := range []string{"http://127.0.0.1:1/x.git", "https://localhost/x.git", "git://10.1.2.3/x",
@@ -544,7 +544,7 @@ func TestMembersCloneOnlyPublicRemotes(t *testing.T) {
 			Path: filepath.Join(t.TempDir(), "clone"), URL: "http://127.0.0.1:1/x.git", PublicRemote: true})
 		return err
 	}))
-	_, err = h.svc.IndexRepository(member, &librarianv1.IndexRepositoryRequest{Name: "repositories/" + rebound.ID})
+	_, err = h.svc.IndexRepository(member, &librarianv1.IndexRepositoryRequest{Name: "repositories/" + rebound.ID, Wait: true})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "address of the librarian's own networks")
 

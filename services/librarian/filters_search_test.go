@@ -104,7 +104,7 @@ func TestNoMatchesAndAlsoExistsIn(t *testing.T) {
 	// A delta index adds words: they are found at once (no false miss).
 	writeFile(t, rootA, "widget/zebra.go", "package widget\n\n// ZebraQuuxCounter counts stripes.\nfunc ZebraQuuxCounter() int { return 3 }\n")
 	commitAll(t, rootA, "zebra")
-	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: a.GetName()})
+	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: a.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.True(t, idx.GetDelta())
 	for _, mode := range []librarianv1.SearchMode{librarianv1.SearchMode_SEARCH_MODE_LEXICAL, librarianv1.SearchMode_SEARCH_MODE_HYBRID} {
@@ -118,7 +118,7 @@ func TestNoMatchesAndAlsoExistsIn(t *testing.T) {
 	require.Equal(t, []string{a.GetName()}, resp.GetAlsoExistsIn(), "new words reach also_exists_in too")
 
 	// A full re-index rebuilds the filter from the stored chunks.
-	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: a.GetName(), Full: true})
+	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: a.GetName(), Full: true, Wait: true})
 	require.NoError(t, err)
 	h.svc.WaitVectors()
 	require.NoError(t, h.svc.vectors.rebuildFilter(ctx, "t1", repoIDOf(a)))
@@ -193,7 +193,7 @@ func TestIntentCacheTTLs(t *testing.T) {
 	require.Len(t, keys, 5)
 	writeFile(t, root, "calc/calc.go", "package calc\n\n// Hypotenuse returns the long side.\nfunc Hypotenuse(a, b float64) float64 { return sqrt(a*a + b*b) }\n")
 	commitAll(t, root, "fix")
-	_, err = svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	_, err = svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	n, err := rdb.Exists(ctx, keys...).Result()
 	require.NoError(t, err)

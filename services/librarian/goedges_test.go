@@ -234,7 +234,7 @@ func TestGoTypeEdgesQueries(t *testing.T) {
 
 	// A delta that drops Volume from Dog drops the implements edge.
 	writeFile(t, root, "animal/dog.go", "package animal\n\nfunc (d *Dog) Speak() string { return \"woof\" }\n")
-	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	impl, err = h.svc.GetDependencies(ctx, &librarianv1.GetDependenciesRequest{Repository: repo.GetName(), Symbol: a + ".Dog", EdgeKind: "implements"})
 	require.NoError(t, err)

@@ -132,7 +132,7 @@ func as(t *testing.T, tenant string) context.Context {
 func create(t *testing.T, ctx context.Context, svc *Service, path string, index bool) *librarianv1.Repository {
 	t.Helper()
 	resp, err := svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
-		Repository: &librarianv1.Repository{Path: path}, Index: index,
+		Repository: &librarianv1.Repository{Path: path}, Index: &index, Wait: true,
 	})
 	require.NoError(t, err)
 	return resp.GetRepository()
@@ -158,7 +158,7 @@ func TestIndexAndSearch(t *testing.T) {
 	require.Equal(t, filepath.Base(root), repo.GetDisplayName())
 	require.Nil(t, repo.GetIndexTime())
 
-	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	// Indexed: handler.go, backoff.py, README.md, alias.md (a link inside the
 	// root), and .env only as a stub (credentials). Skipped: big.txt (too
@@ -242,7 +242,7 @@ func TestIndexAndSearch(t *testing.T) {
 	})
 	t.Run("reindex is idempotent", func(t *testing.T) {
 		before := search(t, ctx, h.svc, "parseHTTPRequest retry widget")
-		again, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		again, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(t, err)
 		require.Equal(t, idx.GetFilesIndexed(), again.GetFilesIndexed())
 		require.Equal(t, idx.GetFilesSkipped(), again.GetFilesSkipped())
@@ -261,7 +261,7 @@ func TestIndexAndSearch(t *testing.T) {
 	t.Run("reindex sees changes", func(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(root, "retry", "jitter.go"), []byte("package retry\n\nfunc addJitter() {}\n"), 0o644))
 		require.NoError(t, os.Remove(filepath.Join(root, "README.md")))
-		again, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		again, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.NoError(t, err)
 		// jitter.go added; README.md removed, and alias.md now dangles.
 		require.Equal(t, int64(4), again.GetFilesIndexed())
@@ -300,7 +300,7 @@ func TestTenantIsolation(t *testing.T) {
 	_, err = h.svc.GetRepository(b, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})
 	require.Equal(t, codes.NotFound, status.Code(err))
 	require.Equal(t, "REPOSITORY_NOT_FOUND", apierr.Reason(err), "another tenant's repository is reported as missing")
-	_, err = h.svc.IndexRepository(b, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	_, err = h.svc.IndexRepository(b, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.Equal(t, codes.NotFound, status.Code(err))
 	require.Empty(t, search(t, b, h.svc, "parseHTTPRequest"))
 	_, err = h.svc.SearchCode(b, &librarianv1.SearchCodeRequest{Query: "parseHTTPRequest", Repositories: []string{repo.GetName()}})
@@ -403,7 +403,7 @@ func TestBadInputs(t *testing.T) {
 		t.Run("get "+tt.name, func(t *testing.T) {
 			_, err := h.svc.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: tt.name})
 			require.Equal(t, tt.code, status.Code(err), "%v", err)
-			_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: tt.name})
+			_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: tt.name, Wait: true})
 			require.Equal(t, tt.code, status.Code(err), "%v", err)
 		})
 	}
@@ -430,7 +430,7 @@ func TestBadInputs(t *testing.T) {
 	}
 
 	t.Run("viewer cannot index", func(t *testing.T) {
-		_, err := h.svc.IndexRepository(viewer, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		_, err := h.svc.IndexRepository(viewer, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.Equal(t, codes.PermissionDenied, status.Code(err))
 	})
 }
@@ -507,7 +507,7 @@ func TestIndexFailures(t *testing.T) {
 		repo := create(t, ctx, h.svc, dir, true)
 		require.NoError(t, os.RemoveAll(dir))
 
-		_, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		_, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
 		got, err := h.svc.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})
 		require.NoError(t, err)
@@ -523,7 +523,7 @@ func TestIndexFailures(t *testing.T) {
 		ctx := as(t, "t1")
 		root := writeFixture(t)
 		_, err := h.svc.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
-			Repository: &librarianv1.Repository{Path: root}, Index: true,
+			Repository: &librarianv1.Repository{Path: root}, Wait: true,
 		})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
 		require.Contains(t, status.Convert(err).Message(), "librarian.max-files")
@@ -533,7 +533,7 @@ func TestIndexFailures(t *testing.T) {
 		require.Empty(t, list.GetRepositories())
 
 		repo := create(t, ctx, h.svc, root, false)
-		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
 		got, err := h.svc.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})
 		require.NoError(t, err)
@@ -564,7 +564,7 @@ func TestOverGRPC(t *testing.T) {
 	// Within them, members choose directories too.
 	cctx = identity.AppendOutgoing(t.Context(), identity.Identity{TenantID: "t1", UserID: "u1", Role: identity.RoleMember})
 	created, err := client.CreateRepository(cctx, &librarianv1.CreateRepositoryRequest{
-		Repository: &librarianv1.Repository{Path: root, DisplayName: "fixture"}, Index: true,
+		Repository: &librarianv1.Repository{Path: root, DisplayName: "fixture"}, Wait: true,
 	})
 	require.NoError(t, err)
 	require.Equal(t, "fixture", created.GetRepository().GetDisplayName())

@@ -182,10 +182,15 @@ func (t *opTracker) flusher(ctx context.Context, stop <-chan struct{}) {
 
 // startOperation records a new operation of the repository and runs work
 // in the background with the caller's identity, under a context that
-// CancelOperation and the librarian's shutdown end.
-func (s *Service) startOperation(ctx context.Context, id identity.Identity, repoID, kind string, full bool,
+// CancelOperation and the librarian's shutdown end. It starts by cloning
+// or fetching a repository registered by URL, else by scanning.
+func (s *Service) startOperation(ctx context.Context, id identity.Identity, repo repository, kind string, full bool,
 	work func(ctx context.Context, t *opTracker) (indexResult, error)) (*opTracker, error) {
-	op := operation{ID: ids.New(), RepoID: repoID, Kind: kind, Full: full, progress: progress{Phase: phaseScanning}}
+	repoID, phase := repo.ID, phaseScanning
+	if repo.URL != "" {
+		phase = phaseCloning
+	}
+	op := operation{ID: ids.New(), RepoID: repoID, Kind: kind, Full: full, progress: progress{Phase: phase}}
 	if err := s.store.insertOperation(ctx, id.TenantID, op); err != nil {
 		return nil, err
 	}

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
@@ -35,9 +37,12 @@ const (
 	stateUpdateTimeout = 10 * time.Second
 )
 
-// CreateRepository registers a directory and, when asked, indexes it as an
-// operation: the call waits for it unless async is set. A first index that
-// fails (or is cancelled) leaves nothing registered.
+// CreateRepository registers a directory, or a git URL to clone, and
+// indexes it unless index is false. Cloning and indexing run as an
+// operation: the call answers at once with the repository INDEXING and the
+// operation to follow, or, with wait, once the operation is done. A first
+// index that fails or is cancelled leaves the repository registered and
+// FAILED with index_error saying why (the operation's error says it too).
 func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateRepositoryRequest) (*librarianv1.CreateRepositoryResponse, error) {
 	id, err := requireWriter(ctx)
 	if err != nil {
@@ -55,45 +60,87 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 	if err != nil {
 		return nil, err
 	}
+	index := req.Index == nil || req.GetIndex()
 	resp := &librarianv1.CreateRepositoryResponse{}
-	if req.GetIndex() {
-		registered := out
-		t, err := s.startOperation(ctx, id, out.ID, opKindCreate, true, func(ctx context.Context, t *opTracker) (indexResult, error) {
-			return s.indexRegistered(ctx, id.TenantID, registered, t)
-		})
-		if err != nil {
-			s.unregister(ctx, id.TenantID, out)
-			return nil, apierr.Status(ctx, s.log, "create repository", err)
-		}
-		resp.Operation = operationPrefix + t.id
-		if req.GetAsync() {
-			out.State, out.Operation = stateIndexing, t.id
-		} else {
-			if err := t.wait(ctx); err != nil {
-				return nil, err
-			}
-			out = t.res.repo
+	if index || out.URL != "" {
+		if out, resp.Operation, err = s.firstOperation(ctx, id, out, index, req.GetWait()); err != nil {
+			return nil, err
 		}
 	}
 	s.log.InfoContext(ctx, "repository registered", slog.String(logx.KeyTenantID, id.TenantID),
-		slog.String("repository", out.ID), slog.Bool("index", req.GetIndex()), slog.String("operation", resp.GetOperation()))
+		slog.String("repository", out.ID), slog.Bool("index", index), slog.String("operation", resp.GetOperation()))
 	resp.Repository = toProto(out)
 	return resp, nil
 }
 
-// newRepository is the repository in asks for: a clone of its URL, or its
-// directory of the server, with its display name.
+// firstOperation starts the operation that clones (for a URL) and indexes
+// (when index) a repository just registered, and waits for it when wait.
+// A repository whose operation cannot even start is not left registered:
+// the caller gets the error.
+func (s *Service) firstOperation(ctx context.Context, id identity.Identity, repo repository, index, wait bool) (repository, string, error) {
+	t, err := s.startOperation(ctx, id, repo, opKindCreate, true, func(ctx context.Context, t *opTracker) (indexResult, error) {
+		if !index {
+			return s.cloneOnly(ctx, id.TenantID, repo, t)
+		}
+		return s.reindex(ctx, id.TenantID, repo, true, t)
+	})
+	if err != nil {
+		s.unregister(ctx, id.TenantID, repo)
+		return repo, "", apierr.Status(ctx, s.log, "create repository", err)
+	}
+	name := operationPrefix + t.id
+	if !wait {
+		repo.State, repo.Operation = stateIndexing, t.id
+		return repo, name, nil
+	}
+	if err := t.wait(ctx); err != nil {
+		return repo, name, withRepository(err, repo.ID)
+	}
+	return t.res.repo, name, nil
+}
+
+// cloneOnly is the operation of a URL registered without indexing: the
+// clone, after which the repository is PENDING (nothing indexed yet).
+func (s *Service) cloneOnly(ctx context.Context, tenant string, r repository, t *opTracker) (indexResult, error) {
+	start := time.Now()
+	if err := s.fetchRemote(ctx, tenant, r, t); err != nil {
+		return indexResult{}, err
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
+	defer cancel()
+	if err := s.store.setState(c, tenant, r.ID, statePending, ""); err != nil {
+		return indexResult{}, err
+	}
+	out, err := s.store.getRepo(c, tenant, r.ID)
+	return indexResult{repo: out, elapsed: time.Since(start)}, err
+}
+
+// withRepository adds to a failed first operation's error that the
+// repository stays registered, so a caller that waited knows where to look.
+func withRepository(err error, repoID string) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() == codes.OK {
+		return err
+	}
+	p := st.Proto()
+	p.Message += "; " + repositoryPrefix + repoID + " stays registered (FAILED): index it again or register it anew"
+	return status.FromProto(p).Err()
+}
+
+// newRepository is the repository in asks for: a clone of its URL (made by
+// its first operation), or its directory of the server, with its display
+// name.
 func (s *Service) newRepository(ctx context.Context, id identity.Identity, in *librarianv1.Repository) (repository, error) {
 	repo := repository{ID: ids.New()}
 	if u := strings.TrimSpace(in.GetUrl()); u != "" {
 		if in.GetPath() != "" {
 			return repo, apierr.Invalid("repository", "set path or url, not both")
 		}
-		cloned, err := s.cloneRepository(ctx, id, repo.ID, u)
+		dest, err := s.clonePath(ctx, id, repo.ID, u)
 		if err != nil {
 			return repo, err
 		}
-		repo.Path, repo.URL, repo.PublicRemote = cloned, u, s.publicOnly(id, u)
+		repo.Path, repo.URL, repo.PublicRemote = dest, u, s.publicOnly(id, u)
 	} else {
 		var err error
 		if repo.Path, err = s.checkNewPath(id.TenantID, "repository.path", in.GetPath()); err != nil {
@@ -142,25 +189,8 @@ func (s *Service) register(ctx context.Context, tenant string, repo repository) 
 	return out, nil
 }
 
-// indexRegistered runs the first index of a repository just registered.
-// Nothing stays registered (nor cloned) when it fails.
-func (s *Service) indexRegistered(ctx context.Context, tenant string, repo repository, t *opTracker) (indexResult, error) {
-	res, err := s.runIndexWith(ctx, tenant, repo, repo.Path, indexOptions{full: true, progress: t})
-	if err != nil {
-		s.unregister(ctx, tenant, repo)
-		return res, err
-	}
-	s.recordIndex(res.stats)
-	s.log.InfoContext(ctx, "repository indexed", slog.String(logx.KeyTenantID, tenant),
-		slog.String("repository", res.repo.ID), slog.Int64("files", res.stats.filesIndexed), slog.Int64("chunks", res.stats.chunks),
-		slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
-	s.announceChange(ctx, tenant, res.repo.ID, res.chunksEmbed+res.chunksReused)
-	s.kickWatcher()
-	return res, nil
-}
-
-// unregister removes a repository whose first index did not happen, and
-// its clone. It runs even when ctx is canceled.
+// unregister removes a repository whose first operation could not start,
+// and its clone. It runs even when ctx is canceled.
 func (s *Service) unregister(ctx context.Context, tenant string, repo repository) {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateUpdateTimeout)
 	defer cancel()
@@ -224,7 +254,7 @@ func (s *Service) ListRepositories(ctx context.Context, req *librarianv1.ListRep
 
 // IndexRepository re-reads a repository's files as an operation and
 // replaces its index: the full-text part in one transaction, then the
-// embeddings. The call waits for it unless async is set. The repository is
+// embeddings. The call answers at once unless wait is set. The repository is
 // INDEXING meanwhile, then READY, or FAILED with index_error (the previous
 // index stays searchable).
 func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRepositoryRequest) (*librarianv1.IndexRepositoryResponse, error) {
@@ -241,13 +271,13 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
 	stored := r
-	t, err := s.startOperation(ctx, id, repoID, opKindIndex, req.GetFull(), func(ctx context.Context, t *opTracker) (indexResult, error) {
+	t, err := s.startOperation(ctx, id, r, opKindIndex, req.GetFull(), func(ctx context.Context, t *opTracker) (indexResult, error) {
 		return s.reindex(ctx, id.TenantID, stored, req.GetFull(), t)
 	})
 	if err != nil {
 		return nil, apierr.Status(ctx, s.log, "index repository", err)
 	}
-	if req.GetAsync() {
+	if !req.GetWait() {
 		r.State, r.IndexError, r.Operation = stateIndexing, "", t.id
 		return &librarianv1.IndexRepositoryResponse{Repository: toProto(r), Operation: operationPrefix + t.id}, nil
 	}
@@ -269,12 +299,8 @@ func (s *Service) IndexRepository(ctx context.Context, req *librarianv1.IndexRep
 // reindex is the work of an index operation: fetch the remote, check the
 // directory, index it.
 func (s *Service) reindex(ctx context.Context, tenant string, r repository, full bool, t *opTracker) (indexResult, error) {
-	if r.URL != "" {
-		t.phase(phaseCloning)
-		if err := s.fetchRepository(ctx, tenant, r); err != nil {
-			s.failIndex(ctx, tenant, r.ID, "fetching "+r.URL+" failed")
-			return indexResult{}, apierr.FailedPrecondition(reasonCloneFailed, "fetch %s: %v", r.URL, err)
-		}
+	if err := s.fetchRemote(ctx, tenant, r, t); err != nil {
+		return indexResult{}, err
 	}
 	root, problem := s.checkRoot(tenant, r.Path)
 	if problem == "" && root != r.Path {
@@ -310,6 +336,29 @@ func (s *Service) reindex(ctx context.Context, tenant string, r repository, full
 		slog.Int64("skipped", stats.filesSkipped), slog.Int64("chunks", stats.chunks), slog.Bool("delta", res.delta),
 		slog.Int64("changed", res.filesChanged), slog.Int64("embedded", res.chunksEmbed), slog.Duration("duration", res.elapsed))
 	return res, nil
+}
+
+// fetchRemote clones or pulls the remote of a repository registered by
+// URL (nothing to do for a path); a failure leaves it FAILED.
+func (s *Service) fetchRemote(ctx context.Context, tenant string, r repository, t *opTracker) error {
+	if r.URL == "" {
+		return nil
+	}
+	t.phase(phaseCloning)
+	verb := "fetching"
+	if _, err := os.Lstat(r.Path); errors.Is(err, os.ErrNotExist) {
+		verb = "cloning"
+	}
+	err := s.fetchRepository(ctx, tenant, r)
+	if err == nil {
+		return nil
+	}
+	msg := verb + " " + r.URL + " failed"
+	if context.Cause(ctx) == errCancelRequested {
+		msg = verb + " " + r.URL + " cancelled on request (" + operationPrefix + t.id + ")"
+	}
+	s.failIndex(ctx, tenant, r.ID, msg)
+	return apierr.FailedPrecondition(reasonCloneFailed, "%s %s: %v", verb, r.URL, err)
 }
 
 // failIndex records a failed index. It runs even when ctx is canceled, so

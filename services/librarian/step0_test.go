@@ -104,7 +104,7 @@ func TestStep0(t *testing.T) {
 func (h harness) create(t *testing.T, name string) *librarianv1.Repository {
 	t.Helper()
 	resp, err := h.svc.CreateRepository(as(t, "tenant-a"), &librarianv1.CreateRepositoryRequest{
-		Repository: &librarianv1.Repository{Path: writeFixture(t), DisplayName: name}, Index: true,
+		Repository: &librarianv1.Repository{Path: writeFixture(t), DisplayName: name}, Wait: true,
 	})
 	require.NoError(t, err)
 	return resp.GetRepository()

@@ -31,7 +31,7 @@ func TestDeltaDoesNotFollowLinkedDirectories(t *testing.T) {
 	require.NoError(t, os.Symlink(outside, filepath.Join(root, "conf")))
 	commitAll(t, root, "conf is a link now")
 
-	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName()})
+	idx, err := h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 	require.NoError(t, err)
 	require.True(t, idx.GetDelta())
 	require.Empty(t, search(t, ctx, h.svc, "outsideonlyword"), "nothing outside the repository is indexed")

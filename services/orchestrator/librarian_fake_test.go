@@ -96,6 +96,10 @@ func (f *fakeLibrarian) CreateRepository(ctx context.Context, req *librarianv1.C
 	if err != nil {
 		return nil, err
 	}
+	if !req.GetWait() || req.Index == nil || req.GetIndex() {
+		// A run needs the clone at once, and no index.
+		return nil, apierr.Invalid("wait", "the orchestrator registers with wait and index=false")
+	}
 	u := req.GetRepository().GetUrl()
 	f.mu.Lock()
 	dir, ok := f.clones[u]

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 	"sylk.dev/sylk/pkg/apierr"
@@ -146,7 +147,10 @@ func (r *repositories) byURL(ctx context.Context, raw string) (*librarianv1.Repo
 	if err != nil || found != nil {
 		return found, err
 	}
-	resp, err := r.librarian.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{Repository: &librarianv1.Repository{Url: raw}})
+	// A run needs the clone, not an index: register without indexing and
+	// wait for the clone (the registration's operation).
+	resp, err := r.librarian.CreateRepository(ctx, &librarianv1.CreateRepositoryRequest{
+		Repository: &librarianv1.Repository{Url: raw}, Index: proto.Bool(false), Wait: true})
 	if err != nil {
 		return nil, r.librarianError(ctx, err)
 	}

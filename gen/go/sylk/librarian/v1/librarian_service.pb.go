@@ -359,11 +359,18 @@ func (x *Repository) GetOperation() string {
 type CreateRepositoryRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	// Index right away (default true through REST is not implied; set it).
-	Index bool `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	// With index: answer at once, the index running as an operation
-	// (operation in the response), instead of waiting for it to finish.
-	Async         bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
+	// Index right away, as an operation (the default when unset); false
+	// registers only (a URL is still cloned, as an operation).
+	Index *bool `protobuf:"varint,2,opt,name=index,proto3,oneof" json:"index,omitempty"`
+	// Deprecated: answering at once is now the default; ignored.
+	//
+	// Deprecated: Marked as deprecated in sylk/librarian/v1/librarian_service.proto.
+	Async bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
+	// Wait for the operation (clone and index) to finish before answering,
+	// the response then holding the indexed repository; bounded by the
+	// gateway's -gateway.index-timeout. Without it the call answers at once
+	// with the repository INDEXING and the operation to follow.
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,12 +413,13 @@ func (x *CreateRepositoryRequest) GetRepository() *Repository {
 }
 
 func (x *CreateRepositoryRequest) GetIndex() bool {
-	if x != nil {
-		return x.Index
+	if x != nil && x.Index != nil {
+		return *x.Index
 	}
 	return false
 }
 
+// Deprecated: Marked as deprecated in sylk/librarian/v1/librarian_service.proto.
 func (x *CreateRepositoryRequest) GetAsync() bool {
 	if x != nil {
 		return x.Async
@@ -419,10 +427,18 @@ func (x *CreateRepositoryRequest) GetAsync() bool {
 	return false
 }
 
+func (x *CreateRepositoryRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
 type CreateRepositoryResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	// The index operation ("operations/{id}") when index was set.
+	// The operation ("operations/{id}") cloning and indexing the
+	// repository; empty when a path was registered without indexing.
 	Operation     string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -669,9 +685,15 @@ type IndexRepositoryRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Re-read every file even when a delta from the last indexed commit would do.
 	Full bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
-	// Answer at once with the operation running instead of waiting for it;
-	// the counts below are then zero (the operation's metadata has them).
-	Async         bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
+	// Deprecated: answering at once is now the default; ignored.
+	//
+	// Deprecated: Marked as deprecated in sylk/librarian/v1/librarian_service.proto.
+	Async bool `protobuf:"varint,3,opt,name=async,proto3" json:"async,omitempty"`
+	// Wait for the index to finish before answering (the counts below are
+	// set only then); bounded by the gateway's -gateway.index-timeout.
+	// Without it the call answers at once with the operation running and
+	// the counts zero (the operation's metadata has them).
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -720,9 +742,17 @@ func (x *IndexRepositoryRequest) GetFull() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in sylk/librarian/v1/librarian_service.proto.
 func (x *IndexRepositoryRequest) GetAsync() bool {
 	if x != nil {
 		return x.Async
+	}
+	return false
+}
+
+func (x *IndexRepositoryRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
 	}
 	return false
 }
@@ -3159,13 +3189,15 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x03url\x18\v \x01(\tR\x03url\x12$\n" +
 	"\vlast_commit\x18\f \x01(\tB\x03\xe0A\x03R\n" +
 	"lastCommit\x12!\n" +
-	"\toperation\x18\r \x01(\tB\x03\xe0A\x03R\toperation\"\x89\x01\n" +
+	"\toperation\x18\r \x01(\tB\x03\xe0A\x03R\toperation\"\xb0\x01\n" +
 	"\x17CreateRepositoryRequest\x12B\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryB\x03\xe0A\x02R\n" +
-	"repository\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\bR\x05index\x12\x14\n" +
-	"\x05async\x18\x03 \x01(\bR\x05async\"w\n" +
+	"repository\x12\x19\n" +
+	"\x05index\x18\x02 \x01(\bH\x00R\x05index\x88\x01\x01\x12\x18\n" +
+	"\x05async\x18\x03 \x01(\bB\x02\x18\x01R\x05async\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04waitB\b\n" +
+	"\x06_index\"w\n" +
 	"\x18CreateRepositoryResponse\x12=\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryR\n" +
@@ -3183,11 +3215,12 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x18ListRepositoriesResponse\x12A\n" +
 	"\frepositories\x18\x01 \x03(\v2\x1d.sylk.librarian.v1.RepositoryR\frepositories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"[\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"s\n" +
 	"\x16IndexRepositoryRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x12\n" +
-	"\x04full\x18\x02 \x01(\bR\x04full\x12\x14\n" +
-	"\x05async\x18\x03 \x01(\bR\x05async\"\xa4\x02\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\x12\x18\n" +
+	"\x05async\x18\x03 \x01(\bB\x02\x18\x01R\x05async\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\"\xa4\x02\n" +
 	"\x17IndexRepositoryResponse\x12=\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x1d.sylk.librarian.v1.RepositoryR\n" +
@@ -3594,6 +3627,7 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 	if File_sylk_librarian_v1_librarian_service_proto != nil {
 		return
 	}
+	file_sylk_librarian_v1_librarian_service_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -48,7 +48,7 @@ type LibrarianServiceClient interface {
 	GetRepository(ctx context.Context, in *GetRepositoryRequest, opts ...grpc.CallOption) (*GetRepositoryResponse, error)
 	ListRepositories(ctx context.Context, in *ListRepositoriesRequest, opts ...grpc.CallOption) (*ListRepositoriesResponse, error)
 	// IndexRepository (re)indexes a repository's files as an operation
-	// (GetOperation follows it); it waits for it unless async is set.
+	// (GetOperation follows it); it answers at once unless wait is set.
 	IndexRepository(ctx context.Context, in *IndexRepositoryRequest, opts ...grpc.CallOption) (*IndexRepositoryResponse, error)
 	// GetOperation returns an index operation: its progress while it runs,
 	// its outcome once done.
@@ -56,9 +56,10 @@ type LibrarianServiceClient interface {
 	// ListOperations pages through the tenant's index operations, newest
 	// first.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
-	// CancelOperation stops a running index operation. A first index that is
-	// cancelled leaves nothing registered; a re-index leaves the repository
-	// FAILED with the previous (or the new lexical) index searchable.
+	// CancelOperation stops a running index operation. It leaves the
+	// repository FAILED (index_error says why): with nothing indexed after a
+	// first index, with the previous (or the new lexical) index searchable
+	// after a re-index.
 	CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*CancelOperationResponse, error)
 	SearchCode(ctx context.Context, in *SearchCodeRequest, opts ...grpc.CallOption) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
@@ -253,7 +254,7 @@ type LibrarianServiceServer interface {
 	GetRepository(context.Context, *GetRepositoryRequest) (*GetRepositoryResponse, error)
 	ListRepositories(context.Context, *ListRepositoriesRequest) (*ListRepositoriesResponse, error)
 	// IndexRepository (re)indexes a repository's files as an operation
-	// (GetOperation follows it); it waits for it unless async is set.
+	// (GetOperation follows it); it answers at once unless wait is set.
 	IndexRepository(context.Context, *IndexRepositoryRequest) (*IndexRepositoryResponse, error)
 	// GetOperation returns an index operation: its progress while it runs,
 	// its outcome once done.
@@ -261,9 +262,10 @@ type LibrarianServiceServer interface {
 	// ListOperations pages through the tenant's index operations, newest
 	// first.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
-	// CancelOperation stops a running index operation. A first index that is
-	// cancelled leaves nothing registered; a re-index leaves the repository
-	// FAILED with the previous (or the new lexical) index searchable.
+	// CancelOperation stops a running index operation. It leaves the
+	// repository FAILED (index_error says why): with nothing indexed after a
+	// first index, with the previous (or the new lexical) index searchable
+	// after a re-index.
 	CancelOperation(context.Context, *CancelOperationRequest) (*CancelOperationResponse, error)
 	SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
