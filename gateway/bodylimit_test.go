@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -40,24 +41,38 @@ func TestDocumentBodyLimit(t *testing.T) {
 	require.Contains(t, b.Message, "-gateway.max-body-bytes")
 }
 
-// TestIndexRequestTimeout: registering or indexing a repository may wait
-// for the index beyond the general request timeout.
+// TestIndexRequestTimeout: registering or indexing a repository with wait
+// may wait for the index beyond the general request timeout; without it
+// the call answers at once and keeps the general one.
 func TestIndexRequestTimeout(t *testing.T) {
 	t.Parallel()
 	g := &Gateway{cfg: Config{RequestTimeout: 1, IndexTimeout: 2}}
-	for path, want := range map[string]int64{
-		"/v1/repositories":                 2,
-		"/v1/repositories/abc:index":       2,
-		"/v1/repositories/abc/tools":       1,
-		"/v1/operations/abc":               1,
-		"/v1/sessions":                     1,
-		"/v1/repositories/abc:index/other": 1,
+	for _, tt := range []struct {
+		path, body string
+		want       int64
+	}{
+		{"/v1/repositories?wait=true", "", 2},
+		{"/v1/repositories?index=true&wait=1", `{"path":"/r"}`, 2},
+		{"/v1/repositories", `{"path":"/r"}`, 1},
+		{"/v1/repositories?wait=false", "", 1},
+		{"/v1/repositories/abc:index", `{"wait":true}`, 2},
+		{"/v1/repositories/abc:index", `{"full":true}`, 1},
+		{"/v1/repositories/abc:index", "", 1},
+		{"/v1/repositories/abc/tools?wait=true", "", 1},
+		{"/v1/operations/abc", "", 1},
+		{"/v1/sessions?wait=true", "", 1},
+		{"/v1/repositories/abc:index/other", `{"wait":true}`, 1},
 	} {
-		r, err := http.NewRequest(http.MethodPost, "http://x"+path, nil)
+		r, err := http.NewRequest(http.MethodPost, "http://x"+tt.path, strings.NewReader(tt.body))
 		require.NoError(t, err)
-		require.Equal(t, want, int64(g.requestTimeout(r)), path)
+		require.Equal(t, tt.want, int64(g.requestTimeout(r)), tt.path+" "+tt.body)
+		if tt.body != "" {
+			left, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			require.Equal(t, tt.body, string(left), "the body is left for the service")
+		}
 	}
-	r, err := http.NewRequest(http.MethodGet, "http://x/v1/repositories", nil)
+	r, err := http.NewRequest(http.MethodGet, "http://x/v1/repositories?wait=true", nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), int64(g.requestTimeout(r)))
 }

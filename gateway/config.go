@@ -23,8 +23,8 @@ type Config struct {
 	// RequestTimeout bounds every non-streaming request.
 	RequestTimeout time.Duration
 	// IndexTimeout bounds a request that registers or indexes a repository
-	// and waits for the index (one with async set answers at once; the
-	// index is an operation that outlives the request either way).
+	// with wait set, waiting for the index (without wait it answers at once;
+	// the index is an operation that outlives the request either way).
 	IndexTimeout time.Duration
 	// DrainTimeout is how long in-flight requests get to finish on shutdown.
 	DrainTimeout time.Duration
@@ -77,7 +77,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"largest body of POST /v1/documents (a whole document): keep it above -academic.max-document-bytes plus JSON escaping")
 	fs.DurationVar(&c.RequestTimeout, "gateway.request-timeout", 60*time.Second, "time limit of a non-streaming request")
 	fs.DurationVar(&c.IndexTimeout, "gateway.index-timeout", time.Hour,
-		"time limit of a request that registers or indexes a repository and waits for the index (async=true answers at once; the index goes on as an operation after either)")
+		"time limit of a request that registers or indexes a repository with wait=true, waiting for the index (without wait the call answers at once; the index goes on as an operation after either)")
 	fs.DurationVar(&c.DrainTimeout, "gateway.drain-timeout", 15*time.Second, "time in-flight requests get to finish on shutdown")
 	fs.DurationVar(&c.SSEKeepalive, "gateway.sse-keepalive", 15*time.Second, "interval of keepalive comments on server-sent event streams")
 	fs.DurationVar(&c.AuthCacheTTL, "gateway.auth-cache-ttl", 5*time.Second, "how long a resolved API key is trusted before the key store is asked again (a revocation takes effect within it; 0 asks every time)")

@@ -480,14 +480,41 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) bool {
 const pathDocuments = "/v1/documents"
 
 // requestTimeout is the time limit of a non-streaming request: longer for
-// the calls that register or index a repository and may wait for the
-// index (CreateRepository, IndexRepository).
+// the calls that register or index a repository and asked to wait for the
+// index (CreateRepository, IndexRepository with wait); without wait they
+// answer at once and the index runs as an operation, bounded by no request.
 func (g *Gateway) requestTimeout(r *http.Request) time.Duration {
-	if r.Method == http.MethodPost && (r.URL.Path == "/v1/repositories" ||
-		strings.HasPrefix(r.URL.Path, "/v1/repositories/") && strings.HasSuffix(r.URL.Path, ":index")) {
-		return g.cfg.IndexTimeout
+	if r.Method != http.MethodPost {
+		return g.cfg.RequestTimeout
+	}
+	switch {
+	case r.URL.Path == "/v1/repositories":
+		// The body is the repository: wait is a query parameter.
+		if wait, err := strconv.ParseBool(r.URL.Query().Get("wait")); err == nil && wait {
+			return g.cfg.IndexTimeout
+		}
+	case strings.HasPrefix(r.URL.Path, "/v1/repositories/") && strings.HasSuffix(r.URL.Path, ":index"):
+		if bodyWaits(r) {
+			return g.cfg.IndexTimeout
+		}
 	}
 	return g.cfg.RequestTimeout
+}
+
+// bodyWaits reports whether a buffered JSON body (readBody) sets wait.
+func bodyWaits(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	var req struct {
+		Wait bool `json:"wait"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.Wait
 }
 
 // servePublic answers the endpoints that need no key.
