@@ -30,9 +30,8 @@ func TestLibrarianAnswersWithVerifiedCitations(t *testing.T) {
 	c, srv := scriptMesh(t, []string{"-guide.llm-classifier=false"})
 	main := c.register(nestedRepo(t, map[string]string{"billing/invoice.go": invoiceGo,
 		"billing/tax.go": "package billing\n\n// TaxRate is the rate applied to totals.\nconst TaxRate = 20\n"}))
-	other := c.register(nestedRepo(t, map[string]string{"legacy/invoice.go": strings.ReplaceAll(invoiceGo, "billing", "legacy")}))
-	repo := c.ok("POST", "/v1/"+main+":index", map[string]any{})["repository"].(map[string]any)
-	c.ok("POST", "/v1/"+other+":index", map[string]any{})
+	c.register(nestedRepo(t, map[string]string{"legacy/invoice.go": strings.ReplaceAll(invoiceGo, "billing", "legacy")}))
+	repo := c.ok("GET", "/v1/"+main, nil)["repository"].(map[string]any)
 	name, commit := repo["displayName"].(string), repo["lastCommit"].(string)
 	require.Len(t, commit, 40)
 
@@ -100,7 +99,7 @@ func TestLibrarianAnswersWithVerifiedCitations(t *testing.T) {
 func TestLibrarianAnswersOffline(t *testing.T) {
 	c := startMesh(t)
 	main := c.register(nestedRepo(t, map[string]string{"billing/invoice.go": invoiceGo}))
-	repo := c.ok("POST", "/v1/"+main+":index", map[string]any{})["repository"].(map[string]any)
+	repo := c.ok("GET", "/v1/"+main, nil)["repository"].(map[string]any)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "offline answers", "repository": main})["session"].(map[string]any)
 	session := sess["name"].(string)
 	sent := c.ok("POST", "/v1/"+session+"/messages", map[string]any{"text": "where is the function ComputeInvoiceTotal defined in the code?"})

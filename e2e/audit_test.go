@@ -19,7 +19,7 @@ import (
 func TestAuditAndKeys(t *testing.T) {
 	c := startMesh(t)
 
-	repo := c.ok("POST", "/v1/repositories", map[string]any{"path": fixtureRepo(t), "displayName": "fixture"})["repository"].(map[string]any)
+	repo := c.ok("POST", "/v1/repositories?index=false", map[string]any{"path": fixtureRepo(t), "displayName": "fixture"})["repository"].(map[string]any)
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "audit"})["session"].(map[string]any)
 	name, sid := sess["name"].(string), sess["id"].(string)
 	plan := c.ok("POST", "/v1/"+name+"/plans", map[string]any{"request": "add a /version endpoint to the gateway"})["plan"].(map[string]any)

@@ -84,7 +84,7 @@ func TestChatRequestBecomesADeliveredBranch(t *testing.T) {
 			tool("finish", map[string]any{"summary": "Add sums, without debug output", "tested": "go test: TestAdd passes"}).Then("passed"),
 		}})
 	repo := goFixture(t, "a - b")
-	registered := c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": repo, "displayName": "flow"})["repository"].(map[string]any)
+	registered := c.registerIndexed(map[string]any{"path": repo, "displayName": "flow"})
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "flow", "repository": registered["name"]})["session"].(map[string]any)
 	name := sess["name"].(string)
 	require.Equal(t, registered["name"], sess["repository"])
@@ -140,7 +140,7 @@ func TestTrivialRequestIsDeliveredWithAutoApproval(t *testing.T) {
 			tool("finish", map[string]any{"summary": "fixed the typo"}),
 		}})
 	repo := goFixture(t, "a + b")
-	registered := c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": repo, "displayName": "typo"})["repository"].(map[string]any)
+	registered := c.registerIndexed(map[string]any{"path": repo, "displayName": "typo"})
 	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "typo", "repository": registered["name"],
 		"config": map[string]any{"autoApproveTrivial": true}})["session"].(map[string]any)
 	name := sess["name"].(string)

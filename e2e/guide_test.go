@@ -99,7 +99,7 @@ func TestGuideSessions(t *testing.T) {
 func TestGuideRouting(t *testing.T) {
 	c := startMesh(t)
 	repo := authRepo(t)
-	c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": repo, "displayName": "auth"})
+	c.registerIndexed(map[string]any{"path": repo, "displayName": "auth"})
 	s := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "routing"})["session"].(map[string]any)
 	name := s["name"].(string)
 	send := func(text string, extra ...string) map[string]any {

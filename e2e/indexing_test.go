@@ -82,9 +82,11 @@ var phaseOrder = map[string]int{"INDEX_PHASE_CLONING": 1, "INDEX_PHASE_SCANNING"
 	"INDEX_PHASE_SYMBOLS": 4, "INDEX_PHASE_SEMANTIC": 5, "INDEX_PHASE_DONE": 6}
 
 // TestIndexingAtScale registers a repository of ten thousand files through
-// REST without waiting, follows its operation to the end (progress only
-// moves forward; full-text search works before the embeddings are done),
-// finds a symbol in it, then cancels a second registration midway.
+// REST with no flags (the call answers at once: the index is an
+// operation), follows its operation to the end (progress only moves
+// forward; full-text search works before the embeddings are done), finds a
+// symbol in it, then cancels a second registration midway; with wait, a
+// registration and an index answer once the index is done.
 func TestIndexingAtScale(t *testing.T) {
 	c := startMesh(t, "-librarian.watch=false")
 	c.http.Timeout = 2 * time.Minute
@@ -92,7 +94,7 @@ func TestIndexingAtScale(t *testing.T) {
 	t.Run("register, follow, search", func(t *testing.T) {
 		dir := largeRepo(t, largeRepoFiles, "ZephyrLedgerBalance")
 		start := time.Now()
-		resp := c.ok("POST", "/v1/repositories?index=true&async=true", map[string]any{"path": dir, "displayName": "large"})
+		resp := c.ok("POST", "/v1/repositories", map[string]any{"path": dir, "displayName": "large"})
 		require.Less(t, time.Since(start), 10*time.Second, "registering answers at once")
 		opName := resp["operation"].(string)
 		require.Regexp(t, `^operations/[0-9a-f-]{36}$`, opName)
@@ -144,6 +146,7 @@ func TestIndexingAtScale(t *testing.T) {
 		require.Zero(t, last.errCode, last.errMessage)
 		require.Equal(t, "INDEX_PHASE_DONE", last.phase)
 		require.True(t, last.lexical && last.semantic)
+		require.Positive(t, last.chunks, "chunks embedded")
 		require.True(t, lexicalBeforeDone, "lexical_ready was seen before done")
 		require.GreaterOrEqual(t, last.filesDone, int64(largeRepoFiles))
 		require.Equal(t, "INDEX_STATE_READY", last.repository["indexState"])
@@ -161,7 +164,7 @@ func TestIndexingAtScale(t *testing.T) {
 
 	t.Run("cancel a registration midway", func(t *testing.T) {
 		dir := largeRepo(t, largeRepoFiles, "QuillonCancelMarker")
-		resp := c.ok("POST", "/v1/repositories?index=true&async=true", map[string]any{"path": dir, "displayName": "cancelled"})
+		resp := c.ok("POST", "/v1/repositories", map[string]any{"path": dir, "displayName": "cancelled"})
 		opName := resp["operation"].(string)
 		require.Eventually(t, func() bool { return c.operation(opName).filesDone > 0 }, time.Minute, 20*time.Millisecond,
 			"the index makes progress")
@@ -172,14 +175,45 @@ func TestIndexingAtScale(t *testing.T) {
 		require.EqualValues(t, 1, s.errCode, "CANCELLED: %s", s.errMessage)
 		require.Contains(t, s.errMessage, "cancelled")
 		require.Nil(t, s.repository)
-		// A first index cancelled leaves nothing registered, nor searchable.
-		r := c.do("GET", "/v1/"+resp["repository"].(map[string]any)["name"].(string), nil)
-		require.Equal(t, http.StatusNotFound, r.Status, r.Raw)
-		search := c.ok("POST", "/v1/code:search", map[string]any{"query": "QuillonCancelMarker", "mode": "SEARCH_MODE_LEXICAL"})
-		require.Equal(t, "no_matches", search["status"])
+		// A first index cancelled leaves the repository registered and
+		// FAILED, saying so; what was not committed is not searchable.
+		repoName := resp["repository"].(map[string]any)["name"].(string)
+		r := c.ok("GET", "/v1/"+repoName, nil)["repository"].(map[string]any)
+		require.Equal(t, "INDEX_STATE_FAILED", r["indexState"])
+		require.Contains(t, r["indexError"], "cancelled on request ("+opName+")")
+		if !s.lexical {
+			search := c.ok("POST", "/v1/code:search", map[string]any{"query": "QuillonCancelMarker", "mode": "SEARCH_MODE_LEXICAL"})
+			require.Equal(t, "no_matches", search["status"])
+		}
 		// Cancelling again is harmless: the operation stays as it ended.
 		again := c.ok("POST", "/v1/"+opName+":cancel", map[string]any{})["operation"].(map[string]any)
 		require.Equal(t, true, again["done"])
+	})
+
+	t.Run("wait blocks until indexed", func(t *testing.T) {
+		dir := largeRepo(t, 200, "MerrowWaitMarker")
+		resp := c.ok("POST", "/v1/repositories?wait=true", map[string]any{"path": dir, "displayName": "waited"})
+		repo := resp["repository"].(map[string]any)
+		require.Equal(t, "INDEX_STATE_READY", repo["indexState"], "the response holds the indexed repository")
+		files, err := strconv.Atoi(fmt.Sprint(repo["fileCount"]))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, files, 200)
+		s := c.operation(resp["operation"].(string))
+		require.True(t, s.done)
+		require.GreaterOrEqual(t, s.filesDone, int64(files))
+		name := repo["name"].(string)
+		hit := firstHit(t, c.ok("POST", "/v1/code:search", map[string]any{"query": "MerrowWaitMarker", "repositories": []string{name}}))
+		require.Equal(t, "MerrowWaitMarker", hit["symbol"])
+		idx := c.ok("POST", "/v1/"+name+":index", map[string]any{"full": true, "wait": true})
+		require.Equal(t, "INDEX_STATE_READY", idx["repository"].(map[string]any)["indexState"])
+		require.Equal(t, strconv.Itoa(files), idx["filesIndexed"], "a waited index has its counts: %v", idx)
+		// Without wait, an index answers at once with its operation.
+		at := c.ok("POST", "/v1/"+name+":index", map[string]any{"full": true})
+		require.Equal(t, "INDEX_STATE_INDEXING", at["repository"].(map[string]any)["indexState"])
+		require.Nil(t, at["filesIndexed"], "the counts are the operation's")
+		done := c.waitOperation(at["operation"].(string))
+		require.Zero(t, done.errCode, done.errMessage)
+		require.GreaterOrEqual(t, done.filesDone, int64(files))
 	})
 }
 

@@ -75,7 +75,8 @@ func firstHit(t *testing.T, resp map[string]any) map[string]any {
 func TestLibrarianEndToEnd(t *testing.T) {
 	c := startMesh(t)
 	dir := librarianRepo(t)
-	repo := c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": dir})["repository"].(map[string]any)
+	// With wait, registering answers once the index is done.
+	repo := c.ok("POST", "/v1/repositories?wait=true", map[string]any{"path": dir})["repository"].(map[string]any)
 	require.Equal(t, "INDEX_STATE_READY", repo["indexState"])
 	require.NotEmpty(t, repo["lastCommit"])
 	name := repo["name"].(string)
@@ -224,7 +225,7 @@ func TestLibrarianEndToEnd(t *testing.T) {
 		// covered by the service's tests, which run without the watcher).
 		var idx map[string]any
 		require.Eventually(t, func() bool {
-			r := c.do("POST", "/v1/"+name+":index", map[string]any{})
+			r := c.do("POST", "/v1/"+name+":index", map[string]any{"wait": true})
 			if r.Status != http.StatusOK {
 				return false // the watcher's run holds the lock
 			}

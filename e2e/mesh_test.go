@@ -296,7 +296,7 @@ func TestMeshEndToEnd(t *testing.T) {
 
 	// A code question answered by the Librarian from a fixture repository.
 	repoDir := fixtureRepo(t)
-	repo := c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": repoDir, "displayName": "fixture"})["repository"].(map[string]any)
+	repo := c.registerIndexed(map[string]any{"path": repoDir, "displayName": "fixture"})
 	require.Equal(t, "INDEX_STATE_READY", repo["indexState"])
 	q := c.ok("POST", "/v1/"+name+"/messages", map[string]any{"text": "where is the function ComputeInvoiceTotal defined in the code?"})
 	require.Equal(t, "librarian", q["route"].(map[string]any)["target"])

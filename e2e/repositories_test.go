@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,11 +20,16 @@ import (
 
 // register registers the directory dir with the Librarian for c's tenant
 // (or finds it registered already) and returns the repository's name, which
-// runs and reviews give as their repository: a path is never one.
+// runs and reviews give as their repository: a path is never one. It
+// registers the default way, the call answering at once with the index
+// running as an operation, and follows that operation until the repository
+// is indexed.
 func (c *client) register(dir string) string {
 	c.t.Helper()
 	resp := c.do("POST", "/v1/repositories", map[string]any{"path": dir})
 	if resp.Status == http.StatusOK {
+		op := c.waitOperation(resp.Body["operation"].(string))
+		require.Zero(c.t, op.errCode, "indexing %s: %s", dir, op.errMessage)
 		return resp.Body["repository"].(map[string]any)["name"].(string)
 	}
 	require.Equal(c.t, http.StatusConflict, resp.Status, resp.Raw)
@@ -31,11 +37,47 @@ func (c *client) register(dir string) string {
 	require.NoError(c.t, err)
 	for _, r := range c.ok("GET", "/v1/repositories?pageSize=200", nil)["repositories"].([]any) {
 		if repo := r.(map[string]any); repo["path"] == resolved {
+			if op, _ := repo["operation"].(string); op != "" {
+				c.waitOperation(op)
+			}
 			return repo["name"].(string)
 		}
 	}
 	c.t.Fatalf("%s is registered, yet not listed", dir)
 	return ""
+}
+
+// registerIndexed registers the repository body describes the default way
+// (the call answers at once with an operation), follows the operation to
+// its end and returns the indexed repository.
+func (c *client) registerIndexed(body map[string]any) map[string]any {
+	c.t.Helper()
+	start := time.Now()
+	resp := c.ok("POST", "/v1/repositories", body)
+	require.Less(c.t, time.Since(start), 10*time.Second, "registering answers at once")
+	opName, _ := resp["operation"].(string)
+	require.NotEmpty(c.t, opName, "registering answers with its operation: %v", resp)
+	op := c.waitOperation(opName)
+	require.Zero(c.t, op.errCode, op.errMessage)
+	require.Equal(c.t, "INDEX_STATE_READY", op.repository["indexState"])
+	return op.repository
+}
+
+// waitOperation polls an operation until it is done, for at most five
+// minutes, and returns it as it ended.
+func (c *client) waitOperation(name string) opSnapshot {
+	c.t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s := c.operation(name)
+		if s.done {
+			return s
+		}
+		require.True(c.t, time.Now().Before(deadline), "operation %s did not finish: %+v", name, s)
+		<-tick.C
+	}
 }
 
 // asRole is asUser with a role of choice.

@@ -23,7 +23,7 @@ func TestReviewAPI(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(repo, "calc.py"), []byte("def add(a, b):\n    return a + b\n\ndef div(a, b):\n    return a / b\n"), 0o644))
 	gitCmd(t, repo, "commit", "--quiet", "-am", "div")
 	gitCmd(t, repo, "checkout", "--quiet", "main")
-	name := c.ok("POST", "/v1/repositories", map[string]any{"path": repo})["repository"].(map[string]any)["name"].(string)
+	name := c.ok("POST", "/v1/repositories?index=false", map[string]any{"path": repo})["repository"].(map[string]any)["name"].(string)
 
 	got := c.ok("POST", "/v1/reviews?waitSeconds=120", map[string]any{"repository": name, "baseRef": "main", "headRef": "feature",
 		"persona": "security"})["review"].(map[string]any)

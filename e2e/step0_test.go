@@ -14,7 +14,7 @@ import (
 // gets the real answer.
 func TestStep0(t *testing.T) {
 	c := startMesh(t)
-	c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": fixtureRepo(t), "displayName": "invoices"})
+	c.registerIndexed(map[string]any{"path": fixtureRepo(t), "displayName": "invoices"})
 	s := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "step0"})["session"].(map[string]any)
 	name := s["name"].(string)
 	send := func(text string) map[string]any {
