@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -72,19 +71,28 @@ const denialTimeout = 2 * time.Second
 // role or permission check (the gateway's or a service's).
 func (g *Gateway) recordDenial(r *http.Request, st *status.Status) {
 	id, ok := identity.FromContext(r.Context())
-	if g.audit == nil || !ok || !id.Valid() {
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), denialTimeout)
+	g.auditDenial(r.Context(), id, r.Header.Get(headerRequestID), r.Method+" "+r.URL.Path, st)
+}
+
+// auditDenial records that id was refused target (a route, or an MCP
+// tool) with st.
+func (g *Gateway) auditDenial(ctx context.Context, id identity.Identity, requestID, target string, st *status.Status) {
+	if g.audit == nil || !id.Valid() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), denialTimeout)
 	defer cancel()
 	details := map[string]string{"role": id.Role, "reason": apierr.Info(apierr.WithInfo(st)).GetReason(),
-		"request_id": r.Header.Get(headerRequestID)}
-	target := strings.ToValidUTF8(r.Method+" "+r.URL.Path, "?")
+		"request_id": requestID}
+	target = strings.ToValidUTF8(target, "?")
 	if len(target) > 512 {
 		target = target[:512]
 	}
 	if _, err := g.audit.Append(ctx, audit.Record{TenantID: id.TenantID, Actor: id.UserID, Action: audit.ActionPermissionDenied,
 		Target: target, Details: details}); err != nil {
-		g.log.WarnContext(ctx, "audit permission denial", logx.Err(err), slog.String(logx.KeyMethod, r.Method))
+		g.log.WarnContext(ctx, "audit permission denial", logx.Err(err))
 	}
 }

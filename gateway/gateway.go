@@ -67,6 +67,8 @@ type Gateway struct {
 	openapi []byte
 	metrics *metrics
 	handler http.Handler
+	// mcp serves /mcp (mcp.go).
+	mcp *mcpServer
 
 	// life is cancelled when shutdown starts, ending open event streams so
 	// that draining does not wait for them.
@@ -152,6 +154,7 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 		stop()
 		return nil, err
 	}
+	g.mcp = g.newMCP(conns)
 	g.handler = g.chain()
 	return g, nil
 }

@@ -155,7 +155,8 @@ func requestID(v string) string {
 //     is forwarded;
 //  4. role check: viewers may only read (a denial is audited);
 //  5. body limit and JSON syntax: 413 and 400 before any service sees it;
-//  6. request timeout (not on streams), then SSE or the grpc-gateway mux.
+//  6. request timeout (not on streams), then the MCP endpoint, SSE or the
+//     grpc-gateway mux.
 func (g *Gateway) chain() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -208,7 +209,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	info.id = id
 	ctx := identity.NewContext(r.Context(), id)
 	r = r.WithContext(ctx)
-	if !readOnly(r) && id.Role != identity.RoleAdmin && id.Role != identity.RoleMember {
+	// Viewers reach /mcp: its reading tools are theirs, and its writing
+	// tools check the role themselves (mcp.go).
+	if !readOnly(r) && r.URL.Path != pathMCP && id.Role != identity.RoleAdmin && id.Role != identity.RoleMember {
 		e := errReadOnly.Withf("role %s may only read (GET and searches); %s %s is not allowed", id.Role, r.Method, r.URL.Path).
 			With("role", id.Role)
 		g.recordDenial(r, e.GRPCStatus())
@@ -240,6 +243,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	}
 	defer cancel()
 	r = r.WithContext(ctx)
+	if r.URL.Path == pathMCP {
+		info.route = pathMCP
+		g.mcp.ServeHTTP(w, r)
+		return
+	}
 	if parent, ok := sseRequest(r); ok {
 		g.serveSSE(w, r, parent)
 		return
