@@ -526,13 +526,16 @@ func TestIndexFailures(t *testing.T) {
 			Repository: &librarianv1.Repository{Path: root}, Wait: true,
 		})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
-		require.Contains(t, status.Convert(err).Message(), "librarian.max-files")
-		// A failed first index leaves nothing registered.
+		msg := status.Convert(err).Message()
+		require.Contains(t, msg, "librarian.max-files")
+		// A failed first index leaves the repository registered and FAILED.
 		list, err := h.svc.ListRepositories(ctx, &librarianv1.ListRepositoriesRequest{})
 		require.NoError(t, err)
-		require.Empty(t, list.GetRepositories())
+		require.Len(t, list.GetRepositories(), 1)
+		repo := list.GetRepositories()[0]
+		require.Equal(t, librarianv1.IndexState_INDEX_STATE_FAILED, repo.GetIndexState())
+		require.Contains(t, msg, repo.GetName()+" stays registered")
 
-		repo := create(t, ctx, h.svc, root, false)
 		_, err = h.svc.IndexRepository(ctx, &librarianv1.IndexRepositoryRequest{Name: repo.GetName(), Wait: true})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err))
 		got, err := h.svc.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: repo.GetName()})

@@ -78,11 +78,12 @@ func (s *Service) CreateRepository(ctx context.Context, req *librarianv1.CreateR
 // A repository whose operation cannot even start is not left registered:
 // the caller gets the error.
 func (s *Service) firstOperation(ctx context.Context, id identity.Identity, repo repository, index, wait bool) (repository, string, error) {
+	registered := repo
 	t, err := s.startOperation(ctx, id, repo, opKindCreate, true, func(ctx context.Context, t *opTracker) (indexResult, error) {
 		if !index {
-			return s.cloneOnly(ctx, id.TenantID, repo, t)
+			return s.cloneOnly(ctx, id.TenantID, registered, t)
 		}
-		return s.reindex(ctx, id.TenantID, repo, true, t)
+		return s.reindex(ctx, id.TenantID, registered, true, t)
 	})
 	if err != nil {
 		s.unregister(ctx, id.TenantID, repo)
