@@ -126,6 +126,7 @@ func TestMCP(t *testing.T) {
 	read, err = cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "sylk://repositories/" + id})
 	require.NoError(t, err)
 	require.Contains(t, read.Contents[0].Text, "INDEX_STATE_READY")
+	require.Equal(t, "private", read.CacheScope)
 	require.Contains(t, listedResources(t, cs), "sylk://repositories/"+id)
 
 	// A wrong key is refused at the edge.
@@ -162,6 +163,7 @@ func listedResources(t *testing.T, cs *mcp.ClientSession) []string {
 	t.Helper()
 	list, err := cs.ListResources(context.Background(), nil)
 	require.NoError(t, err)
+	require.Equal(t, "private", list.CacheScope, "the list is the caller's tenant's")
 	var uris []string
 	for _, r := range list.Resources {
 		uris = append(uris, r.URI)
