@@ -98,6 +98,11 @@ func (g *Gateway) newMCP(c Conns) *mcpServer {
 		Logger:       g.log.With("component", "mcp"),
 		// The gateway bounds bodies itself (-gateway.max-body-bytes).
 		MaxRequestBodyBytes: g.cfg.MaxBodyBytes,
+		// DNS rebinding protects servers that trust whoever reaches them on
+		// loopback; every request here carries an API key, which a rebound
+		// page does not have. Left on, it would refuse /mcp (and only /mcp)
+		// behind a reverse proxy on the same host that keeps the Host header.
+		DisableLocalhostProtection: true,
 	})
 	return m
 }

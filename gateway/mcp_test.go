@@ -116,6 +116,20 @@ func TestMCPAuthAndRoles(t *testing.T) {
 		require.Error(t, err)
 	}
 
+	// Behind a proxy on the same host that keeps the Host header, the key
+	// is what counts.
+	req, err := http.NewRequest(http.MethodPost, h.url+pathMCP, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
+	require.NoError(t, err)
+	req.Host = "sylk.example.com"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("X-API-Key", h.viewer)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
 	// A viewer reads but may not ask (asking sends a message), and the
 	// denial is audited.
 	cs, err := h.mcpConnect(t, h.viewer)
