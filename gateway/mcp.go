@@ -41,27 +41,31 @@ const mcpVersion = "v1"
 // that the server cannot send requests to the client (sampling,
 // elicitation), which no tool here needs.
 type mcpServer struct {
-	g            *Gateway
-	guide        guidev1.GuideServiceClient
-	sessions     guidev1.SessionServiceClient
-	plans        architectv1.PlanServiceClient
-	workflows    orchestratorv1.WorkflowServiceClient
-	librarian    librarianv1.LibrarianServiceClient
-	archivalist  archivalistv1.ArchivalistServiceClient
-	academic     academicv1.AcademicServiceClient
-	handler      http.Handler
-	callTimeout  time.Duration
-	askTimeout   time.Duration
-	minWaitSlack time.Duration
+	g           *Gateway
+	guide       guidev1.GuideServiceClient
+	sessions    guidev1.SessionServiceClient
+	plans       architectv1.PlanServiceClient
+	workflows   orchestratorv1.WorkflowServiceClient
+	librarian   librarianv1.LibrarianServiceClient
+	archivalist archivalistv1.ArchivalistServiceClient
+	academic    academicv1.AcademicServiceClient
+	handler     http.Handler
+	// callTimeout bounds a tool's calls (the handler's context has the
+	// request's values, not its deadline); askTimeout bounds ask's wait
+	// for an answer, within the request timeout.
+	callTimeout time.Duration
+	askTimeout  time.Duration
 }
+
+// askSlack is the part of the request timeout ask leaves for writing its
+// answer.
+const askSlack = 5 * time.Second
 
 // newMCP builds the MCP endpoint over the services' connections; a nil
 // connection leaves its tools answering that the service is not
 // configured.
 func (g *Gateway) newMCP(c Conns) *mcpServer {
-	m := &mcpServer{g: g, callTimeout: g.cfg.RequestTimeout, minWaitSlack: 5 * time.Second}
-	// ask answers within the request timeout, leaving time to write it.
-	m.askTimeout = max(g.cfg.RequestTimeout-m.minWaitSlack, time.Second)
+	m := &mcpServer{g: g, callTimeout: g.cfg.RequestTimeout, askTimeout: max(g.cfg.RequestTimeout-askSlack, time.Second)}
 	if c.Guide != nil {
 		m.guide = guidev1.NewGuideServiceClient(c.Guide)
 		m.sessions = guidev1.NewSessionServiceClient(c.Guide)
@@ -98,6 +102,11 @@ func (g *Gateway) newMCP(c Conns) *mcpServer {
 		Logger:       g.log.With("component", "mcp"),
 		// The gateway bounds bodies itself (-gateway.max-body-bytes).
 		MaxRequestBodyBytes: g.cfg.MaxBodyBytes,
+		// DNS rebinding protects servers that trust whoever reaches them on
+		// loopback; every request here carries an API key, which a rebound
+		// page does not have. Left on, it would refuse /mcp (and only /mcp)
+		// behind a reverse proxy on the same host that keeps the Host header.
+		DisableLocalhostProtection: true,
 	})
 	return m
 }

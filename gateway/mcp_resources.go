@@ -23,6 +23,9 @@ const (
 	uriRepositories     = "sylk://repositories"
 	uriRepositoryPrefix = uriRepositories + "/"
 	mimeJSON            = "application/json"
+	// cachePrivate marks an answer that is the caller's tenant's: no cache
+	// may serve it to anyone else.
+	cachePrivate = "private"
 	// maxListedRepositories bounds the repositories one listing reads.
 	maxListedRepositories = 1000
 	repositoryPageSize    = 200
@@ -102,7 +105,8 @@ func jsonResource(uri string, msg proto.Message) (*mcp.ReadResourceResult, error
 	if err != nil {
 		return nil, err
 	}
-	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mimeJSON, Text: string(text)}}}, nil
+	return &mcp.ReadResourceResult{Cacheable: mcp.Cacheable{CacheScope: cachePrivate},
+		Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mimeJSON, Text: string(text)}}}, nil
 }
 
 // listRepositoryResources adds the caller's repositories to the first page
@@ -123,6 +127,7 @@ func (m *mcpServer) listRepositoryResources(next mcp.MethodHandler) mcp.MethodHa
 		if err != nil {
 			return nil, errors.New("list repositories: " + err.Error())
 		}
+		list.CacheScope = cachePrivate
 		for _, r := range repos {
 			name := r.GetDisplayName()
 			if name == "" {

@@ -11,6 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	messagev1 "sylk.dev/sylk/gen/go/sylk/message/v1"
+	"sylk.dev/sylk/pkg/apierr"
 	"sylk.dev/sylk/pkg/audit"
 	"sylk.dev/sylk/pkg/identity"
 )
@@ -113,6 +116,20 @@ func TestMCPAuthAndRoles(t *testing.T) {
 		require.Error(t, err)
 	}
 
+	// Behind a proxy on the same host that keeps the Host header, the key
+	// is what counts.
+	req, err := http.NewRequest(http.MethodPost, h.url+pathMCP, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
+	require.NoError(t, err)
+	req.Host = "sylk.example.com"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("X-API-Key", h.viewer)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
 	// A viewer reads but may not ask (asking sends a message), and the
 	// denial is audited.
 	cs, err := h.mcpConnect(t, h.viewer)
@@ -141,4 +158,63 @@ func TestMCPAuthAndRoles(t *testing.T) {
 	require.True(t, slices.ContainsFunc(rs.ResourceTemplates, func(r *mcp.ResourceTemplate) bool {
 		return r.URITemplate == "sylk://repositories/{id}"
 	}))
+}
+
+// An ask's outcome is read from the event that ended its request.
+func TestMCPAskOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		ev      *eventv1.Event
+		outcome string
+		text    []string
+		err     string
+	}{
+		{name: "answered", outcome: "answered", ev: &eventv1.Event{Type: eventv1.EventType_EVENT_TYPE_MESSAGE_ANSWERED,
+			Payload: &eventv1.Event_MessageAnswered{MessageAnswered: &messagev1.AgentAnswer{Agent: "librarian", Text: "It is in a.go.",
+				Citations:      []*messagev1.Citation{{Name: "repositories/r1", Path: "a.go", LineStart: 3, LineEnd: 9}},
+				GroundingRatio: 0.5, Ungrounded: true, Grounding: "Only 1 of 2 citations held."}}},
+			text: []string{"It is in a.go.", "Sources:\n- repositories/r1 a.go:3-9", "Only 1 of 2 citations held.", "(session sessions/s1)"}},
+		{name: "clarification", outcome: "clarification", ev: &eventv1.Event{Type: eventv1.EventType_EVENT_TYPE_CLARIFICATION_REQUESTED,
+			Text: "Which service?", Payload: &eventv1.Event_ClarificationRequested{ClarificationRequested: &eventv1.ClarificationRequested{
+				Clarification: "sessions/s1/clarifications/c1", RequestingAgent: "guide", Options: []string{"billing", "auth"}}}},
+			text: []string{"Sylk asks: Which service?", "- billing", `inReplyTo "sessions/s1/clarifications/c1"`}},
+		{name: "plan", outcome: "plan", ev: &eventv1.Event{Type: eventv1.EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL, Source: "architect",
+			Payload: &eventv1.Event_Plan{Plan: &eventv1.PlanEvent{Plan: "sessions/s1/plans/p1", Title: "Add a cache", Nodes: 2}}},
+			text: []string{"Plan sessions/s1/plans/p1 (Add a cache, 2 tasks) awaits approval", "approve_plan"}},
+		{name: "timeout", err: "UNAVAILABLE: librarian did not answer (DEADLINE_EXCEEDED): waited 30s",
+			ev: &eventv1.Event{Type: eventv1.EventType_EVENT_TYPE_MESSAGE_TIMEOUT, Payload: &eventv1.Event_MessageUnanswered{
+				MessageUnanswered: &eventv1.MessageUnanswered{Target: "librarian", Reason: "DEADLINE_EXCEEDED", Detail: "waited 30s"}}}},
+		{name: "error", err: "ROUTE_FAILED: no agent",
+			ev: &eventv1.Event{Type: eventv1.EventType_EVENT_TYPE_ERROR, Payload: &eventv1.Event_Error{
+				Error: &eventv1.ErrorEvent{Reason: "ROUTE_FAILED", Message: "no agent"}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := AskOutput{Session: "sessions/s1"}
+			err := outcomeOf(tt.ev, &out)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.outcome, out.Outcome)
+			text := askText(out)
+			for _, want := range tt.text {
+				require.Contains(t, text, want)
+			}
+		})
+	}
+}
+
+// A service's status becomes a tool error naming its code and reason.
+func TestMCPToolError(t *testing.T) {
+	t.Parallel()
+	err := toolError(apierr.FailedPrecondition("REPOSITORY_HAS_NO_COMMIT", "repository has no commit; commit first").GRPCStatus().Err())
+	require.EqualError(t, err, "FAILED_PRECONDITION: repository has no commit; commit first (reason REPOSITORY_HAS_NO_COMMIT)")
+	err = toolError(apierr.NotFound("session", "sessions/x").GRPCStatus().Err())
+	require.True(t, strings.HasPrefix(err.Error(), "NOT_FOUND: "), err)
+	require.Equal(t, "repositories/r1", resourceName("repositories", "r1"))
+	require.Equal(t, "repositories/r1", resourceName("repositories", "repositories/r1"))
+	require.Empty(t, resourceName("repositories", " "))
 }
