@@ -208,7 +208,7 @@ func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {
 	clarification := strings.Fields(hint)[1]
 
 	// Answering the clarification gets the answer, with its sources.
-	out := s.ok("ask", "--reply-to", clarification, "fixture")
+	out := s.ok("ask", "--reply-to", clarification, "1")
 	require.Contains(t, out, "billing/invoice.go:3-10", "the answer names its sources with lines")
 	require.Contains(t, out, "answered by the librarian")
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	eventv1 "sylk.dev/sylk/gen/go/sylk/event/v1"
+	guidev1 "sylk.dev/sylk/gen/go/sylk/guide/v1"
 )
 
 // runAsk asks one question and waits for what ends its exchange.
@@ -16,7 +19,7 @@ func runAsk(ctx context.Context, e *env, args []string) error {
 		"Sends one message and waits for the answer, which is printed with its sources.\n"+
 			"Without --session the current session is used (one is created when there is none).\n"+
 			"A question that needs a clarification prints the choices and exits 6: answer with\n"+
-			"sylk ask --reply-to CLARIFICATION \"choice\".")
+			"sylk ask --reply-to CLARIFICATION \"choice\" (or the choice's number).")
 	session := fs.String("session", "", "session ID or name to ask in")
 	replyTo := fs.String("reply-to", "", "the clarification (sessions/…/clarifications/…) this message answers")
 	repo := fs.String("repo", "", "repository ID the session works on (set on the session)")
@@ -37,9 +40,18 @@ func runAsk(ctx context.Context, e *env, args []string) error {
 	}
 	ctx, cancel := withTimeout(ctx, e.opts.timeout)
 	defer cancel()
+	if *replyTo != "" && *session == "" {
+		// A clarification's name starts with its session's.
+		*session, _, _ = strings.Cut(*replyTo, "/clarifications/")
+	}
 	name, after, err := e.startTurn(ctx, c, *session)
 	if err != nil {
 		return err
+	}
+	if *replyTo != "" {
+		if text, err = choice(ctx, c, name, *replyTo, text); err != nil {
+			return err
+		}
 	}
 	if *repo != "" {
 		if _, err := setSessionRepo(ctx, c, name, *repo); err != nil {
@@ -85,4 +97,23 @@ func (e *env) verboseShow(verbose bool) func(*eventv1.Event) {
 			renderEvent(e.errw, ev)
 		}
 	}
+}
+
+// choice turns a number into the clarification's choice of that number;
+// other text is the answer as it is.
+func choice(ctx context.Context, c *client, session, clarification, text string) (string, error) {
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 1 {
+		return text, nil
+	}
+	var resp guidev1.ListClarificationsResponse
+	if _, err := c.call(ctx, http.MethodGet, "/v1/"+session+"/clarifications", nil, &resp); err != nil {
+		return "", err
+	}
+	for _, q := range resp.GetClarifications() {
+		if q.GetName() == clarification && n <= len(q.GetOptions()) {
+			return q.GetOptions()[n-1], nil
+		}
+	}
+	return text, nil
 }
