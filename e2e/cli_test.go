@@ -237,6 +237,9 @@ func testCLIPlans(t *testing.T, s *sylkCLI, c *client) {
 	// The plan's ID alone is enough within the current session.
 	require.Contains(t, s.ok("plans", "show", plan[strings.LastIndex(plan, "/")+1:]), "version 1")
 
+	require.Equal(t, 2, s.run("", nil, "plans", "revise", plan).code, "revise needs --feedback")
+	require.Contains(t, s.ok("plans", "revise", plan, "--feedback", "also add a test"), "version 2")
+
 	// Approved and watched: offline, nothing writes code, which is no failure.
 	out = s.ok("plans", "approve", plan, "--watch")
 	require.Contains(t, out, "run runs/")
@@ -257,6 +260,15 @@ func testCLIPlans(t *testing.T, s *sylkCLI, c *client) {
 	shown := s.json("runs", "show", run)["run"].(map[string]any)
 	require.Equal(t, "RUN_STATE_FAILED", shown["state"])
 	require.Equal(t, 4, s.run("", nil, "runs", "show", "01a222c5-0000-7000-8000-000000000000").code)
+
+	// A long run cancelled: watching it then exits 7 too.
+	long := c.ok("POST", "/v1/runs", map[string]any{"dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "slow", "command": "sleep 60"},
+	}}})["run"].(map[string]any)["name"].(string)
+	require.Contains(t, s.ok("runs", "cancel", long), long)
+	r = s.run("", nil, "runs", "watch", long, "--timeout", "60s")
+	require.Equal(t, 7, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "cancelled")
 }
 
 func testCLIKeys(t *testing.T, s *sylkCLI) {
