@@ -1,5 +1,6 @@
-// Command sylk runs the Sylk mesh: the whole of it for local use (sylk dev),
-// one service at a time, migrations, and API-key administration.
+// Command sylk runs the Sylk mesh (the whole of it for local use with sylk dev,
+// one service at a time, migrations, API-key administration) and is its
+// client: sylk login, chat, ask, search, repos, plans, runs and keys.
 package main
 
 import (

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"sylk.dev/sylk/internal/cli"
 	"sylk.dev/sylk/pkg/config"
 	"sylk.dev/sylk/pkg/logx"
 	"sylk.dev/sylk/pkg/meshtls"
@@ -28,7 +29,7 @@ import (
 
 const usage = `sylk: a multi-agent system for software work, hosted for a team.
 
-Usage:
+Server commands:
   sylk dev [flags]                 run migrations and the whole mesh in one process
   sylk serve SERVICE [flags]       run one service: %s
   sylk migrate [flags]             apply every schema's migrations
@@ -38,16 +39,30 @@ Usage:
   sylk healthcheck SERVICE [flags] check the health of a service on this host (exit 0 when serving)
   sylk version                     print the version
 
-Every flag can also be set through its environment variable: -postgres.dsn is
-SYLK_POSTGRES_DSN, -gateway.listen-address is SYLK_GATEWAY_LISTEN_ADDRESS.
+Every server flag can also be set through its environment variable: -postgres.dsn
+is SYLK_POSTGRES_DSN, -gateway.listen-address is SYLK_GATEWAY_LISTEN_ADDRESS.
+
+`
+
+const usageFooter = `
 Run "sylk COMMAND -h" for a command's flags.
 `
+
+// printUsage writes the usage text: server commands, then client ones.
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, usage, strings.Join(moduleNames(), ", "))
+	fmt.Fprint(w, cli.Usage)
+	fmt.Fprint(w, usageFooter)
+}
 
 // Main runs the sylk command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintf(stderr, usage, strings.Join(moduleNames(), ", "))
+		printUsage(stderr)
 		return 2
+	}
+	if cli.Handles(args[0]) {
+		return cli.Run(args, os.Stdin, stdout, stderr)
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -56,9 +71,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "dev":
 		err = runDev(ctx, rest, stdout, stderr)
 	case "serve":
-		if len(rest) == 0 {
-			err = errors.New("serve: name a service: " + strings.Join(moduleNames(), ", "))
-			break
+		if len(rest) == 0 || isHelp(rest[0]) {
+			return serviceHelp("serve", len(rest) == 0, stdout, stderr)
 		}
 		err = Serve(ctx, rest[0], rest[1:], stderr)
 	case "migrate":
@@ -70,21 +84,38 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "revoke-api-key":
 		err = runRevokeAPIKey(ctx, rest, stdout, stderr)
 	case "healthcheck":
-		if len(rest) == 0 {
-			err = errors.New("healthcheck: name a service")
-			break
+		if len(rest) == 0 || isHelp(rest[0]) {
+			return serviceHelp("healthcheck", len(rest) == 0, stdout, stderr)
 		}
 		err = Healthcheck(ctx, rest[0], rest[1:], stderr)
 	case "version":
 		fmt.Fprintln(stdout, Version)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintf(stdout, usage, strings.Join(moduleNames(), ", "))
+		printUsage(stdout)
 	default:
 		fmt.Fprintf(stderr, "sylk: unknown command %q\n\n", cmd)
-		fmt.Fprintf(stderr, usage, strings.Join(moduleNames(), ", "))
+		printUsage(stderr)
 		return 2
 	}
 	return exitCode(err, stderr)
+}
+
+func isHelp(s string) bool {
+	return s == "-h" || s == "-help" || s == "--help" || s == "help"
+}
+
+// serviceHelp explains a command that names a service: on standard output
+// with exit 0 when asked for, on standard error with exit 2 when the
+// service is missing.
+func serviceHelp(cmd string, missing bool, stdout, stderr io.Writer) int {
+	w, code := stdout, 0
+	if missing {
+		w, code = stderr, 2
+		fmt.Fprintf(w, "sylk %s: name a service\n\n", cmd)
+	}
+	fmt.Fprintf(w, "Usage: sylk %s SERVICE [flags]\n\nServices: %s\n\nRun \"sylk %s SERVICE -h\" for a service's flags.\n",
+		cmd, strings.Join(moduleNames(), ", "), cmd)
+	return code
 }
 
 // ServiceMain runs a single-service binary: its flags, or "healthcheck".
@@ -186,7 +217,7 @@ func Healthcheck(ctx context.Context, service string, args []string, stderr io.W
 	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs := flag.NewFlagSet("sylk healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grpcAddr := fs.String("grpc.listen-address", ":9090", "gRPC listen address of the service")
 	gwAddr := fs.String("gateway.listen-address", ":8080", "listen address of the gateway")

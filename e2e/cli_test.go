@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sylkCLI runs the real sylk binary as a user would, with a home and a
+// configuration directory of its own.
+type sylkCLI struct {
+	t   *testing.T
+	bin string
+	env []string
+	cfg string
+}
+
+// newSylkCLI builds cmd/sylk into a temporary directory.
+func newSylkCLI(t *testing.T) *sylkCLI {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/", "sylk.dev/sylk/cmd/sylk")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	home := t.TempDir()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SYLK_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	return &sylkCLI{t: t, bin: filepath.Join(dir, "sylk"), env: env, cfg: filepath.Join(home, ".config", "sylk", "config.json")}
+}
+
+// in is s for a subtest.
+func (s *sylkCLI) in(t *testing.T) *sylkCLI {
+	c := *s
+	c.t = t
+	return &c
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs sylk with args, stdin as its input and extra environment
+// variables, and returns what it printed and its exit code.
+func (s *sylkCLI) run(stdin string, extraEnv []string, args ...string) cliResult {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, args...)
+	cmd.Env = append(append([]string{}, s.env...), extraEnv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(s.t, err, "sylk %v", args)
+	}
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// ok runs sylk and requires exit 0.
+func (s *sylkCLI) ok(args ...string) string {
+	s.t.Helper()
+	r := s.run("", nil, args...)
+	require.Equal(s.t, 0, r.code, "sylk %v\nstdout: %s\nstderr: %s", args, r.stdout, r.stderr)
+	return r.stdout
+}
+
+// json runs sylk with --json and decodes its output.
+func (s *sylkCLI) json(args ...string) map[string]any {
+	s.t.Helper()
+	out := s.ok(append(args, "--json")...)
+	var v map[string]any
+	require.NoError(s.t, json.Unmarshal([]byte(out), &v), "sylk %v --json printed %q", args, out)
+	return v
+}
+
+// config is the stored configuration.
+func (s *sylkCLI) config() map[string]any {
+	s.t.Helper()
+	raw, err := os.ReadFile(s.cfg)
+	require.NoError(s.t, err)
+	var v map[string]any
+	require.NoError(s.t, json.Unmarshal(raw, &v))
+	return v
+}
+
+func TestCLI(t *testing.T) {
+	s := newSylkCLI(t)
+	t.Run("help", func(t *testing.T) { testCLIHelp(t, s.in(t)) })
+	c := startMesh(t)
+
+	// Nothing works before login, with the exit code for it.
+	r := s.run("", nil, "repos", "list")
+	require.Equal(t, 3, r.code, r.stderr)
+	require.Contains(t, r.stderr, "sylk login")
+
+	// A wrong key is refused and nothing is stored.
+	r = s.run("sylk_wrongwrongwrongwrongwrongwrongwrongwrong\n", nil, "login", "--server", c.base, "--key-stdin")
+	require.Equal(t, 3, r.code, r.stderr)
+	require.NoFileExists(t, s.cfg)
+
+	r = s.run(c.key+"\n", nil, "login", "--server", c.base, "--key-stdin")
+	require.Equal(t, 0, r.code, r.stderr)
+	st, err := os.Stat(s.cfg)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the key is readable by its owner only")
+	dst, err := os.Stat(filepath.Dir(s.cfg))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), dst.Mode().Perm())
+	require.Equal(t, c.key, s.config()["key"])
+
+	// The repositories outlive the subtest that registers them: runs read
+	// them later.
+	// The first is a git repository: a plan's run works on a commit.
+	first, second := fixtureRepo(t), fixtureRepo(t)
+	gitCmd(t, first, "init", "--quiet")
+	gitCmd(t, first, "add", "-A")
+	gitCmd(t, first, "commit", "--quiet", "-m", "init")
+	var repo string
+	t.Run("repos and search", func(t *testing.T) { repo = testCLIRepos(t, s.in(t), first, second) })
+	t.Run("ask", func(t *testing.T) { testCLIAsk(t, s.in(t), repo) })
+	t.Run("plans and runs", func(t *testing.T) { testCLIPlans(t, s.in(t), c) })
+	t.Run("keys", func(t *testing.T) { testCLIKeys(t, s.in(t)) })
+	t.Run("chat", func(t *testing.T) { testCLIChat(t, s.in(t)) })
+}
+
+func testCLIHelp(t *testing.T, s *sylkCLI) {
+	for _, args := range [][]string{
+		{"-h"}, {"help"}, {"dev", "-h"}, {"serve", "-h"}, {"serve", "guide", "-h"}, {"serve", "gateway", "-h"},
+		{"migrate", "-h"}, {"create-api-key", "-h"}, {"list-api-keys", "-h"}, {"revoke-api-key", "-h"},
+		{"healthcheck", "-h"}, {"healthcheck", "guide", "-h"},
+		{"login", "-h"}, {"logout", "-h"}, {"chat", "-h"}, {"ask", "-h"}, {"search", "-h"},
+		{"repos", "-h"}, {"repos", "add", "-h"}, {"repos", "list", "-h"}, {"repos", "show", "-h"},
+		{"plans", "-h"}, {"plans", "list", "-h"}, {"plans", "show", "-h"}, {"plans", "approve", "-h"},
+		{"plans", "revise", "-h"}, {"plans", "reject", "-h"},
+		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
+		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
+		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"},
+	} {
+		r := s.run("", nil, args...)
+		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
+		require.Contains(t, r.stdout+r.stderr, "sylk", "sylk %v prints help", args)
+	}
+	// The usage lists both halves of the binary.
+	usage := s.ok("-h")
+	require.Contains(t, usage, "sylk serve SERVICE")
+	require.Contains(t, usage, "sylk ask")
+	require.Contains(t, usage, "Exit codes")
+	// Usage mistakes exit 2.
+	for _, args := range [][]string{{"ask"}, {"runs"}, {"runs", "nope"}, {"serve"}, {"login", "--bogus"}, {"nope"}} {
+		require.Equal(t, 2, s.run("", nil, args...).code, "sylk %v", args)
+	}
+}
+
+// testCLIRepos registers two repositories and returns the first's ID.
+func testCLIRepos(t *testing.T, s *sylkCLI, first, second string) string {
+	out := s.ok("repos", "add", first, "--name", "fixture", "--wait")
+	require.Contains(t, out, "Indexed repositories/")
+	list := s.json("repos", "list")
+	repos := list["repositories"].([]any)
+	require.Len(t, repos, 1)
+	require.Equal(t, "INDEX_STATE_READY", repos[0].(map[string]any)["indexState"])
+	require.Contains(t, s.ok("repos", "show", repos[0].(map[string]any)["id"].(string)), "ready")
+
+	out = s.ok("search", "ComputeInvoiceTotal")
+	require.Contains(t, out, "billing/invoice.go:")
+	require.Contains(t, out, "function ComputeInvoiceTotal")
+	hits := s.json("search", "ComputeInvoiceTotal", "-n", "3")["hits"].([]any)
+	require.Equal(t, "billing/invoice.go", hits[0].(map[string]any)["path"])
+
+	// Without --wait the operation is named, and can be looked at.
+	out = s.ok("repos", "add", second, "--name", "second")
+	require.Contains(t, out, "sylk repos show operations/")
+	op := strings.Fields(out[strings.Index(out, "operations/"):])[0]
+	require.Eventually(t, func() bool {
+		return strings.Contains(s.ok("repos", "show", op), " done: ")
+	}, 60*time.Second, 200*time.Millisecond)
+	require.Equal(t, 4, s.run("", nil, "repos", "show", "01a222c5-0000-7000-8000-000000000000").code)
+	return repos[0].(map[string]any)["id"].(string)
+}
+
+func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {
+	const question = "where is the function ComputeInvoiceTotal defined in the code?"
+	// Two repositories and a session on neither: the Guide asks which one.
+	// The choices are printed and the exit code says so.
+	r := s.run("", nil, "ask", question)
+	require.Equal(t, 6, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "1) fixture")
+	require.NotEmpty(t, s.config()["session"], "the session is kept for the next command")
+	hint := r.stderr[strings.Index(r.stderr, "--reply-to "):]
+	clarification := strings.Fields(hint)[1]
+
+	// Answering the clarification gets the answer, with its sources.
+	out := s.ok("ask", "--reply-to", clarification, "1")
+	require.Contains(t, out, "billing/invoice.go:3-10", "the answer names its sources with lines")
+	require.Contains(t, out, "answered by the librarian")
+
+	ev := s.json("ask", question, "--repo", repo)
+	require.Equal(t, "EVENT_TYPE_MESSAGE_ANSWERED", ev["type"])
+	require.Equal(t, "librarian", ev["source"])
+	out = s.ok("ask", question)
+	require.Contains(t, out, "billing/invoice.go:3-10", "the session keeps its repository")
+
+	// A message no agent is sure of asks who should answer.
+	r = s.run("", nil, "ask", "hello there")
+	require.Equal(t, 6, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "1) ")
+}
+
+func testCLIPlans(t *testing.T, s *sylkCLI, c *client) {
+	session := s.config()["session"].(string)
+	c.ok("POST", "/v1/"+session+"/plans", map[string]any{"request": "add a /version endpoint to the gateway"})
+	plans := s.json("plans", "list")["plans"].([]any)
+	require.Len(t, plans, 1)
+	plan := plans[0].(map[string]any)["name"].(string)
+	require.Contains(t, s.ok("plans", "list"), plan)
+	out := s.ok("plans", "show", plan)
+	require.Contains(t, out, "awaiting_approval")
+	require.Contains(t, out, "sylk plans approve "+plan)
+	// The plan's ID alone is enough within the current session.
+	require.Contains(t, s.ok("plans", "show", plan[strings.LastIndex(plan, "/")+1:]), "version 1")
+
+	require.Equal(t, 2, s.run("", nil, "plans", "revise", plan).code, "revise needs --feedback")
+	require.Contains(t, s.ok("plans", "revise", plan, "--feedback", "also add a test"), "version 2")
+
+	// Approved and watched: offline, nothing writes code, which is no failure.
+	out = s.ok("plans", "approve", plan, "--watch")
+	require.Contains(t, out, "run runs/")
+	require.Contains(t, out, "no_changes")
+
+	// A run that fails: watch exits 7, logs show each step's output.
+	run := c.ok("POST", "/v1/runs", map[string]any{"dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "a", "command": "echo alpha"},
+		map[string]any{"id": "b", "dependsOn": []string{"a"}, "command": "echo oops >&2; exit 3"},
+	}}})["run"].(map[string]any)["name"].(string)
+	r := s.run("", nil, "runs", "watch", run)
+	require.Equal(t, 7, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "exit 3")
+	logs := s.ok("runs", "logs", run)
+	require.Contains(t, logs, "alpha")
+	require.Contains(t, logs, "oops")
+	require.Contains(t, s.ok("runs", "list"), run)
+	shown := s.json("runs", "show", run)["run"].(map[string]any)
+	require.Equal(t, "RUN_STATE_FAILED", shown["state"])
+	require.Equal(t, 4, s.run("", nil, "runs", "show", "01a222c5-0000-7000-8000-000000000000").code)
+
+	// A long run cancelled: watching it then exits 7 too.
+	long := c.ok("POST", "/v1/runs", map[string]any{"dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "slow", "command": "sleep 60"},
+	}}})["run"].(map[string]any)["name"].(string)
+	require.Contains(t, s.ok("runs", "cancel", long), long)
+	r = s.run("", nil, "runs", "watch", long, "--timeout", "60s")
+	require.Equal(t, 7, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "cancelled")
+}
+
+func testCLIKeys(t *testing.T, s *sylkCLI) {
+	created := s.json("keys", "create", "--user", "cli-user", "--description", "from the cli test")
+	key := created["key"].(string)
+	id := created["apiKey"].(map[string]any)["id"].(string)
+	require.Contains(t, s.ok("keys", "list"), id)
+
+	asNew := []string{"SYLK_API_KEY=" + key}
+	r := s.run("", asNew, "repos", "list", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, s.ok("keys", "revoke", id), "Revoked")
+	require.Eventually(t, func() bool {
+		return s.run("", asNew, "repos", "list").code == 3
+	}, 10*time.Second, 100*time.Millisecond, "a revoked key is refused with exit code 3")
+}
