@@ -99,7 +99,7 @@ func runReposAdd(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := withTimeout(ctx, e.opts.timeout)
 	defer cancel()
 	var resp librarianv1.CreateRepositoryResponse
-	raw, err := c.call(ctx, http.MethodPost, "/v1/repositories?index=true&async=true", repo, &resp)
+	raw, err := c.call(ctx, http.MethodPost, "/v1/repositories", repo, &resp)
 	if err != nil {
 		return err
 	}
