@@ -105,8 +105,17 @@ lint: ## gofmt check, go vet over every module, and the import rules (internal/a
 	$(GO) vet $(PACKAGES)
 	$(GO) test -count=1 ./internal/archtest/
 
+# The OpenAPI document the gateway serves, linted with the pinned CLI of
+# tools/openapi-lint (its rules in tools/openapi-lint/redocly.yaml).
+.PHONY: openapi-lint
+openapi-lint: ## Lint the served OpenAPI document (needs node and npm)
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  npm ci --prefix tools/openapi-lint --no-audit --no-fund --loglevel=error && \
+	  $(GO) run ./internal/tools/openapidump -o $$tmp/openapi.json && \
+	  npx --prefix tools/openapi-lint redocly lint --config tools/openapi-lint/redocly.yaml $$tmp/openapi.json
+
 .PHONY: check
-check: proto-lint proto-check proto-breaking lint ## Every static check CI runs
+check: proto-lint proto-check proto-breaking lint openapi-lint ## Every static check CI runs
 
 # The deploy tests render the Helm chart with helm.
 .PHONY: test
