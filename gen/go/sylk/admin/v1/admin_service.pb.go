@@ -28,6 +28,7 @@ const (
 type AuditProblem int32
 
 const (
+	// Not set; never sent.
 	AuditProblem_AUDIT_PROBLEM_UNSPECIFIED AuditProblem = 0
 	// The record's fields do not give its hash: it was edited, or moved.
 	AuditProblem_AUDIT_PROBLEM_ALTERED AuditProblem = 1
@@ -88,15 +89,17 @@ func (AuditProblem) EnumDescriptor() ([]byte, []int) {
 // AuditRecord is one record of the audit log.
 type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The record's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Its place in the tenant's chain, from 1.
-	Sequence   int64                  `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// When the action was recorded.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Who acted: a user id, or "service:<name>".
 	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
-	// What was done: api_key.created, api_key.revoked, credentials.stored,
-	// plan.approved, run.created, run.cancelled, repository.registered,
-	// git.pushed, permission.denied.
+	// What was done: api_key.created, api_key.revoked, api_key.rotated,
+	// credentials.stored, plan.approved, run.created, run.cancelled,
+	// repository.registered, git.pushed, permission.denied.
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// What it was done to (runs/<id>, api_keys/<id>, the request of a
 	// denial).
@@ -204,6 +207,7 @@ func (x *AuditRecord) GetHash() string {
 	return ""
 }
 
+// The filters and page of ListAuditRecords; every filter is optional.
 type ListAuditRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only records of this action.
@@ -294,9 +298,11 @@ func (x *ListAuditRecordsRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of audit records, newest first.
 type ListAuditRecordsResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Records []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records of this page.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -347,6 +353,7 @@ func (x *ListAuditRecordsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// VerifyAuditLog takes no arguments: it checks the caller's tenant.
 type VerifyAuditLogRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -389,7 +396,8 @@ type AuditBreak struct {
 	// The sequence number expected or found there.
 	Sequence int64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The record found there, when there is one.
-	RecordId      string       `protobuf:"bytes,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	RecordId string `protobuf:"bytes,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// What is wrong there.
 	Problem       AuditProblem `protobuf:"varint,3,opt,name=problem,proto3,enum=sylk.admin.v1.AuditProblem" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -446,6 +454,7 @@ func (x *AuditBreak) GetProblem() AuditProblem {
 	return AuditProblem_AUDIT_PROBLEM_UNSPECIFIED
 }
 
+// What VerifyAuditLog found.
 type VerifyAuditLogResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when the whole chain is intact.
@@ -454,8 +463,9 @@ type VerifyAuditLogResponse struct {
 	RecordsChecked int64 `protobuf:"varint,2,opt,name=records_checked,json=recordsChecked,proto3" json:"records_checked,omitempty"`
 	// The chain's head as stored: keep it outside the database to detect
 	// later a chain rewritten as a whole.
-	HeadSequence int64  `protobuf:"varint,3,opt,name=head_sequence,json=headSequence,proto3" json:"head_sequence,omitempty"`
-	HeadHash     string `protobuf:"bytes,4,opt,name=head_hash,json=headHash,proto3" json:"head_hash,omitempty"`
+	HeadSequence int64 `protobuf:"varint,3,opt,name=head_sequence,json=headSequence,proto3" json:"head_sequence,omitempty"`
+	// The head record's hash (hex).
+	HeadHash string `protobuf:"bytes,4,opt,name=head_hash,json=headHash,proto3" json:"head_hash,omitempty"`
 	// The first broken place; absent when intact.
 	FirstBreak    *AuditBreak `protobuf:"bytes,5,opt,name=first_break,json=firstBreak,proto3" json:"first_break,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -529,18 +539,26 @@ func (x *VerifyAuditLogResponse) GetFirstBreak() *AuditBreak {
 
 // ApiKey describes a key; the key itself and its hash are never shown.
 type ApiKey struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	UserId string                 `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's id, as in /v1/keys/{id}:revoke; not the key.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The user the key authenticates as.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The user's role: admin, member or viewer.
 	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	// The key's first characters, to recognise it.
-	Prefix      string                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Prefix string `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// What the key is for, as given when it was created.
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// When the key was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When set, the key stops working at this time.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// When the key was revoked, or, for a key rotated with a grace period,
+	// when it will be; unset while it is not.
+	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	// When the key last authenticated a request (updated at most once a
+	// minute); unset if never.
 	LastUseTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_use_time,json=lastUseTime,proto3" json:"last_use_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -639,13 +657,15 @@ func (x *ApiKey) GetLastUseTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The key CreateKey makes.
 type CreateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The user of the caller's tenant the key is for.
 	UserId string `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The role of a user created by this call (admin, member or viewer;
 	// default member). An existing user keeps theirs.
-	Role        string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// What the key is for (at most 512 bytes).
 	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	// When set, the key stops working at this time (in the future).
 	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
@@ -711,9 +731,11 @@ func (x *CreateKeyRequest) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The new key, shown once.
 type CreateKeyResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	ApiKey *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new key's description.
+	ApiKey *ApiKey `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// The key, shown only here: the server keeps its hash.
 	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -764,6 +786,8 @@ func (x *CreateKeyResponse) GetKey() string {
 	return ""
 }
 
+// ListKeys takes no arguments: it lists the caller's tenant's keys (admins)
+// or the caller's own.
 type ListKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -800,9 +824,11 @@ func (*ListKeysRequest) Descriptor() ([]byte, []int) {
 	return file_sylk_admin_v1_admin_service_proto_rawDescGZIP(), []int{9}
 }
 
+// The keys the caller may see, newest first, never with their secret.
 type ListKeysResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiKeys       []*ApiKey              `protobuf:"bytes,1,rep,name=api_keys,json=apiKeys,proto3" json:"api_keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keys, revoked and expired ones included.
+	ApiKeys       []*ApiKey `protobuf:"bytes,1,rep,name=api_keys,json=apiKeys,proto3" json:"api_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,9 +870,11 @@ func (x *ListKeysResponse) GetApiKeys() []*ApiKey {
 	return nil
 }
 
+// The key RevokeKey revokes.
 type RevokeKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's id (ApiKey.id).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -888,9 +916,11 @@ func (x *RevokeKeyRequest) GetId() string {
 	return ""
 }
 
+// The revoked key.
 type RevokeKeyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiKey        *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key, with its revoke_time.
+	ApiKey        *ApiKey `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -932,6 +962,7 @@ func (x *RevokeKeyResponse) GetApiKey() *ApiKey {
 	return nil
 }
 
+// The key RotateKey replaces, and how.
 type RotateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The id of the key to replace.
@@ -999,6 +1030,7 @@ func (x *RotateKeyRequest) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The new key, shown once, and the old one.
 type RotateKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new key's description (same user and description as the old one).

@@ -39,7 +39,8 @@ type ArchivalistServiceClient interface {
 	GetEntry(ctx context.Context, in *GetEntryRequest, opts ...grpc.CallOption) (*GetEntryResponse, error)
 	// ListEntries lists the archive's entries, a page at a time.
 	ListEntries(ctx context.Context, in *ListEntriesRequest, opts ...grpc.CallOption) (*ListEntriesResponse, error)
-	// SearchEntries is scoped to one session unless cross_session is set (spec A-18).
+	// SearchEntries finds the entries that best match a query, in one
+	// session unless cross_session is set (spec A-18).
 	SearchEntries(ctx context.Context, in *SearchEntriesRequest, opts ...grpc.CallOption) (*SearchEntriesResponse, error)
 }
 
@@ -105,7 +106,8 @@ type ArchivalistServiceServer interface {
 	GetEntry(context.Context, *GetEntryRequest) (*GetEntryResponse, error)
 	// ListEntries lists the archive's entries, a page at a time.
 	ListEntries(context.Context, *ListEntriesRequest) (*ListEntriesResponse, error)
-	// SearchEntries is scoped to one session unless cross_session is set (spec A-18).
+	// SearchEntries finds the entries that best match a query, in one
+	// session unless cross_session is set (spec A-18).
 	SearchEntries(context.Context, *SearchEntriesRequest) (*SearchEntriesResponse, error)
 	mustEmbedUnimplementedArchivalistServiceServer()
 }

@@ -42,7 +42,8 @@ const (
 // calling user inside the calling tenant; no call reaches another tenant's or
 // another user's sessions.
 type SessionServiceClient interface {
-	// CreateSession creates a session (state CREATED) for the caller.
+	// CreateSession creates a session for the caller, ACTIVE at once unless
+	// start_inactive is set (then CREATED).
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
 	// GetSession returns one of the caller's sessions by name
 	// ("sessions/{id}").
@@ -223,7 +224,8 @@ func (c *sessionServiceClient) UpdateSession(ctx context.Context, in *UpdateSess
 // calling user inside the calling tenant; no call reaches another tenant's or
 // another user's sessions.
 type SessionServiceServer interface {
-	// CreateSession creates a session (state CREATED) for the caller.
+	// CreateSession creates a session for the caller, ACTIVE at once unless
+	// start_inactive is set (then CREATED).
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
 	// GetSession returns one of the caller's sessions by name
 	// ("sessions/{id}").

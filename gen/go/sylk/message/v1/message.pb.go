@@ -394,10 +394,14 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 type ExpectationPriority int32
 
 const (
+	// Not set (explicit criteria).
 	ExpectationPriority_EXPECTATION_PRIORITY_UNSPECIFIED ExpectationPriority = 0
-	ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED    ExpectationPriority = 1
+	// Users count on it.
+	ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED ExpectationPriority = 1
+	// Users expect it as a rule.
 	ExpectationPriority_EXPECTATION_PRIORITY_RECOMMENDED ExpectationPriority = 2
-	ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL    ExpectationPriority = 3
+	// Nice to have.
+	ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL ExpectationPriority = 3
 )
 
 // Enum value maps for ExpectationPriority.
@@ -448,9 +452,12 @@ func (ExpectationPriority) EnumDescriptor() ([]byte, []int) {
 type CriterionSource int32
 
 const (
+	// Not set.
 	CriterionSource_CRITERION_SOURCE_UNSPECIFIED CriterionSource = 0
-	CriterionSource_CRITERION_SOURCE_EXPLICIT    CriterionSource = 1
-	CriterionSource_CRITERION_SOURCE_INFERRED    CriterionSource = 2
+	// The user stated it.
+	CriterionSource_CRITERION_SOURCE_EXPLICIT CriterionSource = 1
+	// Inferred from the feature domain.
+	CriterionSource_CRITERION_SOURCE_INFERRED CriterionSource = 2
 )
 
 // Enum value maps for CriterionSource.
@@ -498,6 +505,7 @@ func (CriterionSource) EnumDescriptor() ([]byte, []int) {
 type HitKind int32
 
 const (
+	// Not set.
 	HitKind_HIT_KIND_UNSPECIFIED HitKind = 0
 	// Code of a registered repository (Librarian).
 	HitKind_HIT_KIND_CODE HitKind = 1
@@ -1228,10 +1236,13 @@ func (x *StructuredIntent) GetTimeScope() string {
 
 // DomainExpectation is one such expectation, with why it is expected.
 type DomainExpectation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Expectation   string                 `protobuf:"bytes,1,opt,name=expectation,proto3" json:"expectation,omitempty"`
-	Priority      ExpectationPriority    `protobuf:"varint,2,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
-	Rationale     string                 `protobuf:"bytes,3,opt,name=rationale,proto3" json:"rationale,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is expected, in a sentence.
+	Expectation string `protobuf:"bytes,1,opt,name=expectation,proto3" json:"expectation,omitempty"`
+	// How much it matters.
+	Priority ExpectationPriority `protobuf:"varint,2,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
+	// Why it is expected.
+	Rationale     string `protobuf:"bytes,3,opt,name=rationale,proto3" json:"rationale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1289,13 +1300,16 @@ func (x *DomainExpectation) GetRationale() string {
 
 // SuccessCriterion is a criterion of the enriched intent (spec A-10, A-11).
 type SuccessCriterion struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Criterion string                 `protobuf:"bytes,1,opt,name=criterion,proto3" json:"criterion,omitempty"`
-	Source    CriterionSource        `protobuf:"varint,2,opt,name=source,proto3,enum=sylk.message.v1.CriterionSource" json:"source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The criterion, in a sentence.
+	Criterion string `protobuf:"bytes,1,opt,name=criterion,proto3" json:"criterion,omitempty"`
+	// Whether the user stated it or it was inferred.
+	Source CriterionSource `protobuf:"varint,2,opt,name=source,proto3,enum=sylk.message.v1.CriterionSource" json:"source,omitempty"`
 	// Unspecified for explicit criteria.
 	Priority ExpectationPriority `protobuf:"varint,3,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
 	// "academic:<domain>" for inferred criteria.
-	InferredFrom  string `protobuf:"bytes,4,opt,name=inferred_from,json=inferredFrom,proto3" json:"inferred_from,omitempty"`
+	InferredFrom string `protobuf:"bytes,4,opt,name=inferred_from,json=inferredFrom,proto3" json:"inferred_from,omitempty"`
+	// Why it applies.
 	Rationale     string `protobuf:"bytes,5,opt,name=rationale,proto3" json:"rationale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1368,10 +1382,13 @@ func (x *SuccessCriterion) GetRationale() string {
 
 // ConfidenceEntry is one agent's confidence in its step (spec A-04).
 type ConfidenceEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	Confidence    float64                `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Its confidence, 0 to 1.
+	Confidence float64 `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// Why that confidence.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,10 +1446,13 @@ func (x *ConfidenceEntry) GetReason() string {
 
 // RerouteHop records one declined hop (spec A-08).
 type RerouteHop struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that declined.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// Why it declined.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The agent the request went to next.
+	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1548,7 +1568,8 @@ type AgentAnswer struct {
 	// The agent could not help with the request: it is not its domain, or it
 	// holds nothing about it (spec A-33 EMPTY_RESPONSE). An answer that
 	// searched and found nothing, and says so, is not cannot_help.
-	CannotHelp       bool   `protobuf:"varint,5,opt,name=cannot_help,json=cannotHelp,proto3" json:"cannot_help,omitempty"`
+	CannotHelp bool `protobuf:"varint,5,opt,name=cannot_help,json=cannotHelp,proto3" json:"cannot_help,omitempty"`
+	// Why it cannot help.
 	CannotHelpReason string `protobuf:"bytes,6,opt,name=cannot_help_reason,json=cannotHelpReason,proto3" json:"cannot_help_reason,omitempty"`
 	// The agent that may help instead, when the answering one knows.
 	SuggestedTarget string `protobuf:"bytes,7,opt,name=suggested_target,json=suggestedTarget,proto3" json:"suggested_target,omitempty"`
@@ -1557,20 +1578,24 @@ type AgentAnswer struct {
 	// The chain's cumulative confidence, its band and the action the band
 	// suggests ("proceed", "verify", "ask"): set by the Guide when it relays.
 	CumulativeConfidence float64 `protobuf:"fixed64,9,opt,name=cumulative_confidence,json=cumulativeConfidence,proto3" json:"cumulative_confidence,omitempty"`
-	ConfidenceBand       string  `protobuf:"bytes,10,opt,name=confidence_band,json=confidenceBand,proto3" json:"confidence_band,omitempty"`
-	SuggestedAction      string  `protobuf:"bytes,11,opt,name=suggested_action,json=suggestedAction,proto3" json:"suggested_action,omitempty"`
+	// See cumulative_confidence.
+	ConfidenceBand string `protobuf:"bytes,10,opt,name=confidence_band,json=confidenceBand,proto3" json:"confidence_band,omitempty"`
+	// See cumulative_confidence.
+	SuggestedAction string `protobuf:"bytes,11,opt,name=suggested_action,json=suggestedAction,proto3" json:"suggested_action,omitempty"`
 	// The query the agent searched with.
 	Query string `protobuf:"bytes,12,opt,name=query,proto3" json:"query,omitempty"`
 	// For the Archivalist: whether every session of the tenant was searched,
 	// and the newest entries it shows when nothing matched.
-	CrossSession bool   `protobuf:"varint,13,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
-	Recent       []*Hit `protobuf:"bytes,14,rep,name=recent,proto3" json:"recent,omitempty"`
+	CrossSession bool `protobuf:"varint,13,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
+	// See cross_session.
+	Recent []*Hit `protobuf:"bytes,14,rep,name=recent,proto3" json:"recent,omitempty"`
 	// The model that wrote text ("provider/model"); empty when no model did:
 	// the text is then assembled from the hits, and says so.
 	Model string `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`
 	// For the Guide's own replies: the reply's message name and the user's
 	// message it answers.
-	Message   string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
+	// See message.
 	InReplyTo string `protobuf:"bytes,17,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	// Set when the answer came from the Guide's route cache.
 	Cached bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
@@ -1810,15 +1835,23 @@ func (x *AgentAnswer) GetRerouteHistory() []*RerouteHop {
 
 // Hit is one ranked search result from a knowledge agent.
 type Hit struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Title     string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
-	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet   string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
-	Score     float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
-	Id        string                 `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
-	Kind      HitKind                `protobuf:"varint,8,opt,name=kind,proto3,enum=sylk.message.v1.HitKind" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A title for people.
+	Title string `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	// The file, for code.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The first line (1-based), for code.
+	LineStart int32 `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// The last line, for code.
+	LineEnd int32 `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The matching text.
+	Snippet string `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	// How well it matches; higher is better.
+	Score float64 `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	// The hit's id within its resource (a chunk, an entry, a section).
+	Id string `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	// What the hit points at.
+	Kind HitKind `protobuf:"varint,8,opt,name=kind,proto3,enum=sylk.message.v1.HitKind" json:"kind,omitempty"`
 	// The resource the hit belongs to: "repositories/<id>",
 	// "entries/<id>" or "documents/<id>".
 	Name string `protobuf:"bytes,9,opt,name=name,proto3" json:"name,omitempty"`
@@ -1826,7 +1859,8 @@ type Hit struct {
 	Repository string `protobuf:"bytes,10,opt,name=repository,proto3" json:"repository,omitempty"`
 	// An entry's category, or a document section's heading.
 	Category string `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
-	Heading  string `protobuf:"bytes,12,opt,name=heading,proto3" json:"heading,omitempty"`
+	// See category.
+	Heading string `protobuf:"bytes,12,opt,name=heading,proto3" json:"heading,omitempty"`
 	// The session an entry was recorded in.
 	SessionId string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The symbol the code hit defines, when it defines one.
@@ -1968,11 +2002,15 @@ type Citation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The cited resource ("repositories/<id>", "entries/<id>",
 	// "documents/<id>") or an external URL.
-	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Title     string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Path      string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart int32  `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32  `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A title for people.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// The cited file, for code.
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// The first cited line (1-based).
+	LineStart int32 `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// The last cited line.
+	LineEnd int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
 	// The revision the citation was read at (a repository's commit).
 	Revision string `protobuf:"bytes,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// A document section's heading.
@@ -2143,13 +2181,16 @@ func (x *StoreRequest) GetContent() string {
 // E-14).
 type TaskHelp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// What the task needs help with.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// The issue the task ran into, as the asking agent names it.
 	ContextSourceIssue string `protobuf:"bytes,2,opt,name=context_source_issue,json=contextSourceIssue,proto3" json:"context_source_issue,omitempty"`
-	RunId              string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId             string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The run (its id).
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskHelp) Reset() {
