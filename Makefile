@@ -105,14 +105,16 @@ lint: ## gofmt check, go vet over every module, and the import rules (internal/a
 	$(GO) vet $(PACKAGES)
 	$(GO) test -count=1 ./internal/archtest/
 
-# The OpenAPI document the gateway serves, linted with the pinned CLI of
+# The OpenAPI documents the gateway serves (2.0 and 3), linted with the pinned CLI of
 # tools/openapi-lint (its rules in tools/openapi-lint/redocly.yaml).
 .PHONY: openapi-lint
-openapi-lint: ## Lint the served OpenAPI document (needs node and npm)
+openapi-lint: ## Lint the served OpenAPI documents, 2.0 and 3 (needs node and npm)
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
 	  npm ci --prefix tools/openapi-lint --no-audit --no-fund --loglevel=error && \
 	  $(GO) run ./internal/tools/openapidump -o $$tmp/openapi.json && \
-	  npx --prefix tools/openapi-lint redocly lint --config tools/openapi-lint/redocly.yaml $$tmp/openapi.json
+	  $(GO) run ./internal/tools/openapidump -v3 -o $$tmp/openapi.v3.json && \
+	  npx --prefix tools/openapi-lint redocly lint --config tools/openapi-lint/redocly.yaml \
+	    $$tmp/openapi.json $$tmp/openapi.v3.json
 
 .PHONY: check
 check: proto-lint proto-check proto-breaking lint openapi-lint ## Every static check CI runs

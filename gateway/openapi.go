@@ -83,6 +83,7 @@ func openAPIDocument() ([]byte, error) {
 	if err := describeOperations(doc); err != nil {
 		return nil, err
 	}
+	pruneDefinitions(doc, defs)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encode OpenAPI document: %w", err)
@@ -116,6 +117,42 @@ func errorSchema() map[string]any {
 					"fault, google.rpc.RetryInfo (retryDelay) when a later retry may succeed."},
 		},
 		"additionalProperties": false,
+	}
+}
+
+// pruneDefinitions deletes the definitions nothing refers to (the
+// generator defines some well-known types that no field uses).
+func pruneDefinitions(doc, defs map[string]any) {
+	for {
+		used := map[string]bool{}
+		collectRefs(doc, used)
+		pruned := false
+		for name := range defs {
+			if !used["#/definitions/"+name] {
+				delete(defs, name)
+				pruned = true
+			}
+		}
+		if !pruned {
+			return
+		}
+	}
+}
+
+// collectRefs adds every "$ref" in v to refs.
+func collectRefs(v any, refs map[string]bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		if ref, ok := v["$ref"].(string); ok {
+			refs[ref] = true
+		}
+		for _, e := range v {
+			collectRefs(e, refs)
+		}
+	case []any:
+		for _, e := range v {
+			collectRefs(e, refs)
+		}
 	}
 }
 

@@ -2,6 +2,12 @@ package gateway
 
 import "strings"
 
+// The media types of the streams.
+const (
+	mimeNDJSON = "application/x-ndjson"
+	mimeSSE    = "text/event-stream"
+)
+
 // ndjsonDescription is the 200 response of a streaming operation.
 const ndjsonDescription = "A stream of newline-delimited JSON (application/x-ndjson): one line {\"result\": ...} per " +
 	"message, flushed as it comes. A failure after the first line ends the stream with a line {\"error\": Error}; a " +
@@ -20,11 +26,11 @@ func describeStream(op, responses map[string]any) {
 	props["error"] = map[string]any{"$ref": "#/definitions/" + errorDefinition}
 	line["description"] = "One line of the stream: result, or error as the last line."
 	ok["description"] = ndjsonDescription
-	op["produces"] = []any{"application/x-ndjson"}
+	op["produces"] = []any{mimeNDJSON}
 	if op["operationId"] != sseOperation {
 		return
 	}
-	op["produces"] = []any{"application/x-ndjson", "text/event-stream"}
+	op["produces"] = []any{mimeNDJSON, mimeSSE}
 	desc, _ := op["description"].(string)
 	op["description"] = strings.TrimSpace(desc + sseDescription)
 	ok["description"] = ndjsonDescription + " With text/event-stream: server-sent events, see the operation's description."

@@ -275,3 +275,38 @@ func TestOpenAPIOperations(t *testing.T) {
 	require.Contains(t, doc.Paths["/v1/keys/{id}:rotate"]["post"]["responses"], "409", "an operation with a body may conflict")
 	require.NotContains(t, doc.Paths["/v1/keys"]["get"]["responses"], "413", "a GET has no body to be too large")
 }
+
+// TestOpenAPIv3: /openapi.v3.json is the same API as OpenAPI 3: the same
+// paths, the Error schema, and the streams' media types (errors stay
+// application/json).
+func TestOpenAPIv3(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v2 := h.openAPI(t)
+	r := h.do(t, http.MethodGet, "/openapi.v3.json", "")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	var v3 struct {
+		OpenAPI    string                                      `json:"openapi"`
+		Paths      map[string]map[string]map[string]any        `json:"paths"`
+		Components struct{ Schemas map[string]map[string]any } `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &v3))
+	require.Regexp(t, `^3\.`, v3.OpenAPI)
+	require.Len(t, v3.Paths, len(v2.Paths))
+	for path := range v2.Paths {
+		require.Contains(t, v3.Paths, path)
+	}
+	require.Contains(t, v3.Components.Schemas, errorDefinition)
+	require.NotContains(t, r.body, "#/definitions/", "references point into components")
+
+	responses := v3.Paths["/v1/sessions/{session}/events:stream"]["get"]["responses"].(map[string]any)
+	content := func(code string) []string {
+		var types []string
+		for typ := range responses[code].(map[string]any)["content"].(map[string]any) {
+			types = append(types, typ)
+		}
+		return types
+	}
+	require.ElementsMatch(t, []string{mimeNDJSON, mimeSSE}, content("200"))
+	require.Equal(t, []string{"application/json"}, content("404"))
+}
