@@ -61,7 +61,14 @@ func TestAuditAndKeys(t *testing.T) {
 	require.Equal(t, plan["name"], byAction[audit.ActionPlanApproved][0]["target"])
 	require.Len(t, byAction[audit.ActionRunCreated], 2, "the plan's run and the direct one")
 	require.Equal(t, long, byAction[audit.ActionRunCancelled][0]["target"])
-	require.Equal(t, "api_keys/"+keyID, byAction[audit.ActionKeyCreated][0]["target"])
+	targets := func(action string) []any {
+		var out []any
+		for _, r := range byAction[action] {
+			out = append(out, r["target"])
+		}
+		return out
+	}
+	require.Equal(t, []any{"api_keys/" + oldID, "api_keys/" + keyID}, targets(audit.ActionKeyCreated), "newest first")
 	require.Equal(t, "api_keys/"+keyID, byAction[audit.ActionKeyRevoked][0]["target"])
 	require.Equal(t, "api_keys/"+oldID, byAction[audit.ActionKeyRotated][0]["target"])
 	require.Equal(t, "mia", byAction[audit.ActionKeyRotated][0]["actor"])
