@@ -192,7 +192,8 @@ type KeyServiceClient interface {
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	// RevokeKey revokes a key: at once on the gateway that answers, within
 	// the auth cache TTL on the others. Admins revoke any key of the tenant,
-	// others their own. Revoking a revoked key changes nothing.
+	// others their own. Revoking a revoked key changes nothing; a key rotated
+	// with a grace period is revoked at once.
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
 	// RotateKey replaces a key with a new one for the same user: the new
 	// key is returned once, and the old one is revoked at once or, with a
@@ -265,7 +266,8 @@ type KeyServiceServer interface {
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	// RevokeKey revokes a key: at once on the gateway that answers, within
 	// the auth cache TTL on the others. Admins revoke any key of the tenant,
-	// others their own. Revoking a revoked key changes nothing.
+	// others their own. Revoking a revoked key changes nothing; a key rotated
+	// with a grace period is revoked at once.
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
 	// RotateKey replaces a key with a new one for the same user: the new
 	// key is returned once, and the old one is revoked at once or, with a
