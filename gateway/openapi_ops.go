@@ -110,6 +110,8 @@ func splitSummary(op map[string]any) {
 	// operationId names the RPC already.
 	id, _ := op["operationId"].(string)
 	if _, rpc, ok := strings.Cut(id, "_"); ok {
+		// A second binding of an RPC is "<Service>_<RPC>2".
+		rpc = strings.TrimRight(rpc, "0123456789")
 		if after, ok := strings.CutPrefix(summary, rpc+" "); ok && after != "" {
 			summary = strings.ToUpper(after[:1]) + after[1:]
 		}

@@ -52,7 +52,7 @@ type LibrarianServiceClient interface {
 	GetRepository(ctx context.Context, in *GetRepositoryRequest, opts ...grpc.CallOption) (*GetRepositoryResponse, error)
 	// ListRepositories lists the tenant's registered repositories.
 	ListRepositories(ctx context.Context, in *ListRepositoriesRequest, opts ...grpc.CallOption) (*ListRepositoriesResponse, error)
-	// IndexRepository (re)indexes a repository's files as an operation
+	// IndexRepository indexes a repository's files as an operation
 	// (GetOperation follows it); it waits for it unless async is set.
 	IndexRepository(ctx context.Context, in *IndexRepositoryRequest, opts ...grpc.CallOption) (*IndexRepositoryResponse, error)
 	// GetOperation returns an index operation: its progress while it runs,
@@ -264,7 +264,7 @@ type LibrarianServiceServer interface {
 	GetRepository(context.Context, *GetRepositoryRequest) (*GetRepositoryResponse, error)
 	// ListRepositories lists the tenant's registered repositories.
 	ListRepositories(context.Context, *ListRepositoriesRequest) (*ListRepositoriesResponse, error)
-	// IndexRepository (re)indexes a repository's files as an operation
+	// IndexRepository indexes a repository's files as an operation
 	// (GetOperation follows it); it waits for it unless async is set.
 	IndexRepository(context.Context, *IndexRepositoryRequest) (*IndexRepositoryResponse, error)
 	// GetOperation returns an index operation: its progress while it runs,

@@ -58,8 +58,7 @@ type WorkflowServiceClient interface {
 	PauseRun(ctx context.Context, in *PauseRunRequest, opts ...grpc.CallOption) (*PauseRunResponse, error)
 	// ResumeRun undoes PauseRun.
 	ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (*ResumeRunResponse, error)
-	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
-	// unfinished run of a session.
+	// PauseSessionRuns pauses every unfinished run of a session.
 	PauseSessionRuns(ctx context.Context, in *PauseSessionRunsRequest, opts ...grpc.CallOption) (*PauseSessionRunsResponse, error)
 	// ResumeSessionRuns resumes every paused run of a session.
 	ResumeSessionRuns(ctx context.Context, in *ResumeSessionRunsRequest, opts ...grpc.CallOption) (*ResumeSessionRunsResponse, error)
@@ -243,8 +242,7 @@ type WorkflowServiceServer interface {
 	PauseRun(context.Context, *PauseRunRequest) (*PauseRunResponse, error)
 	// ResumeRun undoes PauseRun.
 	ResumeRun(context.Context, *ResumeRunRequest) (*ResumeRunResponse, error)
-	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
-	// unfinished run of a session.
+	// PauseSessionRuns pauses every unfinished run of a session.
 	PauseSessionRuns(context.Context, *PauseSessionRunsRequest) (*PauseSessionRunsResponse, error)
 	// ResumeSessionRuns resumes every paused run of a session.
 	ResumeSessionRuns(context.Context, *ResumeSessionRunsRequest) (*ResumeSessionRunsResponse, error)
