@@ -105,8 +105,23 @@ lint: ## gofmt check, go vet over every module, and the import rules (internal/a
 	$(GO) vet $(PACKAGES)
 	$(GO) test -count=1 ./internal/archtest/
 
+# The OpenAPI documents the gateway serves (2.0 and 3), linted with the pinned CLI of
+# tools/openapi-lint (its rules in tools/openapi-lint/redocly.yaml); TypeScript types
+# generated from the OpenAPI 3 one must compile in strict mode.
+.PHONY: openapi-lint
+openapi-lint: ## Lint the served OpenAPI documents, 2.0 and 3 (needs node and npm)
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  npm ci --prefix tools/openapi-lint --no-audit --no-fund --loglevel=error && \
+	  $(GO) run ./internal/tools/openapidump -o $$tmp/openapi.json && \
+	  $(GO) run ./internal/tools/openapidump -v3 -o $$tmp/openapi.v3.json && \
+	  npx --prefix tools/openapi-lint redocly lint --config tools/openapi-lint/redocly.yaml \
+	    $$tmp/openapi.json $$tmp/openapi.v3.json && \
+	  npx --prefix tools/openapi-lint openapi-typescript $$tmp/openapi.v3.json -o $$tmp/api.d.ts && \
+	  npx --prefix tools/openapi-lint tsc --strict --noEmit $$tmp/api.d.ts && \
+	  echo "openapi-lint: TypeScript types generated from /openapi.v3.json compile with tsc --strict"
+
 .PHONY: check
-check: proto-lint proto-check proto-breaking lint ## Every static check CI runs
+check: proto-lint proto-check proto-breaking lint openapi-lint ## Every static check CI runs
 
 # The deploy tests render the Helm chart with helm.
 .PHONY: test

@@ -15,7 +15,8 @@ import (
 
 // The services record security-relevant actions in the tenant's audit
 // chain; admins read it and verify it, and a record edited or deleted in
-// SQL is found. Keys are created, listed and revoked through the API.
+// SQL is found. Keys are created, listed, revoked and rotated through the
+// API.
 func TestAuditAndKeys(t *testing.T) {
 	c := startMesh(t)
 
@@ -40,6 +41,16 @@ func TestAuditAndKeys(t *testing.T) {
 	c.ok("POST", "/v1/keys/"+keyID+":revoke", map[string]any{})
 	require.Equal(t, http.StatusUnauthorized, c.doKey(viewerKey, "GET", "/v1/sessions", nil).Status, "revoked at once")
 
+	// A member rotates their own key: the new one works, the old one stops.
+	member := c.ok("POST", "/v1/keys", map[string]any{"userId": "mia", "role": "member"})
+	oldKey, oldID := member["key"].(string), member["apiKey"].(map[string]any)["id"].(string)
+	rotated := c.doKey(oldKey, "POST", "/v1/keys/"+oldID+":rotate", map[string]any{})
+	require.Equal(t, http.StatusOK, rotated.Status, rotated.Raw)
+	newKey := rotated.Body["key"].(string)
+	require.Equal(t, "mia", rotated.Body["apiKey"].(map[string]any)["userId"])
+	require.Equal(t, http.StatusOK, c.doKey(newKey, "GET", "/v1/sessions", nil).Status)
+	require.Equal(t, http.StatusUnauthorized, c.doKey(oldKey, "GET", "/v1/sessions", nil).Status, "rotated without grace: revoked at once")
+
 	recs := c.ok("GET", "/v1/audit?pageSize=100", nil)["records"].([]any)
 	byAction := map[string][]map[string]any{}
 	for _, r := range recs {
@@ -50,8 +61,17 @@ func TestAuditAndKeys(t *testing.T) {
 	require.Equal(t, plan["name"], byAction[audit.ActionPlanApproved][0]["target"])
 	require.Len(t, byAction[audit.ActionRunCreated], 2, "the plan's run and the direct one")
 	require.Equal(t, long, byAction[audit.ActionRunCancelled][0]["target"])
-	require.Equal(t, "api_keys/"+keyID, byAction[audit.ActionKeyCreated][0]["target"])
+	targets := func(action string) []any {
+		var out []any
+		for _, r := range byAction[action] {
+			out = append(out, r["target"])
+		}
+		return out
+	}
+	require.Equal(t, []any{"api_keys/" + oldID, "api_keys/" + keyID}, targets(audit.ActionKeyCreated), "newest first")
 	require.Equal(t, "api_keys/"+keyID, byAction[audit.ActionKeyRevoked][0]["target"])
+	require.Equal(t, "api_keys/"+oldID, byAction[audit.ActionKeyRotated][0]["target"])
+	require.Equal(t, "mia", byAction[audit.ActionKeyRotated][0]["actor"])
 	require.Equal(t, "val", byAction[audit.ActionPermissionDenied][0]["actor"])
 	require.Equal(t, "admin", byAction[audit.ActionPlanApproved][0]["actor"])
 

@@ -141,13 +141,8 @@ func IssueAPIKey(ctx context.Context, db *pgxpool.Pool, log *audit.Log, actor st
 		if err := ensureTenantUser(ctx, tx, spec.Tenant, spec.User, spec.Role, false); err != nil {
 			return err
 		}
-		k, err = scanKey(tx.QueryRow(ctx, `WITH k AS (
-			INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *)
-			SELECT `+keyColumns+` FROM k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id`,
-			ids.New(), spec.Tenant, spec.User, hashKey(key), key[:keyDisplayLen], spec.Description, spec.ExpiresAt))
-		if err != nil {
-			return fmt.Errorf("store API key: %w", err)
+		if k, err = insertKey(ctx, tx, spec, key); err != nil {
+			return err
 		}
 		details := map[string]string{"user": k.UserID, "role": k.Role, "prefix": k.Prefix}
 		if spec.ExpiresAt != nil {
@@ -163,25 +158,52 @@ func IssueAPIKey(ctx context.Context, db *pgxpool.Pool, log *audit.Log, actor st
 	return k, key, nil
 }
 
+// insertKey stores key (its hash) for spec's user, who must exist.
+func insertKey(ctx context.Context, tx pgx.Tx, spec KeySpec, key string) (APIKey, error) {
+	k, err := scanKey(tx.QueryRow(ctx, `WITH k AS (
+		INSERT INTO api_keys (id, tenant_id, user_id, key_hash, prefix, description, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *)
+		SELECT `+keyColumns+` FROM k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id`,
+		ids.New(), spec.Tenant, spec.User, hashKey(key), key[:keyDisplayLen], spec.Description, spec.ExpiresAt))
+	if err != nil {
+		return APIKey{}, fmt.Errorf("store API key: %w", err)
+	}
+	return k, nil
+}
+
+// lockKey reads the key keyID of the caller's tenant and locks its row
+// for tx. Another user's key is not found for a non-admin, like an
+// unknown one.
+func lockKey(ctx context.Context, tx pgx.Tx, id identity.Identity, keyID string) (APIKey, error) {
+	if !ids.Valid(keyID) {
+		return APIKey{}, apierr.NotFound("API key", keyID)
+	}
+	k, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+`
+		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
+		WHERE k.tenant_id = $1 AND k.id = $2 FOR UPDATE OF k`, id.TenantID, keyID))
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && id.Role != identity.RoleAdmin && k.UserID != id.UserID {
+		return APIKey{}, apierr.NotFound("API key", keyID)
+	}
+	if err != nil {
+		return APIKey{}, fmt.Errorf("look up API key: %w", err)
+	}
+	return k, nil
+}
+
 func (s *keyServer) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest) (*adminv1.RevokeKeyResponse, error) {
 	id, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !ids.Valid(req.GetId()) {
-		return nil, apierr.NotFound("API key", req.GetId())
-	}
 	var k APIKey
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		k, err = scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+`
-			FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
-			WHERE k.tenant_id = $1 AND k.id = $2 FOR UPDATE OF k`, id.TenantID, req.GetId()))
-		// Another user's key is not found for a non-admin, like an unknown one.
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && id.Role != identity.RoleAdmin && k.UserID != id.UserID {
-			return apierr.NotFound("API key", req.GetId())
-		}
-		if err != nil || k.RevokedAt != nil {
+		if k, err = lockKey(ctx, tx, id, req.GetId()); err != nil {
 			return err
+		}
+		// A key rotated with a grace period has a revoke time to come:
+		// revoking it brings that time to now.
+		if k.RevokedAt != nil && !k.RevokedAt.After(s.now()) {
+			return nil
 		}
 		if err := tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE tenant_id = $1 AND id = $2 RETURNING revoked_at`,
 			id.TenantID, k.ID).Scan(&k.RevokedAt); err != nil {

@@ -251,7 +251,7 @@ func listKeys(ctx context.Context, db *pgxpool.Pool, tenant, user string) ([]API
 
 // RevokeAPIKey revokes a key of tenant by id; revoking a revoked key is a no-op.
 func RevokeAPIKey(ctx context.Context, db *pgxpool.Pool, tenant, id string) error {
-	tag, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2`, tenant, id)
+	tag, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = LEAST(COALESCE(revoked_at, now()), now()) WHERE tenant_id = $1 AND id = $2`, tenant, id)
 	if err != nil {
 		return fmt.Errorf("revoke API key: %w", err)
 	}
@@ -275,7 +275,7 @@ func RevokeAPIKeyAs(ctx context.Context, db *pgxpool.Pool, log *audit.Log, actor
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var user, prefix string
 		var revoked bool
-		err := tx.QueryRow(ctx, `SELECT user_id, prefix, revoked_at IS NOT NULL FROM api_keys WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+		err := tx.QueryRow(ctx, `SELECT user_id, prefix, revoked_at IS NOT NULL AND revoked_at <= now() FROM api_keys WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
 			tenant, id).Scan(&user, &prefix, &revoked)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrKeyNotFound
@@ -377,6 +377,7 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 	var (
 		keyID     string
 		revoked   bool
+		revokeAt  *time.Time
 		expiresAt *time.Time
 		lastUsed  *time.Time
 	)
@@ -384,9 +385,10 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 	if known, ok := a.cached(string(hash)); ok {
 		return known.id, known.res, nil, nil
 	}
-	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, k.revoked_at IS NOT NULL, k.expires_at, k.last_used_at
+	// A rotated key's revoke time may lie ahead (its grace period).
+	err = a.db.QueryRow(ctx, `SELECT k.id, k.tenant_id, k.user_id, u.role, COALESCE(k.revoked_at <= now(), false), k.revoked_at, k.expires_at, k.last_used_at
 		FROM api_keys k JOIN users u ON u.tenant_id = k.tenant_id AND u.id = k.user_id
-		WHERE k.key_hash = $1`, hash).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &expiresAt, &lastUsed)
+		WHERE k.key_hash = $1`, hash).Scan(&keyID, &id.TenantID, &id.UserID, &id.Role, &revoked, &revokeAt, &expiresAt, &lastUsed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		a.remember(string(hash), knownKey{res: authUnknown}, nil)
 		return identity.Identity{}, authUnknown, nil, nil
@@ -411,8 +413,16 @@ func (a *authenticator) lookup(ctx context.Context, key string) (id identity.Ide
 			WHERE tenant_id = $1 AND id = $2 AND (last_used_at IS NULL OR last_used_at < now() - $3::interval)`,
 			id.TenantID, keyID, lastUsedEvery)
 	}
-	a.remember(string(hash), knownKey{res: authOK, keyID: keyID, id: id}, expiresAt)
+	a.remember(string(hash), knownKey{res: authOK, keyID: keyID, id: id}, earliest(expiresAt, revokeAt))
 	return id, authOK, touchErr, nil
+}
+
+// earliest is the earlier of two optional times.
+func earliest(a, b *time.Time) *time.Time {
+	if a == nil || b != nil && b.Before(*a) {
+		return b
+	}
+	return a
 }
 
 // knownValid reports whether key is cached as valid: such a request is

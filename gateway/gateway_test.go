@@ -286,7 +286,7 @@ func TestPublicEndpoints(t *testing.T) {
 	require.Equal(t, "2.0", doc.Swagger)
 	require.Equal(t, "Sylk API", doc.Info.Title)
 	require.Contains(t, doc.Paths, "/v1/sessions")
-	require.Contains(t, doc.Paths, "/v1/{parent}/events:stream")
+	require.Contains(t, doc.Paths, "/v1/sessions/{session}/events:stream")
 	require.Contains(t, doc.SecurityDefinitions, "ApiKey")
 
 	r = h.do(t, http.MethodPost, "/healthz", "")

@@ -38,6 +38,8 @@ const (
 	pathHealthz = "/healthz"
 	pathReadyz  = "/readyz"
 	pathOpenAPI = "/openapi.json"
+	// pathOpenAPIv3 is the same API as OpenAPI 3.
+	pathOpenAPIv3 = "/openapi.v3.json"
 
 	// routeNone labels requests that reached no route (401s, 404s).
 	routeNone = "none"
@@ -187,7 +189,7 @@ func (g *Gateway) chain() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	switch r.URL.Path {
-	case pathHealthz, pathReadyz, pathOpenAPI:
+	case pathHealthz, pathReadyz, pathOpenAPI, pathOpenAPIv3:
 		info.route = r.URL.Path
 		g.servePublic(w, r)
 		return
@@ -550,6 +552,14 @@ func (g *Gateway) servePublic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 	case pathOpenAPI:
 		writeJSON(w, http.StatusOK, g.openapi)
+	case pathOpenAPIv3:
+		doc, err := servedOpenAPIv3()
+		if err != nil {
+			g.log.ErrorContext(r.Context(), "OpenAPI 3 document", logx.Err(err))
+			writeError(w, errInternal)
+			return
+		}
+		writeJSON(w, http.StatusOK, doc)
 	}
 }
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -18,6 +17,8 @@ const (
 	// statusDefinition is the generator's google.rpc.Status, which the
 	// gateway never sends: every reference to it becomes one to Error.
 	statusDefinition = "rpcStatus"
+	// anyDefinition is google.protobuf.Any.
+	anyDefinition = "protobufAny"
 	// sseOperation is the one operation that also streams server-sent
 	// events.
 	sseOperation = "GuideService_StreamEvents"
@@ -31,13 +32,20 @@ const apiDescription = "Sessions, messages, plans, runs and knowledge of the Syl
 	"stable google.rpc.ErrorInfo reason a client branches on and details are the status details as google.rpc.Status " +
 	"renders them in JSON. Streams are newline-delimited JSON: a line {\"result\": ...} per message and, when a stream " +
 	"fails after its first message, a last line {\"error\": Error}; a stream that fails before answers like any call. " +
-	"GET /v1/sessions/{id}/events:stream also streams server-sent events with \"Accept: text/event-stream\" or " +
+	"GET /v1/sessions/{session}/events:stream also streams server-sent events with \"Accept: text/event-stream\" or " +
 	"?format=sse (resume with Last-Event-ID)."
 
 const sseDescription = "\n\nWith \"Accept: text/event-stream\" or ?format=sse the events come as server-sent events: " +
 	"\"id\" is the event's sequence (send it back as Last-Event-ID to resume), \"event\" its type " +
 	"(EVENT_TYPE_MESSAGE_ANSWERED, ...) and \"data\" the v1Event as JSON on one line. A failure after the stream " +
-	"started ends it with an \"error\" event whose data is an Error."
+	"started ends it with an \"error\" event whose data is an Error. A \": keepalive\" comment line comes when nothing " +
+	"else did for the keepalive interval."
+
+// OpenAPIDocument returns the OpenAPI (Swagger 2.0) document the gateway
+// serves at /openapi.json.
+func OpenAPIDocument() ([]byte, error) {
+	return openAPIDocument()
+}
 
 // openAPIDocument returns the generated OpenAPI document with the API's
 // title, its API-key security schemes and its error form filled in (the
@@ -62,11 +70,20 @@ func openAPIDocument() ([]byte, error) {
 		return nil, fmt.Errorf("embedded OpenAPI document has no definitions")
 	}
 	defs[errorDefinition] = errorSchema()
+	if _, ok := defs[anyDefinition]; !ok {
+		// The generator defines it only where a message refers to it;
+		// Error's details do.
+		defs[anyDefinition] = map[string]any{"type": "object",
+			"description":          "A message of any type, in JSON with its type URL as \"@type\".",
+			"properties":           map[string]any{"@type": map[string]any{"type": "string", "description": "The type URL of the message."}},
+			"additionalProperties": true}
+	}
 	delete(defs, statusDefinition)
 	replaceRef(doc, "#/definitions/"+statusDefinition, "#/definitions/"+errorDefinition)
 	if err := describeOperations(doc); err != nil {
 		return nil, err
 	}
+	pruneDefinitions(doc, defs)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encode OpenAPI document: %w", err)
@@ -94,12 +111,48 @@ func errorSchema() map[string]any {
 			"domain": str("The ErrorInfo domain: " + apierr.Domain + "."),
 			"metadata": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
 				"description": "The ErrorInfo metadata: facts a client may use (\"field\", \"resource\", \"scope\", ...)."},
-			"details": map[string]any{"type": "array", "items": map[string]any{"$ref": "#/definitions/protobufAny"},
+			"details": map[string]any{"type": "array", "items": map[string]any{"$ref": "#/definitions/" + anyDefinition},
 				"description": "The status details as google.rpc.Status renders them in JSON, each with its \"@type\": " +
 					"google.rpc.ErrorInfo always, google.rpc.BadRequest (fieldViolations) when request fields are at " +
 					"fault, google.rpc.RetryInfo (retryDelay) when a later retry may succeed."},
 		},
 		"additionalProperties": false,
+	}
+}
+
+// pruneDefinitions deletes the definitions nothing refers to (the
+// generator defines some well-known types that no field uses).
+func pruneDefinitions(doc, defs map[string]any) {
+	for {
+		used := map[string]bool{}
+		collectRefs(doc, used)
+		pruned := false
+		for name := range defs {
+			if !used["#/definitions/"+name] {
+				delete(defs, name)
+				pruned = true
+			}
+		}
+		if !pruned {
+			return
+		}
+	}
+}
+
+// collectRefs adds every "$ref" in v to refs.
+func collectRefs(v any, refs map[string]bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		if ref, ok := v["$ref"].(string); ok {
+			refs[ref] = true
+		}
+		for _, e := range v {
+			collectRefs(e, refs)
+		}
+	case []any:
+		for _, e := range v {
+			collectRefs(e, refs)
+		}
 	}
 }
 
@@ -117,46 +170,5 @@ func replaceRef(v any, from, to string) {
 		for _, e := range v {
 			replaceRef(e, from, to)
 		}
-	}
-}
-
-// describeOperations says, on every operation, that its default response
-// is an Error, and on the streaming ones how they frame their messages.
-func describeOperations(doc map[string]any) error {
-	paths, _ := doc["paths"].(map[string]any)
-	for path, p := range paths {
-		ops, _ := p.(map[string]any)
-		for method, o := range ops {
-			op, _ := o.(map[string]any)
-			responses, _ := op["responses"].(map[string]any)
-			if responses == nil {
-				return fmt.Errorf("OpenAPI operation %s %s has no responses", method, path)
-			}
-			responses["default"] = map[string]any{
-				"description": "An error, in the JSON error form.",
-				"schema":      map[string]any{"$ref": "#/definitions/" + errorDefinition},
-			}
-			describeStream(op, responses)
-		}
-	}
-	return nil
-}
-
-// describeStream describes a streaming operation's framing; it leaves
-// other operations as they are.
-func describeStream(op, responses map[string]any) {
-	ok, _ := responses["200"].(map[string]any)
-	schema, _ := ok["schema"].(map[string]any)
-	props, _ := schema["properties"].(map[string]any)
-	if _, streams := props["result"]; !streams {
-		return
-	}
-	ok["description"] = "Newline-delimited JSON: a line {\"result\": ...} per message; a failure after the first " +
-		"message ends the stream with a line {\"error\": Error}."
-	op["produces"] = []any{"application/x-ndjson"}
-	if op["operationId"] == sseOperation {
-		op["produces"] = []any{"application/x-ndjson", "text/event-stream"}
-		desc, _ := op["description"].(string)
-		op["description"] = strings.TrimSpace(desc + sseDescription)
 	}
 }

@@ -34,6 +34,7 @@ func (h *harness) openAPI(t *testing.T) swagger {
 // list is refused unless additionalProperties allows it.
 func conform(t *testing.T, doc swagger, schema map[string]any, v any, at string) {
 	t.Helper()
+	schema = unwrapAllOf(schema)
 	if ref, ok := schema["$ref"].(string); ok {
 		def, ok := doc.Definitions[strings.TrimPrefix(ref, "#/definitions/")]
 		require.True(t, ok, "%s: %s is not defined", at, ref)
@@ -81,6 +82,15 @@ func conform(t *testing.T, doc swagger, schema map[string]any, v any, at string)
 	default:
 		t.Fatalf("%s: schema type %v is not checked here", at, schema["type"])
 	}
+}
+
+// unwrapAllOf is the one schema of {"allOf": [schema], "description": ...},
+// the generator's form of a documented field of a message type.
+func unwrapAllOf(schema map[string]any) map[string]any {
+	if all, ok := schema["allOf"].([]any); ok && len(all) == 1 {
+		return all[0].(map[string]any)
+	}
+	return schema
 }
 
 // TestOpenAPIDocumentsTheErrorsSent: every operation's default response is
@@ -173,7 +183,7 @@ func TestOpenAPIDescribesTypedEvents(t *testing.T) {
 	doc := newHarness(t, nil).openAPI(t)
 	ref := func(schema any) string {
 		t.Helper()
-		s, _ := schema.(map[string]any)["$ref"].(string)
+		s, _ := unwrapAllOf(schema.(map[string]any))["$ref"].(string)
 		require.NotEmpty(t, s, "%v refers to a definition", schema)
 		return strings.TrimPrefix(s, "#/definitions/")
 	}
@@ -184,11 +194,11 @@ func TestOpenAPIDescribesTypedEvents(t *testing.T) {
 		return p
 	}
 
-	page := doc.Paths["/v1/{parent}/events"]["get"]["responses"].(map[string]any)["200"].(map[string]any)
+	page := doc.Paths["/v1/sessions/{session}/events"]["get"]["responses"].(map[string]any)["200"].(map[string]any)
 	items := prop(ref(page["schema"]), "events").(map[string]any)["items"]
 	require.Equal(t, "v1Event", ref(items))
 
-	stream := doc.Paths["/v1/{parent}/events:stream"]["get"]
+	stream := doc.Paths["/v1/sessions/{session}/events:stream"]["get"]
 	require.Equal(t, []any{"application/x-ndjson", "text/event-stream"}, stream["produces"])
 	require.Contains(t, stream["description"], "EVENT_TYPE_MESSAGE_ANSWERED")
 	line := stream["responses"].(map[string]any)["200"].(map[string]any)["schema"].(map[string]any)
@@ -207,4 +217,96 @@ func TestOpenAPIDescribesTypedEvents(t *testing.T) {
 	for i := range payloads.Len() {
 		ref(prop("v1Event", payloads.Get(i).JSONName()))
 	}
+}
+
+// TestOpenAPIOperations: every path names its resources (/v1/sessions/
+// {session}, never /v1/{name}); every operation has a one-line summary
+// and declares the error statuses the gateway answers with, each an
+// Error; the streams say how they are framed.
+func TestOpenAPIOperations(t *testing.T) {
+	t.Parallel()
+	doc := newHarness(t, nil).openAPI(t)
+	errRef := map[string]any{"$ref": "#/definitions/" + errorDefinition}
+	shapes := map[string]string{}
+	for path, methods := range doc.Paths {
+		require.Regexp(t, `^/v1/[a-zA-Z]+(/|:|$)`, path, "the path starts with a collection")
+		for _, param := range pathParam.FindAllStringSubmatch(path, -1) {
+			require.NotContains(t, []string{"name", "parent"}, param[1], path)
+			require.NotRegexp(t, `_\d+$|ie$|\.`, param[1], path)
+		}
+		shape := pathParam.ReplaceAllString(path, "{}")
+		require.NotContains(t, shapes, shape, "%s and %s differ only by parameter names", path, shapes[shape])
+		shapes[shape] = path
+		for method, op := range methods {
+			summary, _ := op["summary"].(string)
+			require.NotEmpty(t, summary, "%s %s", method, path)
+			require.NotContains(t, summary, "\n", "%s %s", method, path)
+			responses := op["responses"].(map[string]any)
+			if line, _ := responses["200"].(map[string]any)["schema"].(map[string]any); line["properties"] != nil {
+				if _, streams := line["properties"].(map[string]any)["result"]; streams {
+					require.Contains(t, op["produces"], "application/x-ndjson", "%s %s", method, path)
+				}
+			}
+			for _, code := range []string{"400", "401", "403", "404", "429", "503", "default"} {
+				r, ok := responses[code].(map[string]any)
+				require.True(t, ok, "%s %s declares %s", method, path, code)
+				require.Equal(t, errRef, r["schema"], "%s %s %s", method, path, code)
+			}
+			params, _ := op["parameters"].([]any)
+			for _, p := range params {
+				if p := p.(map[string]any); p["in"] == "path" {
+					require.NotEmpty(t, p["description"], "%s %s: %s", method, path, p["name"])
+				}
+			}
+		}
+	}
+
+	stream := doc.Paths["/v1/sessions/{session}/events:stream"]["get"]
+	require.Contains(t, stream["summary"], "Streams the session's events")
+	var headers []string
+	for _, p := range stream["parameters"].([]any) {
+		if p := p.(map[string]any); p["in"] == "header" {
+			headers = append(headers, p["name"].(string))
+		}
+	}
+	require.Equal(t, []string{"Last-Event-ID"}, headers)
+	ok := stream["responses"].(map[string]any)["200"].(map[string]any)
+	require.Contains(t, ok["description"], "application/x-ndjson")
+	require.Contains(t, doc.Paths["/v1/keys/{id}:rotate"]["post"]["responses"], "409", "an operation with a body may conflict")
+	require.NotContains(t, doc.Paths["/v1/keys"]["get"]["responses"], "413", "a GET has no body to be too large")
+}
+
+// TestOpenAPIv3: /openapi.v3.json is the same API as OpenAPI 3: the same
+// paths, the Error schema, and the streams' media types (errors stay
+// application/json).
+func TestOpenAPIv3(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v2 := h.openAPI(t)
+	r := h.do(t, http.MethodGet, "/openapi.v3.json", "")
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	var v3 struct {
+		OpenAPI    string                                      `json:"openapi"`
+		Paths      map[string]map[string]map[string]any        `json:"paths"`
+		Components struct{ Schemas map[string]map[string]any } `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &v3))
+	require.Regexp(t, `^3\.`, v3.OpenAPI)
+	require.Len(t, v3.Paths, len(v2.Paths))
+	for path := range v2.Paths {
+		require.Contains(t, v3.Paths, path)
+	}
+	require.Contains(t, v3.Components.Schemas, errorDefinition)
+	require.NotContains(t, r.body, "#/definitions/", "references point into components")
+
+	responses := v3.Paths["/v1/sessions/{session}/events:stream"]["get"]["responses"].(map[string]any)
+	content := func(code string) []string {
+		var types []string
+		for typ := range responses[code].(map[string]any)["content"].(map[string]any) {
+			types = append(types, typ)
+		}
+		return types
+	}
+	require.ElementsMatch(t, []string{mimeNDJSON, mimeSSE}, content("200"))
+	require.Equal(t, []string{"application/json"}, content("404"))
 }

@@ -43,6 +43,7 @@ const Schema = "audit"
 const (
 	ActionKeyCreated           = "api_key.created"
 	ActionKeyRevoked           = "api_key.revoked"
+	ActionKeyRotated           = "api_key.rotated"
 	ActionCredentialsStored    = "credentials.stored"
 	ActionCredentialsDeleted   = "credentials.deleted"
 	ActionPlanApproved         = "plan.approved"

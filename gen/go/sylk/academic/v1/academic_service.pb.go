@@ -24,18 +24,24 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Document is an external text the Academic keeps, split into sections.
 type Document struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "documents/{document}".
-	Name  string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id    string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The document's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The document's title.
 	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
 	// Where it came from (a URL or a file name); informational.
 	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	// "markdown" (default) or "text".
-	Format        string                 `protobuf:"bytes,5,opt,name=format,proto3" json:"format,omitempty"`
-	Content       string                 `protobuf:"bytes,6,opt,name=content,proto3" json:"content,omitempty"`
-	SectionCount  int32                  `protobuf:"varint,7,opt,name=section_count,json=sectionCount,proto3" json:"section_count,omitempty"`
+	Format string `protobuf:"bytes,5,opt,name=format,proto3" json:"format,omitempty"`
+	// The text; accepted on creation, never returned.
+	Content string `protobuf:"bytes,6,opt,name=content,proto3" json:"content,omitempty"`
+	// How many sections it was split into.
+	SectionCount int32 `protobuf:"varint,7,opt,name=section_count,json=sectionCount,proto3" json:"section_count,omitempty"`
+	// When it was stored.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -127,9 +133,11 @@ func (x *Document) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The document CreateDocument stores.
 type CreateDocumentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Document      *Document              `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document: title and content, optionally source and format.
+	Document      *Document `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,9 +179,11 @@ func (x *CreateDocumentRequest) GetDocument() *Document {
 	return nil
 }
 
+// The stored document.
 type CreateDocumentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Document      *Document              `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document, without its content.
+	Document      *Document `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,9 +225,11 @@ func (x *CreateDocumentResponse) GetDocument() *Document {
 	return nil
 }
 
+// The document GetDocument returns.
 type GetDocumentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document, "documents/{document}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,9 +271,11 @@ func (x *GetDocumentRequest) GetName() string {
 	return ""
 }
 
+// One document.
 type GetDocumentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Document      *Document              `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document, without its content.
+	Document      *Document `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,10 +317,13 @@ func (x *GetDocumentResponse) GetDocument() *Document {
 	return nil
 }
 
+// The page of documents ListDocuments returns.
 type ListDocumentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many documents (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,10 +372,13 @@ func (x *ListDocumentsRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of the tenant's documents.
 type ListDocumentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Documents     []*Document            `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The documents of this page.
+	Documents []*Document `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,10 +427,13 @@ func (x *ListDocumentsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The query SearchDocuments answers.
 type SearchDocumentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Query         string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to look for, in words.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// At most this many hits (0: the default).
+	PageSize      int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,9 +482,11 @@ func (x *SearchDocumentsRequest) GetPageSize() int32 {
 	return 0
 }
 
+// The best matching sections.
 type SearchDocumentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hits          []*SectionHit          `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sections, best first.
+	Hits          []*SectionHit `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,15 +528,22 @@ func (x *SearchDocumentsResponse) GetHits() []*SectionHit {
 	return nil
 }
 
+// SectionHit is one document section that matches a query.
 type SectionHit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Document      string                 `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
-	DocumentTitle string                 `protobuf:"bytes,2,opt,name=document_title,json=documentTitle,proto3" json:"document_title,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document, "documents/{document}".
+	Document string `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	// The document's title.
+	DocumentTitle string `protobuf:"bytes,2,opt,name=document_title,json=documentTitle,proto3" json:"document_title,omitempty"`
 	// The section's heading path, for example "Install > Linux".
-	Heading       string  `protobuf:"bytes,3,opt,name=heading,proto3" json:"heading,omitempty"`
-	LineStart     int32   `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd       int32   `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet       string  `protobuf:"bytes,6,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	Heading string `protobuf:"bytes,3,opt,name=heading,proto3" json:"heading,omitempty"`
+	// The section's first line in the document.
+	LineStart int32 `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// Its last line.
+	LineEnd int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The section's text, or its start.
+	Snippet string `protobuf:"bytes,6,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	// How well it matches; higher is better.
 	Score         float64 `protobuf:"fixed64,7,opt,name=score,proto3" json:"score,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -596,6 +628,7 @@ func (x *SectionHit) GetScore() float64 {
 	return 0
 }
 
+// What GetDomainExpectations looks up.
 type GetDomainExpectationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The intent gate's type (spec A-29), e.g. "EXPLICIT"; informational.
@@ -603,7 +636,8 @@ type GetDomainExpectationsRequest struct {
 	// A domain such as "authentication/logout". When empty, the domain is
 	// derived from request.
 	FeatureDomain string `protobuf:"bytes,2,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
-	Request       string `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	// The user's request, in their words.
+	Request string `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
 	// The request's key constraints: expectations they contradict are left
 	// out (spec A-11).
 	ExistingConstraints []string `protobuf:"bytes,4,rep,name=existing_constraints,json=existingConstraints,proto3" json:"existing_constraints,omitempty"`
@@ -669,12 +703,15 @@ func (x *GetDomainExpectationsRequest) GetExistingConstraints() []string {
 	return nil
 }
 
+// What users of the domain expect.
 type GetDomainExpectationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The domain answered for; empty when none was recognised.
-	Domain       string                  `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The expectations.
 	Expectations []*v1.DomainExpectation `protobuf:"bytes,2,rep,name=expectations,proto3" json:"expectations,omitempty"`
-	Confidence   float64                 `protobuf:"fixed64,3,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// How sure the domain is, 0 to 1.
+	Confidence float64 `protobuf:"fixed64,3,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	// Where the expectations come from: "local" is the built-in table.
 	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields

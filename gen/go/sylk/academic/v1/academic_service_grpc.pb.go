@@ -33,9 +33,14 @@ const (
 // AcademicService holds external knowledge: ingested documents split into
 // sections, searchable within a tenant.
 type AcademicServiceClient interface {
+	// CreateDocument stores a document (a paper, a design note) and splits it
+	// into sections that SearchDocuments finds.
 	CreateDocument(ctx context.Context, in *CreateDocumentRequest, opts ...grpc.CallOption) (*CreateDocumentResponse, error)
+	// GetDocument returns one document of the tenant by name ("documents/{id}").
 	GetDocument(ctx context.Context, in *GetDocumentRequest, opts ...grpc.CallOption) (*GetDocumentResponse, error)
+	// ListDocuments lists the tenant's documents, a page at a time.
 	ListDocuments(ctx context.Context, in *ListDocumentsRequest, opts ...grpc.CallOption) (*ListDocumentsResponse, error)
+	// SearchDocuments finds the document sections that best match a query.
 	SearchDocuments(ctx context.Context, in *SearchDocumentsRequest, opts ...grpc.CallOption) (*SearchDocumentsResponse, error)
 	// GetDomainExpectations lists what users of a feature domain expect even
 	// when they do not say it (spec A-10), less what the given constraints
@@ -108,9 +113,14 @@ func (c *academicServiceClient) GetDomainExpectations(ctx context.Context, in *G
 // AcademicService holds external knowledge: ingested documents split into
 // sections, searchable within a tenant.
 type AcademicServiceServer interface {
+	// CreateDocument stores a document (a paper, a design note) and splits it
+	// into sections that SearchDocuments finds.
 	CreateDocument(context.Context, *CreateDocumentRequest) (*CreateDocumentResponse, error)
+	// GetDocument returns one document of the tenant by name ("documents/{id}").
 	GetDocument(context.Context, *GetDocumentRequest) (*GetDocumentResponse, error)
+	// ListDocuments lists the tenant's documents, a page at a time.
 	ListDocuments(context.Context, *ListDocumentsRequest) (*ListDocumentsResponse, error)
+	// SearchDocuments finds the document sections that best match a query.
 	SearchDocuments(context.Context, *SearchDocumentsRequest) (*SearchDocumentsResponse, error)
 	// GetDomainExpectations lists what users of a feature domain expect even
 	// when they do not say it (spec A-10), less what the given constraints

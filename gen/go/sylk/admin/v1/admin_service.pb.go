@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -27,6 +28,7 @@ const (
 type AuditProblem int32
 
 const (
+	// Not set; never sent.
 	AuditProblem_AUDIT_PROBLEM_UNSPECIFIED AuditProblem = 0
 	// The record's fields do not give its hash: it was edited, or moved.
 	AuditProblem_AUDIT_PROBLEM_ALTERED AuditProblem = 1
@@ -87,15 +89,17 @@ func (AuditProblem) EnumDescriptor() ([]byte, []int) {
 // AuditRecord is one record of the audit log.
 type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The record's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Its place in the tenant's chain, from 1.
-	Sequence   int64                  `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// When the action was recorded.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Who acted: a user id, or "service:<name>".
 	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
-	// What was done: api_key.created, api_key.revoked, credentials.stored,
-	// plan.approved, run.created, run.cancelled, repository.registered,
-	// git.pushed, permission.denied.
+	// What was done: api_key.created, api_key.revoked, api_key.rotated,
+	// credentials.stored, plan.approved, run.created, run.cancelled,
+	// repository.registered, git.pushed, permission.denied.
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// What it was done to (runs/<id>, api_keys/<id>, the request of a
 	// denial).
@@ -203,6 +207,7 @@ func (x *AuditRecord) GetHash() string {
 	return ""
 }
 
+// The filters and page of ListAuditRecords; every filter is optional.
 type ListAuditRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only records of this action.
@@ -293,9 +298,11 @@ func (x *ListAuditRecordsRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of audit records, newest first.
 type ListAuditRecordsResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Records []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records of this page.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -346,6 +353,7 @@ func (x *ListAuditRecordsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// VerifyAuditLog takes no arguments: it checks the caller's tenant.
 type VerifyAuditLogRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -388,7 +396,8 @@ type AuditBreak struct {
 	// The sequence number expected or found there.
 	Sequence int64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The record found there, when there is one.
-	RecordId      string       `protobuf:"bytes,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	RecordId string `protobuf:"bytes,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// What is wrong there.
 	Problem       AuditProblem `protobuf:"varint,3,opt,name=problem,proto3,enum=sylk.admin.v1.AuditProblem" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -445,6 +454,7 @@ func (x *AuditBreak) GetProblem() AuditProblem {
 	return AuditProblem_AUDIT_PROBLEM_UNSPECIFIED
 }
 
+// What VerifyAuditLog found.
 type VerifyAuditLogResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when the whole chain is intact.
@@ -453,8 +463,9 @@ type VerifyAuditLogResponse struct {
 	RecordsChecked int64 `protobuf:"varint,2,opt,name=records_checked,json=recordsChecked,proto3" json:"records_checked,omitempty"`
 	// The chain's head as stored: keep it outside the database to detect
 	// later a chain rewritten as a whole.
-	HeadSequence int64  `protobuf:"varint,3,opt,name=head_sequence,json=headSequence,proto3" json:"head_sequence,omitempty"`
-	HeadHash     string `protobuf:"bytes,4,opt,name=head_hash,json=headHash,proto3" json:"head_hash,omitempty"`
+	HeadSequence int64 `protobuf:"varint,3,opt,name=head_sequence,json=headSequence,proto3" json:"head_sequence,omitempty"`
+	// The head record's hash (hex).
+	HeadHash string `protobuf:"bytes,4,opt,name=head_hash,json=headHash,proto3" json:"head_hash,omitempty"`
 	// The first broken place; absent when intact.
 	FirstBreak    *AuditBreak `protobuf:"bytes,5,opt,name=first_break,json=firstBreak,proto3" json:"first_break,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -528,18 +539,26 @@ func (x *VerifyAuditLogResponse) GetFirstBreak() *AuditBreak {
 
 // ApiKey describes a key; the key itself and its hash are never shown.
 type ApiKey struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	UserId string                 `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's id, as in /v1/keys/{id}:revoke; not the key.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The user the key authenticates as.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The user's role: admin, member or viewer.
 	Role string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	// The key's first characters, to recognise it.
-	Prefix      string                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Prefix string `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// What the key is for, as given when it was created.
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// When the key was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When set, the key stops working at this time.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// When the key was revoked, or, for a key rotated with a grace period,
+	// when it will be; unset while it is not.
+	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	// When the key last authenticated a request (updated at most once a
+	// minute); unset if never.
 	LastUseTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_use_time,json=lastUseTime,proto3" json:"last_use_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -638,13 +657,15 @@ func (x *ApiKey) GetLastUseTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The key CreateKey makes.
 type CreateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The user of the caller's tenant the key is for.
 	UserId string `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The role of a user created by this call (admin, member or viewer;
 	// default member). An existing user keeps theirs.
-	Role        string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// What the key is for (at most 512 bytes).
 	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	// When set, the key stops working at this time (in the future).
 	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
@@ -710,9 +731,11 @@ func (x *CreateKeyRequest) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The new key, shown once.
 type CreateKeyResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	ApiKey *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new key's description.
+	ApiKey *ApiKey `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// The key, shown only here: the server keeps its hash.
 	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -763,6 +786,8 @@ func (x *CreateKeyResponse) GetKey() string {
 	return ""
 }
 
+// ListKeys takes no arguments: it lists the caller's tenant's keys (admins)
+// or the caller's own.
 type ListKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -799,9 +824,11 @@ func (*ListKeysRequest) Descriptor() ([]byte, []int) {
 	return file_sylk_admin_v1_admin_service_proto_rawDescGZIP(), []int{9}
 }
 
+// The keys the caller may see, newest first, never with their secret.
 type ListKeysResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiKeys       []*ApiKey              `protobuf:"bytes,1,rep,name=api_keys,json=apiKeys,proto3" json:"api_keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keys, revoked and expired ones included.
+	ApiKeys       []*ApiKey `protobuf:"bytes,1,rep,name=api_keys,json=apiKeys,proto3" json:"api_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -843,9 +870,11 @@ func (x *ListKeysResponse) GetApiKeys() []*ApiKey {
 	return nil
 }
 
+// The key RevokeKey revokes.
 type RevokeKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's id (ApiKey.id).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -887,9 +916,11 @@ func (x *RevokeKeyRequest) GetId() string {
 	return ""
 }
 
+// The revoked key.
 type RevokeKeyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiKey        *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key, with its revoke_time.
+	ApiKey        *ApiKey `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -931,11 +962,143 @@ func (x *RevokeKeyResponse) GetApiKey() *ApiKey {
 	return nil
 }
 
+// The key RotateKey replaces, and how.
+type RotateKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the key to replace.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How long the old key keeps working (at most 7 days); unset or zero
+	// revokes it at once.
+	GracePeriod *durationpb.Duration `protobuf:"bytes,2,opt,name=grace_period,json=gracePeriod,proto3" json:"grace_period,omitempty"`
+	// When the new key stops working (in the future). Unset: when the old
+	// key has an expiry, the new one gets the same lifetime from now (the
+	// old key's expire_time minus its create_time); otherwise it never
+	// expires.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyRequest) Reset() {
+	*x = RotateKeyRequest{}
+	mi := &file_sylk_admin_v1_admin_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyRequest) ProtoMessage() {}
+
+func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_admin_v1_admin_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_admin_v1_admin_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RotateKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RotateKeyRequest) GetGracePeriod() *durationpb.Duration {
+	if x != nil {
+		return x.GracePeriod
+	}
+	return nil
+}
+
+func (x *RotateKeyRequest) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// The new key, shown once, and the old one.
+type RotateKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new key's description (same user and description as the old one).
+	ApiKey *ApiKey `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	// The new key, shown only here: the server keeps its hash.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The old key, with the revoke_time it stops working at.
+	RotatedKey    *ApiKey `protobuf:"bytes,3,opt,name=rotated_key,json=rotatedKey,proto3" json:"rotated_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyResponse) Reset() {
+	*x = RotateKeyResponse{}
+	mi := &file_sylk_admin_v1_admin_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyResponse) ProtoMessage() {}
+
+func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_admin_v1_admin_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_admin_v1_admin_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RotateKeyResponse) GetApiKey() *ApiKey {
+	if x != nil {
+		return x.ApiKey
+	}
+	return nil
+}
+
+func (x *RotateKeyResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotateKeyResponse) GetRotatedKey() *ApiKey {
+	if x != nil {
+		return x.RotatedKey
+	}
+	return nil
+}
+
 var File_sylk_admin_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_sylk_admin_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
-	"!sylk/admin/v1/admin_service.proto\x12\rsylk.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n" +
+	"!sylk/admin/v1/admin_service.proto\x12\rsylk.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12;\n" +
@@ -1003,7 +1166,17 @@ const file_sylk_admin_v1_admin_service_proto_rawDesc = "" +
 	"\x10RevokeKeyRequest\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"C\n" +
 	"\x11RevokeKeyResponse\x12.\n" +
-	"\aapi_key\x18\x01 \x01(\v2\x15.sylk.admin.v1.ApiKeyR\x06apiKey*\x9c\x01\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x15.sylk.admin.v1.ApiKeyR\x06apiKey\"\xa2\x01\n" +
+	"\x10RotateKeyRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12<\n" +
+	"\fgrace_period\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\x12;\n" +
+	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\x8d\x01\n" +
+	"\x11RotateKeyResponse\x12.\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x15.sylk.admin.v1.ApiKeyR\x06apiKey\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x126\n" +
+	"\vrotated_key\x18\x03 \x01(\v2\x15.sylk.admin.v1.ApiKeyR\n" +
+	"rotatedKey*\x9c\x01\n" +
 	"\fAuditProblem\x12\x1d\n" +
 	"\x19AUDIT_PROBLEM_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15AUDIT_PROBLEM_ALTERED\x10\x01\x12\x19\n" +
@@ -1012,13 +1185,14 @@ const file_sylk_admin_v1_admin_service_proto_rawDesc = "" +
 	"\x17AUDIT_PROBLEM_TRUNCATED\x10\x042\x82\x02\n" +
 	"\fAuditService\x12v\n" +
 	"\x10ListAuditRecords\x12&.sylk.admin.v1.ListAuditRecordsRequest\x1a'.sylk.admin.v1.ListAuditRecordsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/audit\x12z\n" +
-	"\x0eVerifyAuditLog\x12$.sylk.admin.v1.VerifyAuditLogRequest\x1a%.sylk.admin.v1.VerifyAuditLogResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/audit:verify2\xc1\x02\n" +
+	"\x0eVerifyAuditLog\x12$.sylk.admin.v1.VerifyAuditLogRequest\x1a%.sylk.admin.v1.VerifyAuditLogResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/audit:verify2\xb2\x03\n" +
 	"\n" +
 	"KeyService\x12c\n" +
 	"\tCreateKey\x12\x1f.sylk.admin.v1.CreateKeyRequest\x1a .sylk.admin.v1.CreateKeyResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/keys\x12]\n" +
 	"\bListKeys\x12\x1e.sylk.admin.v1.ListKeysRequest\x1a\x1f.sylk.admin.v1.ListKeysResponse\"\x10\x82\xd3\xe4\x93\x02\n" +
 	"\x12\b/v1/keys\x12o\n" +
-	"\tRevokeKey\x12\x1f.sylk.admin.v1.RevokeKeyRequest\x1a .sylk.admin.v1.RevokeKeyResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/keys/{id}:revokeB,Z*sylk.dev/sylk/gen/go/sylk/admin/v1;adminv1b\x06proto3"
+	"\tRevokeKey\x12\x1f.sylk.admin.v1.RevokeKeyRequest\x1a .sylk.admin.v1.RevokeKeyResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/keys/{id}:revoke\x12o\n" +
+	"\tRotateKey\x12\x1f.sylk.admin.v1.RotateKeyRequest\x1a .sylk.admin.v1.RotateKeyResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/keys/{id}:rotateB,Z*sylk.dev/sylk/gen/go/sylk/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_sylk_admin_v1_admin_service_proto_rawDescOnce sync.Once
@@ -1033,7 +1207,7 @@ func file_sylk_admin_v1_admin_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_admin_v1_admin_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sylk_admin_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sylk_admin_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_sylk_admin_v1_admin_service_proto_goTypes = []any{
 	(AuditProblem)(0),                // 0: sylk.admin.v1.AuditProblem
 	(*AuditRecord)(nil),              // 1: sylk.admin.v1.AuditRecord
@@ -1049,40 +1223,49 @@ var file_sylk_admin_v1_admin_service_proto_goTypes = []any{
 	(*ListKeysResponse)(nil),         // 11: sylk.admin.v1.ListKeysResponse
 	(*RevokeKeyRequest)(nil),         // 12: sylk.admin.v1.RevokeKeyRequest
 	(*RevokeKeyResponse)(nil),        // 13: sylk.admin.v1.RevokeKeyResponse
-	nil,                              // 14: sylk.admin.v1.AuditRecord.DetailsEntry
-	(*timestamppb.Timestamp)(nil),    // 15: google.protobuf.Timestamp
+	(*RotateKeyRequest)(nil),         // 14: sylk.admin.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 15: sylk.admin.v1.RotateKeyResponse
+	nil,                              // 16: sylk.admin.v1.AuditRecord.DetailsEntry
+	(*timestamppb.Timestamp)(nil),    // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 18: google.protobuf.Duration
 }
 var file_sylk_admin_v1_admin_service_proto_depIdxs = []int32{
-	15, // 0: sylk.admin.v1.AuditRecord.create_time:type_name -> google.protobuf.Timestamp
-	14, // 1: sylk.admin.v1.AuditRecord.details:type_name -> sylk.admin.v1.AuditRecord.DetailsEntry
-	15, // 2: sylk.admin.v1.ListAuditRecordsRequest.start_time:type_name -> google.protobuf.Timestamp
-	15, // 3: sylk.admin.v1.ListAuditRecordsRequest.end_time:type_name -> google.protobuf.Timestamp
+	17, // 0: sylk.admin.v1.AuditRecord.create_time:type_name -> google.protobuf.Timestamp
+	16, // 1: sylk.admin.v1.AuditRecord.details:type_name -> sylk.admin.v1.AuditRecord.DetailsEntry
+	17, // 2: sylk.admin.v1.ListAuditRecordsRequest.start_time:type_name -> google.protobuf.Timestamp
+	17, // 3: sylk.admin.v1.ListAuditRecordsRequest.end_time:type_name -> google.protobuf.Timestamp
 	1,  // 4: sylk.admin.v1.ListAuditRecordsResponse.records:type_name -> sylk.admin.v1.AuditRecord
 	0,  // 5: sylk.admin.v1.AuditBreak.problem:type_name -> sylk.admin.v1.AuditProblem
 	5,  // 6: sylk.admin.v1.VerifyAuditLogResponse.first_break:type_name -> sylk.admin.v1.AuditBreak
-	15, // 7: sylk.admin.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	15, // 8: sylk.admin.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	15, // 9: sylk.admin.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
-	15, // 10: sylk.admin.v1.ApiKey.last_use_time:type_name -> google.protobuf.Timestamp
-	15, // 11: sylk.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	17, // 7: sylk.admin.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	17, // 8: sylk.admin.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	17, // 9: sylk.admin.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	17, // 10: sylk.admin.v1.ApiKey.last_use_time:type_name -> google.protobuf.Timestamp
+	17, // 11: sylk.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
 	7,  // 12: sylk.admin.v1.CreateKeyResponse.api_key:type_name -> sylk.admin.v1.ApiKey
 	7,  // 13: sylk.admin.v1.ListKeysResponse.api_keys:type_name -> sylk.admin.v1.ApiKey
 	7,  // 14: sylk.admin.v1.RevokeKeyResponse.api_key:type_name -> sylk.admin.v1.ApiKey
-	2,  // 15: sylk.admin.v1.AuditService.ListAuditRecords:input_type -> sylk.admin.v1.ListAuditRecordsRequest
-	4,  // 16: sylk.admin.v1.AuditService.VerifyAuditLog:input_type -> sylk.admin.v1.VerifyAuditLogRequest
-	8,  // 17: sylk.admin.v1.KeyService.CreateKey:input_type -> sylk.admin.v1.CreateKeyRequest
-	10, // 18: sylk.admin.v1.KeyService.ListKeys:input_type -> sylk.admin.v1.ListKeysRequest
-	12, // 19: sylk.admin.v1.KeyService.RevokeKey:input_type -> sylk.admin.v1.RevokeKeyRequest
-	3,  // 20: sylk.admin.v1.AuditService.ListAuditRecords:output_type -> sylk.admin.v1.ListAuditRecordsResponse
-	6,  // 21: sylk.admin.v1.AuditService.VerifyAuditLog:output_type -> sylk.admin.v1.VerifyAuditLogResponse
-	9,  // 22: sylk.admin.v1.KeyService.CreateKey:output_type -> sylk.admin.v1.CreateKeyResponse
-	11, // 23: sylk.admin.v1.KeyService.ListKeys:output_type -> sylk.admin.v1.ListKeysResponse
-	13, // 24: sylk.admin.v1.KeyService.RevokeKey:output_type -> sylk.admin.v1.RevokeKeyResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	18, // 15: sylk.admin.v1.RotateKeyRequest.grace_period:type_name -> google.protobuf.Duration
+	17, // 16: sylk.admin.v1.RotateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	7,  // 17: sylk.admin.v1.RotateKeyResponse.api_key:type_name -> sylk.admin.v1.ApiKey
+	7,  // 18: sylk.admin.v1.RotateKeyResponse.rotated_key:type_name -> sylk.admin.v1.ApiKey
+	2,  // 19: sylk.admin.v1.AuditService.ListAuditRecords:input_type -> sylk.admin.v1.ListAuditRecordsRequest
+	4,  // 20: sylk.admin.v1.AuditService.VerifyAuditLog:input_type -> sylk.admin.v1.VerifyAuditLogRequest
+	8,  // 21: sylk.admin.v1.KeyService.CreateKey:input_type -> sylk.admin.v1.CreateKeyRequest
+	10, // 22: sylk.admin.v1.KeyService.ListKeys:input_type -> sylk.admin.v1.ListKeysRequest
+	12, // 23: sylk.admin.v1.KeyService.RevokeKey:input_type -> sylk.admin.v1.RevokeKeyRequest
+	14, // 24: sylk.admin.v1.KeyService.RotateKey:input_type -> sylk.admin.v1.RotateKeyRequest
+	3,  // 25: sylk.admin.v1.AuditService.ListAuditRecords:output_type -> sylk.admin.v1.ListAuditRecordsResponse
+	6,  // 26: sylk.admin.v1.AuditService.VerifyAuditLog:output_type -> sylk.admin.v1.VerifyAuditLogResponse
+	9,  // 27: sylk.admin.v1.KeyService.CreateKey:output_type -> sylk.admin.v1.CreateKeyResponse
+	11, // 28: sylk.admin.v1.KeyService.ListKeys:output_type -> sylk.admin.v1.ListKeysResponse
+	13, // 29: sylk.admin.v1.KeyService.RevokeKey:output_type -> sylk.admin.v1.RevokeKeyResponse
+	15, // 30: sylk.admin.v1.KeyService.RotateKey:output_type -> sylk.admin.v1.RotateKeyResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_sylk_admin_v1_admin_service_proto_init() }
@@ -1096,7 +1279,7 @@ func file_sylk_admin_v1_admin_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_admin_v1_admin_service_proto_rawDesc), len(file_sylk_admin_v1_admin_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -174,6 +174,7 @@ const (
 	KeyService_CreateKey_FullMethodName = "/sylk.admin.v1.KeyService/CreateKey"
 	KeyService_ListKeys_FullMethodName  = "/sylk.admin.v1.KeyService/ListKeys"
 	KeyService_RevokeKey_FullMethodName = "/sylk.admin.v1.KeyService/RevokeKey"
+	KeyService_RotateKey_FullMethodName = "/sylk.admin.v1.KeyService/RotateKey"
 )
 
 // KeyServiceClient is the client API for KeyService service.
@@ -191,8 +192,15 @@ type KeyServiceClient interface {
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	// RevokeKey revokes a key: at once on the gateway that answers, within
 	// the auth cache TTL on the others. Admins revoke any key of the tenant,
-	// others their own. Revoking a revoked key changes nothing.
+	// others their own. Revoking a revoked key changes nothing; a key rotated
+	// with a grace period is revoked at once.
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
+	// RotateKey replaces a key with a new one for the same user: the new
+	// key is returned once, and the old one is revoked at once or, with a
+	// grace period, when it ends (so that clients can switch). Admins rotate
+	// any key of the tenant, others their own. A revoked or expired key, or
+	// one already rotated, cannot be rotated.
+	RotateKey(ctx context.Context, in *RotateKeyRequest, opts ...grpc.CallOption) (*RotateKeyResponse, error)
 }
 
 type keyServiceClient struct {
@@ -233,6 +241,16 @@ func (c *keyServiceClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, 
 	return out, nil
 }
 
+func (c *keyServiceClient) RotateKey(ctx context.Context, in *RotateKeyRequest, opts ...grpc.CallOption) (*RotateKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateKeyResponse)
+	err := c.cc.Invoke(ctx, KeyService_RotateKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KeyServiceServer is the server API for KeyService service.
 // All implementations must embed UnimplementedKeyServiceServer
 // for forward compatibility.
@@ -248,8 +266,15 @@ type KeyServiceServer interface {
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	// RevokeKey revokes a key: at once on the gateway that answers, within
 	// the auth cache TTL on the others. Admins revoke any key of the tenant,
-	// others their own. Revoking a revoked key changes nothing.
+	// others their own. Revoking a revoked key changes nothing; a key rotated
+	// with a grace period is revoked at once.
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
+	// RotateKey replaces a key with a new one for the same user: the new
+	// key is returned once, and the old one is revoked at once or, with a
+	// grace period, when it ends (so that clients can switch). Admins rotate
+	// any key of the tenant, others their own. A revoked or expired key, or
+	// one already rotated, cannot be rotated.
+	RotateKey(context.Context, *RotateKeyRequest) (*RotateKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
 }
 
@@ -268,6 +293,9 @@ func (UnimplementedKeyServiceServer) ListKeys(context.Context, *ListKeysRequest)
 }
 func (UnimplementedKeyServiceServer) RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
+}
+func (UnimplementedKeyServiceServer) RotateKey(context.Context, *RotateKeyRequest) (*RotateKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateKey not implemented")
 }
 func (UnimplementedKeyServiceServer) mustEmbedUnimplementedKeyServiceServer() {}
 func (UnimplementedKeyServiceServer) testEmbeddedByValue()                    {}
@@ -344,6 +372,24 @@ func _KeyService_RevokeKey_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KeyService_RotateKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyServiceServer).RotateKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KeyService_RotateKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyServiceServer).RotateKey(ctx, req.(*RotateKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KeyService_ServiceDesc is the grpc.ServiceDesc for KeyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -362,6 +408,10 @@ var KeyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeKey",
 			Handler:    _KeyService_RevokeKey_Handler,
+		},
+		{
+			MethodName: "RotateKey",
+			Handler:    _KeyService_RotateKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -25,13 +25,18 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PlanState is where a plan stands.
 type PlanState int32
 
 const (
-	PlanState_PLAN_STATE_UNSPECIFIED       PlanState = 0
+	// Not set; never sent.
+	PlanState_PLAN_STATE_UNSPECIFIED PlanState = 0
+	// Drafted; waits for the user to approve, revise or reject it.
 	PlanState_PLAN_STATE_AWAITING_APPROVAL PlanState = 1
-	PlanState_PLAN_STATE_APPROVED          PlanState = 2
-	PlanState_PLAN_STATE_REJECTED          PlanState = 3
+	// Approved; its run started.
+	PlanState_PLAN_STATE_APPROVED PlanState = 2
+	// Rejected; never run.
+	PlanState_PLAN_STATE_REJECTED PlanState = 3
 )
 
 // Enum value maps for PlanState.
@@ -81,12 +86,18 @@ func (PlanState) EnumDescriptor() ([]byte, []int) {
 type PlanTodoState int32
 
 const (
+	// Not set; never sent.
 	PlanTodoState_PLAN_TODO_STATE_UNSPECIFIED PlanTodoState = 0
-	PlanTodoState_PLAN_TODO_STATE_PENDING     PlanTodoState = 1
+	// Not started.
+	PlanTodoState_PLAN_TODO_STATE_PENDING PlanTodoState = 1
+	// Its node runs.
 	PlanTodoState_PLAN_TODO_STATE_IN_PROGRESS PlanTodoState = 2
-	PlanTodoState_PLAN_TODO_STATE_COMPLETED   PlanTodoState = 3
-	PlanTodoState_PLAN_TODO_STATE_FAILED      PlanTodoState = 4
-	PlanTodoState_PLAN_TODO_STATE_SKIPPED     PlanTodoState = 5
+	// Its node succeeded.
+	PlanTodoState_PLAN_TODO_STATE_COMPLETED PlanTodoState = 3
+	// Its node failed.
+	PlanTodoState_PLAN_TODO_STATE_FAILED PlanTodoState = 4
+	// Its node was skipped or cancelled.
+	PlanTodoState_PLAN_TODO_STATE_SKIPPED PlanTodoState = 5
 )
 
 // Enum value maps for PlanTodoState.
@@ -136,24 +147,35 @@ func (PlanTodoState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_architect_v1_plan_service_proto_rawDescGZIP(), []int{1}
 }
 
+// Plan is a DAG of tasks drafted for a request, waiting for the user's approval.
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/plans/{plan}".
-	Name      string    `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id        string    `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	SessionId string    `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Request   string    `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
-	Title     string    `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
-	State     PlanState `protobuf:"varint,6,opt,name=state,proto3,enum=sylk.architect.v1.PlanState" json:"state,omitempty"`
-	Version   int32     `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
-	Dag       *v1.Dag   `protobuf:"bytes,8,opt,name=dag,proto3" json:"dag,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The plan's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The session the plan belongs to (its id).
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// What the user asked for.
+	Request string `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	// A short title.
+	Title string `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
+	// Where the plan stands.
+	State PlanState `protobuf:"varint,6,opt,name=state,proto3,enum=sylk.architect.v1.PlanState" json:"state,omitempty"`
+	// The latest version's number, from 1.
+	Version int32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	// The tasks and their dependencies, of the latest version.
+	Dag *v1.Dag `protobuf:"bytes,8,opt,name=dag,proto3" json:"dag,omitempty"`
 	// The run started on approval: "runs/{run}".
 	Run string `protobuf:"bytes,9,opt,name=run,proto3" json:"run,omitempty"`
 	// Which planner drafted it: "local" (rule-based template) or a model name.
-	Planner      string                 `protobuf:"bytes,10,opt,name=planner,proto3" json:"planner,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	RejectReason string                 `protobuf:"bytes,13,opt,name=reject_reason,json=rejectReason,proto3" json:"reject_reason,omitempty"`
+	Planner string `protobuf:"bytes,10,opt,name=planner,proto3" json:"planner,omitempty"`
+	// When the plan was drafted.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the plan last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Why it was rejected, as the user said.
+	RejectReason string `protobuf:"bytes,13,opt,name=reject_reason,json=rejectReason,proto3" json:"reject_reason,omitempty"`
 	// The intent the plan serves, enriched with the feature domain's
 	// expectations (spec A-10, A-11).
 	Intent *PlanIntent `protobuf:"bytes,14,opt,name=intent,proto3" json:"intent,omitempty"`
@@ -167,7 +189,8 @@ type Plan struct {
 	Todos []*PlanTodo `protobuf:"bytes,18,rep,name=todos,proto3" json:"todos,omitempty"`
 	// A trivial request's one-task plan; auto_approved when the session
 	// approved it without asking.
-	Trivial      bool `protobuf:"varint,19,opt,name=trivial,proto3" json:"trivial,omitempty"`
+	Trivial bool `protobuf:"varint,19,opt,name=trivial,proto3" json:"trivial,omitempty"`
+	// True when the session approved it without asking.
 	AutoApproved bool `protobuf:"varint,20,opt,name=auto_approved,json=autoApproved,proto3" json:"auto_approved,omitempty"`
 	// What the user should know before approving: for example that without
 	// a model the implementation tasks change nothing.
@@ -364,7 +387,8 @@ type PlanConsultation struct {
 	// The Librarian's word on the area (spec E-17), or "unavailable: <why>".
 	CodebaseHealth string `protobuf:"bytes,3,opt,name=codebase_health,json=codebaseHealth,proto3" json:"codebase_health,omitempty"`
 	// Similar failures and past decisions the Archivalist holds.
-	Failures  []string `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`
+	Failures []string `protobuf:"bytes,4,rep,name=failures,proto3" json:"failures,omitempty"`
+	// Past decisions the Archivalist holds about the area.
 	Decisions []string `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	// Failures recorded for the plan's repository that resemble the
 	// request (spec E-09 "similar failure detected"), newest first.
@@ -451,12 +475,15 @@ type FailureAlert struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Archivalist entry ("entries/{id}").
 	Entry string `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// The entry's title.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
 	// What makes it similar: the files or words it shares with the request.
-	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the failure was recorded.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The run and node that failed ("runs/<id>", "<node>"), when it says.
-	Run           string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Run string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	// The node that failed.
 	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -536,16 +563,21 @@ func (x *FailureAlert) GetNode() string {
 
 // PlanVersion is one version of a plan.
 type PlanVersion struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Version int32                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Title   string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Dag     *v1.Dag                `protobuf:"bytes,3,opt,name=dag,proto3" json:"dag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version's number, from 1.
+	Version int32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Its title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Its tasks and their dependencies.
+	Dag *v1.Dag `protobuf:"bytes,3,opt,name=dag,proto3" json:"dag,omitempty"`
 	// The feedback the version answers (empty for the first).
 	Feedback string `protobuf:"bytes,4,opt,name=feedback,proto3" json:"feedback,omitempty"`
 	// What changed from the version before, for a person: tasks added,
 	// removed and changed.
-	Diff          string                 `protobuf:"bytes,5,opt,name=diff,proto3" json:"diff,omitempty"`
-	Planner       string                 `protobuf:"bytes,6,opt,name=planner,proto3" json:"planner,omitempty"`
+	Diff string `protobuf:"bytes,5,opt,name=diff,proto3" json:"diff,omitempty"`
+	// Which planner drafted it: "local" or a model name.
+	Planner string `protobuf:"bytes,6,opt,name=planner,proto3" json:"planner,omitempty"`
+	// When it was drafted.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -632,9 +664,11 @@ func (x *PlanVersion) GetCreateTime() *timestamppb.Timestamp {
 
 // PlanTodo is one step of a plan.
 type PlanTodo struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Content string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
-	State   PlanTodoState          `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.architect.v1.PlanTodoState" json:"state,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the step does.
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Where it stands.
+	State PlanTodoState `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.architect.v1.PlanTodoState" json:"state,omitempty"`
 	// The run's node that carries it out.
 	NodeId        string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -692,9 +726,11 @@ func (x *PlanTodo) GetNodeId() string {
 	return ""
 }
 
+// The plan RevisePlan revises, and how.
 type RevisePlanRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The plan, "sessions/{session}/plans/{plan}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// What to change, in the user's words ("change step 2 to ...").
 	Feedback      string `protobuf:"bytes,2,opt,name=feedback,proto3" json:"feedback,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -745,9 +781,11 @@ func (x *RevisePlanRequest) GetFeedback() string {
 	return ""
 }
 
+// The revised plan.
 type RevisePlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan at its new version.
+	Plan          *Plan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,7 +831,8 @@ func (x *RevisePlanResponse) GetPlan() *Plan {
 type PlanIntent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// e.g. "authentication/logout"; empty when none was recognised.
-	FeatureDomain  string   `protobuf:"bytes,1,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	FeatureDomain string `protobuf:"bytes,1,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	// What the result must respect.
 	KeyConstraints []string `protobuf:"bytes,2,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
 	// The explicit criteria first, then the inferred ones by priority.
 	SuccessCriteria []*v11.SuccessCriterion `protobuf:"bytes,3,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
@@ -863,9 +902,11 @@ func (x *PlanIntent) GetInference() string {
 	return ""
 }
 
+// The request CreatePlan plans.
 type CreatePlanRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// What the user wants done.
 	Request string `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	// An explicit DAG; when absent the architect drafts one from the request.
@@ -873,7 +914,8 @@ type CreatePlanRequest struct {
 	// What the result must respect, and how to tell it is done, in the
 	// user's words (spec A-03). The architect adds the criteria the feature
 	// domain implies, except those a constraint rules out.
-	KeyConstraints  []string `protobuf:"bytes,4,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	KeyConstraints []string `protobuf:"bytes,4,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	// How to tell the work is done.
 	SuccessCriteria []string `protobuf:"bytes,5,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -944,9 +986,11 @@ func (x *CreatePlanRequest) GetSuccessCriteria() []string {
 	return nil
 }
 
+// The drafted plan.
 type CreatePlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, awaiting approval (or approved, when auto-approved).
+	Plan          *Plan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -988,9 +1032,11 @@ func (x *CreatePlanResponse) GetPlan() *Plan {
 	return nil
 }
 
+// The plan GetPlan returns.
 type GetPlanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, "sessions/{session}/plans/{plan}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,9 +1078,11 @@ func (x *GetPlanRequest) GetName() string {
 	return ""
 }
 
+// One plan.
 type GetPlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan.
+	Plan          *Plan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,11 +1124,15 @@ func (x *GetPlanResponse) GetPlan() *Plan {
 	return nil
 }
 
+// The page of plans ListPlans returns.
 type ListPlansRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// At most this many plans (0: the default).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1136,10 +1188,13 @@ func (x *ListPlansRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of a session's plans.
 type ListPlansResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plans         []*Plan                `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plans of this page.
+	Plans []*Plan `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,10 +1243,13 @@ func (x *ListPlansResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The plan ApprovePlan approves.
 type ApprovePlanRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	MaxConcurrency int32                  `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, "sessions/{session}/plans/{plan}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Nodes of the run at once; 0 means the service default.
+	MaxConcurrency int32 `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1240,10 +1298,13 @@ func (x *ApprovePlanRequest) GetMaxConcurrency() int32 {
 	return 0
 }
 
+// The approved plan and its run.
 type ApprovePlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
-	Run           *v1.Run                `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, APPROVED.
+	Plan *Plan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The run started for it.
+	Run           *v1.Run `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1292,10 +1353,13 @@ func (x *ApprovePlanResponse) GetRun() *v1.Run {
 	return nil
 }
 
+// The plan RejectPlan rejects.
 type RejectPlanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, "sessions/{session}/plans/{plan}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Why, in the user's words.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1344,9 +1408,11 @@ func (x *RejectPlanRequest) GetReason() string {
 	return ""
 }
 
+// The rejected plan.
 type RejectPlanResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan, REJECTED.
+	Plan          *Plan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -34,13 +34,19 @@ const (
 // PlanService turns a request into a plan (a DAG of tasks) that waits for the
 // user's approval; approving it submits the DAG to the orchestrator.
 type PlanServiceClient interface {
+	// CreatePlan asks the Architect for a plan of the session's goal: a DAG of
+	// tasks for the user to approve, revise or reject.
 	CreatePlan(ctx context.Context, in *CreatePlanRequest, opts ...grpc.CallOption) (*CreatePlanResponse, error)
+	// GetPlan returns one plan of a session, at its latest version.
 	GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*GetPlanResponse, error)
+	// ListPlans lists a session's plans, a page at a time.
 	ListPlans(ctx context.Context, in *ListPlansRequest, opts ...grpc.CallOption) (*ListPlansResponse, error)
+	// ApprovePlan approves a plan's latest version and starts a run of its DAG.
 	ApprovePlan(ctx context.Context, in *ApprovePlanRequest, opts ...grpc.CallOption) (*ApprovePlanResponse, error)
 	// RevisePlan makes the plan's next version from the user's feedback; the
 	// earlier versions are kept, each with its diff from the one before.
 	RevisePlan(ctx context.Context, in *RevisePlanRequest, opts ...grpc.CallOption) (*RevisePlanResponse, error)
+	// RejectPlan rejects a plan; it is never run.
 	RejectPlan(ctx context.Context, in *RejectPlanRequest, opts ...grpc.CallOption) (*RejectPlanResponse, error)
 }
 
@@ -119,13 +125,19 @@ func (c *planServiceClient) RejectPlan(ctx context.Context, in *RejectPlanReques
 // PlanService turns a request into a plan (a DAG of tasks) that waits for the
 // user's approval; approving it submits the DAG to the orchestrator.
 type PlanServiceServer interface {
+	// CreatePlan asks the Architect for a plan of the session's goal: a DAG of
+	// tasks for the user to approve, revise or reject.
 	CreatePlan(context.Context, *CreatePlanRequest) (*CreatePlanResponse, error)
+	// GetPlan returns one plan of a session, at its latest version.
 	GetPlan(context.Context, *GetPlanRequest) (*GetPlanResponse, error)
+	// ListPlans lists a session's plans, a page at a time.
 	ListPlans(context.Context, *ListPlansRequest) (*ListPlansResponse, error)
+	// ApprovePlan approves a plan's latest version and starts a run of its DAG.
 	ApprovePlan(context.Context, *ApprovePlanRequest) (*ApprovePlanResponse, error)
 	// RevisePlan makes the plan's next version from the user's feedback; the
 	// earlier versions are kept, each with its diff from the one before.
 	RevisePlan(context.Context, *RevisePlanRequest) (*RevisePlanResponse, error)
+	// RejectPlan rejects a plan; it is never run.
 	RejectPlan(context.Context, *RejectPlanRequest) (*RejectPlanResponse, error)
 	mustEmbedUnimplementedPlanServiceServer()
 }

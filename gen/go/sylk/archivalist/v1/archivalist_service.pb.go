@@ -23,20 +23,28 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Entry is one thing the archive keeps: a decision, failure, outcome or note.
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "entries/{entry}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The entry's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	// For example decision, failure, outcome, pattern, note, routing_failure.
-	Category  string `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
-	Title     string `protobuf:"bytes,4,opt,name=title,proto3" json:"title,omitempty"`
-	Content   string `protobuf:"bytes,5,opt,name=content,proto3" json:"content,omitempty"`
+	Category string `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
+	// A short title.
+	Title string `protobuf:"bytes,4,opt,name=title,proto3" json:"title,omitempty"`
+	// The entry's text.
+	Content string `protobuf:"bytes,5,opt,name=content,proto3" json:"content,omitempty"`
+	// The session it was recorded in (its id), or empty.
 	SessionId string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	TenantId  string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	UserId    string `protobuf:"bytes,8,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The tenant it belongs to.
+	TenantId string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The user it belongs to.
+	UserId string `protobuf:"bytes,8,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The agent or "user" that recorded it.
-	Source     string                 `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	// When it was recorded.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The registered repository the entry is about ("repositories/{id}"),
 	// or empty: failures of a run name its repository.
@@ -152,9 +160,12 @@ func (x *Entry) GetRepository() string {
 	return ""
 }
 
+// The entry CreateEntry records.
 type CreateEntryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *Entry                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry: category and title, optionally content, session_id, source,
+	// repository.
+	Entry         *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -196,9 +207,11 @@ func (x *CreateEntryRequest) GetEntry() *Entry {
 	return nil
 }
 
+// The recorded entry.
 type CreateEntryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *Entry                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry.
+	Entry         *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,9 +253,11 @@ func (x *CreateEntryResponse) GetEntry() *Entry {
 	return nil
 }
 
+// The entry GetEntry returns.
 type GetEntryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry, "entries/{entry}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,9 +299,11 @@ func (x *GetEntryRequest) GetName() string {
 	return ""
 }
 
+// One entry.
 type GetEntryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *Entry                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry.
+	Entry         *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,16 +345,22 @@ func (x *GetEntryResponse) GetEntry() *Entry {
 	return nil
 }
 
+// The page of entries ListEntries returns, and its filters.
 type ListEntriesRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	SessionId string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Category  string                 `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many entries (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this session's entries (its id), when set.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only entries of this category, when set.
+	Category string `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
 	// Only entries about this repository ("repositories/{id}").
 	Repository string `protobuf:"bytes,5,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Only entries created in [since, until); either may be unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	// See since.
 	Until *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=until,proto3" json:"until,omitempty"`
 	// A named window instead of since/until: "today", "yesterday",
 	// "this_week", "last_week", "last_month", "recent" (the last 7 days).
@@ -432,10 +455,13 @@ func (x *ListEntriesRequest) GetTimeScope() string {
 	return ""
 }
 
+// A page of entries.
 type ListEntriesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries of this page.
+	Entries []*Entry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,18 +510,24 @@ func (x *ListEntriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The query SearchEntries answers, and its filters.
 type SearchEntriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// What to look for, in words.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// The session to search; required unless cross_session is set.
-	SessionId    string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	CrossSession bool   `protobuf:"varint,3,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
-	Category     string `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
-	PageSize     int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Search every session of the caller's tenant.
+	CrossSession bool `protobuf:"varint,3,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
+	// Only entries of this category, when set.
+	Category string `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	// At most this many hits (0: the default).
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Only entries about this repository ("repositories/{id}").
 	Repository string `protobuf:"bytes,6,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Only entries created in [since, until); either may be unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	// See since.
 	Until *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=until,proto3" json:"until,omitempty"`
 	// A named window instead of since/until: "today", "yesterday",
 	// "this_week", "last_week", "last_month", "recent" (the last 7 days).
@@ -597,9 +629,11 @@ func (x *SearchEntriesRequest) GetTimeScope() string {
 	return ""
 }
 
+// The best matching entries.
 type SearchEntriesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hits          []*EntryHit            `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries, best first.
+	Hits          []*EntryHit `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,11 +675,15 @@ func (x *SearchEntriesResponse) GetHits() []*EntryHit {
 	return nil
 }
 
+// EntryHit is one entry that matches a query.
 type EntryHit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *Entry                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
-	Score         float64                `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
-	Snippet       string                 `protobuf:"bytes,3,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry.
+	Entry *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// How well it matches; higher is better.
+	Score float64 `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
+	// The part of the entry that matches.
+	Snippet       string `protobuf:"bytes,3,opt,name=snippet,proto3" json:"snippet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

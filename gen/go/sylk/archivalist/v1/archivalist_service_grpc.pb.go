@@ -32,10 +32,15 @@ const (
 // ArchivalistService keeps what was done: decisions, failures, outcomes and
 // notes, per session and across sessions of a tenant.
 type ArchivalistServiceClient interface {
+	// CreateEntry records a fact, decision or lesson of a session in the
+	// archive.
 	CreateEntry(ctx context.Context, in *CreateEntryRequest, opts ...grpc.CallOption) (*CreateEntryResponse, error)
+	// GetEntry returns one archive entry by name ("entries/{id}").
 	GetEntry(ctx context.Context, in *GetEntryRequest, opts ...grpc.CallOption) (*GetEntryResponse, error)
+	// ListEntries lists the archive's entries, a page at a time.
 	ListEntries(ctx context.Context, in *ListEntriesRequest, opts ...grpc.CallOption) (*ListEntriesResponse, error)
-	// SearchEntries is scoped to one session unless cross_session is set (spec A-18).
+	// SearchEntries finds the entries that best match a query, in one
+	// session unless cross_session is set (spec A-18).
 	SearchEntries(ctx context.Context, in *SearchEntriesRequest, opts ...grpc.CallOption) (*SearchEntriesResponse, error)
 }
 
@@ -94,10 +99,15 @@ func (c *archivalistServiceClient) SearchEntries(ctx context.Context, in *Search
 // ArchivalistService keeps what was done: decisions, failures, outcomes and
 // notes, per session and across sessions of a tenant.
 type ArchivalistServiceServer interface {
+	// CreateEntry records a fact, decision or lesson of a session in the
+	// archive.
 	CreateEntry(context.Context, *CreateEntryRequest) (*CreateEntryResponse, error)
+	// GetEntry returns one archive entry by name ("entries/{id}").
 	GetEntry(context.Context, *GetEntryRequest) (*GetEntryResponse, error)
+	// ListEntries lists the archive's entries, a page at a time.
 	ListEntries(context.Context, *ListEntriesRequest) (*ListEntriesResponse, error)
-	// SearchEntries is scoped to one session unless cross_session is set (spec A-18).
+	// SearchEntries finds the entries that best match a query, in one
+	// session unless cross_session is set (spec A-18).
 	SearchEntries(context.Context, *SearchEntriesRequest) (*SearchEntriesResponse, error)
 	mustEmbedUnimplementedArchivalistServiceServer()
 }

@@ -30,6 +30,7 @@ const (
 type EventType int32
 
 const (
+	// Not set; never sent.
 	EventType_EVENT_TYPE_UNSPECIFIED EventType = 0
 	// message_received: the user's message was stored.
 	EventType_EVENT_TYPE_MESSAGE_RECEIVED EventType = 1
@@ -49,38 +50,59 @@ const (
 	EventType_EVENT_TYPE_CLARIFICATION_ANSWERED EventType = 8
 	// plan: a plan waits for approval, was approved or was rejected.
 	EventType_EVENT_TYPE_PLAN_AWAITING_APPROVAL EventType = 10
-	EventType_EVENT_TYPE_PLAN_APPROVED          EventType = 11
-	EventType_EVENT_TYPE_PLAN_REJECTED          EventType = 12
+	// plan: a plan was approved; run names its run.
+	EventType_EVENT_TYPE_PLAN_APPROVED EventType = 11
+	// plan: a plan was rejected.
+	EventType_EVENT_TYPE_PLAN_REJECTED EventType = 12
 	// run: a run started, ended, was paused, resumed or settled, or its
 	// session-level check or fix request moved on.
-	EventType_EVENT_TYPE_RUN_STARTED       EventType = 20
-	EventType_EVENT_TYPE_RUN_COMPLETED     EventType = 21
-	EventType_EVENT_TYPE_RUN_PAUSED        EventType = 22
-	EventType_EVENT_TYPE_RUN_RESUMED       EventType = 23
-	EventType_EVENT_TYPE_RUN_SETTLED       EventType = 24
+	EventType_EVENT_TYPE_RUN_STARTED EventType = 20
+	// run: a run ended (state says how).
+	EventType_EVENT_TYPE_RUN_COMPLETED EventType = 21
+	// run: a run was paused.
+	EventType_EVENT_TYPE_RUN_PAUSED EventType = 22
+	// run: a run was resumed.
+	EventType_EVENT_TYPE_RUN_RESUMED EventType = 23
+	// run: a failed run was settled (action says how).
+	EventType_EVENT_TYPE_RUN_SETTLED EventType = 24
+	// run: the session-level check moved on (check_state).
 	EventType_EVENT_TYPE_RUN_SESSION_CHECK EventType = 25
+	// run: a fix was asked of the Architect.
 	EventType_EVENT_TYPE_RUN_FIX_REQUESTED EventType = 26
 	// node: a node was dispatched, completed (in any end state), will be
 	// retried, was acted on by the user, reopened, escalated or handed off.
 	EventType_EVENT_TYPE_NODE_DISPATCHED EventType = 30
-	EventType_EVENT_TYPE_NODE_COMPLETED  EventType = 31
-	EventType_EVENT_TYPE_NODE_RETRYING   EventType = 32
-	EventType_EVENT_TYPE_NODE_ACTION     EventType = 33
-	EventType_EVENT_TYPE_NODE_REOPENED   EventType = 34
-	EventType_EVENT_TYPE_NODE_ESCALATED  EventType = 35
+	// node: a node ended, in any end state.
+	EventType_EVENT_TYPE_NODE_COMPLETED EventType = 31
+	// node: a node will be retried at next_attempt_time.
+	EventType_EVENT_TYPE_NODE_RETRYING EventType = 32
+	// node: the user acted on a node (action, user).
+	EventType_EVENT_TYPE_NODE_ACTION EventType = 33
+	// node: a node runs again.
+	EventType_EVENT_TYPE_NODE_REOPENED EventType = 34
+	// node: a node was escalated to the Architect.
+	EventType_EVENT_TYPE_NODE_ESCALATED EventType = 35
+	// node: a node's pipeline handed off to a fresh one.
 	EventType_EVENT_TYPE_NODE_HANDED_OFF EventType = 36
 	// session_runs: every run of the session was paused, resumed or
 	// cancelled.
-	EventType_EVENT_TYPE_SESSION_RUNS_PAUSED    EventType = 40
-	EventType_EVENT_TYPE_SESSION_RUNS_RESUMED   EventType = 41
+	EventType_EVENT_TYPE_SESSION_RUNS_PAUSED EventType = 40
+	// session_runs: every run of the session was resumed.
+	EventType_EVENT_TYPE_SESSION_RUNS_RESUMED EventType = 41
+	// session_runs: every run of the session was cancelled.
 	EventType_EVENT_TYPE_SESSION_RUNS_CANCELLED EventType = 42
 	// session: the session was created, or moved to another state.
-	EventType_EVENT_TYPE_SESSION_CREATED   EventType = 43
+	EventType_EVENT_TYPE_SESSION_CREATED EventType = 43
+	// session: the session became active.
 	EventType_EVENT_TYPE_SESSION_ACTIVATED EventType = 44
+	// session: the session was suspended.
 	EventType_EVENT_TYPE_SESSION_SUSPENDED EventType = 45
-	EventType_EVENT_TYPE_SESSION_RESUMED   EventType = 46
+	// session: the session was resumed.
+	EventType_EVENT_TYPE_SESSION_RESUMED EventType = 46
+	// session: the session was completed.
 	EventType_EVENT_TYPE_SESSION_COMPLETED EventType = 47
-	EventType_EVENT_TYPE_SESSION_FAILED    EventType = 48
+	// session: the session failed.
+	EventType_EVENT_TYPE_SESSION_FAILED EventType = 48
 	// session: the session's repository, display name or configuration
 	// changed (its state did not); repository is the one it uses now.
 	EventType_EVENT_TYPE_SESSION_UPDATED EventType = 49
@@ -246,10 +268,14 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 type ToolCallStatus int32
 
 const (
+	// Not set; never sent.
 	ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED ToolCallStatus = 0
-	ToolCallStatus_TOOL_CALL_STATUS_STARTED     ToolCallStatus = 1
-	ToolCallStatus_TOOL_CALL_STATUS_SUCCEEDED   ToolCallStatus = 2
-	ToolCallStatus_TOOL_CALL_STATUS_FAILED      ToolCallStatus = 3
+	// The call started.
+	ToolCallStatus_TOOL_CALL_STATUS_STARTED ToolCallStatus = 1
+	// The call ended well.
+	ToolCallStatus_TOOL_CALL_STATUS_SUCCEEDED ToolCallStatus = 2
+	// The call failed.
+	ToolCallStatus_TOOL_CALL_STATUS_FAILED ToolCallStatus = 3
 )
 
 // Enum value maps for ToolCallStatus.
@@ -303,14 +329,18 @@ type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Position in the event stream; strictly increasing within a session (not
 	// contiguous: the stream is shared). Resume with after_sequence.
-	Sequence  uint64    `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	SessionId string    `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Type      EventType `protobuf:"varint,3,opt,name=type,proto3,enum=sylk.event.v1.EventType" json:"type,omitempty"`
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The session (its id).
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// What happened; names the payload set.
+	Type EventType `protobuf:"varint,3,opt,name=type,proto3,enum=sylk.event.v1.EventType" json:"type,omitempty"`
 	// The agent that published it: guide, librarian, archivalist, academic,
 	// architect, orchestrator, or the worker role.
-	Source        string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// The id of the request it belongs to, when it belongs to one.
+	CorrelationId string `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// When it happened.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The event for a person, in a sentence or a few.
 	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
 	// The payload of the type.
@@ -613,10 +643,12 @@ type isEvent_Payload interface {
 }
 
 type Event_MessageReceived struct {
+	// The user's message was stored.
 	MessageReceived *MessageReceived `protobuf:"bytes,20,opt,name=message_received,json=messageReceived,proto3,oneof"`
 }
 
 type Event_MessageRouted struct {
+	// The Guide sent a request to an agent.
 	MessageRouted *MessageRouted `protobuf:"bytes,21,opt,name=message_routed,json=messageRouted,proto3,oneof"`
 }
 
@@ -626,6 +658,7 @@ type Event_MessageAnswered struct {
 }
 
 type Event_MessageRerouted struct {
+	// An agent declined a request and the Guide routed on.
 	MessageRerouted *MessageRerouted `protobuf:"bytes,23,opt,name=message_rerouted,json=messageRerouted,proto3,oneof"`
 }
 
@@ -636,62 +669,77 @@ type Event_MessageUnanswered struct {
 }
 
 type Event_ClarificationRequested struct {
+	// The user is asked a question.
 	ClarificationRequested *ClarificationRequested `protobuf:"bytes,25,opt,name=clarification_requested,json=clarificationRequested,proto3,oneof"`
 }
 
 type Event_ClarificationAnswered struct {
+	// The user answered a question.
 	ClarificationAnswered *ClarificationAnswered `protobuf:"bytes,26,opt,name=clarification_answered,json=clarificationAnswered,proto3,oneof"`
 }
 
 type Event_Plan struct {
+	// A plan waits for approval, was approved or rejected.
 	Plan *PlanEvent `protobuf:"bytes,27,opt,name=plan,proto3,oneof"`
 }
 
 type Event_Run struct {
+	// A run moved on.
 	Run *RunEvent `protobuf:"bytes,28,opt,name=run,proto3,oneof"`
 }
 
 type Event_Node struct {
+	// A node of a run moved on.
 	Node *NodeEvent `protobuf:"bytes,29,opt,name=node,proto3,oneof"`
 }
 
 type Event_SessionRuns struct {
+	// Every run of the session was paused, resumed or cancelled.
 	SessionRuns *SessionRunsEvent `protobuf:"bytes,30,opt,name=session_runs,json=sessionRuns,proto3,oneof"`
 }
 
 type Event_TaskHelp struct {
+	// A task asks the user for help.
 	TaskHelp *v1.TaskHelp `protobuf:"bytes,31,opt,name=task_help,json=taskHelp,proto3,oneof"`
 }
 
 type Event_Indexing struct {
+	// A repository's index run moved on.
 	Indexing *IndexingProgress `protobuf:"bytes,32,opt,name=indexing,proto3,oneof"`
 }
 
 type Event_Error struct {
+	// Something the session asked for failed.
 	Error *ErrorEvent `protobuf:"bytes,33,opt,name=error,proto3,oneof"`
 }
 
 type Event_Session struct {
+	// The session was created or changed.
 	Session *SessionEvent `protobuf:"bytes,34,opt,name=session,proto3,oneof"`
 }
 
 type Event_ToolCall struct {
+	// An agent's tool call started or ended.
 	ToolCall *ToolCallEvent `protobuf:"bytes,40,opt,name=tool_call,json=toolCall,proto3,oneof"`
 }
 
 type Event_Agent struct {
+	// An agent's step that is not a tool call.
 	Agent *AgentStepEvent `protobuf:"bytes,41,opt,name=agent,proto3,oneof"`
 }
 
 type Event_Review struct {
+	// A review is done.
 	Review *ReviewEvent `protobuf:"bytes,42,opt,name=review,proto3,oneof"`
 }
 
 type Event_PlanRevised struct {
+	// A plan got a new version.
 	PlanRevised *PlanRevisedEvent `protobuf:"bytes,43,opt,name=plan_revised,json=planRevised,proto3,oneof"`
 }
 
 type Event_Briefing struct {
+	// The recent history of the session's repository.
 	Briefing *SessionBriefing `protobuf:"bytes,50,opt,name=briefing,proto3,oneof"`
 }
 
@@ -742,10 +790,13 @@ type SessionBriefing struct {
 	// "repositories/{id}".
 	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// The window it covers: entries created since since (the last 7 days).
-	Since     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
-	Failures  []*BriefingItem        `protobuf:"bytes,3,rep,name=failures,proto3" json:"failures,omitempty"`
-	Decisions []*BriefingItem        `protobuf:"bytes,4,rep,name=decisions,proto3" json:"decisions,omitempty"`
-	Runs      []*BriefingItem        `protobuf:"bytes,5,rep,name=runs,proto3" json:"runs,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// Recent failures.
+	Failures []*BriefingItem `protobuf:"bytes,3,rep,name=failures,proto3" json:"failures,omitempty"`
+	// Recent decisions.
+	Decisions []*BriefingItem `protobuf:"bytes,4,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// Recent runs.
+	Runs []*BriefingItem `protobuf:"bytes,5,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Why the briefing is incomplete (the Archivalist could not be asked),
 	// or empty.
 	Unavailable   string `protobuf:"bytes,6,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
@@ -829,9 +880,12 @@ func (x *SessionBriefing) GetUnavailable() string {
 type BriefingItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Archivalist entry ("entries/{id}").
-	Entry      string                 `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
-	Title      string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Category   string                 `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
+	Entry string `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// The entry's title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// The entry's category.
+	Category string `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
+	// When it was recorded.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The start of the entry's content.
 	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
@@ -909,10 +963,14 @@ type ReviewEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The run and node reviewed, or the review asked through the API
 	// ("reviews/<id>").
-	Run           string      `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Node          string      `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Attempt       int32       `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Review        string      `protobuf:"bytes,4,opt,name=review,proto3" json:"review,omitempty"`
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The node reviewed.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// The node's attempt.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The review asked through the API ("reviews/<id>"), if it was one.
+	Review string `protobuf:"bytes,4,opt,name=review,proto3" json:"review,omitempty"`
+	// The review.
 	Result        *v11.Review `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -985,11 +1043,15 @@ func (x *ReviewEvent) GetResult() *v11.Review {
 
 // PlanRevisedEvent is a plan's new version.
 type PlanRevisedEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plan          string                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
-	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Feedback      string                 `protobuf:"bytes,3,opt,name=feedback,proto3" json:"feedback,omitempty"`
-	Diff          string                 `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan ("sessions/<s>/plans/<p>").
+	Plan string `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Its new version.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The feedback it answers.
+	Feedback string `protobuf:"bytes,3,opt,name=feedback,proto3" json:"feedback,omitempty"`
+	// What changed, for a person.
+	Diff          string `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1056,17 +1118,22 @@ func (x *PlanRevisedEvent) GetDiff() string {
 type ToolCallEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/<id>", the node and its attempt.
-	Run     string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Node    string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Attempt int32  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The node.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// The node's attempt.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The agent's role: "engineer", "inspector", "tester".
 	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
 	// The model turn it belongs to, from 1.
-	Turn   int32  `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	Turn int32 `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The call's id: its start and end share it.
 	CallId string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Tool   string `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The tool called.
+	Tool string `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
 	// The arguments, shortened, secrets redacted.
-	Args   string         `protobuf:"bytes,8,opt,name=args,proto3" json:"args,omitempty"`
+	Args string `protobuf:"bytes,8,opt,name=args,proto3" json:"args,omitempty"`
+	// Where the call stands.
 	Status ToolCallStatus `protobuf:"varint,9,opt,name=status,proto3,enum=sylk.event.v1.ToolCallStatus" json:"status,omitempty"`
 	// How long it took (set when it ended).
 	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
@@ -1185,12 +1252,17 @@ func (x *ToolCallEvent) GetSummary() string {
 
 // AgentStepEvent is a step of a task's agent that is not a tool call.
 type AgentStepEvent struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Attempt int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Agent   string                 `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
-	Turn    int32                  `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run ("runs/<id>").
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The node.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// The node's attempt.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The agent's role.
+	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The model turn, from 1.
+	Turn int32 `protobuf:"varint,5,opt,name=turn,proto3" json:"turn,omitempty"`
 	// The model's text (a part of its turn's, as it arrived), or what the
 	// warning or revert says.
 	Text          string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
@@ -1334,14 +1406,19 @@ type MessageRouted struct {
 	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	// The routing tier: "slash_command", "cache", "direct_skill",
 	// "classifier", "clarification".
-	Tier       string  `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	Tier string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The classifier's confidence, 0 to 1.
 	Confidence float64 `protobuf:"fixed64,4,opt,name=confidence,proto3" json:"confidence,omitempty"`
-	IntentType string  `protobuf:"bytes,5,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
-	Reason     string  `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The kind of request the Guide took it for.
+	IntentType string `protobuf:"bytes,5,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	// Why that agent.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The answer comes from the route cache.
-	Cached          bool   `protobuf:"varint,7,opt,name=cached,proto3" json:"cached,omitempty"`
+	Cached bool `protobuf:"varint,7,opt,name=cached,proto3" json:"cached,omitempty"`
+	// The knowledge intent, for the Librarian and the Archivalist.
 	KnowledgeIntent string `protobuf:"bytes,8,opt,name=knowledge_intent,json=knowledgeIntent,proto3" json:"knowledge_intent,omitempty"`
-	TimeScope       string `protobuf:"bytes,9,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
+	// The time window the request names ("last_month", ...).
+	TimeScope string `protobuf:"bytes,9,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
 	// For an agent's request routed on the agent's behalf: who asked.
 	RequestedBy   string `protobuf:"bytes,10,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1451,11 +1528,15 @@ func (x *MessageRouted) GetRequestedBy() string {
 // MessageRerouted is an agent declining a request, and where it went next
 // (spec A-08).
 type MessageRerouted struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	From    string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	To      string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
-	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	History []*v1.RerouteHop       `protobuf:"bytes,4,rep,name=history,proto3" json:"history,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that declined.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// The agent it went to next.
+	To string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// Why it declined.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The reroutes so far.
+	History []*v1.RerouteHop `protobuf:"bytes,4,rep,name=history,proto3" json:"history,omitempty"`
 	// Said when one more reroute would ask the user.
 	Warning       string `protobuf:"bytes,5,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1535,8 +1616,9 @@ type MessageUnanswered struct {
 	// A stable reason: "DEADLINE_EXCEEDED", "UNDELIVERABLE".
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// How long the Guide waited.
-	Waited        *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`
-	Detail        string               `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Waited *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`
+	// More about why.
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1605,20 +1687,25 @@ type ClarificationRequested struct {
 	// "sessions/<s>/clarifications/<c>": answer it with its name.
 	Clarification string `protobuf:"bytes,1,opt,name=clarification,proto3" json:"clarification,omitempty"`
 	// The agent that asks ("guide" when routing was unsure).
-	RequestingAgent string   `protobuf:"bytes,2,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
-	Options         []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
-	Context         string   `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	RequestingAgent string `protobuf:"bytes,2,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	// Answers to choose from, when there are some.
+	Options []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// Why it asks.
+	Context string `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
 	// The Guide's routing confidence, when it asks because it is unsure.
 	Confidence float64 `protobuf:"fixed64,5,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	// The Guide's reply message and the user's message it answers.
-	Message   string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// See message.
 	InReplyTo string `protobuf:"bytes,7,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	// Why it asks: "low_confidence", "agent_question", "reroute_limit".
-	Reason          string           `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
-	OriginalRequest string           `protobuf:"bytes,9,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	RerouteHistory  []*v1.RerouteHop `protobuf:"bytes,10,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The request the question is about.
+	OriginalRequest string `protobuf:"bytes,9,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	// The reroutes before the question.
+	RerouteHistory []*v1.RerouteHop `protobuf:"bytes,10,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClarificationRequested) Reset() {
@@ -1723,12 +1810,15 @@ func (x *ClarificationRequested) GetRerouteHistory() []*v1.RerouteHop {
 
 // ClarificationAnswered is the user's answer, and where it went.
 type ClarificationAnswered struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Clarification   string                 `protobuf:"bytes,1,opt,name=clarification,proto3" json:"clarification,omitempty"`
-	RequestingAgent string                 `protobuf:"bytes,2,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
-	Target          string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question answered.
+	Clarification string `protobuf:"bytes,1,opt,name=clarification,proto3" json:"clarification,omitempty"`
+	// The agent that asked.
+	RequestingAgent string `protobuf:"bytes,2,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	// The agent the answer went to.
+	Target        string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClarificationAnswered) Reset() {
@@ -1786,13 +1876,18 @@ func (x *ClarificationAnswered) GetTarget() string {
 type PlanEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/<s>/plans/<p>".
-	Plan    string `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
-	Title   string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Version int32  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
-	Nodes   int32  `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Plan string `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The plan's title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Its version.
+	Version int32 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Its number of tasks.
+	Nodes int32 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	// The planner that drafted it ("local" templates or "provider/model").
-	Planner          string   `protobuf:"bytes,5,opt,name=planner,proto3" json:"planner,omitempty"`
-	FeatureDomain    string   `protobuf:"bytes,6,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	Planner string `protobuf:"bytes,5,opt,name=planner,proto3" json:"planner,omitempty"`
+	// The feature domain its intent was enriched with.
+	FeatureDomain string `protobuf:"bytes,6,opt,name=feature_domain,json=featureDomain,proto3" json:"feature_domain,omitempty"`
+	// The success criteria the domain added.
 	InferredCriteria []string `protobuf:"bytes,7,rep,name=inferred_criteria,json=inferredCriteria,proto3" json:"inferred_criteria,omitempty"`
 	// The run an approval started ("runs/<id>").
 	Run string `protobuf:"bytes,8,opt,name=run,proto3" json:"run,omitempty"`
@@ -1899,18 +1994,23 @@ func (x *PlanEvent) GetReason() string {
 type RunEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/<id>".
-	Run   string       `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The run's state.
 	State v11.RunState `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.orchestrator.v1.RunState" json:"state,omitempty"`
 	// A settlement's action ("keep", "rollback", "retry") and what it
 	// changed.
-	Action       string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	FilesChanged int32  `protobuf:"varint,4,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// See action.
+	FilesChanged int32 `protobuf:"varint,4,opt,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
 	// The session-level check's state ("pending", "passed", "failed",
 	// "error"), and whether a fix was asked of the Architect.
-	CheckState   string `protobuf:"bytes,5,opt,name=check_state,json=checkState,proto3" json:"check_state,omitempty"`
-	Redispatched bool   `protobuf:"varint,6,opt,name=redispatched,proto3" json:"redispatched,omitempty"`
-	FixRequested bool   `protobuf:"varint,7,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
-	Detail       string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	CheckState string `protobuf:"bytes,5,opt,name=check_state,json=checkState,proto3" json:"check_state,omitempty"`
+	// Whether the settlement dispatched nodes again (retry).
+	Redispatched bool `protobuf:"varint,6,opt,name=redispatched,proto3" json:"redispatched,omitempty"`
+	// See check_state.
+	FixRequested bool `protobuf:"varint,7,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
+	// More, in words.
+	Detail string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
 	// How the run's change was delivered (EVENT_TYPE_RUN_DELIVERED).
 	Delivery      *v11.Delivery `protobuf:"bytes,9,opt,name=delivery,proto3" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2012,25 +2112,35 @@ func (x *RunEvent) GetDelivery() *v11.Delivery {
 
 // NodeEvent is a node's step.
 type NodeEvent struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Node    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Attempt int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run ("runs/<id>").
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The node.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// The attempt.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The worker role it was dispatched to.
-	Role     string        `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
-	State    v11.NodeState `protobuf:"varint,5,opt,name=state,proto3,enum=sylk.orchestrator.v1.NodeState" json:"state,omitempty"`
-	ExitCode int32         `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Error    string        `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// The node's state.
+	State v11.NodeState `protobuf:"varint,5,opt,name=state,proto3,enum=sylk.orchestrator.v1.NodeState" json:"state,omitempty"`
+	// Its command's exit code.
+	ExitCode int32 `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Why it failed.
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// A retry's time.
 	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
 	// A user's action ("retry", "skip", "prompt" ...) and who took it.
 	Action string `protobuf:"bytes,9,opt,name=action,proto3" json:"action,omitempty"`
-	User   string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	// See action.
+	User string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
 	// A handoff's number, reason and context use (spec F-23).
-	HandoffIndex  int32   `protobuf:"varint,11,opt,name=handoff_index,json=handoffIndex,proto3" json:"handoff_index,omitempty"`
-	Reason        string  `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	ContextUsage  float64 `protobuf:"fixed64,13,opt,name=context_usage,json=contextUsage,proto3" json:"context_usage,omitempty"`
-	OldPipeline   string  `protobuf:"bytes,14,opt,name=old_pipeline,json=oldPipeline,proto3" json:"old_pipeline,omitempty"`
+	HandoffIndex int32 `protobuf:"varint,11,opt,name=handoff_index,json=handoffIndex,proto3" json:"handoff_index,omitempty"`
+	// See handoff_index.
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// See handoff_index.
+	ContextUsage float64 `protobuf:"fixed64,13,opt,name=context_usage,json=contextUsage,proto3" json:"context_usage,omitempty"`
+	// The pipeline that handed off.
+	OldPipeline   string `protobuf:"bytes,14,opt,name=old_pipeline,json=oldPipeline,proto3" json:"old_pipeline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2288,11 +2398,15 @@ func (x *SessionEvent) GetRepository() string {
 type IndexingProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "repositories/<id>".
-	Repository     string  `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	FilesDone      int64   `protobuf:"varint,2,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
-	FilesTotal     int64   `protobuf:"varint,3,opt,name=files_total,json=filesTotal,proto3" json:"files_total,omitempty"`
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Files read so far.
+	FilesDone int64 `protobuf:"varint,2,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
+	// Files to read.
+	FilesTotal int64 `protobuf:"varint,3,opt,name=files_total,json=filesTotal,proto3" json:"files_total,omitempty"`
+	// The reading rate.
 	FilesPerSecond float64 `protobuf:"fixed64,4,opt,name=files_per_second,json=filesPerSecond,proto3" json:"files_per_second,omitempty"`
-	Done           bool    `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	// Whether the run finished.
+	Done bool `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
 	// Set when the run failed.
 	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2375,8 +2489,10 @@ func (x *IndexingProgress) GetError() string {
 type ErrorEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A stable reason (UPPER_SNAKE), as in the API's errors.
-	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What went wrong, for a person.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The id of the request that failed.
 	CorrelationId string `protobuf:"bytes,3,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -29,12 +29,18 @@ const (
 type RoutingFailureSignal int32
 
 const (
-	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED          RoutingFailureSignal = 0
-	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT    RoutingFailureSignal = 1
-	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION      RoutingFailureSignal = 2
+	// Not set; refused.
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_UNSPECIFIED RoutingFailureSignal = 0
+	// The agent said the request belongs elsewhere.
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EXPLICIT_REDIRECT RoutingFailureSignal = 1
+	// The user said the request went to the wrong agent.
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_USER_CORRECTION RoutingFailureSignal = 2
+	// A task asked for help the agent could not give.
 	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_TASK_HELP_ESCALATION RoutingFailureSignal = 3
-	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP   RoutingFailureSignal = 4
-	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE       RoutingFailureSignal = 5
+	// Questions went back and forth without progress.
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_CLARIFICATION_LOOP RoutingFailureSignal = 4
+	// The agent answered nothing.
+	RoutingFailureSignal_ROUTING_FAILURE_SIGNAL_EMPTY_RESPONSE RoutingFailureSignal = 5
 )
 
 // Enum value maps for RoutingFailureSignal.
@@ -84,9 +90,11 @@ func (RoutingFailureSignal) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{0}
 }
 
+// ReplayMode is how ReplayRecording replays.
 type ReplayMode int32
 
 const (
+	// Not set: interactive.
 	ReplayMode_REPLAY_MODE_UNSPECIFIED ReplayMode = 0
 	// Every query is sent, with no pauses.
 	ReplayMode_REPLAY_MODE_EXACT ReplayMode = 1
@@ -139,16 +147,21 @@ func (ReplayMode) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{1}
 }
 
+// Message is one message of a session, the user's or an agent's.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/messages/{message}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The message's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The message's text.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// "user" for messages from the user, else the agent's name.
-	Author        string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	// When the message was sent.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The id linking a request to the messages and events that answer it.
+	CorrelationId string `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,17 +242,21 @@ func (x *Message) GetCorrelationId() string {
 type Route struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The agent that owns the message ("guide" for slash commands).
-	Target     string  `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// The classifier's confidence in target, 0 to 1.
 	Confidence float64 `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
 	// "slash_command", "cache", "classifier".
-	Tier       string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	Tier string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The kind of request the Guide took the message for.
 	IntentType string `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
-	Reason     string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why the Guide chose target.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Knowledge routing metadata (spec A-34, A-35): LOCATE, PATTERN, EXPLAIN,
 	// GENERAL for the librarian; HISTORICAL, ACTIVITY, OUTCOME, SIMILAR,
 	// RESUME, GENERAL for the archivalist.
 	KnowledgeIntent string `protobuf:"bytes,6,opt,name=knowledge_intent,json=knowledgeIntent,proto3" json:"knowledge_intent,omitempty"`
-	Subject         string `protobuf:"bytes,7,opt,name=subject,proto3" json:"subject,omitempty"`
+	// What the request is about, for knowledge routing.
+	Subject string `protobuf:"bytes,7,opt,name=subject,proto3" json:"subject,omitempty"`
 	// For example "last_month", "recent" (7 days), "today".
 	TimeScope string `protobuf:"bytes,8,opt,name=time_scope,json=timeScope,proto3" json:"time_scope,omitempty"`
 	// True when the answer came from the Guide's response cache.
@@ -341,10 +358,13 @@ func (x *Route) GetCached() bool {
 	return false
 }
 
+// The message SendMessage sends.
 type SendMessageRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Text   string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// The user's message.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// Optional client-chosen id; a retry with the same id is not processed twice.
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Answers a pending clarification ("sessions/{s}/clarifications/{c}"):
@@ -412,13 +432,17 @@ func (x *SendMessageRequest) GetInReplyTo() string {
 	return ""
 }
 
+// The message as stored, and where it went.
 type SendMessageResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Message *Message               `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	Route   *Route                 `protobuf:"bytes,2,opt,name=route,proto3" json:"route,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored message.
+	Message *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// Where the Guide sent it and why.
+	Route *Route `protobuf:"bytes,2,opt,name=route,proto3" json:"route,omitempty"`
 	// The Guide's own answer, for slash commands; empty when an agent answers
 	// later on the event stream.
-	Reply         string `protobuf:"bytes,3,opt,name=reply,proto3" json:"reply,omitempty"`
+	Reply string `protobuf:"bytes,3,opt,name=reply,proto3" json:"reply,omitempty"`
+	// The id of the answer's messages and events on the event stream.
 	CorrelationId string `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -482,11 +506,15 @@ func (x *SendMessageResponse) GetCorrelationId() string {
 	return ""
 }
 
+// The page of messages ListMessages returns.
 type ListMessagesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// At most this many messages (0: the default).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,10 +570,13 @@ func (x *ListMessagesRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of a session's messages.
 type ListMessagesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The messages of this page.
+	Messages []*Message `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -594,12 +625,15 @@ func (x *ListMessagesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The events ListEvents returns.
 type ListEventsRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// Return events with a sequence greater than this.
 	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// At most this many events (0: the default).
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,9 +689,11 @@ func (x *ListEventsRequest) GetPageSize() int32 {
 	return 0
 }
 
+// A session's events after a sequence number, oldest first.
 type ListEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*v1.Event            `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events.
+	Events        []*v1.Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,10 +735,14 @@ func (x *ListEventsResponse) GetEvents() []*v1.Event {
 	return nil
 }
 
+// Where StreamEvents starts.
 type StreamEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	AfterSequence uint64                 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Stream events with a sequence greater than this (0: from the first);
+	// with server-sent events, Last-Event-ID wins over it.
+	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,9 +791,11 @@ func (x *StreamEventsRequest) GetAfterSequence() uint64 {
 	return 0
 }
 
+// One message of the event stream.
 type StreamEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *v1.Event              `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next event.
+	Event         *v1.Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -795,9 +837,11 @@ func (x *StreamEventsResponse) GetEvent() *v1.Event {
 	return nil
 }
 
+// The session whose questions ListClarifications returns.
 type ListClarificationsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent        string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,9 +883,11 @@ func (x *ListClarificationsRequest) GetParent() string {
 	return ""
 }
 
+// The questions waiting for the user.
 type ListClarificationsResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Clarifications []*Clarification       `protobuf:"bytes,1,rep,name=clarifications,proto3" json:"clarifications,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The questions.
+	Clarifications []*Clarification `protobuf:"bytes,1,rep,name=clarifications,proto3" json:"clarifications,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -887,15 +933,21 @@ func (x *ListClarificationsResponse) GetClarifications() []*Clarification {
 type Clarification struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/clarifications/{clarification}".
-	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Question        string                 `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
-	Options         []string               `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
-	Context         string                 `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
-	RequestingAgent string                 `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
-	CorrelationId   string                 `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The question.
+	Question string `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	// Answers to choose from, when the question offers some.
+	Options []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// Why the question is asked.
+	Context string `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	// The agent the answer goes back to ("guide" for routing questions).
+	RequestingAgent string `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	// The id of the request the question belongs to.
+	CorrelationId string `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// When the question was asked.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Clarification) Reset() {
@@ -977,20 +1029,29 @@ func (x *Clarification) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// RoutingFailure is one recorded misroute.
 type RoutingFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "route_fail_<uuid>".
-	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	OriginalRequest  string                 `protobuf:"bytes,2,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	ClassifiedAs     string                 `protobuf:"bytes,3,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
-	RoutedTo         string                 `protobuf:"bytes,4,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	ShouldHaveBeen   string                 `protobuf:"bytes,5,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
-	FailureSignal    RoutingFailureSignal   `protobuf:"varint,6,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
-	PatternExtracted string                 `protobuf:"bytes,7,opt,name=pattern_extracted,json=patternExtracted,proto3" json:"pattern_extracted,omitempty"`
-	SessionId        string                 `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	CreateTime       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The request that was misrouted.
+	OriginalRequest string `protobuf:"bytes,2,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	// What the Guide took it for.
+	ClassifiedAs string `protobuf:"bytes,3,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
+	// The agent it went to.
+	RoutedTo string `protobuf:"bytes,4,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	// The agent it should have gone to.
+	ShouldHaveBeen string `protobuf:"bytes,5,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	// How the misroute was noticed.
+	FailureSignal RoutingFailureSignal `protobuf:"varint,6,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
+	// The words of the request that later requests are matched against.
+	PatternExtracted string `protobuf:"bytes,7,opt,name=pattern_extracted,json=patternExtracted,proto3" json:"pattern_extracted,omitempty"`
+	// The session it happened in (its id).
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// When it was recorded.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoutingFailure) Reset() {
@@ -1086,16 +1147,23 @@ func (x *RoutingFailure) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The misroute RecordRoutingFailure records.
 type RecordRoutingFailureRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	OriginalRequest string                 `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	RoutedTo        string                 `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	ShouldHaveBeen  string                 `protobuf:"bytes,3,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
-	FailureSignal   RoutingFailureSignal   `protobuf:"varint,4,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
-	ClassifiedAs    string                 `protobuf:"bytes,5,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
-	SessionId       string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request that was misrouted.
+	OriginalRequest string `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	// The agent it went to.
+	RoutedTo string `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	// The agent it should have gone to.
+	ShouldHaveBeen string `protobuf:"bytes,3,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	// How the misroute was noticed.
+	FailureSignal RoutingFailureSignal `protobuf:"varint,4,opt,name=failure_signal,json=failureSignal,proto3,enum=sylk.guide.v1.RoutingFailureSignal" json:"failure_signal,omitempty"`
+	// What the Guide took it for, if known.
+	ClassifiedAs string `protobuf:"bytes,5,opt,name=classified_as,json=classifiedAs,proto3" json:"classified_as,omitempty"`
+	// The session it happened in (its id), if any.
+	SessionId     string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RecordRoutingFailureRequest) Reset() {
@@ -1170,9 +1238,11 @@ func (x *RecordRoutingFailureRequest) GetSessionId() string {
 	return ""
 }
 
+// The recorded misroute.
 type RecordRoutingFailureResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Failure       *RoutingFailure        `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The misroute.
+	Failure       *RoutingFailure `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,13 +1284,15 @@ func (x *RecordRoutingFailureResponse) GetFailure() *RoutingFailure {
 	return nil
 }
 
+// The misroutes ListRoutingFailures returns.
 type ListRoutingFailuresRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Words of a request; failures whose pattern shares them are returned.
 	RequestPattern string `protobuf:"bytes,1,opt,name=request_pattern,json=requestPattern,proto3" json:"request_pattern,omitempty"`
-	Limit          int32  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// At most this many (0: the default).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRoutingFailuresRequest) Reset() {
@@ -1267,9 +1339,11 @@ func (x *ListRoutingFailuresRequest) GetLimit() int32 {
 	return 0
 }
 
+// Recorded misroutes.
 type ListRoutingFailuresResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Failures      []*RoutingFailure      `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The misroutes.
+	Failures      []*RoutingFailure `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,6 +1385,7 @@ func (x *ListRoutingFailuresResponse) GetFailures() []*RoutingFailure {
 	return nil
 }
 
+// GetRoutingAccuracy takes no arguments: it reports on the caller's tenant.
 type GetRoutingAccuracyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1347,12 +1422,17 @@ func (*GetRoutingAccuracyRequest) Descriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_guide_service_proto_rawDescGZIP(), []int{18}
 }
 
+// IntentAccuracy is the routing accuracy of one intent type.
 type IntentAccuracy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	IntentType    string                 `protobuf:"bytes,1,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
-	Routed        int64                  `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
-	Failures      int64                  `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
-	Accuracy      float64                `protobuf:"fixed64,4,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intent type.
+	IntentType string `protobuf:"bytes,1,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	// Requests of this type routed.
+	Routed int64 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	// Misroutes recorded among them.
+	Failures int64 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// 1 - failures / routed.
+	Accuracy      float64 `protobuf:"fixed64,4,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1421,8 +1501,11 @@ type ConfidenceAccuracy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tenth's lower bound: 0.0, 0.1 ... 0.9.
 	MinConfidence float64 `protobuf:"fixed64,1,opt,name=min_confidence,json=minConfidence,proto3" json:"min_confidence,omitempty"`
-	Routed        int64   `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
-	Failures      int64   `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// Decisions in this tenth.
+	Routed int64 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	// Misroutes among them.
+	Failures int64 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// failures / routed.
 	FailureRate   float64 `protobuf:"fixed64,4,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1486,13 +1569,17 @@ func (x *ConfidenceAccuracy) GetFailureRate() float64 {
 	return 0
 }
 
+// MisroutePair counts the misroutes from one agent that belonged to another.
 type MisroutePair struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	RoutedTo       string                 `protobuf:"bytes,1,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	ShouldHaveBeen string                 `protobuf:"bytes,2,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
-	Count          int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent requests went to.
+	RoutedTo string `protobuf:"bytes,1,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	// The agent they should have gone to.
+	ShouldHaveBeen string `protobuf:"bytes,2,opt,name=should_have_been,json=shouldHaveBeen,proto3" json:"should_have_been,omitempty"`
+	// How often.
+	Count         int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MisroutePair) Reset() {
@@ -1546,13 +1633,19 @@ func (x *MisroutePair) GetCount() int64 {
 	return 0
 }
 
+// Routing accuracy overall and by intent, signal and confidence.
 type GetRoutingAccuracyResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Routed    int64                  `protobuf:"varint,1,opt,name=routed,proto3" json:"routed,omitempty"`
-	Failures  int64                  `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
-	Accuracy  float64                `protobuf:"fixed64,3,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
-	ByIntent  []*IntentAccuracy      `protobuf:"bytes,4,rep,name=by_intent,json=byIntent,proto3" json:"by_intent,omitempty"`
-	Misroutes []*MisroutePair        `protobuf:"bytes,5,rep,name=misroutes,proto3" json:"misroutes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests routed.
+	Routed int64 `protobuf:"varint,1,opt,name=routed,proto3" json:"routed,omitempty"`
+	// Misroutes recorded.
+	Failures int64 `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	// 1 - failures / routed.
+	Accuracy float64 `protobuf:"fixed64,3,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	// Accuracy per intent type.
+	ByIntent []*IntentAccuracy `protobuf:"bytes,4,rep,name=by_intent,json=byIntent,proto3" json:"by_intent,omitempty"`
+	// The misroutes by pair of agents.
+	Misroutes []*MisroutePair `protobuf:"bytes,5,rep,name=misroutes,proto3" json:"misroutes,omitempty"`
 	// Failures per signal name.
 	BySignal map[string]int64 `protobuf:"bytes,6,rep,name=by_signal,json=bySignal,proto3" json:"by_signal,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Failure rate per tenth of routing confidence, over the decisions and
@@ -1560,11 +1653,13 @@ type GetRoutingAccuracyResponse struct {
 	ByConfidence []*ConfidenceAccuracy `protobuf:"bytes,7,rep,name=by_confidence,json=byConfidence,proto3" json:"by_confidence,omitempty"`
 	// Time from a routing decision to the failure that corrected it, over
 	// the failures whose decision is known (corrections_timed of them).
-	TimeToCorrectionP50  *durationpb.Duration `protobuf:"bytes,8,opt,name=time_to_correction_p50,json=timeToCorrectionP50,proto3" json:"time_to_correction_p50,omitempty"`
+	TimeToCorrectionP50 *durationpb.Duration `protobuf:"bytes,8,opt,name=time_to_correction_p50,json=timeToCorrectionP50,proto3" json:"time_to_correction_p50,omitempty"`
+	// The mean of the same times.
 	TimeToCorrectionMean *durationpb.Duration `protobuf:"bytes,9,opt,name=time_to_correction_mean,json=timeToCorrectionMean,proto3" json:"time_to_correction_mean,omitempty"`
-	CorrectionsTimed     int64                `protobuf:"varint,10,opt,name=corrections_timed,json=correctionsTimed,proto3" json:"corrections_timed,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// How many failures the times are over.
+	CorrectionsTimed int64 `protobuf:"varint,10,opt,name=corrections_timed,json=correctionsTimed,proto3" json:"corrections_timed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetRoutingAccuracyResponse) Reset() {
@@ -1667,17 +1762,26 @@ func (x *GetRoutingAccuracyResponse) GetCorrectionsTimed() int64 {
 	return 0
 }
 
+// DeadLetter is a message that could not be delivered to its agent.
 type DeadLetter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "deadLetters/{id}".
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	SessionId      string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Target         string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
-	CorrelationId  string                 `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	MessageType    string                 `protobuf:"bytes,6,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
-	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	ReplayCount    int32                  `protobuf:"varint,8,opt,name=replay_count,json=replayCount,proto3" json:"replay_count,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The session the message belongs to (its id).
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent it was for.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The id of the request it belongs to.
+	CorrelationId string `protobuf:"bytes,4,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// Why it could not be delivered.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The kind of message.
+	MessageType string `protobuf:"bytes,6,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	// When it was given up on.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// How often it was replayed.
+	ReplayCount int32 `protobuf:"varint,8,opt,name=replay_count,json=replayCount,proto3" json:"replay_count,omitempty"`
+	// When it was last replayed.
 	LastReplayTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_replay_time,json=lastReplayTime,proto3" json:"last_replay_time,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1776,11 +1880,13 @@ func (x *DeadLetter) GetLastReplayTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The dead letters ListDeadLetters returns.
 type ListDeadLettersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this session's, when set (its id).
-	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// At most this many (0: the default).
+	PageSize      int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1829,9 +1935,11 @@ func (x *ListDeadLettersRequest) GetPageSize() int32 {
 	return 0
 }
 
+// Dead letters of the caller's tenant.
 type ListDeadLettersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetters   []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letters.
+	DeadLetters   []*DeadLetter `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1873,9 +1981,11 @@ func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
 	return nil
 }
 
+// The dead letter ReplayDeadLetter publishes again.
 type ReplayDeadLetterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter, "deadLetters/{id}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1917,9 +2027,11 @@ func (x *ReplayDeadLetterRequest) GetName() string {
 	return ""
 }
 
+// The replayed dead letter.
 type ReplayDeadLetterResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetter    *DeadLetter            `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter, with its replay count.
+	DeadLetter    *DeadLetter `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1963,16 +2075,23 @@ func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
 
 // RecordedQuery is one query of a recording (spec E-07).
 type RecordedQuery struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Index            int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Time             *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
-	RawQuery         string                 `protobuf:"bytes,3,opt,name=raw_query,json=rawQuery,proto3" json:"raw_query,omitempty"`
-	ClassifiedIntent string                 `protobuf:"bytes,4,opt,name=classified_intent,json=classifiedIntent,proto3" json:"classified_intent,omitempty"`
-	RoutedTo         string                 `protobuf:"bytes,5,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	Response         string                 `protobuf:"bytes,6,opt,name=response,proto3" json:"response,omitempty"`
-	Success          bool                   `protobuf:"varint,7,opt,name=success,proto3" json:"success,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its place in the recording, from 0.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// When it was sent.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// The user's text.
+	RawQuery string `protobuf:"bytes,3,opt,name=raw_query,json=rawQuery,proto3" json:"raw_query,omitempty"`
+	// What the Guide took it for.
+	ClassifiedIntent string `protobuf:"bytes,4,opt,name=classified_intent,json=classifiedIntent,proto3" json:"classified_intent,omitempty"`
+	// The agent it went to.
+	RoutedTo string `protobuf:"bytes,5,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	// The Guide's own reply to it, when it gave one (at most 4 KiB).
+	Response string `protobuf:"bytes,6,opt,name=response,proto3" json:"response,omitempty"`
+	// Whether it was routed to an agent.
+	Success       bool `protobuf:"varint,7,opt,name=success,proto3" json:"success,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RecordedQuery) Reset() {
@@ -2054,20 +2173,31 @@ func (x *RecordedQuery) GetSuccess() bool {
 	return false
 }
 
+// Recording is a session's queries recorded to be replayed.
 type Recording struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/recordings/{recording}"; ids are "rec_<uuid>".
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	DisplayName   string                 `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	Description   string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
-	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	StopTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stop_time,json=stopTime,proto3" json:"stop_time,omitempty"`
-	Recording     bool                   `protobuf:"varint,8,opt,name=recording,proto3" json:"recording,omitempty"`
-	QueryCount    int32                  `protobuf:"varint,9,opt,name=query_count,json=queryCount,proto3" json:"query_count,omitempty"`
-	Tags          []string               `protobuf:"bytes,10,rep,name=tags,proto3" json:"tags,omitempty"`
-	Queries       []*RecordedQuery       `protobuf:"bytes,11,rep,name=queries,proto3" json:"queries,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The recording's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people.
+	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// What the recording is of.
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// The session recorded (its id).
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// When recording started.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When recording stopped; unset while it goes on.
+	StopTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stop_time,json=stopTime,proto3" json:"stop_time,omitempty"`
+	// True while it still records.
+	Recording bool `protobuf:"varint,8,opt,name=recording,proto3" json:"recording,omitempty"`
+	// How many queries it holds.
+	QueryCount int32 `protobuf:"varint,9,opt,name=query_count,json=queryCount,proto3" json:"query_count,omitempty"`
+	// Labels to find it by.
+	Tags []string `protobuf:"bytes,10,rep,name=tags,proto3" json:"tags,omitempty"`
+	// The queries, in order.
+	Queries       []*RecordedQuery `protobuf:"bytes,11,rep,name=queries,proto3" json:"queries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2179,12 +2309,17 @@ func (x *Recording) GetQueries() []*RecordedQuery {
 	return nil
 }
 
+// The recording StartRecording starts.
 type StartRecordingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	DisplayName   string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
-	Tags          []string               `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// A name for people.
+	DisplayName string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// What the recording is of.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Labels to find it by.
+	Tags          []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2247,9 +2382,11 @@ func (x *StartRecordingRequest) GetTags() []string {
 	return nil
 }
 
+// The started recording.
 type StartRecordingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording.
+	Recording     *Recording `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2291,9 +2428,11 @@ func (x *StartRecordingResponse) GetRecording() *Recording {
 	return nil
 }
 
+// The recording StopRecording stops.
 type StopRecordingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording, "sessions/{session}/recordings/{recording}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2335,9 +2474,11 @@ func (x *StopRecordingRequest) GetName() string {
 	return ""
 }
 
+// The stopped recording.
 type StopRecordingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording.
+	Recording     *Recording `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2379,9 +2520,11 @@ func (x *StopRecordingResponse) GetRecording() *Recording {
 	return nil
 }
 
+// The session whose recordings ListRecordings returns.
 type ListRecordingsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Parent        string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2423,9 +2566,11 @@ func (x *ListRecordingsRequest) GetParent() string {
 	return ""
 }
 
+// A session's recordings.
 type ListRecordingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Recordings    []*Recording           `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recordings.
+	Recordings    []*Recording `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2467,9 +2612,11 @@ func (x *ListRecordingsResponse) GetRecordings() []*Recording {
 	return nil
 }
 
+// The recording GetRecording returns.
 type GetRecordingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording, "sessions/{session}/recordings/{recording}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2511,9 +2658,11 @@ func (x *GetRecordingRequest) GetName() string {
 	return ""
 }
 
+// One recording.
 type GetRecordingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording, with its queries.
+	Recording     *Recording `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2555,10 +2704,13 @@ func (x *GetRecordingResponse) GetRecording() *Recording {
 	return nil
 }
 
+// The recording ReplayRecording replays, and how.
 type ReplayRecordingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Mode  ReplayMode             `protobuf:"varint,2,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
+	// The recording, "sessions/{session}/recordings/{recording}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How to replay it (default interactive).
+	Mode ReplayMode `protobuf:"varint,2,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
 	// The active session to replay into ("sessions/{s}"); the recording's own when empty.
 	TargetSession string `protobuf:"bytes,3,opt,name=target_session,json=targetSession,proto3" json:"target_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2619,11 +2771,15 @@ func (x *ReplayRecordingRequest) GetTargetSession() string {
 // ReplayStepResult is what happened to one replayed query.
 type ReplayStepResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Query string                 `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The query's place in the recording.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The text sent.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// "sent", "skipped", "modified", "classified".
-	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	Route         *Route `protobuf:"bytes,4,opt,name=route,proto3" json:"route,omitempty"`
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// Where the Guide sent it.
+	Route *Route `protobuf:"bytes,4,opt,name=route,proto3" json:"route,omitempty"`
+	// The id of its answer on the event stream.
 	CorrelationId string `protobuf:"bytes,5,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2694,19 +2850,27 @@ func (x *ReplayStepResult) GetCorrelationId() string {
 	return ""
 }
 
+// ReplayState is where a replay stands.
 type ReplayState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/replays/{replay}".
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Recording      string                 `protobuf:"bytes,2,opt,name=recording,proto3" json:"recording,omitempty"`
-	Mode           ReplayMode             `protobuf:"varint,3,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
-	CurrentIndex   int32                  `protobuf:"varint,4,opt,name=current_index,json=currentIndex,proto3" json:"current_index,omitempty"`
-	SkippedIndices []int32                `protobuf:"varint,5,rep,packed,name=skipped_indices,json=skippedIndices,proto3" json:"skipped_indices,omitempty"`
-	Modifications  map[int32]string       `protobuf:"bytes,6,rep,name=modifications,proto3" json:"modifications,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Done           bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
-	StartTime      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The recording replayed.
+	Recording string `protobuf:"bytes,2,opt,name=recording,proto3" json:"recording,omitempty"`
+	// How it is replayed.
+	Mode ReplayMode `protobuf:"varint,3,opt,name=mode,proto3,enum=sylk.guide.v1.ReplayMode" json:"mode,omitempty"`
+	// The next query's place.
+	CurrentIndex int32 `protobuf:"varint,4,opt,name=current_index,json=currentIndex,proto3" json:"current_index,omitempty"`
+	// The queries skipped.
+	SkippedIndices []int32 `protobuf:"varint,5,rep,packed,name=skipped_indices,json=skippedIndices,proto3" json:"skipped_indices,omitempty"`
+	// Query place -> the text sent instead.
+	Modifications map[int32]string `protobuf:"bytes,6,rep,name=modifications,proto3" json:"modifications,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// True when every query was handled or the replay was aborted.
+	Done bool `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
+	// When the replay started.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplayState) Reset() {
@@ -2795,10 +2959,13 @@ func (x *ReplayState) GetStartTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The replay's state and what it did so far.
 type ReplayRecordingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         *ReplayState           `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Results       []*ReplayStepResult    `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replay's state.
+	State *ReplayState `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// What happened to each query handled.
+	Results       []*ReplayStepResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2847,11 +3014,14 @@ func (x *ReplayRecordingResponse) GetResults() []*ReplayStepResult {
 	return nil
 }
 
+// The step StepReplay takes.
 type StepReplayRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The replay, "sessions/{session}/replays/{replay}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// "continue", "skip", "modify" (with text) or "abort".
-	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// The new text, for "modify".
 	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2908,10 +3078,13 @@ func (x *StepReplayRequest) GetText() string {
 	return ""
 }
 
+// The replay's state after the step, and what the step did.
 type StepReplayResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         *ReplayState           `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Result        *ReplayStepResult      `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replay's state.
+	State *ReplayState `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// What happened to the query.
+	Result        *ReplayStepResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -45,7 +45,10 @@ const (
 // routes everything else to the agent that owns the domain. Each step lands
 // on the session's event stream.
 type GuideServiceClient interface {
+	// SendMessage sends the user's message to the session: the Guide routes
+	// it to an agent, whose answer comes later on the event stream.
 	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error)
+	// ListMessages lists a session's messages, a page at a time.
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
 	// ListEvents returns the session's events after a sequence number.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
@@ -57,6 +60,7 @@ type GuideServiceClient interface {
 	// RecordRoutingFailure records a misroute (spec A-33); it also goes to
 	// the Archivalist as a routing_failure entry.
 	RecordRoutingFailure(ctx context.Context, in *RecordRoutingFailureRequest, opts ...grpc.CallOption) (*RecordRoutingFailureResponse, error)
+	// ListRoutingFailures lists the misroutes recorded by RecordRoutingFailure.
 	ListRoutingFailures(ctx context.Context, in *ListRoutingFailuresRequest, opts ...grpc.CallOption) (*ListRoutingFailuresResponse, error)
 	// GetRoutingAccuracy reports routing accuracy per intent type and the
 	// misroute pairs.
@@ -67,13 +71,18 @@ type GuideServiceClient interface {
 	ReplayDeadLetter(ctx context.Context, in *ReplayDeadLetterRequest, opts ...grpc.CallOption) (*ReplayDeadLetterResponse, error)
 	// StartRecording records the session's queries from now on (spec E-07).
 	StartRecording(ctx context.Context, in *StartRecordingRequest, opts ...grpc.CallOption) (*StartRecordingResponse, error)
+	// StopRecording stops recording a session's queries.
 	StopRecording(ctx context.Context, in *StopRecordingRequest, opts ...grpc.CallOption) (*StopRecordingResponse, error)
+	// ListRecordings lists a session's recordings.
 	ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error)
+	// GetRecording returns one recording with its queries.
 	GetRecording(ctx context.Context, in *GetRecordingRequest, opts ...grpc.CallOption) (*GetRecordingResponse, error)
 	// ReplayRecording replays a recording's queries into an active session:
 	// exact sends them all, dry_run only classifies them, interactive starts a
 	// replay that StepReplay advances one query at a time.
 	ReplayRecording(ctx context.Context, in *ReplayRecordingRequest, opts ...grpc.CallOption) (*ReplayRecordingResponse, error)
+	// StepReplay advances an interactive replay by one query: continue, skip,
+	// modify (with new text) or abort.
 	StepReplay(ctx context.Context, in *StepReplayRequest, opts ...grpc.CallOption) (*StepReplayResponse, error)
 }
 
@@ -262,7 +271,10 @@ func (c *guideServiceClient) StepReplay(ctx context.Context, in *StepReplayReque
 // routes everything else to the agent that owns the domain. Each step lands
 // on the session's event stream.
 type GuideServiceServer interface {
+	// SendMessage sends the user's message to the session: the Guide routes
+	// it to an agent, whose answer comes later on the event stream.
 	SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error)
+	// ListMessages lists a session's messages, a page at a time.
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
 	// ListEvents returns the session's events after a sequence number.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
@@ -274,6 +286,7 @@ type GuideServiceServer interface {
 	// RecordRoutingFailure records a misroute (spec A-33); it also goes to
 	// the Archivalist as a routing_failure entry.
 	RecordRoutingFailure(context.Context, *RecordRoutingFailureRequest) (*RecordRoutingFailureResponse, error)
+	// ListRoutingFailures lists the misroutes recorded by RecordRoutingFailure.
 	ListRoutingFailures(context.Context, *ListRoutingFailuresRequest) (*ListRoutingFailuresResponse, error)
 	// GetRoutingAccuracy reports routing accuracy per intent type and the
 	// misroute pairs.
@@ -284,13 +297,18 @@ type GuideServiceServer interface {
 	ReplayDeadLetter(context.Context, *ReplayDeadLetterRequest) (*ReplayDeadLetterResponse, error)
 	// StartRecording records the session's queries from now on (spec E-07).
 	StartRecording(context.Context, *StartRecordingRequest) (*StartRecordingResponse, error)
+	// StopRecording stops recording a session's queries.
 	StopRecording(context.Context, *StopRecordingRequest) (*StopRecordingResponse, error)
+	// ListRecordings lists a session's recordings.
 	ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error)
+	// GetRecording returns one recording with its queries.
 	GetRecording(context.Context, *GetRecordingRequest) (*GetRecordingResponse, error)
 	// ReplayRecording replays a recording's queries into an active session:
 	// exact sends them all, dry_run only classifies them, interactive starts a
 	// replay that StepReplay advances one query at a time.
 	ReplayRecording(context.Context, *ReplayRecordingRequest) (*ReplayRecordingResponse, error)
+	// StepReplay advances an interactive replay by one query: continue, skip,
+	// modify (with new text) or abort.
 	StepReplay(context.Context, *StepReplayRequest) (*StepReplayResponse, error)
 	mustEmbedUnimplementedGuideServiceServer()
 }

@@ -25,15 +25,22 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SessionState is where a session is in its lifecycle.
 type SessionState int32
 
 const (
+	// Not set; as a filter, any state.
 	SessionState_SESSION_STATE_UNSPECIFIED SessionState = 0
-	SessionState_SESSION_STATE_CREATED     SessionState = 1
-	SessionState_SESSION_STATE_ACTIVE      SessionState = 2
-	SessionState_SESSION_STATE_SUSPENDED   SessionState = 3
-	SessionState_SESSION_STATE_COMPLETED   SessionState = 4
-	SessionState_SESSION_STATE_FAILED      SessionState = 5
+	// Created and not yet activated (start_inactive).
+	SessionState_SESSION_STATE_CREATED SessionState = 1
+	// Taking messages and running work.
+	SessionState_SESSION_STATE_ACTIVE SessionState = 2
+	// Suspended with a snapshot; ResumeSession restores it.
+	SessionState_SESSION_STATE_SUSPENDED SessionState = 3
+	// Ended by the user; final.
+	SessionState_SESSION_STATE_COMPLETED SessionState = 4
+	// Ended by a failure or its session timeout; final.
+	SessionState_SESSION_STATE_FAILED SessionState = 5
 )
 
 // Enum value maps for SessionState.
@@ -83,6 +90,7 @@ func (SessionState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{0}
 }
 
+// The session UpdateSession changes, and which fields.
 type UpdateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session, by name, with the fields to change.
@@ -138,9 +146,11 @@ func (x *UpdateSessionRequest) GetUpdateMask() string {
 	return ""
 }
 
+// The session as changed.
 type UpdateSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session after the update.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -182,27 +192,43 @@ func (x *UpdateSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// Session is one user's conversation with the mesh and the work it started.
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resource name, "sessions/{session}".
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id             string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	DisplayName    string                 `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	State          SessionState           `protobuf:"varint,4,opt,name=state,proto3,enum=sylk.guide.v1.SessionState" json:"state,omitempty"`
-	TenantId       string                 `protobuf:"bytes,5,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	UserId         string                 `protobuf:"bytes,6,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	Metadata       map[string]string      `protobuf:"bytes,7,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	ActivateTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=activate_time,json=activateTime,proto3" json:"activate_time,omitempty"`
-	SuspendTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=suspend_time,json=suspendTime,proto3" json:"suspend_time,omitempty"`
-	CompleteTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The session's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people.
+	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// Where the session is in its lifecycle.
+	State SessionState `protobuf:"varint,4,opt,name=state,proto3,enum=sylk.guide.v1.SessionState" json:"state,omitempty"`
+	// The tenant the session belongs to.
+	TenantId string `protobuf:"bytes,5,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The user the session belongs to.
+	UserId string `protobuf:"bytes,6,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Labels the client keeps with the session.
+	Metadata map[string]string `protobuf:"bytes,7,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When the session was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the session last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// When the session last became ACTIVE.
+	ActivateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=activate_time,json=activateTime,proto3" json:"activate_time,omitempty"`
+	// When the session was last suspended.
+	SuspendTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=suspend_time,json=suspendTime,proto3" json:"suspend_time,omitempty"`
+	// When the session was completed.
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// When the session last did something (its idle time counts from it).
 	LastActiveTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_active_time,json=lastActiveTime,proto3" json:"last_active_time,omitempty"`
-	Summary        string                 `protobuf:"bytes,14,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The summary given when the session was completed.
+	Summary string `protobuf:"bytes,14,opt,name=summary,proto3" json:"summary,omitempty"`
 	// Limits; unset fields take the documented defaults.
-	Config        *SessionConfig         `protobuf:"bytes,15,opt,name=config,proto3" json:"config,omitempty"`
-	FailTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=fail_time,json=failTime,proto3" json:"fail_time,omitempty"`
-	FailureReason string                 `protobuf:"bytes,17,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	Config *SessionConfig `protobuf:"bytes,15,opt,name=config,proto3" json:"config,omitempty"`
+	// When the session failed.
+	FailTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=fail_time,json=failTime,proto3" json:"fail_time,omitempty"`
+	// Why the session failed.
+	FailureReason string `protobuf:"bytes,17,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
 	// Every lifecycle transition, oldest first.
 	Transitions []*SessionTransition `protobuf:"bytes,18,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	// The registered repository the session works on ("repositories/{id}"):
@@ -388,8 +414,10 @@ type SessionConfig struct {
 	// Age after which an unfinished session fails (default 7 days).
 	SessionTimeout *durationpb.Duration `protobuf:"bytes,4,opt,name=session_timeout,json=sessionTimeout,proto3" json:"session_timeout,omitempty"`
 	// Idle time after which an active session is suspended (default 2h).
-	AutoSuspendAfter   *durationpb.Duration `protobuf:"bytes,5,opt,name=auto_suspend_after,json=autoSuspendAfter,proto3" json:"auto_suspend_after,omitempty"`
-	EnableGitIsolation bool                 `protobuf:"varint,6,opt,name=enable_git_isolation,json=enableGitIsolation,proto3" json:"enable_git_isolation,omitempty"`
+	AutoSuspendAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=auto_suspend_after,json=autoSuspendAfter,proto3" json:"auto_suspend_after,omitempty"`
+	// Requested git isolation of the session's tasks; stored and returned,
+	// but no service acts on it yet.
+	EnableGitIsolation bool `protobuf:"varint,6,opt,name=enable_git_isolation,json=enableGitIsolation,proto3" json:"enable_git_isolation,omitempty"`
 	// Approve a trivial request's one-task plan without asking (default off).
 	AutoApproveTrivial bool `protobuf:"varint,7,opt,name=auto_approve_trivial,json=autoApproveTrivial,proto3" json:"auto_approve_trivial,omitempty"`
 	// Push a delivered branch to a repository cloned from a git URL, with the
@@ -499,9 +527,12 @@ func (x *SessionConfig) GetReviewPersona() string {
 // SessionTransition is one lifecycle change.
 type SessionTransition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	From  SessionState           `protobuf:"varint,1,opt,name=from,proto3,enum=sylk.guide.v1.SessionState" json:"from,omitempty"`
-	To    SessionState           `protobuf:"varint,2,opt,name=to,proto3,enum=sylk.guide.v1.SessionState" json:"to,omitempty"`
-	Time  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// The state before.
+	From SessionState `protobuf:"varint,1,opt,name=from,proto3,enum=sylk.guide.v1.SessionState" json:"from,omitempty"`
+	// The state after.
+	To SessionState `protobuf:"varint,2,opt,name=to,proto3,enum=sylk.guide.v1.SessionState" json:"to,omitempty"`
+	// When it changed.
+	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// What caused it: "user", "switch", "idle", "timeout", ...
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -568,18 +599,29 @@ func (x *SessionTransition) GetReason() string {
 
 // SessionContext is a session's private working state (spec A-14).
 type SessionContext struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	CurrentTask      string                 `protobuf:"bytes,1,opt,name=current_task,json=currentTask,proto3" json:"current_task,omitempty"`
-	CurrentStep      string                 `protobuf:"bytes,2,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
-	CurrentObjective string                 `protobuf:"bytes,3,opt,name=current_objective,json=currentObjective,proto3" json:"current_objective,omitempty"`
-	CompletedSteps   []string               `protobuf:"bytes,4,rep,name=completed_steps,json=completedSteps,proto3" json:"completed_steps,omitempty"`
-	NextSteps        []string               `protobuf:"bytes,5,rep,name=next_steps,json=nextSteps,proto3" json:"next_steps,omitempty"`
-	Blockers         []string               `protobuf:"bytes,6,rep,name=blockers,proto3" json:"blockers,omitempty"`
-	ModifiedFiles    []string               `protobuf:"bytes,7,rep,name=modified_files,json=modifiedFiles,proto3" json:"modified_files,omitempty"`
-	ReadFiles        []string               `protobuf:"bytes,8,rep,name=read_files,json=readFiles,proto3" json:"read_files,omitempty"`
-	CreatedFiles     []string               `protobuf:"bytes,9,rep,name=created_files,json=createdFiles,proto3" json:"created_files,omitempty"`
-	UserWants        []string               `protobuf:"bytes,10,rep,name=user_wants,json=userWants,proto3" json:"user_wants,omitempty"`
-	UserRejects      []string               `protobuf:"bytes,11,rep,name=user_rejects,json=userRejects,proto3" json:"user_rejects,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task being worked on.
+	CurrentTask string `protobuf:"bytes,1,opt,name=current_task,json=currentTask,proto3" json:"current_task,omitempty"`
+	// The step of it being worked on.
+	CurrentStep string `protobuf:"bytes,2,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
+	// What the current work is for.
+	CurrentObjective string `protobuf:"bytes,3,opt,name=current_objective,json=currentObjective,proto3" json:"current_objective,omitempty"`
+	// Steps done.
+	CompletedSteps []string `protobuf:"bytes,4,rep,name=completed_steps,json=completedSteps,proto3" json:"completed_steps,omitempty"`
+	// Steps planned next.
+	NextSteps []string `protobuf:"bytes,5,rep,name=next_steps,json=nextSteps,proto3" json:"next_steps,omitempty"`
+	// What stops progress.
+	Blockers []string `protobuf:"bytes,6,rep,name=blockers,proto3" json:"blockers,omitempty"`
+	// Files changed in the session.
+	ModifiedFiles []string `protobuf:"bytes,7,rep,name=modified_files,json=modifiedFiles,proto3" json:"modified_files,omitempty"`
+	// Files read in the session.
+	ReadFiles []string `protobuf:"bytes,8,rep,name=read_files,json=readFiles,proto3" json:"read_files,omitempty"`
+	// Files created in the session.
+	CreatedFiles []string `protobuf:"bytes,9,rep,name=created_files,json=createdFiles,proto3" json:"created_files,omitempty"`
+	// What the user asked for.
+	UserWants []string `protobuf:"bytes,10,rep,name=user_wants,json=userWants,proto3" json:"user_wants,omitempty"`
+	// What the user turned down.
+	UserRejects []string `protobuf:"bytes,11,rep,name=user_rejects,json=userRejects,proto3" json:"user_rejects,omitempty"`
 	// Anything else an agent keeps for the session.
 	Extra         *structpb.Struct `protobuf:"bytes,12,opt,name=extra,proto3" json:"extra,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -704,16 +746,21 @@ func (x *SessionContext) GetExtra() *structpb.Struct {
 type PendingClarification struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}/clarifications/{clarification}".
-	Name     string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Question string   `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
-	Options  []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
-	Context  string   `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The question.
+	Question string `protobuf:"bytes,2,opt,name=question,proto3" json:"question,omitempty"`
+	// Answers to choose from, when the question offers some.
+	Options []string `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// Why the question is asked.
+	Context string `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
 	// The agent the answer goes back to ("guide" for routing questions).
-	RequestingAgent string                 `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
-	CorrelationId   string                 `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	RequestingAgent string `protobuf:"bytes,5,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	// The id of the request the question belongs to.
+	CorrelationId string `protobuf:"bytes,6,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// When the question was asked.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PendingClarification) Reset() {
@@ -797,12 +844,17 @@ func (x *PendingClarification) GetCreateTime() *timestamppb.Timestamp {
 
 // PendingRequest is a routed request waiting for its response.
 type PendingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CorrelationId string                 `protobuf:"bytes,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	RerouteHops   int32                  `protobuf:"varint,5,opt,name=reroute_hops,json=rerouteHops,proto3" json:"reroute_hops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's correlation id.
+	CorrelationId string `protobuf:"bytes,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// The agent the request was routed to.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// The request's text.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// When the request times out.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// How often the request was routed again.
+	RerouteHops   int32 `protobuf:"varint,5,opt,name=reroute_hops,json=rerouteHops,proto3" json:"reroute_hops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,12 +927,17 @@ func (x *PendingRequest) GetRerouteHops() int32 {
 // DagSnapshot is the state of one of the session's runs, as the
 // orchestrator reported it.
 type DagSnapshot struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Run              string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	State            string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	NodeStates       map[string]string      `protobuf:"bytes,3,rep,name=node_states,json=nodeStates,proto3" json:"node_states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	PendingNodes     []string               `protobuf:"bytes,4,rep,name=pending_nodes,json=pendingNodes,proto3" json:"pending_nodes,omitempty"`
-	CompletedResults map[string]string      `protobuf:"bytes,5,rep,name=completed_results,json=completedResults,proto3" json:"completed_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run ("runs/{run}").
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The run's state.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Node id -> the node's state.
+	NodeStates map[string]string `protobuf:"bytes,3,rep,name=node_states,json=nodeStates,proto3" json:"node_states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Nodes not finished.
+	PendingNodes []string `protobuf:"bytes,4,rep,name=pending_nodes,json=pendingNodes,proto3" json:"pending_nodes,omitempty"`
+	// Node id -> the node's result, for finished nodes.
+	CompletedResults map[string]string `protobuf:"bytes,5,rep,name=completed_results,json=completedResults,proto3" json:"completed_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Some node states or results were left out, to bound the snapshot.
 	Truncated     bool `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -961,18 +1018,26 @@ func (x *DagSnapshot) GetTruncated() bool {
 
 // SessionSnapshot is what suspending a session froze (spec A-17).
 type SessionSnapshot struct {
-	state                 protoimpl.MessageState  `protogen:"open.v1"`
-	Session               *Session                `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Context               *SessionContext         `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
-	ContextVersion        int64                   `protobuf:"varint,3,opt,name=context_version,json=contextVersion,proto3" json:"context_version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session when it was suspended.
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Its working context.
+	Context *SessionContext `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
+	// The context's version.
+	ContextVersion int64 `protobuf:"varint,3,opt,name=context_version,json=contextVersion,proto3" json:"context_version,omitempty"`
+	// Questions waiting for the user.
 	PendingClarifications []*PendingClarification `protobuf:"bytes,4,rep,name=pending_clarifications,json=pendingClarifications,proto3" json:"pending_clarifications,omitempty"`
-	PendingRequests       []*PendingRequest       `protobuf:"bytes,5,rep,name=pending_requests,json=pendingRequests,proto3" json:"pending_requests,omitempty"`
+	// Routed requests waiting for their response.
+	PendingRequests []*PendingRequest `protobuf:"bytes,5,rep,name=pending_requests,json=pendingRequests,proto3" json:"pending_requests,omitempty"`
 	// correlation id -> target agent.
 	ActiveRoutes map[string]string `protobuf:"bytes,6,rep,name=active_routes,json=activeRoutes,proto3" json:"active_routes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Dags         []*DagSnapshot    `protobuf:"bytes,7,rep,name=dags,proto3" json:"dags,omitempty"`
+	// The session's runs.
+	Dags []*DagSnapshot `protobuf:"bytes,7,rep,name=dags,proto3" json:"dags,omitempty"`
 	// Empty when the orchestrator could not be asked.
-	DagError      string                 `protobuf:"bytes,8,opt,name=dag_error,json=dagError,proto3" json:"dag_error,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	DagError string `protobuf:"bytes,8,opt,name=dag_error,json=dagError,proto3" json:"dag_error,omitempty"`
+	// When the snapshot was taken.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the snapshot was restored, if it was.
 	RestoreTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=restore_time,json=restoreTime,proto3" json:"restore_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1078,9 +1143,11 @@ func (x *SessionSnapshot) GetRestoreTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The session ActivateSession activates.
 type ActivateSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,9 +1189,11 @@ func (x *ActivateSessionRequest) GetName() string {
 	return ""
 }
 
+// The session, now ACTIVE.
 type ActivateSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1166,9 +1235,11 @@ func (x *ActivateSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The session SwitchSession activates.
 type SwitchSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1281,7 @@ func (x *SwitchSessionRequest) GetName() string {
 	return ""
 }
 
+// The session switched to, and those suspended.
 type SwitchSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session now active.
@@ -1264,6 +1336,7 @@ func (x *SwitchSessionResponse) GetSuspended() []*Session {
 	return nil
 }
 
+// GetActiveSession takes no arguments: it answers for the caller.
 type GetActiveSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1300,9 +1373,11 @@ func (*GetActiveSessionRequest) Descriptor() ([]byte, []int) {
 	return file_sylk_guide_v1_session_service_proto_rawDescGZIP(), []int{14}
 }
 
+// The caller's active session.
 type GetActiveSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session most recently activated.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1344,9 +1419,11 @@ func (x *GetActiveSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The session whose context GetSessionContext returns.
 type GetSessionContextRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1388,10 +1465,13 @@ func (x *GetSessionContextRequest) GetName() string {
 	return ""
 }
 
+// A session's context and its version.
 type GetSessionContextResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Context       *SessionContext        `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The context.
+	Context *SessionContext `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	// Its version, to send back with UpdateSessionContext.
+	Version       int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1440,10 +1520,13 @@ func (x *GetSessionContextResponse) GetVersion() int64 {
 	return 0
 }
 
+// The context UpdateSessionContext writes.
 type UpdateSessionContextRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Context *SessionContext        `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The whole new context.
+	Context *SessionContext `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
 	// The version read; a stale version is rejected with ABORTED.
 	Version       int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1501,10 +1584,13 @@ func (x *UpdateSessionContextRequest) GetVersion() int64 {
 	return 0
 }
 
+// The context as written.
 type UpdateSessionContextResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Context       *SessionContext        `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The context.
+	Context *SessionContext `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	// Its new version.
+	Version       int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1553,9 +1639,11 @@ func (x *UpdateSessionContextResponse) GetVersion() int64 {
 	return 0
 }
 
+// The session whose snapshot GetSessionSnapshot returns.
 type GetSessionSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1597,9 +1685,11 @@ func (x *GetSessionSnapshotRequest) GetName() string {
 	return ""
 }
 
+// A session's last snapshot.
 type GetSessionSnapshotResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Snapshot      *SessionSnapshot       `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot.
+	Snapshot      *SessionSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1641,9 +1731,12 @@ func (x *GetSessionSnapshotResponse) GetSnapshot() *SessionSnapshot {
 	return nil
 }
 
+// The session CreateSession creates.
 type CreateSessionRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new session's display_name, metadata, config and repository;
+	// the rest is set by the service.
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// Leave the session CREATED instead of activating it at once.
 	StartInactive bool `protobuf:"varint,2,opt,name=start_inactive,json=startInactive,proto3" json:"start_inactive,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1694,9 +1787,11 @@ func (x *CreateSessionRequest) GetStartInactive() bool {
 	return false
 }
 
+// The new session.
 type CreateSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1738,9 +1833,11 @@ func (x *CreateSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The session GetSession returns.
 type GetSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1782,9 +1879,11 @@ func (x *GetSessionRequest) GetName() string {
 	return ""
 }
 
+// One session.
 type GetSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1826,10 +1925,13 @@ func (x *GetSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The page of sessions ListSessions returns.
 type ListSessionsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many sessions (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only sessions in this state, when set.
 	State         SessionState `protobuf:"varint,3,opt,name=state,proto3,enum=sylk.guide.v1.SessionState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1887,10 +1989,13 @@ func (x *ListSessionsRequest) GetState() SessionState {
 	return SessionState_SESSION_STATE_UNSPECIFIED
 }
 
+// A page of the caller's sessions.
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions of this page.
+	Sessions []*Session `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1939,9 +2044,11 @@ func (x *ListSessionsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The session SuspendSession suspends.
 type SuspendSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1983,9 +2090,11 @@ func (x *SuspendSessionRequest) GetName() string {
 	return ""
 }
 
+// The session, now SUSPENDED.
 type SuspendSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2027,9 +2136,11 @@ func (x *SuspendSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The session ResumeSession resumes.
 type ResumeSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2071,9 +2182,11 @@ func (x *ResumeSessionRequest) GetName() string {
 	return ""
 }
 
+// The session, now ACTIVE.
 type ResumeSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2115,10 +2228,13 @@ func (x *ResumeSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// The session CompleteSession ends.
 type CompleteSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Summary       string                 `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the session achieved, kept as its summary.
+	Summary       string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2167,9 +2283,11 @@ func (x *CompleteSessionRequest) GetSummary() string {
 	return ""
 }
 
+// The session, now COMPLETED.
 type CompleteSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

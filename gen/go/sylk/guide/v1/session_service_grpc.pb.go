@@ -42,11 +42,21 @@ const (
 // calling user inside the calling tenant; no call reaches another tenant's or
 // another user's sessions.
 type SessionServiceClient interface {
+	// CreateSession creates a session for the caller, ACTIVE at once unless
+	// start_inactive is set (then CREATED).
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
+	// GetSession returns one of the caller's sessions by name
+	// ("sessions/{id}").
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
+	// ListSessions lists the caller's sessions, a page at a time.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// SuspendSession moves an ACTIVE session to SUSPENDED.
 	SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error)
+	// ResumeSession moves a SUSPENDED session back to ACTIVE, restoring its
+	// snapshot.
 	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
+	// CompleteSession moves an ACTIVE or SUSPENDED session to COMPLETED,
+	// with an optional summary.
 	CompleteSession(ctx context.Context, in *CompleteSessionRequest, opts ...grpc.CallOption) (*CompleteSessionResponse, error)
 	// ActivateSession moves a CREATED session to ACTIVE.
 	ActivateSession(ctx context.Context, in *ActivateSessionRequest, opts ...grpc.CallOption) (*ActivateSessionResponse, error)
@@ -214,11 +224,21 @@ func (c *sessionServiceClient) UpdateSession(ctx context.Context, in *UpdateSess
 // calling user inside the calling tenant; no call reaches another tenant's or
 // another user's sessions.
 type SessionServiceServer interface {
+	// CreateSession creates a session for the caller, ACTIVE at once unless
+	// start_inactive is set (then CREATED).
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
+	// GetSession returns one of the caller's sessions by name
+	// ("sessions/{id}").
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
+	// ListSessions lists the caller's sessions, a page at a time.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// SuspendSession moves an ACTIVE session to SUSPENDED.
 	SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error)
+	// ResumeSession moves a SUSPENDED session back to ACTIVE, restoring its
+	// snapshot.
 	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
+	// CompleteSession moves an ACTIVE or SUSPENDED session to COMPLETED,
+	// with an optional summary.
 	CompleteSession(context.Context, *CompleteSessionRequest) (*CompleteSessionResponse, error)
 	// ActivateSession moves a CREATED session to ACTIVE.
 	ActivateSession(context.Context, *ActivateSessionRequest) (*ActivateSessionResponse, error)

@@ -86,14 +86,20 @@ func (SearchMode) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{0}
 }
 
+// IndexState is where a repository's index stands.
 type IndexState int32
 
 const (
+	// Not set; never sent.
 	IndexState_INDEX_STATE_UNSPECIFIED IndexState = 0
-	IndexState_INDEX_STATE_PENDING     IndexState = 1
-	IndexState_INDEX_STATE_INDEXING    IndexState = 2
-	IndexState_INDEX_STATE_READY       IndexState = 3
-	IndexState_INDEX_STATE_FAILED      IndexState = 4
+	// Registered, not indexed yet.
+	IndexState_INDEX_STATE_PENDING IndexState = 1
+	// An index operation runs (Repository.operation).
+	IndexState_INDEX_STATE_INDEXING IndexState = 2
+	// Indexed; searches see it.
+	IndexState_INDEX_STATE_READY IndexState = 3
+	// The last index failed (index_error says why).
+	IndexState_INDEX_STATE_FAILED IndexState = 4
 )
 
 // Enum value maps for IndexState.
@@ -145,6 +151,7 @@ func (IndexState) EnumDescriptor() ([]byte, []int) {
 type IndexPhase int32
 
 const (
+	// Not set; never sent.
 	IndexPhase_INDEX_PHASE_UNSPECIFIED IndexPhase = 0
 	// Cloning or fetching the repository's remote.
 	IndexPhase_INDEX_PHASE_CLONING IndexPhase = 1
@@ -156,7 +163,8 @@ const (
 	IndexPhase_INDEX_PHASE_SYMBOLS IndexPhase = 4
 	// Embedding the chunks for semantic search.
 	IndexPhase_INDEX_PHASE_SEMANTIC IndexPhase = 5
-	IndexPhase_INDEX_PHASE_DONE     IndexPhase = 6
+	// Finished.
+	IndexPhase_INDEX_PHASE_DONE IndexPhase = 6
 )
 
 // Enum value maps for IndexPhase.
@@ -208,20 +216,29 @@ func (IndexPhase) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{2}
 }
 
+// Repository is a code repository registered for the Librarian to index.
 type Repository struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "repositories/{repository}".
-	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id          string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The repository's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people; runs may name the repository by it.
 	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	// Absolute path of a directory the librarian can read (or set url).
-	Path       string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	IndexState IndexState             `protobuf:"varint,5,opt,name=index_state,json=indexState,proto3,enum=sylk.librarian.v1.IndexState" json:"index_state,omitempty"`
-	FileCount  int64                  `protobuf:"varint,6,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
-	ChunkCount int64                  `protobuf:"varint,7,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Where its index stands.
+	IndexState IndexState `protobuf:"varint,5,opt,name=index_state,json=indexState,proto3,enum=sylk.librarian.v1.IndexState" json:"index_state,omitempty"`
+	// Files indexed.
+	FileCount int64 `protobuf:"varint,6,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
+	// Chunks indexed.
+	ChunkCount int64 `protobuf:"varint,7,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
+	// When it was registered.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	IndexTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=index_time,json=indexTime,proto3" json:"index_time,omitempty"`
-	IndexError string                 `protobuf:"bytes,10,opt,name=index_error,json=indexError,proto3" json:"index_error,omitempty"`
+	// When it was last indexed.
+	IndexTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=index_time,json=indexTime,proto3" json:"index_time,omitempty"`
+	// Why the last index failed.
+	IndexError string `protobuf:"bytes,10,opt,name=index_error,json=indexError,proto3" json:"index_error,omitempty"`
 	// A git URL to clone (file:// URLs work offline) instead of a path; the
 	// clone lives in the librarian's data directory and path is set to it.
 	Url string `protobuf:"bytes,11,opt,name=url,proto3" json:"url,omitempty"`
@@ -356,9 +373,11 @@ func (x *Repository) GetOperation() string {
 	return ""
 }
 
+// The repository CreateRepository registers.
 type CreateRepositoryRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository: path or url, optionally display_name.
+	Repository *Repository `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Index right away, as an operation (the default when unset); false
 	// registers only (a URL is still cloned, as an operation).
 	Index *bool `protobuf:"varint,2,opt,name=index,proto3,oneof" json:"index,omitempty"`
@@ -434,9 +453,11 @@ func (x *CreateRepositoryRequest) GetWait() bool {
 	return false
 }
 
+// The registered repository.
 type CreateRepositoryResponse struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository.
+	Repository *Repository `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// The operation ("operations/{id}") cloning and indexing the
 	// repository; empty when a path was registered without indexing.
 	Operation     string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
@@ -488,9 +509,11 @@ func (x *CreateRepositoryResponse) GetOperation() string {
 	return ""
 }
 
+// The repository GetRepository returns.
 type GetRepositoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,9 +555,11 @@ func (x *GetRepositoryRequest) GetName() string {
 	return ""
 }
 
+// One repository.
 type GetRepositoryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository.
+	Repository    *Repository `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,10 +601,13 @@ func (x *GetRepositoryResponse) GetRepository() *Repository {
 	return nil
 }
 
+// The page of repositories ListRepositories returns.
 type ListRepositoriesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many repositories (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,10 +656,13 @@ func (x *ListRepositoriesRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of the tenant's repositories.
 type ListRepositoriesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repositories  []*Repository          `protobuf:"bytes,1,rep,name=repositories,proto3" json:"repositories,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repositories of this page.
+	Repositories []*Repository `protobuf:"bytes,1,rep,name=repositories,proto3" json:"repositories,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,9 +711,11 @@ func (x *ListRepositoriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The repository IndexRepository indexes, and how.
 type IndexRepositoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The repository, "repositories/{repository}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Re-read every file even when a delta from the last indexed commit would do.
 	Full bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
 	// Deprecated: answering at once is now the default; ignored.
@@ -757,11 +790,15 @@ func (x *IndexRepositoryRequest) GetWait() bool {
 	return false
 }
 
+// What the index did (counts are zero unless wait was set).
 type IndexRepositoryResponse struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Repository   *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	FilesIndexed int64                  `protobuf:"varint,2,opt,name=files_indexed,json=filesIndexed,proto3" json:"files_indexed,omitempty"`
-	FilesSkipped int64                  `protobuf:"varint,3,opt,name=files_skipped,json=filesSkipped,proto3" json:"files_skipped,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository after the index.
+	Repository *Repository `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Files in the index.
+	FilesIndexed int64 `protobuf:"varint,2,opt,name=files_indexed,json=filesIndexed,proto3" json:"files_indexed,omitempty"`
+	// Files left out.
+	FilesSkipped int64 `protobuf:"varint,3,opt,name=files_skipped,json=filesSkipped,proto3" json:"files_skipped,omitempty"`
 	// Whether only the files changed since the last indexed commit were read.
 	Delta bool `protobuf:"varint,4,opt,name=delta,proto3" json:"delta,omitempty"`
 	// Files re-read (all of them on a full pass).
@@ -861,8 +898,10 @@ type Operation struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Whether it finished: succeeded (repository set), failed or was
 	// cancelled (error set).
-	Done     bool                    `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
-	Error    *OperationError         `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	// Why it failed or that it was cancelled.
+	Error *OperationError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Its progress.
 	Metadata *IndexOperationMetadata `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// The repository once the operation succeeded.
 	Repository    *Repository `protobuf:"bytes,5,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -939,7 +978,8 @@ func (x *Operation) GetRepository() *Repository {
 type OperationError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A google.rpc.Code value (1 = CANCELLED).
-	Code          int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// What went wrong.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -993,11 +1033,13 @@ func (x *OperationError) GetMessage() string {
 type IndexOperationMetadata struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "repositories/{repository}".
-	Repository string     `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Phase      IndexPhase `protobuf:"varint,2,opt,name=phase,proto3,enum=sylk.librarian.v1.IndexPhase" json:"phase,omitempty"`
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The step it is at.
+	Phase IndexPhase `protobuf:"varint,2,opt,name=phase,proto3,enum=sylk.librarian.v1.IndexPhase" json:"phase,omitempty"`
 	// Files to read (known once scanning is done) and read so far.
 	FilesTotal int64 `protobuf:"varint,3,opt,name=files_total,json=filesTotal,proto3" json:"files_total,omitempty"`
-	FilesDone  int64 `protobuf:"varint,4,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
+	// Files read so far.
+	FilesDone int64 `protobuf:"varint,4,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
 	// Chunks written (lexical phase), then embedded (semantic phase).
 	ChunksDone int64 `protobuf:"varint,5,opt,name=chunks_done,json=chunksDone,proto3" json:"chunks_done,omitempty"`
 	// Full-text search sees the new index (it is committed).
@@ -1005,10 +1047,13 @@ type IndexOperationMetadata struct {
 	// Semantic search sees it too.
 	SemanticReady bool `protobuf:"varint,7,opt,name=semantic_ready,json=semanticReady,proto3" json:"semantic_ready,omitempty"`
 	// Files that could not be read, and a few of their paths.
-	Errors       int64                  `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
-	ErrorSamples []string               `protobuf:"bytes,9,rep,name=error_samples,json=errorSamples,proto3" json:"error_samples,omitempty"`
-	StartTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	Errors int64 `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	// A few of their paths.
+	ErrorSamples []string `protobuf:"bytes,9,rep,name=error_samples,json=errorSamples,proto3" json:"error_samples,omitempty"`
+	// When it started.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it last reported progress.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Whether a cancel was asked for.
 	CancelRequested bool `protobuf:"varint,12,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
 	// Chunks to embed in the semantic phase.
@@ -1138,6 +1183,7 @@ func (x *IndexOperationMetadata) GetChunksTotal() int64 {
 	return 0
 }
 
+// The operation GetOperation returns.
 type GetOperationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "operations/{operation}".
@@ -1183,9 +1229,11 @@ func (x *GetOperationRequest) GetName() string {
 	return ""
 }
 
+// One operation.
 type GetOperationResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Operation     *Operation             `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1227,10 +1275,13 @@ func (x *GetOperationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// The page of operations ListOperations returns.
 type ListOperationsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many operations (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only this repository's ("repositories/{id}").
 	Repository    string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1288,10 +1339,13 @@ func (x *ListOperationsRequest) GetRepository() string {
 	return ""
 }
 
+// A page of the tenant's operations.
 type ListOperationsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Operations    []*Operation           `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations of this page.
+	Operations []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,6 +1394,7 @@ func (x *ListOperationsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The operation CancelOperation cancels.
 type CancelOperationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "operations/{operation}".
@@ -1385,9 +1440,11 @@ func (x *CancelOperationRequest) GetName() string {
 	return ""
 }
 
+// The operation, with its cancel asked for.
 type CancelOperationResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Operation     *Operation             `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,13 +1486,18 @@ func (x *CancelOperationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// The query SearchCode answers, and its filters.
 type SearchCodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// What to look for: words, an identifier or, in regex mode, a regular
+	// expression.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// Restrict to these repositories ("repositories/{id}"); all of the tenant's when empty.
-	Repositories []string   `protobuf:"bytes,2,rep,name=repositories,proto3" json:"repositories,omitempty"`
-	PageSize     int32      `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	Mode         SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=sylk.librarian.v1.SearchMode" json:"mode,omitempty"`
+	Repositories []string `protobuf:"bytes,2,rep,name=repositories,proto3" json:"repositories,omitempty"`
+	// At most this many hits (0: the default).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// How to search (default hybrid).
+	Mode SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=sylk.librarian.v1.SearchMode" json:"mode,omitempty"`
 	// Only paths matching this glob ("*" within a segment, "**" across them).
 	PathGlob string `protobuf:"bytes,5,opt,name=path_glob,json=pathGlob,proto3" json:"path_glob,omitempty"`
 	// Only files of this language ("go", "python", ...).
@@ -1546,9 +1608,11 @@ func (x *SearchCodeRequest) GetIntent() string {
 	return ""
 }
 
+// The best matching code, and hints when nothing matched.
 type SearchCodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Hits  []*CodeHit             `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	// The hits, best first.
+	Hits []*CodeHit `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
 	// "ok", or "no_matches" when nothing matched.
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	// What to try next when nothing matched.
@@ -1645,6 +1709,7 @@ func (x *SearchCodeResponse) GetSuggestions() []string {
 	return nil
 }
 
+// The symbol FindSimilarSymbols finds the like of.
 type FindSimilarSymbolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The repository that defines the symbol.
@@ -1717,15 +1782,23 @@ func (x *FindSimilarSymbolsRequest) GetSameKindOnly() bool {
 	return false
 }
 
+// SimilarSymbol is a symbol whose code resembles another's.
 type SimilarSymbol struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Symbol     string                 `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
-	SymbolKind string                 `protobuf:"bytes,3,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
-	Path       string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart  int32                  `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd    int32                  `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Language   string                 `protobuf:"bytes,7,opt,name=language,proto3" json:"language,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its repository, "repositories/{id}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Its id.
+	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// Its kind (function, method, type, ...).
+	SymbolKind string `protobuf:"bytes,3,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	// Its file, relative to the repository root.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Its first line (1-based).
+	LineStart int32 `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// Its last line.
+	LineEnd int32 `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// Its file's language.
+	Language string `protobuf:"bytes,7,opt,name=language,proto3" json:"language,omitempty"`
 	// Cosine similarity of the two chunks' embeddings.
 	Score         float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1818,10 +1891,12 @@ func (x *SimilarSymbol) GetScore() float64 {
 	return 0
 }
 
+// The symbols most like the one asked about.
 type FindSimilarSymbolsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The chunk the symbol was resolved to.
-	Source        *SimilarSymbol   `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Source *SimilarSymbol `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// The similar symbols, most similar first.
 	Symbols       []*SimilarSymbol `protobuf:"bytes,2,rep,name=symbols,proto3" json:"symbols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1871,18 +1946,26 @@ func (x *FindSimilarSymbolsResponse) GetSymbols() []*SimilarSymbol {
 	return nil
 }
 
+// CodeHit is one chunk of code that matches a query.
 type CodeHit struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Path       string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart  int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd    int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet    string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
-	Score      float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its repository, "repositories/{id}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Its file, relative to the repository root.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Its first line (1-based).
+	LineStart int32 `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// Its last line.
+	LineEnd int32 `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// Its text.
+	Snippet string `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	// How well it matches; higher is better.
+	Score float64 `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
 	// The symbol the chunk defines, when it defines one.
 	Symbol string `protobuf:"bytes,7,opt,name=symbol,proto3" json:"symbol,omitempty"`
 	// "function", "method", "type", "const", "var", "imports", "class", "section" or "block".
-	SymbolKind    string `protobuf:"bytes,8,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	SymbolKind string `protobuf:"bytes,8,opt,name=symbol_kind,json=symbolKind,proto3" json:"symbol_kind,omitempty"`
+	// Its file's language.
 	Language      string `protobuf:"bytes,9,opt,name=language,proto3" json:"language,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1985,16 +2068,23 @@ func (x *CodeHit) GetLanguage() string {
 type Symbol struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Qualified name: "<package path>.<Name>" or "<package path>.<Receiver>.<Method>".
-	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its name, unqualified.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// "function", "method", "type", "const" or "var".
-	Kind      string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	Path      string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart int32  `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32  `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Package   string `protobuf:"bytes,7,opt,name=package,proto3" json:"package,omitempty"`
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Its file, relative to the repository root.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Its first line (1-based).
+	LineStart int32 `protobuf:"varint,5,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// Its last line.
+	LineEnd int32 `protobuf:"varint,6,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// Its package path.
+	Package string `protobuf:"bytes,7,opt,name=package,proto3" json:"package,omitempty"`
+	// Its declaration's first line.
 	Signature string `protobuf:"bytes,8,opt,name=signature,proto3" json:"signature,omitempty"`
-	Doc       string `protobuf:"bytes,9,opt,name=doc,proto3" json:"doc,omitempty"`
+	// Its doc comment.
+	Doc string `protobuf:"bytes,9,opt,name=doc,proto3" json:"doc,omitempty"`
 	// The source of the definition, when asked for.
 	Source        string `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2112,9 +2202,11 @@ type Edge struct {
 	// "calls", "imports", "implements", "embeds", "has_field", "has_method",
 	// "defines", "returns" or "receives". The reverse relations (called by,
 	// implemented by, defined in, ...) are the same edges read by target.
-	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	Line          int32  `protobuf:"varint,5,opt,name=line,proto3" json:"line,omitempty"`
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The file the relation is written in.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// The line it is written on.
+	Line          int32 `protobuf:"varint,5,opt,name=line,proto3" json:"line,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2184,11 +2276,15 @@ func (x *Edge) GetLine() int32 {
 	return 0
 }
 
+// The symbol GetSymbol returns.
 type GetSymbolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Symbol        string                 `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
-	IncludeSource bool                   `protobuf:"varint,3,opt,name=include_source,json=includeSource,proto3" json:"include_source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// A symbol id, or its name.
+	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// Return the definition's source too.
+	IncludeSource bool `protobuf:"varint,3,opt,name=include_source,json=includeSource,proto3" json:"include_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2244,9 +2340,11 @@ func (x *GetSymbolRequest) GetIncludeSource() bool {
 	return false
 }
 
+// One symbol.
 type GetSymbolResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Symbol        *Symbol                `protobuf:"bytes,1,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The symbol.
+	Symbol        *Symbol `protobuf:"bytes,1,opt,name=symbol,proto3" json:"symbol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2288,11 +2386,15 @@ func (x *GetSymbolResponse) GetSymbol() *Symbol {
 	return nil
 }
 
+// The file whose symbols GetFileSymbols lists.
 type GetFileSymbolsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The file, relative to the repository root.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Only symbols of this kind, when set.
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2348,9 +2450,11 @@ func (x *GetFileSymbolsRequest) GetKind() string {
 	return ""
 }
 
+// The symbols a file defines.
 type GetFileSymbolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Symbols       []*Symbol              `protobuf:"bytes,1,rep,name=symbols,proto3" json:"symbols,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The symbols, in file order.
+	Symbols       []*Symbol `protobuf:"bytes,1,rep,name=symbols,proto3" json:"symbols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2392,9 +2496,11 @@ func (x *GetFileSymbolsResponse) GetSymbols() []*Symbol {
 	return nil
 }
 
+// What GetDependencies follows.
 type GetDependenciesRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// A symbol id, or "file:<path>".
 	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
 	// "calls", "imports" or empty for both.
@@ -2454,9 +2560,11 @@ func (x *GetDependenciesRequest) GetEdgeKind() string {
 	return ""
 }
 
+// What the symbol or file uses.
 type GetDependenciesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Edges         []*Edge                `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The relations from it.
+	Edges         []*Edge `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2498,11 +2606,14 @@ func (x *GetDependenciesResponse) GetEdges() []*Edge {
 	return nil
 }
 
+// What GetDependents follows back.
 type GetDependentsRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// A symbol id or an import path.
-	Symbol        string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	Symbol string `protobuf:"bytes,2,opt,name=symbol,proto3" json:"symbol,omitempty"`
+	// "calls", "imports" or empty for both.
 	EdgeKind      string `protobuf:"bytes,3,opt,name=edge_kind,json=edgeKind,proto3" json:"edge_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2559,9 +2670,11 @@ func (x *GetDependentsRequest) GetEdgeKind() string {
 	return ""
 }
 
+// What uses the symbol or import path.
 type GetDependentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Edges         []*Edge                `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The relations to it.
+	Edges         []*Edge `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2603,9 +2716,11 @@ func (x *GetDependentsResponse) GetEdges() []*Edge {
 	return nil
 }
 
+// The repository whose tools DiscoverTools detects.
 type DiscoverToolsRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Ignore the cache and detect again.
 	Refresh       bool `protobuf:"varint,2,opt,name=refresh,proto3" json:"refresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2660,7 +2775,8 @@ func (x *DiscoverToolsRequest) GetRefresh() bool {
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable id, e.g. "goimports", "ruff", "vitest".
-	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The language it serves.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
@@ -2755,16 +2871,22 @@ func (x *Tool) GetInstalled() bool {
 	return false
 }
 
+// The repository's formatters, linters, language servers and test
+// frameworks.
 type DiscoverToolsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The first choice per language, in priority order of the spec.
-	Formatters      []*Tool `protobuf:"bytes,1,rep,name=formatters,proto3" json:"formatters,omitempty"`
-	Linters         []*Tool `protobuf:"bytes,2,rep,name=linters,proto3" json:"linters,omitempty"`
+	Formatters []*Tool `protobuf:"bytes,1,rep,name=formatters,proto3" json:"formatters,omitempty"`
+	// The first choice per language.
+	Linters []*Tool `protobuf:"bytes,2,rep,name=linters,proto3" json:"linters,omitempty"`
+	// The first choice per language.
 	LanguageServers []*Tool `protobuf:"bytes,3,rep,name=language_servers,json=languageServers,proto3" json:"language_servers,omitempty"`
-	TestFrameworks  []*Tool `protobuf:"bytes,4,rep,name=test_frameworks,json=testFrameworks,proto3" json:"test_frameworks,omitempty"`
+	// The first choice per language.
+	TestFrameworks []*Tool `protobuf:"bytes,4,rep,name=test_frameworks,json=testFrameworks,proto3" json:"test_frameworks,omitempty"`
 	// Lower-priority candidates that also apply.
-	Alternatives []*Tool  `protobuf:"bytes,5,rep,name=alternatives,proto3" json:"alternatives,omitempty"`
-	Warnings     []string `protobuf:"bytes,6,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Alternatives []*Tool `protobuf:"bytes,5,rep,name=alternatives,proto3" json:"alternatives,omitempty"`
+	// What could not be detected, and why.
+	Warnings []string `protobuf:"bytes,6,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// Whether the answer came from the cache.
 	Cached        bool `protobuf:"varint,7,opt,name=cached,proto3" json:"cached,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2850,9 +2972,11 @@ func (x *DiscoverToolsResponse) GetCached() bool {
 	return false
 }
 
+// The file, lines or symbol whose history GetHistory returns.
 type GetHistoryRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The repository, "repositories/{repository}".
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// An indexed file, relative to the repository root. Set path or symbol.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// A symbol id or name: the history of its definition's lines.
@@ -2860,7 +2984,8 @@ type GetHistoryRequest struct {
 	// With path, an optional line range (1-based, inclusive) of the file as
 	// last committed.
 	LineStart int32 `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The range's last line.
+	LineEnd int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
 	// Most commits returned: default 10, at most 100.
 	PageSize      int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2939,13 +3064,17 @@ func (x *GetHistoryRequest) GetPageSize() int32 {
 	return 0
 }
 
+// The commits that changed the lines, newest first.
 type GetHistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The file followed.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// The range followed; 0 when the whole file's history was asked for.
-	LineStart int32            `protobuf:"varint,2,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32            `protobuf:"varint,3,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Commits   []*HistoryCommit `protobuf:"bytes,4,rep,name=commits,proto3" json:"commits,omitempty"`
+	LineStart int32 `protobuf:"varint,2,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// The range's last line; 0 with line_start.
+	LineEnd int32 `protobuf:"varint,3,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The commits, newest first.
+	Commits []*HistoryCommit `protobuf:"bytes,4,rep,name=commits,proto3" json:"commits,omitempty"`
 	// Whether older commits exist beyond page_size.
 	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3019,9 +3148,12 @@ func (x *GetHistoryResponse) GetTruncated() bool {
 
 // HistoryCommit is one commit in a history answer.
 type HistoryCommit struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Sha        string                 `protobuf:"bytes,1,opt,name=sha,proto3" json:"sha,omitempty"`
-	Author     string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The commit's id.
+	Sha string `protobuf:"bytes,1,opt,name=sha,proto3" json:"sha,omitempty"`
+	// Its author's name.
+	Author string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	// When it was authored.
 	AuthorTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=author_time,json=authorTime,proto3" json:"author_time,omitempty"`
 	// The first line of the commit message.
 	Subject       string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`

@@ -44,8 +44,13 @@ const (
 // repositories, indexes them and searches them. Repositories are shared within
 // a tenant.
 type LibrarianServiceClient interface {
+	// CreateRepository registers a repository of the tenant for the Librarian
+	// to index; it answers at once with the indexing operation unless wait is set.
 	CreateRepository(ctx context.Context, in *CreateRepositoryRequest, opts ...grpc.CallOption) (*CreateRepositoryResponse, error)
+	// GetRepository returns one registered repository by name
+	// ("repositories/{id}").
 	GetRepository(ctx context.Context, in *GetRepositoryRequest, opts ...grpc.CallOption) (*GetRepositoryResponse, error)
+	// ListRepositories lists the tenant's registered repositories.
 	ListRepositories(ctx context.Context, in *ListRepositoriesRequest, opts ...grpc.CallOption) (*ListRepositoriesResponse, error)
 	// IndexRepository (re)indexes a repository's files as an operation
 	// (GetOperation follows it); it answers at once unless wait is set.
@@ -61,6 +66,8 @@ type LibrarianServiceClient interface {
 	// first index, with the previous (or the new lexical) index searchable
 	// after a re-index.
 	CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*CancelOperationResponse, error)
+	// SearchCode finds the indexed code chunks that best match a query, in
+	// the tenant's repositories or the ones named.
 	SearchCode(ctx context.Context, in *SearchCodeRequest, opts ...grpc.CallOption) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
 	GetSymbol(ctx context.Context, in *GetSymbolRequest, opts ...grpc.CallOption) (*GetSymbolResponse, error)
@@ -250,8 +257,13 @@ func (c *librarianServiceClient) FindSimilarSymbols(ctx context.Context, in *Fin
 // repositories, indexes them and searches them. Repositories are shared within
 // a tenant.
 type LibrarianServiceServer interface {
+	// CreateRepository registers a repository of the tenant for the Librarian
+	// to index; it answers at once with the indexing operation unless wait is set.
 	CreateRepository(context.Context, *CreateRepositoryRequest) (*CreateRepositoryResponse, error)
+	// GetRepository returns one registered repository by name
+	// ("repositories/{id}").
 	GetRepository(context.Context, *GetRepositoryRequest) (*GetRepositoryResponse, error)
+	// ListRepositories lists the tenant's registered repositories.
 	ListRepositories(context.Context, *ListRepositoriesRequest) (*ListRepositoriesResponse, error)
 	// IndexRepository (re)indexes a repository's files as an operation
 	// (GetOperation follows it); it answers at once unless wait is set.
@@ -267,6 +279,8 @@ type LibrarianServiceServer interface {
 	// first index, with the previous (or the new lexical) index searchable
 	// after a re-index.
 	CancelOperation(context.Context, *CancelOperationRequest) (*CancelOperationResponse, error)
+	// SearchCode finds the indexed code chunks that best match a query, in
+	// the tenant's repositories or the ones named.
 	SearchCode(context.Context, *SearchCodeRequest) (*SearchCodeResponse, error)
 	// GetSymbol returns one indexed symbol by its qualified name.
 	GetSymbol(context.Context, *GetSymbolRequest) (*GetSymbolResponse, error)

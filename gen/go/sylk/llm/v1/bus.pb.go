@@ -26,6 +26,7 @@ const (
 type SignalType int32
 
 const (
+	// Not set.
 	SignalType_SIGNAL_TYPE_UNSPECIFIED SignalType = 0
 	// A provider rate-limited a call: every gate stops calling it until
 	// resume_time.
@@ -91,6 +92,7 @@ func (SignalType) EnumDescriptor() ([]byte, []int) {
 type QuotaLevel int32
 
 const (
+	// Not set.
 	QuotaLevel_QUOTA_LEVEL_UNSPECIFIED QuotaLevel = 0
 	// At or over the warning fraction of the limit.
 	QuotaLevel_QUOTA_LEVEL_WARNING QuotaLevel = 1
@@ -143,6 +145,7 @@ func (QuotaLevel) EnumDescriptor() ([]byte, []int) {
 type SignalAckState int32
 
 const (
+	// Not set.
 	SignalAckState_SIGNAL_ACK_STATE_UNSPECIFIED SignalAckState = 0
 	// It stopped calling the provider.
 	SignalAckState_SIGNAL_ACK_STATE_PAUSED SignalAckState = 1
@@ -203,14 +206,22 @@ func (SignalAckState) EnumDescriptor() ([]byte, []int) {
 type ChunkType int32
 
 const (
+	// Not set.
 	ChunkType_CHUNK_TYPE_UNSPECIFIED ChunkType = 0
-	ChunkType_CHUNK_TYPE_START       ChunkType = 1
-	ChunkType_CHUNK_TYPE_TEXT        ChunkType = 2
-	ChunkType_CHUNK_TYPE_TOOL_START  ChunkType = 3
-	ChunkType_CHUNK_TYPE_TOOL_DELTA  ChunkType = 4
-	ChunkType_CHUNK_TYPE_TOOL_END    ChunkType = 5
-	ChunkType_CHUNK_TYPE_END         ChunkType = 6
-	ChunkType_CHUNK_TYPE_ERROR       ChunkType = 7
+	// The generation started.
+	ChunkType_CHUNK_TYPE_START ChunkType = 1
+	// A part of the text.
+	ChunkType_CHUNK_TYPE_TEXT ChunkType = 2
+	// A tool call started.
+	ChunkType_CHUNK_TYPE_TOOL_START ChunkType = 3
+	// A part of a tool call's arguments.
+	ChunkType_CHUNK_TYPE_TOOL_DELTA ChunkType = 4
+	// A tool call ended.
+	ChunkType_CHUNK_TYPE_TOOL_END ChunkType = 5
+	// The generation ended.
+	ChunkType_CHUNK_TYPE_END ChunkType = 6
+	// The generation failed.
+	ChunkType_CHUNK_TYPE_ERROR ChunkType = 7
 )
 
 // Enum value maps for ChunkType.
@@ -268,6 +279,7 @@ func (ChunkType) EnumDescriptor() ([]byte, []int) {
 type StreamControlAction int32
 
 const (
+	// Not set.
 	StreamControlAction_STREAM_CONTROL_ACTION_UNSPECIFIED StreamControlAction = 0
 	// Stop the generation; the partial answer stays.
 	StreamControlAction_STREAM_CONTROL_ACTION_CANCEL StreamControlAction = 1
@@ -321,7 +333,8 @@ func (StreamControlAction) EnumDescriptor() ([]byte, []int) {
 type Signal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique per signal; a signal sent again keeps its id.
-	Id   string     `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What the signal says.
 	Type SignalType `protobuf:"varint,2,opt,name=type,proto3,enum=sylk.llm.v1.SignalType" json:"type,omitempty"`
 	// The provider (or a tenant's provider state) the signal is about.
 	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
@@ -334,8 +347,10 @@ type Signal struct {
 	// QUOTA_WARNING: the level the soft limit reached.
 	Level QuotaLevel `protobuf:"varint,7,opt,name=level,proto3,enum=sylk.llm.v1.QuotaLevel" json:"level,omitempty"`
 	// REQUEST_PREEMPTED: the preempted call's session and request.
-	SessionId     string                 `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	RequestId     string                 `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// See session_id.
+	RequestId string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// When it was sent.
 	SendTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=send_time,json=sendTime,proto3" json:"send_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -444,11 +459,13 @@ func (x *Signal) GetSendTime() *timestamppb.Timestamp {
 // SignalAck is a receiver's acknowledgement of a Signal (spec B-20), sent
 // to the signal's reply inbox.
 type SignalAck struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	SignalId string                 `protobuf:"bytes,1,opt,name=signal_id,json=signalId,proto3" json:"signal_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The signal acknowledged.
+	SignalId string `protobuf:"bytes,1,opt,name=signal_id,json=signalId,proto3" json:"signal_id,omitempty"`
 	// The receiver: a gate's replica id.
-	SubscriberId string                 `protobuf:"bytes,2,opt,name=subscriber_id,json=subscriberId,proto3" json:"subscriber_id,omitempty"`
-	ReceiveTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=receive_time,json=receiveTime,proto3" json:"receive_time,omitempty"`
+	SubscriberId string `protobuf:"bytes,2,opt,name=subscriber_id,json=subscriberId,proto3" json:"subscriber_id,omitempty"`
+	// When the receiver got it.
+	ReceiveTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=receive_time,json=receiveTime,proto3" json:"receive_time,omitempty"`
 	// What the receiver did.
 	State         SignalAckState `protobuf:"varint,4,opt,name=state,proto3,enum=sylk.llm.v1.SignalAckState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -522,18 +539,23 @@ type StreamMessage struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The generation's id, shared by all its chunks.
 	CorrelationId string `protobuf:"bytes,2,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	ParentId      string `protobuf:"bytes,3,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The message it follows, when there is one.
+	ParentId string `protobuf:"bytes,3,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The tenant the call is for.
+	TenantId string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The session the call is for, when there is one.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The provider that generates.
 	Source string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
 	// The agent the answer is for, when known.
 	Target string `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
 	// The call's priority in the gate's queues (higher first).
-	Priority int32  `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
-	Model    string `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
+	Priority int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The model that generates.
+	Model string `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
 	// The agent that made the call.
-	AgentId       string       `protobuf:"bytes,10,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	AgentId string `protobuf:"bytes,10,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// The chunk.
 	Chunk         *StreamChunk `protobuf:"bytes,11,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -650,9 +672,11 @@ func (x *StreamMessage) GetChunk() *StreamChunk {
 type StreamChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Its position in the generation, from 0.
-	Index int32     `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Type  ChunkType `protobuf:"varint,2,opt,name=type,proto3,enum=sylk.llm.v1.ChunkType" json:"type,omitempty"`
-	Text  string    `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// What kind of chunk it is.
+	Type ChunkType `protobuf:"varint,2,opt,name=type,proto3,enum=sylk.llm.v1.ChunkType" json:"type,omitempty"`
+	// TEXT: the text's next part.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// TOOL_START, TOOL_DELTA, TOOL_END: the tool call's part.
 	ToolCall *ToolCallDelta `protobuf:"bytes,4,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
 	// END: the tokens the call used.
@@ -660,7 +684,8 @@ type StreamChunk struct {
 	// END: why the model stopped.
 	StopReason string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
 	// ERROR: what failed.
-	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// When it was made.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -754,10 +779,13 @@ func (x *StreamChunk) GetCreateTime() *timestamppb.Timestamp {
 
 // ToolCallDelta is the tool-call part of a chunk.
 type ToolCallDelta struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	ArgumentsDelta string                 `protobuf:"bytes,3,opt,name=arguments_delta,json=argumentsDelta,proto3" json:"arguments_delta,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool called.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments' next part (JSON text).
+	ArgumentsDelta string `protobuf:"bytes,3,opt,name=arguments_delta,json=argumentsDelta,proto3" json:"arguments_delta,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -815,9 +843,11 @@ func (x *ToolCallDelta) GetArgumentsDelta() string {
 
 // TokenUsage is the tokens one call used.
 type TokenUsage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InputTokens   int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens  int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens sent.
+	InputTokens int64 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens received.
+	OutputTokens  int64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -870,8 +900,9 @@ func (x *TokenUsage) GetOutputTokens() int64 {
 // id>.control to act on a running generation: a validator that saw
 // something unsafe, a user's Ctrl+C in another process.
 type StreamControl struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Action StreamControlAction    `protobuf:"varint,1,opt,name=action,proto3,enum=sylk.llm.v1.StreamControlAction" json:"action,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to do.
+	Action StreamControlAction `protobuf:"varint,1,opt,name=action,proto3,enum=sylk.llm.v1.StreamControlAction" json:"action,omitempty"`
 	// Why, for a person; the stopped call's error names it.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -23,17 +23,23 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The report GetUsageReport makes; every filter is optional.
 type GetUsageReportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dimensions to group by: provider, model, agent, session, task, period.
 	GroupBy []string `protobuf:"bytes,1,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	// Bucket of the period dimension: hour, day (default), week, month.
-	Period        string                 `protobuf:"bytes,2,opt,name=period,proto3" json:"period,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Provider      string                 `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
-	AgentType     string                 `protobuf:"bytes,7,opt,name=agent_type,json=agentType,proto3" json:"agent_type,omitempty"`
+	Period string `protobuf:"bytes,2,opt,name=period,proto3" json:"period,omitempty"`
+	// Only usage at or after this time.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Only usage before this time.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Only this session's usage (its id).
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only this provider's usage.
+	Provider string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Only this agent's usage.
+	AgentType     string `protobuf:"bytes,7,opt,name=agent_type,json=agentType,proto3" json:"agent_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,16 +123,23 @@ func (x *GetUsageReportRequest) GetAgentType() string {
 	return ""
 }
 
+// UsageRow is the usage of one group, or of all of it.
 type UsageRow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The group's dimension values, keyed by dimension name.
-	Group         map[string]string `protobuf:"bytes,1,rep,name=group,proto3" json:"group,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Requests      int64             `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
-	InputTokens   int64             `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens  int64             `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	TotalTokens   int64             `protobuf:"varint,5,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
-	CostUsd       float64           `protobuf:"fixed64,6,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
-	AvgLatencyMs  float64           `protobuf:"fixed64,7,opt,name=avg_latency_ms,json=avgLatencyMs,proto3" json:"avg_latency_ms,omitempty"`
+	Group map[string]string `protobuf:"bytes,1,rep,name=group,proto3" json:"group,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Model calls.
+	Requests int64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Tokens sent.
+	InputTokens int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens received.
+	OutputTokens int64 `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// input_tokens + output_tokens.
+	TotalTokens int64 `protobuf:"varint,5,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	// Cost, in US dollars.
+	CostUsd float64 `protobuf:"fixed64,6,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Mean latency of a call, in milliseconds.
+	AvgLatencyMs  float64 `protobuf:"fixed64,7,opt,name=avg_latency_ms,json=avgLatencyMs,proto3" json:"avg_latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -210,10 +223,13 @@ func (x *UsageRow) GetAvgLatencyMs() float64 {
 	return 0
 }
 
+// The usage, in total and per group.
 type GetUsageReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Total *UsageRow              `protobuf:"bytes,1,opt,name=total,proto3" json:"total,omitempty"`
-	Rows  []*UsageRow            `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	// The usage of every group together.
+	Total *UsageRow `protobuf:"bytes,1,opt,name=total,proto3" json:"total,omitempty"`
+	// One row per group.
+	Rows []*UsageRow `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
 	// Always "USD".
 	Currency      string `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -271,13 +287,19 @@ func (x *GetUsageReportResponse) GetCurrency() string {
 	return ""
 }
 
+// Model is a model a provider offers.
 type Model struct {
-	state                 protoimpl.MessageState `protogen:"open.v1"`
-	Id                    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	DisplayName           string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	MaxContextTokens      int64                  `protobuf:"varint,3,opt,name=max_context_tokens,json=maxContextTokens,proto3" json:"max_context_tokens,omitempty"`
-	InputPricePerMillion  float64                `protobuf:"fixed64,4,opt,name=input_price_per_million,json=inputPricePerMillion,proto3" json:"input_price_per_million,omitempty"`
-	OutputPricePerMillion float64                `protobuf:"fixed64,5,opt,name=output_price_per_million,json=outputPricePerMillion,proto3" json:"output_price_per_million,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id calls name it by.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people.
+	DisplayName string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// The most tokens it takes in one call.
+	MaxContextTokens int64 `protobuf:"varint,3,opt,name=max_context_tokens,json=maxContextTokens,proto3" json:"max_context_tokens,omitempty"`
+	// US dollars per million tokens sent.
+	InputPricePerMillion float64 `protobuf:"fixed64,4,opt,name=input_price_per_million,json=inputPricePerMillion,proto3" json:"input_price_per_million,omitempty"`
+	// US dollars per million tokens received.
+	OutputPricePerMillion float64 `protobuf:"fixed64,5,opt,name=output_price_per_million,json=outputPricePerMillion,proto3" json:"output_price_per_million,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -347,6 +369,7 @@ func (x *Model) GetOutputPricePerMillion() float64 {
 	return 0
 }
 
+// Provider is a model provider and how the tenant reaches it.
 type Provider struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// anthropic, openai, gemini or local.
@@ -354,11 +377,16 @@ type Provider struct {
 	// Whether calls can use it (a key or base URL is configured, or local).
 	Configured bool `protobuf:"varint,2,opt,name=configured,proto3" json:"configured,omitempty"`
 	// Where its key comes from: tenant, server (environment or Secret), none, offline.
-	CredentialSource      string                 `protobuf:"bytes,3,opt,name=credential_source,json=credentialSource,proto3" json:"credential_source,omitempty"`
-	BaseUrl               string                 `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
-	IsDefault             bool                   `protobuf:"varint,5,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
-	Aliases               map[string]string      `protobuf:"bytes,6,rep,name=aliases,proto3" json:"aliases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Models                []*Model               `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	CredentialSource string `protobuf:"bytes,3,opt,name=credential_source,json=credentialSource,proto3" json:"credential_source,omitempty"`
+	// The server calls go to.
+	BaseUrl string `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Whether calls that name no provider use it.
+	IsDefault bool `protobuf:"varint,5,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	// Short model names -> model ids.
+	Aliases map[string]string `protobuf:"bytes,6,rep,name=aliases,proto3" json:"aliases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The models it offers.
+	Models []*Model `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	// When the tenant's key was last stored; unset without one.
 	CredentialsUpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=credentials_update_time,json=credentialsUpdateTime,proto3" json:"credentials_update_time,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
@@ -450,6 +478,7 @@ func (x *Provider) GetCredentialsUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ListProviders takes no arguments: it answers for the caller's tenant.
 type ListProvidersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -486,9 +515,11 @@ func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
 	return file_sylk_llm_v1_llm_service_proto_rawDescGZIP(), []int{5}
 }
 
+// The model providers.
 type ListProvidersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Providers     []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The providers.
+	Providers     []*Provider `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,13 +561,17 @@ func (x *ListProvidersResponse) GetProviders() []*Provider {
 	return nil
 }
 
+// The key SetProviderCredentials stores.
 type SetProviderCredentialsRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
-	ApiKey   string                 `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider (anthropic, openai, gemini).
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The provider's key; never returned.
+	ApiKey string `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// An OpenAI-compatible server's URL, for provider openai.
-	BaseUrl       string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
-	SkipVerify    bool   `protobuf:"varint,4,opt,name=skip_verify,json=skipVerify,proto3" json:"skip_verify,omitempty"`
+	BaseUrl string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Store the key without checking it with the provider.
+	SkipVerify    bool `protobuf:"varint,4,opt,name=skip_verify,json=skipVerify,proto3" json:"skip_verify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,9 +634,11 @@ func (x *SetProviderCredentialsRequest) GetSkipVerify() bool {
 	return false
 }
 
+// The provider with the stored key.
 type SetProviderCredentialsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Provider      *Provider              `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider (never the key).
+	Provider      *Provider `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,9 +680,11 @@ func (x *SetProviderCredentialsResponse) GetProvider() *Provider {
 	return nil
 }
 
+// The provider whose key DeleteProviderCredentials removes.
 type DeleteProviderCredentialsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider.
+	Provider      string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -687,6 +726,7 @@ func (x *DeleteProviderCredentialsRequest) GetProvider() string {
 	return ""
 }
 
+// DeleteProviderCredentials answers nothing but success.
 type DeleteProviderCredentialsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -723,11 +763,14 @@ func (*DeleteProviderCredentialsResponse) Descriptor() ([]byte, []int) {
 	return file_sylk_llm_v1_llm_service_proto_rawDescGZIP(), []int{10}
 }
 
+// The key VerifyProvider checks.
 type VerifyProviderRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	// A key to check without storing it; empty checks the key in use.
-	ApiKey        string `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	ApiKey string `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	// An OpenAI-compatible server's URL to check against, for provider openai.
 	BaseUrl       string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -784,9 +827,11 @@ func (x *VerifyProviderRequest) GetBaseUrl() string {
 	return ""
 }
 
+// Whether the key works.
 type VerifyProviderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Valid bool                   `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	// True when the provider took the key.
+	Valid bool `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
 	// Why not, in words safe to show (never the key).
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -28,6 +28,8 @@ const (
 //
 // UsageService reports model usage and cost of the caller's tenant (spec B-17).
 type UsageServiceClient interface {
+	// GetUsageReport sums the tenant's model usage (tokens and cost), grouped
+	// by the dimensions asked for.
 	GetUsageReport(ctx context.Context, in *GetUsageReportRequest, opts ...grpc.CallOption) (*GetUsageReportResponse, error)
 }
 
@@ -55,6 +57,8 @@ func (c *usageServiceClient) GetUsageReport(ctx context.Context, in *GetUsageRep
 //
 // UsageService reports model usage and cost of the caller's tenant (spec B-17).
 type UsageServiceServer interface {
+	// GetUsageReport sums the tenant's model usage (tokens and cost), grouped
+	// by the dimensions asked for.
 	GetUsageReport(context.Context, *GetUsageReportRequest) (*GetUsageReportResponse, error)
 	mustEmbedUnimplementedUsageServiceServer()
 }
@@ -138,6 +142,8 @@ const (
 // ProviderService shows the model providers and manages the tenant's own
 // provider keys. Keys are write-only: no response ever contains one.
 type ProviderServiceClient interface {
+	// ListProviders lists the model providers, whether each is configured
+	// and where its key comes from (never the key itself).
 	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
 	// SetProviderCredentials stores the tenant's key, encrypted at rest, after
 	// checking it with the provider unless skip_verify is set. Admins only.
@@ -204,6 +210,8 @@ func (c *providerServiceClient) VerifyProvider(ctx context.Context, in *VerifyPr
 // ProviderService shows the model providers and manages the tenant's own
 // provider keys. Keys are write-only: no response ever contains one.
 type ProviderServiceServer interface {
+	// ListProviders lists the model providers, whether each is configured
+	// and where its key comes from (never the key itself).
 	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
 	// SetProviderCredentials stores the tenant's key, encrypted at rest, after
 	// checking it with the provider unless skip_verify is set. Admins only.

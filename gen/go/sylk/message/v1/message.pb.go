@@ -29,80 +29,134 @@ const (
 type MessageType int32
 
 const (
+	// Not set.
 	MessageType_MESSAGE_TYPE_UNSPECIFIED MessageType = 0
 	// User and session.
-	MessageType_MESSAGE_TYPE_USER_INPUT       MessageType = 1
-	MessageType_MESSAGE_TYPE_USER_RESPONSE    MessageType = 2
-	MessageType_MESSAGE_TYPE_SESSION_CREATE   MessageType = 3
-	MessageType_MESSAGE_TYPE_SESSION_SWITCH   MessageType = 4
-	MessageType_MESSAGE_TYPE_SESSION_SUSPEND  MessageType = 5
-	MessageType_MESSAGE_TYPE_SESSION_RESUME   MessageType = 6
+	MessageType_MESSAGE_TYPE_USER_INPUT MessageType = 1
+	// The user's reply.
+	MessageType_MESSAGE_TYPE_USER_RESPONSE MessageType = 2
+	// A session was created.
+	MessageType_MESSAGE_TYPE_SESSION_CREATE MessageType = 3
+	// The user switched session.
+	MessageType_MESSAGE_TYPE_SESSION_SWITCH MessageType = 4
+	// A session was suspended.
+	MessageType_MESSAGE_TYPE_SESSION_SUSPEND MessageType = 5
+	// A session was resumed.
+	MessageType_MESSAGE_TYPE_SESSION_RESUME MessageType = 6
+	// A session was completed.
 	MessageType_MESSAGE_TYPE_SESSION_COMPLETE MessageType = 7
 	// Knowledge.
-	MessageType_MESSAGE_TYPE_RESEARCH_REQUEST             MessageType = 10
-	MessageType_MESSAGE_TYPE_RESEARCH_RESPONSE            MessageType = 11
-	MessageType_MESSAGE_TYPE_CONTEXT_REQUEST              MessageType = 12
-	MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE             MessageType = 13
-	MessageType_MESSAGE_TYPE_HISTORY_REQUEST              MessageType = 14
-	MessageType_MESSAGE_TYPE_HISTORY_RESPONSE             MessageType = 15
-	MessageType_MESSAGE_TYPE_STORE_REQUEST                MessageType = 16
-	MessageType_MESSAGE_TYPE_DOMAIN_EXPECTATIONS_REQUEST  MessageType = 17
+	MessageType_MESSAGE_TYPE_RESEARCH_REQUEST MessageType = 10
+	// The answer to a research request.
+	MessageType_MESSAGE_TYPE_RESEARCH_RESPONSE MessageType = 11
+	// A request for code context (Librarian).
+	MessageType_MESSAGE_TYPE_CONTEXT_REQUEST MessageType = 12
+	// The answer to a context request.
+	MessageType_MESSAGE_TYPE_CONTEXT_RESPONSE MessageType = 13
+	// A request for history (Archivalist).
+	MessageType_MESSAGE_TYPE_HISTORY_REQUEST MessageType = 14
+	// The answer to a history request.
+	MessageType_MESSAGE_TYPE_HISTORY_RESPONSE MessageType = 15
+	// Something to record in the archive.
+	MessageType_MESSAGE_TYPE_STORE_REQUEST MessageType = 16
+	// A request for a feature domain's expectations (Academic).
+	MessageType_MESSAGE_TYPE_DOMAIN_EXPECTATIONS_REQUEST MessageType = 17
+	// The answer to it.
 	MessageType_MESSAGE_TYPE_DOMAIN_EXPECTATIONS_RESPONSE MessageType = 18
-	MessageType_MESSAGE_TYPE_CONSULT_REQUEST              MessageType = 19
-	MessageType_MESSAGE_TYPE_CONSULT_RESPONSE             MessageType = 20
+	// The Architect consulting an agent before planning (E-11).
+	MessageType_MESSAGE_TYPE_CONSULT_REQUEST MessageType = 19
+	// The answer to a consultation.
+	MessageType_MESSAGE_TYPE_CONSULT_RESPONSE MessageType = 20
 	// Planning.
-	MessageType_MESSAGE_TYPE_PLAN_REQUEST          MessageType = 30
-	MessageType_MESSAGE_TYPE_PLAN_RESPONSE         MessageType = 31
-	MessageType_MESSAGE_TYPE_PLAN_APPROVED         MessageType = 32
-	MessageType_MESSAGE_TYPE_PLAN_MODIFIED         MessageType = 33
-	MessageType_MESSAGE_TYPE_DAG_EXECUTE           MessageType = 34
-	MessageType_MESSAGE_TYPE_DAG_STATUS            MessageType = 35
-	MessageType_MESSAGE_TYPE_PLAN_ENTER            MessageType = 36
-	MessageType_MESSAGE_TYPE_PLAN_EXIT             MessageType = 37
+	MessageType_MESSAGE_TYPE_PLAN_REQUEST MessageType = 30
+	// The Architect's plan.
+	MessageType_MESSAGE_TYPE_PLAN_RESPONSE MessageType = 31
+	// A plan was approved.
+	MessageType_MESSAGE_TYPE_PLAN_APPROVED MessageType = 32
+	// A plan was changed.
+	MessageType_MESSAGE_TYPE_PLAN_MODIFIED MessageType = 33
+	// A DAG to run.
+	MessageType_MESSAGE_TYPE_DAG_EXECUTE MessageType = 34
+	// A DAG's status.
+	MessageType_MESSAGE_TYPE_DAG_STATUS MessageType = 35
+	// Planning mode was entered (G-38).
+	MessageType_MESSAGE_TYPE_PLAN_ENTER MessageType = 36
+	// Planning mode was left (G-38).
+	MessageType_MESSAGE_TYPE_PLAN_EXIT MessageType = 37
+	// A plan asks for approval.
 	MessageType_MESSAGE_TYPE_PLAN_APPROVAL_REQUEST MessageType = 38
-	MessageType_MESSAGE_TYPE_PLAN_REJECTED         MessageType = 39
-	MessageType_MESSAGE_TYPE_PLAN_DISPATCH         MessageType = 40
-	MessageType_MESSAGE_TYPE_PLAN_PROGRESS         MessageType = 41
-	MessageType_MESSAGE_TYPE_PLAN_COMPLETED        MessageType = 42
-	MessageType_MESSAGE_TYPE_PLAN_FAILED           MessageType = 43
+	// A plan was rejected.
+	MessageType_MESSAGE_TYPE_PLAN_REJECTED MessageType = 39
+	// A plan's tasks were dispatched.
+	MessageType_MESSAGE_TYPE_PLAN_DISPATCH MessageType = 40
+	// A plan's run moved on.
+	MessageType_MESSAGE_TYPE_PLAN_PROGRESS MessageType = 41
+	// A plan's run completed.
+	MessageType_MESSAGE_TYPE_PLAN_COMPLETED MessageType = 42
+	// A plan's run failed.
+	MessageType_MESSAGE_TYPE_PLAN_FAILED MessageType = 43
 	// Tasks.
 	MessageType_MESSAGE_TYPE_TASK_DISPATCH MessageType = 50
+	// A task completed.
 	MessageType_MESSAGE_TYPE_TASK_COMPLETE MessageType = 51
-	MessageType_MESSAGE_TYPE_TASK_FAILED   MessageType = 52
-	MessageType_MESSAGE_TYPE_TASK_HELP     MessageType = 53
+	// A task failed.
+	MessageType_MESSAGE_TYPE_TASK_FAILED MessageType = 52
+	// A task asks the user for help.
+	MessageType_MESSAGE_TYPE_TASK_HELP MessageType = 53
 	// Clarification.
-	MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST  MessageType = 60
+	MessageType_MESSAGE_TYPE_CLARIFICATION_REQUEST MessageType = 60
+	// The user's answer to a question.
 	MessageType_MESSAGE_TYPE_CLARIFICATION_RESPONSE MessageType = 61
 	// Inspection.
-	MessageType_MESSAGE_TYPE_VALIDATE_TASK          MessageType = 70
-	MessageType_MESSAGE_TYPE_VALIDATION_RESULT      MessageType = 71
-	MessageType_MESSAGE_TYPE_VALIDATION_FULL        MessageType = 72
+	MessageType_MESSAGE_TYPE_VALIDATE_TASK MessageType = 70
+	// The result of a validation.
+	MessageType_MESSAGE_TYPE_VALIDATION_RESULT MessageType = 71
+	// A full validation's result.
+	MessageType_MESSAGE_TYPE_VALIDATION_FULL MessageType = 72
+	// Corrections a validation asks for.
 	MessageType_MESSAGE_TYPE_VALIDATION_CORRECTIONS MessageType = 73
-	MessageType_MESSAGE_TYPE_INSPECTION_REQUEST     MessageType = 74
-	MessageType_MESSAGE_TYPE_INSPECTION_RESULTS     MessageType = 75
+	// A request for an inspection.
+	MessageType_MESSAGE_TYPE_INSPECTION_REQUEST MessageType = 74
+	// An inspection's results.
+	MessageType_MESSAGE_TYPE_INSPECTION_RESULTS MessageType = 75
 	// Testing.
-	MessageType_MESSAGE_TYPE_TEST_PLAN_REQUEST  MessageType = 80
+	MessageType_MESSAGE_TYPE_TEST_PLAN_REQUEST MessageType = 80
+	// A test plan.
 	MessageType_MESSAGE_TYPE_TEST_PLAN_RESPONSE MessageType = 81
-	MessageType_MESSAGE_TYPE_TEST_DAG_REQUEST   MessageType = 82
-	MessageType_MESSAGE_TYPE_TESTS_READY        MessageType = 83
-	MessageType_MESSAGE_TYPE_TEST_RESULTS       MessageType = 84
-	MessageType_MESSAGE_TYPE_TEST_CORRECTIONS   MessageType = 85
+	// A request for a DAG of tests.
+	MessageType_MESSAGE_TYPE_TEST_DAG_REQUEST MessageType = 82
+	// Tests were written.
+	MessageType_MESSAGE_TYPE_TESTS_READY MessageType = 83
+	// A test run's results.
+	MessageType_MESSAGE_TYPE_TEST_RESULTS MessageType = 84
+	// Corrections the tests ask for.
+	MessageType_MESSAGE_TYPE_TEST_CORRECTIONS MessageType = 85
 	// Pipeline-internal (F-07).
 	MessageType_MESSAGE_TYPE_INSPECTOR_FEEDBACK MessageType = 90
-	MessageType_MESSAGE_TYPE_TESTER_FEEDBACK    MessageType = 91
-	MessageType_MESSAGE_TYPE_PIPELINE_COMPLETE  MessageType = 92
-	MessageType_MESSAGE_TYPE_PIPELINE_FAILED    MessageType = 93
+	// The Tester's feedback to the Engineer.
+	MessageType_MESSAGE_TYPE_TESTER_FEEDBACK MessageType = 91
+	// A pipeline completed.
+	MessageType_MESSAGE_TYPE_PIPELINE_COMPLETE MessageType = 92
+	// A pipeline failed.
+	MessageType_MESSAGE_TYPE_PIPELINE_FAILED MessageType = 93
 	// User task control (F-07, F-13).
-	MessageType_MESSAGE_TYPE_USER_TASK_PROMPT      MessageType = 100
-	MessageType_MESSAGE_TYPE_USER_TASK_QUERY       MessageType = 101
-	MessageType_MESSAGE_TYPE_USER_TASK_INTERRUPT   MessageType = 102
+	MessageType_MESSAGE_TYPE_USER_TASK_PROMPT MessageType = 100
+	// The user asks where a task stands.
+	MessageType_MESSAGE_TYPE_USER_TASK_QUERY MessageType = 101
+	// The user interrupts a task.
+	MessageType_MESSAGE_TYPE_USER_TASK_INTERRUPT MessageType = 102
+	// The user skips a task's Inspector.
 	MessageType_MESSAGE_TYPE_USER_IGNORE_INSPECTOR MessageType = 103
-	MessageType_MESSAGE_TYPE_USER_IGNORE_TESTER    MessageType = 104
+	// The user skips a task's Tester.
+	MessageType_MESSAGE_TYPE_USER_IGNORE_TESTER MessageType = 104
 	// Control.
-	MessageType_MESSAGE_TYPE_USER_OVERRIDE     MessageType = 110
-	MessageType_MESSAGE_TYPE_USER_INTERRUPT    MessageType = 111
+	MessageType_MESSAGE_TYPE_USER_OVERRIDE MessageType = 110
+	// The user interrupts the work.
+	MessageType_MESSAGE_TYPE_USER_INTERRUPT MessageType = 111
+	// A workflow completed.
 	MessageType_MESSAGE_TYPE_WORKFLOW_COMPLETE MessageType = 112
-	MessageType_MESSAGE_TYPE_REROUTE_REQUEST   MessageType = 113
+	// An agent declines a request (spec A-08).
+	MessageType_MESSAGE_TYPE_REROUTE_REQUEST MessageType = 113
 	// Signals (B-19).
 	MessageType_MESSAGE_TYPE_SIGNAL MessageType = 120
 )
@@ -272,15 +326,22 @@ func (MessageType) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{0}
 }
 
+// MessageStatus is where an envelope's processing stands.
 type MessageStatus int32
 
 const (
+	// Not set.
 	MessageStatus_MESSAGE_STATUS_UNSPECIFIED MessageStatus = 0
-	MessageStatus_MESSAGE_STATUS_PENDING     MessageStatus = 1
-	MessageStatus_MESSAGE_STATUS_PROCESSING  MessageStatus = 2
-	MessageStatus_MESSAGE_STATUS_COMPLETED   MessageStatus = 3
-	MessageStatus_MESSAGE_STATUS_FAILED      MessageStatus = 4
-	MessageStatus_MESSAGE_STATUS_EXPIRED     MessageStatus = 5
+	// Not picked up yet.
+	MessageStatus_MESSAGE_STATUS_PENDING MessageStatus = 1
+	// Being processed.
+	MessageStatus_MESSAGE_STATUS_PROCESSING MessageStatus = 2
+	// Processed.
+	MessageStatus_MESSAGE_STATUS_COMPLETED MessageStatus = 3
+	// Processing failed.
+	MessageStatus_MESSAGE_STATUS_FAILED MessageStatus = 4
+	// Its deadline passed first.
+	MessageStatus_MESSAGE_STATUS_EXPIRED MessageStatus = 5
 )
 
 // Enum value maps for MessageStatus.
@@ -334,12 +395,18 @@ func (MessageStatus) EnumDescriptor() ([]byte, []int) {
 type Priority int32
 
 const (
+	// Not set.
 	Priority_PRIORITY_UNSPECIFIED Priority = 0
-	Priority_PRIORITY_KNOWLEDGE   Priority = 20
-	Priority_PRIORITY_PIPELINE    Priority = 40
-	Priority_PRIORITY_ENGINEER    Priority = 60
-	Priority_PRIORITY_ARCHITECT   Priority = 80
-	Priority_PRIORITY_USER        Priority = 100
+	// Knowledge agents' calls (20).
+	Priority_PRIORITY_KNOWLEDGE Priority = 20
+	// Pipeline tasks' calls (40).
+	Priority_PRIORITY_PIPELINE Priority = 40
+	// The Engineer's calls (60).
+	Priority_PRIORITY_ENGINEER Priority = 60
+	// The Architect's calls (80).
+	Priority_PRIORITY_ARCHITECT Priority = 80
+	// Calls a user waits for (100).
+	Priority_PRIORITY_USER Priority = 100
 )
 
 // Enum value maps for Priority.
@@ -394,10 +461,14 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 type ExpectationPriority int32
 
 const (
+	// Not set (explicit criteria).
 	ExpectationPriority_EXPECTATION_PRIORITY_UNSPECIFIED ExpectationPriority = 0
-	ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED    ExpectationPriority = 1
+	// Users count on it.
+	ExpectationPriority_EXPECTATION_PRIORITY_REQUIRED ExpectationPriority = 1
+	// Users expect it as a rule.
 	ExpectationPriority_EXPECTATION_PRIORITY_RECOMMENDED ExpectationPriority = 2
-	ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL    ExpectationPriority = 3
+	// Nice to have.
+	ExpectationPriority_EXPECTATION_PRIORITY_OPTIONAL ExpectationPriority = 3
 )
 
 // Enum value maps for ExpectationPriority.
@@ -448,9 +519,12 @@ func (ExpectationPriority) EnumDescriptor() ([]byte, []int) {
 type CriterionSource int32
 
 const (
+	// Not set.
 	CriterionSource_CRITERION_SOURCE_UNSPECIFIED CriterionSource = 0
-	CriterionSource_CRITERION_SOURCE_EXPLICIT    CriterionSource = 1
-	CriterionSource_CRITERION_SOURCE_INFERRED    CriterionSource = 2
+	// The user stated it.
+	CriterionSource_CRITERION_SOURCE_EXPLICIT CriterionSource = 1
+	// Inferred from the feature domain.
+	CriterionSource_CRITERION_SOURCE_INFERRED CriterionSource = 2
 )
 
 // Enum value maps for CriterionSource.
@@ -498,6 +572,7 @@ func (CriterionSource) EnumDescriptor() ([]byte, []int) {
 type HitKind int32
 
 const (
+	// Not set.
 	HitKind_HIT_KIND_UNSPECIFIED HitKind = 0
 	// Code of a registered repository (Librarian).
 	HitKind_HIT_KIND_CODE HitKind = 1
@@ -550,17 +625,26 @@ func (HitKind) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_message_v1_message_proto_rawDescGZIP(), []int{5}
 }
 
+// SignalType is what a Signal says.
 type SignalType int32
 
 const (
-	SignalType_SIGNAL_TYPE_UNSPECIFIED     SignalType = 0
-	SignalType_SIGNAL_TYPE_PAUSE_ALL       SignalType = 1
-	SignalType_SIGNAL_TYPE_RESUME_ALL      SignalType = 2
-	SignalType_SIGNAL_TYPE_PAUSE_PIPELINE  SignalType = 3
+	// Not set.
+	SignalType_SIGNAL_TYPE_UNSPECIFIED SignalType = 0
+	// Pause every call.
+	SignalType_SIGNAL_TYPE_PAUSE_ALL SignalType = 1
+	// Resume every call.
+	SignalType_SIGNAL_TYPE_RESUME_ALL SignalType = 2
+	// Pause pipeline work.
+	SignalType_SIGNAL_TYPE_PAUSE_PIPELINE SignalType = 3
+	// Resume pipeline work.
 	SignalType_SIGNAL_TYPE_RESUME_PIPELINE SignalType = 4
-	SignalType_SIGNAL_TYPE_CANCEL_TASK     SignalType = 5
-	SignalType_SIGNAL_TYPE_ABORT_SESSION   SignalType = 6
-	SignalType_SIGNAL_TYPE_QUOTA_WARNING   SignalType = 7
+	// Cancel a task.
+	SignalType_SIGNAL_TYPE_CANCEL_TASK SignalType = 5
+	// Abort a session's work.
+	SignalType_SIGNAL_TYPE_ABORT_SESSION SignalType = 6
+	// A quota is nearly used up.
+	SignalType_SIGNAL_TYPE_QUOTA_WARNING SignalType = 7
 )
 
 // Enum value maps for SignalType.
@@ -618,31 +702,52 @@ func (SignalType) EnumDescriptor() ([]byte, []int) {
 // all state a receiver needs: the structured intent, the confidence chain and
 // the reroute history travel unchanged from hop to hop.
 type Envelope struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,2,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	ParentId      string                 `protobuf:"bytes,3,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	UserId        string                 `protobuf:"bytes,6,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique per envelope.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The id of the request it belongs to, kept by every hop and answer.
+	CorrelationId string `protobuf:"bytes,2,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// The envelope it answers or follows, when there is one.
+	ParentId string `protobuf:"bytes,3,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The tenant the work is for.
+	TenantId string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The session the work is for, when there is one.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The user the work is for.
+	UserId string `protobuf:"bytes,6,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// Agent names: guide, librarian, archivalist, academic, architect,
 	// orchestrator, engineer, inspector, tester, user.
-	Source           string                 `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
-	Target           string                 `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
-	Type             MessageType            `protobuf:"varint,9,opt,name=type,proto3,enum=sylk.message.v1.MessageType" json:"type,omitempty"`
-	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Deadline         *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	Ttl              *durationpb.Duration   `protobuf:"bytes,12,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	Status           MessageStatus          `protobuf:"varint,13,opt,name=status,proto3,enum=sylk.message.v1.MessageStatus" json:"status,omitempty"`
-	Attempt          int32                  `protobuf:"varint,14,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	MaxAttempts      int32                  `protobuf:"varint,15,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Priority         Priority               `protobuf:"varint,16,opt,name=priority,proto3,enum=sylk.message.v1.Priority" json:"priority,omitempty"`
-	Metadata         map[string]string      `protobuf:"bytes,17,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	StructuredIntent *StructuredIntent      `protobuf:"bytes,18,opt,name=structured_intent,json=structuredIntent,proto3" json:"structured_intent,omitempty"`
-	ConfidenceChain  []*ConfidenceEntry     `protobuf:"bytes,19,rep,name=confidence_chain,json=confidenceChain,proto3" json:"confidence_chain,omitempty"`
-	RerouteHistory   []*RerouteHop          `protobuf:"bytes,20,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
-	Error            string                 `protobuf:"bytes,21,opt,name=error,proto3" json:"error,omitempty"`
-	ProcessedAt      *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=processed_at,json=processedAt,proto3" json:"processed_at,omitempty"`
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// The agent it is for.
+	Target string `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
+	// What it is (spec A-02).
+	Type MessageType `protobuf:"varint,9,opt,name=type,proto3,enum=sylk.message.v1.MessageType" json:"type,omitempty"`
+	// When it was made.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When an answer is no longer awaited.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// How long it stays valid after created_at.
+	Ttl *durationpb.Duration `protobuf:"bytes,12,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Where its processing stands.
+	Status MessageStatus `protobuf:"varint,13,opt,name=status,proto3,enum=sylk.message.v1.MessageStatus" json:"status,omitempty"`
+	// Its delivery attempt, from 1.
+	Attempt int32 `protobuf:"varint,14,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Delivery attempts allowed.
+	MaxAttempts int32 `protobuf:"varint,15,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Its class in the LLM gate.
+	Priority Priority `protobuf:"varint,16,opt,name=priority,proto3,enum=sylk.message.v1.Priority" json:"priority,omitempty"`
+	// Facts the sender adds.
+	Metadata map[string]string `protobuf:"bytes,17,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The intent the Guide extracted (spec A-03).
+	StructuredIntent *StructuredIntent `protobuf:"bytes,18,opt,name=structured_intent,json=structuredIntent,proto3" json:"structured_intent,omitempty"`
+	// Each hop's confidence, in order (spec A-04).
+	ConfidenceChain []*ConfidenceEntry `protobuf:"bytes,19,rep,name=confidence_chain,json=confidenceChain,proto3" json:"confidence_chain,omitempty"`
+	// The hops that declined it (spec A-08).
+	RerouteHistory []*RerouteHop `protobuf:"bytes,20,rep,name=reroute_history,json=rerouteHistory,proto3" json:"reroute_history,omitempty"`
+	// Why processing failed.
+	Error string `protobuf:"bytes,21,opt,name=error,proto3" json:"error,omitempty"`
+	// When it was processed.
+	ProcessedAt *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=processed_at,json=processedAt,proto3" json:"processed_at,omitempty"`
 	// Set by the Guide on a request it routes for another agent (spec
 	// A-25): who asked, so that the answer goes back to them.
 	RoutedRequest *RoutedRequest `protobuf:"bytes,23,opt,name=routed_request,json=routedRequest,proto3" json:"routed_request,omitempty"`
@@ -654,6 +759,8 @@ type Envelope struct {
 	// Architect plans in it and the knowledge agents search it. Empty when
 	// the session names none.
 	Repository string `protobuf:"bytes,25,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The payload of the type.
+	//
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*Envelope_UserInput
@@ -958,34 +1065,42 @@ type isEnvelope_Payload interface {
 }
 
 type Envelope_UserInput struct {
+	// A user's message.
 	UserInput *UserInput `protobuf:"bytes,30,opt,name=user_input,json=userInput,proto3,oneof"`
 }
 
 type Envelope_AgentAnswer struct {
+	// An agent's answer.
 	AgentAnswer *AgentAnswer `protobuf:"bytes,31,opt,name=agent_answer,json=agentAnswer,proto3,oneof"`
 }
 
 type Envelope_RerouteRequest struct {
+	// An agent declining the request.
 	RerouteRequest *RerouteRequest `protobuf:"bytes,32,opt,name=reroute_request,json=rerouteRequest,proto3,oneof"`
 }
 
 type Envelope_ClarificationRequest struct {
+	// A question for the user.
 	ClarificationRequest *ClarificationRequest `protobuf:"bytes,33,opt,name=clarification_request,json=clarificationRequest,proto3,oneof"`
 }
 
 type Envelope_ClarificationResponse struct {
+	// The user's answer to one.
 	ClarificationResponse *ClarificationResponse `protobuf:"bytes,34,opt,name=clarification_response,json=clarificationResponse,proto3,oneof"`
 }
 
 type Envelope_Signal struct {
+	// A control signal.
 	Signal *Signal `protobuf:"bytes,37,opt,name=signal,proto3,oneof"`
 }
 
 type Envelope_StoreRequest struct {
+	// Something to record in the archive.
 	StoreRequest *StoreRequest `protobuf:"bytes,38,opt,name=store_request,json=storeRequest,proto3,oneof"`
 }
 
 type Envelope_TaskHelp struct {
+	// A task asking the user for help.
 	TaskHelp *TaskHelp `protobuf:"bytes,39,opt,name=task_help,json=taskHelp,proto3,oneof"`
 }
 
@@ -1129,12 +1244,17 @@ func (x *PreRouteContext) GetFailurePatterns() string {
 
 // StructuredIntent is extracted once by the Guide at intake (spec A-03).
 type StructuredIntent struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	OriginalRequest string                 `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	KeyConstraints  []string               `protobuf:"bytes,2,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
-	SuccessCriteria []string               `protobuf:"bytes,3,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
-	IntentType      string                 `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
-	Subject         string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user's request, as written.
+	OriginalRequest string `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
+	// What the result must respect.
+	KeyConstraints []string `protobuf:"bytes,2,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	// How to tell the work is done.
+	SuccessCriteria []string `protobuf:"bytes,3,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
+	// The kind of request.
+	IntentType string `protobuf:"bytes,4,opt,name=intent_type,json=intentType,proto3" json:"intent_type,omitempty"`
+	// What the request is about.
+	Subject string `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
 	// The knowledge agent's intent the Guide classified (the Librarian's
 	// LOCATE, PATTERN, EXPLAIN, GENERAL; the Archivalist's HISTORICAL,
 	// ACTIVITY, OUTCOME, SIMILAR, RESUME, GENERAL); empty for other targets.
@@ -1228,10 +1348,13 @@ func (x *StructuredIntent) GetTimeScope() string {
 
 // DomainExpectation is one such expectation, with why it is expected.
 type DomainExpectation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Expectation   string                 `protobuf:"bytes,1,opt,name=expectation,proto3" json:"expectation,omitempty"`
-	Priority      ExpectationPriority    `protobuf:"varint,2,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
-	Rationale     string                 `protobuf:"bytes,3,opt,name=rationale,proto3" json:"rationale,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is expected, in a sentence.
+	Expectation string `protobuf:"bytes,1,opt,name=expectation,proto3" json:"expectation,omitempty"`
+	// How much it matters.
+	Priority ExpectationPriority `protobuf:"varint,2,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
+	// Why it is expected.
+	Rationale     string `protobuf:"bytes,3,opt,name=rationale,proto3" json:"rationale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1289,13 +1412,16 @@ func (x *DomainExpectation) GetRationale() string {
 
 // SuccessCriterion is a criterion of the enriched intent (spec A-10, A-11).
 type SuccessCriterion struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Criterion string                 `protobuf:"bytes,1,opt,name=criterion,proto3" json:"criterion,omitempty"`
-	Source    CriterionSource        `protobuf:"varint,2,opt,name=source,proto3,enum=sylk.message.v1.CriterionSource" json:"source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The criterion, in a sentence.
+	Criterion string `protobuf:"bytes,1,opt,name=criterion,proto3" json:"criterion,omitempty"`
+	// Whether the user stated it or it was inferred.
+	Source CriterionSource `protobuf:"varint,2,opt,name=source,proto3,enum=sylk.message.v1.CriterionSource" json:"source,omitempty"`
 	// Unspecified for explicit criteria.
 	Priority ExpectationPriority `protobuf:"varint,3,opt,name=priority,proto3,enum=sylk.message.v1.ExpectationPriority" json:"priority,omitempty"`
 	// "academic:<domain>" for inferred criteria.
-	InferredFrom  string `protobuf:"bytes,4,opt,name=inferred_from,json=inferredFrom,proto3" json:"inferred_from,omitempty"`
+	InferredFrom string `protobuf:"bytes,4,opt,name=inferred_from,json=inferredFrom,proto3" json:"inferred_from,omitempty"`
+	// Why it applies.
 	Rationale     string `protobuf:"bytes,5,opt,name=rationale,proto3" json:"rationale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1368,10 +1494,13 @@ func (x *SuccessCriterion) GetRationale() string {
 
 // ConfidenceEntry is one agent's confidence in its step (spec A-04).
 type ConfidenceEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	Confidence    float64                `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Its confidence, 0 to 1.
+	Confidence float64 `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	// Why that confidence.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,10 +1558,13 @@ func (x *ConfidenceEntry) GetReason() string {
 
 // RerouteHop records one declined hop (spec A-08).
 type RerouteHop struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that declined.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// Why it declined.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The agent the request went to next.
+	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1488,9 +1620,11 @@ func (x *RerouteHop) GetTo() string {
 	return ""
 }
 
+// UserInput is a user's message.
 type UserInput struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message.
+	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1548,7 +1682,8 @@ type AgentAnswer struct {
 	// The agent could not help with the request: it is not its domain, or it
 	// holds nothing about it (spec A-33 EMPTY_RESPONSE). An answer that
 	// searched and found nothing, and says so, is not cannot_help.
-	CannotHelp       bool   `protobuf:"varint,5,opt,name=cannot_help,json=cannotHelp,proto3" json:"cannot_help,omitempty"`
+	CannotHelp bool `protobuf:"varint,5,opt,name=cannot_help,json=cannotHelp,proto3" json:"cannot_help,omitempty"`
+	// Why it cannot help.
 	CannotHelpReason string `protobuf:"bytes,6,opt,name=cannot_help_reason,json=cannotHelpReason,proto3" json:"cannot_help_reason,omitempty"`
 	// The agent that may help instead, when the answering one knows.
 	SuggestedTarget string `protobuf:"bytes,7,opt,name=suggested_target,json=suggestedTarget,proto3" json:"suggested_target,omitempty"`
@@ -1557,20 +1692,24 @@ type AgentAnswer struct {
 	// The chain's cumulative confidence, its band and the action the band
 	// suggests ("proceed", "verify", "ask"): set by the Guide when it relays.
 	CumulativeConfidence float64 `protobuf:"fixed64,9,opt,name=cumulative_confidence,json=cumulativeConfidence,proto3" json:"cumulative_confidence,omitempty"`
-	ConfidenceBand       string  `protobuf:"bytes,10,opt,name=confidence_band,json=confidenceBand,proto3" json:"confidence_band,omitempty"`
-	SuggestedAction      string  `protobuf:"bytes,11,opt,name=suggested_action,json=suggestedAction,proto3" json:"suggested_action,omitempty"`
+	// See cumulative_confidence.
+	ConfidenceBand string `protobuf:"bytes,10,opt,name=confidence_band,json=confidenceBand,proto3" json:"confidence_band,omitempty"`
+	// See cumulative_confidence.
+	SuggestedAction string `protobuf:"bytes,11,opt,name=suggested_action,json=suggestedAction,proto3" json:"suggested_action,omitempty"`
 	// The query the agent searched with.
 	Query string `protobuf:"bytes,12,opt,name=query,proto3" json:"query,omitempty"`
 	// For the Archivalist: whether every session of the tenant was searched,
 	// and the newest entries it shows when nothing matched.
-	CrossSession bool   `protobuf:"varint,13,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
-	Recent       []*Hit `protobuf:"bytes,14,rep,name=recent,proto3" json:"recent,omitempty"`
+	CrossSession bool `protobuf:"varint,13,opt,name=cross_session,json=crossSession,proto3" json:"cross_session,omitempty"`
+	// See cross_session.
+	Recent []*Hit `protobuf:"bytes,14,rep,name=recent,proto3" json:"recent,omitempty"`
 	// The model that wrote text ("provider/model"); empty when no model did:
 	// the text is then assembled from the hits, and says so.
 	Model string `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`
 	// For the Guide's own replies: the reply's message name and the user's
 	// message it answers.
-	Message   string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,16,opt,name=message,proto3" json:"message,omitempty"`
+	// See message.
 	InReplyTo string `protobuf:"bytes,17,opt,name=in_reply_to,json=inReplyTo,proto3" json:"in_reply_to,omitempty"`
 	// Set when the answer came from the Guide's route cache.
 	Cached bool `protobuf:"varint,18,opt,name=cached,proto3" json:"cached,omitempty"`
@@ -1810,15 +1949,23 @@ func (x *AgentAnswer) GetRerouteHistory() []*RerouteHop {
 
 // Hit is one ranked search result from a knowledge agent.
 type Hit struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Title     string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
-	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart int32                  `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32                  `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
-	Snippet   string                 `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
-	Score     float64                `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
-	Id        string                 `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
-	Kind      HitKind                `protobuf:"varint,8,opt,name=kind,proto3,enum=sylk.message.v1.HitKind" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A title for people.
+	Title string `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	// The file, for code.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The first line (1-based), for code.
+	LineStart int32 `protobuf:"varint,3,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// The last line, for code.
+	LineEnd int32 `protobuf:"varint,4,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	// The matching text.
+	Snippet string `protobuf:"bytes,5,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	// How well it matches; higher is better.
+	Score float64 `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
+	// The hit's id within its resource (a chunk, an entry, a section).
+	Id string `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	// What the hit points at.
+	Kind HitKind `protobuf:"varint,8,opt,name=kind,proto3,enum=sylk.message.v1.HitKind" json:"kind,omitempty"`
 	// The resource the hit belongs to: "repositories/<id>",
 	// "entries/<id>" or "documents/<id>".
 	Name string `protobuf:"bytes,9,opt,name=name,proto3" json:"name,omitempty"`
@@ -1826,7 +1973,8 @@ type Hit struct {
 	Repository string `protobuf:"bytes,10,opt,name=repository,proto3" json:"repository,omitempty"`
 	// An entry's category, or a document section's heading.
 	Category string `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
-	Heading  string `protobuf:"bytes,12,opt,name=heading,proto3" json:"heading,omitempty"`
+	// See category.
+	Heading string `protobuf:"bytes,12,opt,name=heading,proto3" json:"heading,omitempty"`
 	// The session an entry was recorded in.
 	SessionId string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The symbol the code hit defines, when it defines one.
@@ -1968,11 +2116,15 @@ type Citation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The cited resource ("repositories/<id>", "entries/<id>",
 	// "documents/<id>") or an external URL.
-	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Title     string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	Path      string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
-	LineStart int32  `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
-	LineEnd   int32  `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A title for people.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// The cited file, for code.
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// The first cited line (1-based).
+	LineStart int32 `protobuf:"varint,4,opt,name=line_start,json=lineStart,proto3" json:"line_start,omitempty"`
+	// The last cited line.
+	LineEnd int32 `protobuf:"varint,5,opt,name=line_end,json=lineEnd,proto3" json:"line_end,omitempty"`
 	// The revision the citation was read at (a repository's commit).
 	Revision string `protobuf:"bytes,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// A document section's heading.
@@ -2073,9 +2225,12 @@ func (x *Citation) GetProblem() string {
 type StoreRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The agent that records it.
-	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Category      string `protobuf:"bytes,2,opt,name=category,proto3" json:"category,omitempty"`
-	Title         string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// The entry's category.
+	Category string `protobuf:"bytes,2,opt,name=category,proto3" json:"category,omitempty"`
+	// Its title.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// Its text.
 	Content       string `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2143,13 +2298,16 @@ func (x *StoreRequest) GetContent() string {
 // E-14).
 type TaskHelp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// What the task needs help with.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// The issue the task ran into, as the asking agent names it.
 	ContextSourceIssue string `protobuf:"bytes,2,opt,name=context_source_issue,json=contextSourceIssue,proto3" json:"context_source_issue,omitempty"`
-	RunId              string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId             string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The run (its id).
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskHelp) Reset() {
@@ -2210,11 +2368,15 @@ func (x *TaskHelp) GetNodeId() string {
 	return ""
 }
 
+// RerouteRequest is an agent declining a request (spec A-08).
 type RerouteRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Source          string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Reason          string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	SuggestedTarget string                 `protobuf:"bytes,3,opt,name=suggested_target,json=suggestedTarget,proto3" json:"suggested_target,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent that declines.
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The agent that may help instead, when it knows.
+	SuggestedTarget string `protobuf:"bytes,3,opt,name=suggested_target,json=suggestedTarget,proto3" json:"suggested_target,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2270,12 +2432,17 @@ func (x *RerouteRequest) GetSuggestedTarget() string {
 	return ""
 }
 
+// ClarificationRequest is a question for the user (spec A-07).
 type ClarificationRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Question        string                 `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
-	Options         []string               `protobuf:"bytes,2,rep,name=options,proto3" json:"options,omitempty"`
-	Context         string                 `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
-	RequestingAgent string                 `protobuf:"bytes,4,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question.
+	Question string `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
+	// Answers to choose from, when there are some.
+	Options []string `protobuf:"bytes,2,rep,name=options,proto3" json:"options,omitempty"`
+	// Why it asks.
+	Context string `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
+	// The agent that asks.
+	RequestingAgent string `protobuf:"bytes,4,opt,name=requesting_agent,json=requestingAgent,proto3" json:"requesting_agent,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2338,9 +2505,11 @@ func (x *ClarificationRequest) GetRequestingAgent() string {
 	return ""
 }
 
+// ClarificationResponse is the user's answer to a question.
 type ClarificationResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Answer        string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answer.
+	Answer        string `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2384,11 +2553,15 @@ func (x *ClarificationResponse) GetAnswer() string {
 
 // Signal is a control signal (spec B-19).
 type Signal struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          SignalType             `protobuf:"varint,1,opt,name=type,proto3,enum=sylk.message.v1.SignalType" json:"type,omitempty"`
-	TargetId      string                 `protobuf:"bytes,2,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	RequiresAck   bool                   `protobuf:"varint,4,opt,name=requires_ack,json=requiresAck,proto3" json:"requires_ack,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the signal says.
+	Type SignalType `protobuf:"varint,1,opt,name=type,proto3,enum=sylk.message.v1.SignalType" json:"type,omitempty"`
+	// What it is about (a task, a session), when it is about one.
+	TargetId string `protobuf:"bytes,2,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	// Why, for a person.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Whether receivers must acknowledge it.
+	RequiresAck   bool `protobuf:"varint,4,opt,name=requires_ack,json=requiresAck,proto3" json:"requires_ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -27,11 +27,16 @@ const (
 type ReviewState int32
 
 const (
+	// Not set; never sent.
 	ReviewState_REVIEW_STATE_UNSPECIFIED ReviewState = 0
-	ReviewState_REVIEW_STATE_PENDING     ReviewState = 1
-	ReviewState_REVIEW_STATE_RUNNING     ReviewState = 2
-	ReviewState_REVIEW_STATE_DONE        ReviewState = 3
-	ReviewState_REVIEW_STATE_FAILED      ReviewState = 4
+	// Accepted, not started.
+	ReviewState_REVIEW_STATE_PENDING ReviewState = 1
+	// Being reviewed.
+	ReviewState_REVIEW_STATE_RUNNING ReviewState = 2
+	// Reviewed: review holds the outcome.
+	ReviewState_REVIEW_STATE_DONE ReviewState = 3
+	// Could not be reviewed: error says why.
+	ReviewState_REVIEW_STATE_FAILED ReviewState = 4
 )
 
 // Enum value maps for ReviewState.
@@ -84,22 +89,31 @@ type ReviewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "reviews/{review}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The review's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	// A repository registered in the caller's tenant ("repositories/{id}",
 	// its id or display name, or a git URL, as for a run; never a path) and
 	// the refs to compare; or a patch alone.
 	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
-	BaseRef    string `protobuf:"bytes,4,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
-	HeadRef    string `protobuf:"bytes,5,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`
-	Patch      string `protobuf:"bytes,6,opt,name=patch,proto3" json:"patch,omitempty"`
+	// The ref the change starts from.
+	BaseRef string `protobuf:"bytes,4,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
+	// The ref with the change.
+	HeadRef string `protobuf:"bytes,5,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`
+	// A unified diff to review instead of refs.
+	Patch string `protobuf:"bytes,6,opt,name=patch,proto3" json:"patch,omitempty"`
 	// "default", "security", "dx", "architecture" or "quick" (spec P-12).
 	Persona string `protobuf:"bytes,7,opt,name=persona,proto3" json:"persona,omitempty"`
 	// The session it belongs to (its id), optional.
-	SessionId     string                 `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	State         ReviewState            `protobuf:"varint,9,opt,name=state,proto3,enum=sylk.orchestrator.v1.ReviewState" json:"state,omitempty"`
-	Review        *Review                `protobuf:"bytes,10,opt,name=review,proto3" json:"review,omitempty"`
-	Error         string                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Where the review stands.
+	State ReviewState `protobuf:"varint,9,opt,name=state,proto3,enum=sylk.orchestrator.v1.ReviewState" json:"state,omitempty"`
+	// The outcome and findings, once done.
+	Review *Review `protobuf:"bytes,10,opt,name=review,proto3" json:"review,omitempty"`
+	// Why the review failed.
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// When the review was asked for.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it ended.
 	EndTime       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -226,9 +240,12 @@ func (x *ReviewRequest) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// The review CreateReview starts.
 type CreateReviewRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Review *ReviewRequest         `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to review: repository with base_ref and head_ref, or a patch;
+	// optionally persona and session_id.
+	Review *ReviewRequest `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
 	// Answer once the review is done, waiting at most this many seconds
 	// (at most 300; 0 answers at once).
 	WaitSeconds   int32 `protobuf:"varint,2,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
@@ -280,9 +297,11 @@ func (x *CreateReviewRequest) GetWaitSeconds() int32 {
 	return 0
 }
 
+// The review as started (or done, with wait_seconds).
 type CreateReviewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Review        *ReviewRequest         `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The review.
+	Review        *ReviewRequest `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,9 +343,11 @@ func (x *CreateReviewResponse) GetReview() *ReviewRequest {
 	return nil
 }
 
+// The review GetReview returns.
 type GetReviewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The review, "reviews/{review}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,9 +389,11 @@ func (x *GetReviewRequest) GetName() string {
 	return ""
 }
 
+// One review.
 type GetReviewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Review        *ReviewRequest         `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The review.
+	Review        *ReviewRequest `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -412,10 +435,13 @@ func (x *GetReviewResponse) GetReview() *ReviewRequest {
 	return nil
 }
 
+// The page of reviews ListReviews returns.
 type ListReviewsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many reviews (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -464,10 +490,13 @@ func (x *ListReviewsRequest) GetPageToken() string {
 	return ""
 }
 
+// A page of the tenant's reviews.
 type ListReviewsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reviews       []*ReviewRequest       `protobuf:"bytes,1,rep,name=reviews,proto3" json:"reviews,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reviews of this page.
+	Reviews []*ReviewRequest `protobuf:"bytes,1,rep,name=reviews,proto3" json:"reviews,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -34,7 +34,9 @@ type ReviewServiceClient interface {
 	// CreateReview starts a review; with wait, it answers once the review
 	// is done (or the wait ran out: then poll GetReview).
 	CreateReview(ctx context.Context, in *CreateReviewRequest, opts ...grpc.CallOption) (*CreateReviewResponse, error)
+	// GetReview returns one review with its findings once done.
 	GetReview(ctx context.Context, in *GetReviewRequest, opts ...grpc.CallOption) (*GetReviewResponse, error)
+	// ListReviews lists the tenant's reviews.
 	ListReviews(ctx context.Context, in *ListReviewsRequest, opts ...grpc.CallOption) (*ListReviewsResponse, error)
 }
 
@@ -86,7 +88,9 @@ type ReviewServiceServer interface {
 	// CreateReview starts a review; with wait, it answers once the review
 	// is done (or the wait ran out: then poll GetReview).
 	CreateReview(context.Context, *CreateReviewRequest) (*CreateReviewResponse, error)
+	// GetReview returns one review with its findings once done.
 	GetReview(context.Context, *GetReviewRequest) (*GetReviewResponse, error)
+	// ListReviews lists the tenant's reviews.
 	ListReviews(context.Context, *ListReviewsRequest) (*ListReviewsResponse, error)
 	mustEmbedUnimplementedReviewServiceServer()
 }

@@ -29,6 +29,7 @@ const (
 type SettleAction int32
 
 const (
+	// Not set; refused.
 	SettleAction_SETTLE_ACTION_UNSPECIFIED SettleAction = 0
 	// Merge the succeeded nodes' patches into the run's result_patch.
 	SettleAction_SETTLE_ACTION_KEEP SettleAction = 1
@@ -87,6 +88,7 @@ func (SettleAction) EnumDescriptor() ([]byte, []int) {
 type TaskActionType int32
 
 const (
+	// Not set; refused.
 	TaskActionType_TASK_ACTION_TYPE_UNSPECIFIED TaskActionType = 0
 	// The node's stage, loop count and last feedback.
 	TaskActionType_TASK_ACTION_TYPE_QUERY TaskActionType = 1
@@ -169,16 +171,24 @@ func (TaskActionType) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{1}
 }
 
+// RunState is where a run stands.
 type RunState int32
 
 const (
+	// Not set; never sent.
 	RunState_RUN_STATE_UNSPECIFIED RunState = 0
-	RunState_RUN_STATE_PENDING     RunState = 1
-	RunState_RUN_STATE_RUNNING     RunState = 2
-	RunState_RUN_STATE_SUCCEEDED   RunState = 3
-	RunState_RUN_STATE_FAILED      RunState = 4
-	RunState_RUN_STATE_CANCELLED   RunState = 5
-	RunState_RUN_STATE_PAUSED      RunState = 6
+	// Accepted; no node dispatched yet.
+	RunState_RUN_STATE_PENDING RunState = 1
+	// Nodes are being dispatched or run.
+	RunState_RUN_STATE_RUNNING RunState = 2
+	// Every node ended without failing.
+	RunState_RUN_STATE_SUCCEEDED RunState = 3
+	// A node failed for good.
+	RunState_RUN_STATE_FAILED RunState = 4
+	// Cancelled by CancelRun.
+	RunState_RUN_STATE_CANCELLED RunState = 5
+	// Paused by PauseRun: no node is dispatched.
+	RunState_RUN_STATE_PAUSED RunState = 6
 	// Every node ended, none failed, and the nodes asked to change the code
 	// changed nothing: the run delivers no change.
 	RunState_RUN_STATE_NO_CHANGES RunState = 7
@@ -235,16 +245,24 @@ func (RunState) EnumDescriptor() ([]byte, []int) {
 	return file_sylk_orchestrator_v1_workflow_service_proto_rawDescGZIP(), []int{2}
 }
 
+// NodeState is where a node stands.
 type NodeState int32
 
 const (
+	// Not set; never sent.
 	NodeState_NODE_STATE_UNSPECIFIED NodeState = 0
-	NodeState_NODE_STATE_PENDING     NodeState = 1
-	NodeState_NODE_STATE_DISPATCHED  NodeState = 2
-	NodeState_NODE_STATE_SUCCEEDED   NodeState = 3
-	NodeState_NODE_STATE_FAILED      NodeState = 4
-	NodeState_NODE_STATE_SKIPPED     NodeState = 5
-	NodeState_NODE_STATE_CANCELLED   NodeState = 6
+	// Waiting for its dependencies or a slot.
+	NodeState_NODE_STATE_PENDING NodeState = 1
+	// Sent to a worker, running.
+	NodeState_NODE_STATE_DISPATCHED NodeState = 2
+	// Succeeded.
+	NodeState_NODE_STATE_SUCCEEDED NodeState = 3
+	// Failed (after its retries).
+	NodeState_NODE_STATE_FAILED NodeState = 4
+	// Not run: a dependency failed, or the user skipped it.
+	NodeState_NODE_STATE_SKIPPED NodeState = 5
+	// Cancelled.
+	NodeState_NODE_STATE_CANCELLED NodeState = 6
 	// Pending, but held by PauseRun with a node_id.
 	NodeState_NODE_STATE_PAUSED NodeState = 7
 	// The node's agent was asked to change the code and changed nothing (no
@@ -310,12 +328,18 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 type Severity int32
 
 const (
+	// Not set.
 	Severity_SEVERITY_UNSPECIFIED Severity = 0
-	Severity_SEVERITY_INFO        Severity = 1
-	Severity_SEVERITY_LOW         Severity = 2
-	Severity_SEVERITY_MEDIUM      Severity = 3
-	Severity_SEVERITY_HIGH        Severity = 4
-	Severity_SEVERITY_CRITICAL    Severity = 5
+	// For information.
+	Severity_SEVERITY_INFO Severity = 1
+	// Minor.
+	Severity_SEVERITY_LOW Severity = 2
+	// Should be fixed.
+	Severity_SEVERITY_MEDIUM Severity = 3
+	// Must be fixed.
+	Severity_SEVERITY_HIGH Severity = 4
+	// Must be fixed before anything else.
+	Severity_SEVERITY_CRITICAL Severity = 5
 )
 
 // Enum value maps for Severity.
@@ -369,6 +393,7 @@ func (Severity) EnumDescriptor() ([]byte, []int) {
 type ReviewOutcome int32
 
 const (
+	// Not set; never sent.
 	ReviewOutcome_REVIEW_OUTCOME_UNSPECIFIED ReviewOutcome = 0
 	// A model reviewed the change.
 	ReviewOutcome_REVIEW_OUTCOME_REVIEWED ReviewOutcome = 1
@@ -382,7 +407,8 @@ const (
 	ReviewOutcome_REVIEW_OUTCOME_NO_MODEL ReviewOutcome = 4
 	// The change is empty.
 	ReviewOutcome_REVIEW_OUTCOME_NO_CHANGES ReviewOutcome = 5
-	ReviewOutcome_REVIEW_OUTCOME_FAILED     ReviewOutcome = 6
+	// The review failed.
+	ReviewOutcome_REVIEW_OUTCOME_FAILED ReviewOutcome = 6
 )
 
 // Enum value maps for ReviewOutcome.
@@ -438,8 +464,9 @@ func (ReviewOutcome) EnumDescriptor() ([]byte, []int) {
 // the partial work and go on by hand, roll it back, or retry from the
 // failure, with a default chosen by how the failed nodes failed.
 type PartialFailure struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	FailedNodes []string               `protobuf:"bytes,1,rep,name=failed_nodes,json=failedNodes,proto3" json:"failed_nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The nodes that failed.
+	FailedNodes []string `protobuf:"bytes,1,rep,name=failed_nodes,json=failedNodes,proto3" json:"failed_nodes,omitempty"`
 	// The gravest error tier among the failed nodes' last attempts:
 	// "permanent", "user_fixable", "external" or "transient".
 	ErrorTier string `protobuf:"bytes,2,opt,name=error_tier,json=errorTier,proto3" json:"error_tier,omitempty"`
@@ -511,10 +538,12 @@ func (x *PartialFailure) GetReason() string {
 	return ""
 }
 
+// The failed run SettleRun settles, and how.
 type SettleRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
-	Name          string       `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What to do with the partial work.
 	Action        SettleAction `protobuf:"varint,2,opt,name=action,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -564,10 +593,13 @@ func (x *SettleRunRequest) GetAction() SettleAction {
 	return SettleAction_SETTLE_ACTION_UNSPECIFIED
 }
 
+// The settled run and what its result holds.
 type SettleRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Receipt       *SettleReceipt         `protobuf:"bytes,2,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run after settling.
+	Run *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// What the result holds.
+	Receipt       *SettleReceipt `protobuf:"bytes,2,opt,name=receipt,proto3" json:"receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,8 +650,9 @@ func (x *SettleRunResponse) GetReceipt() *SettleReceipt {
 
 // SettleReceipt says what a settled run's result holds (spec B-39).
 type SettleReceipt struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Action SettleAction           `protobuf:"varint,1,opt,name=action,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"action,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action taken.
+	Action SettleAction `protobuf:"varint,1,opt,name=action,proto3,enum=sylk.orchestrator.v1.SettleAction" json:"action,omitempty"`
 	// Succeeded nodes whose patches are in the result (keep).
 	KeptNodes []string `protobuf:"bytes,2,rep,name=kept_nodes,json=keptNodes,proto3" json:"kept_nodes,omitempty"`
 	// Succeeded nodes whose patches are not in the result (rollback).
@@ -729,13 +762,15 @@ func (x *SettleReceipt) GetRetriedNodes() []string {
 // Dag is a plan's task graph (spec F-01).
 type Dag struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The tasks.
+	Nodes []*Node `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// The layers the nodes run in, first to last; optional. When present it
 	// must hold every node exactly once, each after all its dependencies.
 	ExecutionOrder []*Layer `protobuf:"bytes,2,rep,name=execution_order,json=executionOrder,proto3" json:"execution_order,omitempty"`
-	Policy         *Policy  `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Run-wide execution settings.
+	Policy        *Policy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Dag) Reset() {
@@ -791,8 +826,9 @@ func (x *Dag) GetPolicy() *Policy {
 
 // Layer is one step of a DAG's execution order.
 type Layer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The nodes of this layer.
+	NodeIds       []string `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,9 +929,11 @@ func (x *Policy) GetDefaultRetry() *RetryPolicy {
 // RetryPolicy: max is the number of retries after the first attempt; the
 // n-th retry waits backoff * 2^(n-1), at most 5 minutes.
 type RetryPolicy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Max           int32                  `protobuf:"varint,1,opt,name=max,proto3" json:"max,omitempty"`
-	Backoff       *durationpb.Duration   `protobuf:"bytes,2,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Retries after the first attempt.
+	Max int32 `protobuf:"varint,1,opt,name=max,proto3" json:"max,omitempty"`
+	// The wait before the first retry.
+	Backoff       *durationpb.Duration `protobuf:"bytes,2,opt,name=backoff,proto3" json:"backoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,20 +982,25 @@ func (x *RetryPolicy) GetBackoff() *durationpb.Duration {
 	return nil
 }
 
+// Node is one task of a DAG.
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique within the DAG; [A-Za-z0-9_.-], at most 64 characters.
-	Id        string   `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name      string   `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A name for people.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The ids of the nodes that must succeed first.
 	DependsOn []string `protobuf:"bytes,3,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// "engineer" (default), "inspector" or "tester".
 	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	// A shell command to run in the task's workspace.
 	Command string `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
 	// A prompt for an agent, when the node has no command.
-	Prompt  string               `protobuf:"bytes,6,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Prompt string `protobuf:"bytes,6,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// Time one attempt may run (default: the service's).
 	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Retry   *RetryPolicy         `protobuf:"bytes,8,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Retries of this node (default: the policy's default_retry).
+	Retry *RetryPolicy `protobuf:"bytes,8,opt,name=retry,proto3" json:"retry,omitempty"`
 	// Higher runs first among ready nodes; ties go to DAG order.
 	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Files the Engineer writes in the task's workspace before its command
@@ -967,9 +1010,11 @@ type Node struct {
 	// their feedback looping back to the Engineer up to max_loops times.
 	Pipeline bool `protobuf:"varint,11,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
 	// 0 means 3.
-	MaxLoops        int32 `protobuf:"varint,12,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
-	IgnoreInspector bool  `protobuf:"varint,13,opt,name=ignore_inspector,json=ignoreInspector,proto3" json:"ignore_inspector,omitempty"`
-	IgnoreTester    bool  `protobuf:"varint,14,opt,name=ignore_tester,json=ignoreTester,proto3" json:"ignore_tester,omitempty"`
+	MaxLoops int32 `protobuf:"varint,12,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
+	// Run the pipeline without its Inspector.
+	IgnoreInspector bool `protobuf:"varint,13,opt,name=ignore_inspector,json=ignoreInspector,proto3" json:"ignore_inspector,omitempty"`
+	// Run the pipeline without its Tester.
+	IgnoreTester bool `protobuf:"varint,14,opt,name=ignore_tester,json=ignoreTester,proto3" json:"ignore_tester,omitempty"`
 	// The plan, design and spec sections the task cites (spec H-03), e.g.
 	// "Plan 1A.1", "Design auth-flow", "Spec 3": the task is given only those
 	// sections of the run's context documents.
@@ -986,7 +1031,8 @@ type Node struct {
 	// The run's key constraints and success criteria (from its context), as
 	// dispatched: the Inspector's and Tester's corrections are checked
 	// against them before they reach the Engineer (spec A-12).
-	KeyConstraints  []string               `protobuf:"bytes,19,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	KeyConstraints []string `protobuf:"bytes,19,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	// See key_constraints.
 	SuccessCriteria []*v1.SuccessCriterion `protobuf:"bytes,20,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
 	// What the earlier attempts of the node did and how they failed, set by
 	// the Orchestrator when it dispatches a retry (spec B-38).
@@ -1210,9 +1256,12 @@ type PipelineHandoff struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pipeline handing off: "<run>/<node>#<attempt>".
 	OldPipelineId string `protobuf:"bytes,1,opt,name=old_pipeline_id,json=oldPipelineId,proto3" json:"old_pipeline_id,omitempty"`
-	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	RunId         string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The session (its id).
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// Why: "engineer_context_95%" (at the configured threshold) or
 	// "user_request".
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -1220,14 +1269,19 @@ type PipelineHandoff struct {
 	HandoffIndex int32 `protobuf:"varint,6,opt,name=handoff_index,json=handoffIndex,proto3" json:"handoff_index,omitempty"`
 	// The Engineer's context use when it handed off, as a share of its
 	// model's context window, and that window in tokens.
-	ContextUsage        float64                `protobuf:"fixed64,7,opt,name=context_usage,json=contextUsage,proto3" json:"context_usage,omitempty"`
-	ContextWindowTokens int64                  `protobuf:"varint,8,opt,name=context_window_tokens,json=contextWindowTokens,proto3" json:"context_window_tokens,omitempty"`
-	Engineer            *EngineerHandoff       `protobuf:"bytes,9,opt,name=engineer,proto3" json:"engineer,omitempty"`
-	Inspector           *InspectorHandoff      `protobuf:"bytes,10,opt,name=inspector,proto3" json:"inspector,omitempty"`
-	Tester              *TesterHandoff         `protobuf:"bytes,11,opt,name=tester,proto3" json:"tester,omitempty"`
-	CreateTime          *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	ContextUsage float64 `protobuf:"fixed64,7,opt,name=context_usage,json=contextUsage,proto3" json:"context_usage,omitempty"`
+	// See context_usage.
+	ContextWindowTokens int64 `protobuf:"varint,8,opt,name=context_window_tokens,json=contextWindowTokens,proto3" json:"context_window_tokens,omitempty"`
+	// The Engineer's part.
+	Engineer *EngineerHandoff `protobuf:"bytes,9,opt,name=engineer,proto3" json:"engineer,omitempty"`
+	// The Inspector's part.
+	Inspector *InspectorHandoff `protobuf:"bytes,10,opt,name=inspector,proto3" json:"inspector,omitempty"`
+	// The Tester's part.
+	Tester *TesterHandoff `protobuf:"bytes,11,opt,name=tester,proto3" json:"tester,omitempty"`
+	// When it handed off.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PipelineHandoff) Reset() {
@@ -1346,10 +1400,12 @@ func (x *PipelineHandoff) GetCreateTime() *timestamppb.Timestamp {
 
 // EngineerHandoff is the Engineer's part of a handoff.
 type EngineerHandoff struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	OriginalPrompt string                 `protobuf:"bytes,1,opt,name=original_prompt,json=originalPrompt,proto3" json:"original_prompt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's prompt.
+	OriginalPrompt string `protobuf:"bytes,1,opt,name=original_prompt,json=originalPrompt,proto3" json:"original_prompt,omitempty"`
 	// What the Engineer did, a line per loop.
 	Accomplished []string `protobuf:"bytes,2,rep,name=accomplished,proto3" json:"accomplished,omitempty"`
+	// Files the pipeline changed.
 	FilesChanged []string `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
 	// What is left: the last feedback, and the done criteria.
 	Remaining []string `protobuf:"bytes,4,rep,name=remaining,proto3" json:"remaining,omitempty"`
@@ -1426,8 +1482,9 @@ func (x *EngineerHandoff) GetContextNotes() []string {
 
 // InspectorHandoff is the Inspector's part of a handoff.
 type InspectorHandoff struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	ChecksPerformed []string               `protobuf:"bytes,1,rep,name=checks_performed,json=checksPerformed,proto3" json:"checks_performed,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the Inspector checked.
+	ChecksPerformed []string `protobuf:"bytes,1,rep,name=checks_performed,json=checksPerformed,proto3" json:"checks_performed,omitempty"`
 	// Findings of earlier loops that the last inspection no longer reports.
 	FixesCompleted []string `protobuf:"bytes,2,rep,name=fixes_completed,json=fixesCompleted,proto3" json:"fixes_completed,omitempty"`
 	// Findings of the last inspection.
@@ -1500,9 +1557,11 @@ func (x *InspectorHandoff) GetValidationState() string {
 type TesterHandoff struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Test files the pipeline created or changed.
-	TestsCreated []string    `protobuf:"bytes,1,rep,name=tests_created,json=testsCreated,proto3" json:"tests_created,omitempty"`
-	TestResults  *TestResult `protobuf:"bytes,2,opt,name=test_results,json=testResults,proto3" json:"test_results,omitempty"`
-	FailureDescs []string    `protobuf:"bytes,3,rep,name=failure_descs,json=failureDescs,proto3" json:"failure_descs,omitempty"`
+	TestsCreated []string `protobuf:"bytes,1,rep,name=tests_created,json=testsCreated,proto3" json:"tests_created,omitempty"`
+	// The last test run.
+	TestResults *TestResult `protobuf:"bytes,2,opt,name=test_results,json=testResults,proto3" json:"test_results,omitempty"`
+	// The failing tests, a line each.
+	FailureDescs []string `protobuf:"bytes,3,rep,name=failure_descs,json=failureDescs,proto3" json:"failure_descs,omitempty"`
 	// Changed source files with no changed test beside them.
 	CoverageNeeded []string `protobuf:"bytes,4,rep,name=coverage_needed,json=coverageNeeded,proto3" json:"coverage_needed,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -1573,10 +1632,12 @@ type RetryBriefing struct {
 	// The node's prompt, or its command when it has no prompt.
 	OriginalRequest string `protobuf:"bytes,1,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
 	// The attempt being dispatched: the number of prior attempts plus one.
-	AttemptNumber int32             `protobuf:"varint,2,opt,name=attempt_number,json=attemptNumber,proto3" json:"attempt_number,omitempty"`
+	AttemptNumber int32 `protobuf:"varint,2,opt,name=attempt_number,json=attemptNumber,proto3" json:"attempt_number,omitempty"`
+	// The earlier attempts, oldest first.
 	PriorAttempts []*AttemptSummary `protobuf:"bytes,3,rep,name=prior_attempts,json=priorAttempts,proto3" json:"prior_attempts,omitempty"`
 	// What the last failure looks like, in a sentence.
-	FailureAnalysis   string `protobuf:"bytes,4,opt,name=failure_analysis,json=failureAnalysis,proto3" json:"failure_analysis,omitempty"`
+	FailureAnalysis string `protobuf:"bytes,4,opt,name=failure_analysis,json=failureAnalysis,proto3" json:"failure_analysis,omitempty"`
+	// What to try this time.
 	SuggestedApproach string `protobuf:"bytes,5,opt,name=suggested_approach,json=suggestedApproach,proto3" json:"suggested_approach,omitempty"`
 	// What the prior attempts did that should not be done again.
 	AvoidPatterns []string `protobuf:"bytes,6,rep,name=avoid_patterns,json=avoidPatterns,proto3" json:"avoid_patterns,omitempty"`
@@ -1658,17 +1719,23 @@ func (x *RetryBriefing) GetAvoidPatterns() []string {
 
 // AttemptSummary is one earlier attempt of a node (spec B-38).
 type AttemptSummary struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Attempt int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt's number, from 1.
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The state it reported: "SUCCEEDED", "FAILED".
-	State    string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	TimedOut bool   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	Error    string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Its command's exit code.
+	ExitCode int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Whether it ran out of time.
+	TimedOut bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// Its error.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// "transient" (timed out), "user_fixable" (the command could not run),
 	// "external" (a rate limit or an unavailable service) or "permanent".
-	ErrorTier     string                 `protobuf:"bytes,6,opt,name=error_tier,json=errorTier,proto3" json:"error_tier,omitempty"`
-	Duration      *durationpb.Duration   `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	ErrorTier string `protobuf:"bytes,6,opt,name=error_tier,json=errorTier,proto3" json:"error_tier,omitempty"`
+	// How long it ran.
+	Duration *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	// When it ended.
 	EndTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1765,17 +1832,22 @@ func (x *AttemptSummary) GetEndTime() *timestamppb.Timestamp {
 // design it cites, the spec in full, the PRD's Problem Statement and Goals,
 // and the project summary.
 type RunContext struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Plan   string                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
-	Design string                 `protobuf:"bytes,2,opt,name=design,proto3" json:"design,omitempty"`
-	Spec   string                 `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
-	Prd    string                 `protobuf:"bytes,4,opt,name=prd,proto3" json:"prd,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan document.
+	Plan string `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The design document.
+	Design string `protobuf:"bytes,2,opt,name=design,proto3" json:"design,omitempty"`
+	// The specification.
+	Spec string `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The product requirements document.
+	Prd string `protobuf:"bytes,4,opt,name=prd,proto3" json:"prd,omitempty"`
 	// A compact project context (goals, dependencies, milestone), capped at
 	// about 500 tokens when dispatched.
 	Project string `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
 	// The intent every task serves (spec A-03, A-10): what must be respected
 	// and how to tell the work is done. A plan's run gets its plan's.
-	KeyConstraints  []string               `protobuf:"bytes,6,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	KeyConstraints []string `protobuf:"bytes,6,rep,name=key_constraints,json=keyConstraints,proto3" json:"key_constraints,omitempty"`
+	// See key_constraints.
 	SuccessCriteria []*v1.SuccessCriterion `protobuf:"bytes,7,rep,name=success_criteria,json=successCriteria,proto3" json:"success_criteria,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -1865,14 +1937,20 @@ func (x *RunContext) GetSuccessCriteria() []*v1.SuccessCriterion {
 type SessionCheck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "pending", "running", "passed", "failed", "error".
-	State           string      `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	InspectorPassed bool        `protobuf:"varint,2,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
-	TesterPassed    bool        `protobuf:"varint,3,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
-	Findings        []string    `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
-	TestResult      *TestResult `protobuf:"bytes,5,opt,name=test_result,json=testResult,proto3" json:"test_result,omitempty"`
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Whether the inspection passed.
+	InspectorPassed bool `protobuf:"varint,2,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
+	// Whether the tests passed.
+	TesterPassed bool `protobuf:"varint,3,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
+	// The inspection's findings.
+	Findings []string `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
+	// The test run.
+	TestResult *TestResult `protobuf:"bytes,5,opt,name=test_result,json=testResult,proto3" json:"test_result,omitempty"`
 	// Set when the failure was sent to the Architect as a fix-DAG request.
-	FixRequested  bool   `protobuf:"varint,6,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
-	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	FixRequested bool `protobuf:"varint,6,opt,name=fix_requested,json=fixRequested,proto3" json:"fix_requested,omitempty"`
+	// What happened, in words.
+	Detail string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The worker that ran the checks.
 	WorkerId      string `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1967,13 +2045,19 @@ func (x *SessionCheck) GetWorkerId() string {
 // TaskControl is the Orchestrator's request, on core NATS request-reply, to
 // the worker running a task.
 type TaskControl struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Action        TaskActionType         `protobuf:"varint,5,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The attempt the action is for.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// What to do.
+	Action TaskActionType `protobuf:"varint,5,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	// The user's message (prompt, interrupt, escalate).
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2052,10 +2136,13 @@ func (x *TaskControl) GetMessage() string {
 
 // TaskControlReply is the running task's answer to a TaskControl.
 type TaskControlReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pipeline      *PipelineStatus        `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
-	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pipeline's status after the action.
+	Pipeline *PipelineStatus `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// What was done, in words.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The worker that answered.
+	WorkerId      string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2113,9 +2200,11 @@ func (x *TaskControlReply) GetWorkerId() string {
 
 // FileEdit replaces a file's content (path relative to the workspace).
 type FileEdit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, relative to the workspace.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Its whole new content.
+	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2166,13 +2255,19 @@ func (x *FileEdit) GetContent() string {
 
 // TaskReport is a task's structured report (spec H-06).
 type TaskReport struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Implemented  string                 `protobuf:"bytes,1,opt,name=implemented,proto3" json:"implemented,omitempty"`
-	Tested       string                 `protobuf:"bytes,2,opt,name=tested,proto3" json:"tested,omitempty"`
-	FilesChanged []string               `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
-	Decisions    string                 `protobuf:"bytes,4,opt,name=decisions,proto3" json:"decisions,omitempty"`
-	Deviations   string                 `protobuf:"bytes,5,opt,name=deviations,proto3" json:"deviations,omitempty"`
-	Concerns     string                 `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What was implemented.
+	Implemented string `protobuf:"bytes,1,opt,name=implemented,proto3" json:"implemented,omitempty"`
+	// How it was tested.
+	Tested string `protobuf:"bytes,2,opt,name=tested,proto3" json:"tested,omitempty"`
+	// The files changed.
+	FilesChanged []string `protobuf:"bytes,3,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	// Decisions taken, and why.
+	Decisions string `protobuf:"bytes,4,opt,name=decisions,proto3" json:"decisions,omitempty"`
+	// Where the work departs from the task, and why.
+	Deviations string `protobuf:"bytes,5,opt,name=deviations,proto3" json:"deviations,omitempty"`
+	// What the user should look at.
+	Concerns string `protobuf:"bytes,6,opt,name=concerns,proto3" json:"concerns,omitempty"`
 	// The retry briefing the task was given, in a line (spec B-38); empty for
 	// a first attempt.
 	Briefing string `protobuf:"bytes,7,opt,name=briefing,proto3" json:"briefing,omitempty"`
@@ -2282,15 +2377,20 @@ func (x *TaskReport) GetReview() *Review {
 type AgentActivity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The model it worked with ("provider/model").
-	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Turns         int32  `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
-	ToolCallCount int32  `protobuf:"varint,3,opt,name=tool_call_count,json=toolCallCount,proto3" json:"tool_call_count,omitempty"`
-	InputTokens   int64  `protobuf:"varint,4,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens  int64  `protobuf:"varint,5,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Model turns.
+	Turns int32 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
+	// Tool calls.
+	ToolCallCount int32 `protobuf:"varint,3,opt,name=tool_call_count,json=toolCallCount,proto3" json:"tool_call_count,omitempty"`
+	// Tokens sent to the model.
+	InputTokens int64 `protobuf:"varint,4,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens received from it.
+	OutputTokens int64 `protobuf:"varint,5,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Why the loop stopped: "finished", "tool_limit", "token_limit",
 	// "time_limit", "no_tool_call", "strikes", "model_error", "cancelled",
 	// "handoff".
 	StopReason string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// More about why it stopped.
 	StopDetail string `protobuf:"bytes,7,opt,name=stop_detail,json=stopDetail,proto3" json:"stop_detail,omitempty"`
 	// The failure protocol's reverts (spec E-14).
 	Reverts int32 `protobuf:"varint,8,opt,name=reverts,proto3" json:"reverts,omitempty"`
@@ -2395,17 +2495,21 @@ func (x *AgentActivity) GetToolCalls() []*ToolCallRecord {
 
 // ToolCallRecord is one tool call of an agent.
 type ToolCallRecord struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Tool   string                 `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool called.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
 	// The arguments, shortened, secrets redacted.
 	Args string `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
 	// False when the call failed.
-	Ok       bool                 `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Ok bool `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	// How long it took.
 	Duration *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
 	// The result's first line, secrets redacted.
-	Summary       string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
-	Turn          int32  `protobuf:"varint,7,opt,name=turn,proto3" json:"turn,omitempty"`
+	Summary string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The model turn it was made in.
+	Turn          int32 `protobuf:"varint,7,opt,name=turn,proto3" json:"turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2495,15 +2599,20 @@ type PipelineStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "created", "running", "inspecting", "testing", "completed", "failed",
 	// "handed_off" (its state went to a fresh pipeline, spec F-23).
-	State           string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Loops           int32  `protobuf:"varint,2,opt,name=loops,proto3" json:"loops,omitempty"`
-	MaxLoops        int32  `protobuf:"varint,3,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
-	InspectorPassed bool   `protobuf:"varint,4,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
-	TesterPassed    bool   `protobuf:"varint,5,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Loops run.
+	Loops int32 `protobuf:"varint,2,opt,name=loops,proto3" json:"loops,omitempty"`
+	// Loops allowed.
+	MaxLoops int32 `protobuf:"varint,3,opt,name=max_loops,json=maxLoops,proto3" json:"max_loops,omitempty"`
+	// Whether the last inspection passed.
+	InspectorPassed bool `protobuf:"varint,4,opt,name=inspector_passed,json=inspectorPassed,proto3" json:"inspector_passed,omitempty"`
+	// Whether the last tests passed.
+	TesterPassed bool `protobuf:"varint,5,opt,name=tester_passed,json=testerPassed,proto3" json:"tester_passed,omitempty"`
 	// The feedback of every loop, oldest first.
 	Feedback []string `protobuf:"bytes,6,rep,name=feedback,proto3" json:"feedback,omitempty"`
 	// What the user can do when the loops ran out (spec F-11).
-	Options        []string    `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty"`
+	Options []string `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty"`
+	// The last test run.
 	LastTestResult *TestResult `protobuf:"bytes,8,opt,name=last_test_result,json=lastTestResult,proto3" json:"last_test_result,omitempty"`
 	// User overrides applied to the node ("ignore_inspector",
 	// "ignore_tester", "interrupt").
@@ -2617,13 +2726,19 @@ func (x *PipelineStatus) GetStage() string {
 
 // TestResult is a parsed test run (spec E-22).
 type TestResult struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	FrameworkId string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
-	Passed      int32                  `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
-	Failed      int32                  `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
-	Skipped     int32                  `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Duration    *durationpb.Duration   `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
-	Failures    []*TestFailure         `protobuf:"bytes,6,rep,name=failures,proto3" json:"failures,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The test framework (a Tool id).
+	FrameworkId string `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	// Tests passed.
+	Passed int32 `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
+	// Tests failed.
+	Failed int32 `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Tests skipped.
+	Skipped int32 `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// How long the run took.
+	Duration *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The failed tests.
+	Failures []*TestFailure `protobuf:"bytes,6,rep,name=failures,proto3" json:"failures,omitempty"`
 	// The run's output, capped.
 	Output        string `protobuf:"bytes,7,opt,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2709,15 +2824,23 @@ func (x *TestResult) GetOutput() string {
 	return ""
 }
 
+// TestFailure is one failed test.
 type TestFailure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TestName      string                 `protobuf:"bytes,1,opt,name=test_name,json=testName,proto3" json:"test_name,omitempty"`
-	FilePath      string                 `protobuf:"bytes,2,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
-	Line          int32                  `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	Expected      string                 `protobuf:"bytes,5,opt,name=expected,proto3" json:"expected,omitempty"`
-	Actual        string                 `protobuf:"bytes,6,opt,name=actual,proto3" json:"actual,omitempty"`
-	StackTrace    string                 `protobuf:"bytes,7,opt,name=stack_trace,json=stackTrace,proto3" json:"stack_trace,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The test.
+	TestName string `protobuf:"bytes,1,opt,name=test_name,json=testName,proto3" json:"test_name,omitempty"`
+	// Its file.
+	FilePath string `protobuf:"bytes,2,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
+	// The line it failed at.
+	Line int32 `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	// The failure message.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The expected value, when the framework says.
+	Expected string `protobuf:"bytes,5,opt,name=expected,proto3" json:"expected,omitempty"`
+	// The actual value, when the framework says.
+	Actual string `protobuf:"bytes,6,opt,name=actual,proto3" json:"actual,omitempty"`
+	// The stack trace, when there is one.
+	StackTrace    string `protobuf:"bytes,7,opt,name=stack_trace,json=stackTrace,proto3" json:"stack_trace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2803,12 +2926,17 @@ func (x *TestFailure) GetStackTrace() string {
 
 // Finding is one issue a review found.
 type Finding struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Severity   Severity               `protobuf:"varint,1,opt,name=severity,proto3,enum=sylk.orchestrator.v1.Severity" json:"severity,omitempty"`
-	File       string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
-	Line       int32                  `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
-	Message    string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	Suggestion string                 `protobuf:"bytes,5,opt,name=suggestion,proto3" json:"suggestion,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How grave it is.
+	Severity Severity `protobuf:"varint,1,opt,name=severity,proto3,enum=sylk.orchestrator.v1.Severity" json:"severity,omitempty"`
+	// The file, relative to the repository root.
+	File string `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	// The line, when known.
+	Line int32 `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	// What is wrong.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// How to fix it.
+	Suggestion string `protobuf:"bytes,5,opt,name=suggestion,proto3" json:"suggestion,omitempty"`
 	// "security", "correctness", "performance", "maintainability", "style",
 	// "testing", ...
 	Category string `protobuf:"bytes,6,opt,name=category,proto3" json:"category,omitempty"`
@@ -2900,22 +3028,28 @@ func (x *Finding) GetBlocking() bool {
 
 // Review is a review of a change (spec P-01..P-14).
 type Review struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Outcome ReviewOutcome          `protobuf:"varint,1,opt,name=outcome,proto3,enum=sylk.orchestrator.v1.ReviewOutcome" json:"outcome,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the review ended.
+	Outcome ReviewOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=sylk.orchestrator.v1.ReviewOutcome" json:"outcome,omitempty"`
 	// The persona that reviewed (spec P-12).
-	Persona  string     `protobuf:"bytes,2,opt,name=persona,proto3" json:"persona,omitempty"`
+	Persona string `protobuf:"bytes,2,opt,name=persona,proto3" json:"persona,omitempty"`
+	// What it found.
 	Findings []*Finding `protobuf:"bytes,3,rep,name=findings,proto3" json:"findings,omitempty"`
 	// The files reviewed, and those left out with why ("path: generated").
 	ReviewedFiles []string `protobuf:"bytes,4,rep,name=reviewed_files,json=reviewedFiles,proto3" json:"reviewed_files,omitempty"`
+	// See reviewed_files.
 	ExcludedFiles []string `protobuf:"bytes,5,rep,name=excluded_files,json=excludedFiles,proto3" json:"excluded_files,omitempty"`
 	// The truncation level the prompt needed (0: none; 1-3, spec P-06), and
 	// whether the adaptive retry at 85% ran (spec P-07).
 	TruncationLevel int32 `protobuf:"varint,6,opt,name=truncation_level,json=truncationLevel,proto3" json:"truncation_level,omitempty"`
-	RetriedShorter  bool  `protobuf:"varint,7,opt,name=retried_shorter,json=retriedShorter,proto3" json:"retried_shorter,omitempty"`
+	// See truncation_level.
+	RetriedShorter bool `protobuf:"varint,7,opt,name=retried_shorter,json=retriedShorter,proto3" json:"retried_shorter,omitempty"`
 	// The model that reviewed ("provider/model").
-	Model        string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
-	InputTokens  int64  `protobuf:"varint,9,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens int64  `protobuf:"varint,10,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Model string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
+	// Tokens sent to the model.
+	InputTokens int64 `protobuf:"varint,9,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens received from it.
+	OutputTokens int64 `protobuf:"varint,10,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// A line for a person: what was reviewed and what came of it.
 	Summary string `protobuf:"bytes,11,opt,name=summary,proto3" json:"summary,omitempty"`
 	// Whether a finding blocks the change.
@@ -3044,21 +3178,26 @@ type Delivery struct {
 	// The branch made in the repository: "sylk/<run>".
 	Branch string `protobuf:"bytes,1,opt,name=branch,proto3" json:"branch,omitempty"`
 	// Its commit, on base_commit.
-	Commit     string `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	Commit string `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	// The commit the run started from.
 	BaseCommit string `protobuf:"bytes,3,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
 	// Whether the branch was pushed to the repository's remote, and where.
-	Pushed bool   `protobuf:"varint,4,opt,name=pushed,proto3" json:"pushed,omitempty"`
+	Pushed bool `protobuf:"varint,4,opt,name=pushed,proto3" json:"pushed,omitempty"`
+	// The remote it was pushed to.
 	Remote string `protobuf:"bytes,5,opt,name=remote,proto3" json:"remote,omitempty"`
 	// When it was not pushed: the patch and a git bundle are offered for
 	// download (GetRunBundle).
-	BundleAvailable bool     `protobuf:"varint,6,opt,name=bundle_available,json=bundleAvailable,proto3" json:"bundle_available,omitempty"`
-	FilesChanged    []string `protobuf:"bytes,7,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
+	BundleAvailable bool `protobuf:"varint,6,opt,name=bundle_available,json=bundleAvailable,proto3" json:"bundle_available,omitempty"`
+	// The files the change touches.
+	FilesChanged []string `protobuf:"bytes,7,rep,name=files_changed,json=filesChanged,proto3" json:"files_changed,omitempty"`
 	// Tests run over the combined change, and their outcome, in a line.
 	Tests string `protobuf:"bytes,8,opt,name=tests,proto3" json:"tests,omitempty"`
 	// Review findings over the run, by severity ("high: 1, low: 2").
-	Findings     string `protobuf:"bytes,9,opt,name=findings,proto3" json:"findings,omitempty"`
-	InputTokens  int64  `protobuf:"varint,10,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens int64  `protobuf:"varint,11,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Findings string `protobuf:"bytes,9,opt,name=findings,proto3" json:"findings,omitempty"`
+	// Tokens the run's models were sent.
+	InputTokens int64 `protobuf:"varint,10,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens they answered.
+	OutputTokens int64 `protobuf:"varint,11,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Model cost in US dollars, as the usage report prices it.
 	CostUsd float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	// Why there is no branch, when there is none ("no changes", ...).
@@ -3188,33 +3327,47 @@ func (x *Delivery) GetDetail() string {
 	return ""
 }
 
+// Run is one execution of a DAG.
 type Run struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Id             string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	SessionId      string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Plan           string                 `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
-	State          RunState               `protobuf:"varint,5,opt,name=state,proto3,enum=sylk.orchestrator.v1.RunState" json:"state,omitempty"`
-	MaxConcurrency int32                  `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
-	Dag            *Dag                   `protobuf:"bytes,7,opt,name=dag,proto3" json:"dag,omitempty"`
-	Nodes          []*NodeStatus          `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	StartTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The run's id, the last part of its name.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The session the run belongs to (its id), if any.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The plan it comes from ("sessions/{s}/plans/{p}"), if any.
+	Plan string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Where the run stands.
+	State RunState `protobuf:"varint,5,opt,name=state,proto3,enum=sylk.orchestrator.v1.RunState" json:"state,omitempty"`
+	// Nodes running at once; 0 means the service default.
+	MaxConcurrency int32 `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	// The DAG run.
+	Dag *Dag `protobuf:"bytes,7,opt,name=dag,proto3" json:"dag,omitempty"`
+	// Each node's status.
+	Nodes []*NodeStatus `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// When the run was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When its first node was dispatched.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it ended.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// The repository the run works on, "repositories/{id}" (a run stored
 	// before repositories were names shows the directory it was given): each
 	// task works in a clone of it at base_commit, and reports a patch.
 	Repository string `protobuf:"bytes,12,opt,name=repository,proto3" json:"repository,omitempty"`
+	// The commit the tasks start from.
 	BaseCommit string `protobuf:"bytes,13,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
 	// The nodes' patches merged in DAG order, once the run succeeded.
 	ResultPatch string `protobuf:"bytes,14,opt,name=result_patch,json=resultPatch,proto3" json:"result_patch,omitempty"`
 	// Nodes whose patch did not apply on top of the others' (spec B-27).
 	MergeConflicts []string `protobuf:"bytes,15,rep,name=merge_conflicts,json=mergeConflicts,proto3" json:"merge_conflicts,omitempty"`
 	// The per-run decision log (spec H-07), markdown.
-	DecisionLog string      `protobuf:"bytes,16,opt,name=decision_log,json=decisionLog,proto3" json:"decision_log,omitempty"`
-	Interactive bool        `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
-	Context     *RunContext `protobuf:"bytes,18,opt,name=context,proto3" json:"context,omitempty"`
+	DecisionLog string `protobuf:"bytes,16,opt,name=decision_log,json=decisionLog,proto3" json:"decision_log,omitempty"`
+	// Whether it is user-interactive work (spec C-15).
+	Interactive bool `protobuf:"varint,17,opt,name=interactive,proto3" json:"interactive,omitempty"`
+	// The documents its tasks draw their context from.
+	Context *RunContext `protobuf:"bytes,18,opt,name=context,proto3" json:"context,omitempty"`
 	// The session-level checks over the merged result (spec F-06).
 	SessionCheck *SessionCheck `protobuf:"bytes,19,opt,name=session_check,json=sessionCheck,proto3" json:"session_check,omitempty"`
 	// For a failed run: its choices and the default (spec B-37).
@@ -3412,31 +3565,49 @@ func (x *Run) GetReviewPersona() string {
 	return ""
 }
 
+// NodeStatus is where one node of a run stands.
 type NodeStatus struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	State           NodeState              `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.orchestrator.v1.NodeState" json:"state,omitempty"`
-	Attempt         int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	ExitCode        int32                  `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Stdout          string                 `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr          string                 `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	OutputTruncated bool                   `protobuf:"varint,7,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
-	Duration        *durationpb.Duration   `protobuf:"bytes,8,opt,name=duration,proto3" json:"duration,omitempty"`
-	Error           string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	StartTime       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime         *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	WorkerId        string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	TimedOut        bool                   `protobuf:"varint,13,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Where it stands.
+	State NodeState `protobuf:"varint,2,opt,name=state,proto3,enum=sylk.orchestrator.v1.NodeState" json:"state,omitempty"`
+	// The current or last attempt, from 1.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Its command's exit code.
+	ExitCode int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// What its command printed (capped).
+	Stdout string `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// What its command printed to stderr (capped).
+	Stderr string `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Whether stdout or stderr were cut.
+	OutputTruncated bool `protobuf:"varint,7,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
+	// How long the attempt ran.
+	Duration *durationpb.Duration `protobuf:"bytes,8,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Why it failed.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// When the attempt started.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it ended.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The worker that ran it.
+	WorkerId string `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Whether it ran out of time.
+	TimedOut bool `protobuf:"varint,13,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// When a failed node waits to be retried: the earliest next dispatch.
 	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
-	Paused          bool                   `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
-	Report          *TaskReport            `protobuf:"bytes,16,opt,name=report,proto3" json:"report,omitempty"`
+	// Whether it is held by PauseRun.
+	Paused bool `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Its structured report.
+	Report *TaskReport `protobuf:"bytes,16,opt,name=report,proto3" json:"report,omitempty"`
 	// The node's change to the repository, as a git patch.
-	Patch    string          `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
+	Patch string `protobuf:"bytes,17,opt,name=patch,proto3" json:"patch,omitempty"`
+	// Its pipeline's status, for a pipeline node.
 	Pipeline *PipelineStatus `protobuf:"bytes,18,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
 	// The node's last pipeline handoff (spec F-23), and how many it had.
-	Handoff  *PipelineHandoff `protobuf:"bytes,19,opt,name=handoff,proto3" json:"handoff,omitempty"`
-	Handoffs int32            `protobuf:"varint,20,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
+	Handoff *PipelineHandoff `protobuf:"bytes,19,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	// See handoff.
+	Handoffs int32 `protobuf:"varint,20,opt,name=handoffs,proto3" json:"handoffs,omitempty"`
 	// The node was cancelled while its command ran: stdout and stderr are
 	// what it printed until it was stopped (spec C-32).
 	OutputPartial bool `protobuf:"varint,21,opt,name=output_partial,json=outputPartial,proto3" json:"output_partial,omitempty"`
@@ -3621,11 +3792,13 @@ func (x *NodeStatus) GetOutputPartial() bool {
 	return false
 }
 
+// The run CreateRun starts.
 type CreateRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session the run belongs to (its id), optional.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Dag       *Dag   `protobuf:"bytes,2,opt,name=dag,proto3" json:"dag,omitempty"`
+	// The tasks and their dependencies.
+	Dag *Dag `protobuf:"bytes,2,opt,name=dag,proto3" json:"dag,omitempty"`
 	// Nodes running at once; 0 means the service default.
 	MaxConcurrency int32 `protobuf:"varint,3,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	// "sessions/{s}/plans/{p}" when the run comes from an approved plan.
@@ -3835,9 +4008,11 @@ func (x *SessionLimits) GetMaxEngineers() int32 {
 	return 0
 }
 
+// The started run.
 type CreateRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3879,9 +4054,11 @@ func (x *CreateRunResponse) GetRun() *Run {
 	return nil
 }
 
+// The run GetRun returns.
 type GetRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, "runs/{run}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3923,9 +4100,11 @@ func (x *GetRunRequest) GetName() string {
 	return ""
 }
 
+// One run.
 type GetRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3967,11 +4146,15 @@ func (x *GetRunResponse) GetRun() *Run {
 	return nil
 }
 
+// The page of runs ListRuns returns.
 type ListRunsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many runs (0: the default).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this session's runs (its id), when set.
+	SessionId     string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4027,10 +4210,13 @@ func (x *ListRunsRequest) GetSessionId() string {
 	return ""
 }
 
+// A page of runs.
 type ListRunsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []*Run                 `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs of this page.
+	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4079,9 +4265,11 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// The run (or node) CancelRun cancels.
 type CancelRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The run, "runs/{run}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Cancel only this node (and so skip its dependents).
 	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4132,9 +4320,11 @@ func (x *CancelRunRequest) GetNodeId() string {
 	return ""
 }
 
+// The run after the cancel.
 type CancelRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4176,9 +4366,11 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+// The run (or node) PauseRun pauses.
 type PauseRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The run, "runs/{run}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Pause only this node.
 	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4229,9 +4421,11 @@ func (x *PauseRunRequest) GetNodeId() string {
 	return ""
 }
 
+// The run after the pause.
 type PauseRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4273,9 +4467,11 @@ func (x *PauseRunResponse) GetRun() *Run {
 	return nil
 }
 
+// The run (or node) ResumeRun resumes.
 type ResumeRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The run, "runs/{run}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Resume only this node.
 	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4326,9 +4522,11 @@ func (x *ResumeRunRequest) GetNodeId() string {
 	return ""
 }
 
+// The run after resuming.
 type ResumeRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4370,6 +4568,7 @@ func (x *ResumeRunResponse) GetRun() *Run {
 	return nil
 }
 
+// The session whose runs PauseSessionRuns pauses.
 type PauseSessionRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sessions/{session}".
@@ -4415,6 +4614,7 @@ func (x *PauseSessionRunsRequest) GetSession() string {
 	return ""
 }
 
+// The runs paused.
 type PauseSessionRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The names of the runs that changed.
@@ -4460,9 +4660,11 @@ func (x *PauseSessionRunsResponse) GetRuns() []string {
 	return nil
 }
 
+// The session whose runs ResumeSessionRuns resumes.
 type ResumeSessionRunsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Session       string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4504,9 +4706,11 @@ func (x *ResumeSessionRunsRequest) GetSession() string {
 	return ""
 }
 
+// The runs resumed.
 type ResumeSessionRunsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []string               `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names of the runs that changed.
+	Runs          []string `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4548,9 +4752,11 @@ func (x *ResumeSessionRunsResponse) GetRuns() []string {
 	return nil
 }
 
+// The session whose runs CancelSessionRuns cancels.
 type CancelSessionRunsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session, "sessions/{session}".
+	Session       string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4592,9 +4798,11 @@ func (x *CancelSessionRunsRequest) GetSession() string {
 	return ""
 }
 
+// The runs cancelled.
 type CancelSessionRunsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []string               `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names of the runs that changed.
+	Runs          []string `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4636,14 +4844,17 @@ func (x *CancelSessionRunsResponse) GetRuns() []string {
 	return nil
 }
 
+// The action TaskAction takes on a node.
 type TaskActionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}"; or leave empty and set session.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// "sessions/{session}": act on the session's newest run holding node_id.
-	Session string         `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
-	NodeId  string         `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Action  TaskActionType `protobuf:"varint,4,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	Session string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// What to do.
+	Action TaskActionType `protobuf:"varint,4,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
 	// Why, for the record (interrupt, escalate).
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// For retry: the new max_loops of a pipeline node (0 keeps it).
@@ -4724,13 +4935,17 @@ func (x *TaskActionRequest) GetMaxLoops() int32 {
 	return 0
 }
 
+// What the action did.
 type TaskActionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "runs/{run}".
-	Run       string         `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	NodeId    string         `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Action    TaskActionType `protobuf:"varint,3,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
-	NodeState NodeState      `protobuf:"varint,4,opt,name=node_state,json=nodeState,proto3,enum=sylk.orchestrator.v1.NodeState" json:"node_state,omitempty"`
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The action taken.
+	Action TaskActionType `protobuf:"varint,3,opt,name=action,proto3,enum=sylk.orchestrator.v1.TaskActionType" json:"action,omitempty"`
+	// The node's state after it.
+	NodeState NodeState `protobuf:"varint,4,opt,name=node_state,json=nodeState,proto3,enum=sylk.orchestrator.v1.NodeState" json:"node_state,omitempty"`
 	// The node's pipeline status: live from its worker while it runs.
 	Pipeline *PipelineStatus `protobuf:"bytes,5,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
 	// What was done, in words.
@@ -4820,9 +5035,11 @@ func (x *TaskActionResponse) GetLastFeedback() string {
 	return ""
 }
 
+// The run whose decision log ListDecisions returns.
 type ListDecisionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, "runs/{run}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4866,9 +5083,11 @@ func (x *ListDecisionsRequest) GetName() string {
 
 // DecisionEntry is one task attempt's entry in the decision log.
 type DecisionEntry struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The attempt, from 1.
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The markdown section.
 	Section string `protobuf:"bytes,3,opt,name=section,proto3" json:"section,omitempty"`
 	// The task's structured report when it is the node's latest attempt.
@@ -4935,9 +5154,11 @@ func (x *DecisionEntry) GetReport() *TaskReport {
 	return nil
 }
 
+// A run's decision log.
 type ListDecisionsResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Entries []*DecisionEntry       `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An entry per task attempt.
+	Entries []*DecisionEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// The whole log, markdown, starting with "# Implementation Log".
 	Log           string `protobuf:"bytes,2,opt,name=log,proto3" json:"log,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4988,9 +5209,11 @@ func (x *ListDecisionsResponse) GetLog() string {
 	return ""
 }
 
+// The run whose change GetRunBundle returns.
 type GetRunBundleRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, "runs/{run}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5032,6 +5255,7 @@ func (x *GetRunBundleRequest) GetName() string {
 	return ""
 }
 
+// A delivered run's change.
 type GetRunBundleResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "sylk/<run>".
@@ -5039,7 +5263,8 @@ type GetRunBundleResponse struct {
 	// A git bundle holding the branch (git fetch <file> sylk/<run>).
 	Bundle []byte `protobuf:"bytes,2,opt,name=bundle,proto3" json:"bundle,omitempty"`
 	// The change as a patch from the base commit.
-	Patch         string `protobuf:"bytes,3,opt,name=patch,proto3" json:"patch,omitempty"`
+	Patch string `protobuf:"bytes,3,opt,name=patch,proto3" json:"patch,omitempty"`
+	// The commit the patch applies to.
 	BaseCommit    string `protobuf:"bytes,4,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -41,11 +41,15 @@ const (
 // WorkflowService accepts DAGs, runs them durably through the workers and
 // reports their state.
 type WorkflowServiceClient interface {
+	// CreateRun starts a run of a DAG of tasks.
 	CreateRun(ctx context.Context, in *CreateRunRequest, opts ...grpc.CallOption) (*CreateRunResponse, error)
+	// GetRun returns one run with the state of each of its nodes.
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	// GetRunBundle returns a delivered run's change as a git bundle of its
 	// branch and as a patch, for a branch that was not pushed.
 	GetRunBundle(ctx context.Context, in *GetRunBundleRequest, opts ...grpc.CallOption) (*GetRunBundleResponse, error)
+	// ListRuns lists the tenant's runs (of one session when session_id is
+	// set), a page at a time.
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
@@ -54,10 +58,11 @@ type WorkflowServiceClient interface {
 	PauseRun(ctx context.Context, in *PauseRunRequest, opts ...grpc.CallOption) (*PauseRunResponse, error)
 	// ResumeRun undoes PauseRun.
 	ResumeRun(ctx context.Context, in *ResumeRunRequest, opts ...grpc.CallOption) (*ResumeRunResponse, error)
-	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
-	// unfinished run of a session.
+	// PauseSessionRuns pauses every unfinished run of a session.
 	PauseSessionRuns(ctx context.Context, in *PauseSessionRunsRequest, opts ...grpc.CallOption) (*PauseSessionRunsResponse, error)
+	// ResumeSessionRuns resumes every paused run of a session.
 	ResumeSessionRuns(ctx context.Context, in *ResumeSessionRunsRequest, opts ...grpc.CallOption) (*ResumeSessionRunsResponse, error)
+	// CancelSessionRuns cancels every unfinished run of a session.
 	CancelSessionRuns(ctx context.Context, in *CancelSessionRunsRequest, opts ...grpc.CallOption) (*CancelSessionRunsResponse, error)
 	// TaskAction acts on one node (spec F-13): query, interrupt,
 	// ignore_inspector and ignore_tester on a running node, and the options of
@@ -220,11 +225,15 @@ func (c *workflowServiceClient) SettleRun(ctx context.Context, in *SettleRunRequ
 // WorkflowService accepts DAGs, runs them durably through the workers and
 // reports their state.
 type WorkflowServiceServer interface {
+	// CreateRun starts a run of a DAG of tasks.
 	CreateRun(context.Context, *CreateRunRequest) (*CreateRunResponse, error)
+	// GetRun returns one run with the state of each of its nodes.
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	// GetRunBundle returns a delivered run's change as a git bundle of its
 	// branch and as a patch, for a branch that was not pushed.
 	GetRunBundle(context.Context, *GetRunBundleRequest) (*GetRunBundleResponse, error)
+	// ListRuns lists the tenant's runs (of one session when session_id is
+	// set), a page at a time.
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// CancelRun cancels a run, or only one of its nodes when node_id is set.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
@@ -233,10 +242,11 @@ type WorkflowServiceServer interface {
 	PauseRun(context.Context, *PauseRunRequest) (*PauseRunResponse, error)
 	// ResumeRun undoes PauseRun.
 	ResumeRun(context.Context, *ResumeRunRequest) (*ResumeRunResponse, error)
-	// PauseSessionRuns, ResumeSessionRuns and CancelSessionRuns act on every
-	// unfinished run of a session.
+	// PauseSessionRuns pauses every unfinished run of a session.
 	PauseSessionRuns(context.Context, *PauseSessionRunsRequest) (*PauseSessionRunsResponse, error)
+	// ResumeSessionRuns resumes every paused run of a session.
 	ResumeSessionRuns(context.Context, *ResumeSessionRunsRequest) (*ResumeSessionRunsResponse, error)
+	// CancelSessionRuns cancels every unfinished run of a session.
 	CancelSessionRuns(context.Context, *CancelSessionRunsRequest) (*CancelSessionRunsResponse, error)
 	// TaskAction acts on one node (spec F-13): query, interrupt,
 	// ignore_inspector and ignore_tester on a running node, and the options of

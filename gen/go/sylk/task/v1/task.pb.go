@@ -31,11 +31,14 @@ type TaskDispatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who the work is for: every row and workspace it touches is theirs.
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	UserId   string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The user the work is for.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The run's session, when it has one ("" for a run outside a session).
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	RunId     string `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId    string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node ("" for a session-level check or a review).
+	NodeId string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// 1 for the first attempt, counting retries and handoffs.
 	Attempt int32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// "engineer", "inspector" or "tester": the queue it was sent to.
@@ -47,11 +50,13 @@ type TaskDispatch struct {
 	// The run's repository ("" for a run without one) and the commit its
 	// tasks start from.
 	Repository string `protobuf:"bytes,9,opt,name=repository,proto3" json:"repository,omitempty"`
+	// See repository.
 	BaseCommit string `protobuf:"bytes,10,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
 	// A git diff from base_commit the workspace starts from: the files a
 	// handed-off pipeline left (spec F-23).
-	StartPatch string               `protobuf:"bytes,11,opt,name=start_patch,json=startPatch,proto3" json:"start_patch,omitempty"`
-	Timeout    *durationpb.Duration `protobuf:"bytes,12,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	StartPatch string `protobuf:"bytes,11,opt,name=start_patch,json=startPatch,proto3" json:"start_patch,omitempty"`
+	// Time the attempt may run.
+	Timeout *durationpb.Duration `protobuf:"bytes,12,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// The most output of each stream the result may carry; 0 is the
 	// worker's own limit.
 	OutputLimitBytes int64 `protobuf:"varint,13,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
@@ -263,10 +268,14 @@ func (x *TaskDispatch) GetRepositoryName() string {
 type ReviewTask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "reviews/{review}".
-	Review        string `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
-	BaseRef       string `protobuf:"bytes,2,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
-	HeadRef       string `protobuf:"bytes,3,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`
-	Patch         string `protobuf:"bytes,4,opt,name=patch,proto3" json:"patch,omitempty"`
+	Review string `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	// The ref the change starts from.
+	BaseRef string `protobuf:"bytes,2,opt,name=base_ref,json=baseRef,proto3" json:"base_ref,omitempty"`
+	// The ref with the change.
+	HeadRef string `protobuf:"bytes,3,opt,name=head_ref,json=headRef,proto3" json:"head_ref,omitempty"`
+	// A unified diff to review instead of refs.
+	Patch string `protobuf:"bytes,4,opt,name=patch,proto3" json:"patch,omitempty"`
+	// The review persona.
 	Persona       string `protobuf:"bytes,5,opt,name=persona,proto3" json:"persona,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -339,8 +348,9 @@ func (x *ReviewTask) GetPersona() string {
 
 // DependencyPatch is a finished dependency's change.
 type DependencyPatch struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// A git diff from the commit the dependency started from.
 	Patch         string `protobuf:"bytes,2,opt,name=patch,proto3" json:"patch,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -495,27 +505,40 @@ func (x *SessionCheckRequest) GetResultPatch() string {
 
 // TaskResult is what a worker reports for one dispatch.
 type TaskResult struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	RunId    string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId   string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt  int32                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dispatch's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The attempt.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The dispatch's fence, as received.
-	Fence           *TaskFence           `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
-	WorkerId        string               `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	ExitCode        int32                `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Stdout          string               `protobuf:"bytes,8,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr          string               `protobuf:"bytes,9,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	StdoutTruncated bool                 `protobuf:"varint,10,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
-	StderrTruncated bool                 `protobuf:"varint,11,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
-	Duration        *durationpb.Duration `protobuf:"bytes,12,opt,name=duration,proto3" json:"duration,omitempty"`
-	TimedOut        bool                 `protobuf:"varint,13,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	Fence *TaskFence `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The worker that ran it.
+	WorkerId string `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The command's exit code.
+	ExitCode int32 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// What the command printed (capped at the output limit).
+	Stdout string `protobuf:"bytes,8,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// What it printed to stderr (capped).
+	Stderr string `protobuf:"bytes,9,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Whether stdout was cut.
+	StdoutTruncated bool `protobuf:"varint,10,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
+	// Whether stderr was cut.
+	StderrTruncated bool `protobuf:"varint,11,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
+	// How long the attempt ran.
+	Duration *durationpb.Duration `protobuf:"bytes,12,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Whether it ran out of time.
+	TimedOut bool `protobuf:"varint,13,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// Why the task could not run or failed, for a person.
 	Error string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
 	// When the worker received the dispatch and when it reported the result,
 	// by the worker's clock: the Orchestrator keeps them to tell its own
 	// scheduling time from the time spent on the way and in the worker.
 	ReceivedTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=received_time,json=receivedTime,proto3" json:"received_time,omitempty"`
+	// See received_time.
 	ReportedTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=reported_time,json=reportedTime,proto3" json:"reported_time,omitempty"`
 	// The task's changes as a git diff from the dispatch's base commit (and
 	// start patch); "" when it changed nothing or has no repository.
@@ -754,12 +777,17 @@ func (x *TaskResult) GetReview() *v1.Review {
 // TaskCancel stops one dispatch wherever it runs (core NATS, every worker
 // hears it; the one running it stops it).
 type TaskCancel struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dispatch's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The attempt to stop.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Why, for the record.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
