@@ -146,7 +146,7 @@ func describePathParams(path string, op map[string]any) {
 			continue
 		}
 		param["description"] = fmt.Sprintf("The %s's id: the last part of its resource name %s.",
-			singular(collection), resourceName(path, name))
+			singular(collection), pathResourcePattern(path, name))
 	}
 }
 
@@ -160,9 +160,9 @@ func collectionOf(path, name string) string {
 	return before[strings.LastIndex(before, "/")+1:]
 }
 
-// resourceName is the resource name pattern of {name} in path:
+// pathResourcePattern is the resource name pattern of {name} in path:
 // "sessions/{session}/plans/{plan}" for {plan}.
-func resourceName(path, name string) string {
+func pathResourcePattern(path, name string) string {
 	end := strings.Index(path, "{"+name+"}") + len(name) + 2
 	return strings.TrimPrefix(path[:end], "/v1/")
 }
