@@ -160,3 +160,7 @@ func describeStream(op, responses map[string]any) {
 		op["description"] = strings.TrimSpace(desc + sseDescription)
 	}
 }
+
+// OpenAPIDocument returns the OpenAPI document the gateway serves at
+// /openapi.json (the console's types are generated from it).
+func OpenAPIDocument() ([]byte, error) { return openAPIDocument() }
