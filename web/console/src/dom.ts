@@ -50,9 +50,13 @@ export function replace(el: Element, ...children: (Child | Child[])[]): void {
   append(el, children);
 }
 
-// label is a visible label around a form control.
-export function field(text: string, control: HTMLElement): HTMLLabelElement {
-  return h("label", { class: "field" }, h("span", {}, text), control);
+let fields = 0;
+
+// field is a form control with its visible label (tied by id, so the
+// control's name is the label's text alone).
+export function field(text: string, control: HTMLElement): HTMLElement {
+  if (!control.id) control.id = `f${++fields}`;
+  return h("div", { class: "field" }, h("label", { for: control.id }, text), control);
 }
 
 // short renders an enum value without its prefix: RUN_STATE_SUCCEEDED →

@@ -37,7 +37,7 @@ function sources(a: Schemas["v1AgentAnswer"]): HTMLElement | null {
   const items = cites.length
     ? cites.map((c) => citation(loc(c.path || c.title || c.name, c.lineStart, c.lineEnd), snippet(c.path) ?? c.heading, c.problem))
     : hits.slice(0, 5).map((x) => citation(loc(x.path || x.title || x.name, x.lineStart, x.lineEnd), x.snippet))
-  return h("div", { class: "citations" }, h("h4", {}, cites.length ? "Citations" : "Sources"), h("ul", {}, items));
+  return h("div", { class: "citations" }, h("h2", { class: "h4" }, cites.length ? "Citations" : "Sources"), h("ul", {}, items));
 }
 
 function loc(path?: string, start?: number, end?: number): string {

@@ -31,7 +31,7 @@ export function runs(main: HTMLElement): void {
 export function run(main: HTMLElement, name: string): () => void {
   const status = statusLine();
   const summary = h("div", {});
-  const feed = h("ol", { class: "events", "aria-label": "Live activity" });
+  const feed = h("ol", { class: "events", "aria-label": "Live activity", tabindex: 0 });
   const details = h("div", {});
   main.replaceChildren(title(`Run ${idOf(name)}`), status, summary, h("h2", {}, "Live activity"), feed, details);
   let stream: { close(): void } | undefined;
@@ -76,7 +76,7 @@ function drawSummary(el: HTMLElement, r: Run): void {
   for (const n of r.nodes ?? []) states[n.nodeId ?? ""] = n.state;
   el.replaceChildren(
     h("p", {}, "State: ", h("strong", { class: `state ${state.replace(/ /g, "-")}`, "data-testid": "run-state" }, state), r.startTime ? ` · started ${when(r.startTime)}` : "", r.endTime ? ` · ended ${when(r.endTime)}` : ""),
-    h("figure", { class: "dag-wrap" }, dagSVG(r.dag?.nodes ?? [], states), h("figcaption", {}, "Steps and their states")),
+    h("figure", { class: "dag-wrap", tabindex: 0 }, dagSVG(r.dag?.nodes ?? [], states), h("figcaption", {}, "Steps and their states")),
     h(
       "table",
       { class: "nodes" },

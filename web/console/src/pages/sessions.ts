@@ -57,7 +57,7 @@ function sessionItem(s: Session): HTMLElement {
 
 // chat is one session: its events as they happen, and a message box.
 export function chat(main: HTMLElement, name: string): () => void {
-  const log = h("ol", { class: "events", "aria-label": "Conversation", "aria-live": "polite" });
+  const log = h("ol", { class: "events", "aria-label": "Conversation", "aria-live": "polite", tabindex: 0 });
   const status = statusLine();
   const text = h("textarea", { name: "text", rows: 2, required: true, placeholder: "Ask about the code, or ask for a change" });
   const send = async (msg: string, inReplyTo?: string) => {
@@ -72,7 +72,7 @@ export function chat(main: HTMLElement, name: string): () => void {
     }
   };
   const ctx: EventContext = { reply: (t, id) => void send(t, id) };
-  const form = h("form", { class: "composer", "aria-label": "Message" }, field("Message", text), h("button", { type: "submit" }, "Send"));
+  const form = h("form", { class: "composer", "aria-label": "Send a message" }, field("Message", text), h("button", { type: "submit" }, "Send"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const msg = text.value.trim();
