@@ -32,6 +32,9 @@ func TestConsoleIsServed(t *testing.T) {
 		require.Contains(t, tag, " src=", "no inline scripts")
 	}
 
+	// Every URL is relative, so the console also works under a path prefix
+	// (an Ingress that routes /sylk/ to the gateway).
+	require.NotRegexp(t, `(?:src|href)="/`, index.body)
 	assets := regexp.MustCompile(`(?:src|href)="\./(assets/[^"]+)"`).FindAllStringSubmatch(index.body, -1)
 	require.NotEmpty(t, assets)
 	for _, a := range assets {
