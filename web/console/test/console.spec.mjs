@@ -79,6 +79,13 @@ async function planAndRun(page) {
   await state.filter({ hasText: "awaiting approval" }).waitFor({ timeout: 90_000 });
   await page.locator("svg.dag .dag-node").first().waitFor();
   await check(page, "03-plan-drafted");
+  // Revised once: a second version, listed with its diff.
+  await page.getByLabel("Feedback", { exact: true }).fill("keep the change small");
+  await page.getByRole("button", { name: "Revise" }).click();
+  await page.locator("p", { has: state }).filter({ hasText: "version 2" }).waitFor({ timeout: 90_000 });
+  await page.locator("details.version").nth(1).waitFor();
+  await page.locator("details.version summary").nth(1).click();
+  await check(page, "03b-plan-revised");
   await page.getByRole("button", { name: "Approve" }).click();
   await state.filter({ hasText: /^approved$/ }).waitFor({ timeout: 30_000 });
   await page.getByRole("link", { name: "Watch the run" }).click();
@@ -123,6 +130,7 @@ async function wrongKey(page) {
 
 async function main() {
   mkdirSync(shots, { recursive: true });
+  rmSync(join(shots, "failure.png"), { force: true });
   const profile = mkdtempSync(join(tmpdir(), "sylk-console-"));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.SYLK_CHROMIUM || "/usr/bin/chromium",

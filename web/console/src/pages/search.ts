@@ -42,10 +42,12 @@ export function search(main: HTMLElement, _arg: string, query: URLSearchParams):
     }
   });
   main.replaceChildren(title("Search code"), form, status, results);
+  q.focus();
   void get<Schemas["v1ListRepositoriesResponse"]>("v1/repositories?pageSize=100").then((r) => {
     for (const x of r.repositories ?? []) repo.append(h("option", { value: x.name ?? "" }, x.displayName || x.name || ""));
+    repo.value = query.get("repo") ?? "";
+    if (q.value) form.requestSubmit();
   }).catch(() => undefined);
-  if (q.value) form.requestSubmit();
 }
 
 function hit(x: Schemas["v1CodeHit"]): HTMLElement {
