@@ -69,6 +69,22 @@ async function chat(page) {
   await source.click();
   await answer.locator(".citation[open] pre, .citation[open] p").first().waitFor();
   await check(page, "02-chat-cited-answer");
+
+  // A question that names nothing: the librarian asks, with options as
+  // buttons; one click answers it and the librarian answers again.
+  await page.getByLabel("Message", { exact: true }).fill("where is it?");
+  await page.getByRole("button", { name: "Send" }).click();
+  const asked = page.locator("article.kind-clarification").first();
+  await asked.waitFor({ timeout: 60_000 });
+  const fromLibrarian = page.locator("article.card", { has: page.locator(".source", { hasText: /^librarian$/ }) });
+  const before = await fromLibrarian.count();
+  await asked.getByRole("button").first().click();
+  await page.waitForFunction(
+    (n) => [...document.querySelectorAll("article.card .source")].filter((e) => e.textContent === "librarian").length > n,
+    before,
+    { timeout: 60_000 },
+  );
+  await check(page, "02b-chat-clarification");
 }
 
 async function planAndRun(page) {

@@ -5,7 +5,7 @@ import type { Schemas } from "../api";
 import { card, register } from "./registry";
 
 register("EVENT_TYPE_MESSAGE_RECEIVED", (e) =>
-  h("article", { class: "card kind-user" }, h("header", {}, h("span", { class: "source" }, "you")), h("p", {}, e.messageReceived?.message ?? e.text ?? "")),
+  h("article", { class: "card kind-user" }, h("header", {}, h("span", { class: "source" }, "you")), h("p", {}, e.text ?? "")),
 );
 
 register(["EVENT_TYPE_MESSAGE_ROUTED", "EVENT_TYPE_MESSAGE_REROUTED"], (e) => {
@@ -64,10 +64,11 @@ register("EVENT_TYPE_CLARIFICATION_REQUESTED", (e, ctx) => {
     "div",
     { class: "options", role: "group", "aria-label": "Answers" },
     (c.options ?? []).map((o) =>
-      h("button", { type: "button", onclick: () => ctx.reply(o, c.inReplyTo || e.correlationId) }, o),
+      // A clarification is answered by its name.
+      h("button", { type: "button", onclick: () => ctx.reply(o, c.clarification) }, o),
     ),
   );
-  return card(e, "clarification", h("p", {}, c.clarification || e.text || ""), group);
+  return card(e, "clarification", h("p", {}, e.text ?? ""), group);
 });
 
 register(["EVENT_TYPE_MESSAGE_TIMEOUT", "EVENT_TYPE_MESSAGE_UNDELIVERABLE", "EVENT_TYPE_ERROR"], (e) =>
