@@ -44,6 +44,8 @@ func TestConsoleInChromium(t *testing.T) {
 		"SYLK_KEY="+c.key,
 		"SYLK_ARTIFACTS="+artifacts,
 		"SYLK_CHROMIUM="+chromium,
+		// A second repository, registered and indexed from the console.
+		"SYLK_REPO_PATH="+fixtureRepo(t),
 	)
 	out, err := cmd.CombinedOutput()
 	t.Logf("console test (screenshots in %s):\n%s", artifacts, out)

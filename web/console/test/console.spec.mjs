@@ -125,6 +125,12 @@ async function search(page) {
 async function otherPages(page) {
   await page.getByRole("link", { name: "Repositories" }).click();
   await page.locator("li[data-repository]", { hasText: "ready" }).first().waitFor({ timeout: 30_000 });
+  // A second repository, registered here and indexed in the background:
+  // the list shows it ready once its index operation is done.
+  await page.getByLabel("Path or URL", { exact: true }).fill(need("SYLK_REPO_PATH"));
+  await page.getByLabel("Name", { exact: true }).fill("second");
+  await page.getByRole("button", { name: "Register and index" }).click();
+  await page.locator("li[data-repository]", { hasText: "second" }).filter({ hasText: "ready" }).waitFor({ timeout: 90_000 });
   await check(page, "06-repositories");
   await page.getByRole("link", { name: "Runs" }).click();
   await page.locator(".list li").first().waitFor();

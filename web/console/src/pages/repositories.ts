@@ -32,6 +32,7 @@ export function repositories(main: HTMLElement): () => void {
       await post<Schemas["v1CreateRepositoryResponse"]>("v1/repositories?index=true&async=true", body);
       status.show("Registered; indexing.");
       path.value = "";
+      name.value = "";
       await load();
     } catch (err) {
       status.show(errorText(err), "error");
