@@ -123,6 +123,29 @@ openapi-lint: ## Lint the served OpenAPI documents, 2.0 and 3 (needs node and np
 .PHONY: check
 check: proto-lint proto-check proto-breaking lint openapi-lint ## Every static check CI runs
 
+# The console (web/console) is TypeScript built with vite; its types come
+# from the OpenAPI document the gateway serves, so a contract change that
+# breaks it breaks this build. The built files (dist/) and the generated
+# types are committed: go build needs no node.
+CONSOLE_DIR = web/console
+
+.PHONY: console-deps
+console-deps: ## Install the console's pinned npm packages (package-lock.json)
+	cd $(CONSOLE_DIR) && npm ci --no-audit --no-fund
+
+.PHONY: console
+console: console-deps ## Build the console: types from the OpenAPI document, strict type check, bundle into web/console/dist
+	mkdir -p $(CONSOLE_DIR)/build
+	$(GO) run ./internal/tools/openapidump -v3 -o $(CONSOLE_DIR)/build/openapi3.json
+	cd $(CONSOLE_DIR) && npm run --silent gen && npm run --silent build
+
+.PHONY: console-check
+console-check: console ## Fail when the committed console types or dist/ are not what make console builds
+	@if ! git diff --exit-code --stat -- $(CONSOLE_DIR)/src/api.gen.ts $(CONSOLE_DIR)/dist || \
+	    [ -n "$$(git status --porcelain -- $(CONSOLE_DIR)/dist $(CONSOLE_DIR)/src/api.gen.ts)" ]; then \
+	  echo "the committed console is not current: run make console and commit web/console"; exit 1; fi
+	@echo "console is current"
+
 # The deploy tests render the Helm chart with helm.
 .PHONY: test
 test: $(HELM) ## Unit, integration and e2e tests against the local Postgres, Redis and NATS (with -race)

@@ -175,6 +175,7 @@ type rendered struct {
 	netpols     map[string]*networkingv1.NetworkPolicy
 	accounts    map[string]*corev1.ServiceAccount
 	claims      map[string]*corev1.PersistentVolumeClaim
+	ingresses   map[string]*networkingv1.Ingress
 }
 
 func renderChart(t *testing.T, args ...string) rendered {
@@ -190,6 +191,7 @@ func renderChart(t *testing.T, args ...string) rendered {
 		netpols:     map[string]*networkingv1.NetworkPolicy{},
 		accounts:    map[string]*corev1.ServiceAccount{},
 		claims:      map[string]*corev1.PersistentVolumeClaim{},
+		ingresses:   map[string]*networkingv1.Ingress{},
 	}
 	put := func(m any, name string, obj any) {
 		switch m := m.(type) {
@@ -217,6 +219,9 @@ func renderChart(t *testing.T, args ...string) rendered {
 		case map[string]*corev1.PersistentVolumeClaim:
 			require.NotContains(t, m, name, "two PersistentVolumeClaims named %s", name)
 			m[name] = obj.(*corev1.PersistentVolumeClaim)
+		case map[string]*networkingv1.Ingress:
+			require.NotContains(t, m, name, "two Ingresses named %s", name)
+			m[name] = obj.(*networkingv1.Ingress)
 		}
 	}
 	n := 0
@@ -244,6 +249,8 @@ func renderChart(t *testing.T, args ...string) rendered {
 			put(r.accounts, o.Name, o)
 		case *corev1.PersistentVolumeClaim:
 			put(r.claims, o.Name, o)
+		case *networkingv1.Ingress:
+			put(r.ingresses, o.Name, o)
 		default:
 			t.Fatalf("unexpected kind %T in the chart:\n%s", obj, doc)
 		}
@@ -886,4 +893,30 @@ func TestHelmValues(t *testing.T) {
 			tt.check(t, renderChart(t, tt.args...))
 		})
 	}
+}
+
+// The gateway's Ingress is off by default; on, it routes every path (the
+// console at / and the API under /v1/) to the gateway's HTTP port.
+func TestHelmIngress(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, renderChart(t).ingresses)
+	r := renderChart(t, "--set", "gateway.ingress.enabled=true", "--set", "gateway.ingress.className=nginx",
+		"--set", "gateway.ingress.host=sylk.example.test")
+	name := objectName("gateway")
+	ing := r.ingresses[name]
+	require.NotNil(t, ing, "ingresses: %v", r.ingresses)
+	require.Equal(t, "nginx", *ing.Spec.IngressClassName)
+	require.Len(t, ing.Spec.Rules, 1)
+	rule := ing.Spec.Rules[0]
+	require.Equal(t, "sylk.example.test", rule.Host)
+	require.Len(t, rule.HTTP.Paths, 1)
+	p := rule.HTTP.Paths[0]
+	require.Equal(t, "/", p.Path)
+	require.Equal(t, networkingv1.PathTypePrefix, *p.PathType)
+	require.Equal(t, name, p.Backend.Service.Name)
+	require.Equal(t, "http", p.Backend.Service.Port.Name)
+	svc := r.services[name]
+	require.NotNil(t, svc)
+	require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == "http" }),
+		"the gateway's Service has the port the Ingress names")
 }

@@ -65,6 +65,7 @@ type Gateway struct {
 	guide   guidev1.GuideServiceClient
 	marshal protojson.MarshalOptions
 	openapi []byte
+	console *consoleFiles
 	metrics *metrics
 	handler http.Handler
 	// mcp serves /mcp (mcp.go).
@@ -112,8 +113,13 @@ func New(cfg Config, log *slog.Logger, db *pgxpool.Pool, conns Conns, reg promet
 	if err != nil {
 		return nil, err
 	}
+	files, err := newConsoleFiles(consoleFS())
+	if err != nil {
+		return nil, fmt.Errorf("gateway: the embedded console has no index.html (run make console): %w", err)
+	}
 	life, stop := context.WithCancel(context.Background())
 	g := &Gateway{
+		console:  files,
 		cfg:      cfg,
 		log:      log,
 		db:       db,

@@ -150,7 +150,8 @@ func requestID(v string) string {
 //     access log: see every request, including the ones refused below,
 //     and never let a panic escape; a client that does not send the body
 //     it declared is cut at the body timeout, with or without a key;
-//  2. public endpoints (/healthz, /readyz, /openapi.json): no key needed;
+//  2. public endpoints (/healthz, /readyz, /openapi.json) and the console
+//     (/, /assets/, pages a browser opens; console.go): no key needed;
 //  3. authentication: a valid API key or 401 (429 after too many
 //     failures from the address or with the key's prefix); the key and
 //     any identity headers the client sent are removed before anything
@@ -192,6 +193,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	case pathHealthz, pathReadyz, pathOpenAPI, pathOpenAPIv3:
 		info.route = r.URL.Path
 		g.servePublic(w, r)
+		return
+	}
+	if consoleRequest(r) {
+		// The console is public: it holds no data, and signs in with a key
+		// it sends on every API call.
+		info.route = "console"
+		g.console.serve(w, r)
 		return
 	}
 	for k := range r.Header {

@@ -175,6 +175,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, `Sylk is running. No language model is configured: the built-in local provider
 classifies and plans with rules and generates no code.
 
+  Console:   %s/   (sign in with the API key below)
   REST API:  %s   (OpenAPI at %s/openapi.json)
   API key:   %s
   Metrics:   %s
@@ -186,7 +187,7 @@ Try:
   curl -s -H "Authorization: Bearer $SYLK_KEY" -X POST %s/v1/sessions -d '{}'
 
 Stop with Ctrl-C.
-`, d.GatewayURL, d.GatewayURL, d.AdminKey, d.MetricsURL, d.NATSURL, cmp.Or(d.AllowedRoots, "no directory"), d.AdminKey, d.GatewayURL)
+`, d.GatewayURL, d.GatewayURL, d.GatewayURL, d.AdminKey, d.MetricsURL, d.NATSURL, cmp.Or(d.AllowedRoots, "no directory"), d.AdminKey, d.GatewayURL)
 	return d.Wait()
 }
 
