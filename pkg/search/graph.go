@@ -370,6 +370,10 @@ const parallelMin = 512
 // for a large batch, and returns the first id.
 func (g *graph) insertBatch(vs [][]float32, workers int) int32 {
 	first := int32(len(g.vecs))
+	if len(vs) == 0 {
+		// Nothing to insert (a rebuild after every vector was deleted).
+		return first
+	}
 	levels := make([]int, len(vs))
 	for i, v := range vs {
 		levels[i] = int(-math.Log(1-g.rng.Float64()) * g.ml)

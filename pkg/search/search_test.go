@@ -67,6 +67,22 @@ func TestIndex(t *testing.T) {
 	require.Nil(t, x.Search([]float32{1}, 3))
 }
 
+// TestIndexDeleteAll: deleting every vector (a repository re-indexed with
+// none left to embed) rebuilds an empty graph, which takes vectors again.
+func TestIndexDeleteAll(t *testing.T) {
+	t.Parallel()
+	x, err := NewIndex(IndexConfig{Dims: 16})
+	require.NoError(t, err)
+	r := rand.New(rand.NewSource(3))
+	v := unit(r, 16)
+	require.NoError(t, x.Add([]string{"a", "b"}, [][]float32{v, unit(r, 16)}))
+	x.Delete("a", "b")
+	require.Zero(t, x.Len())
+	require.Empty(t, x.Search(v, 3))
+	require.NoError(t, x.Add([]string{"c"}, [][]float32{v}))
+	require.Equal(t, "c", x.Search(v, 1)[0].Key)
+}
+
 func TestIndexConcurrent(t *testing.T) {
 	t.Parallel()
 	x, err := NewIndex(IndexConfig{Dims: 8, EfConstruction: 32})
