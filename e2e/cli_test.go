@@ -152,7 +152,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"plans", "revise", "-h"}, {"plans", "reject", "-h"},
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
 		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
-		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"},
+		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"}, {"keys", "rotate", "-h"},
 	} {
 		r := s.run("", nil, args...)
 		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
@@ -280,8 +280,24 @@ func testCLIKeys(t *testing.T, s *sylkCLI) {
 	asNew := []string{"SYLK_API_KEY=" + key}
 	r := s.run("", asNew, "repos", "list", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
+
+	// Rotating gives a new key for the same user; with a grace period the
+	// old one works until it ends, and is listed as rotating meanwhile.
+	rotated := s.json("keys", "rotate", id, "--grace", "1h")
+	newKey := rotated["key"].(string)
+	newID := rotated["apiKey"].(map[string]any)["id"].(string)
+	require.NotEqual(t, key, newKey)
+	require.Equal(t, "cli-user", rotated["apiKey"].(map[string]any)["userId"])
+	require.Contains(t, s.ok("keys", "list"), "rotating")
+	asRotated := []string{"SYLK_API_KEY=" + newKey}
+	require.Equal(t, 0, s.run("", asRotated, "repos", "list").code)
+	require.Equal(t, 0, s.run("", asNew, "repos", "list").code, "the old key works during its grace period")
+
 	require.Contains(t, s.ok("keys", "revoke", id), "Revoked")
-	require.Eventually(t, func() bool {
-		return s.run("", asNew, "repos", "list").code == 3
-	}, 10*time.Second, 100*time.Millisecond, "a revoked key is refused with exit code 3")
+	require.Contains(t, s.ok("keys", "revoke", newID), "Revoked")
+	for _, as := range [][]string{asNew, asRotated} {
+		require.Eventually(t, func() bool {
+			return s.run("", as, "repos", "list").code == 3
+		}, 10*time.Second, 100*time.Millisecond, "a revoked key is refused with exit code 3")
+	}
 }

@@ -27,7 +27,7 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk repos add|list|show         register and index repositories (add --wait shows progress)
   sylk plans list|show|approve|revise|reject   review the plans of a session
   sylk runs list|show|watch|logs|cancel        follow and stop runs
-  sylk keys list|create|revoke     manage the tenant's API keys
+  sylk keys list|create|revoke|rotate        manage the tenant's API keys
   Every client command takes --json (print the server's JSON), --server URL and -h.
   SYLK_SERVER and SYLK_API_KEY override the stored server and key.
 

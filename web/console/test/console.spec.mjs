@@ -140,6 +140,16 @@ async function otherPages(page) {
   await check(page, "08-usage");
   await page.getByRole("link", { name: "API keys" }).click();
   await page.locator("table.keys tbody tr").first().waitFor();
+  // Create a key, then rotate it: the new key is shown once and the old
+  // one is listed as rotating (it works for its grace period).
+  await page.getByLabel("User", { exact: true }).fill("console-user");
+  await page.getByLabel("Description", { exact: true }).fill("rotated by the console test");
+  await page.getByRole("button", { name: "Create key" }).click();
+  const created = page.locator("tr", { hasText: "rotated by the console test" }).filter({ hasText: "active" });
+  await created.waitFor();
+  await created.getByRole("button", { name: /^Rotate key/ }).click();
+  await page.getByText("the old one works for another hour").waitFor();
+  await page.locator("tr", { hasText: "rotated by the console test" }).filter({ hasText: "rotating" }).waitFor();
   await check(page, "09-keys");
 }
 

@@ -1,4 +1,4 @@
-// API keys (admins): list, create (the key is shown once), revoke.
+// API keys (admins): list, create (the key is shown once), rotate, revoke.
 import { h, field, when } from "../dom";
 import { get, post, type Schemas } from "../api";
 import { errorText, statusLine, title } from "./common";
@@ -14,7 +14,7 @@ export function keys(main: HTMLElement): void {
   const load = async () => {
     try {
       const r = await get<Schemas["v1ListKeysResponse"]>("v1/keys");
-      list.replaceChildren(...(r.apiKeys ?? []).map((k) => row(k, status, load)));
+      list.replaceChildren(...(r.apiKeys ?? []).map((k) => row(k, { status, shown, reload: load })));
     } catch (err) {
       status.show(errorText(err), "error");
     }
@@ -41,7 +41,28 @@ export function keys(main: HTMLElement): void {
   void load();
 }
 
-function row(k: Schemas["v1ApiKey"], status: ReturnType<typeof statusLine>, reload: () => Promise<void>): HTMLElement {
+// rotateGrace is how long a rotated key keeps working, so that whatever
+// uses it can take the new one first.
+const rotateGrace = "3600s";
+
+interface rowCtx {
+  status: ReturnType<typeof statusLine>;
+  shown: HTMLElement;
+  reload: () => Promise<void>;
+}
+
+function row(k: Schemas["v1ApiKey"], { status, shown, reload }: rowCtx): HTMLElement {
+  const rotate = async () => {
+    try {
+      const r = await post<Schemas["v1RotateKeyResponse"]>(`v1/keys/${encodeURIComponent(k.id ?? "")}:rotate`, { gracePeriod: rotateGrace });
+      shown.replaceChildren(
+        h("p", {}, `The new key for ${k.userId ?? ""} (shown once; copy it now; the old one works for another hour): `, h("code", { class: "secret" }, r.key ?? "")),
+      );
+      await reload();
+    } catch (err) {
+      status.show(errorText(err), "error");
+    }
+  };
   const revoke = async () => {
     if (!confirm(`Revoke key ${k.prefix}?`)) return;
     try {
@@ -51,7 +72,16 @@ function row(k: Schemas["v1ApiKey"], status: ReturnType<typeof statusLine>, relo
       status.show(errorText(err), "error");
     }
   };
-  const state = k.revokeTime ? "revoked" : k.expireTime && new Date(k.expireTime) < new Date() ? "expired" : "active";
+  const now = new Date();
+  const state = k.revokeTime
+    ? new Date(k.revokeTime) > now
+      ? "rotating"
+      : "revoked"
+    : k.expireTime && new Date(k.expireTime) < now
+      ? "expired"
+      : "active";
+  const rotateButton = h("button", { type: "button", "aria-label": `Rotate key ${k.prefix ?? ""}`, onclick: () => void rotate() }, "Rotate");
+  const revokeButton = h("button", { type: "button", class: "danger", "aria-label": `Revoke key ${k.prefix ?? ""}`, onclick: () => void revoke() }, "Revoke");
   return h(
     "tr",
     {},
@@ -62,6 +92,6 @@ function row(k: Schemas["v1ApiKey"], status: ReturnType<typeof statusLine>, relo
     h("td", {}, when(k.createTime)),
     h("td", {}, when(k.lastUseTime)),
     h("td", {}, state),
-    h("td", {}, state === "active" ? h("button", { type: "button", class: "danger", onclick: () => void revoke() }, "Revoke") : null),
+    h("td", {}, state === "active" ? [rotateButton, " ", revokeButton] : state === "rotating" ? revokeButton : null),
   );
 }
