@@ -26,7 +26,7 @@ const EnvConsoleArtifacts = "SYLK_CONSOLE_ARTIFACTS"
 func TestConsoleInChromium(t *testing.T) {
 	chromium, node, dir := consoleTools(t)
 	c := startMesh(t)
-	repo := c.ok("POST", "/v1/repositories?index=true", map[string]any{"path": fixtureRepo(t), "displayName": "fixture"})["repository"].(map[string]any)
+	repo := c.ok("POST", "/v1/repositories?wait=true", map[string]any{"path": fixtureRepo(t), "displayName": "fixture"})["repository"].(map[string]any)
 	require.Equal(t, "INDEX_STATE_READY", repo["indexState"])
 
 	artifacts := os.Getenv(EnvConsoleArtifacts)
