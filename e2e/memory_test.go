@@ -99,3 +99,42 @@ func TestFailureMemory(t *testing.T) {
 	require.Len(t, since["hits"], 1)
 	require.Equal(t, old["id"], since["hits"].([]any)[0].(map[string]any)["entry"].(map[string]any)["id"])
 }
+
+// TestFailureMemoryOfARecoveredRetry is spec G-25 through the mesh: a node
+// whose command fails the first time and succeeds on its retry leaves a
+// failure record marked recovered, and the next plan on the same area is
+// alerted to it as recovered, with how often the area failed.
+func TestFailureMemoryOfARecoveredRetry(t *testing.T) {
+	c := startMesh(t, "-guide.llm-classifier=false")
+	repo := c.register(e2eRepo(t))
+	// The task sees its workspace and its user's Go caches only: the
+	// caches outlive the attempt, so the marker of the first goes there.
+	marker := `"$GOCACHE/sylk-e2e-tried-` + testenv.ID() + `"`
+	run := c.waitRun(c.createRun(map[string]any{"repository": repo, "dag": map[string]any{"nodes": []any{
+		map[string]any{"id": "lex", "name": "Rewrite the calc lexer", "files": []string{"lex.go"},
+			"command": "test -e " + marker + " || { touch " + marker + "; echo 'lex.go:9: undefined: Token' >&2; exit 2; }",
+			"retry":   map[string]any{"max": 1, "backoff": "1s"}},
+	}}}))
+	require.Equal(t, "RUN_STATE_SUCCEEDED", run["state"], "%v", nodeMap(run))
+	require.EqualValues(t, 2, nodeMap(run)["lex"]["attempt"])
+	runName := run["name"].(string)
+	failure := c.archived("calc lexer", "failure", 1, func(e map[string]any) bool {
+		return e["repository"] == repo && strings.Contains(e["content"].(string), "Run: "+runName)
+	})[0]
+	require.Contains(t, failure["title"], "Failed, then recovered: Rewrite the calc lexer")
+	for _, want := range []string{"Attempt: 1\n", "Recovered: attempt 2 succeeded", "Outcome: recovered", "Files: lex.go",
+		"Signature: lex.go:#: undefined: token", "undefined: Token"} {
+		require.Contains(t, failure["content"], want)
+	}
+
+	sess := c.ok("POST", "/v1/sessions", map[string]any{"displayName": "recovered", "repository": repo})["session"].(map[string]any)
+	plan := c.ok("POST", "/v1/"+sess["name"].(string)+"/plans", map[string]any{"request": "Rewrite the lexer in lex.go so that it reads tokens"})["plan"].(map[string]any)
+	cons := plan["consultation"].(map[string]any)
+	alerts, _ := cons["failureAlerts"].([]any)
+	require.NotEmpty(t, alerts, "consultation: %v", cons)
+	alert := alerts[0].(map[string]any)
+	require.Equal(t, failure["name"], alert["entry"])
+	require.Equal(t, true, alert["recovered"], "%v", alert)
+	require.EqualValues(t, 1, alert["recentFailures"], "%v", alert)
+	require.Contains(t, strings.Join(anyStrings(plan["notes"]), "\n"), "recovered on retry")
+}

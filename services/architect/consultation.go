@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,7 +65,7 @@ func (s *Service) consultation(ctx context.Context, who identity.Identity, repos
 		out.Decisions, _ = s.history(ctx, consultedChoice, "", query)
 	}()
 	wg.Wait()
-	out.FailureAlerts = failureAlerts(failures, request, out.GetFiles())
+	out.FailureAlerts = failureAlerts(failures, request, out.GetFiles(), time.Now())
 	return out
 }
 

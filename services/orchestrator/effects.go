@@ -137,8 +137,9 @@ func (s *Service) carryOut(ctx context.Context, eff *effects) {
 			eff.archive = append(eff.archive, rec)
 		}
 	}
-	if eff.completed == stateFailed {
-		// failurememory.go (spec E-09)
+	if eff.completed != "" {
+		// failurememory.go (spec E-09, G-25): the failed attempts, also
+		// those a later attempt recovered from.
 		if recs, err := failureRecords(ctx, s.db, eff.tenant, eff.session, eff.user, eff.runID); err != nil {
 			log.WarnContext(ctx, "build the failure records", logx.Err(err))
 		} else {

@@ -87,7 +87,7 @@ func recordResultsArgs(tenant, runID string, rs []reportedResult) []any {
 		received[i], reported[i], handoff[i] = r.Result.ReceivedAt, r.Result.ReportedAt, r.Result.Handoff
 	}
 	return []any{tenant, runID, node, attempt, state, exit, stdout, stderr, outTrunc, errTrunc, to, dur, errs, worker, patch, report,
-		pipeline, section, maxBackoff.Milliseconds(), received, reported, handoff}
+		pipeline, section, maxBackoff.Milliseconds(), received, reported, handoff, maxFailureOutput}
 }
 
 func scanRecorded(rows pgx.Rows) ([]recordedResult, error) {
@@ -120,7 +120,8 @@ const recordResultsSQL = `WITH r AS (
 			FROM r
 			WHERE n.tenant_id = $1 AND n.run_id = $2 AND n.node_id = r.node_id AND n.attempt = r.attempt AND n.state = 'DISPATCHED'
 			RETURNING n.node_id, n.attempt, n.state, n.not_before, r.state AS reported, r.exit_code, r.timed_out, r.error,
-				r.worker_id, r.duration_us, r.section, r.ord),
+				r.worker_id, r.duration_us, r.section, r.ord,
+				CASE WHEN r.state = 'FAILED' THEN right(r.stderr, $23) ELSE '' END AS stderr_tail),
 		unblocked AS (
 			UPDATE nodes d SET unmet_deps = d.unmet_deps - c.met
 			FROM (SELECT e.dependent_id, count(*) AS met FROM edges e
@@ -128,8 +129,10 @@ const recordResultsSQL = `WITH r AS (
 				GROUP BY e.dependent_id) c
 			WHERE d.tenant_id = $1 AND d.run_id = $2 AND d.node_id = c.dependent_id),
 		history AS (
-			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us, section)
-			SELECT $1, $2, node_id, attempt, reported, exit_code, timed_out, error, worker_id, duration_us, section FROM upd ORDER BY ord
+			INSERT INTO attempts (tenant_id, run_id, node_id, attempt, state, exit_code, timed_out, error, worker_id, duration_us, section,
+				stderr_tail)
+			SELECT $1, $2, node_id, attempt, reported, exit_code, timed_out, error, worker_id, duration_us, section, stderr_tail
+			FROM upd ORDER BY ord
 			ON CONFLICT DO NOTHING)
 		SELECT node_id, attempt, state, not_before FROM upd ORDER BY ord`
 

@@ -30,6 +30,9 @@ const (
 
 var failureFilesLine = regexp.MustCompile(`(?m)^Files: (.+)$`)
 
+// failureSignatureLine is a failure record's normalized error line.
+var failureSignatureLine = regexp.MustCompile(`(?m)^Signature: (.+)$`)
+
 // pastFailures is the brief's section on the failures recorded for the
 // task's files in its repository; "" when there are none, the task names
 // no files, or the Archivalist cannot be asked.
@@ -88,12 +91,17 @@ func pastFailuresSection(hits []*archivalistv1.EntryHit, files []string) string 
 	return b.String()
 }
 
-// failureGist is a failure record's first line and its error.
+// failureGist is a failure record's first line (which says whether a
+// later attempt recovered) and its error, or, when it has none, its error
+// signature (the line its output ended with).
 func failureGist(content string) string {
 	first, _, _ := strings.Cut(content, "\n")
 	if _, after, ok := strings.Cut(content, "## Error\n"); ok {
 		errText, _, _ := strings.Cut(strings.TrimSpace(after), "\n## ")
 		return first + " Error: " + errText
+	}
+	if m := failureSignatureLine.FindStringSubmatch(content); m != nil {
+		return first + " Cause: " + m[1]
 	}
 	return first
 }

@@ -37,4 +37,13 @@ func TestPastFailuresSection(t *testing.T) {
 	require.NotContains(t, s, "the prompt")
 	require.Less(t, len(s), 2*maxPastFailureBytes+300, "bounded")
 	require.Empty(t, pastFailuresSection(hits[1:2], files))
+
+	// A failure a retry recovered from, whose command said nothing but
+	// its output: its first line says so, its signature is the cause.
+	recovered := &archivalistv1.EntryHit{Entry: &archivalistv1.Entry{Name: "entries/r", Title: "Failed, then recovered: r",
+		CreateTime: timestamppb.New(time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)),
+		Content: "Task r failed at attempt 1 (exit 2, error tier permanent); attempt 2 succeeded.\n\nRecovered: attempt 2 succeeded\n" +
+			"Signature: calc.go:#: undefined: parse\nFiles: pkg/calc/calc.go\n\n## Command\n\nmake"}}
+	s = pastFailuresSection([]*archivalistv1.EntryHit{recovered}, files)
+	require.Contains(t, s, "attempt 2 succeeded. Cause: calc.go:#: undefined: parse")
 }

@@ -484,7 +484,16 @@ type FailureAlert struct {
 	// The run and node that failed ("runs/<id>", "<node>"), when it says.
 	Run string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
 	// The node that failed.
-	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	// How many failures of the same area (the same files or the same error
+	// signature) were found from the last 7 days, this one included: the
+	// alerts are ranked by it.
+	RecentFailures int32 `protobuf:"varint,7,opt,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
+	// When the area last failed (the newest of those failures).
+	LastFailureTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_failure_time,json=lastFailureTime,proto3" json:"last_failure_time,omitempty"`
+	// Whether the failure was overcome: a later attempt of its task
+	// succeeded ("Recovered:" in the record).
+	Recovered     bool `protobuf:"varint,9,opt,name=recovered,proto3" json:"recovered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +568,27 @@ func (x *FailureAlert) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *FailureAlert) GetRecentFailures() int32 {
+	if x != nil {
+		return x.RecentFailures
+	}
+	return 0
+}
+
+func (x *FailureAlert) GetLastFailureTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFailureTime
+	}
+	return nil
+}
+
+func (x *FailureAlert) GetRecovered() bool {
+	if x != nil {
+		return x.Recovered
+	}
+	return false
 }
 
 // PlanVersion is one version of a plan.
@@ -1493,7 +1523,7 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\x0fcodebase_health\x18\x03 \x01(\tR\x0ecodebaseHealth\x12\x1a\n" +
 	"\bfailures\x18\x04 \x03(\tR\bfailures\x12\x1c\n" +
 	"\tdecisions\x18\x05 \x03(\tR\tdecisions\x12F\n" +
-	"\x0efailure_alerts\x18\x06 \x03(\v2\x1f.sylk.architect.v1.FailureAlertR\rfailureAlerts\"\xb5\x01\n" +
+	"\x0efailure_alerts\x18\x06 \x03(\v2\x1f.sylk.architect.v1.FailureAlertR\rfailureAlerts\"\xc4\x02\n" +
 	"\fFailureAlert\x12\x14\n" +
 	"\x05entry\x18\x01 \x01(\tR\x05entry\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x16\n" +
@@ -1501,7 +1531,10 @@ const file_sylk_architect_v1_plan_service_proto_rawDesc = "" +
 	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x10\n" +
 	"\x03run\x18\x05 \x01(\tR\x03run\x12\x12\n" +
-	"\x04node\x18\x06 \x01(\tR\x04node\"\xf1\x01\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x12'\n" +
+	"\x0frecent_failures\x18\a \x01(\x05R\x0erecentFailures\x12F\n" +
+	"\x11last_failure_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0flastFailureTime\x12\x1c\n" +
+	"\trecovered\x18\t \x01(\bR\trecovered\"\xf1\x01\n" +
 	"\vPlanVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12+\n" +
@@ -1631,35 +1664,36 @@ var file_sylk_architect_v1_plan_service_proto_depIdxs = []int32{
 	6,  // 7: sylk.architect.v1.Plan.todos:type_name -> sylk.architect.v1.PlanTodo
 	4,  // 8: sylk.architect.v1.PlanConsultation.failure_alerts:type_name -> sylk.architect.v1.FailureAlert
 	21, // 9: sylk.architect.v1.FailureAlert.create_time:type_name -> google.protobuf.Timestamp
-	20, // 10: sylk.architect.v1.PlanVersion.dag:type_name -> sylk.orchestrator.v1.Dag
-	21, // 11: sylk.architect.v1.PlanVersion.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 12: sylk.architect.v1.PlanTodo.state:type_name -> sylk.architect.v1.PlanTodoState
-	2,  // 13: sylk.architect.v1.RevisePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	22, // 14: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
-	20, // 15: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
-	2,  // 16: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	2,  // 17: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	2,  // 18: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
-	2,  // 19: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	23, // 20: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
-	2,  // 21: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
-	10, // 22: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
-	12, // 23: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
-	14, // 24: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
-	16, // 25: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
-	7,  // 26: sylk.architect.v1.PlanService.RevisePlan:input_type -> sylk.architect.v1.RevisePlanRequest
-	18, // 27: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
-	11, // 28: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
-	13, // 29: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
-	15, // 30: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
-	17, // 31: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
-	8,  // 32: sylk.architect.v1.PlanService.RevisePlan:output_type -> sylk.architect.v1.RevisePlanResponse
-	19, // 33: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	21, // 10: sylk.architect.v1.FailureAlert.last_failure_time:type_name -> google.protobuf.Timestamp
+	20, // 11: sylk.architect.v1.PlanVersion.dag:type_name -> sylk.orchestrator.v1.Dag
+	21, // 12: sylk.architect.v1.PlanVersion.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 13: sylk.architect.v1.PlanTodo.state:type_name -> sylk.architect.v1.PlanTodoState
+	2,  // 14: sylk.architect.v1.RevisePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	22, // 15: sylk.architect.v1.PlanIntent.success_criteria:type_name -> sylk.message.v1.SuccessCriterion
+	20, // 16: sylk.architect.v1.CreatePlanRequest.dag:type_name -> sylk.orchestrator.v1.Dag
+	2,  // 17: sylk.architect.v1.CreatePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 18: sylk.architect.v1.GetPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	2,  // 19: sylk.architect.v1.ListPlansResponse.plans:type_name -> sylk.architect.v1.Plan
+	2,  // 20: sylk.architect.v1.ApprovePlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	23, // 21: sylk.architect.v1.ApprovePlanResponse.run:type_name -> sylk.orchestrator.v1.Run
+	2,  // 22: sylk.architect.v1.RejectPlanResponse.plan:type_name -> sylk.architect.v1.Plan
+	10, // 23: sylk.architect.v1.PlanService.CreatePlan:input_type -> sylk.architect.v1.CreatePlanRequest
+	12, // 24: sylk.architect.v1.PlanService.GetPlan:input_type -> sylk.architect.v1.GetPlanRequest
+	14, // 25: sylk.architect.v1.PlanService.ListPlans:input_type -> sylk.architect.v1.ListPlansRequest
+	16, // 26: sylk.architect.v1.PlanService.ApprovePlan:input_type -> sylk.architect.v1.ApprovePlanRequest
+	7,  // 27: sylk.architect.v1.PlanService.RevisePlan:input_type -> sylk.architect.v1.RevisePlanRequest
+	18, // 28: sylk.architect.v1.PlanService.RejectPlan:input_type -> sylk.architect.v1.RejectPlanRequest
+	11, // 29: sylk.architect.v1.PlanService.CreatePlan:output_type -> sylk.architect.v1.CreatePlanResponse
+	13, // 30: sylk.architect.v1.PlanService.GetPlan:output_type -> sylk.architect.v1.GetPlanResponse
+	15, // 31: sylk.architect.v1.PlanService.ListPlans:output_type -> sylk.architect.v1.ListPlansResponse
+	17, // 32: sylk.architect.v1.PlanService.ApprovePlan:output_type -> sylk.architect.v1.ApprovePlanResponse
+	8,  // 33: sylk.architect.v1.PlanService.RevisePlan:output_type -> sylk.architect.v1.RevisePlanResponse
+	19, // 34: sylk.architect.v1.PlanService.RejectPlan:output_type -> sylk.architect.v1.RejectPlanResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_sylk_architect_v1_plan_service_proto_init() }
