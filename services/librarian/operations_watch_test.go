@@ -178,3 +178,35 @@ func TestWatchOperationCancelled(t *testing.T) {
 	require.True(t, last.GetMetadata().GetCancelRequested())
 	require.Empty(t, h.svc.opSignals.m, "no watcher left registered")
 }
+
+// TestWatchOperationOtherReplica: a watch on a replica that does not run
+// the operation sees its progress by reading it, and its end.
+func TestWatchOperationOtherReplica(t *testing.T) {
+	t.Parallel()
+	replica, _ := replicas(t, nil)
+	runner, watcher := replica(), replica()
+	ctx := as(t, "t1")
+	repo := create(t, ctx, runner, writeFixture(t), true)
+	step := make(chan struct{})
+	tr, err := runner.startOperation(ctx, identityOf(t, ctx), repository{ID: repo.GetId()}, opKindIndex, false,
+		func(rctx context.Context, tr *opTracker) (indexResult, error) {
+			<-step
+			tr.files(2, 2)
+			<-step
+			return indexResult{}, nil
+		})
+	require.NoError(t, err)
+	st, errc := watch(ctx, watcher, operationPrefix+tr.id)
+	require.False(t, st.next(t).GetDone())
+	step <- struct{}{}
+	op := st.next(t)
+	require.False(t, op.GetDone())
+	require.EqualValues(t, 2, op.GetMetadata().GetFilesDone())
+	step <- struct{}{}
+	var last *librarianv1.Operation
+	for last == nil || !last.GetDone() {
+		last = st.next(t)
+	}
+	require.NoError(t, <-errc)
+	require.Nil(t, last.GetError())
+}
