@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -55,7 +57,11 @@ type opSnapshot struct {
 
 func (c *client) operation(name string) opSnapshot {
 	c.t.Helper()
-	op := c.ok("GET", "/v1/"+name, nil)["operation"].(map[string]any)
+	return snapshotOf(c.ok("GET", "/v1/"+name, nil)["operation"].(map[string]any))
+}
+
+// snapshotOf reads an operation as REST renders it.
+func snapshotOf(op map[string]any) opSnapshot {
 	md, _ := op["metadata"].(map[string]any)
 	num := func(k string) int64 {
 		s, _ := md[k].(string) // int64 travels as a JSON string
@@ -86,7 +92,8 @@ var phaseOrder = map[string]int{"INDEX_PHASE_CLONING": 1, "INDEX_PHASE_SCANNING"
 // operation), follows its operation to the end (progress only moves
 // forward; full-text search works before the embeddings are done), finds a
 // symbol in it, then cancels a second registration midway; with wait, a
-// registration and an index answer once the index is done.
+// registration and an index answer once the index is done; the watch
+// stream of an operation sends its progress as lines until it is done.
 func TestIndexingAtScale(t *testing.T) {
 	c := startMesh(t, "-librarian.watch=false")
 	c.http.Timeout = 2 * time.Minute
@@ -215,6 +222,61 @@ func TestIndexingAtScale(t *testing.T) {
 		require.Zero(t, done.errCode, done.errMessage)
 		require.GreaterOrEqual(t, done.filesDone, int64(files))
 	})
+
+	t.Run("watch an operation as a stream", func(t *testing.T) {
+		dir := largeRepo(t, 2000, "VantorWatchMarker")
+		resp := c.ok("POST", "/v1/repositories", map[string]any{"path": dir, "displayName": "watched"})
+		opName := resp["operation"].(string)
+		// Another tenant's operation is not found, before any line.
+		other := c.asUser("watch-other-tenant", "u1").do("GET", "/v1/"+opName+":watch", nil)
+		require.Equal(t, http.StatusNotFound, other.Status, other.Raw)
+		require.Contains(t, other.Body["message"], opName)
+
+		lines := c.watchLines(opName)
+		require.GreaterOrEqual(t, len(lines), 2, "the state at once, then its changes")
+		require.False(t, lines[0].done, "the first line is the running operation")
+		for i, l := range lines[:len(lines)-1] {
+			require.False(t, l.done, "only the last line is done")
+			require.GreaterOrEqual(t, lines[i+1].filesDone, l.filesDone, "files done went back")
+		}
+		last := lines[len(lines)-1]
+		require.True(t, last.done, "the stream ends once the operation is done")
+		require.Zero(t, last.errCode, last.errMessage)
+		require.Equal(t, "INDEX_PHASE_DONE", last.phase)
+		require.GreaterOrEqual(t, last.filesDone, int64(2000))
+		require.Equal(t, last.filesTotal, last.filesDone)
+		require.Positive(t, last.chunks)
+		require.Equal(t, "INDEX_STATE_READY", last.repository["indexState"])
+		t.Logf("watched %s: %d lines", opName, len(lines))
+	})
+}
+
+// watchLines reads GET /v1/{operation}:watch (newline-delimited JSON) to
+// its end and returns each line's operation.
+func (c *client) watchLines(name string) []opSnapshot {
+	c.t.Helper()
+	req, err := http.NewRequest("GET", c.base+"/v1/"+name+":watch", nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	require.Equal(c.t, "application/x-ndjson", resp.Header.Get("Content-Type"))
+	var out []opSnapshot
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 8<<20)
+	for sc.Scan() {
+		var line struct {
+			Result map[string]any `json:"result"`
+			Error  map[string]any `json:"error"`
+		}
+		require.NoError(c.t, json.Unmarshal(sc.Bytes(), &line), "line %s", sc.Bytes())
+		require.Nil(c.t, line.Error, "line %s", sc.Bytes())
+		out = append(out, snapshotOf(line.Result["operation"].(map[string]any)))
+	}
+	require.NoError(c.t, sc.Err())
+	return out
 }
 
 // TestDocumentUploadLimit: a document up to the Academic's limit

@@ -76,3 +76,24 @@ func TestIndexRequestTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), int64(g.requestTimeout(r)))
 }
+
+// TestStreamsHaveNoRequestTimeout: a session's event stream and an
+// operation's watch are streams (no request timeout); other calls are not.
+func TestStreamsHaveNoRequestTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		method, path string
+		want         bool
+	}{
+		{http.MethodGet, "/v1/sessions/s1/events:stream", true},
+		{http.MethodGet, "/v1/operations/abc:watch", true},
+		{http.MethodGet, "/v1/operations/abc", false},
+		{http.MethodPost, "/v1/operations/abc:cancel", false},
+		{http.MethodPost, "/v1/operations/abc:watch", false},
+		{http.MethodGet, "/v1/repositories/abc:watch", false},
+	} {
+		r, err := http.NewRequest(tt.method, "http://x"+tt.path, nil)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, isStream(r), tt.method+" "+tt.path)
+	}
+}

@@ -239,7 +239,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 	// (streams by their stall guard), not by the body deadline.
 	clearReadDeadline(w)
 	var cancel context.CancelFunc
-	if strings.HasSuffix(r.URL.Path, ":stream") {
+	if isStream(r) {
 		var end context.CancelCauseFunc
 		ctx, end = context.WithCancelCause(ctx)
 		cancel = func() { end(nil) }
@@ -262,12 +262,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		g.serveSSE(w, r, parent)
 		return
 	}
-	if strings.HasSuffix(r.URL.Path, ":stream") {
+	if isStream(r) {
 		// A stream that fails before its first message answers with the
 		// JSON error form, as every other call does.
 		w = &streamStartError{ResponseWriter: w}
 	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// isStream reports whether r opens a stream: a session's events
+// (":stream") or an operation's watch (GET /v1/operations/{id}:watch).
+// A stream lasts as long as its client reads it (its stall guard) or the
+// gateway runs, not the request timeout.
+func isStream(r *http.Request) bool {
+	p := r.URL.Path
+	return strings.HasSuffix(p, ":stream") ||
+		r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/operations/") && strings.HasSuffix(p, ":watch")
 }
 
 // stallGuard bounds every write of a stream: a client that has taken

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	librarianv1 "sylk.dev/sylk/gen/go/sylk/librarian/v1"
 )
@@ -124,36 +123,6 @@ func (e *env) printAdded(raw []byte, resp *librarianv1.CreateRepositoryResponse)
 		fmt.Fprintf(e.out, "Indexing: sylk repos show %s\n", op)
 	}
 	return nil
-}
-
-// followOperation polls an index operation until it is done, drawing a
-// progress bar on a terminal (a line per phase otherwise).
-func (e *env) followOperation(ctx context.Context, c *client, op string) error {
-	bar := newProgress(e.out, isTerminal(e.out) && !e.opts.json)
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var resp librarianv1.GetOperationResponse
-		raw, err := c.call(ctx, http.MethodGet, "/v1/"+op, nil, &resp)
-		if err != nil {
-			bar.done()
-			return err
-		}
-		o := resp.GetOperation()
-		if !e.opts.json {
-			bar.update(o.GetMetadata())
-		}
-		if o.GetDone() {
-			bar.done()
-			return e.operationDone(raw, o)
-		}
-		select {
-		case <-ctx.Done():
-			bar.done()
-			return ctxError(ctx)
-		case <-tick.C:
-		}
-	}
 }
 
 func (e *env) operationDone(raw []byte, o *librarianv1.Operation) error {

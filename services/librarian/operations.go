@@ -150,6 +150,8 @@ func (t *opTracker) flush(ctx context.Context) {
 	cancelAsked, err := t.s.store.saveProgress(c, t.tenant, t.id, p)
 	if err != nil {
 		t.s.log.WarnContext(ctx, "save index progress", slog.String("operation", t.id), logx.Err(err))
+	} else {
+		t.s.notifyOperation(t.id)
 	}
 	if cancelAsked {
 		t.cancel(errCancelRequested)
@@ -235,6 +237,7 @@ func (s *Service) finishOperation(ctx context.Context, t *opTracker, res indexRe
 	if ferr := s.store.finishOperation(c, t.tenant, t.id, p, code, msg); ferr != nil {
 		s.log.ErrorContext(ctx, "record index operation end", slog.String("operation", t.id), logx.Err(ferr))
 	}
+	s.notifyOperation(t.id)
 	s.ops.mu.Lock()
 	delete(s.ops.runs, t.id)
 	s.ops.mu.Unlock()

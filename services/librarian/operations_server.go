@@ -127,6 +127,7 @@ func (s *Service) CancelOperation(ctx context.Context, req *librarianv1.CancelOp
 	if err := s.store.requestCancel(ctx, id.TenantID, opID); err != nil {
 		return nil, apierr.Status(ctx, s.log, "cancel operation", err)
 	}
+	s.notifyOperation(opID)
 	s.ops.mu.Lock()
 	t := s.ops.runs[opID]
 	s.ops.mu.Unlock()

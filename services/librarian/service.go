@@ -54,6 +54,9 @@ type Service struct {
 	audit *audit.Log
 	// ops are the index operations this process runs (operations.go).
 	ops *operations
+	// opSignals wakes WatchOperation streams when this process writes an
+	// operation (operations_watch.go).
+	opSignals opSignals
 	// answers writes answers to routed questions with a model (answer.go).
 	answers answerModel
 }

@@ -331,6 +331,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/operations/{operation}:watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Streams an index operation
+         * @description WatchOperation streams an index operation: its current state at once, then each change of its progress, until it is done (the last message has done set) and the stream ends.
+         */
+        get: operations["LibrarianService_WatchOperation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/providers": {
         parameters: {
             query?: never;
@@ -5457,6 +5477,11 @@ export interface components {
             /** @description True when the provider took the key. */
             valid?: boolean;
         };
+        /** @description One state of the watched operation. */
+        v1WatchOperationResponse: {
+            /** @description The operation as GetOperation returns it. */
+            operation?: components["schemas"]["v1Operation"];
+        };
     };
     responses: never;
     parameters: never;
@@ -7641,6 +7666,101 @@ export interface operations {
             };
             /** @description The body exceeds the gateway's limit (BODY_TOO_LARGE; metadata limit_bytes). */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many failed authentications from the address or with keys of the prefix (AUTH_THROTTLED), or a rate, token or cost budget is used up (RESOURCE_EXHAUSTED). */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A service or store behind the gateway does not answer (UNAVAILABLE): retry later. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Any other error (INTERNAL, UNIMPLEMENTED, DEADLINE_EXCEEDED, ...). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    LibrarianService_WatchOperation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The operation's id: the last part of its resource name operations/{operation}. */
+                operation: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A stream of newline-delimited JSON (application/x-ndjson): one line {"result": ...} per message, flushed as it comes. A failure after the first line ends the stream with a line {"error": Error}; a failure before it is answered like any call, with an error status and an Error body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": {
+                        error?: components["schemas"]["Error"];
+                        result?: components["schemas"]["v1WatchOperationResponse"];
+                    };
+                };
+            };
+            /** @description The request is not valid (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE): a field, the path, a query parameter or the body is wrong, or the resource is not in a state that allows this. reason says which; details hold a google.rpc.BadRequest naming the fields at fault. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No API key, or an unknown, revoked or expired one (UNAUTHENTICATED; reason API_KEY_MISSING, API_KEY_INVALID, AUTH_SCHEME_UNSUPPORTED). The message says which; an expired key's says it expired. */
+            401: {
+                headers: {
+                    /** @description Bearer realm="sylk" */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The caller's role may not do this (PERMISSION_DENIED; reason ROLE_READ_ONLY, ADMIN_ROLE_REQUIRED, ...). The denial is recorded in the audit log. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource does not exist in the caller's tenant, or no route has this path (NOT_FOUND). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1275,6 +1275,98 @@ func (x *GetOperationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// The operation WatchOperation streams.
+type WatchOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "operations/{operation}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOperationRequest) Reset() {
+	*x = WatchOperationRequest{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOperationRequest) ProtoMessage() {}
+
+func (x *WatchOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOperationRequest.ProtoReflect.Descriptor instead.
+func (*WatchOperationRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WatchOperationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// One state of the watched operation.
+type WatchOperationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation as GetOperation returns it.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOperationResponse) Reset() {
+	*x = WatchOperationResponse{}
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOperationResponse) ProtoMessage() {}
+
+func (x *WatchOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOperationResponse.ProtoReflect.Descriptor instead.
+func (*WatchOperationResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchOperationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // The page of operations ListOperations returns.
 type ListOperationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1290,7 +1382,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1394,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[14]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1407,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{14}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOperationsRequest) GetPageSize() int32 {
@@ -1352,7 +1444,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1456,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[15]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1469,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{15}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1405,7 +1497,7 @@ type CancelOperationRequest struct {
 
 func (x *CancelOperationRequest) Reset() {
 	*x = CancelOperationRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1509,7 @@ func (x *CancelOperationRequest) String() string {
 func (*CancelOperationRequest) ProtoMessage() {}
 
 func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[16]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1522,7 @@ func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelOperationRequest.ProtoReflect.Descriptor instead.
 func (*CancelOperationRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{16}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelOperationRequest) GetName() string {
@@ -1451,7 +1543,7 @@ type CancelOperationResponse struct {
 
 func (x *CancelOperationResponse) Reset() {
 	*x = CancelOperationResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1555,7 @@ func (x *CancelOperationResponse) String() string {
 func (*CancelOperationResponse) ProtoMessage() {}
 
 func (x *CancelOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[17]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1568,7 @@ func (x *CancelOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelOperationResponse.ProtoReflect.Descriptor instead.
 func (*CancelOperationResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{17}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelOperationResponse) GetOperation() *Operation {
@@ -1517,7 +1609,7 @@ type SearchCodeRequest struct {
 
 func (x *SearchCodeRequest) Reset() {
 	*x = SearchCodeRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1621,7 @@ func (x *SearchCodeRequest) String() string {
 func (*SearchCodeRequest) ProtoMessage() {}
 
 func (x *SearchCodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[18]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1634,7 @@ func (x *SearchCodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCodeRequest.ProtoReflect.Descriptor instead.
 func (*SearchCodeRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{18}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SearchCodeRequest) GetQuery() string {
@@ -1632,7 +1724,7 @@ type SearchCodeResponse struct {
 
 func (x *SearchCodeResponse) Reset() {
 	*x = SearchCodeResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1736,7 @@ func (x *SearchCodeResponse) String() string {
 func (*SearchCodeResponse) ProtoMessage() {}
 
 func (x *SearchCodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[19]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1749,7 @@ func (x *SearchCodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCodeResponse.ProtoReflect.Descriptor instead.
 func (*SearchCodeResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{19}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SearchCodeResponse) GetHits() []*CodeHit {
@@ -1726,7 +1818,7 @@ type FindSimilarSymbolsRequest struct {
 
 func (x *FindSimilarSymbolsRequest) Reset() {
 	*x = FindSimilarSymbolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1830,7 @@ func (x *FindSimilarSymbolsRequest) String() string {
 func (*FindSimilarSymbolsRequest) ProtoMessage() {}
 
 func (x *FindSimilarSymbolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[20]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1843,7 @@ func (x *FindSimilarSymbolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindSimilarSymbolsRequest.ProtoReflect.Descriptor instead.
 func (*FindSimilarSymbolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{20}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FindSimilarSymbolsRequest) GetRepository() string {
@@ -1807,7 +1899,7 @@ type SimilarSymbol struct {
 
 func (x *SimilarSymbol) Reset() {
 	*x = SimilarSymbol{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1911,7 @@ func (x *SimilarSymbol) String() string {
 func (*SimilarSymbol) ProtoMessage() {}
 
 func (x *SimilarSymbol) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[21]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1924,7 @@ func (x *SimilarSymbol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimilarSymbol.ProtoReflect.Descriptor instead.
 func (*SimilarSymbol) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{21}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SimilarSymbol) GetRepository() string {
@@ -1904,7 +1996,7 @@ type FindSimilarSymbolsResponse struct {
 
 func (x *FindSimilarSymbolsResponse) Reset() {
 	*x = FindSimilarSymbolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2008,7 @@ func (x *FindSimilarSymbolsResponse) String() string {
 func (*FindSimilarSymbolsResponse) ProtoMessage() {}
 
 func (x *FindSimilarSymbolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[22]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2021,7 @@ func (x *FindSimilarSymbolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindSimilarSymbolsResponse.ProtoReflect.Descriptor instead.
 func (*FindSimilarSymbolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{22}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FindSimilarSymbolsResponse) GetSource() *SimilarSymbol {
@@ -1973,7 +2065,7 @@ type CodeHit struct {
 
 func (x *CodeHit) Reset() {
 	*x = CodeHit{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2077,7 @@ func (x *CodeHit) String() string {
 func (*CodeHit) ProtoMessage() {}
 
 func (x *CodeHit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[23]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2090,7 @@ func (x *CodeHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeHit.ProtoReflect.Descriptor instead.
 func (*CodeHit) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{23}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CodeHit) GetRepository() string {
@@ -2093,7 +2185,7 @@ type Symbol struct {
 
 func (x *Symbol) Reset() {
 	*x = Symbol{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2197,7 @@ func (x *Symbol) String() string {
 func (*Symbol) ProtoMessage() {}
 
 func (x *Symbol) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[24]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2210,7 @@ func (x *Symbol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Symbol.ProtoReflect.Descriptor instead.
 func (*Symbol) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{24}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Symbol) GetId() string {
@@ -2213,7 +2305,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2317,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[25]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2330,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{25}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Edge) GetSource() string {
@@ -2291,7 +2383,7 @@ type GetSymbolRequest struct {
 
 func (x *GetSymbolRequest) Reset() {
 	*x = GetSymbolRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2395,7 @@ func (x *GetSymbolRequest) String() string {
 func (*GetSymbolRequest) ProtoMessage() {}
 
 func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[26]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2408,7 @@ func (x *GetSymbolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolRequest.ProtoReflect.Descriptor instead.
 func (*GetSymbolRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{26}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetSymbolRequest) GetRepository() string {
@@ -2351,7 +2443,7 @@ type GetSymbolResponse struct {
 
 func (x *GetSymbolResponse) Reset() {
 	*x = GetSymbolResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2455,7 @@ func (x *GetSymbolResponse) String() string {
 func (*GetSymbolResponse) ProtoMessage() {}
 
 func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[27]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2468,7 @@ func (x *GetSymbolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSymbolResponse.ProtoReflect.Descriptor instead.
 func (*GetSymbolResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{27}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetSymbolResponse) GetSymbol() *Symbol {
@@ -2401,7 +2493,7 @@ type GetFileSymbolsRequest struct {
 
 func (x *GetFileSymbolsRequest) Reset() {
 	*x = GetFileSymbolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2505,7 @@ func (x *GetFileSymbolsRequest) String() string {
 func (*GetFileSymbolsRequest) ProtoMessage() {}
 
 func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[28]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2518,7 @@ func (x *GetFileSymbolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsRequest.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{28}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetFileSymbolsRequest) GetRepository() string {
@@ -2461,7 +2553,7 @@ type GetFileSymbolsResponse struct {
 
 func (x *GetFileSymbolsResponse) Reset() {
 	*x = GetFileSymbolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2565,7 @@ func (x *GetFileSymbolsResponse) String() string {
 func (*GetFileSymbolsResponse) ProtoMessage() {}
 
 func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[29]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2578,7 @@ func (x *GetFileSymbolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileSymbolsResponse.ProtoReflect.Descriptor instead.
 func (*GetFileSymbolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{29}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetFileSymbolsResponse) GetSymbols() []*Symbol {
@@ -2511,7 +2603,7 @@ type GetDependenciesRequest struct {
 
 func (x *GetDependenciesRequest) Reset() {
 	*x = GetDependenciesRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2615,7 @@ func (x *GetDependenciesRequest) String() string {
 func (*GetDependenciesRequest) ProtoMessage() {}
 
 func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[30]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2628,7 @@ func (x *GetDependenciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesRequest.ProtoReflect.Descriptor instead.
 func (*GetDependenciesRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{30}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetDependenciesRequest) GetRepository() string {
@@ -2571,7 +2663,7 @@ type GetDependenciesResponse struct {
 
 func (x *GetDependenciesResponse) Reset() {
 	*x = GetDependenciesResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2675,7 @@ func (x *GetDependenciesResponse) String() string {
 func (*GetDependenciesResponse) ProtoMessage() {}
 
 func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[31]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2688,7 @@ func (x *GetDependenciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependenciesResponse.ProtoReflect.Descriptor instead.
 func (*GetDependenciesResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{31}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetDependenciesResponse) GetEdges() []*Edge {
@@ -2621,7 +2713,7 @@ type GetDependentsRequest struct {
 
 func (x *GetDependentsRequest) Reset() {
 	*x = GetDependentsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2725,7 @@ func (x *GetDependentsRequest) String() string {
 func (*GetDependentsRequest) ProtoMessage() {}
 
 func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[32]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2738,7 @@ func (x *GetDependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsRequest.ProtoReflect.Descriptor instead.
 func (*GetDependentsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{32}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetDependentsRequest) GetRepository() string {
@@ -2681,7 +2773,7 @@ type GetDependentsResponse struct {
 
 func (x *GetDependentsResponse) Reset() {
 	*x = GetDependentsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2785,7 @@ func (x *GetDependentsResponse) String() string {
 func (*GetDependentsResponse) ProtoMessage() {}
 
 func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[33]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +2798,7 @@ func (x *GetDependentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDependentsResponse.ProtoReflect.Descriptor instead.
 func (*GetDependentsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{33}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetDependentsResponse) GetEdges() []*Edge {
@@ -2729,7 +2821,7 @@ type DiscoverToolsRequest struct {
 
 func (x *DiscoverToolsRequest) Reset() {
 	*x = DiscoverToolsRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2833,7 @@ func (x *DiscoverToolsRequest) String() string {
 func (*DiscoverToolsRequest) ProtoMessage() {}
 
 func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[34]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2846,7 @@ func (x *DiscoverToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{34}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiscoverToolsRequest) GetRepository() string {
@@ -2794,7 +2886,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2898,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[35]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2911,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{35}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Tool) GetId() string {
@@ -2895,7 +2987,7 @@ type DiscoverToolsResponse struct {
 
 func (x *DiscoverToolsResponse) Reset() {
 	*x = DiscoverToolsResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2999,7 @@ func (x *DiscoverToolsResponse) String() string {
 func (*DiscoverToolsResponse) ProtoMessage() {}
 
 func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[36]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3012,7 @@ func (x *DiscoverToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverToolsResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverToolsResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{36}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DiscoverToolsResponse) GetFormatters() []*Tool {
@@ -2994,7 +3086,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3098,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[37]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3111,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{37}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetHistoryRequest) GetRepository() string {
@@ -3083,7 +3175,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3187,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[38]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3200,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{38}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetHistoryResponse) GetPath() string {
@@ -3163,7 +3255,7 @@ type HistoryCommit struct {
 
 func (x *HistoryCommit) Reset() {
 	*x = HistoryCommit{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3267,7 @@ func (x *HistoryCommit) String() string {
 func (*HistoryCommit) ProtoMessage() {}
 
 func (x *HistoryCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[39]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3280,7 @@ func (x *HistoryCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryCommit.ProtoReflect.Descriptor instead.
 func (*HistoryCommit) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{39}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HistoryCommit) GetSha() string {
@@ -3238,7 +3330,7 @@ type IndexNotice struct {
 
 func (x *IndexNotice) Reset() {
 	*x = IndexNotice{}
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3342,7 @@ func (x *IndexNotice) String() string {
 func (*IndexNotice) ProtoMessage() {}
 
 func (x *IndexNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[40]
+	mi := &file_sylk_librarian_v1_librarian_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3355,7 @@ func (x *IndexNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexNotice.ProtoReflect.Descriptor instead.
 func (*IndexNotice) Descriptor() ([]byte, []int) {
-	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{40}
+	return file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *IndexNotice) GetTenantId() string {
@@ -3399,6 +3491,10 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x13GetOperationRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"R\n" +
 	"\x14GetOperationResponse\x12:\n" +
+	"\toperation\x18\x01 \x01(\v2\x1c.sylk.librarian.v1.OperationR\toperation\"0\n" +
+	"\x15WatchOperationRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"T\n" +
+	"\x16WatchOperationResponse\x12:\n" +
 	"\toperation\x18\x01 \x01(\v2\x1c.sylk.librarian.v1.OperationR\toperation\"s\n" +
 	"\x15ListOperationsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3600,14 +3696,15 @@ const file_sylk_librarian_v1_librarian_service_proto_rawDesc = "" +
 	"\x13INDEX_PHASE_LEXICAL\x10\x03\x12\x17\n" +
 	"\x13INDEX_PHASE_SYMBOLS\x10\x04\x12\x18\n" +
 	"\x14INDEX_PHASE_SEMANTIC\x10\x05\x12\x14\n" +
-	"\x10INDEX_PHASE_DONE\x10\x062\x89\x11\n" +
+	"\x10INDEX_PHASE_DONE\x10\x062\x9a\x12\n" +
 	"\x10LibrarianService\x12\x91\x01\n" +
 	"\x10CreateRepository\x12*.sylk.librarian.v1.CreateRepositoryRequest\x1a+.sylk.librarian.v1.CreateRepositoryResponse\"$\x82\xd3\xe4\x93\x02\x1e:\n" +
 	"repository\"\x10/v1/repositories\x12\x85\x01\n" +
 	"\rGetRepository\x12'.sylk.librarian.v1.GetRepositoryRequest\x1a(.sylk.librarian.v1.GetRepositoryResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/{name=repositories/*}\x12\x85\x01\n" +
 	"\x10ListRepositories\x12*.sylk.librarian.v1.ListRepositoriesRequest\x1a+.sylk.librarian.v1.ListRepositoriesResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/repositories\x12\x94\x01\n" +
 	"\x0fIndexRepository\x12).sylk.librarian.v1.IndexRepositoryRequest\x1a*.sylk.librarian.v1.IndexRepositoryResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=repositories/*}:index\x12\x80\x01\n" +
-	"\fGetOperation\x12&.sylk.librarian.v1.GetOperationRequest\x1a'.sylk.librarian.v1.GetOperationResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/{name=operations/*}\x12}\n" +
+	"\fGetOperation\x12&.sylk.librarian.v1.GetOperationRequest\x1a'.sylk.librarian.v1.GetOperationResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/{name=operations/*}\x12\x8e\x01\n" +
+	"\x0eWatchOperation\x12(.sylk.librarian.v1.WatchOperationRequest\x1a).sylk.librarian.v1.WatchOperationResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/{name=operations/*}:watch0\x01\x12}\n" +
 	"\x0eListOperations\x12(.sylk.librarian.v1.ListOperationsRequest\x1a).sylk.librarian.v1.ListOperationsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/operations\x12\x93\x01\n" +
 	"\x0fCancelOperation\x12).sylk.librarian.v1.CancelOperationRequest\x1a*.sylk.librarian.v1.CancelOperationResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/{name=operations/*}:cancel\x12u\n" +
 	"\n" +
@@ -3634,7 +3731,7 @@ func file_sylk_librarian_v1_librarian_service_proto_rawDescGZIP() []byte {
 }
 
 var file_sylk_librarian_v1_librarian_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sylk_librarian_v1_librarian_service_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
 	(SearchMode)(0),                    // 0: sylk.librarian.v1.SearchMode
 	(IndexState)(0),                    // 1: sylk.librarian.v1.IndexState
@@ -3653,40 +3750,42 @@ var file_sylk_librarian_v1_librarian_service_proto_goTypes = []any{
 	(*IndexOperationMetadata)(nil),     // 14: sylk.librarian.v1.IndexOperationMetadata
 	(*GetOperationRequest)(nil),        // 15: sylk.librarian.v1.GetOperationRequest
 	(*GetOperationResponse)(nil),       // 16: sylk.librarian.v1.GetOperationResponse
-	(*ListOperationsRequest)(nil),      // 17: sylk.librarian.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),     // 18: sylk.librarian.v1.ListOperationsResponse
-	(*CancelOperationRequest)(nil),     // 19: sylk.librarian.v1.CancelOperationRequest
-	(*CancelOperationResponse)(nil),    // 20: sylk.librarian.v1.CancelOperationResponse
-	(*SearchCodeRequest)(nil),          // 21: sylk.librarian.v1.SearchCodeRequest
-	(*SearchCodeResponse)(nil),         // 22: sylk.librarian.v1.SearchCodeResponse
-	(*FindSimilarSymbolsRequest)(nil),  // 23: sylk.librarian.v1.FindSimilarSymbolsRequest
-	(*SimilarSymbol)(nil),              // 24: sylk.librarian.v1.SimilarSymbol
-	(*FindSimilarSymbolsResponse)(nil), // 25: sylk.librarian.v1.FindSimilarSymbolsResponse
-	(*CodeHit)(nil),                    // 26: sylk.librarian.v1.CodeHit
-	(*Symbol)(nil),                     // 27: sylk.librarian.v1.Symbol
-	(*Edge)(nil),                       // 28: sylk.librarian.v1.Edge
-	(*GetSymbolRequest)(nil),           // 29: sylk.librarian.v1.GetSymbolRequest
-	(*GetSymbolResponse)(nil),          // 30: sylk.librarian.v1.GetSymbolResponse
-	(*GetFileSymbolsRequest)(nil),      // 31: sylk.librarian.v1.GetFileSymbolsRequest
-	(*GetFileSymbolsResponse)(nil),     // 32: sylk.librarian.v1.GetFileSymbolsResponse
-	(*GetDependenciesRequest)(nil),     // 33: sylk.librarian.v1.GetDependenciesRequest
-	(*GetDependenciesResponse)(nil),    // 34: sylk.librarian.v1.GetDependenciesResponse
-	(*GetDependentsRequest)(nil),       // 35: sylk.librarian.v1.GetDependentsRequest
-	(*GetDependentsResponse)(nil),      // 36: sylk.librarian.v1.GetDependentsResponse
-	(*DiscoverToolsRequest)(nil),       // 37: sylk.librarian.v1.DiscoverToolsRequest
-	(*Tool)(nil),                       // 38: sylk.librarian.v1.Tool
-	(*DiscoverToolsResponse)(nil),      // 39: sylk.librarian.v1.DiscoverToolsResponse
-	(*GetHistoryRequest)(nil),          // 40: sylk.librarian.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),         // 41: sylk.librarian.v1.GetHistoryResponse
-	(*HistoryCommit)(nil),              // 42: sylk.librarian.v1.HistoryCommit
-	(*IndexNotice)(nil),                // 43: sylk.librarian.v1.IndexNotice
-	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
-	(*v1.IndexingProgress)(nil),        // 45: sylk.event.v1.IndexingProgress
+	(*WatchOperationRequest)(nil),      // 17: sylk.librarian.v1.WatchOperationRequest
+	(*WatchOperationResponse)(nil),     // 18: sylk.librarian.v1.WatchOperationResponse
+	(*ListOperationsRequest)(nil),      // 19: sylk.librarian.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),     // 20: sylk.librarian.v1.ListOperationsResponse
+	(*CancelOperationRequest)(nil),     // 21: sylk.librarian.v1.CancelOperationRequest
+	(*CancelOperationResponse)(nil),    // 22: sylk.librarian.v1.CancelOperationResponse
+	(*SearchCodeRequest)(nil),          // 23: sylk.librarian.v1.SearchCodeRequest
+	(*SearchCodeResponse)(nil),         // 24: sylk.librarian.v1.SearchCodeResponse
+	(*FindSimilarSymbolsRequest)(nil),  // 25: sylk.librarian.v1.FindSimilarSymbolsRequest
+	(*SimilarSymbol)(nil),              // 26: sylk.librarian.v1.SimilarSymbol
+	(*FindSimilarSymbolsResponse)(nil), // 27: sylk.librarian.v1.FindSimilarSymbolsResponse
+	(*CodeHit)(nil),                    // 28: sylk.librarian.v1.CodeHit
+	(*Symbol)(nil),                     // 29: sylk.librarian.v1.Symbol
+	(*Edge)(nil),                       // 30: sylk.librarian.v1.Edge
+	(*GetSymbolRequest)(nil),           // 31: sylk.librarian.v1.GetSymbolRequest
+	(*GetSymbolResponse)(nil),          // 32: sylk.librarian.v1.GetSymbolResponse
+	(*GetFileSymbolsRequest)(nil),      // 33: sylk.librarian.v1.GetFileSymbolsRequest
+	(*GetFileSymbolsResponse)(nil),     // 34: sylk.librarian.v1.GetFileSymbolsResponse
+	(*GetDependenciesRequest)(nil),     // 35: sylk.librarian.v1.GetDependenciesRequest
+	(*GetDependenciesResponse)(nil),    // 36: sylk.librarian.v1.GetDependenciesResponse
+	(*GetDependentsRequest)(nil),       // 37: sylk.librarian.v1.GetDependentsRequest
+	(*GetDependentsResponse)(nil),      // 38: sylk.librarian.v1.GetDependentsResponse
+	(*DiscoverToolsRequest)(nil),       // 39: sylk.librarian.v1.DiscoverToolsRequest
+	(*Tool)(nil),                       // 40: sylk.librarian.v1.Tool
+	(*DiscoverToolsResponse)(nil),      // 41: sylk.librarian.v1.DiscoverToolsResponse
+	(*GetHistoryRequest)(nil),          // 42: sylk.librarian.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),         // 43: sylk.librarian.v1.GetHistoryResponse
+	(*HistoryCommit)(nil),              // 44: sylk.librarian.v1.HistoryCommit
+	(*IndexNotice)(nil),                // 45: sylk.librarian.v1.IndexNotice
+	(*timestamppb.Timestamp)(nil),      // 46: google.protobuf.Timestamp
+	(*v1.IndexingProgress)(nil),        // 47: sylk.event.v1.IndexingProgress
 }
 var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	1,  // 0: sylk.librarian.v1.Repository.index_state:type_name -> sylk.librarian.v1.IndexState
-	44, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
-	44, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
+	46, // 1: sylk.librarian.v1.Repository.create_time:type_name -> google.protobuf.Timestamp
+	46, // 2: sylk.librarian.v1.Repository.index_time:type_name -> google.protobuf.Timestamp
 	3,  // 3: sylk.librarian.v1.CreateRepositoryRequest.repository:type_name -> sylk.librarian.v1.Repository
 	3,  // 4: sylk.librarian.v1.CreateRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
 	3,  // 5: sylk.librarian.v1.GetRepositoryResponse.repository:type_name -> sylk.librarian.v1.Repository
@@ -3696,62 +3795,65 @@ var file_sylk_librarian_v1_librarian_service_proto_depIdxs = []int32{
 	14, // 9: sylk.librarian.v1.Operation.metadata:type_name -> sylk.librarian.v1.IndexOperationMetadata
 	3,  // 10: sylk.librarian.v1.Operation.repository:type_name -> sylk.librarian.v1.Repository
 	2,  // 11: sylk.librarian.v1.IndexOperationMetadata.phase:type_name -> sylk.librarian.v1.IndexPhase
-	44, // 12: sylk.librarian.v1.IndexOperationMetadata.start_time:type_name -> google.protobuf.Timestamp
-	44, // 13: sylk.librarian.v1.IndexOperationMetadata.update_time:type_name -> google.protobuf.Timestamp
+	46, // 12: sylk.librarian.v1.IndexOperationMetadata.start_time:type_name -> google.protobuf.Timestamp
+	46, // 13: sylk.librarian.v1.IndexOperationMetadata.update_time:type_name -> google.protobuf.Timestamp
 	12, // 14: sylk.librarian.v1.GetOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
-	12, // 15: sylk.librarian.v1.ListOperationsResponse.operations:type_name -> sylk.librarian.v1.Operation
-	12, // 16: sylk.librarian.v1.CancelOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
-	0,  // 17: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
-	26, // 18: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
-	24, // 19: sylk.librarian.v1.FindSimilarSymbolsResponse.source:type_name -> sylk.librarian.v1.SimilarSymbol
-	24, // 20: sylk.librarian.v1.FindSimilarSymbolsResponse.symbols:type_name -> sylk.librarian.v1.SimilarSymbol
-	27, // 21: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
-	27, // 22: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
-	28, // 23: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
-	28, // 24: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
-	38, // 25: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
-	38, // 26: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
-	38, // 27: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
-	38, // 28: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
-	38, // 29: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
-	42, // 30: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
-	44, // 31: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
-	45, // 32: sylk.librarian.v1.IndexNotice.progress:type_name -> sylk.event.v1.IndexingProgress
-	4,  // 33: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
-	6,  // 34: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
-	8,  // 35: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
-	10, // 36: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
-	15, // 37: sylk.librarian.v1.LibrarianService.GetOperation:input_type -> sylk.librarian.v1.GetOperationRequest
-	17, // 38: sylk.librarian.v1.LibrarianService.ListOperations:input_type -> sylk.librarian.v1.ListOperationsRequest
-	19, // 39: sylk.librarian.v1.LibrarianService.CancelOperation:input_type -> sylk.librarian.v1.CancelOperationRequest
-	21, // 40: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
-	29, // 41: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
-	31, // 42: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
-	33, // 43: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
-	35, // 44: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
-	37, // 45: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
-	40, // 46: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
-	23, // 47: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
-	5,  // 48: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
-	7,  // 49: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
-	9,  // 50: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
-	11, // 51: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
-	16, // 52: sylk.librarian.v1.LibrarianService.GetOperation:output_type -> sylk.librarian.v1.GetOperationResponse
-	18, // 53: sylk.librarian.v1.LibrarianService.ListOperations:output_type -> sylk.librarian.v1.ListOperationsResponse
-	20, // 54: sylk.librarian.v1.LibrarianService.CancelOperation:output_type -> sylk.librarian.v1.CancelOperationResponse
-	22, // 55: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
-	30, // 56: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
-	32, // 57: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
-	34, // 58: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
-	36, // 59: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
-	39, // 60: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
-	41, // 61: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
-	25, // 62: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
-	48, // [48:63] is the sub-list for method output_type
-	33, // [33:48] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	12, // 15: sylk.librarian.v1.WatchOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
+	12, // 16: sylk.librarian.v1.ListOperationsResponse.operations:type_name -> sylk.librarian.v1.Operation
+	12, // 17: sylk.librarian.v1.CancelOperationResponse.operation:type_name -> sylk.librarian.v1.Operation
+	0,  // 18: sylk.librarian.v1.SearchCodeRequest.mode:type_name -> sylk.librarian.v1.SearchMode
+	28, // 19: sylk.librarian.v1.SearchCodeResponse.hits:type_name -> sylk.librarian.v1.CodeHit
+	26, // 20: sylk.librarian.v1.FindSimilarSymbolsResponse.source:type_name -> sylk.librarian.v1.SimilarSymbol
+	26, // 21: sylk.librarian.v1.FindSimilarSymbolsResponse.symbols:type_name -> sylk.librarian.v1.SimilarSymbol
+	29, // 22: sylk.librarian.v1.GetSymbolResponse.symbol:type_name -> sylk.librarian.v1.Symbol
+	29, // 23: sylk.librarian.v1.GetFileSymbolsResponse.symbols:type_name -> sylk.librarian.v1.Symbol
+	30, // 24: sylk.librarian.v1.GetDependenciesResponse.edges:type_name -> sylk.librarian.v1.Edge
+	30, // 25: sylk.librarian.v1.GetDependentsResponse.edges:type_name -> sylk.librarian.v1.Edge
+	40, // 26: sylk.librarian.v1.DiscoverToolsResponse.formatters:type_name -> sylk.librarian.v1.Tool
+	40, // 27: sylk.librarian.v1.DiscoverToolsResponse.linters:type_name -> sylk.librarian.v1.Tool
+	40, // 28: sylk.librarian.v1.DiscoverToolsResponse.language_servers:type_name -> sylk.librarian.v1.Tool
+	40, // 29: sylk.librarian.v1.DiscoverToolsResponse.test_frameworks:type_name -> sylk.librarian.v1.Tool
+	40, // 30: sylk.librarian.v1.DiscoverToolsResponse.alternatives:type_name -> sylk.librarian.v1.Tool
+	44, // 31: sylk.librarian.v1.GetHistoryResponse.commits:type_name -> sylk.librarian.v1.HistoryCommit
+	46, // 32: sylk.librarian.v1.HistoryCommit.author_time:type_name -> google.protobuf.Timestamp
+	47, // 33: sylk.librarian.v1.IndexNotice.progress:type_name -> sylk.event.v1.IndexingProgress
+	4,  // 34: sylk.librarian.v1.LibrarianService.CreateRepository:input_type -> sylk.librarian.v1.CreateRepositoryRequest
+	6,  // 35: sylk.librarian.v1.LibrarianService.GetRepository:input_type -> sylk.librarian.v1.GetRepositoryRequest
+	8,  // 36: sylk.librarian.v1.LibrarianService.ListRepositories:input_type -> sylk.librarian.v1.ListRepositoriesRequest
+	10, // 37: sylk.librarian.v1.LibrarianService.IndexRepository:input_type -> sylk.librarian.v1.IndexRepositoryRequest
+	15, // 38: sylk.librarian.v1.LibrarianService.GetOperation:input_type -> sylk.librarian.v1.GetOperationRequest
+	17, // 39: sylk.librarian.v1.LibrarianService.WatchOperation:input_type -> sylk.librarian.v1.WatchOperationRequest
+	19, // 40: sylk.librarian.v1.LibrarianService.ListOperations:input_type -> sylk.librarian.v1.ListOperationsRequest
+	21, // 41: sylk.librarian.v1.LibrarianService.CancelOperation:input_type -> sylk.librarian.v1.CancelOperationRequest
+	23, // 42: sylk.librarian.v1.LibrarianService.SearchCode:input_type -> sylk.librarian.v1.SearchCodeRequest
+	31, // 43: sylk.librarian.v1.LibrarianService.GetSymbol:input_type -> sylk.librarian.v1.GetSymbolRequest
+	33, // 44: sylk.librarian.v1.LibrarianService.GetFileSymbols:input_type -> sylk.librarian.v1.GetFileSymbolsRequest
+	35, // 45: sylk.librarian.v1.LibrarianService.GetDependencies:input_type -> sylk.librarian.v1.GetDependenciesRequest
+	37, // 46: sylk.librarian.v1.LibrarianService.GetDependents:input_type -> sylk.librarian.v1.GetDependentsRequest
+	39, // 47: sylk.librarian.v1.LibrarianService.DiscoverTools:input_type -> sylk.librarian.v1.DiscoverToolsRequest
+	42, // 48: sylk.librarian.v1.LibrarianService.GetHistory:input_type -> sylk.librarian.v1.GetHistoryRequest
+	25, // 49: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:input_type -> sylk.librarian.v1.FindSimilarSymbolsRequest
+	5,  // 50: sylk.librarian.v1.LibrarianService.CreateRepository:output_type -> sylk.librarian.v1.CreateRepositoryResponse
+	7,  // 51: sylk.librarian.v1.LibrarianService.GetRepository:output_type -> sylk.librarian.v1.GetRepositoryResponse
+	9,  // 52: sylk.librarian.v1.LibrarianService.ListRepositories:output_type -> sylk.librarian.v1.ListRepositoriesResponse
+	11, // 53: sylk.librarian.v1.LibrarianService.IndexRepository:output_type -> sylk.librarian.v1.IndexRepositoryResponse
+	16, // 54: sylk.librarian.v1.LibrarianService.GetOperation:output_type -> sylk.librarian.v1.GetOperationResponse
+	18, // 55: sylk.librarian.v1.LibrarianService.WatchOperation:output_type -> sylk.librarian.v1.WatchOperationResponse
+	20, // 56: sylk.librarian.v1.LibrarianService.ListOperations:output_type -> sylk.librarian.v1.ListOperationsResponse
+	22, // 57: sylk.librarian.v1.LibrarianService.CancelOperation:output_type -> sylk.librarian.v1.CancelOperationResponse
+	24, // 58: sylk.librarian.v1.LibrarianService.SearchCode:output_type -> sylk.librarian.v1.SearchCodeResponse
+	32, // 59: sylk.librarian.v1.LibrarianService.GetSymbol:output_type -> sylk.librarian.v1.GetSymbolResponse
+	34, // 60: sylk.librarian.v1.LibrarianService.GetFileSymbols:output_type -> sylk.librarian.v1.GetFileSymbolsResponse
+	36, // 61: sylk.librarian.v1.LibrarianService.GetDependencies:output_type -> sylk.librarian.v1.GetDependenciesResponse
+	38, // 62: sylk.librarian.v1.LibrarianService.GetDependents:output_type -> sylk.librarian.v1.GetDependentsResponse
+	41, // 63: sylk.librarian.v1.LibrarianService.DiscoverTools:output_type -> sylk.librarian.v1.DiscoverToolsResponse
+	43, // 64: sylk.librarian.v1.LibrarianService.GetHistory:output_type -> sylk.librarian.v1.GetHistoryResponse
+	27, // 65: sylk.librarian.v1.LibrarianService.FindSimilarSymbols:output_type -> sylk.librarian.v1.FindSimilarSymbolsResponse
+	50, // [50:66] is the sub-list for method output_type
+	34, // [34:50] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_sylk_librarian_v1_librarian_service_proto_init() }
@@ -3766,7 +3868,7 @@ func file_sylk_librarian_v1_librarian_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_librarian_v1_librarian_service_proto_rawDesc), len(file_sylk_librarian_v1_librarian_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

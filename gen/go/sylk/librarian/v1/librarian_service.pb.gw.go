@@ -234,6 +234,35 @@ func local_request_LibrarianService_GetOperation_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
+func request_LibrarianService_WatchOperation_0(ctx context.Context, marshaler runtime.Marshaler, client LibrarianServiceClient, req *http.Request, pathParams map[string]string) (LibrarianService_WatchOperationClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchOperationRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "name")
+	}
+	protoReq.Name, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "name", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchOperation(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 var filter_LibrarianService_ListOperations_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_LibrarianService_ListOperations_0(ctx context.Context, marshaler runtime.Marshaler, client LibrarianServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -818,6 +847,13 @@ func RegisterLibrarianServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LibrarianService_GetOperation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+
+	mux.Handle(http.MethodGet, pattern_LibrarianService_WatchOperation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
 	mux.Handle(http.MethodGet, pattern_LibrarianService_ListOperations_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1143,6 +1179,23 @@ func RegisterLibrarianServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LibrarianService_GetOperation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LibrarianService_WatchOperation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sylk.librarian.v1.LibrarianService/WatchOperation", runtime.WithHTTPPathPattern("/v1/{name=operations/*}:watch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LibrarianService_WatchOperation_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LibrarianService_WatchOperation_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LibrarianService_ListOperations_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1322,6 +1375,7 @@ var (
 	pattern_LibrarianService_ListRepositories_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "repositories"}, ""))
 	pattern_LibrarianService_IndexRepository_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "repositories", "name"}, "index"))
 	pattern_LibrarianService_GetOperation_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "operations", "name"}, ""))
+	pattern_LibrarianService_WatchOperation_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "operations", "name"}, "watch"))
 	pattern_LibrarianService_ListOperations_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "operations"}, ""))
 	pattern_LibrarianService_CancelOperation_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2}, []string{"v1", "operations", "name"}, "cancel"))
 	pattern_LibrarianService_SearchCode_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "code"}, "search"))
@@ -1340,6 +1394,7 @@ var (
 	forward_LibrarianService_ListRepositories_0   = runtime.ForwardResponseMessage
 	forward_LibrarianService_IndexRepository_0    = runtime.ForwardResponseMessage
 	forward_LibrarianService_GetOperation_0       = runtime.ForwardResponseMessage
+	forward_LibrarianService_WatchOperation_0     = runtime.ForwardResponseStream
 	forward_LibrarianService_ListOperations_0     = runtime.ForwardResponseMessage
 	forward_LibrarianService_CancelOperation_0    = runtime.ForwardResponseMessage
 	forward_LibrarianService_SearchCode_0         = runtime.ForwardResponseMessage

@@ -24,6 +24,7 @@ const (
 	LibrarianService_ListRepositories_FullMethodName   = "/sylk.librarian.v1.LibrarianService/ListRepositories"
 	LibrarianService_IndexRepository_FullMethodName    = "/sylk.librarian.v1.LibrarianService/IndexRepository"
 	LibrarianService_GetOperation_FullMethodName       = "/sylk.librarian.v1.LibrarianService/GetOperation"
+	LibrarianService_WatchOperation_FullMethodName     = "/sylk.librarian.v1.LibrarianService/WatchOperation"
 	LibrarianService_ListOperations_FullMethodName     = "/sylk.librarian.v1.LibrarianService/ListOperations"
 	LibrarianService_CancelOperation_FullMethodName    = "/sylk.librarian.v1.LibrarianService/CancelOperation"
 	LibrarianService_SearchCode_FullMethodName         = "/sylk.librarian.v1.LibrarianService/SearchCode"
@@ -58,6 +59,10 @@ type LibrarianServiceClient interface {
 	// GetOperation returns an index operation: its progress while it runs,
 	// its outcome once done.
 	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*GetOperationResponse, error)
+	// WatchOperation streams an index operation: its current state at once,
+	// then each change of its progress, until it is done (the last message
+	// has done set) and the stream ends.
+	WatchOperation(ctx context.Context, in *WatchOperationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOperationResponse], error)
 	// ListOperations pages through the tenant's index operations, newest
 	// first.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
@@ -148,6 +153,25 @@ func (c *librarianServiceClient) GetOperation(ctx context.Context, in *GetOperat
 	}
 	return out, nil
 }
+
+func (c *librarianServiceClient) WatchOperation(ctx context.Context, in *WatchOperationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOperationResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LibrarianService_ServiceDesc.Streams[0], LibrarianService_WatchOperation_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchOperationRequest, WatchOperationResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LibrarianService_WatchOperationClient = grpc.ServerStreamingClient[WatchOperationResponse]
 
 func (c *librarianServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -271,6 +295,10 @@ type LibrarianServiceServer interface {
 	// GetOperation returns an index operation: its progress while it runs,
 	// its outcome once done.
 	GetOperation(context.Context, *GetOperationRequest) (*GetOperationResponse, error)
+	// WatchOperation streams an index operation: its current state at once,
+	// then each change of its progress, until it is done (the last message
+	// has done set) and the stream ends.
+	WatchOperation(*WatchOperationRequest, grpc.ServerStreamingServer[WatchOperationResponse]) error
 	// ListOperations pages through the tenant's index operations, newest
 	// first.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
@@ -326,6 +354,9 @@ func (UnimplementedLibrarianServiceServer) IndexRepository(context.Context, *Ind
 }
 func (UnimplementedLibrarianServiceServer) GetOperation(context.Context, *GetOperationRequest) (*GetOperationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOperation not implemented")
+}
+func (UnimplementedLibrarianServiceServer) WatchOperation(*WatchOperationRequest, grpc.ServerStreamingServer[WatchOperationResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchOperation not implemented")
 }
 func (UnimplementedLibrarianServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
@@ -467,6 +498,17 @@ func _LibrarianService_GetOperation_Handler(srv interface{}, ctx context.Context
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _LibrarianService_WatchOperation_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchOperationRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LibrarianServiceServer).WatchOperation(m, &grpc.GenericServerStream[WatchOperationRequest, WatchOperationResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LibrarianService_WatchOperationServer = grpc.ServerStreamingServer[WatchOperationResponse]
 
 func _LibrarianService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListOperationsRequest)
@@ -716,6 +758,12 @@ var LibrarianService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _LibrarianService_FindSimilarSymbols_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchOperation",
+			Handler:       _LibrarianService_WatchOperation_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "sylk/librarian/v1/librarian_service.proto",
 }
