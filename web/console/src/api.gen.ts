@@ -2621,10 +2621,27 @@ export interface components {
             createTime?: string;
             /** @description The Archivalist entry ("entries/{id}"). */
             entry?: string;
+            /**
+             * Format: date-time
+             * @description When the area last failed (the newest of those failures).
+             */
+            lastFailureTime?: string;
             /** @description The node that failed. */
             node?: string;
             /** @description What makes it similar: the files or words it shares with the request. */
             reason?: string;
+            /**
+             * Format: int32
+             * @description How many failures of the same area (the same files or the same error
+             *     signature) were found from the last 7 days, this one included: the
+             *     alerts are ranked by it.
+             */
+            recentFailures?: number;
+            /**
+             * @description Whether the failure was overcome: a later attempt of its task
+             *     succeeded ("Recovered:" in the record).
+             */
+            recovered?: boolean;
             /** @description The run and node that failed ("runs/<id>", "<node>"), when it says. */
             run?: string;
             /** @description The entry's title. */
