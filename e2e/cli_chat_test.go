@@ -43,7 +43,7 @@ func testCLIChat(t *testing.T, s *sylkCLI) {
 			i := strings.Index(out[from:], want)
 			at = from + i + len(want)
 			return i >= 0
-		}, 60*time.Second, 20*time.Millisecond, "the chat shows %q; screen:\n%s", want, screen.String())
+		}, 2*time.Minute, 20*time.Millisecond, "the chat shows %q; screen:\n%s", want, screen.String())
 		return at
 	}
 	send := func(line string) {
