@@ -15,6 +15,10 @@
 //	<p>.signal.task.cancel                       core       sylk.task.v1.TaskCancel    Orchestrator -> every worker (the one running it stops)
 //	<p>.signal.task.control                      core req.  sylk.orchestrator.v1.TaskControl -> TaskControlReply
 //	                                                                                    Orchestrator -> the worker running the task
+//	<p>.signal.task.claim                        core req.  sylk.task.v1.TaskClaimRequest -> TaskClaimResponse
+//	                                                                                    a worker -> any Orchestrator (queue group orchestrator-claims)
+//	<p>.signal.task.heartbeat                    core req.  sylk.task.v1.TaskHeartbeatRequest -> TaskHeartbeatResponse
+//	                                                                                    a worker -> any Orchestrator (queue group orchestrator-claims)
 //	<p>.librarian.progress.<repository>          core       sylk.librarian.v1.IndexNotice  Librarian -> Guide (cache), watchers
 //	<p>.librarian.changes                        core       sylk.librarian.v1.IndexNotice  Librarian -> every Librarian replica (vectors)
 //	<p>.llm.signal.<type>                        core       sylk.llm.v1.Signal         every LLM gate -> every LLM gate (B-19);
@@ -121,6 +125,16 @@ func ResultSubject(b *natsx.Bus) string { return b.Subject("task", "result") }
 
 // TaskCancelSubject is where the Orchestrator cancels a running task.
 func TaskCancelSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "cancel") }
+
+// TaskClaimSubject is where a worker claims a dispatch before it runs it.
+func TaskClaimSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "claim") }
+
+// TaskHeartbeatSubject is where a worker keeps its claims alive.
+func TaskHeartbeatSubject(b *natsx.Bus) string { return b.Subject("signal", "task", "heartbeat") }
+
+// ClaimsQueue is the queue group of the Orchestrator replicas answering
+// claims and heartbeats: one replica answers each.
+const ClaimsQueue = "orchestrator-claims"
 
 // TaskControlSubject is where the Orchestrator sends a running task the
 // user's actions (spec F-13), request-reply.

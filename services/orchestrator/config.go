@@ -43,6 +43,10 @@ type Config struct {
 	// LeaseTTL is how long a replica's claim on a run lasts without renewal:
 	// another replica resumes the runs of a replica that died within it.
 	LeaseTTL time.Duration
+	// ClaimTimeout is how long a worker's claim of a task lives without a
+	// heartbeat: after it the task's worker is taken for dead and another
+	// worker may run the attempt (claims.go).
+	ClaimTimeout time.Duration
 	// GlobalMaxConcurrency caps the nodes running at once across every run
 	// and replica (held in Redis); 0 leaves only each run's max_concurrency.
 	GlobalMaxConcurrency int
@@ -93,6 +97,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxBundleBytes, "orchestrator.max-bundle-bytes", 16<<20, "largest git bundle of a delivered branch kept for download")
 	fs.DurationVar(&c.ReviewTimeout, "orchestrator.review-timeout", 15*time.Minute, "a review no inspector worker reported on this long after it was asked is given up as failed")
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
+	fs.DurationVar(&c.ClaimTimeout, "orchestrator.claim-timeout", 10*time.Second,
+		"a task whose worker sent no heartbeat for this long is taken for dead: another worker may run it (keep it at most the workers' -worker.ack-wait)")
 }
 
 func defaultReplicaID() string {
@@ -154,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.UserReservePercent < 0 || c.UserReservePercent > 50 {
 		errs = append(errs, errors.New("orchestrator.user-reserve-percent: must be between 0 and 50"))
+	}
+	if c.ClaimTimeout < 500*time.Millisecond {
+		errs = append(errs, errors.New("orchestrator.claim-timeout: must be at least 500ms"))
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, errors.New("orchestrator.lease-ttl: must be at least 300ms"))

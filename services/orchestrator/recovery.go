@@ -13,10 +13,12 @@ import (
 
 // recoverRuns claims the runs whose lease expired (or that this replica
 // held before a restart) and recovers each: the dispatches of its running
-// nodes are re-published under their original message ids (a worker may
-// never have received them; JetStream drops the copies it already has), and
-// the run moves on. Results are applied only to the attempt a node awaits,
-// so nothing completes twice.
+// nodes that no worker holds a live claim on are re-published under their
+// original message ids (a worker may never have received them), and the
+// run moves on. A task a worker runs is left to it: a restart never starts
+// a second copy. A re-published copy of a dispatch a worker did get runs
+// only if that worker goes silent (claims.go), and results are applied
+// only to the attempt a node awaits, so nothing runs or completes twice.
 func (s *Service) recoverRuns(ctx context.Context, atStart bool) error {
 	for {
 		keys, err := claimExpired(ctx, s.db, s.cfg.ReplicaID, s.cfg.LeaseTTL, resyncBatch, atStart)
@@ -49,13 +51,9 @@ func (s *Service) recoverRun(ctx context.Context, k runKey) error {
 			if err != nil {
 				return err
 			}
-			var out []*schedNode
-			attempts := map[string]int32{}
-			for i := range nodes {
-				if nodes[i].State == stateDispatched {
-					out = append(out, &nodes[i])
-					attempts[nodes[i].ID] = nodes[i].Attempt
-				}
+			out, attempts, err := s.unclaimedDispatches(ctx, tx, run, nodes)
+			if err != nil {
+				return err
 			}
 			if len(out) > 0 {
 				if err := s.queueTasks(ctx, tx, run, out, attempts, true, eff); err != nil {
@@ -86,6 +84,8 @@ func (s *Service) leases(ctx context.Context) {
 			s.log.WarnContext(ctx, "take over expired runs", logx.Err(err))
 		}
 		s.sweepSessionChecks(ctx) // sessioncheck.go
+		s.sweepClaims(ctx)        // claims.go
+		s.redispatchDead(ctx)
 		s.renewSlots(ctx)
 	}
 }
@@ -124,4 +124,32 @@ func (s *Service) resync(ctx context.Context) {
 			s.log.WarnContext(ctx, "resync run", logx.KeyTenantID, k.Tenant, logx.KeyRunID, k.ID, logx.Err(err))
 		}
 	}
+}
+
+// unclaimedDispatches lists a run's dispatched nodes, with their attempts,
+// that no worker holds a live claim on.
+func (s *Service) unclaimedDispatches(ctx context.Context, q querier, run *runRow, nodes []schedNode) ([]*schedNode, map[string]int32, error) {
+	var ids []string
+	for i := range nodes {
+		if nodes[i].State == stateDispatched {
+			ids = append(ids, attemptID(run.ID, nodes[i].ID, nodes[i].Attempt))
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	live, err := liveClaims(ctx, q, run.TenantID, ids, s.cfg.ClaimTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*schedNode
+	attempts := map[string]int32{}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.State == stateDispatched && !live[attemptID(run.ID, n.ID, n.Attempt)] {
+			out = append(out, n)
+			attempts[n.ID] = n.Attempt
+		}
+	}
+	return out, attempts, nil
 }

@@ -205,13 +205,7 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 	type key struct{ tenant, run string }
 	groups := map[key][]*result{}
 	var order []key
-	for _, m := range batch {
-		res, err := s.decodeResult(m)
-		if err != nil {
-			s.log.ErrorContext(ctx, "result dropped", slog.String("subject", m.Subject()), logx.Err(err))
-			_ = m.Term()
-			continue
-		}
+	for _, res := range s.currentResults(ctx, batch) {
 		if s.handleSessionCheckResult(ctx, res) { // sessioncheck.go (spec F-06)
 			continue
 		}
@@ -241,6 +235,45 @@ func (s *Service) applyBatch(ctx context.Context, batch []jetstream.Msg) {
 			s.log.WarnContext(ctx, "results will be redelivered", logx.KeyTenantID, k.tenant, logx.KeyRunID, k.run, logx.Err(err))
 		}
 	}
+}
+
+// currentResults decodes a batch and leaves out the results of superseded
+// claims (claims.go), acknowledged: only results under their attempt's
+// current claim go on. Undecodable messages are terminated; when the
+// claims cannot be read, the whole batch is redelivered later.
+func (s *Service) currentResults(ctx context.Context, batch []jetstream.Msg) []*result {
+	decoded := make([]*result, 0, len(batch))
+	for _, m := range batch {
+		res, err := s.decodeResult(m)
+		if err != nil {
+			s.log.ErrorContext(ctx, "result dropped", slog.String("subject", m.Subject()), logx.Err(err))
+			_ = m.Term()
+			continue
+		}
+		decoded = append(decoded, res)
+	}
+	if len(decoded) == 0 {
+		return nil
+	}
+	stale, err := s.staleResults(ctx, decoded)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "results will be redelivered", logx.Err(err))
+		}
+		for _, res := range decoded {
+			_ = res.msg.NakWithDelay(resultRedeliveryDelay)
+		}
+		return nil
+	}
+	current := decoded[:0]
+	for i, res := range decoded {
+		if stale[i] {
+			_ = res.msg.Ack()
+			continue
+		}
+		current = append(current, res)
+	}
+	return current
 }
 
 // handleCancelledResult keeps what a cancelled node's command printed

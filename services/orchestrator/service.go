@@ -60,6 +60,8 @@ type Service struct {
 	audit *audit.Log
 	// repos resolves the repositories requests name (repository.go).
 	repos *repositories
+	// claimMetrics counts the workers' claims of tasks (claims.go).
+	claimMetrics claimMetrics
 }
 
 type metrics struct {
@@ -138,6 +140,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 		bus:          deps.Bus,
 		audit:        deps.Audit,
 		metrics:      newMetrics(promauto.With(reg)),
+		claimMetrics: newClaimMetrics(promauto.With(reg)),
 		deliveryKick: make(chan struct{}, 1),
 	}
 	s.repos = newRepositories(deps.Peers.Librarian, log)
@@ -215,6 +218,7 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.consumeResults(gctx) })
+	g.Go(func() error { return s.serveClaims(gctx) })
 	g.Go(func() error {
 		s.leases(gctx)
 		return nil

@@ -168,31 +168,50 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	}
 	log := s.log.With(logx.KeyTenantID, d.GetTenantId(), logx.KeyRunID, d.GetRunId(), logx.KeyNodeID, d.GetNodeId(),
 		slog.Int("attempt", int(d.GetAttempt())), slog.String("role", role))
+	claim, ok := s.claimDispatch(ctx, log, msg, &d) // claim.go
+	if !ok {
+		return
+	}
 	if meta, err := msg.Metadata(); err == nil && meta.NumDelivered >= uint64(s.cfg.MaxDeliveries) {
-		s.giveUp(ctx, log, role, &d, msg, meta.NumDelivered)
+		s.giveUp(ctx, log, role, &d, msg, meta.NumDelivered, claim)
 		return
 	}
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	defer stopHeartbeat()
 	go s.heartbeat(hbCtx, msg)
+	claim.heartbeat(ctx)
 	result, cancelled, byOrchestrator := s.runTracked(ctx, role, &d)
+	if fenced, why := claim.wasFenced(); fenced {
+		stopHeartbeat()
+		claim.end(ctx, false)
+		log.WarnContext(ctx, "task stopped, its result not reported: "+why)
+		s.metrics.tasks.WithLabelValues(role, "fenced").Inc()
+		_ = msg.Term()
+		return
+	}
+	if result.msg != nil {
+		result.msg.ClaimToken = claim.token
+	}
 	switch {
 	case cancelled && byOrchestrator:
 		stopHeartbeat()
 		log.InfoContext(ctx, "task cancelled by the orchestrator")
 		s.metrics.tasks.WithLabelValues(role, "cancelled").Inc()
 		s.reportCancelled(ctx, log, result, received)
+		claim.end(ctx, true)
 		_ = msg.Term()
 	case result.retry:
 		stopHeartbeat()
+		claim.end(ctx, false)
 		log.InfoContext(ctx, "no subprocess slot free; the task goes back to the queue")
 		_ = msg.NakWithDelay(fetchBackoff)
 	case cancelled:
 		stopHeartbeat()
+		claim.end(ctx, false)
 		log.InfoContext(ctx, "task interrupted by shutdown; returned to the queue")
 		_ = msg.Nak()
 	default:
-		s.report(ctx, log, role, msg, result, received, stopHeartbeat)
+		claim.end(ctx, s.report(ctx, log, role, msg, result, received, stopHeartbeat))
 	}
 }
 
@@ -216,9 +235,10 @@ func (s *Service) runTracked(ctx context.Context, role string, d *taskv1.TaskDis
 }
 
 // report sends a finished task's result and acknowledges its dispatch; a
-// result the bus does not take sends the task back to the queue.
+// result the bus does not take sends the task back to the queue. It says
+// whether the result was sent.
 func (s *Service) report(ctx context.Context, log *slog.Logger, role string, msg jetstream.Msg, result taskOutcome,
-	received *timestamppb.Timestamp, stopHeartbeat func()) {
+	received *timestamppb.Timestamp, stopHeartbeat func()) bool {
 	r := result.msg
 	r.ReceivedTime = received
 	s.fitPayload(result)
@@ -228,7 +248,7 @@ func (s *Service) report(ctx context.Context, log *slog.Logger, role string, msg
 	if err != nil {
 		log.ErrorContext(ctx, "report task result; the task will be redelivered", logx.Err(err))
 		_ = msg.NakWithDelay(5 * time.Second)
-		return
+		return false
 	}
 	if err := msg.Ack(); err != nil {
 		log.WarnContext(ctx, "ack task", logx.Err(err))
@@ -244,6 +264,7 @@ func (s *Service) report(ctx context.Context, log *slog.Logger, role string, msg
 	s.metrics.duration.WithLabelValues(role).Observe(r.GetDuration().AsDuration().Seconds())
 	log.InfoContext(ctx, "task done", slog.String("outcome", outcome), slog.Int("exit_code", int(r.GetExitCode())),
 		slog.Duration(logx.KeyDuration, r.GetDuration().AsDuration()))
+	return true
 }
 
 // giveUp reports a dispatch delivered Config.MaxDeliveries times as failed
@@ -253,17 +274,21 @@ func (s *Service) report(ctx context.Context, log *slog.Logger, role string, msg
 // would drop it and its node would stay dispatched with no word; run
 // again without a bound, a task that kills its worker would take the
 // workers down one after another.
-func (s *Service) giveUp(ctx context.Context, log *slog.Logger, role string, d *taskv1.TaskDispatch, msg jetstream.Msg, n uint64) {
+func (s *Service) giveUp(ctx context.Context, log *slog.Logger, role string, d *taskv1.TaskDispatch, msg jetstream.Msg, n uint64,
+	claim *taskClaim) {
 	r := s.newResult(d)
+	r.ClaimToken = claim.token
 	r.ExitCode, r.ReceivedTime = -1, timestamppb.Now()
 	r.Error = fmt.Sprintf("the task came back to the queue %d times without a result: no subprocess slot came free in time, "+
 		"or a worker stopped or failed while it ran (the task may make its worker fail); it was not run again", n-1)
 	r.ReportedTime = timestamppb.Now()
 	if err := s.publishResult(ctx, r); err != nil {
 		log.ErrorContext(ctx, "report a task given up; it stays in the queue", logx.Err(err))
+		claim.end(ctx, false)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
+	claim.end(ctx, true)
 	_ = msg.Ack()
 	s.metrics.tasks.WithLabelValues(role, "given_up").Inc()
 	log.WarnContext(ctx, "task given up after its deliveries", slog.Uint64("deliveries", n))

@@ -420,6 +420,7 @@ func TestThroughTheBus(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: reg})
 	require.NoError(t, err)
+	grantClaims(t, bus)
 	testenv.Start(t, svc.Run)
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
@@ -540,6 +541,7 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
+	grantClaims(t, bus)
 	testenv.Start(t, svc.Run)
 
 	results, err := bus.EnsureConsumer(ctx, topology.ResultConsumer(bus, natsx.ConsumerSpec{}))
@@ -580,6 +582,7 @@ func TestTaskHandedBackTooOftenIsReportedFailed(t *testing.T) {
 	held, err := svc.exec.Slots().Acquire(ctx, toolexec.ClassPipeline, 0, 0, nil)
 	require.NoError(t, err)
 	defer held()
+	grantClaims(t, bus)
 	testenv.Start(t, svc.Run)
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
 	d := &taskv1.TaskDispatch{TenantId: "t1", RunId: "r1", NodeId: "n1", Attempt: 1, Role: "tester", Node: &orchestratorv1.Node{Id: "n1", Command: "echo ran"}}

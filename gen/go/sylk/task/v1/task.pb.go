@@ -25,6 +25,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Outcome is what became of a claim.
+type TaskClaimResponse_Outcome int32
+
+const (
+	// Not set.
+	TaskClaimResponse_OUTCOME_UNSPECIFIED TaskClaimResponse_Outcome = 0
+	// The worker holds the claim: it runs the task and heartbeats it.
+	TaskClaimResponse_OUTCOME_CLAIMED TaskClaimResponse_Outcome = 1
+	// Another worker holds a live claim (heartbeat within the timeout):
+	// this copy waits and asks again later.
+	TaskClaimResponse_OUTCOME_HELD_ELSEWHERE TaskClaimResponse_Outcome = 2
+	// The attempt was already run to its end: this copy is dropped.
+	TaskClaimResponse_OUTCOME_FINISHED TaskClaimResponse_Outcome = 3
+	// The node no longer awaits this attempt (cancelled, finished, or a
+	// later attempt was dispatched): this copy is dropped.
+	TaskClaimResponse_OUTCOME_SUPERSEDED TaskClaimResponse_Outcome = 4
+)
+
+// Enum value maps for TaskClaimResponse_Outcome.
+var (
+	TaskClaimResponse_Outcome_name = map[int32]string{
+		0: "OUTCOME_UNSPECIFIED",
+		1: "OUTCOME_CLAIMED",
+		2: "OUTCOME_HELD_ELSEWHERE",
+		3: "OUTCOME_FINISHED",
+		4: "OUTCOME_SUPERSEDED",
+	}
+	TaskClaimResponse_Outcome_value = map[string]int32{
+		"OUTCOME_UNSPECIFIED":    0,
+		"OUTCOME_CLAIMED":        1,
+		"OUTCOME_HELD_ELSEWHERE": 2,
+		"OUTCOME_FINISHED":       3,
+		"OUTCOME_SUPERSEDED":     4,
+	}
+)
+
+func (x TaskClaimResponse_Outcome) Enum() *TaskClaimResponse_Outcome {
+	p := new(TaskClaimResponse_Outcome)
+	*p = x
+	return p
+}
+
+func (x TaskClaimResponse_Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskClaimResponse_Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_sylk_task_v1_task_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskClaimResponse_Outcome) Type() protoreflect.EnumType {
+	return &file_sylk_task_v1_task_proto_enumTypes[0]
+}
+
+func (x TaskClaimResponse_Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskClaimResponse_Outcome.Descriptor instead.
+func (TaskClaimResponse_Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{7, 0}
+}
+
 // TaskDispatch asks a worker to run one attempt of a DAG node, or a run's
 // session-level check.
 type TaskDispatch struct {
@@ -564,7 +627,12 @@ type TaskResult struct {
 	// loop stopped at a limit). The node then ends NO_CHANGES.
 	NoChangesReason string `protobuf:"bytes,24,opt,name=no_changes_reason,json=noChangesReason,proto3" json:"no_changes_reason,omitempty"`
 	// The outcome of a review task (a dispatch with review).
-	Review        *v1.Review `protobuf:"bytes,25,opt,name=review,proto3" json:"review,omitempty"`
+	Review *v1.Review `protobuf:"bytes,25,opt,name=review,proto3" json:"review,omitempty"`
+	// The claim the worker ran the dispatch under (TaskClaimResponse): the
+	// Orchestrator applies the result only while it is the attempt's current
+	// claim; "" from a worker that does not claim (applied only while the
+	// attempt has no claim).
+	ClaimToken    string `protobuf:"bytes,26,opt,name=claim_token,json=claimToken,proto3" json:"claim_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -774,6 +842,359 @@ func (x *TaskResult) GetReview() *v1.Review {
 	return nil
 }
 
+func (x *TaskResult) GetClaimToken() string {
+	if x != nil {
+		return x.ClaimToken
+	}
+	return ""
+}
+
+// TaskClaimRequest asks the Orchestrator for the right to run one dispatch
+// (core NATS request, any replica answers from the database). A worker
+// runs nothing of a dispatch it has not claimed: the claim, not the
+// JetStream duplicate window, is what keeps a task from running twice.
+type TaskClaimRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dispatch's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The run (its id).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The node ("" for a session-level check or a review).
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The attempt.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The dispatch's fence attempt id.
+	AttemptId string `protobuf:"bytes,5,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// The worker asking.
+	WorkerId      string `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskClaimRequest) Reset() {
+	*x = TaskClaimRequest{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskClaimRequest) ProtoMessage() {}
+
+func (x *TaskClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskClaimRequest.ProtoReflect.Descriptor instead.
+func (*TaskClaimRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TaskClaimRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *TaskClaimRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TaskClaimRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TaskClaimRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskClaimRequest) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *TaskClaimRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+// TaskClaimResponse says whether the worker may run the dispatch.
+type TaskClaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What became of the claim.
+	Outcome TaskClaimResponse_Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=sylk.task.v1.TaskClaimResponse_Outcome" json:"outcome,omitempty"`
+	// Identifies this claim; the worker's heartbeats and result carry it.
+	ClaimToken string `protobuf:"bytes,2,opt,name=claim_token,json=claimToken,proto3" json:"claim_token,omitempty"`
+	// The worker holding the claim, when another does.
+	HolderWorkerId string `protobuf:"bytes,3,opt,name=holder_worker_id,json=holderWorkerId,proto3" json:"holder_worker_id,omitempty"`
+	// How long a claim lives without a heartbeat: after it, another worker
+	// may take the attempt over.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskClaimResponse) Reset() {
+	*x = TaskClaimResponse{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskClaimResponse) ProtoMessage() {}
+
+func (x *TaskClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskClaimResponse.ProtoReflect.Descriptor instead.
+func (*TaskClaimResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TaskClaimResponse) GetOutcome() TaskClaimResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TaskClaimResponse_OUTCOME_UNSPECIFIED
+}
+
+func (x *TaskClaimResponse) GetClaimToken() string {
+	if x != nil {
+		return x.ClaimToken
+	}
+	return ""
+}
+
+func (x *TaskClaimResponse) GetHolderWorkerId() string {
+	if x != nil {
+		return x.HolderWorkerId
+	}
+	return ""
+}
+
+func (x *TaskClaimResponse) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// TaskHeartbeatRequest keeps a claim alive, or ends it (core NATS request).
+type TaskHeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dispatch's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The dispatch's fence attempt id.
+	AttemptId string `protobuf:"bytes,2,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// The claim (TaskClaimResponse.claim_token).
+	ClaimToken string `protobuf:"bytes,3,opt,name=claim_token,json=claimToken,proto3" json:"claim_token,omitempty"`
+	// The worker holding it.
+	WorkerId string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Set once the worker has reported the result: the attempt is finished
+	// and a copy of its dispatch is dropped from then on.
+	Finished bool `protobuf:"varint,5,opt,name=finished,proto3" json:"finished,omitempty"`
+	// The run (its id), and the node and attempt, for checking that the node
+	// still awaits the attempt.
+	RunId string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// See run_id.
+	NodeId string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// See run_id.
+	Attempt int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Set when the worker hands the attempt back unfinished (it stops, or
+	// has no subprocess slot): another worker may claim it at once.
+	Released      bool `protobuf:"varint,9,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskHeartbeatRequest) Reset() {
+	*x = TaskHeartbeatRequest{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskHeartbeatRequest) ProtoMessage() {}
+
+func (x *TaskHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*TaskHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TaskHeartbeatRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetClaimToken() string {
+	if x != nil {
+		return x.ClaimToken
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+func (x *TaskHeartbeatRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TaskHeartbeatRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskHeartbeatRequest) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+// TaskHeartbeatResponse tells a worker whether its claim still stands.
+type TaskHeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when the claim was taken over by another worker or the node no
+	// longer awaits the attempt: the worker stops the task and reports
+	// nothing.
+	Fenced bool `protobuf:"varint,1,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// Why, for the log.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskHeartbeatResponse) Reset() {
+	*x = TaskHeartbeatResponse{}
+	mi := &file_sylk_task_v1_task_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskHeartbeatResponse) ProtoMessage() {}
+
+func (x *TaskHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sylk_task_v1_task_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*TaskHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TaskHeartbeatResponse) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *TaskHeartbeatResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // TaskCancel stops one dispatch wherever it runs (core NATS, every worker
 // hears it; the one running it stops it).
 type TaskCancel struct {
@@ -794,7 +1215,7 @@ type TaskCancel struct {
 
 func (x *TaskCancel) Reset() {
 	*x = TaskCancel{}
-	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1227,7 @@ func (x *TaskCancel) String() string {
 func (*TaskCancel) ProtoMessage() {}
 
 func (x *TaskCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_sylk_task_v1_task_proto_msgTypes[6]
+	mi := &file_sylk_task_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1240,7 @@ func (x *TaskCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancel.ProtoReflect.Descriptor instead.
 func (*TaskCancel) Descriptor() ([]byte, []int) {
-	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_sylk_task_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskCancel) GetTenantId() string {
@@ -909,7 +1330,7 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\tR\treplicaId\"8\n" +
 	"\x13SessionCheckRequest\x12!\n" +
-	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\x87\b\n" +
+	"\fresult_patch\x18\x01 \x01(\tR\vresultPatch\"\xa8\b\n" +
 	"\n" +
 	"TaskResult\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -937,7 +1358,44 @@ const file_sylk_task_v1_task_proto_rawDesc = "" +
 	"\tcancelled\x18\x16 \x01(\bR\tcancelled\x12G\n" +
 	"\rsession_check\x18\x17 \x01(\v2\".sylk.orchestrator.v1.SessionCheckR\fsessionCheck\x12*\n" +
 	"\x11no_changes_reason\x18\x18 \x01(\tR\x0fnoChangesReason\x124\n" +
-	"\x06review\x18\x19 \x01(\v2\x1c.sylk.orchestrator.v1.ReviewR\x06review\"\x8b\x01\n" +
+	"\x06review\x18\x19 \x01(\v2\x1c.sylk.orchestrator.v1.ReviewR\x06review\x12\x1f\n" +
+	"\vclaim_token\x18\x1a \x01(\tR\n" +
+	"claimToken\"\xb5\x01\n" +
+	"\x10TaskClaimRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x05 \x01(\tR\tattemptId\x12\x1b\n" +
+	"\tworker_id\x18\x06 \x01(\tR\bworkerId\"\xda\x02\n" +
+	"\x11TaskClaimResponse\x12A\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2'.sylk.task.v1.TaskClaimResponse.OutcomeR\aoutcome\x12\x1f\n" +
+	"\vclaim_token\x18\x02 \x01(\tR\n" +
+	"claimToken\x12(\n" +
+	"\x10holder_worker_id\x18\x03 \x01(\tR\x0eholderWorkerId\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x81\x01\n" +
+	"\aOutcome\x12\x17\n" +
+	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fOUTCOME_CLAIMED\x10\x01\x12\x1a\n" +
+	"\x16OUTCOME_HELD_ELSEWHERE\x10\x02\x12\x14\n" +
+	"\x10OUTCOME_FINISHED\x10\x03\x12\x16\n" +
+	"\x12OUTCOME_SUPERSEDED\x10\x04\"\x92\x02\n" +
+	"\x14TaskHeartbeatRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x02 \x01(\tR\tattemptId\x12\x1f\n" +
+	"\vclaim_token\x18\x03 \x01(\tR\n" +
+	"claimToken\x12\x1b\n" +
+	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bfinished\x18\x05 \x01(\bR\bfinished\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aattempt\x18\b \x01(\x05R\aattempt\x12\x1a\n" +
+	"\breleased\x18\t \x01(\bR\breleased\"G\n" +
+	"\x15TaskHeartbeatResponse\x12\x16\n" +
+	"\x06fenced\x18\x01 \x01(\bR\x06fenced\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8b\x01\n" +
 	"\n" +
 	"TaskCancel\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
@@ -958,50 +1416,58 @@ func file_sylk_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_sylk_task_v1_task_proto_rawDescData
 }
 
-var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sylk_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_sylk_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_sylk_task_v1_task_proto_goTypes = []any{
-	(*TaskDispatch)(nil),          // 0: sylk.task.v1.TaskDispatch
-	(*ReviewTask)(nil),            // 1: sylk.task.v1.ReviewTask
-	(*DependencyPatch)(nil),       // 2: sylk.task.v1.DependencyPatch
-	(*TaskFence)(nil),             // 3: sylk.task.v1.TaskFence
-	(*SessionCheckRequest)(nil),   // 4: sylk.task.v1.SessionCheckRequest
-	(*TaskResult)(nil),            // 5: sylk.task.v1.TaskResult
-	(*TaskCancel)(nil),            // 6: sylk.task.v1.TaskCancel
-	nil,                           // 7: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	(*v1.Node)(nil),               // 8: sylk.orchestrator.v1.Node
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(v11.Priority)(0),             // 11: sylk.message.v1.Priority
-	(*v1.TaskReport)(nil),         // 12: sylk.orchestrator.v1.TaskReport
-	(*v1.PipelineStatus)(nil),     // 13: sylk.orchestrator.v1.PipelineStatus
-	(*v1.PipelineHandoff)(nil),    // 14: sylk.orchestrator.v1.PipelineHandoff
-	(*v1.SessionCheck)(nil),       // 15: sylk.orchestrator.v1.SessionCheck
-	(*v1.Review)(nil),             // 16: sylk.orchestrator.v1.Review
+	(TaskClaimResponse_Outcome)(0), // 0: sylk.task.v1.TaskClaimResponse.Outcome
+	(*TaskDispatch)(nil),           // 1: sylk.task.v1.TaskDispatch
+	(*ReviewTask)(nil),             // 2: sylk.task.v1.ReviewTask
+	(*DependencyPatch)(nil),        // 3: sylk.task.v1.DependencyPatch
+	(*TaskFence)(nil),              // 4: sylk.task.v1.TaskFence
+	(*SessionCheckRequest)(nil),    // 5: sylk.task.v1.SessionCheckRequest
+	(*TaskResult)(nil),             // 6: sylk.task.v1.TaskResult
+	(*TaskClaimRequest)(nil),       // 7: sylk.task.v1.TaskClaimRequest
+	(*TaskClaimResponse)(nil),      // 8: sylk.task.v1.TaskClaimResponse
+	(*TaskHeartbeatRequest)(nil),   // 9: sylk.task.v1.TaskHeartbeatRequest
+	(*TaskHeartbeatResponse)(nil),  // 10: sylk.task.v1.TaskHeartbeatResponse
+	(*TaskCancel)(nil),             // 11: sylk.task.v1.TaskCancel
+	nil,                            // 12: sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	(*v1.Node)(nil),                // 13: sylk.orchestrator.v1.Node
+	(*durationpb.Duration)(nil),    // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(v11.Priority)(0),              // 16: sylk.message.v1.Priority
+	(*v1.TaskReport)(nil),          // 17: sylk.orchestrator.v1.TaskReport
+	(*v1.PipelineStatus)(nil),      // 18: sylk.orchestrator.v1.PipelineStatus
+	(*v1.PipelineHandoff)(nil),     // 19: sylk.orchestrator.v1.PipelineHandoff
+	(*v1.SessionCheck)(nil),        // 20: sylk.orchestrator.v1.SessionCheck
+	(*v1.Review)(nil),              // 21: sylk.orchestrator.v1.Review
 }
 var file_sylk_task_v1_task_proto_depIdxs = []int32{
-	8,  // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
-	9,  // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
-	7,  // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
-	3,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
-	4,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
-	10, // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
-	11, // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
-	2,  // 7: sylk.task.v1.TaskDispatch.dependency_patches:type_name -> sylk.task.v1.DependencyPatch
-	1,  // 8: sylk.task.v1.TaskDispatch.review:type_name -> sylk.task.v1.ReviewTask
-	3,  // 9: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
-	9,  // 10: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
-	10, // 11: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
-	10, // 12: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
-	12, // 13: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
-	13, // 14: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
-	14, // 15: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
-	15, // 16: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
-	16, // 17: sylk.task.v1.TaskResult.review:type_name -> sylk.orchestrator.v1.Review
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	13, // 0: sylk.task.v1.TaskDispatch.node:type_name -> sylk.orchestrator.v1.Node
+	14, // 1: sylk.task.v1.TaskDispatch.timeout:type_name -> google.protobuf.Duration
+	12, // 2: sylk.task.v1.TaskDispatch.upstream_outputs:type_name -> sylk.task.v1.TaskDispatch.UpstreamOutputsEntry
+	4,  // 3: sylk.task.v1.TaskDispatch.fence:type_name -> sylk.task.v1.TaskFence
+	5,  // 4: sylk.task.v1.TaskDispatch.session_check:type_name -> sylk.task.v1.SessionCheckRequest
+	15, // 5: sylk.task.v1.TaskDispatch.dispatch_time:type_name -> google.protobuf.Timestamp
+	16, // 6: sylk.task.v1.TaskDispatch.priority:type_name -> sylk.message.v1.Priority
+	3,  // 7: sylk.task.v1.TaskDispatch.dependency_patches:type_name -> sylk.task.v1.DependencyPatch
+	2,  // 8: sylk.task.v1.TaskDispatch.review:type_name -> sylk.task.v1.ReviewTask
+	4,  // 9: sylk.task.v1.TaskResult.fence:type_name -> sylk.task.v1.TaskFence
+	14, // 10: sylk.task.v1.TaskResult.duration:type_name -> google.protobuf.Duration
+	15, // 11: sylk.task.v1.TaskResult.received_time:type_name -> google.protobuf.Timestamp
+	15, // 12: sylk.task.v1.TaskResult.reported_time:type_name -> google.protobuf.Timestamp
+	17, // 13: sylk.task.v1.TaskResult.report:type_name -> sylk.orchestrator.v1.TaskReport
+	18, // 14: sylk.task.v1.TaskResult.pipeline:type_name -> sylk.orchestrator.v1.PipelineStatus
+	19, // 15: sylk.task.v1.TaskResult.handoff:type_name -> sylk.orchestrator.v1.PipelineHandoff
+	20, // 16: sylk.task.v1.TaskResult.session_check:type_name -> sylk.orchestrator.v1.SessionCheck
+	21, // 17: sylk.task.v1.TaskResult.review:type_name -> sylk.orchestrator.v1.Review
+	0,  // 18: sylk.task.v1.TaskClaimResponse.outcome:type_name -> sylk.task.v1.TaskClaimResponse.Outcome
+	14, // 19: sylk.task.v1.TaskClaimResponse.timeout:type_name -> google.protobuf.Duration
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_sylk_task_v1_task_proto_init() }
@@ -1014,13 +1480,14 @@ func file_sylk_task_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sylk_task_v1_task_proto_rawDesc), len(file_sylk_task_v1_task_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   8,
+			NumEnums:      1,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_sylk_task_v1_task_proto_goTypes,
 		DependencyIndexes: file_sylk_task_v1_task_proto_depIdxs,
+		EnumInfos:         file_sylk_task_v1_task_proto_enumTypes,
 		MessageInfos:      file_sylk_task_v1_task_proto_msgTypes,
 	}.Build()
 	File_sylk_task_v1_task_proto = out.File
