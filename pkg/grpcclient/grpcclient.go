@@ -6,6 +6,8 @@ package grpcclient
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -13,6 +15,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"sylk.dev/sylk/pkg/identity"
 )
@@ -37,10 +41,19 @@ const ReadyWait = 3 * time.Second
 // than gRPC's default first delay of one second.
 var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}
 
-// Dial returns a lazily connecting client for target (host:port). Calls
-// carry the caller's identity signed by signer (nil sends it unsigned, for a
+// Dial returns a lazily connecting client for target. Calls carry the
+// caller's identity signed by signer (nil sends it unsigned, for a
 // deployment whose services take unsigned identities).
+//
+// target is host:port, whose name resolves to every replica (the A records
+// of a headless Kubernetes Service), or a comma-separated list of
+// host:port, one per replica (replicas on one host, on several ports). In
+// both cases calls are balanced round-robin over the replicas that are up.
 func Dial(target string, signer *identity.Signer, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	target, listed, err := replicaList(target)
+	if err != nil {
+		return nil, err
+	}
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
@@ -51,12 +64,39 @@ func Dial(target string, signer *identity.Signer, opts ...grpc.DialOption) (*grp
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithChainUnaryInterceptor(awaitReadyUnary, identity.UnaryClientInterceptor(signer)),
 		grpc.WithChainStreamInterceptor(awaitReadyStream, identity.StreamClientInterceptor(signer)),
-	}, opts...)
+	}, append(listed, opts...)...)
 	cc, err := grpc.NewClient(target, all...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return cc, nil
+}
+
+// listScheme is the resolver scheme of a target that lists its replicas.
+const listScheme = "sylk-replicas"
+
+// replicaList turns a comma-separated list of replica addresses into a
+// target of its own resolver, which names each address; a single address
+// is returned as it is.
+func replicaList(target string) (string, []grpc.DialOption, error) {
+	if !strings.Contains(target, ",") {
+		return target, nil, nil
+	}
+	var eps []resolver.Endpoint
+	for _, a := range strings.Split(target, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return "", nil, fmt.Errorf("dial %s: replica address %q: %w", target, a, err)
+		}
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a, ServerName: host}}})
+	}
+	r := manual.NewBuilderWithScheme(listScheme)
+	r.InitialState(resolver.State{Endpoints: eps})
+	return listScheme + ":///replicas", []grpc.DialOption{grpc.WithResolvers(r)}, nil
 }
 
 // awaitReady waits for cc to have a ready connection when it has none,
