@@ -90,8 +90,20 @@ func (s *Service) stop() {
 	} else if err := s.bus.Conn.FlushTimeout(time.Second); err != nil {
 		s.log.Warn("stopping: flush the released leases' notice", logx.Err(err))
 	}
+	s.released.Store(true)
 	s.log.Info("stopped: run leases released", slog.Int64("runs", n), slog.String("replica", s.cfg.ReplicaID),
 		slog.Duration("took", time.Since(start)))
+}
+
+// newLeaseTTL is the lease a run this replica creates or reopens starts
+// with: none once the replica stopped and released its leases (its RPCs are
+// served a little longer, during the shutdown delay), so that any other
+// replica takes such a run over on its next lease pass.
+func (s *Service) newLeaseTTL() time.Duration {
+	if s.released.Load() {
+		return 0
+	}
+	return s.cfg.LeaseTTL
 }
 
 // subscribeReleases subscribes to the other replicas' notices that they

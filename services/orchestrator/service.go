@@ -63,6 +63,8 @@ type Service struct {
 	// inflight counts the decisions being taken or carried out; a stop
 	// waits for them before releasing the run leases (lifecycle.go).
 	inflight inflight
+	// released is set once a stop released the run leases (lifecycle.go).
+	released atomic.Bool
 }
 
 type metrics struct {
@@ -209,6 +211,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) run(ctx context.Context) error {
 	s.ctx.Store(&ctx)
+	s.released.Store(false)
 	if err := topology.EnsureTasks(ctx, s.bus); err != nil {
 		return err
 	}
