@@ -51,3 +51,23 @@ func TestHeldResultsAreKeptPastTheAckWait(t *testing.T) {
 	stop()
 	require.Eventually(t, redelivered, 5*ackWait, 100*time.Millisecond, "a result no longer kept is redelivered")
 }
+
+// A stop waits for the decisions in flight, and no longer than its
+// timeout.
+func TestStopWaitsForDecisionsInFlight(t *testing.T) {
+	t.Parallel()
+	var f inflight
+	require.True(t, f.wait(0), "nothing in flight")
+	f.enter()
+	f.enter()
+	require.False(t, f.wait(10*time.Millisecond), "two in flight")
+	done := make(chan bool)
+	go func() { done <- f.wait(time.Minute) }()
+	f.leave()
+	f.leave()
+	require.True(t, <-done, "the wait ends when the last one leaves")
+	f.enter() // a new decision after the counter was back at zero
+	require.False(t, f.wait(10*time.Millisecond))
+	f.leave()
+	require.True(t, f.wait(time.Minute))
+}
