@@ -243,7 +243,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, info *reqInfo) {
 		var end context.CancelCauseFunc
 		ctx, end = context.WithCancelCause(ctx)
 		cancel = func() { end(nil) }
-		stop := context.AfterFunc(g.life, cancel)
+		// A shutdown ends the stream with errShuttingDown as its cause: an
+		// event stream then tells its client to reconnect (sse.go).
+		stop := context.AfterFunc(g.life, func() { end(errShuttingDown) })
 		defer stop()
 		go g.watchKey(ctx, end, key)
 		w = &stallGuard{ResponseWriter: w, timeout: 2 * g.cfg.SSEKeepalive}

@@ -170,15 +170,29 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 		_, _ = io.WriteString(w, "event: error\ndata: "+string(marshalError(st))+"\n\n")
 		_ = rc.Flush()
 	}
+	// last is the id of the last event sent (or the one the client resumed
+	// after): a stream a shutdown ends tells the client to resume from it.
+	last := after
+	// ended ends a stream whose context is done, with an error event when
+	// its key was revoked or the gateway is shutting down.
+	ended := func() {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errKeyRevoked):
+			fail(g.publicStatus(ctx, ctx.Err()))
+		case errors.Is(cause, errShuttingDown) && started:
+			writeReconnect(w, last)
+			_ = rc.Flush()
+		case errors.Is(cause, errShuttingDown):
+			fail(errShuttingDown.GRPCStatus())
+		}
+	}
 	keepalive := time.NewTicker(g.cfg.SSEKeepalive)
 	defer keepalive.Stop()
 	var buf bytes.Buffer
 	for {
 		select {
 		case <-ctx.Done():
-			if errors.Is(context.Cause(ctx), errKeyRevoked) {
-				fail(g.publicStatus(ctx, ctx.Err()))
-			}
+			ended()
 			return
 		case <-opened:
 			opened = nil
@@ -203,6 +217,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 			if it.err != nil {
 				st := g.publicStatus(ctx, it.err)
 				if st.Code() == codes.Canceled && ctx.Err() != nil {
+					ended()
 					return
 				}
 				fail(st)
@@ -222,8 +237,22 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, parent string
 			if _, err := w.Write(buf.Bytes()); err != nil || rc.Flush() != nil {
 				return
 			}
+			last = it.event.GetSequence()
 		}
 	}
+}
+
+// writeReconnect ends an event stream the gateway's shutdown cut: an
+// "error" event (UNAVAILABLE, reason SHUTTING_DOWN) whose message and
+// metadata "last_event_id" name the last event sent, which the client
+// resumes after with "Last-Event-ID" on another gateway replica, and a
+// "retry" field that sets an EventSource's reconnection delay.
+func writeReconnect(w io.Writer, last uint64) {
+	id := strconv.FormatUint(last, 10)
+	e := errShuttingDown.Withf("the gateway is shutting down: reconnect with \"Last-Event-ID: %s\" to resume after the last event received", id).
+		With("last_event_id", id)
+	_, _ = io.WriteString(w, "retry: "+strconv.FormatInt(e.RetryAfter.Milliseconds(), 10)+"\n"+
+		"event: error\ndata: "+string(marshalError(e.GRPCStatus()))+"\n\n")
 }
 
 // writeEvent formats one event as a server-sent event block: its sequence

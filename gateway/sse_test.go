@@ -280,3 +280,50 @@ func TestStalledClientsDoNotHoldStreams(t *testing.T) {
 			10*time.Second, 10*time.Millisecond, "the stream to a client that stopped reading is still open: %s", path)
 	}
 }
+
+// A shutdown ends an open event stream with a last "error" event that
+// tells the client to reconnect, from the last event id it got, and the
+// gateway stops without waiting out its drain timeout for the stream.
+func TestSSEShutdownTellsTheClientToReconnect(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) {
+		c.ShutdownDelay = 0
+		c.DrainTimeout = time.Minute
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	require.NoError(t, h.gw.Listen())
+	done := make(chan error, 1)
+	go func() { done <- h.gw.Run(ctx) }()
+
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+h.gw.Addr()+"/v1/sessions/idle/events:stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", "7")
+	req.Header.Set("X-API-Key", h.member)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool { open, _ := h.fake.idle(); return open == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	begun := time.Now()
+	stop()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "the stream ends cleanly")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway did not stop")
+	}
+	require.Less(t, time.Since(begun), 10*time.Second, "the stream did not hold the drain")
+
+	text := string(body)
+	i := strings.Index(text, "retry: 1000\nevent: error\ndata: ")
+	require.GreaterOrEqual(t, i, 0, "a last error event: %q", text)
+	require.True(t, strings.HasSuffix(text, "\n\n"), text)
+	data := strings.TrimSuffix(strings.TrimPrefix(text[i:], "retry: 1000\nevent: error\ndata: "), "\n\n")
+	b := requireErrorBody(t, data, codes.Unavailable, ReasonShuttingDown, `reconnect with "Last-Event-ID: 7"`)
+	require.Equal(t, "7", b.Metadata["last_event_id"])
+}

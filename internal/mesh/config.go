@@ -94,7 +94,7 @@ func (p *PeerConfig) RegisterFlags(fs *flag.FlagSet) {
 	}
 	for _, m := range modules {
 		if m.client != nil {
-			fs.Var(peerFlag{*p, m.name}, "peer."+m.name, "gRPC address (host:port) of the "+m.name+" service")
+			fs.Var(peerFlag{*p, m.name}, "peer."+m.name, "gRPC address (host:port) of the "+m.name+" service, whose name may resolve to every replica, or a comma-separated list of its replicas' host:port; calls are balanced round-robin")
 		}
 	}
 }

@@ -19,6 +19,8 @@
 //	                                                                                    a worker -> any Orchestrator (queue group orchestrator-claims)
 //	<p>.signal.task.heartbeat                    core req.  sylk.task.v1.TaskHeartbeatRequest -> TaskHeartbeatResponse
 //	                                                                                    a worker -> any Orchestrator (queue group orchestrator-claims)
+//	<p>.orchestrator.leases.released             core       sylk.orchestrator.v1.LeasesReleased
+//	                                                                                    a stopping Orchestrator -> every replica (take over)
 //	<p>.librarian.progress.<repository>          core       sylk.librarian.v1.IndexNotice  Librarian -> Guide (cache), watchers
 //	<p>.librarian.changes                        core       sylk.librarian.v1.IndexNotice  Librarian -> every Librarian replica (vectors)
 //	<p>.llm.signal.<type>                        core       sylk.llm.v1.Signal         every LLM gate -> every LLM gate (B-19);
@@ -181,6 +183,12 @@ func TenantOfEventSubject(b *natsx.Bus, subject string) string {
 		}
 	}
 	return ""
+}
+
+// LeasesReleasedSubject is where a stopping Orchestrator replica tells the
+// others that it released its run leases: "<p>.orchestrator.leases.released".
+func LeasesReleasedSubject(b *natsx.Bus) string {
+	return b.Subject("orchestrator", "leases", "released")
 }
 
 // IndexProgressSubject is where the Librarian reports a repository's index

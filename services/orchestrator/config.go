@@ -47,6 +47,17 @@ type Config struct {
 	// heartbeat: after it the task's worker is taken for dead and another
 	// worker may run the attempt (claims.go).
 	ClaimTimeout time.Duration
+	// StopTimeout bounds how long a stop waits for the effects of the
+	// decisions it committed (dispatches, events) to be carried out before
+	// it releases the replica's run leases.
+	StopTimeout time.Duration
+	// ResultAckWait is how long a worker result taken by a replica may stay
+	// unacknowledged before it is handed to another (or to the restarted
+	// replica): a replica applying a batch keeps its results with in-progress
+	// acknowledgements, so this bounds only how long the results a dead
+	// replica held wait. Every replica should use the same value (it is
+	// set on the shared durable consumer).
+	ResultAckWait time.Duration
 	// GlobalMaxConcurrency caps the nodes running at once across every run
 	// and replica (held in Redis); 0 leaves only each run's max_concurrency.
 	GlobalMaxConcurrency int
@@ -99,6 +110,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "orchestrator.lease-ttl", 15*time.Second, "a run whose owner did not renew its lease for this long is resumed by another replica")
 	fs.DurationVar(&c.ClaimTimeout, "orchestrator.claim-timeout", 10*time.Second,
 		"a task whose worker sent no heartbeat for this long is taken for dead: another worker may run it (keep it at most the workers' -worker.ack-wait)")
+	fs.DurationVar(&c.StopTimeout, "orchestrator.stop-timeout", 20*time.Second,
+		"on a stop, how long to wait for committed dispatches and events to be published before the run leases are released to the other replicas")
+	fs.DurationVar(&c.ResultAckWait, "orchestrator.result-ack-wait", 5*time.Second,
+		"a worker result a replica took but did not acknowledge for this long (it died) goes to another replica; the same on every replica")
 }
 
 func defaultReplicaID() string {
@@ -166,6 +181,12 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, errors.New("orchestrator.lease-ttl: must be at least 300ms"))
+	}
+	if c.StopTimeout < 0 || c.StopTimeout > 10*time.Minute {
+		errs = append(errs, errors.New("orchestrator.stop-timeout: must be between 0 and 10m"))
+	}
+	if c.ResultAckWait < time.Second || c.ResultAckWait > 10*time.Minute {
+		errs = append(errs, errors.New("orchestrator.result-ack-wait: must be between 1s and 10m"))
 	}
 	if c.GuideTimeout < 0 {
 		errs = append(errs, errors.New("orchestrator.guide-timeout: must not be negative"))

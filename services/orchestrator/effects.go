@@ -95,6 +95,9 @@ func runName(id string) string { return "runs/" + id }
 // the effects fn collected. With skipLocked it returns (false, nil) at once
 // when another transaction holds the run.
 func (s *Service) withRun(ctx context.Context, tenant, runID string, skipLocked bool, fn func(tx pgx.Tx, run *runRow, eff *effects) error) (bool, error) {
+	// A stop waits for the decision to be carried out (lifecycle.go).
+	s.inflight.enter()
+	defer s.inflight.leave()
 	var eff *effects
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		lock := lockRun
@@ -223,8 +226,10 @@ func (s *Service) carryOutOrdered(ctx context.Context, eff *effects) {
 	if prev != nil {
 		<-prev
 	}
+	s.inflight.enter() // a stop waits for these effects (lifecycle.go)
 	go func() {
 		defer close(done)
+		defer s.inflight.leave()
 		s.carryOut(ctx, eff)
 	}()
 }

@@ -112,7 +112,7 @@ func (s *Service) reopenRun(ctx context.Context, tx pgx.Tx, run *runRow) error {
 	if _, err := tx.Exec(ctx, `UPDATE runs SET state = 'RUNNING', end_time = NULL, lease_owner = $3,
 			lease_expires = now() + $4 * interval '1 microsecond', result_patch = '', merge_conflicts = '{}', session_check = '',
 			delivery = '', reopened = reopened + 1
-		WHERE tenant_id = $1 AND id = $2`, run.TenantID, run.ID, s.cfg.ReplicaID, s.cfg.LeaseTTL.Microseconds()); err != nil {
+		WHERE tenant_id = $1 AND id = $2`, run.TenantID, run.ID, s.cfg.ReplicaID, s.newLeaseTTL().Microseconds()); err != nil {
 		return err
 	}
 	run.State = stateRunning

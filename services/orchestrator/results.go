@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -153,29 +154,50 @@ const maxReportFiles = 100
 // consumeResults applies worker reports in batches: whatever arrived while
 // the previous batch was applied (up to resultBatch) is grouped by run, and
 // each run's group costs one transaction and one scheduling pass.
+//
+// The consumer's ack wait is short (ResultAckWait), so that results a dead
+// replica took are soon handed to another; the results this replica holds
+// are kept with in-progress acknowledgements until they are applied. On a
+// stop, the batch being applied is finished (within StopTimeout) and the
+// results not yet applied are handed back at once.
 func (s *Service) consumeResults(ctx context.Context) error {
 	cons, err := s.bus.EnsureConsumer(ctx, topology.ResultConsumer(s.bus, natsx.ConsumerSpec{
 		// A result must not be lost to a database outage: retry until it
 		// is applied (undecodable messages are terminated instead).
 		MaxDeliver: unlimitedDeliveries,
+		AckWait:    s.cfg.ResultAckWait,
 	}))
 	if err != nil {
 		return err
 	}
+	held := newHeldResults()
 	in := make(chan jetstream.Msg, resultBatch)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		held.add(m)
 		select {
 		case in <- m:
 		case <-ctx.Done():
+			held.remove(m)
+			_ = m.Nak()
 		}
 	}, jetstream.PullMaxMessages(resultBatch))
 	if err != nil {
 		return fmt.Errorf("consume results: %w", err)
 	}
-	defer cc.Stop()
+	stopKeeping := held.keep(s.cfg.ResultAckWait / 3)
+	defer func() {
+		cc.Stop()
+		stopKeeping()
+		held.handBack(in)
+	}()
 	// Runs were recovered before: the Orchestrator has started.
 	s.MarkStarted()
 	defer s.waitCarriedOut()
+	// A batch taken is applied to its end, also when a stop comes
+	// meanwhile (within StopTimeout): its reports are then acknowledged
+	// rather than redelivered.
+	actx, cancel := graceContext(ctx, s.cfg.StopTimeout)
+	defer cancel()
 	for {
 		var batch []jetstream.Msg
 		select {
@@ -193,7 +215,101 @@ func (s *Service) consumeResults(ctx context.Context) error {
 				break drain
 			}
 		}
-		s.applyBatch(ctx, batch)
+		s.applyBatch(actx, batch)
+		held.remove(batch...)
+	}
+}
+
+// graceContext is a context that outlives ctx by grace: it ends grace after
+// ctx does (or when cancel is called).
+func graceContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(grace, cancel)
+		context.AfterFunc(gctx, func() { t.Stop() })
+	})
+	return gctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// heldResults are the results this replica took from the consumer and has
+// not yet answered (acknowledged, or handed back).
+type heldResults struct {
+	mu   sync.Mutex
+	msgs map[jetstream.Msg]struct{}
+}
+
+func newHeldResults() *heldResults {
+	return &heldResults{msgs: map[jetstream.Msg]struct{}{}}
+}
+
+func (h *heldResults) add(m jetstream.Msg) {
+	h.mu.Lock()
+	h.msgs[m] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *heldResults) remove(ms ...jetstream.Msg) {
+	h.mu.Lock()
+	for _, m := range ms {
+		delete(h.msgs, m)
+	}
+	h.mu.Unlock()
+}
+
+// keep tells the server every interval that the held results are still
+// being worked on, so that the short ack wait does not hand them to another
+// replica while they wait in this one's queue or are applied; the function
+// it returns stops it.
+func (h *heldResults) keep(interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			h.mu.Lock()
+			ms := make([]jetstream.Msg, 0, len(h.msgs))
+			for m := range h.msgs {
+				ms = append(ms, m)
+			}
+			h.mu.Unlock()
+			for _, m := range ms {
+				_ = m.InProgress() // an answered message refuses it
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// handBack returns the results still queued in in, and any other held, for
+// redelivery at once: a replica that stops does not make another wait out
+// the ack wait for them.
+func (h *heldResults) handBack(in chan jetstream.Msg) {
+	for {
+		select {
+		case m := <-in:
+			h.add(m)
+			continue
+		default:
+		}
+		break
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for m := range h.msgs {
+		_ = m.Nak()
+		delete(h.msgs, m)
 	}
 }
 

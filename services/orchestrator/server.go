@@ -202,7 +202,7 @@ func newNodes(req *orchestratorv1.CreateRunRequest, layers [][]string) ([]newNod
 func (s *Service) storeRun(ctx context.Context, who identity.Identity, run *runRow, nodes []newNode,
 	req *orchestratorv1.CreateRunRequest) (*orchestratorv1.CreateRunResponse, error) {
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := insertRun(ctx, tx, run, s.cfg.LeaseTTL); err != nil {
+		if err := insertRun(ctx, tx, run, s.newLeaseTTL()); err != nil {
 			return err
 		}
 		if err := insertNodes(ctx, tx, run.TenantID, run.ID, nodes); err != nil {

@@ -62,6 +62,11 @@ type Service struct {
 	repos *repositories
 	// claimMetrics counts the workers' claims of tasks (claims.go).
 	claimMetrics claimMetrics
+	// inflight counts the decisions being taken or carried out; a stop
+	// waits for them before releasing the run leases (lifecycle.go).
+	inflight inflight
+	// released is set once a stop released the run leases (lifecycle.go).
+	released atomic.Bool
 }
 
 type metrics struct {
@@ -196,7 +201,9 @@ func (s *Service) Register(g *grpc.Server) {
 
 // Run provisions the task and event streams, recovers unfinished runs, then
 // applies worker results and periodically re-examines unfinished runs until
-// ctx is done. It returns nil on a clean stop.
+// ctx is done. It returns nil on a clean stop, which carries out what was
+// committed and releases the replica's run leases to the other replicas
+// (lifecycle.go).
 func (s *Service) Run(ctx context.Context) error {
 	err := s.run(ctx)
 	if ctx.Err() != nil {
@@ -207,18 +214,28 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) run(ctx context.Context) error {
 	s.ctx.Store(&ctx)
+	s.released.Store(false)
 	if err := topology.EnsureTasks(ctx, s.bus); err != nil {
 		return err
 	}
 	if err := topology.EnsureEvents(ctx, s.bus); err != nil {
 		return err
 	}
+	sub, released, err := s.subscribeReleases()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	if err := s.recoverRuns(ctx, true); err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.consumeResults(gctx) })
 	g.Go(func() error { return s.serveClaims(gctx) })
+	g.Go(func() error {
+		s.takeOverReleased(gctx, released) // lifecycle.go
+		return nil
+	})
 	g.Go(func() error {
 		s.leases(gctx)
 		return nil
@@ -240,5 +257,9 @@ func (s *Service) run(ctx context.Context) error {
 		}
 	})
 	s.log.InfoContext(ctx, "orchestrator started")
-	return g.Wait()
+	err = g.Wait()
+	if ctx.Err() != nil {
+		s.stop() // lifecycle.go
+	}
+	return err
 }

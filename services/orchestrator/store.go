@@ -221,6 +221,17 @@ func renewLeases(ctx context.Context, q querier, owner string, ttl time.Duration
 	return tag.RowsAffected(), err
 }
 
+// releaseLeases gives up every lease owner holds, as a replica does when it
+// stops: on unfinished runs, on runs awaiting delivery and on runs awaiting
+// a session check. Each lease ends now (the owner is kept, so that a
+// restart under the same id takes its runs back at once), and any replica's
+// next claim takes the run over. It returns how many were released.
+func releaseLeases(ctx context.Context, q querier, owner string) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE runs SET lease_expires = NULL
+		WHERE lease_owner = $1 AND lease_expires IS NOT NULL`, owner)
+	return tag.RowsAffected(), err
+}
+
 // claimExpired takes over up to limit unfinished runs whose lease expired
 // (their owner stopped renewing: it crashed or lost the database), or that
 // owner already holds (a restart under the same replica id), and returns
