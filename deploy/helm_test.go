@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -602,6 +603,7 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 		require.True(t, strings.HasPrefix(envValue(c.Env, "SYLK_WORKER_CACHE_ROOT"), envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")+"/"))
 	}
 	checkRepositories(t, name, pod, c, repositoriesPath) // repositories_test.go
+	checkGracePeriod(t, r, name, d)
 
 	if !tc.wantChartSecret {
 		return
@@ -609,6 +611,24 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	// A change to the chart's Secret or ConfigMap must roll the pods.
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/config"])
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"])
+}
+
+// checkGracePeriod: the kubelet kills no pod before it has drained. Every
+// pod's grace period outlasts its preStop sleep and shutdown delay; the
+// worker's also outlasts its drain timeout, in which running tasks finish.
+func checkGracePeriod(t *testing.T, r rendered, name string, d *appsv1.Deployment) {
+	t.Helper()
+	delay, err := time.ParseDuration(r.configMaps[releaseName+"-sylk"].Data["SYLK_SHUTDOWN_DELAY"])
+	require.NoError(t, err)
+	before := time.Duration(preStopSleep(d))*time.Second + delay
+	if name == "worker" {
+		drain, err := time.ParseDuration(envValue(d.Spec.Template.Spec.Containers[0].Env, "SYLK_WORKER_DRAIN_TIMEOUT"))
+		require.NoError(t, err, "the worker's drain timeout")
+		require.GreaterOrEqual(t, drain, time.Minute, "agent tasks run for minutes")
+		before += drain
+	}
+	grace := time.Duration(graceSeconds(t, d)) * time.Second
+	require.Greater(t, grace, before, "%s: terminationGracePeriodSeconds %s, but it stops serving only after %s", name, grace, before)
 }
 
 // podCommand is the command a service's container must run. A pod's command
