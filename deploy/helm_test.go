@@ -1148,23 +1148,23 @@ func TestHelmGracePeriods(t *testing.T) {
 		{
 			name:      "defaults",
 			wantDrain: "10m",
-			wantGrace: map[string]int64{"worker": 600 + shutdownDelay + margin, "gateway": 30 + 5},
+			wantGrace: map[string]int64{"worker": 600 + shutdownDelay + margin, "gateway": 30 + 5, "orchestrator": 45},
 			wantSleep: map[string]int64{"gateway": 5},
 		},
 		{
 			name:      "longer drain",
 			args:      []string{"--set", "worker.drainTimeout=1h30m", "--set", "worker.drainMarginSeconds=60", "--set", "shutdownDelay=10s"},
 			wantDrain: "1h30m",
-			wantGrace: map[string]int64{"worker": 5400 + 10 + 60, "gateway": 35},
+			wantGrace: map[string]int64{"worker": 5400 + 10 + 60, "gateway": 35, "orchestrator": 45},
 			wantSleep: map[string]int64{"gateway": 5},
 		},
 		{
 			name: "own grace periods",
 			args: []string{"--set", "guide.terminationGracePeriodSeconds=90", "--set", "gateway.preStopSleepSeconds=0",
-				"--set", "terminationGracePeriodSeconds=45", "--set", "worker.preStopSleepSeconds=3", "--set", "worker.drainTimeout=90s"},
+				"--set", "terminationGracePeriodSeconds=40", "--set", "worker.preStopSleepSeconds=3", "--set", "worker.drainTimeout=90s"},
 			wantDrain: "90s",
-			wantGrace: map[string]int64{"guide": 90, "worker": 3 + 90 + shutdownDelay + margin, "gateway": 45,
-				"architect": 45, "orchestrator": 45, "librarian": 45, "archivalist": 45, "academic": 45},
+			wantGrace: map[string]int64{"guide": 90, "worker": 3 + 90 + shutdownDelay + margin, "gateway": 40,
+				"architect": 40, "orchestrator": 45, "librarian": 40, "archivalist": 40, "academic": 40},
 			wantSleep: map[string]int64{"worker": 3},
 		},
 	}
