@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -35,7 +36,7 @@ var commonEnv = []string{
 // serviceEnv are the settings only one service reads.
 var serviceEnv = map[string][]string{
 	"gateway":      {"SYLK_GATEWAY_LISTEN_ADDRESS", "SYLK_AUTH_BOOTSTRAP_KEY"},
-	"worker":       {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT"},
+	"worker":       {"SYLK_WORKER_ROLES", "SYLK_WORKER_WORKSPACE_ROOT", "SYLK_WORKER_CACHE_ROOT", "SYLK_WORKER_DRAIN_TIMEOUT"},
 	"librarian":    {"SYLK_LIBRARIAN_DATA_DIR", "SYLK_LIBRARIAN_ALLOWED_ROOTS"},
 	"orchestrator": {"SYLK_ORCHESTRATOR_CLONE_DIR"},
 }
@@ -326,4 +327,16 @@ func TestComposeDependsOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stopping worker lets running tasks finish within its drain timeout:
+// compose must not kill it before (its default stop grace period is 10s).
+func TestComposeWorkerDrains(t *testing.T) {
+	t.Parallel()
+	s, err := loadCompose(t).GetService("worker")
+	require.NoError(t, err)
+	drain, err := time.ParseDuration(env(t, s, "SYLK_WORKER_DRAIN_TIMEOUT"))
+	require.NoError(t, err)
+	require.NotNil(t, s.StopGracePeriod, "the worker needs a stop_grace_period")
+	require.Greater(t, time.Duration(*s.StopGracePeriod), drain+30*time.Second, "stop_grace_period must outlast the drain and the hand-back")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,18 +13,22 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -57,6 +62,22 @@ func helmBinary(t *testing.T) string {
 	}
 	t.Fatal("helm not found on PATH, in .tools/bin nor in $(go env GOPATH)/bin: run `make tools` to install it")
 	return ""
+}
+
+// Keys the chart requires unless they are in existing Secrets: it generates
+// none, so that every render gives the same output.
+var (
+	testBootstrapKey = "sylk_" + strings.Repeat("b", 40)
+	testInternalKey  = strings.Repeat("i", 48)
+	testKeys         = []string{"--set", "auth.bootstrapKey=" + testBootstrapKey, "--set", "internal.key=" + testInternalKey}
+)
+
+// templateChart runs helm template on the chart with the test keys and args
+// (whose --set come later, so they win).
+func templateChart(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	base := []string{"template", releaseName, chartDir, "--namespace", namespace}
+	return runHelm(t, slices.Concat(base, testKeys, args)...)
 }
 
 func runHelm(t *testing.T, args ...string) (string, error) {
@@ -101,6 +122,7 @@ func chartCases() []chartCase {
 	return []chartCase{
 		{
 			name:            "defaults",
+			args:            testKeys,
 			wantImagePrefix: "sylk/",
 			wantTag:         "0.1.0",
 			wantStoreSecrets: map[string]corev1.SecretKeySelector{
@@ -176,12 +198,70 @@ type rendered struct {
 	accounts    map[string]*corev1.ServiceAccount
 	claims      map[string]*corev1.PersistentVolumeClaim
 	ingresses   map[string]*networkingv1.Ingress
+	pdbs        map[string]*policyv1.PodDisruptionBudget
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
+	monitors    map[string]*serviceMonitor
 }
 
+// serviceMonitor holds the fields of the Prometheus operator's
+// ServiceMonitor (monitoring.coreos.com/v1) the chart sets; it is decoded
+// strictly, so a field the chart renders that is not listed here fails.
+type serviceMonitor struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames"`
+		} `json:"namespaceSelector"`
+		TargetLabels []string `json:"targetLabels"`
+		Endpoints    []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path"`
+			Scheme        string `json:"scheme"`
+			Interval      string `json:"interval"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// GetNamespace returns the ServiceMonitor's namespace.
+func (m *serviceMonitor) GetNamespace() string { return m.Metadata.Namespace }
+
+// decodeManifest decodes one rendered manifest: a ServiceMonitor into
+// serviceMonitor, anything else through decodeStrict.
+func decodeManifest(doc []byte) (any, error) {
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &head); err != nil {
+		return nil, err
+	}
+	if head.Kind != "ServiceMonitor" {
+		return decodeStrict(doc)
+	}
+	var m serviceMonitor
+	if err := yaml.UnmarshalStrict(doc, &m); err != nil {
+		return nil, err
+	}
+	if m.APIVersion != "monitoring.coreos.com/v1" {
+		return nil, fmt.Errorf("ServiceMonitor of apiVersion %q", m.APIVersion)
+	}
+	return &m, nil
+}
+
+// renderChart renders the chart with the test keys and args, and decodes it.
 func renderChart(t *testing.T, args ...string) rendered {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", releaseName, chartDir, "--namespace", namespace}, args...)...)
+	out, err := templateChart(t, args...)
 	require.NoError(t, err)
+	return decodeChart(t, out)
+}
+
+// decodeChart decodes helm template's output strictly, by kind and name.
+func decodeChart(t *testing.T, out string) rendered {
+	t.Helper()
 	r := rendered{
 		deployments: map[string]*appsv1.Deployment{},
 		services:    map[string]*corev1.Service{},
@@ -192,6 +272,9 @@ func renderChart(t *testing.T, args ...string) rendered {
 		accounts:    map[string]*corev1.ServiceAccount{},
 		claims:      map[string]*corev1.PersistentVolumeClaim{},
 		ingresses:   map[string]*networkingv1.Ingress{},
+		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
+		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		monitors:    map[string]*serviceMonitor{},
 	}
 	put := func(m any, name string, obj any) {
 		switch m := m.(type) {
@@ -222,6 +305,15 @@ func renderChart(t *testing.T, args ...string) rendered {
 		case map[string]*networkingv1.Ingress:
 			require.NotContains(t, m, name, "two Ingresses named %s", name)
 			m[name] = obj.(*networkingv1.Ingress)
+		case map[string]*policyv1.PodDisruptionBudget:
+			require.NotContains(t, m, name, "two PodDisruptionBudgets named %s", name)
+			m[name] = obj.(*policyv1.PodDisruptionBudget)
+		case map[string]*autoscalingv2.HorizontalPodAutoscaler:
+			require.NotContains(t, m, name, "two HorizontalPodAutoscalers named %s", name)
+			m[name] = obj.(*autoscalingv2.HorizontalPodAutoscaler)
+		case map[string]*serviceMonitor:
+			require.NotContains(t, m, name, "two ServiceMonitors named %s", name)
+			m[name] = obj.(*serviceMonitor)
 		}
 	}
 	n := 0
@@ -230,7 +322,7 @@ func renderChart(t *testing.T, args ...string) rendered {
 			continue
 		}
 		n++
-		obj, err := decodeStrict([]byte(doc))
+		obj, err := decodeManifest([]byte(doc))
 		require.NoError(t, err, "manifest does not decode strictly:\n%s", doc)
 		switch o := obj.(type) {
 		case *appsv1.Deployment:
@@ -251,6 +343,12 @@ func renderChart(t *testing.T, args ...string) rendered {
 			put(r.claims, o.Name, o)
 		case *networkingv1.Ingress:
 			put(r.ingresses, o.Name, o)
+		case *policyv1.PodDisruptionBudget:
+			put(r.pdbs, o.Name, o)
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			put(r.hpas, o.Name, o)
+		case *serviceMonitor:
+			put(r.monitors, o.Metadata.Name, o)
 		default:
 			t.Fatalf("unexpected kind %T in the chart:\n%s", obj, doc)
 		}
@@ -340,8 +438,8 @@ func TestHelmTemplate(t *testing.T) {
 				}
 				require.NotNil(t, own)
 				key := string(own.Data["bootstrap-key"])
-				require.True(t, strings.HasPrefix(key, "sylk_") && len(key) >= 32, "generated bootstrap key %q", key)
-				require.GreaterOrEqual(t, len(own.Data["internal-key"]), 32, "generated internal key")
+				require.Equal(t, testBootstrapKey, key, "the bootstrap key given")
+				require.Equal(t, testInternalKey, string(own.Data["internal-key"]), "the internal key given")
 			})
 
 			t.Run("migrations", func(t *testing.T) {
@@ -505,6 +603,7 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 		require.True(t, strings.HasPrefix(envValue(c.Env, "SYLK_WORKER_CACHE_ROOT"), envValue(c.Env, "SYLK_WORKER_WORKSPACE_ROOT")+"/"))
 	}
 	checkRepositories(t, name, pod, c, repositoriesPath) // repositories_test.go
+	checkGracePeriod(t, r, name, d)
 
 	if !tc.wantChartSecret {
 		return
@@ -512,6 +611,24 @@ func checkDeployment(t *testing.T, tc chartCase, r rendered, name string, d *app
 	// A change to the chart's Secret or ConfigMap must roll the pods.
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/config"])
 	require.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"])
+}
+
+// checkGracePeriod: the kubelet kills no pod before it has drained. Every
+// pod's grace period outlasts its preStop sleep and shutdown delay; the
+// worker's also outlasts its drain timeout, in which running tasks finish.
+func checkGracePeriod(t *testing.T, r rendered, name string, d *appsv1.Deployment) {
+	t.Helper()
+	delay, err := time.ParseDuration(r.configMaps[releaseName+"-sylk"].Data["SYLK_SHUTDOWN_DELAY"])
+	require.NoError(t, err)
+	before := time.Duration(preStopSleep(d))*time.Second + delay
+	if name == "worker" {
+		drain, err := time.ParseDuration(envValue(d.Spec.Template.Spec.Containers[0].Env, "SYLK_WORKER_DRAIN_TIMEOUT"))
+		require.NoError(t, err, "the worker's drain timeout")
+		require.GreaterOrEqual(t, drain, time.Minute, "agent tasks run for minutes")
+		before += drain
+	}
+	grace := time.Duration(graceSeconds(t, d)) * time.Second
+	require.Greater(t, grace, before, "%s: terminationGracePeriodSeconds %s, but it stops serving only after %s", name, grace, before)
 }
 
 // podCommand is the command a service's container must run. A pod's command
@@ -886,7 +1003,7 @@ func TestHelmValues(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			if tt.wantErr != "" {
-				_, err := runHelm(t, append([]string{"template", releaseName, chartDir, "--namespace", namespace}, tt.args...)...)
+				_, err := templateChart(t, tt.args...)
 				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
@@ -919,4 +1036,354 @@ func TestHelmIngress(t *testing.T) {
 	require.NotNil(t, svc)
 	require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == "http" }),
 		"the gateway's Service has the port the Ingress names")
+}
+
+// autoscaledServices are the services a HorizontalPodAutoscaler may scale:
+// their pods hold no work of their own (not the orchestrator's run leases,
+// the worker's running tasks nor the librarian's index operations).
+var autoscaledServices = []string{"guide", "architect", "archivalist", "academic", "gateway"}
+
+// The chart refuses a misspelt value at every level it reads instead of
+// ignoring it, and takes the values it ships and the example's.
+func TestHelmSchemaRejectsMisspeltValues(t *testing.T) {
+	t.Parallel()
+	_, err := templateChart(t)
+	require.NoError(t, err, "the default values (with the required keys)")
+	_, err = templateChart(t, "-f", filepath.Join(chartDir, "ci", "external-values.yaml"))
+	require.NoError(t, err, "ci/external-values.yaml")
+	for set, key := range map[string]string{
+		"replcias=2":                              "replcias",
+		"gateway.replcias=2":                      "replcias",
+		"worker.drainTimout=5m":                   "drainTimout",
+		"guide.autoscaling.maxReplica=3":          "maxReplica",
+		"gateway.ingress.hots=sylk.example.test":  "hots",
+		"podDisruptionBudget.maxUnavaliable=1":    "maxUnavaliable",
+		"topologySpread.maxSkwe=2":                "maxSkwe",
+		"serviceMonitor.intervall=10s":            "intervall",
+		"internal.exisitngSecret=x":               "exisitngSecret",
+		"probes.readiness.periodSecond=5":         "periodSecond",
+		"guide.resources.limts.memory=1Gi":        "limts",
+		"orchestrator.autoscaling.enabled=true":   "autoscaling",                   // not a stateless service
+		"worker.terminationGracePeriodSeconds=60": "terminationGracePeriodSeconds", // derived from drainTimeout
+	} {
+		_, err := templateChart(t, "--set", set)
+		require.ErrorContains(t, err, "Additional property "+key+" is not allowed", "--set %s must be refused", set)
+	}
+	for set, want := range map[string]string{
+		"worker.drainTimeout=10 minutes": "worker.drainTimeout: Does not match pattern",
+		"shutdownDelay=500ms":            "shutdownDelay: Does not match pattern",
+		"log.level=verbose":              "log.level: log.level must be one of",
+		"gateway.service.type=Ingress":   "gateway.service.type: gateway.service.type must be one of",
+		"worker.roles=coder":             "worker.roles: Does not match pattern",
+	} {
+		_, err := templateChart(t, "--set", set)
+		require.ErrorContains(t, err, want, "--set %s must be refused", set)
+	}
+}
+
+// Without a cluster to look the release's Secret up (helm template, as
+// GitOps tools render), the same values give the same objects: the chart
+// generates no key, so neither its Secret nor the pods' checksum of it
+// changes from one render to the next, and no pod is rolled for nothing.
+func TestHelmRenderIsRepeatable(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{nil, {"-f", filepath.Join(chartDir, "ci", "external-values.yaml")}} {
+		first, err := templateChart(t, args...)
+		require.NoError(t, err)
+		second, err := templateChart(t, args...)
+		require.NoError(t, err)
+		require.Equal(t, first, second, "two renders of %v differ", args)
+	}
+
+	base := []string{"template", releaseName, chartDir, "--namespace", namespace}
+	_, err := runHelm(t, slices.Concat(base, []string{"--set", "internal.key=" + testInternalKey})...)
+	require.ErrorContains(t, err, "set auth.bootstrapKey")
+	require.ErrorContains(t, err, "auth.existingSecret")
+	_, err = runHelm(t, slices.Concat(base, []string{"--set", "auth.bootstrapKey=" + testBootstrapKey})...)
+	require.ErrorContains(t, err, "set internal.key")
+	require.ErrorContains(t, err, "internal.existingSecret")
+
+	// Keys in existing Secrets need no value.
+	out, err := runHelm(t, slices.Concat(base, []string{"--set", "auth.existingSecret=a", "--set", "internal.existingSecret=i"})...)
+	require.NoError(t, err)
+	r := decodeChart(t, out)
+	own := r.secrets[releaseName+"-sylk"]
+	require.NotNil(t, own, "the stores' URLs are still values")
+	require.NotContains(t, own.Data, "bootstrap-key")
+	require.NotContains(t, own.Data, "internal-key")
+	env := r.deployments[objectName("guide")].Spec.Template.Spec.Containers[0].Env
+	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "SYLK_INTERNAL_KEY" })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, "i", env[i].ValueFrom.SecretKeyRef.Name)
+}
+
+func graceSeconds(t *testing.T, d *appsv1.Deployment) int64 {
+	t.Helper()
+	require.NotNil(t, d.Spec.Template.Spec.TerminationGracePeriodSeconds, d.Name)
+	return *d.Spec.Template.Spec.TerminationGracePeriodSeconds
+}
+
+func preStopSleep(d *appsv1.Deployment) int64 {
+	lc := d.Spec.Template.Spec.Containers[0].Lifecycle
+	if lc == nil || lc.PreStop == nil || lc.PreStop.Sleep == nil {
+		return 0
+	}
+	return lc.PreStop.Sleep.Seconds
+}
+
+// The worker's grace period follows its drain timeout, set once in the
+// values: the pod is not killed while running tasks finish. The gateway
+// sleeps in preStop so that load balancers drop it before it stops serving,
+// and its grace period counts the sleep.
+func TestHelmGracePeriods(t *testing.T) {
+	t.Parallel()
+	const shutdownDelay, margin = 5, 30
+	tests := []struct {
+		name      string
+		args      []string
+		wantDrain string
+		wantGrace map[string]int64 // service -> seconds; others 30
+		wantSleep map[string]int64 // service -> preStop sleep; others none
+	}{
+		{
+			name:      "defaults",
+			wantDrain: "10m",
+			wantGrace: map[string]int64{"worker": 600 + shutdownDelay + margin, "gateway": 30 + 5, "orchestrator": 45},
+			wantSleep: map[string]int64{"gateway": 5},
+		},
+		{
+			name:      "longer drain",
+			args:      []string{"--set", "worker.drainTimeout=1h30m", "--set", "worker.drainMarginSeconds=60", "--set", "shutdownDelay=10s"},
+			wantDrain: "1h30m",
+			wantGrace: map[string]int64{"worker": 5400 + 10 + 60, "gateway": 35, "orchestrator": 45},
+			wantSleep: map[string]int64{"gateway": 5},
+		},
+		{
+			name: "own grace periods",
+			args: []string{"--set", "guide.terminationGracePeriodSeconds=90", "--set", "gateway.preStopSleepSeconds=0",
+				"--set", "terminationGracePeriodSeconds=40", "--set", "worker.preStopSleepSeconds=3", "--set", "worker.drainTimeout=90s"},
+			wantDrain: "90s",
+			wantGrace: map[string]int64{"guide": 90, "worker": 3 + 90 + shutdownDelay + margin, "gateway": 40,
+				"architect": 40, "orchestrator": 45, "librarian": 40, "archivalist": 40, "academic": 40},
+			wantSleep: map[string]int64{"worker": 3},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := renderChart(t, tt.args...)
+			for _, name := range services {
+				d := r.deployments[objectName(name)]
+				require.NotNil(t, d, name)
+				want, ok := tt.wantGrace[name]
+				if !ok {
+					want = 30
+				}
+				require.Equal(t, want, graceSeconds(t, d), "%s: terminationGracePeriodSeconds", name)
+				require.Equal(t, tt.wantSleep[name], preStopSleep(d), "%s: preStop sleep", name)
+				if name == "worker" {
+					requireEnvValue(t, d.Spec.Template.Spec.Containers[0].Env, "SYLK_WORKER_DRAIN_TIMEOUT", tt.wantDrain)
+				}
+			}
+		})
+	}
+	_, err := templateChart(t, "--set", "guide.terminationGracePeriodSeconds=5")
+	require.ErrorContains(t, err, "guide: the termination grace period must be longer than its preStop sleep plus shutdownDelay")
+	_, err = templateChart(t, "--set", "gateway.terminationGracePeriodSeconds=10", "--set", "gateway.preStopSleepSeconds=8")
+	require.ErrorContains(t, err, "gateway: the termination grace period must be longer")
+}
+
+// A service that may run several pods gets a PodDisruptionBudget selecting
+// exactly its pods; one with a single replica gets none.
+func TestHelmDisruptionBudgets(t *testing.T) {
+	t.Parallel()
+	one := intstr.FromInt32(1)
+	tests := []struct {
+		name string
+		args []string
+		want map[string]policyv1.PodDisruptionBudgetSpec // service -> budget (selector aside)
+	}{
+		{name: "one replica each", want: map[string]policyv1.PodDisruptionBudgetSpec{}},
+		{
+			name: "external services",
+			args: []string{"-f", filepath.Join(chartDir, "ci", "external-values.yaml")},
+			want: map[string]policyv1.PodDisruptionBudgetSpec{
+				"guide": {MaxUnavailable: &one}, "librarian": {MaxUnavailable: &one},
+				"worker": {MaxUnavailable: &one}, "gateway": {MaxUnavailable: &one},
+			},
+		},
+		{
+			name: "own budgets",
+			args: []string{"--set", "guide.replicas=3", "--set", "guide.podDisruptionBudget.minAvailable=2",
+				"--set", "worker.replicas=4", "--set-string", "worker.podDisruptionBudget.maxUnavailable=25%",
+				"--set", "orchestrator.replicas=2", "--set", "orchestrator.podDisruptionBudget.enabled=false",
+				"--set", "gateway.autoscaling.enabled=true"},
+			want: map[string]policyv1.PodDisruptionBudgetSpec{
+				"guide":   {MinAvailable: new(intstr.FromInt32(2))},
+				"worker":  {MaxUnavailable: new(intstr.FromString("25%"))},
+				"gateway": {MaxUnavailable: &one}, // autoscaled from one replica
+			},
+		},
+		{
+			name: "shared budget",
+			args: []string{"--set", "architect.replicas=3", "--set", "podDisruptionBudget.maxUnavailable=null",
+				"--set", "podDisruptionBudget.minAvailable=1", "--set", "podDisruptionBudget.unhealthyPodEvictionPolicy="},
+			want: map[string]policyv1.PodDisruptionBudgetSpec{"architect": {MinAvailable: &one}},
+		},
+		{
+			name: "disabled",
+			args: []string{"--set", "podDisruptionBudget.enabled=false", "--set", "guide.replicas=3"},
+			want: map[string]policyv1.PodDisruptionBudgetSpec{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := renderChart(t, tt.args...)
+			require.Len(t, r.pdbs, len(tt.want), "PodDisruptionBudgets: %v", slices.Collect(maps.Keys(r.pdbs)))
+			for name, want := range tt.want {
+				pdb := r.pdbs[objectName(name)]
+				require.NotNil(t, pdb, "no PodDisruptionBudget for %s", name)
+				require.Equal(t, want.MinAvailable, pdb.Spec.MinAvailable, name)
+				require.Equal(t, want.MaxUnavailable, pdb.Spec.MaxUnavailable, name)
+				d := r.deployments[objectName(name)]
+				require.Equal(t, d.Spec.Selector, pdb.Spec.Selector, "%s: the budget selects exactly the Deployment's pods", name)
+				if tt.name == "shared budget" {
+					require.Nil(t, pdb.Spec.UnhealthyPodEvictionPolicy)
+					continue
+				}
+				require.NotNil(t, pdb.Spec.UnhealthyPodEvictionPolicy, name)
+				require.Equal(t, policyv1.AlwaysAllow, *pdb.Spec.UnhealthyPodEvictionPolicy, "%s: a crash-looping pod does not block drains", name)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--set", "guide.replicas=2", "--set", "guide.podDisruptionBudget.minAvailable=2"}, "guide.podDisruptionBudget.minAvailable must be less than guide.replicas"},
+		{[]string{"--set", "guide.replicas=2", "--set", "guide.podDisruptionBudget.minAvailable=1", "--set", "guide.podDisruptionBudget.maxUnavailable=1"}, "set minAvailable or maxUnavailable, not both"},
+		{[]string{"--set", "guide.replicas=2", "--set", "podDisruptionBudget.minAvailable=1"}, "set minAvailable or maxUnavailable, not both"},
+	} {
+		_, err := templateChart(t, tt.args...)
+		require.ErrorContains(t, err, tt.wantErr, "%v", tt.args)
+	}
+}
+
+// Autoscaling is off by default; on, each stateless service gets an
+// autoscaler of its Deployment, which then leaves replicas to it.
+func TestHelmAutoscalers(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, renderChart(t).hpas)
+	var args []string
+	for _, name := range autoscaledServices {
+		args = append(args, "--set", name+".autoscaling.enabled=true")
+	}
+	args = append(args, "--set", "gateway.autoscaling.maxReplicas=10", "--set", "gateway.autoscaling.targetMemoryUtilizationPercentage=80",
+		"--set", "guide.autoscaling.behavior.scaleDown.stabilizationWindowSeconds=600")
+	r := renderChart(t, args...)
+	require.Len(t, r.hpas, len(autoscaledServices))
+	for _, name := range services {
+		d := r.deployments[objectName(name)]
+		hpa := r.hpas[objectName(name)]
+		if !slices.Contains(autoscaledServices, name) {
+			require.Nil(t, hpa, name)
+			require.NotNil(t, d.Spec.Replicas, "%s: not autoscaled, replicas stay", name)
+			continue
+		}
+		require.NotNil(t, hpa, "no HorizontalPodAutoscaler for %s", name)
+		require.Nil(t, d.Spec.Replicas, "%s: replicas are left to the autoscaler, so an upgrade does not reset them", name)
+		ref := hpa.Spec.ScaleTargetRef
+		require.Equal(t, autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name}, ref)
+		require.Equal(t, int32(2), *hpa.Spec.MinReplicas, name)
+		want := map[corev1.ResourceName]int32{corev1.ResourceCPU: 75}
+		if name == "gateway" {
+			require.Equal(t, int32(10), hpa.Spec.MaxReplicas)
+			want[corev1.ResourceMemory] = 80
+		} else {
+			require.Equal(t, int32(6), hpa.Spec.MaxReplicas, name)
+		}
+		got := map[corev1.ResourceName]int32{}
+		for _, m := range hpa.Spec.Metrics {
+			require.Equal(t, autoscalingv2.ResourceMetricSourceType, m.Type)
+			require.Equal(t, autoscalingv2.UtilizationMetricType, m.Resource.Target.Type)
+			got[m.Resource.Name] = *m.Resource.Target.AverageUtilization
+		}
+		require.Equal(t, want, got, name)
+		if name == "guide" {
+			require.Equal(t, int32(600), *hpa.Spec.Behavior.ScaleDown.StabilizationWindowSeconds)
+		}
+	}
+
+	_, err := templateChart(t, "--set", "guide.autoscaling.enabled=true", "--set", "guide.autoscaling.maxReplicas=1")
+	require.ErrorContains(t, err, "guide.autoscaling.maxReplicas must be at least minReplicas")
+	_, err = templateChart(t, "--set", "guide.autoscaling.enabled=true", "--set", "guide.autoscaling.targetCPUUtilizationPercentage=null")
+	require.ErrorContains(t, err, "guide.autoscaling needs targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage")
+}
+
+// Each service's pods are spread over zones and nodes, counting only the
+// pods of its current ReplicaSet.
+func TestHelmTopologySpread(t *testing.T) {
+	t.Parallel()
+	r := renderChart(t)
+	for _, name := range services {
+		d := r.deployments[objectName(name)]
+		tsc := d.Spec.Template.Spec.TopologySpreadConstraints
+		require.Len(t, tsc, 2, name)
+		var keys []string
+		for _, c := range tsc {
+			keys = append(keys, c.TopologyKey)
+			require.Equal(t, int32(1), c.MaxSkew, name)
+			require.Equal(t, corev1.ScheduleAnyway, c.WhenUnsatisfiable, "%s: a single node or zone still schedules", name)
+			require.Equal(t, []string{"pod-template-hash"}, c.MatchLabelKeys, name)
+			sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+			require.NoError(t, err)
+			require.True(t, sel.Matches(labels.Set(d.Spec.Template.Labels)), "%s: the constraint counts the service's own pods", name)
+			for _, other := range services {
+				if other != name {
+					require.False(t, sel.Matches(labels.Set(r.deployments[objectName(other)].Spec.Template.Labels)), "%s counts %s's pods", name, other)
+				}
+			}
+		}
+		require.Equal(t, []string{"topology.kubernetes.io/zone", "kubernetes.io/hostname"}, keys, name)
+	}
+
+	r = renderChart(t, "--set", "topologySpread.enabled=false")
+	for _, name := range services {
+		require.Empty(t, r.deployments[objectName(name)].Spec.Template.Spec.TopologySpreadConstraints, name)
+	}
+	r = renderChart(t, "--set", "topologySpread.whenUnsatisfiable=DoNotSchedule", "--set", "topologySpread.topologyKeys={kubernetes.io/hostname}")
+	tsc := r.deployments[objectName("worker")].Spec.Template.Spec.TopologySpreadConstraints
+	require.Len(t, tsc, 1)
+	require.Equal(t, corev1.DoNotSchedule, tsc[0].WhenUnsatisfiable)
+}
+
+// The ServiceMonitor is off by default; on, it scrapes the metrics port of
+// every Service of the release and nothing else.
+func TestHelmServiceMonitor(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, renderChart(t).monitors)
+	r := renderChart(t, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prometheus",
+		"--set", "serviceMonitor.interval=15s", "--set", "serviceMonitor.scrapeTimeout=10s")
+	require.Len(t, r.monitors, 1)
+	sm := r.monitors[releaseName+"-sylk"]
+	require.NotNil(t, sm)
+	require.Equal(t, "prometheus", sm.Metadata.Labels["release"], "the label Prometheus selects ServiceMonitors by")
+	require.Equal(t, []string{namespace}, sm.Spec.NamespaceSelector.MatchNames)
+	require.Len(t, sm.Spec.Endpoints, 1)
+	ep := sm.Spec.Endpoints[0]
+	require.Equal(t, "metrics", ep.Port)
+	require.Equal(t, "/metrics", ep.Path)
+	require.Equal(t, "15s", ep.Interval)
+	require.Equal(t, "10s", ep.ScrapeTimeout)
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	require.NoError(t, err)
+	for _, name := range services {
+		svc := r.services[objectName(name)]
+		require.True(t, sel.Matches(labels.Set(svc.Labels)), "%s's Service is scraped", name)
+		require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
+			"%s's Service has the port %s", name, ep.Port)
+		require.NotEmpty(t, svc.Labels["app.kubernetes.io/component"], "the target label")
+	}
+	require.Contains(t, sm.Spec.TargetLabels, "app.kubernetes.io/component")
 }

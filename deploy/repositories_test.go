@@ -115,7 +115,7 @@ func TestHelmRepositoriesMountPathIsChecked(t *testing.T) {
 		"repos": "repositories.mountPath must be an absolute path",
 		"/tmp":  "repositories.mountPath must be a directory of its own",
 	} {
-		_, err := runHelm(t, "template", releaseName, chartDir, "--namespace", namespace, "--set", "repositories.mountPath="+path)
+		_, err := templateChart(t, "--set", "repositories.mountPath="+path)
 		require.ErrorContains(t, err, want, path)
 	}
 }

@@ -136,9 +136,11 @@ The environment every service reads from Secrets.
 {{- end }}
 
 {{/*
-The internal key: the value given, the one already stored in the release's
-Secret (so upgrades keep it, and replicas of two releases agree), or a new
-random one.
+The internal key: the value given, or the one already in the release's
+Secret (an upgrade of a release installed by an earlier chart version, which
+generated it). Nothing is generated: a random key would change on every
+render where lookup cannot run (helm template, GitOps tools), and with it the
+Secret, every pod's checksum and the key the running pods sign with.
 */}}
 {{- define "sylk.internalKey" -}}
 {{- if .Values.internal.key }}
@@ -151,14 +153,15 @@ random one.
 {{- if and $existing $existing.data (hasKey $existing.data "internal-key") }}
 {{- index $existing.data "internal-key" | b64dec }}
 {{- else }}
-{{- randAlphaNum 48 }}
+{{- fail "set internal.key (at least 32 characters, e.g. --set internal.key=$(openssl rand -hex 32)) or internal.existingSecret: the chart does not generate it, so that every render gives the same key" }}
 {{- end }}
 {{- end }}
 {{- end }}
 
 {{/*
-The bootstrap admin key: the value given, the one already stored in the
-release's Secret (so upgrades keep it), or a new random one.
+The bootstrap admin key: the value given, or the one already in the
+release's Secret (kept from an earlier chart version that generated it).
+Nothing is generated, for the reason given for the internal key.
 */}}
 {{- define "sylk.bootstrapKey" -}}
 {{- if .Values.auth.bootstrapKey }}
@@ -172,9 +175,111 @@ release's Secret (so upgrades keep it), or a new random one.
 {{- if and $existing $existing.data (hasKey $existing.data "bootstrap-key") }}
 {{- index $existing.data "bootstrap-key" | b64dec }}
 {{- else }}
-{{- printf "sylk_%s" (randAlphaNum 40) }}
+{{- fail "set auth.bootstrapKey (\"sylk_\" and at least 27 more characters, e.g. --set auth.bootstrapKey=sylk_$(openssl rand -hex 24)) or auth.existingSecret: the chart does not generate it, so that every render gives the same key" }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Seconds in a duration of hours, minutes and seconds ("10m", "1h30m",
+"90s"), the forms values.schema.json allows for such values.
+*/}}
+{{- define "sylk.seconds" -}}
+{{- $total := 0 }}
+{{- range $part := regexFindAll "[0-9]+[hms]" . -1 }}
+{{- $n := regexFind "[0-9]+" $part | atoi }}
+{{- if hasSuffix "h" $part }}
+{{- $total = add $total (mul $n 3600) }}
+{{- else if hasSuffix "m" $part }}
+{{- $total = add $total (mul $n 60) }}
+{{- else }}
+{{- $total = add $total $n }}
+{{- end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds of one service: dict "root" $ "name" "worker".
+The worker's is its preStop sleep, the shutdown delay, its drain timeout
+(the time running tasks get to finish) and drainMarginSeconds (to hand the
+rest back): the kubelet must not kill it while it drains. Any other
+service's is its own value, or the shared terminationGracePeriodSeconds
+plus its preStop sleep (the kubelet counts the preStop hook in the grace
+period).
+*/}}
+{{- define "sylk.gracePeriod" -}}
+{{- $svc := index .root.Values .name }}
+{{- $preStop := int ($svc.preStopSleepSeconds | default 0) }}
+{{- if eq .name "worker" }}
+{{- add $preStop (include "sylk.seconds" .root.Values.shutdownDelay | atoi) (include "sylk.seconds" $svc.drainTimeout | atoi) $svc.drainMarginSeconds }}
+{{- else if not (kindIs "invalid" $svc.terminationGracePeriodSeconds) }}
+{{- int $svc.terminationGracePeriodSeconds }}
+{{- else }}
+{{- add .root.Values.terminationGracePeriodSeconds $preStop }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether a service may run more than one pod (so a PodDisruptionBudget
+means something): dict "root" $ "name" "guide".
+*/}}
+{{- define "sylk.manyPods" -}}
+{{- $svc := index .root.Values .name }}
+{{- $hpa := and $svc.autoscaling $svc.autoscaling.enabled }}
+{{- if or (gt (int $svc.replicas) 1) (and $hpa (gt (int $svc.autoscaling.maxReplicas) 1)) }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether a service gets a PodDisruptionBudget: dict "root" $ "name" "guide".
+Its own podDisruptionBudget.enabled, else the shared one; and only when it
+may run more than one pod: with one, a budget either blocks every node drain
+(minAvailable 1) or allows everything (maxUnavailable 1).
+*/}}
+{{- define "sylk.pdbEnabled" -}}
+{{- $own := (index .root.Values .name).podDisruptionBudget | default dict }}
+{{- $on := .root.Values.podDisruptionBudget.enabled }}
+{{- if not (kindIs "invalid" $own.enabled) }}
+{{- $on = $own.enabled }}
+{{- end }}
+{{- if and $on (include "sylk.manyPods" .) }}true{{ end }}
+{{- end }}
+
+{{/*
+The budget of a service's PodDisruptionBudget, as YAML: its own minAvailable
+or maxUnavailable when it sets one, else the shared one.
+*/}}
+{{- define "sylk.pdbBudget" -}}
+{{- $own := (index .root.Values .name).podDisruptionBudget | default dict }}
+{{- $shared := .root.Values.podDisruptionBudget }}
+{{- if and (not (kindIs "invalid" $own.minAvailable)) (not (kindIs "invalid" $own.maxUnavailable)) }}
+{{- fail (printf "%s.podDisruptionBudget: set minAvailable or maxUnavailable, not both" .name) }}
+{{- end }}
+{{- if not (kindIs "invalid" $own.minAvailable) }}
+minAvailable: {{ $own.minAvailable | toJson }}
+{{- else if not (kindIs "invalid" $own.maxUnavailable) }}
+maxUnavailable: {{ $own.maxUnavailable | toJson }}
+{{- else if and (not (kindIs "invalid" $shared.minAvailable)) (not (kindIs "invalid" $shared.maxUnavailable)) }}
+{{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both (null the other)" }}
+{{- else if not (kindIs "invalid" $shared.minAvailable) }}
+minAvailable: {{ $shared.minAvailable | toJson }}
+{{- else if not (kindIs "invalid" $shared.maxUnavailable) }}
+maxUnavailable: {{ $shared.maxUnavailable | toJson }}
+{{- else }}
+maxUnavailable: 1
+{{- end }}
+{{- end }}
+
+{{/*
+The services a HorizontalPodAutoscaler may scale: those whose pods hold no
+work of their own, so that removing one loses nothing but its in-flight
+calls. Not the orchestrator (it holds the leases of its runs), the worker
+(it drains running tasks for minutes; scale it on its queue instead) nor the
+librarian (a stopping replica ends the index operations it runs, and each
+replica loads every index into memory at start).
+*/}}
+{{- define "sylk.autoscaled" -}}
+guide architect archivalist academic gateway
 {{- end }}
 
 {{/*
@@ -218,6 +323,25 @@ Service every such call fails. */}}
 {{- end }}
 {{- if and .Values.architect.enabled (not .Values.orchestrator.enabled) }}
 {{- fail "the architect needs the orchestrator service: set orchestrator.enabled=true or architect.enabled=false" }}
+{{- end }}
+{{- range $name := splitList " " (include "sylk.services" .) }}
+{{- $svc := index $.Values $name }}
+{{- if $svc.enabled }}
+{{- $before := add ($svc.preStopSleepSeconds | default 0) (include "sylk.seconds" $.Values.shutdownDelay | atoi) }}
+{{- if le (include "sylk.gracePeriod" (dict "root" $ "name" $name) | atoi) $before }}
+{{- fail (printf "%s: the termination grace period must be longer than its preStop sleep plus shutdownDelay (%d s), or its pods are killed before they drain" $name $before) }}
+{{- end }}
+{{- $budget := include "sylk.pdbBudget" (dict "root" $ "name" $name) | fromYaml }}
+{{- $hpa := and $svc.autoscaling $svc.autoscaling.enabled }}
+{{- if and (include "sylk.pdbEnabled" (dict "root" $ "name" $name)) (not $hpa) (hasKey $budget "minAvailable") (not (kindIs "string" $budget.minAvailable)) }}
+{{- if ge (int $budget.minAvailable) (int $svc.replicas) }}
+{{- fail (printf "%s.podDisruptionBudget.minAvailable must be less than %s.replicas, or no pod of it can ever be evicted (node drains hang)" $name $name) }}
+{{- end }}
+{{- end }}
+{{- if and $hpa (lt (int $svc.autoscaling.maxReplicas) (int $svc.autoscaling.minReplicas)) }}
+{{- fail (printf "%s.autoscaling.maxReplicas must be at least minReplicas" $name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if .Values.repositories.enabled }}
 {{- if not (hasPrefix "/" .Values.repositories.mountPath) }}
