@@ -33,6 +33,22 @@ import (
 	"sylk.dev/sylk/pkg/topology"
 )
 
+// testCacheRoot is the Go caches shared by this process's tests, so that
+// the standard library is compiled once per run, not once per test.
+var testCacheRoot string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sylk-worker-tests-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testCacheRoot = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.WorkspaceRoot = t.TempDir()
@@ -41,10 +57,11 @@ func testConfig(t testing.TB) Config {
 	// whoever runs the tests.
 	require.NoError(t, os.Chmod(filepath.Dir(cfg.WorkspaceRoot), 0o711))
 	cfg.Tools.UnsafeRunTasksAsRoot = true
-	// Caches of their own: a worker's default cache root holds the task
-	// user's caches, which commands running as a capability-less root
-	// cannot write.
-	cfg.CacheRoot = filepath.Join(os.TempDir(), fmt.Sprintf("sylk-worker-tests-%d", os.Getuid()))
+	// Caches of this test process: a worker's default cache root holds
+	// the task user's caches, which commands running as a capability-less
+	// root cannot write, and a cache left by another run (or by namespaced
+	// tasks, whose files another user owns) may not be readable.
+	cfg.CacheRoot = testCacheRoot
 	cfg.Tools.InterruptGrace = 300 * time.Millisecond
 	cfg.Tools.TerminateGrace = 300 * time.Millisecond
 	cfg.Tools.DefaultTimeout = 30 * time.Second
@@ -653,6 +670,7 @@ func TestResultWaitsForTheBus(t *testing.T) {
 func TestNamespacedTasks(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
+	cfg.CacheRoot = t.TempDir() // namespaced tasks' files are not the other tests' to read
 	cfg.Tools.Namespaces = toolexec.NamespacesOn
 	cfg.Tools.TaskInit = testenv.TaskInit(t)
 	cfg.Tools.Cgroup = ""
