@@ -62,6 +62,8 @@ type Service struct {
 	repos *repositories
 	// claimMetrics counts the workers' claims of tasks (claims.go).
 	claimMetrics claimMetrics
+	// claimsFrom is when this replica began answering claims (UnixNano).
+	claimsFrom atomic.Int64
 }
 
 type metrics struct {
