@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,20 +59,29 @@ func newClaimMetrics(f promauto.Factory) claimMetrics {
 }
 
 // serveClaims answers workers' claims and heartbeats until ctx is done.
-// Each replica joins one queue group, so any live replica answers.
+// Each replica joins one queue group, so any live replica answers. The
+// subscriptions hand requests to claimWorkers goroutines; while they are
+// busy, requests wait in the subscriptions' pending buffers (never dropped
+// as a full channel subscription would).
 func (s *Service) serveClaims(ctx context.Context) error {
-	in := make(chan *nats.Msg, 4*claimWorkers)
+	s.claimsFrom.Store(time.Now().UnixNano())
+	in := make(chan *nats.Msg)
 	for _, subj := range []string{topology.TaskClaimSubject(s.bus), topology.TaskHeartbeatSubject(s.bus)} {
-		sub, err := s.bus.Conn.ChanQueueSubscribe(subj, topology.ClaimsQueue, in)
+		sub, err := s.bus.Conn.QueueSubscribe(subj, topology.ClaimsQueue, func(m *nats.Msg) {
+			select {
+			case in <- m:
+			case <-ctx.Done():
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("subscribe to %s: %w", subj, err)
 		}
-		defer func() { _ = sub.Drain() }()
+		_ = sub.SetPendingLimits(-1, 64<<20)
+		defer func() { _ = sub.Unsubscribe() }()
 	}
-	done := make(chan struct{})
+	var wg sync.WaitGroup
 	for range claimWorkers {
-		go func() {
-			defer func() { done <- struct{}{} }()
+		wg.Go(func() {
 			for {
 				select {
 				case <-ctx.Done():
@@ -80,12 +90,19 @@ func (s *Service) serveClaims(ctx context.Context) error {
 					s.answerClaim(ctx, m)
 				}
 			}
-		}()
+		})
 	}
-	for range claimWorkers {
-		<-done
-	}
+	wg.Wait()
 	return nil
+}
+
+// claimsWarm reports whether this replica has answered heartbeats for a
+// whole ClaimTimeout. Before that, a claim's old heartbeat may only mean
+// that no replica was there to take it (every replica was down): its
+// worker may be alive and about to heartbeat, so no claim is taken over.
+func (s *Service) claimsWarm() bool {
+	from := s.claimsFrom.Load()
+	return from != 0 && time.Since(time.Unix(0, from)) > s.cfg.ClaimTimeout
 }
 
 // answerClaim answers one claim or heartbeat; a request that cannot be
@@ -129,25 +146,19 @@ func (s *Service) claimTask(ctx context.Context, req *taskv1.TaskClaimRequest) (
 		return nil, errBadClaim
 	}
 	resp := &taskv1.TaskClaimResponse{Timeout: durationpb.New(s.cfg.ClaimTimeout)}
-	if req.GetNodeId() != "" && req.GetAttemptId() == attemptID(req.GetRunId(), req.GetNodeId(), req.GetAttempt()) {
-		awaited, err := nodeAwaits(ctx, s.db, req.GetTenantId(), req.GetRunId(), req.GetNodeId(), req.GetAttempt())
-		if err != nil {
-			return nil, err
-		}
-		if !awaited {
-			resp.Outcome = taskv1.TaskClaimResponse_OUTCOME_SUPERSEDED
-			s.claimMetrics.claims.WithLabelValues("superseded").Inc()
-			return resp, nil
-		}
-	}
 	token := newClaimToken()
 	var takeovers int
-	err := s.db.QueryRow(ctx, `INSERT INTO task_claims (tenant_id, attempt_id, run_id, worker_id, token) VALUES ($1, $2, $3, $4, $5)
+	// One statement in the common case: the node still awaits the attempt
+	// (for a node's dispatch) and the attempt has no claim, or a silent one.
+	err := s.db.QueryRow(ctx, `INSERT INTO task_claims (tenant_id, attempt_id, run_id, worker_id, token)
+		SELECT $1, $2, $3, $4, $5 WHERE $7 = '' OR EXISTS (SELECT 1 FROM nodes WHERE tenant_id = $1 AND run_id = $3
+			AND node_id = $7 AND attempt = $8 AND state = 'DISPATCHED')
 		ON CONFLICT (tenant_id, attempt_id) DO UPDATE SET worker_id = EXCLUDED.worker_id, token = EXCLUDED.token,
 			claimed_at = now(), heartbeat_at = now(), takeovers = task_claims.takeovers + 1
-		WHERE task_claims.finished_at IS NULL AND task_claims.heartbeat_at < now() - $6 * interval '1 microsecond'
+		WHERE task_claims.finished_at IS NULL AND (task_claims.heartbeat_at = '-infinity'
+			OR task_claims.heartbeat_at < now() - $6 * interval '1 microsecond' AND $9)
 		RETURNING takeovers`, req.GetTenantId(), req.GetAttemptId(), req.GetRunId(), req.GetWorkerId(), token,
-		s.cfg.ClaimTimeout.Microseconds()).Scan(&takeovers)
+		s.cfg.ClaimTimeout.Microseconds(), nodeOf(req), req.GetAttempt(), s.claimsWarm()).Scan(&takeovers)
 	switch {
 	case err == nil:
 		resp.Outcome, resp.ClaimToken = taskv1.TaskClaimResponse_OUTCOME_CLAIMED, token
@@ -161,6 +172,17 @@ func (s *Service) claimTask(ctx context.Context, req *taskv1.TaskClaimRequest) (
 		return resp, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("claim %s: %w", req.GetAttemptId(), err)
+	}
+	if node := nodeOf(req); node != "" {
+		awaited, err := nodeAwaits(ctx, s.db, req.GetTenantId(), req.GetRunId(), node, req.GetAttempt())
+		if err != nil {
+			return nil, err
+		}
+		if !awaited {
+			resp.Outcome = taskv1.TaskClaimResponse_OUTCOME_SUPERSEDED
+			s.claimMetrics.claims.WithLabelValues("superseded").Inc()
+			return resp, nil
+		}
 	}
 	var holder string
 	var finished bool
@@ -210,6 +232,16 @@ func (s *Service) heartbeatTask(ctx context.Context, req *taskv1.TaskHeartbeatRe
 	return &taskv1.TaskHeartbeatResponse{}, nil
 }
 
+// nodeOf is the node a claim's attempt belongs to, "" for a dispatch
+// without one (a session check, a review) or whose attempt id is not a
+// node's.
+func nodeOf(req *taskv1.TaskClaimRequest) string {
+	if req.GetNodeId() == "" || req.GetAttemptId() != attemptID(req.GetRunId(), req.GetNodeId(), req.GetAttempt()) {
+		return ""
+	}
+	return req.GetNodeId()
+}
+
 // nodeAwaits reports whether a run's node is dispatched at attempt: only
 // then may a worker run (or go on running) that attempt.
 func nodeAwaits(ctx context.Context, q querier, tenant, runID, nodeID string, attempt int32) (bool, error) {
@@ -250,10 +282,12 @@ func (s *Service) sweepClaims(ctx context.Context) {
 }
 
 // liveClaims lists which of attempt ids have a claim whose heartbeat is
-// within ClaimTimeout and that is not finished: their tasks run somewhere.
-func liveClaims(ctx context.Context, q querier, tenant string, ids []string, timeout time.Duration) (map[string]bool, error) {
+// within timeout (any claim, before warm: claimsWarm) and that is not
+// finished: their tasks run somewhere.
+func liveClaims(ctx context.Context, q querier, tenant string, ids []string, timeout time.Duration, warm bool) (map[string]bool, error) {
 	rows, err := q.Query(ctx, `SELECT attempt_id FROM task_claims WHERE tenant_id = $1 AND attempt_id = ANY($2)
-		AND finished_at IS NULL AND heartbeat_at >= now() - $3 * interval '1 microsecond'`, tenant, ids, timeout.Microseconds())
+		AND finished_at IS NULL AND (heartbeat_at >= now() - $3 * interval '1 microsecond' OR NOT $4 AND heartbeat_at > '-infinity')`,
+		tenant, ids, timeout.Microseconds(), warm)
 	if err != nil {
 		return nil, fmt.Errorf("read task claims: %w", err)
 	}

@@ -138,7 +138,7 @@ func (s *Service) unclaimedDispatches(ctx context.Context, q querier, run *runRo
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
-	live, err := liveClaims(ctx, q, run.TenantID, ids, s.cfg.ClaimTimeout)
+	live, err := liveClaims(ctx, q, run.TenantID, ids, s.cfg.ClaimTimeout, s.claimsWarm())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -67,6 +67,8 @@ type Service struct {
 	inflight inflight
 	// released is set once a stop released the run leases (lifecycle.go).
 	released atomic.Bool
+	// claimsFrom is when this replica began answering claims (UnixNano).
+	claimsFrom atomic.Int64
 }
 
 type metrics struct {

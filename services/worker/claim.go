@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -94,7 +95,10 @@ func (s *Service) claimDispatch(ctx context.Context, log *slog.Logger, msg jetst
 			return nil, false
 		}
 		_ = msg.InProgress()
-		wait(ctx, claimRetry)
+		if err == nil || errors.Is(err, nats.ErrNoResponders) {
+			// An unanswered request already waited its timeout.
+			wait(ctx, claimRetry)
+		}
 		if ctx.Err() != nil {
 			_ = msg.Nak()
 			return nil, false
