@@ -96,6 +96,12 @@ func (s *Service) logIsolation(ctx context.Context) {
 	} else {
 		s.log.InfoContext(ctx, "task commands share the worker's namespaces", logx.Err(why))
 	}
+	if ok, why := s.exec.EndsWithProcess(); ok {
+		s.log.InfoContext(ctx, "task commands end with the worker: should it die, nothing they started runs on")
+	} else {
+		s.log.WarnContext(ctx, "should the worker die, what task commands started in the background runs on until its next start sweeps it",
+			logx.Err(why))
+	}
 	if uid, gid, other := s.exec.TaskUser(); other {
 		s.log.InfoContext(ctx, "task commands run as the task user, not as the worker's root", slog.Int("uid", uid), slog.Int("gid", gid))
 	}

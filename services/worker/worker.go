@@ -153,7 +153,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	ex, err := newPooledExecutor(cfg, deps.Redis)
+	ex, err := newPooledExecutor(cfg, deps.Redis, log.With(logx.KeyComponent, "worker"))
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +256,13 @@ func registerCacheMetrics(f promauto.Factory, ex *toolexec.Executor) {
 const slotPoolName = "workers"
 
 // newExecutor builds a tool executor with an in-process slot pool.
-func newExecutor(cfg Config) (*toolexec.Executor, error) { return newPooledExecutor(cfg, nil) }
+func newExecutor(cfg Config) (*toolexec.Executor, error) { return newPooledExecutor(cfg, nil, nil) }
 
 // newPooledExecutor builds the tool executor: commands run only inside the
 // workspace root, with the worker's output cap, taking subprocess slots
-// from the cluster-wide pool when cfg.SlotsShared and rc is set.
-func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error) {
+// from the cluster-wide pool when cfg.SlotsShared and rc is set; that pool
+// logs its Redis outages to log.
+func newPooledExecutor(cfg Config, rc *redisx.Client, log *slog.Logger) (*toolexec.Executor, error) {
 	b, err := toolexec.NewBoundary(cfg.WorkspaceRoot)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -273,7 +274,9 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	tools.ConfineHidden = append(slices.Clone(tools.ConfineHidden), cfg.CacheRoot)
 	var pool toolexec.SlotPool
 	if cfg.SlotsShared && rc != nil {
-		pool = toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
+		cp := toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
+		cp.SetLogger(log)
+		pool = cp
 	}
 	return toolexec.New(tools, b, pool)
 }
