@@ -20,7 +20,11 @@ import (
 // meanwhile. When the drain timeout ends first, that context is cancelled:
 // the tasks still running are stopped and handed back to the queue at once
 // (handle), where another worker takes them without waiting for an ack
-// timeout. Run returns once every task has been reported or handed back.
+// timeout. A pipeline (spec F-23) does not wait for its end: at the
+// Engineer's next turn it hands its state and its files to a fresh pipeline
+// (reason worker_shutdown), which the Orchestrator dispatches to another
+// worker, so that its work carries on rather than starts again. Run
+// returns once every task has been reported or handed back.
 
 // errDrainTimeout is why the tasks still running when the drain timeout
 // ended were stopped.
@@ -36,7 +40,8 @@ func (s *Service) hardStop(ctx context.Context) (work context.Context, stop func
 		case <-work.Done():
 			return
 		}
-		s.log.Info("stopping: no new task is taken; the running ones get the drain timeout to finish",
+		s.stopping.Store(true)
+		s.log.Info("stopping: no new task is taken; the running ones get the drain timeout to finish, and pipelines hand their state to a fresh pipeline at the Engineer's next turn",
 			slog.Any("running", s.runningTasks()), slog.Duration("drain_timeout", s.cfg.DrainTimeout))
 		t := time.NewTimer(s.cfg.DrainTimeout)
 		defer t.Stop()

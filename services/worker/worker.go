@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +75,10 @@ type Service struct {
 	know knowledge
 	// modelLocal: the model is the gate with only the offline provider.
 	modelLocal bool
+	// stopping is set once the worker is asked to stop (drain.go): a
+	// running pipeline then hands its state to a fresh pipeline at the
+	// Engineer's next turn instead of starting its next loop here.
+	stopping atomic.Bool
 	// scratch hands out task directories (scratch.go).
 	scratch *scratchPool
 	// reportBounds bounds publishResult (reportFor, publishTimeout and
@@ -111,7 +116,7 @@ func newMetrics(f promauto.Factory) metrics {
 		}, []string{"role", "decision"}),
 		handoffs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sylk_worker_pipeline_handoffs_total",
-			Help: "Pipelines that handed their state to a fresh pipeline (spec F-23), by trigger: context or user.",
+			Help: "Pipelines that handed their state to a fresh pipeline (spec F-23), by trigger: context, user or shutdown (the worker stopping).",
 		}, []string{"trigger"}),
 		running: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sylk_worker_tasks_running",
