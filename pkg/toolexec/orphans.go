@@ -349,10 +349,17 @@ func killDeadOwners() int {
 		return 0
 	}
 	key := []byte(RunMarkerEnv + "=")
+	ourNS, _ := os.Readlink("/proc/self/ns/pid")
 	n := 0
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		// The owner's process id is one of its PID namespace: a process
+		// of another (an executor run by a task in namespaces of its own)
+		// names an owner this process cannot see.
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || ns != ourNS {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")

@@ -30,10 +30,10 @@ import (
 // The kernel sends the parent-death signal when the thread that started
 // the process ends, not the process (go.dev/issue/27505), and the Go
 // runtime ends a thread whose goroutine exits locked to it. So each command
-// is started from a goroutine locked to an OS thread of its own, which then
-// waits for the command: the thread outlives it. The goroutine never
-// unlocks it (a confined start restricts the thread), so the thread ends
-// after the command.
+// is started from a goroutine locked to an OS thread, which then waits for
+// it: the thread outlives it. A thread a confined start restricted is never
+// unlocked, and ends after the command; any other goes back to the runtime
+// once the command has ended.
 
 // findReaper sets the executor's reaper program: the task init program,
 // for commands started without namespaces.
@@ -73,10 +73,12 @@ func (e *Executor) launch(cmd *exec.Cmd, policy confinedPolicy) (<-chan error, e
 	go func() {
 		runtime.LockOSThread()
 		var err error
+		restricted := false
 		switch {
 		case e.ns != nil:
 			err = e.ns.start(cmd, policy, e.Confined())
 		case e.Confined():
+			restricted = true
 			err = startConfinedHere(cmd, policy)
 		default:
 			err = cmd.Start()
@@ -84,6 +86,9 @@ func (e *Executor) launch(cmd *exec.Cmd, policy confinedPolicy) (<-chan error, e
 		started <- err
 		if err == nil {
 			waited <- cmd.Wait()
+		}
+		if !restricted {
+			runtime.UnlockOSThread()
 		}
 	}()
 	return waited, <-started

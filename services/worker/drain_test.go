@@ -162,3 +162,19 @@ func TestDrainTimeoutHandsTasksBack(t *testing.T) {
 	require.Less(t, time.Since(stopped), cfg.AckWait/2, "handed back only by the ack timeout")
 	require.Nil(t, nextResult(t, results, 200*time.Millisecond))
 }
+
+// The defaults hand a silent worker's tasks to another within 10 s, with
+// room for a lost heartbeat, and give agent tasks minutes to finish on a
+// stop; a heartbeat slower than half the ack wait is refused.
+func TestLifecycleDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	require.LessOrEqual(t, cfg.AckWait, 10*time.Second)
+	require.LessOrEqual(t, 3*cfg.Heartbeat, cfg.AckWait)
+	require.GreaterOrEqual(t, cfg.DrainTimeout, 5*time.Minute)
+	cfg = testConfig(t)
+	cfg.AckWait, cfg.Heartbeat = 4*time.Second, 3*time.Second
+	require.ErrorContains(t, cfg.Validate(), "worker.heartbeat")
+	cfg.Heartbeat, cfg.DrainTimeout = time.Second, -time.Second
+	require.ErrorContains(t, cfg.Validate(), "worker.drain-timeout")
+}
