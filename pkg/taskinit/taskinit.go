@@ -91,6 +91,15 @@ type Spec struct {
 	// new process's ID maps would belong to root, and only root could write
 	// them.
 	Relay bool `json:"relay,omitempty"`
+	// Reaper asks for no namespaces: this process only starts the command
+	// in its own process group and, should Parent end first, kills that
+	// group and every process it adopted (reaper.go). The service starts it
+	// in a session of its own with a parent-death signal.
+	Reaper bool `json:"reaper,omitempty"`
+	// Parent is the service's process id, with Reaper: a parent-death
+	// signal is also sent when only the thread that started this process
+	// ends, and this process then still has Parent for its parent.
+	Parent int `json:"parent,omitempty"`
 }
 
 // Attr sets what starts a process in the namespaces of spec: a user
@@ -143,8 +152,8 @@ func Main() {
 	// First of all: until then, a SIGINT sent to the group (a cancel right
 	// after the start) would end this process, and with it the command,
 	// without the command's own chance to stop.
-	outliveSignals()
-	code, err := run(os.Args[1:])
+	sigs := outliveSignals()
+	code, err := run(os.Args[1:], sigs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
 		os.Exit(ExitSetup)
@@ -152,7 +161,7 @@ func Main() {
 	os.Exit(code)
 }
 
-func run(args []string) (int, error) {
+func run(args []string, sigs <-chan os.Signal) (int, error) {
 	if len(args) < 1 {
 		return 0, errors.New("no specification: this program is started by the Sylk worker, not by hand")
 	}
@@ -163,11 +172,28 @@ func run(args []string) (int, error) {
 	if !spec.Probe && len(args) < 3 {
 		return 0, errors.New("no command")
 	}
+	if spec.Reaper {
+		return reap(spec, args, sigs)
+	}
+	if !spec.Relay && os.Getpid() != 1 {
+		return 0, errors.New("not the first process of a PID namespace")
+	}
+	go drain(sigs)
+	// This process ends with the thread that started it (the service's,
+	// or the relay's), and the namespace with it: the service sets no
+	// parent-death signal itself, as the runtime would take a parent
+	// outside the new PID namespace (whose id reads 0 here) for a parent
+	// that already ended. SIGKILL from the parent's namespace reaches a
+	// namespace's first process.
+	if err := armParentDeath(unix.SIGKILL); err != nil {
+		return 0, err
+	}
+	// The parent may have ended before the signal was set.
+	if spec.Parent != 0 && !parentIs(spec.Parent) {
+		return 0, errors.New("the service that started this process has ended")
+	}
 	if spec.Relay {
 		return relay(spec, args)
-	}
-	if os.Getpid() != 1 {
-		return 0, errors.New("not the first process of a PID namespace")
 	}
 	if err := mountAll(spec); err != nil {
 		return 0, err
@@ -225,22 +251,27 @@ func run(args []string) (int, error) {
 // as well, so that it cannot end this process, and with it the namespace,
 // with a status of the runtime's and a dump of its goroutines. A fault of
 // its own still crashes it.
-func outliveSignals() {
+//
+// It returns the channel the signals arrive on, which the caller drains.
+func outliveSignals() <-chan os.Signal {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
 		syscall.SIGABRT, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT,
 		syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE)
-	go func() {
-		for range sigs {
-		}
-	}()
+	return sigs
+}
+
+// drain discards the signals outliveSignals catches.
+func drain(sigs <-chan os.Signal) {
+	for range sigs {
+	}
 }
 
 // relay starts this program again in the namespaces, with the same
 // specification but for Relay, and exits as it does.
 func relay(spec Spec, args []string) (int, error) {
-	spec.Relay = false
+	spec.Relay, spec.Parent = false, os.Getpid()
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return 0, err

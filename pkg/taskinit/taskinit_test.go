@@ -31,10 +31,10 @@ func TestArgs(t *testing.T) {
 // Started by hand, the program says what it is for.
 func TestRunRefusesWithoutSpecification(t *testing.T) {
 	t.Parallel()
-	_, err := run(nil)
+	_, err := run(nil, nil)
 	require.ErrorContains(t, err, "started by the Sylk worker")
-	_, err = run([]string{`{"dir":"/"}`})
+	_, err = run([]string{`{"dir":"/"}`}, nil)
 	require.ErrorContains(t, err, "no command")
-	_, err = run([]string{`{"dir":"/"}`, "/bin/true", "true"})
+	_, err = run([]string{`{"dir":"/"}`, "/bin/true", "true"}, nil)
 	require.ErrorContains(t, err, "not the first process")
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -29,10 +31,16 @@ var (
 // them kept for user-interactive calls. Each held slot is a lease that
 // expires unless renewed: the holder renews it every ttl/3 until released,
 // so the slots of a worker that died come back within ttl. A call that finds
-// no free slot, or Redis unreachable, polls until one frees up; pipeline
-// calls give up after their timeout with ErrPoolTimeout. Unlike Pool, it does not preempt running
+// no free slot polls until one frees up; pipeline calls give up after their
+// timeout with ErrPoolTimeout. Unlike Pool, it does not preempt running
 // pipeline calls of other workers for a user call; user calls have the
 // reserve.
+//
+// With Redis unreachable, calls take slots from a Pool of this worker's
+// own instead (degraded mode: 2 x CPUs, at most total), so that tasks still
+// start; Redis is asked again at most every probeInterval, and the shared
+// slots are used again once it answers. Each outage is logged once, when
+// it begins and when it ends, not at every call.
 type ClusterPool struct {
 	rc       *redisx.Client
 	general  string
@@ -41,6 +49,15 @@ type ClusterPool struct {
 	reserve  int
 	ttl      time.Duration
 	interval time.Duration
+	// local holds the slots while Redis is unreachable.
+	local *Pool
+	log   *slog.Logger
+	// mu guards the outage's state: down since when, and when Redis was
+	// last asked during it.
+	mu     sync.Mutex
+	down   bool
+	since  time.Time
+	probed time.Time
 }
 
 // NewClusterPool makes a pool named name (workers sharing a name share the
@@ -50,6 +67,7 @@ func NewClusterPool(rc *redisx.Client, name string, total, reservePercent int, t
 	return &ClusterPool{
 		rc: rc, general: rc.Key("toolexec", "slots", name), user: rc.Key("toolexec", "slots", name, "user"),
 		total: total, reserve: total * reservePercent / 100, ttl: max(ttl, 300*time.Millisecond), interval: 20 * time.Millisecond,
+		local: NewPool(min(total, 2*runtime.NumCPU()), reservePercent), log: slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -59,6 +77,26 @@ func NewClusterPool(rc *redisx.Client, name string, total, reservePercent int, t
 func NewClusterPoolFor(rc *redisx.Client, name string, cfg Config, ttl time.Duration) *ClusterPool {
 	return NewClusterPool(rc, name, cfg.slots(), cfg.UserReservePercent, ttl)
 }
+
+// SetLogger sets where the pool says that Redis became unreachable and
+// that it came back.
+func (p *ClusterPool) SetLogger(l *slog.Logger) {
+	if l != nil {
+		p.log = l
+	}
+}
+
+// Degraded reports whether the pool hands out local slots now, Redis
+// being unreachable.
+func (p *ClusterPool) Degraded() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down
+}
+
+// Local is the pool of this worker's own slots used while Redis is
+// unreachable.
+func (p *ClusterPool) Local() *Pool { return p.local }
 
 // clusterAcquire: KEYS are the pipeline and the user slots (sorted sets of
 // lease members scored by expiry). A pipeline call may take the general
@@ -94,9 +132,10 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
 return n
 `)
 
-// Acquire takes a slot. preempt is not used (see ClusterPool). The returned
-// release gives the slot back; it is safe to call more than once.
-func (p *ClusterPool) Acquire(ctx context.Context, class Class, _ int, timeout time.Duration, _ context.CancelCauseFunc) (func(), error) {
+// Acquire takes a slot. preempt is used by local slots only (see
+// ClusterPool). The returned release gives the slot back; it is safe to
+// call more than once.
+func (p *ClusterPool) Acquire(ctx context.Context, class Class, priority int, timeout time.Duration, preempt context.CancelCauseFunc) (func(), error) {
 	member, err := leaseID()
 	if err != nil {
 		return nil, err
@@ -105,6 +144,7 @@ func (p *ClusterPool) Acquire(ctx context.Context, class Class, _ int, timeout t
 	if class == ClassUser {
 		key, user = p.user, "1"
 	}
+	start := time.Now()
 	var deadline <-chan time.Time
 	if class == ClassPipeline && timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -113,37 +153,99 @@ func (p *ClusterPool) Acquire(ctx context.Context, class Class, _ int, timeout t
 	}
 	wait := time.NewTicker(p.interval)
 	defer wait.Stop()
-	// Redis that does not answer is waited for like a slot that is not
-	// free: a task must not fail for a store that comes back, and one that
-	// does not come back in time goes back to the queue (ErrPoolTimeout).
-	var unreachable error
 	for {
-		got, err := clusterAcquire.Run(ctx, p.rc, []string{p.general, p.user},
-			time.Now().UnixMilli(), p.ttl.Milliseconds(), p.total, p.reserve, user, member).Int()
-		if err == nil && got == 1 {
-			return p.hold(key, member), nil
+		ask, degraded := p.shouldAsk()
+		if !ask {
+			return p.acquireLocal(ctx, class, priority, timeout, start, preempt)
 		}
-		unreachable = err
-		next := wait.C
-		if err != nil && ctx.Err() == nil {
-			next = time.After(unreachableBackoff)
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if degraded {
+			rctx, cancel = context.WithTimeout(ctx, probeTimeout)
+		}
+		got, err := clusterAcquire.Run(rctx, p.rc, []string{p.general, p.user},
+			time.Now().UnixMilli(), p.ttl.Milliseconds(), p.total, p.reserve, user, member).Int()
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.wentDown(err)
+			return p.acquireLocal(ctx, class, priority, timeout, start, preempt)
+		case err == nil:
+			p.cameBack()
+			if got == 1 {
+				return p.hold(key, member), nil
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		case <-deadline:
-			if unreachable != nil {
-				return nil, fmt.Errorf("%w: acquire a subprocess slot: %w", ErrPoolTimeout, unreachable)
-			}
 			return nil, ErrPoolTimeout
-		case <-next:
+		case <-wait.C:
 		}
 	}
 }
 
-// unreachableBackoff is how often Acquire asks a Redis that did not answer
-// again.
-const unreachableBackoff = 250 * time.Millisecond
+// Timings of the degraded mode.
+const (
+	// probeInterval is how often Redis is asked again during an outage.
+	probeInterval = time.Second
+	// probeTimeout bounds such a question: a Redis that does not answer
+	// must not hold up every task's start.
+	probeTimeout = 500 * time.Millisecond
+)
+
+// shouldAsk says whether to ask Redis for a slot: always but during an
+// outage, then once every probeInterval. degraded is whether Redis is down.
+func (p *ClusterPool) shouldAsk() (ask, degraded bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.down {
+		return true, false
+	}
+	if now := time.Now(); now.Sub(p.probed) >= probeInterval {
+		p.probed = now
+		return true, true
+	}
+	return false, true
+}
+
+// acquireLocal takes one of this worker's own slots, within what is left
+// of a pipeline call's timeout.
+func (p *ClusterPool) acquireLocal(ctx context.Context, class Class, priority int, timeout time.Duration, start time.Time,
+	preempt context.CancelCauseFunc) (func(), error) {
+	if class == ClassPipeline && timeout > 0 {
+		timeout -= time.Since(start)
+		if timeout <= 0 {
+			return nil, ErrPoolTimeout
+		}
+	}
+	return p.local.Acquire(ctx, class, priority, timeout, preempt)
+}
+
+// wentDown records that Redis did not answer, and logs it once per outage.
+func (p *ClusterPool) wentDown(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probed = time.Now()
+	if p.down {
+		return
+	}
+	p.down, p.since = true, p.probed
+	p.log.Warn("Redis is unreachable: subprocess slots are taken from this worker's own pool until it answers again",
+		slog.Int("local_slots", p.local.Stats().Total), slog.Int("cluster_slots", p.total), slog.String("error", err.Error()))
+}
+
+// cameBack records that Redis answered, and logs the end of an outage.
+func (p *ClusterPool) cameBack() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.down {
+		return
+	}
+	p.down = false
+	p.log.Info("Redis answers again: subprocess slots are shared across the cluster again",
+		slog.Duration("outage", time.Since(p.since)))
+}
 
 // hold renews a lease until it is released.
 func (p *ClusterPool) hold(key, member string) func() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -234,11 +235,29 @@ func (g *redisGate) setShut(shut bool) {
 	}
 }
 
-// A Redis that went down is waited for like a slot that is not free: a
-// pipeline call that times out goes back to the queue (ErrPoolTimeout, not
-// a command that could not start), and one that is still waiting when Redis
-// is back takes its slot.
-func TestClusterPoolWaitsForRedis(t *testing.T) {
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// With Redis down, calls take this worker's own slots at once (degraded
+// mode), bounded by them, and the outage is logged once, however many
+// calls meet it; once Redis is back the shared slots are used again, and
+// that is logged once too.
+func TestClusterPoolDegradesToLocalSlots(t *testing.T) {
 	t.Parallel()
 	opts, err := redis.ParseURL(testenv.RedisURL())
 	require.NoError(t, err)
@@ -253,27 +272,43 @@ func TestClusterPoolWaitsForRedis(t *testing.T) {
 	rc, err := redisx.Open(ctx, redisx.Config{URL: u.String(), Prefix: prefix})
 	require.NoError(t, err)
 	defer rc.Close()
-	p := NewClusterPool(rc, "w", 1, 0, time.Second)
+	p := NewClusterPool(rc, "w", 2, 0, time.Second) // local: 2 slots
+	var logs lockedBuffer
+	p.SetLogger(slog.New(slog.NewJSONHandler(&logs, nil)))
 
 	gate.setShut(true)
-	_, err = p.Acquire(ctx, ClassPipeline, 0, 50*time.Millisecond, nil)
-	require.ErrorIs(t, err, ErrPoolTimeout, "the task goes back to the queue")
-	require.ErrorContains(t, err, "acquire a subprocess slot", "the error names what it waited for")
-
-	got := make(chan error, 1)
-	go func() {
-		rel, err := p.Acquire(ctx, ClassPipeline, 0, time.Minute, nil)
-		if err == nil {
-			rel()
-		}
-		got <- err
-	}()
-	for range 2 { // the waiting call found Redis down
-		<-gate.refused
+	var held []func()
+	for range 2 {
+		rel, err := p.Acquire(ctx, ClassPipeline, 0, 5*time.Second, nil)
+		require.NoError(t, err, "a task starts without Redis")
+		held = append(held, rel)
 	}
+	require.True(t, p.Degraded())
+	for range 5 {
+		_, err = p.Acquire(ctx, ClassPipeline, 0, 20*time.Millisecond, nil)
+		require.ErrorIs(t, err, ErrPoolTimeout, "the local slots bound the calls")
+	}
+	require.Equal(t, 1, logs.count(`"level":"WARN"`), "one warning per outage: %s", logs.b.String())
+	for _, rel := range held {
+		rel()
+	}
+	require.Equal(t, 2, p.Local().Stats().Total)
+	require.Zero(t, p.Local().Stats().InUse)
+
 	gate.setShut(false)
-	require.NoError(t, <-got, "the slot is taken once Redis is back")
+	require.Eventually(t, func() bool {
+		rel, err := p.Acquire(ctx, ClassPipeline, 0, time.Second, nil)
+		require.NoError(t, err)
+		defer rel()
+		return !p.Degraded()
+	}, 10*time.Second, 50*time.Millisecond, "the shared slots are used again")
+	rel, err := p.Acquire(ctx, ClassPipeline, 0, time.Second, nil)
+	require.NoError(t, err)
 	st, err := p.Stats(ctx)
 	require.NoError(t, err)
-	require.Zero(t, st.InUse, "the slot was given back")
+	require.Equal(t, 1, st.InUse, "the slot is the cluster's")
+	require.Zero(t, p.Local().Stats().InUse)
+	rel()
+	require.Equal(t, 1, logs.count(`"level":"INFO"`), "one line when Redis is back: %s", logs.b.String())
+	require.Equal(t, 1, logs.count(`"level":"WARN"`))
 }

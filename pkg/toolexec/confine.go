@@ -553,36 +553,39 @@ func (e *Executor) StartIn(cmd *exec.Cmd, workspace string) error {
 // confined. The thread never runs anything else: its goroutine ends
 // without unlocking it, which ends the thread.
 func startConfined(cmd *exec.Cmd, p confinedPolicy) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- startConfinedHere(cmd, p)
+	}()
+	return <-errc
+}
+
+// startConfinedHere restricts the calling thread under p's ruleset and
+// starts cmd from it. It must run on a locked OS thread whose goroutine
+// never unlocks it: the thread is confined for good.
+func startConfinedHere(cmd *exec.Cmd, p confinedPolicy) error {
 	r, err := p.build(LandlockABI())
 	if err != nil {
 		return err
 	}
 	defer r.close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := taskinit.DropCapabilities(); err != nil {
-			errc <- fmt.Errorf("confine: drop capabilities: %w", err)
-			return
+	if err := taskinit.DropCapabilities(); err != nil {
+		return fmt.Errorf("confine: drop capabilities: %w", err)
+	}
+	// No new privileges (set-user-ID programs) for the command: Landlock
+	// requires it of an unprivileged thread, and a privileged one gets
+	// the same so that a command behaves alike whoever runs the service.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("confine: no new privileges: %w", err)
+	}
+	if p.noUnixSockets {
+		if err := taskinit.BlockUnixSockets(); err != nil {
+			return fmt.Errorf("confine: %w", err)
 		}
-		// No new privileges (set-user-ID programs) for the command: Landlock
-		// requires it of an unprivileged thread, and a privileged one gets
-		// the same so that a command behaves alike whoever runs the service.
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			errc <- fmt.Errorf("confine: no new privileges: %w", err)
-			return
-		}
-		if p.noUnixSockets {
-			if err := taskinit.BlockUnixSockets(); err != nil {
-				errc <- fmt.Errorf("confine: %w", err)
-				return
-			}
-		}
-		if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.fd), 0, 0); errno != 0 {
-			errc <- fmt.Errorf("confine: restrict: %w", errno)
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.fd), 0, 0); errno != 0 {
+		return fmt.Errorf("confine: restrict: %w", errno)
+	}
+	return cmd.Start()
 }

@@ -156,6 +156,11 @@ type Executor struct {
 	// without (network.go).
 	landlockNet bool
 	egress      *egressProxy
+	// reaper is the task init program commands start through when they
+	// run without namespaces, "" without (noReaper says why): see
+	// parentdeath.go.
+	reaper   string
+	noReaper error
 }
 
 // New builds an executor. pool may be shared between executors: a *Pool
@@ -174,6 +179,7 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 	if err := adoptOrphans(); err != nil {
 		return nil, err
 	}
+	sweepDeadOwners()
 	closeInheritedOnExec()
 	if pool == nil || isNilPool(pool) {
 		pool = NewPool(cfg.slots(), cfg.UserReservePercent)
@@ -221,6 +227,7 @@ func New(cfg Config, boundary *Boundary, pool SlotPool) (*Executor, error) {
 		}
 		e.noNamespaces = err
 	}
+	e.findReaper()
 	if err := e.isolate(uid, gid); err != nil {
 		e.Close()
 		return nil, err
@@ -612,14 +619,7 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 			policy.connectPorts = []uint16{e.egress.tcp}
 		}
 	}
-	switch {
-	case e.ns != nil:
-		err = e.ns.start(cmd, policy, e.Confined())
-	case e.Confined():
-		err = startConfined(cmd, policy)
-	default:
-		err = cmd.Start()
-	}
+	waitCh, err := e.launch(cmd, policy) // parentdeath.go
 	closeAll(outW, errW)
 	if err != nil {
 		closeAll(outR, errR)
@@ -636,8 +636,6 @@ func (e *Executor) run(ctx context.Context, inv Invocation, dir, ws string) (Res
 	readers.Go(func() { copyOutput(stderr, errR); stderr.flush() })
 
 	pgid := cmd.Process.Pid
-	waitCh := make(chan error, 1)
-	go func() { waitCh <- cmd.Wait() }()
 	tick := time.NewTicker(tickFor(base, e.cfg.ExtendOnOutput))
 	defer tick.Stop()
 	var werr error

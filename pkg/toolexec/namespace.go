@@ -165,6 +165,9 @@ func clip(s string, n int) string {
 func (ns *namespaces) start(cmd *exec.Cmd, p confinedPolicy, confined bool) error {
 	spec := ns.base
 	spec.Dir, spec.Cover, spec.Keep, spec.Relay = cmd.Dir, p.hidden, slices.Concat([]string{p.workspace}, p.shared, p.extra), ns.relay
+	// The init program checks that this process still lives once its
+	// parent-death signal is set (parentdeath.go).
+	spec.Parent = os.Getpid()
 	if confined {
 		p.private = true
 		r, err := p.build(LandlockABI())

@@ -334,6 +334,52 @@ func markerIn(env, key []byte) (string, bool) {
 	return "", false
 }
 
+// sweepDeadOwners kills, once per process, the processes carrying the
+// marker of an executor whose process has ended: a service that died
+// without stopping its commands (kill -9) and left what they started in
+// the background running, where no parent-death signal reached
+// (parentdeath.go). It returns how many it killed. An owner whose process
+// id is in use again is taken for alive.
+var sweepDeadOwners = sync.OnceValue(killDeadOwners)
+
+// killDeadOwners is sweepDeadOwners, each time it is called.
+func killDeadOwners() int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	key := []byte(RunMarkerEnv + "=")
+	ourNS, _ := os.Readlink("/proc/self/ns/pid")
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		// The owner's process id is one of its PID namespace: a process
+		// of another (an executor run by a task in namespaces of its own)
+		// names an owner this process cannot see.
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || ns != ourNS {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		marker, ok := markerIn(env, key)
+		if !ok {
+			continue
+		}
+		owner, _, _ := strings.Cut(marker, ".")
+		if o, err := strconv.Atoi(owner); err == nil && o > 0 && o != os.Getpid() && syscall.Kill(o, 0) == syscall.ESRCH &&
+			syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	sweeper.killed.Add(int64(n))
+	return n
+}
+
 // SweepOrphans kills the processes left by ended runs of this process's
 // executors now, rather than at the next sweep, and returns how many.
 func SweepOrphans() int { return sweeper.sweep() }

@@ -36,8 +36,18 @@ type Config struct {
 	// Tools.MaxOutputBytes is replaced by MaxOutputBytes.
 	Tools toolexec.Config
 	// AckWait is how long a task may go without a progress heartbeat before
-	// JetStream hands it to another worker; heartbeats go out every AckWait/3.
+	// JetStream hands it to another worker: a worker that died or went
+	// silent loses its tasks within AckWait of its last heartbeat.
 	AckWait time.Duration
+	// Heartbeat is how often a running task's heartbeat (an in-progress
+	// acknowledgement) goes out; at most AckWait/2, so that one lost
+	// heartbeat does not hand a live task to another worker.
+	Heartbeat time.Duration
+	// DrainTimeout is how long the running tasks get to finish once the
+	// worker is asked to stop (SIGTERM): it takes no new task meanwhile,
+	// keeps heartbeating the running ones and reports their results. Those
+	// still running then are stopped and handed back to the queue at once.
+	DrainTimeout time.Duration
 	// MaxDeliveries is the delivery of a task at which the worker reports it
 	// failed instead of running it: it came back to the queue every time
 	// before (no slot free in time, a worker stopping or dying).
@@ -106,7 +116,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.WorkspaceRoot, "worker.workspace-root", os.TempDir(), "directory under which per-task workspaces are created")
 	fs.StringVar(&c.CacheRoot, "worker.cache-root", defaultCacheRoot(), "directory holding each user's Go build and module caches (out of other users' reach)")
 	fs.StringVar(&c.ID, "worker.id", defaultID(), "worker id reported in task results")
-	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "time a task may go without a heartbeat before it is redelivered")
+	fs.DurationVar(&c.AckWait, "worker.ack-wait", 10*time.Second, "time a task may go without a heartbeat before it is redelivered to another worker (a silent or dead worker's tasks move on within this)")
+	fs.DurationVar(&c.Heartbeat, "worker.heartbeat", 3*time.Second, "interval of a running task's heartbeat; at most half of -worker.ack-wait")
+	fs.DurationVar(&c.DrainTimeout, "worker.drain-timeout", 10*time.Minute, "on SIGTERM, time the running tasks get to finish (no new task is taken) before they are stopped and handed back to the queue; give the pod's terminationGracePeriodSeconds a little more")
 	fs.IntVar(&c.MaxDeliveries, "worker.max-deliveries", 10, "delivery of a task at which it is reported failed instead of run: it came back to the queue each time before (no subprocess slot free within -toolexec.acquire-timeout, a worker stopping or dying)")
 	fs.BoolVar(&c.SlotsShared, "worker.slots-shared", true, "share one cluster-wide subprocess budget (-toolexec.slots, same on every worker) through Redis; false or no Redis: a pool per worker")
 	fs.DurationVar(&c.SlotLease, "worker.slot-lease", 15*time.Second, "with -worker.slots-shared, how long the slots of a worker that died stay taken")
@@ -197,6 +209,12 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("worker.ack-wait: must be at least 1s"))
+	}
+	if c.Heartbeat < 100*time.Millisecond || c.Heartbeat > c.AckWait/2 {
+		errs = append(errs, errors.New("worker.heartbeat: must be at least 100ms and at most half of worker.ack-wait"))
+	}
+	if c.DrainTimeout < 0 || c.DrainTimeout > 24*time.Hour {
+		errs = append(errs, errors.New("worker.drain-timeout: must be between 0 and 24h"))
 	}
 	if c.MaxDeliveries < 2 || c.MaxDeliveries > 1000 {
 		errs = append(errs, errors.New("worker.max-deliveries: must be between 2 and 1000"))

@@ -67,14 +67,17 @@ func (s *Service) run(ctx context.Context) error {
 		defer func() { _ = ns.Unsubscribe() }()
 	}
 	s.MarkStarted()
+	work, stopWork := s.hardStop(ctx)
+	defer stopWork()
 	g, gctx := errgroup.WithContext(ctx)
 	for i, role := range s.cfg.Roles {
 		for range s.cfg.Concurrency {
-			g.Go(func() error { return s.loop(gctx, role, consumers[i]) })
+			g.Go(func() error { return s.loop(gctx, work, role, consumers[i]) })
 		}
 	}
 	s.logIsolation(ctx)
-	s.log.InfoContext(ctx, "worker started", slog.Any("roles", s.cfg.Roles), slog.Int("concurrency", s.cfg.Concurrency), slog.String("worker_id", s.cfg.ID))
+	s.log.InfoContext(ctx, "worker started", slog.Any("roles", s.cfg.Roles), slog.Int("concurrency", s.cfg.Concurrency), slog.String("worker_id", s.cfg.ID),
+		slog.Duration("ack_wait", s.cfg.AckWait), slog.Duration("heartbeat", s.cfg.Heartbeat), slog.Duration("drain_timeout", s.cfg.DrainTimeout))
 	return g.Wait()
 }
 
@@ -92,6 +95,12 @@ func (s *Service) logIsolation(ctx context.Context) {
 			slog.String("toolexec.network", s.cfg.Tools.Network))
 	} else {
 		s.log.InfoContext(ctx, "task commands share the worker's namespaces", logx.Err(why))
+	}
+	if ok, why := s.exec.EndsWithProcess(); ok {
+		s.log.InfoContext(ctx, "task commands end with the worker: should it die, nothing they started runs on")
+	} else {
+		s.log.WarnContext(ctx, "should the worker die, what task commands started in the background runs on until its next start sweeps it",
+			logx.Err(why))
 	}
 	if uid, gid, other := s.exec.TaskUser(); other {
 		s.log.InfoContext(ctx, "task commands run as the task user, not as the worker's root", slog.Int("uid", uid), slog.Int("gid", gid))
@@ -111,13 +120,18 @@ func (s *Service) logIsolation(ctx context.Context) {
 }
 
 // loop pulls one task at a time, so that no task waits in a local buffer
-// while its ack timer runs.
-func (s *Service) loop(ctx context.Context, role string, cons jetstream.Consumer) error {
+// while its ack timer runs, until ctx is done; the tasks run under work,
+// which outlives ctx by the drain timeout (hardStop).
+func (s *Service) loop(ctx, work context.Context, role string, cons jetstream.Consumer) error {
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(1, jetstream.FetchContext(ctx))
 		if err == nil {
 			for msg := range batch.Messages() {
-				s.handle(ctx, role, msg)
+				if ctx.Err() != nil {
+					s.handBack(work, role, msg)
+					continue
+				}
+				s.handle(work, role, msg)
 			}
 			err = batch.Error()
 		}
@@ -208,7 +222,7 @@ func (s *Service) handle(ctx context.Context, role string, msg jetstream.Msg) {
 	case cancelled:
 		stopHeartbeat()
 		claim.end(ctx, false)
-		log.InfoContext(ctx, "task interrupted by shutdown; returned to the queue")
+		log.InfoContext(ctx, "task interrupted by shutdown (drain timeout); handed back to the queue for another worker")
 		_ = msg.Nak()
 	default:
 		claim.end(ctx, s.report(ctx, log, role, msg, result, received, stopHeartbeat))
@@ -296,7 +310,7 @@ func (s *Service) giveUp(ctx context.Context, log *slog.Logger, role string, d *
 
 // heartbeat tells JetStream the task is still being worked on.
 func (s *Service) heartbeat(ctx context.Context, msg jetstream.Msg) {
-	t := time.NewTicker(s.cfg.AckWait / 3)
+	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {

@@ -32,9 +32,13 @@ import (
 
 // Handoff triggers, for the metric and the reason.
 const (
-	triggerContext = "context"
-	triggerUser    = "user"
-	reasonUser     = "user_request"
+	triggerContext  = "context"
+	triggerUser     = "user"
+	triggerShutdown = "shutdown"
+	reasonUser      = "user_request"
+	// reasonShutdown: the worker is stopping (drain.go), and the pipeline
+	// carries on in a fresh one elsewhere rather than start again.
+	reasonShutdown = "worker_shutdown"
 )
 
 // Bounds of what a handoff carries: the newest entries of each list, each
@@ -126,6 +130,8 @@ func (pr *pipelineRun) handoffDue() (trigger string, usage float64) {
 	switch {
 	case pr.ctl.handoffAsked():
 		return triggerUser, usage
+	case pr.s.stopping.Load():
+		return triggerShutdown, usage
 	case usage >= pr.s.cfg.HandoffAt:
 		return triggerContext, usage
 	}
@@ -139,8 +145,11 @@ func (pr *pipelineRun) handOff(ctx context.Context, p *orchestratorv1.PipelineSt
 	pr.s.metrics.handoffs.WithLabelValues(trigger).Inc()
 	p.State = pipeHandedOff
 	why := "the user asked for a handoff"
-	if trigger == triggerContext {
+	switch trigger {
+	case triggerContext:
 		why = fmt.Sprintf("the Engineer's conversation fills %.0f%% of its %d-token context window", 100*usage, pr.window)
+	case triggerShutdown:
+		why = "the worker is stopping"
 	}
 	fmt.Fprintf(&pr.log, "loop %d: %s: handing the pipeline's state to a fresh pipeline (handoff %d)\n", p.Loops, why, h.GetHandoffIndex())
 	pr.res.Stdout = pr.log.String()
@@ -154,8 +163,11 @@ func (pr *pipelineRun) handOff(ctx context.Context, p *orchestratorv1.PipelineSt
 func (pr *pipelineRun) bundle(ctx context.Context, p *orchestratorv1.PipelineStatus, trigger string, usage float64, feedback []string, answer *modelAnswer) *orchestratorv1.PipelineHandoff {
 	prev := pr.spec.GetHandoff()
 	reason := reasonUser
-	if trigger == triggerContext {
+	switch trigger {
+	case triggerContext:
 		reason = fmt.Sprintf("engineer_context_%d%%", int(math.Round(100*pr.s.cfg.HandoffAt)))
+	case triggerShutdown:
+		reason = reasonShutdown
 	}
 	var changed []string
 	if pr.wsp != nil {

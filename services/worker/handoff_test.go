@@ -149,6 +149,27 @@ func TestUserAsksForAHandoff(t *testing.T) {
 	require.ErrorContains(t, err, "pipeline node only")
 }
 
+// A pipeline running on a worker that is stopping hands its state to a
+// fresh pipeline at the Engineer's next turn, so that the work carries on
+// elsewhere rather than starts again.
+func TestStoppingWorkerHandsPipelinesOff(t *testing.T) {
+	repo, base := brokenRepo(t)
+	s := pipelineService(t)
+	s.stopping.Store(true)
+	out, cancelled := s.runTask(context.Background(), "engineer",
+		repoTask(t, repo, base, &orchestratorv1.Node{Id: "n", Pipeline: true, Edits: []*orchestratorv1.FileEdit{{Path: "README.md", Content: "calc\n"}}}))
+	require.False(t, cancelled)
+	require.Equal(t, int32(0), out.msg.GetExitCode(), out.msg.GetError())
+	p, _ := pipelineOf(t, out)
+	require.Equal(t, pipeHandedOff, p.GetState())
+	require.Equal(t, int32(1), p.GetLoops())
+	h := handoffOf(t, out)
+	require.Equal(t, reasonShutdown, h.GetReason())
+	require.Equal(t, []string{"README.md"}, h.GetEngineer().GetFilesChanged())
+	require.Contains(t, out.msg.GetStdout(), "the worker is stopping")
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.handoffs.WithLabelValues(triggerShutdown)))
+}
+
 func TestTestsOf(t *testing.T) {
 	t.Parallel()
 	tests, untested := testsOf([]string{"calc.go", "calc_test.go", "api/h.py", "api/test_h.py", "web/a.ts", "README.md", "lib/x.rs"})

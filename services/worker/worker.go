@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +75,10 @@ type Service struct {
 	know knowledge
 	// modelLocal: the model is the gate with only the offline provider.
 	modelLocal bool
+	// stopping is set once the worker is asked to stop (drain.go): a
+	// running pipeline then hands its state to a fresh pipeline at the
+	// Engineer's next turn instead of starting its next loop here.
+	stopping atomic.Bool
 	// scratch hands out task directories (scratch.go).
 	scratch *scratchPool
 	// reportBounds bounds publishResult (reportFor, publishTimeout and
@@ -111,7 +116,7 @@ func newMetrics(f promauto.Factory) metrics {
 		}, []string{"role", "decision"}),
 		handoffs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sylk_worker_pipeline_handoffs_total",
-			Help: "Pipelines that handed their state to a fresh pipeline (spec F-23), by trigger: context or user.",
+			Help: "Pipelines that handed their state to a fresh pipeline (spec F-23), by trigger: context, user or shutdown (the worker stopping).",
 		}, []string{"trigger"}),
 		running: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sylk_worker_tasks_running",
@@ -153,7 +158,7 @@ func New(cfg Config, deps app.Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	ex, err := newPooledExecutor(cfg, deps.Redis)
+	ex, err := newPooledExecutor(cfg, deps.Redis, log.With(logx.KeyComponent, "worker"))
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +261,13 @@ func registerCacheMetrics(f promauto.Factory, ex *toolexec.Executor) {
 const slotPoolName = "workers"
 
 // newExecutor builds a tool executor with an in-process slot pool.
-func newExecutor(cfg Config) (*toolexec.Executor, error) { return newPooledExecutor(cfg, nil) }
+func newExecutor(cfg Config) (*toolexec.Executor, error) { return newPooledExecutor(cfg, nil, nil) }
 
 // newPooledExecutor builds the tool executor: commands run only inside the
 // workspace root, with the worker's output cap, taking subprocess slots
-// from the cluster-wide pool when cfg.SlotsShared and rc is set.
-func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error) {
+// from the cluster-wide pool when cfg.SlotsShared and rc is set; that pool
+// logs its Redis outages to log.
+func newPooledExecutor(cfg Config, rc *redisx.Client, log *slog.Logger) (*toolexec.Executor, error) {
 	b, err := toolexec.NewBoundary(cfg.WorkspaceRoot)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -273,7 +279,9 @@ func newPooledExecutor(cfg Config, rc *redisx.Client) (*toolexec.Executor, error
 	tools.ConfineHidden = append(slices.Clone(tools.ConfineHidden), cfg.CacheRoot)
 	var pool toolexec.SlotPool
 	if cfg.SlotsShared && rc != nil {
-		pool = toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
+		cp := toolexec.NewClusterPoolFor(rc, slotPoolName, tools, cfg.SlotLease)
+		cp.SetLogger(log)
+		pool = cp
 	}
 	return toolexec.New(tools, b, pool)
 }

@@ -68,6 +68,9 @@ func testConfig(t testing.TB) Config {
 	cfg.Tools.ExtendOnOutput = 200 * time.Millisecond
 	cfg.MaxOutputBytes = 4096
 	cfg.ID = "w-test"
+	// A test that stops its worker with a task running does not wait the
+	// default drain timeout.
+	cfg.DrainTimeout = 2 * time.Second
 	return cfg
 }
 
@@ -522,7 +525,7 @@ func TestSilentWorkersTaskIsReassigned(t *testing.T) {
 	bus := testenv.NATS(t)
 	cfg := testConfig(t)
 	cfg.Roles = []string{"inspector"}
-	cfg.AckWait = time.Second
+	cfg.AckWait, cfg.Heartbeat = time.Second, 300*time.Millisecond
 	ctx := context.Background()
 	require.NoError(t, topology.EnsureTasks(ctx, bus))
 	spec := topology.TaskConsumer(bus, "inspector", natsx.ConsumerSpec{AckWait: cfg.AckWait})
