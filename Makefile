@@ -155,6 +155,13 @@ test: $(HELM) ## Unit, integration and e2e tests against the local Postgres, Red
 test-e2e: ## Only the end-to-end tests
 	$(GO) test $(TEST_FLAGS) ./e2e/...
 
+# The fault suite (e2e/faults, behind the faults build tag): orchestrators and workers as
+# separate processes against a PostgreSQL, Redis and NATS of each scenario's own (it needs
+# initdb/pg_ctl, redis-server and nats-server), killed, stopped and restarted mid-run.
+.PHONY: test-faults
+test-faults: ## Fault suite: kill/restart services and stores mid-run, print lost and twice-executed tasks per scenario
+	$(GO) test -tags faults -count=1 -v -timeout 20m ./e2e/faults/
+
 BENCH_FLAGS ?= -run '^$$' -bench . -benchtime=1x -timeout 30m -v
 
 .PHONY: bench-guide

@@ -32,16 +32,24 @@ import (
 type Config struct {
 	URL    string
 	Prefix string
+	// DuplicateWindow is how long the streams remember a message id to
+	// drop a second publish of it; 0 leaves each stream's default
+	// (topology.DuplicateWindow). Every service of a deployment must use
+	// the same value, as each one provisions the streams at start.
+	DuplicateWindow time.Duration
 	// TLS verifies a server whose certificate a private authority signed,
 	// and presents a client certificate; a tls:// URL alone verifies with
 	// the system's authorities.
 	TLS meshtls.StoreTLS
 }
 
-// RegisterFlags registers -nats.url, -nats.prefix and -nats.tls-*.
+// RegisterFlags registers -nats.url, -nats.prefix, -nats.duplicate-window
+// and -nats.tls-*.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "nats.url", "nats://127.0.0.1:4222", "NATS server URL")
 	fs.StringVar(&c.Prefix, "nats.prefix", "sylk", "first token of every subject, and stream name prefix")
+	fs.DurationVar(&c.DuplicateWindow, "nats.duplicate-window", 0,
+		"how long the streams drop a second publish of a message id (0: 2m); the same on every service, which each provision the streams")
 	c.TLS.RegisterFlags(fs, "nats", "NATS")
 }
 
@@ -55,6 +63,9 @@ func (c Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("nats.url: must be set")
 	}
+	if c.DuplicateWindow < 0 {
+		return fmt.Errorf("nats.duplicate-window %s: must not be negative", c.DuplicateWindow)
+	}
 	return c.TLS.Validate("nats")
 }
 
@@ -64,6 +75,8 @@ type Bus struct {
 	JS     jetstream.JetStream
 	prefix string
 	log    *slog.Logger
+	// dupWindow is Config.DuplicateWindow.
+	dupWindow time.Duration
 }
 
 // hideURL is err without the URL a parse error quotes, which may hold a
@@ -130,7 +143,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger, name string) (*B
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Bus{Conn: nc, JS: js, prefix: cfg.Prefix, log: log}, nil
+	return &Bus{Conn: nc, JS: js, prefix: cfg.Prefix, log: log, dupWindow: cfg.DuplicateWindow}, nil
 }
 
 // Close drains the connection: in-flight handlers finish, then it closes.
@@ -153,6 +166,10 @@ func (b *Bus) Stream(name string) string {
 
 // Prefix returns the subject prefix.
 func (b *Bus) Prefix() string { return b.prefix }
+
+// DuplicateWindow is the configured duplicate window of the streams, 0
+// when the configuration leaves it to their default.
+func (b *Bus) DuplicateWindow() time.Duration { return b.dupWindow }
 
 // EnsureStream creates the stream or updates it to cfg. Several services
 // provision the same streams at start; when two create one at the same

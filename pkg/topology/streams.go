@@ -2,6 +2,7 @@ package topology
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,7 +18,7 @@ func EnsureEvents(ctx context.Context, b *natsx.Bus) error {
 		Retention:  jetstream.LimitsPolicy,
 		Storage:    jetstream.FileStorage,
 		MaxAge:     EventsRetention,
-		Duplicates: DuplicateWindow,
+		Duplicates: duplicateWindow(b),
 	})
 	return err
 }
@@ -29,7 +30,7 @@ func EnsureAgents(ctx context.Context, b *natsx.Bus) error {
 		Subjects:   []string{b.Subject("agent", ">")},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
-		Duplicates: DuplicateWindow,
+		Duplicates: duplicateWindow(b),
 	})
 	return err
 }
@@ -41,7 +42,7 @@ func EnsureTasks(ctx context.Context, b *natsx.Bus) error {
 		Subjects:   []string{b.Subject("task", ">")},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
-		Duplicates: DuplicateWindow,
+		Duplicates: duplicateWindow(b),
 	})
 	return err
 }
@@ -92,4 +93,13 @@ func ConsumeInbox(ctx context.Context, b *natsx.Bus, agent string, spec natsx.Co
 		return err
 	}
 	return b.Consume(ctx, InboxConsumer(b, agent, spec), handler)
+}
+
+// duplicateWindow is the bus's configured duplicate window, or
+// DuplicateWindow when it has none.
+func duplicateWindow(b *natsx.Bus) time.Duration {
+	if w := b.DuplicateWindow(); w > 0 {
+		return w
+	}
+	return DuplicateWindow
 }

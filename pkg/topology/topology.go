@@ -75,7 +75,8 @@ const (
 // EventsRetention is how long session events are kept.
 const EventsRetention = 30 * 24 * time.Hour
 
-// DuplicateWindow is how long a stream remembers a message id.
+// DuplicateWindow is how long a stream remembers a message id, unless the
+// bus's configuration says otherwise (-nats.duplicate-window).
 const DuplicateWindow = 2 * time.Minute
 
 // Durable consumer names.
