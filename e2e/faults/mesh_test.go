@@ -163,8 +163,20 @@ func (m *mesh) startOrchestrator(name string) *service {
 // namespaces where it may make them) are the defaults.
 func (m *mesh) startWorker(name string, concurrency int, flags ...string) *service {
 	m.t.Helper()
+	// A workspace root of its own, out of /tmp (the default), which the
+	// worker hides from task commands: the binaries and the ledger are
+	// there. The task user passes through it to its workspaces.
+	ws, err := os.MkdirTemp("", "sylk-faults-ws-")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { _ = os.RemoveAll(ws) })
+	if err := os.Chmod(ws, 0o711); err != nil {
+		m.t.Fatal(err)
+	}
 	s := m.newService("worker", name, append([]string{
 		"-worker.id", name,
+		"-worker.workspace-root", ws,
 		"-worker.concurrency", strconv.Itoa(concurrency),
 		"-toolexec.slots", strconv.Itoa(4 * concurrency),
 		"-toolexec.task-init", m.bin.taskInit,

@@ -46,6 +46,14 @@ func (e *Executor) findReaper() {
 		e.noReaper = err
 		return
 	}
+	// A confined command's reaper is started after the confinement: it
+	// must lie where commands may read.
+	if e.Confined() {
+		if rp := resolved(p); hiddenRelation(rp, e.hidden) == relHidden {
+			e.noReaper = fmt.Errorf("%s is in a directory task commands may not read (the workspace root, or -toolexec.confine-hidden): put it beside sylk or name another with -toolexec.task-init", p)
+			return
+		}
+	}
 	e.reaper = p
 }
 
