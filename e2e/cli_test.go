@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +107,11 @@ func (s *sylkCLI) config() map[string]any {
 func TestCLI(t *testing.T) {
 	s := newSylkCLI(t)
 	t.Run("help", func(t *testing.T) { testCLIHelp(t, s.in(t)) })
-	c := startMesh(t)
+	// A key for the tenant's provider credentials, which sylk providers
+	// set stores encrypted.
+	credKey := make([]byte, 32)
+	_, _ = rand.Read(credKey)
+	c := startMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(credKey))
 
 	// Nothing works before login, with the exit code for it.
 	r := s.run("", nil, "repos", "list")
@@ -139,6 +146,11 @@ func TestCLI(t *testing.T) {
 	t.Run("plans and runs", func(t *testing.T) { testCLIPlans(t, s.in(t), c) })
 	t.Run("keys", func(t *testing.T) { testCLIKeys(t, s.in(t)) })
 	t.Run("chat", func(t *testing.T) { testCLIChat(t, s.in(t)) })
+	t.Run("docs and history", func(t *testing.T) { testCLIDocsHistory(t, s.in(t)) })
+	t.Run("reviews", func(t *testing.T) { testCLIReviews(t, s.in(t)) })
+	t.Run("settle", func(t *testing.T) { testCLISettle(t, s.in(t), c, "repositories/"+repo) })
+	t.Run("usage and audit", func(t *testing.T) { testCLIUsageAudit(t, s.in(t)) })
+	t.Run("providers", func(t *testing.T) { testCLIProviders(t, s.in(t)) })
 }
 
 func testCLIHelp(t *testing.T, s *sylkCLI) {
@@ -153,6 +165,12 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
 		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
 		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"}, {"keys", "rotate", "-h"},
+		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"},
+		{"docs", "-h"}, {"docs", "add", "-h"}, {"docs", "list", "-h"}, {"docs", "search", "-h"},
+		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
+		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
+		{"providers", "-h"}, {"providers", "list", "-h"}, {"providers", "set", "-h"}, {"providers", "verify", "-h"},
+		{"providers", "delete", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
 	} {
 		r := s.run("", nil, args...)
 		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
@@ -226,12 +244,15 @@ func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {
 
 func testCLIPlans(t *testing.T, s *sylkCLI, c *client) {
 	session := s.config()["session"].(string)
-	c.ok("POST", "/v1/"+session+"/plans", map[string]any{"request": "add a /version endpoint to the gateway"})
+	out := s.ok("plans", "create", "add a /version endpoint to the gateway", "--criterion", "GET /version answers")
+	require.Contains(t, out, "awaiting_approval")
+	require.Contains(t, out, "sylk plans approve "+session+"/plans/")
+	require.Equal(t, 2, s.run("", nil, "plans", "create").code, "a plan needs a request")
 	plans := s.json("plans", "list")["plans"].([]any)
 	require.Len(t, plans, 1)
 	plan := plans[0].(map[string]any)["name"].(string)
 	require.Contains(t, s.ok("plans", "list"), plan)
-	out := s.ok("plans", "show", plan)
+	out = s.ok("plans", "show", plan)
 	require.Contains(t, out, "awaiting_approval")
 	require.Contains(t, out, "sylk plans approve "+plan)
 	// The plan's ID alone is enough within the current session.
@@ -300,4 +321,124 @@ func testCLIKeys(t *testing.T, s *sylkCLI) {
 			return s.run("", as, "repos", "list").code == 3
 		}, 10*time.Second, 100*time.Millisecond, "a revoked key is refused with exit code 3")
 	}
+}
+
+func testCLIDocsHistory(t *testing.T, s *sylkCLI) {
+	doc := filepath.Join(t.TempDir(), "style.md")
+	require.NoError(t, os.WriteFile(doc, []byte("# Errors\nWrap them with context.\n\n# Logging\nUse slog.\n"), 0o644))
+	out := s.ok("docs", "add", doc)
+	require.Contains(t, out, "Added documents/")
+	require.Contains(t, out, `"style"`, "the title defaults to the file's name")
+	r := s.run("# Review\nTwo approvals.\n", nil, "docs", "add", "-", "--title", "Process")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, 2, s.run("", nil, "docs", "add", "-").code, "standard input needs --title")
+	list := s.ok("docs", "list")
+	require.Contains(t, list, "style")
+	require.Contains(t, list, "Process")
+	out = s.ok("docs", "search", "wrap errors")
+	require.Contains(t, out, "style > Errors")
+	hits := s.json("docs", "search", "approvals")["hits"].([]any)
+	require.Equal(t, "Process", hits[0].(map[string]any)["documentTitle"])
+	require.Equal(t, 2, s.run("", nil, "docs", "search").code)
+
+	out = s.ok("history", "record", "--category", "decision", "--title", "Use PostgreSQL for the store", "it has the JSON we need")
+	require.Contains(t, out, "Recorded entries/")
+	r = s.run("the parser was rewritten\n", nil, "history", "record", "--category", "note", "--title", "Parser rewrite", "-")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, 2, s.run("", nil, "history", "record", "--title", "no category").code)
+	require.Eventually(t, func() bool {
+		return strings.Contains(s.ok("history", "search", "postgresql"), "Use PostgreSQL for the store")
+	}, 20*time.Second, 100*time.Millisecond, "the entry is found")
+	hit := s.json("history", "search", "parser", "--category", "note")["hits"].([]any)[0].(map[string]any)
+	require.Equal(t, "Parser rewrite", hit["entry"].(map[string]any)["title"])
+	require.Contains(t, hit["entry"].(map[string]any)["content"], "the parser was rewritten")
+	out = s.ok("history", "list", "--category", "decision", "--window", "today")
+	require.Contains(t, out, "Use PostgreSQL for the store")
+	require.NotContains(t, out, "Parser rewrite")
+}
+
+func testCLIReviews(t *testing.T, s *sylkCLI) {
+	// A patch of generated files alone is reviewed without a model: every
+	// file is excluded.
+	patch := filepath.Join(t.TempDir(), "gen.patch")
+	require.NoError(t, os.WriteFile(patch, []byte("diff --git a/gen/api.pb.go b/gen/api.pb.go\n--- a/gen/api.pb.go\n"+
+		"+++ b/gen/api.pb.go\n@@ -1 +1 @@\n-package api\n+package api // v2\n"), 0o644))
+	out := s.ok("reviews", "create", "--patch", patch, "--persona", "quick")
+	require.Contains(t, out, "reviews/")
+	require.Contains(t, out, "done")
+	require.Contains(t, out, "outcome: all_files_excluded")
+	name := strings.Fields(out)[0]
+	require.Contains(t, s.ok("reviews", "list"), name)
+	shown := s.json("reviews", "show", strings.TrimPrefix(name, "reviews/"))["review"].(map[string]any)
+	require.Equal(t, "REVIEW_STATE_DONE", shown["state"])
+	require.Equal(t, 2, s.run("", nil, "reviews", "create").code, "a review needs --repo or --patch")
+	require.Equal(t, 4, s.run("", nil, "reviews", "show", "01a222c5-0000-7000-8000-000000000000").code)
+}
+
+// testCLISettle settles a failed run's partial work from the command line.
+func testCLISettle(t *testing.T, s *sylkCLI, c *client, repo string) {
+	// The run is started from its JSON, as POST /v1/runs takes it.
+	spec := `{"repository": "` + repo + `", "dag": {"nodes": [
+		{"id": "doc", "edits": [{"path": "NOTES.md", "content": "partial\n"}]}, {"id": "bad", "command": "exit 4"}]}}`
+	r := s.run(spec, nil, "runs", "create", "-", "--watch")
+	require.Equal(t, 7, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	run := strings.Fields(r.stdout)[0]
+	require.True(t, strings.HasPrefix(run, "runs/"), r.stdout)
+	require.Equal(t, 2, s.run(`{"dag": {"nodes": [{"id": "a", "comand": "x"}]}}`, nil, "runs", "create", "-").code, "a misspelt field is refused")
+	out := s.ok("runs", "settle", run)
+	require.Contains(t, out, "failed steps bad (permanent)")
+	require.Contains(t, out, "sylk runs settle "+run+" rollback")
+
+	out = s.ok("runs", "settle", run, "keep")
+	require.Contains(t, out, "Settled "+run+": keep.")
+	require.Contains(t, out, "kept:      doc")
+	require.Contains(t, out, "files changed: 1")
+	kept := s.json("runs", "show", run)["run"].(map[string]any)
+	require.Contains(t, kept["resultPatch"], "+partial")
+
+	// default takes the run's suggestion: rolling back.
+	out = s.ok("runs", "settle", run, "default")
+	require.Contains(t, out, "Settled "+run+": rollback.")
+	require.Contains(t, out, "discarded: doc")
+	require.Equal(t, 2, s.run("", nil, "runs", "settle", run, "later").code)
+
+	// Pause and resume take a run too; a run that ended cannot be settled.
+	long := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
+	require.Contains(t, s.ok("runs", "pause", long), long)
+	require.Contains(t, s.ok("runs", "resume", long), long)
+	s.ok("runs", "cancel", long)
+	ok := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}})
+	require.Equal(t, 0, s.run("", nil, "runs", "watch", ok).code)
+	r = s.run("", nil, "runs", "settle", ok, "keep")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "only a FAILED or CANCELLED run")
+}
+
+func testCLIUsageAudit(t *testing.T, s *sylkCLI) {
+	require.Contains(t, s.ok("usage", "--by", "provider"), "total")
+	require.Contains(t, s.json("usage"), "currency")
+
+	// The keys subtest created and revoked keys: the audit log has them.
+	out := s.ok("audit", "list", "--action", "api_key.created", "--since", "1h")
+	require.Contains(t, out, "api_key.created")
+	require.NotContains(t, out, "api_key.revoked")
+	require.Contains(t, s.ok("audit", "list"), "api_key.revoked")
+	require.Contains(t, s.ok("audit", "verify"), "Intact")
+	require.Equal(t, true, s.json("audit", "verify")["intact"])
+}
+
+func testCLIProviders(t *testing.T, s *sylkCLI) {
+	out := s.ok("providers", "list")
+	require.Contains(t, out, "local")
+	require.Contains(t, out, "(default)")
+	require.Equal(t, 2, s.run("sk-x\n", nil, "providers", "set", "anthropic").code, "the key comes from standard input only")
+
+	r := s.run("sk-cli-test-key\n", nil, "providers", "set", "anthropic", "--key-stdin", "--skip-verify")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "Stored the tenant's key for anthropic")
+	list := s.json("providers", "list")
+	require.NotContains(t, fmt.Sprint(list), "sk-cli-test-key", "keys are never shown")
+	require.Contains(t, s.ok("providers", "list"), "key: tenant")
+	require.Contains(t, s.ok("providers", "delete", "anthropic"), "Removed")
+	require.Equal(t, 4, s.run("", nil, "providers", "delete", "anthropic").code)
 }

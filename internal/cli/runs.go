@@ -16,11 +16,15 @@ const runPollInterval = 500 * time.Millisecond
 
 func runCommands() []command {
 	return []command{
+		{name: "create", summary: "start a run of a DAG described in JSON", run: runRunsCreate},
 		{name: "list", summary: "list runs", run: runRunsList},
 		{name: "show", summary: "show a run and its steps", run: runRunsShow},
 		{name: "watch", summary: "follow a run's steps until it ends (exit 7 when it fails)", run: runRunsWatch},
 		{name: "logs", summary: "print the output of a run's steps", run: runRunsLogs},
 		{name: "cancel", summary: "cancel a run, or one of its steps", run: runRunsCancel},
+		{name: "pause", summary: "pause a run, or one of its steps", run: runRunsPause},
+		{name: "resume", summary: "resume a paused run, or one of its steps", run: runRunsResume},
+		{name: "settle", summary: "keep, roll back or retry a failed run's partial work", run: runRunsSettle},
 	}
 }
 
