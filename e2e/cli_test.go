@@ -159,7 +159,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"migrate", "-h"}, {"create-api-key", "-h"}, {"list-api-keys", "-h"}, {"revoke-api-key", "-h"},
 		{"healthcheck", "-h"}, {"healthcheck", "guide", "-h"},
 		{"login", "-h"}, {"logout", "-h"}, {"chat", "-h"}, {"ask", "-h"}, {"search", "-h"},
-		{"repos", "-h"}, {"repos", "add", "-h"}, {"repos", "list", "-h"}, {"repos", "show", "-h"},
+		{"repos", "-h"}, {"repos", "add", "-h"}, {"repos", "list", "-h"}, {"repos", "show", "-h"}, {"repos", "index", "-h"}, {"repos", "operations", "-h"}, {"repos", "cancel", "-h"},
 		{"plans", "-h"}, {"plans", "list", "-h"}, {"plans", "show", "-h"}, {"plans", "approve", "-h"},
 		{"plans", "revise", "-h"}, {"plans", "reject", "-h"},
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
@@ -211,7 +211,17 @@ func testCLIRepos(t *testing.T, s *sylkCLI, first, second string) string {
 		return strings.Contains(s.ok("repos", "show", op), " done: ")
 	}, 60*time.Second, 200*time.Millisecond)
 	require.Equal(t, 4, s.run("", nil, "repos", "show", "01a222c5-0000-7000-8000-000000000000").code)
-	return repos[0].(map[string]any)["id"].(string)
+
+	// Indexed again (a delta from the last commit), its operations listed;
+	// an unknown operation cannot be cancelled.
+	id := repos[0].(map[string]any)["id"].(string)
+	require.Contains(t, s.ok("repos", "index", id, "--wait"), "Indexed repositories/"+id)
+	ops := s.ok("repos", "operations", id)
+	require.GreaterOrEqual(t, strings.Count(ops, "operations/"), 2, ops)
+	require.Equal(t, 4, s.run("", nil, "repos", "cancel", "01a222c5-0000-7000-8000-000000000000").code)
+	require.Contains(t, s.ok("search", "ComputeInvoiceTotal", "--mode", "lexical"), "billing/invoice.go:")
+	require.Equal(t, 2, s.run("", nil, "search", "x", "--mode", "fuzzy").code)
+	return id
 }
 
 func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {

@@ -26,7 +26,7 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk chat [--session ID]         talk to the agents; /help inside lists the slash commands
   sylk ask "QUESTION"              ask one question and print the answer with its citations
   sylk search "QUERY"              search the indexed code
-  sylk repos add|list|show         register and index repositories (add --wait shows progress)
+  sylk repos add|list|show|index|operations|cancel   register and index repositories (--wait shows progress)
   sylk plans create|list|show|approve|revise|reject   draft and review the plans of a session
   sylk runs create|list|show|watch|logs|cancel|pause|resume|settle   start, follow, stop and settle runs
   sylk keys list|create|revoke|rotate        manage the tenant's API keys
