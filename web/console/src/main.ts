@@ -16,6 +16,7 @@ import { keys } from "./pages/keys";
 import { documents } from "./pages/documents";
 import { history } from "./pages/history";
 import { reviews } from "./pages/reviews";
+import { audit, providers } from "./pages/admin";
 
 export type Page = (main: HTMLElement, arg: string, query: URLSearchParams) => (() => void) | void;
 
@@ -35,6 +36,8 @@ const routes: Record<string, Page> = {
   documents,
   history,
   reviews,
+  providers,
+  audit,
 };
 
 const nav: [string, string][] = [
@@ -46,11 +49,13 @@ const nav: [string, string][] = [
   ["documents", "Documents"],
   ["history", "History"],
   ["usage", "Usage"],
+  ["providers", "Providers"],
   ["keys", "API keys"],
+  ["audit", "Audit log"],
 ];
 
 // adminOnly are the pages whose link only admins see.
-const adminOnly = new Set(["keys"]);
+const adminOnly = new Set(["keys", "audit"]);
 
 let cleanup: (() => void) | void;
 

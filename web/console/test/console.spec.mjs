@@ -212,6 +212,18 @@ async function settle(page) {
   await check(page, "14-settle");
 }
 
+// admin reads the providers and the audit log, and checks its chain.
+async function admin(page) {
+  await page.getByRole("link", { name: "Providers" }).click();
+  await page.locator("ul[aria-label='Providers'] li", { hasText: "local" }).filter({ hasText: "default" }).waitFor();
+  await check(page, "16-providers");
+  await page.getByRole("link", { name: "Audit log" }).click();
+  await page.locator("ol.audit li", { hasText: "api_key.created" }).first().waitFor();
+  await page.getByRole("button", { name: "Verify the chain" }).click();
+  await page.getByRole("status").filter({ hasText: "Intact" }).waitFor();
+  await check(page, "17-audit");
+}
+
 // member signs in with a member's key: the API keys link is an admin's.
 async function member(page) {
   const created = await api("POST", "v1/keys", { userId: "console-member", role: "member", description: "console member" });
@@ -219,7 +231,9 @@ async function member(page) {
   await signIn(page, created.key);
   await page.getByRole("heading", { name: "Sessions" }).waitFor();
   await page.getByRole("link", { name: "Documents" }).waitFor();
-  if (await page.getByRole("link", { name: "API keys" }).count()) throw new Error("a member sees the API keys link");
+  for (const link of ["API keys", "Audit log"]) {
+    if (await page.getByRole("link", { name: link }).count()) throw new Error(`a member sees the ${link} link`);
+  }
   await check(page, "15-member");
   await page.getByRole("button", { name: "Sign out" }).click();
   await signIn(page, key);
@@ -265,6 +279,7 @@ async function main() {
     await otherPages(page);
     await knowledge(page);
     await settle(page);
+    await admin(page);
     await member(page);
     await wrongKey(page);
   } catch (err) {

@@ -8,7 +8,7 @@ export interface FieldSpec {
   // name is the key of the value handed to the action.
   name: string;
   label: string;
-  kind?: "text" | "search" | "textarea" | "select" | "number";
+  kind?: "text" | "search" | "textarea" | "select" | "number" | "password";
   options?: [value: string, label: string][];
   required?: boolean;
   placeholder?: string;
