@@ -151,6 +151,7 @@ func TestCLI(t *testing.T) {
 	t.Run("settle", func(t *testing.T) { testCLISettle(t, s.in(t), c, "repositories/"+repo) })
 	t.Run("usage and audit", func(t *testing.T) { testCLIUsageAudit(t, s.in(t)) })
 	t.Run("providers", func(t *testing.T) { testCLIProviders(t, s.in(t)) })
+	t.Run("sessions", func(t *testing.T) { testCLISessions(t, s.in(t), "repositories/"+repo) })
 }
 
 func testCLIHelp(t *testing.T, s *sylkCLI) {
@@ -170,7 +171,9 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
 		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
 		{"providers", "-h"}, {"providers", "list", "-h"}, {"providers", "set", "-h"}, {"providers", "verify", "-h"},
-		{"providers", "delete", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
+		{"providers", "delete", "-h"}, {"sessions", "-h"}, {"sessions", "list", "-h"}, {"sessions", "create", "-h"},
+		{"sessions", "show", "-h"}, {"sessions", "active", "-h"}, {"sessions", "switch", "-h"}, {"sessions", "suspend", "-h"},
+		{"sessions", "resume", "-h"}, {"sessions", "complete", "-h"}, {"sessions", "activate", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
 	} {
 		r := s.run("", nil, args...)
 		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
@@ -451,4 +454,29 @@ func testCLIProviders(t *testing.T, s *sylkCLI) {
 	require.Contains(t, s.ok("providers", "list"), "key: tenant")
 	require.Contains(t, s.ok("providers", "delete", "anthropic"), "Removed")
 	require.Equal(t, 4, s.run("", nil, "providers", "delete", "anthropic").code)
+}
+
+func testCLISessions(t *testing.T, s *sylkCLI, repo string) {
+	old := s.config()["session"].(string)
+	require.Contains(t, s.ok("sessions", "list"), "* "+old, "the current session is marked")
+
+	out := s.ok("sessions", "create", "--name", "cli sessions", "--repo", repo)
+	require.Contains(t, out, "cli sessions")
+	require.Contains(t, out, "repository: "+repo)
+	created := s.config()["session"].(string)
+	require.NotEqual(t, old, created, "a new session becomes the current one")
+	require.Contains(t, s.ok("sessions", "show"), created)
+
+	require.Contains(t, s.ok("sessions", "suspend"), "suspended")
+	require.Equal(t, "SESSION_STATE_SUSPENDED", s.json("sessions", "show", created)["session"].(map[string]any)["state"])
+	require.NotContains(t, s.ok("sessions", "resume"), "suspended")
+
+	// Switching makes another session the active one, here and on the server.
+	s.ok("sessions", "switch", old)
+	require.Equal(t, old, s.config()["session"])
+	require.Contains(t, s.ok("sessions", "active"), old)
+	require.Contains(t, s.ok("sessions", "complete", created), "completed")
+	require.Contains(t, s.ok("sessions", "list", "--state", "completed"), created)
+	require.Equal(t, 2, s.run("", nil, "sessions", "list", "--state", "sleeping").code)
+	require.Equal(t, 4, s.run("", nil, "sessions", "show", "01a222c5-0000-7000-8000-000000000000").code)
 }
