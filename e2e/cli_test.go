@@ -166,7 +166,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
 		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
 		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"}, {"keys", "rotate", "-h"},
-		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"},
+		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"}, {"runs", "decisions", "-h"}, {"runs", "bundle", "-h"},
 		{"docs", "-h"}, {"docs", "add", "-h"}, {"docs", "list", "-h"}, {"docs", "search", "-h"},
 		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
 		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
@@ -414,6 +414,22 @@ func testCLISettle(t *testing.T, s *sylkCLI, c *client, repo string) {
 	require.Contains(t, out, "Settled "+run+": rollback.")
 	require.Contains(t, out, "discarded: doc")
 	require.Equal(t, 2, s.run("", nil, "runs", "settle", run, "later").code)
+
+	require.Contains(t, s.ok("runs", "decisions", run), "## Task bad (attempt 1): failed")
+
+	// A delivered run's branch: its patch, and a bundle to fetch.
+	spec = `{"repository": "` + repo + `", "deliver": true, "dag": {"nodes": [
+		{"id": "doc", "edits": [{"path": "DELIVERED.md", "content": "delivered\n"}]}]}}`
+	r = s.run(spec, nil, "runs", "create", "-", "--watch")
+	require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	delivered := strings.Fields(r.stdout)[0]
+	require.Contains(t, s.ok("runs", "bundle", delivered, "--patch"), "+delivered")
+	bundle := filepath.Join(t.TempDir(), "run.bundle")
+	require.Contains(t, s.ok("runs", "bundle", delivered, "-o", bundle), "sylk/")
+	st, err := os.Stat(bundle)
+	require.NoError(t, err)
+	require.Positive(t, st.Size())
+	require.Equal(t, 2, s.run("", nil, "runs", "bundle", delivered).code, "bundle needs -o or --patch")
 
 	// Pause and resume take a run too; a run that ended cannot be settled.
 	long := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})

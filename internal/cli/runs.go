@@ -24,6 +24,8 @@ func runCommands() []command {
 		{name: "cancel", summary: "cancel a run, or one of its steps", run: runRunsCancel},
 		{name: "pause", summary: "pause a run, or one of its steps", run: runRunsPause},
 		{name: "resume", summary: "resume a paused run, or one of its steps", run: runRunsResume},
+		{name: "decisions", summary: "print a run's decision log", run: runRunsDecisions},
+		{name: "bundle", summary: "download a delivered run's branch (or its patch)", run: runRunsBundle},
 		{name: "settle", summary: "keep, roll back or retry a failed run's partial work", run: runRunsSettle},
 	}
 }
