@@ -171,7 +171,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
 		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
 		{"providers", "-h"}, {"providers", "list", "-h"}, {"providers", "set", "-h"}, {"providers", "verify", "-h"},
-		{"providers", "delete", "-h"}, {"sessions", "-h"}, {"sessions", "list", "-h"}, {"sessions", "create", "-h"},
+		{"providers", "delete", "-h"}, {"sessions", "-h"}, {"code", "-h"}, {"code", "symbol", "-h"}, {"code", "similar", "-h"}, {"code", "history", "-h"}, {"code", "tools", "-h"}, {"sessions", "list", "-h"}, {"sessions", "create", "-h"},
 		{"sessions", "show", "-h"}, {"sessions", "active", "-h"}, {"sessions", "switch", "-h"}, {"sessions", "suspend", "-h"},
 		{"sessions", "resume", "-h"}, {"sessions", "complete", "-h"}, {"sessions", "activate", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
 	} {
@@ -224,6 +224,15 @@ func testCLIRepos(t *testing.T, s *sylkCLI, first, second string) string {
 	require.Equal(t, 4, s.run("", nil, "repos", "cancel", "01a222c5-0000-7000-8000-000000000000").code)
 	require.Contains(t, s.ok("search", "ComputeInvoiceTotal", "--mode", "lexical"), "billing/invoice.go:")
 	require.Equal(t, 2, s.run("", nil, "search", "x", "--mode", "fuzzy").code)
+
+	// A symbol, the commits that changed it, similar ones, the tools.
+	require.Contains(t, s.ok("code", "symbol", id, "ComputeInvoiceTotal"), "billing/invoice.go:3-10")
+	sym := s.json("code", "symbol", id, "ComputeInvoiceTotal")["symbol"].(map[string]any)["id"].(string)
+	require.Contains(t, s.ok("code", "history", id, "--symbol", sym), " init")
+	s.ok("code", "similar", id, sym)
+	require.Contains(t, s.ok("code", "tools", id), "formatters:")
+	require.Equal(t, 2, s.run("", nil, "code", "history", id).code, "history needs --symbol or --path")
+	require.Equal(t, 4, s.run("", nil, "code", "symbol", id, "NoSuchThing").code)
 	return id
 }
 

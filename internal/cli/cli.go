@@ -26,6 +26,7 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk chat [--session ID]         talk to the agents; /help inside lists the slash commands
   sylk ask "QUESTION"              ask one question and print the answer with its citations
   sylk search "QUERY"              search the indexed code
+  sylk code symbol|similar|history|tools   a symbol, similar ones, its commits; a repository's tools
   sylk sessions list|create|show|active|switch|suspend|resume|complete|activate   your sessions
   sylk repos add|list|show|index|operations|cancel   register and index repositories (--wait shows progress)
   sylk plans create|list|show|approve|revise|reject   draft and review the plans of a session
@@ -65,6 +66,7 @@ func commands() []command {
 		{name: "search", summary: "search the indexed code", run: runSearch},
 		{name: "sessions", summary: "list, start, switch and end sessions", sub: sessionCommands()},
 		{name: "repos", summary: "register and index repositories", sub: repoCommands()},
+		{name: "code", summary: "symbols, their history, similar code, a repository's tools", sub: codeCommands()},
 		{name: "plans", summary: "review the plans of a session", sub: planCommands()},
 		{name: "runs", summary: "follow and stop runs", sub: runCommands()},
 		{name: "keys", summary: "manage the tenant's API keys", sub: keyCommands()},
