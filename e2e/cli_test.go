@@ -166,7 +166,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
 		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
 		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"}, {"keys", "rotate", "-h"},
-		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"}, {"runs", "decisions", "-h"}, {"runs", "bundle", "-h"},
+		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"}, {"runs", "decisions", "-h"}, {"runs", "task", "-h"}, {"runs", "bundle", "-h"},
 		{"docs", "-h"}, {"docs", "add", "-h"}, {"docs", "list", "-h"}, {"docs", "search", "-h"},
 		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
 		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
@@ -432,7 +432,14 @@ func testCLISettle(t *testing.T, s *sylkCLI, c *client, repo string) {
 	r = s.run(spec, nil, "runs", "create", "-", "--watch")
 	require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
 	delivered := strings.Fields(r.stdout)[0]
-	require.Contains(t, s.ok("runs", "bundle", delivered, "--patch"), "+delivered")
+	// Delivery follows the run's success: until it is done, bundle says to
+	// ask again (exit 1).
+	var patch cliResult
+	require.Eventually(t, func() bool {
+		patch = s.run("", nil, "runs", "bundle", delivered, "--patch")
+		return patch.code == 0
+	}, 60*time.Second, 200*time.Millisecond, "the run is delivered: %s", patch.stderr)
+	require.Contains(t, patch.stdout, "+delivered")
 	bundle := filepath.Join(t.TempDir(), "run.bundle")
 	require.Contains(t, s.ok("runs", "bundle", delivered, "-o", bundle), "sylk/")
 	st, err := os.Stat(bundle)
@@ -441,10 +448,18 @@ func testCLISettle(t *testing.T, s *sylkCLI, c *client, repo string) {
 	require.Equal(t, 2, s.run("", nil, "runs", "bundle", delivered).code, "bundle needs -o or --patch")
 
 	// Pause and resume take a run too; a run that ended cannot be settled.
-	long := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
+	// The long run is in the current session: cancelling the session's runs
+	// stops it.
+	session := strings.TrimPrefix(s.config()["session"].(string), "sessions/")
+	long := c.createRun(map[string]any{"sessionId": session, "dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
 	require.Contains(t, s.ok("runs", "pause", long), long)
 	require.Contains(t, s.ok("runs", "resume", long), long)
-	s.ok("runs", "cancel", long)
+	require.Contains(t, s.ok("runs", "task", long, "slow", "query"), long+" slow: ")
+	require.Equal(t, 2, s.run("", nil, "runs", "task", long, "slow", "dance").code)
+	require.Contains(t, s.ok("runs", "cancel", "--session", session), "Cancelled "+long)
+	r = s.run("", nil, "runs", "watch", long, "--timeout", "60s", "--json")
+	require.Equal(t, 7, r.code, r.stderr)
+	require.Contains(t, r.stdout, "RUN_STATE_CANCELLED")
 	ok := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}})
 	require.Equal(t, 0, s.run("", nil, "runs", "watch", ok).code)
 	r = s.run("", nil, "runs", "settle", ok, "keep")

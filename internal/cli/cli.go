@@ -30,7 +30,7 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk sessions list|create|show|active|switch|suspend|resume|complete|activate   your sessions
   sylk repos add|list|show|index|operations|cancel   register and index repositories (--wait shows progress)
   sylk plans create|list|show|approve|revise|reject   draft and review the plans of a session
-  sylk runs create|list|show|watch|logs|cancel|pause|resume|settle|decisions|bundle   start, follow, stop and settle runs
+  sylk runs create|list|show|watch|logs|cancel|pause|resume|settle|decisions|bundle|task   start, follow, stop and settle runs
   sylk keys list|create|revoke|rotate        manage the tenant's API keys
   sylk docs add|list|search        ingest and search documents (the Academic)
   sylk history record|search|list  the tenant's history (the Archivalist)

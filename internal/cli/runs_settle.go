@@ -136,3 +136,46 @@ func (e *env) pauseResume(ctx context.Context, args []string, verb, help string)
 	fmt.Fprintf(e.out, "%s %s\n", name, runState(resp.GetRun().GetState()))
 	return nil
 }
+
+// runRunsTask steers one task of a run: query it, prompt it, retry it, ...
+func runRunsTask(ctx context.Context, e *env, args []string) error {
+	fs := e.flags("sylk runs task", "RUN NODE ACTION [flags]",
+		"Acts on one task of a run. ACTION is query, prompt (with --message), interrupt, ignore_inspector,\n"+
+			"ignore_tester, retry, skip, escalate or handoff.")
+	message := fs.String("message", "", "with prompt: what to tell the task's agent")
+	pos, err := parseN(fs, args, 3, "a run, a node and an action")
+	if err != nil {
+		return err
+	}
+	action, ok := orchestratorv1.TaskActionType_value["TASK_ACTION_TYPE_"+strings.ToUpper(pos[2])]
+	if !ok {
+		return usageErrorf("sylk runs task: unknown action %q", pos[2])
+	}
+	name := runName(pos[0])
+	req := &orchestratorv1.TaskActionRequest{NodeId: pos[1], Action: orchestratorv1.TaskActionType(action), Message: *message}
+	var resp orchestratorv1.TaskActionResponse
+	if done, err := e.request(ctx, http.MethodPost, "/v1/"+name+":taskAction", req, &resp); done {
+		return err
+	}
+	fmt.Fprintf(e.out, "%s %s: %s\n", name, resp.GetNodeId(), strings.ToLower(strings.TrimPrefix(resp.GetNodeState().String(), "NODE_STATE_")))
+	if resp.GetDetail() != "" {
+		fmt.Fprintf(e.out, "  %s\n", resp.GetDetail())
+	}
+	return nil
+}
+
+// cancelSessionRuns cancels every run of a session.
+func (e *env) cancelSessionRuns(ctx context.Context, session string) error {
+	name := sessionName(session)
+	var resp orchestratorv1.CancelSessionRunsResponse
+	if done, err := e.request(ctx, http.MethodPost, "/v1/"+name+"/runs:cancel", &orchestratorv1.CancelSessionRunsRequest{}, &resp); done {
+		return err
+	}
+	if len(resp.GetRuns()) == 0 {
+		fmt.Fprintf(e.out, "No runs of %s to cancel.\n", name)
+	}
+	for _, r := range resp.GetRuns() {
+		fmt.Fprintf(e.out, "Cancelled %s.\n", r)
+	}
+	return nil
+}
