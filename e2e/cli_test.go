@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +107,11 @@ func (s *sylkCLI) config() map[string]any {
 func TestCLI(t *testing.T) {
 	s := newSylkCLI(t)
 	t.Run("help", func(t *testing.T) { testCLIHelp(t, s.in(t)) })
-	c := startMesh(t)
+	// A key for the tenant's provider credentials, which sylk providers
+	// set stores encrypted.
+	credKey := make([]byte, 32)
+	_, _ = rand.Read(credKey)
+	c := startMesh(t, "-llm.credentials.key", base64.StdEncoding.EncodeToString(credKey))
 
 	// Nothing works before login, with the exit code for it.
 	r := s.run("", nil, "repos", "list")
@@ -139,6 +146,12 @@ func TestCLI(t *testing.T) {
 	t.Run("plans and runs", func(t *testing.T) { testCLIPlans(t, s.in(t), c) })
 	t.Run("keys", func(t *testing.T) { testCLIKeys(t, s.in(t)) })
 	t.Run("chat", func(t *testing.T) { testCLIChat(t, s.in(t)) })
+	t.Run("docs and history", func(t *testing.T) { testCLIDocsHistory(t, s.in(t)) })
+	t.Run("reviews", func(t *testing.T) { testCLIReviews(t, s.in(t)) })
+	t.Run("settle", func(t *testing.T) { testCLISettle(t, s.in(t), c, "repositories/"+repo) })
+	t.Run("usage and audit", func(t *testing.T) { testCLIUsageAudit(t, s.in(t)) })
+	t.Run("providers", func(t *testing.T) { testCLIProviders(t, s.in(t)) })
+	t.Run("sessions", func(t *testing.T) { testCLISessions(t, s.in(t), "repositories/"+repo) })
 }
 
 func testCLIHelp(t *testing.T, s *sylkCLI) {
@@ -147,12 +160,20 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"migrate", "-h"}, {"create-api-key", "-h"}, {"list-api-keys", "-h"}, {"revoke-api-key", "-h"},
 		{"healthcheck", "-h"}, {"healthcheck", "guide", "-h"},
 		{"login", "-h"}, {"logout", "-h"}, {"chat", "-h"}, {"ask", "-h"}, {"search", "-h"},
-		{"repos", "-h"}, {"repos", "add", "-h"}, {"repos", "list", "-h"}, {"repos", "show", "-h"},
+		{"repos", "-h"}, {"repos", "add", "-h"}, {"repos", "list", "-h"}, {"repos", "show", "-h"}, {"repos", "index", "-h"}, {"repos", "operations", "-h"}, {"repos", "cancel", "-h"},
 		{"plans", "-h"}, {"plans", "list", "-h"}, {"plans", "show", "-h"}, {"plans", "approve", "-h"},
 		{"plans", "revise", "-h"}, {"plans", "reject", "-h"},
 		{"runs", "-h"}, {"runs", "list", "-h"}, {"runs", "show", "-h"}, {"runs", "watch", "-h"},
 		{"runs", "logs", "-h"}, {"runs", "cancel", "-h"},
 		{"keys", "-h"}, {"keys", "list", "-h"}, {"keys", "create", "-h"}, {"keys", "revoke", "-h"}, {"keys", "rotate", "-h"},
+		{"plans", "create", "-h"}, {"runs", "create", "-h"}, {"runs", "pause", "-h"}, {"runs", "resume", "-h"}, {"runs", "settle", "-h"}, {"runs", "decisions", "-h"}, {"runs", "task", "-h"}, {"runs", "bundle", "-h"},
+		{"docs", "-h"}, {"docs", "add", "-h"}, {"docs", "list", "-h"}, {"docs", "search", "-h"},
+		{"history", "-h"}, {"history", "record", "-h"}, {"history", "search", "-h"}, {"history", "list", "-h"},
+		{"reviews", "-h"}, {"reviews", "create", "-h"}, {"reviews", "list", "-h"}, {"reviews", "show", "-h"},
+		{"providers", "-h"}, {"providers", "list", "-h"}, {"providers", "set", "-h"}, {"providers", "verify", "-h"},
+		{"providers", "delete", "-h"}, {"sessions", "-h"}, {"code", "-h"}, {"code", "symbol", "-h"}, {"code", "similar", "-h"}, {"code", "history", "-h"}, {"code", "tools", "-h"}, {"sessions", "list", "-h"}, {"sessions", "create", "-h"},
+		{"sessions", "show", "-h"}, {"sessions", "active", "-h"}, {"sessions", "switch", "-h"}, {"sessions", "suspend", "-h"},
+		{"sessions", "resume", "-h"}, {"sessions", "complete", "-h"}, {"sessions", "activate", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
 	} {
 		r := s.run("", nil, args...)
 		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
@@ -193,7 +214,26 @@ func testCLIRepos(t *testing.T, s *sylkCLI, first, second string) string {
 		return strings.Contains(s.ok("repos", "show", op), " done: ")
 	}, 60*time.Second, 200*time.Millisecond)
 	require.Equal(t, 4, s.run("", nil, "repos", "show", "01a222c5-0000-7000-8000-000000000000").code)
-	return repos[0].(map[string]any)["id"].(string)
+
+	// Indexed again (a delta from the last commit), its operations listed;
+	// an unknown operation cannot be cancelled.
+	id := repos[0].(map[string]any)["id"].(string)
+	require.Contains(t, s.ok("repos", "index", id, "--wait"), "Indexed repositories/"+id)
+	ops := s.ok("repos", "operations", id)
+	require.GreaterOrEqual(t, strings.Count(ops, "operations/"), 2, ops)
+	require.Equal(t, 4, s.run("", nil, "repos", "cancel", "01a222c5-0000-7000-8000-000000000000").code)
+	require.Contains(t, s.ok("search", "ComputeInvoiceTotal", "--mode", "lexical"), "billing/invoice.go:")
+	require.Equal(t, 2, s.run("", nil, "search", "x", "--mode", "fuzzy").code)
+
+	// A symbol, the commits that changed it, similar ones, the tools.
+	require.Contains(t, s.ok("code", "symbol", id, "ComputeInvoiceTotal"), "billing/invoice.go:3-10")
+	sym := s.json("code", "symbol", id, "ComputeInvoiceTotal")["symbol"].(map[string]any)["id"].(string)
+	require.Contains(t, s.ok("code", "history", id, "--symbol", sym), " init")
+	s.ok("code", "similar", id, sym)
+	require.Contains(t, s.ok("code", "tools", id), "formatters:")
+	require.Equal(t, 2, s.run("", nil, "code", "history", id).code, "history needs --symbol or --path")
+	require.Equal(t, 4, s.run("", nil, "code", "symbol", id, "NoSuchThing").code)
+	return id
 }
 
 func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {
@@ -226,12 +266,15 @@ func testCLIAsk(t *testing.T, s *sylkCLI, repo string) {
 
 func testCLIPlans(t *testing.T, s *sylkCLI, c *client) {
 	session := s.config()["session"].(string)
-	c.ok("POST", "/v1/"+session+"/plans", map[string]any{"request": "add a /version endpoint to the gateway"})
+	out := s.ok("plans", "create", "add a /version endpoint to the gateway", "--criterion", "GET /version answers")
+	require.Contains(t, out, "awaiting_approval")
+	require.Contains(t, out, "sylk plans approve "+session+"/plans/")
+	require.Equal(t, 2, s.run("", nil, "plans", "create").code, "a plan needs a request")
 	plans := s.json("plans", "list")["plans"].([]any)
 	require.Len(t, plans, 1)
 	plan := plans[0].(map[string]any)["name"].(string)
 	require.Contains(t, s.ok("plans", "list"), plan)
-	out := s.ok("plans", "show", plan)
+	out = s.ok("plans", "show", plan)
 	require.Contains(t, out, "awaiting_approval")
 	require.Contains(t, out, "sylk plans approve "+plan)
 	// The plan's ID alone is enough within the current session.
@@ -300,4 +343,180 @@ func testCLIKeys(t *testing.T, s *sylkCLI) {
 			return s.run("", as, "repos", "list").code == 3
 		}, 10*time.Second, 100*time.Millisecond, "a revoked key is refused with exit code 3")
 	}
+}
+
+func testCLIDocsHistory(t *testing.T, s *sylkCLI) {
+	doc := filepath.Join(t.TempDir(), "style.md")
+	require.NoError(t, os.WriteFile(doc, []byte("# Errors\nWrap them with context.\n\n# Logging\nUse slog.\n"), 0o644))
+	out := s.ok("docs", "add", doc)
+	require.Contains(t, out, "Added documents/")
+	require.Contains(t, out, `"style"`, "the title defaults to the file's name")
+	r := s.run("# Review\nTwo approvals.\n", nil, "docs", "add", "-", "--title", "Process")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, 2, s.run("", nil, "docs", "add", "-").code, "standard input needs --title")
+	list := s.ok("docs", "list")
+	require.Contains(t, list, "style")
+	require.Contains(t, list, "Process")
+	out = s.ok("docs", "search", "wrap errors")
+	require.Contains(t, out, "style > Errors")
+	hits := s.json("docs", "search", "approvals")["hits"].([]any)
+	require.Equal(t, "Process", hits[0].(map[string]any)["documentTitle"])
+	require.Equal(t, 2, s.run("", nil, "docs", "search").code)
+
+	out = s.ok("history", "record", "--category", "decision", "--title", "Use PostgreSQL for the store", "it has the JSON we need")
+	require.Contains(t, out, "Recorded entries/")
+	r = s.run("the parser was rewritten\n", nil, "history", "record", "--category", "note", "--title", "Parser rewrite", "-")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, 2, s.run("", nil, "history", "record", "--title", "no category").code)
+	require.Eventually(t, func() bool {
+		return strings.Contains(s.ok("history", "search", "postgresql"), "Use PostgreSQL for the store")
+	}, 20*time.Second, 100*time.Millisecond, "the entry is found")
+	hit := s.json("history", "search", "parser", "--category", "note")["hits"].([]any)[0].(map[string]any)
+	require.Equal(t, "Parser rewrite", hit["entry"].(map[string]any)["title"])
+	require.Contains(t, hit["entry"].(map[string]any)["content"], "the parser was rewritten")
+	out = s.ok("history", "list", "--category", "decision", "--window", "today")
+	require.Contains(t, out, "Use PostgreSQL for the store")
+	require.NotContains(t, out, "Parser rewrite")
+}
+
+func testCLIReviews(t *testing.T, s *sylkCLI) {
+	// A patch of generated files alone is reviewed without a model: every
+	// file is excluded.
+	patch := filepath.Join(t.TempDir(), "gen.patch")
+	require.NoError(t, os.WriteFile(patch, []byte("diff --git a/gen/api.pb.go b/gen/api.pb.go\n--- a/gen/api.pb.go\n"+
+		"+++ b/gen/api.pb.go\n@@ -1 +1 @@\n-package api\n+package api // v2\n"), 0o644))
+	out := s.ok("reviews", "create", "--patch", patch, "--persona", "quick")
+	require.Contains(t, out, "reviews/")
+	require.Contains(t, out, "done")
+	require.Contains(t, out, "outcome: all_files_excluded")
+	name := strings.Fields(out)[0]
+	require.Contains(t, s.ok("reviews", "list"), name)
+	shown := s.json("reviews", "show", strings.TrimPrefix(name, "reviews/"))["review"].(map[string]any)
+	require.Equal(t, "REVIEW_STATE_DONE", shown["state"])
+	require.Equal(t, 2, s.run("", nil, "reviews", "create").code, "a review needs --repo or --patch")
+	require.Equal(t, 4, s.run("", nil, "reviews", "show", "01a222c5-0000-7000-8000-000000000000").code)
+}
+
+// testCLISettle settles a failed run's partial work from the command line.
+func testCLISettle(t *testing.T, s *sylkCLI, c *client, repo string) {
+	// The run is started from its JSON, as POST /v1/runs takes it.
+	spec := `{"repository": "` + repo + `", "dag": {"nodes": [
+		{"id": "doc", "edits": [{"path": "NOTES.md", "content": "partial\n"}]}, {"id": "bad", "command": "exit 4"}]}}`
+	r := s.run(spec, nil, "runs", "create", "-", "--watch")
+	require.Equal(t, 7, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	run := strings.Fields(r.stdout)[0]
+	require.True(t, strings.HasPrefix(run, "runs/"), r.stdout)
+	require.Equal(t, 2, s.run(`{"dag": {"nodes": [{"id": "a", "comand": "x"}]}}`, nil, "runs", "create", "-").code, "a misspelt field is refused")
+	out := s.ok("runs", "settle", run)
+	require.Contains(t, out, "failed steps bad (permanent)")
+	require.Contains(t, out, "sylk runs settle "+run+" rollback")
+
+	out = s.ok("runs", "settle", run, "keep")
+	require.Contains(t, out, "Settled "+run+": keep.")
+	require.Contains(t, out, "kept:      doc")
+	require.Contains(t, out, "files changed: 1")
+	kept := s.json("runs", "show", run)["run"].(map[string]any)
+	require.Contains(t, kept["resultPatch"], "+partial")
+
+	// default takes the run's suggestion: rolling back.
+	out = s.ok("runs", "settle", run, "default")
+	require.Contains(t, out, "Settled "+run+": rollback.")
+	require.Contains(t, out, "discarded: doc")
+	require.Equal(t, 2, s.run("", nil, "runs", "settle", run, "later").code)
+
+	require.Contains(t, s.ok("runs", "decisions", run), "## Task bad (attempt 1): failed")
+
+	// A delivered run's branch: its patch, and a bundle to fetch.
+	spec = `{"repository": "` + repo + `", "deliver": true, "dag": {"nodes": [
+		{"id": "doc", "edits": [{"path": "DELIVERED.md", "content": "delivered\n"}]}]}}`
+	r = s.run(spec, nil, "runs", "create", "-", "--watch")
+	require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	delivered := strings.Fields(r.stdout)[0]
+	// Delivery follows the run's success: until it is done, bundle says to
+	// ask again (exit 1).
+	var patch cliResult
+	require.Eventually(t, func() bool {
+		patch = s.run("", nil, "runs", "bundle", delivered, "--patch")
+		return patch.code == 0
+	}, 60*time.Second, 200*time.Millisecond, "the run is delivered: %s", patch.stderr)
+	require.Contains(t, patch.stdout, "+delivered")
+	bundle := filepath.Join(t.TempDir(), "run.bundle")
+	require.Contains(t, s.ok("runs", "bundle", delivered, "-o", bundle), "sylk/")
+	st, err := os.Stat(bundle)
+	require.NoError(t, err)
+	require.Positive(t, st.Size())
+	require.Equal(t, 2, s.run("", nil, "runs", "bundle", delivered).code, "bundle needs -o or --patch")
+
+	// Pause and resume take a run too; a run that ended cannot be settled.
+	// The long run is in the current session: cancelling the session's runs
+	// stops it.
+	session := strings.TrimPrefix(s.config()["session"].(string), "sessions/")
+	long := c.createRun(map[string]any{"sessionId": session, "dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
+	require.Contains(t, s.ok("runs", "pause", long), long)
+	require.Contains(t, s.ok("runs", "resume", long), long)
+	require.Contains(t, s.ok("runs", "task", long, "slow", "query"), long+" slow: ")
+	require.Equal(t, 2, s.run("", nil, "runs", "task", long, "slow", "dance").code)
+	require.Contains(t, s.ok("runs", "cancel", "--session", session), "Cancelled "+long)
+	r = s.run("", nil, "runs", "watch", long, "--timeout", "60s", "--json")
+	require.Equal(t, 7, r.code, r.stderr)
+	require.Contains(t, r.stdout, "RUN_STATE_CANCELLED")
+	ok := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "a", "command": "true"}}}})
+	require.Equal(t, 0, s.run("", nil, "runs", "watch", ok).code)
+	r = s.run("", nil, "runs", "settle", ok, "keep")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "only a FAILED or CANCELLED run")
+}
+
+func testCLIUsageAudit(t *testing.T, s *sylkCLI) {
+	require.Contains(t, s.ok("usage", "--by", "provider"), "total")
+	require.Contains(t, s.json("usage"), "currency")
+
+	// The keys subtest created and revoked keys: the audit log has them.
+	out := s.ok("audit", "list", "--action", "api_key.created", "--since", "1h")
+	require.Contains(t, out, "api_key.created")
+	require.NotContains(t, out, "api_key.revoked")
+	require.Contains(t, s.ok("audit", "list"), "api_key.revoked")
+	require.Contains(t, s.ok("audit", "verify"), "Intact")
+	require.Equal(t, true, s.json("audit", "verify")["intact"])
+}
+
+func testCLIProviders(t *testing.T, s *sylkCLI) {
+	out := s.ok("providers", "list")
+	require.Contains(t, out, "local")
+	require.Contains(t, out, "(default)")
+	require.Equal(t, 2, s.run("sk-x\n", nil, "providers", "set", "anthropic").code, "the key comes from standard input only")
+
+	r := s.run("sk-cli-test-key\n", nil, "providers", "set", "anthropic", "--key-stdin", "--skip-verify")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "Stored the tenant's key for anthropic")
+	list := s.json("providers", "list")
+	require.NotContains(t, fmt.Sprint(list), "sk-cli-test-key", "keys are never shown")
+	require.Contains(t, s.ok("providers", "list"), "key: tenant")
+	require.Contains(t, s.ok("providers", "delete", "anthropic"), "Removed")
+	require.Equal(t, 4, s.run("", nil, "providers", "delete", "anthropic").code)
+}
+
+func testCLISessions(t *testing.T, s *sylkCLI, repo string) {
+	old := s.config()["session"].(string)
+	require.Contains(t, s.ok("sessions", "list"), "* "+old, "the current session is marked")
+
+	out := s.ok("sessions", "create", "--name", "cli sessions", "--repo", repo)
+	require.Contains(t, out, "cli sessions")
+	require.Contains(t, out, "repository: "+repo)
+	created := s.config()["session"].(string)
+	require.NotEqual(t, old, created, "a new session becomes the current one")
+	require.Contains(t, s.ok("sessions", "show"), created)
+
+	require.Contains(t, s.ok("sessions", "suspend"), "suspended")
+	require.Equal(t, "SESSION_STATE_SUSPENDED", s.json("sessions", "show", created)["session"].(map[string]any)["state"])
+	require.NotContains(t, s.ok("sessions", "resume"), "suspended")
+
+	// Switching makes another session the active one, here and on the server.
+	s.ok("sessions", "switch", old)
+	require.Equal(t, old, s.config()["session"])
+	require.Contains(t, s.ok("sessions", "active"), old)
+	require.Contains(t, s.ok("sessions", "complete", created), "completed")
+	require.Contains(t, s.ok("sessions", "list", "--state", "completed"), created)
+	require.Equal(t, 2, s.run("", nil, "sessions", "list", "--state", "sleeping").code)
+	require.Equal(t, 4, s.run("", nil, "sessions", "show", "01a222c5-0000-7000-8000-000000000000").code)
 }

@@ -20,14 +20,22 @@ const EnvConsoleArtifacts = "SYLK_CONSOLE_ARTIFACTS"
 
 // The console in Debian's Chromium, headless, against the whole mesh:
 // sign in, a code question answered with its sources, a plan drafted,
-// approved and its run watched to the end, a search, a wrong key refused,
-// and no serious accessibility violation on any page
+// approved and its run watched to the end, a search, documents, history, a
+// review, a failed run settled, a member without the API keys link, a wrong
+// key refused, and no serious accessibility violation on any page
 // (web/console/test/console.spec.mjs drives the browser).
 func TestConsoleInChromium(t *testing.T) {
 	chromium, node, dir := consoleTools(t)
 	c := startMesh(t)
 	repo := c.ok("POST", "/v1/repositories?wait=true", map[string]any{"path": fixtureRepo(t), "displayName": "fixture"})["repository"].(map[string]any)
 	require.Equal(t, "INDEX_STATE_READY", repo["indexState"])
+	// A git work tree for the run whose partial work the console settles
+	// (a repository run works on a commit).
+	gitRepo := fixtureRepo(t)
+	gitCmd(t, gitRepo, "init", "--quiet")
+	gitCmd(t, gitRepo, "add", "-A")
+	gitCmd(t, gitRepo, "commit", "--quiet", "-m", "init")
+	settleRepo := c.ok("POST", "/v1/repositories?index=false", map[string]any{"path": gitRepo, "displayName": "settle"})["repository"].(map[string]any)["name"].(string)
 
 	artifacts := os.Getenv(EnvConsoleArtifacts)
 	if artifacts == "" {
@@ -46,6 +54,7 @@ func TestConsoleInChromium(t *testing.T) {
 		"SYLK_CHROMIUM="+chromium,
 		// A second repository, registered and indexed from the console.
 		"SYLK_REPO_PATH="+fixtureRepo(t),
+		"SYLK_SETTLE_REPO="+settleRepo,
 	)
 	out, err := cmd.CombinedOutput()
 	t.Logf("console test (screenshots in %s):\n%s", artifacts, out)

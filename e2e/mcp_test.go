@@ -70,7 +70,7 @@ func TestMCP(t *testing.T) {
 
 	tools, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	require.Len(t, tools.Tools, 10)
+	require.Len(t, tools.Tools, 13)
 
 	res, out, text := callTool(t, cs, "search_code", map[string]any{"query": "ComputeInvoiceTotal", "repository": repo})
 	require.False(t, res.IsError, text)
@@ -111,6 +111,13 @@ func TestMCP(t *testing.T) {
 	require.False(t, res.IsError, text)
 	plan := out["name"].(string)
 	require.Equal(t, "PLAN_STATE_AWAITING_APPROVAL", out["state"])
+	steps := len(out["nodes"].([]any))
+	// Revised before it is approved: offline, "add a step" adds one.
+	res, out, text = callTool(t, cs, "revise_plan", map[string]any{"plan": plan, "feedback": "add a step: update the changelog"})
+	require.False(t, res.IsError, text)
+	require.EqualValues(t, 2, out["version"])
+	require.Len(t, out["nodes"], steps+1)
+	require.Contains(t, text, "approve_plan")
 	res, out, text = callTool(t, cs, "approve_plan", map[string]any{"plan": plan})
 	require.False(t, res.IsError, text)
 	run := out["run"].(map[string]any)["name"].(string)
@@ -118,6 +125,30 @@ func TestMCP(t *testing.T) {
 	require.False(t, res.IsError, text)
 	require.Equal(t, run, out["name"])
 	require.NotEmpty(t, out["state"])
+
+	// Another plan is rejected: it will not run, and cannot be approved.
+	_, out, _ = callTool(t, cs, "create_plan", map[string]any{"request": "add a comment to billing/invoice.go", "session": session})
+	rejected := out["name"].(string)
+	res, out, text = callTool(t, cs, "reject_plan", map[string]any{"plan": rejected, "reason": "not now"})
+	require.False(t, res.IsError, text)
+	require.Equal(t, "PLAN_STATE_REJECTED", out["state"])
+	require.Equal(t, "not now", out["rejectReason"])
+	res, _, text = callTool(t, cs, "approve_plan", map[string]any{"plan": rejected})
+	require.True(t, res.IsError, text)
+
+	// A long run is cancelled by the tool, and its status says so.
+	long := c.createRun(map[string]any{"dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
+	res, out, text = callTool(t, cs, "cancel_run", map[string]any{"run": strings.TrimPrefix(long, "runs/")})
+	require.False(t, res.IsError, text)
+	require.Equal(t, long, out["name"])
+	require.Contains(t, text, "Cancelled run "+long)
+	require.Eventually(t, func() bool {
+		_, out, _ := callTool(t, cs, "run_status", map[string]any{"run": long})
+		return out["state"] == "RUN_STATE_CANCELLED"
+	}, 60*time.Second, 200*time.Millisecond)
+	res, _, text = callTool(t, cs, "cancel_run", map[string]any{"run": "runs/01a222c5-0000-7000-8000-000000000000"})
+	require.True(t, res.IsError)
+	require.Contains(t, text, "NOT_FOUND")
 
 	// The repositories are resources.
 	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "sylk://repositories"})

@@ -114,7 +114,8 @@ func (g *Gateway) newMCP(c Conns) *mcpServer {
 const mcpInstructions = "Sylk answers questions about the tenant's registered repositories, their history and documents. " +
 	"Use search_code, get_symbol and references for code; search_history for past decisions, failures and runs; " +
 	"search_docs for documents; ask to put a question to Sylk's agents (answers cite their sources). " +
-	"create_plan drafts a change, approve_plan starts it as a run, run_status follows the run. " +
+	"create_plan drafts a change, revise_plan changes it, reject_plan drops it, approve_plan starts it as a run, " +
+	"run_status follows the run and cancel_run stops it. " +
 	"Repositories are resources: sylk://repositories lists them, sylk://repositories/{id} reads one."
 
 // ServeHTTP serves an authenticated MCP request: the identity is already
@@ -149,6 +150,40 @@ func (m *mcpServer) call(ctx context.Context, req mcp.Request) (context.Context,
 	// deadline: bound the calls here.
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, md), m.callTimeout)
 	return ctx, id, cancel, nil
+}
+
+// toolCall is what a tool needs checked before it calls its service.
+type toolCall struct {
+	// service names the service the tool calls, for the answer when it is
+	// not configured.
+	service string
+	// ready reports whether the service's client is configured.
+	ready bool
+	// writes names the tool when it changes something: a viewer may not
+	// call it. Empty for a reading tool.
+	writes string
+}
+
+// begin is every tool's preamble: the service must be configured, the
+// calls get the caller's context (see call) and a writing tool checks the
+// caller's role. done releases the context; it is never nil, so a handler
+// defers it before looking at err.
+func (m *mcpServer) begin(ctx context.Context, req mcp.Request, t toolCall) (context.Context, context.CancelFunc, error) {
+	noop := func() {}
+	if !t.ready {
+		return nil, noop, errServiceMissing(t.service)
+	}
+	ctx, id, cancel, err := m.call(ctx, req)
+	if err != nil {
+		return nil, noop, err
+	}
+	if t.writes != "" {
+		if err := m.mayWrite(ctx, id, req, t.writes); err != nil {
+			cancel()
+			return nil, noop, err
+		}
+	}
+	return ctx, cancel, nil
 }
 
 // mayWrite refuses a viewer a tool that changes something, as the REST

@@ -101,19 +101,13 @@ type AskOutput struct {
 
 func (m *mcpServer) ask(ctx context.Context, req *mcp.CallToolRequest, in AskInput) (*mcp.CallToolResult, AskOutput, error) {
 	var out AskOutput
-	if m.guide == nil {
-		return nil, out, errServiceMissing("guide")
-	}
 	wait, err := m.askWait(in)
 	if err != nil {
 		return nil, out, err
 	}
-	ctx, id, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "guide", ready: m.guide != nil, writes: "ask"})
+	defer done()
 	if err != nil {
-		return nil, out, err
-	}
-	defer cancel()
-	if err := m.mayWrite(ctx, id, req, "ask"); err != nil {
 		return nil, out, err
 	}
 	out.Session, out.CorrelationID = resourceName("sessions", in.Session), in.AnswerOf

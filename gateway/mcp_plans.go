@@ -25,8 +25,15 @@ func (m *mcpServer) addPlanTools(s *mcp.Server) {
 		Description: "Read a plan: its state, tasks and, once approved, its run."}, m.getPlan)
 	mcp.AddTool(s, &mcp.Tool{Name: "approve_plan", Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false), DestructiveHint: new(false)},
 		Description: "Approve a plan awaiting approval: the agents start working on it as a run (follow it with run_status)."}, m.approvePlan)
+	mcp.AddTool(s, &mcp.Tool{Name: "revise_plan", Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false), DestructiveHint: new(false)},
+		Description: "Ask the Architect for a new version of a plan awaiting approval, with feedback " +
+			"(\"remove step 2\", \"also update the README\"); the plan keeps every version."}, m.revisePlan)
+	mcp.AddTool(s, &mcp.Tool{Name: "reject_plan", Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false), DestructiveHint: new(true)},
+		Description: "Reject a plan awaiting approval, with a reason: it will not run."}, m.rejectPlan)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_status", Annotations: readOnlyTool,
 		Description: "A run's status: its state and each task's state, attempt and error."}, m.runStatus)
+	mcp.AddTool(s, &mcp.Tool{Name: "cancel_run", Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false), DestructiveHint: new(true)},
+		Description: "Cancel a run, or one task of it (node): running tasks are stopped, pending ones never start."}, m.cancelRun)
 }
 
 // CreatePlanInput is create_plan's input.
@@ -64,15 +71,9 @@ type PlanOutput struct {
 
 func (m *mcpServer) createPlan(ctx context.Context, req *mcp.CallToolRequest, in CreatePlanInput) (*mcp.CallToolResult, PlanOutput, error) {
 	var out PlanOutput
-	if m.plans == nil {
-		return nil, out, errServiceMissing("architect")
-	}
-	ctx, id, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "architect", ready: m.plans != nil, writes: "create_plan"})
+	defer done()
 	if err != nil {
-		return nil, out, err
-	}
-	defer cancel()
-	if err := m.mayWrite(ctx, id, req, "create_plan"); err != nil {
 		return nil, out, err
 	}
 	session, err := m.askSession(ctx, resourceName("sessions", in.Session), in.Repository)
@@ -95,14 +96,11 @@ type PlanInput struct {
 
 func (m *mcpServer) getPlan(ctx context.Context, req *mcp.CallToolRequest, in PlanInput) (*mcp.CallToolResult, PlanOutput, error) {
 	var out PlanOutput
-	if m.plans == nil {
-		return nil, out, errServiceMissing("architect")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "architect", ready: m.plans != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	resp, err := m.plans.GetPlan(ctx, &architectv1.GetPlanRequest{Name: in.Plan})
 	if err != nil {
 		return nil, out, toolError(err)
@@ -125,15 +123,9 @@ type ApprovePlanOutput struct {
 
 func (m *mcpServer) approvePlan(ctx context.Context, req *mcp.CallToolRequest, in ApprovePlanInput) (*mcp.CallToolResult, ApprovePlanOutput, error) {
 	var out ApprovePlanOutput
-	if m.plans == nil {
-		return nil, out, errServiceMissing("architect")
-	}
-	ctx, id, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "architect", ready: m.plans != nil, writes: "approve_plan"})
+	defer done()
 	if err != nil {
-		return nil, out, err
-	}
-	defer cancel()
-	if err := m.mayWrite(ctx, id, req, "approve_plan"); err != nil {
 		return nil, out, err
 	}
 	resp, err := m.plans.ApprovePlan(ctx, &architectv1.ApprovePlanRequest{Name: in.Plan, MaxConcurrency: in.MaxConcurrency})
@@ -142,6 +134,48 @@ func (m *mcpServer) approvePlan(ctx context.Context, req *mcp.CallToolRequest, i
 	}
 	out = ApprovePlanOutput{Plan: planOutput(resp.GetPlan()), Run: runOutput(resp.GetRun())}
 	return textResult(fmt.Sprintf("Approved %s; run %s is %s. Follow it with run_status.", out.Plan.Name, out.Run.Name, out.Run.State)), out, nil
+}
+
+// RevisePlanInput is revise_plan's input.
+type RevisePlanInput struct {
+	Plan     string `json:"plan" jsonschema:"the plan's name (sessions/{s}/plans/{p})"`
+	Feedback string `json:"feedback" jsonschema:"what to change, in plain language"`
+}
+
+func (m *mcpServer) revisePlan(ctx context.Context, req *mcp.CallToolRequest, in RevisePlanInput) (*mcp.CallToolResult, PlanOutput, error) {
+	var out PlanOutput
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "architect", ready: m.plans != nil, writes: "revise_plan"})
+	defer done()
+	if err != nil {
+		return nil, out, err
+	}
+	resp, err := m.plans.RevisePlan(ctx, &architectv1.RevisePlanRequest{Name: in.Plan, Feedback: in.Feedback})
+	if err != nil {
+		return nil, out, toolError(err)
+	}
+	out = planOutput(resp.GetPlan())
+	return textResult(planText(out) + "\nApprove it with approve_plan, or revise it again."), out, nil
+}
+
+// RejectPlanInput is reject_plan's input.
+type RejectPlanInput struct {
+	Plan   string `json:"plan" jsonschema:"the plan's name (sessions/{s}/plans/{p})"`
+	Reason string `json:"reason,omitempty" jsonschema:"why, for the record"`
+}
+
+func (m *mcpServer) rejectPlan(ctx context.Context, req *mcp.CallToolRequest, in RejectPlanInput) (*mcp.CallToolResult, PlanOutput, error) {
+	var out PlanOutput
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "architect", ready: m.plans != nil, writes: "reject_plan"})
+	defer done()
+	if err != nil {
+		return nil, out, err
+	}
+	resp, err := m.plans.RejectPlan(ctx, &architectv1.RejectPlanRequest{Name: in.Plan, Reason: in.Reason})
+	if err != nil {
+		return nil, out, toolError(err)
+	}
+	out = planOutput(resp.GetPlan())
+	return textResult(fmt.Sprintf("Rejected %s.", out.Name)), out, nil
 }
 
 // RunInput names a run.
@@ -175,14 +209,11 @@ type RunOutput struct {
 
 func (m *mcpServer) runStatus(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunOutput, error) {
 	var out RunOutput
-	if m.workflows == nil {
-		return nil, out, errServiceMissing("orchestrator")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "orchestrator", ready: m.workflows != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	resp, err := m.workflows.GetRun(ctx, &orchestratorv1.GetRunRequest{Name: resourceName("runs", in.Run)})
 	if err != nil {
 		return nil, out, toolError(err)
@@ -200,6 +231,31 @@ func (m *mcpServer) runStatus(ctx context.Context, req *mcp.CallToolRequest, in 
 		}
 	}
 	return textResult(b.String()), out, nil
+}
+
+// CancelRunInput is cancel_run's input.
+type CancelRunInput struct {
+	Run  string `json:"run" jsonschema:"the run (runs/{id} or its id)"`
+	Node string `json:"node,omitempty" jsonschema:"only this task of the run; the whole run when empty"`
+}
+
+func (m *mcpServer) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in CancelRunInput) (*mcp.CallToolResult, RunOutput, error) {
+	var out RunOutput
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "orchestrator", ready: m.workflows != nil, writes: "cancel_run"})
+	defer done()
+	if err != nil {
+		return nil, out, err
+	}
+	resp, err := m.workflows.CancelRun(ctx, &orchestratorv1.CancelRunRequest{Name: resourceName("runs", in.Run), NodeId: in.Node})
+	if err != nil {
+		return nil, out, toolError(err)
+	}
+	out = runOutput(resp.GetRun())
+	what := "run " + out.Name
+	if in.Node != "" {
+		what = "task " + in.Node + " of " + out.Name
+	}
+	return textResult(fmt.Sprintf("Cancelled %s; the run is %s.", what, out.State)), out, nil
 }
 
 func planOutput(p *architectv1.Plan) PlanOutput {

@@ -43,14 +43,11 @@ func (m *mcpServer) addResources(s *mcp.Server) {
 // listRepositories reads the tenant's repositories, up to
 // maxListedRepositories.
 func (m *mcpServer) listRepositories(ctx context.Context, req mcp.Request) ([]*librarianv1.Repository, error) {
-	if m.librarian == nil {
-		return nil, errServiceMissing("librarian")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "librarian", ready: m.librarian != nil})
+	defer done()
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
 	var repos []*librarianv1.Repository
 	token := ""
 	for {
@@ -80,14 +77,11 @@ func (m *mcpServer) readRepository(ctx context.Context, req *mcp.ReadResourceReq
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
-	if m.librarian == nil {
-		return nil, errServiceMissing("librarian")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "librarian", ready: m.librarian != nil})
+	defer done()
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
 	resp, err := m.librarian.GetRepository(ctx, &librarianv1.GetRepositoryRequest{Name: "repositories/" + id})
 	if status.Code(err) == codes.NotFound {
 		// Another tenant's repository is not found either: the Librarian

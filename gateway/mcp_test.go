@@ -67,7 +67,7 @@ func TestMCPTools(t *testing.T) {
 		require.NotNil(t, tool.OutputSchema, tool.Name)
 	}
 	for _, want := range []string{"search_code", "get_symbol", "references", "search_history", "search_docs", "ask",
-		"create_plan", "get_plan", "approve_plan", "run_status"} {
+		"create_plan", "get_plan", "approve_plan", "revise_plan", "reject_plan", "run_status", "cancel_run"} {
 		require.Contains(t, names, want)
 	}
 
@@ -137,11 +137,13 @@ func TestMCPAuthAndRoles(t *testing.T) {
 	res, text := callTool(t, cs, "ask", map[string]any{"question": "/help", "session": "s1"})
 	require.True(t, res.IsError)
 	require.Contains(t, text, "PERMISSION_DENIED: role viewer may only read")
-	for tool, args := range map[string]map[string]any{"create_plan": {"request": "add a cache"}, "approve_plan": {"plan": "sessions/s1/plans/p1"}} {
+	for tool, args := range map[string]map[string]any{"create_plan": {"request": "add a cache"}, "approve_plan": {"plan": "sessions/s1/plans/p1"},
+		"revise_plan": {"plan": "sessions/s1/plans/p1", "feedback": "x"}, "reject_plan": {"plan": "sessions/s1/plans/p1"},
+		"cancel_run": {"run": "runs/r1"}} {
 		res, text := callTool(t, cs, tool, args)
 		require.True(t, res.IsError, tool)
-		// Without an architect the tool says so first; with one, the role.
-		require.True(t, strings.Contains(text, "PERMISSION_DENIED") || strings.Contains(text, "architect service is not configured"), text)
+		// Without the service the tool says so first; with it, the role.
+		require.True(t, strings.Contains(text, "PERMISSION_DENIED") || strings.Contains(text, "service is not configured"), text)
 	}
 	require.Empty(t, h.fake.callsOf("SendMessage"))
 	var denials int

@@ -80,18 +80,15 @@ var searchModes = map[string]librarianv1.SearchMode{
 
 func (m *mcpServer) searchCode(ctx context.Context, req *mcp.CallToolRequest, in SearchCodeInput) (*mcp.CallToolResult, SearchCodeOutput, error) {
 	var out SearchCodeOutput
-	if m.librarian == nil {
-		return nil, out, errServiceMissing("librarian")
-	}
 	mode, ok := searchModes[strings.ToLower(strings.TrimSpace(in.Mode))]
 	if !ok {
 		return nil, out, fmt.Errorf("INVALID_ARGUMENT: mode %q: want hybrid, semantic, lexical or regex", in.Mode)
 	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "librarian", ready: m.librarian != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	r := &librarianv1.SearchCodeRequest{Query: in.Query, PageSize: in.Limit, Mode: mode, PathGlob: in.PathGlob, Language: in.Language}
 	if in.Repository != "" {
 		r.Repositories = []string{resourceName("repositories", in.Repository)}
@@ -150,14 +147,11 @@ type SymbolOutput struct {
 
 func (m *mcpServer) getSymbol(ctx context.Context, req *mcp.CallToolRequest, in GetSymbolInput) (*mcp.CallToolResult, SymbolOutput, error) {
 	var out SymbolOutput
-	if m.librarian == nil {
-		return nil, out, errServiceMissing("librarian")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "librarian", ready: m.librarian != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	resp, err := m.librarian.GetSymbol(ctx, &librarianv1.GetSymbolRequest{Repository: resourceName("repositories", in.Repository),
 		Symbol: in.Symbol, IncludeSource: in.IncludeSource})
 	if err != nil {
@@ -206,14 +200,11 @@ func (m *mcpServer) references(ctx context.Context, req *mcp.CallToolRequest, in
 	if out.Direction != "in" && out.Direction != "out" {
 		return nil, out, fmt.Errorf("INVALID_ARGUMENT: direction %q: want in (what uses it) or out (what it uses)", in.Direction)
 	}
-	if m.librarian == nil {
-		return nil, out, errServiceMissing("librarian")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "librarian", ready: m.librarian != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	repo := resourceName("repositories", in.Repository)
 	var edges []*librarianv1.Edge
 	if out.Direction == "in" {
@@ -273,14 +264,11 @@ type SearchHistoryOutput struct {
 
 func (m *mcpServer) searchHistory(ctx context.Context, req *mcp.CallToolRequest, in SearchHistoryInput) (*mcp.CallToolResult, SearchHistoryOutput, error) {
 	out := SearchHistoryOutput{Hits: []HistoryHit{}}
-	if m.archivalist == nil {
-		return nil, out, errServiceMissing("archivalist")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "archivalist", ready: m.archivalist != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	session := strings.TrimPrefix(strings.TrimSpace(in.Session), "sessions/")
 	resp, err := m.archivalist.SearchEntries(ctx, &archivalistv1.SearchEntriesRequest{Query: in.Query, SessionId: session,
 		CrossSession: session == "", Category: in.Category, PageSize: in.Limit,
@@ -326,14 +314,11 @@ type SearchDocsOutput struct {
 
 func (m *mcpServer) searchDocs(ctx context.Context, req *mcp.CallToolRequest, in SearchDocsInput) (*mcp.CallToolResult, SearchDocsOutput, error) {
 	out := SearchDocsOutput{Hits: []DocHit{}}
-	if m.academic == nil {
-		return nil, out, errServiceMissing("academic")
-	}
-	ctx, _, cancel, err := m.call(ctx, req)
+	ctx, done, err := m.begin(ctx, req, toolCall{service: "academic", ready: m.academic != nil})
+	defer done()
 	if err != nil {
 		return nil, out, err
 	}
-	defer cancel()
 	resp, err := m.academic.SearchDocuments(ctx, &academicv1.SearchDocumentsRequest{Query: in.Query, PageSize: in.Limit})
 	if err != nil {
 		return nil, out, toolError(err)

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // Usage lists the client commands, for the sylk usage text.
@@ -24,10 +26,18 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk chat [--session ID]         talk to the agents; /help inside lists the slash commands
   sylk ask "QUESTION"              ask one question and print the answer with its citations
   sylk search "QUERY"              search the indexed code
-  sylk repos add|list|show         register and index repositories (add --wait shows progress)
-  sylk plans list|show|approve|revise|reject   review the plans of a session
-  sylk runs list|show|watch|logs|cancel        follow and stop runs
+  sylk code symbol|similar|history|tools   a symbol, similar ones, its commits; a repository's tools
+  sylk sessions list|create|show|active|switch|suspend|resume|complete|activate   your sessions
+  sylk repos add|list|show|index|operations|cancel   register and index repositories (--wait shows progress)
+  sylk plans create|list|show|approve|revise|reject   draft and review the plans of a session
+  sylk runs create|list|show|watch|logs|cancel|pause|resume|settle|decisions|bundle|task   start, follow, stop and settle runs
   sylk keys list|create|revoke|rotate        manage the tenant's API keys
+  sylk docs add|list|search        ingest and search documents (the Academic)
+  sylk history record|search|list  the tenant's history (the Archivalist)
+  sylk reviews create|list|show    have a branch or a patch reviewed
+  sylk providers list|set|verify|delete   model providers and the tenant's keys
+  sylk usage [--by provider]       model usage and cost
+  sylk audit list|verify           the audit log (admins)
   Every client command takes --json (print the server's JSON), --server URL and -h.
   SYLK_SERVER and SYLK_API_KEY override the stored server and key.
 
@@ -54,10 +64,18 @@ func commands() []command {
 		{name: "chat", summary: "talk to the agents interactively", run: runChat, interactive: true},
 		{name: "ask", summary: "ask one question and wait for the answer", run: runAsk},
 		{name: "search", summary: "search the indexed code", run: runSearch},
+		{name: "sessions", summary: "list, start, switch and end sessions", sub: sessionCommands()},
 		{name: "repos", summary: "register and index repositories", sub: repoCommands()},
+		{name: "code", summary: "symbols, their history, similar code, a repository's tools", sub: codeCommands()},
 		{name: "plans", summary: "review the plans of a session", sub: planCommands()},
 		{name: "runs", summary: "follow and stop runs", sub: runCommands()},
 		{name: "keys", summary: "manage the tenant's API keys", sub: keyCommands()},
+		{name: "docs", summary: "ingest and search documents (the Academic)", sub: docCommands()},
+		{name: "history", summary: "record and search the history (the Archivalist)", sub: historyCommands()},
+		{name: "reviews", summary: "have changes reviewed", sub: reviewCommands()},
+		{name: "providers", summary: "model providers and the tenant's keys for them", sub: providerCommands()},
+		{name: "usage", summary: "model usage and cost", run: runUsage},
+		{name: "audit", summary: "the tenant's audit log (admins)", sub: auditCommands()},
 	}
 }
 
@@ -237,4 +255,40 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // printJSON writes raw (the server's answer) and a newline.
 func (e *env) printJSON(raw []byte) {
 	fmt.Fprintln(e.out, strings.TrimSpace(string(raw)))
+}
+
+// request connects, sends one call and decodes its answer into out. Under
+// --json it prints the answer as it came. It reports whether the command is
+// done: true after an error or the JSON, false when the caller should print
+// out as text.
+func (e *env) request(ctx context.Context, method, path string, body, out proto.Message) (bool, error) {
+	c, err := e.connect()
+	if err != nil {
+		return true, err
+	}
+	raw, err := c.call(ctx, method, path, body, out)
+	if err != nil {
+		return true, err
+	}
+	if e.opts.json {
+		e.printJSON(raw)
+		return true, nil
+	}
+	return false, nil
+}
+
+// readInput is the text of file, or of standard input for "-".
+func (e *env) readInput(file string) (string, error) {
+	if file == "-" {
+		b, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return "", fmt.Errorf("read standard input: %w", err)
+		}
+		return string(b), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", &Error{Code: ExitUsage, Err: fmt.Errorf("read %s: %w", file, err)}
+	}
+	return string(b), nil
 }

@@ -14,6 +14,7 @@ import (
 
 func planCommands() []command {
 	return []command{
+		{name: "create", summary: "have the Architect draft a plan for a change", run: runPlansCreate},
 		{name: "list", summary: "list the plans of a session", run: runPlansList},
 		{name: "show", summary: "show a plan and its steps", run: runPlansShow},
 		{name: "approve", summary: "approve a plan, which starts its run", run: runPlansApprove},

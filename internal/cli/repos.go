@@ -20,6 +20,7 @@ func runSearch(ctx context.Context, e *env, args []string) error {
 	limit := fs.Int("n", 10, "at most this many results")
 	glob := fs.String("path", "", `only paths matching this glob ("**" spans directories)`)
 	lang := fs.String("lang", "", `only files of this language ("go", "python", ...)`)
+	mode := fs.String("mode", "", "hybrid (default), lexical, semantic or regex")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -34,6 +35,13 @@ func runSearch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	req := &librarianv1.SearchCodeRequest{Query: query, PageSize: int32(*limit), PathGlob: *glob, Language: *lang}
+	if *mode != "" {
+		m, ok := librarianv1.SearchMode_value["SEARCH_MODE_"+strings.ToUpper(*mode)]
+		if !ok {
+			return usageErrorf("sylk search: --mode %q: want hybrid, lexical, semantic or regex", *mode)
+		}
+		req.Mode = librarianv1.SearchMode(m)
+	}
 	for _, r := range repos {
 		req.Repositories = append(req.Repositories, repoName(r))
 	}
@@ -66,6 +74,9 @@ func repoCommands() []command {
 		{name: "add", summary: "register a repository (a local path or a git URL) and index it", run: runReposAdd},
 		{name: "list", summary: "list the tenant's repositories", run: runReposList},
 		{name: "show", summary: "show a repository, or an index operation's progress", run: runReposShow},
+		{name: "index", summary: "index a repository again (what changed, or --full)", run: runReposIndex},
+		{name: "operations", summary: "list index operations", run: runReposOperations},
+		{name: "cancel", summary: "cancel an index operation", run: runReposCancel},
 	}
 }
 

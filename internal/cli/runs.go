@@ -16,11 +16,18 @@ const runPollInterval = 500 * time.Millisecond
 
 func runCommands() []command {
 	return []command{
+		{name: "create", summary: "start a run of a DAG described in JSON", run: runRunsCreate},
 		{name: "list", summary: "list runs", run: runRunsList},
 		{name: "show", summary: "show a run and its steps", run: runRunsShow},
 		{name: "watch", summary: "follow a run's steps until it ends (exit 7 when it fails)", run: runRunsWatch},
 		{name: "logs", summary: "print the output of a run's steps", run: runRunsLogs},
 		{name: "cancel", summary: "cancel a run, or one of its steps", run: runRunsCancel},
+		{name: "pause", summary: "pause a run, or one of its steps", run: runRunsPause},
+		{name: "resume", summary: "resume a paused run, or one of its steps", run: runRunsResume},
+		{name: "decisions", summary: "print a run's decision log", run: runRunsDecisions},
+		{name: "bundle", summary: "download a delivered run's branch (or its patch)", run: runRunsBundle},
+		{name: "task", summary: "act on one task of a run (query, prompt, retry, skip, ...)", run: runRunsTask},
+		{name: "settle", summary: "keep, roll back or retry a failed run's partial work", run: runRunsSettle},
 	}
 }
 
@@ -212,11 +219,19 @@ func runRunsLogs(ctx context.Context, e *env, args []string) error {
 }
 
 func runRunsCancel(ctx context.Context, e *env, args []string) error {
-	fs := e.flags("sylk runs cancel", "RUN [flags]", "Cancels a run, or one step of it with --node.")
+	fs := e.flags("sylk runs cancel", "RUN | --session SESSION [flags]", "Cancels a run, or one step of it with --node, or every run of a session.")
 	node := fs.String("node", "", "cancel only this step")
-	pos, err := parseN(fs, args, 1, "a run")
+	session := fs.String("session", "", "cancel every run of this session instead")
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *session != "" && len(pos) == 0 {
+		return e.cancelSessionRuns(ctx, *session)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageErrorf("sylk runs cancel needs a run, or --session")
 	}
 	c, err := e.connect()
 	if err != nil {

@@ -13,8 +13,36 @@ export function apiKey(): string | null {
 }
 
 export function setApiKey(key: string | null): void {
-  if (key === null) sessionStorage.removeItem(KEY);
-  else sessionStorage.setItem(KEY, key);
+  if (key === null) {
+    sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem(ROLE);
+  } else sessionStorage.setItem(KEY, key);
+}
+
+const ROLE = "sylk.role";
+
+// role is the signed-in user's role (admin, member, viewer), or null until
+// learnRole has run for this tab.
+export function role(): string | null {
+  return sessionStorage.getItem(ROLE);
+}
+
+// learnRole finds the caller's role from the keys it may list: admins list
+// the tenant's keys, everyone else only their own, so the caller's key is
+// among them, known by its display prefix. A key the list does not show
+// (an error) counts as a member's: the console then hides admin links, and
+// the API decides what each call may do either way.
+export async function learnRole(key = apiKey()): Promise<string> {
+  let found = "member";
+  try {
+    const r = await call<Schemas["v1ListKeysResponse"]>("GET", "v1/keys", undefined, key ?? undefined);
+    const mine = (r.apiKeys ?? []).filter((k) => k.prefix && key?.startsWith(k.prefix));
+    found = mine.some((k) => k.role === "admin") ? "admin" : (mine[0]?.role ?? "member");
+  } catch {
+    found = "member";
+  }
+  sessionStorage.setItem(ROLE, found);
+  return found;
 }
 
 // ApiError is a failed call: the gateway's Error form.

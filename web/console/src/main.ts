@@ -3,7 +3,7 @@
 import "./style.css";
 import "./events/chat";
 import "./events/work";
-import { apiKey, setApiKey } from "./api";
+import { apiKey, learnRole, role, setApiKey } from "./api";
 import { h, replace } from "./dom";
 import { signIn } from "./pages/signin";
 import { sessions, chat } from "./pages/sessions";
@@ -13,6 +13,10 @@ import { search } from "./pages/search";
 import { repositories } from "./pages/repositories";
 import { usage } from "./pages/usage";
 import { keys } from "./pages/keys";
+import { documents } from "./pages/documents";
+import { history } from "./pages/history";
+import { reviews } from "./pages/reviews";
+import { audit, providers } from "./pages/admin";
 
 export type Page = (main: HTMLElement, arg: string, query: URLSearchParams) => (() => void) | void;
 
@@ -29,6 +33,11 @@ const routes: Record<string, Page> = {
   repositories,
   usage,
   keys,
+  documents,
+  history,
+  reviews,
+  providers,
+  audit,
 };
 
 const nav: [string, string][] = [
@@ -36,9 +45,17 @@ const nav: [string, string][] = [
   ["runs", "Runs"],
   ["search", "Search"],
   ["repositories", "Repositories"],
+  ["reviews", "Reviews"],
+  ["documents", "Documents"],
+  ["history", "History"],
   ["usage", "Usage"],
+  ["providers", "Providers"],
   ["keys", "API keys"],
+  ["audit", "Audit log"],
 ];
+
+// adminOnly are the pages whose link only admins see.
+const adminOnly = new Set(["keys", "audit"]);
 
 let cleanup: (() => void) | void;
 
@@ -57,6 +74,11 @@ function route(): void {
     });
     return;
   }
+  if (role() === null) {
+    // A tab signed in before the role was kept: learn it, then draw.
+    void learnRole().then(route);
+    return;
+  }
   const page = routes[head] ?? sessions;
   const current = routes[head] ? head : "sessions";
   replace(
@@ -68,7 +90,7 @@ function route(): void {
       h(
         "nav",
         { "aria-label": "Main" },
-        h("ul", {}, nav.map(([id, label]) => h("li", {}, h("a", { href: `#/${id}`, "aria-current": id === current ? "page" : null }, label)))),
+        h("ul", {}, nav.filter(([id]) => !adminOnly.has(id) || role() === "admin").map(([id, label]) => h("li", {}, h("a", { href: `#/${id}`, "aria-current": id === current ? "page" : null }, label)))),
       ),
       h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"),
     ),

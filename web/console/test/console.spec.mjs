@@ -6,7 +6,8 @@
 //
 // Run by e2e/console_test.go (go test -run TestConsole ./e2e/), which starts
 // the mesh and passes SYLK_URL (the gateway), SYLK_KEY (an admin key),
-// SYLK_ARTIFACTS and SYLK_CHROMIUM.
+// SYLK_ARTIFACTS, SYLK_CHROMIUM, SYLK_REPO_PATH (a directory to register) and
+// SYLK_SETTLE_REPO (a registered git repository for a run to settle).
 import { chromium } from "playwright-core";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -153,6 +154,92 @@ async function otherPages(page) {
   await check(page, "09-keys");
 }
 
+// api calls the REST API directly, for what the test sets up outside the
+// console (a failed run, a member's key).
+async function api(method, path, body) {
+  const resp = await fetch(`${base}/${path}`, {
+    method,
+    headers: { "X-API-Key": key, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!resp.ok) throw new Error(`${method} ${path}: ${resp.status} ${await resp.text()}`);
+  return resp.json();
+}
+
+// knowledge ingests a document and searches it, records a history entry
+// and finds it, and has a patch reviewed.
+async function knowledge(page) {
+  await page.getByRole("link", { name: "Documents" }).click();
+  await page.getByLabel("Title", { exact: true }).fill("Style");
+  await page.getByLabel("Markdown", { exact: true }).fill("# Errors\nWrap them with context.\n");
+  await page.getByRole("button", { name: "Add document" }).click();
+  await page.getByRole("status").filter({ hasText: 'Added "Style"' }).waitFor();
+  await page.getByLabel("Query", { exact: true }).fill("wrap errors");
+  await page.getByRole("button", { name: "Search", exact: true }).click();
+  await page.locator(".hit", { hasText: "Style › Errors" }).first().waitFor();
+  await check(page, "11-documents");
+
+  await page.getByRole("link", { name: "History" }).click();
+  await page.getByLabel("Title", { exact: true }).fill("Use PostgreSQL for the store");
+  await page.getByLabel("Content", { exact: true }).fill("it has the JSON we need");
+  await page.getByRole("button", { name: "Record" }).click();
+  await page.locator("ul[aria-label='Newest entries'] li", { hasText: "Use PostgreSQL for the store" }).waitFor();
+  await page.getByLabel("Query", { exact: true }).fill("postgresql");
+  await page.getByRole("button", { name: "Search", exact: true }).click();
+  await page.locator("ol .hit", { hasText: "Use PostgreSQL for the store" }).first().waitFor();
+  await check(page, "12-history");
+
+  // A patch of generated files alone is reviewed without a model.
+  await page.getByRole("link", { name: "Reviews" }).click();
+  await page.getByLabel("Or a patch", { exact: true }).fill("diff --git a/gen/api.pb.go b/gen/api.pb.go\n--- a/gen/api.pb.go\n+++ b/gen/api.pb.go\n@@ -1 +1 @@\n-package api\n+package api // v2");
+  await page.getByRole("button", { name: "Review", exact: true }).click();
+  await page.locator("article.review", { hasText: "all files excluded" }).first().waitFor({ timeout: 150_000 });
+  await check(page, "13-reviews");
+}
+
+// settle opens a failed repository run and keeps its partial work.
+async function settle(page) {
+  const run = await api("POST", "v1/runs", {
+    repository: need("SYLK_SETTLE_REPO"),
+    dag: { nodes: [{ id: "doc", edits: [{ path: "NOTES.md", content: "partial\n" }] }, { id: "bad", command: "exit 4" }] },
+  });
+  await page.goto(`${base}/#/run/${run.run.name}`);
+  await page.getByTestId("run-state").filter({ hasText: "failed" }).waitFor({ timeout: 120_000 });
+  await page.getByRole("region", { name: "Settle" }).waitFor();
+  await page.getByRole("button", { name: "Keep", exact: true }).click();
+  await page.getByTestId("settle-receipt").filter({ hasText: "Kept: doc" }).waitFor();
+  await page.getByRole("region", { name: "Diff" }).filter({ hasText: "+partial" }).waitFor();
+  await check(page, "14-settle");
+}
+
+// admin reads the providers and the audit log, and checks its chain.
+async function admin(page) {
+  await page.getByRole("link", { name: "Providers" }).click();
+  await page.locator("ul[aria-label='Providers'] li", { hasText: "local" }).filter({ hasText: "default" }).waitFor();
+  await check(page, "16-providers");
+  await page.getByRole("link", { name: "Audit log" }).click();
+  await page.locator("ol.audit li", { hasText: "api_key.created" }).first().waitFor();
+  await page.getByRole("button", { name: "Verify the chain" }).click();
+  await page.getByRole("status").filter({ hasText: "Intact" }).waitFor();
+  await check(page, "17-audit");
+}
+
+// member signs in with a member's key: the API keys link is an admin's.
+async function member(page) {
+  const created = await api("POST", "v1/keys", { userId: "console-member", role: "member", description: "console member" });
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await signIn(page, created.key);
+  await page.getByRole("heading", { name: "Sessions" }).waitFor();
+  await page.getByRole("link", { name: "Documents" }).waitFor();
+  for (const link of ["API keys", "Audit log"]) {
+    if (await page.getByRole("link", { name: link }).count()) throw new Error(`a member sees the ${link} link`);
+  }
+  await check(page, "15-member");
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await signIn(page, key);
+  await page.getByRole("link", { name: "API keys" }).waitFor();
+}
+
 async function wrongKey(page) {
   await page.getByRole("button", { name: "Sign out" }).click();
   await signIn(page, "sylk_this-key-does-not-exist");
@@ -190,6 +277,10 @@ async function main() {
     await planAndRun(page);
     await search(page);
     await otherPages(page);
+    await knowledge(page);
+    await settle(page);
+    await admin(page);
+    await member(page);
     await wrongKey(page);
   } catch (err) {
     const page = context.pages()[0];

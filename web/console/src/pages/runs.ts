@@ -8,6 +8,7 @@ import { render } from "../events/registry";
 import { dagSVG } from "./dag";
 import { diffLines } from "./plans";
 import { errorText, poll, statusLine, title } from "./common";
+import { receiptView, settlePanel } from "./settle";
 
 type Run = Schemas["v1Run"];
 
@@ -87,7 +88,7 @@ function drawSummary(el: HTMLElement, r: Run): void {
   );
 }
 
-async function drawDetails(el: HTMLElement, r: Run): Promise<void> {
+async function drawDetails(el: HTMLElement, r: Run, receipt?: Schemas["v1SettleReceipt"]): Promise<void> {
   const d = r.delivery;
   const outputs = (r.nodes ?? []).filter((n) => n.stdout || n.stderr || n.report);
   let decisions = "";
@@ -96,8 +97,15 @@ async function drawDetails(el: HTMLElement, r: Run): Promise<void> {
   } catch {
     decisions = "";
   }
+  const settled = (next: Run, rc: Schemas["v1SettleReceipt"]) => {
+    // A retry runs the failed steps again: the page follows the run anew.
+    if (rc.action === "SETTLE_ACTION_RETRY") window.dispatchEvent(new HashChangeEvent("hashchange"));
+    else void drawDetails(el, next, rc);
+  };
   replace(
     el,
+    receipt ? receiptView(receipt) : null,
+    settlePanel(r, settled),
     d ? h("section", { "aria-label": "Delivery" }, h("h2", {}, "Delivery"),
       d.branch ? h("p", {}, "Branch ", h("code", { "data-testid": "branch" }, d.branch), d.commit ? ` at ${d.commit.slice(0, 12)}` : "") : null,
       d.filesChanged?.length ? h("p", {}, `Files: ${d.filesChanged.join(", ")}`) : null,

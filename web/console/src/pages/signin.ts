@@ -1,7 +1,7 @@
 // Sign in with an API key. The key is checked with one read call and then
 // kept in sessionStorage for this tab.
 import { h, field } from "../dom";
-import { call, setApiKey } from "../api";
+import { call, learnRole, setApiKey } from "../api";
 import { errorText, statusLine } from "./common";
 
 export function signIn(main: HTMLElement, done: () => void): void {
@@ -23,6 +23,8 @@ export function signIn(main: HTMLElement, done: () => void): void {
     try {
       await call("GET", "v1/sessions?pageSize=1", undefined, key);
       setApiKey(key);
+      // The role decides which links the console shows (API keys: admins).
+      await learnRole(key);
       done();
     } catch (err) {
       status.show(`Sign-in failed: ${errorText(err)}`, "error");
