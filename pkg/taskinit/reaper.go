@@ -8,7 +8,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,16 +38,7 @@ func reap(spec Spec, args []string, sigs <-chan os.Signal) (int, error) {
 	if err := armParentDeath(unix.SIGTERM); err != nil {
 		return 0, err
 	}
-	go func() {
-		for range sigs {
-			// The parent-death signal is also sent when only the
-			// thread that started this process ended; so are the
-			// signals the command sends its group.
-			if !parentIs(spec.Parent) {
-				killAll()
-			}
-		}
-	}()
+	go watchParent(spec.Parent, sigs)
 	if !parentIs(spec.Parent) {
 		return 0, errors.New("the service that started this process has ended")
 	}
@@ -62,7 +55,57 @@ func reap(spec Spec, args []string, sigs <-chan os.Signal) (int, error) {
 	if !parentIs(spec.Parent) {
 		killAll()
 	}
-	return waitFor(pid)
+	status, err := waitFor(pid)
+	if killing.Load() {
+		// killAll ended the command first, and ends this process once
+		// it has killed the rest: exiting now would leave that undone.
+		select {}
+	}
+	return status, err
+}
+
+// killing is set once killAll began.
+var killing atomic.Bool
+
+// Parent watch timings.
+const (
+	// parentPoll is how often the parent is looked at in any case.
+	parentPoll = 500 * time.Millisecond
+	// afterSignalPoll and afterSignalFor: after a signal, more often for a
+	// while.
+	afterSignalPoll = 10 * time.Millisecond
+	afterSignalFor  = 3 * time.Second
+)
+
+// watchParent kills everything once the parent is no longer parent. The
+// parent-death signal is also sent when only the thread that started
+// this process ended: a killed service's threads end one by one, this
+// process passing to another of its threads (a signal, the parent still
+// the same) before it passes to a reaper outside it (another signal, which
+// the kernel may merge with the first while it is pending). So after a
+// signal the parent is looked at often for a while, and every parentPoll
+// always; so are the signals the command sends its group.
+func watchParent(parent int, sigs <-chan os.Signal) {
+	t := time.NewTicker(parentPoll)
+	defer t.Stop()
+	var fast <-chan time.Time
+	var until time.Time
+	for {
+		select {
+		case <-sigs:
+			until = time.Now().Add(afterSignalFor)
+			fast = time.After(0)
+		case <-t.C:
+		case <-fast:
+			fast = nil
+			if time.Now().Before(until) {
+				fast = time.After(afterSignalPoll)
+			}
+		}
+		if !parentIs(parent) {
+			killAll()
+		}
+	}
 }
 
 // killAll kills the processes below this one, then its process group with
@@ -70,6 +113,9 @@ func reap(spec Spec, args []string, sigs <-chan os.Signal) (int, error) {
 // stopped process cannot fork, so they are stopped, pass after pass, and
 // then killed.
 func killAll() {
+	if !killing.CompareAndSwap(false, true) {
+		select {} // another call kills everything, this process last
+	}
 	self := os.Getpid()
 	stopped := map[int]bool{}
 	for range 20 {
