@@ -152,6 +152,8 @@ func TestCLI(t *testing.T) {
 	t.Run("usage and audit", func(t *testing.T) { testCLIUsageAudit(t, s.in(t)) })
 	t.Run("providers", func(t *testing.T) { testCLIProviders(t, s.in(t)) })
 	t.Run("sessions", func(t *testing.T) { testCLISessions(t, s.in(t), "repositories/"+repo) })
+	t.Run("expectations", func(t *testing.T) { testCLIExpectations(t, s.in(t)) })
+	t.Run("session context and runs", func(t *testing.T) { testCLISessionContextRuns(t, s.in(t), c) })
 }
 
 func testCLIHelp(t *testing.T, s *sylkCLI) {
@@ -174,6 +176,7 @@ func testCLIHelp(t *testing.T, s *sylkCLI) {
 		{"providers", "delete", "-h"}, {"sessions", "-h"}, {"code", "-h"}, {"code", "symbol", "-h"}, {"code", "similar", "-h"}, {"code", "history", "-h"}, {"code", "tools", "-h"}, {"sessions", "list", "-h"}, {"sessions", "create", "-h"},
 		{"sessions", "show", "-h"}, {"sessions", "active", "-h"}, {"sessions", "switch", "-h"}, {"sessions", "suspend", "-h"},
 		{"sessions", "resume", "-h"}, {"sessions", "complete", "-h"}, {"sessions", "activate", "-h"}, {"usage", "-h"}, {"audit", "-h"}, {"audit", "list", "-h"}, {"audit", "verify", "-h"},
+		{"expectations", "-h"}, {"sessions", "context", "-h"}, {"sessions", "snapshot", "-h"},
 	} {
 		r := s.run("", nil, args...)
 		require.Equal(t, 0, r.code, "sylk %v: %s%s", args, r.stdout, r.stderr)
@@ -519,4 +522,76 @@ func testCLISessions(t *testing.T, s *sylkCLI, repo string) {
 	require.Contains(t, s.ok("sessions", "list", "--state", "completed"), created)
 	require.Equal(t, 2, s.run("", nil, "sessions", "list", "--state", "sleeping").code)
 	require.Equal(t, 4, s.run("", nil, "sessions", "show", "01a222c5-0000-7000-8000-000000000000").code)
+}
+
+func testCLIExpectations(t *testing.T, s *sylkCLI) {
+	out := s.ok("expectations", "add a logout button")
+	require.Contains(t, out, "authentication/logout")
+	require.Contains(t, out, "source local")
+	require.Contains(t, out, "required    session termination")
+	require.Contains(t, out, "confirmation if unsaved")
+
+	// A constraint rules an expectation out.
+	out = s.ok("expectations", "add a logout button", "--constraint", "skip confirmation")
+	require.Contains(t, out, "session termination")
+	require.NotContains(t, out, "confirmation if unsaved")
+	got := s.json("expectations", "add", "a", "logout", "button", "--constraint", "skip confirmation")
+	require.Equal(t, "authentication/logout", got["domain"])
+	require.Equal(t, "local", got["source"])
+	require.NotEmpty(t, got["expectations"])
+
+	require.Contains(t, s.ok("expectations", "fix the typo in the README"), "No feature domain recognised")
+	require.Contains(t, s.ok("expectations", "--domain", "authentication/logout"), "confidence 0.90")
+	require.Equal(t, 2, s.run("", nil, "expectations").code, "a request is needed")
+	require.Equal(t, 2, s.run("", nil, "expectations", "--constraint", "x").code)
+}
+
+// testCLISessionContextRuns reads a session's context and snapshot, and
+// pauses, resumes and cancels every run of the session.
+func testCLISessionContextRuns(t *testing.T, s *sylkCLI, c *client) {
+	s.ok("sessions", "create", "--name", "cli context")
+	name := s.config()["session"].(string)
+	out := s.ok("sessions", "context")
+	require.Contains(t, out, name+"  context version 0")
+	require.Contains(t, out, "(empty)")
+	c.ok("PATCH", "/v1/"+name+"/context", map[string]any{"version": 0, "context": map[string]any{
+		"currentTask": "rotate the signing keys", "nextSteps": []string{"publish the new key", "retire the old one"}}})
+	out = s.ok("sessions", "context", name)
+	require.Contains(t, out, "context version 1")
+	require.Contains(t, out, "task:              rotate the signing keys")
+	require.Contains(t, out, "next steps:        publish the new key, retire the old one")
+	got := s.json("sessions", "context")
+	require.Equal(t, "rotate the signing keys", got["context"].(map[string]any)["currentTask"])
+	require.Equal(t, 2, s.run("", nil, "sessions", "context", name, name).code)
+	require.Equal(t, 4, s.run("", nil, "sessions", "context", "01a222c5-0000-7000-8000-000000000000").code)
+
+	// Every run of the session is paused, then resumed.
+	session := strings.TrimPrefix(name, "sessions/")
+	long := c.createRun(map[string]any{"sessionId": session, "dag": map[string]any{"nodes": []any{map[string]any{"id": "slow", "command": "sleep 60"}}}})
+	require.Contains(t, s.ok("runs", "pause", "--session", session), "Paused "+long+".")
+	require.Equal(t, "RUN_STATE_PAUSED", s.json("runs", "show", long)["run"].(map[string]any)["state"])
+	require.Contains(t, s.ok("runs", "resume", "--session", name), "Resumed "+long+".")
+	require.NotEqual(t, "RUN_STATE_PAUSED", s.json("runs", "show", long)["run"].(map[string]any)["state"])
+	require.Contains(t, s.json("runs", "pause", "--session", session)["runs"], long)
+	require.Contains(t, s.ok("runs", "pause", "--session", session), "No runs of "+name+" to pause.", "the run is paused already")
+	require.Equal(t, 2, s.run("", nil, "runs", "pause").code, "a run or --session is needed")
+	require.Equal(t, 2, s.run("", nil, "runs", "resume", "--session", session, "--node", "slow").code)
+
+	// No snapshot until the session is suspended; then it holds the context
+	// and the run.
+	require.Equal(t, 4, s.run("", nil, "sessions", "snapshot").code)
+	s.ok("sessions", "suspend")
+	out = s.ok("sessions", "snapshot")
+	require.Contains(t, out, name)
+	require.Contains(t, out, "taken:")
+	require.Contains(t, out, "task:              rotate the signing keys")
+	require.Contains(t, out, "Run "+long)
+	snap := s.json("sessions", "snapshot", name)["snapshot"].(map[string]any)
+	require.Equal(t, "rotate the signing keys", snap["context"].(map[string]any)["currentTask"])
+	s.ok("sessions", "resume")
+	require.Contains(t, s.ok("sessions", "snapshot"), "restored:")
+
+	require.Contains(t, s.ok("runs", "cancel", "--session", session), "Cancelled "+long)
+	r := s.run("", nil, "runs", "watch", long, "--timeout", "60s")
+	require.Equal(t, 7, r.code, r.stderr)
 }

@@ -27,12 +27,13 @@ const Usage = `Client commands (they speak the REST API with an API key):
   sylk ask "QUESTION"              ask one question and print the answer with its citations
   sylk search "QUERY"              search the indexed code
   sylk code symbol|similar|history|tools   a symbol, similar ones, its commits; a repository's tools
-  sylk sessions list|create|show|active|switch|suspend|resume|complete|activate   your sessions
+  sylk sessions list|create|show|active|switch|suspend|resume|complete|activate|context|snapshot   your sessions
   sylk repos add|list|show|index|operations|cancel   register and index repositories (--wait shows progress)
   sylk plans create|list|show|approve|revise|reject   draft and review the plans of a session
   sylk runs create|list|show|watch|logs|cancel|pause|resume|settle|decisions|bundle|task   start, follow, stop and settle runs
   sylk keys list|create|revoke|rotate        manage the tenant's API keys
   sylk docs add|list|search        ingest and search documents (the Academic)
+  sylk expectations "REQUEST"      what users of its feature domain expect (--constraint rules some out)
   sylk history record|search|list  the tenant's history (the Archivalist)
   sylk reviews create|list|show    have a branch or a patch reviewed
   sylk providers list|set|verify|delete   model providers and the tenant's keys
@@ -71,6 +72,7 @@ func commands() []command {
 		{name: "runs", summary: "follow and stop runs", sub: runCommands()},
 		{name: "keys", summary: "manage the tenant's API keys", sub: keyCommands()},
 		{name: "docs", summary: "ingest and search documents (the Academic)", sub: docCommands()},
+		{name: "expectations", summary: "what users of a request's feature domain expect", run: runExpectations},
 		{name: "history", summary: "record and search the history (the Archivalist)", sub: historyCommands()},
 		{name: "reviews", summary: "have changes reviewed", sub: reviewCommands()},
 		{name: "providers", summary: "model providers and the tenant's keys for them", sub: providerCommands()},

@@ -227,7 +227,7 @@ func runRunsCancel(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *session != "" && len(pos) == 0 {
-		return e.cancelSessionRuns(ctx, *session)
+		return e.sessionRuns(ctx, *session, "cancel")
 	}
 	if len(pos) != 1 {
 		fs.Usage()

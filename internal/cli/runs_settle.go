@@ -107,21 +107,33 @@ func settleWord(a orchestratorv1.SettleAction) string {
 	return strings.ToLower(strings.TrimPrefix(a.String(), "SETTLE_ACTION_"))
 }
 
-// runRunsPause and runRunsResume pause and resume a run or one step.
+// runRunsPause and runRunsResume pause and resume a run, one step, or every
+// run of a session.
 func runRunsPause(ctx context.Context, e *env, args []string) error {
-	return e.pauseResume(ctx, args, "pause", "Pauses a run (or one step with --node): no new step starts until it is resumed.")
+	return e.pauseResume(ctx, args, "pause",
+		"Pauses a run (or one step with --node, or every run of a session with --session):\n"+
+			"no new step starts until it is resumed.")
 }
 
 func runRunsResume(ctx context.Context, e *env, args []string) error {
-	return e.pauseResume(ctx, args, "resume", "Resumes a paused run (or one step with --node).")
+	return e.pauseResume(ctx, args, "resume",
+		"Resumes a paused run (or one step with --node, or every paused run of a session with --session).")
 }
 
 func (e *env) pauseResume(ctx context.Context, args []string, verb, help string) error {
-	fs := e.flags("sylk runs "+verb, "RUN [flags]", help)
+	fs := e.flags("sylk runs "+verb, "RUN | --session SESSION [flags]", help)
 	node := fs.String("node", "", "only this step")
-	pos, err := parseN(fs, args, 1, "a run")
+	session := fs.String("session", "", verb+" every run of this session instead")
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *session != "" && len(pos) == 0 && *node == "" {
+		return e.sessionRuns(ctx, *session, verb)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageErrorf("sylk runs %s needs a run, or --session (without --node)", verb)
 	}
 	name := runName(pos[0])
 	var body proto.Message = &orchestratorv1.PauseRunRequest{NodeId: *node}
@@ -164,18 +176,23 @@ func runRunsTask(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// cancelSessionRuns cancels every run of a session.
-func (e *env) cancelSessionRuns(ctx context.Context, session string) error {
+// sessionRunsDone is what each verb on a session's runs prints per run.
+var sessionRunsDone = map[string]string{"cancel": "Cancelled", "pause": "Paused", "resume": "Resumed"}
+
+// sessionRuns cancels, pauses or resumes every run of a session.
+func (e *env) sessionRuns(ctx context.Context, session, verb string) error {
 	name := sessionName(session)
+	// The three requests carry only the session, from the path; their
+	// answers list the runs that changed, as CancelSessionRunsResponse does.
 	var resp orchestratorv1.CancelSessionRunsResponse
-	if done, err := e.request(ctx, http.MethodPost, "/v1/"+name+"/runs:cancel", &orchestratorv1.CancelSessionRunsRequest{}, &resp); done {
+	if done, err := e.request(ctx, http.MethodPost, "/v1/"+name+"/runs:"+verb, &orchestratorv1.CancelSessionRunsRequest{}, &resp); done {
 		return err
 	}
 	if len(resp.GetRuns()) == 0 {
-		fmt.Fprintf(e.out, "No runs of %s to cancel.\n", name)
+		fmt.Fprintf(e.out, "No runs of %s to %s.\n", name, verb)
 	}
 	for _, r := range resp.GetRuns() {
-		fmt.Fprintf(e.out, "Cancelled %s.\n", r)
+		fmt.Fprintf(e.out, "%s %s.\n", sessionRunsDone[verb], r)
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ func sessionCommands() []command {
 		{name: "show", summary: "show a session (default: the current one)", run: runSessionsShow},
 		{name: "active", summary: "show your active session on the server", run: runSessionsActive},
 		{name: "switch", summary: "make a session your active and current one", run: runSessionsSwitch},
+		{name: "context", summary: "show a session's working context", run: runSessionsContext},
+		{name: "snapshot", summary: "show what suspending a session froze", run: runSessionsSnapshot},
 	}
 	for _, verb := range []string{"suspend", "resume", "complete", "activate"} {
 		cmds = append(cmds, command{name: verb, summary: verb + " a session (default: the current one)",
