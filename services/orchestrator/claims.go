@@ -218,7 +218,7 @@ func (s *Service) heartbeatTask(ctx context.Context, req *taskv1.TaskHeartbeatRe
 		s.claimMetrics.fenced.Inc()
 		return &taskv1.TaskHeartbeatResponse{Fenced: true, Reason: "another worker took the attempt over"}, nil
 	}
-	if req.GetFinished() || req.GetReleased() || req.GetNodeId() == "" || req.GetAttemptId() != attemptID(req.GetRunId(), req.GetNodeId(), req.GetAttempt()) {
+	if req.GetFinished() || req.GetReleased() || dagNode(req.GetRunId(), req.GetNodeId(), req.GetAttemptId(), req.GetAttempt()) == "" {
 		return &taskv1.TaskHeartbeatResponse{}, nil
 	}
 	awaited, err := nodeAwaits(ctx, s.db, req.GetTenantId(), req.GetRunId(), req.GetNodeId(), req.GetAttempt())
@@ -236,10 +236,17 @@ func (s *Service) heartbeatTask(ctx context.Context, req *taskv1.TaskHeartbeatRe
 // without one (a session check, a review) or whose attempt id is not a
 // node's.
 func nodeOf(req *taskv1.TaskClaimRequest) string {
-	if req.GetNodeId() == "" || req.GetAttemptId() != attemptID(req.GetRunId(), req.GetNodeId(), req.GetAttempt()) {
+	return dagNode(req.GetRunId(), req.GetNodeId(), req.GetAttemptId(), req.GetAttempt())
+}
+
+// dagNode is node when attempt id names that attempt of a DAG node of the
+// run, "" otherwise: a review or a session check has a node id of its own
+// ("~review", "~session") and no row in nodes.
+func dagNode(runID, node, id string, attempt int32) string {
+	if node == "" || node == ReviewNode || node == SessionCheckNode || id != attemptID(runID, node, attempt) {
 		return ""
 	}
-	return req.GetNodeId()
+	return node
 }
 
 // nodeAwaits reports whether a run's node is dispatched at attempt: only

@@ -122,3 +122,17 @@ func TestFinishedAndReleasedClaims(t *testing.T) {
 		ClaimToken: c.GetClaimToken(), Finished: true}, &resp)
 	require.Equal(t, taskv1.TaskClaimResponse_OUTCOME_FINISHED, claimAs(t, h.bus, d, "w3").GetOutcome())
 }
+
+// A review's and a session check's dispatches have node ids of their own
+// and no row in nodes: they are claimed and kept alive like any other.
+func TestReviewAndSessionCheckClaims(t *testing.T) {
+	t.Parallel()
+	h, _ := newOrchestrator(t, nil, nil)
+	for _, node := range []string{orchestrator.ReviewNode, orchestrator.SessionCheckNode} {
+		d := &taskv1.TaskDispatch{TenantId: "t-claims", RunId: "r-" + node, NodeId: node, Attempt: 1,
+			Fence: &taskv1.TaskFence{AttemptId: "r-" + node + ":" + node + ":1"}}
+		c := claimAs(t, h.bus, d, "w1")
+		require.Equal(t, taskv1.TaskClaimResponse_OUTCOME_CLAIMED, c.GetOutcome(), node)
+		require.False(t, beat(t, h.bus, d, c.GetClaimToken()).GetFenced(), node)
+	}
+}
