@@ -26,6 +26,7 @@ import (
 func runWorker(t *testing.T, cfg Config, bus *natsx.Bus) (svc *Service, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	svc, err := New(cfg, app.Deps{Log: logx.Discard(), Bus: bus, Registerer: prometheus.NewRegistry()})
+	grantClaims(t, bus)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
